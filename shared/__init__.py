@@ -1,0 +1,63 @@
+"""ldpkit: local differential privacy, from the device to the estimate.
+
+>>> import numpy as np, ldpkit
+>>> m = ldpkit.mechanism("grr", epsilon=1.0, domain_size=4)
+>>> reports = m.perturb(np.array([0, 1, 2, 3]), rng=np.random.default_rng(0))
+>>> est = m.estimate(m.aggregate(reports))
+>>> est.n
+4
+"""
+
+from .aggregate import Aggregate
+from .errors import (
+    BudgetExceeded,
+    CollectorRejected,
+    CollectorUnavailable,
+    LdpkitError,
+    ParameterError,
+    ProtocolError,
+    ReportError,
+    TransportError,
+)
+from .estimates import ConfidenceInterval, FrequencyEstimate, MeanEstimate, norm_sub
+from .mechanisms import (
+    CATEGORICAL,
+    NUMERIC,
+    Choice,
+    FrequencyOracle,
+    Mechanism,
+    NumericMechanism,
+    choose,
+    mechanism,
+)
+from .planner import Plan, plan, required_n
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CATEGORICAL",
+    "NUMERIC",
+    "Aggregate",
+    "BudgetExceeded",
+    "Choice",
+    "CollectorRejected",
+    "CollectorUnavailable",
+    "ConfidenceInterval",
+    "FrequencyEstimate",
+    "FrequencyOracle",
+    "LdpkitError",
+    "MeanEstimate",
+    "Mechanism",
+    "NumericMechanism",
+    "ParameterError",
+    "Plan",
+    "ProtocolError",
+    "ReportError",
+    "TransportError",
+    "__version__",
+    "choose",
+    "mechanism",
+    "norm_sub",
+    "plan",
+    "required_n",
+]

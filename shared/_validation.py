@@ -1,0 +1,66 @@
+"""Checks shared by every constructor: one place, one wording."""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+from .errors import ParameterError
+
+MAX_EPSILON = 50.0
+
+
+def check_epsilon(epsilon: object) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
+        raise ParameterError(f"epsilon must be a real number, got {epsilon!r}")
+    value = float(epsilon)
+    if not math.isfinite(value) or value <= 0:
+        raise ParameterError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    if value > MAX_EPSILON:
+        # Beyond this a report is essentially the true value and exp(epsilon) loses precision.
+        raise ParameterError(f"epsilon must be at most {MAX_EPSILON:g}, got {epsilon!r}")
+    return value
+
+
+def check_domain_size(domain_size: object, *, minimum: int = 2) -> int:
+    if isinstance(domain_size, bool) or not isinstance(domain_size, Integral):
+        raise ParameterError(f"domain_size must be an integer, got {domain_size!r}")
+    value = int(domain_size)
+    if value < minimum:
+        raise ParameterError(f"domain_size must be at least {minimum}, got {value}")
+    if value > 2**31:
+        raise ParameterError(f"domain_size must be at most 2**31, got {value}")
+    return value
+
+
+def check_bounds(bounds: object) -> tuple[float, float]:
+    try:
+        pair: tuple[object, ...] = tuple(bounds)  # type: ignore[arg-type]
+    except TypeError:
+        raise ParameterError(f"bounds must be a pair (lo, hi), got {bounds!r}") from None
+    if len(pair) != 2:
+        raise ParameterError(f"bounds must be a pair (lo, hi), got {bounds!r}")
+    ends: list[float] = []
+    for name, v in zip(("lo", "hi"), pair, strict=True):
+        if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(float(v)):
+            raise ParameterError(f"bounds {name} must be a finite number, got {v!r}")
+        ends.append(float(v))
+    lo_f, hi_f = ends
+    if not lo_f < hi_f:
+        raise ParameterError(f"bounds must satisfy lo < hi, got lo={lo_f!r}, hi={hi_f!r}")
+    return lo_f, hi_f
+
+
+def check_level(level: object) -> float:
+    if isinstance(level, bool) or not isinstance(level, Real):
+        raise ParameterError(f"level must be a number in (0, 1), got {level!r}")
+    value = float(level)
+    if not 0.0 < value < 1.0:
+        raise ParameterError(f"level must be in (0, 1), got {level!r}")
+    return value
+
+
+def check_count(n: object, name: str = "n") -> int:
+    if isinstance(n, bool) or not isinstance(n, Integral) or int(n) < 1:
+        raise ParameterError(f"{name} must be a positive integer, got {n!r}")
+    return int(n)

@@ -1,0 +1,57 @@
+"""The one exception tree of ldpkit.
+
+Every error ldpkit raises on purpose derives from :class:`LdpkitError`, so an app can
+catch them all in one place. Errors about bad arguments also derive from ``ValueError``
+or ``TypeError`` so that ordinary Python code handles them the usual way.
+
+::
+
+    LdpkitError
+    ├── ParameterError (ValueError)       a mechanism, metric or query parameter is invalid
+    ├── ReportError (ValueError)          a value or report does not fit its mechanism
+    ├── ProtocolError (ValueError)        bytes on the wire do not follow protocol v1
+    ├── BudgetExceeded                    a report would overspend the privacy budget
+    └── TransportError                    the collector could not be reached or refused
+        ├── CollectorUnavailable          network failure or 5xx after every retry
+        └── CollectorRejected             4xx: bad token, unknown metric, bad request
+"""
+
+from __future__ import annotations
+
+
+class LdpkitError(Exception):
+    """Base class of every error raised on purpose by ldpkit."""
+
+
+class ParameterError(LdpkitError, ValueError):
+    """A parameter (epsilon, domain size, bounds, level, ...) is invalid."""
+
+
+class ReportError(LdpkitError, ValueError):
+    """A value to perturb, or a perturbed report, does not fit the mechanism."""
+
+
+class ProtocolError(LdpkitError, ValueError):
+    """Bytes on the wire do not follow the ldpkit protocol."""
+
+
+class BudgetExceeded(LdpkitError):
+    """A report would spend more privacy budget than is left in its period."""
+
+
+class TransportError(LdpkitError):
+    """The collector could not be reached, or it refused a request."""
+
+
+class CollectorUnavailable(TransportError):
+    """Network failure or server error that persisted through every retry."""
+
+
+class CollectorRejected(TransportError):
+    """The collector answered with a client error (4xx) that retrying will not fix."""
+
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        super().__init__(f"collector answered {status} {error}: {detail}")
+        self.status = status
+        self.error = error
+        self.detail = detail

@@ -1,0 +1,324 @@
+"""The contract every mechanism follows.
+
+A mechanism is a small immutable object, validated once when it is made. It offers
+
+- ``perturb(values, rng=None)``: randomize true values on the device, vectorized over a
+  numpy array (a scalar gives one report);
+- ``check_reports(reports)``: which reports are well-formed for this mechanism (the
+  collector turns the others away one by one);
+- ``aggregate(reports)``: an :class:`~ldpkit.aggregate.Aggregate` whose sums merge by
+  addition;
+- ``estimate(aggregate)``: a result object with standard errors and intervals;
+- ``variance(...)``: the variance formula the standard errors come from.
+
+Reports are numpy arrays of ``report_dtype`` (one row per report). Their raw bytes,
+``reports.tobytes()``, are what travels on the wire, so the dtype is part of protocol v1.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from .._validation import check_bounds, check_domain_size, check_epsilon
+from ..aggregate import Aggregate
+from ..errors import ParameterError, ReportError
+from ..estimates import FrequencyEstimate, MeanEstimate
+from ..randomness import resolve_rng
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mechanism(ABC):
+    """Base of all mechanisms: an epsilon-LDP randomizer with its estimator."""
+
+    name: ClassVar[str]
+    kind: ClassVar[str]  # "categorical" or "numeric"
+
+    epsilon: float
+
+    # --- what subclasses provide -------------------------------------------------------
+    @property
+    @abstractmethod
+    def report_dtype(self) -> np.dtype[Any]:
+        """The dtype of one report; its bytes are the wire payload."""
+
+    @property
+    @abstractmethod
+    def stats_size(self) -> int:
+        """Length of the aggregate's sums vector."""
+
+    @property
+    @abstractmethod
+    def report_rule(self) -> str:
+        """What a well-formed report looks like, for error messages."""
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """The parameters that define this mechanism (its fingerprint's input)."""
+
+    @abstractmethod
+    def _perturb(self, values: npt.NDArray[Any], rng: np.random.Generator) -> npt.NDArray[Any]:
+        """Perturb checked values (1-D) into reports."""
+
+    @abstractmethod
+    def _check_values(self, values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Validate (and coerce) true values, raising ReportError on bad ones."""
+
+    @abstractmethod
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        """Which reports of the right dtype are well-formed."""
+
+    @abstractmethod
+    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
+        """The sufficient statistics of valid reports."""
+
+    # --- shared behaviour --------------------------------------------------------------
+    def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
+        """Randomize true values; ``rng`` defaults to a generator fed by the OS CSPRNG."""
+        generator = resolve_rng(rng)
+        array = np.asarray(values)
+        if array.ndim == 0:
+            return self._perturb(self._check_values(array.reshape(1)), generator)[0]
+        if array.ndim != 1:
+            raise ReportError(f"values must be a scalar or a 1-D array, got shape {array.shape}")
+        return self._perturb(self._check_values(array), generator)
+
+    def coerce_reports(self, reports: npt.ArrayLike) -> npt.NDArray[Any]:
+        """View ``reports`` as an array of ``report_dtype`` (one row per report)."""
+        dtype = self.report_dtype
+        array = np.asarray(reports)
+        if dtype.fields is not None or dtype.subdtype is not None:
+            if dtype.subdtype is not None:
+                base, shape = dtype.subdtype
+                if array.ndim == 1 and array.shape == shape:
+                    array = array.reshape((1, *shape))
+                if array.dtype != base or array.shape[1:] != shape or array.ndim != 2:
+                    raise ReportError(
+                        f"{self.name} reports must be an array of shape (n, {shape[0]}) "
+                        f"and dtype {base}, got {array.shape} {array.dtype}"
+                    )
+                return array
+            if array.ndim == 0:
+                array = array.reshape(1)
+            if array.dtype != dtype:
+                raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
+            return array
+        if array.ndim == 0:
+            array = array.reshape(1)
+        if array.ndim != 1:
+            raise ReportError(f"{self.name} reports must be 1-D, got shape {array.shape}")
+        if array.dtype != dtype:
+            if array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
+                raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
+            array = array.astype(dtype)
+        return array
+
+    def check_reports(self, reports: npt.ArrayLike) -> BoolArray:
+        """A boolean mask: which reports are well-formed (see ``report_rule``)."""
+        return self._valid_mask(self.coerce_reports(reports))
+
+    def aggregate(self, reports: npt.ArrayLike) -> Aggregate:
+        """Sufficient statistics of ``reports``; raises ReportError if any is malformed."""
+        array = self.coerce_reports(reports)
+        valid = self._valid_mask(array)
+        if not bool(np.all(valid)):
+            first = int(np.argmin(valid))
+            raise ReportError(
+                f"report {first} is not a valid {self.name} report: {self.report_rule}"
+            )
+        return Aggregate(len(array), self._sums(array))
+
+    def empty_aggregate(self) -> Aggregate:
+        return Aggregate.zeros(self.stats_size)
+
+    def _checked_aggregate(self, aggregate: Aggregate) -> Aggregate:
+        if not isinstance(aggregate, Aggregate):
+            raise ParameterError(f"estimate needs an Aggregate, got {type(aggregate).__name__}")
+        if aggregate.sums.size != self.stats_size:
+            raise ParameterError(
+                f"aggregate has {aggregate.sums.size} sums but {self.name} keeps {self.stats_size}"
+            )
+        return aggregate
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrequencyOracle(Mechanism):
+    """A categorical mechanism over items ``0 .. domain_size - 1``.
+
+    Every oracle here is *pure* (Wang et al., USENIX Security 2017): each report
+    "supports" a set of items, the true item with probability ``p`` and any other item
+    with probability ``q < p``. The unbiased estimate of item v's fraction is
+    ``(C_v / n - q) / (p - q)`` where ``C_v`` counts the reports supporting v, and its
+    variance is ``(f p (1 - p) + (1 - f) q (1 - q)) / (n (p - q)^2)``.
+    """
+
+    kind: ClassVar[str] = "categorical"
+
+    domain_size: int
+    p: float = field(init=False)
+    q: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "domain_size", check_domain_size(self.domain_size))
+        p, q = self._support_probabilities()
+        object.__setattr__(self, "p", p)
+        object.__setattr__(self, "q", q)
+
+    @abstractmethod
+    def _support_probabilities(self) -> tuple[float, float]:
+        """(p, q), computed once at construction; may set other derived fields first."""
+
+    @property
+    def stats_size(self) -> int:
+        return self.domain_size
+
+    def params(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "epsilon": self.epsilon, "domain_size": self.domain_size}
+
+    def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
+        if values.dtype.kind not in "iu":
+            if (
+                values.dtype.kind == "f"
+                and values.size
+                and np.all(np.isfinite(values))
+                and np.all(values == np.floor(values))
+            ):
+                values = values.astype(np.int64)
+            elif values.size:
+                raise ReportError(
+                    f"categorical values must be integer item indices, got dtype {values.dtype}"
+                )
+            else:
+                values = values.astype(np.int64)
+        bad = (values < 0) | (values >= self.domain_size)
+        if bool(np.any(bad)):
+            i = int(np.argmax(bad))
+            raise ReportError(
+                f"value {values[i]!r} at index {i} is outside the domain 0..{self.domain_size - 1}"
+            )
+        return values.astype(np.int64, copy=False)
+
+    def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
+        """Variance of an item's estimated fraction when its true fraction is ``frequency``."""
+        f = np.asarray(frequency, dtype=np.float64)
+        p, q = self.p, self.q
+        var = (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
+        return float(var) if var.ndim == 0 else var
+
+    def estimate(self, aggregate: Aggregate) -> FrequencyEstimate:
+        """Unbiased fractions with plug-in standard errors."""
+        agg = self._checked_aggregate(aggregate)
+        n = agg.n
+        if n == 0:
+            nan = np.full(self.domain_size, np.nan)
+            return FrequencyEstimate(self.name, self.epsilon, 0, nan, nan.copy())
+        freq = (agg.sums / n - self.q) / (self.p - self.q)
+        stderr = np.sqrt(self.variance(np.clip(freq, 0.0, 1.0), n))
+        return FrequencyEstimate(self.name, self.epsilon, n, freq, stderr)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericMechanism(Mechanism):
+    """A mechanism for a number in declared ``bounds`` (lo, hi).
+
+    Values outside the bounds are clipped to them on the device (documented, and the
+    reason the bounds must be declared: they fix the sensitivity). Internally a value x
+    maps to ``t = 2 (x - lo) / (hi - lo) - 1`` in [-1, 1]; each report debiases to an
+    unbiased estimate of t, and the aggregate keeps the sum and sum of squares of those.
+    """
+
+    kind: ClassVar[str] = "numeric"
+
+    bounds: tuple[float, float]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "bounds", check_bounds(self.bounds))
+        self._derive()
+
+    def _derive(self) -> None:
+        """Compute derived constants once (subclasses)."""
+
+    @property
+    def stats_size(self) -> int:
+        return 2
+
+    @property
+    def half_range(self) -> float:
+        lo, hi = self.bounds
+        return (hi - lo) / 2.0
+
+    def params(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "epsilon": self.epsilon, "bounds": list(self.bounds)}
+
+    def _check_values(self, values: npt.NDArray[Any]) -> FloatArray:
+        if values.dtype.kind not in "iuf" or values.dtype.kind == "b":
+            raise ReportError(f"numeric values must be numbers, got dtype {values.dtype}")
+        x = values.astype(np.float64)
+        bad = ~np.isfinite(x)
+        if bool(np.any(bad)):
+            i = int(np.argmax(bad))
+            raise ReportError(f"value {x[i]!r} at index {i} is not a finite number")
+        lo, hi = self.bounds
+        return np.clip(x, lo, hi)
+
+    def to_unit(self, x: FloatArray) -> FloatArray:
+        lo, _ = self.bounds
+        return np.clip((x - lo) / self.half_range - 1.0, -1.0, 1.0)
+
+    @abstractmethod
+    def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:
+        """Unbiased estimates of the unit-scale values t from valid reports."""
+
+    @abstractmethod
+    def unit_variance(self, t: float | npt.ArrayLike) -> Any:
+        """Variance of one debiased report at unit-scale true value t in [-1, 1]."""
+
+    def variance(self, value: float | npt.ArrayLike) -> Any:
+        """Variance of one debiased report, in the metric's units, at true ``value``."""
+        x = np.clip(np.asarray(value, dtype=np.float64), *self.bounds)
+        var = np.asarray(self.unit_variance(self.to_unit(x))) * self.half_range**2
+        return float(var) if var.ndim == 0 else var
+
+    def worst_case_variance(self) -> float:
+        """Largest per-report noise variance over the bounds, in the metric's units."""
+        t = np.linspace(-1.0, 1.0, 2001)
+        return float(np.max(self.unit_variance(t))) * self.half_range**2
+
+    def debias(self, reports: npt.ArrayLike) -> FloatArray:
+        """Per-report unbiased estimates of the true values, in the metric's units."""
+        array = self.coerce_reports(reports)
+        lo, _ = self.bounds
+        return lo + (self._debias(array) + 1.0) * self.half_range
+
+    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
+        t = self._debias(reports)
+        return np.array([t.sum(), np.dot(t, t)], dtype=np.float64)
+
+    def estimate(self, aggregate: Aggregate) -> MeanEstimate:
+        """Mean with its standard error (sample variance of the debiased reports)."""
+        agg = self._checked_aggregate(aggregate)
+        n = agg.n
+        if n == 0:
+            return MeanEstimate(self.name, self.epsilon, 0, math.nan, math.nan)
+        s1, s2 = float(agg.sums[0]), float(agg.sums[1])
+        mean_t = s1 / n
+        if n > 1:
+            var_t = max(s2 - n * mean_t * mean_t, 0.0) / (n - 1)
+            stderr = math.sqrt(var_t / n) * self.half_range
+        else:
+            stderr = math.inf
+        lo, _ = self.bounds
+        return MeanEstimate(
+            self.name, self.epsilon, n, lo + (mean_t + 1.0) * self.half_range, stderr
+        )

@@ -1,0 +1,88 @@
+"""Randomized response: binary (Warner 1965) and k-ary / generalized (GRR).
+
+References
+----------
+S. L. Warner, "Randomized response", JASA 1965.
+T. Wang, J. Blocki, N. Li, S. Jha, "Locally differentially private protocols for
+frequency estimation", USENIX Security 2017 (direct encoding / GRR).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ParameterError
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+
+REPORT_DTYPE = np.dtype("<u4")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneralizedRR(FrequencyOracle):
+    """k-ary randomized response: keep the true item with probability
+    ``p = e^eps / (e^eps + d - 1)``, else report one of the other d - 1 items uniformly.
+
+    epsilon-LDP: any output has probability p or q = 1 / (e^eps + d - 1), and p / q = e^eps.
+    Best for small domains (d < 3 e^eps + 2 or so). A report is one item index (uint32).
+    """
+
+    name: ClassVar[str] = "grr"
+
+    def _support_probabilities(self) -> tuple[float, float]:
+        # Written as 1 / (1 + (d - 1) e^-eps) to stay exact for large epsilon.
+        d = self.domain_size
+        p = 1.0 / (1.0 + (d - 1) * math.exp(-self.epsilon))
+        q = (1.0 - p) / (d - 1)
+        return p, q
+
+    @property
+    def report_dtype(self) -> np.dtype[Any]:
+        return REPORT_DTYPE
+
+    @property
+    def report_rule(self) -> str:
+        return f"an item index in 0..{self.domain_size - 1}"
+
+    def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint32]:
+        n = values.size
+        keep = rng.random(n) < self.p
+        # Uniform over the other d - 1 items: draw from d - 1 and skip over the true one.
+        other = rng.integers(0, self.domain_size - 1, size=n)
+        other += other >= values
+        return np.where(keep, values, other).astype(REPORT_DTYPE)
+
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        return np.asarray(reports < self.domain_size)
+
+    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
+        return np.bincount(reports, minlength=self.domain_size).astype(np.float64)
+
+    def output_probabilities(self, value: int) -> tuple[npt.NDArray[Any], FloatArray]:
+        """Every possible report for ``value`` and its exact probability."""
+        probs = np.full(self.domain_size, self.q)
+        probs[value] = self.p
+        return np.arange(self.domain_size, dtype=REPORT_DTYPE), probs
+
+
+@dataclass(frozen=True, kw_only=True)
+class BinaryRR(GeneralizedRR):
+    """Warner's randomized response for a yes/no value (``domain_size`` must be 2).
+
+    Tell the truth with probability ``e^eps / (1 + e^eps)``; this is GRR with d = 2.
+    """
+
+    name: ClassVar[str] = "rr"
+    domain_size: int = 2
+
+    def __post_init__(self) -> None:
+        if self.domain_size != 2:
+            raise ParameterError(
+                f"domain_size must be 2 for binary randomized response 'rr', got "
+                f"{self.domain_size!r}; use 'grr' for larger domains"
+            )
+        super().__post_init__()

@@ -1,0 +1,132 @@
+"""Statistical contract of every categorical mechanism, against theory.
+
+Fixed seeds; every tolerance is derived from the mechanism's variance formula.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import ldpkit
+from ldpkit.mechanisms import CATEGORICAL
+from tests.stats import chi2_ratio_bounds, coverage_bounds, run_campaigns
+
+D = 8
+TRUTH = np.array([0.30, 0.20, 0.15, 0.10, 0.10, 0.08, 0.05, 0.02])
+
+
+def draw(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.choice(D, size=n, p=TRUTH)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+@pytest.mark.parametrize("name", CATEGORICAL)
+def test_unbiased_within_standard_errors(name: str, epsilon: float) -> None:
+    m = ldpkit.mechanism(name, epsilon=epsilon, domain_size=D)
+    n = 200_000
+    rng = np.random.default_rng(11)
+    values = rng.choice(D, size=n, p=TRUTH)
+    truth = np.bincount(values, minlength=D) / n
+    est = m.estimate(m.aggregate(m.perturb(values, rng=rng)))
+    theory_se = np.sqrt(m.variance(truth, n))
+    # 4.5 standard errors: a false alarm over all items has probability < 1e-4.
+    assert np.all(np.abs(est.frequencies - truth) <= 4.5 * theory_se)
+    # The plug-in standard error is close to the formula at the truth.
+    np.testing.assert_allclose(est.stderr, theory_se, rtol=0.05)
+
+
+@pytest.mark.parametrize("name", CATEGORICAL)
+def test_variance_and_coverage_over_campaigns(name: str) -> None:
+    epsilon = 1.0
+    m = ldpkit.mechanism(name, epsilon=epsilon, domain_size=D)
+    campaigns, users = 1000, 2000
+    result = run_campaigns(m, draw, campaigns=campaigns, users=users, seed=7)
+    # Over the population distribution (fresh users each campaign) the variance of an
+    # estimated fraction is the mechanism's variance at f plus nothing else: the per-user
+    # support indicator is Bernoulli(f p + (1 - f) q) in both views.
+    empirical = result.estimates.var(axis=0, ddof=1)
+    ratio = empirical / m.variance(TRUTH, users)
+    lo, hi = chi2_ratio_bounds(campaigns, alpha=1e-4 / D)
+    assert np.all((ratio > lo) & (ratio < hi)), ratio
+    assert abs(result.estimates.mean(axis=0) - TRUTH).max() < 5 * math.sqrt(
+        float(np.max(m.variance(TRUTH, users))) / campaigns
+    )
+    covered = (result.lows <= TRUTH) & (TRUTH <= result.highs)
+    low, high = coverage_bounds()
+    # Each item separately and all together.
+    per_item = covered.mean(axis=0)
+    assert low <= covered.mean() <= high, per_item
+    assert np.all((per_item >= 0.92) & (per_item <= 0.98)), per_item
+
+
+@pytest.mark.parametrize("name", CATEGORICAL)
+def test_simultaneous_intervals_are_wider_and_cover_jointly(name: str) -> None:
+    m = ldpkit.mechanism(name, epsilon=1.0, domain_size=D)
+    result = run_campaigns(m, draw, campaigns=300, users=2000, seed=5)
+    est = m.estimate(m.aggregate(m.perturb(draw(np.random.default_rng(1), 5000))))
+    single, joint = est.ci(0.95), est.ci(0.95, simultaneous=True)
+    assert np.all(joint.high - joint.low > single.high - single.low)
+    z_ratio = (np.asarray(joint.high) - np.asarray(joint.low)) / (
+        np.asarray(single.high) - np.asarray(single.low)
+    )
+    from statistics import NormalDist
+
+    expected = NormalDist().inv_cdf(1 - 0.05 / (2 * D)) / NormalDist().inv_cdf(0.975)
+    np.testing.assert_allclose(z_ratio, expected)
+    del result
+
+
+def test_norm_sub_is_consistent_and_separate() -> None:
+    m = ldpkit.mechanism("grr", epsilon=0.5, domain_size=D)
+    rng = np.random.default_rng(3)
+    est = m.estimate(m.aggregate(m.perturb(draw(rng, 3000), rng=rng)))
+    cons = est.consistent()
+    assert np.all(cons >= 0)
+    assert math.isclose(cons.sum(), 1.0, rel_tol=1e-12)
+    # The unbiased estimate is untouched and still has negative or >1 entries allowed.
+    assert not np.shares_memory(cons, est.frequencies)
+    assert math.isclose(est.frequencies.sum(), est.frequencies.sum())
+
+
+def test_norm_sub_known_answer() -> None:
+    got = ldpkit.norm_sub(np.array([0.6, 0.5, -0.1, 0.0]))
+    np.testing.assert_allclose(got, [0.55, 0.45, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("name", CATEGORICAL)
+def test_public_surface(name: str) -> None:
+    m = ldpkit.mechanism(name, epsilon=1.0, domain_size=64)
+    assert m.name == name
+    reports = m.perturb(np.array([3, 1, 4]), rng=np.random.default_rng(0))
+    est = m.estimate(m.aggregate(reports))
+    assert est.n == 3
+    assert est.frequencies.shape == est.stderr.shape == (64,)
+    ci = est.ci(0.95)
+    assert np.all(ci.low < ci.high)
+    one = m.perturb(5, rng=np.random.default_rng(1))
+    assert m.check_reports(one).tolist() == [True]
+    # Aggregates merge by addition.
+    a = m.aggregate(reports[:2]) + m.aggregate(reports[2:])
+    assert a == m.aggregate(reports)
+
+
+@pytest.mark.parametrize("name", CATEGORICAL)
+def test_bad_values_are_rejected_with_index(name: str) -> None:
+    m = ldpkit.mechanism(name, epsilon=1.0, domain_size=4)
+    with pytest.raises(ldpkit.ReportError, match="index 1"):
+        m.perturb(np.array([0, 4, 1]))
+    with pytest.raises(ldpkit.ReportError, match="index 0"):
+        m.perturb(np.array([-1]))
+    with pytest.raises(ldpkit.ReportError, match="integer"):
+        m.perturb(np.array([0.5]))
+    with pytest.raises(ldpkit.ParameterError, match="rng"):
+        m.perturb(np.array([1]), rng=42)  # type: ignore[arg-type]
+
+
+def test_empty_estimate_is_nan_not_error() -> None:
+    m = ldpkit.mechanism("grr", epsilon=1.0, domain_size=4)
+    est = m.estimate(m.empty_aggregate())
+    assert est.n == 0 and np.all(np.isnan(est.frequencies))
