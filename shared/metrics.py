@@ -1,0 +1,284 @@
+"""Metric definitions: what is collected, how it is perturbed, and its version.
+
+A metric is a name, a kind (categorical with its categories, or numeric with bounds), a
+mechanism (a name or ``"auto"``), the epsilon each report spends, and a time bucket. The
+client and the collector build the same mechanism from the same definition, and the
+definition's *fingerprint* names that exact parameter set: change any parameter and the
+fingerprint changes, so reports made under different parameters are never mixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from ._validation import check_bounds, check_epsilon
+from .errors import ParameterError
+from .mechanisms import FrequencyOracle, Mechanism, NumericMechanism, canonical_name, choose
+from .mechanisms import mechanism as make_mechanism
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+MAX_CATEGORIES = 65536
+MAX_CATEGORY_LENGTH = 200
+
+
+class MetricKind(StrEnum):
+    CATEGORICAL = "categorical"
+    NUMERIC = "numeric"
+
+
+class Period(StrEnum):
+    """A span of time: report buckets and privacy-budget periods are aligned to these (UTC)."""
+
+    HOUR = "hour"
+    DAY = "day"
+    WEEK = "week"
+
+    @property
+    def seconds(self) -> int:
+        return {"hour": 3600, "day": 86400, "week": 7 * 86400}[self.value]
+
+    def start(self, unix_seconds: float) -> int:
+        """Start of the period holding ``unix_seconds`` (weeks start on Thursday 1970-01-01)."""
+        return int(unix_seconds // self.seconds) * self.seconds
+
+
+def _period(value: object, what: str) -> Period:
+    try:
+        return Period(str(value))
+    except ValueError:
+        choices = ", ".join(p.value for p in Period)
+        raise ParameterError(f"{what} must be one of {choices}, got {value!r}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricDefinition:
+    """One metric. Build it with :meth:`categorical`, :meth:`numeric` or :meth:`from_dict`.
+
+    ``budget`` is the epsilon a device may spend on this metric per ``budget_period``
+    (default: one fresh report per period, ``budget = epsilon``); the client enforces it.
+    """
+
+    name: str
+    kind: MetricKind
+    epsilon: float
+    mechanism: str = "auto"
+    categories: tuple[str, ...] | None = None
+    bounds: tuple[float, float] | None = None
+    bucket: Period = Period.DAY
+    budget: float | None = None
+    budget_period: Period = Period.DAY
+    description: str = ""
+    _mechanism: Mechanism = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+            raise ParameterError(
+                f"metric name must match {NAME_PATTERN.pattern} (lowercase, <= 64 chars), "
+                f"got {self.name!r}"
+            )
+        try:
+            kind = MetricKind(self.kind)
+        except ValueError:
+            raise ParameterError(
+                f"metric {self.name}: kind must be 'categorical' or 'numeric', got {self.kind!r}"
+            ) from None
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "epsilon", self._checked(check_epsilon, self.epsilon))
+        object.__setattr__(self, "bucket", _period(self.bucket, f"metric {self.name}: bucket"))
+        object.__setattr__(
+            self, "budget_period", _period(self.budget_period, f"metric {self.name}: budget_period")
+        )
+        if self.budget is not None:
+            budget = self._checked(check_epsilon, self.budget, what="budget")
+            if budget < self.epsilon:
+                raise ParameterError(
+                    f"metric {self.name}: budget ({budget:g}) is smaller than the epsilon of "
+                    f"one report ({self.epsilon:g})"
+                )
+            object.__setattr__(self, "budget", budget)
+        if not isinstance(self.description, str):
+            raise ParameterError(f"metric {self.name}: description must be a string")
+        if kind is MetricKind.CATEGORICAL:
+            self._check_categories()
+            if self.bounds is not None:
+                raise ParameterError(f"metric {self.name}: categorical metrics take no bounds")
+            options: dict[str, Any] = {"domain_size": len(self.categories or ())}
+        else:
+            if self.categories is not None:
+                raise ParameterError(f"metric {self.name}: numeric metrics take no categories")
+            if self.bounds is None:
+                raise ParameterError(f"metric {self.name}: numeric metrics need bounds [lo, hi]")
+            object.__setattr__(self, "bounds", self._checked(check_bounds, self.bounds))
+            options = {"bounds": self.bounds}
+        try:
+            name = canonical_name(self.mechanism)
+            if name == "auto":
+                name = choose(epsilon=self.epsilon, **options).name
+            m = make_mechanism(name, epsilon=self.epsilon, **options)
+        except ParameterError as exc:
+            raise ParameterError(f"metric {self.name}: {exc}") from None
+        expected = FrequencyOracle if kind is MetricKind.CATEGORICAL else NumericMechanism
+        if not isinstance(m, expected):
+            raise ParameterError(
+                f"metric {self.name}: mechanism {name!r} does not fit a {kind.value} metric"
+            )
+        object.__setattr__(self, "mechanism", canonical_name(self.mechanism))
+        object.__setattr__(self, "_mechanism", m)
+
+    def _checked(self, check: Any, value: object, what: str = "") -> Any:
+        try:
+            return check(value)
+        except ParameterError as exc:
+            message = f"{what}: {exc}" if what else str(exc)
+            raise ParameterError(f"metric {self.name}: {message}") from None
+
+    def _check_categories(self) -> None:
+        cats = self.categories
+        if cats is None or isinstance(cats, str) or not hasattr(cats, "__iter__"):
+            raise ParameterError(f"metric {self.name}: categorical metrics need a list of categories")
+        cats = tuple(cats)
+        if len(cats) < 2 or len(cats) > MAX_CATEGORIES:
+            raise ParameterError(
+                f"metric {self.name}: categories must hold 2 to {MAX_CATEGORIES} items, got {len(cats)}"
+            )
+        for c in cats:
+            if not isinstance(c, str) or not c or len(c) > MAX_CATEGORY_LENGTH:
+                raise ParameterError(
+                    f"metric {self.name}: each category must be a non-empty string of at most "
+                    f"{MAX_CATEGORY_LENGTH} characters, got {c!r}"
+                )
+        if len(set(cats)) != len(cats):
+            raise ParameterError(f"metric {self.name}: categories must be distinct")
+        object.__setattr__(self, "categories", cats)
+
+    # --- constructors ------------------------------------------------------------------
+    @classmethod
+    def categorical(
+        cls, name: str, categories: list[str] | tuple[str, ...], *, epsilon: float, **kw: Any
+    ) -> MetricDefinition:
+        return cls(name=name, kind=MetricKind.CATEGORICAL, categories=tuple(categories),
+                   epsilon=epsilon, **kw)
+
+    @classmethod
+    def numeric(
+        cls, name: str, bounds: tuple[float, float], *, epsilon: float, **kw: Any
+    ) -> MetricDefinition:
+        return cls(name=name, kind=MetricKind.NUMERIC, bounds=bounds, epsilon=epsilon, **kw)
+
+    @classmethod
+    def from_dict(cls, name: str, data: dict[str, Any]) -> MetricDefinition:
+        """From a TOML table or JSON object (the keys of :meth:`to_dict`, less derived ones)."""
+        if not isinstance(data, dict):
+            raise ParameterError(f"metric {name}: definition must be a table/object")
+        known = {"kind", "categories", "bounds", "epsilon", "mechanism", "bucket", "budget",
+                 "budget_period", "description", "name", "fingerprint", "resolved_mechanism",
+                 "report_size"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ParameterError(f"metric {name}: unknown keys {', '.join(unknown)}")
+        if "name" in data and data["name"] != name:
+            raise ParameterError(f"metric {name}: name in body {data['name']!r} differs")
+        if "epsilon" not in data:
+            raise ParameterError(f"metric {name}: epsilon is required")
+        cats = data.get("categories")
+        bounds = data.get("bounds")
+        return cls(
+            name=name,
+            kind=data.get("kind", "categorical" if cats is not None else "numeric"),
+            epsilon=data["epsilon"],
+            mechanism=data.get("mechanism", "auto"),
+            categories=tuple(cats) if isinstance(cats, list | tuple) else cats,
+            bounds=tuple(bounds) if isinstance(bounds, list | tuple) else bounds,
+            bucket=data.get("bucket", "day"),
+            budget=data.get("budget"),
+            budget_period=data.get("budget_period", "day"),
+            description=data.get("description", ""),
+        )
+
+    # --- derived -----------------------------------------------------------------------
+    @property
+    def mechanism_instance(self) -> Mechanism:
+        """The mechanism both sides build from this definition."""
+        return self._mechanism
+
+    @property
+    def resolved_mechanism(self) -> str:
+        return self._mechanism.name
+
+    @property
+    def effective_budget(self) -> float:
+        return self.budget if self.budget is not None else self.epsilon
+
+    def parameters(self) -> dict[str, Any]:
+        """Everything that changes what a report means (the fingerprint's input)."""
+        params: dict[str, Any] = {
+            "protocol": 1,
+            "name": self.name,
+            "kind": self.kind.value,
+            "mechanism": self.resolved_mechanism,
+            "epsilon": self.epsilon,
+            "bucket": self.bucket.value,
+        }
+        if self.categories is not None:
+            params["categories"] = list(self.categories)
+        if self.bounds is not None:
+            params["bounds"] = list(self.bounds)
+        return params
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """16 hex digits: SHA-256 of the canonical JSON of :meth:`parameters`."""
+        canonical = json.dumps(self.parameters(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, as served by ``GET /v1/metrics``."""
+        data: dict[str, Any] = {
+            "name": self.name,
+            "kind": self.kind.value,
+            "mechanism": self.mechanism,
+            "resolved_mechanism": self.resolved_mechanism,
+            "epsilon": self.epsilon,
+            "bucket": self.bucket.value,
+            "budget": self.effective_budget,
+            "budget_period": self.budget_period.value,
+            "fingerprint": self.fingerprint,
+            "report_size": self._mechanism.report_dtype.itemsize,
+        }
+        if self.categories is not None:
+            data["categories"] = list(self.categories)
+        if self.bounds is not None:
+            data["bounds"] = list(self.bounds)
+        if self.description:
+            data["description"] = self.description
+        return data
+
+    # --- values ------------------------------------------------------------------------
+    def encode_value(self, value: object) -> int | float:
+        """The mechanism's input for a raw value: a category's index, or a clipped-later number."""
+        if self.kind is MetricKind.CATEGORICAL:
+            assert self.categories is not None
+            if not isinstance(value, str):
+                raise ParameterError(
+                    f"metric {self.name} takes one of its categories (a string), got {value!r}"
+                )
+            try:
+                return self.categories.index(value)
+            except ValueError:
+                raise ParameterError(
+                    f"{value!r} is not a category of metric {self.name}; "
+                    f"expected one of {', '.join(self.categories[:20])}"
+                    + ("..." if len(self.categories) > 20 else "")
+                ) from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ParameterError(f"metric {self.name} takes a number, got {value!r}")
+        if not math.isfinite(float(value)):
+            raise ParameterError(f"metric {self.name} takes a finite number, got {value!r}")
+        return float(value)

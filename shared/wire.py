@@ -1,0 +1,172 @@
+"""Wire format v1: perturbed reports in msgpack, column by column.
+
+One encoder and one decoder for client and collector alike. The format is specified,
+with byte-level test vectors, in ``docs/protocol.md``; this module is its reference
+implementation. A batch is a msgpack map::
+
+    {"v": 1,
+     "blocks": [                         # one block per (metric, fingerprint, bucket)
+        {"metric": "theme",              # metric name
+         "fp": "4e1eb7ea0ddd3f92",       # fingerprint of the metric's parameters (16 hex)
+         "bucket": 1763683200,           # start of the report's time bucket, unix seconds UTC
+         "ids": <bin 16*n>,              # n random 128-bit report ids, back to back
+         "reports": <bin size*n>},       # n reports, rows of the mechanism's report dtype
+        ...]}
+
+Reports are the raw little-endian bytes of a numpy array of the mechanism's
+``report_dtype`` (``reports.tobytes()``), so a block decodes with one ``np.frombuffer``
+and no Python loop per report. A batch carries no user or device id, no raw value and no
+timestamp finer than the metric's bucket.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ProtocolError
+
+VERSION = 1
+ID_SIZE = 16
+CONTENT_TYPE = "application/vnd.ldpkit.v1+msgpack"
+FINGERPRINT_PATTERN = re.compile(r"^[0-9a-f]{16}$")
+MAX_BUCKET = 2**40  # far beyond any real date; keeps bucket arithmetic in int64
+
+
+@dataclass(frozen=True)
+class Block:
+    """The reports of one metric version and one time bucket."""
+
+    metric: str
+    fingerprint: str
+    bucket: int
+    ids: bytes
+    reports: bytes
+
+    @property
+    def n(self) -> int:
+        return len(self.ids) // ID_SIZE
+
+    def report_array(self, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """The reports as a numpy array of ``dtype``; ProtocolError if the sizes disagree."""
+        if len(self.reports) != self.n * dtype.itemsize:
+            raise ProtocolError(
+                f"block {self.metric!r}: {len(self.reports)} bytes of reports for {self.n} ids, "
+                f"expected {self.n * dtype.itemsize} ({dtype.itemsize} per report)"
+            )
+        return np.frombuffer(self.reports, dtype=dtype)
+
+    def id_list(self) -> list[bytes]:
+        """The report ids, 16 bytes each."""
+        ids = self.ids
+        return [ids[i : i + ID_SIZE] for i in range(0, len(ids), ID_SIZE)]
+
+
+def make_block(
+    metric: str, fingerprint: str, bucket: int, ids: bytes, reports: npt.NDArray[Any]
+) -> Block:
+    """A block from a report array; ``ids`` holds 16 bytes per report."""
+    array = np.ascontiguousarray(reports)
+    if len(ids) != ID_SIZE * len(array):
+        raise ProtocolError(f"{len(array)} reports need {ID_SIZE * len(array)} id bytes, got {len(ids)}")
+    return Block(metric, fingerprint, int(bucket), bytes(ids), array.tobytes())
+
+
+def encode_batch(blocks: Sequence[Block]) -> bytes:
+    """The msgpack bytes of a batch."""
+    payload = {
+        "v": VERSION,
+        "blocks": [
+            {
+                "metric": b.metric,
+                "fp": b.fingerprint,
+                "bucket": b.bucket,
+                "ids": b.ids,
+                "reports": b.reports,
+            }
+            for b in blocks
+        ],
+    }
+    packed: bytes = msgpack.packb(payload, use_bin_type=True)
+    return packed
+
+
+def _field(block: dict[Any, Any], key: str, kind: type | tuple[type, ...], index: int) -> Any:
+    if key not in block:
+        raise ProtocolError(f"block {index}: missing field {key!r}")
+    value = block[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ProtocolError(
+            f"block {index}: field {key!r} must be {names}, got {type(value).__name__}"
+        )
+    return value
+
+
+def decode_batch(data: bytes, *, max_reports: int = 100_000, max_blocks: int = 1000) -> list[Block]:
+    """Decode and check the framing of a batch (not the reports' contents).
+
+    Raises ProtocolError, saying what was wrong, for anything that is not a v1 batch.
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ProtocolError(f"a batch must be bytes, got {type(data).__name__}")
+    try:
+        obj = msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_array_len=max_blocks,
+            max_map_len=16,
+            max_str_len=1024,
+        )
+    except msgpack.ExtraData:
+        raise ProtocolError("trailing bytes after the msgpack batch") from None
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise ProtocolError(f"body is not valid msgpack: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"a batch must be a msgpack map, got {type(obj).__name__}")
+    version = obj.get("v")
+    if version != VERSION or isinstance(version, bool):
+        raise ProtocolError(f"unsupported protocol version {version!r}; this collector speaks v1")
+    blocks_raw = obj.get("blocks")
+    if not isinstance(blocks_raw, list):
+        raise ProtocolError("field 'blocks' must be an array of blocks")
+    unknown = sorted(str(k) for k in obj if k not in ("v", "blocks"))
+    if unknown:
+        raise ProtocolError(f"unknown batch fields: {', '.join(unknown)}")
+    blocks: list[Block] = []
+    total = 0
+    for i, raw in enumerate(blocks_raw):
+        if not isinstance(raw, dict):
+            raise ProtocolError(f"block {i}: must be a map, got {type(raw).__name__}")
+        extra = sorted(str(k) for k in raw if k not in ("metric", "fp", "bucket", "ids", "reports"))
+        if extra:
+            raise ProtocolError(f"block {i}: unknown fields {', '.join(extra)}")
+        metric = _field(raw, "metric", str, i)
+        fp = _field(raw, "fp", str, i)
+        bucket = _field(raw, "bucket", int, i)
+        ids = _field(raw, "ids", bytes, i)
+        reports = _field(raw, "reports", bytes, i)
+        if not 0 <= bucket < MAX_BUCKET:
+            raise ProtocolError(f"block {i}: bucket {bucket} is out of range")
+        if len(ids) % ID_SIZE:
+            raise ProtocolError(f"block {i}: ids length {len(ids)} is not a multiple of {ID_SIZE}")
+        n = len(ids) // ID_SIZE
+        if n and len(reports) % n:
+            raise ProtocolError(
+                f"block {i}: {len(reports)} bytes of reports do not split into {n} equal reports"
+            )
+        if not n and reports:
+            raise ProtocolError(f"block {i}: reports without ids")
+        total += n
+        if total > max_reports:
+            raise ProtocolError(f"batch holds more than {max_reports} reports")
+        blocks.append(Block(metric, fp, bucket, ids, reports))
+    return blocks
