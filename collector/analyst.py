@@ -1,0 +1,296 @@
+"""The analyst's Python API: query a collector's estimates as result objects.
+
+>>> from ldpkit.collector.analyst import Analyst
+>>> analyst = Analyst("http://127.0.0.1:8787", token="analyst-secret")  # doctest: +SKIP
+>>> result = analyst.estimates("theme", level=0.95, consistent=True)      # doctest: +SKIP
+>>> result.items[0].category, result.items[0].estimate, result.items[0].low  # doctest: +SKIP
+>>> result.to_pandas()                                                      # doctest: +SKIP
+
+The token may come from the environment (``LDPKIT_READ_TOKEN``). Errors say what to do:
+:class:`~ldpkit.errors.CollectorUnavailable` when the collector cannot be reached,
+:class:`~ldpkit.errors.CollectorRejected` for a bad token or an unknown metric.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from ..errors import CollectorRejected, CollectorUnavailable, ParameterError
+from ..metrics import MetricDefinition
+
+TOKEN_ENV = "LDPKIT_READ_TOKEN"
+
+
+@dataclass(frozen=True)
+class ItemEstimate:
+    """One category's estimated fraction with its interval."""
+
+    category: str
+    estimate: float | None
+    stderr: float | None
+    low: float | None
+    high: float | None
+    consistent: float | None = None
+
+
+@dataclass(frozen=True)
+class BucketEstimate:
+    """The estimate of one time bucket (``start`` is a UTC datetime)."""
+
+    start: datetime
+    n: int
+    items: tuple[ItemEstimate, ...] = ()
+    mean: float | None = None
+    stderr: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass(frozen=True)
+class EstimateResult:
+    """An estimate as the collector served it: categorical ``items`` or numeric ``mean``."""
+
+    metric: str
+    kind: str
+    version: str
+    mechanism: str
+    epsilon: float
+    n: int
+    level: float
+    consistent: bool
+    items: tuple[ItemEstimate, ...] = ()
+    mean: float | None = None
+    stderr: float | None = None
+    low: float | None = None
+    high: float | None = None
+    buckets: tuple[BucketEstimate, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EstimateResult:
+        items = tuple(_item(i) for i in data.get("items") or ())
+        buckets = tuple(
+            BucketEstimate(
+                start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
+                n=int(b.get("n", 0)),
+                items=tuple(_item(i) for i in b.get("items") or ()),
+                mean=b.get("mean"),
+                stderr=b.get("stderr"),
+                low=b.get("low"),
+                high=b.get("high"),
+            )
+            for b in data.get("buckets") or ()
+        )
+        return cls(
+            metric=str(data["metric"]),
+            kind="categorical" if "items" in data else "numeric",
+            version=str(data.get("version", "")),
+            mechanism=str(data.get("mechanism", "")),
+            epsilon=float(data.get("epsilon", float("nan"))),
+            n=int(data.get("n", 0)),
+            level=float(data.get("level", 0.95)),
+            consistent=bool(data.get("consistent", False)),
+            items=items,
+            mean=data.get("mean"),
+            stderr=data.get("stderr"),
+            low=data.get("low"),
+            high=data.get("high"),
+            buckets=buckets,
+            raw=data,
+        )
+
+    # --- views -------------------------------------------------------------------------
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per category (or one for the mean): the table, CSV and pandas rows."""
+        if self.kind == "categorical":
+            rows = []
+            for item in self.items:
+                row = asdict(item)
+                if not self.consistent:
+                    row.pop("consistent")
+                rows.append(row)
+            return rows
+        return [{"mean": self.mean, "stderr": self.stderr, "low": self.low, "high": self.high}]
+
+    def to_pandas(self) -> Any:
+        """A pandas DataFrame of :meth:`rows` (pandas is an optional dependency)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("to_pandas() needs pandas: pip install 'ldpkit[pandas]'") from None
+        frame = pd.DataFrame(self.rows())
+        if self.kind == "categorical":
+            frame = frame.set_index("category")
+        frame.attrs.update(
+            metric=self.metric,
+            n=self.n,
+            level=self.level,
+            mechanism=self.mechanism,
+            epsilon=self.epsilon,
+        )
+        return frame
+
+    def to_csv(self) -> str:
+        rows = self.rows()
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["mean"])
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
+
+    def to_json(self) -> str:
+        return json.dumps(self.raw, indent=2)
+
+    def to_table(self) -> str:
+        """A plain-text table for terminals."""
+        pct = f"{self.level:.0%}"
+        head = (
+            f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
+            f"{pct} intervals"
+        )
+        if self.kind == "numeric":
+            return (
+                head
+                + "\n"
+                + (
+                    f"mean {_fmt(self.mean)}  stderr {_fmt(self.stderr)}  "
+                    f"[{_fmt(self.low)}, {_fmt(self.high)}]"
+                )
+            )
+        width = max([8, *(len(i.category) for i in self.items)])
+        cols = f"{'category':<{width}}  {'estimate':>9}  {'stderr':>8}  {'low':>9}  {'high':>9}"
+        if self.consistent:
+            cols += f"  {'consistent':>10}"
+        lines = [head, cols]
+        for i in self.items:
+            line = (
+                f"{i.category:<{width}}  {_fmt(i.estimate):>9}  {_fmt(i.stderr):>8}  "
+                f"{_fmt(i.low):>9}  {_fmt(i.high):>9}"
+            )
+            if self.consistent:
+                line += f"  {_fmt(i.consistent):>10}"
+            lines.append(line)
+        return "\n".join(lines)
+
+
+def _item(data: dict[str, Any]) -> ItemEstimate:
+    return ItemEstimate(
+        category=str(data["category"]),
+        estimate=data.get("estimate"),
+        stderr=data.get("stderr"),
+        low=data.get("low"),
+        high=data.get("high"),
+        consistent=data.get("consistent"),
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _time_param(value: str | int | float | date | datetime | None, name: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return str(int(value.timestamp()))
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ParameterError(
+        f"{name} must be a date, datetime, ISO string or unix seconds, got {value!r}"
+    )
+
+
+class Analyst:
+    """A read-only client of one collector's query API (``GET /v1/...``)."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 10.0) -> None:
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ParameterError(f"collector URL must be http(s)://host:port, got {url!r}")
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV)
+        if not self.token:
+            raise ParameterError(f"a read token is needed: pass token=... or set {TOKEN_ENV}")
+        if not (isinstance(timeout, int | float) and timeout > 0):
+            raise ParameterError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = float(timeout)
+
+    def _get(self, path: str, params: dict[str, str | None] | None = None) -> Any:
+        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        url = f"{self.url}{path}" + (f"?{query}" if query else "")
+        request = urllib.request.Request(
+            url, headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            body = exc.read()
+            try:
+                payload = json.loads(body)
+                error, detail = str(payload.get("error")), str(payload.get("detail"))
+            except (ValueError, AttributeError):
+                error, detail = "http_error", body[:200].decode(errors="replace")
+            hint = {
+                401: f" (is the token right? it may also come from {TOKEN_ENV})",
+                403: " (this token may not read estimates: use a read token)",
+                404: " (is the metric name right? `ldpkit metrics` lists them)",
+            }.get(exc.code, "")
+            if exc.code >= 500:
+                raise CollectorUnavailable(
+                    f"collector at {self.url} failed with {exc.code}: {detail}"
+                ) from None
+            raise CollectorRejected(exc.code, error, detail + hint) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CollectorUnavailable(
+                f"cannot reach the collector at {self.url} ({reason}); is `ldpkit serve` running "
+                f"there?"
+            ) from None
+
+    def metrics(self) -> list[MetricDefinition]:
+        """The collector's current metric definitions."""
+        data = self._get("/v1/metrics")
+        return [MetricDefinition.from_dict(m["name"], m) for m in data.get("metrics", [])]
+
+    def estimates(
+        self,
+        metric: str,
+        *,
+        start: str | int | float | date | datetime | None = None,
+        end: str | int | float | date | datetime | None = None,
+        level: float = 0.95,
+        consistent: bool = False,
+        per_bucket: bool = False,
+        version: str | None = None,
+    ) -> EstimateResult:
+        """The estimate of ``metric`` over buckets starting in ``[start, end)``."""
+        if not isinstance(metric, str) or not metric:
+            raise ParameterError(f"metric must be a metric name, got {metric!r}")
+        if not (isinstance(level, float | int) and 0 < float(level) < 1):
+            raise ParameterError(f"level must be in (0, 1), got {level!r}")
+        params = {
+            "from": _time_param(start, "start"),
+            "to": _time_param(end, "end"),
+            "level": repr(float(level)),
+            "consistent": "true" if consistent else "false",
+            "per_bucket": "true" if per_bucket else "false",
+            "version": version,
+        }
+        data = self._get(f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", params)
+        return EstimateResult.from_json(data)
