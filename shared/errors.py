@@ -11,6 +11,7 @@ or ``TypeError`` so that ordinary Python code handles them the usual way.
     ├── ReportError (ValueError)          a value or report does not fit its mechanism
     ├── ProtocolError (ValueError)        bytes on the wire do not follow protocol v1
     ├── BudgetExceeded                    a report would overspend the privacy budget
+    ├── OutboxFull                        the client's outbox is at its bound; nothing recorded
     └── TransportError                    the collector could not be reached or refused
         ├── CollectorUnavailable          network failure or 5xx after every retry
         └── CollectorRejected             4xx: bad token, unknown metric, bad request
@@ -36,7 +37,45 @@ class ProtocolError(LdpkitError, ValueError):
 
 
 class BudgetExceeded(LdpkitError):
-    """A report would spend more privacy budget than is left in its period."""
+    """A report would spend more privacy budget than is left in its period.
+
+    The client fills the attributes: ``metric`` (the metric reported), ``scope``
+    (``"metric"`` for the metric's own budget or ``"total"`` for the total across
+    metrics), ``budget`` and ``left`` (epsilon), ``needed`` (the epsilon of the report)
+    and ``renews_at`` (unix seconds, UTC, when the period ends and the budget renews).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        metric: str | None = None,
+        scope: str | None = None,
+        budget: float | None = None,
+        left: float | None = None,
+        needed: float | None = None,
+        renews_at: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.metric = metric
+        self.scope = scope
+        self.budget = budget
+        self.left = left
+        self.needed = needed
+        self.renews_at = renews_at
+
+
+class OutboxFull(LdpkitError):
+    """The client's durable outbox holds its maximum number of reports.
+
+    Nothing was recorded and no budget was spent. Reports leave the outbox once the
+    collector acknowledges them; ``rows`` and ``limit`` say how full it is.
+    """
+
+    def __init__(self, message: str, *, rows: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.rows = rows
+        self.limit = limit
 
 
 class TransportError(LdpkitError):
