@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
@@ -86,6 +87,9 @@ class Mechanism(ABC):
         """Randomize true values; ``rng`` defaults to a generator fed by the OS CSPRNG."""
         generator = resolve_rng(rng)
         array = np.asarray(values)
+        if array.dtype.kind in "US" and isinstance(values, (list, tuple)):
+            # numpy turned a mixed list into strings; keep the items so checks name the bad one.
+            array = np.array(values, dtype=object)
         if array.ndim == 0:
             return self._perturb(self._check_values(array.reshape(1)), generator)[0]
         if array.ndim != 1:
@@ -119,6 +123,15 @@ class Mechanism(ABC):
         if array.dtype != dtype:
             if array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
                 raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
+            if array.dtype.kind in "iu" and dtype.kind in "iu":
+                # astype would wrap around silently (257 -> 1 for int8): refuse instead.
+                info = np.iinfo(dtype)
+                outside = (array < info.min) | (array > info.max)
+                if bool(np.any(outside)):
+                    i = int(np.argmax(outside))
+                    raise ReportError(
+                        f"report {i} ({array[i]}) does not fit {self.name}'s report dtype {dtype}"
+                    )
             array = array.astype(dtype)
         return array
 
@@ -262,8 +275,19 @@ class NumericMechanism(Mechanism):
         return {"mechanism": self.name, "epsilon": self.epsilon, "bounds": list(self.bounds)}
 
     def _check_values(self, values: npt.NDArray[Any]) -> FloatArray:
-        if values.dtype.kind not in "iuf" or values.dtype.kind == "b":
-            raise ReportError(f"numeric values must be numbers, got dtype {values.dtype}")
+        if values.dtype.kind == "O":
+            is_number = np.fromiter(
+                (isinstance(v, Real) and not isinstance(v, bool) for v in values),
+                dtype=bool,
+                count=values.size,
+            )
+            if not bool(np.all(is_number)):
+                i = int(np.argmin(is_number))
+                raise ReportError(f"value {values[i]!r} at index {i} is not a number")
+            values = values.astype(np.float64)
+        if values.dtype.kind not in "iuf":
+            where = f"value {values[0]!r} at index 0 is not a number: " if values.size else ""
+            raise ReportError(f"{where}numeric values must be numbers, got dtype {values.dtype}")
         x = values.astype(np.float64)
         bad = ~np.isfinite(x)
         if bool(np.any(bad)):
