@@ -1,0 +1,56 @@
+"""ldpkit's client SDK: perturb on the device, queue durably, deliver in batches.
+
+>>> from ldpkit.client import Reporter
+>>> with Reporter("http://127.0.0.1:8787", token="app-secret",
+...               state_dir="~/.myapp/ldpkit") as r:          # doctest: +SKIP
+...     r.report("theme", "dark")
+...     r.report("session_minutes", 42.5)
+...     r.flush()
+
+:class:`Reporter` (a background thread, stdlib HTTP) and :class:`AsyncReporter` (an
+asyncio task, aiohttp) are thin shells over one I/O-free core (:mod:`ldpkit.client.core`)
+and one on-device store (:mod:`ldpkit.client.storage`). See ``docs/client.md``.
+"""
+
+from ..errors import (
+    BudgetExceeded,
+    CollectorRejected,
+    CollectorUnavailable,
+    LdpkitError,
+    OutboxFull,
+    ParameterError,
+)
+from ..metrics import MetricDefinition, Period
+from .aio import AsyncReporter
+from .core import (
+    BudgetStatus,
+    FlushResult,
+    MetricBudget,
+    ReportReceipt,
+    RetryPolicy,
+    Timeout,
+    TotalBudget,
+)
+from .storage import StateError
+from .sync import Reporter
+
+__all__ = [
+    "AsyncReporter",
+    "BudgetExceeded",
+    "BudgetStatus",
+    "CollectorRejected",
+    "CollectorUnavailable",
+    "FlushResult",
+    "LdpkitError",
+    "MetricBudget",
+    "MetricDefinition",
+    "OutboxFull",
+    "ParameterError",
+    "Period",
+    "ReportReceipt",
+    "Reporter",
+    "RetryPolicy",
+    "StateError",
+    "Timeout",
+    "TotalBudget",
+]

@@ -1,0 +1,643 @@
+"""The client's core: every decision, no I/O.
+
+Like httpx's split between a protocol core and its transports, this module holds what
+the synchronous and the asynchronous reporter share, as pure functions and small
+immutable values: checking a value against its metric definition, the permanent
+(memoized) randomness, budget decisions, grouping queued reports into wire batches,
+reading the collector's answer, and retry decisions. It never touches the disk, the
+network or the clock (time is passed in), so it is tested without either.
+
+The storage (``storage.py``) and the two shells (``sync.py``, ``aio.py``) do the I/O.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hmac
+import json
+import math
+import random
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import (
+    BudgetExceeded,
+    CollectorRejected,
+    LdpkitError,
+    ParameterError,
+    ProtocolError,
+)
+from ..metrics import MetricDefinition, MetricKind, Period
+from ..wire import ID_SIZE, Block, encode_batch
+
+Clock = Callable[[], float]
+"""Unix seconds (UTC), like :func:`time.time`; tests pass their own to move time."""
+
+TOTAL_SCOPE = "*"
+"""Ledger scope of the total across metrics (never a metric name: those match ^[a-z])."""
+
+BUDGET_SLACK = 1e-9
+"""Relative slack when comparing sums of epsilons (1.0 + 0.1 + ... is not exact)."""
+
+
+# --- policies -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Timeout:
+    """Network timeouts in seconds: ``connect`` to open a connection, ``read`` for each
+    wait on the answer. ``Timeout(5.0)`` sets both."""
+
+    connect: float = 5.0
+    read: float | None = None
+
+    def __post_init__(self) -> None:
+        read = self.connect if self.read is None else self.read
+        for name, value in (("connect", self.connect), ("read", read)):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ParameterError(f"Timeout.{name} must be a number of seconds, got {value!r}")
+            if not math.isfinite(value) or value <= 0:
+                raise ParameterError(f"Timeout.{name} must be finite and > 0, got {value!r}")
+        object.__setattr__(self, "connect", float(self.connect))
+        object.__setattr__(self, "read", float(read))
+
+    @property
+    def read_seconds(self) -> float:
+        assert self.read is not None
+        return self.read
+
+    @classmethod
+    def coerce(cls, value: Timeout | float | None) -> Timeout:
+        if value is None:
+            return cls(5.0, 30.0)
+        if isinstance(value, Timeout):
+            return value
+        return cls(value)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When to try again, after a network error, a 5xx or a 429.
+
+    The n-th consecutive failure waits a *full-jitter* exponential backoff (AWS
+    architecture blog, "Exponential backoff and jitter"): a uniform draw in
+    ``[0, min(max_delay, base_delay * multiplier ** (n - 1))]``. A ``Retry-After`` from
+    the collector replaces the draw (capped at ``max_retry_after``). :meth:`Reporter.flush`
+    makes at most ``max_attempts`` attempts per batch before it raises
+    ``CollectorUnavailable``; the background flusher never gives up, it only waits.
+    """
+
+    max_attempts: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+    max_retry_after: float = 600.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise ParameterError(f"max_attempts must be an integer, got {self.max_attempts!r}")
+        if self.max_attempts < 1:
+            raise ParameterError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        for name in ("base_delay", "max_delay", "max_retry_after"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ParameterError(f"{name} must be a number of seconds, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ParameterError(f"{name} must be finite and >= 0, got {value!r}")
+        if not math.isfinite(self.multiplier) or self.multiplier < 1:
+            raise ParameterError(f"multiplier must be >= 1, got {self.multiplier!r}")
+
+    def backoff_cap(self, failures: int) -> float:
+        """The upper end of the jittered wait after ``failures`` consecutive failures."""
+        if failures <= 0:
+            return 0.0
+        exponent = min(failures - 1, 64)
+        return min(self.max_delay, self.base_delay * self.multiplier**exponent)
+
+    def delay(
+        self,
+        failures: int,
+        retry_after: float | None = None,
+        uniform: Callable[[], float] = random.random,
+    ) -> float:
+        """Seconds to wait before the next attempt (``uniform()`` draws in [0, 1))."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        return uniform() * self.backoff_cap(failures)
+
+
+# --- results --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReportReceipt:
+    """What :meth:`Reporter.report` recorded (never the raw value).
+
+    ``report`` is the perturbed report's bytes, exactly as they travel. ``memoized`` is
+    true when the same value was already reported in this memo window: the report is the
+    same and no budget was spent. ``queued`` is false when that identical report is
+    already queued or sent for the same time bucket, so nothing new was queued
+    (``report_id`` is then None). ``clipped`` says a number was clipped to the bounds.
+    """
+
+    metric: str
+    fingerprint: str
+    bucket: int
+    report: bytes
+    report_id: bytes | None
+    epsilon_spent: float
+    memoized: bool
+    queued: bool
+    clipped: bool = False
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    """What a flush delivered: ``sent`` reports newly accepted by the collector,
+    ``duplicates`` it already had (retries of a delivered report), ``rejected`` it
+    refused for good (dropped), and the reports ``remaining`` in the outbox after it."""
+
+    sent: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    remaining: int = 0
+
+    @property
+    def delivered(self) -> int:
+        """Reports that left the outbox: accepted, duplicate or rejected."""
+        return self.sent + self.duplicates + self.rejected
+
+    def plus(self, other: FlushResult) -> FlushResult:
+        return FlushResult(
+            self.sent + other.sent,
+            self.duplicates + other.duplicates,
+            self.rejected + other.rejected,
+            other.remaining,
+        )
+
+
+def utc(unix_seconds: float) -> datetime:
+    return datetime.fromtimestamp(unix_seconds, tz=UTC)
+
+
+@dataclass(frozen=True)
+class MetricBudget:
+    """One metric's budget in its current period (epsilon)."""
+
+    metric: str
+    budget: float
+    spent: float
+    left: float
+    period: Period
+    period_start: int
+    renews_at: int  # unix seconds, UTC
+
+    @property
+    def renews_at_datetime(self) -> datetime:
+        return utc(self.renews_at)
+
+
+@dataclass(frozen=True)
+class TotalBudget:
+    """The total budget across metrics in its current period (sequential composition)."""
+
+    budget: float
+    spent: float
+    left: float
+    period: Period
+    period_start: int
+    renews_at: int
+
+    @property
+    def renews_at_datetime(self) -> datetime:
+        return utc(self.renews_at)
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """:meth:`Reporter.budget`: every known metric's budget, and the total (None when the
+    reporter has no ``total_budget``)."""
+
+    metrics: Mapping[str, MetricBudget]
+    total: TotalBudget | None
+
+    def __getitem__(self, metric: str) -> MetricBudget:
+        return self.metrics[metric]
+
+    def __contains__(self, metric: object) -> bool:
+        return metric in self.metrics
+
+
+# --- metric codecs: values in, reports out --------------------------------------------
+@dataclass(frozen=True, eq=False)
+class MetricCodec:
+    """A definition with what the hot path needs precomputed (category index, fingerprint)."""
+
+    definition: MetricDefinition
+    fingerprint: str
+    index: Mapping[str, int] = field(repr=False)
+
+    @classmethod
+    def of(cls, definition: MetricDefinition) -> MetricCodec:
+        cats = definition.categories or ()
+        return cls(definition, definition.fingerprint, {c: i for i, c in enumerate(cats)})
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def epsilon(self) -> float:
+        return self.definition.epsilon
+
+    def encode(self, value: object) -> tuple[int | float, bool]:
+        """The mechanism's input for ``value`` and whether it was clipped.
+
+        Categorical: the category's index (ParameterError for an unknown category or a
+        non-string). Numeric: the number clipped to the bounds (ParameterError for a
+        non-number, NaN or infinity).
+        """
+        d = self.definition
+        if d.kind is MetricKind.CATEGORICAL:
+            if isinstance(value, str):
+                i = self.index.get(value)
+                if i is not None:
+                    return i, False
+            d.encode_value(value)  # raises the clear message
+            raise ParameterError(f"{value!r} is not a category of metric {d.name}")  # unreachable
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise ParameterError(
+                f"metric {d.name} takes a number in [{_g(d.bounds, 0)}, {_g(d.bounds, 1)}], "
+                f"got {type(value).__name__} {value!r}"
+            )
+        x = float(value)
+        if not math.isfinite(x):
+            raise ParameterError(f"metric {d.name} takes a finite number, got {value!r}")
+        assert d.bounds is not None
+        lo, hi = d.bounds
+        clipped = min(max(x, lo), hi)
+        return clipped + 0.0, clipped != x  # + 0.0 folds -0.0 into 0.0
+
+    def encode_many(self, values: Sequence[object] | npt.ArrayLike) -> npt.NDArray[Any]:
+        """Vectorized :meth:`encode`: an int64 index array or a clipped float64 array."""
+        d = self.definition
+        if d.kind is MetricKind.CATEGORICAL:
+            out = np.empty(len(values), dtype=np.int64)  # type: ignore[arg-type]
+            index = self.index
+            for k, v in enumerate(values):  # type: ignore[arg-type]
+                i = index.get(v) if isinstance(v, str) else None
+                if i is None:
+                    try:
+                        self.encode(v)
+                    except ParameterError as exc:
+                        raise ParameterError(f"value {k}: {exc}") from None
+                    raise AssertionError("unreachable")  # pragma: no cover
+                out[k] = i
+            return out
+        array = np.asarray(values)
+        if array.ndim != 1 or array.dtype.kind not in "iuf":
+            raise ParameterError(
+                f"metric {d.name} takes a 1-D array of numbers, got {array.dtype} {array.shape}"
+            )
+        x = array.astype(np.float64)
+        bad = ~np.isfinite(x)
+        if bool(np.any(bad)):
+            k = int(np.argmax(bad))
+            raise ParameterError(f"value {k}: metric {d.name} takes a finite number, got {x[k]!r}")
+        assert d.bounds is not None
+        return np.clip(x, *d.bounds) + 0.0
+
+    def value_key(self, encoded: int | float) -> bytes:
+        """A fixed-width byte form of an encoded value (the memo key's input)."""
+        if self.definition.kind is MetricKind.CATEGORICAL:
+            return struct.pack("<Q", int(encoded))
+        return struct.pack("<d", float(encoded))
+
+    def perturb(self, encoded: int | float, rng: np.random.Generator) -> bytes:
+        """One perturbed report's bytes."""
+        m = self.definition.mechanism_instance
+        array = np.array([encoded], dtype=np.int64 if isinstance(encoded, int) else np.float64)
+        reports = m.perturb(array, rng=rng)
+        return bytes(np.ascontiguousarray(reports).tobytes())
+
+    def perturb_many(self, encoded: npt.NDArray[Any], rng: np.random.Generator) -> list[bytes]:
+        """Perturbed reports of many (independent) values, one bytes object each."""
+        reports = np.ascontiguousarray(self.definition.mechanism_instance.perturb(encoded, rng=rng))
+        raw = reports.tobytes()
+        size = len(raw) // max(len(encoded), 1)
+        return [raw[i : i + size] for i in range(0, len(raw), size)]
+
+
+def _g(bounds: tuple[float, float] | None, i: int) -> str:
+    return f"{bounds[i]:g}" if bounds is not None else "?"
+
+
+# --- memoization ----------------------------------------------------------------------
+_TAG_CONTEXT = b"ldpkit/memo-tag/v1\x00"
+_RNG_CONTEXT = b"ldpkit/memo-rng/v1\x00"
+
+
+def memo_message(fingerprint: str, value_key: bytes, window_start: int) -> bytes:
+    """``fingerprint | value | window start``: what the memo HMACs are computed over."""
+    return b"%s|%s|%d" % (fingerprint.encode("ascii"), value_key, window_start)
+
+
+def memo_tag(secret: bytes, message: bytes) -> bytes:
+    """The stored marker that this value was reported in this window (16 bytes).
+
+    Domain-separated from :func:`memo_generator`'s key, so the stored tag is no help in
+    recomputing the randomness (which, with the report, would let one test candidate
+    values).
+    """
+    return hmac.digest(secret, _TAG_CONTEXT + message, "sha256")[:16]
+
+
+def memo_generator(secret: bytes, message: bytes) -> np.random.Generator:
+    """The permanent randomness of one (metric version, value, window): numpy's Philox
+    keyed with 128 bits of HMAC-SHA256(secret, message)."""
+    digest = hmac.digest(secret, _RNG_CONTEXT + message, "sha256")
+    return np.random.Generator(np.random.Philox(key=int.from_bytes(digest[:16], "little")))
+
+
+# --- budget ---------------------------------------------------------------------------
+def period_window(period: Period, now: float) -> tuple[int, int]:
+    """(start, end) of the period holding ``now``, unix seconds UTC."""
+    start = period.start(now)
+    return start, start + period.seconds
+
+
+def fits(spent: float, needed: float, budget: float) -> bool:
+    return spent + needed <= budget * (1.0 + BUDGET_SLACK) + BUDGET_SLACK
+
+
+def left_of(spent: float, budget: float) -> float:
+    left = budget - spent
+    return 0.0 if left < budget * BUDGET_SLACK + BUDGET_SLACK else left
+
+
+def _when(renews_at: int, now: float) -> str:
+    stamp = utc(renews_at).strftime("%Y-%m-%d %H:%M UTC")
+    wait = max(0, int(renews_at - now))
+    hours, rest = divmod(wait, 3600)
+    return f"{stamp} (in {hours}h{rest // 60:02d}m)"
+
+
+def budget_decision(
+    *,
+    metric: str,
+    needed: float,
+    metric_spent: float,
+    metric_budget: float,
+    metric_period: Period,
+    total_spent: float,
+    total_budget: float | None,
+    total_period: Period,
+    now: float,
+) -> BudgetExceeded | None:
+    """None when a report of ``needed`` epsilon fits both budgets, else the error to raise."""
+    if not fits(metric_spent, needed, metric_budget):
+        _, end = period_window(metric_period, now)
+        left = left_of(metric_spent, metric_budget)
+        return BudgetExceeded(
+            f"privacy budget of metric {metric!r} exhausted: a report costs epsilon "
+            f"{needed:g} and {left:g} of its {metric_budget:g} per {metric_period.value} is "
+            f"left; it renews at {_when(end, now)}",
+            metric=metric,
+            scope="metric",
+            budget=metric_budget,
+            left=left,
+            needed=needed,
+            renews_at=end,
+        )
+    if total_budget is not None and not fits(total_spent, needed, total_budget):
+        _, end = period_window(total_period, now)
+        left = left_of(total_spent, total_budget)
+        return BudgetExceeded(
+            f"total privacy budget exhausted: a report of metric {metric!r} costs epsilon "
+            f"{needed:g} and {left:g} of the total {total_budget:g} per {total_period.value} "
+            f"(all metrics together) is left; it renews at {_when(end, now)}",
+            metric=metric,
+            scope="total",
+            budget=total_budget,
+            left=left,
+            needed=needed,
+            renews_at=end,
+        )
+    return None
+
+
+# --- batches --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OutboxRow:
+    """One queued report, as the outbox stores it."""
+
+    seq: int
+    report_id: bytes
+    metric: str
+    fingerprint: str
+    bucket: int
+    report: bytes
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A request body and, in wire order, the outbox rows it carries."""
+
+    body: bytes
+    seqs: tuple[int, ...]
+    blocks: int
+
+    @property
+    def n(self) -> int:
+        return len(self.seqs)
+
+
+def build_batch(rows: Iterable[OutboxRow]) -> Batch:
+    """Group rows per (metric, fingerprint, bucket) into wire blocks, oldest group first.
+
+    The answer's ``rejected[].index`` counts reports through the blocks in order, so the
+    batch keeps the outbox sequence numbers in that same order.
+    """
+    groups: dict[tuple[str, str, int], list[OutboxRow]] = {}
+    for row in rows:
+        groups.setdefault((row.metric, row.fingerprint, row.bucket), []).append(row)
+    blocks: list[Block] = []
+    seqs: list[int] = []
+    for (metric, fp, bucket), members in groups.items():
+        ids = b"".join(r.report_id for r in members)
+        reports = b"".join(r.report for r in members)
+        if len(ids) != ID_SIZE * len(members):
+            raise ProtocolError(f"outbox row of metric {metric!r} has a malformed report id")
+        blocks.append(Block(metric, fp, bucket, ids, reports))
+        seqs.extend(r.seq for r in members)
+    return Batch(encode_batch(blocks), tuple(seqs), len(blocks))
+
+
+# --- answers and retry decisions ------------------------------------------------------
+@dataclass(frozen=True)
+class HttpAnswer:
+    """A response as the transports hand it to the core (header names lower-case)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Rejection:
+    seq: int
+    error: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The collector answered 200: these rows leave the outbox."""
+
+    accepted: int
+    duplicates: int
+    rejected: tuple[Rejection, ...]
+    seqs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Try again later (network error, 429, 5xx, a garbled answer)."""
+
+    reason: str
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class TooLarge:
+    """413: send fewer reports per batch."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """A 4xx that retrying will not fix (bad token, ...): keep the rows, raise."""
+
+    error: CollectorRejected
+
+
+Outcome = Delivered | Retry | TooLarge | Fatal
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, when.timestamp() - now)
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _error_of(answer: HttpAnswer) -> tuple[str, str]:
+    try:
+        data = json.loads(answer.body)
+        if isinstance(data, dict):
+            return str(data.get("error", "error")), str(data.get("detail", ""))
+    except (ValueError, UnicodeDecodeError):
+        pass
+    text = answer.body[:200].decode("utf-8", "replace")
+    return "error", text
+
+
+def classify_failure(answer: HttpAnswer, now: float) -> Retry | TooLarge | Fatal:
+    """What a non-200 answer means for the client."""
+    status = answer.status
+    error, detail = _error_of(answer)
+    reason = f"collector answered {status} {error}" + (f": {detail}" if detail else "")
+    if status == 429 or status == 408 or status >= 500:
+        return Retry(reason, parse_retry_after(answer.headers.get("retry-after"), now))
+    if status == 413:
+        return TooLarge(reason)
+    return Fatal(CollectorRejected(status, error, detail))
+
+
+def interpret_batch_answer(batch: Batch, answer: HttpAnswer, now: float) -> Outcome:
+    """Read the collector's answer to ``batch`` (``docs/protocol.md``, "The answer")."""
+    if answer.status != 200:
+        return classify_failure(answer, now)
+    try:
+        data = json.loads(answer.body)
+        accepted = data["accepted"]
+        duplicates = data["duplicates"]
+        rejected_raw = data.get("rejected") or []
+        if not (isinstance(accepted, int) and isinstance(duplicates, int)):
+            raise TypeError("counts must be integers")
+        rejected: list[Rejection] = []
+        for item in rejected_raw:
+            index = item["index"]
+            if not isinstance(index, int) or not 0 <= index < batch.n:
+                raise ValueError(f"rejected index {index!r} outside the batch of {batch.n}")
+            rejected.append(
+                Rejection(batch.seqs[index], str(item.get("error")), str(item.get("detail", "")))
+            )
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
+        return Retry(f"collector's answer is not a valid batch answer: {exc}")
+    if accepted + duplicates + len(rejected) != batch.n or len({r.seq for r in rejected}) != len(
+        rejected
+    ):
+        # Rows leave the outbox only when the answer accounts for every one of them.
+        return Retry(
+            f"collector's answer counts {accepted} accepted + {duplicates} duplicates + "
+            f"{len(rejected)} rejected for a batch of {batch.n}"
+        )
+    return Delivered(accepted, duplicates, tuple(rejected), batch.seqs)
+
+
+# --- definitions ----------------------------------------------------------------------
+def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], list[str]]:
+    """Definitions from a ``GET /v1/metrics`` body, and warnings for those skipped.
+
+    A served definition is rebuilt with its resolved mechanism and must reproduce the
+    served fingerprint; one that does not (say, a mechanism this client version lacks)
+    is skipped with a warning rather than reported under the wrong version.
+    """
+    try:
+        data = json.loads(body)
+        items = data["metrics"]
+        if not isinstance(items, list):
+            raise TypeError("'metrics' must be a list")
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ProtocolError(
+            f"GET /v1/metrics answered something else than a metric list: {exc}"
+        ) from exc
+    out: dict[str, MetricDefinition] = {}
+    warnings: list[str] = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            warnings.append(f"skipped a malformed definition: {item!r:.200}")
+            continue
+        name = item["name"]
+        spec = dict(item)
+        if isinstance(spec.get("resolved_mechanism"), str):
+            spec["mechanism"] = spec["resolved_mechanism"]
+        try:
+            definition = MetricDefinition.from_dict(name, spec)
+        except (LdpkitError, ImportError, KeyError, TypeError, ValueError) as exc:
+            warnings.append(f"skipped metric {name!r}: {exc}")
+            continue
+        served = item.get("fingerprint")
+        if served is not None and served != definition.fingerprint:
+            warnings.append(
+                f"skipped metric {name!r}: served fingerprint {served} but this client "
+                f"computes {definition.fingerprint} (client and collector versions differ?)"
+            )
+            continue
+        out[name] = definition
+    return out, warnings

@@ -1,0 +1,526 @@
+"""What both reporters share: the core's decisions applied to the on-device store.
+
+:class:`ReporterState` is the part of a reporter that does no network I/O: it checks and
+perturbs values, keeps the budget ledger and the memo, queues reports in the outbox and
+installs metric definitions. :class:`FlushRun` is the delivery loop as a state machine:
+it says what to do next (send this batch, sleep this long, done) and is told what
+happened, so the synchronous and the asynchronous reporter drive the same logic with
+their own transport and their own way of sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import (
+    CollectorRejected,
+    CollectorUnavailable,
+    OutboxFull,
+    ParameterError,
+    ProtocolError,
+)
+from ..metrics import MetricDefinition, Period
+from ..randomness import os_generator, resolve_rng
+from ..wire import ID_SIZE
+from .core import (
+    TOTAL_SCOPE,
+    Batch,
+    BudgetStatus,
+    Clock,
+    Delivered,
+    Fatal,
+    FlushResult,
+    HttpAnswer,
+    MetricBudget,
+    MetricCodec,
+    ReportReceipt,
+    Retry,
+    RetryPolicy,
+    TooLarge,
+    TotalBudget,
+    budget_decision,
+    build_batch,
+    classify_failure,
+    interpret_batch_answer,
+    left_of,
+    memo_generator,
+    memo_message,
+    memo_tag,
+    parse_definitions,
+    period_window,
+)
+from .storage import Store, load_or_create_secret, prepare_state_dir
+
+log = logging.getLogger("ldpkit.client")
+
+DEFAULT_MAX_OUTBOX = 100_000
+DEFAULT_BATCH_SIZE = 500
+DEFAULT_MAX_BATCH_BYTES = 1_000_000
+
+
+def _period(value: Period | str, what: str) -> Period:
+    try:
+        return Period(value)
+    except ValueError:
+        raise ParameterError(
+            f"{what} must be one of {', '.join(p.value for p in Period)}, got {value!r}"
+        ) from None
+
+
+def _positive_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ParameterError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+class ReporterState:
+    """The reporter's state and every decision on it; thread-safe (one lock)."""
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        state_dir: str | os.PathLike[str],
+        metrics: Iterable[MetricDefinition] | None,
+        total_budget: float | None,
+        total_budget_period: Period | str,
+        max_outbox: int,
+        memoize: bool,
+        durable_reports: bool,
+        clock: Clock,
+        definitions_ttl: float,
+    ) -> None:
+        self.source = source
+        self.clock = clock
+        self.memoize = bool(memoize)
+        self.max_outbox = _positive_int(max_outbox, "max_outbox")
+        self.total_period = _period(total_budget_period, "total_budget_period")
+        if total_budget is not None:
+            if isinstance(total_budget, bool) or not isinstance(total_budget, int | float):
+                raise ParameterError(f"total_budget must be a number, got {total_budget!r}")
+            if not 0 < float(total_budget) < float("inf"):
+                raise ParameterError(f"total_budget must be finite and > 0, got {total_budget!r}")
+            total_budget = float(total_budget)
+        self.total_budget = total_budget
+        self.definitions_ttl = float(definitions_ttl)
+        self.lock = threading.RLock()
+        self.directory = prepare_state_dir(state_dir)
+        self.secret = load_or_create_secret(self.directory)
+        self.store = Store(self.directory, durable_reports=durable_reports)
+        self.static = metrics is not None
+        self._codecs: dict[str, MetricCodec] = {}
+        self.definitions_etag: str | None = None
+        self.definitions_fetched_at: float | None = None
+        self.definitions_warnings: list[str] = []
+        if metrics is not None:
+            self._install_static(metrics)
+        else:
+            self._load_cached_definitions()
+        with self.lock:
+            self.store.prune(self.clock())
+
+    # --- definitions ------------------------------------------------------------------
+    def _install_static(self, metrics: Iterable[MetricDefinition]) -> None:
+        codecs: dict[str, MetricCodec] = {}
+        for m in metrics:
+            if not isinstance(m, MetricDefinition):
+                raise ParameterError(
+                    f"metrics must be MetricDefinition objects, got {type(m).__name__}"
+                )
+            if m.name in codecs:
+                raise ParameterError(f"metric {m.name!r} is defined twice")
+            codecs[m.name] = MetricCodec.of(m)
+        self._codecs = codecs
+
+    def _load_cached_definitions(self) -> None:
+        with self.lock:
+            cached = self.store.load_definitions(self.source)
+        if cached is None:
+            return
+        etag, body, fetched_at = cached
+        try:
+            definitions, warnings = parse_definitions(body)
+        except ProtocolError as exc:
+            log.warning("ignoring the cached metric definitions: %s", exc)
+            return
+        self._install(definitions, warnings)
+        self.definitions_etag = etag
+        self.definitions_fetched_at = fetched_at
+
+    def _install(self, definitions: dict[str, MetricDefinition], warnings: list[str]) -> None:
+        for w in warnings:
+            log.warning("metric definitions: %s", w)
+        self.definitions_warnings = warnings
+        self._codecs = {name: MetricCodec.of(d) for name, d in definitions.items()}
+
+    @property
+    def definitions(self) -> dict[str, MetricDefinition]:
+        return {name: c.definition for name, c in self._codecs.items()}
+
+    @property
+    def has_definitions(self) -> bool:
+        return self.static or self.definitions_fetched_at is not None
+
+    def knows(self, metric: str) -> bool:
+        return metric in self._codecs
+
+    def definitions_due(self) -> bool:
+        if self.static:
+            return False
+        fetched = self.definitions_fetched_at
+        return fetched is None or self.clock() - fetched >= self.definitions_ttl
+
+    def definitions_headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.definitions_etag:
+            headers["If-None-Match"] = self.definitions_etag
+        return headers
+
+    def apply_definitions_answer(self, answer: HttpAnswer) -> None:
+        """Install (200), keep (304), or raise CollectorUnavailable / CollectorRejected."""
+        now = self.clock()
+        if answer.status == 304 and self.definitions_fetched_at is not None:
+            with self.lock:
+                self.store.touch_definitions(self.source, now)
+            self.definitions_fetched_at = now
+            return
+        if answer.status != 200:
+            outcome = classify_failure(answer, now)
+            if isinstance(outcome, Fatal):
+                raise outcome.error
+            raise CollectorUnavailable(f"GET /v1/metrics: {outcome.reason}")
+        definitions, warnings = parse_definitions(answer.body)
+        etag = answer.headers.get("etag")
+        with self.lock:
+            self.store.save_definitions(self.source, etag, answer.body, now)
+            self._install(definitions, warnings)
+            self.definitions_etag = etag
+            self.definitions_fetched_at = now
+
+    def unknown_metric(self, metric: object) -> ParameterError:
+        known = ", ".join(sorted(self._codecs)) or "none"
+        origin = "passed in code" if self.static else f"served by {self.source}"
+        return ParameterError(f"unknown metric {metric!r}; the metrics {origin} are: {known}")
+
+    # --- reports ----------------------------------------------------------------------
+    def report(self, metric: str, value: object) -> ReportReceipt:
+        """Check, perturb and durably queue one value (see ``Reporter.report``)."""
+        codec = self._codecs.get(metric)
+        if codec is None:
+            raise self.unknown_metric(metric)
+        encoded, clipped = codec.encode(value)
+        d = codec.definition
+        now = self.clock()
+        bucket = d.bucket.start(now)
+        w_start, w_end = period_window(d.budget_period, now)
+        tag: bytes | None = None
+        if self.memoize:
+            message = memo_message(codec.fingerprint, codec.value_key(encoded), w_start)
+            tag = memo_tag(self.secret, message)
+            rng = memo_generator(self.secret, message)
+        else:
+            rng = os_generator()
+        report = codec.perturb(encoded, rng)
+        report_id = os.urandom(ID_SIZE)
+        store = self.store
+        with self.lock, store.transaction():
+            last_bucket = store.memo_last_bucket(tag) if tag is not None else None
+            memoized = last_bucket is not None
+            if memoized and last_bucket == bucket:
+                # This very report is already queued (or delivered) for this bucket.
+                return ReportReceipt(
+                    d.name, codec.fingerprint, bucket, report, None, 0.0, True, False, clipped
+                )
+            self._check_room(store.outbox_rows(), 1)
+            spent = 0.0
+            if not memoized:
+                t_start, t_end = period_window(self.total_period, now)
+                error = budget_decision(
+                    metric=d.name,
+                    needed=d.epsilon,
+                    metric_spent=store.spent(d.name, d.budget_period.value, w_start),
+                    metric_budget=d.effective_budget,
+                    metric_period=d.budget_period,
+                    total_spent=store.spent(TOTAL_SCOPE, self.total_period.value, t_start),
+                    total_budget=self.total_budget,
+                    total_period=self.total_period,
+                    now=now,
+                )
+                if error is not None:
+                    raise error
+                store.spend(d.name, d.budget_period.value, w_start, w_end, d.epsilon)
+                store.spend(TOTAL_SCOPE, self.total_period.value, t_start, t_end, d.epsilon)
+                spent = d.epsilon
+            store.insert_report(report_id, d.name, codec.fingerprint, bucket, report)
+            if tag is not None:
+                store.memo_put(tag, w_end, bucket)
+        return ReportReceipt(
+            d.name, codec.fingerprint, bucket, report, report_id, spent, memoized, True, clipped
+        )
+
+    def _check_room(self, rows: int, adding: int) -> None:
+        if rows + adding > self.max_outbox:
+            raise OutboxFull(
+                f"the outbox holds {rows} undelivered reports and its bound is max_outbox="
+                f"{self.max_outbox}; nothing was recorded and no budget was spent. Reports "
+                f"leave the outbox when {self.source} acknowledges them: is it reachable?",
+                rows=rows,
+                limit=self.max_outbox,
+            )
+
+    def simulate(
+        self,
+        metric: str,
+        values: Sequence[object] | npt.ArrayLike,
+        rng: np.random.Generator | None = None,
+    ) -> int:
+        """Queue one report for each value as if each came from its own new device.
+
+        For demos, load tests and statistical tests: every value goes through the same
+        checks, budget decision (a fresh device has spent nothing) and outbox as
+        :meth:`report`, but the perturbation is vectorized and the virtual devices keep
+        no ledger or memo (each reports once). Returns the number of reports queued.
+        """
+        codec = self._codecs.get(metric)
+        if codec is None:
+            raise self.unknown_metric(metric)
+        encoded = codec.encode_many(values)
+        n = len(encoded)
+        if n == 0:
+            return 0
+        d = codec.definition
+        now = self.clock()
+        error = budget_decision(
+            metric=d.name,
+            needed=d.epsilon,
+            metric_spent=0.0,
+            metric_budget=d.effective_budget,
+            metric_period=d.budget_period,
+            total_spent=0.0,
+            total_budget=self.total_budget,
+            total_period=self.total_period,
+            now=now,
+        )
+        if error is not None:
+            raise error
+        reports = codec.perturb_many(encoded, resolve_rng(rng))
+        ids = os.urandom(ID_SIZE * n)
+        bucket = d.bucket.start(now)
+        fp = codec.fingerprint
+        rows = (
+            (ids[i * ID_SIZE : (i + 1) * ID_SIZE], d.name, fp, bucket, reports[i]) for i in range(n)
+        )
+        with self.lock, self.store.transaction():
+            self._check_room(self.store.outbox_rows(), n)
+            self.store.insert_reports(rows)
+        return n
+
+    def budget(self) -> BudgetStatus:
+        now = self.clock()
+        metrics: dict[str, MetricBudget] = {}
+        with self.lock:
+            for name, codec in sorted(self._codecs.items()):
+                d = codec.definition
+                start, end = period_window(d.budget_period, now)
+                spent = self.store.spent(name, d.budget_period.value, start)
+                metrics[name] = MetricBudget(
+                    name,
+                    d.effective_budget,
+                    spent,
+                    left_of(spent, d.effective_budget),
+                    d.budget_period,
+                    start,
+                    end,
+                )
+            total: TotalBudget | None = None
+            start, end = period_window(self.total_period, now)
+            spent = self.store.spent(TOTAL_SCOPE, self.total_period.value, start)
+            if self.total_budget is not None:
+                total = TotalBudget(
+                    self.total_budget,
+                    spent,
+                    left_of(spent, self.total_budget),
+                    self.total_period,
+                    start,
+                    end,
+                )
+        return BudgetStatus(metrics, total)
+
+    def pending(self) -> int:
+        with self.lock:
+            return self.store.outbox_rows()
+
+    def prune(self) -> None:
+        with self.lock:
+            self.store.prune(self.clock())
+
+    def close(self) -> None:
+        with self.lock:
+            self.store.close()
+
+    # --- delivery ---------------------------------------------------------------------
+    def begin_flush(
+        self,
+        *,
+        policy: RetryPolicy,
+        batch_size: int,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        max_attempts: int | None = None,
+        everything: bool = False,
+    ) -> FlushRun:
+        """A delivery run over what is queued now (``everything``: also what is queued
+        while it runs)."""
+        with self.lock:
+            upto = None if everything else self.store.max_seq()
+        return FlushRun(
+            self,
+            policy=policy,
+            batch_size=batch_size,
+            max_batch_bytes=max_batch_bytes,
+            max_attempts=max_attempts if max_attempts is not None else policy.max_attempts,
+            upto=upto,
+        )
+
+
+# --- the delivery state machine -------------------------------------------------------
+@dataclass(frozen=True)
+class Send:
+    batch: Batch
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Done:
+    result: FlushResult
+
+
+Action = Send | Sleep | Done
+
+
+class FlushRun:
+    """One flush: batches out, answers in, retries by the policy.
+
+    Drive it with ``action = run.next()``: on :class:`Send` post ``action.batch.body``
+    and call :meth:`answered` or :meth:`failed`; on :class:`Sleep` wait; on
+    :class:`Done` stop. ``next()`` raises CollectorUnavailable once ``max_attempts``
+    attempts at one batch failed, or CollectorRejected on a 4xx that retrying will not
+    fix; rows are never removed except on an answer that accounts for them.
+    """
+
+    def __init__(
+        self,
+        state: ReporterState,
+        *,
+        policy: RetryPolicy,
+        batch_size: int,
+        max_batch_bytes: int,
+        max_attempts: int,
+        upto: int | None,
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.batch_size = _positive_int(batch_size, "batch_size")
+        self.max_batch_bytes = max_batch_bytes
+        self.max_attempts = max_attempts
+        self.upto = upto
+        self.failures = 0
+        self.attempts = 0
+        self.result = FlushResult()
+        self.last_retry_after: float | None = None
+        self.last_reason = ""
+        self._batch: Batch | None = None
+        self._sleep: float | None = None
+        self._error: Exception | None = None
+
+    def next(self) -> Action:
+        if self._error is not None:
+            raise self._error
+        if self._sleep is not None:
+            seconds, self._sleep = self._sleep, None
+            return Sleep(seconds)
+        if self._batch is None:
+            state = self.state
+            with state.lock:
+                rows = state.store.oldest(self.batch_size, upto=self.upto)
+                if not rows:
+                    remaining = state.store.outbox_rows()
+                    return Done(
+                        FlushResult(
+                            self.result.sent,
+                            self.result.duplicates,
+                            self.result.rejected,
+                            remaining,
+                        )
+                    )
+                size, keep = 0, 0
+                for row in rows:
+                    size += len(row.report) + ID_SIZE
+                    if keep and size > self.max_batch_bytes:
+                        break
+                    keep += 1
+                self._batch = build_batch(rows[:keep])
+                # Nothing leaves the device before it (and its budget spend) is fsynced.
+                state.store.make_durable()
+        self.attempts += 1
+        return Send(self._batch)
+
+    def answered(self, answer: HttpAnswer) -> None:
+        batch = self._batch
+        assert batch is not None, "answered() without a Send"
+        outcome = interpret_batch_answer(batch, answer, self.state.clock())
+        if isinstance(outcome, Delivered):
+            with self.state.lock:
+                self.state.store.delete(outcome.seqs)
+            for r in outcome.rejected:
+                log.warning(
+                    "collector rejected a report for good (dropped): %s %s", r.error, r.detail
+                )
+            self.result = FlushResult(
+                self.result.sent + outcome.accepted,
+                self.result.duplicates + outcome.duplicates,
+                self.result.rejected + len(outcome.rejected),
+            )
+            self._batch = None
+            self.failures = 0
+        elif isinstance(outcome, TooLarge):
+            if batch.n == 1:
+                self._error = CollectorRejected(413, "too_large", outcome.reason)
+            else:
+                self.batch_size = max(1, batch.n // 2)
+                self.max_batch_bytes = max(1, len(batch.body) // 2)
+                self._batch = None
+                log.info("%s; sending %d reports per batch", outcome.reason, self.batch_size)
+        elif isinstance(outcome, Fatal):
+            self._error = outcome.error
+        else:
+            self._retry(outcome)
+
+    def failed(self, error: BaseException) -> None:
+        """The request did not get an answer (connection refused, timeout, ...)."""
+        assert self._batch is not None, "failed() without a Send"
+        self._retry(Retry(f"network error: {type(error).__name__}: {error}"))
+
+    def _retry(self, retry: Retry) -> None:
+        self.failures += 1
+        self.last_retry_after = retry.retry_after
+        self.last_reason = retry.reason
+        if self.failures >= self.max_attempts:
+            pending = self.state.pending()
+            self._error = CollectorUnavailable(
+                f"could not deliver to {self.state.source} after {self.failures} attempt(s): "
+                f"{retry.reason}; {pending} report(s) stay queued and will be retried"
+            )
+            return
+        self._sleep = self.policy.delay(self.failures, retry.retry_after)
+        log.info("%s; retrying in %.2fs", retry.reason, self._sleep)

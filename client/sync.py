@@ -1,0 +1,461 @@
+"""The synchronous reporter: a background flush thread and a stdlib HTTP transport.
+
+>>> from ldpkit.client import Reporter
+>>> with Reporter("http://127.0.0.1:8787", token="app-secret",
+...               state_dir="~/.myapp/ldpkit") as r:          # doctest: +SKIP
+...     r.report("theme", "dark")
+...     r.flush()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import logging
+import math
+import os
+import ssl
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Protocol, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import __version__
+from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError, ParameterError
+from ..metrics import MetricDefinition, Period
+from ..wire import CONTENT_TYPE
+from .core import (
+    BudgetStatus,
+    Clock,
+    FlushResult,
+    HttpAnswer,
+    ReportReceipt,
+    RetryPolicy,
+    Timeout,
+)
+from .state import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_OUTBOX,
+    Done,
+    FlushRun,
+    ReporterState,
+    Send,
+)
+
+log = logging.getLogger("ldpkit.client")
+
+USER_AGENT = f"ldpkit-client/{__version__}"
+UNKNOWN_METRIC_REFRESH = 60.0
+"""An unknown metric triggers a definitions refresh at most this often (seconds)."""
+
+
+class NetworkError(OSError):
+    """A request got no HTTP answer (refused, reset, timed out, DNS...)."""
+
+
+class SyncTransport(Protocol):
+    def request(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> HttpAnswer: ...
+
+    def close(self) -> None: ...
+
+
+def split_url(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, path prefix) of a collector base URL."""
+    if not isinstance(url, str):
+        raise ParameterError(f"collector URL must be a string, got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ParameterError(f"collector URL must be http(s)://host[:port][/prefix], got {url!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
+
+
+class HttpTransport:
+    """Blocking HTTP/1.1 over one kept-alive connection (``http.client``)."""
+
+    def __init__(self, url: str, timeout: Timeout, ssl_context: ssl.SSLContext | None = None):
+        self.scheme, self.host, self.port, self.prefix = split_url(url)
+        self.timeout = timeout
+        self.ssl_context = ssl_context
+        self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    def _connect(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection
+        if self.scheme == "https":
+            context = self.ssl_context or ssl.create_default_context()
+            conn = http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout.connect, context=context
+            )
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout.connect)
+        conn.connect()
+        assert conn.sock is not None
+        conn.sock.settimeout(self.timeout.read_seconds)
+        return conn
+
+    def request(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> HttpAnswer:
+        with self._lock:
+            for attempt in range(2):
+                reused = self._conn is not None
+                try:
+                    conn = self._conn if self._conn is not None else self._connect()
+                    self._conn = conn
+                    conn.request(method, self.prefix + path, body=body, headers=headers)
+                    response = conn.getresponse()
+                    data = response.read()
+                except (http.client.HTTPException, OSError) as exc:
+                    self._drop()
+                    stale = isinstance(
+                        exc,
+                        http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError,
+                    )
+                    if reused and stale and attempt == 0:
+                        continue  # the server closed an idle kept-alive connection
+                    raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
+                if response.will_close:
+                    self._drop()
+                return HttpAnswer(
+                    response.status, {k.lower(): v for k, v in response.getheaders()}, data
+                )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
+def _check_interval(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ParameterError(f"{what} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ParameterError(f"{what} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
+class Reporter:
+    """Report values under local differential privacy to an ldpkit collector.
+
+    Parameters
+    ----------
+    url : the collector's base URL, e.g. ``"http://127.0.0.1:8787"``.
+    token : the ingest token (sent as ``Authorization: Bearer``).
+    state_dir : where the outbox, budget ledger, memo and definitions cache live
+        (``~`` expanded, created with mode 0700). One directory per device/app.
+    metrics : definitions in code; if None (default) they come from ``GET /v1/metrics``
+        and are cached in ``state_dir`` (the app works offline after the first fetch).
+    total_budget, total_budget_period : an epsilon cap across all metrics per period
+        (sequential composition); None for no total cap.
+    flush_interval : seconds between background flushes; a flush also starts as soon as
+        ``batch_size`` reports are queued.
+    batch_size : reports per request.
+    max_outbox : the most undelivered reports kept; beyond it ``report`` raises
+        :class:`~ldpkit.errors.OutboxFull` (nothing is ever dropped silently).
+    timeout, retry : :class:`Timeout` and :class:`RetryPolicy`.
+    memoize : permanent randomized response (see ``docs/client.md``); True by default.
+    durable_reports : fsync every report (slower) instead of before each send.
+    clock : unix seconds; tests inject one to move time.
+    background : run the background flush thread (False: only explicit ``flush()``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        state_dir: str | os.PathLike[str],
+        metrics: Iterable[MetricDefinition] | None = None,
+        total_budget: float | None = None,
+        total_budget_period: Period | str = Period.DAY,
+        flush_interval: float = 30.0,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_outbox: int = DEFAULT_MAX_OUTBOX,
+        timeout: Timeout | float | None = None,
+        retry: RetryPolicy | None = None,
+        memoize: bool = True,
+        durable_reports: bool = False,
+        definitions_ttl: float = 3600.0,
+        clock: Clock = time.time,
+        background: bool = True,
+        transport: SyncTransport | None = None,
+    ) -> None:
+        split_url(url)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.url = url.rstrip("/")
+        self.flush_interval = _check_interval(flush_interval, "flush_interval")
+        self.batch_size = batch_size
+        self.timeout = Timeout.coerce(timeout)
+        self.retry = retry if retry is not None else RetryPolicy()
+        if not isinstance(self.retry, RetryPolicy):
+            raise ParameterError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        self._headers = {"User-Agent": USER_AGENT}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._state = ReporterState(
+            source=self.url,
+            state_dir=state_dir,
+            metrics=metrics,
+            total_budget=total_budget,
+            total_budget_period=total_budget_period,
+            max_outbox=max_outbox,
+            memoize=memoize,
+            durable_reports=durable_reports,
+            clock=clock,
+            definitions_ttl=_check_interval(definitions_ttl, "definitions_ttl"),
+        )
+        self._transport: SyncTransport = (
+            transport if transport is not None else HttpTransport(self.url, self.timeout)
+        )
+        self._send_lock = threading.Lock()
+        self._definitions_lock = threading.Lock()
+        self._last_unknown_refresh = -math.inf
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="ldpkit-flush", daemon=True)
+            self._thread.start()
+
+    # --- the app's API ----------------------------------------------------------------
+    def report(self, metric: str, value: object) -> ReportReceipt:
+        """Perturb ``value`` on the device and queue the report durably; returns a receipt.
+
+        Categorical metrics take one of their category strings; numeric metrics take a
+        number, clipped to the metric's bounds. Raises ParameterError for an unknown
+        metric or a value of the wrong kind, BudgetExceeded when the report would
+        overspend the metric's or the total budget, OutboxFull when the outbox is at its
+        bound. The raw value is never stored or sent.
+        """
+        self._check_open()
+        state = self._state
+        if not state.knows(metric):
+            self._learn(metric)
+        receipt = state.report(metric, value)
+        if receipt.queued and self._thread is not None and state.pending() >= self.batch_size:
+            self._wake.set()
+        return receipt
+
+    def simulate(
+        self,
+        metric: str,
+        values: Sequence[object] | npt.ArrayLike,
+        *,
+        rng: np.random.Generator | None = None,
+    ) -> int:
+        """Queue one report per value, each as a separate fresh device (for demos, load
+        and statistical tests). Returns the number queued; deliver with :meth:`flush`."""
+        self._check_open()
+        if not self._state.knows(metric):
+            self._learn(metric)
+        return self._state.simulate(metric, values, rng)
+
+    def flush(self, *, max_attempts: int | None = None) -> FlushResult:
+        """Send what is queued now, retrying by the policy.
+
+        Returns a :class:`FlushResult`. Raises CollectorUnavailable when a batch could not
+        be delivered after ``max_attempts`` (default: the policy's) attempts, or
+        CollectorRejected on a 4xx such as a bad token; the undelivered reports stay
+        queued either way.
+        """
+        self._check_open()
+        return self._flush(max_attempts=max_attempts, everything=False)
+
+    def budget(self) -> BudgetStatus:
+        """Epsilon spent and left, per metric and in total, in the current periods."""
+        self._check_open()
+        return self._state.budget()
+
+    @property
+    def pending(self) -> int:
+        """Reports in the outbox (queued, not yet acknowledged by the collector)."""
+        return self._state.pending()
+
+    @property
+    def definitions(self) -> dict[str, MetricDefinition]:
+        return self._state.definitions
+
+    @property
+    def state_dir(self) -> str:
+        return str(self._state.directory)
+
+    def refresh_definitions(self) -> None:
+        """Fetch ``GET /v1/metrics`` now (with If-None-Match) and cache the answer."""
+        self._check_open()
+        if self._state.static:
+            return
+        with self._definitions_lock:
+            try:
+                answer = self._transport.request(
+                    "GET",
+                    "/v1/metrics",
+                    None,
+                    {**self._headers, **self._state.definitions_headers()},
+                )
+            except NetworkError as exc:
+                raise CollectorUnavailable(f"GET {self.url}/v1/metrics: {exc}") from exc
+            self._state.apply_definitions_answer(answer)
+
+    def close(self, *, flush: bool = True) -> None:
+        """Stop the background thread, try one last delivery (one attempt, unless
+        ``flush=False``), and close the store. Undelivered reports stay queued for the
+        next start."""
+        if self._closed:
+            return
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if flush and self._state.pending():
+                try:
+                    self._flush(max_attempts=1, everything=False)
+                except LdpkitError as exc:
+                    log.info("close: %s", exc)
+        finally:
+            self._closed = True
+            self._transport.close()
+            self._state.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Reporter {self.url} state_dir={self.state_dir!r}>"
+
+    # --- internals ----------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Reporter is closed")
+
+    def _learn(self, metric: str) -> None:
+        """An unknown metric: fetch the definitions (rate-limited), else explain."""
+        state = self._state
+        if state.static:
+            raise state.unknown_metric(metric)
+        now = time.monotonic()
+        if not state.has_definitions or now - self._last_unknown_refresh >= UNKNOWN_METRIC_REFRESH:
+            self._last_unknown_refresh = now
+            try:
+                self.refresh_definitions()
+            except (CollectorUnavailable, CollectorRejected) as exc:
+                if not state.has_definitions:
+                    raise CollectorUnavailable(
+                        f"no metric definitions yet: they come from {self.url}/v1/metrics "
+                        f"once, then from the cache in {self.state_dir} ({exc})"
+                    ) from exc
+                log.info("definitions refresh failed: %s", exc)
+        if not state.knows(metric):
+            raise state.unknown_metric(metric)
+
+    def _flush(self, *, max_attempts: int | None, everything: bool) -> FlushResult:
+        with self._send_lock:
+            run = self._state.begin_flush(
+                policy=self.retry,
+                batch_size=self.batch_size,
+                max_attempts=max_attempts,
+                everything=everything,
+            )
+            return self._drive(run)
+
+    def _drive(self, run: FlushRun) -> FlushResult:
+        headers = {**self._headers, "Content-Type": CONTENT_TYPE, "Accept": "application/json"}
+        while True:
+            action = run.next()
+            if isinstance(action, Done):
+                return action.result
+            if isinstance(action, Send):
+                try:
+                    answer = self._transport.request(
+                        "POST", "/v1/reports", action.batch.body, headers
+                    )
+                except NetworkError as exc:
+                    run.failed(exc)
+                else:
+                    run.answered(answer)
+            else:
+                time.sleep(action.seconds)
+
+    def _run(self) -> None:
+        """The background thread: flush every ``flush_interval``, or sooner when a batch
+        is full; after a failure wait the policy's backoff (or Retry-After) first."""
+        failures = 0
+        next_due = time.monotonic() + self.flush_interval
+        not_before = 0.0
+        last_prune = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            self._wake.wait(timeout=max(0.0, max(next_due, not_before) - now))
+            if self._stop.is_set():
+                break
+            self._wake.clear()
+            now = time.monotonic()
+            if now < not_before:
+                continue  # backing off: a full batch waits for the backoff to end
+            if self._state.definitions_due():
+                try:
+                    self.refresh_definitions()
+                except LdpkitError as exc:
+                    log.info("background definitions refresh failed: %s", exc)
+            retry_after: float | None = None
+            try:
+                with self._send_lock:
+                    run = self._state.begin_flush(
+                        policy=self.retry,
+                        batch_size=self.batch_size,
+                        max_attempts=1,
+                        everything=True,
+                    )
+                    try:
+                        self._drive(run)
+                    finally:
+                        retry_after = run.last_retry_after
+                failures = 0
+                not_before = 0.0
+            except CollectorUnavailable as exc:
+                failures += 1
+                wait = max(self.retry.delay(failures, retry_after), 0.05)
+                not_before = time.monotonic() + wait
+                log.info("background flush: %s; next try in %.1fs", exc, wait)
+            except CollectorRejected as exc:
+                failures += 1
+                wait = max(self.retry.max_delay, self.flush_interval)
+                not_before = time.monotonic() + wait
+                log.error("background flush refused: %s; next try in %.0fs", exc, wait)
+            except Exception:  # never let the thread die: the outbox keeps everything
+                failures += 1
+                wait = max(self.retry.delay(failures), 0.05)
+                not_before = time.monotonic() + wait
+                log.exception("background flush failed; next try in %.1fs", wait)
+            next_due = time.monotonic() + self.flush_interval
+            if time.monotonic() - last_prune > 3600:
+                last_prune = time.monotonic()
+                with contextlib.suppress(Exception):
+                    self._state.prune()
+
+
+__all__ = ["HttpTransport", "NetworkError", "Reporter", "SyncTransport", "split_url"]
