@@ -1,0 +1,204 @@
+"""Packed bit vectors: the report layout of unary encoding and subset selection.
+
+A d-bit vector travels as ``ceil(d / 8)`` bytes in *little bit order*: bit ``j`` of the
+vector is bit ``j % 8`` (value ``1 << (j % 8)``) of byte ``j // 8``, and the padding
+bits ``d .. 8 * ceil(d / 8) - 1`` of the last byte are zero. This is
+``numpy.packbits(bits, axis=-1, bitorder="little")``.
+
+The collector counts, for every column j, how many reports have bit j set. Unpacking
+10^6 reports of 1024 bits would write 10^9 bytes, so :func:`column_counts` counts in
+place with SWAR ("SIMD within a register"): rows are viewed as 64-bit words; for each
+bit position ``j`` in 0..7, ``(w >> j) & 0x0101010101010101`` leaves one bit per byte
+lane, and summing at most 255 rows of that cannot carry from one lane into the next.
+Each lane of the sum then holds the count of bit ``j`` of its byte over those rows.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+BitMatrix = npt.NDArray[np.uint8]
+
+_LANES = np.uint64(0x0101010101010101)
+_RUN = 255  # rows summed per byte lane before it could overflow
+_RUNS_PER_BLOCK = 8  # runs handled by one vectorized step (about 0.5 MB at 1024 bits)
+
+
+def packed_size(bits: int) -> int:
+    """Bytes needed for ``bits`` bits: ``ceil(bits / 8)``."""
+    return (bits + 7) // 8
+
+
+def pack_rows(bits: npt.NDArray[np.bool_]) -> BitMatrix:
+    """Pack a boolean (n, d) matrix into (n, ceil(d / 8)) bytes, little bit order."""
+    return np.packbits(bits, axis=-1, bitorder="little")
+
+
+def unpack_rows(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.bool_]:
+    """The inverse of :func:`pack_rows`: an (n, bits) boolean matrix."""
+    out = np.unpackbits(packed, axis=-1, count=bits, bitorder="little")
+    return out.astype(np.bool_)
+
+
+def padding_is_zero(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.bool_]:
+    """Per row: are the padding bits beyond ``bits`` in the last byte all zero?"""
+    n = packed.shape[0]
+    spare = 8 * packed.shape[1] - bits
+    if spare == 0 or packed.shape[1] == 0:
+        return np.ones(n, dtype=np.bool_)
+    mask = np.uint8((0xFF << (8 - spare)) & 0xFF)
+    return np.asarray((packed[:, -1] & mask) == 0)
+
+
+def _word_view(packed: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
+    """View contiguous rows as the widest unsigned words that divide the row length."""
+    nbytes = packed.shape[1]
+    rows = np.ascontiguousarray(packed)
+    for width, dtype in ((8, np.uint64), (4, np.uint32), (2, np.uint16)):
+        if nbytes % width == 0:
+            return rows.view(dtype)
+    return rows
+
+
+def row_popcounts(packed: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """Number of set bits in each row."""
+    if packed.shape[1] == 0:
+        return np.zeros(packed.shape[0], dtype=np.int64)
+    counts: npt.NDArray[np.int64] = np.bitwise_count(_word_view(packed)).sum(axis=1, dtype=np.int64)
+    return counts
+
+
+def column_counts(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.int64]:
+    """How many rows have each of bits ``0 .. bits - 1`` set (SWAR, no unpacking).
+
+    Parameters
+    ----------
+    packed : ndarray of uint8, shape (n, ceil(bits / 8))
+        Rows packed in little bit order (:func:`pack_rows`).
+    bits : int
+        The number of columns to count.
+
+    Returns
+    -------
+    ndarray of int64, shape (bits,)
+    """
+    n, nbytes = packed.shape
+    if sys.byteorder != "little":  # pragma: no cover - the lanes below assume it
+        slow: npt.NDArray[np.int64] = unpack_rows(packed, bits).sum(axis=0, dtype=np.int64)
+        return slow
+    nwords = (nbytes + 7) // 8
+    # lane_counts[j, byte] = rows whose byte `byte` has bit j set.
+    lane_counts = np.zeros((8, nwords * 8), dtype=np.int64)
+    block = _RUN * _RUNS_PER_BLOCK
+    aligned = nbytes % 8 == 0
+    words = np.ascontiguousarray(packed).view(np.uint64) if aligned else None
+    padded = None if aligned else np.zeros((block, nwords * 8), dtype=np.uint8)
+    scratch = np.empty((_RUNS_PER_BLOCK, _RUN, nwords), dtype=np.uint64)
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        m = stop - start
+        if words is not None:
+            chunk = words[start:stop]
+        else:
+            assert padded is not None
+            padded[:m, :nbytes] = packed[start:stop]
+            chunk = padded[:m].view(np.uint64)
+        runs = m // _RUN
+        if runs:
+            run_rows = chunk[: runs * _RUN].reshape(runs, _RUN, nwords)
+            tmp = scratch[:runs]
+            for j in range(8):
+                np.right_shift(run_rows, np.uint64(j), out=tmp)
+                np.bitwise_and(tmp, _LANES, out=tmp)
+                lanes = tmp.sum(axis=1).view(np.uint8).reshape(runs, nwords * 8)
+                lane_counts[j] += lanes.sum(axis=0, dtype=np.int64)
+        rest = chunk[runs * _RUN :]
+        if rest.shape[0]:
+            for j in range(8):
+                lanes = ((rest >> np.uint64(j)) & _LANES).sum(axis=0, dtype=np.uint64)
+                lane_counts[j] += lanes.view(np.uint8)
+    # Column byte * 8 + j is lane_counts[j, byte].
+    return np.ascontiguousarray(lane_counts.T).reshape(-1)[:bits]
+
+
+def bitmap_dtype(bits: int) -> np.dtype[Any]:
+    """The report dtype of a packed ``bits``-bit vector: ``ceil(bits / 8)`` uint8."""
+    return np.dtype((np.uint8, (packed_size(bits),)))
+
+
+def all_bit_vectors(bits: int) -> npt.NDArray[np.bool_]:
+    """Every ``bits``-bit vector, as rows of a (2**bits, bits) boolean matrix.
+
+    Row ``i`` is the binary expansion of ``i`` with bit ``j`` in column ``j``.
+    """
+    index = np.arange(1 << bits, dtype=np.int64)[:, None]
+    return np.asarray((index >> np.arange(bits, dtype=np.int64)) & 1, dtype=np.bool_)
+
+
+def threshold32_ceil(probability: float) -> int:
+    """Smallest T with ``T / 2**32 >= probability`` (at least 1).
+
+    ``u < T`` for a uniform 32-bit ``u`` then happens with probability ``T / 2**32``.
+    """
+    return max(1, min(2**32 - 1, math.ceil(probability * 2**32)))
+
+
+def threshold64_floor(probability: float) -> int:
+    """Largest T with ``T / 2**64 <= probability`` (at most ``2**64 - 1``)."""
+    return max(0, min(2**64 - 1, math.floor(probability * 2**64)))
+
+
+def uniform_u32(rng: np.random.Generator, count: int) -> npt.NDArray[np.uint32]:
+    """``count`` uniform 32-bit integers, straight from the bit generator (fast)."""
+    raw = rng.bit_generator.random_raw((count + 1) // 2)
+    return np.asarray(raw, dtype=np.uint64).view(np.uint32)[:count]
+
+
+def uniform_u64(rng: np.random.Generator, count: int) -> npt.NDArray[np.uint64]:
+    """``count`` uniform 64-bit integers, straight from the bit generator."""
+    return np.asarray(rng.bit_generator.random_raw(count), dtype=np.uint64)
+
+
+def _low_half(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The low 32 bits of each 64-bit word."""
+    return words & np.uint64(0xFFFFFFFF)
+
+
+def uniform_below(
+    rng: np.random.Generator, bounds: npt.ArrayLike, count: int
+) -> npt.NDArray[np.int64]:
+    """Integers uniform in ``[0, bound)``, exactly, for each ``1 <= bound <= 2**32``.
+
+    Lemire's multiply-shift with rejection: ``t = (u * bound) >> 32`` for a uniform
+    32-bit ``u``, redrawn where the low half of the product is below
+    ``2**32 mod bound`` (probability under ``bound / 2**32``).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    bounds : array_like of int, shape (r,)
+        One bound per output row.
+    count : int
+        Draws per bound.
+
+    Returns
+    -------
+    ndarray of int64, shape (r, count)
+        Row ``i`` uniform in ``[0, bounds[i])``.
+    """
+    s = np.asarray(bounds, dtype=np.uint64).reshape(-1, 1)
+    reject_below = np.uint64(1 << 32) % s if s.size else s
+    product = uniform_u32(rng, s.size * count).reshape(s.size, count).astype(np.uint64)
+    product *= s
+    rejected = _low_half(product) < reject_below
+    while rejected.any():  # rare: probability below bound / 2**32 per draw
+        rows, cols = np.nonzero(rejected)
+        product[rows, cols] = uniform_u32(rng, rows.size).astype(np.uint64) * s[rows, 0]
+        rejected[rows, cols] = _low_half(product[rows, cols]) < reject_below[rows, 0]
+    product >>= np.uint64(32)
+    return product.view(np.int64)
