@@ -1,0 +1,369 @@
+"""The Piecewise mechanism (PM) and the Hybrid mechanism (HM) of Wang et al.
+
+Both report a continuous value in ``[-C, C]``; here it is snapped to a fixed grid by
+unbiased stochastic rounding and sent as the integer grid index, so the set of possible
+reports is the same for every input and the wire carries integers.
+
+References
+----------
+N. Wang, X. Xiao, Y. Yang, J. Zhao, S. C. Hui, H. Shin, J. Shin, G. Yu, "Collecting and
+analyzing multidimensional data with local differential privacy", ICDE 2019
+(Algorithm 2: PM; Sec. III-C: HM; Lemma 1 and Eq. (6): their variances).
+J. C. Duchi, M. I. Jordan, M. J. Wainwright, "Minimax optimal procedures for locally
+private estimation", JASA 2018 (the other half of HM).
+I. Mironov, "On significance of the least significant bits for differential privacy",
+CCS 2012 (why the output is snapped to a grid).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ._dyadic import check_min_epsilon, realized_at_least
+from .base import BoolArray, FloatArray, NumericMechanism
+from .duchi import duchi_constants, duchi_signs
+
+REPORT_DTYPE = np.dtype("<i4")
+
+HALF_CELLS = 2**19
+"""PM's grid: ``[-C, C]`` in ``2 * HALF_CELLS = 2**20`` cells of width ``C / 2**19``;
+reports are indices in ``-HALF_CELLS .. HALF_CELLS``. Part of protocol v1."""
+
+HYBRID_THRESHOLD = 0.61
+"""Below this epsilon (Wang et al.'s eps*), HM is Duchi's mechanism alone."""
+
+
+def _frac_moment(a: FloatArray, b: FloatArray) -> FloatArray:
+    """``∫_a^b s(y) (1 - s(y)) dy`` with ``s(y) = y - floor(y)``, for ``a <= b``.
+
+    Over a whole cell the integrand integrates to 1/6; ``s^2/2 - s^3/3`` is its
+    antiderivative within a cell.
+    """
+    fa, fb = np.floor(a), np.floor(b)
+    sa, sb = a - fa, b - fb
+    result: FloatArray = (
+        (fb - fa) / 6.0 + (sb * sb * (0.5 - sb / 3.0)) - (sa * sa * (0.5 - sa / 3.0))
+    )
+    return result
+
+
+@dataclass(frozen=True)
+class _PMGrid:
+    """PM with parameter epsilon, snapped to the grid ``step * k``, ``|k| <= bound``.
+
+    All lengths below are in grid steps. PM's output is uniform on the inside interval
+    ``[l, l + w_in]`` with probability ``1 - q`` and uniform on ``[-c, l) ∪ (l + w_in, c]``
+    (total length ``w_out``) with probability q, where ``c = C / step``,
+    ``w_in = (C - 1) / step``, ``w_out = (C + 1) / step`` and ``l = l(t) / step``.
+    """
+
+    epsilon: float
+    step: float
+    bound: int
+
+    @property
+    def e_half(self) -> float:
+        return math.exp(self.epsilon / 2.0)
+
+    @property
+    def C(self) -> float:  # noqa: N802 - the paper's name
+        """``(e^{eps/2} + 1) / (e^{eps/2} - 1) = coth(eps / 4)``."""
+        return 1.0 / math.tanh(self.epsilon / 4.0)
+
+    @property
+    def outside_probability(self) -> float:
+        """``1 / (e^{eps/2} + 1)``: the real-number formula."""
+        return 1.0 / (1.0 + self.e_half)
+
+    def inside_start(self, t: FloatArray) -> FloatArray:
+        """``l(t) = (C + 1) / 2 * t - (C - 1) / 2``, in grid steps."""
+        c_plus_1 = 2.0 / -math.expm1(-self.epsilon / 2.0)
+        c_minus_1 = 2.0 / math.expm1(self.epsilon / 2.0)
+        result: FloatArray = (0.5 * c_plus_1 * t - 0.5 * c_minus_1) / self.step
+        return result
+
+    @property
+    def widths(self) -> tuple[float, float]:
+        """``(w_in, w_out) = ((C - 1) / step, (C + 1) / step)``, in grid steps."""
+        c_plus_1 = 2.0 / -math.expm1(-self.epsilon / 2.0)
+        c_minus_1 = 2.0 / math.expm1(self.epsilon / 2.0)
+        return c_minus_1 / self.step, c_plus_1 / self.step
+
+    def sample(self, t: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int32]:
+        """PM outputs for unit values ``t``, stochastically rounded to grid indices."""
+        n = t.size
+        threshold, _ = realized_at_least(self.outside_probability)
+        w_in, w_out = self.widths
+        c = self.C / self.step
+        outside = rng.random(n) < threshold
+        u = rng.random(n)
+        lo = np.clip(self.inside_start(t), -c, c - w_in)
+        # Each output is start + offset: inside, offset in [0, w_in); outside, the left
+        # piece [-c, lo) has length (1 + t) w_out / 2 and the right one starts at lo + w_in.
+        along = u * w_out
+        left = lo + c
+        start = np.where(outside, np.where(along < left, -c, lo + w_in), lo)
+        offset = np.where(outside, np.where(along < left, along, along - left), u * w_in)
+        # Stochastic rounding of y = start + offset is floor(y + U), U uniform on [0, 1).
+        # Split off the integer part of the start first: the rest is small, so the sum
+        # that decides the rounding keeps its precision even when w_in is tiny.
+        anchor = np.floor(start)
+        index = anchor + np.floor((start - anchor) + offset + rng.random(n))
+        np.clip(index, -self.bound, self.bound, out=index)
+        return index.astype(np.int32)
+
+    def base_variance(self, t: FloatArray) -> FloatArray:
+        """Var of PM's continuous output (Wang et al., Lemma 1), in t units."""
+        e = self.e_half
+        em1 = math.expm1(self.epsilon / 2.0)
+        result: FloatArray = t * t / em1 + (e + 3.0) / (3.0 * em1 * em1)
+        return result
+
+    def snap_variance(self, t: FloatArray) -> FloatArray:
+        """Exact variance added by the stochastic rounding, in t units.
+
+        Rounding y adds ``s (1 - s) step^2`` with s its fractional part, mean zero; the
+        output's density is piecewise constant, so its expectation is a sum of
+        ``∫ s (1 - s)`` over the pieces.
+        """
+        w_in, w_out = self.widths
+        c = self.C / self.step
+        q = self.outside_probability
+        lo = np.clip(self.inside_start(t), -c, c - w_in)
+        hi = lo + w_in
+        edge_lo = np.full_like(lo, -c)
+        edge_hi = np.full_like(lo, c)
+        moment = (1.0 - q) / w_in * _frac_moment(lo, hi) + q / w_out * (
+            _frac_moment(edge_lo, lo) + _frac_moment(hi, edge_hi)
+        )
+        result: FloatArray = moment * self.step**2
+        return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class Piecewise(NumericMechanism):
+    """Wang et al.'s Piecewise Mechanism (PM), snapped to a grid of ``2**20`` cells.
+
+    A value x in ``bounds`` maps to ``t = 2 (x - lo) / (hi - lo) - 1`` in [-1, 1]; values
+    outside the bounds are clipped to them on the device. With ``e = e^{eps/2}``,
+    ``C = (e + 1) / (e - 1)``, ``l(t) = (C + 1) / 2 t - (C - 1) / 2`` and
+    ``r(t) = l(t) + C - 1``, PM outputs v uniform on ``[l, r]`` with probability
+    ``e / (e + 1)`` and uniform on ``[-C, l) ∪ (r, C]`` otherwise. The densities inside
+    and outside are ``e (e - 1) / (2 (e + 1))`` and ``(e - 1) / (2 e (e + 1))``, ratio
+    ``e^2 = e^eps`` whatever t is: PM is eps-LDP. ``E[v] = t`` and (Lemma 1)
+
+    ``Var v = t^2 / (e - 1) + (e + 3) / (3 (e - 1)^2)``.
+
+    Snapping: v is stochastically rounded to the grid ``k h``, ``h = C / 2**19``,
+    ``|k| <= 2**19`` (``±C`` are grid points): to ``floor(v / h)`` or the next point,
+    the upper one with probability ``frac(v / h)``. This is post-processing (privacy
+    kept), keeps the mean exact, and adds ``frac (1 - frac) h^2 <= h^2 / 4`` of variance,
+    which :meth:`unit_variance` includes exactly (its mean over v's piecewise-uniform
+    law, close to ``h^2 / 6``). The report is the index k; the estimate is ``k h``.
+
+    Floating point: the continuous output is never sent. It is drawn from 53-bit
+    uniforms, in grid steps, as ``start + offset`` where the start depends on the input
+    only and the offset only on the randomness, and rounded as
+    ``floor(start) + floor(frac(start) + offset + U)``, which keeps the rounding
+    decision accurate to about ``2**-51`` of a step even when the inside interval is
+    narrower than a step. Every grid index has positive probability for every input, and
+    each index's realized probability is within a relative ``~2**-29 e^{eps/2}`` of the
+    exact law's (whose ratios are at most ``e^eps``): the realized mechanism is
+    ``(eps + 2**-29 e^{eps/2})``-LDP, an excess below 1e-8 up to eps = 4 and below 1e-4
+    up to eps = 22; beyond eps of about 30 (no meaningful privacy anyway) the bound
+    loses its meaning. The outside branch's coin is set so that its realized
+    probability is never below ``1 / (e^{eps/2} + 1)``.
+    Wire format (protocol v1): one little-endian int32 per report, ``|k| <= 2**19``.
+
+    References
+    ----------
+    N. Wang et al., "Collecting and analyzing multidimensional data with local
+    differential privacy", ICDE 2019, Algorithm 2 and Lemma 1.
+    """
+
+    name: ClassVar[str] = "piecewise"
+
+    C: float = field(init=False, repr=False)
+    step: float = field(init=False, repr=False)
+    """Grid step h in t units: ``C / 2**19``."""
+    _grid: _PMGrid = field(init=False, repr=False)
+
+    def _derive(self) -> None:
+        check_min_epsilon(self.name, self.epsilon)
+        c = 1.0 / math.tanh(self.epsilon / 4.0)
+        grid = _PMGrid(self.epsilon, c / HALF_CELLS, HALF_CELLS)
+        object.__setattr__(self, "C", c)
+        object.__setattr__(self, "step", grid.step)
+        object.__setattr__(self, "_grid", grid)
+
+    @property
+    def report_dtype(self) -> np.dtype[Any]:
+        return REPORT_DTYPE
+
+    @property
+    def report_rule(self) -> str:
+        return f"an integer grid index in {-HALF_CELLS}..{HALF_CELLS} (int32)"
+
+    def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int32]:
+        return self._grid.sample(self.to_unit(values), rng)
+
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        return np.asarray((reports >= -HALF_CELLS) & (reports <= HALF_CELLS))
+
+    def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:
+        return np.asarray(reports, dtype=np.float64) * self.step
+
+    def unit_variance(self, t: float | npt.ArrayLike) -> Any:
+        """``t^2 / (e - 1) + (e + 3) / (3 (e - 1)^2)`` plus the exact snapping variance."""
+        tt = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
+        var = self._grid.base_variance(tt) + self._grid.snap_variance(tt)
+        return float(var) if var.ndim == 0 else var
+
+    def worst_case_variance(self) -> float:
+        """PM's variance at ``|t| = 1`` plus ``h^2 / 4``, in the metric's units.
+
+        The first term is the exact maximum of Lemma 1's formula; ``h^2 / 4`` bounds the
+        snapping term (whose maximum is near ``h^2 / 6``), so this is an upper bound
+        exceeding the maximum by a relative 1e-12 or less.
+        """
+        one = np.ones(1)
+        unit = float(self._grid.base_variance(one)[0]) + self.step**2 / 4.0
+        return unit * self.half_range**2
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hybrid(NumericMechanism):
+    """Wang et al.'s Hybrid Mechanism (HM): PM or Duchi's mechanism, chosen at random.
+
+    A value x in ``bounds`` maps to t in [-1, 1] as for :class:`Piecewise`; values
+    outside the bounds are clipped to them on the device. For ``eps > 0.61`` the device
+    runs PM(eps) with probability ``alpha = 1 - e^{-eps/2}`` and Duchi(eps) otherwise;
+    for ``eps <= 0.61`` it always runs Duchi (alpha = 0). Both are unbiased for t and
+    eps-LDP, and so is their mixture (its weights do not depend on the input). With
+    ``e = e^{eps/2}`` and ``C_d = (e^eps + 1) / (e^eps - 1)``, its variance is
+
+    ``alpha (t^2 / (e - 1) + (e + 3) / (3 (e - 1)^2)) + (1 - alpha) (C_d^2 - t^2)``
+
+    (the mixture of two unbiased estimates of t). For ``eps > 0.61`` the t^2 terms
+    cancel, ``alpha / (e - 1) = 1 - alpha = 1 / e``, leaving the constant
+    ``(e + 3) / (3 e (e - 1)) + C_d^2 / e`` of Wang et al.'s Eq. (6); HM's worst case is
+    below both PM's and Duchi's.
+
+    One report type for both branches: a grid index k on the grid ``k h`` chosen so that
+    Duchi's outputs ``±C_d`` are the grid points ``±m`` exactly (``h = C_d / m``,
+    ``m = floor(2**19 C_d / C_pm)``) while ``|k| <= ceil(C_pm / h)`` covers PM's range
+    ``[-C_pm, C_pm]`` (``C_pm = (e + 1) / (e - 1)``). PM's output is stochastically
+    rounded to this grid as in :class:`Piecewise` (its exact extra variance, times alpha,
+    is included); Duchi's needs no rounding. The estimate is ``k h``.
+
+    Floating point: PM's branch is drawn and rounded as in :class:`Piecewise`, with the
+    same realized guarantee (``eps + 2**-29 e^{eps/2}``); Duchi's branch as in
+    :class:`~ldpkit.mechanisms.duchi.Duchi` (exact dyadic flip probability, ``C_d``
+    matched to it). The branch coin's realized probability differs from alpha by at most
+    2**-53, which changes neither the mean nor the privacy (weights independent of the
+    input), only the variance, negligibly.
+
+    Wire format (protocol v1): one little-endian int32 per report,
+    ``|k| <= ceil(C_pm / h)`` (about ``2**19``).
+
+    References
+    ----------
+    N. Wang et al., "Collecting and analyzing multidimensional data with local
+    differential privacy", ICDE 2019, Sec. III-C and Eq. (6).
+    """
+
+    name: ClassVar[str] = "hybrid"
+
+    alpha: float = field(init=False, repr=False)
+    """Probability of the PM branch: ``1 - e^{-eps/2}`` above eps = 0.61, else 0."""
+    C_pm: float = field(init=False, repr=False)
+    C_duchi: float = field(init=False, repr=False)
+    step: float = field(init=False, repr=False)
+    """Grid step h in t units: ``C_duchi / duchi_index``."""
+    duchi_index: int = field(init=False, repr=False)
+    """m: Duchi's outputs are the indices ``±m``."""
+    bound: int = field(init=False, repr=False)
+    """Largest valid ``|k|``: ``ceil(C_pm / h)``."""
+    _grid: _PMGrid = field(init=False, repr=False)
+    _flip_threshold: float = field(init=False, repr=False)
+
+    def _derive(self) -> None:
+        check_min_epsilon(self.name, self.epsilon)
+        eps = self.epsilon
+        alpha = -math.expm1(-eps / 2.0) if eps > HYBRID_THRESHOLD else 0.0
+        c_pm = 1.0 / math.tanh(eps / 4.0)
+        flip_threshold, _, c_duchi = duchi_constants(eps)
+        m = max(1, math.floor(HALF_CELLS * c_duchi / c_pm))
+        step = c_duchi / m
+        bound = math.ceil(c_pm / step)
+        object.__setattr__(self, "alpha", alpha)
+        object.__setattr__(self, "C_pm", c_pm)
+        object.__setattr__(self, "C_duchi", c_duchi)
+        object.__setattr__(self, "step", step)
+        object.__setattr__(self, "duchi_index", m)
+        object.__setattr__(self, "bound", bound)
+        object.__setattr__(self, "_grid", _PMGrid(eps, step, bound))
+        object.__setattr__(self, "_flip_threshold", flip_threshold)
+
+    @property
+    def report_dtype(self) -> np.dtype[Any]:
+        return REPORT_DTYPE
+
+    @property
+    def report_rule(self) -> str:
+        return f"an integer grid index in {-self.bound}..{self.bound} (int32)"
+
+    def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int32]:
+        t = self.to_unit(values)
+        n = t.size
+        use_pm = rng.random(n) < self.alpha
+        # Duchi's branch for everyone (cheap), PM's only where it is used.
+        index = duchi_signs(t, self._flip_threshold, rng).astype(np.int32) * np.int32(
+            self.duchi_index
+        )
+        if self.alpha > 0.0:
+            chosen = np.flatnonzero(use_pm)
+            index[chosen] = self._grid.sample(t[chosen], rng)
+        return index
+
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        return np.asarray((reports >= -self.bound) & (reports <= self.bound))
+
+    def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:
+        return np.asarray(reports, dtype=np.float64) * self.step
+
+    def _pm_variance(self, t: FloatArray) -> FloatArray:
+        result: FloatArray = self._grid.base_variance(t) + self._grid.snap_variance(t)
+        return result
+
+    def unit_variance(self, t: float | npt.ArrayLike) -> Any:
+        """The mixture's variance (see the class doc), snapping included exactly."""
+        tt = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
+        var = (1.0 - self.alpha) * (self.C_duchi**2 - tt * tt)
+        if self.alpha > 0.0:
+            var = var + self.alpha * self._pm_variance(tt)
+        return float(var) if var.ndim == 0 else var
+
+    def worst_case_variance(self) -> float:
+        """Largest variance over the bounds, in the metric's units.
+
+        Without the snapping term the variance is constant in t for eps > 0.61 and
+        largest at t = 0 below it; the snapping term is bounded by ``alpha h^2 / 4``, so
+        this is exact up to a relative 1e-12 (an upper bound).
+        """
+        one, zero = np.ones(1), np.zeros(1)
+        if self.alpha > 0.0:
+            at_one = float(self._grid.base_variance(one)[0]) + self.step**2 / 4.0
+            unit = max(
+                self.alpha * at_one + (1.0 - self.alpha) * (self.C_duchi**2 - 1.0),
+                self.alpha * (float(self._grid.base_variance(zero)[0]) + self.step**2 / 4.0)
+                + (1.0 - self.alpha) * self.C_duchi**2,
+            )
+        else:
+            unit = self.C_duchi**2
+        return unit * self.half_range**2
