@@ -80,10 +80,11 @@ class LocalLaplace(NumericMechanism):
     factorize), and the block count N is inverted up to tail probability about
     ``2**-12`` and, past it, started over (memorylessness). An inverted outcome of
     probability P is hit by ``P 2**53`` uniforms up to a few at its edges, so every
-    probability of Z is realized to a relative error of about ``2**-33``, at all
-    distances: the realized mechanism is ``(eps + 1e-9)``-LDP with no delta. The
-    mapping from x to the distribution of M may be off by rounding; the argument above
-    holds for any distribution of M on the grid.
+    probability of Z within the clamp is realized to a relative error of about
+    ``2**-33`` (each restart of N adds ~2**-38, and the clamp allows a dozen or so):
+    the realized mechanism is ``(eps + 1e-9)``-LDP, with no delta. The mapping from x
+    to the distribution of M may be off by rounding; the argument above holds for any
+    distribution of M on the grid.
 
     Wire format (protocol v1): one little-endian int64 per report. Valid reports lie in
     ``-cap .. D + cap`` with ``cap = ceil(TAIL_CAP * D / eps)``.

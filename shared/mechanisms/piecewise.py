@@ -167,17 +167,19 @@ class Piecewise(NumericMechanism):
     law, close to ``h^2 / 6``). The report is the index k; the estimate is ``k h``.
 
     Floating point: the continuous output is never sent. It is drawn from 53-bit
-    uniforms, in grid steps, as ``start + offset`` where the start depends on the input
-    only and the offset only on the randomness, and rounded as
-    ``floor(start) + floor(frac(start) + offset + U)``, which keeps the rounding
-    decision accurate to about ``2**-51`` of a step even when the inside interval is
-    narrower than a step. Every grid index has positive probability for every input, and
-    each index's realized probability is within a relative ``~2**-29 e^{eps/2}`` of the
-    exact law's (whose ratios are at most ``e^eps``): the realized mechanism is
-    ``(eps + 2**-29 e^{eps/2})``-LDP, an excess below 1e-8 up to eps = 4 and below 1e-4
-    up to eps = 22; beyond eps of about 30 (no meaningful privacy anyway) the bound
-    loses its meaning. The outside branch's coin is set so that its realized
-    probability is never below ``1 / (e^{eps/2} + 1)``.
+    uniforms, in grid steps, as the left end of its piece (``-C`` or an end of the
+    inside interval: a function of the input alone) plus an offset within the piece,
+    and rounded as ``floor(start) + floor(frac(start) + offset + U)``. Splitting off
+    ``floor(start)`` keeps the rounding decision accurate to ~``2**-51`` of a step when
+    the inside interval is narrower than a step (large eps), where the neighbouring
+    indices' probabilities are tiny. Every grid index has positive probability for
+    every input, and each index's realized probability is within a relative
+    ``~1.5 * 2**-31 e^{eps/2}`` of the exact law's, whose ratios are at most ``e^eps``
+    (the outside branch's coin is set so that its realized probability is never below
+    ``1 / (e^{eps/2} + 1)``). The realized mechanism is thus
+    ``(eps + 2**-29 e^{eps/2})``-LDP: an excess of ~1e-8 at eps = 1 to 4, ~1e-4 at
+    eps = 21; past eps of about 30 (no meaningful privacy anyway) the bound is void.
+
     Wire format (protocol v1): one little-endian int32 per report, ``|k| <= 2**19``.
 
     References
