@@ -31,6 +31,14 @@ class Campaigns:
     stderrs: npt.NDArray[np.float64]
     lows: npt.NDArray[np.float64]
     highs: npt.NDArray[np.float64]
+    values: npt.NDArray[np.float64]  # (R, n) the true values of each campaign's users
+
+    def fractions(self, domain_size: int) -> npt.NDArray[np.float64]:
+        """(R, d): each campaign's own users' true fractions (the estimand)."""
+        values = self.values.astype(np.int64)
+        offsets = np.arange(len(values))[:, None] * domain_size
+        counts = np.bincount((values + offsets).ravel(), minlength=len(values) * domain_size)
+        return counts.reshape(len(values), domain_size) / values.shape[1]
 
 
 def run_campaigns(
@@ -58,7 +66,9 @@ def run_campaigns(
         se.append(e.stderr)
         lo.append(ci.low)
         hi.append(ci.high)
-    return Campaigns(np.array(est), np.array(se), np.array(lo), np.array(hi))
+    return Campaigns(
+        np.array(est), np.array(se), np.array(lo), np.array(hi), values.reshape(campaigns, users)
+    )
 
 
 def coverage_bounds() -> tuple[float, float]:
