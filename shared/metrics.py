@@ -140,10 +140,12 @@ class MetricDefinition:
             raise ParameterError(f"metric {self.name}: {message}") from None
 
     def _check_categories(self) -> None:
-        cats = self.categories
-        if cats is None or isinstance(cats, str) or not hasattr(cats, "__iter__"):
-            raise ParameterError(f"metric {self.name}: categorical metrics need a list of categories")
-        cats = tuple(cats)
+        given: object = self.categories  # from TOML/JSON it may be anything
+        if given is None or isinstance(given, str) or not isinstance(given, list | tuple):
+            raise ParameterError(
+                f"metric {self.name}: categorical metrics need a list of categories"
+            )
+        cats = tuple(given)
         if len(cats) < 2 or len(cats) > MAX_CATEGORIES:
             raise ParameterError(
                 f"metric {self.name}: categories must hold 2 to {MAX_CATEGORIES} items, got {len(cats)}"
@@ -163,8 +165,13 @@ class MetricDefinition:
     def categorical(
         cls, name: str, categories: list[str] | tuple[str, ...], *, epsilon: float, **kw: Any
     ) -> MetricDefinition:
-        return cls(name=name, kind=MetricKind.CATEGORICAL, categories=tuple(categories),
-                   epsilon=epsilon, **kw)
+        return cls(
+            name=name,
+            kind=MetricKind.CATEGORICAL,
+            categories=tuple(categories),
+            epsilon=epsilon,
+            **kw,
+        )
 
     @classmethod
     def numeric(
@@ -177,9 +184,21 @@ class MetricDefinition:
         """From a TOML table or JSON object (the keys of :meth:`to_dict`, less derived ones)."""
         if not isinstance(data, dict):
             raise ParameterError(f"metric {name}: definition must be a table/object")
-        known = {"kind", "categories", "bounds", "epsilon", "mechanism", "bucket", "budget",
-                 "budget_period", "description", "name", "fingerprint", "resolved_mechanism",
-                 "report_size"}
+        known = {
+            "kind",
+            "categories",
+            "bounds",
+            "epsilon",
+            "mechanism",
+            "bucket",
+            "budget",
+            "budget_period",
+            "description",
+            "name",
+            "fingerprint",
+            "resolved_mechanism",
+            "report_size",
+        }
         unknown = sorted(set(data) - known)
         if unknown:
             raise ParameterError(f"metric {name}: unknown keys {', '.join(unknown)}")
