@@ -148,7 +148,8 @@ class MetricDefinition:
         cats = tuple(given)
         if len(cats) < 2 or len(cats) > MAX_CATEGORIES:
             raise ParameterError(
-                f"metric {self.name}: categories must hold 2 to {MAX_CATEGORIES} items, got {len(cats)}"
+                f"metric {self.name}: categories must hold 2 to {MAX_CATEGORIES} items, "
+                f"got {len(cats)}"
             )
         for c in cats:
             if not isinstance(c, str) or not c or len(c) > MAX_CATEGORY_LENGTH:

@@ -74,7 +74,9 @@ def make_block(
     """A block from a report array; ``ids`` holds 16 bytes per report."""
     array = np.ascontiguousarray(reports)
     if len(ids) != ID_SIZE * len(array):
-        raise ProtocolError(f"{len(array)} reports need {ID_SIZE * len(array)} id bytes, got {len(ids)}")
+        raise ProtocolError(
+            f"{len(array)} reports need {ID_SIZE * len(array)} id bytes, got {len(ids)}"
+        )
     return Block(metric, fingerprint, int(bucket), bytes(ids), array.tobytes())
 
 

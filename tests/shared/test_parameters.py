@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 import ldpkit
+import pytest
 from ldpkit.mechanisms import CATEGORICAL, NUMERIC
 
 
@@ -41,7 +40,7 @@ def test_bad_bounds(name: str, bounds: object) -> None:
 
 
 def test_unknown_mechanism_lists_choices() -> None:
-    with pytest.raises(ldpkit.ParameterError, match="unknown mechanism 'nope'.*grr"):
+    with pytest.raises(ldpkit.ParameterError, match=r"unknown mechanism 'nope'.*grr"):
         ldpkit.mechanism("nope", epsilon=1.0, domain_size=4)
 
 
