@@ -1,0 +1,49 @@
+"""The collector's aiohttp application factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from .auth import TokenRegistry
+from .config import CollectorConfig
+from .keys import COLLECTOR, CONFIG, TELEMETRY, TOKENS
+from .middlewares import auth_middleware, error_middleware, telemetry_middleware
+from .routes import setup_routes
+from .service import Collector
+from .store import Store, open_store
+from .telemetry import Telemetry
+
+
+async def _collector_context(app: web.Application) -> AsyncIterator[None]:
+    """Open the store (and apply the config's metrics) at startup; at cleanup, after the
+    in-flight requests are done, commit what is queued and close it."""
+    collector = app[COLLECTOR]
+    await collector.start()
+    yield
+    await collector.stop()
+
+
+async def _on_shutdown(app: web.Application) -> None:
+    app[COLLECTOR].draining = True
+
+
+def create_app(config: CollectorConfig, *, store: Store | None = None) -> web.Application:
+    """The collector app for ``config``. Nothing is opened until the app starts (the store
+    opens in a cleanup context). ``store`` overrides the one ``config.database`` names."""
+    app = web.Application(
+        client_max_size=config.max_body_bytes,
+        middlewares=[telemetry_middleware, error_middleware, auth_middleware],
+    )
+    telemetry = Telemetry()
+    if store is None:
+        store = open_store(config.database, synchronous=config.synchronous)
+    app[CONFIG] = config
+    app[TELEMETRY] = telemetry
+    app[TOKENS] = TokenRegistry(config.tokens)
+    app[COLLECTOR] = Collector(config, store, telemetry)
+    app.cleanup_ctx.append(_collector_context)
+    app.on_shutdown.append(_on_shutdown)
+    setup_routes(app)
+    return app

@@ -1,0 +1,162 @@
+"""The ``ldpkit`` command: one function per subcommand, registered in :data:`COMMANDS`.
+
+Add a subcommand with::
+
+    def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--users", type=int, default=1000)
+
+    @command("demo", "simulate users against a collector", _demo_arguments)
+    def demo(args: argparse.Namespace) -> int:
+        ...
+        return 0
+
+Errors an operator can fix (a bad config, a bad argument) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .. import __version__
+from ..errors import LdpkitError
+from .config import CollectorConfig, ConfigError, default_config, load_config
+
+log = logging.getLogger("ldpkit.collector")
+
+Configure = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    configure: Configure
+    run: Run
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, help: str, configure: Configure | None = None) -> Callable[[Run], Run]:
+    """Register ``run`` as ``ldpkit <name>``; ``configure`` adds its arguments."""
+
+    def register(run: Run) -> Run:
+        if name in COMMANDS:
+            raise ValueError(f"ldpkit subcommand {name!r} registered twice")
+        COMMANDS[name] = Command(name, help, configure or (lambda parser: None), run)
+        return run
+
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ldpkit", description="ldpkit: local differential privacy collector and tools"
+    )
+    parser.add_argument("--version", action="version", version=f"ldpkit {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (default: INFO)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in COMMANDS.values():
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        cmd.configure(p)
+        p.set_defaults(_run=cmd.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        code: int = args._run(args)
+    except (ConfigError, LdpkitError) as exc:
+        print(f"ldpkit {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+# --- serve -----------------------------------------------------------------------------
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", help="collector TOML file (default: built-in defaults)")
+    parser.add_argument("--host", help="address to listen on (overrides [collector] host)")
+    parser.add_argument(
+        "--port", type=int, help="port to listen on; 0 picks a free one (overrides the config)"
+    )
+    parser.add_argument(
+        "--database", help="SQLite path or postgresql:// URL (overrides [collector] database)"
+    )
+    parser.add_argument(
+        "--no-access-log", action="store_true", help="do not log one line per request"
+    )
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=1024, reuse_port=False)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def serve_config(args: argparse.Namespace) -> CollectorConfig:
+    config = load_config(args.config) if args.config else default_config()
+    return config.with_overrides(host=args.host, port=args.port, database=args.database)
+
+
+@command("serve", "run the collector (HTTP API of docs/protocol.md)", _serve_arguments)
+def serve(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT, then finish the batches in flight and exit 0."""
+    from aiohttp import web
+
+    from .app import create_app
+    from .middlewares import access_log_format
+
+    config = serve_config(args)
+    app = create_app(config)
+    sock = _listen(config.host, config.port)
+    host, port = sock.getsockname()[:2]
+
+    def announce(_message: str) -> None:
+        log.info(
+            "ldpkit collector listening on http://%s:%d (database %s)",
+            host if ":" not in host else f"[{host}]",
+            port,
+            config.database,
+        )
+
+    try:
+        web.run_app(
+            app,
+            sock=sock,
+            shutdown_timeout=config.shutdown_timeout,
+            access_log=None if args.no_access_log else logging.getLogger("aiohttp.access"),
+            access_log_format=access_log_format(config.log_addresses),
+            print=announce,
+            handle_signals=True,
+        )
+    except (OSError, LdpkitError) as exc:
+        log.error("collector stopped: %s", exc)
+        return 1
+    finally:
+        sock.close()
+    log.info("collector stopped cleanly")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

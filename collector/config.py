@@ -1,0 +1,295 @@
+"""Collector configuration: one TOML file, tokens optionally from the environment.
+
+::
+
+    [collector]
+    host = "127.0.0.1"
+    port = 8787
+    database = "ldpkit.sqlite3"      # relative to this file; later "postgresql://..."
+    synchronous = "full"             # SQLite durability: "full" (default), "normal" or "extra"
+    max_body_bytes = 16777216        # 413 beyond
+    max_reports_per_batch = 100000   # 400 beyond
+    max_pending_batches = 256        # batches waiting for the store; 429 beyond
+    log_addresses = false            # access log without client addresses unless true
+
+    [tokens]                         # LDPKIT_INGEST_TOKENS etc. (comma-separated) replace these
+    ingest = ["..."]
+    read = ["..."]
+    admin = ["..."]
+
+    [metrics.theme]                  # each table goes through MetricDefinition.from_dict
+    categories = ["light", "dark", "system"]
+    epsilon = 1.0
+    mechanism = "grr"
+
+Every error names the file and the key that is wrong, and never repeats a token.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import LdpkitError
+from ..metrics import MetricDefinition
+
+DEFAULT_PORT = 8787
+TOKEN_KINDS = ("ingest", "read", "admin")
+TOKEN_ENV = {kind: f"LDPKIT_{kind.upper()}_TOKENS" for kind in TOKEN_KINDS}
+SYNCHRONOUS_MODES = ("full", "extra", "normal")
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+class ConfigError(LdpkitError, ValueError):
+    """The collector's configuration is invalid (the message names the file and key)."""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Bearer tokens by kind: ``ingest`` posts reports, ``read`` reads estimates, ``admin``
+    defines metrics (and reads everything)."""
+
+    ingest: tuple[str, ...] = ()
+    read: tuple[str, ...] = ()
+    admin: tuple[str, ...] = ()
+
+    def by_kind(self) -> dict[str, tuple[str, ...]]:
+        return {"ingest": self.ingest, "read": self.read, "admin": self.admin}
+
+    def __repr__(self) -> str:  # never print a token
+        counts = ", ".join(f"{k}={len(v)}" for k, v in self.by_kind().items())
+        return f"Tokens({counts})"
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """Everything ``create_app`` needs. Build it with :func:`load_config` or directly."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    database: str = "ldpkit.sqlite3"
+    synchronous: str = "full"
+    max_body_bytes: int = 16 * 2**20
+    max_reports_per_batch: int = 100_000
+    max_blocks_per_batch: int = 1000
+    max_pending_batches: int = 256
+    max_pending_reports: int = 2_000_000
+    retry_after: int = 1
+    log_addresses: bool = False
+    shutdown_timeout: float = 30.0
+    tokens: Tokens = field(default_factory=Tokens)
+    metrics: Mapping[str, MetricDefinition] = field(default_factory=dict)
+    source: str = "<defaults>"
+
+    def with_overrides(self, **changes: Any) -> CollectorConfig:
+        """A copy with some fields replaced (``None`` values are ignored), re-validated."""
+        kept = {k: v for k, v in changes.items() if v is not None}
+        if not kept:
+            return self
+        data = {k: getattr(self, k) for k in _COLLECTOR_KEYS}
+        data.update(kept)
+        checked = _check_collector(data, self.source, base_dir=None)
+        return replace(self, **{k: checked[k] for k in kept})
+
+
+# key -> (type check, description) for the [collector] table
+def _int_in(lo: int, hi: int) -> Any:
+    def check(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+    check.__doc__ = f"an integer in {lo}..{hi}"
+    return check
+
+
+def _is_str(v: object) -> bool:
+    """a non-empty string"""
+    return isinstance(v, str) and bool(v.strip())
+
+
+def _is_bool(v: object) -> bool:
+    """true or false"""
+    return isinstance(v, bool)
+
+
+def _is_seconds(v: object) -> bool:
+    """a number of seconds >= 0"""
+    return (
+        isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and math.isfinite(float(v))
+        and float(v) >= 0
+    )
+
+
+def _is_sync(v: object) -> bool:
+    return isinstance(v, str) and v.lower() in SYNCHRONOUS_MODES
+
+
+_is_sync.__doc__ = "one of " + ", ".join(f'"{m}"' for m in SYNCHRONOUS_MODES)
+
+_COLLECTOR_KEYS: dict[str, Any] = {
+    "host": _is_str,
+    "port": _int_in(0, 65535),
+    "database": _is_str,
+    "synchronous": _is_sync,
+    "max_body_bytes": _int_in(1024, 2**31),
+    "max_reports_per_batch": _int_in(1, 10_000_000),
+    "max_blocks_per_batch": _int_in(1, 100_000),
+    "max_pending_batches": _int_in(1, 1_000_000),
+    "max_pending_reports": _int_in(1, 10**9),
+    "retry_after": _int_in(1, 3600),
+    "log_addresses": _is_bool,
+    "shutdown_timeout": _is_seconds,
+}
+
+
+def _check_collector(
+    table: Mapping[str, Any], source: str, base_dir: Path | None
+) -> dict[str, Any]:
+    unknown = sorted(set(table) - set(_COLLECTOR_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key(s) in [collector]: {', '.join(unknown)} "
+            f"(known: {', '.join(_COLLECTOR_KEYS)})"
+        )
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        check = _COLLECTOR_KEYS[key]
+        if not check(value):
+            raise ConfigError(f"{source}: [collector] {key} must be {check.__doc__}, got {value!r}")
+        out[key] = value
+    if "synchronous" in out:
+        out["synchronous"] = out["synchronous"].lower()
+    if "shutdown_timeout" in out:
+        out["shutdown_timeout"] = float(out["shutdown_timeout"])
+    if "database" in out:
+        out["database"] = _database_path(out["database"], source, base_dir)
+    return out
+
+
+def _database_path(value: str, source: str, base_dir: Path | None) -> str:
+    if value.startswith(POSTGRES_PREFIXES):
+        return value
+    if value == ":memory:" or value.startswith("file:"):
+        raise ConfigError(
+            f"{source}: [collector] database must be a file path or a postgresql:// URL, "
+            f"got {value!r} (an in-memory database would lose every acknowledged report)"
+        )
+    path = Path(value).expanduser()
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    return str(path)
+
+
+def _check_token(token: object, where: str, index: int) -> str:
+    # Never echo the token itself: only where it is and what is wrong.
+    if not isinstance(token, str):
+        raise ConfigError(f"{where}: token {index} must be a string, got {type(token).__name__}")
+    if not token or any(not (0x21 <= ord(c) <= 0x7E) or c == "," for c in token):
+        raise ConfigError(
+            f"{where}: token {index} must be non-empty printable ASCII without spaces or commas"
+        )
+    return token
+
+
+def _tokens(table: object, source: str, environ: Mapping[str, str]) -> Tokens:
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [tokens] must be a table")
+    unknown = sorted(set(table) - set(TOKEN_KINDS))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key(s) in [tokens]: {', '.join(unknown)} "
+            f"(known: {', '.join(TOKEN_KINDS)})"
+        )
+    lists: dict[str, tuple[str, ...]] = {}
+    for kind in TOKEN_KINDS:
+        env_name = TOKEN_ENV[kind]
+        env_value = environ.get(env_name, "").strip()
+        if env_value:
+            items = [t.strip() for t in env_value.split(",") if t.strip()]
+            lists[kind] = tuple(
+                _check_token(t, f"environment variable {env_name}", i) for i, t in enumerate(items)
+            )
+            continue
+        raw = table.get(kind, [])
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list):
+            raise ConfigError(f"{source}: [tokens] {kind} must be a list of strings")
+        lists[kind] = tuple(
+            _check_token(t, f"{source}: [tokens] {kind}", i) for i, t in enumerate(raw)
+        )
+    return Tokens(**lists)
+
+
+def _metrics(table: object, source: str) -> dict[str, MetricDefinition]:
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [metrics] must hold one table per metric ([metrics.NAME])")
+    out: dict[str, MetricDefinition] = {}
+    for name, spec in table.items():
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{source}: [metrics.{name}] must be a table")
+        try:
+            out[name] = MetricDefinition.from_dict(name, spec)
+        except (LdpkitError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{source}: [metrics.{name}] {exc}") from None
+    return out
+
+
+def config_from_dict(
+    data: Mapping[str, Any],
+    *,
+    source: str = "<config>",
+    base_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> CollectorConfig:
+    """A config from parsed TOML (or any mapping of the same shape)."""
+    if environ is None:
+        environ = os.environ
+    unknown = sorted(set(data) - {"collector", "tokens", "metrics"})
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown table(s) {', '.join(unknown)} (known: collector, tokens, metrics)"
+        )
+    collector = data.get("collector", {})
+    if not isinstance(collector, dict):
+        raise ConfigError(f"{source}: [collector] must be a table")
+    values = _check_collector(collector, source, base_dir)
+    return CollectorConfig(
+        **values,
+        tokens=_tokens(data.get("tokens"), source, environ),
+        metrics=_metrics(data.get("metrics"), source),
+        source=source,
+    )
+
+
+def load_config(
+    path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None
+) -> CollectorConfig:
+    """Read and check a TOML config file; :class:`ConfigError` names what is wrong."""
+    p = Path(path).expanduser()
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}") from None
+    return config_from_dict(data, source=str(p), base_dir=p.resolve().parent, environ=environ)
+
+
+def default_config(*, environ: Mapping[str, str] | None = None) -> CollectorConfig:
+    """Defaults, with tokens from the environment (for ``ldpkit serve`` without --config)."""
+    return config_from_dict({}, source="<defaults>", environ=environ)

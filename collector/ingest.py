@@ -1,0 +1,148 @@
+"""Checking a decoded batch, report by report, without a Python loop per report.
+
+Each block is checked as a whole (known metric, known version, bucket) and then its
+reports with the mechanism's vectorized ``check_reports``. The valid reports of each
+block become an :class:`~ldpkit.collector.store.IngestBlock` for the store; the others
+are named by their index in the batch (counting through the blocks in order), with the
+error codes of docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import LdpkitError
+from ..wire import Block
+from .store import ID_DTYPE, Catalog, IngestBlock
+
+UNKNOWN_METRIC = "unknown_metric"
+UNKNOWN_VERSION = "unknown_version"
+INVALID_REPORT = "invalid_report"
+INVALID_BUCKET = "invalid_bucket"
+REJECTION_CODES = (UNKNOWN_METRIC, UNKNOWN_VERSION, INVALID_REPORT, INVALID_BUCKET)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Reports refused for one reason: their indexes in the batch."""
+
+    indexes: npt.NDArray[np.int64]
+    error: str
+    detail: str
+
+
+@dataclass
+class CheckedBatch:
+    blocks: list[IngestBlock] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    total: int = 0
+    unknown_names: bool = False  # some block named a metric or version not in the catalog
+
+    @property
+    def valid(self) -> int:
+        return sum(b.n for b in self.blocks)
+
+    @property
+    def rejected_count(self) -> int:
+        return sum(int(r.indexes.size) for r in self.rejected)
+
+    def rejected_json(self) -> list[dict[str, Any]]:
+        """The ``rejected`` list of the answer, by index."""
+        out: list[dict[str, Any]] = []
+        for r in self.rejected:
+            out.extend(
+                {"index": i, "error": r.error, "detail": r.detail} for i in r.indexes.tolist()
+            )
+        return out
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_batch(blocks: Sequence[Block], catalog: Catalog, now: float) -> CheckedBatch:
+    """Split a batch into what to store and what to refuse (see the module docstring)."""
+    out = CheckedBatch()
+    offset = 0
+    for block in blocks:
+        n = block.n
+        start = offset
+        offset += n
+        out.total += n
+        if n == 0:
+            continue
+
+        def refuse(error: str, detail: str, start: int = start, n: int = n) -> None:
+            out.rejected.append(
+                Rejected(np.arange(start, start + n, dtype=np.int64), error, detail)
+            )
+
+        versions = catalog.versions.get(block.metric)
+        if versions is None:
+            out.unknown_names = True
+            refuse(UNKNOWN_METRIC, f"no metric named {_short(block.metric)!r}")
+            continue
+        definition = versions.get(block.fingerprint)
+        if definition is None:
+            out.unknown_names = True
+            current = catalog.current.get(block.metric)
+            hint = f" (current: {current.fingerprint})" if current is not None else ""
+            refuse(
+                UNKNOWN_VERSION,
+                f"metric {block.metric!r} has no version {_short(block.fingerprint, 20)!r}{hint}; "
+                "refresh the definitions",
+            )
+            continue
+        period = definition.bucket
+        if block.bucket % period.seconds:
+            refuse(
+                INVALID_BUCKET,
+                f"bucket {block.bucket} is not the start of a {period.value} "
+                f"(a multiple of {period.seconds})",
+            )
+            continue
+        latest = period.start(now) + period.seconds
+        if block.bucket > latest:
+            refuse(
+                INVALID_BUCKET,
+                f"bucket {block.bucket} is more than one {period.value} in the future "
+                f"(latest accepted: {latest})",
+            )
+            continue
+        mechanism = definition.mechanism_instance
+        dtype = mechanism.report_dtype
+        if len(block.reports) != n * dtype.itemsize:
+            refuse(
+                INVALID_REPORT,
+                f"{mechanism.name} reports of metric {block.metric!r} are {dtype.itemsize} bytes "
+                f"each, got {len(block.reports)} bytes for {n} reports",
+            )
+            continue
+        reports = np.frombuffer(block.reports, dtype=dtype)
+        try:
+            valid = np.asarray(mechanism.check_reports(reports), dtype=bool)
+        except (LdpkitError, ValueError, TypeError) as exc:
+            refuse(INVALID_REPORT, f"reports do not fit {mechanism.name}: {exc}")
+            continue
+        ids = np.frombuffer(block.ids, dtype=ID_DTYPE)
+        if not valid.all():
+            bad = np.flatnonzero(~valid).astype(np.int64) + start
+            out.rejected.append(
+                Rejected(
+                    bad,
+                    INVALID_REPORT,
+                    f"not a valid {mechanism.name} report of metric {block.metric!r}: "
+                    f"expected {mechanism.report_rule}",
+                )
+            )
+            ids = ids[valid]
+            reports = reports[valid]
+            if ids.shape[0] == 0:
+                continue
+        out.blocks.append(IngestBlock(block.fingerprint, block.bucket, mechanism, ids, reports))
+    return out

@@ -1,0 +1,15 @@
+"""Typed keys of the collector app's state."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .auth import TokenRegistry
+from .config import CollectorConfig
+from .service import Collector
+from .telemetry import Telemetry
+
+CONFIG = web.AppKey("ldpkit_config", CollectorConfig)
+COLLECTOR = web.AppKey("ldpkit_collector", Collector)
+TELEMETRY = web.AppKey("ldpkit_telemetry", Telemetry)
+TOKENS = web.AppKey("ldpkit_tokens", TokenRegistry)

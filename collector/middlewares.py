@@ -1,0 +1,80 @@
+"""Middlewares, outermost first: request telemetry, JSON errors, bearer-token auth."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from .auth import bearer_token, required_scopes
+from .keys import TELEMETRY, TOKENS
+from .responses import KEPT_HEADERS, STATUS_CODES, ApiError, api_error_response, error_response
+
+log = logging.getLogger("ldpkit.collector")
+
+
+def _route_label(request: web.Request) -> str:
+    route = request.match_info.route
+    resource = route.resource if route is not None else None
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def telemetry_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    response = await handler(request)
+    request.app[TELEMETRY].requests.labels(
+        _route_label(request), request.method, str(response.status)
+    ).inc()
+    return response
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error as JSON ``{"error", "detail"}``; unexpected exceptions as a logged 500."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return api_error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {k: exc.headers[k] for k in KEPT_HEADERS if k in exc.headers}
+        detail = exc.text if exc.text and exc.text != f"{exc.status}: {exc.reason}" else exc.reason
+        return error_response(
+            exc.status, STATUS_CODES.get(exc.status, f"http_{exc.status}"), detail, headers=headers
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        # The path only: never the headers (tokens) or the body (reports).
+        log.exception("unexpected error answering %s %s", request.method, request.path)
+        return error_response(500, "internal_error", "unexpected error; see the collector's log")
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """401 for a missing or unknown token, 403 for a token of the wrong kind."""
+    scopes = required_scopes(request.match_info.handler)
+    if scopes is None or request.match_info.http_exception is not None:
+        return await handler(request)
+    token = bearer_token(request.headers.get("Authorization"))
+    challenge = {"WWW-Authenticate": 'Bearer realm="ldpkit"'}
+    if token is None:
+        raise ApiError(
+            401, "unauthorized", "missing 'Authorization: Bearer <token>' header", headers=challenge
+        )
+    granted = request.app[TOKENS].scopes(token)
+    if not granted:
+        raise ApiError(401, "unauthorized", "unknown token", headers=challenge)
+    if not granted & scopes:
+        kinds = " or ".join(sorted(s.value for s in scopes))
+        raise ApiError(403, "forbidden", f"this endpoint takes a {kinds} token")
+    return await handler(request)
+
+
+def access_log_format(log_addresses: bool) -> str:
+    """aiohttp access-log format: no client address or user agent unless asked for."""
+    base = '"%r" %s %b %Tfs'
+    return f"%a {base}" if log_addresses else base

@@ -1,0 +1,99 @@
+"""JSON answers, JSON errors and ETags."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+JSON = "application/json"
+
+# Error codes of the HTTP statuses aiohttp raises itself (unknown route, wrong method...).
+STATUS_CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    408: "request_timeout",
+    411: "length_required",
+    413: "payload_too_large",
+    414: "uri_too_long",
+    415: "unsupported_media_type",
+    429: "too_many_requests",
+    431: "headers_too_large",
+    500: "internal_error",
+    503: "unavailable",
+}
+# Headers of an aiohttp HTTPException worth keeping on the JSON answer.
+KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
+
+
+class ApiError(Exception):
+    """An error answer: ``status`` with JSON ``{"error": error, "detail": detail, ...}``."""
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        detail: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(f"{status} {error}: {detail}")
+        self.status = status
+        self.error = error
+        self.detail = detail
+        self.headers = dict(headers or {})
+        self.extra = extra
+
+
+def dumps(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+
+
+def json_response(
+    data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.Response(body=dumps(data), status=status, content_type=JSON, headers=headers)
+
+
+def error_response(
+    status: int,
+    error: str,
+    detail: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> web.Response:
+    return json_response(
+        {"error": error, "detail": detail, **extra}, status=status, headers=headers
+    )
+
+
+def api_error_response(exc: ApiError) -> web.Response:
+    return error_response(exc.status, exc.error, exc.detail, headers=exc.headers, **exc.extra)
+
+
+def etag_of(body: bytes) -> str:
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header names ``etag`` (weak comparison, or ``*``)."""
+    if not if_none_match:
+        return False
+    for candidate in if_none_match.split(","):
+        tag = candidate.strip()
+        if tag == "*":
+            return True
+        if tag.startswith("W/"):
+            tag = tag[2:]
+        if tag == etag:
+            return True
+    return False

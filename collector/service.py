@@ -1,0 +1,218 @@
+"""The collector's logic between HTTP and the store: catalog, ingest, estimates.
+
+One :class:`Collector` per app. It keeps an in-memory snapshot of the metric catalog
+(reloaded from the store after a PUT, and at most once a second when a batch names a
+metric or version it does not know, so replicas sharing a database catch up), and the
+pre-serialized ``GET /v1/metrics`` bodies with their ETags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import ProtocolError
+from ..metrics import MetricDefinition
+from ..wire import decode_batch
+from .config import CollectorConfig
+from .estimates import EstimateQuery, estimate_answer
+from .ingest import Rejected, check_batch
+from .responses import ApiError, dumps, etag_of
+from .store import Catalog, IngestResult, PutOutcome, Store, StoreClosed, StoreError
+from .telemetry import Telemetry
+
+log = logging.getLogger("ldpkit.collector")
+
+REFRESH_INTERVAL = 1.0
+
+
+@dataclass(frozen=True)
+class Serialized:
+    body: bytes
+    etag: str
+
+
+def _serialized(data: object) -> Serialized:
+    body = dumps(data)
+    return Serialized(body, etag_of(body))
+
+
+class Collector:
+    def __init__(self, config: CollectorConfig, store: Store, telemetry: Telemetry) -> None:
+        self.config = config
+        self.store = store
+        self.telemetry = telemetry
+        self.catalog = Catalog()
+        self.ready = False
+        self.draining = False
+        self._metrics_body = _serialized({"metrics": []})
+        self._metric_bodies: dict[str, Serialized] = {}
+        self._fp_names: dict[str, str] = {}
+        self._last_refresh = 0.0
+        self._refresh_lock = asyncio.Lock()
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        store = self.store
+        store.commit_listener = self.telemetry.on_commit
+        self.telemetry.watch_queue(lambda: store.pending_batches)
+        await store.open()
+        try:
+            for definition in self.config.metrics.values():
+                outcome = await store.put_metric(definition)
+                if outcome is not PutOutcome.UNCHANGED:
+                    log.info(
+                        "metric %s from the config: %s (version %s)",
+                        definition.name,
+                        outcome.value,
+                        definition.fingerprint,
+                    )
+            await self.refresh_catalog()
+        except BaseException:
+            await store.close()
+            raise
+        self.ready = True
+        counts = {k: len(v) for k, v in self.config.tokens.by_kind().items()}
+        for kind, count in counts.items():
+            if not count:
+                log.warning("no %s token configured: %s requests will be refused", kind, kind)
+
+    async def stop(self) -> None:
+        self.ready = False
+        await self.store.close()
+
+    # --- catalog -------------------------------------------------------------------------
+    def _set_catalog(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        current = sorted(catalog.current.values(), key=lambda d: d.name)
+        self._metrics_body = _serialized({"metrics": [d.to_dict() for d in current]})
+        self._metric_bodies = {d.name: _serialized(d.to_dict()) for d in current}
+        self._fp_names = {
+            fp: name for name, versions in catalog.versions.items() for fp in versions
+        }
+        self.telemetry.metric_versions.set(len(self._fp_names))
+
+    async def refresh_catalog(self) -> None:
+        async with self._refresh_lock:
+            self._set_catalog(await self.store.load_catalog())
+            self._last_refresh = time.monotonic()
+
+    async def _maybe_refresh(self) -> bool:
+        if time.monotonic() - self._last_refresh < REFRESH_INTERVAL:
+            return False
+        await self.refresh_catalog()
+        return True
+
+    def metrics_list(self) -> Serialized:
+        return self._metrics_body
+
+    def metric(self, name: str) -> Serialized:
+        found = self._metric_bodies.get(name)
+        if found is None:
+            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+        return found
+
+    def metric_versions(self, name: str) -> dict[str, object]:
+        versions = self.catalog.versions.get(name)
+        current = self.catalog.current.get(name)
+        if versions is None or current is None:
+            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+        return {
+            "metric": name,
+            "current": current.fingerprint,
+            "versions": [dict(d.to_dict(), fingerprint=fp) for fp, d in versions.items()],
+        }
+
+    async def put_metric(self, definition: MetricDefinition) -> tuple[PutOutcome, str | None]:
+        previous = self.catalog.current.get(definition.name)
+        outcome = await self.store.put_metric(definition)
+        await self.refresh_catalog()
+        log.info(
+            "metric %s: %s (version %s)", definition.name, outcome.value, definition.fingerprint
+        )
+        return outcome, previous.fingerprint if previous is not None else None
+
+    # --- ingest --------------------------------------------------------------------------
+    def overloaded(self) -> bool:
+        return (
+            self.store.pending_batches >= self.config.max_pending_batches
+            or self.store.pending_reports >= self.config.max_pending_reports
+        )
+
+    async def ingest(self, body: bytes) -> dict[str, object]:
+        """Check and store one batch; the answer of ``POST /v1/reports``."""
+        cfg = self.config
+        try:
+            blocks = decode_batch(
+                body, max_reports=cfg.max_reports_per_batch, max_blocks=cfg.max_blocks_per_batch
+            )
+        except ProtocolError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
+        checked = check_batch(blocks, self.catalog, time.time())
+        if checked.unknown_names and await self._maybe_refresh():
+            checked = check_batch(blocks, self.catalog, time.time())
+        result = IngestResult(0, 0)
+        if checked.blocks:
+            try:
+                result = await self.store.ingest(checked.blocks)
+            except StoreClosed:
+                raise ApiError(
+                    503,
+                    "unavailable",
+                    "the collector is shutting down",
+                    headers={"Retry-After": str(cfg.retry_after)},
+                ) from None
+            except StoreError as exc:
+                log.error("batch not stored: %s", exc)
+                raise ApiError(
+                    503,
+                    "store_unavailable",
+                    "the store failed; the batch was not stored",
+                    headers={"Retry-After": str(cfg.retry_after)},
+                ) from None
+        self._count(result, checked.rejected)
+        self.telemetry.batch_reports.observe(checked.total)
+        return {
+            "accepted": result.accepted,
+            "duplicates": result.duplicates,
+            "rejected": checked.rejected_json(),
+        }
+
+    def _count(self, result: IngestResult, rejected: Sequence[Rejected]) -> None:
+        t = self.telemetry
+        for fp, count in result.accepted_by_fingerprint.items():
+            t.reports_accepted.labels(self._fp_names.get(fp, "unknown")).inc(count)
+        if result.duplicates:
+            t.reports_duplicate.inc(result.duplicates)
+        for r in rejected:
+            t.reports_rejected.labels(r.error).inc(int(r.indexes.size))
+
+    # --- estimates -----------------------------------------------------------------------
+    async def estimate(self, name: str, query: EstimateQuery) -> bytes:
+        versions = self.catalog.versions.get(name)
+        current = self.catalog.current.get(name)
+        if versions is None or current is None:
+            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+        fp = query.version or current.fingerprint
+        definition = versions.get(fp)
+        if definition is None:
+            raise ApiError(
+                404,
+                "unknown_version",
+                f"metric {name!r} has no version {fp!r}",
+                param="version",
+            )
+        try:
+            buckets = await self.store.aggregates(
+                fp, definition.mechanism_instance.stats_size, query.start, query.end
+            )
+        except StoreError as exc:
+            log.error("estimates of %s: %s", name, exc)
+            raise ApiError(503, "store_unavailable", "the store failed; retry later") from None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, lambda: dumps(estimate_answer(definition, fp, buckets, query))
+        )

@@ -1,0 +1,512 @@
+"""SQLite store: WAL mode, one writer thread with group commit, one reader thread.
+
+**Threads.** The event loop never touches SQLite. Writes (batches of reports, metric
+definitions) go through a queue to one writer thread that owns the only write
+connection; reads (catalog, aggregates) run on one reader thread with its own
+connection, which WAL lets read committed data while the writer writes.
+
+**Group commit.** The writer takes every job waiting in the queue (up to a limit) and runs
+them in *one* transaction, each inside its own SAVEPOINT (a failing job is rolled back
+alone), then COMMITs once and only then answers every job of the group. While one group
+commits, the next one gathers, so under load each fsync carries many batches.
+
+**One batch.** Its ids go in with ``INSERT OR IGNORE`` (one ``executemany``). If
+``total_changes`` grew by the number of ids, every report was new (the common case).
+Otherwise the insert is rolled back to a savepoint, the ids already stored are looked
+up, first occurrences within the batch found with numpy, and only the new ids inserted.
+Only new reports are aggregated (``mechanism.aggregate`` on that subset); the group's
+aggregates are added to the ``aggregates`` rows just before the COMMIT, so ids and sums
+always agree.
+
+**Durability.** ``synchronous=FULL`` (default) fsyncs the WAL at every commit: an
+acknowledged batch survives power loss. ``NORMAL`` skips that fsync (a crash of the OS
+may lose the last commits, never corrupt the file). See docs/deployment.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ..aggregate import Aggregate
+from ..metrics import MetricDefinition
+from .store import (
+    ID_DTYPE,
+    SUMS_DTYPE,
+    BucketAggregate,
+    Catalog,
+    IngestBlock,
+    IngestResult,
+    PutOutcome,
+    Store,
+    StoreClosed,
+    StoreError,
+    aggregate_blocks,
+    build_catalog,
+    definition_json,
+    new_report_mask,
+)
+
+log = logging.getLogger("ldpkit.collector.store")
+
+T = TypeVar("T")
+Deltas = dict[tuple[str, int], Aggregate]
+JobFn = Callable[[sqlite3.Connection], tuple[Any, Deltas]]
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS metric_versions (
+    fingerprint TEXT PRIMARY KEY,     -- 16 hex digits of the definition's parameters
+    name        TEXT NOT NULL,
+    definition  TEXT NOT NULL,        -- MetricDefinition.to_dict() as JSON
+    seq         INTEGER NOT NULL      -- order in which versions were first defined
+);
+CREATE INDEX IF NOT EXISTS metric_versions_by_name ON metric_versions (name, seq);
+CREATE TABLE IF NOT EXISTS metrics (  -- the current version of each metric
+    name        TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL REFERENCES metric_versions (fingerprint)
+);
+CREATE TABLE IF NOT EXISTS report_ids (  -- dedupe only: no time, no address, no payload
+    id BLOB PRIMARY KEY
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS aggregates (
+    fingerprint TEXT NOT NULL,
+    bucket      INTEGER NOT NULL,     -- bucket start, unix seconds UTC
+    n           INTEGER NOT NULL,     -- reports
+    sums        BLOB NOT NULL,        -- the mechanism's sums vector, little-endian float64
+    PRIMARY KEY (fingerprint, bucket)
+);
+"""
+
+INSERT_IDS_OR_IGNORE = "INSERT OR IGNORE INTO report_ids (id) VALUES (?)"
+INSERT_IDS = "INSERT INTO report_ids (id) VALUES (?)"
+LOOKUP_CHUNK = 500
+MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
+
+
+@dataclass(eq=False)
+class _Job:
+    fn: JobFn
+    future: asyncio.Future[Any]
+    reports: int
+    ingest: bool
+
+
+@dataclass(eq=False)
+class _Stop:
+    done: asyncio.Future[None]
+
+
+class SQLiteStore(Store):
+    """A :class:`Store` in one SQLite file (WAL mode)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "full",
+        max_group_batches: int = 256,
+        max_group_reports: int = 500_000,
+        cache_mib: int = 256,
+        wal_autocheckpoint: int = 4000,
+    ) -> None:
+        self.path = Path(path)
+        self.synchronous = synchronous.upper()
+        if self.synchronous not in ("FULL", "EXTRA", "NORMAL"):
+            raise ValueError(f"synchronous must be full, extra or normal, got {synchronous!r}")
+        self.max_group_batches = max_group_batches
+        self.max_group_reports = max_group_reports
+        self.cache_mib = cache_mib
+        self.wal_autocheckpoint = wal_autocheckpoint
+        self._queue: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._reader: ThreadPoolExecutor | None = None
+        self._reader_conn: sqlite3.Connection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = True
+        self._pending_batches = 0
+        self._pending_reports = 0
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r}, synchronous={self.synchronous})"
+
+    # --- connections ---------------------------------------------------------------------
+    def _connect(self, *, writer: bool) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        try:
+            conn.execute("PRAGMA busy_timeout = 30000")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA temp_store = MEMORY")
+            if writer:
+                conn.execute(f"PRAGMA cache_size = {-1024 * self.cache_mib}")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {self.wal_autocheckpoint}")
+            else:
+                conn.execute("PRAGMA query_only = 1")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version} is newer than this ldpkit "
+                f"({SCHEMA_VERSION}); upgrade ldpkit"
+            )
+        try:
+            conn.executescript(
+                "BEGIN IMMEDIATE;" + SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            )
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._thread is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the directory of {self.path}: {exc}") from None
+        ready: asyncio.Future[None] = loop.create_future()
+        self._thread = threading.Thread(
+            target=self._writer_main, args=(ready,), name="ldpkit-sqlite-writer", daemon=True
+        )
+        self._thread.start()
+        await ready
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="ldpkit-sqlite-reader")
+        self._closing = False
+        await self.ping()
+        log.info("store open: %s (WAL, synchronous=%s)", self.path, self.synchronous)
+
+    async def close(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        self._closing = True
+        done: asyncio.Future[None] = self._loop.create_future()
+        self._queue.put(_Stop(done))
+        await done
+        self._thread = None
+        if self._reader is not None:
+            reader = self._reader
+            self._reader = None
+            with contextlib.suppress(Exception):
+                await self._loop.run_in_executor(reader, self._close_reader)
+            reader.shutdown(wait=True)
+        log.info("store closed: %s", self.path)
+
+    def _close_reader(self) -> None:
+        if self._reader_conn is not None:
+            self._reader_conn.close()
+            self._reader_conn = None
+
+    # --- the writer thread ---------------------------------------------------------------
+    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    @staticmethod
+    def _settle_future(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    def _writer_main(self, ready: asyncio.Future[None]) -> None:
+        try:
+            conn = self._connect(writer=True)
+            try:
+                self._create_schema(conn)
+            except BaseException:
+                conn.close()
+                raise
+        except (sqlite3.Error, StoreError, OSError) as exc:
+            error = exc if isinstance(exc, StoreError) else StoreError(f"{self.path}: {exc}")
+            self._thread = None
+            self._call_soon(self._settle_future, ready, None, error)
+            return
+        self._call_soon(self._settle_future, ready, None, None)
+        stop: _Stop | None = None
+        try:
+            while stop is None:
+                item = self._queue.get()
+                if isinstance(item, _Stop):
+                    stop = item
+                    break
+                group = [item]
+                reports = item.reports
+                while len(group) < self.max_group_batches and reports < self.max_group_reports:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if isinstance(nxt, _Stop):
+                        stop = nxt
+                        break
+                    group.append(nxt)
+                    reports += nxt.reports
+                self._run_group(conn, group)
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            conn.close()
+            if stop is not None:
+                self._call_soon(self._settle_future, stop.done, None, None)
+
+    def _run_group(self, conn: sqlite3.Connection, group: list[_Job]) -> None:
+        started = time.perf_counter()
+        outcomes: list[tuple[_Job, Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            deltas: Deltas = {}
+            for job in group:
+                conn.execute("SAVEPOINT job")
+                try:
+                    result, job_deltas = job.fn(conn)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    if not isinstance(exc, StoreError | ValueError):
+                        log.exception("store job failed")
+                    outcomes.append((job, None, _as_store_error(exc)))
+                    continue
+                conn.execute("RELEASE job")
+                for key, agg in job_deltas.items():
+                    deltas[key] = deltas[key] + agg if key in deltas else agg
+                outcomes.append((job, result, None))
+            self._apply_deltas(conn, deltas)
+            conn.execute("COMMIT")
+        except Exception as exc:
+            log.error("store transaction failed (%d jobs not stored): %s", len(group), exc)
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            error = _as_store_error(exc)
+            outcomes = [(job, None, error) for job in group]
+        elapsed = time.perf_counter() - started
+        listener = self.commit_listener
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                listener(elapsed, sum(j.ingest for j in group), sum(j.reports for j in group))
+        self._call_soon(self._settle_group, outcomes)
+
+    def _settle_group(self, outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
+        for job, result, exc in outcomes:
+            if job.ingest:
+                self._pending_batches -= 1
+                self._pending_reports -= job.reports
+            self._settle_future(job.future, result, exc)
+
+    @staticmethod
+    def _apply_deltas(conn: sqlite3.Connection, deltas: Deltas) -> None:
+        for (fp, bucket), agg in deltas.items():
+            row = conn.execute(
+                "SELECT n, sums FROM aggregates WHERE fingerprint = ? AND bucket = ?", (fp, bucket)
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO aggregates (fingerprint, bucket, n, sums) VALUES (?, ?, ?, ?)",
+                    (fp, bucket, agg.n, agg.sums.astype(SUMS_DTYPE).tobytes()),
+                )
+                continue
+            old = np.frombuffer(row[1], dtype=SUMS_DTYPE)
+            if old.size != agg.sums.size:
+                raise StoreError(
+                    f"aggregate of version {fp} bucket {bucket} holds {old.size} sums, "
+                    f"the mechanism keeps {agg.sums.size}"
+                )
+            conn.execute(
+                "UPDATE aggregates SET n = ?, sums = ? WHERE fingerprint = ? AND bucket = ?",
+                (int(row[0]) + agg.n, (old + agg.sums).astype(SUMS_DTYPE).tobytes(), fp, bucket),
+            )
+
+    # --- submitting work -----------------------------------------------------------------
+    def _submit(self, fn: JobFn, *, reports: int = 0, ingest: bool = False) -> asyncio.Future[Any]:
+        if self._closing or self._loop is None:
+            raise StoreClosed("the store is closed")
+        future: asyncio.Future[Any] = self._loop.create_future()
+        if ingest:
+            self._pending_batches += 1
+            self._pending_reports += reports
+        self._queue.put(_Job(fn, future, reports, ingest))
+        return future
+
+    @property
+    def pending_batches(self) -> int:
+        return self._pending_batches
+
+    @property
+    def pending_reports(self) -> int:
+        return self._pending_reports
+
+    async def ingest(self, blocks: Sequence[IngestBlock]) -> IngestResult:
+        blocks = [b for b in blocks if b.n]
+        total = sum(b.n for b in blocks)
+        if not total:
+            return IngestResult(0, 0)
+        result: IngestResult = await self._submit(
+            lambda conn: _ingest(conn, blocks), reports=total, ingest=True
+        )
+        return result
+
+    async def put_metric(self, definition: MetricDefinition) -> PutOutcome:
+        outcome: PutOutcome = await self._submit(lambda conn: (_put_metric(conn, definition), {}))
+        return outcome
+
+    # --- reads ---------------------------------------------------------------------------
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._reader is None or self._loop is None or self._closing:
+            raise StoreClosed("the store is closed")
+
+        def run() -> T:
+            if self._reader_conn is None:
+                self._reader_conn = self._connect(writer=False)
+            return fn(self._reader_conn)
+
+        try:
+            return await self._loop.run_in_executor(self._reader, run)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {exc}") from None
+
+    async def ping(self) -> None:
+        await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    async def load_catalog(self) -> Catalog:
+        def read(conn: sqlite3.Connection) -> Catalog:
+            versions = conn.execute(
+                "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
+            ).fetchall()
+            current = conn.execute("SELECT name, fingerprint FROM metrics").fetchall()
+            return build_catalog(versions, current)
+
+        return await self._read(read)
+
+    async def aggregates(
+        self, fingerprint: str, stats_size: int, start: int | None, end: int | None
+    ) -> list[BucketAggregate]:
+        lo = MIN_BUCKET if start is None else start
+        hi = MAX_BUCKET if end is None else end
+
+        def read(conn: sqlite3.Connection) -> list[BucketAggregate]:
+            rows = conn.execute(
+                "SELECT bucket, n, sums FROM aggregates "
+                "WHERE fingerprint = ? AND bucket >= ? AND bucket < ? ORDER BY bucket",
+                (fingerprint, lo, hi),
+            ).fetchall()
+            out = []
+            for bucket, n, blob in rows:
+                sums = np.frombuffer(blob, dtype=SUMS_DTYPE)
+                if sums.size != stats_size:
+                    raise StoreError(
+                        f"aggregate of version {fingerprint} bucket {bucket} holds {sums.size} "
+                        f"sums, the mechanism keeps {stats_size}"
+                    )
+                out.append(BucketAggregate(int(bucket), Aggregate(int(n), sums)))
+            return out
+
+        return await self._read(read)
+
+    async def report_count(self) -> int:
+        count: int = await self._read(
+            lambda conn: conn.execute("SELECT count(*) FROM report_ids").fetchone()[0]
+        )
+        return count
+
+
+def _as_store_error(exc: BaseException) -> BaseException:
+    if isinstance(exc, StoreError | ValueError):
+        return exc
+    return StoreError(f"{type(exc).__name__}: {exc}")
+
+
+def _existing_ids(conn: sqlite3.Connection, ids: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Which of ``ids`` (unique) are stored already."""
+    found: list[bytes] = []
+    id_list = ids.tolist()
+    for i in range(0, len(id_list), LOOKUP_CHUNK):
+        chunk = id_list[i : i + LOOKUP_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        found.extend(
+            row[0]
+            for row in conn.execute(f"SELECT id FROM report_ids WHERE id IN ({marks})", chunk)
+        )
+    return np.frombuffer(b"".join(found), dtype=ID_DTYPE)
+
+
+def _ingest(conn: sqlite3.Connection, blocks: Sequence[IngestBlock]) -> tuple[IngestResult, Deltas]:
+    ids = blocks[0].ids if len(blocks) == 1 else np.concatenate([b.ids for b in blocks])
+    total = int(ids.shape[0])
+    conn.execute("SAVEPOINT ids")
+    before = conn.total_changes
+    conn.executemany(INSERT_IDS_OR_IGNORE, zip(ids.tolist(), strict=True))
+    inserted = conn.total_changes - before
+    new: npt.NDArray[np.bool_] | None = None
+    if inserted != total:
+        # Some ids were there already (retries) or repeat within the batch: find which.
+        conn.execute("ROLLBACK TO ids")
+        existing = _existing_ids(conn, np.unique(ids))
+        new = new_report_mask(ids, existing)
+        conn.executemany(INSERT_IDS, zip(ids[new].tolist(), strict=True))
+        inserted = int(new.sum())
+    conn.execute("RELEASE ids")
+    deltas = aggregate_blocks(blocks, new)
+    by_fp: dict[str, int] = {}
+    for (fp, _), agg in deltas.items():
+        by_fp[fp] = by_fp.get(fp, 0) + agg.n
+    return IngestResult(inserted, total - inserted, by_fp), deltas
+
+
+def _put_metric(conn: sqlite3.Connection, definition: MetricDefinition) -> PutOutcome:
+    fp = definition.fingerprint
+    name = definition.name
+    text = definition_json(definition)
+    current = conn.execute("SELECT fingerprint FROM metrics WHERE name = ?", (name,)).fetchone()
+    version = conn.execute(
+        "SELECT definition FROM metric_versions WHERE fingerprint = ?", (fp,)
+    ).fetchone()
+    if version is None:
+        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM metric_versions").fetchone()[0]
+        conn.execute(
+            "INSERT INTO metric_versions (fingerprint, name, definition, seq) VALUES (?, ?, ?, ?)",
+            (fp, name, text, seq),
+        )
+    elif version[0] != text:
+        conn.execute("UPDATE metric_versions SET definition = ? WHERE fingerprint = ?", (text, fp))
+    conn.execute(
+        "INSERT INTO metrics (name, fingerprint) VALUES (?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET fingerprint = excluded.fingerprint",
+        (name, fp),
+    )
+    if current is None:
+        return PutOutcome.CREATED
+    if current[0] != fp:
+        return PutOutcome.NEW_VERSION if version is None else PutOutcome.REVERTED
+    return (
+        PutOutcome.UPDATED if version is not None and version[0] != text else PutOutcome.UNCHANGED
+    )

@@ -1,0 +1,245 @@
+"""The store interface: what the collector needs from a database.
+
+A store keeps three things:
+
+- **metric versions**: every definition ever given (keyed by fingerprint, with its JSON),
+  and which version is current for each name;
+- **report ids**: one row per stored report id (16 random bytes), for deduplication, and
+  nothing else: no arrival time, no client address;
+- **aggregates**: per (fingerprint, bucket), the report count ``n`` and the mechanism's
+  sums vector, updated in the same transaction as the ids, so an estimate reads
+  O(domain) numbers whatever the number of reports.
+
+:meth:`Store.ingest` stores a batch atomically: it answers only after the commit that
+holds the batch, so an acknowledged report is durable; the same id twice (in one batch
+or across batches) is stored and counted once. Implementations run their blocking work
+off the event loop. :func:`open_store` picks the implementation from the database string
+(a path: SQLite; ``postgresql://...``: PostgreSQL, when that module exists).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..aggregate import Aggregate
+from ..errors import LdpkitError
+from ..mechanisms import Mechanism
+from ..metrics import MetricDefinition
+from ..wire import ID_SIZE
+from .config import POSTGRES_PREFIXES, ConfigError
+
+log = logging.getLogger("ldpkit.collector.store")
+
+ID_DTYPE = np.dtype(f"V{ID_SIZE}")
+SUMS_DTYPE = np.dtype("<f8")
+
+CommitListener = Callable[[float, int, int], None]
+"""Called after each commit with (seconds, batches, reports) — from the store's thread."""
+
+
+class StoreError(LdpkitError):
+    """The store failed (I/O error, database unavailable); the batch was not stored."""
+
+
+class StoreClosed(StoreError):
+    """The store is closed or closing and takes no more work."""
+
+
+class PutOutcome(StrEnum):
+    CREATED = "created"  # a new metric
+    NEW_VERSION = "new_version"  # parameters changed: a new fingerprint became current
+    REVERTED = "reverted"  # parameters changed back to an older version, now current again
+    UPDATED = "updated"  # same parameters; description/budget changed
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A snapshot of the metric definitions: the current one per name, and every version."""
+
+    current: dict[str, MetricDefinition] = field(default_factory=dict)
+    versions: dict[str, dict[str, MetricDefinition]] = field(default_factory=dict)
+
+    def version(self, name: str, fingerprint: str) -> MetricDefinition | None:
+        return self.versions.get(name, {}).get(fingerprint)
+
+
+@dataclass(frozen=True)
+class IngestBlock:
+    """Valid reports of one metric version and bucket, in batch order."""
+
+    fingerprint: str
+    bucket: int
+    mechanism: Mechanism
+    ids: npt.NDArray[Any]  # ID_DTYPE, one per report
+    reports: npt.NDArray[Any]  # the mechanism's report dtype
+
+    @property
+    def n(self) -> int:
+        return int(self.ids.shape[0])
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int
+    duplicates: int
+    accepted_by_fingerprint: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BucketAggregate:
+    bucket: int
+    aggregate: Aggregate
+
+
+def definition_json(definition: MetricDefinition) -> str:
+    """The stored form of a definition: its ``to_dict()`` as canonical JSON."""
+    return json.dumps(definition.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def definition_from_json(fingerprint: str, name: str, text: str) -> MetricDefinition | None:
+    """Rebuild a stored definition; None (with a warning) if this code cannot."""
+    try:
+        data = json.loads(text)
+        definition = MetricDefinition.from_dict(name, data)
+        if definition.fingerprint != fingerprint and data.get("resolved_mechanism"):
+            # 'auto' may resolve differently in another ldpkit version: pin it.
+            pinned = dict(data, mechanism=data["resolved_mechanism"])
+            definition = MetricDefinition.from_dict(name, pinned)
+    except (LdpkitError, ValueError, TypeError, ImportError) as exc:
+        log.warning("metric %s version %s cannot be loaded: %s", name, fingerprint, exc)
+        return None
+    if definition.fingerprint != fingerprint:
+        log.warning(
+            "metric %s version %s: stored definition now fingerprints as %s; kept under %s",
+            name,
+            fingerprint,
+            definition.fingerprint,
+            fingerprint,
+        )
+    return definition
+
+
+def build_catalog(
+    versions: Iterable[tuple[str, str, str]], current: Iterable[tuple[str, str]]
+) -> Catalog:
+    """A catalog from (fingerprint, name, definition JSON) rows and (name, fingerprint) rows."""
+    catalog = Catalog()
+    for fp, name, text in versions:
+        definition = definition_from_json(fp, name, text)
+        if definition is not None:
+            catalog.versions.setdefault(name, {})[fp] = definition
+    for name, fp in current:
+        definition = catalog.version(name, fp)
+        if definition is not None:
+            catalog.current[name] = definition
+    return catalog
+
+
+def new_report_mask(ids: npt.NDArray[Any], existing: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Which of ``ids`` to store: first occurrences within ``ids`` that are not in ``existing``."""
+    mask = np.zeros(ids.shape[0], dtype=bool)
+    if ids.shape[0]:
+        _, first = np.unique(ids, return_index=True)
+        mask[first] = True
+    if existing.shape[0]:
+        mask &= ~np.isin(ids, existing)
+    return mask
+
+
+def aggregate_blocks(
+    blocks: Sequence[IngestBlock], new: npt.NDArray[np.bool_] | None
+) -> dict[tuple[str, int], Aggregate]:
+    """Aggregates of the new reports of ``blocks`` (``new`` masks the concatenated ids;
+    None means all are new), keyed by (fingerprint, bucket)."""
+    deltas: dict[tuple[str, int], Aggregate] = {}
+    offset = 0
+    for block in blocks:
+        n = block.n
+        reports = block.reports
+        if new is not None:
+            keep = new[offset : offset + n]
+            if not keep.all():
+                reports = reports[keep]
+        offset += n
+        if len(reports) == 0:
+            continue
+        agg = block.mechanism.aggregate(reports)
+        key = (block.fingerprint, block.bucket)
+        deltas[key] = deltas[key] + agg if key in deltas else agg
+    return deltas
+
+
+class Store(ABC):
+    """What the collector asks of a database. All methods are coroutines that never block
+    the event loop."""
+
+    commit_listener: CommitListener | None = None
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect and create or migrate the schema."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Finish (commit) every batch already submitted, then release the database."""
+
+    @abstractmethod
+    async def ping(self) -> None:
+        """Raise StoreError unless the database answers."""
+
+    @property
+    @abstractmethod
+    def pending_batches(self) -> int:
+        """Batches submitted to :meth:`ingest` and not yet committed (for backpressure)."""
+
+    @property
+    @abstractmethod
+    def pending_reports(self) -> int:
+        """Reports in those batches."""
+
+    @abstractmethod
+    async def load_catalog(self) -> Catalog:
+        """Every stored metric version and the current one per name."""
+
+    @abstractmethod
+    async def put_metric(self, definition: MetricDefinition) -> PutOutcome:
+        """Store ``definition`` (a new version if its fingerprint is new) and make it current."""
+
+    @abstractmethod
+    async def ingest(self, blocks: Sequence[IngestBlock]) -> IngestResult:
+        """Store one batch's valid reports in one transaction; answer after its commit."""
+
+    @abstractmethod
+    async def aggregates(
+        self, fingerprint: str, stats_size: int, start: int | None, end: int | None
+    ) -> list[BucketAggregate]:
+        """Per-bucket aggregates of a version, for buckets in ``[start, end)``, by bucket."""
+
+    @abstractmethod
+    async def report_count(self) -> int:
+        """Number of distinct report ids stored."""
+
+
+def open_store(database: str, *, synchronous: str = "full") -> Store:
+    """The store for ``database``: a SQLite file path, or a PostgreSQL URL."""
+    if database.startswith(POSTGRES_PREFIXES):
+        try:
+            module = importlib.import_module(f"{__package__}.postgres_store")
+        except ImportError as exc:
+            raise ConfigError(f"the PostgreSQL store is not available: {exc}") from None
+        store: Store = module.PostgresStore(database)
+        return store
+    from .sqlite_store import SQLiteStore
+
+    return SQLiteStore(database, synchronous=synchronous)
