@@ -5,13 +5,13 @@ from __future__ import annotations
 import importlib
 import math
 
-import ldpkit
 import numpy as np
 import numpy.typing as npt
 import pytest
+
+import ldpkit
 from ldpkit.mechanisms import _REGISTRY, CATEGORICAL, NUMERIC, FrequencyOracle, NumericMechanism
 from ldpkit.planner import Plan
-
 from tests.stats import chi2_ratio_bounds, coverage_bounds, run_campaigns
 
 BOUNDS = (0.0, 10.0)

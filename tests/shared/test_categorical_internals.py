@@ -6,15 +6,16 @@ import math
 import re
 from typing import Any
 
-import ldpkit
 import numpy as np
 import pytest
 import scipy.linalg
+from scipy import stats
+
+import ldpkit
 from ldpkit.mechanisms import _bits, hadamard, local_hashing, subset_selection
 from ldpkit.mechanisms.hadamard import HadamardResponse, fwht
 from ldpkit.mechanisms.local_hashing import OptimizedLocalHashing, bucket, bucket_bounds
 from ldpkit.mechanisms.subset_selection import SubsetSelection
-from scipy import stats
 
 # --- bits -------------------------------------------------------------------------------
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ldpkit
 import numpy as np
 import numpy.typing as npt
 import pytest
-from ldpkit.mechanisms.local_hashing import OptimizedLocalHashing, bucket
 from scipy import stats
+
+import ldpkit
+from ldpkit.mechanisms.local_hashing import OptimizedLocalHashing, bucket
 
 EPSILONS = [0.1, 0.5, 1.0, 2.0, 4.0, 8.0]
 DOMAINS = [2, 3, 5, 8]

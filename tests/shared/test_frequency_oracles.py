@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 
-import ldpkit
 import numpy as np
 import pytest
-from ldpkit.mechanisms import CATEGORICAL
 
+import ldpkit
+from ldpkit.mechanisms import CATEGORICAL
 from tests.stats import chi2_ratio_bounds, coverage_bounds, run_campaigns
 
 D = 8

@@ -10,16 +10,16 @@ import math
 import zlib
 from collections.abc import Callable
 
-import ldpkit
 import numpy as np
 import numpy.typing as npt
 import pytest
+from scipy import stats
+
+import ldpkit
 from ldpkit.mechanisms import NUMERIC, NumericMechanism
 from ldpkit.mechanisms.duchi import Duchi
 from ldpkit.mechanisms.laplace import LocalLaplace
 from ldpkit.mechanisms.piecewise import HALF_CELLS, Hybrid, Piecewise
-from scipy import stats
-
 from tests.stats import chi2_ratio_bounds, coverage_bounds, run_campaigns
 
 BOUNDS = (0.0, 10.0)

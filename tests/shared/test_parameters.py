@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
-import ldpkit
 import pytest
+
+import ldpkit
 from ldpkit.mechanisms import CATEGORICAL, NUMERIC
 
 
