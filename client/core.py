@@ -18,6 +18,7 @@ import json
 import math
 import random
 import struct
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,9 +39,6 @@ from ..wire import ID_SIZE, Block, encode_batch
 
 Clock = Callable[[], float]
 """Unix seconds (UTC), like :func:`time.time`; tests pass their own to move time."""
-
-TOTAL_SCOPE = "*"
-"""Ledger scope of the total across metrics (never a metric name: those match ^[a-z])."""
 
 BUDGET_SLACK = 1e-9
 """Relative slack when comparing sums of epsilons (1.0 + 0.1 + ... is not exact)."""
@@ -238,19 +236,30 @@ class MetricCodec:
     definition: MetricDefinition
     fingerprint: str
     index: Mapping[str, int] = field(repr=False)
+    # Plain copies of what report() reads, so the hot path touches no enum properties.
+    name: str = ""
+    categorical: bool = True
+    epsilon: float = 0.0
+    budget: float = 0.0
+    bucket_seconds: int = 0
+    budget_period: str = ""
+    budget_seconds: int = 0
 
     @classmethod
     def of(cls, definition: MetricDefinition) -> MetricCodec:
         cats = definition.categories or ()
-        return cls(definition, definition.fingerprint, {c: i for i, c in enumerate(cats)})
-
-    @property
-    def name(self) -> str:
-        return self.definition.name
-
-    @property
-    def epsilon(self) -> float:
-        return self.definition.epsilon
+        return cls(
+            definition,
+            definition.fingerprint,
+            {c: i for i, c in enumerate(cats)},
+            name=definition.name,
+            categorical=definition.kind is MetricKind.CATEGORICAL,
+            epsilon=definition.epsilon,
+            budget=definition.effective_budget,
+            bucket_seconds=definition.bucket.seconds,
+            budget_period=definition.budget_period.value,
+            budget_seconds=definition.budget_period.seconds,
+        )
 
     def encode(self, value: object) -> tuple[int | float, bool]:
         """The mechanism's input for ``value`` and whether it was clipped.
@@ -259,14 +268,15 @@ class MetricCodec:
         non-string). Numeric: the number clipped to the bounds (ParameterError for a
         non-number, NaN or infinity).
         """
-        d = self.definition
-        if d.kind is MetricKind.CATEGORICAL:
+        if self.categorical:
             if isinstance(value, str):
                 i = self.index.get(value)
                 if i is not None:
                     return i, False
+            d = self.definition
             d.encode_value(value)  # raises the clear message
             raise ParameterError(f"{value!r} is not a category of metric {d.name}")  # unreachable
+        d = self.definition
         if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
             raise ParameterError(
                 f"metric {d.name} takes a number in [{_g(d.bounds, 0)}, {_g(d.bounds, 1)}], "
@@ -311,7 +321,7 @@ class MetricCodec:
 
     def value_key(self, encoded: int | float) -> bytes:
         """A fixed-width byte form of an encoded value (the memo key's input)."""
-        if self.definition.kind is MetricKind.CATEGORICAL:
+        if self.categorical:
             return struct.pack("<Q", int(encoded))
         return struct.pack("<d", float(encoded))
 
@@ -358,14 +368,44 @@ def memo_generator(secret: bytes, message: bytes) -> np.random.Generator:
     """The permanent randomness of one (metric version, value, window): numpy's Philox
     keyed with 128 bits of HMAC-SHA256(secret, message)."""
     digest = hmac.digest(secret, _RNG_CONTEXT + message, "sha256")
-    return np.random.Generator(np.random.Philox(key=int.from_bytes(digest[:16], "little")))
+    return keyed_generator(digest[:16])
+
+
+_ZERO4 = np.zeros(4, dtype=np.uint64)
+_local = threading.local()
+
+
+def keyed_generator(key: bytes) -> np.random.Generator:
+    """A generator equal to ``Generator(Philox(key=int.from_bytes(key, "little")))``.
+
+    Building a Philox object costs about 13 microseconds, a quarter of a report's
+    budget, so each thread keeps one and re-keys it (counter and buffer zeroed, exactly
+    the state a new one starts in). The generator is valid until the same thread's next
+    call: use it at once.
+    """
+    cached: tuple[np.random.Philox, np.random.Generator] | None = getattr(_local, "philox", None)
+    if cached is None:
+        bit_generator = np.random.Philox(key=0)
+        cached = (bit_generator, np.random.Generator(bit_generator))
+        _local.philox = cached
+    bit_generator, generator = cached
+    bit_generator.state = {
+        "bit_generator": "Philox",
+        "state": {"counter": _ZERO4, "key": np.frombuffer(key, dtype="<u8").copy()},
+        "buffer": _ZERO4,
+        "buffer_pos": 4,
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
+    return generator
 
 
 # --- budget ---------------------------------------------------------------------------
-def period_window(period: Period, now: float) -> tuple[int, int]:
-    """(start, end) of the period holding ``now``, unix seconds UTC."""
-    start = period.start(now)
-    return start, start + period.seconds
+def period_window(period: Period | int, now: float) -> tuple[int, int]:
+    """(start, end) of the period (or length in seconds) holding ``now``, unix seconds UTC."""
+    seconds = period if isinstance(period, int) else period.seconds
+    start = int(now // seconds) * seconds
+    return start, start + seconds
 
 
 def fits(spent: float, needed: float, budget: float) -> bool:
@@ -448,6 +488,12 @@ class Batch:
     body: bytes
     seqs: tuple[int, ...]
     blocks: int
+    report_ids: tuple[bytes, ...] = ()
+
+    @property
+    def keys(self) -> tuple[tuple[int, bytes], ...]:
+        """(seq, report id) of every row, in wire order."""
+        return tuple(zip(self.seqs, self.report_ids, strict=True))
 
     @property
     def n(self) -> int:
@@ -465,6 +511,7 @@ def build_batch(rows: Iterable[OutboxRow]) -> Batch:
         groups.setdefault((row.metric, row.fingerprint, row.bucket), []).append(row)
     blocks: list[Block] = []
     seqs: list[int] = []
+    report_ids: list[bytes] = []
     for (metric, fp, bucket), members in groups.items():
         ids = b"".join(r.report_id for r in members)
         reports = b"".join(r.report for r in members)
@@ -472,7 +519,8 @@ def build_batch(rows: Iterable[OutboxRow]) -> Batch:
             raise ProtocolError(f"outbox row of metric {metric!r} has a malformed report id")
         blocks.append(Block(metric, fp, bucket, ids, reports))
         seqs.extend(r.seq for r in members)
-    return Batch(encode_batch(blocks), tuple(seqs), len(blocks))
+        report_ids.extend(r.report_id for r in members)
+    return Batch(encode_batch(blocks), tuple(seqs), len(blocks), tuple(report_ids))
 
 
 # --- answers and retry decisions ------------------------------------------------------
@@ -499,7 +547,7 @@ class Delivered:
     accepted: int
     duplicates: int
     rejected: tuple[Rejection, ...]
-    seqs: tuple[int, ...]
+    keys: tuple[tuple[int, bytes], ...]  # (seq, report id) of every row answered
 
 
 @dataclass(frozen=True)
@@ -597,7 +645,7 @@ def interpret_batch_answer(batch: Batch, answer: HttpAnswer, now: float) -> Outc
             f"collector's answer counts {accepted} accepted + {duplicates} duplicates + "
             f"{len(rejected)} rejected for a batch of {batch.n}"
         )
-    return Delivered(accepted, duplicates, tuple(rejected), batch.seqs)
+    return Delivered(accepted, duplicates, tuple(rejected), batch.keys)
 
 
 # --- definitions ----------------------------------------------------------------------

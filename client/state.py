@@ -27,10 +27,9 @@ from ..errors import (
     ProtocolError,
 )
 from ..metrics import MetricDefinition, Period
-from ..randomness import os_generator, resolve_rng
+from ..randomness import resolve_rng
 from ..wire import ID_SIZE
 from .core import (
-    TOTAL_SCOPE,
     Batch,
     BudgetStatus,
     Clock,
@@ -48,7 +47,9 @@ from .core import (
     budget_decision,
     build_batch,
     classify_failure,
+    fits,
     interpret_batch_answer,
+    keyed_generator,
     left_of,
     memo_generator,
     memo_message,
@@ -56,7 +57,7 @@ from .core import (
     parse_definitions,
     period_window,
 )
-from .storage import Store, load_or_create_secret, prepare_state_dir
+from .storage import TOTAL_KEY, Store, load_or_create_secret, prepare_state_dir
 
 log = logging.getLogger("ldpkit.client")
 
@@ -102,6 +103,8 @@ class ReporterState:
         self.memoize = bool(memoize)
         self.max_outbox = _positive_int(max_outbox, "max_outbox")
         self.total_period = _period(total_budget_period, "total_budget_period")
+        self._total_name = self.total_period.value
+        self._total_seconds = self.total_period.seconds
         if total_budget is not None:
             if isinstance(total_budget, bool) or not isinstance(total_budget, int | float):
                 raise ParameterError(f"total_budget must be a number, got {total_budget!r}")
@@ -212,22 +215,21 @@ class ReporterState:
     # --- reports ----------------------------------------------------------------------
     def report(self, metric: str, value: object) -> ReportReceipt:
         """Check, perturb and durably queue one value (see ``Reporter.report``)."""
-        codec = self._codecs.get(metric)
-        if codec is None:
+        c = self._codecs.get(metric)
+        if c is None:
             raise self.unknown_metric(metric)
-        encoded, clipped = codec.encode(value)
-        d = codec.definition
+        encoded, clipped = c.encode(value)
         now = self.clock()
-        bucket = d.bucket.start(now)
-        w_start, w_end = period_window(d.budget_period, now)
+        bucket = int(now // c.bucket_seconds) * c.bucket_seconds
+        w_start = int(now // c.budget_seconds) * c.budget_seconds
         tag: bytes | None = None
         if self.memoize:
-            message = memo_message(codec.fingerprint, codec.value_key(encoded), w_start)
+            message = memo_message(c.fingerprint, c.value_key(encoded), w_start)
             tag = memo_tag(self.secret, message)
             rng = memo_generator(self.secret, message)
         else:
-            rng = os_generator()
-        report = codec.perturb(encoded, rng)
+            rng = keyed_generator(os.urandom(16))  # a fresh OS-CSPRNG key
+        report = c.perturb(encoded, rng)
         report_id = os.urandom(ID_SIZE)
         store = self.store
         with self.lock, store.transaction():
@@ -236,33 +238,49 @@ class ReporterState:
             if memoized and last_bucket == bucket:
                 # This very report is already queued (or delivered) for this bucket.
                 return ReportReceipt(
-                    d.name, codec.fingerprint, bucket, report, None, 0.0, True, False, clipped
+                    c.name, c.fingerprint, bucket, report, None, 0.0, True, False, clipped
                 )
             self._check_room(store.outbox_rows(), 1)
             spent = 0.0
+            t_start = int(now // self._total_seconds) * self._total_seconds
             if not memoized:
-                t_start, t_end = period_window(self.total_period, now)
-                error = budget_decision(
-                    metric=d.name,
-                    needed=d.epsilon,
-                    metric_spent=store.spent(d.name, d.budget_period.value, w_start),
-                    metric_budget=d.effective_budget,
-                    metric_period=d.budget_period,
-                    total_spent=store.spent(TOTAL_SCOPE, self.total_period.value, t_start),
-                    total_budget=self.total_budget,
-                    total_period=self.total_period,
-                    now=now,
-                )
-                if error is not None:
+                metric_spent = store.spent(c.name, c.budget_seconds, w_start)
+                total_spent = store.spent(TOTAL_KEY, self._total_seconds, t_start)
+                if not (
+                    fits(metric_spent, c.epsilon, c.budget)
+                    and (
+                        self.total_budget is None or fits(total_spent, c.epsilon, self.total_budget)
+                    )
+                ):
+                    error = budget_decision(
+                        metric=c.name,
+                        needed=c.epsilon,
+                        metric_spent=metric_spent,
+                        metric_budget=c.budget,
+                        metric_period=c.definition.budget_period,
+                        total_spent=total_spent,
+                        total_budget=self.total_budget,
+                        total_period=self.total_period,
+                        now=now,
+                    )
+                    assert error is not None
                     raise error
-                store.spend(d.name, d.budget_period.value, w_start, w_end, d.epsilon)
-                store.spend(TOTAL_SCOPE, self.total_period.value, t_start, t_end, d.epsilon)
-                spent = d.epsilon
-            store.insert_report(report_id, d.name, codec.fingerprint, bucket, report)
-            if tag is not None:
-                store.memo_put(tag, w_end, bucket)
+                spent = c.epsilon
+            store.add_report(
+                report_id,
+                c.name,
+                c.fingerprint,
+                bucket,
+                report,
+                tag=tag,
+                epsilon=spent,
+                budget_seconds=c.budget_seconds,
+                window_start=w_start,
+                total_seconds=self._total_seconds,
+                total_start=t_start,
+            )
         return ReportReceipt(
-            d.name, codec.fingerprint, bucket, report, report_id, spent, memoized, True, clipped
+            c.name, c.fingerprint, bucket, report, report_id, spent, memoized, True, clipped
         )
 
     def _check_room(self, rows: int, adding: int) -> None:
@@ -314,12 +332,12 @@ class ReporterState:
         ids = os.urandom(ID_SIZE * n)
         bucket = d.bucket.start(now)
         fp = codec.fingerprint
-        rows = (
+        rows = [
             (ids[i * ID_SIZE : (i + 1) * ID_SIZE], d.name, fp, bucket, reports[i]) for i in range(n)
-        )
+        ]
         with self.lock, self.store.transaction():
             self._check_room(self.store.outbox_rows(), n)
-            self.store.insert_reports(rows)
+            self.store.add_unmetered(rows)
         return n
 
     def budget(self) -> BudgetStatus:
@@ -329,7 +347,7 @@ class ReporterState:
             for name, codec in sorted(self._codecs.items()):
                 d = codec.definition
                 start, end = period_window(d.budget_period, now)
-                spent = self.store.spent(name, d.budget_period.value, start)
+                spent = self.store.spent(name, codec.budget_seconds, start)
                 metrics[name] = MetricBudget(
                     name,
                     d.effective_budget,
@@ -341,7 +359,7 @@ class ReporterState:
                 )
             total: TotalBudget | None = None
             start, end = period_window(self.total_period, now)
-            spent = self.store.spent(TOTAL_SCOPE, self.total_period.value, start)
+            spent = self.store.spent(TOTAL_KEY, self._total_seconds, start)
             if self.total_budget is not None:
                 total = TotalBudget(
                     self.total_budget,
@@ -481,7 +499,7 @@ class FlushRun:
         outcome = interpret_batch_answer(batch, answer, self.state.clock())
         if isinstance(outcome, Delivered):
             with self.state.lock:
-                self.state.store.delete(outcome.seqs)
+                self.state.store.acknowledge(outcome.keys)
             for r in outcome.rejected:
                 log.warning(
                     "collector rejected a report for good (dropped): %s %s", r.error, r.detail

@@ -4,12 +4,24 @@
 
     state_dir/            mode 0700
       device.key          32 random bytes (os.urandom), mode 0600: the memo secret
-      client.sqlite3      mode 0600, WAL journal
-        outbox            perturbed reports waiting for the collector (never a raw value)
-        ledger            epsilon spent per (metric | "*" for the total, period, window)
-        memo              HMAC tags of values reported in the current memo windows
+      client.sqlite3      mode 0600, WAL journal, 1 KiB pages
+        reports           one row per report made: the outbox, the ledger and the memo
         definitions       the last GET /v1/metrics body and its ETag
-        meta              counters (outbox rows, kept by triggers)
+        meta              counters (fsyncs before sends)
+
+One row per report holds everything the device keeps about it: the perturbed report and
+its random id (the *outbox*: ``report`` is set to NULL once the collector has
+acknowledged it), the epsilon it spent and the budget windows it spent it in (the
+*ledger*: the sums per metric window and per total window), and the HMAC tag of its
+value (the *memo*). So a report is one row appended to one table: one page written per
+commit, which keeps ``report()`` fast. Rows whose report was delivered are deleted once
+both of their budget windows have ended. The raw value is in no column.
+
+The ledger sums, the memo tags and the outbox count are also kept in memory, so that
+``report()`` reads nothing from SQLite. They are checked against ``PRAGMA data_version``
+at the start of every transaction and reloaded when another connection (another process
+on the same state_dir) has committed in between, and dropped when a transaction rolls
+back.
 
 Durability. Every write is one transaction in the WAL. Reports are committed with
 ``synchronous=NORMAL``: the commit is written to the WAL (in the OS page cache) before
@@ -28,7 +40,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import LdpkitError
@@ -44,35 +56,21 @@ CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
-INSERT OR IGNORE INTO meta (key, value) VALUES ('outbox_rows', 0);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('syncs', 0);
-CREATE TABLE IF NOT EXISTS outbox (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    report_id BLOB NOT NULL,
+CREATE TABLE IF NOT EXISTS reports (
+    seq INTEGER PRIMARY KEY,     -- outbox order; rows are matched by (seq, report_id)
+    report_id BLOB NOT NULL,     -- 16 random bytes, sent with the report
     metric TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
-    bucket INTEGER NOT NULL,
-    report BLOB NOT NULL
+    bucket INTEGER NOT NULL,     -- the coarse time bucket start, unix seconds
+    report BLOB,                 -- the perturbed report; NULL once acknowledged
+    tag BLOB,                    -- memo: HMAC tag of (version, value, window), or NULL
+    epsilon REAL NOT NULL,       -- ledger: epsilon this report spent (0 if memoized)
+    budget_seconds INTEGER,      -- ledger: the metric's budget period and window
+    window_start INTEGER,
+    total_seconds INTEGER,       -- ledger: the total budget's period and window
+    total_start INTEGER
 );
-CREATE TRIGGER IF NOT EXISTS outbox_count_insert AFTER INSERT ON outbox BEGIN
-    UPDATE meta SET value = value + 1 WHERE key = 'outbox_rows';
-END;
-CREATE TRIGGER IF NOT EXISTS outbox_count_delete AFTER DELETE ON outbox BEGIN
-    UPDATE meta SET value = value - 1 WHERE key = 'outbox_rows';
-END;
-CREATE TABLE IF NOT EXISTS ledger (
-    scope TEXT NOT NULL,
-    period TEXT NOT NULL,
-    window_start INTEGER NOT NULL,
-    window_end INTEGER NOT NULL,
-    spent REAL NOT NULL,
-    PRIMARY KEY (scope, period, window_start)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS memo (
-    tag BLOB PRIMARY KEY,
-    window_end INTEGER NOT NULL,
-    last_bucket INTEGER NOT NULL
-) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS definitions (
     source TEXT PRIMARY KEY,
     etag TEXT,
@@ -81,8 +79,8 @@ CREATE TABLE IF NOT EXISTS definitions (
 ) WITHOUT ROWID;
 """
 
-LEDGER_KEEP_SECONDS = 8 * 86400
-"""Ledger rows are kept this long after their window ends (for inspection), then pruned."""
+TOTAL_KEY = "*"
+"""Ledger key of the total across metrics (metric names match ^[a-z], never this)."""
 
 
 class StateError(LdpkitError):
@@ -154,13 +152,19 @@ class Store:
             with contextlib.suppress(FileExistsError):
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         self.durable_reports = durable_reports
+        self._closed = False
+        self._version: int | None = None
+        self._rows = 0
+        self._ledger: dict[tuple[str, int, int], float] = {}
+        self._memo: dict[bytes, int] = {}
         try:
             self.db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
             )
+            # Small pages: a commit appends one WAL frame per page it touches.
+            self.db.execute("PRAGMA page_size=1024")  # only takes effect on a new file
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute(f"PRAGMA synchronous={'FULL' if durable_reports else 'NORMAL'}")
-            self.db.execute("PRAGMA foreign_keys=OFF")
             version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
             if version > SCHEMA_VERSION:
                 raise StateError(
@@ -175,20 +179,60 @@ class Store:
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(OSError):
                 os.chmod(f"{self.path}{suffix}", 0o600)
-        self._closed = False
 
-    # --- transactions ---------------------------------------------------------------
+    # --- transactions and caches ----------------------------------------------------
+    def _validate(self) -> None:
+        version = int(self.db.execute("PRAGMA data_version").fetchone()[0])
+        if version == self._version:
+            return
+        db = self.db
+        self._rows = int(
+            db.execute("SELECT count(*) FROM reports WHERE report IS NOT NULL").fetchone()[0]
+        )
+        ledger: dict[tuple[str, int, int], float] = {}
+        for metric, seconds, start, spent in db.execute(
+            "SELECT metric, budget_seconds, window_start, sum(epsilon) FROM reports "
+            "WHERE epsilon > 0 GROUP BY metric, budget_seconds, window_start"
+        ):
+            ledger[(metric, int(seconds), int(start))] = float(spent)
+        for seconds, start, spent in db.execute(
+            "SELECT total_seconds, total_start, sum(epsilon) FROM reports "
+            "WHERE epsilon > 0 GROUP BY total_seconds, total_start"
+        ):
+            ledger[(TOTAL_KEY, int(seconds), int(start))] = float(spent)
+        self._ledger = ledger
+        self._memo = {
+            bytes(tag): int(bucket)
+            for tag, bucket in db.execute(
+                "SELECT tag, max(bucket) FROM reports WHERE tag IS NOT NULL GROUP BY tag"
+            )
+        }
+        self._version = version
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any exception)."""
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any exception), with the
+        caches valid inside."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
+            self._validate()
             yield self.db
         except BaseException:
+            self._version = None  # the caches may hold what was rolled back
             with contextlib.suppress(sqlite3.Error):
                 self.db.execute("ROLLBACK")
             raise
-        self.db.execute("COMMIT")
+        try:
+            self.db.execute("COMMIT")
+        except BaseException:
+            self._version = None
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
+            raise
+
+    def _fresh(self) -> None:
+        if not self.db.in_transaction:
+            self._validate()
 
     def make_durable(self) -> None:
         """fsync the WAL: every committed transaction so far survives a power loss."""
@@ -207,88 +251,122 @@ class Store:
             with contextlib.suppress(sqlite3.Error):
                 self.db.close()
 
-    # --- outbox ---------------------------------------------------------------------
+    # --- reads (caches) ---------------------------------------------------------------
     def outbox_rows(self) -> int:
-        row = self.db.execute("SELECT value FROM meta WHERE key = 'outbox_rows'").fetchone()
-        return int(row[0])
+        """Reports queued and not yet acknowledged."""
+        self._fresh()
+        return self._rows
 
-    def insert_report(
-        self, report_id: bytes, metric: str, fingerprint: str, bucket: int, report: bytes
-    ) -> int:
-        cur = self.db.execute(
-            "INSERT INTO outbox (report_id, metric, fingerprint, bucket, report) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (report_id, metric, fingerprint, bucket, report),
+    def spent(self, key: str, seconds: int, window_start: int) -> float:
+        """Epsilon spent in a window by one metric (``key`` = its name) or in total
+        (``key`` = :data:`TOTAL_KEY`)."""
+        self._fresh()
+        return self._ledger.get((key, seconds, window_start), 0.0)
+
+    def memo_last_bucket(self, tag: bytes) -> int | None:
+        """The latest bucket a report with this memo tag was queued for, or None."""
+        self._fresh()
+        return self._memo.get(tag)
+
+    # --- writes (inside a transaction) ------------------------------------------------
+    def add_report(
+        self,
+        report_id: bytes,
+        metric: str,
+        fingerprint: str,
+        bucket: int,
+        report: bytes,
+        *,
+        tag: bytes | None,
+        epsilon: float,
+        budget_seconds: int,
+        window_start: int,
+        total_seconds: int,
+        total_start: int,
+    ) -> None:
+        """Queue a report and record its spend and memo tag: one row, one page."""
+        self.db.execute(
+            "INSERT INTO reports (report_id, metric, fingerprint, bucket, report, tag, "
+            "epsilon, budget_seconds, window_start, total_seconds, total_start) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                report_id,
+                metric,
+                fingerprint,
+                bucket,
+                report,
+                tag,
+                epsilon,
+                budget_seconds,
+                window_start,
+                total_seconds,
+                total_start,
+            ),
         )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+        self._rows += 1
+        if epsilon > 0:
+            ledger = self._ledger
+            for key in (
+                (metric, budget_seconds, window_start),
+                (TOTAL_KEY, total_seconds, total_start),
+            ):
+                ledger[key] = ledger.get(key, 0.0) + epsilon
+        if tag is not None:
+            self._memo[tag] = max(bucket, self._memo.get(tag, bucket))
 
-    def insert_reports(self, rows: Iterable[tuple[bytes, str, str, int, bytes]]) -> None:
+    def add_unmetered(self, rows: Sequence[tuple[bytes, str, str, int, bytes]]) -> None:
+        """Queue reports that spend nothing of this device's budget (``simulate``)."""
         self.db.executemany(
-            "INSERT INTO outbox (report_id, metric, fingerprint, bucket, report) "
-            "VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO reports (report_id, metric, fingerprint, bucket, report, epsilon) "
+            "VALUES (?, ?, ?, ?, ?, 0)",
             rows,
         )
+        self._rows += len(rows)
 
+    # --- the outbox -------------------------------------------------------------------
     def max_seq(self) -> int:
-        row = self.db.execute("SELECT max(seq) FROM outbox").fetchone()
+        row = self.db.execute("SELECT max(seq) FROM reports").fetchone()
         return int(row[0]) if row[0] is not None else 0
 
     def oldest(self, limit: int, *, after: int = 0, upto: int | None = None) -> list[OutboxRow]:
-        """Up to ``limit`` queued rows with ``after < seq <= upto``, oldest first."""
+        """Up to ``limit`` queued reports with ``after < seq <= upto``, oldest first."""
         rows = self.db.execute(
-            "SELECT seq, report_id, metric, fingerprint, bucket, report FROM outbox "
-            "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            "SELECT seq, report_id, metric, fingerprint, bucket, report FROM reports "
+            "WHERE seq > ? AND seq <= ? AND report IS NOT NULL ORDER BY seq LIMIT ?",
             (after, upto if upto is not None else 2**62, limit),
         ).fetchall()
         return [OutboxRow(int(s), bytes(i), m, f, int(b), bytes(r)) for s, i, m, f, b, r in rows]
 
-    def delete(self, seqs: Sequence[int]) -> int:
-        """Remove rows; returns how many were still there."""
-        if not seqs:
+    def acknowledge(self, rows: Sequence[tuple[int, bytes]]) -> int:
+        """Take (seq, report_id) rows out of the outbox; returns how many were queued.
+
+        The report bytes are dropped; the row stays for the ledger and the memo until
+        :meth:`prune`. Matching the random id as well as ``seq`` makes this safe even if
+        another process pruned the row and SQLite reused its ``seq``.
+        """
+        if not rows:
             return 0
         with self.transaction() as db:
-            before = self.outbox_rows()
-            db.executemany("DELETE FROM outbox WHERE seq = ?", ((s,) for s in seqs))
-            return before - self.outbox_rows()
-
-    # --- ledger ---------------------------------------------------------------------
-    def spent(self, scope: str, period: str, window_start: int) -> float:
-        row = self.db.execute(
-            "SELECT spent FROM ledger WHERE scope = ? AND period = ? AND window_start = ?",
-            (scope, period, window_start),
-        ).fetchone()
-        return float(row[0]) if row is not None else 0.0
-
-    def spend(
-        self, scope: str, period: str, window_start: int, window_end: int, epsilon: float
-    ) -> None:
-        self.db.execute(
-            "INSERT INTO ledger (scope, period, window_start, window_end, spent) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, period, window_start) "
-            "DO UPDATE SET spent = spent + excluded.spent",
-            (scope, period, window_start, window_end, epsilon),
-        )
-
-    # --- memo -----------------------------------------------------------------------
-    def memo_last_bucket(self, tag: bytes) -> int | None:
-        row = self.db.execute("SELECT last_bucket FROM memo WHERE tag = ?", (tag,)).fetchone()
-        return int(row[0]) if row is not None else None
-
-    def memo_put(self, tag: bytes, window_end: int, bucket: int) -> None:
-        self.db.execute(
-            "INSERT INTO memo (tag, window_end, last_bucket) VALUES (?, ?, ?) "
-            "ON CONFLICT (tag) DO UPDATE SET last_bucket = excluded.last_bucket",
-            (tag, window_end, bucket),
-        )
-
-    def prune(self, now: float) -> None:
-        """Forget memo tags of ended windows and old ledger rows."""
-        with self.transaction() as db:
-            db.execute("DELETE FROM memo WHERE window_end <= ?", (int(now),))
-            db.execute(
-                "DELETE FROM ledger WHERE window_end <= ?", (int(now) - LEDGER_KEEP_SECONDS,)
+            cur = db.executemany(
+                "UPDATE reports SET report = NULL "
+                "WHERE seq = ? AND report_id = ? AND report IS NOT NULL",
+                rows,
             )
+            removed = max(cur.rowcount, 0)
+            self._rows -= removed
+            return removed
+
+    def prune(self, now: float) -> int:
+        """Delete delivered rows whose budget windows have both ended."""
+        with self.transaction() as db:
+            cur = db.execute(
+                "DELETE FROM reports WHERE report IS NULL "
+                "AND coalesce(window_start + budget_seconds, 0) <= ? "
+                "AND coalesce(total_start + total_seconds, 0) <= ?",
+                (int(now), int(now)),
+            )
+            self._version = None  # reload the caches on the next transaction
+            return max(cur.rowcount, 0)
 
     # --- definitions ----------------------------------------------------------------
     def load_definitions(self, source: str) -> tuple[str | None, bytes, float] | None:

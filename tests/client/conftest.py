@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from ldpkit.client.core import HttpAnswer
 from ldpkit.client.sync import NetworkError
 from ldpkit.metrics import MetricDefinition

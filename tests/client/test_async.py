@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+
 from ldpkit.client import (
     AsyncReporter,
     BudgetExceeded,

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+
 from ldpkit.client.core import (
     Delivered,
     Fatal,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from ldpkit.client import (
     BudgetExceeded,
     CollectorRejected,
@@ -49,7 +50,8 @@ def outbox(state_dir: Path) -> list[tuple[object, ...]]:
     db = sqlite3.connect(state_dir / "client.sqlite3")
     try:
         return db.execute(
-            "SELECT report_id, metric, fingerprint, bucket, report FROM outbox"
+            "SELECT report_id, metric, fingerprint, bucket, report FROM reports "
+            "WHERE report IS NOT NULL"
         ).fetchall()
     finally:
         db.close()

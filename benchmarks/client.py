@@ -1,0 +1,229 @@
+"""Client benchmark: latency of ``Reporter.report()`` and delivery throughput.
+
+    .venv/bin/python benchmarks/client.py                 # everything
+    .venv/bin/python benchmarks/client.py --no-delivery   # latency only
+
+Latency: every mechanism (categorical at d = 16 and d = 1024, numeric on [0, 1]), with
+epsilon 1. Each call is a *fresh* report (a new hourly budget window, so the full path
+runs: value check, HMAC-keyed Philox perturbation, memo lookup, budget check and spend,
+outbox insert, WAL commit), measured with ``perf_counter_ns`` around ``report()``. The
+background thread is off, so no flush competes with the measured calls.
+
+Delivery: a ``ldpkit serve`` subprocess on SQLite; N reports queued (``simulate``), then
+``flush()`` timed until the collector has acknowledged every one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from ldpkit.client import MetricDefinition, Reporter
+from ldpkit.client.core import keyed_generator
+from ldpkit.mechanisms import CATEGORICAL, NUMERIC
+
+TARGET_P50_US = 200.0
+
+
+class SteppingClock:
+    """Moves one hour per call, so every report opens a fresh hourly window."""
+
+    def __init__(self) -> None:
+        self.now = float(int(time.time()) // 3600 * 3600)
+
+    def __call__(self) -> float:
+        self.now += 3600.0
+        return self.now
+
+
+def latency(definition: MetricDefinition, value: object, n: int) -> dict[str, float]:
+    """p50/p99 of report(), and p50 of the mechanism's perturb() alone (interleaved, so
+    both see the same machine load)."""
+    mechanism = definition.mechanism_instance
+    codec_value = definition.encode_value(value)
+    one = np.array([codec_value])
+    with tempfile.TemporaryDirectory() as tmp:
+        r = Reporter(
+            "http://127.0.0.1:9",
+            state_dir=tmp,
+            metrics=[definition],
+            clock=SteppingClock(),
+            background=False,
+            max_outbox=10 * n + 1000,
+        )
+        try:
+            for _ in range(min(200, n)):
+                r.report(definition.name, value)
+            reports = np.empty(n, dtype=np.float64)
+            perturbs = np.empty(n, dtype=np.float64)
+            report = r.report
+            name = definition.name
+            clock = time.perf_counter_ns
+            for i in range(n):
+                t0 = clock()
+                mechanism.perturb(one, rng=keyed_generator(os.urandom(16)))
+                t1 = clock()
+                report(name, value)
+                t2 = clock()
+                perturbs[i] = t1 - t0
+                reports[i] = t2 - t1
+        finally:
+            r.close(flush=False)
+    return {
+        "p50_us": float(np.percentile(reports, 50)) / 1e3,
+        "p99_us": float(np.percentile(reports, 99)) / 1e3,
+        "perturb_p50_us": float(np.percentile(perturbs, 50)) / 1e3,
+    }
+
+
+def run_latency(n: int) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    cases: list[tuple[str, MetricDefinition, object]] = []
+    for name in CATEGORICAL:
+        for d in (16, 1024):
+            cats = [f"c{i}" for i in range(d)]
+            definition = MetricDefinition.categorical(
+                "bench", cats, epsilon=1.0, mechanism=name, bucket="hour", budget_period="hour"
+            )
+            cases.append((f"{name} d={d}", definition, cats[d // 3]))
+    for name in NUMERIC:
+        definition = MetricDefinition.numeric(
+            "bench", (0.0, 1.0), epsilon=1.0, mechanism=name, bucket="hour", budget_period="hour"
+        )
+        cases.append((f"{name} [0,1]", definition, 0.3))
+    print(
+        f"report() latency, {n} fresh reports each, microseconds (target p50 < {TARGET_P50_US:g});"
+    )
+    print("'perturb' is the mechanism's own perturb() of one value, 'client' the rest (p50s)")
+    print(f"{'mechanism':<16}{'p50':>9}{'p99':>9}{'perturb':>9}{'client':>9}")
+    for label, definition, value in cases:
+        fig = latency(definition, value, n)
+        flag = "" if fig["p50_us"] < TARGET_P50_US else "   over target"
+        print(
+            f"{label:<16}{fig['p50_us']:>9.1f}{fig['p99_us']:>9.1f}{fig['perturb_p50_us']:>9.1f}"
+            f"{fig['p50_us'] - fig['perturb_p50_us']:>9.1f}{flag}",
+            flush=True,
+        )
+        rows.append({"case": label, **fig})
+    return rows
+
+
+# --- delivery ---------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_collector(
+    tmp: Path, definitions: list[MetricDefinition]
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``ldpkit serve`` with one ingest token and the benchmark's metrics."""
+    config = tmp / "collector.toml"
+    lines = ["[tokens]", 'ingest = ["bench-ingest"]', 'read = ["bench-read"]', ""]
+    for d in definitions:
+        lines.append(f"[metrics.{d.name}]")
+        for key, value in d.to_dict().items():
+            if key in ("name", "fingerprint", "resolved_mechanism", "report_size"):
+                continue
+            lines.append(f"{key} = {json.dumps(value)}")
+        lines.append("")
+    config.write_text("\n".join(lines))
+    port = free_port()
+    exe = Path(sys.executable).with_name("ldpkit")
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "serve",
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--database",
+            str(tmp / "collector.db"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"ldpkit serve exited with {proc.returncode}: {err[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/v1/metrics", timeout=1):
+                return proc, url
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("ldpkit serve did not answer within 30 s")
+
+
+def run_delivery(total: int, batch_size: int) -> dict[str, object] | None:
+    definition = MetricDefinition.categorical(
+        "theme", [f"c{i}" for i in range(16)], epsilon=1.0, mechanism="oue"
+    )
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        try:
+            proc, url = start_collector(tmp, [definition])
+        except (RuntimeError, FileNotFoundError) as exc:
+            print(f"delivery: collector not available ({exc})")
+            return None
+        try:
+            values = [f"c{i % 16}" for i in range(total)]
+            with Reporter(
+                url,
+                token="bench-ingest",
+                state_dir=tmp / "client",
+                metrics=[definition],
+                background=False,
+                batch_size=batch_size,
+                max_outbox=total + 1,
+            ) as r:
+                r.simulate("theme", values)
+                t0 = time.perf_counter()
+                result = r.flush()
+                elapsed = time.perf_counter() - t0
+            rate = result.sent / elapsed
+            print(
+                f"delivery: {result.sent} reports in {elapsed:.2f} s = {rate:,.0f} reports/s "
+                f"(batch_size {batch_size}, oue d=16, one flush, SQLite collector)"
+            )
+            return {"reports": result.sent, "seconds": elapsed, "reports_per_s": rate}
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=3000, help="reports per latency case")
+    parser.add_argument("--delivery-reports", type=int, default=100_000)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--no-delivery", action="store_true")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    out: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    out["latency"] = run_latency(args.n)
+    if not args.no_delivery:
+        out["delivery"] = run_delivery(args.delivery_reports, args.batch_size)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
