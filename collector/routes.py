@@ -129,7 +129,7 @@ async def put_metric(request: web.Request) -> web.Response:
 async def get_estimates(request: web.Request) -> web.Response:
     started = time.perf_counter()
     try:
-        query = parse_query(request.query, list(request.query.keys()))
+        query = parse_query(request.query, [k for k, _ in request.query.items()])
     except QueryError as exc:
         raise ApiError(400, "invalid_parameter", str(exc), param=exc.param) from None
     body = await request.app[COLLECTOR].estimate(request.match_info["name"], query)

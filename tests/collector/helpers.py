@@ -1,0 +1,113 @@
+"""Helpers for collector tests: configs, batches, requests."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from aiohttp.test_utils import TestClient, TestServer
+
+from ldpkit import wire
+from ldpkit.collector import create_app
+from ldpkit.collector.config import CollectorConfig, config_from_dict
+from ldpkit.collector.store import Store
+from ldpkit.metrics import MetricDefinition, Period
+
+INGEST = "ingest-token-0001"
+READ = "read-token-0001"
+ADMIN = "admin-token-0001"
+TOKENS = {"ingest": INGEST, "read": READ, "admin": ADMIN}
+THEME = ["light", "dark", "system", "high-contrast"]
+
+METRICS: dict[str, dict[str, Any]] = {
+    "theme": {"categories": THEME, "epsilon": 1.0, "mechanism": "grr"},
+    "latency": {"kind": "numeric", "bounds": [0.0, 1000.0], "epsilon": 1.0, "mechanism": "duchi"},
+    "empty": {"categories": ["a", "b", "c"], "epsilon": 2.0, "mechanism": "grr"},
+}
+
+
+def make_config(
+    database: Path, *, metrics: dict[str, Any] | None = None, **collector: Any
+) -> CollectorConfig:
+    data = {
+        "collector": {"database": str(database), **collector},
+        "tokens": {"ingest": [INGEST], "read": [READ], "admin": [ADMIN]},
+        "metrics": METRICS if metrics is None else metrics,
+    }
+    return config_from_dict(data, source="<test>", environ={})
+
+
+@asynccontextmanager
+async def running(
+    config: CollectorConfig, *, store: Store | None = None
+) -> AsyncIterator[TestClient]:
+    """The app started (store open) and served on a loopback port; closed on exit."""
+    app = create_app(config, store=store)
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+def auth(kind: str | None) -> dict[str, str]:
+    if kind is None:
+        return {}
+    token = TOKENS.get(kind, kind)
+    return {"Authorization": f"Bearer {token}"}
+
+
+def definition(name: str) -> MetricDefinition:
+    return MetricDefinition.from_dict(name, METRICS[name])
+
+
+def today(period: Period = Period.DAY) -> int:
+    return period.start(time.time())
+
+
+def new_ids(n: int) -> bytes:
+    return os.urandom(wire.ID_SIZE * n)
+
+
+def block_of(
+    name: str,
+    reports: np.ndarray,
+    *,
+    ids: bytes | None = None,
+    bucket: int | None = None,
+    fingerprint: str | None = None,
+) -> wire.Block:
+    d = definition(name) if name in METRICS else None
+    fp = fingerprint or (d.fingerprint if d is not None else "0" * 16)
+    array = np.ascontiguousarray(reports)
+    if ids is None:
+        ids = new_ids(len(array))
+    return wire.Block(name, fp, today() if bucket is None else bucket, ids, array.tobytes())
+
+
+def batch(*blocks: wire.Block) -> bytes:
+    return wire.encode_batch(list(blocks))
+
+
+def grr_reports(values: list[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(values, dtype="<u4")
+
+
+async def post_batch(
+    client: TestClient,
+    body: bytes,
+    *,
+    token: str | None = "ingest",
+    content_type: str = wire.CONTENT_TYPE,
+) -> tuple[int, Any]:
+    headers = {**auth(token), "Content-Type": content_type}
+    resp = await client.post("/v1/reports", data=body, headers=headers)
+    return resp.status, await resp.json()
+
+
+async def estimates(client: TestClient, name: str, **params: Any) -> tuple[int, Any]:
+    query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in params.items()}
+    resp = await client.get(f"/v1/estimates/{name}", params=query, headers=auth("read"))
+    return resp.status, await resp.json()
