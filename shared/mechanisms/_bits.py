@@ -16,7 +16,6 @@ Each lane of the sum then holds the count of bit ``j`` of its byte over those ro
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ BitMatrix = npt.NDArray[np.uint8]
 
 _LANES = np.uint64(0x0101010101010101)
 _RUN = 255  # rows summed per byte lane before it could overflow
-_RUNS_PER_BLOCK = 8  # runs handled by one vectorized step (about 0.5 MB at 1024 bits)
+_LANE_WORDS = 256  # words side by side: 255 layers of 2 KB (0.5 MB, in L2) per step
 
 
 def packed_size(bits: int) -> int:
@@ -86,42 +85,51 @@ def column_counts(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.in
     Returns
     -------
     ndarray of int64, shape (bits,)
+
+    Notes
+    -----
+    Rows are viewed as the widest unsigned words dividing their length, and
+    ``_LANE_WORDS`` words' worth of rows are laid side by side, 255 such layers deep,
+    so that each sum runs down 255 rows along a long contiguous axis. The result does
+    not depend on the host's byte order: every byte lane only ever holds bits of the
+    same byte.
     """
     n, nbytes = packed.shape
-    if sys.byteorder != "little":  # pragma: no cover - the lanes below assume it
-        slow: npt.NDArray[np.int64] = unpack_rows(packed, bits).sum(axis=0, dtype=np.int64)
-        return slow
-    nwords = (nbytes + 7) // 8
-    # lane_counts[j, byte] = rows whose byte `byte` has bit j set.
-    lane_counts = np.zeros((8, nwords * 8), dtype=np.int64)
-    block = _RUN * _RUNS_PER_BLOCK
-    aligned = nbytes % 8 == 0
-    words = np.ascontiguousarray(packed).view(np.uint64) if aligned else None
-    padded = None if aligned else np.zeros((block, nwords * 8), dtype=np.uint8)
-    scratch = np.empty((_RUNS_PER_BLOCK, _RUN, nwords), dtype=np.uint64)
-    for start in range(0, n, block):
-        stop = min(start + block, n)
-        m = stop - start
-        if words is not None:
-            chunk = words[start:stop]
-        else:
-            assert padded is not None
-            padded[:m, :nbytes] = packed[start:stop]
-            chunk = padded[:m].view(np.uint64)
-        runs = m // _RUN
-        if runs:
-            run_rows = chunk[: runs * _RUN].reshape(runs, _RUN, nwords)
-            tmp = scratch[:runs]
-            for j in range(8):
-                np.right_shift(run_rows, np.uint64(j), out=tmp)
-                np.bitwise_and(tmp, _LANES, out=tmp)
-                lanes = tmp.sum(axis=1).view(np.uint8).reshape(runs, nwords * 8)
-                lane_counts[j] += lanes.sum(axis=0, dtype=np.int64)
-        rest = chunk[runs * _RUN :]
-        if rest.shape[0]:
-            for j in range(8):
-                lanes = ((rest >> np.uint64(j)) & _LANES).sum(axis=0, dtype=np.uint64)
-                lane_counts[j] += lanes.view(np.uint8)
+    # Long rows of a length that is not a multiple of 8 are copied, a block at a time,
+    # into zero-padded rows of 64-bit words; others are viewed in place.
+    pad = nbytes > 8 and nbytes % 8 != 0
+    row_bytes = -(-nbytes // 8) * 8 if pad else nbytes
+    lane_counts = np.zeros((8, row_bytes), dtype=np.int64)  # [j, byte]: rows with bit j set
+    if n == 0 or nbytes == 0:
+        return np.zeros(bits, dtype=np.int64)
+    words = _word_view(packed) if not pad else np.zeros((0, row_bytes // 8), dtype=np.uint64)
+    nwords = words.shape[1]
+    ones = words.dtype.type(int.from_bytes(b"\x01" * words.dtype.itemsize, "little"))
+    side = max(1, _LANE_WORDS // nwords)  # rows side by side in one layer
+    block = _RUN * side
+    scratch = np.empty(block * nwords, dtype=words.dtype)
+    padded = np.zeros((block, row_bytes), dtype=np.uint8) if pad else None
+
+    def rows(start: int, stop: int) -> npt.NDArray[Any]:
+        if padded is None:
+            return words[start:stop]
+        padded[: stop - start, :nbytes] = packed[start:stop]
+        return padded[: stop - start].view(np.uint64)
+
+    def add_layers(layers: npt.NDArray[Any]) -> None:
+        # layers: (at most 255, k * nwords) words; each byte lane sums at most 255 bits.
+        tmp = scratch[: layers.size].reshape(layers.shape)
+        for j in range(8):
+            np.right_shift(layers, j, out=tmp, dtype=words.dtype)
+            np.bitwise_and(tmp, ones, out=tmp)
+            lanes = tmp.sum(axis=0, dtype=words.dtype).view(np.uint8).reshape(-1, row_bytes)
+            lane_counts[j] += lanes.sum(axis=0, dtype=np.int64)
+
+    full = n // block
+    for b in range(full):
+        add_layers(rows(b * block, (b + 1) * block).reshape(_RUN, side * nwords))
+    for start in range(full * block, n, _RUN):
+        add_layers(rows(start, min(start + _RUN, n)))
     # Column byte * 8 + j is lane_counts[j, byte].
     return np.ascontiguousarray(lane_counts.T).reshape(-1)[:bits]
 
