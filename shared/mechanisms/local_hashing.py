@@ -23,6 +23,11 @@ unsigned 64-bit integers, wrapping modulo 2^64.
 4. With probability ``p = e^eps / (e^eps + g - 1)`` report ``y = bucket(x)``; otherwise
    report one of the other ``g - 1`` buckets uniformly.
 
+The bucket count ``g`` is part of the protocol and follows from epsilon alone: of
+``floor(e^eps + 1)`` and ``ceil(e^eps + 1)``, each clipped to ``[2, 2^32]``, take the one
+with the smaller ``q (1 - q) / (p - q)^2`` (``q = 1/g``, ``p = e^eps / (e^eps + g - 1)``),
+the smaller on a tie. For example eps = 0.5, 1, 2, 4 give g = 3, 4, 8, 56.
+
 Test vector (from ``tests/shared/test_categorical_internals.py``)::
 
     a = 0x9E3779B97F4A7C15    b = 0x0123456789ABCDEF    g = 5

@@ -9,9 +9,12 @@ equally likely, and so is every k-subset without x, with probabilities in ratio
 A report supports item v when v is in the set. The true item is supported with
 probability ``p``, any other item with
 ``q = p (k - 1) / (d - 1) + (1 - p) k / (d - 1)``, so the pure-protocol estimator applies.
-``k`` is the integer next to ``d / (e^eps + 1)`` (between 1 and d - 1) of smaller
-variance at f = 0. For k = 1 this is k-ary randomized response; for large d and small
-eps it approaches OUE's variance with far fewer set bits.
+``k`` is part of the protocol and follows from (eps, d): of ``floor(d / (e^eps + 1))``
+and ``ceil(d / (e^eps + 1))``, each clipped to ``[1, d - 1]``, the one with the smaller
+variance at f = 0, ``q (1 - q) / (p - q)^2``, the smaller on a tie. For example
+(eps, d) = (1, 16), (1, 1024), (4, 1024) give k = 4, 275, 18. With k = 1 this is k-ary
+randomized response; Ye and Barg show that k near ``d / (e^eps + 1)`` is order-optimal
+for every eps.
 
 Wire format
 -----------
