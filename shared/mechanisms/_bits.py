@@ -7,10 +7,12 @@ bits ``d .. 8 * ceil(d / 8) - 1`` of the last byte are zero. This is
 
 The collector counts, for every column j, how many reports have bit j set. Unpacking
 10^6 reports of 1024 bits would write 10^9 bytes, so :func:`column_counts` counts in
-place with SWAR ("SIMD within a register"): rows are viewed as 64-bit words; for each
-bit position ``j`` in 0..7, ``(w >> j) & 0x0101010101010101`` leaves one bit per byte
-lane, and summing at most 255 rows of that cannot carry from one lane into the next.
-Each lane of the sum then holds the count of bit ``j`` of its byte over those rows.
+place with SWAR ("SIMD within a register"): rows are viewed as 64-bit words (narrower
+for short rows); for each bit position ``j`` in 0..7, ``(w >> j) & 0x0101010101010101``
+leaves one bit per byte lane, and summing at most 255 rows of that cannot carry from
+one lane into the next. Each lane of the sum then holds the count of bit ``j`` of its
+byte over those rows. Perturbation draws its uniform integers straight from the bit
+generator (``random_raw``), faster than ``Generator.random`` or ``integers``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import numpy.typing as npt
 
 BitMatrix = npt.NDArray[np.uint8]
 
-_LANES = np.uint64(0x0101010101010101)
 _RUN = 255  # rows summed per byte lane before it could overflow
 _LANE_WORDS = 256  # words side by side: 255 layers of 2 KB (0.5 MB, in L2) per step
 
