@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -166,6 +167,8 @@ def start_collector(
         try:
             with urllib.request.urlopen(url + "/v1/metrics", timeout=1):
                 return proc, url
+        except urllib.error.HTTPError:
+            return proc, url  # it answers
         except OSError:
             time.sleep(0.1)
     proc.kill()

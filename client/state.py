@@ -457,6 +457,7 @@ class FlushRun:
         self.result = FlushResult()
         self.last_retry_after: float | None = None
         self.last_reason = ""
+        self.after = 0  # every row up to this seq has been answered for
         self._batch: Batch | None = None
         self._sleep: float | None = None
         self._error: Exception | None = None
@@ -470,7 +471,7 @@ class FlushRun:
         if self._batch is None:
             state = self.state
             with state.lock:
-                rows = state.store.oldest(self.batch_size, upto=self.upto)
+                rows = state.store.oldest(self.batch_size, after=self.after, upto=self.upto)
                 if not rows:
                     remaining = state.store.outbox_rows()
                     return Done(
@@ -509,6 +510,7 @@ class FlushRun:
                 self.result.duplicates + outcome.duplicates,
                 self.result.rejected + len(outcome.rejected),
             )
+            self.after = max(self.after, *batch.seqs)
             self._batch = None
             self.failures = 0
         elif isinstance(outcome, TooLarge):

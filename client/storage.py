@@ -79,6 +79,8 @@ CREATE TABLE IF NOT EXISTS definitions (
 ) WITHOUT ROWID;
 """
 
+_SEQS_PER_STATEMENT = 8000  # parameters bound per statement (SQLite allows 32766)
+
 TOTAL_KEY = "*"
 """Ledger key of the total across metrics (metric names match ^[a-z], never this)."""
 
@@ -157,6 +159,8 @@ class Store:
         self._rows = 0
         self._ledger: dict[tuple[str, int, int], float] = {}
         self._memo: dict[bytes, int] = {}
+        self._unsynced = True  # reports may have been queued and not fsynced yet
+        self._synced_version: int | None = None
         try:
             self.db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
@@ -181,8 +185,11 @@ class Store:
                 os.chmod(f"{self.path}{suffix}", 0o600)
 
     # --- transactions and caches ----------------------------------------------------
+    def _data_version(self) -> int:
+        return int(self.db.execute("PRAGMA data_version").fetchone()[0])
+
     def _validate(self) -> None:
-        version = int(self.db.execute("PRAGMA data_version").fetchone()[0])
+        version = self._data_version()
         if version == self._version:
             return
         db = self.db
@@ -235,8 +242,14 @@ class Store:
             self._validate()
 
     def make_durable(self) -> None:
-        """fsync the WAL: every committed transaction so far survives a power loss."""
+        """fsync the WAL: every committed transaction so far survives a power loss.
+
+        Skipped when nothing was queued since the last fsync (by this connection, and no
+        other connection committed since), so a flush of many batches fsyncs once.
+        """
         if self.durable_reports:
+            return
+        if not self._unsynced and self._synced_version == self._data_version():
             return
         self.db.execute("PRAGMA synchronous=FULL")
         try:
@@ -244,6 +257,8 @@ class Store:
                 db.execute("UPDATE meta SET value = value + 1 WHERE key = 'syncs'")
         finally:
             self.db.execute("PRAGMA synchronous=NORMAL")
+        self._unsynced = False
+        self._synced_version = self._data_version()
 
     def close(self) -> None:
         if not self._closed:
@@ -304,6 +319,7 @@ class Store:
             ),
         )
         self._rows += 1
+        self._unsynced = True
         if epsilon > 0:
             ledger = self._ledger
             for key in (
@@ -322,6 +338,7 @@ class Store:
             rows,
         )
         self._rows += len(rows)
+        self._unsynced = True
 
     # --- the outbox -------------------------------------------------------------------
     def max_seq(self) -> int:
@@ -340,21 +357,35 @@ class Store:
     def acknowledge(self, rows: Sequence[tuple[int, bytes]]) -> int:
         """Take (seq, report_id) rows out of the outbox; returns how many were queued.
 
-        The report bytes are dropped; the row stays for the ledger and the memo until
-        :meth:`prune`. Matching the random id as well as ``seq`` makes this safe even if
-        another process pruned the row and SQLite reused its ``seq``.
+        A row that spent budget or carries a memo tag keeps its ledger and memo columns
+        (the report bytes are dropped) until :meth:`prune`; others are deleted. Matching
+        the random id as well as ``seq`` makes this safe even if another process pruned
+        the row and SQLite reused its ``seq``.
         """
         if not rows:
             return 0
+        removed = 0
         with self.transaction() as db:
-            cur = db.executemany(
-                "UPDATE reports SET report = NULL "
-                "WHERE seq = ? AND report_id = ? AND report IS NOT NULL",
-                rows,
-            )
-            removed = max(cur.rowcount, 0)
+            for start in range(0, len(rows), _SEQS_PER_STATEMENT):
+                chunk = dict(rows[start : start + _SEQS_PER_STATEMENT])
+                marks = ", ".join("?" * len(chunk))
+                found = db.execute(
+                    f"SELECT seq, report_id FROM reports WHERE seq IN ({marks}) "
+                    "AND report IS NOT NULL",
+                    list(chunk),
+                ).fetchall()
+                seqs = [seq for seq, rid in found if chunk.get(seq) == bytes(rid)]
+                if not seqs:
+                    continue
+                marks = ", ".join("?" * len(seqs))
+                db.execute(
+                    f"DELETE FROM reports WHERE seq IN ({marks}) AND tag IS NULL AND epsilon = 0",
+                    seqs,
+                )
+                db.execute(f"UPDATE reports SET report = NULL WHERE seq IN ({marks})", seqs)
+                removed += len(seqs)
             self._rows -= removed
-            return removed
+        return removed
 
     def prune(self, now: float) -> int:
         """Delete delivered rows whose budget windows have both ended."""
