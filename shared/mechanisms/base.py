@@ -121,10 +121,9 @@ class Mechanism(ABC):
         if array.ndim != 1:
             raise ReportError(f"{self.name} reports must be 1-D, got shape {array.shape}")
         if array.dtype != dtype:
-            if array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
-                raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
             if array.dtype.kind in "iu" and dtype.kind in "iu":
-                # astype would wrap around silently (257 -> 1 for int8): refuse instead.
+                # Integers of another width or sign are fine when they fit; astype would
+                # wrap around silently (257 -> 1 for int8), so refuse those that don't.
                 info = np.iinfo(dtype)
                 outside = (array < info.min) | (array > info.max)
                 if bool(np.any(outside)):
@@ -132,6 +131,8 @@ class Mechanism(ABC):
                     raise ReportError(
                         f"report {i} ({array[i]}) does not fit {self.name}'s report dtype {dtype}"
                     )
+            elif array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
+                raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
             array = array.astype(dtype)
         return array
 
