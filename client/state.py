@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ from .core import (
     parse_definitions,
     period_window,
 )
-from .storage import TOTAL_KEY, Store, load_or_create_secret, prepare_state_dir
+from .storage import TOTAL_KEY, StateError, Store, load_or_create_secret, prepare_state_dir
 
 log = logging.getLogger("ldpkit.client")
 
@@ -215,6 +216,12 @@ class ReporterState:
     # --- reports ----------------------------------------------------------------------
     def report(self, metric: str, value: object) -> ReportReceipt:
         """Check, perturb and durably queue one value (see ``Reporter.report``)."""
+        try:
+            return self._report(metric, value)
+        except sqlite3.Error as exc:
+            raise StateError(f"cannot record the report in {self.store.path}: {exc}") from exc
+
+    def _report(self, metric: str, value: object) -> ReportReceipt:
         c = self._codecs.get(metric)
         if c is None:
             raise self.unknown_metric(metric)
@@ -335,9 +342,12 @@ class ReporterState:
         rows = [
             (ids[i * ID_SIZE : (i + 1) * ID_SIZE], d.name, fp, bucket, reports[i]) for i in range(n)
         ]
-        with self.lock, self.store.transaction():
-            self._check_room(self.store.outbox_rows(), n)
-            self.store.add_unmetered(rows)
+        try:
+            with self.lock, self.store.transaction():
+                self._check_room(self.store.outbox_rows(), n)
+                self.store.add_unmetered(rows)
+        except sqlite3.Error as exc:
+            raise StateError(f"cannot record the reports in {self.store.path}: {exc}") from exc
         return n
 
     def budget(self) -> BudgetStatus:

@@ -472,3 +472,66 @@ def test_simulate_many_devices(state_dir: Path, clock: FakeClock) -> None:
 
 def test_metric_definition_type_is_reexported() -> None:
     assert MetricDefinition is theme().__class__
+
+
+# --- store internals ----------------------------------------------------------------------
+def test_keyed_generator_equals_a_fresh_philox() -> None:
+    from ldpkit.client.core import keyed_generator
+
+    for _ in range(20):
+        key = os.urandom(16)
+        fresh = np.random.Generator(np.random.Philox(key=int.from_bytes(key, "little")))
+        expected = (fresh.random(3), fresh.integers(0, 1000, 5), fresh.standard_normal(2))
+        g = keyed_generator(key)
+        got = (g.random(3), g.integers(0, 1000, 5), g.standard_normal(2))
+        for a, b in zip(expected, got, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_two_reporters_on_one_state_dir_share_the_ledger(state_dir: Path, clock: FakeClock) -> None:
+    """Each keeps caches; a commit by the other connection invalidates them."""
+    down = FakeCollector(down=True)
+    metrics = [minutes(budget=1.0)]
+    with (
+        make(state_dir, clock, down, metrics=metrics) as a,
+        make(state_dir, clock, down, metrics=metrics) as b,
+    ):
+        a.report("session_minutes", 1.0)
+        assert b.budget()["session_minutes"].spent == 0.5
+        b.report("session_minutes", 2.0)
+        with pytest.raises(BudgetExceeded):
+            a.report("session_minutes", 3.0)
+        assert a.report("session_minutes", 2.0).memoized  # b's memo tag, same secret
+        assert a.pending == b.pending == 2
+        fake = FakeCollector()
+        a._transport = fake  # type: ignore[assignment]
+        assert a.flush().sent == 2
+        assert b.pending == 0
+
+
+def test_one_fsync_per_flush_and_pruning(state_dir: Path, clock: FakeClock) -> None:
+    fake = FakeCollector()
+    metrics = [theme(epsilon=0.5, budget=50.0, bucket="hour", budget_period="hour")]
+    with make(state_dir, clock, fake, metrics=metrics, memoize=False, batch_size=3) as r:
+        for _ in range(10):
+            r.report("theme", "dark")
+        r.simulate("theme", ["light"] * 5)
+
+        def syncs() -> int:
+            return int(
+                r._state.store.db.execute("SELECT value FROM meta WHERE key='syncs'").fetchone()[0]
+            )
+
+        before = syncs()
+        assert r.flush().sent == 15 and fake.posts == 5
+        assert syncs() == before + 1
+        db = r._state.store.db
+        # delivered: simulated rows are gone, the device's own keep their ledger columns
+        assert db.execute("SELECT count(*), count(report) FROM reports").fetchone() == (10, 0)
+        clock.advance(3600)  # the metric's hour ended, the total's day did not
+        r._state.prune()
+        assert db.execute("SELECT count(*) FROM reports").fetchone() == (10,)
+        clock.advance(86400)
+        r._state.prune()
+        assert db.execute("SELECT count(*) FROM reports").fetchone() == (0,)
+        assert r.budget()["theme"].spent == 0.0
