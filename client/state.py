@@ -123,6 +123,7 @@ class ReporterState:
         self.definitions_etag: str | None = None
         self.definitions_fetched_at: float | None = None
         self.definitions_warnings: list[str] = []
+        self.definitions_stale = False  # the collector refused a metric or version
         if metrics is not None:
             self._install_static(metrics)
         else:
@@ -179,7 +180,11 @@ class ReporterState:
         if self.static:
             return False
         fetched = self.definitions_fetched_at
-        return fetched is None or self.clock() - fetched >= self.definitions_ttl
+        return (
+            fetched is None
+            or self.definitions_stale
+            or self.clock() - fetched >= self.definitions_ttl
+        )
 
     def definitions_headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -194,6 +199,7 @@ class ReporterState:
             with self.lock:
                 self.store.touch_definitions(self.source, now)
             self.definitions_fetched_at = now
+            self.definitions_stale = False
             return
         if answer.status != 200:
             outcome = classify_failure(answer, now)
@@ -207,6 +213,7 @@ class ReporterState:
             self._install(definitions, warnings)
             self.definitions_etag = etag
             self.definitions_fetched_at = now
+            self.definitions_stale = False
 
     def unknown_metric(self, metric: object) -> ParameterError:
         known = ", ".join(sorted(self._codecs)) or "none"
@@ -515,6 +522,8 @@ class FlushRun:
                 log.warning(
                     "collector rejected a report for good (dropped): %s %s", r.error, r.detail
                 )
+                if r.error in ("unknown_metric", "unknown_version"):
+                    self.state.definitions_stale = True  # the background refetches them
             self.result = FlushResult(
                 self.result.sent + outcome.accepted,
                 self.result.duplicates + outcome.duplicates,
