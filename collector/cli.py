@@ -158,5 +158,8 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# The analyst's and newcomer's subcommands register themselves on import.
+from . import commands as _commands  # noqa: E402, F401
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,173 @@
+"""The analyst's and newcomer's subcommands: ``estimates``, ``metrics``, ``plan``, ``demo``.
+
+They register themselves in :data:`ldpkit.collector.cli.COMMANDS` when imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .. import plan as plan_campaign
+from .. import required_n
+from ..errors import ParameterError
+from ..mechanisms import NAMES, choose
+from .analyst import TOKEN_ENV, Analyst
+from .cli import command
+
+COLLECTOR_ENV = "LDPKIT_COLLECTOR"
+DEFAULT_COLLECTOR = "http://127.0.0.1:8787"
+
+
+def _connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--collector",
+        default=os.environ.get(COLLECTOR_ENV, DEFAULT_COLLECTOR),
+        help=f"collector URL (default: ${COLLECTOR_ENV} or {DEFAULT_COLLECTOR})",
+    )
+    parser.add_argument("--token", default=None, help=f"read token (default: ${TOKEN_ENV})")
+    parser.add_argument(
+        "--format", choices=["table", "csv", "json"], default="table", help="output format"
+    )
+
+
+def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("metric", help="metric name")
+    _connection_arguments(parser)
+    parser.add_argument("--from", dest="start", help="first bucket: ISO date/time or unix seconds")
+    parser.add_argument("--to", dest="end", help="end (exclusive): ISO date/time or unix seconds")
+    parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
+    parser.add_argument(
+        "--consistent", action="store_true", help="add Norm-Sub consistent estimates"
+    )
+    parser.add_argument("--per-bucket", action="store_true", help="also estimate each time bucket")
+    parser.add_argument("--plot", metavar="PNG", help="write a plot with interval whiskers")
+
+
+@command("estimates", "print a metric's estimates with confidence intervals", _estimates_arguments)
+def estimates(args: argparse.Namespace) -> int:
+    analyst = Analyst(args.collector, args.token)
+    result = analyst.estimates(
+        args.metric,
+        start=args.start,
+        end=args.end,
+        level=args.level,
+        consistent=args.consistent,
+        per_bucket=args.per_bucket or False,
+    )
+    if args.format == "json":
+        print(result.to_json())
+    elif args.format == "csv":
+        sys.stdout.write(result.to_csv())
+    else:
+        print(result.to_table())
+        for bucket in result.buckets:
+            print(f"  bucket {bucket.start:%Y-%m-%d %H:%M} UTC: n={bucket.n}")
+    if args.plot:
+        from .plots import plot_estimate
+
+        plot_estimate(result, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+@command("metrics", "list the collector's metric definitions", _connection_arguments)
+def metrics(args: argparse.Namespace) -> int:
+    analyst = Analyst(args.collector, args.token)
+    definitions = analyst.metrics()
+    if args.format == "json":
+        print(json.dumps([d.to_dict() for d in definitions], indent=2))
+        return 0
+    if args.format == "csv":
+        print("name,kind,mechanism,epsilon,bucket,domain")
+    for d in definitions:
+        domain = (
+            f"{len(d.categories)} categories" if d.categories is not None else f"bounds {d.bounds}"
+        )
+        if args.format == "csv":
+            print(
+                f"{d.name},{d.kind.value},{d.resolved_mechanism},{d.epsilon:g},"
+                f"{d.bucket.value},{domain}"
+            )
+        else:
+            print(
+                f"{d.name:<24} {d.kind.value:<12} {d.resolved_mechanism:<10} "
+                f"eps={d.epsilon:<6g} bucket={d.bucket.value:<5} {domain}"
+            )
+    if not definitions and args.format == "table":
+        print("no metrics defined yet (PUT /v1/metrics/NAME with an admin token, or the config)")
+    return 0
+
+
+def _plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mechanism", default="auto", help=f"one of {', '.join(NAMES)} (default auto)"
+    )
+    parser.add_argument("--epsilon", type=float, required=True, help="epsilon per report")
+    domain = parser.add_mutually_exclusive_group(required=True)
+    domain.add_argument("--domain-size", "-d", type=int, help="number of categories")
+    domain.add_argument(
+        "--bounds", type=float, nargs=2, metavar=("LO", "HI"), help="numeric bounds"
+    )
+    parser.add_argument("--n", type=int, help="number of reports: print the expected half-width")
+    parser.add_argument("--half-width", type=float, help="target half-width: print the n needed")
+    parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
+    parser.add_argument("--frequency", type=float, help="assumed item frequency (default worst)")
+    parser.add_argument("--value-std", type=float, help="assumed std of numeric values")
+
+
+@command(
+    "plan", "expected interval half-width for n reports, or the n for a target", _plan_arguments
+)
+def plan(args: argparse.Namespace) -> int:
+    if args.n is None and args.half_width is None:
+        raise ParameterError("give --n (to get the half-width) and/or --half-width (to get n)")
+    bounds = tuple(args.bounds) if args.bounds else None
+    common = dict(
+        epsilon=args.epsilon,
+        domain_size=args.domain_size,
+        bounds=bounds,
+        level=args.level,
+        frequency=args.frequency,
+        value_std=args.value_std,
+    )
+    if args.mechanism == "auto":
+        choice = choose(epsilon=args.epsilon, domain_size=args.domain_size, bounds=bounds)
+        print("candidates (per-report variance, lower is better):")
+        print("  " + choice.explain().replace("\n", "\n  "))
+    what = "fraction" if args.domain_size is not None else "mean"
+    if args.n is not None:
+        p = plan_campaign(args.mechanism, n=args.n, **common)  # type: ignore[arg-type]
+        print(
+            f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
+            f"half-width of the {what} <= {p.half_width:.6g}"
+        )
+    if args.half_width is not None:
+        p = required_n(args.mechanism, half_width=args.half_width, **common)  # type: ignore[arg-type]
+        print(
+            f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a {p.level:.0%} "
+            f"half-width of {args.half_width:g}"
+        )
+    return 0
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--users", type=int, default=20_000, help="simulated users (default 20000)")
+    parser.add_argument("--seed", type=int, default=None, help="seed the simulation (default: OS)")
+    parser.add_argument("--port", type=int, default=0, help="collector port (default: a free one)")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep the collector running afterwards so the dashboard can be opened",
+    )
+
+
+@command(
+    "demo", "start a collector, send simulated users' reports, print estimates", _demo_arguments
+)
+def demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(users=args.users, seed=args.seed, port=args.port, serve=args.serve)
