@@ -58,6 +58,8 @@ from . import _bits
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
 # Membership flags handled per perturb step (one byte each).
+# Up to this many values at once (a device reporting) take the O(d) argpartition path.
+_FEW_REPORTS = 16
 _CHUNK_CELLS = 1 << 21
 # Floyd steps whose random draws are made together (about 0.5 MB at 2048 rows).
 _STEPS_PER_DRAW = 32
@@ -128,6 +130,8 @@ class SubsetSelection(FrequencyOracle):
         )
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
+        if values.size <= _FEW_REPORTS:
+            return self._perturb_few(values, rng)
         d, k = self.domain_size, self.k
         n = values.size
         out = np.empty((n, _bits.packed_size(d)), dtype=np.uint8)
@@ -156,6 +160,24 @@ class SubsetSelection(FrequencyOracle):
             cells[base + x] = inside
             out[start : start + m] = _bits.pack_rows(cells.reshape(m, d))
         return out
+
+    def _perturb_few(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
+        """The device's path (one or a few values): O(d) per report, no loop over k.
+
+        The same coin decides whether the true item is in; then the k smallest of d
+        uniform keys pick the members, the true item's key forced below (in) or above
+        (out) every other, so the others form a uniform (k - 1)- or k-subset.
+        """
+        d, k = self.domain_size, self.k
+        n = values.size
+        inside = _bits.uniform_u64(rng, n) < np.uint64(_bits.threshold64_floor(self.p))
+        keys = rng.random((n, d))
+        rows = np.arange(n)
+        keys[rows, values] = np.where(inside, -1.0, 2.0)
+        chosen = np.argpartition(keys, k - 1, axis=1)[:, :k]
+        cells = np.zeros((n, d), dtype=np.bool_)
+        cells[rows[:, None], chosen] = True
+        return _bits.pack_rows(cells)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         padding = _bits.padding_is_zero(reports, self.domain_size)

@@ -431,3 +431,20 @@ def test_hr_reports_of_wrong_dtype() -> None:
         m.check_reports(np.zeros((2, 2), dtype=np.uint32))
     assert m.check_reports(np.array([0, 15, 16], dtype=np.uint32)).tolist() == [True, True, False]
     assert m.check_reports(np.array([0, 15, 16], dtype=np.uint8)).tolist() == [True, True, False]
+
+
+@pytest.mark.parametrize("d", [5, 64])
+def test_subset_selection_device_path_follows_p_and_q(d: int) -> None:
+    """The few-values path (a device reporting) has the same law as the batch path."""
+    m = ldpkit.mechanism("ss", epsilon=1.0, domain_size=d)
+    rng = np.random.default_rng(21)
+    batches = 4000
+    reports = np.concatenate([m.perturb(np.full(8, 2), rng=rng) for _ in range(batches)])
+    n = len(reports)
+    bits = np.unpackbits(reports, axis=1, bitorder="little")[:, :d].astype(bool)
+    assert np.all(bits.sum(axis=1) == m.k)  # type: ignore[attr-defined]
+    p_hat = bits[:, 2].mean()
+    assert abs(p_hat - m.p) < 4.5 * np.sqrt(m.p * (1 - m.p) / n)  # type: ignore[attr-defined]
+    others = np.delete(bits, 2, axis=1).mean(axis=0)
+    q = m.q  # type: ignore[attr-defined]
+    assert np.all(np.abs(others - q) < 4.5 * np.sqrt(q * (1 - q) / n))
