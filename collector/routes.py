@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 from aiohttp import web
 
@@ -160,8 +161,23 @@ async def prometheus(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
 
+STATIC_DIR = Path(__file__).with_name("static")
+
+
+async def ui_redirect(request: web.Request) -> web.Response:
+    raise web.HTTPPermanentRedirect("/ui/")
+
+
+async def ui_index(request: web.Request) -> web.FileResponse:
+    """The dashboard: static HTML and JavaScript reading this API with a read token."""
+    return web.FileResponse(STATIC_DIR / "index.html")
+
+
 def setup_routes(app: web.Application) -> None:
     r = app.router
+    r.add_get("/ui", ui_redirect)
+    r.add_get("/ui/", ui_index)
+    r.add_static("/ui/", STATIC_DIR, show_index=False, follow_symlinks=False)
     r.add_post("/v1/reports", post_reports)
     r.add_get("/v1/metrics", get_metrics)
     r.add_get("/v1/metrics/{name}", get_metric)

@@ -126,7 +126,7 @@ function barChart(data) {
   const vals = items.flatMap((i) => [i.low, i.high, i.estimate, 0]).filter((v) => v !== null);
   const lo = Math.min(0, ...vals), hi = Math.max(0.05, ...vals);
   const y = scale(lo, hi, H - pad, 15), step = (W - pad - 10) / items.length;
-  const svg = el("svg:svg", { width: W, height: H, id: "bars" });
+  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", style: `max-width:${W}px`, id: "bars" });
   svg.appendChild(el("svg:line", { class: "axis", x1: pad, x2: W - 5, y1: y(0), y2: y(0) }));
   for (const t of [lo, (lo + hi) / 2, hi]) {
     svg.appendChild(el("svg:text", { class: "label", x: 2, y: y(t) + 4 }, t.toFixed(2)));
@@ -153,20 +153,28 @@ function barChart(data) {
 }
 
 function meanChart(data) {
-  const W = 420, H = 140;
-  const svg = el("svg:svg", { width: W, height: H, id: "mean" });
+  const W = 560, H = 140;
+  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", style: `max-width:${W}px`, id: "mean" });
   if (data.mean === null) {
     svg.appendChild(el("svg:text", { class: "label", x: 20, y: 70 }, "no reports in this range"));
     return svg;
   }
-  const span = Math.max(data.high - data.low, 1e-9);
-  const x = scale(data.low - span * 0.5, data.high + span * 0.5, 30, W - 30);
+  // The axis spans the metric's declared bounds, so the interval's width reads at a glance.
+  const metric = state.metrics.find((m) => m.name === data.metric);
+  const [lo, hi] = metric && metric.bounds ? metric.bounds : [data.low, data.high];
+  const x = scale(Math.min(lo, data.low), Math.max(hi, data.high), 30, W - 30);
+  svg.appendChild(el("svg:line", { class: "axis", x1: x(lo), x2: x(hi), y1: 100, y2: 100 }));
+  for (const t of [lo, hi]) {
+    svg.appendChild(el("svg:text", { class: "label", x: x(t), y: 118, "text-anchor": "middle" }, String(t)));
+  }
   svg.appendChild(el("svg:line", { class: "whisker", x1: x(data.low), x2: x(data.high), y1: 60, y2: 60,
     "data-low": data.low, "data-high": data.high }));
+  for (const v of [data.low, data.high]) {
+    svg.appendChild(el("svg:line", { class: "whisker-cap", x1: x(v), x2: x(v), y1: 53, y2: 67, stroke: "#111" }));
+  }
   svg.appendChild(el("svg:circle", { class: "point", cx: x(data.mean), cy: 60, r: 6, fill: "#4C78A8", "data-mean": data.mean }));
-  svg.appendChild(el("svg:text", { class: "label", x: x(data.low), y: 90, "text-anchor": "middle" }, fmt(data.low, 3)));
-  svg.appendChild(el("svg:text", { class: "label", x: x(data.high), y: 90, "text-anchor": "middle" }, fmt(data.high, 3)));
-  svg.appendChild(el("svg:text", { class: "label", x: x(data.mean), y: 40, "text-anchor": "middle" }, `mean ${fmt(data.mean, 3)}`));
+  svg.appendChild(el("svg:text", { class: "label", x: x(data.mean), y: 40, "text-anchor": "middle" },
+    `mean ${fmt(data.mean, 3)}  [${fmt(data.low, 3)}, ${fmt(data.high, 3)}]`));
   return svg;
 }
 
@@ -177,7 +185,7 @@ function timeChart(data) {
   const vals = series.flatMap((s) => s.pts.flatMap((p) => (p ? [p.low, p.high] : []))).filter((v) => v !== null);
   const lo = Math.min(...vals, 0), hi = Math.max(...vals, 0.05);
   const y = scale(lo, hi, H - pad, 15), x = scale(0, Math.max(buckets.length - 1, 1), pad + 10, W - 20);
-  const svg = el("svg:svg", { width: W, height: H, id: "over-time-chart" });
+  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", style: `max-width:${W}px`, id: "over-time-chart" });
   const colors = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D"];
   series.forEach((s, k) => {
     const color = colors[k % colors.length];
