@@ -162,4 +162,8 @@ def serve(args: argparse.Namespace) -> int:
 from . import commands as _commands  # noqa: E402, F401
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as `python -m ldpkit.collector.cli`: this module is __main__, and the commands
+    # registered into the importable ldpkit.collector.cli, so dispatch through that one.
+    from ldpkit.collector.cli import main as _main
+
+    sys.exit(_main())
