@@ -38,7 +38,9 @@ def create_app(config: CollectorConfig, *, store: Store | None = None) -> web.Ap
     )
     telemetry = Telemetry()
     if store is None:
-        store = open_store(config.database, synchronous=config.synchronous)
+        store = open_store(
+            config.database, synchronous=config.synchronous, pool_size=config.pool_size
+        )
     app[CONFIG] = config
     app[TELEMETRY] = telemetry
     app[TOKENS] = TokenRegistry(config.tokens)

@@ -5,8 +5,11 @@
     [collector]
     host = "127.0.0.1"
     port = 8787
-    database = "ldpkit.sqlite3"      # relative to this file; later "postgresql://..."
+    database = "ldpkit.sqlite3"      # relative to this file, or "postgresql://user@host/db"
     synchronous = "full"             # SQLite durability: "full" (default), "normal" or "extra"
+    pool_size = 8                    # PostgreSQL: connections per collector process
+    report_id_retention_days = 30    # ids kept for dedupe; older buckets are refused
+    catalog_refresh_seconds = 10     # reload metric definitions (other replicas' PUTs)
     max_body_bytes = 16777216        # 413 beyond
     max_reports_per_batch = 100000   # 400 beyond
     max_pending_batches = 256        # batches waiting for the store; 429 beyond
@@ -74,6 +77,9 @@ class CollectorConfig:
     port: int = DEFAULT_PORT
     database: str = "ldpkit.sqlite3"
     synchronous: str = "full"
+    pool_size: int = 8
+    report_id_retention_days: int = 30
+    catalog_refresh_seconds: float = 10.0
     max_body_bytes: int = 16 * 2**20
     max_reports_per_batch: int = 100_000
     max_blocks_per_batch: int = 1000
@@ -126,6 +132,11 @@ def _is_seconds(v: object) -> bool:
     )
 
 
+def _is_positive_seconds(v: object) -> bool:
+    """a number of seconds > 0"""
+    return _is_seconds(v) and isinstance(v, int | float) and v > 0
+
+
 def _is_sync(v: object) -> bool:
     return isinstance(v, str) and v.lower() in SYNCHRONOUS_MODES
 
@@ -137,6 +148,9 @@ _COLLECTOR_KEYS: dict[str, Any] = {
     "port": _int_in(0, 65535),
     "database": _is_str,
     "synchronous": _is_sync,
+    "pool_size": _int_in(2, 1000),
+    "report_id_retention_days": _int_in(1, 3650),
+    "catalog_refresh_seconds": _is_positive_seconds,
     "max_body_bytes": _int_in(1024, 2**31),
     "max_reports_per_batch": _int_in(1, 10_000_000),
     "max_blocks_per_batch": _int_in(1, 100_000),
@@ -165,8 +179,9 @@ def _check_collector(
         out[key] = value
     if "synchronous" in out:
         out["synchronous"] = out["synchronous"].lower()
-    if "shutdown_timeout" in out:
-        out["shutdown_timeout"] = float(out["shutdown_timeout"])
+    for key in ("shutdown_timeout", "catalog_refresh_seconds"):
+        if key in out:
+            out[key] = float(out[key])
     if "database" in out:
         out["database"] = _database_path(out["database"], source, base_dir)
     return out

@@ -25,6 +25,22 @@ UNKNOWN_VERSION = "unknown_version"
 INVALID_REPORT = "invalid_report"
 INVALID_BUCKET = "invalid_bucket"
 REJECTION_CODES = (UNKNOWN_METRIC, UNKNOWN_VERSION, INVALID_REPORT, INVALID_BUCKET)
+DAY = 86400
+
+
+def oldest_bucket(now: float, retention_days: int) -> int:
+    """The earliest bucket start accepted at ``now``: ``retention_days`` earlier. Report
+    ids are kept that long (and a day more), so older reports are refused: their ids may
+    be gone, and a retry would count twice."""
+    return int(now) - retention_days * DAY
+
+
+def prune_before(now: float, retention_days: int) -> int:
+    """Ids of buckets before this may be deleted: the UTC day :func:`oldest_bucket` falls
+    in, less one more day, so a replica whose clock runs up to a day behind still refuses
+    every report whose id is gone."""
+    oldest = oldest_bucket(now, retention_days)
+    return oldest // DAY * DAY - DAY
 
 
 @dataclass(frozen=True)
@@ -65,8 +81,11 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_batch(blocks: Sequence[Block], catalog: Catalog, now: float) -> CheckedBatch:
-    """Split a batch into what to store and what to refuse (see the module docstring)."""
+def check_batch(
+    blocks: Sequence[Block], catalog: Catalog, now: float, *, oldest: int | None = None
+) -> CheckedBatch:
+    """Split a batch into what to store and what to refuse (see the module docstring).
+    Buckets starting before ``oldest`` (see :func:`oldest_bucket`) are too old."""
     out = CheckedBatch()
     offset = 0
     for block in blocks:
@@ -112,6 +131,15 @@ def check_batch(blocks: Sequence[Block], catalog: Catalog, now: float) -> Checke
                 INVALID_BUCKET,
                 f"bucket {block.bucket} is more than one {period.value} in the future "
                 f"(latest accepted: {latest})",
+            )
+            continue
+        if oldest is not None and block.bucket < oldest:
+            first = -(-oldest // period.seconds) * period.seconds
+            refuse(
+                INVALID_BUCKET,
+                f"bucket {block.bucket} is too old: reports are kept for deduplication "
+                f"{(int(now) - oldest) / DAY:g} days after their bucket starts "
+                f"(oldest accepted now: {first})",
             )
             continue
         mechanism = definition.mechanism_instance

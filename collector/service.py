@@ -1,9 +1,14 @@
 """The collector's logic between HTTP and the store: catalog, ingest, estimates.
 
 One :class:`Collector` per app. It keeps an in-memory snapshot of the metric catalog
-(reloaded from the store after a PUT, and at most once a second when a batch names a
-metric or version it does not know, so replicas sharing a database catch up), and the
-pre-serialized ``GET /v1/metrics`` bodies with their ETags.
+(reloaded from the store after a PUT, when the store says another process changed it
+(PostgreSQL LISTEN/NOTIFY), every ``catalog_refresh_seconds``, and at most once a second
+when a batch or an estimate names a metric or version it does not know, so replicas
+sharing a database catch up), and the pre-serialized ``GET /v1/metrics`` bodies with
+their ETags. It holds nothing else another replica would need.
+
+Background tasks: the periodic catalog reload, and pruning of report ids older than
+``report_id_retention_days`` (hourly; the store skips work already done that day).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from ..metrics import MetricDefinition
 from ..wire import decode_batch
 from .config import CollectorConfig
 from .estimates import EstimateQuery, estimate_answer
-from .ingest import Rejected, check_batch
+from .ingest import Rejected, check_batch, oldest_bucket, prune_before
 from .responses import ApiError, dumps, etag_of
 from .store import Catalog, IngestResult, PutOutcome, Store, StoreClosed, StoreError
 from .telemetry import Telemetry
@@ -27,6 +32,7 @@ from .telemetry import Telemetry
 log = logging.getLogger("ldpkit.collector")
 
 REFRESH_INTERVAL = 1.0
+PRUNE_INTERVAL = 3600.0
 
 
 @dataclass(frozen=True)
@@ -53,11 +59,14 @@ class Collector:
         self._fp_names: dict[str, str] = {}
         self._last_refresh = 0.0
         self._refresh_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._notified: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         store = self.store
         store.commit_listener = self.telemetry.on_commit
+        store.catalog_listener = self._catalog_changed
         self.telemetry.watch_queue(lambda: store.pending_batches)
         await store.open()
         try:
@@ -75,6 +84,10 @@ class Collector:
             await store.close()
             raise
         self.ready = True
+        self._tasks = [
+            asyncio.create_task(self._refresh_loop(), name="ldpkit-catalog-refresh"),
+            asyncio.create_task(self._prune_loop(), name="ldpkit-prune"),
+        ]
         counts = {k: len(v) for k, v in self.config.tokens.by_kind().items()}
         for kind, count in counts.items():
             if not count:
@@ -82,7 +95,40 @@ class Collector:
 
     async def stop(self) -> None:
         self.ready = False
+        tasks = [*self._tasks, *([self._notified] if self._notified is not None else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = []
         await self.store.close()
+
+    # --- background tasks ----------------------------------------------------------------
+    def _catalog_changed(self) -> None:
+        """The store saw another process change the catalog: reload it soon (once)."""
+        if self._notified is None or self._notified.done():
+            self._notified = asyncio.create_task(self._refresh_quietly())
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh_catalog()
+        except Exception as exc:  # keep the loop alive; the next reload may succeed
+            log.warning("catalog reload failed: %s", exc)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.catalog_refresh_seconds)
+            await self._refresh_quietly()
+
+    async def _prune_loop(self) -> None:
+        days = self.config.report_id_retention_days
+        while True:
+            try:
+                await self.store.prune_report_ids(prune_before(time.time(), days))
+            except StoreClosed:
+                return
+            except StoreError as exc:
+                log.warning("pruning report ids failed: %s", exc)
+            await asyncio.sleep(PRUNE_INTERVAL)
 
     # --- catalog -------------------------------------------------------------------------
     def _set_catalog(self, catalog: Catalog) -> None:
@@ -151,9 +197,10 @@ class Collector:
             )
         except ProtocolError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
-        checked = check_batch(blocks, self.catalog, time.time())
+        oldest = oldest_bucket(time.time(), cfg.report_id_retention_days)
+        checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
         if checked.unknown_names and await self._maybe_refresh():
-            checked = check_batch(blocks, self.catalog, time.time())
+            checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
         result = IngestResult(0, 0)
         if checked.blocks:
             try:
@@ -194,6 +241,11 @@ class Collector:
     async def estimate(self, name: str, query: EstimateQuery) -> bytes:
         versions = self.catalog.versions.get(name)
         current = self.catalog.current.get(name)
+        if (
+            versions is None or current is None or (query.version or "") not in ("", *versions)
+        ) and await self._maybe_refresh():  # defined through another replica?
+            versions = self.catalog.versions.get(name)
+            current = self.catalog.current.get(name)
         if versions is None or current is None:
             raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
         fp = query.version or current.fingerprint

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import queue
 import sqlite3
@@ -66,7 +67,7 @@ T = TypeVar("T")
 Deltas = dict[tuple[str, int], Aggregate]
 JobFn = Callable[[sqlite3.Connection], tuple[Any, Deltas]]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS metric_versions (
     fingerprint TEXT PRIMARY KEY,     -- 16 hex digits of the definition's parameters
@@ -80,8 +81,13 @@ CREATE TABLE IF NOT EXISTS metrics (  -- the current version of each metric
     fingerprint TEXT NOT NULL REFERENCES metric_versions (fingerprint)
 );
 CREATE TABLE IF NOT EXISTS report_ids (  -- dedupe only: no time, no address, no payload
-    id BLOB PRIMARY KEY
+    id     BLOB PRIMARY KEY,
+    bucket INTEGER NOT NULL           -- the report's own bucket, to prune old ids
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS store_state (  -- small bookkeeping values
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS aggregates (
     fingerprint TEXT NOT NULL,
     bucket      INTEGER NOT NULL,     -- bucket start, unix seconds UTC
@@ -91,8 +97,13 @@ CREATE TABLE IF NOT EXISTS aggregates (
 );
 """
 
-INSERT_IDS_OR_IGNORE = "INSERT OR IGNORE INTO report_ids (id) VALUES (?)"
-INSERT_IDS = "INSERT INTO report_ids (id) VALUES (?)"
+INSERT_IDS_OR_IGNORE = "INSERT OR IGNORE INTO report_ids (id, bucket) VALUES (?, ?)"
+INSERT_IDS = "INSERT INTO report_ids (id, bucket) VALUES (?, ?)"
+# Version 1 kept ids without buckets: they get the day of the migration, which is no
+# earlier than their own bucket, so they are pruned no sooner than they may be.
+MIGRATE_1_TO_2 = "ALTER TABLE report_ids ADD COLUMN bucket INTEGER NOT NULL DEFAULT {day};"
+PRUNED_KEY = "report_ids_pruned_before"
+PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer job
 LOOKUP_CHUNK = 500
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 
@@ -172,9 +183,15 @@ class SQLiteStore(Store):
                 f"{self.path}: schema version {version} is newer than this ldpkit "
                 f"({SCHEMA_VERSION}); upgrade ldpkit"
             )
+        migrate = ""
+        if version == 1:
+            migrate = MIGRATE_1_TO_2.format(day=int(time.time()) // 86400 * 86400)
         try:
             conn.executescript(
-                "BEGIN IMMEDIATE;" + SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "BEGIN IMMEDIATE;"
+                + migrate
+                + SCHEMA
+                + f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             )
         except BaseException:
             if conn.in_transaction:
@@ -438,6 +455,53 @@ class SQLiteStore(Store):
         )
         return count
 
+    async def prune_report_ids(self, before_bucket: int) -> int:
+        """Delete ids of buckets ``< before_bucket``: counted first on the reader, then
+        deleted by writer jobs over ranges of ids (by first byte, about 50,000 ids each), so
+        batches commit in between; skipped if already done."""
+
+        def count(conn: sqlite3.Connection) -> int | None:
+            done = conn.execute(
+                "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,)
+            ).fetchone()
+            if done is not None and done[0] >= before_bucket:
+                return None
+            found: int = conn.execute(
+                "SELECT count(*) FROM report_ids WHERE bucket < ?", (before_bucket,)
+            ).fetchone()[0]
+            return found
+
+        old = await self._read(count)
+        if old is None:
+            return 0
+        deleted = 0
+        ranges = max(1, min(PRUNE_RANGES, old // 50_000))
+        edges = [round(256 * i / ranges) for i in range(ranges + 1)] if old else []
+        for a, b in itertools.pairwise(edges):
+            lo, hi = bytes([a]), bytes([b]) if b < 256 else None
+
+            def prune(
+                conn: sqlite3.Connection, lo: bytes = lo, hi: bytes | None = hi
+            ) -> tuple[int, Deltas]:
+                where = "id >= ? AND bucket < ?" + (" AND id < ?" if hi is not None else "")
+                params: tuple[object, ...] = (lo, before_bucket) + ((hi,) if hi else ())
+                return conn.execute(f"DELETE FROM report_ids WHERE {where}", params).rowcount, {}
+
+            deleted += await self._submit(prune)
+        await self._submit(
+            lambda conn: (
+                conn.execute(
+                    "INSERT INTO store_state (key, value) VALUES (?, ?) ON CONFLICT (key) "
+                    "DO UPDATE SET value = max(value, excluded.value)",
+                    (PRUNED_KEY, before_bucket),
+                ),
+                {},
+            )
+        )
+        if deleted:
+            log.info("pruned %d report ids of buckets before %d", deleted, before_bucket)
+        return deleted
+
 
 def _as_store_error(exc: BaseException) -> BaseException:
     if isinstance(exc, StoreError | ValueError):
@@ -462,9 +526,10 @@ def _existing_ids(conn: sqlite3.Connection, ids: npt.NDArray[Any]) -> npt.NDArra
 def _ingest(conn: sqlite3.Connection, blocks: Sequence[IngestBlock]) -> tuple[IngestResult, Deltas]:
     ids = blocks[0].ids if len(blocks) == 1 else np.concatenate([b.ids for b in blocks])
     total = int(ids.shape[0])
+    buckets = np.repeat([b.bucket for b in blocks], [b.n for b in blocks]).tolist()
     conn.execute("SAVEPOINT ids")
     before = conn.total_changes
-    conn.executemany(INSERT_IDS_OR_IGNORE, zip(ids.tolist(), strict=True))
+    conn.executemany(INSERT_IDS_OR_IGNORE, zip(ids.tolist(), buckets, strict=True))
     inserted = conn.total_changes - before
     new: npt.NDArray[np.bool_] | None = None
     if inserted != total:
@@ -472,7 +537,8 @@ def _ingest(conn: sqlite3.Connection, blocks: Sequence[IngestBlock]) -> tuple[In
         conn.execute("ROLLBACK TO ids")
         existing = _existing_ids(conn, np.unique(ids))
         new = new_report_mask(ids, existing)
-        conn.executemany(INSERT_IDS, zip(ids[new].tolist(), strict=True))
+        kept = [b for b, keep in zip(buckets, new.tolist(), strict=True) if keep]
+        conn.executemany(INSERT_IDS, zip(ids[new].tolist(), kept, strict=True))
         inserted = int(new.sum())
     conn.execute("RELEASE ids")
     deltas = aggregate_blocks(blocks, new)

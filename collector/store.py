@@ -4,8 +4,10 @@ A store keeps three things:
 
 - **metric versions**: every definition ever given (keyed by fingerprint, with its JSON),
   and which version is current for each name;
-- **report ids**: one row per stored report id (16 random bytes), for deduplication, and
-  nothing else: no arrival time, no client address;
+- **report ids**: one row per stored report id (16 random bytes) with the report's own
+  coarse bucket, for deduplication, and nothing else: no arrival time, no client address.
+  :meth:`Store.prune_report_ids` deletes the ids of buckets older than the retention
+  window (the collector refuses reports that old, so deduplication stays exact);
 - **aggregates**: per (fingerprint, bucket), the report count ``n`` and the mechanism's
   sums vector, updated in the same transaction as the ids, so an estimate reads
   O(domain) numbers whatever the number of reports.
@@ -185,6 +187,9 @@ class Store(ABC):
     the event loop."""
 
     commit_listener: CommitListener | None = None
+    catalog_listener: Callable[[], None] | None = None
+    """Called (on the event loop) when another process may have changed the metric catalog;
+    stores that cannot tell (SQLite) never call it, the collector also reloads periodically."""
 
     @abstractmethod
     async def open(self) -> None:
@@ -230,15 +235,22 @@ class Store(ABC):
     async def report_count(self) -> int:
         """Number of distinct report ids stored."""
 
+    @abstractmethod
+    async def prune_report_ids(self, before_bucket: int) -> int:
+        """Delete the stored ids of reports whose bucket is ``< before_bucket`` (their
+        aggregates stay); the number deleted. Cheap when an earlier call (from any process)
+        already pruned up to ``before_bucket``. Runs in short transactions, beside ingest."""
 
-def open_store(database: str, *, synchronous: str = "full") -> Store:
-    """The store for ``database``: a SQLite file path, or a PostgreSQL URL."""
+
+def open_store(database: str, *, synchronous: str = "full", pool_size: int = 8) -> Store:
+    """The store for ``database``: a SQLite file path, or a PostgreSQL URL (``pool_size``:
+    that store's connections per process)."""
     if database.startswith(POSTGRES_PREFIXES):
         try:
             module = importlib.import_module(f"{__package__}.postgres_store")
         except ImportError as exc:
             raise ConfigError(f"the PostgreSQL store is not available: {exc}") from None
-        store: Store = module.PostgresStore(database)
+        store: Store = module.PostgresStore(database, pool_size=pool_size)
         return store
     from .sqlite_store import SQLiteStore
 
