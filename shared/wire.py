@@ -111,13 +111,17 @@ def _field(block: dict[Any, Any], key: str, kind: type | tuple[type, ...], index
     return value
 
 
-def decode_batch(data: bytes, *, max_reports: int = 100_000, max_blocks: int = 1000) -> list[Block]:
+def decode_batch(
+    data: bytes | bytearray | memoryview, *, max_reports: int = 100_000, max_blocks: int = 1000
+) -> list[Block]:
     """Decode and check the framing of a batch (not the reports' contents).
 
     Raises ProtocolError, saying what was wrong, for anything that is not a v1 batch.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ProtocolError(f"a batch must be bytes, got {type(data).__name__}")
+    if isinstance(data, memoryview) and data.itemsize != 1:
+        data = data.tobytes()  # msgpack refuses views of multi-byte items (BufferError)
     try:
         obj = msgpack.unpackb(
             data,
@@ -135,7 +139,7 @@ def decode_batch(data: bytes, *, max_reports: int = 100_000, max_blocks: int = 1
     if not isinstance(obj, dict):
         raise ProtocolError(f"a batch must be a msgpack map, got {type(obj).__name__}")
     version = obj.get("v")
-    if version != VERSION or isinstance(version, bool):
+    if type(version) is not int or version != VERSION:  # not True, not 1.0
         raise ProtocolError(f"unsupported protocol version {version!r}; this collector speaks v1")
     blocks_raw = obj.get("blocks")
     if not isinstance(blocks_raw, list):
