@@ -25,9 +25,10 @@ Reports are drawn for every input (``samples`` each) and split in two independen
 parts:
 
 1. *Selection* (``selection_fraction`` of the samples): reports are mapped to discrete
-   cells (see below). For each ordered pair (x, x') the cells are sorted by their
-   empirical likelihood ratio, and every prefix of that order (a level set of the
-   ratio, the Neyman-Pearson optimal events) is a candidate event. Each candidate is
+   cells (see below). For each ordered pair (x, x') the candidate events are, for
+   categorical cells, the level sets of the empirical likelihood ratio (the top 1, 2,
+   ... cells by ratio: the Neyman-Pearson optimal events) and, for the bins of a
+   numeric output, every interval of adjacent bins (tails included). Each candidate is
    scored by the bound it is predicted to give on the counting part, and the best
    ``max_events`` candidates over all pairs are kept.
 2. *Counting* (the rest): each kept event is counted among the reports of x and of x'
@@ -52,8 +53,10 @@ Cells (how reports become discrete events):
 Other cells can be given with ``events``.
 
 The Clopper-Pearson bounds are computed here without scipy: the regularized incomplete
-beta function by its continued fraction (modified Lentz), inverted by bisection, and
-the result is rounded outward (the lower bound down, the upper bound up).
+beta function by its continued fraction (modified Lentz) with a prefactor free of
+``lgamma`` cancellation, or for upper bounds from at most 64 successes the binomial
+sum itself, inverted by bisection. The results (within ~1e-12 relative of the exact
+quantiles) are widened by a relative 1e-9, so rounding can only make them conservative.
 
 References
 ----------
