@@ -55,8 +55,9 @@ Other cells can be given with ``events``.
 The Clopper-Pearson bounds are computed here without scipy: the regularized incomplete
 beta function by its continued fraction (modified Lentz) with a prefactor free of
 ``lgamma`` cancellation, or for upper bounds from at most 64 successes the binomial
-sum itself, inverted by bisection. The results (within ~1e-12 relative of the exact
-quantiles) are widened by a relative 1e-9, so rounding can only make them conservative.
+sum itself, inverted by bisection, then widened by a relative 1e-9 so that rounding
+can only make them conservative. The tests compare them with scipy (1e-7 relative) and
+check, in exact rational arithmetic, that they lie on the safe side.
 
 References
 ----------
