@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 from ldpkit.collector.config import CollectorConfig
 
 from .helpers import make_config, running
+from .postgres import fresh_pg_database, pg_database, pg_server, pg_url  # noqa: F401
 
 
 @pytest.fixture

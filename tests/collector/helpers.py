@@ -32,7 +32,7 @@ METRICS: dict[str, dict[str, Any]] = {
 
 
 def make_config(
-    database: Path, *, metrics: dict[str, Any] | None = None, **collector: Any
+    database: Path | str, *, metrics: dict[str, Any] | None = None, **collector: Any
 ) -> CollectorConfig:
     data = {
         "collector": {"database": str(database), **collector},

@@ -1,0 +1,233 @@
+"""Three ``ldpkit serve`` processes on one PostgreSQL database, several clients at once.
+
+Clients post overlapping batches, the same batch to two replicas at the same moment, and
+retries; the stored totals must equal, exactly, those of the distinct reports sent, and
+every replica must answer the same estimates. A metric defined through one replica is
+served by the others.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ldpkit import wire
+
+from .helpers import ADMIN, INGEST, READ, THEME, batch, block_of, definition, today
+
+pytestmark = pytest.mark.postgres
+
+CONFIG = f"""
+[collector]
+shutdown_timeout = 20
+catalog_refresh_seconds = 2
+
+[tokens]
+ingest = ["{INGEST}"]
+read = ["{READ}"]
+admin = ["{ADMIN}"]
+
+[metrics.theme]
+categories = {json.dumps(THEME)}
+epsilon = 1.0
+mechanism = "grr"
+"""
+LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+DAY = 86400
+
+
+@contextmanager
+def replicas(tmp_path: Path, database: str, count: int) -> Iterator[list[str]]:
+    """``count`` collector processes started at once on ``database``: their base URLs."""
+    config = tmp_path / "collector.toml"
+    config.write_text(CONFIG)
+    command = [sys.executable, "-m", "ldpkit.collector.cli", "--log-level", "INFO", "serve"]
+    command += ["--config", str(config), "--host", "127.0.0.1", "--port", "0"]
+    command += ["--database", database, "--no-access-log"]
+    procs = [
+        subprocess.Popen(
+            command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp_path
+        )
+        for _ in range(count)
+    ]
+    lines: list[queue.Queue[str]] = []
+    for proc in procs:
+        q: queue.Queue[str] = queue.Queue()
+        assert proc.stderr is not None
+        stream = proc.stderr
+        threading.Thread(target=lambda s=stream, q=q: [q.put(x) for x in s], daemon=True).start()
+        lines.append(q)
+    logs: list[list[str]] = [[] for _ in procs]
+    try:
+        urls = []
+        for q, seen in zip(lines, logs, strict=True):
+            while True:
+                try:
+                    line = q.get(timeout=30)
+                except queue.Empty:
+                    raise AssertionError("collector did not start: " + "".join(seen)) from None
+                seen.append(line)
+                if match := LISTENING.search(line):
+                    urls.append(f"http://127.0.0.1:{match.group(1)}")
+                    break
+        yield urls
+        for proc in procs:
+            proc.terminate()
+        codes = [proc.wait(timeout=30) for proc in procs]
+        for q, seen in zip(lines, logs, strict=True):
+            while not q.empty():
+                seen.append(q.get())
+        text = "".join(line for seen in logs for line in seen)
+        assert codes == [0] * count, text
+        assert " ERROR " not in text and "WARNING" not in text, text
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def request(
+    method: str, url: str, token: str, body: bytes | None = None, content_type: str = ""
+) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {token}"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    req = urllib.request.Request(url, data=body, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def post(url: str, body: bytes) -> dict[str, Any]:
+    for _ in range(50):  # a real client retries 429/503 with the same ids
+        status, answer = request("POST", url + "/v1/reports", INGEST, body, wire.CONTENT_TYPE)
+        if status == 200:
+            result: dict[str, Any] = json.loads(answer)
+            return result
+        assert status in (429, 503), (status, answer[:300])
+        time.sleep(0.2)
+    raise AssertionError("batch never stored")
+
+
+def test_three_replicas_count_each_report_once(tmp_path: Path, pg_url: str) -> None:
+    import psycopg
+
+    rng = np.random.default_rng(7)
+    pool_size = 20_000
+    ids = np.frombuffer(rng.bytes(16 * pool_size), dtype="V16")
+    values = rng.integers(0, len(THEME), pool_size)
+    buckets = np.where(rng.random(pool_size) < 0.3, today() - DAY, today())
+
+    def encode(picks: np.ndarray) -> bytes:
+        blocks = []
+        for b in np.unique(buckets[picks]):
+            mine = picks[buckets[picks] == b]
+            reports = values[mine].astype("<u4")
+            blocks.append(block_of("theme", reports, ids=ids[mine].tobytes(), bucket=int(b)))
+        return batch(*blocks)
+
+    with replicas(tmp_path, pg_url, 3) as urls:
+        sent = np.zeros(pool_size, dtype=bool)
+        lock = threading.Lock()
+        answers: list[dict[str, Any]] = []
+        posted = 0
+
+        def client(seed: int) -> None:
+            nonlocal posted
+            r = np.random.default_rng(seed)
+            with ThreadPoolExecutor(2) as pair:
+                for k in range(25):
+                    picks = r.choice(pool_size, size=int(r.integers(100, 600)), replace=False)
+                    body = encode(picks)
+                    first = urls[(seed + k) % 3]
+                    targets = [first]
+                    roll = r.random()
+                    if roll < 0.3:  # the same batch to two replicas at the same moment
+                        targets.append(urls[(seed + k + 1) % 3])
+                    elif roll < 0.5:  # a retry to the same replica
+                        targets.append(first)
+                    got = list(pair.map(lambda u, body=body: post(u, body), targets))
+                    with lock:
+                        sent[picks] = True
+                        answers.extend(got)
+                        posted += len(picks) * len(targets)
+
+        with ThreadPoolExecutor(8) as clients:
+            list(clients.map(client, range(8)))
+
+        # Every report was either accepted once or reported a duplicate.
+        assert all(not a["rejected"] for a in answers)
+        assert sum(a["accepted"] for a in answers) == int(sent.sum())
+        assert sum(a["accepted"] + a["duplicates"] for a in answers) == posted
+        assert posted > 2 * sent.sum()  # plenty of overlaps and retries
+
+        # The stored totals are exactly those of the distinct reports sent.
+        fp = definition("theme").fingerprint
+        with psycopg.connect(pg_url) as conn:
+            stored_ids = conn.execute("SELECT count(*) FROM report_ids").fetchone()
+            rows = conn.execute(
+                "SELECT bucket, n, sums FROM aggregates WHERE fingerprint = %s ORDER BY bucket",
+                (fp,),
+            ).fetchall()
+        assert stored_ids is not None and stored_ids[0] == int(sent.sum())
+        expected = {}
+        for b in np.unique(buckets[sent]):
+            mine = sent & (buckets == b)
+            counts = np.bincount(values[mine], minlength=len(THEME)).astype(float)
+            expected[int(b)] = (int(mine.sum()), counts.tolist())
+        assert {int(b): (int(n), list(s)) for b, n, s in rows} == expected
+
+        # Every replica answers the same estimates.
+        path = "/v1/estimates/theme?per_bucket=true&consistent=true"
+        bodies = {request("GET", u + path, READ)[1] for u in urls}
+        assert len(bodies) == 1
+        assert json.loads(bodies.pop())["n"] == int(sent.sum())
+
+        # A metric defined through one replica is served by the others.
+        spec = {"categories": ["x", "y"], "epsilon": 2.0, "mechanism": "grr"}
+        status, _ = request(
+            "PUT",
+            urls[0] + "/v1/metrics/color",
+            ADMIN,
+            json.dumps(spec).encode(),
+            "application/json",
+        )
+        assert status == 201
+        deadline = time.monotonic() + 5
+        for u in urls[1:]:
+            while request("GET", u + "/v1/metrics/color", READ)[0] != 200:
+                assert time.monotonic() < deadline, "replica did not see the new metric"
+                time.sleep(0.05)
+        color = definition_of("color", spec)
+        body = batch(
+            wire.Block(
+                "color", color, today(), rng.bytes(16 * 3), np.array([0, 1, 1], "<u4").tobytes()
+            )
+        )
+        assert post(urls[2], body)["accepted"] == 3
+        bodies = {request("GET", u + "/v1/estimates/color", READ)[1] for u in urls}
+        assert len(bodies) == 1 and json.loads(bodies.pop())["n"] == 3
+
+
+def definition_of(name: str, spec: dict[str, Any]) -> str:
+    from ldpkit.metrics import MetricDefinition
+
+    return MetricDefinition.from_dict(name, spec).fingerprint

@@ -1,0 +1,383 @@
+"""The Store contract, run against SQLite and PostgreSQL alike.
+
+Every test here takes ``database`` (a SQLite path or a PostgreSQL URL with a fresh
+schema) and opens stores with :func:`open_store`, as the collector does. PostgreSQL
+variants carry the ``postgres`` marker (they skip, or fail with
+LDPKIT_REQUIRE_POSTGRES=1, when the server is unreachable: see tests/collector/postgres.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ldpkit
+from ldpkit.collector.ingest import oldest_bucket, prune_before
+from ldpkit.collector.store import ID_DTYPE, IngestBlock, PutOutcome, Store, StoreError, open_store
+from ldpkit.metrics import MetricDefinition, Period
+
+from .helpers import batch, block_of, estimates, grr_reports, make_config, post_batch, running
+
+THEME = MetricDefinition.from_dict(
+    "theme", {"categories": ["a", "b", "c", "d"], "epsilon": 1.0, "mechanism": "grr"}
+)
+LATENCY = MetricDefinition.from_dict(
+    "latency", {"kind": "numeric", "bounds": [0.0, 100.0], "epsilon": 1.0, "mechanism": "duchi"}
+)
+DAY = 86400
+B0 = 1_763_683_200  # a day bucket (2025-11-21)
+B1 = B0 + DAY
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database string for open_store: a fresh SQLite file or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        return str(tmp_path / "contract.sqlite3")
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+def is_postgres(database: str) -> bool:
+    return database.startswith("postgresql://")
+
+
+@asynccontextmanager
+async def opened(database: str, *metrics: MetricDefinition) -> AsyncIterator[Store]:
+    store = open_store(database)
+    await store.open()
+    try:
+        for m in metrics or (THEME,):
+            await store.put_metric(m)
+        yield store
+    finally:
+        await store.close()
+
+
+def ids_of(n: int) -> bytes:
+    return os.urandom(16 * n)
+
+
+def grr_block(
+    values: list[int] | np.ndarray, ids: bytes | None = None, bucket: int = B0
+) -> IngestBlock:
+    reports = np.asarray(values, dtype="<u4")
+    raw = ids if ids is not None else ids_of(len(reports))
+    return IngestBlock(
+        THEME.fingerprint, bucket, THEME.mechanism_instance, np.frombuffer(raw, ID_DTYPE), reports
+    )
+
+
+async def totals(
+    store: Store, definition: MetricDefinition = THEME
+) -> dict[int, tuple[int, np.ndarray]]:
+    size = definition.mechanism_instance.stats_size
+    rows = await store.aggregates(definition.fingerprint, size, None, None)
+    return {r.bucket: (r.aggregate.n, r.aggregate.sums) for r in rows}
+
+
+def counts(values: list[int] | np.ndarray) -> np.ndarray:
+    return np.bincount(np.asarray(values, dtype=np.int64), minlength=4).astype(float)
+
+
+# --- ingest and aggregates ---------------------------------------------------------------
+async def test_ingest_aggregates_per_bucket_and_metric(database: str) -> None:
+    rng = np.random.default_rng(1)
+    async with opened(database, THEME, LATENCY) as store:
+        v0, v1 = rng.integers(0, 4, 500), rng.integers(0, 4, 300)
+        mech = LATENCY.mechanism_instance
+        lat = mech.perturb(rng.uniform(0, 100, 200), rng=rng)
+        lat_block = IngestBlock(
+            LATENCY.fingerprint, B0, mech, np.frombuffer(ids_of(200), ID_DTYPE), lat
+        )
+        result = await store.ingest([grr_block(v0), grr_block(v1, bucket=B1), lat_block])
+        assert (result.accepted, result.duplicates) == (1000, 0)
+        assert result.accepted_by_fingerprint == {THEME.fingerprint: 800, LATENCY.fingerprint: 200}
+        got = await totals(store)
+        assert sorted(got) == [B0, B1]
+        assert got[B0][0] == 500 and got[B1][0] == 300
+        np.testing.assert_array_equal(got[B0][1], counts(v0))
+        np.testing.assert_array_equal(got[B1][1], counts(v1))
+        lat_rows = await totals(store, LATENCY)
+        expected = mech.aggregate(lat)
+        assert lat_rows[B0][0] == 200
+        np.testing.assert_allclose(lat_rows[B0][1], expected.sums, rtol=1e-12)
+        # A bucket range [start, end) selects buckets by start.
+        only_b1 = await store.aggregates(THEME.fingerprint, 4, B1, B1 + DAY)
+        assert [r.bucket for r in only_b1] == [B1]
+        assert await store.aggregates(THEME.fingerprint, 4, B0 + 1, B1) == []
+        assert await store.report_count() == 1000
+        with pytest.raises(StoreError):  # the stored vector is not that size
+            await store.aggregates(THEME.fingerprint, 5, None, None)
+
+
+async def test_dedupe_within_a_batch(database: str) -> None:
+    async with opened(database) as store:
+        a, b = ids_of(1), ids_of(1)
+        # The same id twice in a block and again in a second block: counted once (first).
+        result = await store.ingest(
+            [grr_block([0, 1, 2], a + b + a), grr_block([3, 3], a + ids_of(1), bucket=B1)]
+        )
+        assert (result.accepted, result.duplicates) == (3, 2)
+        got = await totals(store)
+        np.testing.assert_array_equal(got[B0][1], counts([0, 1]))
+        np.testing.assert_array_equal(got[B1][1], counts([3]))
+        assert await store.report_count() == 3
+
+
+async def test_dedupe_across_batches_and_concurrent_groups(database: str) -> None:
+    async with opened(database) as store:
+        old = ids_of(4)
+        await store.ingest([grr_block([0, 1, 2, 3], old)])
+        fresh = ids_of(3)
+        # old[0], fresh x3, fresh[0] again, old[3]: only the three fresh ones are new.
+        mixed = old[:16] + fresh + fresh[:16] + old[48:]
+        result = await store.ingest([grr_block([0, 2, 2, 2, 3, 3], mixed)])
+        assert (result.accepted, result.duplicates) == (3, 3)
+        # The same batch five times at once (one group or several): stored once.
+        ids = ids_of(10)
+        results = await asyncio.gather(
+            *(store.ingest([grr_block([1] * 10, ids)]) for _ in range(5))
+        )
+        assert sorted((r.accepted, r.duplicates) for r in results) == [(0, 10)] * 4 + [(10, 0)]
+        got = await totals(store)
+        assert got[B0][0] == 4 + 3 + 10
+        np.testing.assert_array_equal(got[B0][1], counts([0, 1, 2, 3, 2, 2, 2] + [1] * 10))
+        assert await store.report_count() == 17
+
+
+async def test_many_concurrent_batches_add_up(database: str) -> None:
+    rng = np.random.default_rng(2)
+    async with opened(database) as store:
+        values = [rng.integers(0, 4, 200) for _ in range(60)]
+        results = await asyncio.gather(*(store.ingest([grr_block(v)]) for v in values))
+        assert sum(r.accepted for r in results) == 12_000
+        got = await totals(store)
+        assert got[B0][0] == 12_000
+        np.testing.assert_array_equal(got[B0][1], counts(np.concatenate(values)))
+        assert store.pending_batches == 0 and store.pending_reports == 0
+
+
+async def test_a_failing_batch_is_rolled_back_alone(database: str) -> None:
+    async with opened(database) as store:
+        good = [store.ingest([grr_block([1, 2])]) for _ in range(3)]
+        bad_ids = ids_of(2)
+        bad = store.ingest([grr_block([1, 9], bad_ids)])  # 9 is not a GRR d=4 report
+        results = await asyncio.gather(*good, bad, return_exceptions=True)
+        assert [getattr(r, "accepted", None) for r in results[:3]] == [2, 2, 2]
+        assert isinstance(results[3], ldpkit.ReportError)
+        assert (await totals(store))[B0][0] == 6
+        again = await store.ingest([grr_block([1, 2], bad_ids)])  # its ids were not kept
+        assert again.accepted == 2
+
+
+# --- catalog -----------------------------------------------------------------------------
+async def test_catalog_versions(database: str) -> None:
+    async with opened(database) as store:
+        assert await store.put_metric(THEME) is PutOutcome.UNCHANGED
+        described = MetricDefinition.from_dict(
+            "theme", {**THEME.to_dict(), "mechanism": "grr", "description": "new words"}
+        )
+        assert await store.put_metric(described) is PutOutcome.UPDATED
+        changed = MetricDefinition.from_dict(
+            "theme", {"categories": ["a", "b", "c", "d"], "epsilon": 2.0, "mechanism": "grr"}
+        )
+        assert await store.put_metric(changed) is PutOutcome.NEW_VERSION
+        assert await store.put_metric(described) is PutOutcome.REVERTED
+        assert await store.put_metric(LATENCY) is PutOutcome.CREATED
+        catalog = await store.load_catalog()
+        assert catalog.current["theme"].fingerprint == THEME.fingerprint
+        assert catalog.current["theme"].description == "new words"
+        assert list(catalog.versions["theme"]) == [THEME.fingerprint, changed.fingerprint]
+        assert set(catalog.current) == {"theme", "latency"}
+
+
+# --- restart -----------------------------------------------------------------------------
+async def test_restart_keeps_everything(database: str) -> None:
+    store = open_store(database)
+    await store.open()
+    await store.put_metric(THEME)
+    await store.put_metric(LATENCY)
+    ids = ids_of(3)
+    tasks = [asyncio.ensure_future(store.ingest([grr_block([0, 1, 2])])) for _ in range(40)]
+    tasks.append(asyncio.ensure_future(store.ingest([grr_block([3, 3, 3], ids)])))
+    await asyncio.sleep(0)  # submitted, mostly not committed yet
+    await store.close()  # commits everything queued first
+    assert all(t.done() and t.result().accepted == 3 for t in tasks)
+    async with opened(database) as again:
+        assert await again.report_count() == 123
+        got = await totals(again)
+        assert got[B0][0] == 123
+        np.testing.assert_array_equal(got[B0][1], [40, 40, 40, 3])
+        catalog = await again.load_catalog()
+        assert set(catalog.current) == {"theme", "latency"}
+        retry = await again.ingest([grr_block([3, 3, 3], ids)])  # dedupe survives restarts
+        assert (retry.accepted, retry.duplicates) == (0, 3)
+
+
+# --- retention ---------------------------------------------------------------------------
+async def test_pruning_deletes_old_ids_only(database: str) -> None:
+    async with opened(database) as store:
+        old_ids, new_ids = ids_of(50), ids_of(30)
+        await store.ingest([grr_block([0] * 50, old_ids, bucket=B0)])
+        await store.ingest([grr_block([1] * 30, new_ids, bucket=B1)])
+        assert await store.prune_report_ids(B0) == 0  # nothing before B0
+        assert await store.prune_report_ids(B1) == 50
+        assert await store.report_count() == 30
+        assert await store.prune_report_ids(B1) == 0  # already done (from any process)
+        got = await totals(store)  # aggregates stay
+        assert (got[B0][0], got[B1][0]) == (50, 30)
+        retry = await store.ingest([grr_block([1] * 30, new_ids, bucket=B1)])
+        assert retry.duplicates == 30
+        # Pruned ids are forgotten: why the collector refuses buckets that old.
+        forgotten = await store.ingest([grr_block([0] * 50, old_ids, bucket=B0)])
+        assert forgotten.accepted == 50
+
+
+async def test_the_collector_refuses_buckets_older_than_the_retention(database: str) -> None:
+    config = make_config(database, report_id_retention_days=30)
+    now = time.time()
+    today = Period.DAY.start(now)
+    oldest_ok = -(-oldest_bucket(now, 30) // DAY) * DAY
+    async with running(config) as client:
+        body = batch(
+            block_of("theme", grr_reports([1]), bucket=oldest_ok),
+            block_of("theme", grr_reports([2]), bucket=oldest_ok - DAY),  # too old
+            block_of("theme", grr_reports([3]), bucket=today - 400 * DAY),  # too old
+            block_of("theme", grr_reports([0]), bucket=today),
+        )
+        status, answer = await post_batch(client, body)
+        assert status == 200
+        assert answer["accepted"] == 2
+        assert [r["index"] for r in answer["rejected"]] == [1, 2]
+        assert {r["error"] for r in answer["rejected"]} == {"invalid_bucket"}
+        assert all("too old" in r["detail"] for r in answer["rejected"])
+        assert str(oldest_ok) in answer["rejected"][0]["detail"]
+        _, est = await estimates(client, "theme")
+        assert est["n"] == 2
+
+
+def test_prune_cutoff_stays_a_day_behind_the_oldest_accepted_bucket() -> None:
+    for now in (B0, B0 + 1, B0 + DAY - 1, B0 + 12345.6):
+        cutoff = prune_before(now, 30)
+        assert cutoff % DAY == 0
+        assert oldest_bucket(now, 30) - 2 * DAY < cutoff <= oldest_bucket(now, 30) - DAY
+
+
+# --- several stores on one database ------------------------------------------------------
+async def test_two_stores_on_one_database(database: str) -> None:
+    """Overlapping batches and retries through two stores at once: each id counts once."""
+    rng = np.random.default_rng(3)
+    pool = [ids_of(1) for _ in range(600)]
+    value = {i: i % 4 for i in range(600)}  # a report id always comes with the same report
+    bucket = {i: B0 if i % 3 else B1 for i in range(600)}  # ... and the same bucket
+
+    def make_batch() -> list[IngestBlock]:
+        picks = rng.choice(600, size=60, replace=False)
+        blocks = []
+        for b in (B0, B1):
+            mine = [int(i) for i in picks if bucket[int(i)] == b]
+            ids = b"".join(pool[i] for i in mine)
+            blocks.append(grr_block([value[i] for i in mine], ids, bucket=b))
+        return blocks
+
+    async with opened(database) as a, opened(database) as b:
+        batches = [make_batch() for _ in range(40)]
+        sends = [(a if k % 2 else b).ingest(blocks) for k, blocks in enumerate(batches)]
+        sends += [(b if k % 2 else a).ingest(blocks) for k, blocks in enumerate(batches[::3])]
+        results = await asyncio.gather(*sends)
+        sent = {pool.index(bytes(x)) for blocks in batches for blk in blocks for x in blk.ids}
+        assert sum(r.accepted for r in results) == len(sent)
+        reports = sum(blk.n for blocks in batches + batches[::3] for blk in blocks)
+        assert sum(r.accepted + r.duplicates for r in results) == reports
+        assert await a.report_count() == len(sent)
+        got = await totals(b)
+        for bk in (B0, B1):
+            mine = [value[i] for i in sent if bucket[i] == bk]
+            assert got[bk][0] == len(mine)
+            np.testing.assert_array_equal(got[bk][1], counts(mine))
+
+
+# --- schema ------------------------------------------------------------------------------
+async def test_a_newer_schema_is_refused(database: str) -> None:
+    async with opened(database):
+        pass
+    if is_postgres(database):
+        import psycopg
+
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("INSERT INTO schema_migrations (version, description) VALUES (99, 'x')")
+    else:
+        conn = sqlite3.connect(database)
+        conn.execute("PRAGMA user_version = 99")
+        conn.close()
+    store = open_store(database)
+    with pytest.raises(StoreError, match="newer"):
+        await store.open()
+
+
+async def test_sqlite_version_1_gains_buckets(tmp_path: Path) -> None:
+    path = tmp_path / "v1.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE report_ids (id BLOB PRIMARY KEY) WITHOUT ROWID;"
+        "INSERT INTO report_ids VALUES (x'00112233445566778899aabbccddeeff');"
+        "PRAGMA user_version = 1;"
+    )
+    conn.close()
+    async with opened(str(path)) as store:
+        result = await store.ingest(
+            [grr_block([1], bytes.fromhex("00112233445566778899aabbccddeeff"))]
+        )
+        assert result.duplicates == 1
+        assert await store.prune_report_ids(Period.DAY.start(time.time())) == 0  # kept a while
+        assert await store.prune_report_ids(Period.DAY.start(time.time()) + DAY) == 1
+
+
+# --- PostgreSQL only ---------------------------------------------------------------------
+@pytest.mark.postgres
+async def test_concurrent_first_starts_migrate_once(fresh_pg_database: str) -> None:
+    import psycopg
+
+    stores = [open_store(fresh_pg_database) for _ in range(3)]
+    await asyncio.gather(*(s.open() for s in stores))
+    try:
+        outcomes = await asyncio.gather(*(s.put_metric(THEME) for s in stores))
+        assert sorted(outcomes) == sorted([PutOutcome.CREATED] + [PutOutcome.UNCHANGED] * 2)
+        results = await asyncio.gather(*(s.ingest([grr_block([1, 2])]) for s in stores))
+        assert [r.accepted for r in results] == [2, 2, 2]
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+    with psycopg.connect(fresh_pg_database) as conn:
+        rows = conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+    from ldpkit.collector.postgres_store import MIGRATIONS
+
+    assert [r[0] for r in rows] == [m[0] for m in MIGRATIONS]
+
+
+@pytest.mark.postgres
+async def test_catalog_changes_are_announced_to_other_processes(pg_url: str) -> None:
+    async with opened(pg_url) as a, opened(pg_url) as b:
+        heard = asyncio.Event()
+        listener: Callable[[], None] = heard.set
+        b.catalog_listener = listener
+        await asyncio.sleep(0.2)  # b is listening
+        heard.clear()
+        await a.put_metric(LATENCY)
+        await asyncio.wait_for(heard.wait(), 5)
+        assert "latency" in (await b.load_catalog()).current
+
+
+async def test_unreachable_postgres_is_a_store_error() -> None:
+    store = open_store("postgresql://nobody@127.0.0.1:1/none")
+    store.connect_timeout = 1.0  # type: ignore[attr-defined]
+    with pytest.raises(StoreError, match="cannot connect"):
+        await store.open()
