@@ -3,12 +3,15 @@
     .venv/bin/python benchmarks/ingest.py                      # every scenario, 8 s each
     .venv/bin/python benchmarks/ingest.py --seconds 3 --scenarios grr16
     .venv/bin/python benchmarks/ingest.py --database postgresql://user@127.0.0.1/ldpkit
+    .venv/bin/python benchmarks/ingest.py --database postgresql://... --collectors 2
 
 The collector runs on loopback (a free port, SQLite in a temporary directory unless
 ``--database`` says otherwise) with its default durability (WAL, ``synchronous=FULL``).
 The load generator is another process: it encodes one batch of ``--batch`` reports per
 scenario up front and, for each request, writes fresh random ids into a copy of it (so
 every report is new), keeping ``--concurrency`` requests in flight with aiohttp.
+With ``--collectors N``, N collector processes share the database (replicas, as behind a
+load balancer) and the load generator spreads its connections over them round-robin.
 
 Printed: accepted reports/s and p50/p99 batch latency per scenario (GRR d=16, OUE d=1024,
 OLH d=1024, a numeric mechanism; a scenario whose mechanism module is missing is
@@ -161,8 +164,11 @@ async def _load(
     headers = {"Authorization": f"Bearer {INGEST}", "Content-Type": wire.CONTENT_TYPE}
     stop_at = 0.0
 
+    urls = url.split(",")  # several collectors: each worker keeps to one
+
     async def worker(session: aiohttp.ClientSession, k: int) -> None:
         nonlocal accepted, other, sent, throttled
+        target = urls[k % len(urls)]
         i = k
         while time.perf_counter() < stop_at:
             if limit_batches is not None:
@@ -174,7 +180,8 @@ async def _load(
             body = bytearray(body_t)
             body[offset : offset + id_bytes] = os.urandom(id_bytes)
             t0 = time.perf_counter()
-            async with session.post(url + "/v1/reports", data=bytes(body), headers=headers) as resp:
+            post = session.post(target + "/v1/reports", data=bytes(body), headers=headers)
+            async with post as resp:
                 payload = await resp.read()
                 if resp.status == 429:
                     throttled += 1
@@ -248,6 +255,9 @@ def main() -> int:
     parser.add_argument(
         "--database", help="SQLite path or postgresql:// URL (default: temp SQLite)"
     )
+    parser.add_argument(
+        "--collectors", type=int, default=1, help="collector processes sharing the database"
+    )
     parser.add_argument("--batch", type=int, default=1000, help="reports per batch")
     parser.add_argument("--concurrency", type=int, default=32, help="batches in flight")
     parser.add_argument("--estimate-reports", type=int, default=1_000_000)
@@ -271,7 +281,7 @@ def main() -> int:
         workdir = Path(tmp)
         config = workdir / "collector.toml"
         write_config(config, scenarios + extra)
-        port = free_port()
+        ports = [free_port() for _ in range(args.collectors)]
         command = [
             sys.executable,
             "-m",
@@ -283,29 +293,29 @@ def main() -> int:
             str(config),
             "--host",
             "127.0.0.1",
-            "--port",
-            str(port),
             "--no-access-log",
         ]
         if args.database:
             command += ["--database", args.database]
-        server = subprocess.Popen(command, cwd=workdir)
-        url = f"http://127.0.0.1:{port}"
+        servers = [subprocess.Popen([*command, "--port", str(port)], cwd=workdir) for port in ports]
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        url = urls[0]  # estimates (any replica answers the same)
         try:
-            for _ in range(200):
-                try:
-                    if http(url + "/readyz")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.05)
-            else:
-                raise RuntimeError("the collector did not become ready")
+            for u in urls:
+                for _ in range(200):
+                    try:
+                        if http(u + "/readyz")[0] == 200:
+                            break
+                    except OSError:
+                        pass
+                    time.sleep(0.05)
+                else:
+                    raise RuntimeError("the collector did not become ready")
             specs = {s.key: metric_spec(s) for s in scenarios + extra}
             counts: dict[str, int] = {}
             rows = []
             for s in scenarios:
-                r = run_load(url, s.key, specs[s.key], args, reports=args.reports)
+                r = run_load(",".join(urls), s.key, specs[s.key], args, reports=args.reports)
                 lat = np.array(r["latencies"]) * 1000
                 rate = r["accepted"] / r["elapsed"]
                 counts[s.key] = r["accepted"]
@@ -317,7 +327,7 @@ def main() -> int:
                 have = json.loads(body)["n"]
                 if have < args.estimate_reports:
                     run_load(
-                        url,
+                        ",".join(urls),
                         estimate_metric,
                         specs[estimate_metric],
                         args,
@@ -341,8 +351,10 @@ def main() -> int:
                     len(body),
                 )
         finally:
-            server.send_signal(signal.SIGTERM)
-            code = server.wait(timeout=60)
+            for server in servers:
+                server.send_signal(signal.SIGTERM)
+            codes = [server.wait(timeout=60) for server in servers]
+            code = max(codes, key=abs)
 
     cpus = os.cpu_count()
     print()
@@ -353,6 +365,8 @@ def main() -> int:
         f"batches of {args.batch} reports, {args.concurrency} in flight, "
         f"{amount} per scenario, database: {database}"
     )
+    if args.collectors > 1:
+        print(f"{args.collectors} collector processes on that database, load spread over them")
     print()
     head = ("scenario", "reports/s", "p50 ms", "p99 ms", "accepted", "429s")
     print(f"{head[0]:<20} {head[1]:>11} {head[2]:>8} {head[3]:>8} {head[4]:>10} {head[5]:>6}")
@@ -366,7 +380,7 @@ def main() -> int:
             f"estimates {name} (d=1024, n={n:,}): p50 {p50:.1f} ms, p99 {p99:.1f} ms "
             f"({size:,} byte answers; half with consistent=true)"
         )
-    print(f"collector exit code after SIGTERM: {code}")
+    print(f"collector exit code(s) after SIGTERM: {', '.join(map(str, codes))}")
     ok = True
     grr = next((r for r in rows if r[0].startswith("GRR d=16")), None)
     if grr is not None and grr[1] < TARGET_GRR:
