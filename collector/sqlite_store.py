@@ -97,8 +97,14 @@ CREATE TABLE IF NOT EXISTS aggregates (
 );
 """
 
-INSERT_IDS_OR_IGNORE = "INSERT OR IGNORE INTO report_ids (id, bucket) VALUES (?, ?)"
-INSERT_IDS = "INSERT INTO report_ids (id, bucket) VALUES (?, ?)"
+# Ids go in ID_CHUNK rows per statement (one sqlite3_step, so the writer thread drops and
+# retakes the GIL once per chunk, not once per row); a short last chunk is padded with
+# copies of its last row, which OR IGNORE skips without counting a change.
+ID_CHUNK = 2048
+INSERT_IDS_CHUNK = "INSERT OR IGNORE INTO report_ids (id, bucket) VALUES " + ", ".join(
+    ["(?, ?)"] * ID_CHUNK
+)
+PAGE_SIZE = 16384  # for new files: fewer, larger B-tree pages for the random-keyed ids
 # Version 1 kept ids without buckets: they get the day of the migration, which is no
 # earlier than their own bucket, so they are pruned no sooner than they may be.
 MIGRATE_1_TO_2 = "ALTER TABLE report_ids ADD COLUMN bucket INTEGER NOT NULL DEFAULT {day};"
@@ -110,10 +116,31 @@ MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 
 @dataclass(eq=False)
 class _Job:
-    fn: JobFn
+    fn: JobFn | None  # None for a batch of reports (``blocks``)
     future: asyncio.Future[Any]
-    reports: int
-    ingest: bool
+    reports: int = 0
+    blocks: list[IngestBlock] | None = None
+
+    @property
+    def ingest(self) -> bool:
+        return self.blocks is not None
+
+
+@dataclass
+class _Prepared:
+    """The batches of one group, ready for SQL: ids in batch order with their buckets, the
+    order that sorts them, and each batch's aggregates assuming every report is new."""
+
+    jobs: list[_Job]
+    bounds: list[int]  # batch i holds ids[bounds[i]:bounds[i + 1]]
+    deltas: list[Deltas]
+    ids: npt.NDArray[Any]
+    buckets: npt.NDArray[np.int64]
+    order: npt.NDArray[np.intp]
+
+    @property
+    def total(self) -> int:
+        return int(self.ids.shape[0])
 
 
 @dataclass(eq=False)
@@ -161,6 +188,8 @@ class SQLiteStore(Store):
         )
         try:
             conn.execute("PRAGMA busy_timeout = 30000")
+            if writer:
+                conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # no effect on an existing file
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
@@ -297,27 +326,37 @@ class SQLiteStore(Store):
                 self._call_soon(self._settle_future, stop.done, None, None)
 
     def _run_group(self, conn: sqlite3.Connection, group: list[_Job]) -> None:
+        """One transaction for the whole group: calls first (each in a savepoint), then
+        every batch's ids in one sorted pass, the aggregates, one COMMIT; then answer."""
         started = time.perf_counter()
         outcomes: list[tuple[_Job, Any, BaseException | None]] = []
+        # Aggregating and sorting need no lock: done before BEGIN. A batch whose reports
+        # do not aggregate fails alone here.
+        prepared, failed = _prepare([job for job in group if job.ingest])
+        outcomes.extend(failed)
+        done: list[tuple[_Job, Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
-            deltas: Deltas = {}
             for job in group:
+                if job.fn is None:
+                    continue
                 conn.execute("SAVEPOINT job")
                 try:
-                    result, job_deltas = job.fn(conn)
+                    result, _ = job.fn(conn)
                 except Exception as exc:
                     conn.execute("ROLLBACK TO job")
                     conn.execute("RELEASE job")
                     if not isinstance(exc, StoreError | ValueError):
                         log.exception("store job failed")
-                    outcomes.append((job, None, _as_store_error(exc)))
+                    done.append((job, None, _as_store_error(exc)))
                     continue
                 conn.execute("RELEASE job")
-                for key, agg in job_deltas.items():
-                    deltas[key] = deltas[key] + agg if key in deltas else agg
-                outcomes.append((job, result, None))
-            self._apply_deltas(conn, deltas)
+                done.append((job, result, None))
+            if prepared.total:
+                new = _store_ids(conn, prepared)
+                results, deltas = _results(prepared, new)
+                self._apply_deltas(conn, deltas)
+                done.extend((job, r, None) for job, r in zip(prepared.jobs, results, strict=True))
             conn.execute("COMMIT")
         except Exception as exc:
             log.error("store transaction failed (%d jobs not stored): %s", len(group), exc)
@@ -325,7 +364,8 @@ class SQLiteStore(Store):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
             error = _as_store_error(exc)
-            outcomes = [(job, None, error) for job in group]
+            done = [(job, None, error) for job in group if job not in {f[0] for f in failed}]
+        outcomes.extend(done)
         elapsed = time.perf_counter() - started
         listener = self.commit_listener
         if listener is not None:
@@ -364,14 +404,18 @@ class SQLiteStore(Store):
             )
 
     # --- submitting work -----------------------------------------------------------------
-    def _submit(self, fn: JobFn, *, reports: int = 0, ingest: bool = False) -> asyncio.Future[Any]:
+    def _submit(
+        self, fn: JobFn | None, *, blocks: list[IngestBlock] | None = None
+    ) -> asyncio.Future[Any]:
         if self._closing or self._loop is None:
             raise StoreClosed("the store is closed")
         future: asyncio.Future[Any] = self._loop.create_future()
-        if ingest:
+        reports = 0
+        if blocks is not None:
+            reports = sum(b.n for b in blocks)
             self._pending_batches += 1
             self._pending_reports += reports
-        self._queue.put(_Job(fn, future, reports, ingest))
+        self._queue.put(_Job(fn, future, reports, blocks))
         return future
 
     @property
@@ -387,9 +431,7 @@ class SQLiteStore(Store):
         total = sum(b.n for b in blocks)
         if not total:
             return IngestResult(0, 0)
-        result: IngestResult = await self._submit(
-            lambda conn: _ingest(conn, blocks), reports=total, ingest=True
-        )
+        result: IngestResult = await self._submit(None, blocks=blocks)
         return result
 
     async def put_metric(self, definition: MetricDefinition) -> PutOutcome:
@@ -523,29 +565,96 @@ def _existing_ids(conn: sqlite3.Connection, ids: npt.NDArray[Any]) -> npt.NDArra
     return np.frombuffer(b"".join(found), dtype=ID_DTYPE)
 
 
-def _ingest(conn: sqlite3.Connection, blocks: Sequence[IngestBlock]) -> tuple[IngestResult, Deltas]:
-    ids = blocks[0].ids if len(blocks) == 1 else np.concatenate([b.ids for b in blocks])
-    total = int(ids.shape[0])
-    buckets = np.repeat([b.bucket for b in blocks], [b.n for b in blocks]).tolist()
+def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[tuple[_Job, Any, BaseException]]]:
+    kept: list[_Job] = []
+    failed: list[tuple[_Job, Any, BaseException]] = []
+    deltas: list[Deltas] = []
+    for job in jobs:
+        assert job.blocks is not None
+        try:
+            deltas.append(aggregate_blocks(job.blocks, None))
+        except Exception as exc:  # reports that do not fit their mechanism: this batch fails
+            failed.append((job, None, _as_store_error(exc)))
+            continue
+        kept.append(job)
+    blocks = [b for job in kept for b in job.blocks or ()]
+    bounds = [0]
+    for job in kept:
+        bounds.append(bounds[-1] + job.reports)
+    if not blocks:
+        empty = np.zeros(0, dtype=ID_DTYPE)
+        return _Prepared(
+            kept, bounds, deltas, empty, np.zeros(0, np.int64), np.zeros(0, np.intp)
+        ), failed
+    ids = np.concatenate([b.ids for b in blocks]) if len(blocks) > 1 else blocks[0].ids
+    buckets = np.repeat(np.array([b.bucket for b in blocks], dtype=np.int64), [b.n for b in blocks])
+    # Inserting in key order keeps the B-tree descent in cache; the first 8 bytes of a
+    # random id almost always decide the order.
+    order = np.argsort(np.ascontiguousarray(ids).view(">u8")[::2], kind="stable")
+    return _Prepared(kept, bounds, deltas, ids, buckets, order), failed
+
+
+def _insert_ids(
+    conn: sqlite3.Connection, ids: npt.NDArray[Any], buckets: npt.NDArray[np.int64]
+) -> None:
+    n = int(ids.shape[0])
+    rows: list[Any] = [None] * (2 * n)
+    rows[0::2] = ids.tolist()
+    rows[1::2] = buckets.tolist()
+    for i in range(0, 2 * n, 2 * ID_CHUNK):
+        chunk = rows[i : i + 2 * ID_CHUNK]
+        if len(chunk) < 2 * ID_CHUNK:
+            chunk.extend(chunk[-2:] * (ID_CHUNK - len(chunk) // 2))
+        conn.execute(INSERT_IDS_CHUNK, chunk)
+
+
+def _store_ids(conn: sqlite3.Connection, prepared: _Prepared) -> npt.NDArray[np.bool_] | None:
+    """Insert the group's new ids; which reports were new (None: all of them)."""
+    ids, order = prepared.ids, prepared.order
+    total = prepared.total
     conn.execute("SAVEPOINT ids")
     before = conn.total_changes
-    conn.executemany(INSERT_IDS_OR_IGNORE, zip(ids.tolist(), buckets, strict=True))
-    inserted = conn.total_changes - before
-    new: npt.NDArray[np.bool_] | None = None
-    if inserted != total:
-        # Some ids were there already (retries) or repeat within the batch: find which.
-        conn.execute("ROLLBACK TO ids")
-        existing = _existing_ids(conn, np.unique(ids))
-        new = new_report_mask(ids, existing)
-        kept = [b for b, keep in zip(buckets, new.tolist(), strict=True) if keep]
-        conn.executemany(INSERT_IDS, zip(ids[new].tolist(), kept, strict=True))
-        inserted = int(new.sum())
+    _insert_ids(conn, ids[order], prepared.buckets[order])
+    if conn.total_changes - before == total:
+        conn.execute("RELEASE ids")
+        return None
+    # Some ids were stored before (retries) or repeat within the group: find which. The
+    # first occurrence (earliest batch of the group) is the one that counts.
+    conn.execute("ROLLBACK TO ids")
+    existing = _existing_ids(conn, np.unique(ids))
+    new = new_report_mask(ids, existing)
+    keep = order[new[order]]
+    before = conn.total_changes
+    _insert_ids(conn, ids[keep], prepared.buckets[keep])
+    if conn.total_changes - before != int(new.sum()):
+        raise StoreError("report ids changed during a transaction")  # cannot happen
     conn.execute("RELEASE ids")
-    deltas = aggregate_blocks(blocks, new)
-    by_fp: dict[str, int] = {}
-    for (fp, _), agg in deltas.items():
-        by_fp[fp] = by_fp.get(fp, 0) + agg.n
-    return IngestResult(inserted, total - inserted, by_fp), deltas
+    return new
+
+
+def _results(
+    prepared: _Prepared, new: npt.NDArray[np.bool_] | None
+) -> tuple[list[IngestResult], Deltas]:
+    """Each batch's answer and the group's aggregates; batches with duplicates are
+    aggregated again over their new reports only."""
+    results: list[IngestResult] = []
+    total: Deltas = {}
+    for i, job in enumerate(prepared.jobs):
+        lo, hi = prepared.bounds[i], prepared.bounds[i + 1]
+        deltas = prepared.deltas[i]
+        accepted = hi - lo
+        if new is not None:
+            keep = new[lo:hi]
+            accepted = int(keep.sum())
+            if accepted != hi - lo:
+                assert job.blocks is not None
+                deltas = aggregate_blocks(job.blocks, keep)
+        by_fp: dict[str, int] = {}
+        for key, agg in deltas.items():
+            by_fp[key[0]] = by_fp.get(key[0], 0) + agg.n
+            total[key] = total[key] + agg if key in total else agg
+        results.append(IngestResult(accepted, hi - lo - accepted, by_fp))
+    return results, total
 
 
 def _put_metric(conn: sqlite3.Connection, definition: MetricDefinition) -> PutOutcome:
