@@ -23,7 +23,7 @@ from ..errors import ProtocolError
 from ..metrics import MetricDefinition
 from ..wire import decode_batch
 from .config import CollectorConfig
-from .estimates import EstimateQuery, estimate_answer
+from .estimates import EstimateQuery, estimate_body
 from .ingest import Rejected, check_batch, oldest_bucket, prune_before
 from .responses import ApiError, dumps, etag_of
 from .store import Catalog, IngestResult, PutOutcome, Store, StoreClosed, StoreError
@@ -266,5 +266,5 @@ class Collector:
             raise ApiError(503, "store_unavailable", "the store failed; retry later") from None
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            None, lambda: dumps(estimate_answer(definition, fp, buckets, query))
+            None, lambda: estimate_body(definition, fp, buckets, query)
         )
