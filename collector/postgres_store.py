@@ -397,6 +397,7 @@ class PostgresStore(Store):
             max_size=self.pool_size,
             kwargs={"autocommit": True, "application_name": "ldpkit-collector"},
             configure=self._configure,
+            check=AsyncConnectionPool.check_connection,  # drop connections the server closed
             open=False,
             timeout=self.connect_timeout,
             name="ldpkit",

@@ -381,3 +381,21 @@ async def test_unreachable_postgres_is_a_store_error() -> None:
     store.connect_timeout = 1.0  # type: ignore[attr-defined]
     with pytest.raises(StoreError, match="cannot connect"):
         await store.open()
+
+
+@pytest.mark.postgres
+async def test_connections_closed_by_the_server_are_replaced(pg_url: str) -> None:
+    import psycopg
+
+    async with opened(pg_url) as store:
+        await store.ingest([grr_block([0, 1])])
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND application_name LIKE 'ldpkit-collector%'"
+            ).fetchone()
+        assert killed is not None and killed[0] >= 2  # the pool and the listener
+        result = await store.ingest([grr_block([2, 3])])
+        assert result.accepted == 2
+        assert (await totals(store))[B0][0] == 4
