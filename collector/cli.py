@@ -124,9 +124,10 @@ def serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from .app import create_app
-    from .middlewares import access_log_format
+    from .middlewares import access_log_format, install_log_privacy
 
     config = serve_config(args)
+    install_log_privacy(config.log_addresses)
     app = create_app(config)
     sock = _listen(config.host, config.port)
     host, port = sock.getsockname()[:2]

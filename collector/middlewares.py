@@ -78,3 +78,19 @@ def access_log_format(log_addresses: bool) -> str:
     """aiohttp access-log format: no client address or user agent unless asked for."""
     base = '"%r" %s %b %Tfs'
     return f"%a {base}" if log_addresses else base
+
+
+class RedactAddresses(logging.Filter):
+    """Drop client addresses from aiohttp's own log lines ("Error handling request from
+    <address>", for malformed HTTP that never reaches a handler)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and "request from %s" in record.msg and record.args:
+            record.args = ("<address not logged>", *tuple(record.args)[1:])
+        return True
+
+
+def install_log_privacy(log_addresses: bool) -> None:
+    """Unless ``log_addresses``, keep client addresses out of aiohttp's server log."""
+    if not log_addresses:
+        logging.getLogger("aiohttp.server").addFilter(RedactAddresses())

@@ -139,3 +139,19 @@ async def test_schema_stores_nothing_about_the_sender(client: TestClient, databa
     assert columns["report_ids"] == ["id", "bucket"]  # the report's own bucket, for pruning
     assert columns["aggregates"] == ["fingerprint", "bucket", "n", "sums"]
     assert "127.0.0.1" not in dump and "probe/1.0" not in dump
+
+
+def test_aiohttp_error_lines_leave_addresses_out() -> None:
+    from ldpkit.collector.middlewares import RedactAddresses
+
+    record = logging.LogRecord(
+        "aiohttp.server",
+        logging.ERROR,
+        __file__,
+        1,
+        "Error handling request from %s",
+        ("203.0.113.9",),
+        None,
+    )
+    RedactAddresses().filter(record)
+    assert "203.0.113.9" not in record.getMessage()
