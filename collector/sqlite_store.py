@@ -159,7 +159,7 @@ class SQLiteStore(Store):
         max_group_batches: int = 256,
         max_group_reports: int = 500_000,
         cache_mib: int = 256,
-        wal_autocheckpoint: int = 4000,
+        wal_autocheckpoint: int = 16000,  # pages: a WAL of up to 256 MiB between checkpoints
     ) -> None:
         self.path = Path(path)
         self.synchronous = synchronous.upper()
