@@ -767,6 +767,17 @@ class PostgresStore(Store):
         return int(row[0])
 
     # --- pruning -------------------------------------------------------------------------
+    async def pruned_before(self) -> int | None:
+        try:
+            async with self._live_pool().connection() as conn:
+                cur = await conn.execute(
+                    "SELECT value FROM store_state WHERE key = %s", (PRUNED_KEY,)
+                )
+                row = await cur.fetchone()
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"{type(exc).__name__}: {exc}") from None
+        return None if row is None else int(row[0])
+
     async def prune_report_ids(self, before_bucket: int) -> int:
         """Delete ids of buckets ``< before_bucket`` in short transactions, one range of
         ``PRUNE_CHUNK_PAGES`` heap pages (a TID range scan) each. One process prunes at a

@@ -9,6 +9,8 @@ their ETags. It holds nothing else another replica would need.
 
 Background tasks: the periodic catalog reload, and pruning of report ids older than
 ``report_id_retention_days`` (hourly; the store skips work already done that day).
+Batches whose bucket is older than that window, or than the store's pruning mark (read
+at start and after each pruning), are refused: their ids may be gone.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Collector:
         self._last_refresh = 0.0
         self._refresh_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        self._pruned_before: int | None = None  # ids of older buckets may be gone
         self._notified: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -80,6 +83,7 @@ class Collector:
                         definition.fingerprint,
                     )
             await self.refresh_catalog()
+            self._pruned_before = await store.pruned_before()
         except BaseException:
             await store.close()
             raise
@@ -124,6 +128,8 @@ class Collector:
         while True:
             try:
                 await self.store.prune_report_ids(prune_before(time.time(), days))
+                # After the window was raised, or pruned by a replica with a shorter one.
+                self._pruned_before = await self.store.pruned_before()
             except StoreClosed:
                 return
             except StoreError as exc:
@@ -198,6 +204,8 @@ class Collector:
         except ProtocolError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
         oldest = oldest_bucket(time.time(), cfg.report_id_retention_days)
+        if self._pruned_before is not None:
+            oldest = max(oldest, self._pruned_before)
         checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
         if checked.unknown_names and await self._maybe_refresh():
             checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)

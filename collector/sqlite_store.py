@@ -497,6 +497,14 @@ class SQLiteStore(Store):
         )
         return count
 
+    async def pruned_before(self) -> int | None:
+        row = await self._read(
+            lambda conn: conn.execute(
+                "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,)
+            ).fetchone()
+        )
+        return None if row is None else int(row[0])
+
     async def prune_report_ids(self, before_bucket: int) -> int:
         """Delete ids of buckets ``< before_bucket``: counted first on the reader, then
         deleted by writer jobs over ranges of ids (by first byte, about 50,000 ids each), so

@@ -241,6 +241,10 @@ class Store(ABC):
         aggregates stay); the number deleted. Cheap when an earlier call (from any process)
         already pruned up to ``before_bucket``. Runs in short transactions, beside ingest."""
 
+    @abstractmethod
+    async def pruned_before(self) -> int | None:
+        """The highest ``before_bucket`` ids were pruned to (by any process), or None."""
+
 
 def open_store(database: str, *, synchronous: str = "full", pool_size: int = 8) -> Store:
     """The store for ``database``: a SQLite file path, or a PostgreSQL URL (``pool_size``:

@@ -399,3 +399,23 @@ async def test_connections_closed_by_the_server_are_replaced(pg_url: str) -> Non
         result = await store.ingest([grr_block([2, 3])])
         assert result.accepted == 2
         assert (await totals(store))[B0][0] == 4
+
+
+async def test_buckets_before_the_pruning_mark_stay_refused(database: str) -> None:
+    """After the window is raised (or a replica with a shorter one pruned), buckets whose
+    ids may be gone are still refused."""
+    today = Period.DAY.start(time.time())
+    async with opened(database) as store:
+        assert await store.pruned_before() is None
+        await store.prune_report_ids(today - 10 * DAY)
+        assert await store.pruned_before() == today - 10 * DAY
+    config = make_config(database, report_id_retention_days=60)
+    async with running(config) as client:
+        body = batch(
+            block_of("theme", grr_reports([1]), bucket=today - 11 * DAY),  # pruned: refused
+            block_of("theme", grr_reports([2]), bucket=today - 10 * DAY),
+        )
+        status, answer = await post_batch(client, body)
+        assert status == 200 and answer["accepted"] == 1
+        assert [(r["index"], r["error"]) for r in answer["rejected"]] == [(0, "invalid_bucket")]
+        assert "too old" in answer["rejected"][0]["detail"]
