@@ -135,3 +135,30 @@ def test_overrides_are_checked() -> None:
         config.with_overrides(port=-1)
     postgres = config.with_overrides(database="postgresql://u@h/db")
     assert postgres.database == "postgresql://u@h/db"
+
+
+def test_postgres_url_pool_and_retention_keys() -> None:
+    url = "postgresql://ldpkit@db.internal:5432/ldpkit?sslmode=require"
+    config = config_from_dict(
+        {
+            "collector": {
+                "database": url,
+                "pool_size": 12,
+                "report_id_retention_days": 45,
+                "catalog_refresh_seconds": 2,
+            }
+        },
+        environ={},
+    )
+    assert config.database == url  # a URL is kept as given, not made a path
+    assert (config.pool_size, config.report_id_retention_days) == (12, 45)
+    assert config.catalog_refresh_seconds == 2.0
+    defaults = default_config(environ={})
+    assert (defaults.pool_size, defaults.report_id_retention_days) == (8, 30)
+    for key, bad in [
+        ("pool_size", 1),
+        ("report_id_retention_days", 0),
+        ("catalog_refresh_seconds", 0),
+    ]:
+        with pytest.raises(ConfigError, match=f"\\[collector\\] {key} must be"):
+            config_from_dict({"collector": {key: bad}}, source="x.toml", environ={})
