@@ -419,3 +419,36 @@ async def test_buckets_before_the_pruning_mark_stay_refused(database: str) -> No
         assert status == 200 and answer["accepted"] == 1
         assert [(r["index"], r["error"]) for r in answer["rejected"]] == [(0, "invalid_bucket")]
         assert "too old" in answer["rejected"][0]["detail"]
+
+
+@pytest.mark.postgres
+async def test_heavily_overlapping_batches_on_three_stores_never_deadlock(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Many transactions at once (3 stores x 4 writers) over a small id pool, in random
+    orders and two buckets: exact totals, and no deadlock for the server to break."""
+    rng = np.random.default_rng(11)
+    pool = np.frombuffer(rng.bytes(16 * 1500), ID_DTYPE)
+    value = rng.integers(0, 4, 1500)
+    bucket = np.where(np.arange(1500) % 2, B0, B1)
+    async with opened(pg_url) as a, opened(pg_url) as b, opened(pg_url) as c:
+        stores = [a, b, c]
+        sends = []
+        sent = np.zeros(1500, dtype=bool)
+        for k in range(240):
+            picks = rng.choice(1500, size=150, replace=False)
+            sent[picks] = True
+            blocks = [
+                grr_block(value[p], pool[p].tobytes(), bucket=int(bk))
+                for bk in (B1, B0)
+                if (p := picks[bucket[picks] == bk]).size
+            ]
+            sends.append(stores[k % 3].ingest(blocks))
+        results = await asyncio.gather(*sends)
+        assert sum(r.accepted for r in results) == int(sent.sum())
+        got = await totals(c)
+        for bk in (B0, B1):
+            mine = sent & (bucket == bk)
+            assert got[bk][0] == int(mine.sum())
+            np.testing.assert_array_equal(got[bk][1], counts(value[mine]))
+    assert "retried" not in caplog.text
