@@ -9,25 +9,21 @@ The printed truth is what the simulation drew; the collector never sees it.
 from __future__ import annotations
 
 import contextlib
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import LdpkitError
+from .analyst import Analyst
+from .launcher import environment_without_tokens, running_collector
 
 INGEST, READ, ADMIN = "demo-ingest", "demo-read", "demo-admin"
 
 CONFIG = """\
 [collector]
 host = "127.0.0.1"
-port = {port}
 database = "{database}"
 
 [tokens]
@@ -79,31 +75,10 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise LdpkitError(f"the collector exited early with code {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/readyz", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise LdpkitError(f"the collector at {url} was not ready within {timeout:g} s")
-
-
 def run_demo(
     *, users: int = 20_000, seed: int | None = None, port: int = 0, serve: bool = False
 ) -> int:
-    from ..client import Reporter
-    from .analyst import Analyst
+    from ..client import Reporter  # the demo plays the devices too
 
     if users < 100:
         raise LdpkitError(f"--users must be at least 100, got {users}")
@@ -111,12 +86,9 @@ def run_demo(
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ldpkit-demo-") as tmp:
         workdir = Path(tmp)
-        port = port or _free_port()
-        url = f"http://127.0.0.1:{port}"
         config = workdir / "collector.toml"
         config.write_text(
             CONFIG.format(
-                port=port,
                 database=(workdir / "collector.sqlite3").as_posix(),
                 ingest=INGEST,
                 read=READ,
@@ -125,21 +97,8 @@ def run_demo(
             )
         )
         _say(f"[1/4] starting a collector (ldpkit serve) on SQLite in {workdir}")
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ldpkit.collector.cli",
-                "--log-level",
-                "WARNING",
-                "serve",
-                "--config",
-                str(config),
-                "--no-access-log",
-            ],
-        )
-        try:
-            _wait_ready(url, process)
+        with running_collector(config, port=port, env=environment_without_tokens()) as collector:
+            url = collector.url
             _say(f"      listening on {url}")
 
             # The simulated population: the truth only this process knows.
@@ -162,7 +121,7 @@ def run_demo(
                     ("country", country_values),
                     ("session_minutes", minutes),
                 ):
-                    queued += reporter.simulate(metric, list(values.tolist()), rng=rng)
+                    queued += reporter.simulate(metric, values.tolist(), rng=rng)
                     _say(f"      {metric}: {users:,} perturbed reports queued")
                 _say(f"[3/4] delivering {queued:,} reports over HTTP in batches")
                 result = reporter.flush()
@@ -176,45 +135,30 @@ def run_demo(
             _say("[4/4] estimates from the collector (it never saw a true value):\n")
             analyst = Analyst(url, READ)
             for metric, values in (("theme", theme_values), ("country", country_values)):
-                est = analyst.estimates(metric, level=0.95)
-                _say(f"{metric}: n={est.n:,}, mechanism={est.mechanism}, epsilon={est.epsilon:g}")
-                _say(f"  {'category':<10} {'truth':>7} {'estimate':>9} {'95% interval':>20}")
-                for item in est.items:
-                    truth = float(np.mean(values == item.category))
-                    inside = item.low is not None and item.low <= truth <= (item.high or 0)
-                    _say(
-                        f"  {item.category:<10} {truth:7.3f} {item.estimate or 0:9.3f} "
-                        f"  [{item.low or 0:7.3f}, {item.high or 0:7.3f}] "
-                        f"{'covers' if inside else 'MISSES'}"
-                    )
-                _say("")
+                _print_categorical(analyst, metric, values)
             est = analyst.estimates("session_minutes", level=0.95)
             truth_mean = float(minutes.mean())
-            inside = est.low is not None and est.low <= truth_mean <= (est.high or 0)
             _say(
                 f"session_minutes: n={est.n:,}, mechanism={est.mechanism}, epsilon={est.epsilon:g}"
             )
             _say(
                 f"  truth {truth_mean:.2f}  estimate {est.mean or 0:.2f}  "
                 f"95% interval [{est.low or 0:.2f}, {est.high or 0:.2f}] "
-                f"{'covers' if inside else 'MISSES'}"
+                f"{_covers(est.low, est.high, truth_mean)}"
             )
             _say(
-                f"\nDone in {time.monotonic() - started:.1f} s. About 1 interval in 20 may miss "
-                "the truth: that is what 95% means."
+                f"\nDone in {time.monotonic() - started:.1f} s. About 1 interval in 20 may "
+                "miss the truth: that is what 95% means."
             )
             if serve:
                 _say(f"\nDashboard: open {url}/ui and enter the read token {READ!r}.")
                 _say(f"Or query it: ldpkit estimates theme --collector {url} --token {READ}")
                 _say("The collector keeps running; press Ctrl+C to stop it.")
                 with contextlib.suppress(KeyboardInterrupt):
-                    process.wait()
+                    collector.process.wait()
             else:
                 _say("\nNext:")
-                _say(
-                    "  ldpkit demo --serve          keep this collector running and open "
-                    "its dashboard at /ui"
-                )
+                _say("  ldpkit demo --serve          keep the collector running; dashboard at /ui")
                 _say(
                     "  ldpkit serve --config collector.toml   run a collector for real "
                     "(README: Operators)"
@@ -223,11 +167,22 @@ def run_demo(
                     "  ldpkit plan --epsilon 1 --domain-size 16 --half-width 0.01   "
                     "how many users a campaign needs"
                 )
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
     return 0
+
+
+def _covers(low: float | None, high: float | None, truth: float) -> str:
+    return "covers" if low is not None and high is not None and low <= truth <= high else "MISSES"
+
+
+def _print_categorical(analyst: Analyst, metric: str, values: np.ndarray) -> None:
+    est = analyst.estimates(metric, level=0.95)
+    _say(f"{metric}: n={est.n:,}, mechanism={est.mechanism}, epsilon={est.epsilon:g}")
+    _say(f"  {'category':<10} {'truth':>7} {'estimate':>9} {'95% interval':>20}")
+    for item in est.items:
+        truth = float(np.mean(values == item.category))
+        _say(
+            f"  {item.category:<10} {truth:7.3f} {item.estimate or 0:9.3f} "
+            f"  [{item.low or 0:7.3f}, {item.high or 0:7.3f}] "
+            f"{_covers(item.low, item.high, truth)}"
+        )
+    _say("")

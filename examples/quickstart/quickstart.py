@@ -12,9 +12,6 @@ Run:  python examples/quickstart/quickstart.py [--users 20000]
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,6 +19,7 @@ import numpy as np
 
 from ldpkit.client import Reporter
 from ldpkit.collector.analyst import Analyst
+from ldpkit.collector.launcher import running_collector
 
 CONFIG = """
 [collector]
@@ -46,32 +44,6 @@ mechanism = "auto"
 """
 
 
-def start_collector(directory: Path) -> tuple[subprocess.Popen[str], str]:
-    """`ldpkit serve` on a free port; returns the process and its URL."""
-    (directory / "collector.toml").write_text(CONFIG)
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ldpkit.collector.cli",
-            "serve",
-            "--config",
-            "collector.toml",
-            "--port",
-            "0",
-            "--no-access-log",
-        ],
-        cwd=directory,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stderr is not None
-    for line in process.stderr:  # the collector logs the address it listens on
-        if match := re.search(r"listening on (http://\S+)", line):
-            return process, match.group(1)
-    raise RuntimeError("the collector did not start")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=20_000)
@@ -79,8 +51,10 @@ def main() -> None:
     rng = np.random.default_rng()
 
     with tempfile.TemporaryDirectory() as tmp:
-        collector, url = start_collector(Path(tmp))
-        try:
+        (Path(tmp) / "collector.toml").write_text(CONFIG)
+        # `ldpkit serve --config collector.toml` as a child process, stopped at the end.
+        with running_collector("collector.toml", cwd=tmp) as collector:
+            url = collector.url
             # The population: only this script knows it.
             themes = rng.choice(["light", "dark", "system"], size=users, p=[0.3, 0.5, 0.2])
             minutes = np.clip(rng.gamma(2.0, 18.0, size=users), 0, 240)
@@ -98,12 +72,8 @@ def main() -> None:
             print(theme.to_table())
             for item in theme.items:
                 print(f"  truth for {item.category}: {np.mean(themes == item.category):.4f}")
-            minutes_estimate = analyst.estimates("session_minutes")
-            print(minutes_estimate.to_table())
+            print(analyst.estimates("session_minutes").to_table())
             print(f"  truth: {minutes.mean():.4f}")
-        finally:
-            collector.terminate()
-            collector.wait()
 
 
 if __name__ == "__main__":

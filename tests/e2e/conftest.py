@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from queue import Empty, Queue
 
 import numpy as np
 import pytest
 
 from ldpkit.client import Reporter
+from ldpkit.collector.launcher import environment_without_tokens, running_collector
 
 INGEST, READ, ADMIN = "e2e-ingest", "e2e-read", "e2e-admin"
 THEMES = ["light", "dark", "system"]
@@ -54,57 +50,21 @@ class Populated:
     minutes: np.ndarray
 
 
-def _serve(directory: Path) -> tuple[subprocess.Popen[str], str]:
-    (directory / "collector.toml").write_text(CONFIG)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ldpkit.collector.cli",
-            "serve",
-            "--config",
-            "collector.toml",
-            "--port",
-            "0",
-            "--no-access-log",
-        ],
-        cwd=directory,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("LDPKIT_")},
-    )
-    lines: Queue[str] = Queue()
-    assert proc.stderr is not None
-    stderr = proc.stderr
-    threading.Thread(target=lambda: [lines.put(line) for line in stderr], daemon=True).start()
-    seen: list[str] = []
-    while True:
-        try:
-            line = lines.get(timeout=30)
-        except Empty:
-            proc.kill()
-            raise AssertionError("collector did not start: " + "".join(seen)) from None
-        seen.append(line)
-        if match := LISTENING.search(line):
-            return proc, f"http://127.0.0.1:{match.group(1)}"
-
-
 @pytest.fixture(scope="package")
 def populated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Populated]:
     """A collector holding USERS simulated users' reports of two metrics."""
     directory = tmp_path_factory.mktemp("e2e")
-    proc, url = _serve(directory)
-    try:
+    (directory / "collector.toml").write_text(CONFIG)
+    with running_collector(
+        "collector.toml", cwd=directory, env=environment_without_tokens()
+    ) as collector:
         rng = np.random.default_rng(2024)
         themes = rng.choice(THEMES, size=USERS, p=THEME_TRUTH)
         minutes = np.clip(rng.gamma(2.0, 18.0, size=USERS), 0, 240)
+        url = collector.url
         with Reporter(url, token=INGEST, state_dir=directory / "device", background=False) as r:
             r.simulate("theme", themes.tolist(), rng=rng)
             r.simulate("session_minutes", minutes.tolist(), rng=rng)
             result = r.flush()
             assert result.sent == 2 * USERS
         yield Populated(url, directory, themes, minutes)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)

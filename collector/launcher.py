@@ -1,0 +1,90 @@
+"""Start ``ldpkit serve`` as a child process and learn its address (demo, examples, tests)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from queue import Empty, Queue
+
+from ..errors import LdpkitError
+
+LISTENING = re.compile(r"listening on (http://\S+?) ")
+
+
+@dataclass(frozen=True)
+class RunningCollector:
+    process: subprocess.Popen[str]
+    url: str
+
+
+@contextmanager
+def running_collector(
+    config: str | Path,
+    *,
+    cwd: str | Path | None = None,
+    port: int = 0,
+    env: Mapping[str, str] | None = None,
+    startup_timeout: float = 30.0,
+) -> Iterator[RunningCollector]:
+    """``ldpkit serve --config CONFIG --port PORT`` (0: a free port) until the block ends.
+
+    Yields once the collector logs the address it listens on; at the end it sends
+    SIGTERM (the collector finishes the batches in flight) and waits for the exit.
+    """
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ldpkit.collector.cli",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            "--no-access-log",
+        ],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env) if env is not None else None,
+    )
+    lines: Queue[str] = Queue()
+    assert process.stderr is not None
+    stderr = process.stderr
+    # Keep reading the log so the child never blocks on a full pipe.
+    threading.Thread(target=lambda: [lines.put(line) for line in stderr], daemon=True).start()
+    try:
+        seen: list[str] = []
+        while True:
+            try:
+                line = lines.get(timeout=startup_timeout)
+            except Empty:
+                raise LdpkitError(
+                    f"the collector did not start within {startup_timeout:g} s: {''.join(seen)}"
+                ) from None
+            seen.append(line)
+            if match := LISTENING.search(line):
+                break
+        yield RunningCollector(process, match.group(1))
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def environment_without_tokens() -> dict[str, str]:
+    """This process's environment less LDPKIT_* variables (tokens from the config only)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("LDPKIT_")}
