@@ -139,13 +139,13 @@ def plan(args: argparse.Namespace) -> int:
         print("  " + choice.explain().replace("\n", "\n  "))
     what = "fraction" if args.domain_size is not None else "mean"
     if args.n is not None:
-        p = plan_campaign(args.mechanism, n=args.n, **common)  # type: ignore[arg-type]
+        p = plan_campaign(args.mechanism, n=args.n, **common)
         print(
             f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
             f"half-width of the {what} <= {p.half_width:.6g}"
         )
     if args.half_width is not None:
-        p = required_n(args.mechanism, half_width=args.half_width, **common)  # type: ignore[arg-type]
+        p = required_n(args.mechanism, half_width=args.half_width, **common)
         print(
             f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a {p.level:.0%} "
             f"half-width of {args.half_width:g}"

@@ -60,8 +60,12 @@ def running_collector(
     lines: Queue[str] = Queue()
     assert process.stderr is not None
     stderr = process.stderr
-    # Keep reading the log so the child never blocks on a full pipe.
-    threading.Thread(target=lambda: [lines.put(line) for line in stderr], daemon=True).start()
+
+    def pump() -> None:  # keep reading the log so the child never blocks on a full pipe
+        for line in stderr:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
     try:
         seen: list[str] = []
         while True:
