@@ -6,15 +6,19 @@ connection; reads (catalog, aggregates) run on one reader thread with its own
 connection, which WAL lets read committed data while the writer writes.
 
 **Group commit.** The writer takes every job waiting in the queue (up to a limit) and runs
-them in *one* transaction, each inside its own SAVEPOINT (a failing job is rolled back
-alone), then COMMITs once and only then answers every job of the group. While one group
-commits, the next one gathers, so under load each fsync carries many batches.
+them in *one* transaction, then COMMITs once and only then answers every job of the group.
+While one group commits, the next one gathers, so under load each fsync carries many
+batches. Other jobs (metric definitions, pruning) run first, each in its own SAVEPOINT.
 
-**One batch.** Its ids go in with ``INSERT OR IGNORE`` (one ``executemany``). If
-``total_changes`` grew by the number of ids, every report was new (the common case).
-Otherwise the insert is rolled back to a savepoint, the ids already stored are looked
-up, first occurrences within the batch found with numpy, and only the new ids inserted.
-Only new reports are aggregated (``mechanism.aggregate`` on that subset); the group's
+**The batches of a group.** Before BEGIN, each batch is aggregated as if all its reports
+were new (numpy; a batch whose reports do not aggregate fails alone) and the ids of the
+whole group are sorted. The ids then go in with ``INSERT OR IGNORE`` statements of 2048
+rows (one ``sqlite3_step`` each, so the thread drops the GIL once per chunk rather than
+per row; sorted keys keep the B-tree descents in cache). If ``total_changes`` grew by the
+number of ids, every report was new (the common case). Otherwise the insert is rolled back
+to a savepoint, the ids already stored are looked up, the first occurrence of each id in
+the group (earliest batch first) is found with numpy, and only the new ids are inserted;
+a batch with duplicates is aggregated again over its new reports only. The group's
 aggregates are added to the ``aggregates`` rows just before the COMMIT, so ids and sums
 always agree.
 
