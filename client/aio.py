@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import ssl
 import time
@@ -29,17 +28,20 @@ import aiohttp
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError, ParameterError
+from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
 from ..metrics import MetricDefinition, Period
-from ..wire import CONTENT_TYPE
 from .core import (
+    BackgroundSchedule,
     BudgetStatus,
     Clock,
     FlushResult,
     HttpAnswer,
+    NetworkError,
     ReportReceipt,
     RetryPolicy,
+    ShellSettings,
     Timeout,
+    split_url,
 )
 from .state import (
     DEFAULT_BATCH_SIZE,
@@ -49,8 +51,8 @@ from .state import (
     FlushRun,
     ReporterState,
     Send,
+    background_failed,
 )
-from .sync import UNKNOWN_METRIC_REFRESH, USER_AGENT, NetworkError, _check_interval, split_url
 
 log = logging.getLogger("ldpkit.client")
 
@@ -133,21 +135,17 @@ class AsyncReporter:
         background: bool = True,
         transport: AsyncTransport | None = None,
     ) -> None:
-        split_url(url)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self.url = url.rstrip("/")
-        self.flush_interval = _check_interval(flush_interval, "flush_interval")
-        self.batch_size = batch_size
-        self.timeout = Timeout.coerce(timeout)
-        self.retry = retry if retry is not None else RetryPolicy()
-        if not isinstance(self.retry, RetryPolicy):
-            raise ParameterError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        self._headers = {"User-Agent": USER_AGENT}
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
+        self._settings = ShellSettings.of(
+            url,
+            token=token,
+            flush_interval=flush_interval,
+            batch_size=batch_size,
+            timeout=timeout,
+            retry=retry,
+            definitions_ttl=definitions_ttl,
+        )
         self._state = ReporterState(
-            source=self.url,
+            self._settings,
             state_dir=state_dir,
             metrics=metrics,
             total_budget=total_budget,
@@ -156,8 +154,12 @@ class AsyncReporter:
             memoize=memoize,
             durable_reports=durable_reports,
             clock=clock,
-            definitions_ttl=_check_interval(definitions_ttl, "definitions_ttl"),
         )
+        self.url = self._settings.url
+        self.flush_interval = self._settings.flush_interval
+        self.batch_size = self._settings.batch_size
+        self.timeout = self._settings.timeout
+        self.retry = self._settings.retry
         self._transport: AsyncTransport = (
             transport if transport is not None else AiohttpTransport(self.url, self.timeout)
         )
@@ -166,7 +168,6 @@ class AsyncReporter:
         self._wake: asyncio.Event | None = None
         self._send_lock: asyncio.Lock | None = None
         self._definitions_lock: asyncio.Lock | None = None
-        self._last_unknown_refresh = -math.inf
         self._closing = False
         self._closed = False
 
@@ -271,7 +272,7 @@ class AsyncReporter:
             return
         assert self._definitions_lock is not None
         async with self._definitions_lock:
-            headers = {**self._headers, **self._state.definitions_headers()}
+            headers = {**self._settings.headers, **self._state.definitions_headers()}
             try:
                 answer = await self._transport.request("GET", "/v1/metrics", None, headers)
             except NetworkError as exc:
@@ -290,36 +291,30 @@ class AsyncReporter:
 
     async def _learn(self, metric: str) -> None:
         state = self._state
-        if state.static:
-            raise state.unknown_metric(metric)
-        now = time.monotonic()
-        if not state.has_definitions or now - self._last_unknown_refresh >= UNKNOWN_METRIC_REFRESH:
-            self._last_unknown_refresh = now
+        if state.unknown_refresh_due(metric, time.monotonic()):
             try:
                 await self.refresh_definitions()
             except (CollectorUnavailable, CollectorRejected) as exc:
-                if not state.has_definitions:
-                    raise CollectorUnavailable(
-                        f"no metric definitions yet: they come from {self.url}/v1/metrics "
-                        f"once, then from the cache in {self.state_dir} ({exc})"
-                    ) from exc
-                log.info("definitions refresh failed: %s", exc)
+                state.unknown_refresh_failed(exc)
         if not state.knows(metric):
             raise state.unknown_metric(metric)
+
+    def _begin_flush(self, *, max_attempts: int | None, everything: bool) -> FlushRun:
+        return self._state.begin_flush(
+            policy=self.retry,
+            batch_size=self.batch_size,
+            max_attempts=max_attempts,
+            everything=everything,
+        )
 
     async def _flush(self, *, max_attempts: int | None, everything: bool) -> FlushResult:
         assert self._send_lock is not None
         async with self._send_lock:
-            run = self._state.begin_flush(
-                policy=self.retry,
-                batch_size=self.batch_size,
-                max_attempts=max_attempts,
-                everything=everything,
-            )
+            run = self._begin_flush(max_attempts=max_attempts, everything=everything)
             return await self._drive(run)
 
     async def _drive(self, run: FlushRun) -> FlushResult:
-        headers = {**self._headers, "Content-Type": CONTENT_TYPE, "Accept": "application/json"}
+        headers = self._settings.report_headers
         while True:
             action: Action = await asyncio.to_thread(run.next)
             if isinstance(action, Done):
@@ -339,56 +334,31 @@ class AsyncReporter:
     async def _run(self) -> None:
         """Background task: the same schedule as the sync reporter's thread."""
         assert self._wake is not None and self._send_lock is not None
-        failures = 0
         loop = asyncio.get_running_loop()
-        next_due = loop.time() + self.flush_interval
-        not_before = 0.0
-        last_prune = loop.time()
+        schedule = BackgroundSchedule(
+            flush_interval=self.flush_interval, retry=self.retry, now=loop.time()
+        )
         while True:
-            timeout = max(0.0, max(next_due, not_before) - loop.time())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+                await asyncio.wait_for(self._wake.wait(), timeout=schedule.wait(loop.time()))
             self._wake.clear()
-            if loop.time() < not_before:
-                continue
+            if not schedule.ready(loop.time()):
+                continue  # backing off: a full batch waits for the backoff to end
             if self._state.definitions_due():
                 try:
                     await self.refresh_definitions()
                 except LdpkitError as exc:
                     log.info("background definitions refresh failed: %s", exc)
-            retry_after: float | None = None
+            run: FlushRun | None = None
             try:
                 async with self._send_lock:
-                    run = self._state.begin_flush(
-                        policy=self.retry,
-                        batch_size=self.batch_size,
-                        max_attempts=1,
-                        everything=True,
-                    )
-                    try:
-                        await self._drive(run)
-                    finally:
-                        retry_after = run.last_retry_after
-                failures = 0
-                not_before = 0.0
-            except CollectorUnavailable as exc:
-                failures += 1
-                wait = max(self.retry.delay(failures, retry_after), 0.05)
-                not_before = loop.time() + wait
-                log.info("background flush: %s; next try in %.1fs", exc, wait)
-            except CollectorRejected as exc:
-                failures += 1
-                wait = max(self.retry.max_delay, self.flush_interval)
-                not_before = loop.time() + wait
-                log.error("background flush refused: %s; next try in %.0fs", exc, wait)
-            except Exception:
-                failures += 1
-                wait = max(self.retry.delay(failures), 0.05)
-                not_before = loop.time() + wait
-                log.exception("background flush failed; next try in %.1fs", wait)
-            next_due = loop.time() + self.flush_interval
-            if loop.time() - last_prune > 3600:
-                last_prune = loop.time()
+                    run = self._begin_flush(max_attempts=1, everything=True)
+                    await self._drive(run)
+            except Exception as exc:  # never let the task die: the outbox keeps everything
+                background_failed(schedule, loop.time(), exc, run)
+            else:
+                schedule.flushed(loop.time())
+            if schedule.prune_due(loop.time()):
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self._state.prune)
 

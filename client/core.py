@@ -7,7 +7,9 @@ immutable values: checking a value against its metric definition, the permanent
 reading the collector's answer, and retry decisions. It never touches the disk, the
 network or the clock (time is passed in), so it is tested without either.
 
-The storage (``storage.py``) and the two shells (``sync.py``, ``aio.py``) do the I/O.
+The storage (``storage.py``) and the two shells (``sync.py``, ``aio.py``) do the I/O;
+what they share (checking their arguments, the background flush schedule) is here or in
+``state.py``, so neither shell imports the other.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 import random
 import struct
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .. import __version__
 from ..errors import (
     BudgetExceeded,
     CollectorRejected,
@@ -35,13 +39,15 @@ from ..errors import (
     ProtocolError,
 )
 from ..metrics import MetricDefinition, MetricKind, Period
-from ..wire import ID_SIZE, Block, encode_batch
+from ..wire import CONTENT_TYPE, ID_SIZE, Block, encode_batch
 
 Clock = Callable[[], float]
 """Unix seconds (UTC), like :func:`time.time`; tests pass their own to move time."""
 
 BUDGET_SLACK = 1e-9
 """Relative slack when comparing sums of epsilons (1.0 + 0.1 + ... is not exact)."""
+
+USER_AGENT = f"ldpkit-client/{__version__}"
 
 
 # --- policies -------------------------------------------------------------------------
@@ -126,6 +132,159 @@ class RetryPolicy:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_retry_after)
         return uniform() * self.backoff_cap(failures)
+
+
+# --- the shells' settings and background schedule -------------------------------------
+class NetworkError(OSError):
+    """A request got no HTTP answer (refused, reset, timed out, DNS...)."""
+
+
+def split_url(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, path prefix) of a collector base URL."""
+    if not isinstance(url, str):
+        raise ParameterError(f"collector URL must be a string, got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ParameterError(f"collector URL must be http(s)://host[:port][/prefix], got {url!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
+
+
+def check_interval(value: float, what: str) -> float:
+    """``value`` as float seconds; ParameterError unless a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ParameterError(f"{what} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ParameterError(f"{what} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ShellSettings:
+    """What a reporter (sync or async) derives from its arguments, checked once.
+
+    ``headers`` go on every request (User-Agent and, with a token, the Bearer
+    authorization); ``report_headers`` on ``POST /v1/reports``.
+    """
+
+    url: str
+    flush_interval: float
+    batch_size: int
+    timeout: Timeout
+    retry: RetryPolicy
+    headers: Mapping[str, str]
+    definitions_ttl: float
+
+    @classmethod
+    def of(
+        cls,
+        url: str,
+        *,
+        token: str | None,
+        flush_interval: float,
+        batch_size: int,
+        timeout: Timeout | float | None,
+        retry: RetryPolicy | None,
+        definitions_ttl: float,
+    ) -> ShellSettings:
+        """Check the reporter's arguments (ParameterError on the first bad one)."""
+        split_url(url)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
+        interval = check_interval(flush_interval, "flush_interval")
+        coerced = Timeout.coerce(timeout)
+        policy = retry if retry is not None else RetryPolicy()
+        if not isinstance(policy, RetryPolicy):
+            raise ParameterError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        headers = {"User-Agent": USER_AGENT}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        ttl = check_interval(definitions_ttl, "definitions_ttl")
+        return cls(url.rstrip("/"), interval, batch_size, coerced, policy, headers, ttl)
+
+    @property
+    def report_headers(self) -> dict[str, str]:
+        return {**self.headers, "Content-Type": CONTENT_TYPE, "Accept": "application/json"}
+
+
+MIN_BACKOFF = 0.05
+"""The least backoff (seconds) of the background flusher after a jittered wait."""
+
+PRUNE_INTERVAL = 3600.0
+"""The background flusher prunes expired ledger and memo rows at most this often."""
+
+
+class BackgroundSchedule:
+    """When the background flusher acts; times are one monotonic clock, passed in.
+
+    A pass is due ``flush_interval`` after the previous one ended, or sooner when the
+    shell is woken (a full batch). After a failed pass none starts before the backoff
+    ends, woken or not: the policy's full-jitter backoff over the consecutive failures
+    (or the collector's Retry-After) after CollectorUnavailable or an unexpected error,
+    ``max(retry.max_delay, flush_interval)`` after CollectorRejected (a 4xx that only
+    the operator fixes). The shell loops: sleep ``wait(now)`` unless woken; if
+    ``ready(now)``, flush once and report the outcome; prune when ``prune_due(now)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        flush_interval: float,
+        retry: RetryPolicy,
+        now: float,
+        uniform: Callable[[], float] = random.random,
+    ) -> None:
+        self.flush_interval = flush_interval
+        self.retry = retry
+        self.uniform = uniform
+        self.failures = 0
+        self.next_due = now + flush_interval
+        self.not_before = 0.0
+        self.last_prune = now
+
+    def wait(self, now: float) -> float:
+        """Seconds to sleep (unless woken) before the next pass may start."""
+        return max(0.0, max(self.next_due, self.not_before) - now)
+
+    def ready(self, now: float) -> bool:
+        """False while backing off: a wake-up (a full batch) waits for the backoff."""
+        return now >= self.not_before
+
+    def flushed(self, now: float) -> None:
+        """The pass ended without an error."""
+        self.failures = 0
+        self.not_before = 0.0
+        self.next_due = now + self.flush_interval
+
+    def unavailable(self, now: float, retry_after: float | None) -> float:
+        """The pass raised CollectorUnavailable; returns the seconds of backoff."""
+        return self._jittered(now, retry_after)
+
+    def rejected(self, now: float) -> float:
+        """The pass raised CollectorRejected; returns the seconds of backoff."""
+        self.failures += 1
+        return self._back_off(now, max(self.retry.max_delay, self.flush_interval))
+
+    def failed(self, now: float) -> float:
+        """The pass raised anything else; returns the seconds of backoff."""
+        return self._jittered(now, None)
+
+    def _jittered(self, now: float, retry_after: float | None) -> float:
+        self.failures += 1
+        delay = self.retry.delay(self.failures, retry_after, self.uniform)
+        return self._back_off(now, max(delay, MIN_BACKOFF))
+
+    def _back_off(self, now: float, wait: float) -> float:
+        self.not_before = now + wait
+        self.next_due = now + self.flush_interval
+        return wait
+
+    def prune_due(self, now: float) -> bool:
+        """Whether to prune now (at most every ``PRUNE_INTERVAL``); True counts as done."""
+        if now - self.last_prune > PRUNE_INTERVAL:
+            self.last_prune = now
+            return True
+        return False
 
 
 # --- results --------------------------------------------------------------------------
@@ -437,30 +596,32 @@ def budget_decision(
     now: float,
 ) -> BudgetExceeded | None:
     """None when a report of ``needed`` epsilon fits both budgets, else the error to raise."""
-    if not fits(metric_spent, needed, metric_budget):
-        _, end = period_window(metric_period, now)
-        left = left_of(metric_spent, metric_budget)
+    scopes: list[tuple[str, float, float, Period]] = [
+        ("metric", metric_spent, metric_budget, metric_period)
+    ]
+    if total_budget is not None:
+        scopes.append(("total", total_spent, total_budget, total_period))
+    for scope, spent, budget, period in scopes:
+        if fits(spent, needed, budget):
+            continue
+        _, end = period_window(period, now)
+        left = left_of(spent, budget)
+        if scope == "metric":
+            what = (
+                f"privacy budget of metric {metric!r} exhausted: a report costs epsilon "
+                f"{needed:g} and {left:g} of its {budget:g} per {period.value} is left"
+            )
+        else:
+            what = (
+                f"total privacy budget exhausted: a report of metric {metric!r} costs epsilon "
+                f"{needed:g} and {left:g} of the total {budget:g} per {period.value} "
+                f"(all metrics together) is left"
+            )
         return BudgetExceeded(
-            f"privacy budget of metric {metric!r} exhausted: a report costs epsilon "
-            f"{needed:g} and {left:g} of its {metric_budget:g} per {metric_period.value} is "
-            f"left; it renews at {_when(end, now)}",
+            f"{what}; it renews at {_when(end, now)}",
             metric=metric,
-            scope="metric",
-            budget=metric_budget,
-            left=left,
-            needed=needed,
-            renews_at=end,
-        )
-    if total_budget is not None and not fits(total_spent, needed, total_budget):
-        _, end = period_window(total_period, now)
-        left = left_of(total_spent, total_budget)
-        return BudgetExceeded(
-            f"total privacy budget exhausted: a report of metric {metric!r} costs epsilon "
-            f"{needed:g} and {left:g} of the total {total_budget:g} per {total_period.value} "
-            f"(all metrics together) is left; it renews at {_when(end, now)}",
-            metric=metric,
-            scope="total",
-            budget=total_budget,
+            scope=scope,
+            budget=budget,
             left=left,
             needed=needed,
             renews_at=end,

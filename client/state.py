@@ -5,12 +5,14 @@ perturbs values, keeps the budget ledger and the memo, queues reports in the out
 installs metric definitions. :class:`FlushRun` is the delivery loop as a state machine:
 it says what to do next (send this batch, sleep this long, done) and is told what
 happened, so the synchronous and the asynchronous reporter drive the same logic with
-their own transport and their own way of sleeping.
+their own transport and their own way of sleeping. :func:`background_failed` applies
+a failed background pass to the :class:`~ldpkit.client.core.BackgroundSchedule`.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -31,6 +33,7 @@ from ..metrics import MetricDefinition, Period
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
 from .core import (
+    BackgroundSchedule,
     Batch,
     BudgetStatus,
     Clock,
@@ -43,6 +46,7 @@ from .core import (
     ReportReceipt,
     Retry,
     RetryPolicy,
+    ShellSettings,
     TooLarge,
     TotalBudget,
     budget_decision,
@@ -65,6 +69,8 @@ log = logging.getLogger("ldpkit.client")
 DEFAULT_MAX_OUTBOX = 100_000
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_MAX_BATCH_BYTES = 1_000_000
+UNKNOWN_METRIC_REFRESH = 60.0
+"""An unknown metric triggers a definitions refresh at most this often (seconds)."""
 
 
 def _period(value: Period | str, what: str) -> Period:
@@ -87,8 +93,8 @@ class ReporterState:
 
     def __init__(
         self,
+        settings: ShellSettings,
         *,
-        source: str,
         state_dir: str | os.PathLike[str],
         metrics: Iterable[MetricDefinition] | None,
         total_budget: float | None,
@@ -97,9 +103,8 @@ class ReporterState:
         memoize: bool,
         durable_reports: bool,
         clock: Clock,
-        definitions_ttl: float,
     ) -> None:
-        self.source = source
+        self.source = settings.url
         self.clock = clock
         self.memoize = bool(memoize)
         self.max_outbox = _positive_int(max_outbox, "max_outbox")
@@ -113,7 +118,7 @@ class ReporterState:
                 raise ParameterError(f"total_budget must be finite and > 0, got {total_budget!r}")
             total_budget = float(total_budget)
         self.total_budget = total_budget
-        self.definitions_ttl = float(definitions_ttl)
+        self.definitions_ttl = settings.definitions_ttl
         self.lock = threading.RLock()
         self.directory = prepare_state_dir(state_dir)
         self.secret = load_or_create_secret(self.directory)
@@ -124,6 +129,7 @@ class ReporterState:
         self.definitions_fetched_at: float | None = None
         self.definitions_warnings: list[str] = []
         self.definitions_stale = False  # the collector refused a metric or version
+        self._last_unknown_refresh = -math.inf
         if metrics is not None:
             self._install_static(metrics)
         else:
@@ -214,6 +220,28 @@ class ReporterState:
             self.definitions_etag = etag
             self.definitions_fetched_at = now
             self.definitions_stale = False
+
+    def unknown_refresh_due(self, metric: str, now: float) -> bool:
+        """Whether an unknown ``metric`` should fetch the definitions now: always while
+        there are none, else at most every ``UNKNOWN_METRIC_REFRESH`` seconds (``now``
+        on a monotonic clock; True counts as fetching). Raises for metrics passed in code.
+        """
+        if self.static:
+            raise self.unknown_metric(metric)
+        if self.has_definitions and now - self._last_unknown_refresh < UNKNOWN_METRIC_REFRESH:
+            return False
+        self._last_unknown_refresh = now
+        return True
+
+    def unknown_refresh_failed(self, exc: CollectorUnavailable | CollectorRejected) -> None:
+        """That fetch failed: raise CollectorUnavailable if there are no definitions yet,
+        else log it (the cached ones stay)."""
+        if not self.has_definitions:
+            raise CollectorUnavailable(
+                f"no metric definitions yet: they come from {self.source}/v1/metrics "
+                f"once, then from the cache in {self.directory} ({exc})"
+            ) from exc
+        log.info("definitions refresh failed: %s", exc)
 
     def unknown_metric(self, metric: object) -> ParameterError:
         known = ", ".join(sorted(self._codecs)) or "none"
@@ -422,6 +450,23 @@ class ReporterState:
             max_attempts=max_attempts if max_attempts is not None else policy.max_attempts,
             upto=upto,
         )
+
+
+def background_failed(
+    schedule: BackgroundSchedule, now: float, error: Exception, run: FlushRun | None
+) -> None:
+    """Tell ``schedule`` that a background pass raised ``error`` (while driving ``run``,
+    None if it never began) and log it with the wait before the next pass."""
+    if isinstance(error, CollectorUnavailable):
+        retry_after = run.last_retry_after if run is not None else None
+        wait = schedule.unavailable(now, retry_after)
+        log.info("background flush: %s; next try in %.1fs", error, wait)
+    elif isinstance(error, CollectorRejected):
+        wait = schedule.rejected(now)
+        log.error("background flush refused: %s; next try in %.0fs", error, wait)
+    else:
+        wait = schedule.failed(now)
+        log.error("background flush failed; next try in %.1fs", wait, exc_info=error)
 
 
 # --- the delivery state machine -------------------------------------------------------

@@ -12,12 +12,10 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
-import math
 import os
 import ssl
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Protocol, Self
@@ -25,18 +23,21 @@ from typing import Protocol, Self
 import numpy as np
 import numpy.typing as npt
 
-from .. import __version__
-from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError, ParameterError
+from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
 from ..metrics import MetricDefinition, Period
-from ..wire import CONTENT_TYPE
+from .core import USER_AGENT as USER_AGENT
 from .core import (
+    BackgroundSchedule,
     BudgetStatus,
     Clock,
     FlushResult,
     HttpAnswer,
+    NetworkError,
     ReportReceipt,
     RetryPolicy,
+    ShellSettings,
     Timeout,
+    split_url,
 )
 from .state import (
     DEFAULT_BATCH_SIZE,
@@ -45,17 +46,11 @@ from .state import (
     FlushRun,
     ReporterState,
     Send,
+    background_failed,
 )
+from .state import UNKNOWN_METRIC_REFRESH as UNKNOWN_METRIC_REFRESH
 
 log = logging.getLogger("ldpkit.client")
-
-USER_AGENT = f"ldpkit-client/{__version__}"
-UNKNOWN_METRIC_REFRESH = 60.0
-"""An unknown metric triggers a definitions refresh at most this often (seconds)."""
-
-
-class NetworkError(OSError):
-    """A request got no HTTP answer (refused, reset, timed out, DNS...)."""
 
 
 class SyncTransport(Protocol):
@@ -64,17 +59,6 @@ class SyncTransport(Protocol):
     ) -> HttpAnswer: ...
 
     def close(self) -> None: ...
-
-
-def split_url(url: str) -> tuple[str, str, int, str]:
-    """(scheme, host, port, path prefix) of a collector base URL."""
-    if not isinstance(url, str):
-        raise ParameterError(f"collector URL must be a string, got {url!r}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ParameterError(f"collector URL must be http(s)://host[:port][/prefix], got {url!r}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
 
 
 class HttpTransport:
@@ -140,14 +124,6 @@ class HttpTransport:
             self._drop()
 
 
-def _check_interval(value: float, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ParameterError(f"{what} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ParameterError(f"{what} must be finite and > 0, got {value!r}")
-    return float(value)
-
-
 class Reporter:
     """Report values under local differential privacy to an ldpkit collector.
 
@@ -194,21 +170,17 @@ class Reporter:
         background: bool = True,
         transport: SyncTransport | None = None,
     ) -> None:
-        split_url(url)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self.url = url.rstrip("/")
-        self.flush_interval = _check_interval(flush_interval, "flush_interval")
-        self.batch_size = batch_size
-        self.timeout = Timeout.coerce(timeout)
-        self.retry = retry if retry is not None else RetryPolicy()
-        if not isinstance(self.retry, RetryPolicy):
-            raise ParameterError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        self._headers = {"User-Agent": USER_AGENT}
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
+        self._settings = ShellSettings.of(
+            url,
+            token=token,
+            flush_interval=flush_interval,
+            batch_size=batch_size,
+            timeout=timeout,
+            retry=retry,
+            definitions_ttl=definitions_ttl,
+        )
         self._state = ReporterState(
-            source=self.url,
+            self._settings,
             state_dir=state_dir,
             metrics=metrics,
             total_budget=total_budget,
@@ -217,14 +189,17 @@ class Reporter:
             memoize=memoize,
             durable_reports=durable_reports,
             clock=clock,
-            definitions_ttl=_check_interval(definitions_ttl, "definitions_ttl"),
         )
+        self.url = self._settings.url
+        self.flush_interval = self._settings.flush_interval
+        self.batch_size = self._settings.batch_size
+        self.timeout = self._settings.timeout
+        self.retry = self._settings.retry
         self._transport: SyncTransport = (
             transport if transport is not None else HttpTransport(self.url, self.timeout)
         )
         self._send_lock = threading.Lock()
         self._definitions_lock = threading.Lock()
-        self._last_unknown_refresh = -math.inf
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._closed = False
@@ -306,7 +281,7 @@ class Reporter:
                     "GET",
                     "/v1/metrics",
                     None,
-                    {**self._headers, **self._state.definitions_headers()},
+                    {**self._settings.headers, **self._state.definitions_headers()},
                 )
             except NetworkError as exc:
                 raise CollectorUnavailable(f"GET {self.url}/v1/metrics: {exc}") from exc
@@ -355,35 +330,28 @@ class Reporter:
     def _learn(self, metric: str) -> None:
         """An unknown metric: fetch the definitions (rate-limited), else explain."""
         state = self._state
-        if state.static:
-            raise state.unknown_metric(metric)
-        now = time.monotonic()
-        if not state.has_definitions or now - self._last_unknown_refresh >= UNKNOWN_METRIC_REFRESH:
-            self._last_unknown_refresh = now
+        if state.unknown_refresh_due(metric, time.monotonic()):
             try:
                 self.refresh_definitions()
             except (CollectorUnavailable, CollectorRejected) as exc:
-                if not state.has_definitions:
-                    raise CollectorUnavailable(
-                        f"no metric definitions yet: they come from {self.url}/v1/metrics "
-                        f"once, then from the cache in {self.state_dir} ({exc})"
-                    ) from exc
-                log.info("definitions refresh failed: %s", exc)
+                state.unknown_refresh_failed(exc)
         if not state.knows(metric):
             raise state.unknown_metric(metric)
 
+    def _begin_flush(self, *, max_attempts: int | None, everything: bool) -> FlushRun:
+        return self._state.begin_flush(
+            policy=self.retry,
+            batch_size=self.batch_size,
+            max_attempts=max_attempts,
+            everything=everything,
+        )
+
     def _flush(self, *, max_attempts: int | None, everything: bool) -> FlushResult:
         with self._send_lock:
-            run = self._state.begin_flush(
-                policy=self.retry,
-                batch_size=self.batch_size,
-                max_attempts=max_attempts,
-                everything=everything,
-            )
-            return self._drive(run)
+            return self._drive(self._begin_flush(max_attempts=max_attempts, everything=everything))
 
     def _drive(self, run: FlushRun) -> FlushResult:
-        headers = {**self._headers, "Content-Type": CONTENT_TYPE, "Accept": "application/json"}
+        headers = self._settings.report_headers
         while True:
             action = run.next()
             if isinstance(action, Done):
@@ -403,57 +371,31 @@ class Reporter:
     def _run(self) -> None:
         """The background thread: flush every ``flush_interval``, or sooner when a batch
         is full; after a failure wait the policy's backoff (or Retry-After) first."""
-        failures = 0
-        next_due = time.monotonic() + self.flush_interval
-        not_before = 0.0
-        last_prune = time.monotonic()
+        schedule = BackgroundSchedule(
+            flush_interval=self.flush_interval, retry=self.retry, now=time.monotonic()
+        )
         while not self._stop.is_set():
-            now = time.monotonic()
-            self._wake.wait(timeout=max(0.0, max(next_due, not_before) - now))
+            self._wake.wait(timeout=schedule.wait(time.monotonic()))
             if self._stop.is_set():
                 break
             self._wake.clear()
-            now = time.monotonic()
-            if now < not_before:
+            if not schedule.ready(time.monotonic()):
                 continue  # backing off: a full batch waits for the backoff to end
             if self._state.definitions_due():
                 try:
                     self.refresh_definitions()
                 except LdpkitError as exc:
                     log.info("background definitions refresh failed: %s", exc)
-            retry_after: float | None = None
+            run: FlushRun | None = None
             try:
                 with self._send_lock:
-                    run = self._state.begin_flush(
-                        policy=self.retry,
-                        batch_size=self.batch_size,
-                        max_attempts=1,
-                        everything=True,
-                    )
-                    try:
-                        self._drive(run)
-                    finally:
-                        retry_after = run.last_retry_after
-                failures = 0
-                not_before = 0.0
-            except CollectorUnavailable as exc:
-                failures += 1
-                wait = max(self.retry.delay(failures, retry_after), 0.05)
-                not_before = time.monotonic() + wait
-                log.info("background flush: %s; next try in %.1fs", exc, wait)
-            except CollectorRejected as exc:
-                failures += 1
-                wait = max(self.retry.max_delay, self.flush_interval)
-                not_before = time.monotonic() + wait
-                log.error("background flush refused: %s; next try in %.0fs", exc, wait)
-            except Exception:  # never let the thread die: the outbox keeps everything
-                failures += 1
-                wait = max(self.retry.delay(failures), 0.05)
-                not_before = time.monotonic() + wait
-                log.exception("background flush failed; next try in %.1fs", wait)
-            next_due = time.monotonic() + self.flush_interval
-            if time.monotonic() - last_prune > 3600:
-                last_prune = time.monotonic()
+                    run = self._begin_flush(max_attempts=1, everything=True)
+                    self._drive(run)
+            except Exception as exc:  # never let the thread die: the outbox keeps everything
+                background_failed(schedule, time.monotonic(), exc, run)
+            else:
+                schedule.flushed(time.monotonic())
+            if schedule.prune_due(time.monotonic()):
                 with contextlib.suppress(Exception):
                     self._state.prune()
 

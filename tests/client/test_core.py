@@ -9,6 +9,10 @@ import numpy as np
 import pytest
 
 from ldpkit.client.core import (
+    MIN_BACKOFF,
+    PRUNE_INTERVAL,
+    USER_AGENT,
+    BackgroundSchedule,
     Delivered,
     Fatal,
     HttpAnswer,
@@ -16,6 +20,7 @@ from ldpkit.client.core import (
     OutboxRow,
     Retry,
     RetryPolicy,
+    ShellSettings,
     Timeout,
     TooLarge,
     budget_decision,
@@ -26,10 +31,11 @@ from ldpkit.client.core import (
     memo_tag,
     parse_definitions,
     parse_retry_after,
+    split_url,
 )
 from ldpkit.errors import BudgetExceeded, CollectorRejected, ParameterError
 from ldpkit.metrics import Period
-from ldpkit.wire import decode_batch
+from ldpkit.wire import CONTENT_TYPE, decode_batch
 
 from .conftest import answer, minutes, theme
 
@@ -70,6 +76,107 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after("-4", 0.0) == 0.0
     # HTTP date: 2015-10-21 07:28:00 GMT
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 1445412480.0 - 10) == 10.0
+
+
+# --- the shells' settings and background schedule ---------------------------------------
+def settings(**kw: object) -> ShellSettings:
+    args: dict[str, object] = {
+        "token": None,
+        "flush_interval": 30.0,
+        "batch_size": 500,
+        "timeout": None,
+        "retry": None,
+        "definitions_ttl": 3600.0,
+    }
+    args.update(kw)
+    return ShellSettings.of("http://c.example:8787/x/", **args)  # type: ignore[arg-type]
+
+
+def test_shell_settings_check_and_derive() -> None:
+    assert split_url("https://c.example/p/") == ("https", "c.example", 443, "/p")
+    s = settings(token="t", flush_interval=5, timeout=2)
+    assert s.url == "http://c.example:8787/x"
+    assert (s.flush_interval, s.batch_size, s.definitions_ttl) == (5.0, 500, 3600.0)
+    assert s.timeout == Timeout(2.0) and s.retry == RetryPolicy()
+    assert s.headers == {"User-Agent": USER_AGENT, "Authorization": "Bearer t"}
+    assert s.report_headers == {
+        **s.headers,
+        "Content-Type": CONTENT_TYPE,
+        "Accept": "application/json",
+    }
+    assert settings().headers == {"User-Agent": USER_AGENT}  # no token, no Authorization
+    assert settings().timeout == Timeout(5.0, 30.0)
+    for bad, match in (
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": True}, "batch_size"),
+        ({"flush_interval": 0}, "flush_interval"),
+        ({"flush_interval": float("inf")}, "flush_interval"),
+        ({"timeout": -1}, "Timeout"),
+        ({"retry": 3}, "RetryPolicy"),
+        ({"definitions_ttl": "1h"}, "definitions_ttl"),
+        # The first bad argument is the one reported.
+        ({"batch_size": 0, "flush_interval": 0}, "batch_size"),
+    ):
+        with pytest.raises(ParameterError, match=match):
+            settings(**bad)
+    with pytest.raises(ParameterError, match="collector URL"):
+        ShellSettings.of(
+            "ftp://c.example",
+            token=None,
+            flush_interval=1.0,
+            batch_size=1,
+            timeout=None,
+            retry=None,
+            definitions_ttl=1.0,
+        )
+
+
+def schedule(
+    now: float = 1000.0, draw: float = 0.5, interval: float = 10.0, **retry: float
+) -> BackgroundSchedule:
+    policy = RetryPolicy(**{"base_delay": 1.0, "max_delay": 8.0, **retry})  # type: ignore[arg-type]
+    return BackgroundSchedule(flush_interval=interval, retry=policy, now=now, uniform=lambda: draw)
+
+
+def test_schedule_flushes_every_interval() -> None:
+    s = schedule()
+    assert s.wait(1000.0) == 10.0 and s.wait(1004.0) == 6.0 and s.wait(1020.0) == 0.0
+    assert s.ready(1003.0)  # woken early (a full batch): flush now
+    s.flushed(1003.0)
+    assert s.wait(1003.0) == 10.0 and s.failures == 0
+
+
+def test_schedule_backs_off_after_unavailable_and_honours_retry_after() -> None:
+    s = schedule()
+    waits = [s.unavailable(1000.0 + i, None) for i in range(5)]
+    assert waits == [0.5, 1.0, 2.0, 4.0, 4.0]  # half of min(8, 1 * 2 ** (n - 1))
+    assert s.failures == 5
+    assert s.not_before == 1008.0 and not s.ready(1007.9) and s.ready(1008.0)
+    assert s.wait(1004.0) == 10.0  # the next regular pass is later than the backoff
+    assert s.unavailable(2000.0, 30.0) == 30.0  # Retry-After replaces the draw
+    assert not s.ready(2029.0) and s.wait(2000.0) == 30.0
+    assert schedule(max_retry_after=5.0).unavailable(0.0, 60.0) == 5.0
+    assert schedule(draw=0.0).unavailable(0.0, None) == MIN_BACKOFF  # never a busy loop
+    assert schedule().unavailable(0.0, 0.0) == MIN_BACKOFF
+    s.flushed(2031.0)
+    assert s.failures == 0 and s.ready(2031.0) and s.wait(2031.0) == 10.0
+
+
+def test_schedule_waits_long_after_rejected_and_counts_other_errors() -> None:
+    s = schedule(interval=10.0, max_delay=8.0)
+    assert s.rejected(0.0) == 10.0  # max(max_delay, flush_interval)
+    assert schedule(interval=2.0, max_delay=8.0).rejected(0.0) == 8.0
+    assert schedule(interval=0.01, max_delay=0.0).rejected(0.0) == 0.01  # no floor here
+    assert s.failed(20.0) == 1.0 and s.failures == 2  # one count across kinds
+    assert schedule(draw=0.0).failed(0.0) == MIN_BACKOFF
+
+
+def test_schedule_prunes_hourly() -> None:
+    s = schedule(now=0.0)
+    assert not s.prune_due(PRUNE_INTERVAL)
+    assert s.prune_due(PRUNE_INTERVAL + 1)
+    assert not s.prune_due(PRUNE_INTERVAL + 2)
+    assert s.prune_due(2 * PRUNE_INTERVAL + 2)
 
 
 # --- values -----------------------------------------------------------------------------
