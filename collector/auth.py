@@ -3,16 +3,21 @@
 ``Authorization: Bearer <token>``. A missing or unknown token answers 401; a valid token
 of a kind the route does not take answers 403. Each route declares the kinds it takes
 with :func:`requires`; the auth middleware reads that off the matched handler.
+
+The config may list a token as itself or as ``sha256:<64 hex digits>`` (its SHA-256,
+see :func:`token_hash` and ``ldpkit hash-token``). Either way the registry keeps only
+digests: a presented token is hashed once and compared with every configured digest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from .config import Tokens
+from .config import HASH_PREFIX, Tokens
 
 SCOPES_ATTRIBUTE = "ldpkit_scopes"
 
@@ -51,13 +56,38 @@ def bearer_token(header: str | None) -> str | None:
     return value.strip() or None
 
 
+def digest(token: str) -> bytes:
+    """The SHA-256 of a token's UTF-8 bytes."""
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
+def token_id(authorization: str | None) -> bytes:
+    """The digest of the bearer token of an ``Authorization`` header (which the auth
+    middleware accepted): what per-token state such as rate limits is keyed by."""
+    return digest(bearer_token(authorization) or "")
+
+
+def token_hash(token: str) -> str:
+    """The ``sha256:<hex>`` form of a token, to list in the config instead of the token."""
+    return HASH_PREFIX + digest(token).hex()
+
+
+def configured_digest(entry: str) -> bytes:
+    """The digest a config entry stands for: the hex of a ``sha256:`` entry (the config
+    checked it is 64 hex digits), else the SHA-256 of the token itself."""
+    if entry.startswith(HASH_PREFIX):
+        return bytes.fromhex(entry[len(HASH_PREFIX) :])
+    return digest(entry)
+
+
 class TokenRegistry:
-    """Which kinds a presented token has. Every configured token is compared (with
-    :func:`hmac.compare_digest`) on every lookup, so timing does not say which matched."""
+    """Which kinds a presented token has. Only digests are kept; the presented token's
+    digest is compared (with :func:`hmac.compare_digest`) with every configured one on
+    every lookup, so timing does not say which, if any, matched."""
 
     def __init__(self, tokens: Tokens) -> None:
         self._entries: list[tuple[bytes, Scope]] = [
-            (token.encode(), Scope(kind))
+            (configured_digest(token), Scope(kind))
             for kind, values in tokens.by_kind().items()
             for token in values
         ]
@@ -66,7 +96,8 @@ class TokenRegistry:
         return f"TokenRegistry({len(self._entries)} tokens)"
 
     def scopes(self, presented: str) -> frozenset[Scope]:
-        given = presented.encode("utf-8", "replace")
+        """The kinds of ``presented`` (empty if unknown)."""
+        given = digest(presented)
         found: set[Scope] = set()
         for token, scope in self._entries:
             if hmac.compare_digest(token, given):

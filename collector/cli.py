@@ -159,6 +159,44 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- hash-token ------------------------------------------------------------------------
+def _hash_token_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--new", action="store_true", help="make a new random token; print it and its hash"
+    )
+
+
+@command(
+    "hash-token",
+    "print a token's sha256:... form for [tokens] (reads the token from stdin, one a line)",
+    _hash_token_arguments,
+)
+def hash_token(args: argparse.Namespace) -> int:
+    """The token is read from stdin (or a hidden prompt), never from the command line,
+    where other users could see it in the process list."""
+    import getpass
+    import secrets
+
+    from .auth import token_hash
+    from .config import _check_token
+
+    if args.new:
+        token = secrets.token_urlsafe(32)
+        print(f"token: {token}")
+        print(f"hash:  {token_hash(token)}")
+        return 0
+    if sys.stdin.isatty():
+        tokens = [getpass.getpass("token: ")]
+    else:
+        tokens = [line.strip() for line in sys.stdin if line.strip()]
+    if not tokens:
+        raise ConfigError("no token given on stdin")
+    for i, token in enumerate(tokens):
+        _check_token(token, "stdin", i)
+        print(token_hash(token))
+    return 0
+
+
 # The analyst's and newcomer's subcommands register themselves on import.
 from . import commands as _commands  # noqa: E402, F401
 

@@ -13,10 +13,12 @@
     max_body_bytes = 16777216        # 413 beyond
     max_reports_per_batch = 100000   # 400 beyond
     max_pending_batches = 256        # batches waiting for the store; 429 beyond
+    ingest_reports_per_second = 0    # per ingest token (0: no limit); 429 beyond
+    ingest_burst = 100000            # reports a token may send at once after a pause
     log_addresses = false            # access log without client addresses unless true
 
     [tokens]                         # LDPKIT_INGEST_TOKENS etc. (comma-separated) replace these
-    ingest = ["..."]
+    ingest = ["...", "sha256:<64 hex digits>"]   # a token, or its SHA-256 (ldpkit hash-token)
     read = ["..."]
     admin = ["..."]
 
@@ -46,6 +48,7 @@ TOKEN_KINDS = ("ingest", "read", "admin")
 TOKEN_ENV = {kind: f"LDPKIT_{kind.upper()}_TOKENS" for kind in TOKEN_KINDS}
 SYNCHRONOUS_MODES = ("full", "extra", "normal")
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+HASH_PREFIX = "sha256:"  # a token given as its SHA-256 (see ldpkit.collector.auth)
 
 
 class ConfigError(LdpkitError, ValueError):
@@ -86,6 +89,8 @@ class CollectorConfig:
     max_pending_batches: int = 256
     max_pending_reports: int = 2_000_000
     retry_after: int = 1
+    ingest_reports_per_second: float = 0.0
+    ingest_burst: int = 100_000
     log_addresses: bool = False
     shutdown_timeout: float = 30.0
     tokens: Tokens = field(default_factory=Tokens)
@@ -137,6 +142,11 @@ def _is_positive_seconds(v: object) -> bool:
     return _is_seconds(v) and isinstance(v, int | float) and v > 0
 
 
+def _is_rate(v: object) -> bool:
+    """a number >= 0 (0: no limit)"""
+    return _is_seconds(v)
+
+
 def _is_sync(v: object) -> bool:
     return isinstance(v, str) and v.lower() in SYNCHRONOUS_MODES
 
@@ -157,6 +167,8 @@ _COLLECTOR_KEYS: dict[str, Any] = {
     "max_pending_batches": _int_in(1, 1_000_000),
     "max_pending_reports": _int_in(1, 10**9),
     "retry_after": _int_in(1, 3600),
+    "ingest_reports_per_second": _is_rate,
+    "ingest_burst": _int_in(1, 10**9),
     "log_addresses": _is_bool,
     "shutdown_timeout": _is_seconds,
 }
@@ -179,7 +191,7 @@ def _check_collector(
         out[key] = value
     if "synchronous" in out:
         out["synchronous"] = out["synchronous"].lower()
-    for key in ("shutdown_timeout", "catalog_refresh_seconds"):
+    for key in ("shutdown_timeout", "catalog_refresh_seconds", "ingest_reports_per_second"):
         if key in out:
             out[key] = float(out[key])
     if "database" in out:
@@ -209,6 +221,13 @@ def _check_token(token: object, where: str, index: int) -> str:
         raise ConfigError(
             f"{where}: token {index} must be non-empty printable ASCII without spaces or commas"
         )
+    if token.startswith(HASH_PREFIX):
+        digits = token[len(HASH_PREFIX) :]
+        if len(digits) != 64 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+            raise ConfigError(
+                f"{where}: token {index} starts with {HASH_PREFIX!r} but is not followed by "
+                "64 hex digits (the SHA-256 of a token: ldpkit hash-token)"
+            )
     return token
 
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from .auth import bearer_token, required_scopes
@@ -90,7 +91,26 @@ class RedactAddresses(logging.Filter):
         return True
 
 
+class RedactBadRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse with the parser's error, which quotes the
+    raw request bytes (the bad line may be ``Authorization: Bearer <token>``): keep only
+    the error's type and status."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.exc_info = None
+            record.exc_text = None
+            record.msg = (
+                f"{record.msg}: {type(exc).__name__} (status {exc.code}; request not logged)"
+            )
+        return True
+
+
 def install_log_privacy(log_addresses: bool) -> None:
-    """Unless ``log_addresses``, keep client addresses out of aiohttp's server log."""
+    """Keep request bytes (tokens) out of aiohttp's server log, and client addresses too
+    unless ``log_addresses``."""
+    server_log = logging.getLogger("aiohttp.server")
+    server_log.addFilter(RedactBadRequests())
     if not log_addresses:
-        logging.getLogger("aiohttp.server").addFilter(RedactAddresses())
+        server_log.addFilter(RedactAddresses())

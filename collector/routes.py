@@ -12,7 +12,7 @@ from aiohttp import web
 from ..errors import LdpkitError
 from ..metrics import MetricDefinition
 from ..wire import CONTENT_TYPE as BATCH_CONTENT_TYPE
-from .auth import Scope, requires
+from .auth import Scope, requires, token_id
 from .estimates import QueryError, parse_query
 from .keys import COLLECTOR, CONFIG, TELEMETRY
 from .responses import JSON, ApiError, etag_matches, json_response
@@ -49,11 +49,25 @@ def _cached(request: web.Request, body: bytes, etag: str) -> web.Response:
 
 
 # --- reports ---------------------------------------------------------------------------
+def _rate_limited(wait: int) -> ApiError:
+    return ApiError(
+        429,
+        "rate_limited",
+        "this token is over its ingest rate limit; retry later",
+        headers={"Retry-After": str(wait)},
+    )
+
+
 @requires(Scope.INGEST)
 async def post_reports(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR]
     telemetry = request.app[TELEMETRY]
     _check_body(request, BATCH_CONTENT_TYPES)
+    limiter = collector.limiter
+    token = token_id(request.headers.get("Authorization"))
+    if (wait := limiter.blocked(token)) is not None:
+        telemetry.batches.labels("rate_limited").inc()
+        raise _rate_limited(wait)
     if collector.overloaded():
         telemetry.throttled.inc()
         telemetry.batches.labels("throttled").inc()
@@ -64,13 +78,24 @@ async def post_reports(request: web.Request) -> web.Response:
             "the store is behind; retry later",
             headers={"Retry-After": retry},
         )
-    body = await request.read()
-    started = time.perf_counter()
+
+    def charge(reports: int) -> None:
+        if (wait := limiter.take(token, reports)) is not None:
+            telemetry.batches.labels("rate_limited").inc()
+            raise _rate_limited(wait)
+
+    collector.admitted += 1  # until answered: bodies being read count against the limit
     try:
-        answer = await collector.ingest(body)
-    except ApiError as exc:
-        telemetry.batches.labels("bad_request" if exc.status == 400 else "error").inc()
-        raise
+        body = await request.read()
+        started = time.perf_counter()
+        try:
+            answer = await collector.ingest(body, charge=charge)
+        except ApiError as exc:
+            if exc.status != 429:
+                telemetry.batches.labels("bad_request" if exc.status == 400 else "error").inc()
+            raise
+    finally:
+        collector.admitted -= 1
     telemetry.batch_seconds.observe(time.perf_counter() - started)
     telemetry.batches.labels("ok").inc()
     return json_response(answer)

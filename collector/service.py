@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import ProtocolError
@@ -27,6 +27,7 @@ from ..wire import decode_batch
 from .config import CollectorConfig
 from .estimates import EstimateQuery, estimate_body
 from .ingest import Rejected, check_batch, oldest_bucket, prune_before
+from .limits import IngestLimiter
 from .responses import ApiError, dumps, etag_of
 from .store import Catalog, IngestResult, PutOutcome, Store, StoreClosed, StoreError
 from .telemetry import Telemetry
@@ -56,6 +57,8 @@ class Collector:
         self.catalog = Catalog()
         self.ready = False
         self.draining = False
+        self.admitted = 0  # POST /v1/reports between admission and answer (body read included)
+        self.limiter = IngestLimiter(config.ingest_reports_per_second, config.ingest_burst)
         self._metrics_body = _serialized({"metrics": []})
         self._metric_bodies: dict[str, Serialized] = {}
         self._fp_names: dict[str, str] = {}
@@ -189,13 +192,22 @@ class Collector:
 
     # --- ingest --------------------------------------------------------------------------
     def overloaded(self) -> bool:
+        """Whether to refuse a new batch: as many as ``max_pending_batches`` are admitted
+        (from before their body is read until they are answered, so bodies being read count
+        too) or wait for the store, or the store's queue holds ``max_pending_reports``."""
+        limit = self.config.max_pending_batches
         return (
-            self.store.pending_batches >= self.config.max_pending_batches
+            self.admitted >= limit
+            or self.store.pending_batches >= limit
             or self.store.pending_reports >= self.config.max_pending_reports
         )
 
-    async def ingest(self, body: bytes) -> dict[str, object]:
-        """Check and store one batch; the answer of ``POST /v1/reports``."""
+    async def ingest(
+        self, body: bytes, *, charge: Callable[[int], None] | None = None
+    ) -> dict[str, object]:
+        """Check and store one batch; the answer of ``POST /v1/reports``. ``charge`` is
+        called with the number of reports once the batch is decoded (it may raise an
+        ApiError to refuse the batch: nothing is stored)."""
         cfg = self.config
         try:
             blocks = decode_batch(
@@ -203,6 +215,8 @@ class Collector:
             )
         except ProtocolError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
+        if charge is not None:
+            charge(sum(b.n for b in blocks))
         oldest = oldest_bucket(time.time(), cfg.report_id_retention_days)
         if self._pruned_before is not None:
             oldest = max(oldest, self._pruned_before)
