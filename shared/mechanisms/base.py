@@ -31,6 +31,7 @@ from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..estimates import FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
+from ._dyadic import check_min_epsilon
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -183,6 +184,8 @@ class FrequencyOracle(Mechanism):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        # Far below it exp(epsilon) rounds to 1: p == q, and estimates divide by zero.
+        check_min_epsilon(self.name, self.epsilon)
         object.__setattr__(self, "domain_size", check_domain_size(self.domain_size))
         p, q = self._support_probabilities()
         object.__setattr__(self, "p", p)
