@@ -39,7 +39,10 @@ def create_app(config: CollectorConfig, *, store: Store | None = None) -> web.Ap
     telemetry = Telemetry()
     if store is None:
         store = open_store(
-            config.database, synchronous=config.synchronous, pool_size=config.pool_size
+            config.database,
+            synchronous=config.synchronous,
+            pool_size=config.pool_size,
+            sqlite_cache_mib=config.sqlite_cache_mib,
         )
     app[CONFIG] = config
     app[TELEMETRY] = telemetry

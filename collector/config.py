@@ -7,6 +7,7 @@
     port = 8787
     database = "ldpkit.sqlite3"      # relative to this file, or "postgresql://user@host/db"
     synchronous = "full"             # SQLite durability: "full" (default), "normal" or "extra"
+    sqlite_cache_mib = 256           # SQLite: page cache of the writer (memory grows up to it)
     pool_size = 8                    # PostgreSQL: connections per collector process
     report_id_retention_days = 30    # ids kept for dedupe; older buckets are refused
     catalog_refresh_seconds = 10     # reload metric definitions (other replicas' PUTs)
@@ -80,6 +81,7 @@ class CollectorConfig:
     port: int = DEFAULT_PORT
     database: str = "ldpkit.sqlite3"
     synchronous: str = "full"
+    sqlite_cache_mib: int = 256
     pool_size: int = 8
     report_id_retention_days: int = 30
     catalog_refresh_seconds: float = 10.0
@@ -158,6 +160,7 @@ _COLLECTOR_KEYS: dict[str, Any] = {
     "port": _int_in(0, 65535),
     "database": _is_str,
     "synchronous": _is_sync,
+    "sqlite_cache_mib": _int_in(1, 65536),
     "pool_size": _int_in(2, 1000),
     "report_id_retention_days": _int_in(1, 3650),
     "catalog_refresh_seconds": _is_positive_seconds,

@@ -246,7 +246,9 @@ class Store(ABC):
         """The highest ``before_bucket`` ids were pruned to (by any process), or None."""
 
 
-def open_store(database: str, *, synchronous: str = "full", pool_size: int = 8) -> Store:
+def open_store(
+    database: str, *, synchronous: str = "full", pool_size: int = 8, sqlite_cache_mib: int = 256
+) -> Store:
     """The store for ``database``: a SQLite file path, or a PostgreSQL URL (``pool_size``:
     that store's connections per process)."""
     if database.startswith(POSTGRES_PREFIXES):
@@ -258,4 +260,4 @@ def open_store(database: str, *, synchronous: str = "full", pool_size: int = 8) 
         return store
     from .sqlite_store import SQLiteStore
 
-    return SQLiteStore(database, synchronous=synchronous)
+    return SQLiteStore(database, synchronous=synchronous, cache_mib=sqlite_cache_mib)
