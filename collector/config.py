@@ -14,6 +14,7 @@
     max_body_bytes = 16777216        # 413 beyond
     max_reports_per_batch = 100000   # 400 beyond
     max_pending_batches = 256        # batches waiting for the store; 429 beyond
+    max_pending_bytes = 268435456    # request bodies held at once (read or queued); 429 beyond
     ingest_reports_per_second = 0    # per ingest token (0: no limit); 429 beyond
     ingest_burst = 100000            # reports a token may send at once after a pause
     log_addresses = false            # access log without client addresses unless true
@@ -90,6 +91,7 @@ class CollectorConfig:
     max_blocks_per_batch: int = 1000
     max_pending_batches: int = 256
     max_pending_reports: int = 2_000_000
+    max_pending_bytes: int = 256 * 2**20
     retry_after: int = 1
     ingest_reports_per_second: float = 0.0
     ingest_burst: int = 100_000
@@ -169,6 +171,7 @@ _COLLECTOR_KEYS: dict[str, Any] = {
     "max_blocks_per_batch": _int_in(1, 100_000),
     "max_pending_batches": _int_in(1, 1_000_000),
     "max_pending_reports": _int_in(1, 10**9),
+    "max_pending_bytes": _int_in(1024, 2**40),
     "retry_after": _int_in(1, 3600),
     "ingest_reports_per_second": _is_rate,
     "ingest_burst": _int_in(1, 10**9),

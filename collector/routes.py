@@ -68,7 +68,9 @@ async def post_reports(request: web.Request) -> web.Response:
     if (wait := limiter.blocked(token)) is not None:
         telemetry.batches.labels("rate_limited").inc()
         raise _rate_limited(wait)
-    if collector.overloaded():
+    # A body's size counts from admission; unannounced (chunked) ones count at the limit.
+    size = request.content_length or collector.config.max_body_bytes
+    if collector.overloaded(size):
         telemetry.throttled.inc()
         telemetry.batches.labels("throttled").inc()
         retry = str(collector.config.retry_after)
@@ -85,6 +87,7 @@ async def post_reports(request: web.Request) -> web.Response:
             raise _rate_limited(wait)
 
     collector.admitted += 1  # until answered: bodies being read count against the limit
+    collector.admitted_bytes += size
     try:
         body = await request.read()
         started = time.perf_counter()
@@ -96,6 +99,7 @@ async def post_reports(request: web.Request) -> web.Response:
             raise
     finally:
         collector.admitted -= 1
+        collector.admitted_bytes -= size
     telemetry.batch_seconds.observe(time.perf_counter() - started)
     telemetry.batches.labels("ok").inc()
     return json_response(answer)

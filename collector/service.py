@@ -58,6 +58,7 @@ class Collector:
         self.ready = False
         self.draining = False
         self.admitted = 0  # POST /v1/reports between admission and answer (body read included)
+        self.admitted_bytes = 0  # their bodies' sizes (the declared limit when not announced)
         self.limiter = IngestLimiter(config.ingest_reports_per_second, config.ingest_burst)
         self._metrics_body = _serialized({"metrics": []})
         self._metric_bodies: dict[str, Serialized] = {}
@@ -191,13 +192,16 @@ class Collector:
         return outcome, previous.fingerprint if previous is not None else None
 
     # --- ingest --------------------------------------------------------------------------
-    def overloaded(self) -> bool:
+    def overloaded(self, incoming_bytes: int = 0) -> bool:
         """Whether to refuse a new batch: as many as ``max_pending_batches`` are admitted
         (from before their body is read until they are answered, so bodies being read count
-        too) or wait for the store, or the store's queue holds ``max_pending_reports``."""
+        too) or wait for the store, admitting ``incoming_bytes`` more would hold over
+        ``max_pending_bytes`` of bodies, or the store's queue holds ``max_pending_reports``."""
         limit = self.config.max_pending_batches
+        over_bytes = self.admitted_bytes + incoming_bytes > self.config.max_pending_bytes
         return (
             self.admitted >= limit
+            or (self.admitted > 0 and over_bytes)  # one batch alone is always let in
             or self.store.pending_batches >= limit
             or self.store.pending_reports >= self.config.max_pending_reports
         )

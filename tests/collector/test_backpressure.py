@@ -147,3 +147,49 @@ async def _post_now(client: TestClient, body: bytes) -> tuple[int, str | None]:
     )
     await resp.read()
     return resp.status, resp.headers.get("Retry-After")
+
+
+async def test_request_bodies_held_at_once_stay_under_max_pending_bytes(tmp_path: Path) -> None:
+    """The byte budget bounds memory whatever the batch count limit says."""
+    database = tmp_path / "c.sqlite3"
+    reports = 25_000  # about 500 KB per body
+    budget = 1_200_000  # room for two such bodies at once, not three
+    config = make_config(
+        database, max_pending_batches=1000, max_pending_bytes=budget, retry_after=1
+    )
+    store = SlowStore(database, delay=0.02)
+    async with running(config, store=store) as client:
+        collector = client.app[COLLECTOR]  # type: ignore[index]
+        peak_bytes = 0
+
+        async def watch() -> None:
+            nonlocal peak_bytes
+            while True:
+                peak_bytes = max(peak_bytes, collector.admitted_bytes)
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        statuses: list[int] = []
+        acknowledged = 0
+
+        async def one() -> None:
+            nonlocal acknowledged
+            ids = os.urandom(wire.ID_SIZE * reports)
+            body = batch(block_of("theme", grr_reports(np.arange(reports) % 4), ids=ids))
+            resp = await client.post(
+                "/v1/reports",
+                data=body,
+                headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+            )
+            statuses.append(resp.status)
+            if resp.status == 200:
+                acknowledged += (await resp.json())["accepted"]
+            else:
+                assert resp.headers.get("Retry-After") == "1"
+
+        await asyncio.gather(*(one() for _ in range(40)))
+        watcher.cancel()
+        assert set(statuses) == {200, 429}, statuses
+        assert 0 < peak_bytes <= budget, peak_bytes
+        assert collector.admitted_bytes == 0
+        assert await store.report_count() == acknowledged
