@@ -1,7 +1,7 @@
 // ldpkit dashboard: static, no build step. Reads the collector's JSON API with a read token.
 "use strict";
 
-const state = { token: sessionStorage.getItem("ldpkit-token") || "", metrics: [], current: null };
+const state = { token: sessionStorage.getItem("ldpkit-token") || "", metrics: [], current: null, queries: 0 };
 const $ = (id) => document.getElementById(id);
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -94,12 +94,15 @@ async function refresh(event) {
   const from = toUnix($("from").value), to = toUnix($("to").value);
   if (from) params.set("from", from);
   if (to) params.set("to", String(Number(to) + 86400));  // the "to" day is included
+  // Only the latest query may draw: a slower answer to an earlier click is dropped.
+  const ticket = ++state.queries;
   try {
     const data = await api(`/v1/estimates/${encodeURIComponent(state.current)}?${params}`);
+    if (ticket !== state.queries) return;
     showMessage("");
     render(data);
   } catch (err) {
-    showMessage(err.message);
+    if (ticket === state.queries) showMessage(err.message);
   }
 }
 

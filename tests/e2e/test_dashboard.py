@@ -125,7 +125,7 @@ def test_bad_token_shows_a_clear_message(browser: Any, populated: Populated) -> 
     page.goto(populated.url + "/ui/")
     page.fill("#token", "not-a-token")
     page.click("#token-form button")
-    page.wait_for_selector("#message:not([hidden])")
+    page.wait_for_selector("#message.error:not([hidden])")  # not the initial hint
     message = page.text_content("#message") or ""
     assert "refused" in message and "401" in message
     assert page.is_hidden("#main")
