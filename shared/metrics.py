@@ -28,6 +28,25 @@ MAX_CATEGORIES = 65536
 MAX_CATEGORY_LENGTH = 200
 
 
+DEFINITION_KEYS = (
+    "kind",
+    "categories",
+    "bounds",
+    "epsilon",
+    "mechanism",
+    "bucket",
+    "budget",
+    "budget_period",
+    "description",
+    "name",
+    # derived keys of to_dict(), accepted back so a served definition round-trips
+    "fingerprint",
+    "resolved_mechanism",
+    "report_size",
+)
+"""The keys a metric definition may have (TOML table, JSON object)."""
+
+
 class MetricKind(StrEnum):
     CATEGORICAL = "categorical"
     NUMERIC = "numeric"
@@ -185,22 +204,7 @@ class MetricDefinition:
         """From a TOML table or JSON object (the keys of :meth:`to_dict`, less derived ones)."""
         if not isinstance(data, dict):
             raise ParameterError(f"metric {name}: definition must be a table/object")
-        known = {
-            "kind",
-            "categories",
-            "bounds",
-            "epsilon",
-            "mechanism",
-            "bucket",
-            "budget",
-            "budget_period",
-            "description",
-            "name",
-            "fingerprint",
-            "resolved_mechanism",
-            "report_size",
-        }
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - set(DEFINITION_KEYS))
         if unknown:
             raise ParameterError(f"metric {name}: unknown keys {', '.join(unknown)}")
         if "name" in data and data["name"] != name:

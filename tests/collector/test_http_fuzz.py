@@ -44,7 +44,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ldpkit import wire
-from ldpkit.metrics import MetricDefinition, Period
+from ldpkit.metrics import DEFINITION_KEYS, MetricDefinition, Period
+from tests.fuzzing import mutate
 
 from .helpers import ADMIN, INGEST, READ, make_config
 from .served import Answer, ServedCollector
@@ -360,28 +361,6 @@ def test_random_bytes(fuzzed: Fuzzed, data: bytes) -> None:
         assert answer["accepted"] == 0 or data[:1] in (b"\x82", b"\x81", b"\xde", b"\xdf")
 
 
-SPECIAL_BYTES = (0xC0, 0xC1, 0xC2, 0xC3, 0xCA, 0xCB, 0xCF, 0xD3, 0xDD, 0xDF, 0xC6, 0xDB, 0xFF)
-
-
-def mutate(raw: bytearray, rnd: random.Random) -> None:
-    op = rnd.choice(["flip", "byte", "special", "truncate", "append", "insert", "delete"])
-    at = rnd.randrange(len(raw)) if raw else 0
-    if op == "flip" and raw:
-        raw[at] ^= 1 << rnd.randrange(8)
-    elif op == "byte" and raw:
-        raw[at] = rnd.randrange(256)
-    elif op == "special" and raw:
-        raw[at] = rnd.choice(SPECIAL_BYTES)
-    elif op == "truncate":
-        del raw[at:]
-    elif op == "append":
-        raw += rnd.randbytes(rnd.randint(1, 20))
-    elif op == "insert":
-        raw[at:at] = rnd.randbytes(rnd.randint(1, 20))
-    elif op == "delete":
-        del raw[at : at + rnd.randint(1, 20)]
-
-
 @settings(max_examples=100, **SETTINGS)
 @given(planned_batch(), st.randoms(use_true_random=False))
 def test_mutated_batches(fuzzed: Fuzzed, plan: list[PlannedBlock], rnd: random.Random) -> None:
@@ -580,21 +559,6 @@ JSON_DOCS = st.recursive(
         st.lists(children, max_size=6), st.dictionaries(st.text(max_size=8), children, max_size=5)
     ),
     max_leaves=25,
-)
-DEFINITION_KEYS = (
-    "kind",
-    "categories",
-    "bounds",
-    "epsilon",
-    "mechanism",
-    "bucket",
-    "budget",
-    "budget_period",
-    "description",
-    "name",
-    "fingerprint",
-    "resolved_mechanism",
-    "report_size",
 )
 MECHANISM_NAMES = (
     *("auto", "grr", "rr", "sue", "oue", "olh", "ss", "hr"),
