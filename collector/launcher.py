@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,18 +33,21 @@ def running_collector(
     port: int = 0,
     env: Mapping[str, str] | None = None,
     startup_timeout: float = 30.0,
+    command: Sequence[str] = (sys.executable, "-m", "ldpkit.collector.cli"),
 ) -> Iterator[RunningCollector]:
     """``ldpkit serve --config CONFIG --port PORT`` (0: a free port) until the block ends.
 
-    Yields once the collector logs the address it listens on; at the end it sends
-    SIGTERM (the collector finishes the batches in flight) and waits for the exit.
+    Yields once the collector logs the address it listens on (on loopback); at the end
+    it sends SIGTERM (the collector finishes the batches in flight) and waits for the
+    exit, unless the block already stopped it. ``command`` runs ``ldpkit`` (the default:
+    this interpreter; tests also try the installed console script).
     """
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "ldpkit.collector.cli",
+            *command,
             "serve",
+            "--host",
+            "127.0.0.1",
             "--config",
             str(config),
             "--port",

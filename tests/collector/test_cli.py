@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import re
 import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ldpkit import wire
+from ldpkit.collector.launcher import running_collector
 
 from .helpers import ADMIN, READ, THEME, batch, block_of, definition
 
@@ -40,7 +38,6 @@ categories = {json.dumps(THEME)}
 epsilon = 1.0
 mechanism = "grr"
 """
-LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 
 @contextmanager
@@ -48,34 +45,8 @@ def serve(tmp_path: Path, *command: str) -> Iterator[tuple[subprocess.Popen[str]
     config = tmp_path / "collector.toml"
     config.write_text(CONFIG)
     env = {**os.environ, "LDPKIT_INGEST_TOKENS": ENV_INGEST}
-    proc = subprocess.Popen(
-        [*command, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", "0"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    assert proc.stderr is not None
-    stderr = proc.stderr
-    threading.Thread(target=lambda: [lines.put(line) for line in stderr], daemon=True).start()
-    try:
-        url = None
-        seen = []
-        while url is None:
-            try:
-                line = lines.get(timeout=20)
-            except queue.Empty:
-                raise AssertionError("collector did not start: " + "".join(seen)) from None
-            seen.append(line)
-            if match := LISTENING.search(line):
-                url = f"http://127.0.0.1:{match.group(1)}"
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with running_collector(config, cwd=tmp_path, env=env, command=command) as collector:
+        yield collector.process, collector.url
 
 
 def request(
