@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +48,23 @@ class SlowStore(SQLiteStore):
         return await super().ingest(blocks)
 
 
+class Peak:
+    """The largest value ``read()`` returns while the event loop runs other tasks."""
+
+    def __init__(self, read: Callable[[], int]) -> None:
+        self.value = 0
+        self._read = read
+        self._task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            self.value = max(self.value, self._read())
+            await asyncio.sleep(0)
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
 async def test_slow_store_gets_429_and_bounded_queue(tmp_path: Path) -> None:
     database = tmp_path / "c.sqlite3"
     limit = 4
@@ -56,15 +73,7 @@ async def test_slow_store_gets_429_and_bounded_queue(tmp_path: Path) -> None:
     reports = 25_000  # 400 KB of ids + 100 KB of reports per batch
     async with running(config, store=store) as client:
         collector = client.app[COLLECTOR]  # type: ignore[index]
-        peak_admitted = 0
-
-        async def watch() -> None:
-            nonlocal peak_admitted
-            while True:
-                peak_admitted = max(peak_admitted, collector.admitted)
-                await asyncio.sleep(0)
-
-        watcher = asyncio.create_task(watch())
+        admitted = Peak(lambda: collector.admitted)
         sent: list[tuple[bytes, int, dict[str, object] | None, str | None]] = []
 
         async def one() -> None:
@@ -80,7 +89,8 @@ async def test_slow_store_gets_429_and_bounded_queue(tmp_path: Path) -> None:
 
         for _ in range(3):  # waves of 60 batches at once
             await asyncio.gather(*(one() for _ in range(60)))
-        watcher.cancel()
+        admitted.stop()
+        peak_admitted = admitted.value
 
         statuses = [status for _, status, _, _ in sent]
         assert set(statuses) == {200, 429}, statuses
@@ -160,15 +170,7 @@ async def test_request_bodies_held_at_once_stay_under_max_pending_bytes(tmp_path
     store = SlowStore(database, delay=0.02)
     async with running(config, store=store) as client:
         collector = client.app[COLLECTOR]  # type: ignore[index]
-        peak_bytes = 0
-
-        async def watch() -> None:
-            nonlocal peak_bytes
-            while True:
-                peak_bytes = max(peak_bytes, collector.admitted_bytes)
-                await asyncio.sleep(0)
-
-        watcher = asyncio.create_task(watch())
+        held = Peak(lambda: collector.admitted_bytes)
         statuses: list[int] = []
         acknowledged = 0
 
@@ -188,8 +190,8 @@ async def test_request_bodies_held_at_once_stay_under_max_pending_bytes(tmp_path
                 assert resp.headers.get("Retry-After") == "1"
 
         await asyncio.gather(*(one() for _ in range(40)))
-        watcher.cancel()
+        held.stop()
         assert set(statuses) == {200, 429}, statuses
-        assert 0 < peak_bytes <= budget, peak_bytes
+        assert 0 < held.value <= budget, held.value
         assert collector.admitted_bytes == 0
         assert await store.report_count() == acknowledged
