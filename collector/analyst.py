@@ -40,6 +40,7 @@ class ItemEstimate:
     low: float | None
     high: float | None
     consistent: float | None = None
+    interval: str | None = None  # how the interval was made: "score" or "exact"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class BucketEstimate:
     stderr: float | None = None
     low: float | None = None
     high: float | None = None
+    interval: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class EstimateResult:
     stderr: float | None = None
     low: float | None = None
     high: float | None = None
+    clamped_mean: float | None = None
+    interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
     buckets: tuple[BucketEstimate, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -87,6 +91,7 @@ class EstimateResult:
                 stderr=b.get("stderr"),
                 low=b.get("low"),
                 high=b.get("high"),
+                interval=b.get("interval"),
             )
             for b in data.get("buckets") or ()
         )
@@ -104,6 +109,8 @@ class EstimateResult:
             stderr=data.get("stderr"),
             low=data.get("low"),
             high=data.get("high"),
+            clamped_mean=data.get("clamped_mean"),
+            interval=data.get("interval"),
             buckets=buckets,
             raw=data,
         )
@@ -119,7 +126,16 @@ class EstimateResult:
                     row.pop("consistent")
                 rows.append(row)
             return rows
-        return [{"mean": self.mean, "stderr": self.stderr, "low": self.low, "high": self.high}]
+        return [
+            {
+                "mean": self.mean,
+                "clamped_mean": self.clamped_mean,
+                "stderr": self.stderr,
+                "low": self.low,
+                "high": self.high,
+                "interval": self.interval,
+            }
+        ]
 
     def to_pandas(self) -> Any:
         """A pandas DataFrame of :meth:`rows` (pandas is an optional dependency)."""
@@ -155,7 +171,7 @@ class EstimateResult:
         pct = f"{self.level:.0%}"
         head = (
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
-            f"{pct} intervals"
+            f"{pct} intervals ({self.interval or 'unknown method'})"
         )
         if self.kind == "numeric":
             return (
@@ -165,11 +181,17 @@ class EstimateResult:
                     f"mean {_fmt(self.mean)}  stderr {_fmt(self.stderr)}  "
                     f"[{_fmt(self.low)}, {_fmt(self.high)}]"
                 )
+                + (
+                    f"  (clamped to the bounds: {_fmt(self.clamped_mean)})"
+                    if self.clamped_mean is not None and self.clamped_mean != self.mean
+                    else ""
+                )
             )
         width = max([8, *(len(i.category) for i in self.items)])
         cols = f"{'category':<{width}}  {'estimate':>9}  {'stderr':>8}  {'low':>9}  {'high':>9}"
         if self.consistent:
             cols += f"  {'consistent':>10}"
+        cols += "  interval"
         lines = [head, cols]
         for i in self.items:
             line = (
@@ -178,6 +200,7 @@ class EstimateResult:
             )
             if self.consistent:
                 line += f"  {_fmt(i.consistent):>10}"
+            line += f"  {i.interval or '-'}"
             lines.append(line)
         return "\n".join(lines)
 
@@ -190,6 +213,7 @@ def _item(data: dict[str, Any]) -> ItemEstimate:
         low=data.get("low"),
         high=data.get("high"),
         consistent=data.get("consistent"),
+        interval=data.get("interval"),
     )
 
 

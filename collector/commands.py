@@ -10,8 +10,8 @@ import json
 import os
 import sys
 
+from .. import Plan, required_n
 from .. import plan as plan_campaign
-from .. import required_n
 from ..errors import ParameterError
 from ..mechanisms import NAMES, choose
 from .analyst import TOKEN_ENV, Analyst
@@ -115,7 +115,6 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--half-width", type=float, help="target half-width: print the n needed")
     parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     parser.add_argument("--frequency", type=float, help="assumed item frequency (default worst)")
-    parser.add_argument("--value-std", type=float, help="assumed std of numeric values")
 
 
 @command(
@@ -131,7 +130,6 @@ def plan(args: argparse.Namespace) -> int:
         bounds=bounds,
         level=args.level,
         frequency=args.frequency,
-        value_std=args.value_std,
     )
     if args.mechanism == "auto":
         choice = choose(epsilon=args.epsilon, domain_size=args.domain_size, bounds=bounds)
@@ -140,17 +138,31 @@ def plan(args: argparse.Namespace) -> int:
     what = "fraction" if args.domain_size is not None else "mean"
     if args.n is not None:
         p = plan_campaign(args.mechanism, n=args.n, **common)
+        how = f"{p.interval} intervals{_assumed(p, args.frequency)}"
         print(
             f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
-            f"half-width of the {what} <= {p.half_width:.6g}"
+            f"half-width of the {what} {p.half_width:.6g} ({how})"
         )
+        if p.rare_item_half_width is not None and p.frequency != 0.0:
+            print(f"  an item nobody holds (f = 0): {p.rare_item_half_width:.6g}")
     if args.half_width is not None:
         p = required_n(args.mechanism, half_width=args.half_width, **common)
+        how = f"{p.interval} intervals{_assumed(p, args.frequency)}"
         print(
             f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a {p.level:.0%} "
-            f"half-width of {args.half_width:g}"
+            f"half-width of {args.half_width:g} ({how})"
         )
+        if p.rare_item_n is not None and p.frequency != 0.0:
+            print(f"  an item nobody holds (f = 0) needs n >= {p.rare_item_n}")
     return 0
+
+
+def _assumed(p: Plan, given: float | None) -> str:
+    if p.frequency is None:
+        return ", worst case over the bounds"
+    if given is None:
+        return f", worst case: an item held by {p.frequency:.0%} of users"
+    return f", an item held by {p.frequency:.0%} of users"
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,7 +29,7 @@ import numpy.typing as npt
 from .._validation import check_bounds, check_domain_size, check_epsilon
 from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
-from ..estimates import FrequencyEstimate, MeanEstimate
+from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
 from ._dyadic import check_min_epsilon
 
@@ -233,15 +233,17 @@ class FrequencyOracle(Mechanism):
         return float(var) if var.ndim == 0 else var
 
     def estimate(self, aggregate: Aggregate) -> FrequencyEstimate:
-        """Unbiased fractions with plug-in standard errors."""
+        """Unbiased fractions; intervals from each item's support count (see estimates)."""
         agg = self._checked_aggregate(aggregate)
         n = agg.n
         if n == 0:
             nan = np.full(self.domain_size, np.nan)
-            return FrequencyEstimate(self.name, self.epsilon, 0, nan, nan.copy())
+            return FrequencyEstimate(
+                self.name, self.epsilon, 0, nan, nan.copy(), agg.sums, self.p, self.q
+            )
         freq = (agg.sums / n - self.q) / (self.p - self.q)
         stderr = np.sqrt(self.variance(np.clip(freq, 0.0, 1.0), n))
-        return FrequencyEstimate(self.name, self.epsilon, n, freq, stderr)
+        return FrequencyEstimate(self.name, self.epsilon, n, freq, stderr, agg.sums, self.p, self.q)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -333,20 +335,54 @@ class NumericMechanism(Mechanism):
         t = self._debias(reports)
         return np.array([t.sum(), np.dot(t, t)], dtype=np.float64)
 
+    @abstractmethod
+    def noise_terms(self) -> tuple[float, float, float]:
+        """``(A, B, extra)``: one debiased report's variance at unit value t lies in
+        ``[A + B t^2, A + B t^2 + extra]`` (the noise given t; ``extra`` bounds what the
+        grid rounding adds)."""
+
+    def binary_scale(self) -> float | None:
+        """For mechanisms whose reports are ``±scale`` in unit terms, that scale."""
+        return None
+
     def estimate(self, aggregate: Aggregate) -> MeanEstimate:
-        """Mean with its standard error (sample variance of the debiased reports)."""
+        """The reporters' mean, with a standard error from the known noise variance.
+
+        Given the reporters' unit values t_i, the mean of n debiased reports has variance
+        ``sum v(t_i) / n^2`` with ``v(t) = A + B t^2`` (:meth:`noise_terms`). The sum of
+        ``t_i^2`` is estimated from the sum of squared reports (``E[y^2] = t^2 + v(t)``)
+        and kept within what the bounds allow, so the standard error never falls below
+        the mechanism's own smallest noise, however alike the reports look. Binary
+        reports (Duchi) get an interval on their proportion instead.
+        """
         agg = self._checked_aggregate(aggregate)
         n = agg.n
         if n == 0:
-            return MeanEstimate(self.name, self.epsilon, 0, math.nan, math.nan)
+            return MeanEstimate(self.name, self.epsilon, 0, math.nan, math.nan, self.bounds)
         s1, s2 = float(agg.sums[0]), float(agg.sums[1])
+        a, b, extra = self.noise_terms()
+        if abs(b) < 1e-12:  # Hybrid above 0.61: the t^2 terms cancel
+            b = 0.0
         mean_t = s1 / n
-        if n > 1:
-            var_t = max(s2 - n * mean_t * mean_t, 0.0) / (n - 1)
-            stderr = math.sqrt(var_t / n) * self.half_range
+        if b < 0.0:
+            # v = A - t^2 (Duchi): the reports say nothing of sum t^2, which is at least
+            # n mean^2; that bound gives the largest variance the mean allows.
+            squares = n * min(mean_t * mean_t, 1.0)
         else:
-            stderr = math.inf
+            squares = min(max((s2 - n * (a + extra / 2.0)) / (1.0 + b), 0.0), float(n))
+        variance_sum = n * (a + extra) + b * squares
+        stderr = math.sqrt(max(variance_sum, 0.0)) / n * self.half_range
+        scale = self.binary_scale()
+        binary = None
+        if scale is not None:
+            binary = BinaryCounts(round((s1 / scale + n) / 2.0), scale)
         lo, _ = self.bounds
         return MeanEstimate(
-            self.name, self.epsilon, n, lo + (mean_t + 1.0) * self.half_range, stderr
+            self.name,
+            self.epsilon,
+            n,
+            lo + (mean_t + 1.0) * self.half_range,
+            stderr,
+            self.bounds,
+            binary,
         )

@@ -118,6 +118,14 @@ class Duchi(NumericMechanism):
         var = self.C * self.C - tt * tt
         return float(var) if var.ndim == 0 else var
 
+    def noise_terms(self) -> tuple[float, float, float]:
+        """``C^2 - t^2``."""
+        return self.C * self.C, -1.0, 0.0
+
+    def binary_scale(self) -> float:
+        """Reports are ``±C``: intervals come from the proportion of +1 reports."""
+        return self.C
+
     def worst_case_variance(self) -> float:
         """``C^2`` (at the midpoint of the bounds), in the metric's units."""
         return self.C * self.C * self.half_range**2

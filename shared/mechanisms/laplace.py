@@ -208,6 +208,11 @@ class LocalLaplace(NumericMechanism):
         var = (2.0 / d) ** 2 * (f * (1.0 - f) + self._noise_variance())
         return float(var) if var.ndim == 0 else var
 
+    def noise_terms(self) -> tuple[float, float, float]:
+        """Noise ``(2 / D)^2 2a / (1 - a)^2`` whatever t; rounding adds up to ``(1 / D)^2``."""
+        unit = (2.0 / self.grid_steps) ** 2
+        return unit * self._noise_variance(), 0.0, unit * 0.25
+
     def worst_case_variance(self) -> float:
         """Exact maximum over the bounds (rounding variance 1/4 at a half step)."""
         d = self.grid_steps

@@ -226,6 +226,12 @@ class Piecewise(NumericMechanism):
         var = self._grid.base_variance(tt) + self._grid.snap_variance(tt)
         return float(var) if var.ndim == 0 else var
 
+    def noise_terms(self) -> tuple[float, float, float]:
+        """Lemma 1's ``(e + 3) / (3 (e - 1)^2) + t^2 / (e - 1)``; snapping adds ``<= h^2 / 4``."""
+        em1 = math.expm1(self.epsilon / 2.0)
+        constant = (math.exp(self.epsilon / 2.0) + 3.0) / (3.0 * em1 * em1)
+        return constant, 1.0 / em1, self.step**2 / 4.0
+
     def worst_case_variance(self) -> float:
         """PM's variance at ``|t| = 1`` plus ``h^2 / 4``, in the metric's units.
 
@@ -350,6 +356,21 @@ class Hybrid(NumericMechanism):
         if self.alpha > 0.0:
             var = var + self.alpha * self._pm_variance(tt)
         return float(var) if var.ndim == 0 else var
+
+    def noise_terms(self) -> tuple[float, float, float]:
+        """The mixture's ``A + B t^2`` (B = 0 above eps = 0.61, -1 below, where HM is Duchi)."""
+        duchi = self.C_duchi**2
+        if self.alpha == 0.0:
+            return duchi, -1.0, 0.0
+        em1 = math.expm1(self.epsilon / 2.0)
+        pm_constant = (math.exp(self.epsilon / 2.0) + 3.0) / (3.0 * em1 * em1)
+        a = self.alpha * pm_constant + (1.0 - self.alpha) * duchi
+        b = self.alpha / em1 - (1.0 - self.alpha)
+        return a, b, self.alpha * self.step**2 / 4.0
+
+    def binary_scale(self) -> float | None:
+        """At eps <= 0.61 HM is Duchi's mechanism: reports are ``±C_duchi``."""
+        return self.C_duchi if self.alpha == 0.0 else None
 
     def worst_case_variance(self) -> float:
         """Largest variance over the bounds, in the metric's units.

@@ -49,7 +49,7 @@ def test_to_pandas_and_csv(populated: Populated) -> None:
     assert isinstance(frame, pd.DataFrame)
     assert list(frame.index) == THEMES
     assert frame.loc["dark", "estimate"] == pytest.approx(result.items[1].estimate)
-    assert result.to_csv().splitlines()[0] == "category,estimate,stderr,low,high"
+    assert result.to_csv().splitlines()[0] == "category,estimate,stderr,low,high,interval"
 
 
 def test_errors_say_what_to_do(populated: Populated) -> None:
@@ -91,7 +91,7 @@ def test_estimates_command_formats(populated: Populated, tmp_path: object) -> No
         "--format",
         "csv",
     )
-    assert as_csv.stdout.splitlines()[0] == "mean,stderr,low,high"
+    assert as_csv.stdout.splitlines()[0] == "mean,clamped_mean,stderr,low,high,interval"
     png = f"{tmp_path}/theme.png"
     plotted = ldpkit(
         "estimates", "theme", "--collector", populated.url, "--token", READ, "--plot", png

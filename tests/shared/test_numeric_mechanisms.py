@@ -56,8 +56,15 @@ def test_unbiased_within_standard_errors(name: str, epsilon: float, dist: str) -
     noise = np.asarray(m.variance(x))
     theory_se = math.sqrt(float(noise.sum())) / n
     assert abs(est.mean - x.mean()) <= 4.5 * theory_se
-    # The plug-in standard error estimates the noise plus the spread of the values.
-    np.testing.assert_allclose(est.stderr, math.sqrt((noise.mean() + x.var()) / n), rtol=0.05)
+    # The standard error describes that estimand (the reporters' mean): the noise only.
+    scale = m.binary_scale()
+    if scale is not None:  # Duchi, and Hybrid at eps <= 0.61
+        # Binary reports say nothing of each value's square: the bound from the mean alone.
+        t_bar = float(np.mean(m.to_unit(x)))
+        bound = math.sqrt((scale**2 - t_bar**2) / n) * m.half_range
+        assert theory_se <= est.stderr * 1.01 and est.stderr == pytest.approx(bound, rel=0.02)
+    else:
+        np.testing.assert_allclose(est.stderr, theory_se, rtol=0.02)
 
 
 VALUES = np.array([0.0, 2.5, 7.0, 10.0])
@@ -81,9 +88,14 @@ def test_variance_and_coverage_over_campaigns(name: str) -> None:
     lo, hi = chi2_ratio_bounds(campaigns)
     assert lo < ratio < hi, ratio
     assert abs(result.estimates.mean() - mean) < 4.5 * math.sqrt(expected / campaigns)
-    covered = (result.lows <= mean) & (mean <= result.highs)
+    # The intervals are about each campaign's own reporters' mean.
+    own = result.values.mean(axis=1)
+    covered = (result.lows <= own) & (own <= result.highs)
     low, high = coverage_bounds()
     assert low <= covered.mean() <= high, covered.mean()
+    # ... and so is the standard error: the noise given the values, without their spread.
+    own_noise = np.asarray(m.variance(result.values)).mean(axis=1) / users
+    np.testing.assert_allclose(result.stderrs**2, own_noise, rtol=0.15 if name == "duchi" else 0.1)
 
 
 # --- public surface ---------------------------------------------------------------------
@@ -94,7 +106,10 @@ def test_public_surface() -> None:
     assert est2.n == 2 and est2.mechanism == "piecewise" and est2.epsilon == 1.0
     assert math.isfinite(est2.mean) and est2.stderr > 0
     ci = est2.ci(0.95)
-    assert ci.low < est2.mean < ci.high
+    # Within the bounds, around the clamped mean (the unbiased one may lie outside).
+    assert 0.0 <= ci.low <= est2.clamped_mean <= ci.high <= 10.0 and ci.low < ci.high
+    assert est2.clamped_mean == min(max(est2.mean, 0.0), 10.0)
+    assert est2.interval_method(0.95) == "known-variance"
     assert m2.worst_case_variance() >= max(m2.variance(np.linspace(0.0, 10.0, 101)))
 
 
@@ -107,7 +122,11 @@ def test_one_value(name: str) -> None:
     agg = m.aggregate(report)
     assert agg.n == 1
     est = m.estimate(agg)
-    assert math.isfinite(est.mean) and est.stderr == math.inf
+    # One report: the standard error is the mechanism's own noise, never zero or infinite.
+    assert math.isfinite(est.mean) and 0.0 < est.stderr < math.inf
+    assert est.stderr <= math.sqrt(m.worst_case_variance()) * (1 + 1e-9)
+    a, b, _ = m.noise_terms()
+    assert est.stderr >= math.sqrt(a + min(b, 0.0)) * m.half_range * (1 - 1e-9)
     assert m.perturb(3, rng=np.random.default_rng(1)) == report  # an int is a number too
     assert m.estimate(m.empty_aggregate()).n == 0
 
