@@ -42,7 +42,11 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--consistent", action="store_true", help="add Norm-Sub consistent estimates"
     )
-    parser.add_argument("--per-bucket", action="store_true", help="also estimate each time bucket")
+    parser.add_argument(
+        "--per-bucket",
+        action="store_true",
+        help="also estimate each time bucket (table: after the totals; csv: one row per bucket)",
+    )
     parser.add_argument("--plot", metavar="PNG", help="write a plot with interval whiskers")
 
 
@@ -63,8 +67,6 @@ def estimates(args: argparse.Namespace) -> int:
         sys.stdout.write(result.to_csv())
     else:
         print(result.to_table())
-        for bucket in result.buckets:
-            print(f"  bucket {bucket.start:%Y-%m-%d %H:%M} UTC: n={bucket.n}")
     if args.plot:
         from .plots import plot_estimate
 
