@@ -116,7 +116,7 @@ class EstimateResult:
     def bucket_rows(self) -> list[dict[str, Any]]:
         """One dict per time bucket and category (or per bucket for the mean), each with
         ``bucket`` (ISO 8601, UTC) and ``n``; empty unless queried with ``per_bucket``."""
-        out = []
+        out: list[dict[str, Any]] = []
         for b in self.buckets:
             head = {"bucket": b.start.strftime("%Y-%m-%dT%H:%M:%SZ"), "n": b.n}
             out.extend(
