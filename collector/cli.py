@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -84,9 +85,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         code: int = args._run(args)
+        sys.stdout.flush()
     except (ConfigError, LdpkitError) as exc:
         print(f"ldpkit {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly as pipeline tools do, and point
+        # stdout at /dev/null so the interpreter's final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13  # as if killed by SIGPIPE
     return code
 
 

@@ -6,9 +6,11 @@ They register themselves in :data:`ldpkit.collector.cli.COMMANDS` when imported.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
+from pathlib import Path
 
 from .. import plan as plan_campaign
 from .. import required_n
@@ -47,11 +49,38 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also estimate each time bucket (table: after the totals; csv: one row per bucket)",
     )
-    parser.add_argument("--plot", metavar="PNG", help="write a plot with interval whiskers")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="write a plot with interval whiskers (.png, .svg or .pdf; .png if none given)",
+    )
+
+
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _plot_path(given: str) -> Path:
+    """Where ``--plot`` writes, checked before the query: a missing folder or an unknown
+    format is an argument error, not a traceback after the work is done."""
+    path = Path(given).expanduser()
+    if not path.suffix:
+        path = path.with_suffix(".png")  # what matplotlib would write anyway: say so
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise ParameterError(
+            f"--plot {given}: write one of {', '.join(PLOT_FORMATS)}, not {path.suffix!r}"
+        )
+    if not path.parent.is_dir():
+        raise ParameterError(
+            f"--plot {given}: the folder {path.parent} does not exist (create it first)"
+        )
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ParameterError("--plot needs matplotlib: pip install 'ldpkit[plots]'")
+    return path
 
 
 @command("estimates", "print a metric's estimates with confidence intervals", _estimates_arguments)
 def estimates(args: argparse.Namespace) -> int:
+    plot = _plot_path(args.plot) if args.plot else None
     analyst = Analyst(args.collector, args.token)
     result = analyst.estimates(
         args.metric,
@@ -67,11 +96,11 @@ def estimates(args: argparse.Namespace) -> int:
         sys.stdout.write(result.to_csv())
     else:
         print(result.to_table())
-    if args.plot:
+    if plot is not None:
         from .plots import plot_estimate
 
-        plot_estimate(result, args.plot)
-        print(f"plot written to {args.plot}", file=sys.stderr)
+        plot_estimate(result, plot)
+        print(f"plot written to {plot}", file=sys.stderr)
     return 0
 
 
