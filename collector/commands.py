@@ -9,6 +9,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -33,6 +34,13 @@ def _connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=["table", "csv", "json"], default="table", help="output format"
     )
+
+
+def _analyst(args: argparse.Namespace) -> Analyst:
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    if not token:
+        raise ParameterError(f"a read token is needed: give --token TOKEN or set {TOKEN_ENV}")
+    return Analyst(args.collector, token)
 
 
 def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +89,7 @@ def _plot_path(given: str) -> Path:
 @command("estimates", "print a metric's estimates with confidence intervals", _estimates_arguments)
 def estimates(args: argparse.Namespace) -> int:
     plot = _plot_path(args.plot) if args.plot else None
-    analyst = Analyst(args.collector, args.token)
+    analyst = _analyst(args)
     result = analyst.estimates(
         args.metric,
         start=args.start,
@@ -106,7 +114,7 @@ def estimates(args: argparse.Namespace) -> int:
 
 @command("metrics", "list the collector's metric definitions", _connection_arguments)
 def metrics(args: argparse.Namespace) -> int:
-    analyst = Analyst(args.collector, args.token)
+    analyst = _analyst(args)
     definitions = analyst.metrics()
     if args.format == "json":
         print(json.dumps([d.to_dict() for d in definitions], indent=2))
@@ -149,6 +157,25 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--value-std", type=float, help="assumed std of numeric values")
 
 
+# The core's messages name its Python parameters; the plan command names its flags.
+_FLAG_NAMES = (
+    (re.compile(r"bounds=\(lo, hi\)"), "--bounds LO HI"),
+    (re.compile(r"(?<![-\w])domain_size\b"), "--domain-size"),
+    (re.compile(r"(?<![-\w])half_width\b"), "--half-width"),
+    (re.compile(r"(?<![-\w])value_std\b"), "--value-std"),
+    (re.compile(r"\bnot bounds\b"), "not --bounds"),
+    (re.compile(r"^(epsilon|n|level|frequency|bounds)\b"), r"--\1"),
+    (re.compile(r"^'(\w+)' is"), r"--mechanism \1 is"),
+)
+
+
+def _in_flags(exc: ParameterError) -> ParameterError:
+    message = str(exc)
+    for pattern, flag in _FLAG_NAMES:
+        message = pattern.sub(flag, message)
+    return ParameterError(message)
+
+
 @command(
     "plan", "expected interval half-width for n reports, or the n for a target", _plan_arguments
 )
@@ -164,19 +191,33 @@ def plan(args: argparse.Namespace) -> int:
         frequency=args.frequency,
         value_std=args.value_std,
     )
-    if args.mechanism == "auto":
-        choice = choose(epsilon=args.epsilon, domain_size=args.domain_size, bounds=bounds)
-        print("candidates (per-report variance, lower is better):")
-        print("  " + choice.explain().replace("\n", "\n  "))
+    # Everything is computed before anything is printed: an error leaves no half output.
+    try:
+        choice = (
+            choose(epsilon=args.epsilon, domain_size=args.domain_size, bounds=bounds)
+            if args.mechanism == "auto"
+            else None
+        )
+        for_n = plan_campaign(args.mechanism, n=args.n, **common) if args.n is not None else None
+        for_width = (
+            required_n(args.mechanism, half_width=args.half_width, **common)
+            if args.half_width is not None
+            else None
+        )
+    except ParameterError as exc:
+        raise _in_flags(exc) from None
+    if choice is not None:
+        print(choice.explain())
+        print()
     what = "fraction" if args.domain_size is not None else "mean"
-    if args.n is not None:
-        p = plan_campaign(args.mechanism, n=args.n, **common)
+    if for_n is not None:
+        p = for_n
         print(
             f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
             f"half-width of the {what} <= {p.half_width:.6g}"
         )
-    if args.half_width is not None:
-        p = required_n(args.mechanism, half_width=args.half_width, **common)
+    if for_width is not None:
+        p = for_width
         print(
             f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a {p.level:.0%} "
             f"half-width of {args.half_width:g}"

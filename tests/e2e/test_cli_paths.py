@@ -71,3 +71,51 @@ def test_output_into_a_closed_pipe_is_quiet(populated: Populated) -> None:
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_cli_messages_speak_in_flags(populated: Populated) -> None:
+    """Errors name the command-line flags, not the Python API's parameters."""
+    no_token = ldpkit("estimates", "theme", "--collector", populated.url)
+    assert no_token.returncode == 2
+    assert "--token" in no_token.stderr and "LDPKIT_READ_TOKEN" in no_token.stderr
+    assert "token=" not in no_token.stderr
+    no_token = ldpkit("metrics", "--collector", populated.url)
+    assert no_token.returncode == 2 and "--token" in no_token.stderr
+
+    cases = {
+        ("--bounds", "0", "10", "--mechanism", "oue", "--n", "100"): "--domain-size",
+        ("--domain-size", "8", "--mechanism", "piecewise", "--n", "100"): "--bounds LO HI",
+        ("--domain-size", "8", "--n", "100", "--frequency", "2"): "--frequency",
+        ("--domain-size", "8", "--n", "0"): "--n",
+        ("--domain-size", "1", "--n", "10"): "--domain-size",
+        ("--bounds", "5", "1", "--n", "10"): "--bounds",
+        ("--domain-size", "8", "--half-width", "-1"): "--half-width",
+        ("--bounds", "0", "1", "--n", "10", "--value-std", "-1"): "--value-std",
+    }
+    for args, flag in cases.items():
+        out = ldpkit("plan", "--epsilon", "1", *args)
+        assert out.returncode == 2, (args, out.stderr)
+        assert flag in out.stderr, (args, out.stderr)
+        for python_name in ("domain_size", "bounds=(", "half_width", "value_std", "token="):
+            assert python_name not in out.stderr, (args, out.stderr)
+        assert out.stdout == "", (args, out.stdout)  # no half table before the error
+    eps = ldpkit("plan", "--epsilon", "0", "--domain-size", "8", "--n", "10")
+    assert eps.returncode == 2 and "--epsilon" in eps.stderr
+
+
+def test_wrong_kind_of_token_reads_well(populated: Populated) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        populated.url + "/v1/reports",
+        data=b"",
+        method="POST",
+        headers={"Authorization": f"Bearer {READ}"},
+    )
+    try:
+        urllib.request.urlopen(request, timeout=10)
+        raise AssertionError("a read token must not post reports")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 403
+        assert "takes an ingest token" in exc.read().decode()
