@@ -16,12 +16,16 @@ Errors an operator can fix (a bad config, a bad argument) print one line and exi
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .. import __version__
 from ..errors import LdpkitError
@@ -29,6 +33,7 @@ from .config import CollectorConfig, ConfigError, default_config, load_config
 
 log = logging.getLogger("ldpkit.collector")
 
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 Configure = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace], int]
 
@@ -64,13 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level",
         default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        choices=LOG_LEVELS,
         help="logging level (default: INFO)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for cmd in COMMANDS.values():
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         cmd.configure(p)
+        # Also after the subcommand, where people type it; SUPPRESS keeps the top level's.
+        p.add_argument(
+            "--log-level",
+            default=argparse.SUPPRESS,
+            choices=LOG_LEVELS,
+            help="logging level (default: INFO)",
+        )
         p.set_defaults(_run=cmd.run)
     return parser
 
@@ -126,6 +138,28 @@ def serve_config(args: argparse.Namespace) -> CollectorConfig:
     return config.with_overrides(host=args.host, port=args.port, database=args.database)
 
 
+def _log_stop_signals(shutdown_timeout: float) -> Callable[[Any], Awaitable[None]]:
+    """An on_startup hook that replaces aiohttp's SIGINT/SIGTERM handlers (installed just
+    before startup) with ones that first say which signal came and that draining began."""
+    from aiohttp.web_runner import GracefulExit
+
+    def stop(sig: signal.Signals) -> None:
+        log.info(
+            "%s received: finishing the batches in flight (at most %g s), then stopping",
+            sig.name,
+            shutdown_timeout,
+        )
+        raise GracefulExit()  # what aiohttp's own handler raises
+
+    async def install(_app: Any) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
+                loop.add_signal_handler(sig, stop, sig)
+
+    return install
+
+
 @command("serve", "run the collector (HTTP API of docs/protocol.md)", _serve_arguments)
 def serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT, then finish the batches in flight and exit 0."""
@@ -137,6 +171,7 @@ def serve(args: argparse.Namespace) -> int:
     config = serve_config(args)
     install_log_privacy(config.log_addresses)
     app = create_app(config)
+    app.on_startup.append(_log_stop_signals(config.shutdown_timeout))
     sock = _listen(config.host, config.port)
     host, port = sock.getsockname()[:2]
 

@@ -6,17 +6,21 @@ They register themselves in :data:`ldpkit.collector.cli.COMMANDS` when imported.
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
 import importlib.util
 import json
 import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from .. import plan as plan_campaign
 from .. import required_n
 from ..errors import ParameterError
-from ..mechanisms import NAMES, choose
+from ..mechanisms import NAMES, Choice, choose
+from ..planner import Plan
 from .analyst import TOKEN_ENV, Analyst
 from .cli import command
 
@@ -114,30 +118,66 @@ def estimates(args: argparse.Namespace) -> int:
 
 @command("metrics", "list the collector's metric definitions", _connection_arguments)
 def metrics(args: argparse.Namespace) -> int:
-    analyst = _analyst(args)
-    definitions = analyst.metrics()
+    definitions = _analyst(args).metrics()
     if args.format == "json":
         print(json.dumps([d.to_dict() for d in definitions], indent=2))
         return 0
+    rows = [
+        {
+            "name": d.name,
+            "kind": d.kind.value,
+            "mechanism": d.resolved_mechanism,
+            "epsilon": f"{d.epsilon:g}",
+            "bucket": d.bucket.value,
+            "categories": "|".join(d.categories) if d.categories is not None else "",
+            "low": f"{d.bounds[0]:g}" if d.bounds is not None else "",
+            "high": f"{d.bounds[1]:g}" if d.bounds is not None else "",
+            "version": d.fingerprint,
+        }
+        for d in definitions
+    ]
     if args.format == "csv":
-        print("name,kind,mechanism,epsilon,bucket,domain")
-    for d in definitions:
-        domain = (
-            f"{len(d.categories)} categories" if d.categories is not None else f"bounds {d.bounds}"
-        )
-        if args.format == "csv":
-            print(
-                f"{d.name},{d.kind.value},{d.resolved_mechanism},{d.epsilon:g},"
-                f"{d.bucket.value},{domain}"
-            )
-        else:
-            print(
-                f"{d.name:<24} {d.kind.value:<12} {d.resolved_mechanism:<10} "
-                f"eps={d.epsilon:<6g} bucket={d.bucket.value:<5} {domain}"
-            )
-    if not definitions and args.format == "table":
+        writer = csv.DictWriter(sys.stdout, fieldnames=METRIC_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return 0
+    if not definitions:
         print("no metrics defined yet (PUT /v1/metrics/NAME with an admin token, or the config)")
+        return 0
+    table = [
+        {
+            **{k: r[k] for k in ("name", "kind", "mechanism", "epsilon", "bucket")},
+            "domain": f"{len(d.categories)} categories"
+            if d.categories is not None
+            else f"[{r['low']}, {r['high']}]",
+            "version": r["version"],
+        }
+        for r, d in zip(rows, definitions, strict=True)
+    ]
+    print(_text_table(table))
     return 0
+
+
+METRIC_COLUMNS = [
+    "name",
+    "kind",
+    "mechanism",
+    "epsilon",
+    "bucket",
+    "categories",
+    "low",
+    "high",
+    "version",
+]
+
+
+def _text_table(rows: list[dict[str, str]]) -> str:
+    """Left-aligned columns under a header row."""
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in columns).rstrip() for r in rows]
+    return "\n".join(lines)
 
 
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -155,6 +195,9 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     parser.add_argument("--frequency", type=float, help="assumed item frequency (default worst)")
     parser.add_argument("--value-std", type=float, help="assumed std of numeric values")
+    parser.add_argument(
+        "--format", choices=["table", "csv", "json"], default="table", help="output format"
+    )
 
 
 # The core's messages name its Python parameters; the plan command names its flags.
@@ -206,23 +249,70 @@ def plan(args: argparse.Namespace) -> int:
         )
     except ParameterError as exc:
         raise _in_flags(exc) from None
-    if choice is not None:
-        print(choice.explain())
-        print()
-    what = "fraction" if args.domain_size is not None else "mean"
-    if for_n is not None:
-        p = for_n
+    plans = [("n", p) for p in (for_n,) if p is not None]
+    plans += [("half_width", p) for p in (for_width,) if p is not None]
+    if args.format == "json":
         print(
-            f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
-            f"half-width of the {what} <= {p.half_width:.6g}"
+            json.dumps(
+                {"choice": _choice_dict(choice), "plans": [_plan_dict(g, p) for g, p in plans]},
+                indent=2,
+            )
         )
-    if for_width is not None:
-        p = for_width
-        print(
-            f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a {p.level:.0%} "
-            f"half-width of {args.half_width:g}"
-        )
+    elif args.format == "csv":
+        rows = [_plan_dict(g, p) for g, p in plans]
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: _csv_cell(v) for k, v in row.items()} for row in rows)
+    else:
+        if choice is not None:
+            print(choice.explain())
+            print()
+        what = "fraction" if args.domain_size is not None else "mean"
+        for given, p in plans:
+            if given == "n":
+                print(
+                    f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
+                    f"half-width of the {what} <= {p.half_width:.6g}"
+                )
+            else:
+                print(
+                    f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a "
+                    f"{p.level:.0%} half-width of {args.half_width:g}"
+                )
+            # Every other field of the Plan, whatever the planner adds: no rework here.
+            for name, value in _plan_dict(given, p).items():
+                if name not in _IN_SENTENCE:
+                    print(f"  {name.replace('_', ' ')}: {_table_cell(value)}")
     return 0
+
+
+_IN_SENTENCE = {"given", "mechanism", "epsilon", "n", "level", "half_width"}
+
+
+def _plan_dict(given: str, p: Plan) -> dict[str, Any]:
+    return {"given": given, **dataclasses.asdict(p)}
+
+
+def _choice_dict(choice: Choice | None) -> dict[str, Any] | None:
+    if choice is None:
+        return None
+    return {
+        "name": choice.name,
+        "tolerance": choice.tolerance,
+        "variances": choice.variances,
+        "report_bytes": choice.report_bytes,
+        "collector_cost": choice.collector_cost,
+    }
+
+
+def _csv_cell(value: Any) -> Any:
+    return value if value is None or isinstance(value, str | int | float) else json.dumps(value)
+
+
+def _table_cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value) if isinstance(value, str | int) or value is None else json.dumps(value)
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:

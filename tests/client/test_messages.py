@@ -101,3 +101,31 @@ def test_401_while_fetching_definitions_is_collector_rejected(
             r.report("theme", "dark")
         assert info.value.status == 401
         assert "definitions" in str(info.value) or "/v1/metrics" in str(info.value)
+
+
+def test_budget_prints_for_a_person(state_dir: Path, clock: FakeClock) -> None:
+    """print(r.budget()) shows epsilon spent/left per metric and when it renews, in UTC."""
+    from .conftest import minutes
+
+    with Reporter(
+        URL,
+        token="t",
+        state_dir=state_dir,
+        metrics=[theme(), minutes(budget=2.0)],
+        total_budget=3.0,
+        clock=clock,
+        background=False,
+        transport=FakeCollector(),
+    ) as r:
+        r.report("theme", "dark")
+        text = str(r.budget())
+    lines = text.splitlines()
+    assert "epsilon" in lines[0]
+    theme_line = next(line for line in lines if line.split()[0] == "theme")
+    assert "spent 1 of 1 per day" in theme_line and "0 left" in theme_line
+    assert "renews 2025-11-22 00:00 UTC" in theme_line
+    minutes_line = next(line for line in lines if line.split()[0] == "session_minutes")
+    assert "spent 0 of 2 per day" in minutes_line and "2 left" in minutes_line
+    total = next(line for line in lines if line.split()[0] == "total")
+    assert "spent 1 of 3 per day" in total
+    assert "period_start" not in text and "1763" not in text  # no raw unix seconds

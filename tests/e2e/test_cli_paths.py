@@ -119,3 +119,57 @@ def test_wrong_kind_of_token_reads_well(populated: Populated) -> None:
     except urllib.error.HTTPError as exc:
         assert exc.code == 403
         assert "takes an ingest token" in exc.read().decode()
+
+
+def test_plan_formats_follow_the_plan_fields() -> None:
+    import csv
+    import dataclasses
+    import io
+    import json
+
+    from ldpkit.planner import Plan
+
+    fields = [f.name for f in dataclasses.fields(Plan)]
+    args = ["plan", "--epsilon", "1", "--domain-size", "16", "--n", "10000", "--half-width", "0.01"]
+    as_json = ldpkit(*args, "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert [p["given"] for p in data["plans"]] == ["n", "half_width"]
+    for p in data["plans"]:
+        assert set(fields) <= set(p)
+    assert data["choice"]["name"] == data["plans"][0]["mechanism"]
+    assert set(data["choice"]["report_bytes"]) == set(data["choice"]["variances"])
+    as_csv = ldpkit(*args, "--format", "csv")
+    assert as_csv.returncode == 0, as_csv.stderr
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert len(rows) == 2 and set(fields) <= set(rows[0])
+    assert int(rows[1]["n"]) == data["plans"][1]["n"]
+    table = ldpkit(*args)
+    assert "per user variance: " in table.stdout  # a Plan field the sentence does not say
+
+
+def test_metrics_listing_has_a_header_and_plain_csv(populated: Populated) -> None:
+    import csv
+    import io
+
+    base = ["metrics", "--collector", populated.url, "--token", READ]
+    table = ldpkit(*base)
+    assert table.returncode == 0, table.stderr
+    head = table.stdout.splitlines()[0].split()
+    assert head[:3] == ["name", "kind", "mechanism"] and "epsilon" in head
+    out = ldpkit(*base, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    numeric = next(r for r in rows if r["name"] == "session_minutes")
+    assert (float(numeric["low"]), float(numeric["high"])) == (0.0, 240.0)
+    assert "(" not in out.stdout  # no Python repr of a tuple
+    theme = next(r for r in rows if r["name"] == "theme")
+    assert theme["categories"] == "light|dark|system" and len(theme["version"]) == 16
+
+
+def test_log_level_after_the_subcommand() -> None:
+    out = ldpkit(
+        "plan", "--epsilon", "1", "--domain-size", "8", "--n", "100", "--log-level", "DEBUG"
+    )
+    assert out.returncode == 0, out.stderr
+    out = ldpkit("--log-level", "WARNING", "plan", "--epsilon", "1", "-d", "8", "--n", "100")
+    assert out.returncode == 0, out.stderr
