@@ -238,6 +238,16 @@ def _cell(key: str, value: Any) -> str:
     return _fmt(value)
 
 
+@dataclass(frozen=True)
+class MetricVersion:
+    """One version of a metric (its parameters' fingerprint), with its reports so far."""
+
+    fingerprint: str
+    current: bool
+    definition: MetricDefinition
+    n: int
+
+
 def _item(data: dict[str, Any]) -> ItemEstimate:
     return ItemEstimate(
         category=str(data["category"]),
@@ -323,6 +333,31 @@ class Analyst:
         """The collector's current metric definitions."""
         data = self._get("/v1/metrics")
         return [MetricDefinition.from_dict(m["name"], m) for m in data.get("metrics", [])]
+
+    def versions(self, metric: str) -> list[MetricVersion]:
+        """Every version of ``metric`` ever defined, oldest first, each with the number of
+        reports it holds (a definition change starts a new version: its reports are
+        never mixed with the old ones, which stay queryable with ``version=``)."""
+        if not isinstance(metric, str) or not metric:
+            raise ParameterError(f"metric must be a metric name, got {metric!r}")
+        data = self._get(f"/v1/metrics/{urllib.parse.quote(metric, safe='')}/versions")
+        out = []
+        for v in data.get("versions", []):
+            fingerprint = str(v["fingerprint"])
+            n = int(
+                self._get(
+                    f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", {"version": fingerprint}
+                ).get("n", 0)
+            )
+            out.append(
+                MetricVersion(
+                    fingerprint,
+                    fingerprint == data.get("current"),
+                    MetricDefinition.from_dict(metric, v),
+                    n,
+                )
+            )
+        return out
 
     def estimates(
         self,

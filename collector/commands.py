@@ -54,6 +54,12 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="end", help="end (exclusive): ISO date/time or unix seconds")
     parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     parser.add_argument(
+        "--version",
+        dest="metric_version",
+        metavar="FINGERPRINT",
+        help="a version of the metric (default: the current one; `ldpkit versions` lists them)",
+    )
+    parser.add_argument(
         "--consistent", action="store_true", help="add Norm-Sub consistent estimates"
     )
     parser.add_argument(
@@ -101,7 +107,10 @@ def estimates(args: argparse.Namespace) -> int:
         level=args.level,
         consistent=args.consistent,
         per_bucket=args.per_bucket or False,
+        version=args.metric_version,
     )
+    if result.n == 0 and args.metric_version is None:
+        _note_older_versions(analyst, args.metric)
     if args.format == "json":
         print(result.to_json())
     elif args.format == "csv":
@@ -113,6 +122,70 @@ def estimates(args: argparse.Namespace) -> int:
 
         plot_estimate(result, plot)
         print(f"plot written to {plot}", file=sys.stderr)
+    return 0
+
+
+def _note_older_versions(analyst: Analyst, metric: str) -> None:
+    """n=0 right after a definition change hides the data of the old versions: say where."""
+    known = analyst.versions(metric)
+    others = [v for v in known if not v.current and v.n > 0]
+    if not others:
+        return
+    current = next((v.fingerprint for v in known if v.current), "?")
+    listed = ", ".join(
+        f"{v.fingerprint} (n={v.n}, epsilon={v.definition.epsilon:g})" for v in others
+    )
+    print(
+        f"note: the current version {current} of {metric} holds no reports in this range; "
+        f"older versions do: {listed}. Pick one with --version FINGERPRINT "
+        f"(`ldpkit versions {metric}` lists them all).",
+        file=sys.stderr,
+    )
+
+
+def _versions_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("metric", help="metric name")
+    _connection_arguments(parser)
+
+
+@command(
+    "versions",
+    "list a metric's versions (one per change of its parameters) with their reports",
+    _versions_arguments,
+)
+def versions(args: argparse.Namespace) -> int:
+    found = _analyst(args).versions(args.metric)
+    rows = [
+        {
+            "version": v.fingerprint,
+            "current": "yes" if v.current else "",
+            "n": v.n,
+            "mechanism": v.definition.resolved_mechanism,
+            "epsilon": v.definition.epsilon,
+            "bucket": v.definition.bucket.value,
+        }
+        for v in found
+    ]
+    if args.format == "json":
+        print(
+            json.dumps(
+                [{**r, "current": v.current} for r, v in zip(rows, found, strict=True)], indent=2
+            )
+        )
+    elif args.format == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        print(
+            _text_table(
+                [
+                    {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in r.items()}
+                    for r in rows
+                ]
+            )
+        )
+        print(f"\nestimate one: ldpkit estimates {args.metric} --version FINGERPRINT")
     return 0
 
 
