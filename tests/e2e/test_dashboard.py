@@ -6,15 +6,15 @@ axis tick labels, legend entries in the colours of their series, nothing clipped
 overflowing at 1400 and at 420 px wide. Screenshots go to $LDPKIT_SCREENSHOTS (default:
 the test's temporary folder) to be looked at.
 
-Needs Debian's chromium (/usr/bin/chromium) and the playwright package (dev extra);
-.ci/run installs both and sets LDPKIT_REQUIRE_BROWSER=1 so that they cannot be skipped.
+Needs Debian's chromium (/usr/bin/chromium) and the playwright package (dev extra):
+without them these tests fail with instructions unless LDPKIT_SKIP_BROWSER=1 (see
+browser.py); .ci/run installs both.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,39 +23,15 @@ from typing import Any
 import pytest
 
 from .board import DAYS, NEW_OS, OLD_OS, OS, PER_DAY, Board, board_collector
+from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
 from .conftest import READ, THEMES
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WIDTHS = (1400, 420)
-
-
-def _require_browser() -> Any:
-    reason = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        reason = "playwright is not installed (pip install -e '.[dev]')"
-    if reason is None and not os.path.exists(CHROMIUM):
-        reason = "chromium is not installed (apt-get install chromium)"
-    if reason is not None:
-        if os.environ.get("LDPKIT_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"browser tests are required here but {reason}")
-        pytest.skip(f"{reason}; set up both to run the dashboard tests")
-    return sync_playwright
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_playwright = _require_browser()
+    sync_playwright = require_browser()
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
