@@ -197,7 +197,7 @@ const LDPK_VIEWS = (() => {
           domain: [Math.min(0, ...values), Math.max(...values)] },
         color: { domain: series, range: colours, legend: true, label: null },
         marks: [
-          ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", fill: "series", fillOpacity: 0.14, className: "bands" })] : []),
+          ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
           ...whiskers,
           Plot.lineY(rows, { x: "t", y: "estimate", stroke: "series", strokeWidth: 2, className: "lines" }),
           Plot.dot(rows, { x: "t", y: "estimate", fill: "series", r: 3.5, className: "points",

@@ -1,6 +1,7 @@
 """A collector with several days of data and a metric that changed version, for the
 dashboard tests: ``theme`` and ``session_minutes`` reported over five daily buckets,
-``os`` reported under epsilon 1, then redefined with epsilon 2 and reported again."""
+``os`` reported under epsilon 1, then redefined with epsilon 2 and reported again, and
+``country``: 16 categories with long names, over the same five days."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from .versioned import put_definition
 DAYS = 5
 PER_DAY = 1500
 OS = ["android", "ios", "other"]
+COUNTRIES = [f"country-{c}" for c in "abcdefghijklmnop"]  # 16 long labels to place
 OLD_OS, NEW_OS = 2000, 400
 
 CONFIG = f"""
@@ -46,6 +48,11 @@ mechanism = "auto"
 [metrics.os]
 categories = {json.dumps(OS)}
 epsilon = 1.0
+mechanism = "auto"
+
+[metrics.country]
+categories = {json.dumps(COUNTRIES)}
+epsilon = 2.0
 mechanism = "auto"
 """
 
@@ -88,9 +95,12 @@ def board_collector(directory: Path) -> Iterator[Board]:
                 r.simulate("theme", themes.tolist(), rng=rng)
                 minutes = np.clip(rng.gamma(2.0, 15.0 + 3 * day, size=PER_DAY), 0, 240)
                 r.simulate("session_minutes", minutes.tolist(), rng=rng)
+                weights = 1.0 / np.arange(1, len(COUNTRIES) + 1)
+                countries = rng.choice(COUNTRIES, size=PER_DAY, p=weights / weights.sum())
+                r.simulate("country", countries.tolist(), rng=rng)
             clock.now = today + 3600
             r.simulate("os", rng.choice(OS, size=OLD_OS, p=[0.6, 0.3, 0.1]).tolist(), rng=rng)
-            assert r.flush().sent == 2 * DAYS * PER_DAY + OLD_OS
+            assert r.flush().sent == 3 * DAYS * PER_DAY + OLD_OS
         answer = put_definition(
             url, "os", {"kind": "categorical", "categories": OS, "epsilon": 2.0}
         )

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .board import DAYS, NEW_OS, OLD_OS, OS, PER_DAY, Board, board_collector
+from .board import COUNTRIES, DAYS, NEW_OS, OLD_OS, OS, PER_DAY, Board, board_collector
 from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
 from .conftest import READ, THEMES
 
@@ -302,6 +302,28 @@ def test_over_time_has_bands_a_coloured_legend_and_axes(
     assert len(numeric["points"]) == DAYS and len(numeric["bands"]) == 1
     _readable(page)
     page.screenshot(path=str(shots / f"minutes-over-time-{width}.png"), full_page=True)
+    assert not page.errors
+    page.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_sixteen_categories_stay_readable(
+    browser: Any, board: Board, shots: Path, width: int
+) -> None:
+    """Long category names under bars, and sixteen series over time with sixteen colours."""
+    page = _open(browser, board, width, "country")
+    drawn = page.evaluate(READ_BARS)
+    assert [c for c, _ in drawn["bars"]] == COUNTRIES
+    readable = _readable(page)
+    assert readable["xTicks"] == len(COUNTRIES)
+    page.screenshot(path=str(shots / f"country-bars-{width}.png"), full_page=True)
+    page.check("#over-time")
+    _drawn(page, "country", "over-time")
+    series = page.evaluate(READ_TIME)
+    assert [s["label"] for s in series["swatches"]] == COUNTRIES
+    assert len({s["fill"] for s in series["swatches"]}) == len(COUNTRIES)
+    _readable(page)
+    page.screenshot(path=str(shots / f"country-over-time-{width}.png"), full_page=True)
     assert not page.errors
     page.close()
 
