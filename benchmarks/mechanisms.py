@@ -4,7 +4,9 @@ For each mechanism, epsilon in {1, 4} and (categorical) d in {16, 1024}:
 
 - perturb rate: reports per second of ``perturb`` on n values (median of runs), with the
   production bit generator (Philox), seeded so runs are reproducible;
-- aggregate + estimate: seconds to aggregate n reports and estimate (median of runs);
+- aggregate + estimate: seconds to aggregate n reports and estimate (median of runs),
+  and the same per report beside ``aggregate_cost`` (the counters the collector updates
+  per report: the model ``choose()`` shows as the collector's cost);
 - MSE / theory: the n reports are split into R campaigns; for a frequency oracle the
   mean over campaigns and items of (estimate - true fraction)^2 divided by the
   variance formula at the campaign's true fractions (Zipf-like truth, s = 1.1); for a
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"n = {n:,} reports, median of {runs} run(s)\n")
     header = (
         f"{'mechanism':<10} {'eps':>4} {'d':>5} {'perturb/s':>12} {'agg+est s':>10} "
-        f"{'MSE/theory':>10}  targets"
+        f"{'ns/report':>9} {'counters':>8} {'MSE/theory':>10}  targets"
     )
     print(header)
     print("-" * len(header))
@@ -177,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                 d = "-" if row.d is None else str(row.d)
                 print(
                     f"{row.name:<10} {row.epsilon:>4g} {d:>5} {row.perturb_rate:>12,.0f} "
-                    f"{row.aggregate_seconds:>10.3f} {row.mse_ratio:>10.3f}  "
+                    f"{row.aggregate_seconds:>10.3f} {row.aggregate_seconds / n * 1e9:>9.0f} "
+                    f"{m.aggregate_cost:>8} {row.mse_ratio:>10.3f}  "
                     + ("! " + "; ".join(missed) if missed else "ok"),
                     flush=True,
                 )

@@ -386,6 +386,22 @@ class BudgetStatus:
     def __contains__(self, metric: object) -> bool:
         return metric in self.metrics
 
+    def __str__(self) -> str:
+        """One line per metric (and the total): epsilon spent and left, renewal in UTC."""
+        rows: list[tuple[str, MetricBudget | TotalBudget]] = list(self.metrics.items())
+        if self.total is not None:
+            rows.append(("total", self.total))
+        if not rows:
+            return "privacy budget (epsilon): no metrics known yet"
+        width = max(len(name) for name, _ in rows)
+        lines = ["privacy budget (epsilon) in the current periods:"]
+        for name, b in rows:
+            lines.append(
+                f"  {name:<{width}}  spent {b.spent:g} of {b.budget:g} per {b.period.value}, "
+                f"{b.left:g} left; renews {utc(b.renews_at):%Y-%m-%d %H:%M} UTC"
+            )
+        return "\n".join(lines)
+
 
 # --- metric codecs: values in, reports out --------------------------------------------
 @dataclass(frozen=True, eq=False)

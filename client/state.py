@@ -129,6 +129,9 @@ class ReporterState:
         self.definitions_fetched_at: float | None = None
         self.definitions_warnings: list[str] = []
         self.definitions_stale = False  # the collector refused a metric or version
+        # Why the last delivery run gave up (None once a batch is delivered): OutboxFull
+        # says it, so a full outbox is blamed on the collector only when that is the cause.
+        self.delivery_problem: str | None = None
         self._last_unknown_refresh = -math.inf
         if metrics is not None:
             self._install_static(metrics)
@@ -234,8 +237,16 @@ class ReporterState:
         return True
 
     def unknown_refresh_failed(self, exc: CollectorUnavailable | CollectorRejected) -> None:
-        """That fetch failed: raise CollectorUnavailable if there are no definitions yet,
-        else log it (the cached ones stay)."""
+        """That fetch failed: if there are no definitions yet, raise CollectorRejected for
+        a 4xx (a bad token) and CollectorUnavailable otherwise; else log it (the cached
+        ones stay)."""
+        if not self.has_definitions and isinstance(exc, CollectorRejected):
+            # A refused token is not an outage (docs/client.md): keep the documented type.
+            raise CollectorRejected(
+                exc.status,
+                exc.error,
+                f"{exc.detail} (fetching the metric definitions from {self.source}/v1/metrics)",
+            ) from exc
         if not self.has_definitions:
             raise CollectorUnavailable(
                 f"no metric definitions yet: they come from {self.source}/v1/metrics "
@@ -326,14 +337,34 @@ class ReporterState:
         )
 
     def _check_room(self, rows: int, adding: int) -> None:
-        if rows + adding > self.max_outbox:
-            raise OutboxFull(
-                f"the outbox holds {rows} undelivered reports and its bound is max_outbox="
-                f"{self.max_outbox}; nothing was recorded and no budget was spent. Reports "
-                f"leave the outbox when {self.source} acknowledges them: is it reachable?",
-                rows=rows,
-                limit=self.max_outbox,
+        if rows + adding <= self.max_outbox:
+            return
+        spent = "nothing was recorded and no budget was spent"
+        if adding > self.max_outbox:
+            # The call alone is larger than the outbox: no delivery can make room for it.
+            message = (
+                f"this call would queue {adding} reports but the outbox holds at most "
+                f"max_outbox={self.max_outbox}; {spent}. Queue at most {self.max_outbox} "
+                "per call (simulate() in chunks, with flush() between them) or make the "
+                "Reporter with a larger max_outbox"
             )
+        else:
+            message = (
+                f"the outbox holds {rows} undelivered reports and its bound is max_outbox="
+                f"{self.max_outbox}, so {adding} more do not fit; {spent}. "
+            )
+            if self.delivery_problem is not None:
+                message += (
+                    f"Reports could not be delivered to {self.source} lately "
+                    f"({self.delivery_problem}); they stay queued and leave the outbox when "
+                    "it acknowledges them"
+                )
+            else:
+                message += (
+                    "They leave the outbox when the collector acknowledges them: flush() "
+                    "sends them now (the background thread does so every flush_interval)"
+                )
+        raise OutboxFull(message, rows=rows, limit=self.max_outbox)
 
     def simulate(
         self,
@@ -577,6 +608,7 @@ class FlushRun:
             self.after = max(self.after, *batch.seqs)
             self._batch = None
             self.failures = 0
+            self.state.delivery_problem = None
         elif isinstance(outcome, TooLarge):
             if batch.n == 1:
                 self._error = CollectorRejected(413, "too_large", outcome.reason)
@@ -587,6 +619,7 @@ class FlushRun:
                 log.info("%s; sending %d reports per batch", outcome.reason, self.batch_size)
         elif isinstance(outcome, Fatal):
             self._error = outcome.error
+            self.state.delivery_problem = str(outcome.error)
         else:
             self._retry(outcome)
 
@@ -605,6 +638,7 @@ class FlushRun:
                 f"could not deliver to {self.state.source} after {self.failures} attempt(s): "
                 f"{retry.reason}; {pending} report(s) stay queued and will be retried"
             )
+            self.state.delivery_problem = retry.reason
             return
         self._sleep = self.policy.delay(self.failures, retry.retry_after)
         log.info("%s; retrying in %.2fs", retry.reason, self._sleep)

@@ -54,6 +54,7 @@ class BucketEstimate:
     stderr: float | None = None
     low: float | None = None
     high: float | None = None
+    clamped_mean: float | None = None
     interval: str | None = None
 
 
@@ -91,6 +92,7 @@ class EstimateResult:
                 stderr=b.get("stderr"),
                 low=b.get("low"),
                 high=b.get("high"),
+                clamped_mean=b.get("clamped_mean"),
                 interval=b.get("interval"),
             )
             for b in data.get("buckets") or ()
@@ -117,10 +119,40 @@ class EstimateResult:
 
     # --- views -------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per category (or one for the mean): the table, CSV and pandas rows."""
+        """One dict per category (or one for the mean) over the whole range."""
+        return self._rows(
+            self.items,
+            self.mean,
+            self.clamped_mean,
+            self.stderr,
+            self.low,
+            self.high,
+            self.interval,
+        )
+
+    def bucket_rows(self) -> list[dict[str, Any]]:
+        """One dict per time bucket and category (or per bucket for the mean), each with
+        ``bucket`` (ISO 8601, UTC) and ``n``; empty unless queried with ``per_bucket``."""
+        out: list[dict[str, Any]] = []
+        for b in self.buckets:
+            head = {"bucket": b.start.strftime("%Y-%m-%dT%H:%M:%SZ"), "n": b.n}
+            rows = self._rows(b.items, b.mean, b.clamped_mean, b.stderr, b.low, b.high, b.interval)
+            out.extend({**head, **row} for row in rows)
+        return out
+
+    def _rows(
+        self,
+        items: tuple[ItemEstimate, ...],
+        mean: float | None,
+        clamped_mean: float | None,
+        stderr: float | None,
+        low: float | None,
+        high: float | None,
+        interval: str | None,
+    ) -> list[dict[str, Any]]:
         if self.kind == "categorical":
             rows = []
-            for item in self.items:
+            for item in items:
                 row = asdict(item)
                 if not self.consistent:
                     row.pop("consistent")
@@ -128,24 +160,49 @@ class EstimateResult:
             return rows
         return [
             {
-                "mean": self.mean,
-                "clamped_mean": self.clamped_mean,
-                "stderr": self.stderr,
-                "low": self.low,
-                "high": self.high,
-                "interval": self.interval,
+                "mean": mean,
+                "clamped_mean": clamped_mean,
+                "stderr": stderr,
+                "low": low,
+                "high": high,
+                "interval": interval,
             }
         ]
 
-    def to_pandas(self) -> Any:
-        """A pandas DataFrame of :meth:`rows` (pandas is an optional dependency)."""
+    def _per_bucket(self, per_bucket: bool | None) -> bool:
+        if per_bucket is None:
+            return bool(self.buckets)
+        if per_bucket and "buckets" not in self.raw:
+            raise ParameterError("this result has no buckets: query it with per_bucket=True")
+        return per_bucket
+
+    def _columns(self) -> list[str]:
+        if self.kind == "numeric":
+            return ["mean", "clamped_mean", "stderr", "low", "high", "interval"]
+        return ["category", "estimate", "stderr", "low", "high"] + (
+            ["consistent", "interval"] if self.consistent else ["interval"]
+        )
+
+    def to_pandas(self, *, per_bucket: bool | None = None) -> Any:
+        """A pandas DataFrame (pandas is an optional dependency).
+
+        The per-bucket estimates (index ``bucket``, a UTC timestamp, and ``category``)
+        when the result has them, else the totals (index ``category``); ``per_bucket``
+        picks one explicitly.
+        """
         try:
             import pandas as pd
         except ImportError:
             raise ImportError("to_pandas() needs pandas: pip install 'ldpkit[pandas]'") from None
-        frame = pd.DataFrame(self.rows())
-        if self.kind == "categorical":
-            frame = frame.set_index("category")
+        if self._per_bucket(per_bucket):
+            frame = pd.DataFrame(self.bucket_rows(), columns=["bucket", "n", *self._columns()])
+            frame["bucket"] = pd.to_datetime(frame["bucket"], utc=True)
+            keys = ["bucket", "category"] if self.kind == "categorical" else ["bucket"]
+            frame = frame.set_index(keys)
+        else:
+            frame = pd.DataFrame(self.rows())
+            if self.kind == "categorical":
+                frame = frame.set_index("category")
         frame.attrs.update(
             metric=self.metric,
             n=self.n,
@@ -155,10 +212,13 @@ class EstimateResult:
         )
         return frame
 
-    def to_csv(self) -> str:
-        rows = self.rows()
+    def to_csv(self, *, per_bucket: bool | None = None) -> str:
+        """CSV of the per-bucket rows (``bucket`` and ``n`` first) when the result has
+        them, else of the totals; ``per_bucket`` picks one explicitly."""
+        rows = self.bucket_rows() if self._per_bucket(per_bucket) else self.rows()
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["mean"])
+        columns = self._columns()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else columns)
         writer.writeheader()
         writer.writerows(rows)
         return out.getvalue()
@@ -167,42 +227,52 @@ class EstimateResult:
         return json.dumps(self.raw, indent=2)
 
     def to_table(self) -> str:
-        """A plain-text table for terminals."""
+        """A plain-text table for terminals: the totals, then each bucket's estimates."""
         pct = f"{self.level:.0%}"
         head = (
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
-            f"{pct} intervals ({self.interval or 'unknown method'})"
+            f"{pct} intervals ({self.interval or 'method not given'})"
         )
-        if self.kind == "numeric":
-            return (
-                head
-                + "\n"
-                + (
-                    f"mean {_fmt(self.mean)}  stderr {_fmt(self.stderr)}  "
-                    f"[{_fmt(self.low)}, {_fmt(self.high)}]"
-                )
-                + (
-                    f"  (clamped to the bounds: {_fmt(self.clamped_mean)})"
-                    if self.clamped_mean is not None and self.clamped_mean != self.mean
-                    else ""
-                )
-            )
-        width = max([8, *(len(i.category) for i in self.items)])
-        cols = f"{'category':<{width}}  {'estimate':>9}  {'stderr':>8}  {'low':>9}  {'high':>9}"
-        if self.consistent:
-            cols += f"  {'consistent':>10}"
-        cols += "  interval"
-        lines = [head, cols]
-        for i in self.items:
-            line = (
-                f"{i.category:<{width}}  {_fmt(i.estimate):>9}  {_fmt(i.stderr):>8}  "
-                f"{_fmt(i.low):>9}  {_fmt(i.high):>9}"
-            )
-            if self.consistent:
-                line += f"  {_fmt(i.consistent):>10}"
-            line += f"  {i.interval or '-'}"
-            lines.append(line)
+        lines = [head, *self._table(self.rows())]
+        if self.buckets:
+            lines.append("")
+            lines.append("per time bucket (bucket start, UTC):")
+            lines.extend(self._table(self.bucket_rows()))
         return "\n".join(lines)
+
+    def _table(self, rows: list[dict[str, Any]]) -> list[str]:
+        if not rows:
+            return ["(no buckets in this range)"]
+        text = [{k: _cell(k, v) for k, v in r.items()} for r in rows]
+        columns = list(rows[0])
+        widths = {c: max(len(c), *(len(t[c]) for t in text)) for c in columns}
+        left = {"bucket", "category"}
+
+        def line(cells: dict[str, str]) -> str:
+            return "  ".join(
+                cells[c].ljust(widths[c]) if c in left else cells[c].rjust(widths[c])
+                for c in columns
+            ).rstrip()
+
+        return [line({c: c for c in columns}), *(line(t) for t in text)]
+
+
+def _cell(key: str, value: Any) -> str:
+    if key == "bucket":  # 2025-11-21T10:00:00Z -> 2025-11-21 10:00
+        return str(value).replace("T", " ").removesuffix(":00Z")
+    if key in ("category", "n", "interval"):
+        return "-" if value is None else str(value)
+    return _fmt(value)
+
+
+@dataclass(frozen=True)
+class MetricVersion:
+    """One version of a metric (its parameters' fingerprint), with its reports so far."""
+
+    fingerprint: str
+    current: bool
+    definition: MetricDefinition
+    n: int
 
 
 def _item(data: dict[str, Any]) -> ItemEstimate:
@@ -291,6 +361,31 @@ class Analyst:
         """The collector's current metric definitions."""
         data = self._get("/v1/metrics")
         return [MetricDefinition.from_dict(m["name"], m) for m in data.get("metrics", [])]
+
+    def versions(self, metric: str) -> list[MetricVersion]:
+        """Every version of ``metric`` ever defined, oldest first, each with the number of
+        reports it holds (a definition change starts a new version: its reports are
+        never mixed with the old ones, which stay queryable with ``version=``)."""
+        if not isinstance(metric, str) or not metric:
+            raise ParameterError(f"metric must be a metric name, got {metric!r}")
+        data = self._get(f"/v1/metrics/{urllib.parse.quote(metric, safe='')}/versions")
+        out = []
+        for v in data.get("versions", []):
+            fingerprint = str(v["fingerprint"])
+            n = int(
+                self._get(
+                    f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", {"version": fingerprint}
+                ).get("n", 0)
+            )
+            out.append(
+                MetricVersion(
+                    fingerprint,
+                    fingerprint == data.get("current"),
+                    MetricDefinition.from_dict(metric, v),
+                    n,
+                )
+            )
+        return out
 
     def estimates(
         self,

@@ -6,14 +6,21 @@ They register themselves in :data:`ldpkit.collector.cli.COMMANDS` when imported.
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
+import importlib.util
 import json
 import os
+import re
 import sys
+from pathlib import Path
+from typing import Any
 
-from .. import Plan, required_n
 from .. import plan as plan_campaign
+from .. import required_n
 from ..errors import ParameterError
-from ..mechanisms import NAMES, choose
+from ..mechanisms import NAMES, Choice, choose
+from ..planner import Plan
 from .analyst import TOKEN_ENV, Analyst
 from .cli import command
 
@@ -33,6 +40,13 @@ def _connection_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _analyst(args: argparse.Namespace) -> Analyst:
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    if not token:
+        raise ParameterError(f"a read token is needed: give --token TOKEN or set {TOKEN_ENV}")
+    return Analyst(args.collector, token)
+
+
 def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("metric", help="metric name")
     _connection_arguments(parser)
@@ -40,15 +54,52 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="end", help="end (exclusive): ISO date/time or unix seconds")
     parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     parser.add_argument(
+        "--version",
+        dest="metric_version",
+        metavar="FINGERPRINT",
+        help="a version of the metric (default: the current one; `ldpkit versions` lists them)",
+    )
+    parser.add_argument(
         "--consistent", action="store_true", help="add Norm-Sub consistent estimates"
     )
-    parser.add_argument("--per-bucket", action="store_true", help="also estimate each time bucket")
-    parser.add_argument("--plot", metavar="PNG", help="write a plot with interval whiskers")
+    parser.add_argument(
+        "--per-bucket",
+        action="store_true",
+        help="also estimate each time bucket (table: after the totals; csv: one row per bucket)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="write a plot with interval whiskers (.png, .svg or .pdf; .png if none given)",
+    )
+
+
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _plot_path(given: str) -> Path:
+    """Where ``--plot`` writes, checked before the query: a missing folder or an unknown
+    format is an argument error, not a traceback after the work is done."""
+    path = Path(given).expanduser()
+    if not path.suffix:
+        path = path.with_suffix(".png")  # what matplotlib would write anyway: say so
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise ParameterError(
+            f"--plot {given}: write one of {', '.join(PLOT_FORMATS)}, not {path.suffix!r}"
+        )
+    if not path.parent.is_dir():
+        raise ParameterError(
+            f"--plot {given}: the folder {path.parent} does not exist (create it first)"
+        )
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ParameterError("--plot needs matplotlib: pip install 'ldpkit[plots]'")
+    return path
 
 
 @command("estimates", "print a metric's estimates with confidence intervals", _estimates_arguments)
 def estimates(args: argparse.Namespace) -> int:
-    analyst = Analyst(args.collector, args.token)
+    plot = _plot_path(args.plot) if args.plot else None
+    analyst = _analyst(args)
     result = analyst.estimates(
         args.metric,
         start=args.start,
@@ -56,49 +107,150 @@ def estimates(args: argparse.Namespace) -> int:
         level=args.level,
         consistent=args.consistent,
         per_bucket=args.per_bucket or False,
+        version=args.metric_version,
     )
+    if result.n == 0 and args.metric_version is None:
+        _note_older_versions(analyst, args.metric)
     if args.format == "json":
         print(result.to_json())
     elif args.format == "csv":
         sys.stdout.write(result.to_csv())
     else:
         print(result.to_table())
-        for bucket in result.buckets:
-            print(f"  bucket {bucket.start:%Y-%m-%d %H:%M} UTC: n={bucket.n}")
-    if args.plot:
+    if plot is not None:
         from .plots import plot_estimate
 
-        plot_estimate(result, args.plot)
-        print(f"plot written to {args.plot}", file=sys.stderr)
+        plot_estimate(result, plot)
+        print(f"plot written to {plot}", file=sys.stderr)
+    return 0
+
+
+def _note_older_versions(analyst: Analyst, metric: str) -> None:
+    """n=0 right after a definition change hides the data of the old versions: say where."""
+    known = analyst.versions(metric)
+    others = [v for v in known if not v.current and v.n > 0]
+    if not others:
+        return
+    current = next((v.fingerprint for v in known if v.current), "?")
+    listed = ", ".join(
+        f"{v.fingerprint} (n={v.n}, epsilon={v.definition.epsilon:g})" for v in others
+    )
+    print(
+        f"note: the current version {current} of {metric} holds no reports in this range; "
+        f"older versions do: {listed}. Pick one with --version FINGERPRINT "
+        f"(`ldpkit versions {metric}` lists them all).",
+        file=sys.stderr,
+    )
+
+
+def _versions_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("metric", help="metric name")
+    _connection_arguments(parser)
+
+
+@command(
+    "versions",
+    "list a metric's versions (one per change of its parameters) with their reports",
+    _versions_arguments,
+)
+def versions(args: argparse.Namespace) -> int:
+    found = _analyst(args).versions(args.metric)
+    rows = [
+        {
+            "version": v.fingerprint,
+            "current": "yes" if v.current else "",
+            "n": v.n,
+            "mechanism": v.definition.resolved_mechanism,
+            "epsilon": v.definition.epsilon,
+            "bucket": v.definition.bucket.value,
+        }
+        for v in found
+    ]
+    if args.format == "json":
+        print(
+            json.dumps(
+                [{**r, "current": v.current} for r, v in zip(rows, found, strict=True)], indent=2
+            )
+        )
+    elif args.format == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        print(
+            _text_table(
+                [
+                    {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in r.items()}
+                    for r in rows
+                ]
+            )
+        )
+        print(f"\nestimate one: ldpkit estimates {args.metric} --version FINGERPRINT")
     return 0
 
 
 @command("metrics", "list the collector's metric definitions", _connection_arguments)
 def metrics(args: argparse.Namespace) -> int:
-    analyst = Analyst(args.collector, args.token)
-    definitions = analyst.metrics()
+    definitions = _analyst(args).metrics()
     if args.format == "json":
         print(json.dumps([d.to_dict() for d in definitions], indent=2))
         return 0
+    rows = [
+        {
+            "name": d.name,
+            "kind": d.kind.value,
+            "mechanism": d.resolved_mechanism,
+            "epsilon": f"{d.epsilon:g}",
+            "bucket": d.bucket.value,
+            "categories": "|".join(d.categories) if d.categories is not None else "",
+            "low": f"{d.bounds[0]:g}" if d.bounds is not None else "",
+            "high": f"{d.bounds[1]:g}" if d.bounds is not None else "",
+            "version": d.fingerprint,
+        }
+        for d in definitions
+    ]
     if args.format == "csv":
-        print("name,kind,mechanism,epsilon,bucket,domain")
-    for d in definitions:
-        domain = (
-            f"{len(d.categories)} categories" if d.categories is not None else f"bounds {d.bounds}"
-        )
-        if args.format == "csv":
-            print(
-                f"{d.name},{d.kind.value},{d.resolved_mechanism},{d.epsilon:g},"
-                f"{d.bucket.value},{domain}"
-            )
-        else:
-            print(
-                f"{d.name:<24} {d.kind.value:<12} {d.resolved_mechanism:<10} "
-                f"eps={d.epsilon:<6g} bucket={d.bucket.value:<5} {domain}"
-            )
-    if not definitions and args.format == "table":
+        writer = csv.DictWriter(sys.stdout, fieldnames=METRIC_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return 0
+    if not definitions:
         print("no metrics defined yet (PUT /v1/metrics/NAME with an admin token, or the config)")
+        return 0
+    table = [
+        {
+            **{k: r[k] for k in ("name", "kind", "mechanism", "epsilon", "bucket")},
+            "domain": f"{len(d.categories)} categories"
+            if d.categories is not None
+            else f"[{r['low']}, {r['high']}]",
+            "version": r["version"],
+        }
+        for r, d in zip(rows, definitions, strict=True)
+    ]
+    print(_text_table(table))
     return 0
+
+
+METRIC_COLUMNS = [
+    "name",
+    "kind",
+    "mechanism",
+    "epsilon",
+    "bucket",
+    "categories",
+    "low",
+    "high",
+    "version",
+]
+
+
+def _text_table(rows: list[dict[str, str]]) -> str:
+    """Left-aligned columns under a header row."""
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in columns).rstrip() for r in rows]
+    return "\n".join(lines)
 
 
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,6 +267,27 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--half-width", type=float, help="target half-width: print the n needed")
     parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     parser.add_argument("--frequency", type=float, help="assumed item frequency (default worst)")
+    parser.add_argument(
+        "--format", choices=["table", "csv", "json"], default="table", help="output format"
+    )
+
+
+# The core's messages name its Python parameters; the plan command names its flags.
+_FLAG_NAMES = (
+    (re.compile(r"bounds=\(lo, hi\)"), "--bounds LO HI"),
+    (re.compile(r"(?<![-\w])domain_size\b"), "--domain-size"),
+    (re.compile(r"(?<![-\w])half_width\b"), "--half-width"),
+    (re.compile(r"\bnot bounds\b"), "not --bounds"),
+    (re.compile(r"^(epsilon|n|level|frequency|bounds)\b"), r"--\1"),
+    (re.compile(r"^'(\w+)' is"), r"--mechanism \1 is"),
+)
+
+
+def _in_flags(exc: ParameterError) -> ParameterError:
+    message = str(exc)
+    for pattern, flag in _FLAG_NAMES:
+        message = pattern.sub(flag, message)
+    return ParameterError(message)
 
 
 @command(
@@ -131,38 +304,96 @@ def plan(args: argparse.Namespace) -> int:
         level=args.level,
         frequency=args.frequency,
     )
-    if args.mechanism == "auto":
-        choice = choose(epsilon=args.epsilon, domain_size=args.domain_size, bounds=bounds)
-        print("candidates (per-report variance, lower is better):")
-        print("  " + choice.explain().replace("\n", "\n  "))
-    what = "fraction" if args.domain_size is not None else "mean"
-    if args.n is not None:
-        p = plan_campaign(args.mechanism, n=args.n, **common)
-        how = f"{p.interval} intervals{_assumed(p, args.frequency)}"
-        print(
-            f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
-            f"half-width of the {what} {p.half_width:.6g} ({how})"
+    # Everything is computed before anything is printed: an error leaves no half output.
+    try:
+        choice = (
+            choose(epsilon=args.epsilon, domain_size=args.domain_size, bounds=bounds)
+            if args.mechanism == "auto"
+            else None
         )
-        if p.rare_item_half_width is not None and p.frequency != 0.0:
-            print(f"  an item nobody holds (f = 0): {p.rare_item_half_width:.6g}")
-    if args.half_width is not None:
-        p = required_n(args.mechanism, half_width=args.half_width, **common)
-        how = f"{p.interval} intervals{_assumed(p, args.frequency)}"
-        print(
-            f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a {p.level:.0%} "
-            f"half-width of {args.half_width:g} ({how})"
+        for_n = plan_campaign(args.mechanism, n=args.n, **common) if args.n is not None else None
+        for_width = (
+            required_n(args.mechanism, half_width=args.half_width, **common)
+            if args.half_width is not None
+            else None
         )
-        if p.rare_item_n is not None and p.frequency != 0.0:
-            print(f"  an item nobody holds (f = 0) needs n >= {p.rare_item_n}")
+    except ParameterError as exc:
+        raise _in_flags(exc) from None
+    plans = [("n", p) for p in (for_n,) if p is not None]
+    plans += [("half_width", p) for p in (for_width,) if p is not None]
+    if args.format == "json":
+        print(
+            json.dumps(
+                {"choice": _choice_dict(choice), "plans": [_plan_dict(g, p) for g, p in plans]},
+                indent=2,
+            )
+        )
+    elif args.format == "csv":
+        rows = [_plan_dict(g, p) for g, p in plans]
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: _csv_cell(v) for k, v in row.items()} for row in rows)
+    else:
+        if choice is not None:
+            print(choice.explain())
+            print()
+        what = "fraction" if args.domain_size is not None else "mean"
+        for given, p in plans:
+            if given == "n":
+                print(
+                    f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
+                    f"half-width of the {what} {p.half_width:.6g}"
+                )
+            else:
+                print(
+                    f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a "
+                    f"{p.level:.0%} half-width of {args.half_width:g}"
+                )
+            if p.frequency is not None:
+                print(
+                    "  assumed: "
+                    + (
+                        f"the worst case over item frequencies (an item held by {p.frequency:.1%})"
+                        if args.frequency is None
+                        else f"an item held by {p.frequency:.1%} of users"
+                    )
+                )
+            elif what == "mean":
+                print("  assumed: the mechanism's worst noise over the bounds")
+            # Every other field of the Plan, whatever the planner adds: no rework here.
+            for name, value in _plan_dict(given, p).items():
+                if name not in _IN_SENTENCE:
+                    print(f"  {name.replace('_', ' ')}: {_table_cell(value)}")
     return 0
 
 
-def _assumed(p: Plan, given: float | None) -> str:
-    if p.frequency is None:
-        return ", worst case over the bounds"
-    if given is None:
-        return f", worst case: an item held by {p.frequency:.0%} of users"
-    return f", an item held by {p.frequency:.0%} of users"
+_IN_SENTENCE = {"given", "mechanism", "epsilon", "n", "level", "half_width"}
+
+
+def _plan_dict(given: str, p: Plan) -> dict[str, Any]:
+    return {"given": given, **dataclasses.asdict(p)}
+
+
+def _choice_dict(choice: Choice | None) -> dict[str, Any] | None:
+    if choice is None:
+        return None
+    return {
+        "name": choice.name,
+        "tolerance": choice.tolerance,
+        "variances": choice.variances,
+        "report_bytes": choice.report_bytes,
+        "collector_cost": choice.collector_cost,
+    }
+
+
+def _csv_cell(value: Any) -> Any:
+    return value if value is None or isinstance(value, str | int | float) else json.dumps(value)
+
+
+def _table_cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value) if isinstance(value, str | int) or value is None else json.dumps(value)
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:

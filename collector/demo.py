@@ -9,8 +9,10 @@ The printed truth is what the simulation drew; the collector never sees it.
 from __future__ import annotations
 
 import contextlib
+import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -71,17 +73,88 @@ COUNTRIES = [
 ]
 
 
+CHUNK = 100_000
+"""Users simulated per round: their reports are queued, then delivered before the next
+round, so the client's outbox never holds more than ``3 * CHUNK`` and memory stays flat."""
+BATCH = 20_000
+"""Reports per HTTP request (the collector takes up to 100,000; phones send fewer)."""
+
+
 def _say(message: str) -> None:
     print(message, flush=True)
+
+
+class _Stopped(Exception):
+    """SIGTERM (or SIGHUP) arrived: unwind so the collector is stopped and the folder removed."""
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM/SIGHUP into :class:`_Stopped` while the demo runs (the default action
+    would kill this process at once and orphan its collector and temp folder)."""
+
+    def stop(signum: int, _frame: object) -> None:
+        for sig in previous:  # a second signal must not interrupt the clean-up
+            signal.signal(sig, signal.SIG_IGN)
+        raise _Stopped(signal.Signals(signum).name)
+
+    previous = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, stop)
+    except ValueError:  # not the main thread: leave the handlers alone
+        pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _Progress:
+    """One line per tenth of the way (or per round when there are few), with the rate
+    and the time left, so 10^6 users never look like a hang."""
+
+    def __init__(self, users: int) -> None:
+        self.users = users
+        self.started = time.monotonic()
+        self.next_tenth = 1
+
+    def update(self, done: int, reports: int) -> None:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        tenth = done * 10 // self.users
+        if done < self.users and tenth < self.next_tenth:
+            return
+        self.next_tenth = tenth + 1
+        rate = reports / elapsed
+        if done < self.users:
+            left = elapsed * (self.users - done) / done
+            when = f"about {left:.0f} s left"
+        else:
+            when = f"about {elapsed:.0f} s in all"
+        _say(
+            f"      {done:,}/{self.users:,} users sent ({done / self.users:.0%}), "
+            f"{rate:,.0f} reports/s including perturbation, {when}"
+        )
 
 
 def run_demo(
     *, users: int = 20_000, seed: int | None = None, port: int = 0, serve: bool = False
 ) -> int:
-    from ..client import Reporter  # the demo plays the devices too
-
+    """Run the demo; SIGTERM stops it cleanly (collector stopped, temp folder removed)."""
     if users < 100:
         raise LdpkitError(f"--users must be at least 100, got {users}")
+    try:
+        with _stop_on_signals():
+            return _run(users=users, seed=seed, port=port, serve=serve)
+    except _Stopped as stopped:
+        _say(f"\n{stopped}: demo stopped, its collector stopped and its temp folder removed.")
+        return 0 if serve else 128 + signal.SIGTERM
+
+
+def _run(*, users: int, seed: int | None, port: int, serve: bool) -> int:
+    from ..client import Reporter  # the demo plays the devices too
+
     rng = np.random.default_rng(seed)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ldpkit-demo-") as tmp:
@@ -106,35 +179,44 @@ def run_demo(
             weights = 1.0 / np.arange(1, len(COUNTRIES) + 1) ** 1.1
             country_values = rng.choice(COUNTRIES, size=users, p=weights / weights.sum())
             minutes = np.clip(rng.gamma(shape=2.0, scale=18.0, size=users), 0, 240)
+            population = (
+                ("theme", theme_values),
+                ("country", country_values),
+                ("session_minutes", minutes),
+            )
 
             _say(
                 f"[2/4] {users:,} simulated users perturb their values on the device "
                 "(theme, country, session_minutes)"
             )
+            _say(
+                f"[3/4] delivering {len(population) * users:,} reports over HTTP in batches "
+                f"of {BATCH:,}, {min(users, CHUNK):,} users at a time"
+            )
+            sent = duplicates = rejected = 0
+            progress = _Progress(users)
             with Reporter(
-                url, token=INGEST, state_dir=workdir / "device", background=False
+                url,
+                token=INGEST,
+                state_dir=workdir / "device",
+                background=False,
+                batch_size=BATCH,
+                max_outbox=len(population) * CHUNK,
             ) as reporter:
-                t0 = time.monotonic()
-                queued = 0
-                for metric, values in (
-                    ("theme", theme_values),
-                    ("country", country_values),
-                    ("session_minutes", minutes),
-                ):
-                    queued += reporter.simulate(metric, values.tolist(), rng=rng)
-                    _say(f"      {metric}: {users:,} perturbed reports queued")
-                _say(f"[3/4] delivering {queued:,} reports over HTTP in batches")
-                result = reporter.flush()
-                elapsed = time.monotonic() - t0
-                _say(
-                    f"      accepted {result.sent:,}, duplicates {result.duplicates}, "
-                    f"rejected {result.rejected} ({queued / max(elapsed, 1e-9):,.0f} reports/s "
-                    "including perturbation)"
-                )
+                for lo in range(0, users, CHUNK):
+                    hi = min(users, lo + CHUNK)
+                    for metric, values in population:
+                        reporter.simulate(metric, values[lo:hi].tolist(), rng=rng)
+                    result = reporter.flush()
+                    sent += result.sent
+                    duplicates += result.duplicates
+                    rejected += result.rejected
+                    progress.update(hi, sent + duplicates + rejected)
+            _say(f"      accepted {sent:,}, duplicates {duplicates}, rejected {rejected}")
 
             _say("[4/4] estimates from the collector (it never saw a true value):\n")
             analyst = Analyst(url, READ)
-            for metric, values in (("theme", theme_values), ("country", country_values)):
+            for metric, values in population[:2]:
                 _print_categorical(analyst, metric, values)
             est = analyst.estimates("session_minutes", level=0.95)
             truth_mean = float(minutes.mean())

@@ -71,7 +71,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         raise ApiError(401, "unauthorized", "unknown token", headers=challenge)
     if not granted & scopes:
         kinds = " or ".join(sorted(s.value for s in scopes))
-        raise ApiError(403, "forbidden", f"this endpoint takes a {kinds} token")
+        article = "an" if kinds[0] in "aeiou" else "a"
+        raise ApiError(403, "forbidden", f"this endpoint takes {article} {kinds} token")
     return await handler(request)
 
 

@@ -1,9 +1,18 @@
-// ldpkit dashboard: static, no build step. Reads the collector's JSON API with a read token.
+// ldpkit dashboard: static, no build step. Reads the collector's JSON API with a read token;
+// the charts are drawn by the views in views.js (Observable Plot).
 "use strict";
 
-const state = { token: sessionStorage.getItem("ldpkit-token") || "", metrics: [], current: null, queries: 0 };
+const state = {
+  token: sessionStorage.getItem("ldpkit-token") || "",
+  metrics: [],
+  current: null,
+  versions: [],  // of the current metric: { fingerprint, current, mechanism, epsilon, n }
+  queries: 0,
+  data: null,
+};
 const $ = (id) => document.getElementById(id);
-const SVG = "http://www.w3.org/2000/svg";
+// What the page drew last, for the browser tests (and anyone curious in the console).
+window.ldpkitDashboard = { view: null, figures: [], data: null };
 
 function showMessage(text, kind = "error") {
   const box = $("message");
@@ -31,13 +40,14 @@ async function api(path) {
 }
 
 function el(tag, attrs = {}, text = null) {
-  const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+  const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
   if (text !== null) node.textContent = text;
   return node;
 }
 
 const fmt = (v, digits = 4) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
+const metricPath = (name) => encodeURIComponent(name);
 
 async function connect(event) {
   if (event) event.preventDefault();
@@ -51,7 +61,7 @@ async function connect(event) {
     showMessage("");
     $("main").hidden = false;
     renderMetricList();
-    if (state.metrics.length) selectMetric(state.current || state.metrics[0].name);
+    if (state.metrics.length) await selectMetric(state.current || state.metrics[0].name);
     else showMessage("No metrics are defined on this collector yet.", "info");
   } catch (err) {
     $("main").hidden = true;
@@ -73,10 +83,39 @@ function renderMetricList() {
   }
 }
 
-function selectMetric(name) {
+// --- versions: every change of a metric's parameters starts one ----------------------
+async function loadVersions(name) {
+  const listing = await api(`/v1/metrics/${metricPath(name)}/versions`);
+  const counts = await Promise.all(listing.versions.map((v) =>
+    api(`/v1/estimates/${metricPath(name)}?version=${v.fingerprint}`).then((e) => e.n, () => null)));
+  state.versions = listing.versions.map((v, k) => ({
+    fingerprint: v.fingerprint,
+    current: v.fingerprint === listing.current,
+    mechanism: v.resolved_mechanism || v.mechanism,
+    epsilon: v.epsilon,
+    definition: v,
+    n: counts[k],
+  })).reverse();  // newest first
+  const select = $("version");
+  select.replaceChildren();
+  for (const v of state.versions) {
+    const label = `${v.current ? "current" : "older"} · ${v.mechanism}, ε=${v.epsilon} · n=${v.n ?? "?"} · ${v.fingerprint.slice(0, 8)}`;
+    const option = el("option", { value: v.current ? "" : v.fingerprint, "data-fingerprint": v.fingerprint }, label);
+    select.appendChild(option);
+  }
+  select.disabled = state.versions.length < 2;
+}
+
+async function selectMetric(name) {
   state.current = name;
   renderMetricList();
-  refresh();
+  try {
+    await loadVersions(name);
+  } catch (err) {
+    showMessage(err.message);
+    return;
+  }
+  await refresh();
 }
 
 function toUnix(dateValue) {
@@ -93,117 +132,72 @@ async function refresh(event) {
   });
   const from = toUnix($("from").value), to = toUnix($("to").value);
   if (from) params.set("from", from);
-  if (to) params.set("to", String(Number(to) + 86400));  // the "to" day is included
+  if (to) params.set("to", to);  // excluded, as in the API and `ldpkit estimates --to`
+  if ($("version").value) params.set("version", $("version").value);
   // Only the latest query may draw: a slower answer to an earlier click is dropped.
   const ticket = ++state.queries;
   try {
-    const data = await api(`/v1/estimates/${encodeURIComponent(state.current)}?${params}`);
+    const data = await api(`/v1/estimates/${metricPath(state.current)}?${params}`);
     if (ticket !== state.queries) return;
     showMessage("");
+    state.data = data;
     render(data);
+    hintOlderVersions(data);
   } catch (err) {
     if (ticket === state.queries) showMessage(err.message);
   }
 }
 
+function hintOlderVersions(data) {
+  if (data.n !== 0 || $("version").value) return;
+  const older = state.versions.filter((v) => !v.current && v.n);
+  if (older.length) {
+    showMessage(`The current version of ${data.metric} holds no reports in this range; ` +
+      `${older.length === 1 ? "an older version holds" : "older versions hold"} ` +
+      `${older.map((v) => `n=${v.n} (ε=${v.epsilon})`).join(", ")}: pick it under Version.`, "info");
+  }
+}
+
+function describeRange(data) {
+  const day = (t) => new Date(t * 1000).toISOString().slice(0, 16).replace("T", " ");
+  if (data.from === null && data.to === null) return "all buckets";
+  const parts = [];
+  if (data.from !== null) parts.push(`from ${day(data.from)}`);
+  if (data.to !== null) parts.push(`before ${day(data.to)}`);
+  return `buckets ${parts.join(" ")} UTC`;
+}
+
 function render(data) {
+  const metric = state.metrics.find((m) => m.name === data.metric);
+  const version = state.versions.find((v) => v.fingerprint === data.version);
   const summary = $("summary");
   summary.replaceChildren(
     el("span", { id: "n" }, `n = ${data.n}`),
     el("span", { id: "epsilon" }, `ε = ${data.epsilon}`),
     el("span", { id: "mechanism" }, `mechanism: ${data.mechanism}`),
-    el("span", {}, `${Math.round(data.level * 100)}% intervals`),
+    el("span", { id: "level-shown" }, `${Math.round(data.level * 100)}% intervals`),
   );
+  if (data.interval) summary.appendChild(el("span", { id: "interval-method" }, `interval: ${data.interval}`));
+  summary.appendChild(el("span", { id: "range" }, describeRange(data)));
+  summary.appendChild(el("span", { id: "version-shown" },
+    `version ${data.version.slice(0, 8)}${version && !version.current ? " (older)" : ""}`));
+  drawChart(data, metric, version);
+  renderTable(data);
+  renderBucketTable(data);
+}
+
+function drawChart(data, metric, version) {
   const chart = $("chart");
   chart.replaceChildren();
-  if (data.buckets && $("over-time").checked) chart.appendChild(timeChart(data));
-  else if (data.items) chart.appendChild(barChart(data));
-  else chart.appendChild(meanChart(data));
-  renderTable(data);
-}
-
-function scale(lo, hi, a, b) { return (v) => a + ((v - lo) / (hi - lo || 1)) * (b - a); }
-
-function barChart(data) {
-  const items = data.items, W = Math.max(420, 70 * items.length + 80), H = 300, pad = 40;
-  const vals = items.flatMap((i) => [i.low, i.high, i.estimate, 0]).filter((v) => v !== null);
-  const lo = Math.min(0, ...vals), hi = Math.max(0.05, ...vals);
-  const y = scale(lo, hi, H - pad, 15), step = (W - pad - 10) / items.length;
-  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", style: `max-width:${W}px`, id: "bars" });
-  svg.appendChild(el("svg:line", { class: "axis", x1: pad, x2: W - 5, y1: y(0), y2: y(0) }));
-  for (const t of [lo, (lo + hi) / 2, hi]) {
-    svg.appendChild(el("svg:text", { class: "label", x: 2, y: y(t) + 4 }, t.toFixed(2)));
-  }
-  items.forEach((item, k) => {
-    const x = pad + k * step + step * 0.15, w = step * 0.7, cx = x + w / 2;
-    if (item.estimate !== null) {
-      const top = Math.min(y(item.estimate), y(0)), h = Math.abs(y(item.estimate) - y(0));
-      svg.appendChild(el("svg:rect", { class: "bar", x, y: top, width: w, height: Math.max(h, 0.5),
-        "data-category": item.category, "data-estimate": item.estimate }));
-      svg.appendChild(el("svg:line", { class: "whisker", x1: cx, x2: cx, y1: y(item.low), y2: y(item.high),
-        "data-category": item.category, "data-low": item.low, "data-high": item.high }));
-      for (const v of [item.low, item.high]) {
-        svg.appendChild(el("svg:line", { class: "whisker-cap", x1: cx - 6, x2: cx + 6, y1: y(v), y2: y(v), stroke: "#111" }));
-      }
-      if (item.consistent !== undefined && item.consistent !== null) {
-        svg.appendChild(el("svg:line", { class: "consistent-mark", x1: x, x2: x + w, y1: y(item.consistent), y2: y(item.consistent),
-          "data-category": item.category, "data-consistent": item.consistent }));
-      }
-    }
-    svg.appendChild(el("svg:text", { class: "label", x: cx, y: H - pad + 14, "text-anchor": "middle" }, item.category));
-  });
-  return svg;
-}
-
-function meanChart(data) {
-  const W = 560, H = 140;
-  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", style: `max-width:${W}px`, id: "mean" });
-  if (data.mean === null) {
-    svg.appendChild(el("svg:text", { class: "label", x: 20, y: 70 }, "no reports in this range"));
-    return svg;
-  }
-  // The axis spans the metric's declared bounds, so the interval's width reads at a glance.
-  const metric = state.metrics.find((m) => m.name === data.metric);
-  const [lo, hi] = metric && metric.bounds ? metric.bounds : [data.low, data.high];
-  const x = scale(Math.min(lo, data.low), Math.max(hi, data.high), 30, W - 30);
-  svg.appendChild(el("svg:line", { class: "axis", x1: x(lo), x2: x(hi), y1: 100, y2: 100 }));
-  for (const t of [lo, hi]) {
-    svg.appendChild(el("svg:text", { class: "label", x: x(t), y: 118, "text-anchor": "middle" }, String(t)));
-  }
-  svg.appendChild(el("svg:line", { class: "whisker", x1: x(data.low), x2: x(data.high), y1: 60, y2: 60,
-    "data-low": data.low, "data-high": data.high }));
-  for (const v of [data.low, data.high]) {
-    svg.appendChild(el("svg:line", { class: "whisker-cap", x1: x(v), x2: x(v), y1: 53, y2: 67, stroke: "#111" }));
-  }
-  svg.appendChild(el("svg:circle", { class: "point", cx: x(data.mean), cy: 60, r: 6, fill: "#4C78A8", "data-mean": data.mean }));
-  svg.appendChild(el("svg:text", { class: "label", x: x(data.mean), y: 40, "text-anchor": "middle" },
-    `mean ${fmt(data.mean, 3)}  [${fmt(data.low, 3)}, ${fmt(data.high, 3)}]`));
-  return svg;
-}
-
-function timeChart(data) {
-  const buckets = data.buckets, W = 640, H = 300, pad = 40;
-  const series = data.items ? data.items.map((i, k) => ({ name: i.category, pts: buckets.map((b) => b.items ? b.items[k] : null) }))
-    : [{ name: "mean", pts: buckets.map((b) => ({ estimate: b.mean, low: b.low, high: b.high })) }];
-  const vals = series.flatMap((s) => s.pts.flatMap((p) => (p ? [p.low, p.high] : []))).filter((v) => v !== null);
-  const lo = Math.min(...vals, 0), hi = Math.max(...vals, 0.05);
-  const y = scale(lo, hi, H - pad, 15), x = scale(0, Math.max(buckets.length - 1, 1), pad + 10, W - 20);
-  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", style: `max-width:${W}px`, id: "over-time-chart" });
-  const colors = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D"];
-  series.forEach((s, k) => {
-    const color = colors[k % colors.length];
-    s.pts.forEach((p, t) => {
-      if (!p || p.estimate === null) return;
-      svg.appendChild(el("svg:line", { class: "whisker", x1: x(t), x2: x(t), y1: y(p.low), y2: y(p.high), stroke: color, "data-series": s.name }));
-      svg.appendChild(el("svg:circle", { cx: x(t), cy: y(p.estimate), r: 3.5, fill: color, "data-series": s.name }));
-    });
-    svg.appendChild(el("svg:text", { class: "label", x: W - 120, y: 20 + 14 * k, fill: color }, s.name));
-  });
-  buckets.forEach((b, t) => {
-    svg.appendChild(el("svg:text", { class: "label", x: x(t), y: H - pad + 14, "text-anchor": "middle" },
-      new Date(b.bucket * 1000).toISOString().slice(0, 10)));
-  });
-  return svg;
+  const ctx = {
+    metric: version ? version.definition : metric,
+    overTime: $("over-time").checked,
+    width: Math.max(260, Math.floor(chart.clientWidth - 14)),
+  };
+  const view = LDPK_VIEWS.pick(data, ctx);
+  const drawn = view.draw(data, ctx);
+  chart.appendChild(drawn.node);
+  window.ldpkitDashboard = { view: view.name, figures: drawn.figures, data };
 }
 
 function renderTable(data) {
@@ -224,14 +218,36 @@ function renderTable(data) {
   }
 }
 
+function renderBucketTable(data) {
+  const table = $("bucket-table");
+  table.replaceChildren();
+  if (!data.buckets || !$("over-time").checked) return;
+  const when = (b) => new Date(b.bucket * 1000).toISOString().slice(0, 16).replace("T", " ");
+  if (data.items) {
+    table.appendChild(row("th", ["bucket (UTC)", "n", "category", "estimate", "low", "high"]));
+    for (const b of data.buckets) {
+      for (const i of b.items || []) table.appendChild(row("td", [when(b), b.n, i.category, fmt(i.estimate), fmt(i.low), fmt(i.high)]));
+    }
+  } else {
+    table.appendChild(row("th", ["bucket (UTC)", "n", "mean", "low", "high"]));
+    for (const b of data.buckets) table.appendChild(row("td", [when(b), b.n, fmt(b.mean), fmt(b.low), fmt(b.high)]));
+  }
+}
+
 function row(cell, values) {
   const tr = el("tr");
   for (const v of values) tr.appendChild(el(cell, {}, String(v)));
   return tr;
 }
 
+let resizeTimer = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => { if (state.data) drawChart(state.data, state.metrics.find((m) => m.name === state.data.metric), state.versions.find((v) => v.fingerprint === state.data.version)); }, 150);
+});
+
 $("token-form").addEventListener("submit", connect);
 $("query").addEventListener("submit", refresh);
-for (const id of ["level", "consistent", "over-time"]) $(id).addEventListener("change", () => refresh());
+for (const id of ["level", "consistent", "over-time", "version"]) $(id).addEventListener("change", () => refresh());
 if (state.token) connect();
 else showMessage("Enter a read token to see estimates.", "info");

@@ -2,7 +2,7 @@
 
 Run against any collector (for example one started with `ldpkit demo --serve`):
     LDPKIT_COLLECTOR=http://127.0.0.1:8787 LDPKIT_READ_TOKEN=analyst-secret \\
-    python examples/analysis/analysis.py --out plots/
+    .venv/bin/python examples/analysis/analysis.py --out plots/
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 3. Ask the collector for estimates with 95% intervals and compare them with the truth
    (which only this script knows).
 
-Run:  python examples/quickstart/quickstart.py [--users 20000]
+Run:  .venv/bin/python examples/quickstart/quickstart.py [--users 20000]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ with local differential privacy. The reporter is opened and closed with the app
 survive a restart or the collector being away.
 
 Run:  LDPKIT_COLLECTOR=http://127.0.0.1:8787 LDPKIT_INGEST_TOKEN=app-secret \\
-      python examples/webapp/app.py
+      .venv/bin/python examples/webapp/app.py
 Then: curl -X POST localhost:8080/settings -d '{"theme": "dark"}'
 """
 
@@ -30,7 +30,14 @@ def create_app(collector_url: str, token: str, state_dir: str | Path) -> web.App
             yield  # on shutdown the reporter flushes what it can and closes
 
     async def save_settings(request: web.Request) -> web.Response:
-        body = await request.json()
+        try:
+            body = await request.json()
+        except ValueError:  # not JSON: the client's mistake, not a server error
+            return web.json_response({"error": 'send JSON such as {"theme": "dark"}'}, status=400)
+        if not isinstance(body, dict):
+            return web.json_response(
+                {"error": 'send a JSON object such as {"theme": "dark"}'}, status=400
+            )
         theme = body.get("theme")
         # ... store the user's setting in the app's own database here ...
         try:
@@ -54,5 +61,7 @@ if __name__ == "__main__":
             os.environ.get("LDPKIT_INGEST_TOKEN", "app-secret"),
             os.environ.get("LDPKIT_STATE_DIR", "~/.ldpkit-webapp"),
         ),
+        # Loopback unless told otherwise: an example should not listen on every interface.
+        host=os.environ.get("HOST", "127.0.0.1"),
         port=int(os.environ.get("PORT", "8080")),
     )

@@ -6,7 +6,7 @@ Modules are imported on first use, so a device that reports one metric loads one
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._validation import check_bounds, check_domain_size, check_epsilon
@@ -69,41 +69,89 @@ def canonical_name(name: object) -> str:
     return key
 
 
+AUTO_VARIANCE_TOLERANCE = 0.05
+"""``auto`` treats candidates within this fraction of the lowest variance as equally
+accurate and takes the smallest report among them: 5% more variance costs 5% more
+users (2.5% wider intervals) for the same campaign, while reports can differ six-fold
+in size (subset selection's d/8 bytes against OLH's 20 at d = 1024)."""
+
+
 @dataclass(frozen=True)
 class Choice:
-    """What ``auto`` picked and the variance of every candidate, so it can be explained.
+    """What ``auto`` picked, and what it weighed for every candidate, so it can be explained.
 
     For categorical metrics ``variances`` holds each candidate's variance of one item's
     estimated fraction at frequency 0 with n = 1 (divide by n for n users); for numeric
     ones, the worst-case per-report variance over the bounds in the metric's units.
+    ``report_bytes`` is each candidate's report size on the wire and ``collector_cost``
+    the counters the collector updates per report when it aggregates (see
+    :attr:`FrequencyOracle.aggregate_cost`).
     """
 
     name: str
     variances: dict[str, float]
+    report_bytes: dict[str, int] = field(default_factory=dict)
+    collector_cost: dict[str, int] = field(default_factory=dict)
+    epsilon: float | None = None
+    domain_size: int | None = None
+    bounds: tuple[float, float] | None = None
+    tolerance: float = AUTO_VARIANCE_TOLERANCE
 
     def explain(self) -> str:
-        rows = sorted(self.variances.items(), key=lambda kv: kv[1])
+        """A table of the candidates, lowest variance first, with the rule that picked."""
+        best = min(self.variances.values())
+        if self.domain_size is not None:
+            what = f"d={self.domain_size} categories"
+            unit = "of one item's fraction at frequency 0, per report (divide by n)"
+        elif self.bounds is not None:
+            what = f"bounds [{self.bounds[0]:g}, {self.bounds[1]:g}]"
+            unit = "worst case of the mean, per report, in the metric's units squared"
+        else:
+            what, unit = "", "variance per report"
+        eps = f"epsilon={self.epsilon:g}" if self.epsilon is not None else ""
         lines = [
-            f"{name:<10} {var:.6g}{'  <- chosen' if name == self.name else ''}"
-            for name, var in rows
+            f"auto for {', '.join(x for x in (eps, what) if x)}: the smallest report",
+            f"among the candidates within {self.tolerance:.0%} of the lowest variance",
+            f"  {'mechanism':<10} {'variance':>10} {'vs best':>8} {'bytes/report':>13} "
+            f"{'collector counters/report':>26}",
         ]
+        for name, var in sorted(self.variances.items(), key=lambda kv: kv[1]):
+            size = self.report_bytes.get(name)
+            cost = self.collector_cost.get(name)
+            lines.append(
+                f"  {name:<10} {var:>10.5g} {var / best:>7.3f}x "
+                f"{'-' if size is None else size:>13} {'-' if cost is None else cost:>26}"
+                + ("  <- chosen" if name == self.name else "")
+            )
+        lines.append(f"  variance: {unit}")
+        lines.append("  collector counters/report: updated by the collector per report as it")
+        lines.append("    aggregates (a model of its work; benchmarks/mechanisms.py times it)")
         return "\n".join(lines)
 
 
 def choose(
     *, epsilon: float, domain_size: int | None = None, bounds: tuple[float, float] | None = None
 ) -> Choice:
-    """The mechanism of smallest variance for (epsilon, domain_size) or (epsilon, bounds)."""
+    """The mechanism ``auto`` resolves to for (epsilon, domain_size) or (epsilon, bounds).
+
+    Among the candidates whose variance is within :data:`AUTO_VARIANCE_TOLERANCE` of the
+    lowest, the one with the smallest report; among equal sizes the lower variance, then
+    the lower collector cost, then the order of :data:`CATEGORICAL` / :data:`NUMERIC`.
+    """
     if (domain_size is None) == (bounds is None):
         raise ParameterError("give exactly one of domain_size (categorical) or bounds (numeric)")
     epsilon = check_epsilon(epsilon)
+    candidates: dict[str, Mechanism] = {}
     variances: dict[str, float] = {}
+    d: int | None = None
+    lo_hi: tuple[float, float] | None = None
     if domain_size is not None:
         d = check_domain_size(domain_size)
         for name in CATEGORICAL:
             cls = mechanism_class(name)
             m = cls(epsilon=epsilon, domain_size=d)  # type: ignore[call-arg]
             assert isinstance(m, FrequencyOracle)
+            candidates[name] = m
             variances[name] = float(m.variance(0.0))
     else:
         lo_hi = check_bounds(bounds)
@@ -111,11 +159,24 @@ def choose(
             cls = mechanism_class(name)
             m = cls(epsilon=epsilon, bounds=lo_hi)  # type: ignore[call-arg]
             assert isinstance(m, NumericMechanism)
+            candidates[name] = m
             variances[name] = m.worst_case_variance()
+    sizes = {name: m.report_dtype.itemsize for name, m in candidates.items()}
+    costs = {name: _aggregate_cost(m) for name, m in candidates.items()}
     best = min(variances.values())
-    # First in preference order within a hair of the best (OUE and OLH tie in theory).
-    chosen = next(k for k, v in variances.items() if v <= best * (1 + 1e-9))
-    return Choice(chosen, variances)
+    # Ties in theory (OUE and OLH, HM and Duchi at small epsilon) differ by rounding only.
+    near = [k for k, v in variances.items() if v <= best * (1 + AUTO_VARIANCE_TOLERANCE)]
+    order = {k: i for i, k in enumerate(variances)}
+    chosen = min(
+        near,
+        key=lambda k: (sizes[k], round(variances[k] / best, 9), costs[k], order[k]),
+    )
+    return Choice(chosen, variances, sizes, costs, epsilon, d, lo_hi)
+
+
+def _aggregate_cost(m: Mechanism) -> int:
+    assert isinstance(m, FrequencyOracle | NumericMechanism)
+    return m.aggregate_cost
 
 
 def mechanism(
@@ -129,7 +190,8 @@ def mechanism(
     """Make a mechanism by name: ``mechanism("oue", epsilon=1.0, domain_size=64)``.
 
     Categorical names take ``domain_size``; numeric names take ``bounds=(lo, hi)``.
-    ``"auto"`` picks the smallest-variance candidate (see :func:`choose`); the returned
+    ``"auto"`` picks the smallest report among the lowest-variance candidates (see
+    :func:`choose`); the returned
     mechanism's ``name`` says which one it is.
     """
     canonical = canonical_name(name)
@@ -154,6 +216,7 @@ def mechanism(
 
 __all__ = [
     "ALIASES",
+    "AUTO_VARIANCE_TOLERANCE",
     "CATEGORICAL",
     "NAMES",
     "NUMERIC",

@@ -112,6 +112,11 @@ class HadamardResponse(FrequencyOracle):
         return 1.0 / (1.0 + math.exp(-self.epsilon)), 0.5
 
     @property
+    def aggregate_cost(self) -> int:
+        """One counter per report: the report names one item (or column)."""
+        return 1
+
+    @property
     def report_dtype(self) -> np.dtype[Any]:
         return REPORT_DTYPE
 

@@ -41,6 +41,11 @@ class GeneralizedRR(FrequencyOracle):
         return p, q
 
     @property
+    def aggregate_cost(self) -> int:
+        """One counter per report: the report names one item (or column)."""
+        return 1
+
+    @property
     def report_dtype(self) -> np.dtype[Any]:
         return REPORT_DTYPE
 

@@ -44,6 +44,7 @@ mechanism = "grr"
 def serve(tmp_path: Path, *command: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     config = tmp_path / "collector.toml"
     config.write_text(CONFIG)
+    (tmp_path / "data").mkdir(exist_ok=True)  # serve refuses to create a missing folder
     env = {**os.environ, "LDPKIT_INGEST_TOKENS": ENV_INGEST}
     with running_collector(config, cwd=tmp_path, env=env, command=command) as collector:
         yield collector.process, collector.url

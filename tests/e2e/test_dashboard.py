@@ -1,56 +1,54 @@
 """The dashboard in a real headless browser against a running collector with data.
 
-Needs Debian's chromium (/usr/bin/chromium) and the playwright package (dev extra);
-.ci/run installs both and sets LDPKIT_REQUIRE_BROWSER=1 so that they cannot be skipped.
+What is drawn is compared with the API's answer by inverting the figure's own scales
+(so a bar drawn at the wrong height fails), and what a person needs to read is checked:
+axis tick labels, legend entries in the colours of their series, nothing clipped or
+overflowing at 1400 and at 420 px wide. Screenshots go to $LDPKIT_SCREENSHOTS (default:
+the test's temporary folder) to be looked at.
+
+Needs Debian's chromium (/usr/bin/chromium) and the playwright package (dev extra):
+without them these tests fail with instructions unless LDPKIT_SKIP_BROWSER=1 (see
+browser.py); .ci/run installs both.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import READ, Populated
+from .board import COUNTRIES, DAYS, NEW_OS, OLD_OS, OS, PER_DAY, Board, board_collector
+from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
+from .conftest import READ, THEMES
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def _require_browser() -> Any:
-    reason = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        reason = "playwright is not installed (pip install -e '.[dev]')"
-    if reason is None and not os.path.exists(CHROMIUM):
-        reason = "chromium is not installed (apt-get install chromium)"
-    if reason is not None:
-        if os.environ.get("LDPKIT_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"browser tests are required here but {reason}")
-        pytest.skip(f"{reason}; set up both to run the dashboard tests")
-    return sync_playwright
+WIDTHS = (1400, 420)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_playwright = _require_browser()
+    sync_playwright = require_browser()
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
+    yield from board_collector(tmp_path_factory.mktemp("board"))
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = os.environ.get("LDPKIT_SCREENSHOTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _api(url: str, path: str) -> dict[str, Any]:
@@ -60,69 +58,345 @@ def _api(url: str, path: str) -> dict[str, Any]:
     return data
 
 
-def test_bars_and_whiskers_show_the_api_values(browser: Any, populated: Populated) -> None:
-    page = browser.new_page(viewport={"width": 1100, "height": 800})
-    page.goto(populated.url + "/ui")
+def _open(browser: Any, board: Board, width: int, metric: str) -> Any:
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(board.url + "/ui/")
     page.fill("#token", READ)
     page.click("#token-form button")
-    page.click("button[data-metric=theme]")
-    page.wait_for_selector("#bars rect.bar")
-    expected = _api(populated.url, "/v1/estimates/theme?level=0.95")
-    bars = page.eval_on_selector_all(
-        "rect.bar", "els => els.map(e => [e.dataset.category, Number(e.dataset.estimate)])"
+    page.click(f"button[data-metric={metric}]")
+    _drawn(page, metric)
+    page.errors = errors
+    return page
+
+
+def _drawn(page: Any, metric: str, view: str | None = None) -> None:
+    """Wait until the page has drawn ``metric`` (with ``view``) for its current query."""
+    page.wait_for_function(
+        "([m, v]) => window.ldpkitDashboard.data && window.ldpkitDashboard.data.metric === m"
+        " && (v === null || window.ldpkitDashboard.view === v)",
+        arg=[metric, view],
     )
-    whiskers = page.eval_on_selector_all(
-        "line.whisker",
-        "els => els.map(e => [e.dataset.category, Number(e.dataset.low), Number(e.dataset.high)])",
-    )
-    assert bars == [[i["category"], pytest.approx(i["estimate"])] for i in expected["items"]]
-    assert whiskers == [
-        [i["category"], pytest.approx(i["low"]), pytest.approx(i["high"])]
-        for i in expected["items"]
-    ]
-    assert page.text_content("#n") == f"n = {expected['n']}"
+
+
+# In the page: where an element is drawn, in its figure's coordinates (whatever
+# transforms Plot applied), so it can be read back through the figure's own scales.
+USER_BOX = """
+  const userBox = (el) => {
+    const svg = el.ownerSVGElement, s = svg.getBoundingClientRect(), r = el.getBoundingClientRect();
+    const k = s.width / svg.viewBox.baseVal.width;
+    const box = { left: (r.left - s.left) / k, right: (r.right - s.left) / k,
+                  top: (r.top - s.top) / k, bottom: (r.bottom - s.top) / k };
+    box.cx = (box.left + box.right) / 2;
+    box.cy = (box.top + box.bottom) / 2;
+    return box;
+  };
+"""
+
+READ_BARS = (
+    """() => {"""
+    + USER_BOX
+    + """
+  const fig = window.ldpkitDashboard.figures[0];
+  const y = fig.scale("y"), x = fig.scale("x");
+  const cat = (el) =>
+    x.domain.find((c) => Math.abs(x.apply(c) + x.bandwidth / 2 - userBox(el).cx) < 2);
+  return {
+    unit: (y.domain[1] - y.domain[0]) / (y.range[0] - y.range[1]),
+    bars: [...fig.querySelectorAll("g.estimate-bars rect")].map((r) =>
+      [cat(r), y.invert(userBox(r).top)]),
+    whiskers: [...fig.querySelectorAll("g.whiskers line")].map((l) =>
+      [cat(l), y.invert(userBox(l).bottom), y.invert(userBox(l).top)]),
+    consistent: [...fig.querySelectorAll("g.consistent-marks line")].map((l) =>
+      y.invert(userBox(l).cy)),
+  };
+}"""
+)
+
+READABLE = """(root) => {
+  // What a person needs to read: tick labels on both axes, and nothing clipped.
+  const out = { problems: [], yTicks: 0, xTicks: 0 };
+  const vw = document.documentElement.clientWidth;
+  if (document.documentElement.scrollWidth > vw + 1)
+    out.problems.push(
+      `the page is ${document.documentElement.scrollWidth}px wide in a ${vw}px window`);
+  for (const svg of document.querySelectorAll(root + " svg")) {
+    const box = svg.getBoundingClientRect();
+    if (box.width < 8) continue;  // a legend swatch
+    if (box.left < -0.5 || box.right > vw + 0.5)
+      out.problems.push(`a chart spans ${box.left}..${box.right} in a ${vw}px window`);
+    for (const t of svg.querySelectorAll("text")) {
+      const r = t.getBoundingClientRect();
+      if (!r.width) continue;
+      if (r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5
+          || r.bottom > box.bottom + 0.5 || r.right > vw + 0.5 || r.left < -0.5)
+        out.problems.push(
+          `text "${t.textContent}" is cut off (${Math.round(r.left)}..${Math.round(r.right)})`);
+    }
+    out.yTicks += svg.querySelectorAll('g[aria-label="y-axis tick label"] text').length;
+    out.xTicks += svg.querySelectorAll('g[aria-label="x-axis tick label"] text').length;
+  }
+  for (const e of document.querySelectorAll(root + " .key span, " + root + " figure > div span")) {
+    const r = e.getBoundingClientRect();
+    if (r.right > vw + 0.5) out.problems.push(`legend entry "${e.textContent}" is cut off`);
+  }
+  return out;
+}"""
+
+
+def _readable(page: Any) -> dict[str, Any]:
+    result: dict[str, Any] = page.evaluate(READABLE, "#chart")
+    assert not result["problems"], result["problems"]
+    return result
+
+
+# --- bars with whiskers -----------------------------------------------------------------
+@pytest.mark.parametrize("width", WIDTHS)
+def test_bars_and_whiskers_show_the_api_values(
+    browser: Any, board: Board, shots: Path, width: int
+) -> None:
+    page = _open(browser, board, width, "theme")
+    expected = _api(board.url, "/v1/estimates/theme?level=0.95")
+    drawn = page.evaluate(READ_BARS)
+    tolerance = 1.5 * drawn["unit"]  # a pixel and a half
+    assert [c for c, _ in drawn["bars"]] == THEMES
+    for (category, value), item in zip(drawn["bars"], expected["items"], strict=True):
+        assert category == item["category"]
+        assert value == pytest.approx(item["estimate"], abs=tolerance)
+    assert [c for c, *_ in drawn["whiskers"]] == THEMES
+    for (_, low, high), item in zip(drawn["whiskers"], expected["items"], strict=True):
+        assert low == pytest.approx(item["low"], abs=tolerance)
+        assert high == pytest.approx(item["high"], abs=tolerance)
+    assert page.text_content("#n") == f"n = {expected['n']}" == f"n = {DAYS * PER_DAY}"
     assert expected["mechanism"] in (page.text_content("#mechanism") or "")
-    # The bars are drawn to scale: taller bar for the larger estimate.
-    heights = page.eval_on_selector_all(
-        "rect.bar", "els => els.map(e => Number(e.getAttribute('height')))"
-    )
-    order = sorted(range(3), key=lambda k: expected["items"][k]["estimate"])
-    assert heights[order[0]] <= heights[order[1]] <= heights[order[2]]
-    page.screenshot(path=str(populated.directory / "dashboard-theme.png"))
+    readable = _readable(page)
+    assert readable["yTicks"] >= 4
+    assert readable["xTicks"] == len(THEMES)
+    assert "fraction of users" in (page.text_content("#chart") or "")
+    page.screenshot(path=str(shots / f"theme-bars-{width}.png"), full_page=True)
 
     # Consistent estimates appear beside the unbiased ones when asked.
     page.check("#consistent")
-    page.wait_for_selector("line.consistent-mark", state="attached")
-    marks = page.eval_on_selector_all(
-        "line.consistent-mark", "els => els.map(e => Number(e.dataset.consistent))"
-    )
-    assert sum(marks) == pytest.approx(1.0)
+    page.wait_for_function("window.ldpkitDashboard.data.consistent === true")
+    marks = page.evaluate(READ_BARS)["consistent"]
+    consistent = _api(board.url, "/v1/estimates/theme?consistent=true")["items"]
+    assert marks == pytest.approx([i["consistent"] for i in consistent], abs=tolerance)
+    assert sum(marks) == pytest.approx(1.0, abs=3 * tolerance)
+    assert not page.errors
     page.close()
 
 
-def test_numeric_metric_shows_mean_with_interval(browser: Any, populated: Populated) -> None:
-    page = browser.new_page()
-    page.goto(populated.url + "/ui/")
+# --- the mean of a numeric metric -------------------------------------------------------
+@pytest.mark.parametrize("width", WIDTHS)
+def test_numeric_mean_with_its_interval_at_a_readable_size(
+    browser: Any, board: Board, shots: Path, width: int
+) -> None:
+    page = _open(browser, board, width, "session_minutes")
+    expected = _api(board.url, "/v1/estimates/session_minutes")
+    strips = page.evaluate(
+        "() => {"
+        + USER_BOX
+        + """return window.ldpkitDashboard.figures.map((fig) => {
+          const x = fig.scale("x");
+          const dot = userBox(fig.querySelector("g.mean-dot circle"));
+          const rule = userBox(fig.querySelector("g.interval line"));
+          return {
+            domain: x.domain, range: x.range,
+            mean: x.invert(dot.cx), low: x.invert(rule.left), high: x.invert(rule.right),
+            ruleWidth: rule.right - rule.left,
+            ticks: [...fig.querySelectorAll('g[aria-label="x-axis tick label"] text')]
+              .map((t) => t.textContent),
+          };
+        })}"""
+    )
+    assert len(strips) == 2
+    bounds, zoom = strips
+    assert bounds["domain"] == [0, 240]  # the metric's bounds axis
+    assert bounds["ticks"][0] == "0" and bounds["ticks"][-1] == "240"
+    for strip in strips:
+        unit = (strip["domain"][1] - strip["domain"][0]) / (strip["range"][1] - strip["range"][0])
+        for key in ("mean", "low", "high"):
+            assert strip[key] == pytest.approx(expected[key], abs=1.5 * unit), key
+    # Readable: the zoomed interval spans about half the chart, however narrow it is.
+    plot_width = zoom["range"][1] - zoom["range"][0]
+    assert zoom["ruleWidth"] >= 0.4 * plot_width
+    size = page.evaluate(
+        "parseFloat(getComputedStyle(document.querySelector('#mean-value')).fontSize)"
+    )
+    assert size >= 18
+    text = page.text_content("#mean-value") or ""
+    assert f"{expected['mean']:.3f}" in text and f"{expected['high']:.3f}" in text
+    _readable(page)
+    page.screenshot(path=str(shots / f"minutes-mean-{width}.png"), full_page=True)
+    assert not page.errors
+    page.close()
+
+
+# --- over time --------------------------------------------------------------------------
+READ_TIME = (
+    "() => {"
+    + USER_BOX
+    + """
+  const fig = window.ldpkitDashboard.figures[0];
+  const x = fig.scale("x"), y = fig.scale("y"), color = fig.scale("color");
+  const swatches = [...fig.querySelectorAll(":scope > div span")].map((s) => ({
+    label: s.textContent, fill: s.querySelector("svg").getAttribute("fill"),
+  }));
+  return {
+    unit: (y.domain[1] - y.domain[0]) / (y.range[0] - y.range[1]),
+    seconds: (x.domain[1] - x.domain[0]) / (x.range[1] - x.range[0]) / 1000,
+    swatches,
+    scale: Object.fromEntries(color.domain.map((d) => [d, color.apply(d)])),
+    lines: [...fig.querySelectorAll("g.lines path")].map((p) => p.getAttribute("stroke")),
+    bands: [...fig.querySelectorAll("g.bands path")].map((p) => p.getAttribute("fill")),
+    points: [...fig.querySelectorAll("g.points circle")].map((c) => ({
+      t: +x.invert(userBox(c).cx) / 1000,
+      value: y.invert(userBox(c).cy),
+      fill: c.getAttribute("fill"),
+    })),
+  };
+}"""
+)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_over_time_has_bands_a_coloured_legend_and_axes(
+    browser: Any, board: Board, shots: Path, width: int
+) -> None:
+    page = _open(browser, board, width, "theme")
+    page.check("#over-time")
+    _drawn(page, "theme", "over-time")
+    expected = _api(board.url, "/v1/estimates/theme?per_bucket=true")
+    drawn = page.evaluate(READ_TIME)
+    # The legend: one entry per series, in the colour its line, band and points are drawn in.
+    assert [s["label"] for s in drawn["swatches"]] == THEMES
+    colours = [s["fill"] for s in drawn["swatches"]]
+    assert len(set(colours)) == len(THEMES)
+    for swatch in drawn["swatches"]:
+        assert drawn["scale"][swatch["label"]] == swatch["fill"]
+    assert sorted(drawn["lines"]) == sorted(colours)
+    assert sorted(drawn["bands"]) == sorted(colours)
+    # Each point where the API puts it, in its series' colour.
+    by_colour = {s["fill"]: s["label"] for s in drawn["swatches"]}
+    want = {
+        (b["bucket"], i["category"]): i["estimate"] for b in expected["buckets"] for i in b["items"]
+    }
+    assert len(drawn["points"]) == len(want) == DAYS * len(THEMES)
+    buckets = sorted({b for b, _ in want})
+    for point in drawn["points"]:
+        bucket = min(buckets, key=lambda b: abs(b - point["t"]))
+        assert abs(bucket - point["t"]) <= 1.5 * drawn["seconds"]  # at its bucket's start
+        key = (bucket, by_colour[point["fill"]])
+        assert point["value"] == pytest.approx(want[key], abs=1.5 * drawn["unit"])
+    readable = _readable(page)
+    assert readable["yTicks"] >= 4 and readable["xTicks"] >= 2
+    # The last bucket's date is on the axis, not cut off (READABLE checked every label).
+    page.screenshot(path=str(shots / f"theme-over-time-{width}.png"), full_page=True)
+
+    # Numeric over time: one series, the mean, with its band.
+    page.click("button[data-metric=session_minutes]")
+    _drawn(page, "session_minutes", "over-time")
+    numeric = page.evaluate(READ_TIME)
+    assert [s["label"] for s in numeric["swatches"]] == ["mean"]
+    assert len(numeric["points"]) == DAYS and len(numeric["bands"]) == 1
+    _readable(page)
+    page.screenshot(path=str(shots / f"minutes-over-time-{width}.png"), full_page=True)
+    assert not page.errors
+    page.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_sixteen_categories_stay_readable(
+    browser: Any, board: Board, shots: Path, width: int
+) -> None:
+    """Long category names under bars, and sixteen series over time with sixteen colours."""
+    page = _open(browser, board, width, "country")
+    drawn = page.evaluate(READ_BARS)
+    assert [c for c, _ in drawn["bars"]] == COUNTRIES
+    readable = _readable(page)
+    assert readable["xTicks"] == len(COUNTRIES)
+    page.screenshot(path=str(shots / f"country-bars-{width}.png"), full_page=True)
+    page.check("#over-time")
+    _drawn(page, "country", "over-time")
+    series = page.evaluate(READ_TIME)
+    assert [s["label"] for s in series["swatches"]] == COUNTRIES
+    assert len({s["fill"] for s in series["swatches"]}) == len(COUNTRIES)
+    _readable(page)
+    page.screenshot(path=str(shots / f"country-over-time-{width}.png"), full_page=True)
+    assert not page.errors
+    page.close()
+
+
+# --- versions, range, interval method ---------------------------------------------------
+def test_version_picker_lists_versions_and_shows_the_picked_one(
+    browser: Any, board: Board, shots: Path
+) -> None:
+    page = _open(browser, board, 1400, "os")
+    options = page.eval_on_selector_all(
+        "#version option", "os => os.map(o => [o.dataset.fingerprint, o.textContent])"
+    )
+    assert [fp for fp, _ in options] == [board.os_new, board.os_old]  # newest first
+    assert "current" in options[0][1] and f"n={NEW_OS}" in options[0][1]
+    assert "ε=1" in options[1][1] and f"n={OLD_OS}" in options[1][1]
+    assert page.text_content("#n") == f"n = {NEW_OS}"
+    page.select_option("#version", board.os_old)
+    page.wait_for_function(f"window.ldpkitDashboard.data.version === '{board.os_old}'")
+    assert page.text_content("#n") == f"n = {OLD_OS}"
+    assert page.text_content("#epsilon") == "ε = 1"
+    expected = _api(board.url, f"/v1/estimates/os?version={board.os_old}")
+    drawn = page.evaluate(READ_BARS)
+    assert [c for c, _ in drawn["bars"]] == OS
+    for (_, value), item in zip(drawn["bars"], expected["items"], strict=True):
+        assert value == pytest.approx(item["estimate"], abs=1.5 * drawn["unit"])
+    page.screenshot(path=str(shots / "os-older-version.png"), full_page=True)
+    page.close()
+
+
+def test_date_range_means_what_the_cli_means(browser: Any, board: Board) -> None:
+    """From is included and Before is excluded, as in the API and `ldpkit estimates`."""
+    from datetime import UTC, datetime
+
+    day = lambda k: datetime.fromtimestamp(board.first_day + k * 86400, UTC)  # noqa: E731
+    page = _open(browser, board, 1400, "theme")
+    page.fill("#from", f"{day(1):%Y-%m-%d}")
+    page.fill("#to", f"{day(3):%Y-%m-%d}")
+    page.click("#query button[type=submit]")
+    page.wait_for_function(f"window.ldpkitDashboard.data.to === {board.first_day + 3 * 86400}")
+    expected = _api(board.url, f"/v1/estimates/theme?from={day(1):%Y-%m-%d}&to={day(3):%Y-%m-%d}")
+    assert expected["n"] == 2 * PER_DAY
+    assert page.text_content("#n") == f"n = {expected['n']}"
+    assert f"before {day(3):%Y-%m-%d}" in (page.text_content("#range") or "")
+    page.close()
+
+
+def test_interval_method_is_shown_when_the_api_gives_one(browser: Any, board: Board) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+
+    def without_method(route: Any) -> None:
+        response = route.fetch()
+        body = response.json()
+        body.pop("interval", None)
+        route.fulfill(response=response, json=body)
+
+    page.route("**/v1/estimates/os*", without_method)
+    page.goto(board.url + "/ui/")
     page.fill("#token", READ)
     page.click("#token-form button")
-    page.click("button[data-metric=session_minutes]")
-    page.wait_for_selector("#mean circle.point")
-    expected = _api(populated.url, "/v1/estimates/session_minutes")
-    mean = page.get_attribute("#mean circle.point", "data-mean")
-    low = page.get_attribute("#mean line.whisker", "data-low")
-    high = page.get_attribute("#mean line.whisker", "data-high")
-    assert float(mean or "nan") == pytest.approx(expected["mean"])
-    assert float(low or "nan") == pytest.approx(expected["low"])
-    assert float(high or "nan") == pytest.approx(expected["high"])
-    # Over time: one bucket of data, drawn as a point with a whisker per category.
-    page.check("#over-time")
-    page.wait_for_selector("#over-time-chart")
+    page.click("button[data-metric=theme]")
+    _drawn(page, "theme")
+    expected = _api(board.url, "/v1/estimates/theme")["interval"]
+    assert expected in ("score", "exact", "score+exact")
+    assert page.text_content("#interval-method") == f"interval: {expected}"
+    page.click("button[data-metric=os]")
+    _drawn(page, "os")
+    assert page.query_selector("#interval-method") is None  # not answered: not shown
     page.close()
 
 
-def test_bad_token_shows_a_clear_message(browser: Any, populated: Populated) -> None:
+def test_bad_token_shows_a_clear_message(browser: Any, board: Board) -> None:
     page = browser.new_page()
-    page.goto(populated.url + "/ui/")
+    page.goto(board.url + "/ui/")
     page.fill("#token", "not-a-token")
     page.click("#token-form button")
     page.wait_for_selector("#message.error:not([hidden])")  # not the initial hint

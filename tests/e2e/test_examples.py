@@ -73,8 +73,19 @@ async def test_webapp_reports_through_the_async_reporter(
         assert ok.status == 200 and (await ok.json())["saved"] is True
         bad = await client.post("/settings", json={"theme": "purple"})
         assert bad.status == 400 and "purple" in (await bad.json())["error"]
+        # A body that is not JSON is the client's mistake: 400 with what to send, not 500.
+        garbled = await client.post("/settings", data=b"theme=dark")
+        assert garbled.status == 400 and "JSON" in (await garbled.json())["error"]
+        listed = await client.post("/settings", json=["dark"])
+        assert listed.status == 400
     # Closing the app closed the reporter, which flushed its outbox.
     assert n_reported() == before + 1
+
+
+def test_webapp_listens_on_loopback_by_default() -> None:
+    text = (EXAMPLES / "webapp" / "app.py").read_text()
+    assert 'host=os.environ.get("HOST", "127.0.0.1")' in text
+    assert "0.0.0.0" not in text
 
 
 @pytest.mark.parametrize("name", ["quickstart", "webapp", "analysis"])

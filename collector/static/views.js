@@ -1,0 +1,214 @@
+// ldpkit dashboard views: one entry per kind of chart, drawn with Observable Plot.
+//
+// A view is { name, applies(data, ctx), draw(data, ctx) } where `data` is the JSON of
+// GET /v1/estimates/{metric} and ctx = { metric (its definition), width, overTime }.
+// draw() returns { node, figures } — the element to show, and the Plot figures in it
+// (tests read their scales to check what is drawn against the API's values).
+// The first view whose applies() is true draws; a later metric kind (a histogram with
+// whiskers and marked quantiles, a tree opened level by level, a two-way table as a heat
+// map, a ranked list of strings with intervals) is one more LDPK_VIEWS.register({...})
+// here, and nothing else changes.
+"use strict";
+
+const LDPK_VIEWS = (() => {
+  const views = [];
+  const BAR = "#4C78A8", WHISKER = "#222", CONSISTENT = "#F58518";
+
+  function register(view) { views.push(view); }
+  function pick(data, ctx) { return views.find((v) => v.applies(data, ctx)); }
+
+  const pct = (level) => `${Math.round(level * 100)}%`;
+  const num = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
+
+  function html(tag, attrs = {}, text = null) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== null) node.textContent = text;
+    return node;
+  }
+
+  // A key for marks that a colour legend does not explain (bar, whisker, tick).
+  function key(entries) {
+    const box = html("div", { class: "key" });
+    for (const [label, colour, shape] of entries) {
+      const item = html("span", { class: shape || "", style: `--swatch: ${colour}` }, label);
+      box.appendChild(item);
+    }
+    return box;
+  }
+
+  // Distinct colours for up to 10 series (Tableau 10), then evenly spread hues.
+  function palette(n) {
+    if (n <= 10) return d3.schemeTableau10.slice(0, n);
+    return d3.quantize((t) => d3.interpolateTurbo(0.08 + 0.84 * t), n);
+  }
+
+  // Ticks that include both ends of the domain (the bounds), without crowding them.
+  function endTicks(domain, width) {
+    const [lo, hi] = domain, span = hi - lo;
+    const inner = d3.ticks(lo, hi, Math.max(3, Math.floor(width / 90)))
+      .filter((t) => t - lo > 0.07 * span && hi - t > 0.07 * span);
+    return [lo, ...inner, hi];
+  }
+
+  function fontStyle(width) {
+    return { fontSize: width < 520 ? "11px" : "13px", overflow: "visible" };
+  }
+
+  // --- categorical: bars with interval whiskers per category ---------------------------
+  register({
+    name: "categories",
+    applies: (data, ctx) => Array.isArray(data.items) && !ctx.overTime,
+    draw(data, ctx) {
+      const items = data.items.filter((i) => i.estimate !== null);
+      const node = html("div", { id: "bars" });
+      node.appendChild(key([
+        ["unbiased estimate", BAR],
+        [`${pct(data.level)} interval`, WHISKER, "line"],
+        ...(data.consistent ? [["consistent (Norm-Sub)", CONSISTENT, "line"]] : []),
+      ]));
+      if (!items.length) {
+        node.appendChild(html("p", {}, "No reports in this range."));
+        return { node, figures: [] };
+      }
+      const values = items.flatMap((i) => [i.low, i.high, i.consistent]).filter((v) => v !== null && v !== undefined);
+      const names = data.items.map((i) => i.category);
+      const longest = Math.max(...names.map((n) => n.length));
+      // Bars no wider than a person reads as bars; caps about 18 px wide.
+      const width = Math.min(ctx.width, 150 * names.length + 120);
+      const rotate = names.length * Math.max(longest, 4) * 7.5 > width - 70;
+      const band = ((width - 72) / names.length) * 0.75;
+      const cap = Math.max(0, band / 2 - 9);
+      const fig = Plot.plot({
+        width,
+        height: 340,
+        marginLeft: 56,
+        marginRight: 16,
+        marginBottom: rotate ? 16 + 6.5 * Math.min(longest, 18) : 36,
+        style: fontStyle(ctx.width),
+        x: { domain: names, label: null, tickRotate: rotate ? -40 : 0, padding: 0.25 },
+        y: { domain: [Math.min(0, ...values), Math.max(0.05, ...values)], nice: true, grid: true, label: "fraction of users" },
+        marks: [
+          Plot.barY(items, { x: "category", y: "estimate", fill: BAR, className: "estimate-bars",
+            title: (i) => `${i.category}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]` }),
+          Plot.ruleY([0], { stroke: "#888" }),
+          Plot.ruleX(items, { x: "category", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
+          Plot.tickY(items, { x: "category", y: "low", stroke: WHISKER, strokeWidth: 2, inset: cap, className: "whisker-caps" }),
+          Plot.tickY(items, { x: "category", y: "high", stroke: WHISKER, strokeWidth: 2, inset: cap, className: "whisker-caps" }),
+          ...(data.consistent ? [Plot.tickY(items, { x: "category", y: "consistent", stroke: CONSISTENT, strokeWidth: 3, className: "consistent-marks" })] : []),
+        ],
+      });
+      node.appendChild(fig);
+      return { node, figures: [fig] };
+    },
+  });
+
+  // --- numeric: the mean with its interval, on the bounds axis and zoomed in -----------
+  register({
+    name: "mean",
+    applies: (data, ctx) => !Array.isArray(data.items) && !ctx.overTime,
+    draw(data, ctx) {
+      const node = html("div", { id: "mean" });
+      if (data.mean === null || data.mean === undefined) {
+        node.appendChild(html("p", {}, "No reports in this range."));
+        return { node, figures: [] };
+      }
+      node.appendChild(html("p", { class: "big", id: "mean-value" },
+        `mean ${num(data.mean)}  ·  ${pct(data.level)} interval [${num(data.low)}, ${num(data.high)}]`));
+      const bounds = ctx.metric && ctx.metric.bounds ? ctx.metric.bounds : [data.low, data.high];
+      const row = [{ mean: data.mean, low: data.low, high: data.high, y: "mean" }];
+      const strip = (title, domain, id, ends) => {
+        node.appendChild(html("h3", {}, title));
+        const fig = Plot.plot({
+          width: ctx.width,
+          height: 96,
+          marginLeft: 24,
+          marginRight: 24,
+          marginTop: 12,
+          marginBottom: 36,
+          style: fontStyle(ctx.width),
+          x: { domain, grid: true, label: null, nice: false, ...(ends ? { ticks: endTicks(domain, ctx.width) } : {}) },
+          y: { axis: null, domain: ["mean"] },
+          marks: [
+            Plot.ruleY(row, { x1: "low", x2: "high", y: "y", stroke: WHISKER, strokeWidth: 3, className: "interval" }),
+            Plot.tickX(row, { x: "low", y: "y", stroke: WHISKER, strokeWidth: 2 }),
+            Plot.tickX(row, { x: "high", y: "y", stroke: WHISKER, strokeWidth: 2 }),
+            Plot.dot(row, { x: "mean", y: "y", r: 7, fill: BAR, stroke: "white", className: "mean-dot",
+              title: (d) => `mean ${num(d.mean)} [${num(d.low)}, ${num(d.high)}]` }),
+          ],
+        });
+        fig.setAttribute("id", id);
+        node.appendChild(fig);
+        return fig;
+      };
+      const whole = strip(`on the metric's bounds [${bounds[0]}, ${bounds[1]}]`, [Math.min(bounds[0], data.low), Math.max(bounds[1], data.high)], "mean-bounds", true);
+      // The interval at a readable size: about half the width, the mean in the middle.
+      const half = Math.max(data.high - data.low, 1e-9);
+      const zoom = strip("zoomed on the interval", [data.low - half * 0.5, data.high + half * 0.5], "mean-zoom", false);
+      return { node, figures: [whole, zoom] };
+    },
+  });
+
+  // --- over time: estimates per bucket, interval bands, a colour legend ----------------
+  function overTimeRows(data) {
+    if (Array.isArray(data.items)) {
+      return data.buckets.flatMap((b) => (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
+        t: new Date(b.bucket * 1000), series: i.category, estimate: i.estimate, low: i.low, high: i.high, n: b.n,
+      })));
+    }
+    return data.buckets.filter((b) => b.mean !== null && b.mean !== undefined).map((b) => ({
+      t: new Date(b.bucket * 1000), series: "mean", estimate: b.mean, low: b.low, high: b.high, n: b.n,
+    }));
+  }
+
+  register({
+    name: "over-time",
+    applies: (data, ctx) => ctx.overTime && Array.isArray(data.buckets),
+    draw(data, ctx) {
+      const node = html("div", { id: "over-time-chart" });
+      const rows = overTimeRows(data);
+      const series = Array.isArray(data.items) ? data.items.map((i) => i.category) : ["mean"];
+      if (!rows.length) {
+        node.appendChild(html("p", {}, "No reports in this range."));
+        return { node, figures: [] };
+      }
+      const times = [...new Set(rows.map((r) => +r.t))].sort((a, b) => a - b);
+      const colours = palette(series.length);
+      // Whiskers side by side when several series share a bucket, so none hides another.
+      const step = Math.min(5, 36 / Math.max(series.length, 1));
+      const whiskers = series.map((s, k) => Plot.ruleX(rows.filter((r) => r.series === s), {
+        x: "t", y1: "low", y2: "high", stroke: "series", strokeOpacity: 0.7, strokeWidth: 1.5,
+        dx: (k - (series.length - 1) / 2) * step, className: "whiskers",
+      }));
+      const values = rows.flatMap((r) => [r.low, r.high]);
+      const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;  // one bucket: room around it
+      const fig = Plot.plot({
+        width: ctx.width,
+        height: 360,
+        marginLeft: 60,
+        marginRight: 36,
+        marginBottom: 46,
+        insetLeft: 14,
+        insetRight: 14,
+        style: fontStyle(ctx.width),
+        x: { type: "utc", label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36, domain: [new Date(times[0] - pad), new Date(times[times.length - 1] + pad)],
+          ticks: Math.max(2, Math.min(times.length, Math.floor(ctx.width / 110))) },
+        y: { grid: true, nice: true, label: Array.isArray(data.items) ? "fraction of users" : "mean",
+          domain: [Math.min(0, ...values), Math.max(...values)] },
+        color: { domain: series, range: colours, legend: true, label: null },
+        marks: [
+          ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
+          ...whiskers,
+          Plot.lineY(rows, { x: "t", y: "estimate", stroke: "series", strokeWidth: 2, className: "lines" }),
+          Plot.dot(rows, { x: "t", y: "estimate", fill: "series", r: 3.5, className: "points",
+            title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], n=${r.n}` }),
+        ],
+      });
+      node.appendChild(key([[`${pct(data.level)} interval: ${times.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      node.appendChild(fig);
+      return { node, figures: [fig] };
+    },
+  });
+
+  return { register, pick, views };
+})();

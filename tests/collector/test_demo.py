@@ -1,0 +1,96 @@
+"""``ldpkit demo`` as a newcomer runs it: past the client's outbox bound, with progress,
+and stopped by SIGTERM without leaving a collector or a temp folder behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+DEMO = [sys.executable, "-m", "ldpkit.collector.cli", "demo"]
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("LDPKIT_")}
+
+
+def test_demo_runs_past_the_outbox_bound_with_progress() -> None:
+    # 40,000 users x 3 metrics = 120,000 reports: more than one Reporter outbox holds.
+    out = subprocess.run(
+        [*DEMO, "--users", "40000", "--seed", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_clean_env(),
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "reachable" not in out.stdout + out.stderr
+    for metric in ("theme", "country", "session_minutes"):
+        assert f"{metric}: n=40,000" in out.stdout
+    progress = [line for line in out.stdout.splitlines() if "users sent" in line]
+    assert progress and "40,000/40,000 users sent (100%)" in progress[-1]
+    assert re.search(r"about \d+ s (left|in all)", out.stdout), out.stdout
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_sigterm_to_demo_serve_stops_its_collector_and_removes_its_folder() -> None:
+    proc = subprocess.Popen(
+        [*DEMO, "--serve", "--users", "300", "--seed", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_clean_env(),
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    workdir = url = None
+    try:
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:
+            if match := re.search(r"on SQLite in (\S+)", line):
+                workdir = Path(match.group(1))
+            if match := re.search(r"Dashboard: open (http://\S+)/ui", line):
+                url = match.group(1)
+                break
+            assert time.monotonic() < deadline, "the demo did not reach --serve in time"
+        assert workdir is not None and url is not None
+        assert workdir.exists()
+        with urllib.request.urlopen(url + "/healthz", timeout=10) as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=60) == 0, rest
+        assert "stopped" in rest
+        assert not workdir.exists(), "the demo's temp folder was left behind"
+        assert not _processes_mentioning(str(workdir)), "the demo's collector still runs"
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=5)
+            raise AssertionError("the collector still answers after SIGTERM")
+        except urllib.error.URLError:
+            pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if workdir is not None:  # on failure: end the orphaned collector this test started
+            for pid in _processes_mentioning(str(workdir)):
+                os.kill(pid, signal.SIGKILL)
