@@ -1,0 +1,415 @@
+"""Heavy hitters over open-domain strings: the answer, its intervals, and planning.
+
+:class:`HeavyHitters` is what :meth:`ldpkit.mechanisms.strings.PrefixSketch.estimate`
+returns: the top-k strings found, each with an estimate, a standard error and an
+interval; the *threshold* below which nothing can be found at this epsilon and n; and
+:meth:`HeavyHitters.query` for strings an analyst names. :func:`plan_strings` and
+:func:`required_n_strings` say what a campaign can find before it runs.
+
+Estimand: the fraction of the n reporting devices that hold the string.
+
+Intervals ("score" method): the variance of an estimate at true fraction f is
+``V(f) = v0 + v1 f - v2 f^2``, with ``v0`` the null variance measured on decoy keys, ``v1``
+the pure oracle's extra variance per unit of f plus the sampling term, and
+``v2 = 1/n_E - 1/n`` (the estimation sketch's devices are a random subset of the n).
+The interval is ``{f in [0, 1] : (f_hat - f)^2 <= z^2 V(f)}``, with ``f_hat`` clipped to
+[0, 1] first: Wilson's construction, the variance taken at the hypothesised f rather
+than the estimate, so it stays honest at small counts.
+
+Strings are bytes. ``text`` is the UTF-8 decoding when the bytes are valid UTF-8 (control
+characters included: JSON escapes them); otherwise each invalid byte is shown as ``\\xNN``
+(Python's ``backslashreplace``) and ``utf8`` is False. ``hex`` is always the exact bytes,
+so an item is never ambiguous; :func:`printable` escapes what a terminal should not print.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._validation import check_count, check_level
+from .errors import ParameterError
+from .estimates import ConfidenceInterval, normal_quantile
+
+if TYPE_CHECKING:
+    from .mechanisms.strings import PrefixSketch
+
+FloatArray = npt.NDArray[np.float64]
+
+INTERVAL_METHOD = "score"
+"""Name of the interval construction (see the module docstring)."""
+
+
+def as_text(value: bytes) -> tuple[str, bool]:
+    """``(text, utf8)``: the UTF-8 decoding, or ``\\xNN`` escapes for invalid bytes."""
+    try:
+        return value.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return value.decode("utf-8", errors="backslashreplace"), False
+
+
+def printable(value: bytes) -> str:
+    """A one-line form for terminals: non-printable characters escaped, as ``repr`` does."""
+    text, _ = as_text(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def to_bytes(value: str | bytes) -> bytes:
+    """A candidate as bytes: ``str`` in UTF-8, ``bytes`` as they are."""
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ParameterError(f"candidate {value!r} cannot be encoded as UTF-8: {exc}") from None
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    raise ParameterError(f"a candidate must be a str or bytes, got {value!r}")
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class StringEstimate:
+    """One string's estimated fraction, standard error and interval (at the answer's level)."""
+
+    value: bytes
+    estimate: float
+    stderr: float
+    low: float
+    high: float
+
+    @property
+    def text(self) -> str:
+        return as_text(self.value)[0]
+
+    @property
+    def utf8(self) -> bool:
+        return as_text(self.value)[1]
+
+    @property
+    def hex(self) -> str:
+        return self.value.hex()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``category`` (text), ``hex``, ``utf8``, ``estimate``, ``stderr``, ``low``,
+        ``high`` (non-finite numbers become None)."""
+        text, utf8 = as_text(self.value)
+        return {
+            "category": text,
+            "hex": self.value.hex(),
+            "utf8": utf8,
+            "estimate": _finite(self.estimate),
+            "stderr": _finite(self.stderr),
+            "low": _finite(self.low),
+            "high": _finite(self.high),
+        }
+
+
+@dataclass(frozen=True)
+class VarianceModel:
+    """``V(f) = v0 + v1 f - v2 f^2``: the variance of an estimate at true fraction f."""
+
+    v0: float
+    v1: float
+    v2: float
+
+    def variance(self, f: npt.ArrayLike) -> FloatArray:
+        x = np.clip(np.asarray(f, dtype=np.float64), 0.0, 1.0)
+        return np.maximum(self.v0 + self.v1 * x - self.v2 * x * x, 0.0)
+
+    def stderr(self, estimate: npt.ArrayLike) -> FloatArray:
+        return np.sqrt(self.variance(estimate))
+
+    def interval(self, estimate: npt.ArrayLike, level: float) -> tuple[FloatArray, FloatArray]:
+        """Score interval ``{f in [0,1] : (f_hat - f)^2 <= z^2 V(f)}``, f_hat clipped to [0, 1]."""
+        z = normal_quantile(level)
+        e = np.asarray(estimate, dtype=np.float64)
+        f = np.clip(e, 0.0, 1.0)
+        z2 = z * z
+        a = 1.0 + z2 * self.v2
+        b = -(2.0 * f + z2 * self.v1)
+        c = f * f - z2 * self.v0
+        disc = np.sqrt(np.maximum(b * b - 4.0 * a * c, 0.0))
+        low = np.clip((-b - disc) / (2.0 * a), 0.0, 1.0)
+        high = np.clip((-b + disc) / (2.0 * a), 0.0, 1.0)
+        # The set contains f_hat (clipped) by construction; rounding must not exclude it.
+        low = np.minimum(low, f)
+        high = np.maximum(high, f)
+        bad = ~np.isfinite(e)
+        low = np.where(bad, np.nan, low)
+        high = np.where(bad, np.nan, high)
+        return low, high
+
+
+@dataclass(frozen=True, eq=False)
+class HeavyHitters:
+    """The top-k strings found, with estimates and intervals, and the detection threshold.
+
+    Attributes
+    ----------
+    mechanism, epsilon, n, k, max_length : what produced the answer.
+    items : the strings found (at most k), by decreasing estimate. Their estimates come
+        from the estimation sketch, whose devices took no part in finding them.
+    threshold : a string less frequent than this is found with probability below 1/2,
+        whatever its length (nothing below it can be found at this epsilon and n). An
+        empty ``items`` means no string stood out above the noise, not that none is
+        popular.
+    thresholds : the same per length in bytes (index 0 .. max_length): longer strings
+        must survive more levels and need more.
+    level : confidence level of the items' ``low``/``high``.
+    n_estimation : devices that reported to the estimation sketch.
+    variance_model : the variance of an estimate as a function of the true fraction.
+    """
+
+    mechanism: str
+    epsilon: float
+    n: int
+    k: int
+    max_length: int
+    items: tuple[StringEstimate, ...]
+    threshold: float
+    thresholds: tuple[float, ...]
+    level: float
+    n_estimation: int
+    variance_model: VarianceModel
+    interval_method: str = INTERVAL_METHOD
+    _estimate_keys: Callable[[Sequence[bytes]], FloatArray] | None = field(
+        default=None, repr=False
+    )
+
+    @property
+    def strings(self) -> list[bytes]:
+        return [item.value for item in self.items]
+
+    @property
+    def frequencies(self) -> FloatArray:
+        return np.array([item.estimate for item in self.items], dtype=np.float64)
+
+    @property
+    def stderr(self) -> FloatArray:
+        return np.array([item.stderr for item in self.items], dtype=np.float64)
+
+    def ci(self, level: float = 0.95) -> ConfidenceInterval:
+        """Intervals of the items' fractions at ``level`` (arrays, in item order)."""
+        level = check_level(level)
+        low, high = self.variance_model.interval(self.frequencies, level)
+        return ConfidenceInterval(low, high)
+
+    def _estimates(self, values: Sequence[bytes], level: float) -> tuple[StringEstimate, ...]:
+        if self._estimate_keys is None or self.n_estimation == 0:
+            est = np.full(len(values), np.nan)
+        else:
+            est = self._estimate_keys(values)
+        se = np.where(np.isfinite(est), self.variance_model.stderr(est), np.nan)
+        low, high = self.variance_model.interval(est, level)
+        return tuple(
+            StringEstimate(v, float(e), float(s), float(lo), float(hi))
+            for v, e, s, lo, hi in zip(values, est, se, low, high, strict=True)
+        )
+
+    def query(
+        self, candidates: Iterable[str | bytes], level: float | None = None
+    ) -> tuple[StringEstimate, ...]:
+        """Estimated fractions of named strings, each with a standard error and interval.
+
+        A string that is among the items gets the same estimate as its item. A string
+        longer than ``max_length`` could not have been reported: ParameterError.
+        """
+        if isinstance(candidates, (str, bytes)):
+            candidates = [candidates]
+        values = [to_bytes(c) for c in candidates]
+        for v in values:
+            if len(v) > self.max_length:
+                raise ParameterError(
+                    f"candidate {as_text(v)[0][:40]!r} is {len(v)} bytes long; no device could "
+                    f"report it (max_length = {self.max_length})"
+                )
+        return self._estimates(values, check_level(level if level is not None else self.level))
+
+    def to_dict(
+        self, candidates: Iterable[str | bytes] | None = None, level: float | None = None
+    ) -> dict[str, Any]:
+        """JSON-ready answer: plain numbers, strings as text plus hex; None for non-finite."""
+        lvl = check_level(level if level is not None else self.level)
+        items = self.items if lvl == self.level else self._estimates(self.strings, lvl)
+        data: dict[str, Any] = {
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "n": self.n,
+            "n_estimation": self.n_estimation,
+            "k": self.k,
+            "max_length": self.max_length,
+            "level": lvl,
+            "interval_method": self.interval_method,
+            "threshold": _finite(self.threshold),
+            "thresholds_by_length": [_finite(t) for t in self.thresholds],
+            "items": [item.to_dict() for item in items],
+        }
+        if candidates is not None:
+            data["candidates"] = [c.to_dict() for c in self.query(candidates, lvl)]
+        return data
+
+
+# --- detection model -------------------------------------------------------------------
+_NORMAL = NormalDist()
+
+
+def detection_probability(
+    frequency: float,
+    length: int,
+    sigmas: Sequence[float],
+    cutoffs: Sequence[float],
+    prefilter: float,
+    find_z: float,
+) -> float:
+    """Probability that a string of ``length`` bytes and true ``frequency`` is found.
+
+    The worst case: each prefix has the string's own frequency (no other string shares
+    it). ``sigmas[t - 1]`` and ``cutoffs[t - 1]`` are the null standard error and the
+    estimate a prefix needed to stay in the beam at level t (1 .. max_length); a complete
+    string must then clear ``prefilter`` standard errors at its own level and ``find_z``
+    pooled standard errors over the levels from its own to the last.
+    """
+    f = frequency
+    levels = len(sigmas)
+    own = max(length, 1)
+    prob = 1.0
+    for t in range(1, own):
+        prob *= _NORMAL.cdf((f - cutoffs[t - 1]) / sigmas[t - 1])
+    s_own = sigmas[own - 1]
+    prob *= _NORMAL.cdf((f - prefilter * s_own) / s_own)
+    pooled = 1.0 / math.sqrt(sum(1.0 / (s * s) for s in sigmas[own - 1 : levels]))
+    prob *= _NORMAL.cdf((f - find_z * pooled) / pooled)
+    return prob
+
+
+def detection_thresholds(
+    sigmas: Sequence[float],
+    cutoffs: Sequence[float],
+    prefilter: float,
+    find_z: float,
+    probability: float = 0.5,
+) -> tuple[float, ...]:
+    """For each length 0 .. max_length, the frequency found with ``probability`` (<= 1)."""
+    if not all(math.isfinite(s) and s > 0 for s in sigmas):
+        return tuple(1.0 for _ in range(len(sigmas) + 1))
+    out = []
+    for length in range(len(sigmas) + 1):
+        if detection_probability(1.0, length, sigmas, cutoffs, prefilter, find_z) < probability:
+            out.append(1.0)
+            continue
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if detection_probability(mid, length, sigmas, cutoffs, prefilter, find_z) < probability:
+                lo = mid
+            else:
+                hi = mid
+        out.append(hi)
+    return tuple(out)
+
+
+# --- planning --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StringPlan:
+    """What a strings campaign of n devices can find.
+
+    ``threshold`` is the frequency a string is found at with ``probability``, for the
+    most favourable length; ``thresholds`` per length 0 .. max_length (a 16-byte string
+    needs more than a 5-byte one); ``max_length_threshold`` for strings of max_length.
+    """
+
+    mechanism: str
+    epsilon: float
+    max_length: int
+    k: int
+    n: int
+    probability: float
+    threshold: float
+    thresholds: tuple[float, ...]
+
+    @property
+    def max_length_threshold(self) -> float:
+        return self.thresholds[-1]
+
+
+def _unit_thresholds(m: PrefixSketch, probability: float) -> tuple[float, ...]:
+    """Thresholds at n = 1 under random hashing: they scale as 1 / sqrt(n)."""
+    from .mechanisms._string_decoder import null_cutoffs
+
+    sigmas, cutoffs, prefilter, find_z = null_cutoffs(m, n=1.0)
+    # Solved on a scaled problem (frequencies may exceed 1 at n = 1): scale to n = 1e12.
+    scale = 1e6
+    scaled = detection_thresholds(
+        [s / scale for s in sigmas], [c / scale for c in cutoffs], prefilter, find_z, probability
+    )
+    return tuple(t * scale if t < 1.0 else math.inf for t in scaled)
+
+
+def _check_probability(probability: float) -> float:
+    if isinstance(probability, bool) or not isinstance(probability, int | float):
+        raise ParameterError(f"probability must be a number in (0, 1), got {probability!r}")
+    if not 0.0 < probability < 1.0:
+        raise ParameterError(f"probability must be in (0, 1), got {probability!r}")
+    return float(probability)
+
+
+def _string_mechanism(epsilon: float, max_length: int, k: int) -> PrefixSketch:
+    from .mechanisms.strings import PrefixSketch
+
+    return PrefixSketch(epsilon=epsilon, max_length=max_length, k=k)
+
+
+def plan_strings(
+    *, epsilon: float, max_length: int, n: int, k: int = 20, probability: float = 0.5
+) -> StringPlan:
+    """The frequency a string must have to be found, with ``probability``, among n devices.
+
+    Computed from the variance formulas under random hashing (the decoder's measured
+    null variance is a little larger when heavy strings collide), with the beam and
+    false-find cutoffs the decoder uses when no heavy prefix crowds the beam.
+    """
+    m = _string_mechanism(epsilon, max_length, k)
+    n = check_count(n)
+    probability = _check_probability(probability)
+    unit = _unit_thresholds(m, probability)
+    scaled = tuple(min(1.0, t / math.sqrt(n)) for t in unit)
+    return StringPlan(m.name, m.epsilon, m.max_length, m.k, n, probability, min(scaled), scaled)
+
+
+def required_n_strings(
+    *,
+    epsilon: float,
+    max_length: int,
+    frequency: float,
+    length: int | None = None,
+    k: int = 20,
+    probability: float = 0.5,
+) -> StringPlan:
+    """The smallest n at which a string of ``frequency`` is found with ``probability``.
+
+    ``length`` is the string's length in bytes; by default max_length (the hardest).
+    """
+    m = _string_mechanism(epsilon, max_length, k)
+    if isinstance(frequency, bool) or not isinstance(frequency, int | float):
+        raise ParameterError(f"frequency must be a number in (0, 1], got {frequency!r}")
+    if not 0.0 < frequency <= 1.0:
+        raise ParameterError(f"frequency must be in (0, 1], got {frequency!r}")
+    if length is None:
+        length = m.max_length
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= max_length:
+        raise ParameterError(f"length must be an integer in [0, {max_length}], got {length!r}")
+    probability = _check_probability(probability)
+    unit = _unit_thresholds(m, probability)
+    n = max(1, math.ceil((unit[length] / frequency) ** 2))
+    return plan_strings(epsilon=epsilon, max_length=max_length, n=n, k=k, probability=probability)

@@ -1,0 +1,393 @@
+"""Decoding ``prefix_sketch`` aggregates: the walk down the prefix tree (collector side).
+
+Per sketch the aggregate holds the count of every (row, bucket) cell. For a key v with
+bucket ``b_j(v)`` in row j, the support ``C_v = sum_j count[j, b_j(v)]`` debiases, as in
+OLH, to ``r_v = (C_v / n_s - q) / (p - q)`` with ``q = 1/g``. Its expectation is
+``sum_x f_x beta(v, x)`` with ``beta(v, x) = (W(v, x) - q) / (1 - q)`` and ``W(v, x)`` the
+share of the sketch's reports in rows where v and x share a bucket (``beta(v, v) = 1``;
+random hashing makes the others 0 on average, a fixed family does not).
+
+:meth:`_Level.evaluate` therefore solves ``beta_HH f_H = r_H`` over the heavy candidates
+H (at most ``MAX_HEAVY``, those ``Z_HEAVY`` null standard errors above 0, chosen twice),
+subtracts their expected counts from the sketch, and estimates every other candidate
+from the residual (adding back ``sum f_H q / (1 - q)``, the share random hashing would
+have given them). What is left over (the tail's collisions and the oracle's noise) is
+measured by estimating ``DECOYS`` random keys nobody holds: their mean square is the null
+variance, floored at the random-hashing formula.
+
+The walk (module docstring of :mod:`.strings`) keeps a beam of ``beam_width(k)``
+prefixes, each at least ``Z_KEEP`` null standard errors above 0; complete strings that
+clear ``Z_PREFILTER`` at their own level are followed through every later level, and
+their inverse-variance pooled estimate must clear a Bonferroni cutoff over the complete
+strings a null walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds
+are expected in an answer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from ..aggregate import Aggregate
+from ..heavy_hitters import (
+    HeavyHitters,
+    StringEstimate,
+    VarianceModel,
+    detection_thresholds,
+)
+from .strings import (
+    DECOYS,
+    FALSE_FIND_RATE,
+    MAX_HEAVY,
+    Z_HEAVY,
+    Z_KEEP,
+    Z_PREFILTER,
+    encode_strings,
+    key_words,
+    normal_upper,
+    oracle_variance,
+)
+
+if TYPE_CHECKING:
+    from .strings import PrefixSketch
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+KeyArray = npt.NDArray[np.uint8]
+
+LEVEL = 0.95
+"""Confidence level of the items' intervals in an answer."""
+
+
+def beam_width(k: int) -> int:
+    """Prefixes kept per level."""
+    return max(64, 4 * k)
+
+
+def model_tests(m: PrefixSketch) -> float:
+    """Complete strings a walk tests when only noise fills the beam (Bonferroni count).
+
+    A null beam's prefixes have lengths spread over the levels left, so about
+    ``1 / (M - t + 1)`` of its ``K`` prefixes complete at level t, each with 256 children.
+    """
+    width = beam_width(m.k)
+    harmonic = sum(1.0 / i for i in range(1, m.max_length + 1))
+    return 256.0 * (1.0 + width * harmonic)
+
+
+def find_z(m: PrefixSketch) -> float:
+    return normal_upper(FALSE_FIND_RATE / model_tests(m))
+
+
+def null_cutoffs(m: PrefixSketch, n: float) -> tuple[list[float], list[float], float, float]:
+    """Per prefix level the null sigma and beam cutoff under random hashing, at n devices.
+
+    At level 1 the beam competes among all ``(M + 1) 256`` (length, first byte) pairs,
+    deeper among 256 children of each of K prefixes: the cutoff is the estimate the K-th
+    largest of that many null candidates reaches (at least ``Z_KEEP`` sigmas).
+    """
+    width = beam_width(m.k)
+    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
+    sigmas, cutoffs = [], []
+    for t in range(1, m.max_length + 1):
+        candidates = 256 * m.max_length + 1 if t == 1 else 256 * width
+        z = normal_upper(width / candidates) if width < candidates else Z_KEEP
+        sigmas.append(sigma)
+        cutoffs.append(max(Z_KEEP, z) * sigma)
+    return sigmas, cutoffs, Z_PREFILTER, find_z(m)
+
+
+@dataclass
+class _Level:
+    """One sketch's counts and the heavy-string correction (see the module docstring)."""
+
+    m: PrefixSketch
+    sketch: int
+    counts: FloatArray  # (R, g)
+    row_n: FloatArray = field(init=False)
+    n: float = field(init=False)
+    residual: FloatArray = field(init=False)
+    heavy_total: float = 0.0
+    heavy_keys: KeyArray | None = None
+    heavy_est: FloatArray | None = None
+    null_var: float = math.nan
+
+    def __post_init__(self) -> None:
+        self.row_n = self.counts.sum(axis=1)
+        self.n = float(self.row_n.sum())
+        self.residual = self.counts
+
+    @property
+    def formula_var(self) -> float:
+        m = self.m
+        return float(oracle_variance(0.0, self.n, m.p, m.q)) if self.n > 0 else math.inf
+
+    def buckets(self, keys: KeyArray) -> IntArray:
+        return self.m.buckets(self.sketch, key_words(keys))
+
+    def support(self, counts: FloatArray, buckets: IntArray) -> FloatArray:
+        g = self.m.g
+        flat = (np.arange(self.m.rows, dtype=np.int64) * g)[None, :] + buckets
+        out: FloatArray = counts.reshape(-1)[flat].sum(axis=1)
+        return out
+
+    def debias(self, support: FloatArray) -> FloatArray:
+        m = self.m
+        out: FloatArray = (support / self.n - m.q) / (m.p - m.q)
+        return out
+
+    def _solve(self, buckets_h: IntArray, raw_h: FloatArray) -> FloatArray:
+        m = self.m
+        weights = self.row_n / self.n
+        same = buckets_h[:, None, :] == buckets_h[None, :, :]
+        beta = (same.astype(np.float64) @ weights - m.q) / (1.0 - m.q)
+        try:
+            out: FloatArray = np.linalg.solve(beta, raw_h)
+        except np.linalg.LinAlgError:
+            out = np.linalg.lstsq(beta, raw_h, rcond=None)[0]
+        return out
+
+    def _residual(self, buckets_h: IntArray, f_h: FloatArray) -> FloatArray:
+        m = self.m
+        q_other = (1.0 - m.p) / (m.g - 1)
+        residual = self.counts.copy()
+        rows = np.broadcast_to(np.arange(m.rows), buckets_h.shape)
+        np.add.at(residual, (rows, buckets_h), -(f_h[:, None] * self.row_n[None, :]) * (m.p - q_other))
+        return residual
+
+    def evaluate(self, keys: KeyArray, heavy: IntArray | None = None) -> FloatArray:
+        """Corrected estimates of ``keys``; ``heavy`` (indices) fixed, or chosen from the data."""
+        m = self.m
+        if self.n == 0:
+            self.null_var = math.inf
+            return np.full(keys.shape[0], np.nan)
+        buckets = self.buckets(keys)
+        raw = self.debias(self.support(self.counts, buckets))
+        sd0 = math.sqrt(self.formula_var)
+        chosen = heavy is None
+        if heavy is None:
+            heavy = _top(raw, MAX_HEAVY, Z_HEAVY * sd0)
+        est = raw
+        for rnd in range(2 if chosen else 1):
+            if heavy.size == 0:
+                self.residual, self.heavy_total = self.counts, 0.0
+                est = raw
+                break
+            f_h = self._solve(buckets[heavy], raw[heavy])
+            self.residual = self._residual(buckets[heavy], f_h)
+            self.heavy_total = float(f_h.sum())
+            est = self._from_residual(buckets)
+            est[heavy] = f_h
+            self.heavy_keys, self.heavy_est = keys[heavy], f_h
+            if chosen and rnd == 0:
+                again = _top(est, MAX_HEAVY, Z_HEAVY * sd0)
+                if np.array_equal(np.sort(again), np.sort(heavy)):
+                    break
+                heavy = again
+        if heavy.size == 0:
+            self.heavy_keys, self.heavy_est = keys[:0], np.zeros(0)
+        decoys = self._from_residual(self.buckets(_decoys(m, self.sketch)))
+        self.null_var = max(float(np.mean(decoys * decoys)), self.formula_var)
+        return est
+
+    def _from_residual(self, buckets: IntArray) -> FloatArray:
+        q = self.m.q
+        return self.debias(self.support(self.residual, buckets)) + self.heavy_total * q / (1 - q)
+
+    def estimate_keys(self, keys: KeyArray) -> FloatArray:
+        """Estimates of arbitrary keys after :meth:`evaluate` (heavy ones from the solve)."""
+        est = self._from_residual(self.buckets(keys))
+        if self.heavy_keys is not None and self.heavy_est is not None and len(self.heavy_keys):
+            index = {bytes(k): i for i, k in enumerate(self.heavy_keys)}
+            for row, key in enumerate(keys):
+                i = index.get(bytes(key))
+                if i is not None:
+                    est[row] = self.heavy_est[i]
+        return est
+
+
+def _top(values: FloatArray, count: int, floor: float) -> IntArray:
+    """Indices of the (at most) ``count`` largest values above ``floor``."""
+    above = np.flatnonzero(values > floor)
+    if above.size > count:
+        above = above[np.argpartition(values[above], -count)[-count:]]
+    return above.astype(np.int64)
+
+
+def _decoys(m: PrefixSketch, sketch: int) -> KeyArray:
+    """Random keys of impossible lengths (> max_length): no device holds them."""
+    rng = np.random.Generator(np.random.Philox(key=[m.seed & (2**64 - 1), 0x5EED + sketch]))
+    keys = rng.integers(0, 256, size=(DECOYS, m.max_length + 1), dtype=np.uint8)
+    keys[:, 0] = rng.integers(m.max_length + 1, 256, size=DECOYS, dtype=np.uint8) if (
+        m.max_length < 255
+    ) else 255
+    return keys
+
+
+@dataclass
+class _Finished:
+    keys: KeyArray
+    weighted: FloatArray  # sum of est_t / var_t
+    precision: FloatArray  # sum of 1 / var_t
+
+    @classmethod
+    def empty(cls, width: int) -> _Finished:
+        return cls(np.zeros((0, width), np.uint8), np.zeros(0), np.zeros(0))
+
+    def add(self, est: FloatArray, var: float) -> None:
+        self.weighted = self.weighted + est / var
+        self.precision = self.precision + 1.0 / var
+
+    def extend(self, keys: KeyArray, est: FloatArray, var: float) -> None:
+        self.keys = np.concatenate([self.keys, keys])
+        self.weighted = np.concatenate([self.weighted, est / var])
+        self.precision = np.concatenate([self.precision, np.full(len(keys), 1.0 / var)])
+
+    def keep(self, index: IntArray) -> None:
+        self.keys, self.weighted, self.precision = (
+            self.keys[index],
+            self.weighted[index],
+            self.precision[index],
+        )
+
+    @property
+    def estimate(self) -> FloatArray:
+        out: FloatArray = self.weighted / self.precision
+        return out
+
+    @property
+    def sd(self) -> FloatArray:
+        out: FloatArray = 1.0 / np.sqrt(self.precision)
+        return out
+
+
+def _first_level_keys(max_length: int) -> KeyArray:
+    """Every (length, first byte) pair, and the empty string."""
+    width = max_length + 1
+    lengths = np.repeat(np.arange(1, max_length + 1), 256)
+    firsts = np.tile(np.arange(256), max_length)
+    keys = np.zeros((lengths.size + 1, width), dtype=np.uint8)
+    keys[1:, 0] = lengths
+    keys[1:, 1] = firsts
+    return keys
+
+
+def _children(beam: KeyArray, position: int) -> KeyArray:
+    children = np.repeat(beam, 256, axis=0)
+    children[:, position] = np.tile(np.arange(256, dtype=np.uint8), beam.shape[0])
+    return children
+
+
+@dataclass
+class Walk:
+    finished: _Finished
+    sigmas: list[float]
+    cutoffs: list[float]
+
+
+def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
+    """Find complete strings that stand out, level by level (see the module docstring)."""
+    width = m.max_length + 1
+    k_beam = beam_width(m.k)
+    finished = _Finished.empty(width)
+    beam = np.zeros((0, width), np.uint8)
+    sigmas: list[float] = []
+    cutoffs: list[float] = []
+    for t in range(1, m.max_length + 1):
+        level = levels[t]
+        children = _first_level_keys(m.max_length) if t == 1 else _children(beam, t)
+        n_children = children.shape[0]
+        est = level.evaluate(np.concatenate([children, finished.keys]))
+        var = level.null_var
+        sd = math.sqrt(var)
+        sigmas.append(sd)
+        if not math.isfinite(sd):
+            cutoffs.append(math.inf)
+            beam = beam[:0]
+            continue
+        child_est, old_est = est[:n_children], est[n_children:]
+        finished.add(old_est, var)
+        complete = children[:, 0] <= t
+        new = complete & (child_est > Z_PREFILTER * sd)
+        finished.extend(children[new], child_est[new], var)
+        open_ = np.flatnonzero(~complete)
+        keep = open_[_top(child_est[open_], k_beam, Z_KEEP * sd)]
+        cutoff = Z_KEEP * sd
+        passing = int(np.count_nonzero(child_est[open_] > Z_KEEP * sd))
+        if passing > k_beam:
+            cutoff = float(np.min(child_est[keep]))
+        cutoffs.append(cutoff)
+        beam = children[keep]
+        if len(finished.keys) > 4 * k_beam:
+            z = finished.estimate / finished.sd
+            finished.keep(np.argsort(-z, kind="stable")[: 4 * k_beam])
+    return Walk(finished, sigmas, cutoffs)
+
+
+def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
+    counts = agg.sums.reshape(m.sketches, m.rows, m.g)
+    levels = [_Level(m, s, counts[s]) for s in range(m.sketches)]
+    found = walk(m, levels)
+    z_find = find_z(m)
+    fin = found.finished
+    pooled = fin.estimate
+    selected = np.flatnonzero(pooled >= z_find * fin.sd)
+    selected = selected[np.argsort(-pooled[selected], kind="stable")]
+    heavy = selected[:MAX_HEAVY]
+    top = selected[: m.k]
+
+    estimation = levels[0]
+    n_e = estimation.n
+    if n_e > 0 and len(fin.keys):
+        est_all = estimation.evaluate(fin.keys, heavy=heavy)
+    else:
+        est_all = estimation.evaluate(np.zeros((0, m.max_length + 1), np.uint8), heavy=heavy[:0])
+    model = variance_model(m, estimation, agg.n)
+    top_est = est_all[top] if len(top) else np.zeros(0)
+    order = np.argsort(-top_est, kind="stable")
+    top, top_est = top[order], top_est[order]
+    low, high = model.interval(top_est, LEVEL)
+    se = model.stderr(top_est)
+    items = tuple(
+        StringEstimate(_key_bytes(fin.keys[i]), float(e), float(s), float(lo), float(hi))
+        for i, e, s, lo, hi in zip(top, top_est, se, low, high, strict=True)
+    )
+    thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
+
+    def estimate_values(values: list[bytes] | tuple[bytes, ...]) -> FloatArray:
+        keys, _ = encode_strings(np.array(list(values), dtype=object), m.max_length)
+        return estimation.estimate_keys(keys)
+
+    return HeavyHitters(
+        mechanism=m.name,
+        epsilon=m.epsilon,
+        n=agg.n,
+        k=m.k,
+        max_length=m.max_length,
+        items=items,
+        threshold=min(thresholds),
+        thresholds=thresholds,
+        level=LEVEL,
+        n_estimation=int(n_e),
+        variance_model=model,
+        _estimate_keys=estimate_values if n_e > 0 else None,
+    )
+
+
+def variance_model(m: PrefixSketch, estimation: _Level, n: int) -> VarianceModel:
+    """``V(f) = v0 + v1 f - v2 f^2`` for estimates from the estimation sketch."""
+    n_e = estimation.n
+    if n_e <= 0:
+        return VarianceModel(math.inf, 0.0, 0.0)
+    p, q = m.p, m.q
+    sampling = max(1.0 / n_e - 1.0 / n, 0.0)
+    slope = (p * (1 - p) - q * (1 - q)) / (n_e * (p - q) ** 2)
+    return VarianceModel(estimation.null_var, slope + sampling, sampling)
+
+
+def _key_bytes(key: KeyArray) -> bytes:
+    return bytes(key[1 : 1 + int(key[0])])

@@ -1,0 +1,471 @@
+"""Open-domain strings: the most frequent strings, found without a list of candidates.
+
+Prefix extension over sketches (``prefix_sketch``)
+--------------------------------------------------
+A string ``x`` of ``m <= M`` bytes (UTF-8 for text; ``M = max_length``) becomes its *key*,
+``M + 1`` bytes: the length ``m``, then the bytes of ``x``, then zeros. Every device
+reports once, to one of ``M + 1`` *sketches* chosen at random and independently of ``x``:
+
+- sketch ``t`` in ``1 .. M`` (a *prefix level*) sees the key cut after byte ``t``
+  (bytes ``t + 1 ..`` zeroed): the length and the first ``t`` bytes of ``x``;
+- sketch ``0`` (the *estimation* sketch) sees the whole key.
+
+Within the sketch the device picks one of ``R`` public hash functions uniformly, hashes
+its (cut) key into ``g`` buckets and sends the bucket through g-ary randomized response:
+optimized local hashing (Wang et al. 2017) with a finite, public hash family, so that the
+collector keeps only the count of every (sketch, row, bucket) cell: an aggregate of
+``(M + 1) R g`` sums, whatever n. The collector then walks the prefix tree level by level
+(as PEM, Wang et al. 2021, but from the sketches and not from raw reports): at level ``t``
+it extends the kept prefixes by every byte, estimates each child from sketch ``t`` and
+keeps the best; a child whose length byte says it is complete is a *finished string*,
+whose later levels (which see the same whole key) are pooled. The finished strings that
+stand out are the answer; their frequencies, and those of any string an analyst names,
+come from the estimation sketch, which took no part in finding them (no winner's curse).
+
+Collisions of the finite hash family are not re-randomized per user as in OLH: a heavy
+string shifts the count of every string sharing its bucket in a row. The decoder removes
+the heavy strings' expected contributions (a small linear solve over them, see
+:func:`_Level.correct`), and the variance of what remains (the tail's collisions plus the
+oracle's noise) is measured on decoy keys that no one holds, so standard errors include it.
+
+Hash family (protocol v1)
+-------------------------
+Any client must reproduce this. Arithmetic is on unsigned 64-bit integers mod 2^64.
+
+1. The key of ``x`` is zero-padded to ``W = ceil((M + 1) / 4)`` little-endian 32-bit
+   words ``w_0 .. w_{W-1}``.
+2. The hash keys come from SplitMix64 seeded with ``seed``: its i-th output (i = 0, 1,
+   ...) is ``mix(seed + (i + 1) * 0x9E3779B97F4A7C15)`` with ``mix(z)``: ``z ^= z >> 30;
+   z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31``. For
+   sketch ``s = 0 .. M`` and row ``j = 0 .. R - 1`` in that order, the next output is
+   ``b[s, j]`` and the following ``W`` are ``a[s, j, 0 .. W-1]``.
+3. ``h = ((b + sum_i a_i w_i) mod 2^64) >> 32`` (vector multiply-shift, strongly
+   universal from 32-bit words to 32-bit values: Thorup 2015) and the bucket is
+   ``(h * g) >> 32`` (Lemire's range reduction, as in OLH).
+4. Sketch ``s`` is chosen with probability ``weight_s / sum(weight)``: weight
+   ``estimation_weight`` for ``s = 0`` and 1 for each prefix level; the row uniformly.
+   With probability ``p = e^eps / (e^eps + g - 1)`` the true bucket is reported, else one
+   of the other ``g - 1`` uniformly.
+
+Wire format
+-----------
+A report is one little-endian uint32, the *cell* ``(s R + j) g + y``; it is well-formed
+iff it is below ``(M + 1) R g``. The collector's aggregate is the count of every cell.
+
+Privacy: ``(s, j)`` is drawn independently of ``x``, and given them ``y`` is g-ary
+randomized response on a bucket of ``x``: for any two strings and any cell the
+probabilities differ by a factor of at most ``p / ((1 - p) / (g - 1)) = e^eps``. So
+the whole string, length included, is eps-LDP (docs/privacy.md).
+
+References
+----------
+T. Wang, N. Li, S. Jha, "Locally differentially private heavy hitter identification",
+IEEE TDSC 18(2), 2021 (PEM).
+
+T. Wang, J. Blocki, N. Li, S. Jha, "Locally differentially private protocols for
+frequency estimation", USENIX Security 2017 (OLH).
+
+R. Bassily, K. Nissim, U. Stemmer, A. Thakurta, "Practical locally private heavy
+hitters", NeurIPS 2017 (TreeHist); Apple Differential Privacy Team, "Learning with
+privacy at scale", 2017 (count-mean sketch, sequence fragment puzzles).
+
+M. Thorup, "High speed hashing for integers and strings", arXiv:1504.06804 (vector
+multiply-shift); S. Vigna, "An experimental exploration of Marsaglia's xorshift
+generators, scrambled", ACM TOMS 2016 (SplitMix64).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from numbers import Integral
+from statistics import NormalDist
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from .._validation import check_epsilon
+from ..aggregate import Aggregate
+from ..errors import ParameterError, ReportError
+from ..heavy_hitters import HeavyHitters
+from ..randomness import resolve_rng
+from . import _bits
+from ._dyadic import check_min_epsilon
+from .base import BoolArray, FloatArray, Mechanism
+from .local_hashing import optimal_buckets
+
+REPORT_DTYPE = np.dtype("<u4")
+"""One report: the cell ``(sketch * R + row) * g + bucket``."""
+
+MAX_LENGTH = 64
+"""Longest ``max_length`` accepted: every byte is a level, so cost and noise grow with it."""
+MAX_K = 1000
+MAX_BUCKETS = 4096
+"""Beyond eps ~ 8.3 the OLH optimum exceeds this; the oracle's noise is then negligible."""
+TARGET_CELLS = 1 << 14
+"""Cells ``R g`` aimed at per sketch; rows are a power of two in [MIN_ROWS, MAX_ROWS]."""
+MIN_ROWS = 16
+MAX_ROWS = 256
+DEFAULT_ESTIMATION_SHARE = 0.25
+"""About this fraction of devices report to the estimation sketch (see statistics.md)."""
+
+_U32 = np.uint64(32)
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+# Decoding (not part of the protocol; see docs/statistics.md).
+DECOYS = 1024
+"""Keys no device holds, estimated at every level to measure the null variance."""
+MAX_HEAVY = 128
+"""Largest set of heavy keys whose collisions are removed jointly at one level."""
+Z_HEAVY = 4.0
+"""A candidate this many null standard errors above 0 counts as heavy for the correction."""
+Z_KEEP = 1.0
+"""A prefix must be this many standard errors above 0 to be extended (and in the beam)."""
+Z_PREFILTER = 0.5
+"""A complete string must be this many standard errors above 0 to be followed further."""
+FALSE_FIND_RATE = 0.1
+"""Expected number of strings no one holds in the answer, at most (Bonferroni)."""
+
+
+def splitmix64(seed: int, count: int) -> npt.NDArray[np.uint64]:
+    """The first ``count`` outputs of SplitMix64 seeded with ``seed`` (protocol v1)."""
+    i = np.arange(1, count + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed & _MASK64) + i * np.uint64(_GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out: npt.NDArray[np.uint64] = z ^ (z >> np.uint64(31))
+    return out
+
+
+def default_rows(g: int) -> int:
+    """Rows R: the power of two nearest below ``TARGET_CELLS / g``, within [16, 256]."""
+    target = max(1, TARGET_CELLS // g)
+    rows = 1 << (target.bit_length() - 1)
+    return min(MAX_ROWS, max(MIN_ROWS, rows))
+
+
+def string_buckets(epsilon: float) -> int:
+    """Buckets per row: OLH's optimum ``g ~ e^eps + 1``, at most ``MAX_BUCKETS``."""
+    return min(MAX_BUCKETS, optimal_buckets(epsilon))
+
+
+def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8], Any]:
+    """Keys ``[length, bytes..., 0...]`` (n, max_length + 1) of strings or bytes.
+
+    ``str`` is encoded as UTF-8; ``bytes`` are taken as they are. A numpy ``U`` or ``S``
+    array works too, but numpy drops trailing NUL characters from its strings: pass a
+    list to keep them.
+    """
+    array = values
+    if isinstance(values, (str, bytes, bytearray)):
+        array = np.array([values], dtype=object)
+    elif not isinstance(values, np.ndarray):
+        array = np.array(list(values), dtype=object) if values is not None else None
+    if not isinstance(array, np.ndarray) or array.ndim != 1:
+        raise ReportError("string values must be a string, bytes, or a 1-D sequence of them")
+    n = array.shape[0]
+    width = max_length + 1
+    if array.dtype.kind == "U":
+        try:
+            array = np.char.encode(array, "utf-8")
+        except UnicodeEncodeError as exc:
+            raise ReportError(f"a value cannot be encoded as UTF-8: {exc}") from None
+    if array.dtype.kind == "S":
+        lengths = np.char.str_len(array).astype(np.int64)
+        raw = np.ascontiguousarray(array).view(np.uint8).reshape(n, array.dtype.itemsize)
+        _check_lengths(lengths, max_length, array)
+        keys = np.zeros((n, width), dtype=np.uint8)
+        take = min(max_length, raw.shape[1])
+        keys[:, 1 : 1 + take] = raw[:, :take]
+        keys[:, 0] = lengths
+        return keys, array
+    if array.dtype.kind != "O":
+        raise ReportError(
+            f"string values must be str or bytes, got an array of dtype {array.dtype}"
+        )
+    encoded: list[bytes] = []
+    for i, v in enumerate(array):
+        if isinstance(v, str):
+            try:
+                encoded.append(v.encode("utf-8"))
+            except UnicodeEncodeError as exc:
+                raise ReportError(f"value at index {i} cannot be encoded as UTF-8: {exc}") from None
+        elif isinstance(v, (bytes, bytearray)):
+            encoded.append(bytes(v))
+        else:
+            raise ReportError(f"value {v!r} at index {i} is not a string (str or bytes)")
+    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=n)
+    _check_lengths(lengths, max_length, array)
+    keys = np.zeros((n, width), dtype=np.uint8)
+    keys[:, 0] = lengths
+    if n:
+        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        rows = np.repeat(np.arange(n), lengths)
+        starts = np.cumsum(lengths) - lengths
+        cols = np.arange(flat.size) - np.repeat(starts, lengths) + 1
+        keys[rows, cols] = flat
+    return keys, array
+
+
+def _check_lengths(lengths: npt.NDArray[np.int64], max_length: int, values: Any) -> None:
+    too_long = lengths > max_length
+    if bool(np.any(too_long)):
+        i = int(np.argmax(too_long))
+        shown = values[i]
+        if isinstance(shown, bytes | np.bytes_) and len(shown) > 40:
+            shown = bytes(shown[:40]) + b"..."
+        elif isinstance(shown, str) and len(shown) > 40:
+            shown = shown[:40] + "..."
+        raise ReportError(
+            f"value {shown!r} at index {i} is {int(lengths[i])} bytes long (UTF-8); "
+            f"this metric takes strings of at most max_length = {max_length} bytes"
+        )
+
+
+def key_words(keys: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint64]:
+    """Keys as little-endian 32-bit words (zero-padded), widened to uint64."""
+    n, width = keys.shape
+    nwords = -(-width // 4)
+    padded = np.zeros((n, nwords * 4), dtype=np.uint8)
+    padded[:, :width] = keys
+    return padded.view("<u4").astype(np.uint64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixSketch(Mechanism):
+    """Heavy hitters over open-domain strings: prefix extension over per-level sketches.
+
+    See the module docstring for the design, the hash family and the wire format.
+
+    Parameters
+    ----------
+    epsilon : float
+        The privacy parameter of the whole report, > 0.
+    max_length : int
+        Longest string in bytes (UTF-8), 1 .. 64. Longer strings are refused.
+    k : int
+        How many heavy hitters to report (decoding only: the reports do not depend on it).
+    seed : int
+        Seed of the public hash family, in [0, 2^64).
+    estimation_share : float
+        About this fraction of devices report to the estimation sketch, in (0, 1).
+
+    References
+    ----------
+    T. Wang, N. Li, S. Jha, "Locally differentially private heavy hitter
+    identification", IEEE TDSC 2021; T. Wang et al., USENIX Security 2017.
+    """
+
+    name: ClassVar[str] = "prefix_sketch"
+    kind: ClassVar[str] = "strings"
+
+    max_length: int
+    k: int = 20
+    seed: int = 0
+    estimation_share: float = DEFAULT_ESTIMATION_SHARE
+    g: int = field(init=False)
+    rows: int = field(init=False)
+    estimation_weight: int = field(init=False)
+    p: float = field(init=False)
+    q: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_min_epsilon(self.name, self.epsilon)
+        for label, value, lo, hi in (
+            ("max_length", self.max_length, 1, MAX_LENGTH),
+            ("k", self.k, 1, MAX_K),
+            ("seed", self.seed, 0, _MASK64),
+        ):
+            if isinstance(value, bool) or not isinstance(value, Integral) or not lo <= value <= hi:
+                raise ParameterError(f"{label} must be an integer in [{lo}, {hi}], got {value!r}")
+            object.__setattr__(self, label, int(value))
+        share = self.estimation_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share < 1:
+            raise ParameterError(f"estimation_share must be a number in (0, 1), got {share!r}")
+        g = string_buckets(self.epsilon)
+        object.__setattr__(self, "g", g)
+        object.__setattr__(self, "rows", default_rows(g))
+        weight = max(1, round(share * self.max_length / (1.0 - share)))
+        object.__setattr__(self, "estimation_weight", weight)
+        p = 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon))
+        object.__setattr__(self, "p", p)
+        object.__setattr__(self, "q", 1.0 / g)
+
+    # --- layout ------------------------------------------------------------------------
+    @property
+    def sketches(self) -> int:
+        """Number of sketches: the estimation sketch and one per prefix level."""
+        return self.max_length + 1
+
+    @property
+    def cells(self) -> int:
+        """Cells per sketch, ``R g``."""
+        return self.rows * self.g
+
+    @property
+    def stats_size(self) -> int:
+        return self.sketches * self.cells
+
+    @property
+    def report_dtype(self) -> np.dtype[Any]:
+        return REPORT_DTYPE
+
+    @property
+    def report_rule(self) -> str:
+        return f"a uint32 cell index below {self.stats_size}"
+
+    @property
+    def weights(self) -> npt.NDArray[np.int64]:
+        """Selection weight of each sketch (index 0: estimation; t: prefix level t)."""
+        w = np.ones(self.sketches, dtype=np.int64)
+        w[0] = self.estimation_weight
+        return w
+
+    def share(self, sketch: int) -> float:
+        """Expected fraction of devices that report to ``sketch``."""
+        w = self.weights
+        return float(w[sketch] / w.sum())
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.name,
+            "epsilon": self.epsilon,
+            "max_length": self.max_length,
+            "k": self.k,
+            "seed": self.seed,
+            "estimation_share": self.estimation_share,
+            "g": self.g,
+            "rows": self.rows,
+            "estimation_weight": self.estimation_weight,
+        }
+
+    @cached_property
+    def hash_keys(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+        """``(a, b)``: ``a`` of shape (sketches, R, W) and ``b`` of shape (sketches, R)."""
+        nwords = -(-(self.max_length + 1) // 4)
+        stream = splitmix64(self.seed, self.sketches * self.rows * (nwords + 1))
+        block = stream.reshape(self.sketches, self.rows, nwords + 1)
+        return np.ascontiguousarray(block[:, :, 1:]), np.ascontiguousarray(block[:, :, 0])
+
+    # --- device ------------------------------------------------------------------------
+    def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
+        """Reports for strings: a str/bytes gives one report, a sequence an array of them."""
+        generator = resolve_rng(rng)
+        if isinstance(values, (str, bytes, bytearray)):
+            return self._perturb(self._check_values(np.array([values], dtype=object)), generator)[0]
+        if isinstance(values, np.ndarray) and values.ndim == 0:
+            return self._perturb(self._check_values(values.reshape(1)), generator)[0]
+        if isinstance(values, np.ndarray) and values.ndim != 1:
+            raise ReportError(f"values must be a string or a 1-D sequence, got shape {values.shape}")
+        return self._perturb(self._check_values(values), generator)
+
+    def _check_values(self, values: Any) -> npt.NDArray[Any]:
+        keys, _ = encode_strings(values, self.max_length)
+        return keys
+
+    def _perturb(self, values: npt.NDArray[Any], rng: np.random.Generator) -> npt.NDArray[Any]:
+        keys = values
+        n = keys.shape[0]
+        weights = self.weights
+        slot = rng.integers(0, int(weights.sum()), size=n)
+        sketch = np.searchsorted(np.cumsum(weights), slot, side="right").astype(np.int64)
+        row = rng.integers(0, self.rows, size=n)
+        # Prefix level t keeps the length byte and bytes 1..t; the estimation sketch all.
+        keep = np.where(sketch == 0, self.max_length, sketch)
+        cut = np.where(np.arange(keys.shape[1])[None, :] <= keep[:, None], keys, 0)
+        words = key_words(cut.astype(np.uint8))
+        a, b = self.hash_keys
+        acc = b[sketch, row].copy()
+        with np.errstate(over="ignore"):
+            for i in range(words.shape[1]):
+                acc += a[sketch, row, i] * words[:, i]
+        true = ((acc >> _U32) * np.uint64(self.g)) >> _U32
+        keep_true = _bits.uniform_u64(rng, n) < np.uint64(_bits.threshold64_floor(self.p))
+        other = rng.integers(0, self.g - 1, size=n, dtype=np.uint64)
+        other += other >= true
+        y = np.where(keep_true, true, other).astype(np.int64)
+        cell = (sketch * self.rows + row) * self.g + y
+        return cell.astype(REPORT_DTYPE)
+
+    def output_probabilities(self, value: str | bytes) -> FloatArray:
+        """The exact probability of every report (cell) for ``value``: shape (stats_size,).
+
+        The sketch and row are drawn independently of the value, the bucket by g-ary
+        randomized response whose keep-probability is the sampler's realized one
+        (``floor(p 2^64) / 2^64``), so this is the distribution ``perturb`` samples.
+        """
+        keys = self._check_values(np.array([value], dtype=object))
+        w = self.weights
+        p_sketch = w / w.sum()
+        p_keep = _bits.threshold64_floor(self.p) / 2.0**64
+        out = np.empty((self.sketches, self.rows, self.g))
+        for s in range(self.sketches):
+            keep = self.max_length if s == 0 else s
+            cut = keys.copy()
+            cut[:, keep + 1 :] = 0
+            bucket = self.buckets(s, key_words(cut))[0]
+            probs = np.full((self.rows, self.g), (1.0 - p_keep) / (self.g - 1))
+            probs[np.arange(self.rows), bucket] = p_keep
+            out[s] = probs * (p_sketch[s] / self.rows)
+        return out.reshape(-1)
+
+    # --- collector ---------------------------------------------------------------------
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        return np.asarray(reports.astype(np.uint64) < np.uint64(self.stats_size))
+
+    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
+        counts = np.bincount(reports.astype(np.int64), minlength=self.stats_size)
+        return counts.astype(np.float64)
+
+    def buckets(
+        self, sketch: int, words: npt.NDArray[np.uint64], rows: npt.NDArray[Any] | None = None
+    ) -> npt.NDArray[np.int64]:
+        """Bucket of each key (as words) in every row of ``sketch``: shape (n, R)."""
+        a, b = self.hash_keys
+        a_s = a[sketch] if rows is None else a[sketch, rows]
+        b_s = b[sketch] if rows is None else b[sketch, rows]
+        acc = np.broadcast_to(b_s, (words.shape[0], b_s.shape[0])).copy()
+        with np.errstate(over="ignore"):
+            for i in range(words.shape[1]):
+                acc += words[:, i, None] * a_s[None, :, i]
+        return ((acc >> _U32) * np.uint64(self.g) >> _U32).astype(np.int64)
+
+    def estimate(self, aggregate: Aggregate) -> HeavyHitters:
+        """Find the top-k strings and estimate their frequencies (see the module docstring)."""
+        from ._string_decoder import decode
+
+        agg = self._checked_aggregate(aggregate)
+        return decode(self, agg)
+
+    def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
+        """Variance of a string's estimated fraction from the estimation sketch.
+
+        The oracle's variance among the ``n * share(0)`` devices of the estimation sketch
+        plus the sampling variance of their fraction around all n devices', with random
+        hashing (collisions of the finite family add a little; the decoder measures it).
+        """
+        f = np.asarray(frequency, dtype=np.float64)
+        n_e = n * self.share(0)
+        var = oracle_variance(f, n_e, self.p, self.q) + f * (1 - f) * (1.0 / n_e - 1.0 / n)
+        return float(var) if var.ndim == 0 else var
+
+    def level_variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
+        """Variance of a prefix's estimated fraction at one prefix level (random hashing)."""
+        f = np.asarray(frequency, dtype=np.float64)
+        var = oracle_variance(f, n * self.share(1), self.p, self.q)
+        return float(var) if var.ndim == 0 else var
+
+
+def oracle_variance(f: Any, n: float, p: float, q: float) -> Any:
+    """The pure-oracle variance ``(f p(1-p) + (1-f) q(1-q)) / (n (p-q)^2)``."""
+    return (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
+
+
+def normal_upper(alpha: float) -> float:
+    """The one-sided upper normal quantile ``z`` with ``P(Z > z) = alpha``."""
+    return NormalDist().inv_cdf(1.0 - alpha)
