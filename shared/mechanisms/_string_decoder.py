@@ -126,13 +126,35 @@ class _Level:
         m = self.m
         return float(oracle_variance(0.0, self.n, m.p, m.q)) if self.n > 0 else math.inf
 
-    def buckets(self, keys: KeyArray) -> IntArray:
-        return self.m.buckets(self.sketch, key_words(keys))
+    def _flat(self, acc: npt.NDArray[np.uint64]) -> IntArray:
+        """Buckets from accumulators, offset by row: indices into the flattened counts."""
+        m = self.m
+        m.to_buckets(acc)
+        acc += (np.arange(m.rows, dtype=np.uint64) * np.uint64(m.g))[None, :]
+        return acc.view(np.int64)
 
-    def support(self, counts: FloatArray, buckets: IntArray) -> FloatArray:
-        g = self.m.g
-        flat = (np.arange(self.m.rows, dtype=np.int64) * g)[None, :] + buckets
-        out: FloatArray = counts.reshape(-1)[flat].sum(axis=1)
+    def flat(self, keys: KeyArray) -> IntArray:
+        """Cell index (row offset + bucket) of each key in every row: (n, R)."""
+        return self._flat(self.m.accumulators(self.sketch, key_words(keys)))
+
+    def children_flat(self, parents: KeyArray, position: int) -> IntArray:
+        """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally.
+
+        A child differs from its parent (zero there) only in byte ``position``, so its
+        accumulator is the parent's plus ``a_i (byte << 8 (position mod 4))`` for the word
+        ``i = position // 4`` holding it.
+        """
+        m = self.m
+        a, _ = m.hash_keys
+        parent = m.accumulators(self.sketch, key_words(parents))
+        shifted = (np.arange(256, dtype=np.uint64) << np.uint64(8 * (position % 4)))[:, None]
+        with np.errstate(over="ignore"):
+            step = shifted * a[self.sketch, None, :, position // 4]
+            acc = (parent[:, None, :] + step[None, :, :]).reshape(-1, m.rows)
+        return self._flat(acc)
+
+    def support(self, counts: FloatArray, flat: IntArray) -> FloatArray:
+        out: FloatArray = np.take(counts.reshape(-1), flat).sum(axis=1)
         return out
 
     def debias(self, support: FloatArray) -> FloatArray:
@@ -140,10 +162,10 @@ class _Level:
         out: FloatArray = (support / self.n - m.q) / (m.p - m.q)
         return out
 
-    def _solve(self, buckets_h: IntArray, raw_h: FloatArray) -> FloatArray:
+    def _solve(self, flat_h: IntArray, raw_h: FloatArray) -> FloatArray:
         m = self.m
         weights = self.row_n / self.n
-        same = buckets_h[:, None, :] == buckets_h[None, :, :]
+        same = flat_h[:, None, :] == flat_h[None, :, :]
         beta = (same.astype(np.float64) @ weights - m.q) / (1.0 - m.q)
         try:
             out: FloatArray = np.linalg.solve(beta, raw_h)
@@ -151,36 +173,44 @@ class _Level:
             out = np.linalg.lstsq(beta, raw_h, rcond=None)[0]
         return out
 
-    def _residual(self, buckets_h: IntArray, f_h: FloatArray) -> FloatArray:
+    def _residual(self, flat_h: IntArray, f_h: FloatArray) -> FloatArray:
         m = self.m
         q_other = (1.0 - m.p) / (m.g - 1)
         residual = self.counts.copy()
-        rows = np.broadcast_to(np.arange(m.rows), buckets_h.shape)
-        np.add.at(residual, (rows, buckets_h), -(f_h[:, None] * self.row_n[None, :]) * (m.p - q_other))
+        per_row = (f_h[:, None] * self.row_n[None, :]) * (m.p - q_other)
+        np.add.at(residual.reshape(-1), flat_h, -per_row)
         return residual
 
-    def evaluate(self, keys: KeyArray, heavy: IntArray | None = None) -> FloatArray:
-        """Corrected estimates of ``keys``; ``heavy`` (indices) fixed, or chosen from the data."""
+    def evaluate(
+        self, keys: KeyArray, flat: IntArray | None = None, heavy: IntArray | None = None
+    ) -> FloatArray:
+        """Corrected estimates of ``keys`` (cells ``flat`` if known); ``heavy`` (indices)
+        fixed, or chosen from the data."""
         m = self.m
         if self.n == 0:
             self.null_var = math.inf
+            self.heavy_keys, self.heavy_est = keys[:0], np.zeros(0)
             return np.full(keys.shape[0], np.nan)
-        buckets = self.buckets(keys)
-        raw = self.debias(self.support(self.counts, buckets))
+        if flat is None:
+            flat = self.flat(keys)
+        raw = self.debias(self.support(self.counts, flat))
         sd0 = math.sqrt(self.formula_var)
         chosen = heavy is None
         if heavy is None:
             heavy = _top(raw, MAX_HEAVY, Z_HEAVY * sd0)
         est = raw
+        self.residual, self.heavy_total = self.counts, 0.0
+        self.heavy_keys, self.heavy_est = keys[:0], np.zeros(0)
         for rnd in range(2 if chosen else 1):
             if heavy.size == 0:
                 self.residual, self.heavy_total = self.counts, 0.0
+                self.heavy_keys, self.heavy_est = keys[:0], np.zeros(0)
                 est = raw
                 break
-            f_h = self._solve(buckets[heavy], raw[heavy])
-            self.residual = self._residual(buckets[heavy], f_h)
+            f_h = self._solve(flat[heavy], raw[heavy])
+            self.residual = self._residual(flat[heavy], f_h)
             self.heavy_total = float(f_h.sum())
-            est = self._from_residual(buckets)
+            est = self._from_residual(flat)
             est[heavy] = f_h
             self.heavy_keys, self.heavy_est = keys[heavy], f_h
             if chosen and rnd == 0:
@@ -188,19 +218,17 @@ class _Level:
                 if np.array_equal(np.sort(again), np.sort(heavy)):
                     break
                 heavy = again
-        if heavy.size == 0:
-            self.heavy_keys, self.heavy_est = keys[:0], np.zeros(0)
-        decoys = self._from_residual(self.buckets(_decoys(m, self.sketch)))
+        decoys = self._from_residual(self.flat(_decoys(m, self.sketch)))
         self.null_var = max(float(np.mean(decoys * decoys)), self.formula_var)
         return est
 
-    def _from_residual(self, buckets: IntArray) -> FloatArray:
+    def _from_residual(self, flat: IntArray) -> FloatArray:
         q = self.m.q
-        return self.debias(self.support(self.residual, buckets)) + self.heavy_total * q / (1 - q)
+        return self.debias(self.support(self.residual, flat)) + self.heavy_total * q / (1 - q)
 
     def estimate_keys(self, keys: KeyArray) -> FloatArray:
         """Estimates of arbitrary keys after :meth:`evaluate` (heavy ones from the solve)."""
-        est = self._from_residual(self.buckets(keys))
+        est = self._from_residual(self.flat(keys))
         if self.heavy_keys is not None and self.heavy_est is not None and len(self.heavy_keys):
             index = {bytes(k): i for i, k in enumerate(self.heavy_keys)}
             for row, key in enumerate(keys):
@@ -299,9 +327,16 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
     cutoffs: list[float] = []
     for t in range(1, m.max_length + 1):
         level = levels[t]
-        children = _first_level_keys(m.max_length) if t == 1 else _children(beam, t)
+        if t == 1:
+            children = _first_level_keys(m.max_length)
+            flat_children = level.flat(children)
+        else:
+            children = _children(beam, t)
+            flat_children = level.children_flat(beam, t)
         n_children = children.shape[0]
-        est = level.evaluate(np.concatenate([children, finished.keys]))
+        keys = np.concatenate([children, finished.keys])
+        flat = np.concatenate([flat_children, level.flat(finished.keys)])
+        est = level.evaluate(keys, flat)
         var = level.null_var
         sd = math.sqrt(var)
         sigmas.append(sd)

@@ -104,10 +104,14 @@ MAX_LENGTH = 64
 MAX_K = 1000
 MAX_BUCKETS = 4096
 """Beyond eps ~ 8.3 the OLH optimum exceeds this; the oracle's noise is then negligible."""
-TARGET_CELLS = 1 << 14
-"""Cells ``R g`` aimed at per sketch; rows are a power of two in [MIN_ROWS, MAX_ROWS]."""
+TARGET_CELLS = 1 << 12
+"""Cells ``R g`` aimed at per sketch; rows are a power of two in [MIN_ROWS, MAX_ROWS].
+
+Decoding costs R lookups per candidate; after the heavy strings' collisions are removed
+what the tail's collisions add is far below the oracle's noise already at R = 16 (the
+decoder measures it), so R stays small."""
 MIN_ROWS = 16
-MAX_ROWS = 256
+MAX_ROWS = 64
 DEFAULT_ESTIMATION_SHARE = 0.25
 """About this fraction of devices report to the estimation sketch (see statistics.md)."""
 
@@ -142,7 +146,7 @@ def splitmix64(seed: int, count: int) -> npt.NDArray[np.uint64]:
 
 
 def default_rows(g: int) -> int:
-    """Rows R: the power of two nearest below ``TARGET_CELLS / g``, within [16, 256]."""
+    """Rows R: the power of two nearest below ``TARGET_CELLS / g``, within [16, 64]."""
     target = max(1, TARGET_CELLS // g)
     rows = 1 << (target.bit_length() - 1)
     return min(MAX_ROWS, max(MIN_ROWS, rows))
@@ -422,18 +426,26 @@ class PrefixSketch(Mechanism):
         counts = np.bincount(reports.astype(np.int64), minlength=self.stats_size)
         return counts.astype(np.float64)
 
-    def buckets(
-        self, sketch: int, words: npt.NDArray[np.uint64], rows: npt.NDArray[Any] | None = None
-    ) -> npt.NDArray[np.int64]:
-        """Bucket of each key (as words) in every row of ``sketch``: shape (n, R)."""
+    def accumulators(self, sketch: int, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+        """``(b + sum_i a_i w_i) mod 2^64`` of each key (as words) in every row: (n, R)."""
         a, b = self.hash_keys
-        a_s = a[sketch] if rows is None else a[sketch, rows]
-        b_s = b[sketch] if rows is None else b[sketch, rows]
-        acc = np.broadcast_to(b_s, (words.shape[0], b_s.shape[0])).copy()
+        acc = np.repeat(b[sketch][None, :], words.shape[0], axis=0)
+        used = np.flatnonzero(np.any(words != 0, axis=0))  # zero words add nothing
         with np.errstate(over="ignore"):
-            for i in range(words.shape[1]):
-                acc += words[:, i, None] * a_s[None, :, i]
-        return ((acc >> _U32) * np.uint64(self.g) >> _U32).astype(np.int64)
+            for i in used:
+                acc += words[:, i, None] * a[sketch, None, :, i]
+        return acc
+
+    def to_buckets(self, acc: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+        """``((acc >> 32) g) >> 32``, in place."""
+        acc >>= _U32
+        acc *= np.uint64(self.g)
+        acc >>= _U32
+        return acc
+
+    def buckets(self, sketch: int, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+        """Bucket of each key (as words) in every row of ``sketch``: shape (n, R)."""
+        return self.to_buckets(self.accumulators(sketch, words)).view(np.int64)
 
     def estimate(self, aggregate: Aggregate) -> HeavyHitters:
         """Find the top-k strings and estimate their frequencies (see the module docstring)."""
