@@ -183,9 +183,7 @@ class HeavyHitters:
     n_estimation: int
     variance_model: VarianceModel
     interval_method: str = INTERVAL_METHOD
-    _estimate_keys: Callable[[Sequence[bytes]], FloatArray] | None = field(
-        default=None, repr=False
-    )
+    _estimate_keys: Callable[[Sequence[bytes]], FloatArray] | None = field(default=None, repr=False)
 
     @property
     def strings(self) -> list[bytes]:

@@ -250,9 +250,11 @@ def _decoys(m: PrefixSketch, sketch: int) -> KeyArray:
     """Random keys of impossible lengths (> max_length): no device holds them."""
     rng = np.random.Generator(np.random.Philox(key=[m.seed & (2**64 - 1), 0x5EED + sketch]))
     keys = rng.integers(0, 256, size=(DECOYS, m.max_length + 1), dtype=np.uint8)
-    keys[:, 0] = rng.integers(m.max_length + 1, 256, size=DECOYS, dtype=np.uint8) if (
-        m.max_length < 255
-    ) else 255
+    keys[:, 0] = (
+        rng.integers(m.max_length + 1, 256, size=DECOYS, dtype=np.uint8)
+        if (m.max_length < 255)
+        else 255
+    )
     return keys
 
 

@@ -365,7 +365,9 @@ class PrefixSketch(Mechanism):
         if isinstance(values, np.ndarray) and values.ndim == 0:
             return self._perturb(self._check_values(values.reshape(1)), generator)[0]
         if isinstance(values, np.ndarray) and values.ndim != 1:
-            raise ReportError(f"values must be a string or a 1-D sequence, got shape {values.shape}")
+            raise ReportError(
+                f"values must be a string or a 1-D sequence, got shape {values.shape}"
+            )
         return self._perturb(self._check_values(values), generator)
 
     def _check_values(self, values: Any) -> npt.NDArray[Any]:
