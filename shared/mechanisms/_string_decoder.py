@@ -222,6 +222,14 @@ class _Level:
         self.null_var = max(float(np.mean(decoys * decoys)), self.formula_var)
         return est
 
+    def stats(self) -> _LevelStats:
+        """Pooling statistics of this level after :meth:`evaluate`."""
+        m = self.m
+        scale = self.n * (m.p - m.q)
+        null_mean = self.n * m.q - scale * self.heavy_total * m.q / (1 - m.q)
+        poisson = max(null_mean, 1e-300) / scale**2  # the estimate's variance if Poisson
+        return _LevelStats(self.null_var, scale, null_mean, max(1.0, self.null_var / poisson))
+
     def _from_residual(self, flat: IntArray) -> FloatArray:
         q = self.m.q
         return self.debias(self.support(self.residual, flat)) + self.heavy_total * q / (1 - q)
@@ -260,29 +268,43 @@ def _decoys(m: PrefixSketch, sketch: int) -> KeyArray:
 
 @dataclass
 class _Finished:
+    """Complete strings followed through the levels from their own on.
+
+    Besides the inverse-variance pooled estimate (for ranking), each keeps the excess of
+    its support over the null, ``sum_t n_t (p - q) est_t``, and the null's mean and
+    variance of the support: the test of :func:`poisson_upper_tail` needs counts.
+    """
+
     keys: KeyArray
     weighted: FloatArray  # sum of est_t / var_t
     precision: FloatArray  # sum of 1 / var_t
+    excess: FloatArray  # sum of n_t (p - q) est_t
+    null_mean: FloatArray  # sum of lambda_t
+    null_var: FloatArray  # sum of kappa_t lambda_t
 
     @classmethod
     def empty(cls, width: int) -> _Finished:
-        return cls(np.zeros((0, width), np.uint8), np.zeros(0), np.zeros(0))
+        z = np.zeros(0)
+        return cls(np.zeros((0, width), np.uint8), z, z, z, z, z)
 
-    def add(self, est: FloatArray, var: float) -> None:
-        self.weighted = self.weighted + est / var
-        self.precision = self.precision + 1.0 / var
+    def add(self, est: FloatArray, stats: _LevelStats, index: IntArray | None = None) -> None:
+        take = slice(None) if index is None else index
+        self.weighted[take] += est / stats.var
+        self.precision[take] += 1.0 / stats.var
+        self.excess[take] += est * stats.scale
+        self.null_mean[take] += stats.null_mean
+        self.null_var[take] += stats.null_mean * stats.dispersion
 
-    def extend(self, keys: KeyArray, est: FloatArray, var: float) -> None:
+    def extend(self, keys: KeyArray, est: FloatArray, stats: _LevelStats) -> None:
+        size = len(self.keys)
+        for name in ("weighted", "precision", "excess", "null_mean", "null_var"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(len(keys))]))
         self.keys = np.concatenate([self.keys, keys])
-        self.weighted = np.concatenate([self.weighted, est / var])
-        self.precision = np.concatenate([self.precision, np.full(len(keys), 1.0 / var)])
+        self.add(est, stats, np.arange(size, size + len(keys)))
 
     def keep(self, index: IntArray) -> None:
-        self.keys, self.weighted, self.precision = (
-            self.keys[index],
-            self.weighted[index],
-            self.precision[index],
-        )
+        for name in ("keys", "weighted", "precision", "excess", "null_mean", "null_var"):
+            setattr(self, name, getattr(self, name)[index])
 
     @property
     def estimate(self) -> FloatArray:
@@ -293,6 +315,75 @@ class _Finished:
     def sd(self) -> FloatArray:
         out: FloatArray = 1.0 / np.sqrt(self.precision)
         return out
+
+    def p_values(self) -> FloatArray:
+        """Null tail probability of each string's pooled support (quasi-Poisson)."""
+        out = np.ones(len(self.keys))
+        for i in range(len(self.keys)):
+            mean, var = float(self.null_mean[i]), float(self.null_var[i])
+            if mean <= 0 or var <= 0:
+                out[i] = 0.0 if self.excess[i] > 0 else 1.0
+                continue
+            dispersion = var / mean
+            count = (mean + float(self.excess[i])) / dispersion
+            out[i] = poisson_upper_tail(count, mean / dispersion)
+        return out
+
+
+@dataclass(frozen=True)
+class _LevelStats:
+    """What pooling needs of one level: null variance, support scale, null mean, dispersion."""
+
+    var: float
+    scale: float  # n (p - q): support per unit of estimate
+    null_mean: float  # expected residual support of a key nobody holds
+    dispersion: float  # measured null variance over the Poisson one (>= 1)
+
+
+def _log_gamma_prefix(a: float, x: float) -> float:
+    return -x + a * math.log(x) - math.lgamma(a)
+
+
+def poisson_upper_tail(count: float, mean: float) -> float:
+    """``P(X >= count)`` for ``X ~ Poisson(mean)``, continuous in ``count`` (> 0).
+
+    It is the regularized lower incomplete gamma function ``P(count, mean)``: by its
+    series when ``mean < count + 1`` (where the tail is small and must be accurate),
+    else one minus its continued fraction (Numerical Recipes, 6.2).
+    """
+    if count <= 0:
+        return 1.0
+    a, x = count, mean
+    if x <= 0:
+        return 0.0
+    if x < a + 1.0:
+        term = total = 1.0 / a
+        ap = a
+        for _ in range(10_000):
+            ap += 1.0
+            term *= x / ap
+            total += term
+            if term < total * 1e-15:
+                break
+        return min(1.0, total * math.exp(_log_gamma_prefix(a, x)))
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c = 1.0 / tiny
+    d = 1.0 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return max(0.0, 1.0 - math.exp(_log_gamma_prefix(a, x)) * h)
 
 
 def _first_level_keys(max_length: int) -> KeyArray:
@@ -347,10 +438,11 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
             beam = beam[:0]
             continue
         child_est, old_est = est[:n_children], est[n_children:]
-        finished.add(old_est, var)
+        stats = level.stats()
+        finished.add(old_est, stats)
         complete = children[:, 0] <= t
         new = complete & (child_est > Z_PREFILTER * sd)
-        finished.extend(children[new], child_est[new], var)
+        finished.extend(children[new], child_est[new], stats)
         open_ = np.flatnonzero(~complete)
         keep = open_[_top(child_est[open_], k_beam, Z_KEEP * sd)]
         cutoff = Z_KEEP * sd
@@ -372,7 +464,8 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     z_find = find_z(m)
     fin = found.finished
     pooled = fin.estimate
-    selected = np.flatnonzero(pooled >= z_find * fin.sd)
+    alpha = FALSE_FIND_RATE / model_tests(m)
+    selected = np.flatnonzero(fin.p_values() <= alpha) if len(fin.keys) else np.zeros(0, np.int64)
     selected = selected[np.argsort(-pooled[selected], kind="stable")]
     heavy = selected[:MAX_HEAVY]
     top = selected[: m.k]
