@@ -20,6 +20,13 @@ from .errors import (
     TransportError,
 )
 from .estimates import ConfidenceInterval, FrequencyEstimate, MeanEstimate, norm_sub
+from .heavy_hitters import (
+    HeavyHitters,
+    StringEstimate,
+    StringPlan,
+    plan_strings,
+    required_n_strings,
+)
 from .mechanisms import (
     CATEGORICAL,
     NUMERIC,
@@ -45,6 +52,7 @@ __all__ = [
     "ConfidenceInterval",
     "FrequencyEstimate",
     "FrequencyOracle",
+    "HeavyHitters",
     "LdpkitError",
     "MeanEstimate",
     "Mechanism",
@@ -53,11 +61,15 @@ __all__ = [
     "Plan",
     "ProtocolError",
     "ReportError",
+    "StringEstimate",
+    "StringPlan",
     "TransportError",
     "__version__",
     "choose",
     "mechanism",
     "norm_sub",
     "plan",
+    "plan_strings",
     "required_n",
+    "required_n_strings",
 ]

@@ -26,6 +26,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "duchi": ("duchi", "Duchi"),
     "piecewise": ("piecewise", "Piecewise"),
     "hybrid": ("piecewise", "Hybrid"),
+    "prefix_sketch": ("strings", "PrefixSketch"),
 }
 
 ALIASES: dict[str, str] = {
@@ -39,12 +40,15 @@ ALIASES: dict[str, str] = {
     "hadamard": "hr",
     "pm": "piecewise",
     "hm": "hybrid",
+    "pxs": "prefix_sketch",
 }
 
 CATEGORICAL = ("grr", "sue", "oue", "olh", "ss", "hr")
 """Candidates ``auto`` weighs for a categorical metric, in order of preference on ties."""
 NUMERIC = ("laplace", "duchi", "piecewise", "hybrid")
 """Candidates ``auto`` weighs for a numeric metric."""
+STRINGS = ("prefix_sketch",)
+"""Mechanisms for open-domain strings (``max_length``); ``auto`` takes the first."""
 NAMES = (*_REGISTRY, "auto")
 
 
@@ -185,16 +189,26 @@ def mechanism(
     epsilon: float,
     domain_size: int | None = None,
     bounds: tuple[float, float] | None = None,
+    max_length: int | None = None,
     **options: Any,
 ) -> Mechanism:
     """Make a mechanism by name: ``mechanism("oue", epsilon=1.0, domain_size=64)``.
 
-    Categorical names take ``domain_size``; numeric names take ``bounds=(lo, hi)``.
-    ``"auto"`` picks the smallest report among the lowest-variance candidates (see
-    :func:`choose`); the returned
-    mechanism's ``name`` says which one it is.
+    Categorical names take ``domain_size``; numeric names take ``bounds=(lo, hi)``;
+    string mechanisms take ``max_length`` (bytes). ``"auto"`` picks the smallest report
+    among the lowest-variance candidates (see :func:`choose`); the returned mechanism's
+    ``name`` says which one it is.
     """
     canonical = canonical_name(name)
+    if max_length is not None or canonical in STRINGS:
+        if domain_size is not None or bounds is not None or max_length is None:
+            raise ParameterError(
+                "string mechanisms take max_length (bytes), not domain_size or bounds"
+            )
+        canonical = STRINGS[0] if canonical == "auto" else canonical
+        if canonical not in STRINGS:
+            raise ParameterError(f"{canonical!r} is not a mechanism for strings")
+        return mechanism_class(canonical)(epsilon=epsilon, max_length=max_length, **options)  # type: ignore[call-arg]
     if canonical == "auto":
         canonical = choose(epsilon=epsilon, domain_size=domain_size, bounds=bounds).name
     cls = mechanism_class(canonical)
@@ -220,6 +234,7 @@ __all__ = [
     "CATEGORICAL",
     "NAMES",
     "NUMERIC",
+    "STRINGS",
     "Choice",
     "FrequencyOracle",
     "Mechanism",

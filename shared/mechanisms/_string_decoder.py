@@ -26,6 +26,7 @@ are expected in an answer.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -182,17 +183,16 @@ class _Level:
         return residual
 
     def evaluate(
-        self, keys: KeyArray, flat: IntArray | None = None, heavy: IntArray | None = None
+        self, flat: IntArray, take: Callable[[IntArray], KeyArray], heavy: IntArray | None = None
     ) -> FloatArray:
-        """Corrected estimates of ``keys`` (cells ``flat`` if known); ``heavy`` (indices)
-        fixed, or chosen from the data."""
+        """Corrected estimates of the candidates whose cells are ``flat``; ``take(index)``
+        gives their keys. ``heavy`` (indices) is fixed, or chosen from the data."""
         m = self.m
+        none = np.zeros(0, np.int64)
         if self.n == 0:
             self.null_var = math.inf
-            self.heavy_keys, self.heavy_est = keys[:0], np.zeros(0)
-            return np.full(keys.shape[0], np.nan)
-        if flat is None:
-            flat = self.flat(keys)
+            self.heavy_keys, self.heavy_est = take(none), np.zeros(0)
+            return np.full(flat.shape[0], np.nan)
         raw = self.debias(self.support(self.counts, flat))
         sd0 = math.sqrt(self.formula_var)
         chosen = heavy is None
@@ -200,11 +200,11 @@ class _Level:
             heavy = _top(raw, MAX_HEAVY, Z_HEAVY * sd0)
         est = raw
         self.residual, self.heavy_total = self.counts, 0.0
-        self.heavy_keys, self.heavy_est = keys[:0], np.zeros(0)
+        self.heavy_keys, self.heavy_est = take(none), np.zeros(0)
         for rnd in range(2 if chosen else 1):
             if heavy.size == 0:
                 self.residual, self.heavy_total = self.counts, 0.0
-                self.heavy_keys, self.heavy_est = keys[:0], np.zeros(0)
+                self.heavy_keys, self.heavy_est = take(none), np.zeros(0)
                 est = raw
                 break
             f_h = self._solve(flat[heavy], raw[heavy])
@@ -212,7 +212,7 @@ class _Level:
             self.heavy_total = float(f_h.sum())
             est = self._from_residual(flat)
             est[heavy] = f_h
-            self.heavy_keys, self.heavy_est = keys[heavy], f_h
+            self.heavy_keys, self.heavy_est = take(heavy), f_h
             if chosen and rnd == 0:
                 again = _top(est, MAX_HEAVY, Z_HEAVY * sd0)
                 if np.array_equal(np.sort(again), np.sort(heavy)):
@@ -321,6 +321,8 @@ class _Finished:
         out = np.ones(len(self.keys))
         for i in range(len(self.keys)):
             mean, var = float(self.null_mean[i]), float(self.null_var[i])
+            if self.excess[i] <= 0 and mean > 0:
+                continue  # at or below the null mean: p >= about 1/2
             if mean <= 0 or var <= 0:
                 out[i] = 0.0 if self.excess[i] > 0 else 1.0
                 continue
@@ -397,12 +399,6 @@ def _first_level_keys(max_length: int) -> KeyArray:
     return keys
 
 
-def _children(beam: KeyArray, position: int) -> KeyArray:
-    children = np.repeat(beam, 256, axis=0)
-    children[:, position] = np.tile(np.arange(256, dtype=np.uint8), beam.shape[0])
-    return children
-
-
 @dataclass
 class Walk:
     finished: _Finished
@@ -421,15 +417,38 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
     for t in range(1, m.max_length + 1):
         level = levels[t]
         if t == 1:
-            children = _first_level_keys(m.max_length)
-            flat_children = level.flat(children)
+            first = _first_level_keys(m.max_length)
+            flat_children = level.flat(first)
+            child_length = first[:, 0]
+
+            def child_keys(index: IntArray, first: KeyArray = first) -> KeyArray:
+                return first[index]
         else:
-            children = _children(beam, t)
             flat_children = level.children_flat(beam, t)
-        n_children = children.shape[0]
-        keys = np.concatenate([children, finished.keys])
-        flat = np.concatenate([flat_children, level.flat(finished.keys)])
-        est = level.evaluate(keys, flat)
+            child_length = np.repeat(beam[:, 0], 256)
+
+            def child_keys(index: IntArray, beam: KeyArray = beam, t: int = t) -> KeyArray:
+                keys = beam[index // 256].copy()
+                keys[:, t] = (index % 256).astype(np.uint8)
+                return keys
+
+        n_children = flat_children.shape[0]
+        old_keys = finished.keys
+
+        def take(
+            index: IntArray,
+            n_children: int = n_children,
+            old_keys: KeyArray = old_keys,
+            child_keys: Callable[[IntArray], KeyArray] = child_keys,
+        ) -> KeyArray:
+            out = np.empty((index.size, width), dtype=np.uint8)
+            young = index < n_children
+            out[young] = child_keys(index[young])
+            out[~young] = old_keys[index[~young] - n_children]
+            return out
+
+        flat = np.concatenate([flat_children, level.flat(old_keys)])
+        est = level.evaluate(flat, take)
         var = level.null_var
         sd = math.sqrt(var)
         sigmas.append(sd)
@@ -440,9 +459,9 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
         child_est, old_est = est[:n_children], est[n_children:]
         stats = level.stats()
         finished.add(old_est, stats)
-        complete = children[:, 0] <= t
-        new = complete & (child_est > Z_PREFILTER * sd)
-        finished.extend(children[new], child_est[new], stats)
+        complete = child_length <= t
+        new = np.flatnonzero(complete & (child_est > Z_PREFILTER * sd))
+        finished.extend(child_keys(new), child_est[new], stats)
         open_ = np.flatnonzero(~complete)
         keep = open_[_top(child_est[open_], k_beam, Z_KEEP * sd)]
         cutoff = Z_KEEP * sd
@@ -450,7 +469,7 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
         if passing > k_beam:
             cutoff = float(np.min(child_est[keep]))
         cutoffs.append(cutoff)
-        beam = children[keep]
+        beam = child_keys(keep)
         if len(finished.keys) > 4 * k_beam:
             z = finished.estimate / finished.sd
             finished.keep(np.argsort(-z, kind="stable")[: 4 * k_beam])
@@ -472,10 +491,8 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
 
     estimation = levels[0]
     n_e = estimation.n
-    if n_e > 0 and len(fin.keys):
-        est_all = estimation.evaluate(fin.keys, heavy=heavy)
-    else:
-        est_all = estimation.evaluate(np.zeros((0, m.max_length + 1), np.uint8), heavy=heavy[:0])
+    keys = fin.keys
+    est_all = estimation.evaluate(estimation.flat(keys), lambda i: keys[i], heavy=heavy)
     model = variance_model(m, estimation, agg.n)
     top_est = est_all[top] if len(top) else np.zeros(0)
     order = np.argsort(-top_est, kind="stable")

@@ -1,0 +1,387 @@
+"""Open-domain strings (prefix_sketch): privacy, encoding, estimates, intervals, planning.
+
+Statistical checks use small configurations (max_length 2 or 3) with fixed seeds, and
+tolerances from the variance formulas; the benchmark (benchmarks/heavy_hitters.py)
+covers the large settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import ldpkit
+from ldpkit.errors import ParameterError, ReportError
+from ldpkit.heavy_hitters import VarianceModel, as_text, printable
+from ldpkit.mechanisms._string_decoder import poisson_upper_tail
+from ldpkit.mechanisms.strings import PrefixSketch, encode_strings, splitmix64
+from tests.stats import chi2_ratio_bounds, coverage_bounds
+
+# --- parameters and registry -------------------------------------------------------------
+
+
+def test_made_by_name_and_auto() -> None:
+    m = ldpkit.mechanism("auto", epsilon=4.0, max_length=16)
+    assert isinstance(m, PrefixSketch) and m.name == "prefix_sketch"
+    assert ldpkit.mechanism("pxs", epsilon=1.0, max_length=3).name == "prefix_sketch"
+    assert (m.g, m.rows) == (56, 64)
+    assert m.stats_size == 17 * 64 * 56
+    assert m.report_dtype == np.dtype("<u4")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"max_length": 0}, "max_length"),
+        ({"max_length": 65}, "max_length"),
+        ({"max_length": 2.5}, "max_length"),
+        ({"max_length": 4, "k": 0}, "k"),
+        ({"max_length": 4, "seed": -1}, "seed"),
+        ({"max_length": 4, "estimation_share": 1.0}, "estimation_share"),
+    ],
+)
+def test_bad_parameters_are_refused(kwargs: dict[str, object], words: str) -> None:
+    with pytest.raises(ParameterError, match=words):
+        PrefixSketch(epsilon=1.0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_strings_need_max_length_not_domain() -> None:
+    with pytest.raises(ParameterError, match="max_length"):
+        ldpkit.mechanism("prefix_sketch", epsilon=1.0, domain_size=4)
+    with pytest.raises(ParameterError, match="max_length"):
+        ldpkit.mechanism("prefix_sketch", epsilon=1.0)
+    with pytest.raises(ParameterError, match="not a mechanism for strings"):
+        ldpkit.mechanism("olh", epsilon=1.0, max_length=4)
+
+
+# --- encoding and refusal ------------------------------------------------------------------
+
+
+def test_keys_hold_length_then_bytes() -> None:
+    keys, _ = encode_strings(["ab", b"\xff", "", "é", b"a\x00"], 3)
+    assert keys.tolist() == [
+        [2, 97, 98, 0],
+        [1, 255, 0, 0],
+        [0, 0, 0, 0],
+        [2, 0xC3, 0xA9, 0],
+        [2, 97, 0, 0],  # a trailing NUL is kept from a list, and differs from "a"
+    ]
+    same, _ = encode_strings(np.array(["ab", "é"]), 3)
+    assert same.tolist() == [keys[0].tolist(), keys[3].tolist()]
+
+
+def test_too_long_strings_are_refused_in_bytes() -> None:
+    m = PrefixSketch(epsilon=1.0, max_length=4)
+    m.perturb("abcd", rng=np.random.default_rng(0))
+    with pytest.raises(ReportError, match=r"'abcde' at index 0 is 5 bytes long.*max_length = 4"):
+        m.perturb("abcde", rng=np.random.default_rng(0))
+    # Three characters, six bytes in UTF-8.
+    with pytest.raises(ReportError, match=r"index 1 is 6 bytes long"):
+        m.perturb(["ok", "ééé"], rng=np.random.default_rng(0))
+    with pytest.raises(ReportError, match="5 bytes long"):
+        m.perturb(np.array([b"abcde"]), rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("bad", [[1, "a"], ["a", None], ["\ud800"]])
+def test_values_that_are_not_strings_are_refused(bad: list[object]) -> None:
+    m = PrefixSketch(epsilon=1.0, max_length=4)
+    with pytest.raises(ReportError, match="index"):
+        m.perturb(bad, rng=np.random.default_rng(0))  # type: ignore[arg-type]
+
+
+def test_scalar_gives_one_report_and_arrays_an_array() -> None:
+    m = PrefixSketch(epsilon=2.0, max_length=8)
+    one = m.perturb("weather", rng=np.random.default_rng(1))
+    assert np.ndim(one) == 0 and int(one) < m.stats_size
+    many = m.perturb(["weather", "news", ""], rng=np.random.default_rng(1))
+    assert many.dtype == np.dtype("<u4") and many.shape == (3,)
+    assert bool(np.all(m.check_reports(many)))
+
+
+def test_splitmix64_reference_values() -> None:
+    # The first outputs of SplitMix64 seeded with 0 (Vigna's reference implementation).
+    assert [int(x) for x in splitmix64(0, 3)] == [
+        0xE220A8397B1DCDAF,
+        0x6E789E6AA1B965F4,
+        0x06C45D188009454F,
+    ]
+
+
+def test_hash_family_vector() -> None:
+    """Protocol test vector: buckets of fixed keys under seed 0 (other clients check this)."""
+    m = PrefixSketch(epsilon=1.0, max_length=3)  # g = 4, R = 64
+    a, b = m.hash_keys
+    assert int(b[0, 0]) == 0xE220A8397B1DCDAF and int(a[0, 0, 0]) == 0x6E789E6AA1B965F4
+    keys, _ = encode_strings(["abc"], 3)
+    from ldpkit.mechanisms.strings import key_words
+
+    word = int.from_bytes(bytes([3, 97, 98, 99]), "little")
+    h = ((int(b[0, 5]) + int(a[0, 5, 0]) * word) % 2**64) >> 32
+    assert int(m.buckets(0, key_words(keys))[0, 5]) == (h * m.g) >> 32
+
+
+# --- privacy ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0, 5.0])
+def test_whole_report_is_epsilon_ldp_by_enumeration(epsilon: float) -> None:
+    """Every cell's probability, for strings of every length, within e^eps of every other's."""
+    m = PrefixSketch(epsilon=epsilon, max_length=3)
+    values: list[str | bytes] = ["", "a", "b", "ab", "abc", "abd", "zzz", b"\xff\x00\x01"]
+    table = np.array([m.output_probabilities(v) for v in values])
+    assert np.allclose(table.sum(axis=1), 1.0)
+    assert bool(np.all(table > 0))
+    ratio = table.max(axis=0) / table.min(axis=0)
+    assert float(ratio.max()) <= math.exp(epsilon) * (1 + 1e-12)
+    # The bound is reached: some cell separates two strings by exactly e^eps.
+    assert float(ratio.max()) == pytest.approx(math.exp(epsilon), rel=1e-9)
+
+
+def test_sampler_follows_the_enumerated_distribution() -> None:
+    m = PrefixSketch(epsilon=1.0, max_length=2)  # 3 sketches x 64 rows x 4 buckets
+    rng = np.random.default_rng(11)
+    n = 200_000
+    for value in ("ab", "x"):
+        reports = m.perturb([value] * n, rng=rng)
+        observed = np.bincount(reports.astype(np.int64), minlength=m.stats_size)
+        expected = m.output_probabilities(value) * n
+        chi2 = float(np.sum((observed - expected) ** 2 / expected))
+        assert stats.chi2.sf(chi2, m.stats_size - 1) > 1e-4
+
+
+# --- aggregation -------------------------------------------------------------------------------
+
+
+def test_aggregate_is_a_cell_count_that_merges_by_addition() -> None:
+    m = PrefixSketch(epsilon=2.0, max_length=4)
+    reports = m.perturb(["abc", "de", "abc", ""] * 50, rng=np.random.default_rng(2))
+    whole = m.aggregate(reports)
+    assert whole.n == 200 and whole.sums.size == m.stats_size and whole.sums.sum() == 200
+    assert m.aggregate(reports[:70]) + m.aggregate(reports[70:]) == whole
+    bad = reports.copy()
+    bad[3] = m.stats_size
+    assert m.check_reports(bad).tolist() == [i != 3 for i in range(200)]
+    with pytest.raises(ReportError, match="report 3"):
+        m.aggregate(bad)
+
+
+def test_empty_aggregate_answers_without_items() -> None:
+    m = PrefixSketch(epsilon=2.0, max_length=3)
+    result = m.estimate(m.empty_aggregate())
+    assert result.items == () and result.threshold == 1.0
+    (q,) = result.query(["ab"])
+    assert math.isnan(q.estimate)
+    data = result.to_dict(candidates=["ab"])
+    json.dumps(data, allow_nan=False)
+    assert data["candidates"][0]["estimate"] is None
+    with pytest.raises(ParameterError, match="sums"):
+        m.estimate(ldpkit.Aggregate.zeros(5))
+
+
+# --- estimation ---------------------------------------------------------------------------------
+
+
+def population(rng: np.random.Generator) -> tuple[list[bytes], np.ndarray]:
+    """Three planted heavy strings and a tail of 300 two-letter strings."""
+    heavy = [b"ab", b"c", b"\xff\x00"]
+    tail = sorted({bytes(rng.integers(97, 123, size=2).astype(np.uint8)) for _ in range(400)})
+    tail = [t for t in tail if t not in heavy][:300]
+    probs = np.array([0.25, 0.12, 0.06] + [0.57 / len(tail)] * len(tail))
+    return heavy + tail, probs / probs.sum()
+
+
+def campaigns(epsilon: float, n: int, count: int, seed: int) -> list[dict[str, object]]:
+    """``count`` campaigns; each draws its users and its own hash family (seed)."""
+    rng = np.random.default_rng(seed)
+    words, probs = population(np.random.default_rng(99))
+    named = [b"ab", b"c", b"\xff\x00", words[3], b"zz"]  # heavy, medium, rare, tail, absent
+    out = []
+    for c in range(count):
+        m = PrefixSketch(epsilon=epsilon, max_length=2, k=3, seed=seed * 10_000 + c)
+        users = rng.choice(len(words), size=n, p=probs)
+        reports = m.perturb(np.array(words, dtype=object)[users], rng=rng)
+        result = m.estimate(m.aggregate(reports))
+        own = np.bincount(users, minlength=len(words)) / n
+        truth = {words[i]: float(own[i]) for i in range(len(words))}
+        out.append({"result": result, "truth": truth, "named": named})
+    return out
+
+
+@pytest.fixture(scope="module")
+def moderate() -> list[dict[str, object]]:
+    return campaigns(epsilon=2.0, n=6000, count=120, seed=1)
+
+
+@pytest.fixture(scope="module")
+def hard() -> list[dict[str, object]]:
+    # High epsilon, small n: about 1.3 expected support counts per candidate and row set.
+    return campaigns(epsilon=6.0, n=2500, count=120, seed=2)
+
+
+def test_planted_heavy_hitters_are_found(moderate: list[dict[str, object]]) -> None:
+    found = [set(c["result"].strings) for c in moderate]  # type: ignore[attr-defined]
+    # "ab" (0.25) and "c" (0.12) are far above the threshold (~0.06 here).
+    assert sum({b"ab", b"c"} <= f for f in found) >= 0.97 * len(found)
+    # Strings nobody holds are expected in at most FALSE_FIND_RATE = 0.1 answers each.
+    words, _ = population(np.random.default_rng(99))
+    false = sum(len(f - set(words)) for f in found)
+    assert false <= 0.1 * len(found) + 3 * math.sqrt(0.1 * len(found))
+    for c in moderate:
+        result = c["result"]
+        assert result.threshold < 0.12  # type: ignore[attr-defined]
+
+
+def _named(camps: list[dict[str, object]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    est, se, truth, covered = [], [], [], []
+    for c in camps:
+        result = c["result"]
+        answers = result.query(c["named"])  # type: ignore[attr-defined]
+        est.append([a.estimate for a in answers])
+        se.append([a.stderr for a in answers])
+        t = [c["truth"].get(v, 0.0) for v in c["named"]]  # type: ignore[attr-defined]
+        truth.append(t)
+        covered.append([a.low <= x <= a.high for a, x in zip(answers, t, strict=True)])
+    return np.array(est), np.array(se), np.array(truth), np.array(covered)
+
+
+@pytest.mark.parametrize("which", ["moderate", "hard"])
+def test_candidate_estimates_are_unbiased_with_the_formula_variance(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    camps = request.getfixturevalue(which)
+    est, se, truth, _ = _named(camps)
+    err = est - truth
+    reps = err.shape[0]
+    first = camps[0]["result"]
+    n = first.n
+    m = PrefixSketch(epsilon=first.epsilon, max_length=2)
+    lo, hi = chi2_ratio_bounds(reps)
+    for j in range(err.shape[1]):
+        f = float(np.mean(truth[:, j]))
+        theory = float(m.variance(f, n))
+        # Unbiased: the mean error within 4 standard errors of the mean.
+        assert abs(err[:, j].mean()) < 4 * math.sqrt(theory / reps), j
+        # Variance: the formula (random hashing), a little more for collisions (<= 25%).
+        ratio = float(np.var(err[:, j], ddof=1)) / theory
+        assert lo < ratio < hi * 1.25, (j, ratio)
+        # The standard errors the answer states match the spread they describe.
+        stated = float(np.mean(se[:, j] ** 2)) / float(np.var(err[:, j], ddof=1))
+        assert 1 / (hi * 1.3) < stated < 1.3 / lo, (j, stated)
+
+
+@pytest.mark.parametrize("which", ["moderate", "hard"])
+def test_candidate_intervals_cover(which: str, request: pytest.FixtureRequest) -> None:
+    camps = request.getfixturevalue(which)
+    _, _, truth, covered = _named(camps)
+    lo, hi = coverage_bounds()
+    # Pooled over the candidates, and for the rare string alone (small counts).
+    rate = float(covered.mean())
+    assert lo - 0.02 <= rate <= hi + 0.02, rate
+    assert float(covered[:, 2].mean()) >= lo - 0.04
+
+
+@pytest.mark.parametrize("which", ["moderate", "hard"])
+def test_found_items_intervals_cover_despite_selection(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    """The winner's curse: items are picked on noisy estimates; their intervals come from
+    devices that took no part in picking them, so they still cover."""
+    camps = request.getfixturevalue(which)
+    hits = total = 0
+    for c in camps:
+        for item in c["result"].items:  # type: ignore[attr-defined]
+            truth = c["truth"].get(item.value, 0.0)  # type: ignore[attr-defined]
+            hits += item.low <= truth <= item.high
+            total += 1
+    assert total >= 2 * len(camps)
+    lo, hi = coverage_bounds()
+    assert lo - 0.02 <= hits / total <= hi + 0.02, hits / total
+
+
+def test_found_item_and_candidate_query_agree(moderate: list[dict[str, object]]) -> None:
+    result = moderate[0]["result"]
+    for item in result.items:  # type: ignore[attr-defined]
+        (q,) = result.query([item.value])  # type: ignore[attr-defined]
+        assert (q.estimate, q.low, q.high) == pytest.approx((item.estimate, item.low, item.high))
+
+
+# --- the answer as data ---------------------------------------------------------------------------
+
+
+def test_answer_serialises_to_plain_json(moderate: list[dict[str, object]]) -> None:
+    result = moderate[0]["result"]
+    data = result.to_dict(candidates=["ab", b"\xff\x00", "zz"])  # type: ignore[attr-defined]
+    text = json.dumps(data, allow_nan=False)
+    back = json.loads(text)
+    assert back["items"][0]["category"] == "ab"
+    assert {"estimate", "stderr", "low", "high", "hex", "utf8"} <= set(back["items"][0])
+    assert 0.0 <= back["threshold"] <= 1.0 and len(back["thresholds_by_length"]) == 3
+    ff = back["candidates"][1]
+    assert ff["utf8"] is False and ff["hex"] == "ff00" and ff["category"] == "\\xff\x00"
+    assert back["interval_method"] == "score"
+    lo, hi = result.ci(0.5)  # type: ignore[attr-defined]
+    wide_lo, wide_hi = result.ci(0.99)  # type: ignore[attr-defined]
+    assert bool(np.all(wide_lo <= lo)) and bool(np.all(hi <= wide_hi))
+
+
+def test_queries_longer_than_max_length_are_refused(moderate: list[dict[str, object]]) -> None:
+    result = moderate[0]["result"]
+    with pytest.raises(ParameterError, match="3 bytes long; no device could report it"):
+        result.query(["abc"])  # type: ignore[attr-defined]
+    with pytest.raises(ParameterError, match="str or bytes"):
+        result.query([3])  # type: ignore[attr-defined, list-item]
+
+
+def test_text_and_printable_forms() -> None:
+    assert as_text(b"caf\xc3\xa9") == ("café", True)
+    assert as_text(b"a\xffb") == ("a\\xffb", False)
+    assert printable(b"tab\there\x00") == "tab\\there\\x00"
+    assert printable("ok 😀".encode()) == "ok 😀"
+
+
+def test_score_interval_at_the_bounds() -> None:
+    model = VarianceModel(v0=1e-4, v1=1e-4, v2=1e-5)
+    low, high = model.interval(np.array([-0.05, 0.0, 0.5, 1.2]), 0.95)
+    assert low[0] == 0.0 and low[1] == 0.0 and high[3] == 1.0
+    assert bool(np.all(low <= np.clip([-0.05, 0.0, 0.5, 1.2], 0, 1)))
+    # At f = 0 the upper end solves f^2 = z^2 V(f).
+    z = 1.959963984540054
+    u = float(high[1])
+    assert u * u == pytest.approx(z * z * (1e-4 + 1e-4 * u - 1e-5 * u * u))
+
+
+def test_poisson_tail_matches_scipy() -> None:
+    for count, mean in [(1, 0.01), (5, 2.5), (20, 2.5), (3, 10.0), (100, 60.0), (400, 300.0)]:
+        assert poisson_upper_tail(count, mean) == pytest.approx(
+            stats.poisson.sf(count - 1, mean), rel=1e-9, abs=1e-300
+        )
+    assert poisson_upper_tail(2.5, 1.0) == pytest.approx(stats.gamma.cdf(1.0, 2.5), rel=1e-9)
+
+
+# --- planning --------------------------------------------------------------------------------------
+
+
+def test_plan_and_required_n_are_inverse() -> None:
+    plan = ldpkit.plan_strings(epsilon=4.0, max_length=16, n=10**6)
+    assert plan.threshold == min(plan.thresholds) and len(plan.thresholds) == 17
+    assert plan.thresholds[16] >= plan.thresholds[8] >= plan.thresholds[1]
+    # Thresholds fall as 1 / sqrt(n).
+    quarter = ldpkit.plan_strings(epsilon=4.0, max_length=16, n=4 * 10**6)
+    assert quarter.thresholds[8] == pytest.approx(plan.thresholds[8] / 2, rel=1e-9)
+    need = ldpkit.required_n_strings(epsilon=4.0, max_length=16, frequency=0.01, length=8)
+    assert need.thresholds[8] <= 0.01
+    fewer = ldpkit.plan_strings(epsilon=4.0, max_length=16, n=need.n - 1 - need.n // 1000)
+    assert fewer.thresholds[8] > 0.01
+    with pytest.raises(ParameterError, match="frequency"):
+        ldpkit.required_n_strings(epsilon=4.0, max_length=16, frequency=0.0)
+
+
+def test_plan_agrees_with_the_decoder(moderate: list[dict[str, object]]) -> None:
+    result = moderate[0]["result"]
+    plan = ldpkit.plan_strings(epsilon=2.0, max_length=2, k=3, n=result.n)  # type: ignore[attr-defined]
+    measured = np.array(result.thresholds)  # type: ignore[attr-defined]
+    assert bool(np.all(np.abs(measured / np.array(plan.thresholds) - 1) < 0.35))
