@@ -167,12 +167,8 @@ class _Level:
         m = self.m
         weights = self.row_n / self.n
         same = flat_h[:, None, :] == flat_h[None, :, :]
-        beta = (same.astype(np.float64) @ weights - m.q) / (1.0 - m.q)
-        try:
-            out: FloatArray = np.linalg.solve(beta, raw_h)
-        except np.linalg.LinAlgError:
-            out = np.linalg.lstsq(beta, raw_h, rcond=None)[0]
-        return out
+        beta = ((same * weights).sum(axis=-1) - m.q) / (1.0 - m.q)
+        return solve_small(beta, raw_h)
 
     def _residual(self, flat_h: IntArray, f_h: FloatArray) -> FloatArray:
         m = self.m
@@ -244,6 +240,32 @@ class _Level:
                 if i is not None:
                     est[row] = self.heavy_est[i]
         return est
+
+
+def solve_small(a: FloatArray, b: FloatArray) -> FloatArray:
+    """``a x = b`` by Gaussian elimination with partial pivoting, in plain numpy.
+
+    The systems here are small (at most ``MAX_HEAVY`` unknowns) and close to the
+    identity; LAPACK's threads can cost a hundred times the work on a busy machine.
+    A singular system (keys alike in every row) gets least-squares-like zeros.
+    """
+    size = b.shape[0]
+    aug = np.concatenate([a, b[:, None]], axis=1).astype(np.float64)
+    for col in range(size):
+        pivot = col + int(np.argmax(np.abs(aug[col:, col])))
+        if abs(aug[pivot, col]) < 1e-12:
+            aug[col:, col] = 0.0
+            continue
+        if pivot != col:
+            aug[[col, pivot]] = aug[[pivot, col]]
+        below = aug[col + 1 :, col] / aug[col, col]
+        aug[col + 1 :, col:] -= below[:, None] * aug[col, col:]
+    x = np.zeros(size)
+    for row in range(size - 1, -1, -1):
+        diag = aug[row, row]
+        if abs(diag) >= 1e-12:
+            x[row] = (aug[row, -1] - float(np.dot(aug[row, row + 1 : size], x[row + 1 :]))) / diag
+    return x
 
 
 def _top(values: FloatArray, count: int, floor: float) -> IntArray:
