@@ -26,8 +26,9 @@ are expected in an answer.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -428,6 +429,17 @@ class Walk:
     cutoffs: list[float]
 
 
+def _take_rows(keys: KeyArray, index: IntArray) -> KeyArray:
+    return keys[index]
+
+
+def _take_children(beam: KeyArray, position: int, index: IntArray) -> KeyArray:
+    """Keys of children ``index`` of the beam: child i extends prefix i // 256 by i % 256."""
+    keys = beam[index // 256].copy()
+    keys[:, position] = (index % 256).astype(np.uint8)
+    return keys
+
+
 def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
     """Find complete strings that stand out, level by level (see the module docstring)."""
     width = m.max_length + 1
@@ -438,21 +450,16 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
     cutoffs: list[float] = []
     for t in range(1, m.max_length + 1):
         level = levels[t]
+        child_keys: Callable[[IntArray], KeyArray]
         if t == 1:
             first = _first_level_keys(m.max_length)
             flat_children = level.flat(first)
             child_length = first[:, 0]
-
-            def child_keys(index: IntArray, first: KeyArray = first) -> KeyArray:
-                return first[index]
+            child_keys = partial(_take_rows, first)
         else:
             flat_children = level.children_flat(beam, t)
             child_length = np.repeat(beam[:, 0], 256)
-
-            def child_keys(index: IntArray, beam: KeyArray = beam, t: int = t) -> KeyArray:
-                keys = beam[index // 256].copy()
-                keys[:, t] = (index % 256).astype(np.uint8)
-                return keys
+            child_keys = partial(_take_children, beam, t)
 
         n_children = flat_children.shape[0]
         old_keys = finished.keys
@@ -527,7 +534,7 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     )
     thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
 
-    def estimate_values(values: list[bytes] | tuple[bytes, ...]) -> FloatArray:
+    def estimate_values(values: Sequence[bytes]) -> FloatArray:
         keys, _ = encode_strings(np.array(list(values), dtype=object), m.max_length)
         return estimation.estimate_keys(keys)
 

@@ -280,12 +280,17 @@ class PrefixSketch(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         check_min_epsilon(self.name, self.epsilon)
-        for label, value, lo, hi in (
+        checks: tuple[tuple[str, object, int, int], ...] = (
             ("max_length", self.max_length, 1, MAX_LENGTH),
             ("k", self.k, 1, MAX_K),
             ("seed", self.seed, 0, _MASK64),
-        ):
-            if isinstance(value, bool) or not isinstance(value, Integral) or not lo <= value <= hi:
+        )
+        for label, value, lo, hi in checks:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, Integral)
+                or not lo <= int(value) <= hi
+            ):
                 raise ParameterError(f"{label} must be an integer in [{lo}, {hi}], got {value!r}")
             object.__setattr__(self, label, int(value))
         share = self.estimation_share
@@ -396,7 +401,8 @@ class PrefixSketch(Mechanism):
         other += other >= true
         y = np.where(keep_true, true, other).astype(np.int64)
         cell = (sketch * self.rows + row) * self.g + y
-        return cell.astype(REPORT_DTYPE)
+        out: npt.NDArray[Any] = cell.astype(REPORT_DTYPE)
+        return out
 
     def output_probabilities(self, value: str | bytes) -> FloatArray:
         """The exact probability of every report (cell) for ``value``: shape (stats_size,).

@@ -276,7 +276,7 @@ def test_candidate_estimates_are_unbiased_with_the_formula_variance(
 @pytest.mark.parametrize("which", ["moderate", "hard"])
 def test_candidate_intervals_cover(which: str, request: pytest.FixtureRequest) -> None:
     camps = request.getfixturevalue(which)
-    _, _, truth, covered = _named(camps)
+    covered = _named(camps)[3]
     lo, hi = coverage_bounds()
     # Pooled over the candidates, and for the rare string alone (small counts).
     rate = float(covered.mean())
@@ -362,7 +362,7 @@ def test_poisson_tail_matches_scipy() -> None:
     assert poisson_upper_tail(2.5, 1.0) == pytest.approx(stats.gamma.cdf(1.0, 2.5), rel=1e-9)
 
 
-# --- planning --------------------------------------------------------------------------------------
+# --- planning ---------------------------------------------------------------------------
 
 
 def test_plan_and_required_n_are_inverse() -> None:
