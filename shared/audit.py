@@ -46,6 +46,7 @@ Cells (how reports become discrete events):
   ``C_x'``;
 - ``sue``, ``oue``, ``ss``: the whole bitmap (``d <= 10``), else bits x and x';
 - ``olh``: whether the report supports x and whether it supports x';
+- ``prefix_sketch``: whether the reported bucket is x's in its (sketch, row), and x''s;
 - numeric mechanisms: ``bins`` quantile bins of the debiased output (edges taken from
   the selection part of the pair's pooled reports; values that repeat, such as
   Duchi's two outputs, get a cell of their own).
@@ -430,6 +431,14 @@ def _default_partition(mechanism: Mechanism, x: Any, y: Any) -> _Partition | Non
         return _flag_partition(
             lambda r: (supports(x, r), supports(y, r)), (f"supports {x}", f"supports {y}")
         )
+    if name == "prefix_sketch":
+        from .mechanisms.strings import PrefixSketch
+
+        assert isinstance(mechanism, PrefixSketch)
+        return _flag_partition(
+            lambda r: (mechanism.supports(x, r), mechanism.supports(y, r)),
+            (f"supports {x!r}", f"supports {y!r}"),
+        )
     return None
 
 
@@ -498,6 +507,8 @@ def _default_inputs(mechanism: Mechanism) -> list[Any]:
     if isinstance(mechanism, NumericMechanism):
         lo, hi = mechanism.bounds
         return [lo, hi, (lo + hi) / 2.0]
+    if mechanism.kind == "strings":
+        return ["", "a", "b"]  # every max_length allows these; lengths 0 and 1 differ too
     raise ParameterError(f"give input_pairs for a mechanism of kind {mechanism.kind!r}")
 
 

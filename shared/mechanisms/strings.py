@@ -415,16 +415,29 @@ class PrefixSketch(Mechanism):
         w = self.weights
         p_sketch = w / w.sum()
         p_keep = _bits.threshold64_floor(self.p) / 2.0**64
+        true = self.true_buckets(bytes(keys[0, 1 : 1 + int(keys[0, 0])]))
         out = np.empty((self.sketches, self.rows, self.g))
         for s in range(self.sketches):
-            keep = self.max_length if s == 0 else s
-            cut = keys.copy()
-            cut[:, keep + 1 :] = 0
-            bucket = self.buckets(s, key_words(cut))[0]
             probs = np.full((self.rows, self.g), (1.0 - p_keep) / (self.g - 1))
-            probs[np.arange(self.rows), bucket] = p_keep
+            probs[np.arange(self.rows), true[s]] = p_keep
             out[s] = probs * (p_sketch[s] / self.rows)
         return out.reshape(-1)
+
+    def true_buckets(self, value: str | bytes) -> npt.NDArray[np.int64]:
+        """The bucket of ``value`` (cut as each sketch cuts it) in every row: (sketches, R)."""
+        keys = self._check_values(np.array([value], dtype=object))
+        out = np.empty((self.sketches, self.rows), dtype=np.int64)
+        for s in range(self.sketches):
+            cut = keys.copy()
+            cut[:, (self.max_length if s == 0 else s) + 1 :] = 0
+            out[s] = self.buckets(s, key_words(cut))[0]
+        return out
+
+    def supports(self, value: str | bytes, reports: npt.ArrayLike) -> BoolArray:
+        """Which reports name ``value``'s bucket in their (sketch, row)."""
+        cells = self.coerce_reports(reports).astype(np.int64)
+        sketch_row, y = np.divmod(cells, self.g)
+        return np.asarray(self.true_buckets(value).reshape(-1)[sketch_row] == y)
 
     # --- collector ---------------------------------------------------------------------
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:

@@ -385,3 +385,25 @@ def test_plan_agrees_with_the_decoder(moderate: list[dict[str, object]]) -> None
     plan = ldpkit.plan_strings(epsilon=2.0, max_length=2, k=3, n=result.n)  # type: ignore[attr-defined]
     measured = np.array(result.thresholds)  # type: ignore[attr-defined]
     assert bool(np.all(np.abs(measured / np.array(plan.thresholds) - 1) < 0.35))
+
+
+# --- audit ---------------------------------------------------------------------------------------
+
+
+def test_audit_lower_bound_stays_at_or_under_epsilon_and_catches_a_lie() -> None:
+    from ldpkit.audit import _mislabelled, audit
+
+    m = PrefixSketch(epsilon=2.0, max_length=8)
+    honest = audit(m, samples=100_000, rng=np.random.default_rng(5))
+    assert honest.passed and honest.epsilon_lower_bound <= 2.0
+    assert honest.epsilon_lower_bound > 1.8  # the events reach the claim: the audit has power
+    broken = audit(_mislabelled(m, 2.0), samples=100_000, rng=np.random.default_rng(6))
+    assert not broken.passed and broken.epsilon_lower_bound > 2.0
+
+
+def test_supports_marks_the_true_bucket() -> None:
+    m = PrefixSketch(epsilon=50.0, max_length=4)  # keep-probability ~1: reports name the truth
+    reports = m.perturb(["abc"] * 200, rng=np.random.default_rng(3))
+    assert bool(np.all(m.supports("abc", reports)))
+    # Other strings share a bucket only by collision (g = MAX_BUCKETS here).
+    assert float(np.mean(m.supports("abd", reports))) < 0.5
