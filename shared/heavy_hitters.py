@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 FloatArray = npt.NDArray[np.float64]
 
+KeyEstimator = Callable[[Sequence[bytes]], tuple[FloatArray, FloatArray]]
+"""Strings -> (estimates, extra variances): how an answer estimates named strings."""
+
 INTERVAL_METHOD = "score"
 """Name of the interval construction (see the module docstring)."""
 
@@ -117,28 +120,36 @@ class StringEstimate:
 
 @dataclass(frozen=True)
 class VarianceModel:
-    """``V(f) = v0 + v1 f - v2 f^2``: the variance of an estimate at true fraction f."""
+    """``V(f) = v0 + extra + v1 f - v2 f^2``: the variance of an estimate at true fraction f.
+
+    ``extra`` is per string: what its collisions with the heavy strings in the fixed hash
+    rows add beyond the average the null variance ``v0`` already holds.
+    """
 
     v0: float
     v1: float
     v2: float
 
-    def variance(self, f: npt.ArrayLike) -> FloatArray:
+    def variance(self, f: npt.ArrayLike, extra: npt.ArrayLike = 0.0) -> FloatArray:
         x = np.clip(np.asarray(f, dtype=np.float64), 0.0, 1.0)
-        return np.maximum(self.v0 + self.v1 * x - self.v2 * x * x, 0.0)
+        base = self.v0 + np.asarray(extra, dtype=np.float64)
+        return np.maximum(base + self.v1 * x - self.v2 * x * x, 0.0)
 
-    def stderr(self, estimate: npt.ArrayLike) -> FloatArray:
-        return np.sqrt(self.variance(estimate))
+    def stderr(self, estimate: npt.ArrayLike, extra: npt.ArrayLike = 0.0) -> FloatArray:
+        return np.sqrt(self.variance(estimate, extra))
 
-    def interval(self, estimate: npt.ArrayLike, level: float) -> tuple[FloatArray, FloatArray]:
+    def interval(
+        self, estimate: npt.ArrayLike, level: float, extra: npt.ArrayLike = 0.0
+    ) -> tuple[FloatArray, FloatArray]:
         """Score interval ``{f in [0,1] : (f_hat - f)^2 <= z^2 V(f)}``, f_hat clipped to [0, 1]."""
         z = normal_quantile(level)
         e = np.asarray(estimate, dtype=np.float64)
         f = np.clip(e, 0.0, 1.0)
+        v0 = self.v0 + np.asarray(extra, dtype=np.float64)
         z2 = z * z
         a = 1.0 + z2 * self.v2
         b = -(2.0 * f + z2 * self.v1)
-        c = f * f - z2 * self.v0
+        c = f * f - z2 * v0
         disc = np.sqrt(np.maximum(b * b - 4.0 * a * c, 0.0))
         low = np.clip((-b - disc) / (2.0 * a), 0.0, 1.0)
         high = np.clip((-b + disc) / (2.0 * a), 0.0, 1.0)
@@ -183,7 +194,7 @@ class HeavyHitters:
     n_estimation: int
     variance_model: VarianceModel
     interval_method: str = INTERVAL_METHOD
-    _estimate_keys: Callable[[Sequence[bytes]], FloatArray] | None = field(default=None, repr=False)
+    _estimate_keys: KeyEstimator | None = field(default=None, repr=False)
 
     @property
     def strings(self) -> list[bytes]:
@@ -199,17 +210,18 @@ class HeavyHitters:
 
     def ci(self, level: float = 0.95) -> ConfidenceInterval:
         """Intervals of the items' fractions at ``level`` (arrays, in item order)."""
-        level = check_level(level)
-        low, high = self.variance_model.interval(self.frequencies, level)
+        again = self._estimates(self.strings, check_level(level))
+        low = np.array([e.low for e in again], dtype=np.float64)
+        high = np.array([e.high for e in again], dtype=np.float64)
         return ConfidenceInterval(low, high)
 
     def _estimates(self, values: Sequence[bytes], level: float) -> tuple[StringEstimate, ...]:
         if self._estimate_keys is None or self.n_estimation == 0:
-            est = np.full(len(values), np.nan)
+            est, extra = np.full(len(values), np.nan), np.zeros(len(values))
         else:
-            est = self._estimate_keys(values)
-        se = np.where(np.isfinite(est), self.variance_model.stderr(est), np.nan)
-        low, high = self.variance_model.interval(est, level)
+            est, extra = self._estimate_keys(values)
+        se = np.where(np.isfinite(est), self.variance_model.stderr(est, extra), np.nan)
+        low, high = self.variance_model.interval(est, level, extra)
         return tuple(
             StringEstimate(v, float(e), float(s), float(lo), float(hi))
             for v, e, s, lo, hi in zip(values, est, se, low, high, strict=True)

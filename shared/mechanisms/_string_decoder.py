@@ -116,6 +116,7 @@ class _Level:
     heavy_total: float = 0.0
     heavy_keys: KeyArray | None = None
     heavy_est: FloatArray | None = None
+    heavy_flat: IntArray | None = None
     null_var: float = math.nan
 
     def __post_init__(self) -> None:
@@ -197,11 +198,12 @@ class _Level:
             heavy = _top(raw, MAX_HEAVY, Z_HEAVY * sd0)
         est = raw
         self.residual, self.heavy_total = self.counts, 0.0
-        self.heavy_keys, self.heavy_est = take(none), np.zeros(0)
+        self.heavy_keys, self.heavy_est, self.heavy_flat = take(none), np.zeros(0), None
         for rnd in range(2 if chosen else 1):
             if heavy.size == 0:
                 self.residual, self.heavy_total = self.counts, 0.0
                 self.heavy_keys, self.heavy_est = take(none), np.zeros(0)
+                self.heavy_flat = None
                 est = raw
                 break
             f_h = self._solve(flat[heavy], raw[heavy])
@@ -210,6 +212,7 @@ class _Level:
             est = self._from_residual(flat)
             est[heavy] = f_h
             self.heavy_keys, self.heavy_est = take(heavy), f_h
+            self.heavy_flat = flat[heavy]
             if chosen and rnd == 0:
                 again = _top(est, MAX_HEAVY, Z_HEAVY * sd0)
                 if np.array_equal(np.sort(again), np.sort(heavy)):
@@ -231,16 +234,46 @@ class _Level:
         q = self.m.q
         return self.debias(self.support(self.residual, flat)) + self.heavy_total * q / (1 - q)
 
-    def estimate_keys(self, keys: KeyArray) -> FloatArray:
-        """Estimates of arbitrary keys after :meth:`evaluate` (heavy ones from the solve)."""
-        est = self._from_residual(self.flat(keys))
+    def estimate_keys(self, keys: KeyArray) -> tuple[FloatArray, FloatArray]:
+        """Estimates of arbitrary keys after :meth:`evaluate` (heavy ones from the solve),
+        and the variance their collisions with heavy keys add (see :meth:`collision_var`)."""
+        flat = self.flat(keys)
+        est = self._from_residual(flat)
+        own = np.full(len(keys), -1, dtype=np.int64)
         if self.heavy_keys is not None and self.heavy_est is not None and len(self.heavy_keys):
             index = {bytes(k): i for i, k in enumerate(self.heavy_keys)}
             for row, key in enumerate(keys):
                 i = index.get(bytes(key))
                 if i is not None:
                     est[row] = self.heavy_est[i]
-        return est
+                    own[row] = i
+        return est, self.collision_var(flat, own)
+
+    def collision_var(self, flat: IntArray, own: IntArray) -> FloatArray:
+        """Variance a key's collisions with the heavy keys add beyond the decoys' average.
+
+        In a row where key v shares x's bucket, all of x's devices in that row support v.
+        Their number is random (devices pick rows at random), about Binomial with mean
+        ``n_j f_x``; the correction removes the mean, the spread stays: variance
+        ``f_x W(v, x) / n`` in estimate units, with ``W`` the share of reports in rows where
+        they collide. Random hashing would give ``W = q`` on average, which the decoys'
+        null variance already holds, so only the excess over ``q`` is added. ``own[i]``
+        is the heavy index of key i itself (its own column is skipped), or -1.
+        """
+        out = np.zeros(flat.shape[0])
+        if self.heavy_flat is None or self.heavy_est is None or not len(self.heavy_est):
+            return out
+        weights = self.row_n / self.n
+        f_h = np.maximum(self.heavy_est, 0.0)
+        for start in range(0, flat.shape[0], 256):
+            block = flat[start : start + 256]
+            same = block[:, None, :] == self.heavy_flat[None, :, :]
+            share = (same * weights).sum(axis=-1)
+            mine = own[start : start + 256]
+            rows = np.flatnonzero(mine >= 0)
+            share[rows, mine[rows]] = 0.0
+            out[start : start + 256] = (np.maximum(share - self.m.q, 0.0) * f_h).sum(axis=1)
+        return out / self.n
 
 
 def solve_small(a: FloatArray, b: FloatArray) -> FloatArray:
@@ -526,15 +559,17 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     top_est = est_all[top] if len(top) else np.zeros(0)
     order = np.argsort(-top_est, kind="stable")
     top, top_est = top[order], top_est[order]
-    low, high = model.interval(top_est, LEVEL)
-    se = model.stderr(top_est)
+    own = np.array([int(np.flatnonzero(heavy == i)[0]) for i in top], dtype=np.int64)
+    extra = estimation.collision_var(estimation.flat(fin.keys[top]), own) if len(top) else own
+    low, high = model.interval(top_est, LEVEL, extra)
+    se = model.stderr(top_est, extra)
     items = tuple(
         StringEstimate(_key_bytes(fin.keys[i]), float(e), float(s), float(lo), float(hi))
         for i, e, s, lo, hi in zip(top, top_est, se, low, high, strict=True)
     )
     thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
 
-    def estimate_values(values: Sequence[bytes]) -> FloatArray:
+    def estimate_values(values: Sequence[bytes]) -> tuple[FloatArray, FloatArray]:
         keys, _ = encode_strings(np.array(list(values), dtype=object), m.max_length)
         return estimation.estimate_keys(keys)
 
