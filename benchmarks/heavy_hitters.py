@@ -7,6 +7,8 @@ users drawn from it, and for each epsilon, n and k:
 - precision and recall of the top-k found against the true top-k of the n users, and
   NCR (normalized cumulative rank, Wang et al. TDSC 2021: the true i-th heaviest scores
   k - i + 1, and NCR is the score found over the score of all k);
+- how many of the found strings some user holds (``held``; the others are strings
+  nobody reported, while a found string outside the top-k may be a real one);
 - relative error of the found items' estimated fractions (mean over found items that
   some user holds), and for ldpkit the coverage of their 95% intervals;
 - wall time of perturbation (all users), of aggregation and of decoding.
@@ -94,6 +96,7 @@ class Score:
     ncr: float
     rel_error: float
     coverage: tuple[int, int] | None = None
+    nobody: int = 0  # found strings that no user holds
     perturb_s: float = math.nan
     aggregate_s: float = math.nan
     decode_s: float = math.nan
@@ -124,6 +127,7 @@ def score(
             lo <= truth.get(s, 0.0) <= hi for (s, _), (lo, hi) in zip(found, intervals, strict=True)
         )
         coverage = (covered, len(found))
+    nobody = sum(truth.get(s, 0.0) == 0 for s, _ in found)
     return Score(
         method,
         len(found),
@@ -132,6 +136,7 @@ def score(
         ncr,
         float(np.mean(errors)) if errors else math.nan,
         coverage,
+        nobody,
     )
 
 
@@ -254,7 +259,8 @@ def fmt(x: float, digits: int = 3) -> str:
 
 def table(rows: list[tuple[float, int, int, Score]]) -> str:
     head = (
-        f"{'eps':>4} {'n':>8} {'k':>3}  {'method':<9} {'found':>5} {'prec':>5} {'recall':>6} "
+        f"{'eps':>4} {'n':>8} {'k':>3}  {'method':<9} {'found':>5} {'held':>4} "
+        f"{'prec':>5} {'recall':>6} "
         f"{'NCR':>5} {'relerr':>6} {'cover':>6} {'perturb_s':>9} {'aggr_s':>7} {'decode_s':>8} "
         f"{'total_s':>8}  notes"
     )
@@ -262,7 +268,8 @@ def table(rows: list[tuple[float, int, int, Score]]) -> str:
     for eps, n, k, s in rows:
         cover = "-" if s.coverage is None else f"{s.coverage[0]}/{s.coverage[1]}"
         lines.append(
-            f"{eps:>4g} {n:>8d} {k:>3d}  {s.method:<9} {s.found:>5d} {fmt(s.precision, 2):>5} "
+            f"{eps:>4g} {n:>8d} {k:>3d}  {s.method:<9} {s.found:>5d} {s.found - s.nobody:>4d} "
+            f"{fmt(s.precision, 2):>5} "
             f"{fmt(s.recall, 2):>6} {fmt(s.ncr, 2):>5} {fmt(s.rel_error):>6} {cover:>6} "
             f"{fmt(s.perturb_s, 2):>9} {fmt(s.aggregate_s, 2):>7} {fmt(s.decode_s, 2):>8} "
             f"{fmt(s.total_s, 1):>8}  {'; '.join(s.notes)}"
