@@ -23,10 +23,11 @@ stand out are the answer; their frequencies, and those of any string an analyst 
 come from the estimation sketch, which took no part in finding them (no winner's curse).
 
 Collisions of the finite hash family are not re-randomized per user as in OLH: a heavy
-string shifts the count of every string sharing its bucket in a row. The decoder removes
-the heavy strings' expected contributions (a small linear solve over them, see
-:func:`_Level.correct`), and the variance of what remains (the tail's collisions plus the
-oracle's noise) is measured on decoy keys that no one holds, so standard errors include it.
+string shifts the count of every string sharing its bucket in a row. The decoder
+(:mod:`._string_decoder`) removes the heavy strings' expected contributions (a small
+linear solve over them), measures the variance of what remains (the tail's collisions
+plus the oracle's noise) on decoy keys that no one holds, and adds to each string the
+spread its own collisions with heavy strings bring, so standard errors include both.
 
 Hash family (protocol v1)
 -------------------------
