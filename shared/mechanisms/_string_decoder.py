@@ -13,7 +13,9 @@ subtracts their expected counts from the sketch, and estimates every other candi
 from the residual (adding back ``sum f_H q / (1 - q)``, the share random hashing would
 have given them). What is left over (the tail's collisions and the oracle's noise) is
 measured by estimating ``DECOYS`` random keys nobody holds: their mean square is the null
-variance, floored at the random-hashing formula.
+variance, floored at the random-hashing formula. A key that shares a bucket with a heavy
+key in some rows also inherits the spread of that key's row counts, which the decoys'
+average does not hold: :meth:`_Level.collision_var` adds it per key.
 
 The walk (module docstring of :mod:`.strings`) keeps a beam of ``beam_width(k)``
 prefixes, each at least ``Z_KEEP`` null standard errors above 0; complete strings that
