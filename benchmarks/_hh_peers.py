@@ -82,19 +82,21 @@ def main() -> None:
         random.seed(args.seed)
         np.random.seed(args.seed)
         client, server = build(name, args, alphabet)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         reports = [client.privatise(word) for word in data]
         perturb_s = time.perf_counter() - start
-        start = time.perf_counter()
         for report in reports:
             server.aggregate(report)
-        aggregate_s = time.perf_counter() - start
+        aggregate_s = time.perf_counter() - start - perturb_s
+        upstream_cpu = time.process_time() - cpu
         found: dict[str, Any] = {}
         decode_s: dict[str, float] = {}
+        decode_cpu: dict[str, float] = {}
         for k in ks:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             strings, counts = server.find_heavy_hitters(k=k)
             decode_s[str(k)] = time.perf_counter() - start
+            decode_cpu[str(k)] = time.process_time() - cpu
             pairs = sorted(zip(strings, counts, strict=True), key=lambda sc: -float(sc[1]))[:k]
             found[str(k)] = [[s, float(c) / len(data)] for s, c in pairs]
         out = {
@@ -103,6 +105,8 @@ def main() -> None:
             "perturb_s": perturb_s,
             "aggregate_s": aggregate_s,
             "decode_s": decode_s,
+            "upstream_cpu_s": upstream_cpu,
+            "decode_cpu_s": decode_cpu,
             "found": found,
         }
         print(json.dumps(out), flush=True)

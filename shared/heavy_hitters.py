@@ -319,7 +319,7 @@ def detection_thresholds(
             out.append(1.0)
             continue
         lo, hi = 0.0, 1.0
-        for _ in range(60):
+        for _ in range(40):  # 1e-12 of [0, 1]
             mid = (lo + hi) / 2
             if detection_probability(mid, length, sigmas, cutoffs, prefilter, find_z) < probability:
                 lo = mid

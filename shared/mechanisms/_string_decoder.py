@@ -313,14 +313,18 @@ def _top(values: FloatArray, count: int, floor: float) -> IntArray:
 
 
 def _decoys(m: PrefixSketch, sketch: int) -> KeyArray:
-    """Random keys of impossible lengths (> max_length): no device holds them."""
+    """Distinct random keys of impossible lengths (> max_length): no device holds them.
+
+    Only their first word is nonzero (a length byte above max_length, three random
+    bytes), which makes them cheap to hash; the family is strongly universal, so their
+    buckets are as random as any key's.
+    """
     rng = np.random.Generator(np.random.Philox(key=[m.seed & (2**64 - 1), 0x5EED + sketch]))
-    keys = rng.integers(0, 256, size=(DECOYS, m.max_length + 1), dtype=np.uint8)
-    keys[:, 0] = (
-        rng.integers(m.max_length + 1, 256, size=DECOYS, dtype=np.uint8)
-        if (m.max_length < 255)
-        else 255
-    )
+    low = np.unique(rng.integers(0, 1 << 24, size=2 * DECOYS))[:DECOYS]  # distinct
+    keys = np.zeros((DECOYS, m.max_length + 1), dtype=np.uint8)
+    keys[:, 0] = rng.integers(m.max_length + 1, 256, size=DECOYS, dtype=np.uint8)
+    for i in range(1, min(4, m.max_length + 1)):
+        keys[:, i] = (low >> (8 * (i - 1))) & 0xFF
     return keys
 
 
@@ -379,8 +383,8 @@ class _Finished:
         out = np.ones(len(self.keys))
         for i in range(len(self.keys)):
             mean, var = float(self.null_mean[i]), float(self.null_var[i])
-            if self.excess[i] <= 0 and mean > 0:
-                continue  # at or below the null mean: p >= about 1/2
+            if mean > 0 and self.excess[i] <= 2.0 * math.sqrt(var):
+                continue  # within 2 null sds: p > 0.02 (a Poisson right tail is no lighter)
             if mean <= 0 or var <= 0:
                 out[i] = 0.0 if self.excess[i] > 0 else 1.0
                 continue
