@@ -26,6 +26,11 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "duchi": ("duchi", "Duchi"),
     "piecewise": ("piecewise", "Piecewise"),
     "hybrid": ("piecewise", "Hybrid"),
+    "rollup": ("hierarchy", "LeafRollup"),
+    "levels": ("hierarchy", "LevelSampling"),
+    "joint": ("table", "JointTable"),
+    "joint_marginals": ("table", "JointMarginals"),
+    "split": ("table", "SplitMarginals"),
 }
 
 ALIASES: dict[str, str] = {
@@ -45,6 +50,10 @@ CATEGORICAL = ("grr", "sue", "oue", "olh", "ss", "hr")
 """Candidates ``auto`` weighs for a categorical metric, in order of preference on ties."""
 NUMERIC = ("laplace", "duchi", "piecewise", "hybrid")
 """Candidates ``auto`` weighs for a numeric metric."""
+HIERARCHY = ("rollup", "levels")
+"""Designs for a hierarchy (``tree=``); ``ldpkit.structured.choose_hierarchy`` weighs them."""
+TABLE = ("joint", "joint_marginals", "split")
+"""Designs for a table (``table=``); ``split`` estimates marginals only."""
 NAMES = (*_REGISTRY, "auto")
 
 
@@ -136,6 +145,13 @@ def mechanism(
     if canonical == "auto":
         canonical = choose(epsilon=epsilon, domain_size=domain_size, bounds=bounds).name
     cls = mechanism_class(canonical)
+    if canonical in HIERARCHY or canonical in TABLE:
+        if domain_size is not None or bounds is not None:
+            what = "tree=" if canonical in HIERARCHY else "table="
+            raise ParameterError(
+                f"{canonical!r} is structured: give {what}, not domain_size/bounds"
+            )
+        return cls(epsilon=epsilon, **options)
     if issubclass(cls, FrequencyOracle):
         if bounds is not None:
             raise ParameterError(f"{canonical!r} is categorical: give domain_size, not bounds")
@@ -155,8 +171,10 @@ def mechanism(
 __all__ = [
     "ALIASES",
     "CATEGORICAL",
+    "HIERARCHY",
     "NAMES",
     "NUMERIC",
+    "TABLE",
     "Choice",
     "FrequencyOracle",
     "Mechanism",

@@ -1,0 +1,560 @@
+"""Linear inference over partitions of base cells: the engine of structured metrics.
+
+Setting
+-------
+A user's value is one of ``m`` *base cells* (a leaf of a tree, a cell of a table); ``pi``
+is the vector of base-cell fractions among the ``n`` users who reported. A *view* is a
+partition of the base cells into groups (the nodes at one depth of a tree, the
+categories of one attribute of a table, or the base cells themselves), given as one
+integer label per base cell. Each user reports one view, chosen at random with
+probability ``w_v`` independently of their value, through a pure frequency oracle over
+that view's groups. Per view ``v`` the collector keeps ``n_v`` and the oracle's support
+counts, and debiases them into ``y_v`` (unbiased for the groups' fractions among the
+users who reported view ``v``).
+
+Estimator
+---------
+Generalized least squares with the constraint that the base fractions sum to one::
+
+    pi_hat = argmin  sum_v ||y_v - A_v pi||^2 / alpha_v   subject to  1' pi = 1,
+
+with ``A_v`` the 0/1 matrix summing base cells into view v's groups and ``alpha_v`` a
+*fixed* working variance per view (its per-item variance at the uniform population,
+section "Working variances"). Because the weights do not depend on the data, ``pi_hat``
+is an affine function of the ``y_v`` (``pi_hat = M y + c``): exactly unbiased, and every
+coarser estimate (a node, a marginal) is a sum of base-cell estimates, so parents equal
+the sum of their children by construction. For a tree with equal variances per level
+this is the estimator of Hay et al. (VLDB 2010), whose two passes compute the same
+least-squares solution; with one view of all base cells it is the projection
+``y - (1'y - 1) / m`` (a no-op for GRR and subset selection, whose estimates already sum
+to one, and a variance reduction for unary encoding).
+
+Covariance
+----------
+Conditionally on the view sizes ``n_v`` the assignment of users to views is a uniformly
+random partition of the n users, and the oracles' noise is independent across users, so
+
+    Cov(y_v, y_u) = [v == u] (Sigma_v(f_v) / n_v + A_v S A_v' / n_v) - A_v S A_u' / n,
+
+where ``S = n / (n - 1) (diag(pi) - pi pi')`` is the finite-population covariance of a
+user's base-cell indicator (the second and third terms are the variance of sampling the
+n_v users of view v out of n; they vanish with a single view, n_v = n) and ``Sigma_v(f)``
+is the oracle's per-user covariance of its debiased support vector, which for the
+exchangeable pure oracles used here (GRR, SUE, OUE, subset selection) is
+
+    Sigma(f) = diag(delta0 + delta1 f) + kappa 1 1' + lambda (1 f' + f 1'),
+
+with constants from the oracle's p, q and pair-support probabilities (see
+:class:`NoiseModel`). The variance of any output ``b' y`` then needs only sums of the
+coefficients against ``f`` and ``pi``, all linear in pi except for the sampling terms'
+squares; so along the path ``pi(theta) = theta u + (1 - theta) o`` (u: the plug-in
+population inside the output, rescaled to theta; o: outside, rescaled to 1 - theta) an
+output's variance is a quadratic ``v0 + v1 theta + v2 theta^2`` in its own value theta.
+
+Intervals
+---------
+Score-type: the set of theta in [0, 1] with ``(est - theta)^2 <= z^2 V(theta)``, the
+variance taken at the hypothesised value (as in Wilson's interval), not at the estimate.
+With one view V depends on theta alone and this is the exact score interval of the
+roll-up; with several views the path fixes the rest of the population at its plug-in
+shape.
+
+References
+----------
+M. Hay, V. Rastogi, G. Miklau, D. Suciu, "Boosting the accuracy of differentially private
+histograms through consistency", PVLDB 3(1), 2010.
+
+G. Cormode, T. Kulkarni, D. Srivastava, "Answering range queries under local
+differential privacy", PVLDB 12(10), 2019 (level sampling with consistency under LDP).
+
+W. Qardaji, W. Yang, N. Li, "Understanding hierarchical methods for differentially
+private histograms", PVLDB 6(14), 2013 (weights per level).
+
+T. Wang, M. Lopuhaä-Zwakenberg, Z. Li, B. Skoric, N. Li, "Locally differentially private
+frequency estimation with consistency", NDSS 2020 (Norm-Sub).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ParameterError
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+MAX_DENSE_CELLS = 1024
+"""Designs with several views keep dense (outputs x observations) coefficient matrices;
+they are limited to this many base cells (about 10 MB). One view scales to any size."""
+
+Path = Callable[
+    [
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+    ],
+    tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+]
+"""(full, inner, inner_uniform, total) -> (value at theta = 0, slope) of a linear functional."""
+
+IPF_TOLERANCE = 1e-12
+IPF_MAX_ITERATIONS = 2000
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Per-user covariance of one oracle's *debiased* support vector.
+
+    For a pure oracle a report supports the true item with probability ``p`` and any
+    other with ``q``; ``r1`` is the probability that it supports two given items one
+    of which is the true one, ``r0`` two given items neither of which is. Averaged over
+    users whose items have fractions f, the covariance of the support indicators is
+    ``diag(f p(1-p) + (1-f) q(1-q))`` on the diagonal and
+    ``kappa + lambda (f_v + f_w)`` off it, with ``kappa = r0 - q^2`` and
+    ``lambda = r1 - r0 - q (p - q)``. Dividing by ``(p - q)^2`` gives the debiased form
+    ``diag(delta0 + delta1 f) + kappa 1 1' + lambda (1 f' + f 1')`` stored here.
+    """
+
+    p: float
+    q: float
+    r1: float
+    r0: float
+    delta0: float = field(init=False)
+    delta1: float = field(init=False)
+    kappa: float = field(init=False)
+    lam: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        p, q = self.p, self.q
+        scale = 1.0 / (p - q) ** 2
+        kappa = self.r0 - q * q
+        lam = self.r1 - self.r0 - q * (p - q)
+        object.__setattr__(self, "kappa", kappa * scale)
+        object.__setattr__(self, "lam", lam * scale)
+        object.__setattr__(self, "delta0", (q * (1 - q) - kappa) * scale)
+        object.__setattr__(self, "delta1", (p * (1 - p) - q * (1 - q) - 2 * lam) * scale)
+
+    def item_variance(self, f: float | FloatArray) -> FloatArray | float:
+        """Per-user variance of one item's debiased estimate at fraction f."""
+        return self.delta0 + self.kappa + (self.delta1 + 2 * self.lam) * np.asarray(f)
+
+
+def _partition(labels: npt.ArrayLike, m: int, what: str) -> tuple[IntArray, int]:
+    array = np.asarray(labels)
+    if array.shape != (m,) or array.dtype.kind not in "iu":
+        raise ParameterError(f"{what} must be {m} integer labels")
+    size = int(array.max()) + 1 if m else 0
+    if array.min() < 0 or np.unique(array).size != size:
+        raise ParameterError(f"{what} must label its groups 0..k-1, each used")
+    return array.astype(np.int64), size
+
+
+@dataclass(frozen=True)
+class Quadratic:
+    """Per output: variance ``v0 + v1 theta + v2 theta^2`` along the path of its value."""
+
+    v0: FloatArray
+    v1: FloatArray
+    v2: FloatArray
+
+    def at(self, theta: FloatArray) -> FloatArray:
+        out: FloatArray = self.v0 + theta * (self.v1 + theta * self.v2)
+        return out
+
+    def take(self, index: IntArray | slice) -> Quadratic:
+        return Quadratic(self.v0[index], self.v1[index], self.v2[index])
+
+    def worst(self) -> FloatArray:
+        """The largest variance over theta in [0, 1] (ends, or the vertex if inside)."""
+        ends = np.maximum(self.v0, self.v0 + self.v1 + self.v2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vertex = np.where(self.v2 < 0, -self.v1 / (2 * self.v2), -1.0)
+        inside = (vertex > 0) & (vertex < 1)
+        out: FloatArray = np.where(inside, np.maximum(ends, self.at(np.clip(vertex, 0, 1))), ends)
+        return out
+
+
+class LinearViews:
+    """The GLS estimator of base-cell fractions from several views, and its covariance.
+
+    Parameters
+    ----------
+    m : int
+        The number of base cells.
+    views : sequence of label arrays
+        One partition of the base cells per view (what a user of that view reports).
+    weights : sequence of float
+        The probability that a user reports each view (summing to one).
+    noises : sequence of NoiseModel
+        Each view's oracle noise.
+    outputs : sequence of label arrays
+        The partitions whose groups are estimated (every depth of a tree; the cells and
+        each attribute of a table). Outputs are numbered partition by partition.
+    """
+
+    def __init__(
+        self,
+        m: int,
+        views: Sequence[npt.ArrayLike],
+        weights: Sequence[float],
+        noises: Sequence[NoiseModel],
+        outputs: Sequence[npt.ArrayLike],
+    ) -> None:
+        if not (len(views) == len(weights) == len(noises)) or not views:
+            raise ParameterError("each view needs a weight and a noise model")
+        self.m = m
+        parsed = [_partition(v, m, "a view") for v in views]
+        self.view_labels = [p[0] for p in parsed]
+        self.view_sizes = [p[1] for p in parsed]
+        self.weights = np.asarray(weights, dtype=np.float64)
+        self.noises = list(noises)
+        out = [_partition(o, m, "an output") for o in outputs]
+        self.output_labels = [o[0] for o in out]
+        self.output_sizes = [o[1] for o in out]
+        self.output_offsets = np.concatenate([[0], np.cumsum(self.output_sizes)]).astype(int)
+        self.n_outputs = int(self.output_offsets[-1])
+        self.view_offsets = np.concatenate([[0], np.cumsum(self.view_sizes)]).astype(int)
+        self.n_obs = int(self.view_offsets[-1])
+        # Membership pairs (output i, base cell j in i): m per output partition.
+        self.pair_rows = np.concatenate(
+            [off + lab for off, lab in zip(self.output_offsets, self.output_labels, strict=False)]
+        )
+        self.pair_cols = np.tile(np.arange(m), len(self.output_labels))
+        self.output_members = np.bincount(self.pair_rows, minlength=self.n_outputs).astype(float)
+        # One view that is a bijection of the base cells: the closed form applies.
+        self.single = len(self.view_labels) == 1 and self.view_sizes[0] == m
+        if not self.single and m > MAX_DENSE_CELLS:
+            raise ParameterError(
+                f"designs with several views hold at most {MAX_DENSE_CELLS} base cells, got {m}"
+            )
+
+    # --- working variances and the coefficient matrices (data-independent, cached) ----
+    def working_variances(self) -> FloatArray:
+        """Per view, an item's variance at the uniform population with n = 1."""
+        alphas = []
+        for size, w, noise in zip(self.view_sizes, self.weights, self.noises, strict=True):
+            f = 1.0 / size
+            noise_part = (noise.delta0 + noise.delta1 * f) / w
+            sampling = f * (1.0 / w - 1.0)
+            alphas.append(noise_part + sampling)
+        return np.asarray(alphas)
+
+    @cached_property
+    def _dense(self) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(B, c, G): outputs = B y + c; G = B expanded to base cells (outputs x m)."""
+        m = self.m
+        alphas = self.working_variances()
+        H = np.zeros((m, m))
+        rhs = np.zeros((m + 1, self.n_obs + 1))
+        for v, labels in enumerate(self.view_labels):
+            onehot = np.zeros((m, self.view_sizes[v]))
+            onehot[np.arange(m), labels] = 1.0
+            H += (onehot @ onehot.T) / alphas[v]
+            rhs[:m, self.view_offsets[v] : self.view_offsets[v + 1]] = onehot / alphas[v]
+        kkt = np.zeros((m + 1, m + 1))
+        kkt[:m, :m] = H
+        kkt[:m, m] = 1.0
+        kkt[m, :m] = 1.0
+        rhs[m, self.n_obs] = 1.0
+        try:
+            solution = np.linalg.solve(kkt, rhs)
+        except np.linalg.LinAlgError:
+            raise ParameterError(
+                "the views do not identify every base cell (one view must separate them)"
+            ) from None
+        M, c = solution[:m, : self.n_obs], solution[:m, self.n_obs]
+        B = np.empty((self.n_outputs, self.n_obs))
+        cout = np.empty(self.n_outputs)
+        for k, labels in enumerate(self.output_labels):
+            lo, hi = self.output_offsets[k], self.output_offsets[k + 1]
+            onehot = np.zeros((hi - lo, m))
+            onehot[labels, np.arange(m)] = 1.0
+            B[lo:hi] = onehot @ M
+            cout[lo:hi] = onehot @ c
+        G = np.zeros((self.n_outputs, m))
+        for v, labels in enumerate(self.view_labels):
+            G += B[:, self.view_offsets[v] + labels]
+        return B, cout, G
+
+    # --- point estimates -------------------------------------------------------------
+    def debias(self, counts: Sequence[FloatArray], sizes: Sequence[int]) -> list[FloatArray]:
+        """Per view, unbiased group fractions among that view's users."""
+        out = []
+        for c, n_v, noise in zip(counts, sizes, self.noises, strict=True):
+            out.append((np.asarray(c) / n_v - noise.q) / (noise.p - noise.q))
+        return out
+
+    def point(self, ys: Sequence[FloatArray]) -> FloatArray:
+        """All outputs' unbiased estimates from the per-view debiased estimates."""
+        if self.single:
+            y = ys[0][self.view_labels[0]]  # in base-cell order
+            base = y - (y.sum() - 1.0) / self.m
+            return self._sum_outputs(base)
+        B, c, _ = self._dense
+        out: FloatArray = B @ np.concatenate(ys) + c
+        return out
+
+    def _sum_outputs(self, base: FloatArray) -> FloatArray:
+        out: FloatArray = np.bincount(
+            self.pair_rows, weights=base[self.pair_cols], minlength=self.n_outputs
+        ).astype(np.float64)
+        return out
+
+    def base_of(self, outputs: FloatArray, partition: int) -> FloatArray:
+        """Base-cell values from an output partition that is a bijection of them."""
+        labels = self.output_labels[partition]
+        out: FloatArray = outputs[self.output_offsets[partition] + labels]
+        return out
+
+    # --- variances ---------------------------------------------------------------------
+    def variance_quadratic(self, pi: FloatArray, sizes: Sequence[float], n: float) -> Quadratic:
+        """Each output's variance along the path of its value, around population ``pi``.
+
+        ``pi`` is a plug-in population (non-negative, summing to one; the consistent
+        estimate); ``sizes`` the number of users of each view and ``n`` their total.
+        """
+        pi = np.asarray(pi, dtype=np.float64)
+        theta = self._sum_outputs(pi)
+        s = self.output_members
+        inside_empty = theta <= 0
+        outside_empty = theta >= 1
+        if self.single:
+            return self._known_total(self._single_quadratic(float(sizes[0])))
+
+        def path(
+            full: FloatArray, inner: FloatArray, inner_unif: FloatArray, total: FloatArray
+        ) -> tuple[FloatArray, FloatArray]:
+            # Value of a linear functional at u (inside) and o (outside) for every output.
+            with np.errstate(divide="ignore", invalid="ignore"):
+                at_u = np.where(inside_empty, inner_unif, inner / theta)
+                outside_unif = (total - inner_unif * s) / np.maximum(self.m - s, 1)
+                at_o = np.where(outside_empty, outside_unif, (full - inner) / (1 - theta))
+            return at_o, at_u - at_o
+
+        return self._known_total(self._assemble(pi, sizes, n, path))
+
+    def _known_total(self, quadratic: Quadratic) -> Quadratic:
+        # An output holding every base cell is everyone: its fraction is 1, exactly.
+        whole = self.output_members >= self.m
+        if not whole.any():
+            return quadratic
+        zero = np.where(whole, 0.0, 1.0)
+        return Quadratic(quadratic.v0 * zero, quadratic.v1 * zero, quadratic.v2 * zero)
+
+    def variances_at(self, pi: FloatArray, sizes: Sequence[float], n: float) -> FloatArray:
+        """Each output's variance when the population is exactly ``pi``."""
+        pi = np.asarray(pi, dtype=np.float64)
+        if self.single:
+            single = self._known_total(self._single_quadratic(float(sizes[0])))
+            return single.at(self._sum_outputs(pi))
+
+        def fixed(
+            full: FloatArray, inner: FloatArray, inner_unif: FloatArray, total: FloatArray
+        ) -> tuple[FloatArray, FloatArray]:
+            return full, np.zeros_like(full)
+
+        return self._known_total(self._assemble(pi, sizes, n, fixed)).v0
+
+    def _single_quadratic(self, n: float) -> Quadratic:
+        # b = 1_i - (s/m) 1 sums to zero, so only the diagonal part of the noise counts:
+        # V = [delta0 s (1 - s/m) + delta1 ((1 - s/m)^2 theta + (s/m)^2 (1 - theta))] / n.
+        noise = self.noises[0]
+        share = self.output_members / self.m
+        v0 = (noise.delta0 * self.output_members * (1 - share) + noise.delta1 * share**2) / n
+        v1 = noise.delta1 * ((1 - share) ** 2 - share**2) / n
+        return Quadratic(v0, v1, np.zeros_like(v0))
+
+    def _assemble(self, pi: FloatArray, sizes: Sequence[float], n: float, path: Path) -> Quadratic:
+        B, _, G = self._dense
+        rho = n / (n - 1.0) if n > 1 else 1.0
+        rows, cols = self.pair_rows, self.pair_cols
+        s = self.output_members
+        q0 = np.zeros(self.n_outputs)
+        q1 = np.zeros(self.n_outputs)
+        q2 = np.zeros(self.n_outputs)
+
+        def functional(
+            X: FloatArray, expand: IntArray | None, weights: FloatArray
+        ) -> tuple[FloatArray, FloatArray]:
+            # X in view (expand = labels) or base-cell coordinates; returns (a, b) with
+            # value(theta) = a + b theta along each output's path.
+            if expand is not None:
+                f = np.bincount(expand, weights=weights, minlength=X.shape[1])
+                full: FloatArray = X @ f
+                gathered = X[rows, expand[cols]]
+            else:
+                full = X @ weights
+                gathered = X[rows, cols]
+            inner: FloatArray = np.bincount(
+                rows, weights=gathered * weights[cols], minlength=self.n_outputs
+            ).astype(np.float64)
+            inner_unif: FloatArray = (
+                np.bincount(rows, weights=gathered, minlength=self.n_outputs) / s
+            )
+            total = X.sum(axis=1) if expand is None else X[:, expand].sum(axis=1)
+            return path(full, inner, inner_unif, total)
+
+        for v, labels in enumerate(self.view_labels):
+            lo, hi = self.view_offsets[v], self.view_offsets[v + 1]
+            Bv = B[:, lo:hi]
+            B2 = Bv * Bv
+            noise = self.noises[v]
+            n_v = float(sizes[v])
+            k1 = B2.sum(axis=1)
+            bsum = Bv.sum(axis=1)
+            a1, b1 = functional(B2, labels, pi)  # sum_u B^2 f_u
+            a2, b2 = functional(Bv, labels, pi)  # sum_u B f_u
+            # noise: [delta0 k1 + delta1 P1 + kappa b^2 + 2 lambda b P2] / n_v
+            q0 += (noise.delta0 * k1 + noise.delta1 * a1 + noise.kappa * bsum**2) / n_v
+            q0 += 2 * noise.lam * bsum * a2 / n_v
+            q1 += (noise.delta1 * b1 + 2 * noise.lam * bsum * b2) / n_v
+            # sampling of view v's users: rho / n_v (P1 - P2^2)
+            q0 += rho / n_v * (a1 - a2**2)
+            q1 += rho / n_v * (b1 - 2 * a2 * b2)
+            q2 += -rho / n_v * b2**2
+        a3, b3 = functional(G * G, None, pi)
+        a4, b4 = functional(G, None, pi)
+        q0 -= rho / n * (a3 - a4**2)
+        q1 -= rho / n * (b3 - 2 * a4 * b4)
+        q2 -= -rho / n * b4**2
+        return Quadratic(q0, q1, q2)
+
+
+# --- intervals -------------------------------------------------------------------------
+def score_interval(
+    estimate: FloatArray, quadratic: Quadratic, z: float
+) -> tuple[FloatArray, FloatArray]:
+    """The theta in [0, 1] with ``(estimate - theta)^2 <= z^2 V(theta)``, per output.
+
+    Where no theta in [0, 1] passes (an estimate far below 0 or above 1) the interval is
+    the nearer end, ``[0, 0]`` or ``[1, 1]``. Where ``z^2 v2 >= 1`` (a handful of reports)
+    the test cannot bound theta and the interval is ``[0, 1]``.
+    """
+    est = np.asarray(estimate, dtype=np.float64)
+    z2 = z * z
+    a = 1.0 - z2 * quadratic.v2
+    b = -(2.0 * est + z2 * quadratic.v1)
+    c = est * est - z2 * quadratic.v0
+    disc = b * b - 4.0 * a * c
+    ok = (a > 0) & (disc >= 0)
+    root = np.sqrt(np.where(ok, disc, 0.0))
+    # Stable roots: q = -(b + sign(b) sqrt(disc)) / 2; roots q / a and c / q.
+    sign = np.where(b >= 0, 1.0, -1.0)
+    qq = -0.5 * (b + sign * root)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r1 = np.where(ok, qq / np.where(a > 0, a, 1.0), np.nan)
+        r2 = np.where(ok & (qq != 0), c / np.where(qq != 0, qq, 1.0), r1)
+    low = np.minimum(r1, r2)
+    high = np.maximum(r1, r2)
+    low = np.where(ok, np.clip(low, 0.0, 1.0), np.where(est > 1, 1.0, 0.0))
+    high = np.where(ok, np.clip(high, 0.0, 1.0), np.where(est < 0, 0.0, 1.0))
+    low = np.where(a <= 0, 0.0, low)
+    high = np.where(a <= 0, 1.0, high)
+    bad = ~np.isfinite(est) | ~np.isfinite(quadratic.v0)
+    return np.where(bad, np.nan, low), np.where(bad, np.nan, high)
+
+
+# --- consistency -------------------------------------------------------------------------
+def grouped_norm_sub(values: FloatArray, groups: IntArray, targets: FloatArray) -> FloatArray:
+    """Norm-Sub within each group: ``max(v - delta_g, 0)`` summing exactly to ``targets[g]``.
+
+    The Euclidean projection of each group's values onto the simplex scaled to its
+    target (Wang et al., NDSS 2020, per group). Rounding residue is put on each group's
+    largest value, so every group sums to its target to the last bit of float64.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    g = np.asarray(groups, dtype=np.int64)
+    t = np.asarray(targets, dtype=np.float64)
+    if not np.all(np.isfinite(v)) or not np.all(np.isfinite(t)):
+        return np.full(v.shape, np.nan)
+    order = np.lexsort((-v, g))
+    vs, gs = v[order], g[order]
+    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+    group_of_start = gs[starts]
+    run = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, vs.size]))
+    cumulative = np.cumsum(vs)
+    before = np.r_[0.0, cumulative][starts]
+    within = cumulative - before[run]
+    rank = np.arange(vs.size) - starts[run] + 1
+    deltas = (within - t[gs]) / rank
+    positive = vs - deltas > 0
+    # The last positive rank of each run (a prefix; at least rank 1 when the target > 0).
+    last = np.full(starts.size, -1)
+    idx = np.flatnonzero(positive)
+    np.maximum.at(last, run[idx], idx)
+    delta_run = np.where(last >= 0, deltas[np.maximum(last, 0)], np.inf)
+    result_sorted = np.maximum(vs - delta_run[run], 0.0)
+    result_sorted[t[gs] <= 0] = 0.0
+    # Exact sums: put the residue on the first (largest) element of each run.
+    sums = np.add.reduceat(result_sorted, starts)
+    target_run = np.maximum(t[group_of_start], 0.0)
+    result_sorted[starts] += target_run - sums
+    out = np.empty_like(v)
+    out[order] = np.maximum(result_sorted, 0.0)
+    return out
+
+
+def tree_consistent(
+    values: Sequence[FloatArray], parents: Sequence[IntArray], root: float = 1.0
+) -> list[FloatArray]:
+    """Top-down Norm-Sub: non-negative estimates in which every parent is the exact sum
+    of its children and the top level sums to ``root``.
+
+    Parameters
+    ----------
+    values : per depth (1 = top), the estimates of the nodes at that depth.
+    parents : per depth, each node's parent index at the depth above (0 at depth 1).
+
+    Each group of siblings is projected onto the simplex scaled to its parent's
+    consistent value, from the top down, so a level is never changed by the levels below
+    it: the top levels keep their (more accurate) estimates and corrections stay local.
+    """
+    out: list[FloatArray] = []
+    above = np.array([root])
+    for vals, par in zip(values, parents, strict=True):
+        current = grouped_norm_sub(vals, par, above)
+        out.append(current)
+        above = current
+    return out
+
+
+def ipf(
+    seed: FloatArray,
+    partitions: Sequence[IntArray],
+    targets: Sequence[FloatArray],
+    *,
+    tolerance: float = IPF_TOLERANCE,
+    max_iterations: int = IPF_MAX_ITERATIONS,
+) -> FloatArray:
+    """Iterative proportional fitting: scale a positive seed to the given group totals.
+
+    Each pass rescales the cells of every group of every partition in turn so that the
+    group sums to its target; the limit is the table closest to the seed in
+    Kullback-Leibler divergence with those margins (Deming and Stephan 1940; Csiszar
+    1975). Stops when every group is within ``tolerance`` of its target. The result is
+    normalized to sum to one.
+    """
+    cells = np.array(seed, dtype=np.float64)
+    if not np.all(np.isfinite(cells)):
+        return np.full(cells.shape, np.nan)
+    for _ in range(max_iterations):
+        for labels, target in zip(partitions, targets, strict=True):
+            sums = np.bincount(labels, weights=cells, minlength=target.size)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                factor = np.where(sums > 0, target / sums, 0.0)
+            cells *= factor[labels]
+        gap = max(
+            float(np.max(np.abs(np.bincount(lab, weights=cells, minlength=t.size) - t)))
+            for lab, t in zip(partitions, targets, strict=True)
+        )
+        if gap <= tolerance:
+            break
+    total = cells.sum()
+    out: FloatArray = cells / total if total > 0 else cells
+    return out
