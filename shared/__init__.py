@@ -9,6 +9,7 @@
 """
 
 from .aggregate import Aggregate
+from .domains import Table, Tree
 from .errors import (
     BudgetExceeded,
     CollectorRejected,
@@ -31,6 +32,17 @@ from .mechanisms import (
     mechanism,
 )
 from .planner import Plan, plan, required_n
+from .structured import (
+    StructuredChoice,
+    StructuredPlan,
+    choose_hierarchy,
+    choose_table,
+    hierarchy,
+    plan_structured,
+    required_n_structured,
+    table,
+)
+from .structured_estimates import GroupEstimate, HierarchyEstimate, TableEstimate
 
 __version__ = "0.1.0"
 
@@ -45,6 +57,8 @@ __all__ = [
     "ConfidenceInterval",
     "FrequencyEstimate",
     "FrequencyOracle",
+    "GroupEstimate",
+    "HierarchyEstimate",
     "LdpkitError",
     "MeanEstimate",
     "Mechanism",
@@ -53,11 +67,22 @@ __all__ = [
     "Plan",
     "ProtocolError",
     "ReportError",
+    "StructuredChoice",
+    "StructuredPlan",
+    "Table",
+    "TableEstimate",
     "TransportError",
+    "Tree",
     "__version__",
     "choose",
+    "choose_hierarchy",
+    "choose_table",
+    "hierarchy",
     "mechanism",
     "norm_sub",
     "plan",
+    "plan_structured",
     "required_n",
+    "required_n_structured",
+    "table",
 ]

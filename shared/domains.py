@@ -256,7 +256,7 @@ class Table:
     def names(self) -> tuple[str, ...]:
         return tuple(self.dimensions)
 
-    @property
+    @cached_property
     def size(self) -> int:
         """The number of cells (base cells)."""
         return int(np.prod(self.shape, dtype=np.int64))
@@ -346,9 +346,18 @@ class Table:
             name: self.dimensions[name][int(i)] for name, i in zip(self.names, per, strict=True)
         }
 
-    def cells(self) -> list[dict[str, str]]:
-        """Every cell as ``{attribute: category}``, in flat order."""
-        return [self.cell(i) for i in range(self.size)]
+    def cells(self) -> tuple[dict[str, str], ...]:
+        """Every cell as ``{attribute: category}``, in flat order (shared: do not modify)."""
+        return self._cells
+
+    @cached_property
+    def _cells(self) -> tuple[dict[str, str], ...]:
+        grids = np.unravel_index(np.arange(self.size), self.shape)
+        columns = [
+            [self.dimensions[name][i] for i in grid.tolist()]
+            for name, grid in zip(self.names, grids, strict=True)
+        ]
+        return tuple(dict(zip(self.names, row, strict=True)) for row in zip(*columns, strict=True))
 
     def params(self) -> dict[str, Any]:
         return {"dimensions": {name: list(c) for name, c in self.dimensions.items()}}

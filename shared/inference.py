@@ -252,11 +252,10 @@ class LinearViews:
         alphas = self.working_variances()
         H = np.zeros((m, m))
         rhs = np.zeros((m + 1, self.n_obs + 1))
+        base = np.arange(m)
         for v, labels in enumerate(self.view_labels):
-            onehot = np.zeros((m, self.view_sizes[v]))
-            onehot[np.arange(m), labels] = 1.0
-            H += (onehot @ onehot.T) / alphas[v]
-            rhs[:m, self.view_offsets[v] : self.view_offsets[v + 1]] = onehot / alphas[v]
+            H += (labels[:, None] == labels[None, :]) / alphas[v]
+            rhs[base, self.view_offsets[v] + labels] = 1.0 / alphas[v]
         kkt = np.zeros((m + 1, m + 1))
         kkt[:m, :m] = H
         kkt[:m, m] = 1.0
@@ -272,11 +271,11 @@ class LinearViews:
         B = np.empty((self.n_outputs, self.n_obs))
         cout = np.empty(self.n_outputs)
         for k, labels in enumerate(self.output_labels):
-            lo, hi = self.output_offsets[k], self.output_offsets[k + 1]
-            onehot = np.zeros((hi - lo, m))
-            onehot[labels, np.arange(m)] = 1.0
-            B[lo:hi] = onehot @ M
-            cout[lo:hi] = onehot @ c
+            lo = self.output_offsets[k]
+            order = np.argsort(labels, kind="stable")
+            starts = np.flatnonzero(np.r_[True, np.diff(labels[order]) != 0])
+            B[lo : lo + starts.size] = np.add.reduceat(M[order], starts, axis=0)
+            cout[lo : lo + starts.size] = np.add.reduceat(c[order], starts)
         G = np.zeros((self.n_outputs, m))
         for v, labels in enumerate(self.view_labels):
             G += B[:, self.view_offsets[v] + labels]
@@ -327,14 +326,17 @@ class LinearViews:
         if self.single:
             return self._known_total(self._single_quadratic(float(sizes[0])))
 
+        inside_share = np.where(inside_empty, 1.0, theta)
+        outside_share = np.where(outside_empty, 1.0, 1.0 - theta)
+        outside_count = np.maximum(self.m - s, 1)
+
         def path(
             full: FloatArray, inner: FloatArray, inner_unif: FloatArray, total: FloatArray
         ) -> tuple[FloatArray, FloatArray]:
             # Value of a linear functional at u (inside) and o (outside) for every output.
-            with np.errstate(divide="ignore", invalid="ignore"):
-                at_u = np.where(inside_empty, inner_unif, inner / theta)
-                outside_unif = (total - inner_unif * s) / np.maximum(self.m - s, 1)
-                at_o = np.where(outside_empty, outside_unif, (full - inner) / (1 - theta))
+            at_u = np.where(inside_empty, inner_unif, inner / inside_share)
+            outside_unif = (total - inner_unif * s) / outside_count
+            at_o = np.where(outside_empty, outside_unif, (full - inner) / outside_share)
             return at_o, at_u - at_o
 
         return self._known_total(self._assemble(pi, sizes, n, path))
@@ -370,46 +372,67 @@ class LinearViews:
         v1 = noise.delta1 * ((1 - share) ** 2 - share**2) / n
         return Quadratic(v0, v1, np.zeros_like(v0))
 
-    def _assemble(self, pi: FloatArray, sizes: Sequence[float], n: float, path: Path) -> Quadratic:
+    @cached_property
+    def _static(
+        self,
+    ) -> list[tuple[FloatArray, IntArray | None, FloatArray, FloatArray, FloatArray]]:
+        """Data-independent parts of every linear functional the variance needs.
+
+        For each matrix X (per view: B_v^2 and B_v; then G^2 and G), in view (labels) or
+        base-cell (None) coordinates: X, its labels, X at every membership pair, the
+        mean of X over each output's members, and each row's sum over base cells.
+        """
         B, _, G = self._dense
+        rows, cols = self.pair_rows, self.pair_cols
+        out: list[tuple[FloatArray, IntArray | None, FloatArray, FloatArray, FloatArray]] = []
+        matrices: list[tuple[FloatArray, IntArray | None]] = []
+        for v, view in enumerate(self.view_labels):
+            Bv = B[:, self.view_offsets[v] : self.view_offsets[v + 1]]
+            matrices += [(Bv * Bv, view), (Bv, view)]
+        matrices += [(G * G, None), (G, None)]
+        for X, labels in matrices:
+            gathered: FloatArray
+            total: FloatArray
+            if labels is None:
+                gathered = X[rows, cols]
+                total = X.sum(axis=1)
+            else:
+                gathered = X[rows, labels[cols]]
+                total = X @ np.bincount(labels, minlength=X.shape[1]).astype(np.float64)
+            unif = (
+                np.bincount(rows, weights=gathered, minlength=self.n_outputs) / self.output_members
+            )
+            out.append((np.ascontiguousarray(X), labels, gathered, unif, total))
+        return out
+
+    def _assemble(self, pi: FloatArray, sizes: Sequence[float], n: float, path: Path) -> Quadratic:
+        static = self._static
         rho = n / (n - 1.0) if n > 1 else 1.0
         rows, cols = self.pair_rows, self.pair_cols
-        s = self.output_members
+        pi_pairs = pi[cols]
+
+        def functional(k: int) -> tuple[FloatArray, FloatArray]:
+            # Linear functional k at pi: (value at theta = 0, slope) along each output's path.
+            X, labels, gathered, unif, total = static[k]
+            weights = (
+                pi if labels is None else np.bincount(labels, weights=pi, minlength=X.shape[1])
+            )
+            full: FloatArray = X @ weights
+            inner: FloatArray = np.bincount(
+                rows, weights=gathered * pi_pairs, minlength=self.n_outputs
+            ).astype(np.float64)
+            return path(full, inner, unif, total)
+
         q0 = np.zeros(self.n_outputs)
         q1 = np.zeros(self.n_outputs)
         q2 = np.zeros(self.n_outputs)
-
-        def functional(
-            X: FloatArray, expand: IntArray | None, weights: FloatArray
-        ) -> tuple[FloatArray, FloatArray]:
-            # X in view (expand = labels) or base-cell coordinates; returns (a, b) with
-            # value(theta) = a + b theta along each output's path.
-            if expand is not None:
-                f = np.bincount(expand, weights=weights, minlength=X.shape[1])
-                full: FloatArray = X @ f
-                gathered = X[rows, expand[cols]]
-            else:
-                full = X @ weights
-                gathered = X[rows, cols]
-            inner: FloatArray = np.bincount(
-                rows, weights=gathered * weights[cols], minlength=self.n_outputs
-            ).astype(np.float64)
-            inner_unif: FloatArray = (
-                np.bincount(rows, weights=gathered, minlength=self.n_outputs) / s
-            )
-            total = X.sum(axis=1) if expand is None else X[:, expand].sum(axis=1)
-            return path(full, inner, inner_unif, total)
-
-        for v, labels in enumerate(self.view_labels):
-            lo, hi = self.view_offsets[v], self.view_offsets[v + 1]
-            Bv = B[:, lo:hi]
-            B2 = Bv * Bv
+        for v in range(len(self.view_labels)):
             noise = self.noises[v]
             n_v = float(sizes[v])
-            k1 = B2.sum(axis=1)
-            bsum = Bv.sum(axis=1)
-            a1, b1 = functional(B2, labels, pi)  # sum_u B^2 f_u
-            a2, b2 = functional(Bv, labels, pi)  # sum_u B f_u
+            k1 = self._k1[v]
+            bsum = self._bsum[v]
+            a1, b1 = functional(2 * v)  # sum_u B^2 f_u
+            a2, b2 = functional(2 * v + 1)  # sum_u B f_u
             # noise: [delta0 k1 + delta1 P1 + kappa b^2 + 2 lambda b P2] / n_v
             q0 += (noise.delta0 * k1 + noise.delta1 * a1 + noise.kappa * bsum**2) / n_v
             q0 += 2 * noise.lam * bsum * a2 / n_v
@@ -418,12 +441,29 @@ class LinearViews:
             q0 += rho / n_v * (a1 - a2**2)
             q1 += rho / n_v * (b1 - 2 * a2 * b2)
             q2 += -rho / n_v * b2**2
-        a3, b3 = functional(G * G, None, pi)
-        a4, b4 = functional(G, None, pi)
+        k = 2 * len(self.view_labels)
+        a3, b3 = functional(k)
+        a4, b4 = functional(k + 1)
         q0 -= rho / n * (a3 - a4**2)
         q1 -= rho / n * (b3 - 2 * a4 * b4)
         q2 -= -rho / n * b4**2
         return Quadratic(q0, q1, q2)
+
+    @cached_property
+    def _k1(self) -> list[FloatArray]:
+        B, _, _ = self._dense
+        return [
+            (B[:, lo:hi] ** 2).sum(axis=1)
+            for lo, hi in zip(self.view_offsets[:-1], self.view_offsets[1:], strict=True)
+        ]
+
+    @cached_property
+    def _bsum(self) -> list[FloatArray]:
+        B, _, _ = self._dense
+        return [
+            B[:, lo:hi].sum(axis=1)
+            for lo, hi in zip(self.view_offsets[:-1], self.view_offsets[1:], strict=True)
+        ]
 
 
 # --- intervals -------------------------------------------------------------------------

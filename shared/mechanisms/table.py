@@ -132,7 +132,7 @@ class TableMechanism(ViewSampling):
         self, n: int, x: FloatArray, stderr: FloatArray, consistent: FloatArray, quad: Quadratic
     ) -> TableEstimate:
         off = self.engine.output_offsets
-        keys: list[tuple[Any, ...]] = [tuple(self.table.cells())]
+        keys: list[tuple[Any, ...]] = [self.table.cells()]
         keys += [self.table.dimensions[a] for a in self.table.names]
         groups = []
         for k, key in enumerate(keys):
