@@ -157,18 +157,22 @@ def _partition(labels: npt.ArrayLike, m: int, what: str) -> tuple[IntArray, int]
 
 @dataclass(frozen=True)
 class Quadratic:
-    """Per output: variance ``v0 + v1 theta + v2 theta^2`` along the path of its value."""
+    """Per output: variance ``v0 + v1 theta + v2 theta^2`` along the path of its value,
+    and ``correction``, half the largest change one support count makes to the estimate
+    (the continuity correction of its interval)."""
 
     v0: FloatArray
     v1: FloatArray
     v2: FloatArray
+    correction: FloatArray | None = None
 
     def at(self, theta: FloatArray) -> FloatArray:
         out: FloatArray = self.v0 + theta * (self.v1 + theta * self.v2)
         return out
 
     def take(self, index: IntArray | slice) -> Quadratic:
-        return Quadratic(self.v0[index], self.v1[index], self.v2[index])
+        c = None if self.correction is None else self.correction[index]
+        return Quadratic(self.v0[index], self.v1[index], self.v2[index], c)
 
     def worst(self) -> FloatArray:
         """The largest variance over theta in [0, 1] (ends, or the vertex if inside)."""
@@ -324,7 +328,8 @@ class LinearViews:
         inside_empty = theta <= 0
         outside_empty = theta >= 1
         if self.single:
-            return self._known_total(self._single_quadratic(float(sizes[0])))
+            single = self._single_quadratic(float(sizes[0]))
+            return self._known_total(self._with_correction(single, sizes))
 
         inside_share = np.where(inside_empty, 1.0, theta)
         outside_share = np.where(outside_empty, 1.0, 1.0 - theta)
@@ -339,7 +344,32 @@ class LinearViews:
             at_o = np.where(outside_empty, outside_unif, (full - inner) / outside_share)
             return at_o, at_u - at_o
 
-        return self._known_total(self._assemble(pi, sizes, n, path))
+        return self._known_total(self._with_correction(self._assemble(pi, sizes, n, path), sizes))
+
+    @cached_property
+    def _count_steps(self) -> FloatArray:
+        """Per view and output: the range of the output's coefficients on that view's
+        debiased estimates (the largest change one unit of a support count can make,
+        times n_v (p - q)). One view: 1 (a count moves the output by 1 / (n (p - q)))."""
+        if self.single:
+            return np.ones((1, self.n_outputs))
+        B, _, _ = self._dense
+        return np.array(
+            [
+                np.ptp(B[:, lo:hi], axis=1)
+                for lo, hi in zip(self.view_offsets[:-1], self.view_offsets[1:], strict=True)
+            ]
+        )
+
+    def _with_correction(self, quadratic: Quadratic, sizes: Sequence[float]) -> Quadratic:
+        scale = np.array(
+            [
+                1.0 / (max(float(n_v), 1.0) * (noise.p - noise.q))
+                for n_v, noise in zip(sizes, self.noises, strict=True)
+            ]
+        )
+        correction = 0.5 * np.max(self._count_steps * scale[:, None], axis=0)
+        return Quadratic(quadratic.v0, quadratic.v1, quadratic.v2, correction)
 
     def _known_total(self, quadratic: Quadratic) -> Quadratic:
         # An output holding every base cell is everyone: its fraction is 1, exactly.
@@ -347,7 +377,8 @@ class LinearViews:
         if not whole.any():
             return quadratic
         zero = np.where(whole, 0.0, 1.0)
-        return Quadratic(quadratic.v0 * zero, quadratic.v1 * zero, quadratic.v2 * zero)
+        c = None if quadratic.correction is None else quadratic.correction * zero
+        return Quadratic(quadratic.v0 * zero, quadratic.v1 * zero, quadratic.v2 * zero, c)
 
     def variances_at(self, pi: FloatArray, sizes: Sequence[float], n: float) -> FloatArray:
         """Each output's variance when the population is exactly ``pi``."""
@@ -467,16 +498,11 @@ class LinearViews:
 
 
 # --- intervals -------------------------------------------------------------------------
-def score_interval(
+def _score_roots(
     estimate: FloatArray, quadratic: Quadratic, z: float
 ) -> tuple[FloatArray, FloatArray]:
-    """The theta in [0, 1] with ``(estimate - theta)^2 <= z^2 V(theta)``, per output.
-
-    Where no theta in [0, 1] passes (an estimate far below 0 or above 1) the interval is
-    the nearer end, ``[0, 0]`` or ``[1, 1]``. Where ``z^2 v2 >= 1`` (a handful of reports)
-    the test cannot bound theta and the interval is ``[0, 1]``.
-    """
-    est = np.asarray(estimate, dtype=np.float64)
+    """The theta in [0, 1] with ``(estimate - theta)^2 <= z^2 V(theta)`` (no correction)."""
+    est = estimate
     z2 = z * z
     a = 1.0 - z2 * quadratic.v2
     b = -(2.0 * est + z2 * quadratic.v1)
@@ -487,15 +513,37 @@ def score_interval(
     # Stable roots: q = -(b + sign(b) sqrt(disc)) / 2; roots q / a and c / q.
     sign = np.where(b >= 0, 1.0, -1.0)
     qq = -0.5 * (b + sign * root)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r1 = np.where(ok, qq / np.where(a > 0, a, 1.0), np.nan)
-        r2 = np.where(ok & (qq != 0), c / np.where(qq != 0, qq, 1.0), r1)
-    low = np.minimum(r1, r2)
-    high = np.maximum(r1, r2)
-    low = np.where(ok, np.clip(low, 0.0, 1.0), np.where(est > 1, 1.0, 0.0))
-    high = np.where(ok, np.clip(high, 0.0, 1.0), np.where(est < 0, 0.0, 1.0))
-    low = np.where(a <= 0, 0.0, low)
-    high = np.where(a <= 0, 1.0, high)
+    safe_a = np.where(a > 0, a, 1.0)
+    safe_q = np.where(qq != 0, qq, 1.0)
+    r1 = np.where(ok, qq / safe_a, np.nan)
+    r2 = np.where(ok & (qq != 0), c / safe_q, r1)
+    low = np.where(ok, np.clip(np.minimum(r1, r2), 0.0, 1.0), np.where(est > 1, 1.0, 0.0))
+    high = np.where(ok, np.clip(np.maximum(r1, r2), 0.0, 1.0), np.where(est < 0, 0.0, 1.0))
+    return np.where(a <= 0, 0.0, low), np.where(a <= 0, 1.0, high)
+
+
+def score_interval(
+    estimate: FloatArray, quadratic: Quadratic, z: float
+) -> tuple[FloatArray, FloatArray]:
+    """Continuity-corrected score interval, per output, within [0, 1].
+
+    The theta with ``(|estimate - theta| - c)_+^2 <= z^2 V(theta)``, ``V`` the variance
+    at theta itself (Wilson's idea) and ``c`` the continuity correction (half the
+    largest change one support count makes to the estimate). The correction matters
+    only where a few flipped reports move the estimate by more than the noise: high
+    epsilon with few users, where the estimate lives on a coarse lattice; elsewhere it
+    is a small fraction of the width (it shrinks as 1/n, the width as 1/sqrt(n)).
+
+    Where no theta in [0, 1] passes (an estimate far below 0 or above 1) the interval is
+    the nearer end, ``[0, 0]`` or ``[1, 1]``. Where ``z^2 v2 >= 1`` (a handful of reports)
+    the test cannot bound theta and the interval is ``[0, 1]``.
+    """
+    est = np.asarray(estimate, dtype=np.float64)
+    corr = np.zeros_like(est) if quadratic.correction is None else quadratic.correction
+    low, _ = _score_roots(est - corr, quadratic, z)
+    _, high = _score_roots(est + corr, quadratic, z)
+    low = np.minimum(low, np.clip(est - corr, 0.0, 1.0))
+    high = np.maximum(high, np.clip(est + corr, 0.0, 1.0))
     bad = ~np.isfinite(est) | ~np.isfinite(quadratic.v0)
     return np.where(bad, np.nan, low), np.where(bad, np.nan, high)
 

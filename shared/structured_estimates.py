@@ -12,9 +12,10 @@ estimates. What is new:
   Norm-Sub for trees, iterative proportional fitting to Norm-Sub marginals for tables.
   They trade a little bias for lower error and are offered beside the unbiased ones,
   never in their place. Standard errors and intervals refer to the unbiased estimates.
-- **Intervals** are score-type (``interval == "score"``): the values theta in [0, 1]
-  whose variance V(theta), taken at theta itself, puts the estimate within
-  ``z sqrt(V(theta))``. They always lie in [0, 1].
+- **Intervals** are continuity-corrected score intervals (``interval == "score_cc"``):
+  the values theta in [0, 1] whose variance V(theta), taken at theta itself, puts the
+  estimate within ``z sqrt(V(theta))`` plus half the change one support count makes to
+  it (see :func:`ldpkit.inference.score_interval`). They always lie in [0, 1].
 
 Every result turns into plain JSON-ready Python (``to_dict``, ``items``): floats (None
 where not finite), lists, node paths as strings, cells as ``{attribute: category}``.
@@ -37,7 +38,7 @@ from .inference import Quadratic, score_interval
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-INTERVAL_METHOD = "score"
+INTERVAL_METHOD = "score_cc"
 
 
 def _plain(x: float) -> float | None:
@@ -61,7 +62,7 @@ class GroupEstimate:
     stderr : ndarray
         Standard errors: the covariance formula at the consistent estimate (plug-in).
     interval : str
-        How :meth:`ci` builds intervals (``"score"``).
+        How :meth:`ci` builds intervals (``"score_cc"``, see the module).
     """
 
     keys: tuple[Any, ...]
@@ -86,7 +87,7 @@ class GroupEstimate:
         return self.stderr * self.n
 
     def ci(self, level: float = 0.95) -> ConfidenceInterval:
-        """Per-category intervals of the fractions, within [0, 1] (score-type)."""
+        """Per-category intervals of the fractions, within [0, 1] (see the module)."""
         low, high = score_interval(self.frequencies, self.quadratic, normal_quantile(level))
         return ConfidenceInterval(low, high)
 
