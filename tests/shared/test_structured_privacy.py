@@ -204,7 +204,7 @@ def test_aggregates_merge_by_addition_and_do_not_grow(name: str, options: dict[s
 
 def test_values_are_checked() -> None:
     m = mechanism("joint", epsilon=1.0, table=Table(SMALL_TABLE))
-    with pytest.raises(ldpkit.ReportError, match="outside 0..5"):
+    with pytest.raises(ldpkit.ReportError, match=r"outside 0\.\.5"):
         m.perturb(np.array([0, 6]))
     with pytest.raises(ldpkit.ReportError, match="integer"):
         m.perturb(np.array(["a"]))
