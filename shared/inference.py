@@ -171,8 +171,14 @@ class Quadratic:
         return out
 
     def take(self, index: IntArray | slice) -> Quadratic:
-        c = None if self.correction is None else self.correction[index]
-        return Quadratic(self.v0[index], self.v1[index], self.v2[index], c)
+        """The outputs at ``index`` (the last axis)."""
+        c = None if self.correction is None else self.correction[..., index]
+        return Quadratic(self.v0[..., index], self.v1[..., index], self.v2[..., index], c)
+
+    def row(self, r: int) -> Quadratic:
+        """Row ``r`` of a batch."""
+        c = None if self.correction is None else self.correction[r]
+        return Quadratic(self.v0[r], self.v1[r], self.v2[r], c)
 
     def worst(self) -> FloatArray:
         """The largest variance over theta in [0, 1] (ends, or the vertex if inside)."""
@@ -285,52 +291,86 @@ class LinearViews:
             G += B[:, self.view_offsets[v] + labels]
         return B, cout, G
 
-    # --- point estimates -------------------------------------------------------------
-    def debias(self, counts: Sequence[FloatArray], sizes: Sequence[int]) -> list[FloatArray]:
-        """Per view, unbiased group fractions among that view's users."""
-        out = []
-        for c, n_v, noise in zip(counts, sizes, self.noises, strict=True):
-            out.append((np.asarray(c) / n_v - noise.q) / (noise.p - noise.q))
+    # --- batches: every method below takes R rows (campaigns, buckets) at once -------
+    @cached_property
+    def _pairs_sorted(self) -> tuple[IntArray, IntArray]:
+        """Membership pairs ordered by output: (base cell of each pair, start of each output)."""
+        order = np.argsort(self.pair_rows, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(self.pair_rows[order]) != 0])
+        return order, starts
+
+    def sum_outputs(self, base: FloatArray) -> FloatArray:
+        """(R, outputs): every output's sum of the base-cell values in ``base`` (R, m)."""
+        order, starts = self._pairs_sorted
+        out: FloatArray = np.add.reduceat(base[:, self.pair_cols[order]], starts, axis=1)
         return out
 
-    def point(self, ys: Sequence[FloatArray]) -> FloatArray:
-        """All outputs' unbiased estimates from the per-view debiased estimates."""
+    def _sum_pairs(self, values: FloatArray) -> FloatArray:
+        """(R, outputs): per output, the sum of ``values`` (R, pairs) over its pairs."""
+        order, starts = self._pairs_sorted
+        out: FloatArray = np.add.reduceat(values[:, order], starts, axis=1)
+        return out
+
+    @cached_property
+    def whole(self) -> npt.NDArray[np.bool_]:
+        """Outputs holding every base cell: everyone, whose fraction is 1 exactly."""
+        out: npt.NDArray[np.bool_] = self.output_members >= self.m
+        return out
+
+    def split(self, sums: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """(sizes (R, views), counts (R, obs)) from aggregate sums laid out per view as
+        ``[n_v, counts...]``."""
+        starts = self.view_offsets[:-1] + np.arange(len(self.view_sizes))
+        sizes = sums[:, starts]
+        keep = np.ones(sums.shape[1], dtype=bool)
+        keep[starts] = False
+        return sizes, sums[:, keep]
+
+    def debias(self, counts: FloatArray, sizes: FloatArray) -> FloatArray:
+        """(R, obs): per view, unbiased group fractions among that view's users."""
+        per_obs = np.repeat(np.arange(len(self.view_sizes)), self.view_sizes)
+        p = np.array([nm.p for nm in self.noises])[per_obs]
+        q = np.array([nm.q for nm in self.noises])[per_obs]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out: FloatArray = (counts / sizes[:, per_obs] - q) / (p - q)
+        return out
+
+    def point(self, y: FloatArray) -> FloatArray:
+        """(R, outputs): every output's unbiased estimate from debiased ``y`` (R, obs)."""
         if self.single:
-            y = ys[0][self.view_labels[0]]  # in base-cell order
-            base = y - (y.sum() - 1.0) / self.m
-            return self._sum_outputs(base)
-        B, c, _ = self._dense
-        out: FloatArray = B @ np.concatenate(ys) + c
-        return out
-
-    def _sum_outputs(self, base: FloatArray) -> FloatArray:
-        out: FloatArray = np.bincount(
-            self.pair_rows, weights=base[self.pair_cols], minlength=self.n_outputs
-        ).astype(np.float64)
+            base = y[:, self.view_labels[0]]  # in base-cell order
+            base = base - (base.sum(axis=1, keepdims=True) - 1.0) / self.m
+            out = self.sum_outputs(base)
+        else:
+            B, c, _ = self._dense
+            out = y @ B.T + c
+        out[:, self.whole] = 1.0
         return out
 
     def base_of(self, outputs: FloatArray, partition: int) -> FloatArray:
-        """Base-cell values from an output partition that is a bijection of them."""
+        """(R, m): base-cell values from an output partition that is a bijection of them."""
         labels = self.output_labels[partition]
-        out: FloatArray = outputs[self.output_offsets[partition] + labels]
+        out: FloatArray = outputs[:, self.output_offsets[partition] + labels]
         return out
 
     # --- variances ---------------------------------------------------------------------
-    def variance_quadratic(self, pi: FloatArray, sizes: Sequence[float], n: float) -> Quadratic:
-        """Each output's variance along the path of its value, around population ``pi``.
+    def variance_quadratic(self, pi: FloatArray, sizes: FloatArray, n: FloatArray) -> Quadratic:
+        """(R, outputs): each output's variance along the path of its value, around ``pi``.
 
-        ``pi`` is a plug-in population (non-negative, summing to one; the consistent
-        estimate); ``sizes`` the number of users of each view and ``n`` their total.
+        ``pi`` (R, m) is a plug-in population (non-negative, summing to one: the
+        consistent estimate); ``sizes`` (R, views) the users of each view; ``n`` (R,)
+        their total.
         """
         pi = np.asarray(pi, dtype=np.float64)
-        theta = self._sum_outputs(pi)
+        sizes = np.asarray(sizes, dtype=np.float64)
+        n = np.asarray(n, dtype=np.float64)
+        if self.single:
+            single = self._single_quadratic(sizes[:, 0])
+            return self._known_total(self._with_correction(single, sizes))
+        theta = self.sum_outputs(pi)
         s = self.output_members
         inside_empty = theta <= 0
         outside_empty = theta >= 1
-        if self.single:
-            single = self._single_quadratic(float(sizes[0]))
-            return self._known_total(self._with_correction(single, sizes))
-
         inside_share = np.where(inside_empty, 1.0, theta)
         outside_share = np.where(outside_empty, 1.0, 1.0 - theta)
         outside_count = np.maximum(self.m - s, 1)
@@ -344,7 +384,16 @@ class LinearViews:
             at_o = np.where(outside_empty, outside_unif, (full - inner) / outside_share)
             return at_o, at_u - at_o
 
-        return self._known_total(self._with_correction(self._assemble(pi, sizes, n, path), sizes))
+        quadratic = self._assemble(pi, sizes, n, path)
+        return self._known_total(self._with_correction(quadratic, sizes))
+
+    def _known_total(self, quadratic: Quadratic) -> Quadratic:
+        # An output holding every base cell is everyone: its fraction is 1, exactly.
+        if not self.whole.any():
+            return quadratic
+        zero = np.where(self.whole, 0.0, 1.0)
+        c = None if quadratic.correction is None else quadratic.correction * zero
+        return Quadratic(quadratic.v0 * zero, quadratic.v1 * zero, quadratic.v2 * zero, c)
 
     @cached_property
     def _count_steps(self) -> FloatArray:
@@ -361,31 +410,20 @@ class LinearViews:
             ]
         )
 
-    def _with_correction(self, quadratic: Quadratic, sizes: Sequence[float]) -> Quadratic:
-        scale = np.array(
-            [
-                1.0 / (max(float(n_v), 1.0) * (noise.p - noise.q))
-                for n_v, noise in zip(sizes, self.noises, strict=True)
-            ]
-        )
-        correction = 0.5 * np.max(self._count_steps * scale[:, None], axis=0)
+    def _with_correction(self, quadratic: Quadratic, sizes: FloatArray) -> Quadratic:
+        delta = np.array([nm.p - nm.q for nm in self.noises])
+        scale = 1.0 / (np.maximum(sizes, 1.0) * delta)  # (R, views)
+        correction = 0.5 * np.max(self._count_steps[None, :, :] * scale[:, :, None], axis=1)
         return Quadratic(quadratic.v0, quadratic.v1, quadratic.v2, correction)
 
-    def _known_total(self, quadratic: Quadratic) -> Quadratic:
-        # An output holding every base cell is everyone: its fraction is 1, exactly.
-        whole = self.output_members >= self.m
-        if not whole.any():
-            return quadratic
-        zero = np.where(whole, 0.0, 1.0)
-        c = None if quadratic.correction is None else quadratic.correction * zero
-        return Quadratic(quadratic.v0 * zero, quadratic.v1 * zero, quadratic.v2 * zero, c)
-
-    def variances_at(self, pi: FloatArray, sizes: Sequence[float], n: float) -> FloatArray:
-        """Each output's variance when the population is exactly ``pi``."""
+    def variances_at(self, pi: FloatArray, sizes: FloatArray, n: FloatArray) -> FloatArray:
+        """(R, outputs): each output's variance when the population is exactly ``pi``."""
         pi = np.asarray(pi, dtype=np.float64)
+        sizes = np.asarray(sizes, dtype=np.float64)
+        n = np.asarray(n, dtype=np.float64)
         if self.single:
-            single = self._known_total(self._single_quadratic(float(sizes[0])))
-            return single.at(self._sum_outputs(pi))
+            single = self._known_total(self._single_quadratic(sizes[:, 0]))
+            return single.at(self.sum_outputs(pi))
 
         def fixed(
             full: FloatArray, inner: FloatArray, inner_unif: FloatArray, total: FloatArray
@@ -394,28 +432,30 @@ class LinearViews:
 
         return self._known_total(self._assemble(pi, sizes, n, fixed)).v0
 
-    def _single_quadratic(self, n: float) -> Quadratic:
+    def _single_quadratic(self, n: FloatArray) -> Quadratic:
         # b = 1_i - (s/m) 1 sums to zero, so only the diagonal part of the noise counts:
         # V = [delta0 s (1 - s/m) + delta1 ((1 - s/m)^2 theta + (s/m)^2 (1 - theta))] / n.
         noise = self.noises[0]
         share = self.output_members / self.m
-        v0 = (noise.delta0 * self.output_members * (1 - share) + noise.delta1 * share**2) / n
-        v1 = noise.delta1 * ((1 - share) ** 2 - share**2) / n
+        inv = 1.0 / n[:, None]
+        v0 = (noise.delta0 * self.output_members * (1 - share) + noise.delta1 * share**2) * inv
+        v1 = noise.delta1 * ((1 - share) ** 2 - share**2) * inv
         return Quadratic(v0, v1, np.zeros_like(v0))
 
     @cached_property
     def _static(
         self,
-    ) -> list[tuple[FloatArray, IntArray | None, FloatArray, FloatArray, FloatArray]]:
+    ) -> list[tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]]:
         """Data-independent parts of every linear functional the variance needs.
 
-        For each matrix X (per view: B_v^2 and B_v; then G^2 and G), in view (labels) or
-        base-cell (None) coordinates: X, its labels, X at every membership pair, the
-        mean of X over each output's members, and each row's sum over base cells.
+        For each matrix X (per view: B_v^2 and B_v; then G^2 and G), in view or base-cell
+        coordinates: X, the one-hot map from base cells to X's columns (None for base
+        coordinates), X at every membership pair, the mean of X over each output's
+        members, and each row's sum over base cells.
         """
         B, _, G = self._dense
         rows, cols = self.pair_rows, self.pair_cols
-        out: list[tuple[FloatArray, IntArray | None, FloatArray, FloatArray, FloatArray]] = []
+        out: list[tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]] = []
         matrices: list[tuple[FloatArray, IntArray | None]] = []
         for v, view in enumerate(self.view_labels):
             Bv = B[:, self.view_offsets[v] : self.view_offsets[v + 1]]
@@ -424,60 +464,58 @@ class LinearViews:
         for X, labels in matrices:
             gathered: FloatArray
             total: FloatArray
+            onehot: FloatArray | None = None
             if labels is None:
                 gathered = X[rows, cols]
                 total = X.sum(axis=1)
             else:
                 gathered = X[rows, labels[cols]]
                 total = X @ np.bincount(labels, minlength=X.shape[1]).astype(np.float64)
-            unif = (
-                np.bincount(rows, weights=gathered, minlength=self.n_outputs) / self.output_members
-            )
-            out.append((np.ascontiguousarray(X), labels, gathered, unif, total))
+                onehot = np.zeros((self.m, X.shape[1]))
+                onehot[np.arange(self.m), labels] = 1.0
+            unif = self._sum_pairs(gathered[None, :])[0] / self.output_members
+            out.append((np.ascontiguousarray(X.T), onehot, gathered, unif, total))
         return out
 
-    def _assemble(self, pi: FloatArray, sizes: Sequence[float], n: float, path: Path) -> Quadratic:
+    def _assemble(self, pi: FloatArray, sizes: FloatArray, n: FloatArray, path: Path) -> Quadratic:
         static = self._static
-        rho = n / (n - 1.0) if n > 1 else 1.0
-        rows, cols = self.pair_rows, self.pair_cols
-        pi_pairs = pi[cols]
+        rho = np.where(n > 1, n / np.maximum(n - 1.0, 1.0), 1.0)[:, None]
+        inv_n = (1.0 / n)[:, None]
+        pi_pairs = pi[:, self.pair_cols]
 
         def functional(k: int) -> tuple[FloatArray, FloatArray]:
             # Linear functional k at pi: (value at theta = 0, slope) along each output's path.
-            X, labels, gathered, unif, total = static[k]
-            weights = (
-                pi if labels is None else np.bincount(labels, weights=pi, minlength=X.shape[1])
-            )
-            full: FloatArray = X @ weights
-            inner: FloatArray = np.bincount(
-                rows, weights=gathered * pi_pairs, minlength=self.n_outputs
-            ).astype(np.float64)
+            XT, onehot, gathered, unif, total = static[k]
+            weights = pi if onehot is None else pi @ onehot
+            full: FloatArray = weights @ XT
+            inner = self._sum_pairs(gathered * pi_pairs)
             return path(full, inner, unif, total)
 
-        q0 = np.zeros(self.n_outputs)
-        q1 = np.zeros(self.n_outputs)
-        q2 = np.zeros(self.n_outputs)
+        R = pi.shape[0]
+        q0 = np.zeros((R, self.n_outputs))
+        q1 = np.zeros((R, self.n_outputs))
+        q2 = np.zeros((R, self.n_outputs))
         for v in range(len(self.view_labels)):
             noise = self.noises[v]
-            n_v = float(sizes[v])
+            inv_v = 1.0 / sizes[:, v : v + 1]
             k1 = self._k1[v]
             bsum = self._bsum[v]
             a1, b1 = functional(2 * v)  # sum_u B^2 f_u
             a2, b2 = functional(2 * v + 1)  # sum_u B f_u
             # noise: [delta0 k1 + delta1 P1 + kappa b^2 + 2 lambda b P2] / n_v
-            q0 += (noise.delta0 * k1 + noise.delta1 * a1 + noise.kappa * bsum**2) / n_v
-            q0 += 2 * noise.lam * bsum * a2 / n_v
-            q1 += (noise.delta1 * b1 + 2 * noise.lam * bsum * b2) / n_v
+            q0 += (noise.delta0 * k1 + noise.delta1 * a1 + noise.kappa * bsum**2) * inv_v
+            q0 += 2 * noise.lam * bsum * a2 * inv_v
+            q1 += (noise.delta1 * b1 + 2 * noise.lam * bsum * b2) * inv_v
             # sampling of view v's users: rho / n_v (P1 - P2^2)
-            q0 += rho / n_v * (a1 - a2**2)
-            q1 += rho / n_v * (b1 - 2 * a2 * b2)
-            q2 += -rho / n_v * b2**2
+            q0 += rho * inv_v * (a1 - a2**2)
+            q1 += rho * inv_v * (b1 - 2 * a2 * b2)
+            q2 -= rho * inv_v * b2**2
         k = 2 * len(self.view_labels)
         a3, b3 = functional(k)
         a4, b4 = functional(k + 1)
-        q0 -= rho / n * (a3 - a4**2)
-        q1 -= rho / n * (b3 - 2 * a4 * b4)
-        q2 -= -rho / n * b4**2
+        q0 -= rho * inv_n * (a3 - a4**2)
+        q1 -= rho * inv_n * (b3 - 2 * a4 * b4)
+        q2 += rho * inv_n * b4**2
         return Quadratic(q0, q1, q2)
 
     @cached_property
@@ -588,6 +626,13 @@ def grouped_norm_sub(values: FloatArray, groups: IntArray, targets: FloatArray) 
     return out
 
 
+def _finite_rows(arrays: Sequence[FloatArray]) -> npt.NDArray[np.bool_]:
+    ok = np.ones(arrays[0].shape[0], dtype=bool)
+    for a in arrays:
+        ok &= np.all(np.isfinite(a), axis=1)
+    return ok
+
+
 def tree_consistent(
     values: Sequence[FloatArray], parents: Sequence[IntArray], root: float = 1.0
 ) -> list[FloatArray]:
@@ -596,18 +641,29 @@ def tree_consistent(
 
     Parameters
     ----------
-    values : per depth (1 = top), the estimates of the nodes at that depth.
+    values : per depth (1 = top), the estimates of the nodes at that depth, shape
+        (R, nodes) for R trees at once (or (nodes,) for one).
     parents : per depth, each node's parent index at the depth above (0 at depth 1).
 
     Each group of siblings is projected onto the simplex scaled to its parent's
     consistent value, from the top down, so a level is never changed by the levels below
     it: the top levels keep their (more accurate) estimates and corrections stay local.
+    Rows holding a non-finite value come out all NaN.
     """
+    one = np.ndim(values[0]) == 1
+    rows = [np.atleast_2d(np.asarray(v, dtype=np.float64)) for v in values]
+    R = rows[0].shape[0]
+    ok = _finite_rows(rows)
     out: list[FloatArray] = []
-    above = np.array([root])
-    for vals, par in zip(values, parents, strict=True):
-        current = grouped_norm_sub(vals, par, above)
-        out.append(current)
+    above: FloatArray = np.full((int(ok.sum()), 1), root)
+    for vals, par in zip(rows, parents, strict=True):
+        v = vals[ok]
+        width = above.shape[1]
+        groups = (np.arange(v.shape[0])[:, None] * width + par[None, :]).ravel()
+        current: FloatArray = grouped_norm_sub(v.ravel(), groups, above.ravel()).reshape(v.shape)
+        full = np.full((R, vals.shape[1]), np.nan)
+        full[ok] = current
+        out.append(full[0] if one else full)
         above = current
     return out
 
@@ -626,23 +682,34 @@ def ipf(
     group sums to its target; the limit is the table closest to the seed in
     Kullback-Leibler divergence with those margins (Deming and Stephan 1940; Csiszar
     1975). Stops when every group is within ``tolerance`` of its target. The result is
-    normalized to sum to one.
+    normalized to sum to one. ``seed`` may be (R, cells) with targets (R, groups): R
+    tables at once; rows holding a non-finite value come out all NaN.
     """
-    cells = np.array(seed, dtype=np.float64)
-    if not np.all(np.isfinite(cells)):
-        return np.full(cells.shape, np.nan)
+    one = np.ndim(seed) == 1
+    cells = np.atleast_2d(np.array(seed, dtype=np.float64))
+    goals = [np.atleast_2d(np.asarray(t, dtype=np.float64)) for t in targets]
+    ok = _finite_rows([cells, *goals])
+    work = cells[ok]
+    goals_ok = [g[ok] for g in goals]
+    onehots = []
+    for labels, goal in zip(partitions, goals_ok, strict=True):
+        onehot = np.zeros((labels.size, goal.shape[1]))
+        onehot[np.arange(labels.size), labels] = 1.0
+        onehots.append(onehot)
     for _ in range(max_iterations):
-        for labels, target in zip(partitions, targets, strict=True):
-            sums = np.bincount(labels, weights=cells, minlength=target.size)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                factor = np.where(sums > 0, target / sums, 0.0)
-            cells *= factor[labels]
+        for labels, goal, onehot in zip(partitions, goals_ok, onehots, strict=True):
+            sums = work @ onehot
+            factor = np.divide(goal, sums, out=np.zeros_like(goal), where=sums > 0)
+            work *= factor[:, labels]
         gap = max(
-            float(np.max(np.abs(np.bincount(lab, weights=cells, minlength=t.size) - t)))
-            for lab, t in zip(partitions, targets, strict=True)
+            float(np.max(np.abs(work @ onehot - goal), initial=0.0))
+            for goal, onehot in zip(goals_ok, onehots, strict=True)
         )
         if gap <= tolerance:
             break
-    total = cells.sum()
-    out: FloatArray = cells / total if total > 0 else cells
-    return out
+    total = work.sum(axis=1, keepdims=True)
+    work = np.divide(work, total, out=work, where=total > 0)
+    out = np.full(cells.shape, np.nan)
+    out[ok] = work
+    result: FloatArray = out[0] if one else out
+    return result

@@ -387,7 +387,8 @@ def _per_user_variances(
         out = []
         for name, engine in zip(m.table.names, m.engines, strict=True):
             d = engine.m
-            worst = engine.variance_quadratic(np.full(d, 1.0 / d), [1.0], 1.0).worst()
+            uniform = np.full((1, d), 1.0 / d)
+            worst = engine.variance_quadratic(uniform, np.ones((1, 1)), np.ones(1)).worst()[0]
             out.append((name, d, float(np.max(worst))))
         return out
     return [(t, len(v), float(np.max(v))) for t, v in m.variance(fractions).items()]

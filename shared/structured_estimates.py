@@ -46,6 +46,43 @@ def _plain(x: float) -> float | None:
 
 
 @dataclass(frozen=True, eq=False)
+class OutputArrays:
+    """Every output's numbers for R aggregates at once, as (R, outputs) arrays.
+
+    What a structured mechanism's ``estimate_arrays`` returns (one row per aggregate:
+    simulated campaigns, time buckets); ``estimate`` wraps row 0 of it into a result
+    object. Outputs are in the mechanism's order (every depth of a tree from the top;
+    the cells then each attribute's categories of a table).
+    """
+
+    n: FloatArray
+    estimates: FloatArray
+    stderr: FloatArray
+    consistent: FloatArray
+    quadratic: Quadratic
+    interval: str = INTERVAL_METHOD
+
+    def ci(self, level: float = 0.95) -> ConfidenceInterval:
+        low, high = score_interval(self.estimates, self.quadratic, normal_quantile(level))
+        return ConfidenceInterval(low, high)
+
+    def group(self, row: int, part: slice, keys: tuple[Any, ...], key_name: str) -> GroupEstimate:
+        """Row ``row``'s outputs in ``part`` as a GroupEstimate."""
+        quad = self.quadratic
+        correction = None if quad.correction is None else quad.correction[row, part]
+        return GroupEstimate(
+            keys,
+            key_name,
+            int(self.n[row]),
+            self.estimates[row, part],
+            self.stderr[row, part],
+            self.consistent[row, part],
+            Quadratic(quad.v0[row, part], quad.v1[row, part], quad.v2[row, part], correction),
+            self.interval,
+        )
+
+
+@dataclass(frozen=True, eq=False)
 class GroupEstimate:
     """Estimates of a group of categories: the nodes at one depth, the cells, a marginal.
 

@@ -49,7 +49,8 @@ import numpy.typing as npt
 
 from .._validation import check_epsilon
 from ..errors import ParameterError, ReportError
-from ..inference import LinearViews, NoiseModel
+from ..inference import LinearViews, NoiseModel, Quadratic
+from ..structured_estimates import OutputArrays
 from ._dyadic import check_min_epsilon
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism
 from .randomized_response import GeneralizedRR
@@ -346,15 +347,47 @@ class ViewSampling(Mechanism):
         return np.concatenate(records), np.concatenate(probs)
 
     # --- estimation ------------------------------------------------------------------------
-    def split_sums(self, sums: FloatArray) -> tuple[list[int], list[FloatArray]]:
-        """Per view: its report count and its oracle's support counts."""
-        sizes, counts = [], []
-        at = 0
-        for v in self.views:
-            sizes.append(round(sums[at]))
-            counts.append(sums[at + 1 : at + 1 + v.size])
-            at += 1 + v.size
-        return sizes, counts
+    def _batch(
+        self, n: npt.ArrayLike, sums: npt.ArrayLike
+    ) -> tuple[FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """(n, view sizes, debiased y, rows that cannot be estimated) of R aggregates.
 
-    def expected_sizes(self, n: float) -> list[float]:
-        return [v.weight * n for v in self.views]
+        A row cannot be estimated when it holds no report, or none for some view (then
+        a view's estimates are undefined and the design does not identify the cells).
+        """
+        counts_n = np.atleast_1d(np.asarray(n, dtype=np.float64))
+        table = np.atleast_2d(np.asarray(sums, dtype=np.float64))
+        if table.shape != (counts_n.size, self.stats_size):
+            raise ParameterError(
+                f"estimate_arrays needs n (R,) and sums (R, {self.stats_size}), got "
+                f"{counts_n.shape} and {table.shape}"
+            )
+        sizes, counts = self.engine.split(table)
+        bad = (counts_n <= 0) | (sizes.min(axis=1) <= 0)
+        safe = np.where(bad[:, None], 1.0, sizes)
+        return counts_n, safe, self.engine.debias(counts, safe), bad
+
+    def _finish(
+        self,
+        n: FloatArray,
+        sizes: FloatArray,
+        x: FloatArray,
+        consistent: FloatArray,
+        base: FloatArray,
+        bad: npt.NDArray[np.bool_],
+    ) -> OutputArrays:
+        """Variances at the consistent base cells, standard errors, NaN for bad rows."""
+        uniform = np.full(self.base_size, 1.0 / self.base_size)
+        base = np.where(bad[:, None], uniform, base)
+        quad = self.engine.variance_quadratic(base, sizes, np.where(bad, 2.0, n))
+        stderr = np.sqrt(np.maximum(quad.at(consistent), 0.0))
+        if bad.any():
+            nan = np.where(bad[:, None], np.nan, 1.0)
+            c = None if quad.correction is None else quad.correction * nan
+            quad = Quadratic(quad.v0 * nan, quad.v1 * nan, quad.v2 * nan, c)
+            x, stderr, consistent = x * nan, stderr * nan, consistent * nan
+        return OutputArrays(n, x, stderr, consistent, quad)
+
+    def expected_sizes(self, n: float) -> FloatArray:
+        """(1, views): each view's expected number of users out of n."""
+        return np.array([[v.weight * n for v in self.views]])

@@ -47,7 +47,7 @@ from ..aggregate import Aggregate
 from ..domains import Tree
 from ..errors import ParameterError
 from ..inference import Quadratic, tree_consistent
-from ..structured_estimates import GroupEstimate, HierarchyEstimate
+from ..structured_estimates import HierarchyEstimate, OutputArrays
 from ._views import ViewSampling, _check_weights
 from .base import FloatArray, IntArray
 
@@ -92,54 +92,36 @@ class HierarchyMechanism(ViewSampling):
     # --- estimation ------------------------------------------------------------------
     def _levels(self, values: FloatArray) -> list[FloatArray]:
         off = self.engine.output_offsets
-        return [values[off[d] : off[d + 1]] for d in range(self.tree.depth)]
+        return [values[..., off[d] : off[d + 1]] for d in range(self.tree.depth)]
+
+    def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
+        """Every node's numbers for R aggregates at once (``n`` (R,), ``sums`` (R, k)).
+
+        The same computation as :meth:`estimate`, as (R, nodes) arrays with the depths
+        side by side from the top: for simulations, benchmarks and time buckets.
+        """
+        n_, sizes, y, bad = self._batch(n, sums)
+        x = self.engine.point(y)
+        x[bad] = 0.0
+        consistent = np.concatenate(tree_consistent(self._levels(x), self.tree.parents), axis=1)
+        leaves = self.engine.base_of(consistent, self.tree.depth - 1)
+        return self._finish(n_, sizes, x, consistent, leaves, bad)
 
     def estimate(self, aggregate: Aggregate) -> HierarchyEstimate:
         """Unbiased (and adding-up) estimates at every depth, with consistent ones beside.
 
         Standard errors come from the estimator's covariance at the consistent estimate;
-        intervals are score-type (see :mod:`ldpkit.inference`).
+        intervals are continuity-corrected score intervals (see :mod:`ldpkit.inference`).
+        With no report, or none for one of the reported depths, every number is NaN.
         """
         agg = self._checked_aggregate(aggregate)
-        engine = self.engine
-        sizes, counts = self.split_sums(agg.sums)
-        n = agg.n
-        if n == 0 or min(sizes) == 0:
-            # Nothing (or nothing for one view): no estimate, not a guess.
-            nan = np.full(engine.n_outputs, np.nan)
-            quad = Quadratic(nan, nan, nan)
-            return self._result(n, nan, nan, nan, quad)
-        x = engine.point(engine.debias(counts, sizes))
-        consistent = np.concatenate(tree_consistent(self._levels(x), self.tree.parents))
-        leaves = engine.base_of(consistent, self.tree.depth - 1)
-        quad = engine.variance_quadratic(leaves, sizes, n)
-        stderr = np.sqrt(np.maximum(quad.at(consistent), 0.0))
-        return self._result(n, x, stderr, consistent, quad)
-
-    def _result(
-        self,
-        n: int,
-        x: FloatArray,
-        stderr: FloatArray,
-        consistent: FloatArray,
-        quad: Quadratic,
-    ) -> HierarchyEstimate:
+        arrays = self.estimate_arrays([agg.n], agg.sums[None, :])
         off = self.engine.output_offsets
-        groups = []
-        for d in range(self.tree.depth):
-            part = slice(int(off[d]), int(off[d + 1]))
-            groups.append(
-                GroupEstimate(
-                    self.tree.paths[d],
-                    "category",
-                    n,
-                    x[part],
-                    stderr[part],
-                    consistent[part],
-                    quad.take(part),
-                )
-            )
-        return HierarchyEstimate(self.name, self.epsilon, n, self.tree, tuple(groups))
+        groups = tuple(
+            arrays.group(0, slice(int(off[d]), int(off[d + 1])), self.tree.paths[d], "category")
+            for d in range(self.tree.depth)
+        )
+        return HierarchyEstimate(self.name, self.epsilon, agg.n, self.tree, groups)
 
     # --- theory ------------------------------------------------------------------------
     def _population(self, fractions: npt.ArrayLike | None) -> FloatArray:
@@ -157,14 +139,15 @@ class HierarchyMechanism(ViewSampling):
         ``fractions`` defaults to the uniform population; each view is taken to hold
         its expected share of the n users. With ``n = 1`` the figures are per user.
         """
-        engine = self.engine
-        pi = self._population(fractions)
-        return self._levels(engine.variances_at(pi, self.expected_sizes(n), n))
+        pi = self._population(fractions)[None, :]
+        var = self.engine.variances_at(pi, self.expected_sizes(n), np.array([float(n)]))
+        return self._levels(var[0])
 
     def variance_quadratic(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> Quadratic:
         """Each node's variance along the path of its own value (see LinearViews)."""
-        pi = self._population(fractions)
-        return self.engine.variance_quadratic(pi, self.expected_sizes(n), n)
+        pi = self._population(fractions)[None, :]
+        quad = self.engine.variance_quadratic(pi, self.expected_sizes(n), np.array([float(n)]))
+        return quad.row(0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,9 +47,8 @@ from .._validation import check_epsilon
 from ..aggregate import Aggregate
 from ..domains import Table
 from ..errors import ParameterError, ReportError
-from ..estimates import norm_sub
-from ..inference import LinearViews, Quadratic, ipf
-from ..structured_estimates import GroupEstimate, TableEstimate
+from ..inference import LinearViews, Quadratic, grouped_norm_sub, ipf
+from ..structured_estimates import OutputArrays, TableEstimate
 from ._dyadic import check_min_epsilon
 from ._views import ViewSampling, _check_weights, make_oracle, noise_model
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism
@@ -96,7 +95,25 @@ class TableMechanism(ViewSampling):
 
     def _groups(self, values: FloatArray) -> list[FloatArray]:
         off = self.engine.output_offsets
-        return [values[off[k] : off[k + 1]] for k in range(len(off) - 1)]
+        return [values[..., off[k] : off[k + 1]] for k in range(len(off) - 1)]
+
+    def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
+        """Every output's numbers for R aggregates at once (``n`` (R,), ``sums`` (R, k)):
+        the cells, then each attribute's categories, as (R, outputs) arrays."""
+        n_, sizes, y, bad = self._batch(n, sums)
+        x = self.engine.point(y)
+        x[bad] = 0.0
+        groups = self._groups(x)
+        partitions = [self.table.labels(a) for a in self.table.names]
+        R = x.shape[0]
+        targets = []
+        for g in groups[1:]:
+            rows = np.repeat(np.arange(R), g.shape[1])
+            targets.append(grouped_norm_sub(g.ravel(), rows, np.ones(R)).reshape(g.shape))
+        cells = ipf(np.maximum(groups[0], SEED_FLOOR), partitions, targets)
+        margins = [self.engine.sum_outputs(cells)[:, self.engine.output_offsets[1] :]]
+        consistent = np.concatenate([cells, *margins], axis=1)
+        return self._finish(n_, sizes, x, consistent, cells, bad)
 
     def estimate(self, aggregate: Aggregate) -> TableEstimate:
         """Unbiased cells and marginals (adding up), with consistent ones beside.
@@ -106,63 +123,35 @@ class TableMechanism(ViewSampling):
         to those marginals by IPF (the table nearest the cells in Kullback-Leibler
         divergence with those margins, which keeps the cells' odds ratios); the
         consistent marginals are then the sums of the consistent cells, exactly.
+        With no report, or none for one of the views, every number is NaN.
         """
         agg = self._checked_aggregate(aggregate)
-        engine = self.engine
-        sizes, counts = self.split_sums(agg.sums)
-        n = agg.n
-        if n == 0 or min(sizes) == 0:
-            nan = np.full(engine.n_outputs, np.nan)
-            return self._result(n, nan, nan, nan, Quadratic(nan, nan, nan))
-        x = engine.point(engine.debias(counts, sizes))
-        groups = self._groups(x)
-        partitions = [self.table.labels(a) for a in self.table.names]
-        targets = [norm_sub(g) for g in groups[1:]]
-        cells = ipf(np.maximum(groups[0], SEED_FLOOR), partitions, targets)
-        margins = [
-            np.bincount(p, weights=cells, minlength=t.size)
-            for p, t in zip(partitions, targets, strict=True)
-        ]
-        consistent = np.concatenate([cells, *margins])
-        quad = engine.variance_quadratic(cells, sizes, n)
-        stderr = np.sqrt(np.maximum(quad.at(consistent), 0.0))
-        return self._result(n, x, stderr, consistent, quad)
-
-    def _result(
-        self, n: int, x: FloatArray, stderr: FloatArray, consistent: FloatArray, quad: Quadratic
-    ) -> TableEstimate:
+        arrays = self.estimate_arrays([agg.n], agg.sums[None, :])
         off = self.engine.output_offsets
         keys: list[tuple[Any, ...]] = [self.table.cells()]
         keys += [self.table.dimensions[a] for a in self.table.names]
-        groups = []
-        for k, key in enumerate(keys):
-            part = slice(int(off[k]), int(off[k + 1]))
-            groups.append(
-                GroupEstimate(
-                    key,
-                    "cell" if k == 0 else "category",
-                    n,
-                    x[part],
-                    stderr[part],
-                    consistent[part],
-                    quad.take(part),
-                )
+        groups = [
+            arrays.group(
+                0, slice(int(off[k]), int(off[k + 1])), key, "cell" if k == 0 else "category"
             )
+            for k, key in enumerate(keys)
+        ]
         marginals = dict(zip(self.table.names, groups[1:], strict=True))
-        return TableEstimate(self.name, self.epsilon, n, self.table, groups[0], marginals)
+        return TableEstimate(self.name, self.epsilon, agg.n, self.table, groups[0], marginals)
 
     # --- theory ------------------------------------------------------------------------
     def variance(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> dict[str, FloatArray]:
         """Variances of the cells (``"cells"``) and of each attribute's categories, for
         n users with cell ``fractions`` (default uniform), each view at its expected share."""
-        pi = _population(self.table, fractions)
-        var = self.engine.variances_at(pi, self.expected_sizes(n), n)
+        pi = _population(self.table, fractions)[None, :]
+        var = self.engine.variances_at(pi, self.expected_sizes(n), np.array([float(n)]))[0]
         groups = self._groups(var)
         return {"cells": groups[0], **dict(zip(self.table.names, groups[1:], strict=True))}
 
     def variance_quadratic(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> Quadratic:
-        pi = _population(self.table, fractions)
-        return self.engine.variance_quadratic(pi, self.expected_sizes(n), n)
+        pi = _population(self.table, fractions)[None, :]
+        sizes = self.expected_sizes(n)
+        return self.engine.variance_quadratic(pi, sizes, np.array([float(n)])).row(0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -340,27 +329,53 @@ class SplitMarginals(Mechanism):
             probs = np.outer(probs, p).reshape(-1)
         return records, probs
 
+    def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
+        """Each attribute's categories for R aggregates at once, side by side."""
+        counts_n = np.atleast_1d(np.asarray(n, dtype=np.float64))
+        table = np.atleast_2d(np.asarray(sums, dtype=np.float64))
+        if table.shape != (counts_n.size, self.stats_size):
+            raise ParameterError(
+                f"estimate_arrays needs n (R,) and sums (R, {self.stats_size}), got "
+                f"{counts_n.shape} and {table.shape}"
+            )
+        bad = counts_n <= 0
+        safe = np.where(bad, 1.0, counts_n)[:, None]
+        parts: list[list[FloatArray]] = [[], [], [], [], [], [], []]
+        at = 0
+        R = counts_n.size
+        for o, engine in zip(self.oracles, self.engines, strict=True):
+            d = o.domain_size
+            y = engine.debias(table[:, at : at + d], safe)
+            at += d
+            x = engine.point(y)
+            cons = grouped_norm_sub(x.ravel(), np.repeat(np.arange(R), d), np.ones(R)).reshape(
+                x.shape
+            )
+            quad = engine.variance_quadratic(
+                np.where(bad[:, None], 1.0 / d, cons), safe, safe[:, 0]
+            )
+            se = np.sqrt(np.maximum(quad.at(cons), 0.0))
+            assert quad.correction is not None
+            for part, value in zip(
+                parts, (x, se, cons, quad.v0, quad.v1, quad.v2, quad.correction), strict=True
+            ):
+                part.append(value)
+        x, se, cons, v0, v1, v2, corr = (np.concatenate(p, axis=1) for p in parts)
+        nan = np.where(bad[:, None], np.nan, 1.0)
+        quad = Quadratic(v0 * nan, v1 * nan, v2 * nan, corr * nan)
+        return OutputArrays(counts_n, x * nan, se * nan, cons * nan, quad)
+
     def estimate(self, aggregate: Aggregate) -> TableEstimate:
-        """Unbiased marginals with score intervals; consistent ones by Norm-Sub."""
+        """Unbiased marginals with intervals; consistent ones by Norm-Sub. No cells."""
         agg = self._checked_aggregate(aggregate)
-        n = agg.n
+        arrays = self.estimate_arrays([agg.n], agg.sums[None, :])
         marginals = {}
         at = 0
-        for name, o, engine in zip(self.table.names, self.oracles, self.engines, strict=True):
-            counts = agg.sums[at : at + o.domain_size]
+        for name, o in zip(self.table.names, self.oracles, strict=True):
+            part = slice(at, at + o.domain_size)
             at += o.domain_size
-            if n == 0:
-                nan = np.full(o.domain_size, np.nan)
-                x, se, cons, quad = nan, nan, nan, Quadratic(nan, nan, nan)
-            else:
-                x = engine.point(engine.debias([counts], [n]))
-                cons = norm_sub(x)
-                quad = engine.variance_quadratic(cons, [n], n)
-                se = np.sqrt(np.maximum(quad.at(cons), 0.0))
-            marginals[name] = GroupEstimate(
-                self.table.dimensions[name], "category", n, x, se, cons, quad
-            )
-        return TableEstimate(self.name, self.epsilon, n, self.table, None, marginals)
+            marginals[name] = arrays.group(0, part, self.table.dimensions[name], "category")
+        return TableEstimate(self.name, self.epsilon, agg.n, self.table, None, marginals)
 
     def variance(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> dict[str, FloatArray]:
         """Variances of each attribute's categories for n users with cell ``fractions``."""
@@ -368,5 +383,8 @@ class SplitMarginals(Mechanism):
         out = {}
         for a, (name, engine) in enumerate(zip(self.table.names, self.engines, strict=True)):
             axes = tuple(i for i in range(len(self.table.shape)) if i != a)
-            out[name] = engine.variances_at(pi.sum(axis=axes), [n], n)
+            marginal = pi.sum(axis=axes)[None, :]
+            out[name] = engine.variances_at(marginal, np.array([[float(n)]]), np.array([float(n)]))[
+                0
+            ]
         return out
