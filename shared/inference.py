@@ -483,10 +483,12 @@ class LinearViews:
         inv_n = (1.0 / n)[:, None]
         pi_pairs = pi[:, self.pair_cols]
 
+        per_view = [pi @ static[2 * v][1] for v in range(len(self.view_labels))]  # type: ignore[operator]
+
         def functional(k: int) -> tuple[FloatArray, FloatArray]:
             # Linear functional k at pi: (value at theta = 0, slope) along each output's path.
             XT, onehot, gathered, unif, total = static[k]
-            weights = pi if onehot is None else pi @ onehot
+            weights = pi if onehot is None else per_view[k // 2]
             full: FloatArray = weights @ XT
             inner = self._sum_pairs(gathered * pi_pairs)
             return path(full, inner, unif, total)
@@ -681,7 +683,8 @@ def ipf(
     Each pass rescales the cells of every group of every partition in turn so that the
     group sums to its target; the limit is the table closest to the seed in
     Kullback-Leibler divergence with those margins (Deming and Stephan 1940; Csiszar
-    1975). Stops when every group is within ``tolerance`` of its target. The result is
+    1975). Stops after a pass in which every group was already within ``tolerance`` of
+    its target before being rescaled. The result is
     normalized to sum to one. ``seed`` may be (R, cells) with targets (R, groups): R
     tables at once; rows holding a non-finite value come out all NaN.
     """
@@ -697,15 +700,13 @@ def ipf(
         onehot[np.arange(labels.size), labels] = 1.0
         onehots.append(onehot)
     for _ in range(max_iterations):
+        gap = 0.0
         for labels, goal, onehot in zip(partitions, goals_ok, onehots, strict=True):
             sums = work @ onehot
+            gap = max(gap, float(np.max(np.abs(sums - goal), initial=0.0)))
             factor = np.divide(goal, sums, out=np.zeros_like(goal), where=sums > 0)
             work *= factor[:, labels]
-        gap = max(
-            float(np.max(np.abs(work @ onehot - goal), initial=0.0))
-            for goal, onehot in zip(goals_ok, onehots, strict=True)
-        )
-        if gap <= tolerance:
+        if gap <= tolerance:  # every margin already fitted before this pass rescaled it
             break
     total = work.sum(axis=1, keepdims=True)
     work = np.divide(work, total, out=work, where=total > 0)
