@@ -120,19 +120,30 @@ def _grr_counts(oracle: GeneralizedRR, groups: IntArray, rng: np.random.Generato
 
 def _hypergeometric_split(rng: np.random.Generator, states: IntArray, draws: IntArray) -> IntArray:
     """For each row, a uniform draw of ``draws[r]`` users out of ``states[r, :]`` (counts
-    per state), without replacement: a multivariate hypergeometric, state by state."""
-    taken = np.zeros_like(states)
-    left = states.sum(axis=1)
-    want = draws.copy()
-    for s in np.flatnonzero(states.any(axis=0)):
-        good = states[:, s]
-        rest = left - good
-        t = np.where(want > 0, rng.hypergeometric(good, rest, np.maximum(want, 0)), 0)
-        # hypergeometric needs nsample <= population; rows with want = 0 take 0.
-        taken[:, s] = t
-        want -= t
-        left = rest
-    return taken
+    per state), without replacement: a multivariate hypergeometric.
+
+    Drawn down a binary tree over the states: how many of a node's draws fall in its
+    left half is hypergeometric given the two halves' sizes, so log2(states) vectorized
+    draws give the exact law.
+    """
+    R, S = states.shape
+    width = 1 << max(0, (S - 1).bit_length())
+    level = np.zeros((R, width), dtype=np.int64)
+    level[:, :S] = states
+    levels = [level]
+    while levels[-1].shape[1] > 1:
+        a = levels[-1]
+        levels.append(a[:, 0::2] + a[:, 1::2])
+    take = draws.astype(np.int64)[:, None]
+    for lower in reversed(levels[:-1]):
+        left = lower[:, 0::2]
+        taken_left = rng.hypergeometric(left, lower[:, 1::2], take)
+        split = np.empty((R, 2 * take.shape[1]), dtype=np.int64)
+        split[:, 0::2] = taken_left
+        split[:, 1::2] = take - taken_left
+        take = split
+    out: IntArray = take[:, :S]
+    return out
 
 
 def _ss_counts(oracle: SubsetSelection, groups: IntArray, rng: np.random.Generator) -> FloatArray:
@@ -160,17 +171,30 @@ def _ss_counts(oracle: SubsetSelection, groups: IntArray, rng: np.random.Generat
     counts = np.zeros((R, d))
 
     def take(states: IntArray, pool: int) -> IntArray:
-        # Each user with r slots takes the current item with probability r / pool.
-        if pool <= 0:
-            return np.zeros_like(states)
-        chosen = rng.binomial(states, np.minimum(slots / pool, 1.0)[None, :])
+        # Each user with r slots takes the current item with probability r / pool (only
+        # the states someone is in are drawn).
+        chosen = np.zeros_like(states)
+        active = np.flatnonzero(states.any(axis=0))
+        if pool <= 0 or active.size == 0:
+            return chosen
+        lo, hi = int(active[0]), int(active[-1]) + 1
+        chosen[:, lo:hi] = rng.binomial(states[:, lo:hi], np.minimum(slots[lo:hi] / pool, 1.0))
         states -= chosen
         states[:, :-1] += chosen[:, 1:]
         return chosen
 
+    def own(states: IntArray, draws: IntArray) -> IntArray:
+        # The users whose item is j, drawn among those still ahead (active states only).
+        out = np.zeros_like(states)
+        active = np.flatnonzero(states.any(axis=0))
+        if active.size:
+            lo, hi = int(active[0]), int(active[-1]) + 1
+            out[:, lo:hi] = _hypergeometric_split(rng, states[:, lo:hi], draws)
+        return out
+
     for j in range(d):
-        own_in = _hypergeometric_split(rng, ahead_in, inside[:, j])
-        own_out = _hypergeometric_split(rng, ahead_out, outside[:, j])
+        own_in = own(ahead_in, inside[:, j])
+        own_out = own(ahead_out, outside[:, j])
         ahead_in -= own_in
         ahead_out -= own_out
         got = inside[:, j].astype(np.float64)
