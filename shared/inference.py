@@ -140,10 +140,6 @@ class NoiseModel:
         object.__setattr__(self, "delta0", (q * (1 - q) - kappa) * scale)
         object.__setattr__(self, "delta1", (p * (1 - p) - q * (1 - q) - 2 * lam) * scale)
 
-    def item_variance(self, f: float | FloatArray) -> FloatArray | float:
-        """Per-user variance of one item's debiased estimate at fraction f."""
-        return self.delta0 + self.kappa + (self.delta1 + 2 * self.lam) * np.asarray(f)
-
 
 def _partition(labels: npt.ArrayLike, m: int, what: str) -> tuple[IntArray, int]:
     array = np.asarray(labels)
