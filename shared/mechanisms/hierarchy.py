@@ -186,9 +186,9 @@ class LevelSampling(HierarchyMechanism):
         The depths users report (default: every depth finer than the ones above, see
         :func:`refining_depths`). The leaves' depth must be one of them.
     weights : sequence of float, optional
-        The probability of each reported depth (default uniform: with one weight per
-        level and the estimator combining them, no level starves; Cormode et al. 2019
-        find uniform level sampling close to optimal for hierarchical histograms).
+        The probability of each reported depth (default uniform: for the tree
+        8 -> 64 -> 512 with every depth counted equally, no weights on a 0.05 grid beat
+        it by more than 0.1% at eps 0.5, 1 and 4; see docs/statistics.md).
     oracle : str or sequence of str
         Per reported depth, or one for all (default ``"auto"``: the best for each
         depth's size).
