@@ -9,6 +9,7 @@
 """
 
 from .aggregate import Aggregate
+from .domains import Table, Tree
 from .errors import (
     BudgetExceeded,
     CollectorRejected,
@@ -38,6 +39,17 @@ from .mechanisms import (
     mechanism,
 )
 from .planner import Plan, plan, required_n
+from .structured import (
+    StructuredChoice,
+    StructuredPlan,
+    choose_hierarchy,
+    choose_table,
+    hierarchy,
+    plan_structured,
+    required_n_structured,
+    table,
+)
+from .structured_estimates import GroupEstimate, HierarchyEstimate, TableEstimate
 
 __version__ = "0.1.0"
 
@@ -52,7 +64,9 @@ __all__ = [
     "ConfidenceInterval",
     "FrequencyEstimate",
     "FrequencyOracle",
+    "GroupEstimate",
     "HeavyHitters",
+    "HierarchyEstimate",
     "LdpkitError",
     "MeanEstimate",
     "Mechanism",
@@ -63,13 +77,24 @@ __all__ = [
     "ReportError",
     "StringEstimate",
     "StringPlan",
+    "StructuredChoice",
+    "StructuredPlan",
+    "Table",
+    "TableEstimate",
     "TransportError",
+    "Tree",
     "__version__",
     "choose",
+    "choose_hierarchy",
+    "choose_table",
+    "hierarchy",
     "mechanism",
     "norm_sub",
     "plan",
     "plan_strings",
+    "plan_structured",
     "required_n",
     "required_n_strings",
+    "required_n_structured",
+    "table",
 ]

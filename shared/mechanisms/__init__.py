@@ -27,6 +27,11 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "piecewise": ("piecewise", "Piecewise"),
     "hybrid": ("piecewise", "Hybrid"),
     "prefix_sketch": ("strings", "PrefixSketch"),
+    "rollup": ("hierarchy", "LeafRollup"),
+    "levels": ("hierarchy", "LevelSampling"),
+    "joint": ("table", "JointTable"),
+    "joint_marginals": ("table", "JointMarginals"),
+    "split": ("table", "SplitMarginals"),
 }
 
 ALIASES: dict[str, str] = {
@@ -49,6 +54,10 @@ NUMERIC = ("laplace", "duchi", "piecewise", "hybrid")
 """Candidates ``auto`` weighs for a numeric metric."""
 STRINGS = ("prefix_sketch",)
 """Mechanisms for open-domain strings (``max_length``); ``auto`` takes the first."""
+HIERARCHY = ("rollup", "levels")
+"""Designs for a hierarchy (``tree=``); ``ldpkit.structured.choose_hierarchy`` weighs them."""
+TABLE = ("joint", "joint_marginals", "split")
+"""Designs for a table (``table=``); ``split`` estimates marginals only."""
 NAMES = (*_REGISTRY, "auto")
 
 
@@ -212,6 +221,13 @@ def mechanism(
     if canonical == "auto":
         canonical = choose(epsilon=epsilon, domain_size=domain_size, bounds=bounds).name
     cls = mechanism_class(canonical)
+    if canonical in HIERARCHY or canonical in TABLE:
+        if domain_size is not None or bounds is not None:
+            what = "tree=" if canonical in HIERARCHY else "table="
+            raise ParameterError(
+                f"{canonical!r} is structured: give {what}, not domain_size/bounds"
+            )
+        return cls(epsilon=epsilon, **options)
     if issubclass(cls, FrequencyOracle):
         if bounds is not None:
             raise ParameterError(f"{canonical!r} is categorical: give domain_size, not bounds")
@@ -232,9 +248,11 @@ __all__ = [
     "ALIASES",
     "AUTO_VARIANCE_TOLERANCE",
     "CATEGORICAL",
+    "HIERARCHY",
     "NAMES",
     "NUMERIC",
     "STRINGS",
+    "TABLE",
     "Choice",
     "FrequencyOracle",
     "Mechanism",

@@ -1,0 +1,396 @@
+"""View sampling: the machinery shared by the hierarchy and table mechanisms.
+
+A structured mechanism has ``m`` base cells (a tree's leaves, a table's cells) and one
+or more *views*, each a partition of the base cells (a depth of the tree, an attribute
+of the table, or the base cells themselves). Each user picks one view at random with
+fixed probabilities, independently of their value, and reports the group their value
+falls in through that view's frequency oracle, spending the whole epsilon. The view is
+independent of the value, so sending it costs no privacy: a report is epsilon-LDP.
+
+Wire format
+-----------
+A report is the packed record ``view: u1, payload: u1[P]`` where ``P`` is the largest
+report size of the views' oracles. The payload holds the view's oracle report as its
+raw little-endian bytes (``report.tobytes()``: a uint32 index for GRR, a packed bitmap
+for unary encoding and subset selection), followed by zero bytes up to ``P``. A record
+is well-formed iff ``view`` is a view's number, the padding bytes are zero, and the
+payload is a well-formed report of that view's oracle. Every report therefore has the
+same size, ``1 + P`` bytes.
+
+Aggregate
+---------
+For every view in order: the number of its reports ``n_v``, then its oracle's support
+counts (one per group). The size is ``sum_v (1 + groups_v)``, independent of n, and
+aggregates merge by addition.
+
+Oracles
+-------
+The views' oracles are the exchangeable pure oracles whose support indicators have a
+known joint law: GRR, SUE, OUE and subset selection (``STRUCTURED_ORACLES``). The
+estimator of a group of items (a parent, a marginal) needs the covariance between
+items of one oracle (:class:`~ldpkit.inference.NoiseModel`). For optimized local hashing
+with the protocol's 2-universal hash family the supports of two items are not independent
+given the true item x when their offsets from x are in a small integer ratio
+(``h(x + 3t) - h(x)`` is nearly ``3 (h(x + t) - h(x))`` modulo 2^32: with eps = 1 and
+x = 10, items 20 and 40 are supported together 10% more often than q^2, measured over
+2e6 reports), and a roll-up sums runs of items full of such triples; for Hadamard
+response the covariance depends on the items' bit patterns. Neither is ever of lower
+variance than OUE (OLH's best case equals OUE's; HR's ``(e^eps + 1)^2`` exceeds OUE's
+``4 e^eps``), so they are not offered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from numbers import Real
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .._validation import check_epsilon
+from ..errors import ParameterError, ReportError
+from ..inference import LinearViews, NoiseModel, Quadratic
+from ..structured_estimates import OutputArrays
+from ._dyadic import check_min_epsilon
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism
+from .randomized_response import GeneralizedRR
+from .subset_selection import SubsetSelection
+from .unary import _UnaryEncoding
+
+STRUCTURED_ORACLES = ("grr", "sue", "oue", "ss")
+"""Oracles a view may use (their item covariance is exchangeable and derived)."""
+AUTO_ORACLES = ("grr", "oue", "ss")
+"""Candidates for a view's oracle under ``"auto"`` (SUE is never better than OUE)."""
+
+
+def noise_model(oracle: FrequencyOracle) -> NoiseModel:
+    """The per-user covariance structure of ``oracle``'s debiased support vector.
+
+    ``r1``: a report supports two given items one of which is the true item; ``r0``:
+    neither is. GRR supports one item only (``r1 = r0 = 0``); unary encoding flips bits
+    independently (``r1 = p q``, ``r0 = q^2``); subset selection puts the true item in
+    with probability p and fills the set without replacement, so
+    ``r1 = p (k - 1) / (d - 1)`` and
+    ``r0 = (p (k - 1)(k - 2) + (1 - p) k (k - 1)) / ((d - 1)(d - 2))``.
+    """
+    p, q = oracle.p, oracle.q
+    if isinstance(oracle, GeneralizedRR):
+        return NoiseModel(p, q, 0.0, 0.0)
+    if isinstance(oracle, _UnaryEncoding):
+        return NoiseModel(p, q, p * q, q * q)
+    if isinstance(oracle, SubsetSelection):
+        d, k = oracle.domain_size, oracle.k
+        r1 = p * (k - 1) / (d - 1)
+        r0 = (p * (k - 1) * (k - 2) + (1 - p) * k * (k - 1)) / ((d - 1) * (d - 2)) if d > 2 else 0.0
+        return NoiseModel(p, q, r1, r0)
+    raise ParameterError(
+        f"{oracle.name!r} cannot serve a structured metric (its items' covariance is not "
+        f"exchangeable); use one of {', '.join(STRUCTURED_ORACLES)}"
+    )
+
+
+def make_oracle(name: str, epsilon: float, size: int) -> FrequencyOracle:
+    """The oracle ``name`` (or the best of ``AUTO_ORACLES`` for ``"auto"``) over ``size`` items.
+
+    ``"auto"`` takes the smallest variance of an item at frequency 0, the rule of
+    :func:`ldpkit.choose`, among the oracles whose covariance is known.
+    """
+    from . import canonical_name, mechanism  # the package imports this module: no cycle at load
+
+    key = canonical_name(name)
+    if key == "auto":
+        candidates = [mechanism(c, epsilon=epsilon, domain_size=size) for c in AUTO_ORACLES]
+        variances = [float(c.variance(0.0)) for c in candidates]  # type: ignore[attr-defined]
+        best = min(variances)
+        chosen = next(
+            c for c, v in zip(candidates, variances, strict=True) if v <= best * (1 + 1e-9)
+        )
+        assert isinstance(chosen, FrequencyOracle)
+        return chosen
+    if key not in STRUCTURED_ORACLES:
+        raise ParameterError(
+            f"oracle {name!r} cannot serve a structured metric; use one of "
+            f"{', '.join(STRUCTURED_ORACLES)} or 'auto'"
+        )
+    m = mechanism(key, epsilon=epsilon, domain_size=size)
+    assert isinstance(m, FrequencyOracle)
+    return m
+
+
+@dataclass(frozen=True)
+class View:
+    """One view: its name, the partition of base cells it reports, its oracle, its share."""
+
+    name: str
+    labels: IntArray
+    oracle: FrequencyOracle
+    weight: float
+
+    @property
+    def size(self) -> int:
+        return self.oracle.domain_size
+
+
+def _check_weights(weights: object, count: int) -> tuple[float, ...]:
+    if isinstance(weights, str) or not isinstance(weights, Sequence):
+        raise ParameterError(f"weights must be a list of {count} positive numbers, got {weights!r}")
+    values = tuple(weights)
+    if len(values) != count:
+        raise ParameterError(f"weights must hold {count} numbers (one per view), got {len(values)}")
+    for w in values:
+        if isinstance(w, bool) or not isinstance(w, Real) or not np.isfinite(float(w)) or w <= 0:
+            raise ParameterError(f"weights must be finite numbers > 0, got {w!r}")
+    total = float(sum(float(w) for w in values))
+    return tuple(float(w) / total for w in values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViewSampling(Mechanism):
+    """Base of structured mechanisms: each user reports one view through its oracle.
+
+    Subclasses give the base-cell count, the candidate views (:meth:`_view_specs`) and
+    the output partitions (:meth:`_output_partitions`), and wrap the engine's numbers
+    into their result type.
+
+    Parameters
+    ----------
+    epsilon : float
+        Privacy parameter of every report.
+    oracle : str or sequence of str
+        The oracle of every view (``"auto"``: the best per view, see
+        :func:`make_oracle`), or one name per view.
+    """
+
+    oracle: str | tuple[str, ...] = "auto"
+    views: tuple[View, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_min_epsilon(self.name, self.epsilon)
+        self._check_structure()
+        specs = self._view_specs()
+        names = (
+            (self.oracle,) * len(specs)
+            if isinstance(self.oracle, str)
+            else tuple(self.oracle)
+            if isinstance(self.oracle, list | tuple)
+            else None
+        )
+        if names is None or len(names) != len(specs):
+            raise ParameterError(
+                f"oracle must be a name or a list of {len(specs)} names (one per view), "
+                f"got {self.oracle!r}"
+            )
+        weights = self._weights(len(specs))
+        views = []
+        for (view_name, labels), oracle_name, w in zip(specs, names, weights, strict=True):
+            size = int(labels.max()) + 1
+            views.append(View(view_name, labels, make_oracle(oracle_name, self.epsilon, size), w))
+        object.__setattr__(self, "oracle", self.oracle if isinstance(self.oracle, str) else names)
+        object.__setattr__(self, "views", tuple(views))
+        if len(views) > 255:
+            raise ParameterError(f"at most 255 views, got {len(views)}")
+        self.engine  # noqa: B018 - build (and validate) the design once, now
+
+    # --- what subclasses provide ---------------------------------------------------------
+    def _check_structure(self) -> None:
+        """Validate the domain (tree, table) before anything is derived from it."""
+
+    def _view_specs(self) -> list[tuple[str, IntArray]]:
+        raise NotImplementedError
+
+    def _weights(self, count: int) -> tuple[float, ...]:
+        return (1.0 / count,) * count
+
+    def _output_partitions(self) -> list[IntArray]:
+        raise NotImplementedError
+
+    @property
+    def base_size(self) -> int:
+        raise NotImplementedError
+
+    # --- derived ---------------------------------------------------------------------------
+    @cached_property
+    def engine(self) -> LinearViews:
+        return LinearViews(
+            self.base_size,
+            [v.labels for v in self.views],
+            [v.weight for v in self.views],
+            [noise_model(v.oracle) for v in self.views],
+            self._output_partitions(),
+        )
+
+    @cached_property
+    def _payload_size(self) -> int:
+        return max(v.oracle.report_dtype.itemsize for v in self.views)
+
+    @property
+    def report_dtype(self) -> np.dtype[Any]:
+        return np.dtype([("view", "u1"), ("payload", "u1", (self._payload_size,))])
+
+    @property
+    def stats_size(self) -> int:
+        return sum(1 + v.size for v in self.views)
+
+    @property
+    def report_rule(self) -> str:
+        return (
+            f"a record (view: u1 in 0..{len(self.views) - 1}, payload: {self._payload_size} "
+            "bytes) whose payload is a valid report of that view's oracle, zero-padded"
+        )
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.name,
+            "epsilon": self.epsilon,
+            "views": [
+                {"name": v.name, "oracle": v.oracle.name, "size": v.size, "weight": v.weight}
+                for v in self.views
+            ],
+        }
+
+    # --- values and reports ------------------------------------------------------------------
+    def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
+        m = self.base_size
+        if values.dtype.kind not in "iu":
+            if values.dtype.kind == "f" and (
+                not values.size
+                or (np.all(np.isfinite(values)) and np.all(values == np.floor(values)))
+            ):
+                values = values.astype(np.int64)
+            else:
+                raise ReportError(
+                    f"{self.kind} values must be integer base-cell indices (see "
+                    f"encode), got dtype {values.dtype}"
+                )
+        bad = (values < 0) | (values >= m)
+        if bool(np.any(bad)):
+            i = int(np.argmax(bad))
+            raise ReportError(f"value {values[i]!r} at index {i} is outside 0..{m - 1}")
+        return values.astype(np.int64, copy=False)
+
+    def choose_views(self, count: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
+        """Each user's view, drawn with the views' weights (independent of the values)."""
+        cumulative = np.cumsum([v.weight for v in self.views])
+        view = np.searchsorted(cumulative, rng.random(count) * cumulative[-1], side="right")
+        out: npt.NDArray[np.uint8] = np.minimum(view, len(self.views) - 1).astype(np.uint8)
+        return out
+
+    def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[Any]:
+        n = values.size
+        out = np.zeros(n, dtype=self.report_dtype)
+        view = self.choose_views(n, rng)
+        out["view"] = view
+        for k, v in enumerate(self.views):
+            rows = np.flatnonzero(view == k)
+            if rows.size == 0:
+                continue
+            reports = np.ascontiguousarray(v.oracle.perturb(v.labels[values[rows]], rng=rng))
+            size = v.oracle.report_dtype.itemsize
+            out["payload"][rows, :size] = reports.view(np.uint8).reshape(rows.size, size)
+        return out
+
+    def _payload_reports(self, k: int, payload: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """View k's oracle reports from their payload rows."""
+        dtype = self.views[k].oracle.report_dtype
+        size = dtype.itemsize
+        raw = np.ascontiguousarray(payload[:, :size])
+        if dtype.subdtype is not None:
+            return raw  # a packed bitmap: (rows, bytes) of uint8
+        out: npt.NDArray[Any] = raw.view(dtype).reshape(raw.shape[0])
+        return out
+
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        view = reports["view"]
+        payload = reports["payload"]
+        valid = np.zeros(reports.shape[0], dtype=np.bool_)
+        for k, v in enumerate(self.views):
+            rows = np.flatnonzero(view == k)
+            if rows.size == 0:
+                continue
+            size = v.oracle.report_dtype.itemsize
+            sub = payload[rows]
+            padding_ok = np.all(sub[:, size:] == 0, axis=1)
+            valid[rows] = padding_ok & v.oracle.check_reports(self._payload_reports(k, sub))
+        return valid
+
+    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
+        view = reports["view"]
+        parts = []
+        for k, v in enumerate(self.views):
+            rows = np.flatnonzero(view == k)
+            counts = (
+                v.oracle._sums(self._payload_reports(k, reports["payload"][rows]))
+                if rows.size
+                else np.zeros(v.size)
+            )
+            parts.append(np.concatenate([[float(rows.size)], counts]))
+        return np.concatenate(parts)
+
+    def output_probabilities(self, value: int) -> tuple[npt.NDArray[Any], FloatArray]:
+        """Every possible report for ``value`` with its exact probability.
+
+        A record (view k, payload) has probability ``w_k P_k(payload | group_k(value))``;
+        every view's oracle must be able to enumerate its outputs (small domains).
+        """
+        x = int(self._check_values(np.asarray([value]))[0])
+        records, probs = [], []
+        for k, v in enumerate(self.views):
+            reports, p = v.oracle.output_probabilities(int(v.labels[x]))  # type: ignore[attr-defined]
+            reports = np.ascontiguousarray(reports)
+            size = v.oracle.report_dtype.itemsize
+            rec = np.zeros(len(p), dtype=self.report_dtype)
+            rec["view"] = k
+            rec["payload"][:, :size] = reports.view(np.uint8).reshape(len(p), size)
+            records.append(rec)
+            probs.append(v.weight * np.asarray(p))
+        return np.concatenate(records), np.concatenate(probs)
+
+    # --- estimation ------------------------------------------------------------------------
+    def _batch(
+        self, n: npt.ArrayLike, sums: npt.ArrayLike
+    ) -> tuple[FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """(n, view sizes, debiased y, rows that cannot be estimated) of R aggregates.
+
+        A row cannot be estimated when it holds no report, or none for some view (then
+        a view's estimates are undefined and the design does not identify the cells).
+        """
+        counts_n = np.atleast_1d(np.asarray(n, dtype=np.float64))
+        table = np.atleast_2d(np.asarray(sums, dtype=np.float64))
+        if table.shape != (counts_n.size, self.stats_size):
+            raise ParameterError(
+                f"estimate_arrays needs n (R,) and sums (R, {self.stats_size}), got "
+                f"{counts_n.shape} and {table.shape}"
+            )
+        sizes, counts = self.engine.split(table)
+        bad = (counts_n <= 0) | (sizes.min(axis=1) <= 0)
+        safe = np.where(bad[:, None], 1.0, sizes)
+        return counts_n, safe, self.engine.debias(counts, safe), bad
+
+    def _finish(
+        self,
+        n: FloatArray,
+        sizes: FloatArray,
+        x: FloatArray,
+        consistent: FloatArray,
+        base: FloatArray,
+        bad: npt.NDArray[np.bool_],
+    ) -> OutputArrays:
+        """Variances at the consistent base cells, standard errors, NaN for bad rows."""
+        uniform = np.full(self.base_size, 1.0 / self.base_size)
+        base = np.where(bad[:, None], uniform, base)
+        quad = self.engine.variance_quadratic(base, sizes, np.where(bad, 2.0, n))
+        stderr = np.sqrt(np.maximum(quad.at(consistent), 0.0))
+        if bad.any():
+            nan = np.where(bad[:, None], np.nan, 1.0)
+            c = None if quad.correction is None else quad.correction * nan
+            quad = Quadratic(quad.v0 * nan, quad.v1 * nan, quad.v2 * nan, c)
+            x, stderr, consistent = x * nan, stderr * nan, consistent * nan
+        return OutputArrays(n, x, stderr, consistent, quad)
+
+    def expected_sizes(self, n: float) -> FloatArray:
+        """(1, views): each view's expected number of users out of n."""
+        return np.array([[v.weight * n for v in self.views]])

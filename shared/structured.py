@@ -1,0 +1,453 @@
+"""Structured metrics: build, choose (``auto``) and plan hierarchies and tables.
+
+>>> import ldpkit
+>>> m = ldpkit.hierarchy(["MX/Jalisco/Guadalajara", "MX/Jalisco/Zapopan",
+...                       "MX/Sonora/Hermosillo"], epsilon=1.0)
+>>> m.name, m.encode("MX/Jalisco/Zapopan")
+('rollup', 1)
+
+Choosing a design
+-----------------
+``mechanism="auto"`` compares the candidate designs by their variance where the
+operator says it matters, given as ``focus``:
+
+- hierarchies: a list of depths (1 = the top level), default every depth with at least
+  two nodes (a depth with one node is known exactly);
+- tables: a list among ``"cells"`` and the dimension names (a marginal), default
+  ``["cells"]``.
+
+For each candidate and each focus target the criterion is the mean per-user variance of
+the target's estimates (nodes at that depth, cells, or a marginal's categories) at the
+uniform population; a candidate's score is the mean over targets of its variance divided
+by the best candidate's for that target, so every target counts the same whatever its
+scale, and the smallest score wins (ties go to the earlier candidate). Candidates:
+``rollup`` with each of GRR, OUE and subset selection, and ``levels``; ``joint`` with each
+oracle, and ``joint_marginals``. :meth:`StructuredChoice.explain` prints the table.
+
+Planning
+--------
+:func:`plan_structured` gives, per target, the expected interval half-width after n
+reports; :func:`required_n_structured` the n for a target half-width. By default the
+figure is for the worst node of each target and the worst value of that node (its
+variance along the path from the uniform population, maximized over [0, 1]); pass
+``fractions`` (base-cell fractions) for a sharper plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ._validation import check_count, check_epsilon, check_level
+from .domains import Table, Tree
+from .errors import ParameterError
+from .estimates import normal_quantile
+from .inference import MAX_DENSE_CELLS
+from .mechanisms import canonical_name
+from .mechanisms._views import AUTO_ORACLES, ViewSampling
+from .mechanisms.hierarchy import HierarchyMechanism, LeafRollup, LevelSampling, refining_depths
+from .mechanisms.table import JointMarginals, JointTable, SplitMarginals, TableMechanism
+
+HIERARCHY_DESIGNS = ("rollup", "levels")
+TABLE_DESIGNS = ("joint", "joint_marginals")
+"""Designs a table metric may use (``split`` estimates marginals only)."""
+
+StructuredMechanism = HierarchyMechanism | TableMechanism | SplitMarginals
+
+
+@dataclass(frozen=True)
+class StructuredChoice:
+    """What ``auto`` picked for a structured metric, and why.
+
+    ``variances[candidate][target]`` is the mean per-user variance of the target's
+    estimates at the uniform population; ``scores[candidate]`` the mean over targets of
+    that variance relative to the best candidate's.
+    """
+
+    mechanism: str
+    oracle: str
+    focus: tuple[str, ...]
+    variances: dict[str, dict[str, float]]
+    scores: dict[str, float]
+    chosen: str
+    notes: tuple[str, ...] = ()
+
+    def explain(self) -> str:
+        targets = self.focus
+        width = max(len(c) for c in self.variances) + 2
+        head = f"{'candidate':<{width}}" + "".join(f"{t:>14}" for t in targets) + f"{'score':>9}"
+        lines = [
+            f"focus: {', '.join(targets)} (mean per-user variance, uniform population)",
+            head,
+        ]
+        for cand, row in sorted(self.variances.items(), key=lambda kv: self.scores[kv[0]]):
+            cells = "".join(f"{row[t]:>14.6g}" for t in targets)
+            mark = "  <- chosen" if cand == self.chosen else ""
+            lines.append(f"{cand:<{width}}{cells}{self.scores[cand]:>9.3f}{mark}")
+        lines += list(self.notes)
+        return "\n".join(lines)
+
+
+def _score(
+    candidates: dict[str, StructuredMechanism], variances: dict[str, dict[str, float]]
+) -> tuple[str, dict[str, float]]:
+    targets = next(iter(variances.values())).keys()
+    best = {t: min(v[t] for v in variances.values()) for t in targets}
+    scores = {
+        c: float(np.mean([v[t] / best[t] if best[t] > 0 else 1.0 for t in targets]))
+        for c, v in variances.items()
+    }
+    low = min(scores.values())
+    chosen = next(c for c, s in scores.items() if s <= low * (1 + 1e-9))
+    return chosen, scores
+
+
+def _tree(leaves: Tree | Sequence[str], separator: str) -> Tree:
+    return leaves if isinstance(leaves, Tree) else Tree(tuple(leaves), separator)
+
+
+def _table(dimensions: Table | Mapping[str, Sequence[str]]) -> Table:
+    if isinstance(dimensions, Table):
+        return dimensions
+    if not isinstance(dimensions, Mapping):
+        raise ParameterError(
+            f"dimensions must be a mapping of name to categories, got {dimensions!r}"
+        )
+    return Table({k: tuple(v) for k, v in dimensions.items()})
+
+
+def hierarchy_focus(tree: Tree, focus: Sequence[int] | None) -> list[int]:
+    """The depths ``auto`` weighs: ``focus`` checked, or every depth with two nodes or more."""
+    if focus is None:
+        return [d for d in range(1, tree.depth + 1) if tree.width(d) > 1]
+    given: object = focus  # from TOML/JSON it may be anything
+    if isinstance(given, str) or not isinstance(given, Sequence) or not given:
+        raise ParameterError(f"focus must be a non-empty list of depths, got {focus!r}")
+    depths = sorted({tree.check_depth(d) for d in focus})
+    for d in depths:
+        if tree.width(d) < 2:
+            raise ParameterError(f"depth {d} has a single node, whose fraction is 1 exactly")
+    return depths
+
+
+def table_focus(table: Table, focus: Sequence[str] | None) -> list[str]:
+    """The targets ``auto`` weighs: ``"cells"`` and/or dimension names (default cells)."""
+    if focus is None:
+        return ["cells"]
+    if isinstance(focus, str) or not isinstance(focus, Sequence) or not focus:
+        raise ParameterError(
+            f"focus must be a non-empty list of 'cells' or dimensions, got {focus!r}"
+        )
+    out = []
+    for t in focus:
+        if t != "cells":
+            table.axis(t)
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def choose_hierarchy(
+    tree: Tree, *, epsilon: float, focus: Sequence[int] | None = None
+) -> StructuredChoice:
+    """The hierarchy design of least variance at the ``focus`` depths (see module)."""
+    epsilon = check_epsilon(epsilon)
+    depths = hierarchy_focus(tree, focus)
+    candidates: dict[str, StructuredMechanism] = {}
+    for o in AUTO_ORACLES:
+        candidates[f"rollup ({o})"] = LeafRollup(epsilon=epsilon, tree=tree, oracle=o)
+    notes = []
+    if len(refining_depths(tree)) >= 2 and tree.size <= MAX_DENSE_CELLS:
+        levels = LevelSampling(epsilon=epsilon, tree=tree)
+        candidates[f"levels ({','.join(v.oracle.name for v in levels.views)})"] = levels
+    elif tree.size > MAX_DENSE_CELLS:
+        notes.append(f"levels not weighed: more than {MAX_DENSE_CELLS} leaves")
+    variances: dict[str, dict[str, float]] = {}
+    for label, cand in candidates.items():
+        assert isinstance(cand, HierarchyMechanism)
+        per_depth = cand.variance()
+        variances[label] = {f"depth {d}": float(np.mean(per_depth[d - 1])) for d in depths}
+    chosen, scores = _score(candidates, variances)
+    best = candidates[chosen]
+    assert isinstance(best, ViewSampling)
+    oracle = ",".join(v.oracle.name for v in best.views)
+    return StructuredChoice(
+        best.name,
+        oracle,
+        tuple(f"depth {d}" for d in depths),
+        variances,
+        scores,
+        chosen,
+        tuple(notes),
+    )
+
+
+def choose_table(
+    table: Table, *, epsilon: float, focus: Sequence[str] | None = None
+) -> StructuredChoice:
+    """The table design of least variance at the ``focus`` targets (see module).
+
+    ``split`` is listed in the notes for comparison (marginals only) but never chosen.
+    """
+    epsilon = check_epsilon(epsilon)
+    targets = table_focus(table, focus)
+    candidates: dict[str, StructuredMechanism] = {}
+    for o in AUTO_ORACLES:
+        candidates[f"joint ({o})"] = JointTable(epsilon=epsilon, table=table, oracle=o)
+    notes = []
+    if table.size <= MAX_DENSE_CELLS:
+        mixed = JointMarginals(epsilon=epsilon, table=table)
+        candidates[f"joint_marginals ({','.join(v.oracle.name for v in mixed.views)})"] = mixed
+    else:
+        notes.append(f"joint_marginals not weighed: more than {MAX_DENSE_CELLS} cells")
+    variances: dict[str, dict[str, float]] = {}
+    for label, cand in candidates.items():
+        assert isinstance(cand, TableMechanism)
+        var = cand.variance()
+        variances[label] = {t: float(np.mean(var[t])) for t in targets}
+    chosen, scores = _score(candidates, variances)
+    split = SplitMarginals(epsilon=epsilon, table=table)
+    split_var = split.variance()
+    notes.append(
+        f"split ({','.join(o.name for o in split.oracles)}, epsilon/{len(table.shape)} each; "
+        "marginals only, never chosen): "
+        + ", ".join(f"{a} {float(np.mean(v)):.6g}" for a, v in split_var.items())
+    )
+    best = candidates[chosen]
+    assert isinstance(best, ViewSampling)
+    oracle = ",".join(v.oracle.name for v in best.views)
+    return StructuredChoice(
+        best.name, oracle, tuple(targets), variances, scores, chosen, tuple(notes)
+    )
+
+
+def hierarchy(
+    leaves: Tree | Sequence[str],
+    *,
+    epsilon: float,
+    separator: str = "/",
+    mechanism: str = "auto",
+    oracle: str | Sequence[str] = "auto",
+    focus: Sequence[int] | None = None,
+    levels: Sequence[int] | None = None,
+    weights: Sequence[float] | None = None,
+) -> HierarchyMechanism:
+    """A hierarchy mechanism over the tree whose leaves are ``leaves`` (paths).
+
+    ``mechanism`` is ``"auto"`` (see :func:`choose_hierarchy`; ``focus`` says which depths
+    matter), ``"rollup"`` or ``"levels"``; ``oracle``, ``levels`` and ``weights`` pass to
+    the design (see :class:`~ldpkit.mechanisms.hierarchy.LevelSampling`).
+    """
+    tree = _tree(leaves, separator)
+    name = canonical_name(mechanism)
+    oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
+    if name == "auto":
+        choice = choose_hierarchy(tree, epsilon=epsilon, focus=focus)
+        name = choice.mechanism
+        oracle_arg = tuple(choice.oracle.split(","))
+        if name == "rollup":
+            oracle_arg = oracle_arg[0]
+    if name == "rollup":
+        if levels is not None or weights is not None:
+            raise ParameterError("levels and weights apply to the 'levels' design only")
+        return LeafRollup(epsilon=epsilon, tree=tree, oracle=oracle_arg)
+    if name == "levels":
+        return LevelSampling(
+            epsilon=epsilon,
+            tree=tree,
+            oracle=oracle_arg,
+            levels=None if levels is None else tuple(levels),
+            weights=None if weights is None else tuple(weights),
+        )
+    raise ParameterError(
+        f"a hierarchy takes mechanism 'auto', {', '.join(map(repr, HIERARCHY_DESIGNS))}; "
+        f"got {mechanism!r}"
+    )
+
+
+def table(
+    dimensions: Table | Mapping[str, Sequence[str]],
+    *,
+    epsilon: float,
+    mechanism: str = "auto",
+    oracle: str | Sequence[str] = "auto",
+    focus: Sequence[str] | None = None,
+    weights: Sequence[float] | None = None,
+) -> TableMechanism:
+    """A table mechanism over ``dimensions`` (attribute name -> categories).
+
+    ``mechanism`` is ``"auto"`` (see :func:`choose_table`; ``focus`` lists ``"cells"``
+    and/or dimension names), ``"joint"`` or ``"joint_marginals"``. For the marginals-only
+    comparison design build :class:`~ldpkit.mechanisms.table.SplitMarginals` directly.
+    """
+    tab = _table(dimensions)
+    name = canonical_name(mechanism)
+    oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
+    if name == "auto":
+        choice = choose_table(tab, epsilon=epsilon, focus=focus)
+        name = choice.mechanism
+        oracle_arg = tuple(choice.oracle.split(","))
+        if name == "joint":
+            oracle_arg = oracle_arg[0]
+    if name == "joint":
+        if weights is not None:
+            raise ParameterError("weights apply to the 'joint_marginals' design only")
+        return JointTable(epsilon=epsilon, table=tab, oracle=oracle_arg)
+    if name == "joint_marginals":
+        return JointMarginals(
+            epsilon=epsilon,
+            table=tab,
+            oracle=oracle_arg,
+            weights=None if weights is None else tuple(weights),
+        )
+    raise ParameterError(
+        f"a table takes mechanism 'auto', {', '.join(map(repr, TABLE_DESIGNS))}; got {mechanism!r}"
+    )
+
+
+# --- planning ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanRow:
+    """One target of a plan: the nodes at a depth, the cells, or a marginal."""
+
+    target: str
+    groups: int
+    per_user_variance: float
+    half_width: float
+
+
+@dataclass(frozen=True)
+class StructuredPlan:
+    """Expected half-widths of a structured metric's intervals, per target."""
+
+    mechanism: str
+    epsilon: float
+    n: int
+    level: float
+    assumption: str
+    rows: tuple[PlanRow, ...]
+
+    def row(self, target: str) -> PlanRow:
+        for r in self.rows:
+            if r.target == target:
+                return r
+        raise ParameterError(
+            f"no target {target!r}; targets: {', '.join(r.target for r in self.rows)}"
+        )
+
+    def explain(self) -> str:
+        lines = [
+            f"{self.mechanism}  epsilon {self.epsilon:g}  n {self.n:,}  level {self.level:g}  "
+            f"({self.assumption})",
+            f"{'target':<16}{'groups':>8}{'per-user var':>16}{'half-width':>13}",
+        ]
+        for r in self.rows:
+            lines.append(
+                f"{r.target:<16}{r.groups:>8}{r.per_user_variance:>16.6g}{r.half_width:>13.4g}"
+            )
+        return "\n".join(lines)
+
+
+def _per_user_variances(
+    m: StructuredMechanism, fractions: npt.ArrayLike | None
+) -> list[tuple[str, int, float]]:
+    """(target, groups, worst per-user variance) for every target of ``m``."""
+    rows: list[tuple[str, int, float]] = []
+    if isinstance(m, HierarchyMechanism):
+        if fractions is None:
+            worst = m.variance_quadratic().worst()
+            per_depth = [
+                worst[a:b]
+                for a, b in zip(
+                    m.engine.output_offsets[:-1], m.engine.output_offsets[1:], strict=True
+                )
+            ]
+        else:
+            per_depth = m.variance(fractions)
+        for d, var in enumerate(per_depth, start=1):
+            if m.tree.width(d) > 1:
+                rows.append((f"depth {d}", m.tree.width(d), float(np.max(var))))
+        return rows
+    if isinstance(m, TableMechanism):
+        if fractions is None:
+            worst = m.variance_quadratic().worst()
+            off = m.engine.output_offsets
+            groups = {
+                t: worst[off[k] : off[k + 1]] for k, t in enumerate(["cells", *m.table.names])
+            }
+        else:
+            groups = m.variance(fractions)
+        return [(t, len(v), float(np.max(v))) for t, v in groups.items()]
+    assert isinstance(m, SplitMarginals)
+    if fractions is None:
+        out = []
+        for name, engine in zip(m.table.names, m.engines, strict=True):
+            d = engine.m
+            uniform = np.full((1, d), 1.0 / d)
+            worst = engine.variance_quadratic(uniform, np.ones((1, 1)), np.ones(1)).worst()[0]
+            out.append((name, d, float(np.max(worst))))
+        return out
+    return [(t, len(v), float(np.max(v))) for t, v in m.variance(fractions).items()]
+
+
+def _assumption(fractions: npt.ArrayLike | None) -> str:
+    return (
+        "worst group, worst value of it; the rest spread uniformly"
+        if fractions is None
+        else "at the given fractions"
+    )
+
+
+def plan_structured(
+    m: StructuredMechanism,
+    *,
+    n: int,
+    level: float = 0.95,
+    fractions: npt.ArrayLike | None = None,
+) -> StructuredPlan:
+    """Expected half-width of a ``level`` interval after ``n`` reports, per target.
+
+    ``z sqrt(V / n)`` with V the per-user variance of the worst group of the target
+    (see module). The score interval's half-width is close to this once the expected
+    support counts are more than a few.
+    """
+    n = check_count(n)
+    level = check_level(level)
+    z = normal_quantile(level)
+    rows = tuple(
+        PlanRow(t, g, v, z * math.sqrt(v / n)) for t, g, v in _per_user_variances(m, fractions)
+    )
+    return StructuredPlan(m.name, m.epsilon, n, level, _assumption(fractions), rows)
+
+
+def required_n_structured(
+    m: StructuredMechanism,
+    *,
+    half_width: float,
+    level: float = 0.95,
+    targets: Sequence[str] | None = None,
+    fractions: npt.ArrayLike | None = None,
+) -> StructuredPlan:
+    """The smallest n whose expected half-width is at most ``half_width`` at every target
+    in ``targets`` (default: all); the plan at that n, for every target."""
+    if not (isinstance(half_width, int | float) and math.isfinite(half_width) and half_width > 0):
+        raise ParameterError(f"half_width must be a finite number > 0, got {half_width!r}")
+    level = check_level(level)
+    z = normal_quantile(level)
+    per_target = _per_user_variances(m, fractions)
+    names = [t for t, _, _ in per_target]
+    wanted = names if targets is None else list(targets)
+    for t in wanted:
+        if t not in names:
+            raise ParameterError(f"no target {t!r}; targets: {', '.join(names)}")
+    var = max(v for t, _, v in per_target if t in wanted)
+    n = max(1, math.ceil(z * z * var / (half_width * half_width)))
+    while z * math.sqrt(var / n) > half_width:  # a float ceil can land one short
+        n += 1
+    while n > 1 and z * math.sqrt(var / (n - 1)) <= half_width:
+        n -= 1
+    return plan_structured(m, n=n, level=level, fractions=fractions)

@@ -1,0 +1,282 @@
+"""Results of structured metrics: hierarchies (a tree of categories) and tables.
+
+Modelled on :class:`~ldpkit.estimates.FrequencyEstimate`: fractions of the users who
+reported, their standard errors, ``ci(level)`` returning a
+:class:`~ldpkit.estimates.ConfidenceInterval`, and ``consistent()`` beside the unbiased
+estimates. What is new:
+
+- **Unbiased** estimates already *add up*: a parent is the exact sum of its children, a
+  marginal the exact sum of its cells, because they are sums of one vector of base-cell
+  estimates (see :mod:`ldpkit.inference`). They may be negative.
+- **Consistent** estimates also add up, are never negative and sum to one: top-down
+  Norm-Sub for trees, iterative proportional fitting to Norm-Sub marginals for tables.
+  They trade a little bias for lower error and are offered beside the unbiased ones,
+  never in their place. Standard errors and intervals refer to the unbiased estimates.
+- **Intervals** are continuity-corrected score intervals (``interval == "score_cc"``):
+  the values theta in [0, 1] whose variance V(theta), taken at theta itself, puts the
+  estimate within ``z sqrt(V(theta))`` plus half the change one support count makes to
+  it (see :func:`ldpkit.inference.score_interval`). They always lie in [0, 1].
+
+Every result turns into plain JSON-ready Python (``to_dict``, ``items``): floats (None
+where not finite), lists, node paths as strings, cells as ``{attribute: category}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .domains import Table, Tree
+from .errors import ParameterError
+from .estimates import ConfidenceInterval, normal_quantile
+from .inference import Quadratic, score_interval
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+INTERVAL_METHOD = "score_cc"
+
+
+def _plain(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+@dataclass(frozen=True, eq=False)
+class OutputArrays:
+    """Every output's numbers for R aggregates at once, as (R, outputs) arrays.
+
+    What a structured mechanism's ``estimate_arrays`` returns (one row per aggregate:
+    simulated campaigns, time buckets); ``estimate`` wraps row 0 of it into a result
+    object. Outputs are in the mechanism's order (every depth of a tree from the top;
+    the cells then each attribute's categories of a table).
+    """
+
+    n: FloatArray
+    estimates: FloatArray
+    stderr: FloatArray
+    consistent: FloatArray
+    quadratic: Quadratic
+    interval: str = INTERVAL_METHOD
+
+    def ci(self, level: float = 0.95) -> ConfidenceInterval:
+        low, high = score_interval(self.estimates, self.quadratic, normal_quantile(level))
+        return ConfidenceInterval(low, high)
+
+    def group(self, row: int, part: slice, keys: tuple[Any, ...], key_name: str) -> GroupEstimate:
+        """Row ``row``'s outputs in ``part`` as a GroupEstimate."""
+        quad = self.quadratic
+        correction = None if quad.correction is None else quad.correction[row, part]
+        return GroupEstimate(
+            keys,
+            key_name,
+            int(self.n[row]),
+            self.estimates[row, part],
+            self.stderr[row, part],
+            self.consistent[row, part],
+            Quadratic(quad.v0[row, part], quad.v1[row, part], quad.v2[row, part], correction),
+            self.interval,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class GroupEstimate:
+    """Estimates of a group of categories: the nodes at one depth, the cells, a marginal.
+
+    Attributes
+    ----------
+    keys : tuple
+        What each estimate is about: a node path (str) or a cell (``{attribute: category}``).
+    key_name : str
+        ``"category"`` or ``"cell"``: the field that holds the key in :meth:`items`.
+    n : int
+        Number of reports.
+    frequencies : ndarray
+        Unbiased estimates of each category's fraction of the users (may be < 0 or > 1).
+    stderr : ndarray
+        Standard errors: the covariance formula at the consistent estimate (plug-in).
+    interval : str
+        How :meth:`ci` builds intervals (``"score_cc"``, see the module).
+    """
+
+    keys: tuple[Any, ...]
+    key_name: str
+    n: int
+    frequencies: FloatArray
+    stderr: FloatArray
+    consistent_frequencies: FloatArray
+    quadratic: Quadratic
+    interval: str = INTERVAL_METHOD
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def counts(self) -> FloatArray:
+        """Estimated number of users in each category (``frequencies * n``)."""
+        return self.frequencies * self.n
+
+    @property
+    def count_stderr(self) -> FloatArray:
+        return self.stderr * self.n
+
+    def ci(self, level: float = 0.95) -> ConfidenceInterval:
+        """Per-category intervals of the fractions, within [0, 1] (see the module)."""
+        low, high = score_interval(self.frequencies, self.quadratic, normal_quantile(level))
+        return ConfidenceInterval(low, high)
+
+    def count_ci(self, level: float = 0.95) -> ConfidenceInterval:
+        low, high = self.ci(level)
+        return ConfidenceInterval(np.asarray(low) * self.n, np.asarray(high) * self.n)
+
+    def consistent(self) -> FloatArray:
+        """Non-negative estimates that add up across the structure (biased; see module)."""
+        return self.consistent_frequencies
+
+    def take(self, index: IntArray) -> GroupEstimate:
+        """The estimates of the categories at ``index`` (in that order)."""
+        idx = np.asarray(index, dtype=np.int64)
+        return GroupEstimate(
+            tuple(self.keys[i] for i in idx.tolist()),
+            self.key_name,
+            self.n,
+            self.frequencies[idx],
+            self.stderr[idx],
+            self.consistent_frequencies[idx],
+            self.quadratic.take(idx),
+            self.interval,
+        )
+
+    def items(self, level: float = 0.95, *, consistent: bool = False) -> list[dict[str, Any]]:
+        """One JSON-ready dict per category: key, estimate, stderr, low, high (+ consistent)."""
+        low, high = self.ci(level)
+        rows = []
+        lows, highs = np.asarray(low).tolist(), np.asarray(high).tolist()
+        for i, key in enumerate(self.keys):
+            row: dict[str, Any] = {
+                self.key_name: dict(key) if isinstance(key, Mapping) else key,
+                "estimate": _plain(self.frequencies[i]),
+                "stderr": _plain(self.stderr[i]),
+                "low": _plain(lows[i]),
+                "high": _plain(highs[i]),
+            }
+            if consistent:
+                row["consistent"] = _plain(self.consistent_frequencies[i])
+            rows.append(row)
+        return rows
+
+
+@dataclass(frozen=True, eq=False)
+class HierarchyEstimate:
+    """Estimates at every depth of a tree of categories.
+
+    ``level(depth)`` gives the nodes at a depth (1 = top level; default the leaves'
+    depth), ``subtree(path, depth)`` the nodes under a node, ``node(path)`` one node.
+    Within every result a parent equals the sum of its children exactly, for the
+    unbiased and for the consistent estimates alike.
+    """
+
+    mechanism: str
+    epsilon: float
+    n: int
+    tree: Tree
+    levels: tuple[GroupEstimate, ...]
+    interval: str = INTERVAL_METHOD
+
+    def level(self, depth: int | None = None) -> GroupEstimate:
+        d = self.tree.depth if depth is None else self.tree.check_depth(depth)
+        return self.levels[d - 1]
+
+    def subtree(self, path: str, depth: int | None = None) -> GroupEstimate:
+        """The nodes under ``path`` at ``depth`` (default: its children)."""
+        members = self.tree.descendants(path, depth)
+        d = self.tree.locate(path)[0] if depth is None else self.tree.check_depth(depth)
+        if depth is None:
+            d = min(d + 1, self.tree.depth)
+        return self.levels[d - 1].take(members)
+
+    def node(self, path: str) -> GroupEstimate:
+        d, i = self.tree.locate(path)
+        return self.levels[d - 1].take(np.array([i]))
+
+    def to_dict(
+        self, depth: int | None = None, level: float = 0.95, *, consistent: bool = False
+    ) -> dict[str, Any]:
+        """The fields of ``GET /v1/estimates/{name}?depth=D`` (without metric metadata)."""
+        d = self.tree.depth if depth is None else self.tree.check_depth(depth)
+        return {
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "n": self.n,
+            "depth": d,
+            "interval": self.interval,
+            "items": self.level(d).items(level, consistent=consistent),
+        }
+
+    def max_violation(self, *, consistent: bool = False) -> float:
+        """Largest |parent - sum of its children| over the tree (the top level against 1)."""
+        worst = 0.0
+        above = np.array([1.0])
+        for d, group in enumerate(self.levels):
+            values = group.consistent() if consistent else group.frequencies
+            sums = np.bincount(self.tree.parents[d], weights=values, minlength=above.size)
+            worst = max(worst, float(np.max(np.abs(sums - above))))
+            above = values
+        return worst
+
+
+@dataclass(frozen=True, eq=False)
+class TableEstimate:
+    """Estimates of the cells of a table and of each attribute's marginal.
+
+    ``cells`` is None for a design that cannot estimate cells (``split``: each
+    attribute reported on its own answers the marginals only).
+    """
+
+    mechanism: str
+    epsilon: float
+    n: int
+    table: Table
+    cells: GroupEstimate | None
+    marginals: Mapping[str, GroupEstimate]
+    interval: str = INTERVAL_METHOD
+
+    def marginal(self, name: str) -> GroupEstimate:
+        self.table.axis(name)
+        return self.marginals[name]
+
+    def grid(self, *, consistent: bool = False) -> FloatArray:
+        """The cell estimates as an array of the table's shape (rows: first attribute)."""
+        if self.cells is None:
+            raise ParameterError(f"{self.mechanism!r} estimates marginals only, not cells")
+        values = self.cells.consistent() if consistent else self.cells.frequencies
+        return values.reshape(self.table.shape)
+
+    def to_dict(self, level: float = 0.95, *, consistent: bool = False) -> dict[str, Any]:
+        """The fields of ``GET /v1/estimates/{name}`` for a table (without metadata)."""
+        return {
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "n": self.n,
+            "interval": self.interval,
+            "items": [] if self.cells is None else self.cells.items(level, consistent=consistent),
+            "marginals": {
+                name: group.items(level, consistent=consistent)
+                for name, group in self.marginals.items()
+            },
+        }
+
+    def max_violation(self, *, consistent: bool = False) -> float:
+        """Largest gap between a marginal and the sum of its cells, or a marginal's total and 1."""
+        worst = 0.0
+        for name, group in self.marginals.items():
+            values = group.consistent() if consistent else group.frequencies
+            worst = max(worst, abs(float(values.sum()) - 1.0))
+            if self.cells is not None:
+                cells = self.cells.consistent() if consistent else self.cells.frequencies
+                sums = np.bincount(self.table.labels(name), weights=cells, minlength=len(group))
+                worst = max(worst, float(np.max(np.abs(sums - values))))
+        return worst
