@@ -202,12 +202,12 @@ def run_numeric(args: argparse.Namespace, levels: list[float]) -> list[str]:
     pops = numeric_populations(*BOUNDS)
     print(
         f"\n== numeric mechanisms: coverage ({args.campaigns} simulated campaigns per cell; "
-        f"Duchi at a single value exact; target >= level - 0.02 - 2 binomial se)"
+        "Duchi at a single value exact; target >= level - 0.02; a cell below it runs again "
+        "with 10x the campaigns, shown as first>again)"
     )
     for level in levels:
-        tolerance = 2 * math.sqrt(level * (1 - level) / args.campaigns)
         print(f"\nlevel {level}")
-        print(f"{'mechanism':<11}{'eps':>4}{'n':>7}  " + "  ".join(f"{p:>10}" for p in pops))
+        print(f"{'mechanism':<11}{'eps':>4}{'n':>7}  " + "  ".join(f"{p:>11}" for p in pops))
         for name in NUMERIC:
             for eps in args.epsilons:
                 m = ldpkit.mechanism(name, epsilon=eps, bounds=BOUNDS)
@@ -218,13 +218,19 @@ def run_numeric(args: argparse.Namespace, levels: list[float]) -> list[str]:
                         seed = zlib.crc32(f"{name}/{eps}/{n}/{pop}".encode())
                         values = draw(np.random.default_rng(seed), n)
                         c = numeric_cell(m, values, level, args.campaigns, seed)
-                        cells.append(c)
-                        if c < level - 0.02 - tolerance:
-                            failures.append(f"{name} eps={eps} n={n} {pop} level={level}: {c:.3f}")
-                    print(
-                        f"{name:<11}{eps:>4g}{n:>7}  " + "  ".join(f"{c:>10.3f}" for c in cells),
-                        flush=True,
-                    )
+                        shown = f"{c:.3f}"
+                        if c < level - 0.02:
+                            # With hundreds of cells a few fall a couple of standard errors
+                            # low by chance: confirm with 10x the campaigns (a new seed).
+                            again = numeric_cell(m, values, level, 10 * args.campaigns, seed + 1)
+                            shown = f"{c:.3f}>{again:.3f}"
+                            se = math.sqrt(level * (1 - level) / (10 * args.campaigns))
+                            if again < level - 0.02 - 2 * se:
+                                failures.append(
+                                    f"{name} eps={eps} n={n} {pop} {level}: {again:.3f}"
+                                )
+                        cells.append(shown)
+                    print(f"{name:<11}{eps:>4g}{n:>7}  " + "  ".join(f"{c:>11}" for c in cells))
     return failures
 
 
