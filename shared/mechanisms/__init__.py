@@ -26,6 +26,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "duchi": ("duchi", "Duchi"),
     "piecewise": ("piecewise", "Piecewise"),
     "hybrid": ("piecewise", "Hybrid"),
+    "hh": ("hierarchical", "HierarchicalHistogram"),
 }
 
 ALIASES: dict[str, str] = {
@@ -39,6 +40,8 @@ ALIASES: dict[str, str] = {
     "hadamard": "hr",
     "pm": "piecewise",
     "hm": "hybrid",
+    "hierarchical": "hh",
+    "hierarchical_histogram": "hh",
 }
 
 CATEGORICAL = ("grr", "sue", "oue", "olh", "ss", "hr")
