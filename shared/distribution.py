@@ -349,8 +349,9 @@ WALD_WIDENED = "wald, widened to whole leaves"
 """Interval method for ranges that cut a leaf: from the lower bound of the largest range
 of whole leaves inside to the upper bound of the smallest range of whole leaves around."""
 BAND_INVERSION = "inverted cdf band at leaf edges"
-"""Quantile interval method: leaf edges where the distribution function's pointwise
-interval lies wholly below (above) q bound the quantile from below (above)."""
+"""Quantile interval method: per depth, the hull of the nodes that can hold the quantile
+given the distribution function's pointwise intervals at their edges (Bonferroni over
+the depths); the intersection over the depths."""
 MEAN_WIDENED = "wald, widened by half a leaf"
 """Mean interval method: Wald, widened by half a leaf each way (the values' positions
 within their leaves are unknown; this bounds the bias of placing them at the middle)."""
@@ -453,11 +454,15 @@ class QuantileEstimate:
     """The ``q``-quantile ``inf{x : P(X <= x) >= q}`` with a ``level`` interval.
 
     ``value`` reads the distribution function, made non-decreasing and linear within
-    each leaf, at ``q`` (so it is off by at most a leaf from the quantile of the
-    estimated distribution). ``low`` and ``high`` are leaf edges: ``low`` is the last
-    edge e whose pointwise interval of ``P(X < e)`` lies wholly below q, ``high`` the
-    first edge after it whose interval lies wholly above q. If both pointwise intervals
-    hold, the quantile lies between them, whatever the values do within a leaf.
+    each leaf, at ``q``. ``low`` and ``high`` are leaf edges. At every depth t of the tree
+    the quantile lies in a node ``[s, e]`` with ``P(X < s) <= q <= P(X < e)``; the depth's
+    interval is the hull of the nodes for which neither inequality is rejected by the
+    pointwise interval of the distribution function (each at level
+    ``1 - (1 - level) / height``), and the answer is the intersection over the depths.
+    For the true node each side fails with probability ``(1 - level) / (2 height)`` at most,
+    so the intersection covers the quantile with probability ``level`` or more, whatever
+    the values do within a leaf. The coarse depths keep the leaves' noise from spreading
+    the interval when n is small; the leaves refine it when n is large.
     """
 
     q: float
@@ -725,22 +730,36 @@ class DistributionEstimate:
         level = check_level(level)
         if self.n == 0:
             return QuantileEstimate(qq, math.nan, math.nan, math.nan, level)
-        z = normal_quantile(level)
+        tree = self.tree
+        # Bonferroni over the depths: each depth's interval has level 1 - alpha / height.
+        z = normal_quantile(level, comparisons=tree.height)
         cdf, se = self.edge_band()
         edges = self.edges
-        below = np.flatnonzero(cdf + z * se < qq)
-        j = int(below[-1])  # edge 0 always qualifies (its cdf is 0 with no error)
-        above = np.flatnonzero(cdf[j + 1 :] - z * se[j + 1 :] > qq)
-        k = j + 1 + int(above[0]) if above.size else self.resolution
-        # Point estimate: the non-decreasing envelope of the cdf, linear within leaves.
-        mono = np.maximum.accumulate(np.clip(cdf, 0.0, 1.0))
+        j, k = 0, self.resolution  # leaf edges bounding the quantile
+        finest = (0, self.resolution)
+        for t in range(1, tree.height + 1):
+            at = np.minimum(np.arange(tree.counts[t] + 1) * tree.sizes[t], self.resolution)
+            c, s = cdf[at], se[at]
+            # Node m can hold the quantile iff P(X < start) <= q <= P(X < end): keep the
+            # nodes where neither side is rejected. The last node whose start is not
+            # rejected always qualifies, so the set is never empty.
+            possible = np.flatnonzero((c[:-1] - z * s[:-1] <= qq) & (c[1:] + z * s[1:] >= qq))
+            low_t, high_t = int(at[possible[0]]), int(at[possible[-1] + 1])
+            j, k = max(j, low_t), min(k, high_t)
+            finest = (low_t, high_t)
+        if j >= k:  # only when some depth's interval missed: fall back to the leaves'
+            j, k = finest
+        # Point estimate: a non-decreasing version of the cdf (the mean of its running
+        # maximum and its running minimum from the right), linear within leaves.
+        clipped = np.clip(cdf, 0.0, 1.0)
+        mono = 0.5 * (np.maximum.accumulate(clipped) + np.minimum.accumulate(clipped[::-1])[::-1])
         i = int(np.searchsorted(mono, qq, side="left"))  # first edge with mono >= q
         if i == 0:
-            value = edges[0]
+            value = float(edges[0])
         else:
             step = mono[i] - mono[i - 1]
             share = (qq - mono[i - 1]) / step if step > 0 else 1.0
-            value = edges[i - 1] + share * (edges[i] - edges[i - 1])
+            value = float(edges[i - 1] + share * (edges[i] - edges[i - 1]))
         value = min(max(value, float(edges[j])), float(edges[k]))
         return QuantileEstimate(qq, float(value), float(edges[j]), float(edges[k]), level)
 
@@ -795,12 +814,12 @@ class DistributionEstimate:
         if quantiles:
             out["quantiles"] = [qe.to_dict() for qe in self.quantiles(quantiles, level)]
             out["methods"]["quantiles"] = BAND_INVERSION
-        if range is not None:
+        if range_ is not None:
             try:
-                lower, upper = range
+                lower, upper = range_
             except (TypeError, ValueError):
                 raise ParameterError(
-                    f"range must be a pair (lower, upper), got {range!r}"
+                    f"range must be a pair (lower, upper), got {range_!r}"
                 ) from None
             r = self.fraction(lower, upper)
             out["range"] = r.to_dict(level)

@@ -26,6 +26,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "duchi": ("duchi", "Duchi"),
     "piecewise": ("piecewise", "Piecewise"),
     "hybrid": ("piecewise", "Hybrid"),
+    "gaussian": ("gaussian", "LocalGaussian"),
     "hh": ("hierarchical", "HierarchicalHistogram"),
 }
 
@@ -47,7 +48,11 @@ ALIASES: dict[str, str] = {
 CATEGORICAL = ("grr", "sue", "oue", "olh", "ss", "hr")
 """Candidates ``auto`` weighs for a categorical metric, in order of preference on ties."""
 NUMERIC = ("laplace", "duchi", "piecewise", "hybrid")
-"""Candidates ``auto`` weighs for a numeric metric."""
+"""Candidates ``auto`` weighs for a numeric metric (pure epsilon-LDP)."""
+APPROXIMATE = ("gaussian",)
+"""(epsilon, delta)-LDP numeric candidates: weighed only when delta > 0 is allowed."""
+DISTRIBUTION = ("hh",)
+"""Candidates ``auto`` weighs for a distribution metric (bounds and a resolution)."""
 NAMES = (*_REGISTRY, "auto")
 
 
@@ -94,31 +99,65 @@ class Choice:
 
 
 def choose(
-    *, epsilon: float, domain_size: int | None = None, bounds: tuple[float, float] | None = None
+    *,
+    epsilon: float,
+    domain_size: int | None = None,
+    bounds: tuple[float, float] | None = None,
+    resolution: int | None = None,
+    delta: float = 0.0,
 ) -> Choice:
-    """The mechanism of smallest variance for (epsilon, domain_size) or (epsilon, bounds)."""
+    """The mechanism of smallest variance for (epsilon, domain_size) or (epsilon, bounds).
+
+    With ``resolution`` (and bounds) the metric is a distribution: the candidates are
+    :data:`DISTRIBUTION`, compared by the variance of the fraction below the middle of
+    the bounds for uniform values and n = 1. A numeric metric weighs the
+    (epsilon, delta) mechanisms of :data:`APPROXIMATE` only when ``delta > 0``.
+    """
     if (domain_size is None) == (bounds is None):
         raise ParameterError("give exactly one of domain_size (categorical) or bounds (numeric)")
     epsilon = check_epsilon(epsilon)
     variances: dict[str, float] = {}
     if domain_size is not None:
+        if resolution is not None:
+            raise ParameterError("resolution is for distribution metrics (with bounds)")
         d = check_domain_size(domain_size)
         for name in CATEGORICAL:
             cls = mechanism_class(name)
             m = cls(epsilon=epsilon, domain_size=d)  # type: ignore[call-arg]
             assert isinstance(m, FrequencyOracle)
             variances[name] = float(m.variance(0.0))
+    elif resolution is not None:
+        lo_hi = check_bounds(bounds)
+        for name in DISTRIBUTION:
+            cls = mechanism_class(name)
+            m = cls(epsilon=epsilon, bounds=lo_hi, resolution=resolution)  # type: ignore[call-arg]
+            middle = (lo_hi[0] + lo_hi[1]) / 2.0
+            variances[name] = m.expected(1.0).fraction(lo_hi[0], middle).stderr ** 2  # type: ignore[attr-defined]
     else:
         lo_hi = check_bounds(bounds)
-        for name in NUMERIC:
+        approximate = _check_allowed_delta(delta) > 0
+        for name in NUMERIC + (APPROXIMATE if approximate else ()):
             cls = mechanism_class(name)
-            m = cls(epsilon=epsilon, bounds=lo_hi)  # type: ignore[call-arg]
+            extra = {"delta": delta} if name in APPROXIMATE else {}
+            m = cls(epsilon=epsilon, bounds=lo_hi, **extra)  # type: ignore[call-arg]
             assert isinstance(m, NumericMechanism)
             variances[name] = m.worst_case_variance()
     best = min(variances.values())
     # First in preference order within a hair of the best (OUE and OLH tie in theory).
     chosen = next(k for k, v in variances.items() if v <= best * (1 + 1e-9))
     return Choice(chosen, variances)
+
+
+def _check_allowed_delta(delta: object) -> float:
+    """The delta a metric allows: 0 (pure epsilon-LDP) or a number in (0, 1)."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+        raise ParameterError(f"delta must be a number, got {delta!r}")
+    value = float(delta)
+    if value == 0.0:
+        return 0.0
+    if not 0.0 < value < 1.0:
+        raise ParameterError(f"delta must be 0 or in (0, 1), got {delta!r}")
+    return value
 
 
 def mechanism(
@@ -131,13 +170,26 @@ def mechanism(
 ) -> Mechanism:
     """Make a mechanism by name: ``mechanism("oue", epsilon=1.0, domain_size=64)``.
 
-    Categorical names take ``domain_size``; numeric names take ``bounds=(lo, hi)``.
-    ``"auto"`` picks the smallest-variance candidate (see :func:`choose`); the returned
-    mechanism's ``name`` says which one it is.
+    Categorical names take ``domain_size``; numeric names take ``bounds=(lo, hi)``;
+    distribution names take ``bounds`` and ``resolution`` (and optionally ``branching``);
+    ``"gaussian"`` takes ``delta``. ``"auto"`` picks the smallest-variance candidate (see
+    :func:`choose`): a distribution when ``resolution`` is given, and an (epsilon,
+    delta) mechanism only when ``delta`` > 0 is given; the returned mechanism's ``name``
+    says which one it is.
     """
     canonical = canonical_name(name)
     if canonical == "auto":
-        canonical = choose(epsilon=epsilon, domain_size=domain_size, bounds=bounds).name
+        resolution = options.get("resolution")
+        delta = options.get("delta", 0.0)
+        canonical = choose(
+            epsilon=epsilon,
+            domain_size=domain_size,
+            bounds=bounds,
+            resolution=resolution,
+            delta=delta,
+        ).name
+        if canonical not in APPROXIMATE:
+            options.pop("delta", None)
     cls = mechanism_class(canonical)
     if issubclass(cls, FrequencyOracle):
         if bounds is not None:
@@ -157,7 +209,9 @@ def mechanism(
 
 __all__ = [
     "ALIASES",
+    "APPROXIMATE",
     "CATEGORICAL",
+    "DISTRIBUTION",
     "NAMES",
     "NUMERIC",
     "Choice",
