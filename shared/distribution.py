@@ -248,6 +248,10 @@ class TreeSmoother:
         Each estimate has shape (nodes,) or (nodes, k) for k sets at once; entries of
         unobserved depths are ignored.
         """
+        return self.forward_all(estimates, root)[-1]
+
+    def forward_all(self, estimates: Sequence[FloatArray], root: float = 1.0) -> list[FloatArray]:
+        """The consistent value of every node, per depth 0 (the root) .. height."""
         tree, h = self.tree, self.tree.height
         if len(estimates) != h:
             raise ParameterError(f"need {h} arrays of estimates, got {len(estimates)}")
@@ -261,10 +265,10 @@ class TreeSmoother:
             children = np.add.reduceat(z[t + 1], tree.child_starts(t), axis=0)
             z[t] = _col(self.alpha[t], x[t]) * x[t] + _col(self.beta[t], children) * children
         shape = (1,) if x[h].ndim == 1 else (1, x[h].shape[1])
-        u = np.full(shape, float(root))
+        u = [np.full(shape, float(root))]
         for t in range(1, h + 1):
-            residual = u - np.add.reduceat(z[t], tree.child_starts(t - 1), axis=0)
-            u = z[t] + _col(self.gamma[t], z[t]) * residual[tree.parents(t)]
+            residual = u[-1] - np.add.reduceat(z[t], tree.child_starts(t - 1), axis=0)
+            u.append(z[t] + _col(self.gamma[t], z[t]) * residual[tree.parents(t)])
         return u
 
     def adjoint(self, query: npt.ArrayLike) -> list[FloatArray]:
@@ -602,12 +606,17 @@ class DistributionEstimate:
         inner_a, inner_b = np.ceil(a), np.floor(b)
         inner_b = np.maximum(inner_b, inner_a)
         outer_a, outer_b = np.floor(a), np.ceil(b)
-        est, se = self._answer(a, b)
         cut = (a != np.floor(a)) | (b != np.floor(b))
         if bool(np.any(cut)):
-            inner_est, inner_se = self._answer(inner_a, inner_b)
-            outer_est, outer_se = self._answer(outer_a, outer_b)
+            # One pass for the ranges and the whole-leaf ranges inside and around them.
+            k = a.size
+            est3, se3 = self._answer(
+                np.concatenate([a, inner_a, outer_a]), np.concatenate([b, inner_b, outer_b])
+            )
+            est, inner_est, outer_est = est3[:k], est3[k : 2 * k], est3[2 * k :]
+            se, inner_se, outer_se = se3[:k], se3[k : 2 * k], se3[2 * k :]
         else:
+            est, se = self._answer(a, b)
             inner_est, inner_se, outer_est, outer_se = est, se, est, se
         return {
             "estimate": est,
@@ -620,25 +629,44 @@ class DistributionEstimate:
     # --- answers ---------------------------------------------------------------------
     def fraction(self, lower: float, upper: float) -> RangeEstimate:
         """The fraction of values in ``[lower, upper)`` (``upper >= hi`` includes ``hi``)."""
-        a = _check_number(lower, "lower")
-        b = _check_number(upper, "upper")
+        return self.fractions([(lower, upper)])[0]
+
+    def fractions(self, ranges: Sequence[tuple[float, float]]) -> list[RangeEstimate]:
+        """:meth:`fraction` of several ranges ``(lower, upper)`` at once."""
         lo, hi = self.bounds
-        if not a < b:
-            raise ParameterError(f"a range needs lower < upper, got [{a!r}, {b!r})")
-        if b <= lo or a > hi:
-            raise ParameterError(
-                f"the range [{a!r}, {b!r}) does not overlap the bounds [{lo}, {hi}]"
+        pairs = []
+        for pair in ranges:
+            try:
+                lower, upper = pair
+            except (TypeError, ValueError):
+                raise ParameterError(
+                    f"a range must be a pair (lower, upper), got {pair!r}"
+                ) from None
+            a = _check_number(lower, "lower")
+            b = _check_number(upper, "upper")
+            if not a < b:
+                raise ParameterError(f"a range needs lower < upper, got [{a!r}, {b!r})")
+            if b <= lo or a > hi:
+                raise ParameterError(
+                    f"the range [{a!r}, {b!r}) does not overlap the bounds [{lo}, {hi}]"
+                )
+            pairs.append((a, b))
+        if not pairs:
+            return []
+        ends = np.array(pairs)
+        r = self._ranges(ends[:, 0], ends[:, 1])
+        return [
+            RangeEstimate(
+                lower=a,
+                upper=b,
+                estimate=float(r["estimate"][i]),
+                stderr=float(r["stderr"][i]),
+                inner=(float(r["inner"][i, 0]), float(r["inner"][i, 1])),
+                outer=(float(r["outer"][i, 0]), float(r["outer"][i, 1])),
+                method=WALD_WIDENED if bool(r["cut"][i]) else WALD,
             )
-        r = self._ranges(np.array([a]), np.array([b]))
-        return RangeEstimate(
-            lower=a,
-            upper=b,
-            estimate=float(r["estimate"][0]),
-            stderr=float(r["stderr"][0]),
-            inner=(float(r["inner"][0, 0]), float(r["inner"][0, 1])),
-            outer=(float(r["outer"][0, 0]), float(r["outer"][0, 1])),
-            method=WALD_WIDENED if bool(r["cut"][0]) else WALD,
-        )
+            for i, (a, b) in enumerate(pairs)
+        ]
 
     def histogram(
         self, bins: int | None = None, *, edges: Sequence[float] | npt.ArrayLike | None = None
