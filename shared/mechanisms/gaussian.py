@@ -96,6 +96,8 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
 
 
 def check_delta(delta: object) -> float:
+    if delta is None:
+        raise ParameterError("the Gaussian mechanism needs delta, 0 < delta < 1 (per report)")
     if isinstance(delta, bool) or not isinstance(delta, Real):
         raise ParameterError(f"delta must be a real number, got {delta!r}")
     value = float(delta)
@@ -197,7 +199,7 @@ class LocalGaussian(NumericMechanism):
     name: ClassVar[str] = "gaussian"
     grid_steps: ClassVar[int] = GRID_STEPS
 
-    delta: float
+    delta: float | None = None
     sigma: float = field(init=False)
     """Noise standard deviation in the metric's units (continuous calibration)."""
     grid_sigma: float = field(init=False, repr=False)
@@ -209,10 +211,11 @@ class LocalGaussian(NumericMechanism):
 
     def _derive(self) -> None:
         check_min_epsilon(self.name, self.epsilon)
-        object.__setattr__(self, "delta", check_delta(self.delta))
+        delta = check_delta(self.delta)
+        object.__setattr__(self, "delta", delta)
         lo, hi = self.bounds
         d = self.grid_steps
-        unit_sigma = analytic_gaussian_sigma(self.epsilon, self.delta * (1.0 - CALIBRATION_SLACK))
+        unit_sigma = analytic_gaussian_sigma(self.epsilon, delta * (1.0 - CALIBRATION_SLACK))
         s = unit_sigma * d
         object.__setattr__(self, "sigma", unit_sigma * (hi - lo))
         object.__setattr__(self, "grid_sigma", s)
