@@ -222,6 +222,32 @@ def test_every_depth_equals_the_sum_of_its_children(resolution: int, branching: 
     assert abs(float(nodes[0][0]) - 1.0) <= 1e-12
 
 
+@pytest.mark.parametrize(
+    ("resolution", "branching", "epsilon", "users"),
+    [
+        (64, 4, 1.0, 5000),
+        (1000, 4, 1.0, 20_000),
+        (50, 3, 4.0, 3000),
+        (16, 16, 1.0, 500),
+        (27, 3, 1.0, 3),
+    ],
+)
+def test_fast_prefix_variance_equals_the_dense_adjoint(
+    resolution: int, branching: int, epsilon: float, users: int
+) -> None:
+    # The distribution function's variance at every leaf edge, in O(height^2) each, against
+    # the generic adjoint of the prefix queries (non-full trees, a flat tree, and one with
+    # unreported depths: 3 users over 3 depths).
+    m = make(epsilon, resolution, branching)
+    rng = np.random.default_rng(resolution)
+    est = m.estimate(m.aggregate(m.perturb(rng.beta(2.0, 5.0, users) * 10.0, rng=rng)))
+    edges = np.arange(resolution + 1)
+    prefix = (np.arange(resolution)[:, None] < edges[None, :]).astype(np.float64)
+    dense = est.variance(prefix)
+    np.testing.assert_allclose(est.prefix_variance(edges), dense, rtol=0, atol=1e-12 * dense.max())
+    assert est.prefix_variance([0, resolution]).tolist() == [0.0, 0.0]
+
+
 def test_tree_geometry() -> None:
     t = Tree(1024, 4)
     assert (t.height, t.counts, t.sizes) == (
