@@ -71,7 +71,7 @@ def haar(x: FloatArray, L: int, epsilon: float, rng: np.random.Generator) -> Flo
     and the leaves follow from the root's known mass 1 by halving: left child
     ``(parent + c) / 2``, right child ``(parent - c) / 2``.
     """
-    h = int(round(math.log2(L)))
+    h = round(math.log2(L))
     n = x.size
     leaf = leaves_of(x, L)
     level = rng.integers(1, h + 1, size=n)

@@ -26,7 +26,8 @@ bits are independent given the values), for the same users.
 
 Part 2, the choice of estimator: range MSE (all random ranges, and those wider than
 1/8) at n = 10^5 for HH with fan-out 2, 4, 8 and 16, the discrete Haar transform (DHT),
-Square Wave with EM smoothing (SW-EMS) and the naive baseline, every user perturbed.
+Square Wave with EM smoothing (SW-EMS) and the naive baseline, every user perturbed;
+then n x MSE of HH and SW-EMS as n grows (part 2b), which shows SW-EMS's bias.
 
 Part 3, speed: aggregation and estimation of 10^6 real reports with 1,024 leaves
 (target under 1 s), and the answers of a default query (16 bins and the mean) and of one
@@ -377,6 +378,34 @@ def part2(epsilons: list[float], n: int, campaigns: int) -> None:
         print()
 
 
+def part2b(ns: list[int], campaigns: int) -> None:
+    print(
+        "Part 2b: n x range MSE at eps = 1 (constant for an unbiased estimator; growing "
+        f"when bias dominates), {campaigns} campaigns\n"
+    )
+    header = f"{'method':<10}{'population':<12}" + "".join(f"{f'n={n:,}':>14}" for n in ns)
+    print(header)
+    print("-" * len(header))
+    for name in ("hh b=4", "sw-ems"):
+        for pop_name in ("normal", "spiky"):
+            pop = POPULATIONS[pop_name]
+            truth_leaves = pop.leaves(LEAVES)
+            row = []
+            for n in ns:
+                rng = np.random.Generator(np.random.Philox(key=77 + n))
+                a, b = random_ranges(rng, LEAVES, QUERIES)
+                truth = range_answers(truth_leaves, a, b)
+                errs = np.array(
+                    [
+                        range_answers(METHODS[name](pop.draw(rng, n), 1.0, rng), a, b) - truth
+                        for _ in range(campaigns)
+                    ]
+                )
+                row.append(f"{n * float(np.mean(errs**2)):>14.3f}")
+            print(f"{name:<10}{pop_name:<12}" + "".join(row), flush=True)
+    print()
+
+
 # --- part 3 ----------------------------------------------------------------------------------
 def median_time(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
     times, result = [], None
@@ -432,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         part1(epsilons, ns, campaigns, args.real)
     if 2 in parts:
         part2(alt_eps, alt_n, alt_campaigns)
+        part2b([10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000], alt_campaigns)
     if 3 in parts:
         part3(1_000_000, runs)
     return 0

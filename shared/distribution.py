@@ -316,6 +316,19 @@ class LevelNoise:
     n: float
     """Reports at this depth (a real number when planning with expected counts)."""
 
+    def bound_terms(self) -> tuple[float, float]:
+        """(V, K) with ``coef' Cov coef <= (V sum(coef^2) + K max(coef^2)) / n`` for any data.
+
+        The covariance is affine in the node fractions f (which sum to 1) less a
+        non-negative ``(sum coef f)^2`` term; dropping that term and putting all the mass
+        on the node of the largest coefficient bounds it whatever the data.
+        """
+        p, q = self.p, self.q
+        if self.exclusive:
+            return q / (p - q) ** 2, 1.0 / (p - q)
+        slope = (p * (1 - p) - q * (1 - q)) / (p - q) ** 2 + 1.0
+        return q * (1 - q) / (p - q) ** 2, max(slope, 0.0)
+
     def terms(self, f: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(A, B) with ``coef' Cov coef = sum(coef^2 A) - (sum(coef B))^2``."""
         if self.n == 0:
