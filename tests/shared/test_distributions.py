@@ -20,6 +20,7 @@ import pytest
 from scipy import stats
 
 import ldpkit
+from ldpkit.audit import _mislabelled, audit
 from ldpkit.distribution import DistributionEstimate, Tree, TreeSmoother, leaf_edges, leaf_index
 from ldpkit.mechanisms.hierarchical import REPORT_DTYPE, HierarchicalHistogram
 from ldpkit.mechanisms.local_hashing import OptimizedLocalHashing, bucket
@@ -539,3 +540,15 @@ def test_auto_and_names() -> None:
     a = m.aggregate(m.perturb(rng.uniform(0, 10, 1000), rng=rng))
     b = m.aggregate(m.perturb(rng.uniform(0, 10, 3000), rng=rng))
     assert (a + b).n == 4000 and (a + b).sums.size == m.stats_size == 4 + 4 + 16 + 64 + 256
+
+
+def test_audit_of_the_whole_report() -> None:
+    # The audit's events are (depth, supports x's node, supports x''s node): its lower
+    # bound on epsilon comes close to the claim and stays under it; a mechanism that
+    # perturbs with 1.5 epsilon while claiming epsilon is caught.
+    m = make(1.0, 64)
+    result = audit(m, samples=100_000, rng=np.random.default_rng(41))
+    assert result.passed and result.epsilon_lower_bound >= 0.85
+    assert "depth" in (result.event or "")
+    broken = audit(_mislabelled(m, 1.5), samples=100_000, rng=np.random.default_rng(42))
+    assert not broken.passed

@@ -15,6 +15,7 @@ import pytest
 from scipy import stats
 
 import ldpkit
+from ldpkit.audit import EventBound, _mislabelled, audit
 from ldpkit.mechanisms.gaussian import (
     CALIBRATION_SLACK,
     LocalGaussian,
@@ -218,3 +219,16 @@ def test_auto_never_picks_gaussian_without_delta() -> None:
     assert m.name != "gaussian"
     with pytest.raises(ldpkit.ParameterError, match="delta"):
         ldpkit.choose(epsilon=1.0, bounds=BOUNDS, delta=1.5)
+
+
+def test_audit_accounts_for_delta() -> None:
+    # P(E | x) <= e^eps P(E | x') + delta: each event bounds epsilon by log((L - delta) / U).
+    m = ldpkit.mechanism("gaussian", epsilon=1.0, bounds=(0.0, 1.0), delta=1e-6)
+    result = audit(m, samples=100_000, rng=np.random.default_rng(3))
+    assert result.passed and result.claimed_delta == 1e-6
+    assert "delta 1e-06" in str(result)
+    broken = audit(_mislabelled(m, 3.0), samples=100_000, rng=np.random.default_rng(4))
+    assert not broken.passed
+    event = EventBound(0.0, 1.0, "e", 5, 1, 10, p_lower=2e-6, p_upper=1e-6, delta=1e-6)
+    assert event.epsilon_bound == pytest.approx(0.0, abs=1e-12)
+    assert EventBound(0.0, 1.0, "e", 1, 1, 10, 1e-6, 1e-6, delta=1e-6).epsilon_bound == -math.inf
