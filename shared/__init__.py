@@ -9,6 +9,13 @@
 """
 
 from .aggregate import Aggregate
+from .distribution import (
+    DistributionEstimate,
+    DistributionMean,
+    HistogramEstimate,
+    QuantileEstimate,
+    RangeEstimate,
+)
 from .errors import (
     BudgetExceeded,
     CollectorRejected,
@@ -22,6 +29,7 @@ from .errors import (
 from .estimates import ConfidenceInterval, FrequencyEstimate, MeanEstimate, norm_sub
 from .mechanisms import (
     CATEGORICAL,
+    DISTRIBUTION,
     NUMERIC,
     Choice,
     FrequencyOracle,
@@ -36,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CATEGORICAL",
+    "DISTRIBUTION",
     "NUMERIC",
     "Aggregate",
     "BudgetExceeded",
@@ -43,8 +52,11 @@ __all__ = [
     "CollectorRejected",
     "CollectorUnavailable",
     "ConfidenceInterval",
+    "DistributionEstimate",
+    "DistributionMean",
     "FrequencyEstimate",
     "FrequencyOracle",
+    "HistogramEstimate",
     "LdpkitError",
     "MeanEstimate",
     "Mechanism",
@@ -52,6 +64,8 @@ __all__ = [
     "ParameterError",
     "Plan",
     "ProtocolError",
+    "QuantileEstimate",
+    "RangeEstimate",
     "ReportError",
     "TransportError",
     "__version__",
