@@ -289,7 +289,7 @@ def part1(
         f"per cell ({law_campaigns} when drawn from the law; errors in units of the bounds)\n"
     )
     header = (
-        f"{'population':<12}{'eps':>4}{'n':>9} {'src':<7}{'MSE/th':>7}{'W1':>9}{'|med|':>9}"
+        f"{'population':<12}{'eps':>4}{'n':>10} {'src':<7}{'MSE/th':>7}{'W1':>9}{'|med|':>9}"
         f"{'|p90|':>9}{'cov rng':>8}{'q':>6}{'bin':>6}{'flat/hh':>8}  targets"
     )
     print(header)
@@ -304,7 +304,7 @@ def part1(
                 cells.append(cell)
                 missed = cell.misses()
                 print(
-                    f"{cell.population:<12}{eps:>4g}{n:>9,} {cell.source:<7}"
+                    f"{cell.population:<12}{eps:>4g}{n:>10,} {cell.source:<7}"
                     f"{cell.mse_ratio:>7.3f}{cell.w1:>9.5f}{cell.median_error:>9.5f}"
                     f"{cell.p90_error:>9.5f}{cell.range_coverage:>8.3f}"
                     f"{cell.quantile_coverage:>6.3f}{cell.bin_coverage:>6.3f}"
