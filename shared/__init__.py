@@ -9,6 +9,13 @@
 """
 
 from .aggregate import Aggregate
+from .distribution import (
+    DistributionEstimate,
+    DistributionMean,
+    HistogramEstimate,
+    QuantileEstimate,
+    RangeEstimate,
+)
 from .domains import Table, Tree
 from .errors import (
     BudgetExceeded,
@@ -30,6 +37,7 @@ from .heavy_hitters import (
 )
 from .mechanisms import (
     CATEGORICAL,
+    DISTRIBUTION,
     NUMERIC,
     Choice,
     FrequencyOracle,
@@ -55,6 +63,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CATEGORICAL",
+    "DISTRIBUTION",
     "NUMERIC",
     "Aggregate",
     "BudgetExceeded",
@@ -62,11 +71,14 @@ __all__ = [
     "CollectorRejected",
     "CollectorUnavailable",
     "ConfidenceInterval",
+    "DistributionEstimate",
+    "DistributionMean",
     "FrequencyEstimate",
     "FrequencyOracle",
     "GroupEstimate",
     "HeavyHitters",
     "HierarchyEstimate",
+    "HistogramEstimate",
     "LdpkitError",
     "MeanEstimate",
     "Mechanism",
@@ -74,6 +86,8 @@ __all__ = [
     "ParameterError",
     "Plan",
     "ProtocolError",
+    "QuantileEstimate",
+    "RangeEstimate",
     "ReportError",
     "StringEstimate",
     "StringPlan",

@@ -47,9 +47,15 @@ Cells (how reports become discrete events):
 - ``sue``, ``oue``, ``ss``: the whole bitmap (``d <= 10``), else bits x and x';
 - ``olh``: whether the report supports x and whether it supports x';
 - ``prefix_sketch``: whether the reported bucket is x's in its (sketch, row), and x''s;
+- ``hh`` (hierarchical histogram): the depth reported, and whether the report supports
+  the depth's node of x and that of x' (the whole report, every depth at once);
 - numeric mechanisms: ``bins`` quantile bins of the debiased output (edges taken from
   the selection part of the pair's pooled reports; values that repeat, such as
   Duchi's two outputs, get a cell of their own).
+
+(epsilon, delta) mechanisms (``gaussian``): ``P(E | x) <= e^eps P(E | x') + delta``, so
+each event bounds epsilon from below by ``log((L - delta) / U)``, with delta the
+mechanism's own.
 
 Other cells can be given with ``events``.
 
@@ -279,13 +285,15 @@ class EventBound:
     """Clopper-Pearson lower bound on ``P(event | x)``."""
     p_upper: float
     """Clopper-Pearson upper bound on ``P(event | x')``."""
+    delta: float = 0.0
+    """The mechanism's delta: ``P(E | x) <= e^eps P(E | x') + delta``."""
 
     @property
     def epsilon_bound(self) -> float:
-        """``log(p_lower / p_upper)`` (``-inf`` when ``p_lower`` is 0)."""
-        if self.p_lower <= 0.0:
+        """``log((p_lower - delta) / p_upper)`` (``-inf`` when that is not positive)."""
+        if self.p_lower - self.delta <= 0.0:
             return -math.inf
-        return math.log(self.p_lower / self.p_upper)
+        return math.log((self.p_lower - self.delta) / self.p_upper)
 
 
 @dataclass(frozen=True)
@@ -314,6 +322,8 @@ class AuditResult:
     bounds: tuple[EventBound, ...]
     """Every event tested, strongest first."""
     seconds: float
+    claimed_delta: float = 0.0
+    """The mechanism's delta (0 for pure epsilon-LDP mechanisms)."""
 
     @property
     def passed(self) -> bool:
@@ -325,8 +335,11 @@ class AuditResult:
 
     def __str__(self) -> str:
         verdict = "passed" if self.passed else "FAILED"
+        claim = f"eps {self.claimed_epsilon:g}" + (
+            f", delta {self.claimed_delta:g}" if self.claimed_delta else ""
+        )
         return (
-            f"{self.mechanism}: claimed eps {self.claimed_epsilon:g}, lower bound "
+            f"{self.mechanism}: claimed {claim}, epsilon lower bound "
             f"{self.epsilon_lower_bound:.4f} at {self.confidence:g} confidence ({verdict}); "
             f"witness {self.witness}, event {self.event}; {self.samples} samples per input, "
             f"{self.events_tested} events tested"
@@ -439,7 +452,48 @@ def _default_partition(mechanism: Mechanism, x: Any, y: Any) -> _Partition | Non
             lambda r: (mechanism.supports(x, r), mechanism.supports(y, r)),
             (f"supports {x!r}", f"supports {y!r}"),
         )
+    if name == "hh":
+        return _hierarchical_partition(mechanism, x, y)
     return None
+
+
+def _hierarchical_partition(mechanism: Mechanism, x: Any, y: Any) -> _Partition:
+    """Cells of the hierarchical histogram: (depth, supports x's node, supports y's node)."""
+    from .mechanisms.hierarchical import HierarchicalHistogram
+    from .mechanisms.local_hashing import OptimizedLocalHashing, bucket
+
+    assert isinstance(mechanism, HierarchicalHistogram)
+    leaves = mechanism.leaves_of([x, y])
+    oracles = mechanism.oracles
+
+    def keys(reports: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        depth = reports["depth"].astype(np.int64)
+        out = np.zeros(reports.shape[0], dtype=np.int64)
+        for t, oracle in enumerate(oracles, start=1):
+            sel = depth == t
+            chosen = reports[sel]
+            flags = []
+            for leaf in leaves:
+                node = int(mechanism.tree.node_of_leaf(leaf, t))
+                if isinstance(oracle, OptimizedLocalHashing):
+                    hit = bucket(node, chosen["a"], chosen["b"], oracle.g) == chosen["y"]
+                else:
+                    hit = chosen["y"] == node
+                flags.append(np.asarray(hit, dtype=np.int64))
+            out[sel] = 4 * t + flags[0] + 2 * flags[1]
+        return out
+
+    def describe(cells: npt.NDArray[np.int64]) -> str:
+        names = []
+        for c in sorted(int(v) for v in cells):
+            t, a, b = c // 4, c & 1, c & 2
+            names.append(
+                f"(depth {t}, {'supports' if a else 'not'} {x}'s node, "
+                f"{'supports' if b else 'not'} {y}'s node)"
+            )
+        return " or ".join(names)
+
+    return _Partition(keys, describe)
 
 
 def _generic_keys(reports: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
@@ -504,8 +558,8 @@ def _default_inputs(mechanism: Mechanism) -> list[Any]:
         if d <= 6:
             return list(range(d))
         return sorted({0, 1, d // 2, d - 1})
-    if isinstance(mechanism, NumericMechanism):
-        lo, hi = mechanism.bounds
+    if isinstance(mechanism, NumericMechanism) or mechanism.name == "hh":
+        lo, hi = getattr(mechanism, "bounds")  # noqa: B009 - numeric and distribution kinds
         return [lo, hi, (lo + hi) / 2.0]
     if mechanism.kind == "strings":
         return ["", "a", "b"]  # every max_length allows these; lengths 0 and 1 differ too
@@ -602,6 +656,7 @@ def audit(
     if max_events < 1 or bins < 2:
         raise ParameterError("max_events must be >= 1 and bins >= 2")
     generator = resolve_rng(rng)
+    delta = float(getattr(mechanism, "delta", 0.0) or 0.0)  # (epsilon, delta) mechanisms
     n_select = max(10, int(samples * selection_fraction))
     n_count = samples - n_select
 
@@ -683,7 +738,7 @@ def audit(
             sets = _candidate_sets(num, den, part.ordered)
             p_num = (sets @ num) / n_select
             p_den = (sets @ den) / n_select
-            lower = p_num - z * np.sqrt(p_num * (1 - p_num) / n_count)
+            lower = p_num - z * np.sqrt(p_num * (1 - p_num) / n_count) - delta
             upper = p_den + z * np.sqrt(p_den * (1 - p_den) / n_count) + 1.0 / n_count
             with np.errstate(divide="ignore", invalid="ignore"):
                 scores = np.where(lower > 0, np.log(lower / upper), -np.inf)
@@ -720,6 +775,7 @@ def audit(
                 n=n_count,
                 p_lower=clopper_pearson_lower(hits[0], n_count, alpha),
                 p_upper=clopper_pearson_upper(hits[1], n_count, alpha),
+                delta=delta,
             )
         )
     results.sort(key=lambda b: -b.epsilon_bound)
@@ -737,6 +793,7 @@ def audit(
         confidence=confidence,
         bounds=tuple(results),
         seconds=time.perf_counter() - started,
+        claimed_delta=delta,
     )
 
 

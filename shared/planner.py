@@ -145,7 +145,11 @@ def _evaluate(
         if rare:
             rare_half = half if f == 0.0 else _frequency_half_width(m, n, 0.0, level)[0]
         return Plan(m.name, m.epsilon, n, level, half, method, f, float(m.variance(f)), rare_half)
-    assert isinstance(m, NumericMechanism)
+    if not isinstance(m, NumericMechanism):
+        raise ParameterError(
+            f"plan() and required_n() cover categorical and numeric mechanisms; for "
+            f"{m.name!r} use plan_distribution, plan_structured or plan_strings"
+        )
     half, method = _numeric_half_width(m, n, level)
     return Plan(m.name, m.epsilon, n, level, half, method, None, m.worst_case_variance())
 

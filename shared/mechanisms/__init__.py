@@ -32,6 +32,8 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "joint": ("table", "JointTable"),
     "joint_marginals": ("table", "JointMarginals"),
     "split": ("table", "SplitMarginals"),
+    "gaussian": ("gaussian", "LocalGaussian"),
+    "hh": ("hierarchical", "HierarchicalHistogram"),
 }
 
 ALIASES: dict[str, str] = {
@@ -46,12 +48,18 @@ ALIASES: dict[str, str] = {
     "pm": "piecewise",
     "hm": "hybrid",
     "pxs": "prefix_sketch",
+    "hierarchical": "hh",
+    "hierarchical_histogram": "hh",
 }
 
 CATEGORICAL = ("grr", "sue", "oue", "olh", "ss", "hr")
 """Candidates ``auto`` weighs for a categorical metric, in order of preference on ties."""
 NUMERIC = ("laplace", "duchi", "piecewise", "hybrid")
-"""Candidates ``auto`` weighs for a numeric metric."""
+"""Candidates ``auto`` weighs for a numeric metric (pure epsilon-LDP)."""
+APPROXIMATE = ("gaussian",)
+"""(epsilon, delta)-LDP numeric candidates: weighed only when delta > 0 is allowed."""
+DISTRIBUTION = ("hh",)
+"""Candidates ``auto`` weighs for a distribution metric (bounds and a resolution)."""
 STRINGS = ("prefix_sketch",)
 """Mechanisms for open-domain strings (``max_length``); ``auto`` takes the first."""
 HIERARCHY = ("rollup", "levels")
@@ -143,13 +151,23 @@ class Choice:
 
 
 def choose(
-    *, epsilon: float, domain_size: int | None = None, bounds: tuple[float, float] | None = None
+    *,
+    epsilon: float,
+    domain_size: int | None = None,
+    bounds: tuple[float, float] | None = None,
+    resolution: int | None = None,
+    delta: float = 0.0,
 ) -> Choice:
     """The mechanism ``auto`` resolves to for (epsilon, domain_size) or (epsilon, bounds).
 
     Among the candidates whose variance is within :data:`AUTO_VARIANCE_TOLERANCE` of the
     lowest, the one with the smallest report; among equal sizes the lower variance, then
     the lower collector cost, then the order of :data:`CATEGORICAL` / :data:`NUMERIC`.
+
+    With ``resolution`` (and bounds) the metric is a distribution: the candidates are
+    :data:`DISTRIBUTION`, compared by the variance of the fraction below the middle of
+    the bounds for uniform values and n = 1. A numeric metric weighs the
+    (epsilon, delta) mechanisms of :data:`APPROXIMATE` only when ``delta > 0``.
     """
     if (domain_size is None) == (bounds is None):
         raise ParameterError("give exactly one of domain_size (categorical) or bounds (numeric)")
@@ -159,6 +177,8 @@ def choose(
     d: int | None = None
     lo_hi: tuple[float, float] | None = None
     if domain_size is not None:
+        if resolution is not None:
+            raise ParameterError("resolution is for distribution metrics (with bounds)")
         d = check_domain_size(domain_size)
         for name in CATEGORICAL:
             cls = mechanism_class(name)
@@ -166,16 +186,26 @@ def choose(
             assert isinstance(m, FrequencyOracle)
             candidates[name] = m
             variances[name] = float(m.variance(0.0))
+    elif resolution is not None:
+        lo_hi = check_bounds(bounds)
+        for name in DISTRIBUTION:
+            cls = mechanism_class(name)
+            m = cls(epsilon=epsilon, bounds=lo_hi, resolution=resolution)  # type: ignore[call-arg]
+            candidates[name] = m
+            middle = (lo_hi[0] + lo_hi[1]) / 2.0
+            variances[name] = m.expected(1.0).fraction(lo_hi[0], middle).stderr ** 2  # type: ignore[attr-defined]
     else:
         lo_hi = check_bounds(bounds)
-        for name in NUMERIC:
+        approximate = _check_allowed_delta(delta) > 0
+        for name in NUMERIC + (APPROXIMATE if approximate else ()):
             cls = mechanism_class(name)
-            m = cls(epsilon=epsilon, bounds=lo_hi)  # type: ignore[call-arg]
+            extra = {"delta": delta} if name in APPROXIMATE else {}
+            m = cls(epsilon=epsilon, bounds=lo_hi, **extra)  # type: ignore[call-arg]
             assert isinstance(m, NumericMechanism)
             candidates[name] = m
             variances[name] = m.worst_case_variance()
     sizes = {name: m.report_dtype.itemsize for name, m in candidates.items()}
-    costs = {name: _aggregate_cost(m) for name, m in candidates.items()}
+    costs = {name: m.aggregate_cost for name, m in candidates.items()}
     best = min(variances.values())
     # Ties in theory (OUE and OLH, HM and Duchi at small epsilon) differ by rounding only.
     near = [k for k, v in variances.items() if v <= best * (1 + AUTO_VARIANCE_TOLERANCE)]
@@ -187,9 +217,16 @@ def choose(
     return Choice(chosen, variances, sizes, costs, epsilon, d, lo_hi)
 
 
-def _aggregate_cost(m: Mechanism) -> int:
-    assert isinstance(m, FrequencyOracle | NumericMechanism)
-    return m.aggregate_cost
+def _check_allowed_delta(delta: object) -> float:
+    """The delta a metric allows: 0 (pure epsilon-LDP) or a number in (0, 1)."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+        raise ParameterError(f"delta must be a number, got {delta!r}")
+    value = float(delta)
+    if value == 0.0:
+        return 0.0
+    if not 0.0 < value < 1.0:
+        raise ParameterError(f"delta must be 0 or in (0, 1), got {delta!r}")
+    return value
 
 
 def mechanism(
@@ -204,9 +241,12 @@ def mechanism(
     """Make a mechanism by name: ``mechanism("oue", epsilon=1.0, domain_size=64)``.
 
     Categorical names take ``domain_size``; numeric names take ``bounds=(lo, hi)``;
-    string mechanisms take ``max_length`` (bytes). ``"auto"`` picks the smallest report
-    among the lowest-variance candidates (see :func:`choose`); the returned mechanism's
-    ``name`` says which one it is.
+    distribution names take ``bounds`` and ``resolution`` (and optionally ``branching``);
+    ``"gaussian"`` takes ``delta``; string mechanisms take ``max_length`` (bytes).
+    ``"auto"`` picks the smallest report among the lowest-variance candidates (see
+    :func:`choose`): a distribution when ``resolution`` is given, and an (epsilon,
+    delta) mechanism only when ``delta`` > 0 is given; the returned mechanism's ``name``
+    says which one it is.
     """
     canonical = canonical_name(name)
     if max_length is not None or canonical in STRINGS:
@@ -219,7 +259,17 @@ def mechanism(
             raise ParameterError(f"{canonical!r} is not a mechanism for strings")
         return mechanism_class(canonical)(epsilon=epsilon, max_length=max_length, **options)  # type: ignore[call-arg]
     if canonical == "auto":
-        canonical = choose(epsilon=epsilon, domain_size=domain_size, bounds=bounds).name
+        resolution = options.get("resolution")
+        delta = options.get("delta", 0.0)
+        canonical = choose(
+            epsilon=epsilon,
+            domain_size=domain_size,
+            bounds=bounds,
+            resolution=resolution,
+            delta=delta,
+        ).name
+        if canonical not in APPROXIMATE:
+            options.pop("delta", None)
     cls = mechanism_class(canonical)
     if canonical in HIERARCHY or canonical in TABLE:
         if domain_size is not None or bounds is not None:
@@ -246,8 +296,10 @@ def mechanism(
 
 __all__ = [
     "ALIASES",
+    "APPROXIMATE",
     "AUTO_VARIANCE_TOLERANCE",
     "CATEGORICAL",
+    "DISTRIBUTION",
     "HIERARCHY",
     "NAMES",
     "NUMERIC",

@@ -59,6 +59,12 @@ class Mechanism(ABC):
         """Length of the aggregate's sums vector."""
 
     @property
+    def aggregate_cost(self) -> int:
+        """Counters the collector updates per report when it aggregates a batch: a model
+        of its work per report (at most the size of the sums; subclasses refine it)."""
+        return self.stats_size
+
+    @property
     @abstractmethod
     def report_rule(self) -> str:
         """What a well-formed report looks like, for error messages."""

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._dyadic import check_min_epsilon
+from ._geometric import SplitGeometric
 from .base import BoolArray, FloatArray, IntArray, NumericMechanism
 
 REPORT_DTYPE = np.dtype("<i8")
@@ -33,9 +34,6 @@ TAIL_CAP = 48.0
 """A report is valid if it lies within ``TAIL_CAP / lambda`` grid steps of the grid
 (lambda = epsilon / D): genuine noise goes further with probability ``2 e^-48 < 1e-20``,
 and the device clamps it there anyway (post-processing)."""
-
-_CHUNK_BITS = 16  # low part of a geometric: inversion over at most 2**16 values at a time
-_TAIL_LOG2 = 12  # block count: inversion up to tail probability ~2**-12, then start over
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,34 +102,15 @@ class LocalLaplace(NumericMechanism):
     noise_cap: int = field(init=False, repr=False)
     """Valid reports lie in ``-noise_cap .. D + noise_cap``."""
     _lam: float = field(init=False, repr=False)
-    _chunks: tuple[tuple[int, int, float, float], ...] = field(init=False, repr=False)
-    _block_bits: int = field(init=False, repr=False)
-    _block_mu: float = field(init=False, repr=False)
-    _block_cap: int = field(init=False, repr=False)
+    _sampler: SplitGeometric = field(init=False, repr=False)
 
     def _derive(self) -> None:
         check_min_epsilon(self.name, self.epsilon)
-        d = self.grid_steps
-        lam = self.epsilon / d
-        # Block L = 2**J with lam * L in [ln 2, 2 ln 2): a^L in (1/4, 1/2].
-        bits = max(0, math.ceil(math.log2(math.log(2.0) / lam)))
-        chunks: list[tuple[int, int, float, float]] = []
-        offset = 0
-        while offset < bits:
-            width = min(_CHUNK_BITS, bits - offset)
-            mu = lam * 2.0**offset  # ratio of this digit group: a^(2**offset)
-            chunks.append((offset, width, mu, -math.expm1(-mu * 2.0**width)))
-            offset += width
-        block_mu = lam * 2.0**bits
+        lam = self.epsilon / self.grid_steps
         object.__setattr__(self, "_lam", lam)
         object.__setattr__(self, "decay", math.exp(-lam))
         object.__setattr__(self, "noise_cap", math.ceil(TAIL_CAP / lam))
-        object.__setattr__(self, "_chunks", tuple(chunks))
-        object.__setattr__(self, "_block_bits", bits)
-        object.__setattr__(self, "_block_mu", block_mu)
-        object.__setattr__(
-            self, "_block_cap", max(1, math.floor(_TAIL_LOG2 * math.log(2.0) / block_mu))
-        )
+        object.__setattr__(self, "_sampler", SplitGeometric(lam))
 
     @property
     def report_dtype(self) -> np.dtype[Any]:
@@ -147,33 +126,7 @@ class LocalLaplace(NumericMechanism):
     # --- sampling ----------------------------------------------------------------------
     def _geometric(self, rng: np.random.Generator, n: int) -> IntArray:
         """n draws of G with ``Pr[G = g] = (1 - a) a^g``, g = 0, 1, ... (see class doc)."""
-        g = np.zeros(n, dtype=np.int64)
-        for offset, width, mu, norm in self._chunks:
-            # Truncated geometric on 0 .. 2**width - 1 with ratio exp(-mu), by inversion.
-            u = rng.random(n)
-            part = np.floor(np.log1p(-u * norm) / -mu)
-            np.minimum(part, 2.0**width - 1.0, out=part)
-            g += part.astype(np.int64) << offset
-        # Block count N ~ geometric with ratio rho = exp(-block_mu): values below the cap
-        # by inversion; above it add the cap and draw again (N - cap | N >= cap ~ N).
-        cap, mu = self._block_cap, self._block_mu
-        blocks = np.zeros(n, dtype=np.int64)
-        active: IntArray | None = None  # None: everyone
-        while True:
-            size = n if active is None else active.size
-            if size == 0:
-                break
-            k = np.floor(np.log1p(-rng.random(size)) / -mu)
-            over = k >= cap
-            k[over] = cap
-            if active is None:
-                blocks += k.astype(np.int64)
-                active = np.flatnonzero(over)
-            else:
-                blocks[active] += k.astype(np.int64)
-                active = active[over]
-        g += blocks << self._block_bits
-        return g
+        return self._sampler.sample(rng, n)
 
     def _perturb(self, values: FloatArray, rng: np.random.Generator) -> IntArray:
         n = values.size

@@ -1,0 +1,41 @@
+"""Checks on true numbers before they are perturbed: one place for every numeric mechanism.
+
+:class:`~ldpkit.mechanisms.base.NumericMechanism` has the same rules inline; the
+distribution mechanisms (which are not NumericMechanisms: their answer is not a mean)
+use this function so the wording and the clipping stay the same.
+"""
+
+from __future__ import annotations
+
+from numbers import Real
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ReportError
+
+
+def check_numbers(values: npt.NDArray[Any], bounds: tuple[float, float]) -> npt.NDArray[np.float64]:
+    """Finite numbers as float64, clipped to ``bounds``; ReportError names the first bad one."""
+    if values.dtype.kind == "O":
+        is_number = np.fromiter(
+            (isinstance(v, Real) and not isinstance(v, bool) for v in values),
+            dtype=bool,
+            count=values.size,
+        )
+        if not bool(np.all(is_number)):
+            i = int(np.argmin(is_number))
+            raise ReportError(f"value {values[i]!r} at index {i} is not a number")
+        values = values.astype(np.float64)
+    if values.dtype.kind not in "iuf":
+        where = f"value {values[0]!r} at index 0 is not a number: " if values.size else ""
+        raise ReportError(f"{where}numeric values must be numbers, got dtype {values.dtype}")
+    x = values.astype(np.float64)
+    bad = ~np.isfinite(x)
+    if bool(np.any(bad)):
+        i = int(np.argmax(bad))
+        raise ReportError(f"value {x[i]!r} at index {i} is not a finite number")
+    lo, hi = bounds
+    clipped: npt.NDArray[np.float64] = np.clip(x, lo, hi)
+    return clipped

@@ -1,0 +1,343 @@
+"""The hierarchical histogram: the distribution of a number, with consistent range answers.
+
+References
+----------
+G. Cormode, T. Kulkarni, D. Srivastava, "Answering range queries under local differential
+privacy", PVLDB 12(10), 2019 (hierarchical histograms under LDP, one level per user).
+M. Hay, V. Rastogi, G. Miklau, D. Suciu, "Boosting the accuracy of differentially private
+histograms through consistency", PVLDB 3(1), 2010 (constrained inference).
+T. Wang, J. Blocki, N. Li, S. Jha, "Locally differentially private protocols for
+frequency estimation", USENIX Security 2017 (GRR and OLH, and when each is better).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from .._validation import check_bounds, check_epsilon
+from ..aggregate import Aggregate
+from ..distribution import DistributionEstimate, LevelNoise, Tree, TreeSmoother, leaf_index
+from ..errors import ParameterError
+from ._dyadic import check_min_epsilon
+from ._values import check_numbers
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism
+from .local_hashing import REPORT_DTYPE as OLH_DTYPE
+from .local_hashing import OptimizedLocalHashing
+from .randomized_response import GeneralizedRR
+
+REPORT_DTYPE = np.dtype([("depth", "u1"), ("a", "<u8"), ("b", "<u8"), ("y", "<u4")])
+"""One report (21 bytes, packed, little-endian): the depth reported and that depth's
+oracle report. Randomized-response depths use ``y`` (the node) with ``a = b = 0``;
+local-hashing depths use the whole ``(a, b, y)`` record of :mod:`.local_hashing`."""
+
+DEFAULT_RESOLUTION = 1024
+DEFAULT_BRANCHING = 4
+"""Fan-out of the tree unless given (see docs/statistics.md for the measured choice)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HierarchicalHistogram(Mechanism):
+    """Hierarchical histogram (HH): each user reports one depth of a tree over the bounds.
+
+    The bounds ``[lo, hi]`` are cut into ``resolution`` equal leaves, arranged in a tree
+    of fan-out ``branching`` (see :mod:`ldpkit.distribution`). On the device, a value is
+    clipped to the bounds and mapped to its leaf; a depth t in ``1 .. height`` is drawn
+    uniformly (independently of the value), and the node at depth t holding the leaf is
+    reported through that depth's frequency oracle over its ``counts[t]`` nodes: k-ary
+    randomized response (GRR) or optimized local hashing (OLH), whichever has the smaller
+    variance for a node of average size, ``1 / counts[t]`` (GRR on a tie: its report is
+    smaller). Every report is epsilon-LDP: the depth carries no information about the
+    value, and the oracle is epsilon-LDP for any node; a user sends one report.
+
+    The collector keeps, per depth, the number of reports and the support count of each
+    node (``height + nodes`` sums, whatever the number of reports), debiases each depth,
+    and makes the depths consistent by least squares on the tree with the root fixed at
+    1 (:class:`~ldpkit.distribution.TreeSmoother`), each depth weighted by the inverse of
+    its per-node variance at the average node. The weights depend only on epsilon, the
+    tree and the number of reports per depth, so the estimate is linear in the support
+    counts and unbiased, and the variance of any answer follows from the per-depth
+    covariances (:class:`~ldpkit.distribution.LevelNoise`).
+
+    Parameters
+    ----------
+    epsilon : float
+        The privacy parameter of one report, > 0.
+    bounds : (float, float)
+        ``(lo, hi)``; values outside are clipped to them on the device.
+    resolution : int
+        Number of leaves, the finest histogram supported (2 .. 4096; default 1024).
+    branching : int
+        Fan-out of the tree (2 .. resolution; default 4). With ``branching >= resolution``
+        the tree has one depth: a flat histogram.
+
+    Wire format
+    -----------
+    :data:`REPORT_DTYPE`, 21 bytes per report. A report is well-formed iff ``1 <= depth
+    <= height`` and, for a GRR depth, ``y < counts[depth]`` and ``a = b = 0``; for an OLH
+    depth, ``y < g`` (every hash key ``(a, b)`` is possible).
+    """
+
+    name: ClassVar[str] = "hh"
+    kind: ClassVar[str] = "distribution"
+
+    bounds: tuple[float, float]
+    resolution: int = DEFAULT_RESOLUTION
+    branching: int = DEFAULT_BRANCHING
+    tree: Tree = field(init=False, repr=False)
+    oracles: tuple[FrequencyOracle, ...] = field(init=False, repr=False)
+    """The frequency oracle of each depth 1 .. height (index 0 is depth 1)."""
+    _weights: tuple[float, ...] = field(init=False, repr=False)
+    _limits: npt.NDArray[np.uint64] = field(init=False, repr=False)
+    _hashed: npt.NDArray[np.bool_] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_min_epsilon(self.name, self.epsilon)
+        object.__setattr__(self, "bounds", check_bounds(self.bounds))
+        tree = Tree(self.resolution, self.branching)
+        object.__setattr__(self, "resolution", tree.resolution)
+        object.__setattr__(self, "branching", tree.branching)
+        object.__setattr__(self, "tree", tree)
+        oracles: list[FrequencyOracle] = []
+        weights: list[float] = []
+        for t in range(1, tree.height + 1):
+            d = tree.counts[t]
+            grr = GeneralizedRR(epsilon=self.epsilon, domain_size=d)
+            olh = OptimizedLocalHashing(epsilon=self.epsilon, domain_size=d)
+            f = 1.0 / d
+            best: FrequencyOracle = olh if olh.variance(f) < grr.variance(f) else grr
+            oracles.append(best)
+            # Per-report variance of a node estimate at the average node, sampling included.
+            weights.append(float(best.variance(f)) + f * (1.0 - f))
+        object.__setattr__(self, "oracles", tuple(oracles))
+        object.__setattr__(self, "_weights", tuple(weights))
+        limits = [0] + [
+            o.g if isinstance(o, OptimizedLocalHashing) else o.domain_size for o in oracles
+        ]
+        hashed = [False] + [isinstance(o, OptimizedLocalHashing) for o in oracles]
+        # Index by the depth byte: entries past the height are never valid.
+        object.__setattr__(
+            self, "_limits", np.array(limits + [0] * (256 - len(limits)), dtype=np.uint64)
+        )
+        object.__setattr__(self, "_hashed", np.array(hashed + [False] * (256 - len(hashed))))
+
+    # --- description -----------------------------------------------------------------
+    @property
+    def height(self) -> int:
+        return self.tree.height
+
+    @property
+    def report_dtype(self) -> np.dtype[Any]:
+        return REPORT_DTYPE
+
+    @property
+    def stats_size(self) -> int:
+        return self.tree.height + self.tree.nodes
+
+    @property
+    def report_rule(self) -> str:
+        parts = []
+        for t, o in enumerate(self.oracles, start=1):
+            if isinstance(o, OptimizedLocalHashing):
+                parts.append(f"depth {t}: y < {o.g}")
+            else:
+                parts.append(f"depth {t}: y < {o.domain_size}, a = b = 0")
+        return (
+            f"a record (depth: u1, a: u8, b: u8, y: u4) with depth in 1..{self.height} and "
+            + "; ".join(parts)
+        )
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.name,
+            "epsilon": self.epsilon,
+            "bounds": list(self.bounds),
+            "resolution": self.resolution,
+            "branching": self.branching,
+        }
+
+    def depth_oracles(self) -> dict[int, str]:
+        """Which oracle each depth uses, by name."""
+        return {t: o.name for t, o in enumerate(self.oracles, start=1)}
+
+    # --- device side -----------------------------------------------------------------
+    def _check_values(self, values: npt.NDArray[Any]) -> FloatArray:
+        return check_numbers(values, self.bounds)
+
+    def leaves_of(self, values: npt.ArrayLike) -> IntArray:
+        """The leaf of each (checked, clipped) value."""
+        x = self._check_values(np.atleast_1d(np.asarray(values)))
+        return leaf_index(x, self.bounds, self.resolution)
+
+    def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[Any]:
+        leaf = leaf_index(values, self.bounds, self.resolution)
+        n = values.size
+        depth = rng.integers(1, self.height + 1, size=n, dtype=np.uint8)
+        out = np.zeros(n, dtype=REPORT_DTYPE)
+        out["depth"] = depth
+        for t, oracle in enumerate(self.oracles, start=1):
+            idx = np.flatnonzero(depth == t)
+            if idx.size == 0:
+                continue
+            reports = oracle.perturb(self.tree.node_of_leaf(leaf[idx], t), rng)
+            if isinstance(oracle, OptimizedLocalHashing):
+                out["a"][idx] = reports["a"]
+                out["b"][idx] = reports["b"]
+                out["y"][idx] = reports["y"]
+            else:
+                out["y"][idx] = reports
+        return out
+
+    # --- collector side --------------------------------------------------------------
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        depth = reports["depth"]
+        limit = self._limits[depth]
+        ok = reports["y"].astype(np.uint64) < limit  # limit 0 for depths out of range
+        keyless = (reports["a"] == 0) & (reports["b"] == 0)
+        return np.asarray(ok & (self._hashed[depth] | keyless))
+
+    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
+        tree = self.tree
+        depth = reports["depth"]
+        out = [np.bincount(depth, minlength=tree.height + 1)[1 : tree.height + 1].astype(float)]
+        for t, oracle in enumerate(self.oracles, start=1):
+            chosen = reports[depth == t]
+            if isinstance(oracle, OptimizedLocalHashing):
+                records = np.empty(chosen.size, dtype=OLH_DTYPE)
+                for key in ("a", "b", "y"):
+                    records[key] = chosen[key]
+                out.append(oracle.aggregate(records).sums)
+            else:
+                out.append(np.bincount(chosen["y"], minlength=tree.counts[t]).astype(float))
+        return np.concatenate(out)
+
+    def split(self, aggregate: Aggregate) -> tuple[IntArray, list[FloatArray]]:
+        """Reports per depth and the support counts of each depth's nodes."""
+        agg = self._checked_aggregate(aggregate)
+        tree = self.tree
+        counts = agg.sums[: tree.height]
+        if not bool(np.all((counts >= 0) & (counts == np.floor(counts)))):
+            raise ParameterError("aggregate's reports per depth must be whole numbers >= 0")
+        if int(counts.sum()) != agg.n:
+            raise ParameterError(
+                f"aggregate's reports per depth add up to {int(counts.sum())}, not n = {agg.n}"
+            )
+        supports = []
+        offset = tree.height
+        for t in range(1, tree.height + 1):
+            supports.append(agg.sums[offset : offset + tree.counts[t]])
+            offset += tree.counts[t]
+        return counts.astype(np.int64), supports
+
+    def _smoother(self, depth_counts: npt.ArrayLike) -> TreeSmoother:
+        counts = np.asarray(depth_counts, dtype=np.float64)
+        variances = [
+            w / c if c > 0 else math.inf for w, c in zip(self._weights, counts, strict=True)
+        ]
+        return TreeSmoother(self.tree, variances)
+
+    def _levels(self, depth_counts: npt.ArrayLike) -> tuple[LevelNoise, ...]:
+        counts = np.asarray(depth_counts, dtype=np.float64)
+        return tuple(
+            LevelNoise(
+                oracle=o.name,
+                p=o.p,
+                q=o.q,
+                exclusive=not isinstance(o, OptimizedLocalHashing),
+                n=float(c),
+            )
+            for o, c in zip(self.oracles, counts, strict=True)
+        )
+
+    def estimate(self, aggregate: Aggregate) -> DistributionEstimate:
+        """The consistent distribution, with the noise model for every answer's stderr."""
+        counts, supports = self.split(aggregate)
+        n = int(aggregate.n)
+        if n == 0:
+            leaves = np.full(self.resolution, np.nan)
+            smoother = self._smoother(np.ones(self.height))
+        else:
+            fractions = []
+            for oracle, c, support in zip(self.oracles, counts, supports, strict=True):
+                if c > 0:
+                    fractions.append((support / c - oracle.q) / (oracle.p - oracle.q))
+                else:
+                    fractions.append(np.zeros(support.size))
+            smoother = self._smoother(counts)
+            leaves = smoother.forward(fractions).ravel()
+        return DistributionEstimate(
+            mechanism=self.name,
+            epsilon=self.epsilon,
+            n=n,
+            bounds=self.bounds,
+            tree=self.tree,
+            leaves=leaves,
+            depth_counts=tuple(int(c) for c in counts),
+            levels=self._levels(counts),
+            smoother=smoother,
+        )
+
+    def expected(self, n: float, fractions: npt.ArrayLike | None = None) -> DistributionEstimate:
+        """An estimate whose answers' standard errors are those expected from n reports.
+
+        The leaves are the true ``fractions`` (default: uniform), every depth gets its
+        expected ``n / height`` reports, and the variance formulas are evaluated at the
+        truth: what planning and the benchmarks compare the measured errors with.
+        """
+        if not (isinstance(n, (int, float)) and math.isfinite(n) and n > 0):
+            raise ParameterError(f"n must be a finite number > 0, got {n!r}")
+        if fractions is None:
+            leaves = np.full(self.resolution, 1.0 / self.resolution)
+        else:
+            leaves = np.asarray(fractions, dtype=np.float64)
+            if leaves.shape != (self.resolution,) or not bool(np.all(leaves >= 0)):
+                raise ParameterError(f"fractions must be {self.resolution} numbers >= 0")
+            if not math.isclose(float(leaves.sum()), 1.0, rel_tol=0, abs_tol=1e-9):
+                raise ParameterError(f"fractions must sum to 1, got {float(leaves.sum())!r}")
+        counts = np.full(self.height, float(n) / self.height)
+        return DistributionEstimate(
+            mechanism=self.name,
+            epsilon=self.epsilon,
+            n=max(1, round(n)),
+            bounds=self.bounds,
+            tree=self.tree,
+            leaves=leaves,
+            depth_counts=tuple(round(c) for c in counts),
+            levels=self._levels(counts),
+            smoother=self._smoother(counts),
+        )
+
+    # --- exact law -------------------------------------------------------------------
+    def output_probabilities(
+        self, value: float, *, a: int = 0, b: int = 0
+    ) -> tuple[npt.NDArray[Any], FloatArray]:
+        """Every possible report for ``value`` given the hash key ``(a, b)``, with its probability.
+
+        The key of a local-hashing depth is uniform and independent of the value (and
+        GRR depths carry ``a = b = 0``), so the privacy of the whole report is the
+        privacy of this conditional law: ``P(report) = P(depth) P(y | node at depth)``
+        with ``P(depth) = 1 / height``.
+        """
+        leaf = int(self.leaves_of(np.asarray([value]))[0])
+        records, probs = [], []
+        for t, oracle in enumerate(self.oracles, start=1):
+            node = int(self.tree.node_of_leaf(leaf, t))
+            if isinstance(oracle, OptimizedLocalHashing):
+                reports, p = oracle.output_probabilities(node, a=a, b=b)
+                part = np.zeros(reports.size, dtype=REPORT_DTYPE)
+                for key in ("a", "b", "y"):
+                    part[key] = reports[key]
+            else:
+                assert isinstance(oracle, GeneralizedRR)
+                items, p = oracle.output_probabilities(node)
+                part = np.zeros(items.size, dtype=REPORT_DTYPE)
+                part["y"] = items
+            part["depth"] = t
+            records.append(part)
+            probs.append(p / self.height)
+        return np.concatenate(records), np.concatenate(probs)
