@@ -364,6 +364,10 @@ class NumericMechanism(Mechanism):
         """For mechanisms whose reports are ``±scale`` in unit terms, that scale."""
         return None
 
+    def unit_report_bound(self) -> float:
+        """The largest ``|y|`` of a debiased report on the unit scale (inf if unbounded)."""
+        return math.inf
+
     def estimate(self, aggregate: Aggregate) -> MeanEstimate:
         """The reporters' mean, with a standard error from the known noise variance.
 
@@ -388,7 +392,15 @@ class NumericMechanism(Mechanism):
             # n mean^2; that bound gives the largest variance the mean allows.
             squares = n * min(mean_t * mean_t, 1.0)
         else:
-            squares = min(max((s2 - n * (a + extra / 2.0)) / (1.0 + b), 0.0), float(n))
+            squares = (s2 - n * (a + extra / 2.0)) / (1.0 + b)
+            if b > 0.0:
+                # The estimate of sum t^2 is noisy, and clipping it at n (its largest value)
+                # biases it low exactly where every value is at a bound; take it one
+                # standard deviation high (each y^2 lies in [0, R^2], so its variance is at
+                # most R^4 / 4) so the standard error is not understated at small n.
+                bound = self.unit_report_bound()
+                squares += math.sqrt(n) * bound * bound / (2.0 * (1.0 + b))
+            squares = min(max(squares, 0.0), float(n))
         variance_sum = n * (a + extra) + b * squares
         stderr = math.sqrt(max(variance_sum, 0.0)) / n * self.half_range
         scale = self.binary_scale()

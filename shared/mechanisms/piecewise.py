@@ -226,6 +226,9 @@ class Piecewise(NumericMechanism):
         var = self._grid.base_variance(tt) + self._grid.snap_variance(tt)
         return float(var) if var.ndim == 0 else var
 
+    def unit_report_bound(self) -> float:
+        return HALF_CELLS * self.step
+
     def noise_terms(self) -> tuple[float, float, float]:
         """Lemma 1's ``(e + 3) / (3 (e - 1)^2) + t^2 / (e - 1)``; snapping adds ``<= h^2 / 4``."""
         em1 = math.expm1(self.epsilon / 2.0)
@@ -367,6 +370,9 @@ class Hybrid(NumericMechanism):
         a = self.alpha * pm_constant + (1.0 - self.alpha) * duchi
         b = self.alpha / em1 - (1.0 - self.alpha)
         return a, b, self.alpha * self.step**2 / 4.0
+
+    def unit_report_bound(self) -> float:
+        return self.bound * self.step
 
     def binary_scale(self) -> float | None:
         """At eps <= 0.61 HM is Duchi's mechanism: reports are ``±C_duchi``."""
