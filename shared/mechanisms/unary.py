@@ -19,10 +19,33 @@ the padding bits are zero.
 
 Sampling
 --------
-Bits are drawn by comparing uniform integers from the bit generator with fixed
-thresholds: the non-true bits are 1 with probability ``ceil(q 2^32) / 2^32`` and the
-true bit with probability ``floor(p 2^64) / 2^64``. Both roundings (below 2.4e-10)
-can only lower the likelihood ratio, so the sampler never exceeds ``eps``.
+Every bit is a comparison of a fresh uniform 64-bit integer with a fixed integer bound,
+evaluated 64 bits at a time (``_lanes.threshold_lanes``): bit j is 1 iff the 64-bit value
+``v_j``, read most significant bit first from bit ``j % 64`` of successive words drawn for
+word ``j // 64`` of the report, is at least ``2^64 - ceil(q 2^64)``. The comparison stops
+at the first bit where ``v_j`` and the bound differ (after two bits on average), and a
+word is drawn only while some bit of its 64 is undecided, so a report costs about 7
+words per 64 bits instead of one uniform per bit. The true bit x is then replaced by a
+separate coin, ``w < floor(p 2^64)`` for a fresh word w. So, exactly:
+
+- every bit other than x is 1 with probability ``q' = ceil(q 2^64) / 2^64``
+  (``q <= q' < q + 2^-64``), and bit x with ``p' = floor(p 2^64) / 2^64``
+  (``p - 2^-64 < p' <= p``);
+- all d bits are independent (each reads its own bits of the random words).
+
+Privacy (the realized epsilon): between inputs x and x' only bits x and x' change law,
+so for any output the likelihood ratio is at most ``p' (1 - q') / ((1 - p') q')``. This
+increases with p' and decreases with q', so it is at most ``p (1 - q) / ((1 - p) q)``,
+which is ``e^eps`` up to the floating-point error in computing p and q (a few ulps):
+rounding the thresholds never adds privacy loss. The estimator's p and q differ from the
+realized ones by under ``2^-64``.
+
+The draws, for one batch (``perturb`` splits n reports into batches of
+``_CHUNK_WORDS // ceil(d / 64)`` reports, each batch drawn in full before the next):
+first one word per report for the true bit; then rounds of the comparison: in rounds
+1 .. 7 (``_lanes.FULL_ROUNDS``) one word for every word of every report, report by
+report; in later rounds one word for each word that still has an undecided bit, in the
+same order. Bits at and beyond d (the last byte's padding) are cleared.
 
 References
 ----------
@@ -35,19 +58,21 @@ frequency estimation", USENIX Security 2017 (SUE and OUE, pure protocols).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import ParameterError
-from . import _bits
+from . import _bits, _lanes
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
-# Bits randomized per step of perturb: 32 bits of randomness each, about 4 MB.
-_CHUNK_BITS = 1 << 20
+# 64-bit words of report per perturb step (2 MB): bounds the working set.
+_CHUNK_WORDS = 1 << 18
 # output_probabilities enumerates 2^d vectors; refuse beyond this.
 MAX_ENUMERATED_BITS = 16
 
@@ -68,19 +93,37 @@ class _UnaryEncoding(FrequencyOracle):
             "with the padding bits of the last byte zero"
         )
 
+    @property
+    def realized_probabilities(self) -> tuple[float, float]:
+        """``(p', q')``: the sampler's exact probabilities (as floats, for display)."""
+        return _bits.threshold64_floor(self.p) / 2**64, self._other_count / 2**64
+
+    @functools.cached_property
+    def _other_count(self) -> int:
+        """``ceil(q 2^64)``: a non-true bit is 1 w.p. exactly this over ``2^64``."""
+        return min(2**64 - 1, math.ceil(Fraction(self.q) * 2**64))
+
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
+        return self.perturb_words(values, _lanes.rng_words(rng))
+
+    def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
+        """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.
+
+        This is the sampling rule of the module docstring: the same words in give the
+        same reports out, whatever produced them.
+        """
         d = self.domain_size
-        n = values.size
-        out = np.empty((n, _bits.packed_size(d)), dtype=np.uint8)
-        other = np.uint32(_bits.threshold32_ceil(self.q))
-        true = np.uint64(_bits.threshold64_floor(self.p))
-        rows = max(1, _CHUNK_BITS // d)
-        for start in range(0, n, rows):
-            x = values[start : start + rows]
-            m = x.size
-            bits = _bits.uniform_u32(rng, m * d).reshape(m, d) < other
-            bits[np.arange(m), x] = _bits.uniform_u64(rng, m) < true
-            out[start : start + m] = _bits.pack_rows(bits)
+        width = _lanes.words_per_row(d)
+        out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
+        true_threshold = np.uint64(_bits.threshold64_floor(self.p))
+        rows_per_step = max(1, _CHUNK_WORDS // width)
+        for start in range(0, values.size, rows_per_step):
+            x = values[start : start + rows_per_step]
+            true_bit = words(x.size) < true_threshold
+            packed = _lanes.threshold_lanes(words, x.size, width, self._other_count)
+            _lanes.clear_padding(packed, d)
+            _lanes.set_lanes(packed, x, true_bit)
+            out[start : start + x.size] = _lanes.to_report_bytes(packed, d)
         return out
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
