@@ -1,8 +1,8 @@
 """Exact random bit vectors, built 64 bits at a time: the samplers of SUE, OUE and SS.
 
 A report of unary encoding (SUE, OUE) or subset selection (SS) is a d-bit vector. The old
-samplers drew one 32-bit uniform per bit (d uniforms a report); these draw about seven
-64-bit words per 64 bits and keep every probability an exact dyadic rational.
+samplers drew one 32-bit uniform per bit (d / 2 words a report); these draw a few 64-bit
+words per 64 bits and keep every probability an exact dyadic rational.
 
 Lanes and words
 ---------------
@@ -26,6 +26,15 @@ A fixed dyadic rate ``a / 2**m`` (:func:`dense_lanes`)
 -----------------------------------------------------
 The same comparison cut to m bits and evaluated for every lane: m words per 64 lanes.
 
+Sparse lanes: exact binomial counts, distinct positions
+-------------------------------------------------------
+Lanes independently 1 with a small probability ``b = c / 2**64`` are, in law, a count
+``K ~ Binomial(n, b)`` and a uniform K-subset. :func:`block_binomials` draws K by
+inversion of the exact CDF (Python integers, no rounding); :func:`distinct_lanes` draws
+K uniform positions per block and keeps them only if they are distinct (else all K
+again). Unary encoding ORs this onto a dense part when that is cheaper than
+:func:`threshold_lanes` (:func:`plan_unary`).
+
 Uniform subsets of exact size (:func:`change_lanes`)
 ----------------------------------------------------
 Subset selection needs a set of exactly k' lanes among the d - 1 lanes other than the
@@ -43,6 +52,7 @@ starts; the mechanisms cut large inputs into batches of at most ``2**18`` words.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -67,13 +77,26 @@ rounds w.p. 2**-r), so drawing for all of them is cheaper than finding the other
 # costs about one raw word (4.3 ns) plus a few word operations per 64 lanes; a candidate
 # of change_lanes about 40 ns. Only the choice of m depends on these.
 _NS_PER_DENSE_WORD = 5.3
-_NS_PER_CANDIDATE = 40.0
-# Candidates applied one slot at a time above this many per round (numpy's ufunc.at is
-# slow per element but has no per-slot overhead).
-_SLOT_LOOP_ABOVE = 2048
+_NS_PER_CANDIDATE = 16.0
+_NS_PER_SPARSE_LANE = 10.0
+_NS_PER_COUNT = 20.0
+LAZY_WORDS_PER_WORD = 7.4
+"""Expected words :func:`threshold_lanes` draws per word of lanes (rounds until all 64
+lanes of a word are decided)."""
+
+MAX_SPARSE_RATE = Fraction(1, 16)
+"""Largest rate the planner gives the sparse part (so a block's count stays far below
+its size and its distinct draws succeed quickly)."""
+
+BLOCK = 1024
+"""Lanes per binomial count of the sparse part: a d-bit vector is cut into blocks of this
+many lanes (the last may be shorter), each with its own count, which keeps the exact CDF
+tables small (integers of ``64 * BLOCK`` bits)."""
 
 _MASK32 = np.uint64(0xFFFFFFFF)
 _ONE = np.uint64(1)
+_POW2 = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))  # bit j's mask (a table
+# lookup: numpy's scalar << array is several times slower than a gather)
 _SHIFT32 = np.uint64(32)
 
 
@@ -175,6 +198,137 @@ def nearest_dyadic(target: float, bits: int, *, below: bool) -> int:
     return max(0, min(1 << bits, value))
 
 
+# --- exact binomial counts --------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=16)
+def _cdf_numerators(trials: int, numerator: int) -> tuple[int, ...]:
+    """``F(k) * 2**(64 trials)`` for k = 0 .. trials - 1, exactly (Python integers).
+
+    ``F(k) = sum_{j <= k} C(n, j) c^j (2^64 - c)^(n - j) / 2^(64 n)``, the CDF of
+    ``Binomial(n, c / 2**64)``; about 45 ms for n = 1024, once per (n, c).
+    """
+    c, rest = numerator, (1 << 64) - numerator
+    term = rest**trials  # C(n, 0) c^0 rest^n
+    total = 0
+    out = []
+    for k in range(trials):
+        total += term
+        out.append(total)
+        term = term * (trials - k) * c // ((k + 1) * rest)  # exact: C(n, k+1) c^(k+1) ...
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=16)
+def cdf_prefixes(trials: int, numerator: int) -> U64:
+    """The first 64 bits of each ``F(k)``: ``floor(2**64 F(k))``, k = 0 .. trials - 1."""
+    shift = 64 * trials - 64
+    return np.array([f >> shift for f in _cdf_numerators(trials, numerator)], dtype=np.uint64)
+
+
+def block_binomials(words: WordSource, rows: int, block_sizes: I64, numerator: int) -> I64:
+    """Exact ``Binomial(size, numerator / 2**64)`` counts for each row and block.
+
+    Inversion of the exact CDF: a uniform ``U = 0.w1 w2 ...`` made of fresh words gives
+    ``K = #{k < size : F(k) <= U}``. One word per (row, block), row-major, decides K
+    unless it equals the first 64 bits of some F(k) (probability below
+    ``(size + 1) 2**-64``); such counts then draw further words, in the same order, until
+    the comparison is decided. No rounding anywhere: K is exactly binomial.
+    """
+    blocks = block_sizes.size
+    u = words(rows * blocks).reshape(rows, blocks)
+    k = np.empty((rows, blocks), dtype=np.int64)
+    tied = np.zeros((rows, blocks), dtype=np.bool_)
+    for size in np.unique(block_sizes).tolist():
+        cols = np.flatnonzero(block_sizes == size)
+        prefixes = cdf_prefixes(size, numerator)
+        sub = u[:, cols]
+        found = np.searchsorted(prefixes, sub, side="left")  # prefixes below u: F(k) <= U
+        k[:, cols] = found
+        tied[:, cols] = (found < size) & (prefixes[np.minimum(found, size - 1)] == sub)
+    for i, j in zip(*np.nonzero(tied), strict=True):
+        k[i, j] = _resolve_tie(words, int(block_sizes[j]), numerator, int(u[i, j]), int(k[i, j]))
+    return k
+
+
+def _resolve_tie(words: WordSource, trials: int, numerator: int, first: int, k: int) -> int:
+    """K when the first word equals the 64-bit prefix of F(k) (and maybe of F(k+1), ...)."""
+    exact = _cdf_numerators(trials, numerator)
+    total_bits = 64 * trials
+    drawn = [first]
+    while k < trials and (exact[k] >> (total_bits - 64)) == first:
+        level = 1  # compare U with F(k), 64 bits at a time
+        while True:
+            if level * 64 >= total_bits:
+                below = False  # U agrees with all of F(k)'s bits: U >= F(k)
+                break
+            if level == len(drawn):
+                drawn.append(int(words(1)[0]))
+            digit = (exact[k] >> (total_bits - 64 * (level + 1))) & 0xFFFFFFFFFFFFFFFF
+            if drawn[level] != digit:
+                below = drawn[level] < digit
+                break
+            level += 1
+        if below:
+            return k
+        k += 1
+    return k
+
+
+def distinct_lanes(
+    words: WordSource, packed: U64, rows: I64, starts: I64, sizes: I64, counts: I64
+) -> None:
+    """Set ``counts[u]`` distinct uniform lanes in each unit's block (blocks start empty).
+
+    A unit is the block ``starts[u] .. starts[u] + sizes[u] - 1`` of row ``rows[u]``
+    (word-aligned; blocks do not share words). In each round, every unit not yet done
+    draws ``counts[u]`` 32-bit values (units in order, from one run of words, low half
+    first), maps them to lanes by Lemire's rule, and keeps them iff all are valid and
+    distinct; otherwise it clears its block and draws all of them again in the next
+    round. The kept tuple is uniform over tuples of distinct lanes, so the set is a
+    uniform ``counts[u]``-subset.
+    """
+    width = packed.shape[1]
+    flat = packed.reshape(-1)
+    pending = np.flatnonzero(counts > 0)
+    while pending.size:
+        need = counts[pending]
+        values = _halves(words, int(need.sum()))
+        owner = np.repeat(pending, need)
+        lane, valid = _lemire(values, sizes, owner)
+        lane += rows[owner] * (64 * width) + starts[owner]
+        bit = _POW2[lane & 63] * valid
+        # Adding distinct bits is OR-ing them; a repeat carries, a void adds nothing, so
+        # a block holds counts[u] bits iff its draws were valid and distinct.
+        np.add.at(flat, lane >> 6, bit)
+        got = _block_counts(packed, rows[pending], starts[pending], sizes[pending])
+        failed = pending[got != need]
+        _clear_blocks(packed, rows[failed], starts[failed], sizes[failed])
+        pending = failed
+
+
+def _lemire(values: U64, sizes: I64, owner: I64) -> tuple[I64, U64]:
+    """Lanes ``(v * size) >> 32`` and 1 where valid (``(v * size) mod 2**32 >= 2**32 mod size``)."""
+    if sizes.size and int(sizes.min()) == int(sizes.max()):
+        size = int(sizes[0])
+        if size & (size - 1) == 0:  # power of two: a shift, never void
+            shift = np.uint64(32 - (size.bit_length() - 1))
+            return (values >> shift).view(np.int64), np.ones(values.size, dtype=np.uint64)
+        t = values * np.uint64(size)
+        valid = (t & _MASK32) >= np.uint64((1 << 32) % size)
+    else:
+        s = sizes.astype(np.uint64)[owner]
+        t = values * s
+        valid = (t & _MASK32) >= (np.uint64(1 << 32) % s)
+    return (t >> _SHIFT32).view(np.int64), valid.astype(np.uint64)
+
+
+def _clear_blocks(packed: U64, rows: I64, starts: I64, sizes: I64) -> None:
+    for start, size in {(int(a), int(b)) for a, b in zip(starts, sizes, strict=True)}:
+        sel = (starts == start) & (sizes == size)
+        packed[rows[sel], start >> 6 : (start + size + 63) >> 6] = 0
+
+
 # --- adding and removing uniform lanes --------------------------------------------------
 
 
@@ -206,74 +360,36 @@ def change_lanes(
     lanes the block must end with (at least its current count when adding, at most when
     removing). Lane ``forbidden[rows[u]]`` (if given) is cleared after every round, so it
     never counts. Draws per round: for each unit still off target, in unit order, as many
-    32-bit values as it is off, all from one run of words (:func:`_halves`); value v is
+    32-bit values as it is off, all from one run of words (low half first); value v is
     lane ``(v * size) >> 32`` of the block, or void when ``(v * size) mod 2**32`` is below
-    ``2**32 mod size`` (Lemire's exact rule; never void for a power-of-two size).
+    ``2**32 mod size`` (Lemire's exact rule; never void for a power-of-two size). All of
+    a round's candidates are applied; a void one, one already in (adding) or out
+    (removing), and a repeat change nothing.
     """
     width = packed.shape[1]
     flat = packed.reshape(-1)
-    base = rows * (64 * width) + starts  # global lane index of each block's lane 0
-    sizes_u = sizes.astype(np.uint64)
-    limits = np.uint64(1 << 32) % sizes_u
-    same = bool(np.all(sizes == sizes[0])) if sizes.size else True
-    pow2_shift = None
-    if same and sizes.size and int(sizes[0]) & (int(sizes[0]) - 1) == 0:
-        pow2_shift = np.uint64(32 - (int(sizes[0]).bit_length() - 1))
     forbid_lane = None if forbidden is None else rows * (64 * width) + forbidden[rows]
     have = _block_counts(packed, rows, starts, sizes)
     gap = (have - target) if remove else (target - have)
     active = np.flatnonzero(gap > 0)
     need = gap[active]
     while active.size:
-        total = int(need.sum())
-        values = _halves(words, total)
+        values = _halves(words, int(need.sum()))
         owner = np.repeat(active, need)
-        if pow2_shift is not None:
-            lane = base[owner] + (values >> pow2_shift).astype(np.int64)
-            bit = _ONE << (lane & 63).astype(np.uint64)
+        lane, valid = _lemire(values, sizes, owner)
+        lane += rows[owner] * (64 * width) + starts[owner]
+        bit = _POW2[lane & 63] * valid
+        if remove:
+            np.bitwise_and.at(flat, lane >> 6, ~bit)
         else:
-            t = values * sizes_u[owner]
-            lane = base[owner] + (t >> _SHIFT32).astype(np.int64)
-            ok = (t & _MASK32) >= limits[owner]
-            bit = (_ONE << (lane & 63).astype(np.uint64)) * ok.astype(np.uint64)
-        _apply(flat, lane >> 6, bit, need, remove)
+            np.bitwise_or.at(flat, lane >> 6, bit)
         if forbid_lane is not None:
             f = forbid_lane[active]
-            flat[f >> 6] &= ~(_ONE << (f & 63).astype(np.uint64))
+            flat[f >> 6] &= ~_POW2[f & 63]
         have = _block_counts(packed, rows[active], starts[active], sizes[active])
         gap = (have - target[active]) if remove else (target[active] - have)
         keep = gap > 0
         active, need = active[keep], gap[keep]
-
-
-def _apply(flat: U64, widx: I64, bit: U64, per_unit: I64, remove: bool) -> None:
-    """OR (or AND-NOT) ``bit`` into ``flat[widx]``; entries of one unit may share a word.
-
-    The entries come unit by unit (``per_unit[i]`` for the i-th unit), and entries of
-    different units never share a word. Small batches use numpy's unbuffered
-    ``ufunc.at``; large ones loop over "slots" (the s-th entry of every unit at once),
-    within which no two entries share a word.
-    """
-    if widx.size <= _SLOT_LOOP_ABOVE:
-        if remove:
-            np.bitwise_and.at(flat, widx, ~bit)
-        else:
-            np.bitwise_or.at(flat, widx, bit)
-        return
-    top = int(per_unit.max())
-    offsets = np.cumsum(per_unit) - per_unit
-    key = (top - per_unit).astype(np.int16 if top < 1 << 15 else np.int64)
-    order = np.argsort(key, kind="stable")  # most entries first (radix sort for int16)
-    first = offsets[order]
-    # with_more[s]: units with more than s entries, a prefix of `order`.
-    with_more = np.cumsum(np.bincount(key, minlength=top)[:top])
-    for s in range(top):
-        idx = first[: int(with_more[top - 1 - s])] + s
-        w = widx[idx]
-        if remove:
-            flat[w] &= ~bit[idx]
-        else:
-            flat[w] |= bit[idx]
 
 
 def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
@@ -288,6 +404,40 @@ def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
 
 
 # --- plans ------------------------------------------------------------------------------
+
+
+def plan_unary(probability: float, lanes: int) -> tuple[int, int, int]:
+    """How to draw lanes that are 1 w.p. ``probability`` (rounded up to a dyadic), fastest.
+
+    Returns ``(m, a, c)``. ``m < 0`` means :func:`threshold_lanes` with ``count = c``
+    (``c = ceil(2**64 probability)``). Otherwise lanes are the OR of :func:`dense_lanes`
+    with rate ``a / 2**m`` (``a = floor(2**m probability)``) and a sparse part with rate
+    ``c / 2**64``, ``c = ceil(2**64 (q - a') / (1 - a'))`` with ``a' = a / 2**m``: a lane
+    is 1 w.p. ``a' + (1 - a') c / 2**64``, at least ``probability`` and less than
+    ``2**-64`` above it. The choice changes the draws, never more than that.
+    """
+    q = Fraction(probability)
+    width = words_per_row(lanes)
+    blocks = -(-lanes // BLOCK)
+    block = min(lanes, BLOCK)
+    lazy_count = min((1 << 64) - 1, math.ceil(q * (1 << 64)))
+    best = (_NS_PER_DENSE_WORD * LAZY_WORDS_PER_WORD * width, -1, 0, lazy_count)
+    for m in range(MAX_DENSE_BITS + 1):
+        a = nearest_dyadic(probability, m, below=True)
+        dense = Fraction(a, 1 << m)
+        rest = (q - dense) / (1 - dense)
+        if rest > MAX_SPARSE_RATE:
+            continue
+        c = math.ceil(rest * (1 << 64))
+        per_block = block * float(rest)
+        # A block redraws all its lanes unless they are distinct: about e^(K^2 / 2 size) tries.
+        tries = math.exp(min(per_block * per_block / (2 * block), 50.0))
+        cost = _NS_PER_DENSE_WORD * m * width
+        if c:
+            cost += blocks * (_NS_PER_COUNT + _NS_PER_SPARSE_LANE * per_block * tries)
+        if cost < best[0]:
+            best = (cost, m, a, c)
+    return best[1], best[2], best[3]
 
 
 def plan_subset(size: int, lanes: int) -> tuple[int, int]:
@@ -320,7 +470,7 @@ def set_lanes(packed: U64, lanes: I64, bits: npt.NDArray[np.bool_]) -> None:
     """Set lane ``lanes[i]`` of row i to ``bits[i]``."""
     rows = np.arange(packed.shape[0])
     word = lanes >> 6
-    mask = _ONE << (lanes & 63).astype(np.uint64)
+    mask = _POW2[lanes & 63]
     packed[rows, word] = (packed[rows, word] & ~mask) | (mask * bits.astype(np.uint64))
 
 

@@ -19,19 +19,24 @@ the padding bits are zero.
 
 Sampling
 --------
-Every bit is a comparison of a fresh uniform 64-bit integer with a fixed integer bound,
-evaluated 64 bits at a time (``_lanes.threshold_lanes``): bit j is 1 iff the 64-bit value
-``v_j``, read most significant bit first from bit ``j % 64`` of successive words drawn for
-word ``j // 64`` of the report, is at least ``2^64 - ceil(q 2^64)``. The comparison stops
-at the first bit where ``v_j`` and the bound differ (after two bits on average), and a
-word is drawn only while some bit of its 64 is undecided, so a report costs about 7
-words per 64 bits instead of one uniform per bit. The true bit x is then replaced by a
-separate coin, ``w < floor(p 2^64)`` for a fresh word w. So, exactly:
+The non-true bits are drawn 64 at a time (``_lanes``) in one of two exact ways, whichever
+``_lanes.plan_unary`` expects to be faster for (eps, d); ``sampling_plan`` says which:
 
-- every bit other than x is 1 with probability ``q' = ceil(q 2^64) / 2^64``
-  (``q <= q' < q + 2^-64``), and bit x with ``p' = floor(p 2^64) / 2^64``
-  (``p - 2^-64 < p' <= p``);
-- all d bits are independent (each reads its own bits of the random words).
+- threshold (``m < 0``): bit j is 1 iff its own 64-bit uniform ``v_j`` (bit ``j % 64`` of
+  successive words drawn for word ``j // 64``, most significant first) is at least
+  ``2^64 - c``, ``c = ceil(q 2^64)``; the comparison stops at the first differing bit
+  and a word is drawn only while one of its 64 bits is undecided (about 7 words per 64
+  bits). Realized: ``q' = c / 2^64``.
+- split (``m >= 0``): the OR of a dense part, 1 w.p. ``a / 2^m`` (an m-bit comparison, m
+  words per 64 bits, ``a = floor(q 2^m)``), and a sparse part, 1 w.p. ``b = c / 2^64``
+  with ``c = ceil(2^64 (q - a/2^m) / (1 - a/2^m))``: an exact ``Binomial(n, b)`` count per
+  block of ``n <= 1024`` bits (inversion of the exact CDF, integers only), then that many
+  distinct uniform positions. Realized: ``q' = a/2^m + (1 - a/2^m) c / 2^64``.
+
+Either way ``q <= q' < q + 2^-64`` exactly, every bit reads its own randomness, so the
+d bits are independent, and the true bit x is then replaced by a separate coin
+``w < floor(p 2^64)`` on a fresh word w: ``p' = floor(p 2^64) / 2^64``,
+``p - 2^-64 < p' <= p``. ``realized_probabilities`` returns (p', q').
 
 Privacy (the realized epsilon): between inputs x and x' only bits x and x' change law,
 so for any output the likelihood ratio is at most ``p' (1 - q') / ((1 - p') q')``. This
@@ -41,11 +46,12 @@ rounding the thresholds never adds privacy loss. The estimator's p and q differ 
 realized ones by under ``2^-64``.
 
 The draws, for one batch (``perturb`` splits n reports into batches of
-``_CHUNK_WORDS // ceil(d / 64)`` reports, each batch drawn in full before the next):
-first one word per report for the true bit; then rounds of the comparison: in rounds
-1 .. 7 (``_lanes.FULL_ROUNDS``) one word for every word of every report, report by
-report; in later rounds one word for each word that still has an undecided bit, in the
-same order. Bits at and beyond d (the last byte's padding) are cleared.
+``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
+per report for the true bit; then the non-true bits (``_lanes.threshold_lanes``, or
+``dense_lanes`` then ``block_binomials`` then ``distinct_lanes``), each step for all
+reports of the batch in order before the next. Bits at and beyond d (the last byte's
+padding) are cleared. ``perturb_words`` runs the rule on any word source, for test
+vectors.
 
 References
 ----------
@@ -93,15 +99,20 @@ class _UnaryEncoding(FrequencyOracle):
             "with the padding bits of the last byte zero"
         )
 
+    @functools.cached_property
+    def sampling_plan(self) -> tuple[int, int, int]:
+        """``(m, a, c)`` of ``_lanes.plan_unary``: how the non-true bits are drawn."""
+        return _lanes.plan_unary(self.q, self.domain_size)
+
     @property
     def realized_probabilities(self) -> tuple[float, float]:
         """``(p', q')``: the sampler's exact probabilities (as floats, for display)."""
-        return _bits.threshold64_floor(self.p) / 2**64, self._other_count / 2**64
-
-    @functools.cached_property
-    def _other_count(self) -> int:
-        """``ceil(q 2^64)``: a non-true bit is 1 w.p. exactly this over ``2^64``."""
-        return min(2**64 - 1, math.ceil(Fraction(self.q) * 2**64))
+        m, a, c = self.sampling_plan
+        q_real = Fraction(c, 1 << 64)
+        if m >= 0:
+            dense = Fraction(a, 1 << m)
+            q_real = dense + (1 - dense) * q_real
+        return _bits.threshold64_floor(self.p) / 2**64, float(q_real)
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         return self.perturb_words(values, _lanes.rng_words(rng))
@@ -117,13 +128,32 @@ class _UnaryEncoding(FrequencyOracle):
         out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
         true_threshold = np.uint64(_bits.threshold64_floor(self.p))
         rows_per_step = max(1, _CHUNK_WORDS // width)
+        m, a, c = self.sampling_plan
+        blocks = -(-d // _lanes.BLOCK)
+        block_sizes = np.minimum(_lanes.BLOCK, d - _lanes.BLOCK * np.arange(blocks))
         for start in range(0, values.size, rows_per_step):
             x = values[start : start + rows_per_step]
-            true_bit = words(x.size) < true_threshold
-            packed = _lanes.threshold_lanes(words, x.size, width, self._other_count)
+            r = x.size
+            true_bit = words(r) < true_threshold
+            if m < 0:
+                packed = _lanes.threshold_lanes(words, r, width, c)
+            else:
+                packed = _lanes.dense_lanes(words, r, width, m, a)
+                if c:
+                    counts = _lanes.block_binomials(words, r, block_sizes, c).reshape(-1)
+                    sparse = np.zeros_like(packed)
+                    _lanes.distinct_lanes(
+                        words,
+                        sparse,
+                        np.repeat(np.arange(r, dtype=np.int64), blocks),
+                        np.tile(_lanes.BLOCK * np.arange(blocks, dtype=np.int64), r),
+                        np.tile(block_sizes, r),
+                        counts,
+                    )
+                    packed |= sparse
             _lanes.clear_padding(packed, d)
             _lanes.set_lanes(packed, x, true_bit)
-            out[start : start + x.size] = _lanes.to_report_bytes(packed, d)
+            out[start : start + r] = _lanes.to_report_bytes(packed, d)
         return out
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:

@@ -79,13 +79,59 @@ def reference_threshold_lanes(
     return out
 
 
+def reference_halves(stream: Stream, count: int) -> list[int]:
+    words = stream((count + 1) // 2).tolist()
+    return [half for w in words for half in (w & 0xFFFFFFFF, w >> 32)][:count]
+
+
+def reference_lemire(value: int, size: int) -> int | None:
+    t = value * size
+    return None if t % 2**32 < 2**32 % size else t >> 32
+
+
 def reference_unary(m: Any, values: list[int], stream: Stream) -> npt.NDArray[np.uint8]:
-    """SUE/OUE's rule (unary module docstring) for one batch, lane by lane."""
-    d = m.domain_size
+    """SUE/OUE's rule (unary and _lanes docstrings) for one batch, lane by lane."""
+    d, rows = m.domain_size, len(values)
     width = -(-d // 64)
-    true_words = stream(len(values)).tolist()
-    count = math.ceil(Fraction(m.q) * 2**64)  # the docstring's ceil(q 2^64), exactly
-    lanes = reference_threshold_lanes(stream, len(values), width, count)[:, :d]
+    true_words = stream(rows).tolist()
+    bits_m, a, c = m.sampling_plan
+    if bits_m < 0:
+        assert c == math.ceil(Fraction(m.q) * 2**64)
+        lanes = reference_threshold_lanes(stream, rows, width, c)[:, :d]
+    else:
+        dense = [stream(rows * width).reshape(rows, width) for _ in range(bits_m)]
+        u = np.zeros((rows, 64 * width), dtype=np.int64)
+        for words in dense:
+            u = 2 * u + lane_bits(words, 64 * width)
+        lanes = (u < a)[:, :d]
+        if c:
+            sizes = [min(_lanes.BLOCK, d - start) for start in range(0, d, _lanes.BLOCK)]
+            units = [(r, i) for r in range(rows) for i in range(len(sizes))]
+            counts = {}
+            for unit, word in zip(units, stream(len(units)).tolist(), strict=True):
+                n = sizes[unit[1]]
+                cdf = 0
+                k = 0
+                for j in range(n):  # K = #{k : F(k) <= U}; no ties in these streams
+                    cdf += math.comb(n, j) * c**j * (2**64 - c) ** (n - j)
+                    assert cdf >> (64 * n - 64) != word
+                    if cdf < word << (64 * n - 64):
+                        k += 1
+                counts[unit] = k
+            pending = [u for u in units if counts[u] > 0]
+            while pending:
+                draws = reference_halves(stream, sum(counts[u] for u in pending))
+                failed = []
+                for r, i in pending:
+                    mine, draws = draws[: counts[r, i]], draws[counts[r, i] :]
+                    pos = [reference_lemire(v, sizes[i]) for v in mine]
+                    if None in pos or len(set(pos)) < len(pos):
+                        failed.append((r, i))
+                        continue
+                    for p in pos:
+                        assert p is not None
+                        lanes[r, i * _lanes.BLOCK + p] = True
+                pending = failed
     p_threshold = _bits.threshold64_floor(m.p)
     for r, x in enumerate(values):
         lanes[r, x] = true_words[r] < p_threshold
@@ -215,16 +261,6 @@ def test_change_lanes_gives_uniform_subsets(start_rate: tuple[int, int]) -> None
     assert stats.chisquare(observed).pvalue > ALPHA, observed
 
 
-def test_change_lanes_slot_loop_matches_ufunc_at(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The two ways of applying a round's candidates implement the same rule."""
-    m = ldpkit.mechanism("ss", epsilon=1.0, domain_size=300)
-    values = np.random.default_rng(0).integers(0, 300, 500)
-    small = m.perturb_words(values, random_stream(9, 50_000))  # type: ignore[attr-defined]
-    monkeypatch.setattr(_lanes, "_SLOT_LOOP_ABOVE", 0)
-    looped = m.perturb_words(values, random_stream(9, 50_000))  # type: ignore[attr-defined]
-    np.testing.assert_array_equal(small, looped)
-
-
 @pytest.mark.parametrize(("epsilon", "d"), [(1.0, 40), (0.2, 30), (6.0, 100)])
 def test_ss_counts_in_a_fixed_set_are_hypergeometric(epsilon: float, d: int) -> None:
     m = ldpkit.mechanism("ss", epsilon=epsilon, domain_size=d)
@@ -255,12 +291,13 @@ def test_ss_counts_in_a_fixed_set_are_hypergeometric(epsilon: float, d: int) -> 
 
 
 @pytest.mark.parametrize("name", ["sue", "oue"])
+@pytest.mark.parametrize("epsilon", [1.0, 4.0])
 @pytest.mark.parametrize("d", [2, 9, 64, 70])
-def test_unary_follows_its_written_rule(name: str, d: int) -> None:
-    m = ldpkit.mechanism(name, epsilon=1.3, domain_size=d)
+def test_unary_follows_its_written_rule(name: str, epsilon: float, d: int) -> None:
+    m: Any = ldpkit.mechanism(name, epsilon=epsilon, domain_size=d)
     values = [0, d - 1, d // 2]
     fast, slow = random_stream(d), random_stream(d)
-    got = m.perturb_words(np.array(values), fast)  # type: ignore[attr-defined]
+    got = m.perturb_words(np.array(values), fast)
     np.testing.assert_array_equal(got, reference_unary(m, values, slow))
     assert fast.used == slow.used
 
@@ -319,3 +356,68 @@ def test_realized_probabilities_round_towards_privacy() -> None:
             assert m.p - p_real < 2**-60 + m.p * 2**-52 and q_real - m.q < 2**-60 + m.q * 2**-52
             ratio = p_real * (1 - q_real) / ((1 - p_real) * q_real)
             assert ratio <= math.exp(eps) * (1 + 1e-12)
+
+
+# --- exact binomial counts and distinct lanes --------------------------------------------
+
+
+def binomial_counts(words: Any, trials: int, numerator: int, count: int) -> npt.NDArray[np.int64]:
+    return _lanes.block_binomials(words, count, np.array([trials]), numerator)[:, 0]
+
+
+@pytest.mark.parametrize(("trials", "numerator"), [(1024, 465876736539456854), (70, 2**62), (3, 1)])
+def test_block_binomials_follow_the_binomial_law(trials: int, numerator: int) -> None:
+    b = numerator / 2**64
+    rows = 40_000
+    counts = binomial_counts(
+        _lanes.rng_words(np.random.default_rng(trials)), trials, numerator, rows
+    )
+    pmf = stats.binom.pmf(np.arange(trials + 1), trials, b)
+    expected = rows * pmf
+    observed = np.bincount(counts, minlength=trials + 1).astype(float)
+    keep = expected >= 5
+    obs = np.append(observed[keep], observed[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] < 1e-9:
+        assert obs[-1] == 0
+        obs, exp = obs[:-1], exp[:-1]
+    if exp.size > 1:
+        assert stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > ALPHA
+
+
+def test_block_binomials_break_ties_exactly() -> None:
+    trials, numerator = 8, 465876736539456855  # Binomial(8, about 0.025)
+    exact = _lanes._cdf_numerators(trials, numerator)
+    prefixes = _lanes.cdf_prefixes(trials, numerator)
+    k = 3
+    first = int(prefixes[k])
+    digit = (exact[k] >> (64 * trials - 128)) & (2**64 - 1)
+    assert 0 < digit < 2**64 - 1
+    for second, want in [(digit - 1, k), (digit + 1, k + 1)]:
+        stream = Stream(np.array([first, second], dtype=np.uint64))
+        got = binomial_counts(stream, trials, numerator, 1)
+        assert int(got[0]) == want and stream.used == 2
+    # A word strictly between prefixes needs no second word.
+    stream = Stream(np.array([first + 1], dtype=np.uint64))
+    assert int(binomial_counts(stream, trials, numerator, 1)[0]) == k + 1
+
+
+@pytest.mark.parametrize("size", [6, 8])
+def test_distinct_lanes_gives_uniform_subsets(size: int) -> None:
+    rows, count = 30_000, 2
+    packed = np.zeros((rows, 1), dtype=np.uint64)
+    words = _lanes.rng_words(np.random.default_rng(size))
+    _lanes.distinct_lanes(
+        words,
+        packed,
+        np.arange(rows),
+        np.zeros(rows, np.int64),
+        np.full(rows, size),
+        np.full(rows, count),
+    )
+    bits = lane_bits(packed, 64)
+    assert (bits.sum(axis=1) == count).all() and not bits[:, size:].any()
+    codes = (bits[:, :size] * (1 << np.arange(size))).sum(axis=1)
+    subsets = [c for c in range(1 << size) if bin(c).count("1") == count]
+    observed = np.array([np.count_nonzero(codes == c) for c in subsets])
+    assert stats.chisquare(observed).pvalue > ALPHA, observed
