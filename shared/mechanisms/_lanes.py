@@ -52,8 +52,10 @@ starts; the mechanisms cut large inputs into batches of at most ``2**18`` words.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
+import struct
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -220,6 +222,11 @@ def _cdf_numerators(trials: int, numerator: int) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=16)
+def _prefix_list(trials: int, numerator: int) -> list[int]:
+    return [int(v) for v in cdf_prefixes(trials, numerator)]
+
+
 def cdf_prefixes(trials: int, numerator: int) -> U64:
     """The first 64 bits of each ``F(k)``: ``floor(2**64 F(k))``, k = 0 .. trials - 1."""
     shift = 64 * trials - 64
@@ -479,3 +486,164 @@ def to_report_bytes(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
     nbytes = (lanes + 7) // 8
     as_bytes = np.ascontiguousarray(packed, dtype="<u8").view(np.uint8)
     return np.ascontiguousarray(as_bytes.reshape(packed.shape[0], -1)[:, :nbytes])
+
+
+# --- one report at a time, in Python integers (the device's path) -------------------------
+# The same rules as above for a batch of one report: a device perturbs one value per call,
+# where a dozen numpy calls per round would cost more than the arithmetic. Tests check that
+# both paths give the same report from the same words.
+
+_ALL = (1 << 64) - 1
+
+
+class WordQueue:
+    """Hands out a word source's words one run at a time, fetching ``block`` at once.
+
+    Words fetched but not handed out are discarded with the queue (a device uses a fresh
+    generator for every report, so reading ahead changes nothing it sends).
+    """
+
+    def __init__(self, words: WordSource, block: int = 256) -> None:
+        self._words = words
+        self._block = block
+        self._buffer: list[int] = []
+        self._next = 0
+
+    def take(self, count: int) -> list[int]:
+        if self._next + count > len(self._buffer):
+            rest = self._buffer[self._next :]
+            self._buffer = rest + self._words(max(self._block, count - len(rest))).tolist()
+            self._next = 0
+        out = self._buffer[self._next : self._next + count]
+        self._next += count
+        return out
+
+    def source(self, count: int) -> U64:
+        """This queue as a :data:`WordSource`."""
+        return np.array(self.take(count), dtype=np.uint64)
+
+
+def _join(words: list[int]) -> int:
+    """Words as one integer, word i at bits 64 i .. 64 i + 63."""
+    return int.from_bytes(struct.pack(f"<{len(words)}Q", *words), "little")
+
+
+def _split(value: int, width: int) -> list[int]:
+    return list(struct.unpack(f"<{width}Q", value.to_bytes(8 * width, "little")))
+
+
+def threshold_row(queue: WordQueue, width: int, count: int) -> list[int]:
+    """:func:`threshold_lanes` for one row (the full rounds on the row as one integer)."""
+    if count <= 0:
+        queue.take(FULL_ROUNDS * width)
+        return [0] * width
+    bound = (1 << 64) - count
+    whole = (1 << (64 * width)) - 1
+    greater, equal = 0, whole
+    for i in range(FULL_ROUNDS):
+        r = _join(queue.take(width))
+        if (bound >> (63 - i)) & 1:
+            equal &= r
+        else:
+            taken = equal & r
+            greater |= taken
+            equal ^= taken
+    more = _split(greater, width)
+    eq = _split(equal, width)
+    for i in range(FULL_ROUNDS, 64):
+        live = [w for w in range(width) if eq[w]]
+        if not live:
+            break
+        one = (bound >> (63 - i)) & 1
+        for w, r in zip(live, queue.take(len(live)), strict=True):
+            if one:
+                eq[w] &= r
+            else:
+                taken = eq[w] & r
+                more[w] |= taken
+                eq[w] ^= taken
+    return [g | e for g, e in zip(more, eq, strict=True)]
+
+
+def dense_row(queue: WordQueue, width: int, bits: int, numerator: int) -> list[int]:
+    """:func:`dense_lanes` for one row (as one integer)."""
+    if numerator <= 0 or numerator >= 1 << bits:
+        queue.take(bits * width)
+        return [0 if numerator <= 0 else _ALL] * width
+    whole = (1 << (64 * width)) - 1
+    less, equal = 0, whole
+    for i in range(bits):
+        r = _join(queue.take(width))
+        if (numerator >> (bits - 1 - i)) & 1:
+            less |= equal & ~r & whole
+            equal &= r
+        else:
+            equal &= ~r & whole
+    return _split(less, width)
+
+
+def _row_halves(queue: WordQueue, count: int) -> list[int]:
+    out = [h for w in queue.take((count + 1) // 2) for h in (w & 0xFFFFFFFF, w >> 32)]
+    return out[:count]
+
+
+def _row_lemire(value: int, size: int) -> int | None:
+    t = value * size
+    return None if (t & 0xFFFFFFFF) < (1 << 32) % size else t >> 32
+
+
+def sparse_row(queue: WordQueue, row: list[int], lanes: int, numerator: int) -> None:
+    """:func:`block_binomials` then :func:`distinct_lanes` for one row (ORed into ``row``)."""
+    sizes = [min(BLOCK, lanes - start) for start in range(0, lanes, BLOCK)]
+    counts = []
+    for size, u in zip(sizes, queue.take(len(sizes)), strict=True):
+        prefixes = _prefix_list(size, numerator)
+        k = bisect.bisect_left(prefixes, u)
+        if k < size and prefixes[k] == u:
+            k = _resolve_tie(queue.source, size, numerator, u, k)
+        counts.append(k)
+    pending = [b for b, k in enumerate(counts) if k > 0]
+    while pending:
+        values = _row_halves(queue, sum(counts[b] for b in pending))
+        failed = []
+        for b in pending:
+            mine, values = values[: counts[b]], values[counts[b] :]
+            lanes_b = [_row_lemire(v, sizes[b]) for v in mine]
+            if None in lanes_b or len(set(lanes_b)) < len(lanes_b):
+                failed.append(b)
+                continue
+            for lane in lanes_b:
+                assert lane is not None
+                j = b * BLOCK + lane
+                row[j >> 6] |= 1 << (j & 63)
+        pending = failed
+
+
+def change_row(
+    queue: WordQueue, row: list[int], lanes: int, target: int, *, remove: bool, forbidden: int
+) -> None:
+    """:func:`change_lanes` for one row whose single block is all ``lanes`` lanes."""
+    while True:
+        have = sum(w.bit_count() for w in row)
+        gap = have - target if remove else target - have
+        if gap <= 0:
+            return
+        for v in _row_halves(queue, gap):
+            lane = _row_lemire(v, lanes)
+            if lane is None:
+                continue
+            if remove:
+                row[lane >> 6] &= ~(1 << (lane & 63)) & _ALL
+            else:
+                row[lane >> 6] |= 1 << (lane & 63)
+        row[forbidden >> 6] &= ~(1 << (forbidden & 63)) & _ALL
+
+
+def finish_row(row: list[int], lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:
+    """Clear the padding, set ``lane`` to ``bit``, and return the report's bytes (1 x n)."""
+    spare = 64 * len(row) - lanes
+    if spare:
+        row[-1] &= (1 << (64 - spare)) - 1
+    row[lane >> 6] = (row[lane >> 6] & ~(1 << (lane & 63)) & _ALL) | (int(bit) << (lane & 63))
+    data = b"".join(w.to_bytes(8, "little") for w in row)[: (lanes + 7) // 8]
+    return np.frombuffer(data, dtype=np.uint8).reshape(1, -1).copy()

@@ -150,7 +150,23 @@ class SubsetSelection(FrequencyOracle):
         return _lanes.plan_subset(self.k, self.domain_size - 1)
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
+        if values.size == 1:  # a device's report: the same rule, in Python integers
+            return self.perturb_one(int(values[0]), _lanes.WordQueue(_lanes.rng_words(rng)))
         return self.perturb_words(values, _lanes.rng_words(rng))
+
+    def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
+        """:meth:`perturb_words` for a single value (same words, same report), faster."""
+        d, k = self.domain_size, self.k
+        inside = queue.take(1)[0] < _bits.threshold64_floor(self.p)
+        m, a = self.sampling_plan
+        row = _lanes.dense_row(queue, _lanes.words_per_row(d), m, a)
+        spare = 64 * len(row) - d
+        if spare:
+            row[-1] &= (1 << (64 - spare)) - 1
+        row[value >> 6] &= ~(1 << (value & 63)) & ((1 << 64) - 1)
+        for remove in (False, True):
+            _lanes.change_row(queue, row, d, k - inside, remove=remove, forbidden=value)
+        return _lanes.finish_row(row, d, value, inside)
 
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
         """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.

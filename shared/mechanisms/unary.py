@@ -115,7 +115,23 @@ class _UnaryEncoding(FrequencyOracle):
         return _bits.threshold64_floor(self.p) / 2**64, float(q_real)
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
+        if values.size == 1:  # a device's report: the same rule, in Python integers
+            return self.perturb_one(int(values[0]), _lanes.WordQueue(_lanes.rng_words(rng)))
         return self.perturb_words(values, _lanes.rng_words(rng))
+
+    def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
+        """:meth:`perturb_words` for a single value (same words, same report), faster."""
+        d = self.domain_size
+        width = _lanes.words_per_row(d)
+        true_bit = queue.take(1)[0] < _bits.threshold64_floor(self.p)
+        m, a, c = self.sampling_plan
+        if m < 0:
+            row = _lanes.threshold_row(queue, width, c)
+        else:
+            row = _lanes.dense_row(queue, width, m, a)
+            if c:
+                _lanes.sparse_row(queue, row, d, c)
+        return _lanes.finish_row(row, d, value, true_bit)
 
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
         """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.

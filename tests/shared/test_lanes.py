@@ -421,3 +421,21 @@ def test_distinct_lanes_gives_uniform_subsets(size: int) -> None:
     subsets = [c for c in range(1 << size) if bin(c).count("1") == count]
     observed = np.array([np.count_nonzero(codes == c) for c in subsets])
     assert stats.chisquare(observed).pvalue > ALPHA, observed
+
+
+# --- the device's path: one value in Python integers ---------------------------------------
+
+
+@pytest.mark.parametrize("name", ["sue", "oue", "ss"])
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 4.0, 9.0])
+@pytest.mark.parametrize("d", [2, 16, 100, 1024, 3000])
+def test_one_value_path_gives_the_batch_rule(name: str, epsilon: float, d: int) -> None:
+    m: Any = ldpkit.mechanism(name, epsilon=epsilon, domain_size=d)
+    for seed in range(12):
+        x = (seed * 7919) % d
+        batch = m.perturb_words(np.array([x]), random_stream(seed, 20_000))
+        one = m.perturb_one(x, _lanes.WordQueue(random_stream(seed, 20_000)))
+        np.testing.assert_array_equal(one, batch)
+    # And perturb() of a scalar takes that path.
+    report = m.perturb(3 % d, rng=np.random.Generator(np.random.Philox(1)))
+    assert bool(m.check_reports(report[None, :])[0])
