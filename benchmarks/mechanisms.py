@@ -28,7 +28,9 @@ at d = 1024, n = 10^5, with two peer libraries, pure-ldp and multi-freq-ldpy, wh
 never dependencies of ldpkit. Make their virtual environment once::
 
     python3 -m venv /tmp/peers-venv
-    /tmp/peers-venv/bin/pip install pure-ldp multi-freq-ldpy
+    /tmp/peers-venv/bin/pip install pure-ldp multi-freq-ldpy scikit-learn statsmodels
+
+(multi-freq-ldpy 0.2.5 imports scikit-learn and statsmodels without declaring them.)
 
 The table is skipped, with a message, when ``--peers`` (default
 ``/tmp/peers-venv/bin/python``) does not exist; ``--no-peers`` skips it too.
