@@ -283,7 +283,14 @@ def _resolve_tie(words: WordSource, trials: int, numerator: int, first: int, k: 
 
 
 def distinct_lanes(
-    words: WordSource, packed: U64, rows: I64, starts: I64, sizes: I64, counts: I64
+    words: WordSource,
+    packed: U64,
+    rows: I64,
+    starts: I64,
+    sizes: I64,
+    counts: I64,
+    *,
+    forbidden: I64 | None = None,
 ) -> None:
     """Set ``counts[u]`` distinct uniform lanes in each unit's block (blocks start empty).
 
@@ -293,7 +300,8 @@ def distinct_lanes(
     first), maps them to lanes by Lemire's rule, and keeps them iff all are valid and
     distinct; otherwise it clears its block and draws all of them again in the next
     round. The kept tuple is uniform over tuples of distinct lanes, so the set is a
-    uniform ``counts[u]``-subset.
+    uniform ``counts[u]``-subset. With ``forbidden``, a draw that includes lane
+    ``forbidden[rows[u]]`` fails too: the set is then uniform among those without it.
     """
     width = packed.shape[1]
     flat = packed.reshape(-1)
@@ -309,7 +317,11 @@ def distinct_lanes(
         # a block holds counts[u] bits iff its draws were valid and distinct.
         np.add.at(flat, lane >> 6, bit)
         got = _block_counts(packed, rows[pending], starts[pending], sizes[pending])
-        failed = pending[got != need]
+        bad = got != need
+        if forbidden is not None:
+            f = forbidden[rows[pending]]
+            bad |= (packed[rows[pending], f >> 6] & _POW2[f & 63]) != 0
+        failed = pending[bad]
         _clear_blocks(packed, rows[failed], starts[failed], sizes[failed])
         pending = failed
 
@@ -460,6 +472,9 @@ def plan_subset(size: int, lanes: int) -> tuple[int, int]:
         # Adding accepts a candidate w.p. about 1 - target; removing, about target.
         accept = max(1.0 - target if lanes * rate <= size else target, 1e-3)
         cost = _NS_PER_DENSE_WORD * m * width + _NS_PER_CANDIDATE * fixes / accept
+        if a == 0:  # drawn all at once, again until distinct: about e^(k^2 / 2 d) tries
+            tries = math.exp(min(size * size / (2 * lanes) + size / lanes, 50.0))
+            cost = _NS_PER_SPARSE_LANE * size * tries
         if best is None or cost < best[0]:
             best = (cost, m, a)
     assert best is not None
@@ -617,6 +632,18 @@ def sparse_row(queue: WordQueue, row: list[int], lanes: int, numerator: int) -> 
                 j = b * BLOCK + lane
                 row[j >> 6] |= 1 << (j & 63)
         pending = failed
+
+
+def distinct_row(queue: WordQueue, row: list[int], lanes: int, count: int, forbidden: int) -> None:
+    """:func:`distinct_lanes` for one row with one block of all ``lanes`` lanes."""
+    while count:
+        picked = [_row_lemire(v, lanes) for v in _row_halves(queue, count)]
+        if None in picked or forbidden in picked or len(set(picked)) < count:
+            continue
+        for lane in picked:
+            assert lane is not None
+            row[lane >> 6] |= 1 << (lane & 63)
+        return
 
 
 def change_row(

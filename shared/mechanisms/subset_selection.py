@@ -31,7 +31,9 @@ of fair words, m and a chosen once per (eps, d) by ``_lanes.plan_subset``); bit 
 padding are cleared; then, while the count is below ``k'``, every report short of it
 draws as many candidates as it lacks, uniform over the d items (Lemire's rule on 32-bit
 values), and ORs them in, clearing bit x again; while above ``k'``, it draws as many
-candidates as it has too many and clears them. Nothing in this treats one of the d - 1
+candidates as it has too many and clears them. When the dense start is empty
+(``a = 0``, small k) the ``k'`` others are drawn at once instead: ``k'`` candidates, kept
+iff all are valid, distinct and not x, else all drawn again. Nothing in this treats one of the d - 1
 other items differently from another, and it stops at exactly ``k'`` members, so the
 others form a uniformly random ``k'``-subset, exactly; with the coin, every k-subset with
 x has probability ``p' / C(d - 1, k - 1)`` and every one without, ``(1 - p') / C(d - 1, k)``,
@@ -46,7 +48,8 @@ The draws, for one batch (``perturb`` splits n reports into batches of
 per report for the coin; m rounds of ``ceil(d / 64)`` words per report for the dense start;
 then the rounds of additions, then those of removals, each round drawing, for the
 reports still off target in order, as many 32-bit values as they are off (low half of
-each word first).
+each word first); or, with ``a = 0``, rounds in which every report not yet done draws
+``k'`` values.
 
 References
 ----------
@@ -164,6 +167,8 @@ class SubsetSelection(FrequencyOracle):
         if spare:
             row[-1] &= (1 << (64 - spare)) - 1
         row[value >> 6] &= ~(1 << (value & 63)) & ((1 << 64) - 1)
+        if a == 0:
+            _lanes.distinct_row(queue, row, d, k - inside, value)
         for remove in (False, True):
             _lanes.change_row(queue, row, d, k - inside, remove=remove, forbidden=value)
         return _lanes.finish_row(row, d, value, inside)
@@ -191,10 +196,13 @@ class SubsetSelection(FrequencyOracle):
             rows = np.arange(r, dtype=np.int64)
             starts = np.zeros(r, dtype=np.int64)
             sizes = np.full(r, d, dtype=np.int64)
-            for remove in (False, True):
-                _lanes.change_lanes(
-                    words, packed, rows, starts, sizes, target, remove=remove, forbidden=x
-                )
+            if a == 0:  # empty dense start: all k' others at once
+                _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
+            else:
+                for remove in (False, True):
+                    _lanes.change_lanes(
+                        words, packed, rows, starts, sizes, target, remove=remove, forbidden=x
+                    )
             _lanes.set_lanes(packed, x, inside)
             out[start : start + r] = _lanes.to_report_bytes(packed, d)
         return out
