@@ -70,6 +70,10 @@ WordSource = Callable[[int], U64]
 MAX_DENSE_BITS = 8
 """Largest m (fair words per 64 lanes) the subset planner uses for its dense start."""
 
+MAX_SPLIT_BITS = 3
+"""Largest m of a dense part under a sparse part (:func:`plan_unary`): beyond three dense
+words per 64 lanes the threshold sampler was as fast or faster in every measurement."""
+
 FULL_ROUNDS = 7
 """Rounds of :func:`threshold_lanes` that draw a word for every word of the batch; after
 about 7 rounds most words still have an undecided lane (a lane is undecided after r
@@ -79,8 +83,8 @@ rounds w.p. 2**-r), so drawing for all of them is cheaper than finding the other
 # costs about one raw word (4.3 ns) plus a few word operations per 64 lanes; a candidate
 # of change_lanes about 40 ns. Only the choice of m depends on these.
 _NS_PER_DENSE_WORD = 5.3
-_NS_PER_CANDIDATE = 16.0
-_NS_PER_SPARSE_LANE = 10.0
+_NS_PER_CANDIDATE = 12.0
+_NS_PER_SPARSE_LANE = 13.0
 _NS_PER_COUNT = 20.0
 LAZY_WORDS_PER_WORD = 7.4
 """Expected words :func:`threshold_lanes` draws per word of lanes (rounds until all 64
@@ -305,14 +309,20 @@ def distinct_lanes(
     """
     width = packed.shape[1]
     flat = packed.reshape(-1)
+    whole_rows = _whole_rows(packed, rows, starts, sizes)
     pending = np.flatnonzero(counts > 0)
     while pending.size:
         need = counts[pending]
         values = _halves(words, int(need.sum()))
         owner = np.repeat(pending, need)
         lane, valid = _lemire(values, sizes, owner)
-        lane += rows[owner] * (64 * width) + starts[owner]
-        bit = _POW2[lane & 63] * valid
+        if whole_rows:  # unit u is row u, block = the row: no gathers
+            lane += owner * (64 * width)
+        else:
+            lane += rows[owner] * (64 * width) + starts[owner]
+        bit = _POW2[lane & 63]
+        if valid is not None:
+            bit *= valid
         # Adding distinct bits is OR-ing them; a repeat carries, a void adds nothing, so
         # a block holds counts[u] bits iff its draws were valid and distinct.
         np.add.at(flat, lane >> 6, bit)
@@ -322,17 +332,33 @@ def distinct_lanes(
             f = forbidden[rows[pending]]
             bad |= (packed[rows[pending], f >> 6] & _POW2[f & 63]) != 0
         failed = pending[bad]
-        _clear_blocks(packed, rows[failed], starts[failed], sizes[failed])
+        if whole_rows:
+            packed[failed] = 0
+        else:
+            _clear_blocks(packed, rows[failed], starts[failed], sizes[failed])
         pending = failed
 
 
-def _lemire(values: U64, sizes: I64, owner: I64) -> tuple[I64, U64]:
-    """Lanes ``(v * size) >> 32`` and 1 where valid (``(v * size) mod 2**32 >= 2**32 mod size``)."""
+def _whole_rows(packed: U64, rows: I64, starts: I64, sizes: I64) -> bool:
+    """Is unit u simply row u, its block all of the row's lanes?"""
+    return (
+        rows.size == packed.shape[0]
+        and bool(np.all(rows == np.arange(rows.size)))
+        and (not starts.size or int(starts.max()) == 0)
+        and (not sizes.size or int(sizes.min()) > 64 * (packed.shape[1] - 1))
+    )
+
+
+def _lemire(values: U64, sizes: I64, owner: I64) -> tuple[I64, U64 | None]:
+    """Lanes ``(v * size) >> 32`` and 1 where valid (``(v * size) mod 2**32 >= 2**32 mod size``).
+
+    The mask is None when every value is valid (a power-of-two size).
+    """
     if sizes.size and int(sizes.min()) == int(sizes.max()):
         size = int(sizes[0])
         if size & (size - 1) == 0:  # power of two: a shift, never void
             shift = np.uint64(32 - (size.bit_length() - 1))
-            return (values >> shift).view(np.int64), np.ones(values.size, dtype=np.uint64)
+            return (values >> shift).view(np.int64), None
         t = values * np.uint64(size)
         valid = (t & _MASK32) >= np.uint64((1 << 32) % size)
     else:
@@ -397,7 +423,9 @@ def change_lanes(
         owner = np.repeat(active, need)
         lane, valid = _lemire(values, sizes, owner)
         lane += rows[owner] * (64 * width) + starts[owner]
-        bit = _POW2[lane & 63] * valid
+        bit = _POW2[lane & 63]
+        if valid is not None:
+            bit *= valid
         if remove:
             np.bitwise_and.at(flat, lane >> 6, ~bit)
         else:
@@ -441,7 +469,7 @@ def plan_unary(probability: float, lanes: int) -> tuple[int, int, int]:
     block = min(lanes, BLOCK)
     lazy_count = min((1 << 64) - 1, math.ceil(q * (1 << 64)))
     best = (_NS_PER_DENSE_WORD * LAZY_WORDS_PER_WORD * width, -1, 0, lazy_count)
-    for m in range(MAX_DENSE_BITS + 1):
+    for m in range(MAX_SPLIT_BITS + 1):
         a = nearest_dyadic(probability, m, below=True)
         dense = Fraction(a, 1 << m)
         rest = (q - dense) / (1 - dense)
@@ -460,24 +488,31 @@ def plan_unary(probability: float, lanes: int) -> tuple[int, int, int]:
 
 
 def plan_subset(size: int, lanes: int) -> tuple[int, int]:
-    """``(m, a)`` of the dense start for a uniform ``size``-subset of ``lanes`` lanes."""
+    """``(m, a)`` of the dense start for a uniform ``size``-subset of ``lanes`` lanes.
+
+    The start's rate ``a / 2**m`` is at most ``size / lanes`` (a start that overshoots is
+    drawn again, so it should rarely overshoot); the remaining lanes are added uniformly.
+    ``a = 0`` means no start: all lanes drawn at once until distinct.
+    """
     width = words_per_row(lanes)
     target = size / lanes
-    best: tuple[float, int, int] | None = None
-    for m in range(MAX_DENSE_BITS + 1):
-        a = nearest_dyadic(target, m, below=False)
+    best = (_NS_PER_SPARSE_LANE * size * math.exp(min(size * size / (2 * lanes), 50.0)), 0, 0)
+    for m in range(1, MAX_DENSE_BITS + 1):
+        a = nearest_dyadic(target, m, below=True)
+        if a == 0:
+            continue
         rate = a / (1 << m)
-        sd = math.sqrt(lanes * rate * (1.0 - rate))
-        fixes = abs(size - lanes * rate) + 0.8 * sd
-        # Adding accepts a candidate w.p. about 1 - target; removing, about target.
-        accept = max(1.0 - target if lanes * rate <= size else target, 1e-3)
-        cost = _NS_PER_DENSE_WORD * m * width + _NS_PER_CANDIDATE * fixes / accept
-        if a == 0:  # drawn all at once, again until distinct: about e^(k^2 / 2 d) tries
-            tries = math.exp(min(size * size / (2 * lanes) + size / lanes, 50.0))
-            cost = _NS_PER_SPARSE_LANE * size * tries
-        if best is None or cost < best[0]:
+        mean, sd = lanes * rate, math.sqrt(lanes * rate * (1.0 - rate))
+        if sd == 0.0:
+            continue
+        overshoot = 0.5 * math.erfc((size + 0.5 - mean) / (sd * math.sqrt(2.0)))
+        if overshoot > 0.5:
+            continue
+        dense = _NS_PER_DENSE_WORD * m * width / (1.0 - overshoot)
+        adds = (size - mean + 0.8 * sd) / max(1.0 - target, 1e-3)
+        cost = dense + _NS_PER_CANDIDATE * adds
+        if cost < best[0]:
             best = (cost, m, a)
-    assert best is not None
     return best[1], best[2]
 
 

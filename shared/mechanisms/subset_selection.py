@@ -27,16 +27,17 @@ Sampling
 Whether x is in the set is a coin ``w < floor(p 2^64)`` on a fresh word w. The other
 ``k' = k - [x in]`` members are chosen among the d - 1 other items (``_lanes``): a
 dense start sets each bit independently with probability ``a / 2^m`` (an m-bit comparison
-of fair words, m and a chosen once per (eps, d) by ``_lanes.plan_subset``); bit x and the
-padding are cleared; then, while the count is below ``k'``, every report short of it
-draws as many candidates as it lacks, uniform over the d items (Lemire's rule on 32-bit
-values), and ORs them in, clearing bit x again; while above ``k'``, it draws as many
-candidates as it has too many and clears them. When the dense start is empty
+of fair words; m and ``a / 2^m <= k / (d - 1)`` chosen once per (eps, d) by
+``_lanes.plan_subset``), bit x and the padding cleared; a report whose start has more than
+``k'`` others draws its start again. Then, while the count is below ``k'``, every report
+short of it draws as many candidates as it lacks, uniform over the d items (Lemire's rule
+on 32-bit values), and ORs them in, clearing bit x again. When the dense start is empty
 (``a = 0``, small k) the ``k'`` others are drawn at once instead: ``k'`` candidates, kept
-iff all are valid, distinct and not x, else all drawn again. Nothing in this treats one of the d - 1
-other items differently from another, and it stops at exactly ``k'`` members, so the
-others form a uniformly random ``k'``-subset, exactly; with the coin, every k-subset with
-x has probability ``p' / C(d - 1, k - 1)`` and every one without, ``(1 - p') / C(d - 1, k)``,
+iff all are valid, distinct and not x, else all drawn again. Nothing in this treats one of
+the d - 1 other items differently from another (redrawing a start that is too full only
+conditions on its size), and it stops at exactly ``k'`` members, so the others form a
+uniformly random ``k'``-subset, exactly; with the coin, every k-subset with x has
+probability ``p' / C(d - 1, k - 1)`` and every one without, ``(1 - p') / C(d - 1, k)``,
 where ``p' = floor(p 2^64) / 2^64`` (``p - 2^-64 < p' <= p``).
 
 Privacy (the realized epsilon): the ratio of those two probabilities over all inputs is
@@ -45,11 +46,11 @@ error in p): rounding the coin down never adds privacy loss.
 
 The draws, for one batch (``perturb`` splits n reports into batches of
 ``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
-per report for the coin; m rounds of ``ceil(d / 64)`` words per report for the dense start;
-then the rounds of additions, then those of removals, each round drawing, for the
-reports still off target in order, as many 32-bit values as they are off (low half of
-each word first); or, with ``a = 0``, rounds in which every report not yet done draws
-``k'`` values.
+per report for the coin; m rounds of ``ceil(d / 64)`` words per report for the dense start,
+and again for the reports whose start was too full (in order) until none is; then rounds
+of additions, each drawing, for the reports still short in order, as many 32-bit values as
+they lack (low half of each word first); or, with ``a = 0``, rounds in which every report
+not yet done draws ``k'`` values.
 
 References
 ----------
@@ -157,22 +158,6 @@ class SubsetSelection(FrequencyOracle):
             return self.perturb_one(int(values[0]), _lanes.WordQueue(_lanes.rng_words(rng)))
         return self.perturb_words(values, _lanes.rng_words(rng))
 
-    def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
-        """:meth:`perturb_words` for a single value (same words, same report), faster."""
-        d, k = self.domain_size, self.k
-        inside = queue.take(1)[0] < _bits.threshold64_floor(self.p)
-        m, a = self.sampling_plan
-        row = _lanes.dense_row(queue, _lanes.words_per_row(d), m, a)
-        spare = 64 * len(row) - d
-        if spare:
-            row[-1] &= (1 << (64 - spare)) - 1
-        row[value >> 6] &= ~(1 << (value & 63)) & ((1 << 64) - 1)
-        if a == 0:
-            _lanes.distinct_row(queue, row, d, k - inside, value)
-        for remove in (False, True):
-            _lanes.change_row(queue, row, d, k - inside, remove=remove, forbidden=value)
-        return _lanes.finish_row(row, d, value, inside)
-
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
         """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.
 
@@ -183,29 +168,61 @@ class SubsetSelection(FrequencyOracle):
         width = _lanes.words_per_row(d)
         out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
         threshold = np.uint64(_bits.threshold64_floor(self.p))
-        m, a = self.sampling_plan
+        _, a = self.sampling_plan
         rows_per_step = max(1, _CHUNK_WORDS // width)
         for start in range(0, values.size, rows_per_step):
             x = values[start : start + rows_per_step]
             r = x.size
             inside = words(r) < threshold
-            packed = _lanes.dense_lanes(words, r, width, m, a)
-            _lanes.clear_padding(packed, d)
-            _lanes.set_lanes(packed, x, np.zeros(r, dtype=np.bool_))
             target = k - inside.astype(np.int64)
+            packed = self._dense_start(words, x, target)
             rows = np.arange(r, dtype=np.int64)
             starts = np.zeros(r, dtype=np.int64)
             sizes = np.full(r, d, dtype=np.int64)
             if a == 0:  # empty dense start: all k' others at once
                 _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
             else:
-                for remove in (False, True):
-                    _lanes.change_lanes(
-                        words, packed, rows, starts, sizes, target, remove=remove, forbidden=x
-                    )
+                _lanes.change_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
             _lanes.set_lanes(packed, x, inside)
             out[start : start + r] = _lanes.to_report_bytes(packed, d)
         return out
+
+    def _dense_start(self, words: _lanes.WordSource, x: IntArray, target: IntArray) -> Any:
+        """Dense start for each report, drawn again while it has more than target others."""
+        d = self.domain_size
+        m, a = self.sampling_plan
+        width = _lanes.words_per_row(d)
+        packed = np.empty((x.size, width), dtype=np.uint64)
+        todo = np.arange(x.size)
+        while todo.size:
+            fresh = _lanes.dense_lanes(words, todo.size, width, m, a)
+            _lanes.clear_padding(fresh, d)
+            _lanes.set_lanes(fresh, x[todo], np.zeros(todo.size, dtype=np.bool_))
+            packed[todo] = fresh
+            over = np.bitwise_count(fresh).sum(axis=1, dtype=np.int64) > target[todo]
+            todo = todo[over]
+        return packed
+
+    def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
+        """:meth:`perturb_words` for a single value (same words, same report), faster."""
+        d, k = self.domain_size, self.k
+        inside = queue.take(1)[0] < _bits.threshold64_floor(self.p)
+        target = k - inside
+        m, a = self.sampling_plan
+        width = _lanes.words_per_row(d)
+        spare = 64 * width - d
+        while True:
+            row = _lanes.dense_row(queue, width, m, a)
+            if spare:
+                row[-1] &= (1 << (64 - spare)) - 1
+            row[value >> 6] &= ~(1 << (value & 63)) & ((1 << 64) - 1)
+            if sum(w.bit_count() for w in row) <= target:
+                break
+        if a == 0:
+            _lanes.distinct_row(queue, row, d, target, value)
+        else:
+            _lanes.change_row(queue, row, d, target, remove=False, forbidden=value)
+        return _lanes.finish_row(row, d, value, inside)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         padding = _bits.padding_is_zero(reports, self.domain_size)
