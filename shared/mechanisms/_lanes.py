@@ -35,16 +35,17 @@ K uniform positions per block and keeps them only if they are distinct (else all
 again). Unary encoding ORs this onto a dense part when that is cheaper than
 :func:`threshold_lanes` (:func:`plan_unary`).
 
-Uniform subsets of exact size (:func:`change_lanes`)
-----------------------------------------------------
+Uniform subsets of exact size (:func:`change_lanes`, :func:`distinct_lanes`)
+---------------------------------------------------------------------------
 Subset selection needs a set of exactly k' lanes among the d - 1 lanes other than the
 true item, uniform over all such sets. Any procedure whose law is unchanged by permuting
 those lanes and that stops at exactly k' lanes gives that law. It starts from
-:func:`dense_lanes` (rate near k' / d), clears the true lane and the padding, and then
-adds (OR) or removes (AND-NOT) uniform candidates in rounds, as many per round as the
-count is off, until the count is k'. A candidate is uniform over the d lanes by Lemire's
-exact rule on a 32-bit value; one that is void, repeated, already in (when adding) or the
-true lane changes nothing and is made up in the next round.
+:func:`dense_lanes` (rate at most k' / d; a start with too many lanes is drawn again),
+clears the true lane and the padding, and then ORs in uniform candidates in rounds, as
+many per round as the count is short, until the count is k'. A candidate is uniform over
+the d lanes by Lemire's exact rule on a 32-bit value; one that is void, repeated, already
+in or the true lane changes nothing and is made up in the next round. With no dense
+start (small k'), :func:`distinct_lanes` draws all k' at once instead.
 
 Inside a batch every step draws, for all rows of the batch in order, before the next step
 starts; the mechanisms cut large inputs into batches of at most ``2**18`` words.
