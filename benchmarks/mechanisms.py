@@ -16,20 +16,42 @@ For each mechanism, epsilon in {1, 4} and (categorical) d in {16, 1024}:
 
 Targets (flagged with ``!`` when missed): aggregate + estimate of 10^6 reports under 1 s
 (under 5 s for SUE, OUE and OLH at d = 1024); perturb at least 10^6 reports/s for RR,
-GRR, OLH and HR; MSE / theory in [0.9, 1.1].
+GRR, OLH and HR, and at least 2 * 10^6 for SUE, OUE and SS at d = 1024 (issue 13);
+MSE / theory in [0.9, 1.1].
+
+A second table times ``perturb`` alone for SUE, OUE and SS at d = 16, 1024 and 65536
+(n capped so that the reports take at most 128 MB: 16,384 reports at d = 65536), as
+reports per second of wall-clock time and of the process's CPU time (median of runs). The
+machine is shared: when other processes hold the cores the wall-clock rate falls, the CPU
+rate much less, and the ratio between them shows how contended the run was.
+
+A third, optional table compares end-to-end time (perturb + aggregate + estimate) of OUE
+at d = 1024, n = 10^5, with two peer libraries, pure-ldp and multi-freq-ldpy, which are
+never dependencies of ldpkit. Make their virtual environment once::
+
+    python3 -m venv /tmp/peers-venv
+    /tmp/peers-venv/bin/pip install pure-ldp multi-freq-ldpy scikit-learn statsmodels
+
+(multi-freq-ldpy 0.2.5 imports scikit-learn and statsmodels without declaring them.)
+
+The table is skipped, with a message, when ``--peers`` (default
+``/tmp/peers-venv/bin/python``) does not exist; ``--no-peers`` skips it too.
 
 Run: ``.venv/bin/python benchmarks/mechanisms.py [--n 1000000] [--mechanisms grr,olh]
-[--quick]``.
+[--quick] [--peers PYTHON | --no-peers]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +65,11 @@ DOMAINS = (16, 1024)
 BOUNDS = (0.0, 1.0)
 SLOW_AGGREGATE = {("sue", 1024), ("oue", 1024), ("olh", 1024)}
 FAST_PERTURB = {"rr", "grr", "olh", "hr"}
+BITMAP = ("sue", "oue", "ss")  # reports are d-bit vectors
+BITMAP_DOMAINS = (16, 1024, 65536)
+BITMAP_TARGET = (1024, 2e6)  # at d = 1024, perturb at least 2e6 reports/s (issue 13)
+BITMAP_BYTES = 1 << 27  # the perturb-only table caps n at this many bytes of reports
+PEER_PYTHON = "/tmp/peers-venv/bin/python"
 # Squared errors pooled for the MSE ratio (campaigns x items for frequency oracles).
 POOLED_ERRORS = 4096
 
@@ -65,6 +92,9 @@ class Row:
             out.append(f"aggregate > {limit:g} s")
         if self.name in FAST_PERTURB and self.perturb_rate < 1e6:
             out.append("perturb < 1e6/s")
+        target_d, target_rate = BITMAP_TARGET
+        if self.name in BITMAP and self.d == target_d and self.perturb_rate < target_rate:
+            out.append(f"perturb < {target_rate:.0e}/s")
         if not 0.9 <= self.mse_ratio <= 1.1:
             out.append("MSE/theory outside [0.9, 1.1]")
         return out
@@ -94,6 +124,7 @@ def bench_oracle(m: FrequencyOracle, n: int, runs: int, seed: int) -> Row:
     d = m.domain_size
     rng = generator(seed)
     values = rng.choice(d, size=n, p=zipf_truth(d))
+    m.perturb(values[:10], rng=rng)  # builds any per-(eps, d) tables outside the timing
     perturb_s, reports = median_time(lambda: m.perturb(values, rng=rng), runs)
     agg_s, _ = median_time(lambda: m.estimate(m.aggregate(reports)), runs)
     campaigns = max(4, math.ceil(POOLED_ERRORS / d))
@@ -125,6 +156,98 @@ def bench_numeric(m: NumericMechanism, n: int, runs: int, seed: int) -> Row:
     return Row(m.name, m.epsilon, None, n / perturb_s, agg_s, ratio)
 
 
+def bench_bitmap_perturb(
+    name: str, epsilon: float, d: int, n: int, runs: int
+) -> tuple[float, float, int]:
+    """Reports/s of ``perturb`` alone by wall clock and by CPU time (medians), and the n used."""
+    m = ldpkit.mechanism(name, epsilon=epsilon, domain_size=d)
+    n = max(1, min(n, BITMAP_BYTES // ((d + 7) // 8)))
+    rng = generator(d + int(epsilon * 10))
+    values = rng.choice(d, size=n, p=zipf_truth(d))
+    m.perturb(values[:10], rng=rng)  # builds any per-(eps, d) tables outside the timing
+    wall, cpu = [], []
+    for _ in range(runs):
+        w0, c0 = time.perf_counter(), time.process_time()
+        m.perturb(values, rng=rng)
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return n / statistics.median(wall), n / statistics.median(cpu), n
+
+
+# Runs in the peers' virtual environment: prints {"library": seconds} for OUE, end to end.
+PEER_SCRIPT = """
+import json, random, sys, time, statistics
+import numpy as np
+eps, d, n, runs = json.loads(sys.argv[1])
+np.random.seed(1); random.seed(1)
+values = np.random.zipf(1.1, size=4 * n)
+values = values[values <= d][:n] - 1
+out = {}
+from pure_ldp.frequency_oracles.unary_encoding import UEClient, UEServer
+def pure_ldp():
+    client = UEClient(eps, d, use_oue=True, index_mapper=lambda x: x)
+    server = UEServer(eps, d, use_oue=True, index_mapper=lambda x: x)
+    for v in values.tolist():
+        server.aggregate(client.privatise(v))
+    return server.estimate_all(range(d), suppress_warnings=True)
+from multi_freq_ldpy.pure_frequency_oracles.UE import UE_Client, UE_Aggregator_MI
+UE_Client(0, d, eps, True)  # numba compiles on the first call
+def multi_freq():
+    reports = [UE_Client(v, d, eps, True) for v in values.tolist()]
+    return UE_Aggregator_MI(reports, eps, True)
+for name, fn in (("pure-ldp", pure_ldp), ("multi-freq-ldpy", multi_freq)):
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
+    out[name] = statistics.median(times)
+print(json.dumps(out))
+"""
+
+
+def end_to_end(m: FrequencyOracle, n: int, runs: int) -> float:
+    """Median seconds of perturb + aggregate + estimate of n reports."""
+    rng = generator(7)
+    values = rng.choice(m.domain_size, size=n, p=zipf_truth(m.domain_size))
+    m.estimate(m.aggregate(m.perturb(values[:10], rng=rng)))  # per-(eps, d) tables
+    seconds, _ = median_time(lambda: m.estimate(m.aggregate(m.perturb(values, rng=rng))), runs)
+    return seconds
+
+
+def bench_peers(python: str, n: int, runs: int) -> None:
+    """OUE at d = 1024: ldpkit's end-to-end seconds against the fastest peer's."""
+    d = 1024
+    print(
+        f"\nOUE end to end (perturb + aggregate + estimate), d = {d}, n = {n:,}, median of {runs}"
+    )
+    if not Path(python).exists():
+        print(f"  skipped: no peer environment at {python} (see this script's docstring)")
+        return
+    header = (
+        f"{'eps':>4} {'ldpkit s':>9} {'pure-ldp s':>11} {'multi-freq s':>13} {'fastest/ldpkit':>15}"
+    )
+    print(header)
+    print("-" * len(header))
+    for epsilon in EPSILONS:
+        ours = end_to_end(ldpkit.mechanism("oue", epsilon=epsilon, domain_size=d), n, runs)
+        done = subprocess.run(
+            [python, "-c", PEER_SCRIPT, json.dumps([epsilon, d, n, runs])],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            print(f"  peers failed: {done.stderr.strip().splitlines()[-1:]}")
+            return
+        peers = json.loads(done.stdout)
+        fastest = min(peers.values())
+        mark = "" if fastest / ours >= 10 else "  ! < 10x"
+        print(
+            f"{epsilon:>4g} {ours:>9.3f} {peers['pure-ldp']:>11.3f} "
+            f"{peers['multi-freq-ldpy']:>13.3f} {fastest / ours:>14.1f}x{mark}",
+            flush=True,
+        )
+
+
 def load(name: str) -> bool:
     try:
         ldpkit.mechanisms.mechanism_class(name)
@@ -144,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=3, help="timed runs (median)")
     parser.add_argument("--quick", action="store_true", help="n = 100000 and one timed run")
+    parser.add_argument("--peers", default=PEER_PYTHON, help="python of the peer libraries' venv")
+    parser.add_argument("--no-peers", action="store_true", help="skip the peer comparison")
     args = parser.parse_args(argv)
     n, runs = (min(args.n, 100_000), 1) if args.quick else (args.n, args.runs)
     names = [s.strip() for s in args.mechanisms.split(",") if s.strip()]
@@ -186,6 +311,31 @@ def main(argv: list[str] | None = None) -> int:
                 )
     missed_rows = [r for r in rows if r.misses()]
     print(f"\n{len(rows) - len(missed_rows)} of {len(rows)} configurations meet every target")
+
+    bitmap = [name for name in names if name in BITMAP]
+    if bitmap:
+        target_d, target_rate = BITMAP_TARGET
+        print(
+            f"\nperturb alone (reports/s, median of {runs}); target at d = {target_d}: "
+            f">= {target_rate:,.0f}/s by wall clock"
+        )
+        header = f"{'mechanism':<10} {'eps':>4} {'d':>6} {'n':>9} {'wall':>12} {'CPU':>12}  target"
+        print(header)
+        print("-" * len(header))
+        for name in bitmap:
+            for epsilon in EPSILONS:
+                for d in BITMAP_DOMAINS:
+                    wall, cpu, used = bench_bitmap_perturb(name, epsilon, d, n, runs)
+                    flag = ""
+                    if d == target_d:
+                        flag = "ok" if wall >= target_rate else "! below"
+                    print(
+                        f"{name:<10} {epsilon:>4g} {d:>6} {used:>9,} {wall:>12,.0f} "
+                        f"{cpu:>12,.0f}  {flag}",
+                        flush=True,
+                    )
+    if not args.no_peers:
+        bench_peers(args.peers, 100_000, runs)
     return 0
 
 

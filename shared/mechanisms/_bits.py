@@ -12,7 +12,8 @@ for short rows); for each bit position ``j`` in 0..7, ``(w >> j) & 0x01010101010
 leaves one bit per byte lane, and summing at most 255 rows of that cannot carry from
 one lane into the next. Each lane of the sum then holds the count of bit ``j`` of its
 byte over those rows. Perturbation draws its uniform integers straight from the bit
-generator (``random_raw``), faster than ``Generator.random`` or ``integers``.
+generator (``random_raw``), faster than ``Generator.random`` or ``integers``; the samplers
+that fill these vectors are in ``_lanes``.
 """
 
 from __future__ import annotations
@@ -149,65 +150,11 @@ def all_bit_vectors(bits: int) -> npt.NDArray[np.bool_]:
     return np.asarray((index >> np.arange(bits, dtype=np.int64)) & 1, dtype=np.bool_)
 
 
-def threshold32_ceil(probability: float) -> int:
-    """Smallest T with ``T / 2**32 >= probability`` (at least 1).
-
-    ``u < T`` for a uniform 32-bit ``u`` then happens with probability ``T / 2**32``.
-    """
-    return max(1, min(2**32 - 1, math.ceil(probability * 2**32)))
-
-
 def threshold64_floor(probability: float) -> int:
     """Largest T with ``T / 2**64 <= probability`` (at most ``2**64 - 1``)."""
     return max(0, min(2**64 - 1, math.floor(probability * 2**64)))
 
 
-def uniform_u32(rng: np.random.Generator, count: int) -> npt.NDArray[np.uint32]:
-    """``count`` uniform 32-bit integers, straight from the bit generator (fast)."""
-    raw = rng.bit_generator.random_raw((count + 1) // 2)
-    return np.asarray(raw, dtype=np.uint64).view(np.uint32)[:count]
-
-
 def uniform_u64(rng: np.random.Generator, count: int) -> npt.NDArray[np.uint64]:
     """``count`` uniform 64-bit integers, straight from the bit generator."""
     return np.asarray(rng.bit_generator.random_raw(count), dtype=np.uint64)
-
-
-def _low_half(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """The low 32 bits of each 64-bit word."""
-    return words & np.uint64(0xFFFFFFFF)
-
-
-def uniform_below(
-    rng: np.random.Generator, bounds: npt.ArrayLike, count: int
-) -> npt.NDArray[np.int64]:
-    """Integers uniform in ``[0, bound)``, exactly, for each ``1 <= bound <= 2**32``.
-
-    Lemire's multiply-shift with rejection: ``t = (u * bound) >> 32`` for a uniform
-    32-bit ``u``, redrawn where the low half of the product is below
-    ``2**32 mod bound`` (probability under ``bound / 2**32``).
-
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-    bounds : array_like of int, shape (r,)
-        One bound per output row.
-    count : int
-        Draws per bound.
-
-    Returns
-    -------
-    ndarray of int64, shape (r, count)
-        Row ``i`` uniform in ``[0, bounds[i])``.
-    """
-    s = np.asarray(bounds, dtype=np.uint64).reshape(-1, 1)
-    reject_below = np.uint64(1 << 32) % s if s.size else s
-    product = uniform_u32(rng, s.size * count).reshape(s.size, count).astype(np.uint64)
-    product *= s
-    rejected = _low_half(product) < reject_below
-    while rejected.any():  # rare: probability below bound / 2**32 per draw
-        rows, cols = np.nonzero(rejected)
-        product[rows, cols] = uniform_u32(rng, rows.size).astype(np.uint64) * s[rows, 0]
-        rejected[rows, cols] = _low_half(product[rows, cols]) < reject_below[rows, 0]
-    product >>= np.uint64(32)
-    return product.view(np.int64)

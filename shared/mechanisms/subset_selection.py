@@ -24,12 +24,33 @@ set.
 
 Sampling
 --------
-Whether x is in the set is decided by a 64-bit threshold ``floor(p 2^64)``. The other
-members are drawn with Floyd's algorithm, vectorized over reports: for
-``j = d - 1 - k' .. d - 2`` draw ``t`` uniform in ``[0, j]`` and add ``t`` unless it is
-already in, else ``j``, where ``k'`` is k - 1 or k and the d - 1 other items are
-numbered 0 .. d - 2 by letting item d - 1 stand in for x. That is ``k`` vectorized steps
-per chunk of reports, whatever the number of reports.
+Whether x is in the set is a coin ``w < floor(p 2^64)`` on a fresh word w. The other
+``k' = k - [x in]`` members are chosen among the d - 1 other items (``_lanes``): a
+dense start sets each bit independently with probability ``a / 2^m`` (an m-bit comparison
+of fair words; m and ``a / 2^m <= k / (d - 1)`` chosen once per (eps, d) by
+``_lanes.plan_subset``), bit x and the padding cleared; a report whose start has more than
+``k'`` others draws its start again. Then, while the count is below ``k'``, every report
+short of it draws as many candidates as it lacks, uniform over the d items (Lemire's rule
+on 32-bit values), and ORs them in, clearing bit x again. When the dense start is empty
+(``a = 0``, small k) the ``k'`` others are drawn at once instead: ``k'`` candidates, kept
+iff all are valid, distinct and not x, else all drawn again. Nothing in this treats one of
+the d - 1 other items differently from another (redrawing a start that is too full only
+conditions on its size), and it stops at exactly ``k'`` members, so the others form a
+uniformly random ``k'``-subset, exactly; with the coin, every k-subset with x has
+probability ``p' / C(d - 1, k - 1)`` and every one without, ``(1 - p') / C(d - 1, k)``,
+where ``p' = floor(p 2^64) / 2^64`` (``p - 2^-64 < p' <= p``).
+
+Privacy (the realized epsilon): the ratio of those two probabilities over all inputs is
+``p' (d - k) / ((1 - p') k) <= p (d - k) / ((1 - p) k) = e^eps`` (up to the floating-point
+error in p): rounding the coin down never adds privacy loss.
+
+The draws, for one batch (``perturb`` splits n reports into batches of
+``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
+per report for the coin; m rounds of ``ceil(d / 64)`` words per report for the dense start,
+and again for the reports whose start was too full (in order) until none is; then rounds
+of additions, each drawing, for the reports still short in order, as many 32-bit values as
+they lack (low half of each word first); or, with ``a = 0``, rounds in which every report
+not yet done draws ``k'`` values.
 
 References
 ----------
@@ -40,11 +61,13 @@ arXiv:1607.08025, 2016.
 M. Ye, A. Barg, "Optimal schemes for discrete distribution estimation under locally
 differential privacy", IEEE Trans. Inf. Theory 64(8), 2018.
 
-J. Bentley, R. Floyd, "Programming pearls: a sample of brilliance", CACM 30(9), 1987.
+D. Lemire, "Fast random integer generation in an interval", ACM TOMACS 29(1), 2019
+(the exact multiply-shift rule for uniform candidates).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -54,15 +77,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ParameterError
-from . import _bits
+from . import _bits, _lanes
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
-# Membership flags handled per perturb step (one byte each).
-# Up to this many values at once (a device reporting) take the O(d) argpartition path.
-_FEW_REPORTS = 16
-_CHUNK_CELLS = 1 << 21
-# Floyd steps whose random draws are made together (about 0.5 MB at 2048 rows).
-_STEPS_PER_DRAW = 32
+# 64-bit words of report per perturb step (2 MB): bounds the working set.
+_CHUNK_WORDS = 1 << 18
 # output_probabilities lists every k-subset; refuse beyond this many.
 MAX_ENUMERATED_SUBSETS = 1 << 16
 
@@ -129,55 +148,81 @@ class SubsetSelection(FrequencyOracle):
             f"exactly {self.k} bits set and the padding bits of the last byte zero"
         )
 
+    @functools.cached_property
+    def sampling_plan(self) -> tuple[int, int]:
+        """``(m, a)``: the dense start sets bits w.p. ``a / 2^m`` (sets the draws, not the law)."""
+        return _lanes.plan_subset(self.k, self.domain_size - 1)
+
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
-        if values.size <= _FEW_REPORTS:
-            return self._perturb_few(values, rng)
-        d, k = self.domain_size, self.k
-        n = values.size
-        out = np.empty((n, _bits.packed_size(d)), dtype=np.uint8)
-        threshold = np.uint64(_bits.threshold64_floor(self.p))
-        rows = max(1, _CHUNK_CELLS // d)
-        member = np.zeros(rows * d, dtype=np.bool_)
-        for start in range(0, n, rows):
-            x = values[start : start + rows]
-            m = x.size
-            base = np.arange(m, dtype=np.int64) * d
-            cells = member[: m * d]
-            cells[:] = False
-            inside = _bits.uniform_u64(rng, m) < threshold
-            # Floyd over the d - 1 other items, numbered 0 .. d - 2 with item d - 1
-            # standing in at index x (swapped back below). Rows with x inside need
-            # k - 1 others and skip the first step.
-            first = d - 1 - k
-            for block in range(first, d - 1, _STEPS_PER_DRAW):
-                steps = np.arange(block, min(block + _STEPS_PER_DRAW, d - 1))
-                draws = _bits.uniform_below(rng, steps + 1, m)
-                for j, pick in zip(steps.tolist(), draws, strict=True):
-                    pick += base
-                    np.copyto(pick, base + j, where=cells[pick])
-                    cells[pick if j > first else pick[~inside]] = True
-            cells[base + (d - 1)] = cells[base + x]
-            cells[base + x] = inside
-            out[start : start + m] = _bits.pack_rows(cells.reshape(m, d))
-        return out
+        if values.size == 1:  # a device's report: the same rule, in Python integers
+            return self.perturb_one(int(values[0]), _lanes.WordQueue(_lanes.rng_words(rng)))
+        return self.perturb_words(values, _lanes.rng_words(rng))
 
-    def _perturb_few(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
-        """The device's path (one or a few values): O(d) per report, no loop over k.
+    def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
+        """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.
 
-        The same coin decides whether the true item is in; then the k smallest of d
-        uniform keys pick the members, the true item's key forced below (in) or above
-        (out) every other, so the others form a uniform (k - 1)- or k-subset.
+        This is the sampling rule of the module docstring: the same words in give the
+        same reports out, whatever produced them.
         """
         d, k = self.domain_size, self.k
-        n = values.size
-        inside = _bits.uniform_u64(rng, n) < np.uint64(_bits.threshold64_floor(self.p))
-        keys = rng.random((n, d))
-        rows = np.arange(n)
-        keys[rows, values] = np.where(inside, -1.0, 2.0)
-        chosen = np.argpartition(keys, k - 1, axis=1)[:, :k]
-        cells = np.zeros((n, d), dtype=np.bool_)
-        cells[rows[:, None], chosen] = True
-        return _bits.pack_rows(cells)
+        width = _lanes.words_per_row(d)
+        out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
+        threshold = np.uint64(_bits.threshold64_floor(self.p))
+        _, a = self.sampling_plan
+        rows_per_step = max(1, _CHUNK_WORDS // width)
+        for start in range(0, values.size, rows_per_step):
+            x = values[start : start + rows_per_step]
+            r = x.size
+            inside = words(r) < threshold
+            target = k - inside.astype(np.int64)
+            packed = self._dense_start(words, x, target)
+            rows = np.arange(r, dtype=np.int64)
+            starts = np.zeros(r, dtype=np.int64)
+            sizes = np.full(r, d, dtype=np.int64)
+            if a == 0:  # empty dense start: all k' others at once
+                _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
+            else:
+                _lanes.change_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
+            _lanes.set_lanes(packed, x, inside)
+            out[start : start + r] = _lanes.to_report_bytes(packed, d)
+        return out
+
+    def _dense_start(self, words: _lanes.WordSource, x: IntArray, target: IntArray) -> Any:
+        """Dense start for each report, drawn again while it has more than target others."""
+        d = self.domain_size
+        m, a = self.sampling_plan
+        width = _lanes.words_per_row(d)
+        packed = np.empty((x.size, width), dtype=np.uint64)
+        todo = np.arange(x.size)
+        while todo.size:
+            fresh = _lanes.dense_lanes(words, todo.size, width, m, a)
+            _lanes.clear_padding(fresh, d)
+            _lanes.set_lanes(fresh, x[todo], np.zeros(todo.size, dtype=np.bool_))
+            packed[todo] = fresh
+            over = np.bitwise_count(fresh).sum(axis=1, dtype=np.int64) > target[todo]
+            todo = todo[over]
+        return packed
+
+    def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
+        """:meth:`perturb_words` for a single value (same words, same report), faster."""
+        d, k = self.domain_size, self.k
+        inside = queue.take(1)[0] < _bits.threshold64_floor(self.p)
+        target = k - inside
+        m, a = self.sampling_plan
+        width = _lanes.words_per_row(d)
+        spare = 64 * width - d
+        while True:
+            row = _lanes.dense_row(queue, width, m, a)
+            if spare:
+                row[-1] &= (1 << (64 - spare)) - 1
+            row[value >> 6] &= ~(1 << (value & 63)) & ((1 << 64) - 1)
+            if sum(w.bit_count() for w in row) <= target:
+                break
+        if a == 0:
+            _lanes.distinct_row(queue, row, d, target, value)
+        else:
+            _lanes.change_row(queue, row, d, target, remove=False, forbidden=value)
+        return _lanes.finish_row(row, d, value, inside)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         padding = _bits.padding_is_zero(reports, self.domain_size)

@@ -19,10 +19,39 @@ the padding bits are zero.
 
 Sampling
 --------
-Bits are drawn by comparing uniform integers from the bit generator with fixed
-thresholds: the non-true bits are 1 with probability ``ceil(q 2^32) / 2^32`` and the
-true bit with probability ``floor(p 2^64) / 2^64``. Both roundings (below 2.4e-10)
-can only lower the likelihood ratio, so the sampler never exceeds ``eps``.
+The non-true bits are drawn 64 at a time (``_lanes``) in one of two exact ways, whichever
+``_lanes.plan_unary`` expects to be faster for (eps, d); ``sampling_plan`` says which:
+
+- threshold (``m < 0``): bit j is 1 iff its own 64-bit uniform ``v_j`` (bit ``j % 64`` of
+  successive words drawn for word ``j // 64``, most significant first) is at least
+  ``2^64 - c``, ``c = ceil(q 2^64)``; the comparison stops at the first differing bit
+  and a word is drawn only while one of its 64 bits is undecided (about 7 words per 64
+  bits). Realized: ``q' = c / 2^64``.
+- split (``m >= 0``): the OR of a dense part, 1 w.p. ``a / 2^m`` (an m-bit comparison, m
+  words per 64 bits, ``a = floor(q 2^m)``), and a sparse part, 1 w.p. ``b = c / 2^64``
+  with ``c = ceil(2^64 (q - a/2^m) / (1 - a/2^m))``: an exact ``Binomial(n, b)`` count per
+  block of ``n <= 1024`` bits (inversion of the exact CDF, integers only), then that many
+  distinct uniform positions. Realized: ``q' = a/2^m + (1 - a/2^m) c / 2^64``.
+
+Either way ``q <= q' < q + 2^-64`` exactly, every bit reads its own randomness, so the
+d bits are independent, and the true bit x is then replaced by a separate coin
+``w < floor(p 2^64)`` on a fresh word w: ``p' = floor(p 2^64) / 2^64``,
+``p - 2^-64 < p' <= p``. ``realized_probabilities`` returns (p', q').
+
+Privacy (the realized epsilon): between inputs x and x' only bits x and x' change law,
+so for any output the likelihood ratio is at most ``p' (1 - q') / ((1 - p') q')``. This
+increases with p' and decreases with q', so it is at most ``p (1 - q) / ((1 - p) q)``,
+which is ``e^eps`` up to the floating-point error in computing p and q (a few ulps):
+rounding the thresholds never adds privacy loss. The estimator's p and q differ from the
+realized ones by under ``2^-64``.
+
+The draws, for one batch (``perturb`` splits n reports into batches of
+``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
+per report for the true bit; then the non-true bits (``_lanes.threshold_lanes``, or
+``dense_lanes`` then ``block_binomials`` then ``distinct_lanes``), each step for all
+reports of the batch in order before the next. Bits at and beyond d (the last byte's
+padding) are cleared. ``perturb_words`` runs the rule on any word source, for test
+vectors.
 
 References
 ----------
@@ -35,19 +64,21 @@ frequency estimation", USENIX Security 2017 (SUE and OUE, pure protocols).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import ParameterError
-from . import _bits
+from . import _bits, _lanes
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
-# Bits randomized per step of perturb: 32 bits of randomness each, about 4 MB.
-_CHUNK_BITS = 1 << 20
+# 64-bit words of report per perturb step (2 MB): bounds the working set.
+_CHUNK_WORDS = 1 << 18
 # output_probabilities enumerates 2^d vectors; refuse beyond this.
 MAX_ENUMERATED_BITS = 16
 
@@ -68,19 +99,77 @@ class _UnaryEncoding(FrequencyOracle):
             "with the padding bits of the last byte zero"
         )
 
+    @functools.cached_property
+    def sampling_plan(self) -> tuple[int, int, int]:
+        """``(m, a, c)`` of ``_lanes.plan_unary``: how the non-true bits are drawn."""
+        return _lanes.plan_unary(self.q, self.domain_size)
+
+    @property
+    def realized_probabilities(self) -> tuple[float, float]:
+        """``(p', q')``: the sampler's exact probabilities (as floats, for display)."""
+        m, a, c = self.sampling_plan
+        q_real = Fraction(c, 1 << 64)
+        if m >= 0:
+            dense = Fraction(a, 1 << m)
+            q_real = dense + (1 - dense) * q_real
+        return _bits.threshold64_floor(self.p) / 2**64, float(q_real)
+
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
+        if values.size == 1:  # a device's report: the same rule, in Python integers
+            return self.perturb_one(int(values[0]), _lanes.WordQueue(_lanes.rng_words(rng)))
+        return self.perturb_words(values, _lanes.rng_words(rng))
+
+    def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
+        """:meth:`perturb_words` for a single value (same words, same report), faster."""
         d = self.domain_size
-        n = values.size
-        out = np.empty((n, _bits.packed_size(d)), dtype=np.uint8)
-        other = np.uint32(_bits.threshold32_ceil(self.q))
-        true = np.uint64(_bits.threshold64_floor(self.p))
-        rows = max(1, _CHUNK_BITS // d)
-        for start in range(0, n, rows):
-            x = values[start : start + rows]
-            m = x.size
-            bits = _bits.uniform_u32(rng, m * d).reshape(m, d) < other
-            bits[np.arange(m), x] = _bits.uniform_u64(rng, m) < true
-            out[start : start + m] = _bits.pack_rows(bits)
+        width = _lanes.words_per_row(d)
+        true_bit = queue.take(1)[0] < _bits.threshold64_floor(self.p)
+        m, a, c = self.sampling_plan
+        if m < 0:
+            row = _lanes.threshold_row(queue, width, c)
+        else:
+            row = _lanes.dense_row(queue, width, m, a)
+            if c:
+                _lanes.sparse_row(queue, row, d, c)
+        return _lanes.finish_row(row, d, value, true_bit)
+
+    def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
+        """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.
+
+        This is the sampling rule of the module docstring: the same words in give the
+        same reports out, whatever produced them.
+        """
+        d = self.domain_size
+        width = _lanes.words_per_row(d)
+        out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
+        true_threshold = np.uint64(_bits.threshold64_floor(self.p))
+        rows_per_step = max(1, _CHUNK_WORDS // width)
+        m, a, c = self.sampling_plan
+        blocks = -(-d // _lanes.BLOCK)
+        block_sizes = np.minimum(_lanes.BLOCK, d - _lanes.BLOCK * np.arange(blocks))
+        for start in range(0, values.size, rows_per_step):
+            x = values[start : start + rows_per_step]
+            r = x.size
+            true_bit = words(r) < true_threshold
+            if m < 0:
+                packed = _lanes.threshold_lanes(words, r, width, c)
+            else:
+                packed = _lanes.dense_lanes(words, r, width, m, a)
+                if c:
+                    counts = _lanes.block_binomials(words, r, block_sizes, c).reshape(-1)
+                    sparse = np.zeros_like(packed)
+                    _lanes.distinct_lanes(
+                        words,
+                        sparse,
+                        np.repeat(np.arange(r, dtype=np.int64), blocks),
+                        np.tile(_lanes.BLOCK * np.arange(blocks, dtype=np.int64), r),
+                        np.tile(block_sizes, r),
+                        counts,
+                    )
+                    packed |= sparse
+            _lanes.clear_padding(packed, d)
+            _lanes.set_lanes(packed, x, true_bit)
+            out[start : start + r] = _lanes.to_report_bytes(packed, d)
         return out
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:

@@ -1,0 +1,712 @@
+"""Exact random bit vectors, built 64 bits at a time: the samplers of SUE, OUE and SS.
+
+A report of unary encoding (SUE, OUE) or subset selection (SS) is a d-bit vector. The old
+samplers drew one 32-bit uniform per bit (d / 2 words a report); these draw a few 64-bit
+words per 64 bits and keep every probability an exact dyadic rational.
+
+Lanes and words
+---------------
+A report's d bits ("lanes") live in ``W = ceil(d / 64)`` 64-bit words: lane j is bit
+``j % 64`` of word ``j // 64``. Read as little-endian bytes this is the wire layout
+(``_bits``), so nothing is repacked. All randomness is consumed as raw 64-bit words from a
+:data:`WordSource` (``rng.bit_generator.random_raw`` in production; any fixed list of
+words in a test vector). Where a word is split into two 32-bit values, the low half
+comes first.
+
+Independent lanes with probability ``count / 2**64`` (:func:`threshold_lanes`)
+----------------------------------------------------------------------------
+Each lane compares its own 64-bit uniform v with a bound, most significant bit first,
+one bit per round, each round's bits coming from one fresh word per word of lanes. A lane
+is decided at the first bit where v differs from the bound (after 2 bits on average); a
+word stops drawing once its 64 lanes are decided (after about 7 rounds on average, the
+maximum of 64 geometric variables). Each lane reads only its own bit of each word, so
+the lanes are independent, and each is 1 with probability exactly ``count / 2**64``.
+
+A fixed dyadic rate ``a / 2**m`` (:func:`dense_lanes`)
+-----------------------------------------------------
+The same comparison cut to m bits and evaluated for every lane: m words per 64 lanes.
+
+Sparse lanes: exact binomial counts, distinct positions
+-------------------------------------------------------
+Lanes independently 1 with a small probability ``b = c / 2**64`` are, in law, a count
+``K ~ Binomial(n, b)`` and a uniform K-subset. :func:`block_binomials` draws K by
+inversion of the exact CDF (Python integers, no rounding); :func:`distinct_lanes` draws
+K uniform positions per block and keeps them only if they are distinct (else all K
+again). Unary encoding ORs this onto a dense part when that is cheaper than
+:func:`threshold_lanes` (:func:`plan_unary`).
+
+Uniform subsets of exact size (:func:`change_lanes`, :func:`distinct_lanes`)
+---------------------------------------------------------------------------
+Subset selection needs a set of exactly k' lanes among the d - 1 lanes other than the
+true item, uniform over all such sets. Any procedure whose law is unchanged by permuting
+those lanes and that stops at exactly k' lanes gives that law. It starts from
+:func:`dense_lanes` (rate at most k' / d; a start with too many lanes is drawn again),
+clears the true lane and the padding, and then ORs in uniform candidates in rounds, as
+many per round as the count is short, until the count is k'. A candidate is uniform over
+the d lanes by Lemire's exact rule on a 32-bit value; one that is void, repeated, already
+in or the true lane changes nothing and is made up in the next round. With no dense
+start (small k'), :func:`distinct_lanes` draws all k' at once instead.
+
+Inside a batch every step draws, for all rows of the batch in order, before the next step
+starts; the mechanisms cut large inputs into batches of at most ``2**18`` words.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import struct
+from collections.abc import Callable
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+WordSource = Callable[[int], U64]
+"""``words(count)``: the next ``count`` raw 64-bit words of the random stream."""
+
+MAX_DENSE_BITS = 8
+"""Largest m (fair words per 64 lanes) the subset planner uses for its dense start."""
+
+MAX_SPLIT_BITS = 3
+"""Largest m of a dense part under a sparse part (:func:`plan_unary`): beyond three dense
+words per 64 lanes the threshold sampler was as fast or faster in every measurement."""
+
+FULL_ROUNDS = 7
+"""Rounds of :func:`threshold_lanes` that draw a word for every word of the batch; after
+about 7 rounds most words still have an undecided lane (a lane is undecided after r
+rounds w.p. 2**-r), so drawing for all of them is cheaper than finding the others."""
+
+# Planner's cost model (nanoseconds, measured on the reference machine): a dense round
+# costs about one raw word (4.3 ns) plus a few word operations per 64 lanes; a candidate
+# of change_lanes about 40 ns. Only the choice of m depends on these.
+_NS_PER_DENSE_WORD = 5.3
+_NS_PER_CANDIDATE = 12.0
+_NS_PER_SPARSE_LANE = 13.0
+_NS_PER_COUNT = 20.0
+LAZY_WORDS_PER_WORD = 7.4
+"""Expected words :func:`threshold_lanes` draws per word of lanes (rounds until all 64
+lanes of a word are decided)."""
+
+MAX_SPARSE_RATE = Fraction(1, 16)
+"""Largest rate the planner gives the sparse part (so a block's count stays far below
+its size and its distinct draws succeed quickly)."""
+
+BLOCK = 1024
+"""Lanes per binomial count of the sparse part: a d-bit vector is cut into blocks of this
+many lanes (the last may be shorter), each with its own count, which keeps the exact CDF
+tables small (integers of ``64 * BLOCK`` bits)."""
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+_ONE = np.uint64(1)
+_POW2 = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))  # bit j's mask (a table
+# lookup: numpy's scalar << array is several times slower than a gather)
+_SHIFT32 = np.uint64(32)
+
+
+def rng_words(rng: np.random.Generator) -> WordSource:
+    """The raw 64-bit words of ``rng``'s bit generator (fast, exact)."""
+    raw = rng.bit_generator.random_raw
+
+    def words(count: int) -> U64:
+        return np.asarray(raw(count), dtype=np.uint64)
+
+    return words
+
+
+def words_per_row(lanes: int) -> int:
+    return (lanes + 63) // 64
+
+
+# --- the dense part ---------------------------------------------------------------------
+
+
+def dense_lanes(words: WordSource, rows: int, width: int, bits: int, numerator: int) -> U64:
+    """``rows x width`` words whose lanes are independently 1 w.p. ``numerator / 2**bits``.
+
+    Draws ``bits`` arrays of ``rows * width`` words (see the module docstring). The
+    comparison ``u < numerator`` runs most significant bit first over all lanes at once.
+    """
+    shape = (rows, width)
+    if numerator <= 0:
+        words(bits * rows * width)  # the rule draws them all the same
+        return np.zeros(shape, dtype=np.uint64)
+    if numerator >= 1 << bits:
+        words(bits * rows * width)
+        return np.full(shape, np.uint64(0xFFFFFFFFFFFFFFFF))
+    less = np.zeros(shape, dtype=np.uint64)  # lanes with u < numerator decided so far
+    equal = np.full(shape, np.uint64(0xFFFFFFFFFFFFFFFF))  # lanes whose prefix equals it
+    for i in range(bits):
+        r = words(rows * width).reshape(shape)
+        if (numerator >> (bits - 1 - i)) & 1:
+            # numerator's bit is 1: u's bit 0 decides "less"; 1 keeps the tie.
+            less |= equal & ~r
+            equal &= r
+        else:
+            equal &= ~r
+    return less
+
+
+def threshold_lanes(words: WordSource, rows: int, width: int, count: int) -> U64:
+    """``rows x width`` words whose lanes are independently 1 w.p. exactly ``count / 2**64``.
+
+    Lane j of a row owns a 64-bit value v, read most significant bit first from bit
+    ``j % 64`` of successive words drawn for its word ``j // 64``; the lane is 1 iff
+    ``v >= 2**64 - count``. The comparison stops for a lane at its first bit that
+    differs from the bound, so words are drawn in rounds: in rounds 1 .. FULL_ROUNDS one
+    word for every word of the batch (row-major); in later rounds one word for each word
+    that still has an undecided lane, in the same order, until none is left (at most 64
+    rounds; a lane equal to the bound in all 64 bits is 1).
+    """
+    shape = (rows, width)
+    if count <= 0:
+        words(FULL_ROUNDS * rows * width)
+        return np.zeros(shape, dtype=np.uint64)
+    bound = (1 << 64) - count  # lane is 1 iff v >= bound
+    n = rows * width
+    greater = np.zeros(n, dtype=np.uint64)  # lanes decided 1 (v > bound) so far
+    equal = np.full(n, np.uint64(0xFFFFFFFFFFFFFFFF))  # lanes whose bits so far equal the bound's
+    taken = np.empty(n, dtype=np.uint64)
+    for i in range(min(FULL_ROUNDS, 64)):
+        r = words(n)
+        _compare_round(bound, i, r, equal, greater, taken)
+    index = np.flatnonzero(equal)
+    eq, gt = equal[index], greater[index]
+    for i in range(FULL_ROUNDS, 64):
+        if index.size == 0:
+            break
+        r = words(index.size)
+        _compare_round(bound, i, r, eq, gt, np.empty_like(r))
+        alive = np.flatnonzero(eq)
+        if alive.size < index.size:
+            greater[index] = gt
+            index, eq, gt = index[alive], eq[alive], gt[alive]
+    greater[index] = gt | eq  # equal to the bound in all 64 bits: v == bound, so 1
+    return greater.reshape(shape)
+
+
+def _compare_round(bound: int, i: int, r: U64, equal: U64, greater: U64, taken: U64) -> None:
+    """Round i (0 = most significant bit) of the lane-wise comparison ``v >= bound``."""
+    if (bound >> (63 - i)) & 1:
+        equal &= r  # the bound's bit is 1: v's bit 0 decides "less" (lane 0)
+    else:
+        np.bitwise_and(equal, r, out=taken)  # the bound's bit is 0: v's bit 1 decides "greater"
+        greater |= taken
+        equal ^= taken
+
+
+def nearest_dyadic(target: float, bits: int, *, below: bool) -> int:
+    """Numerator a of ``a / 2**bits``: the largest at most ``target`` (``below``), else nearest."""
+    scaled = Fraction(target) * (1 << bits)
+    value = math.floor(scaled) if below else round(scaled)
+    return max(0, min(1 << bits, value))
+
+
+# --- exact binomial counts --------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=16)
+def _cdf_numerators(trials: int, numerator: int) -> tuple[int, ...]:
+    """``F(k) * 2**(64 trials)`` for k = 0 .. trials - 1, exactly (Python integers).
+
+    ``F(k) = sum_{j <= k} C(n, j) c^j (2^64 - c)^(n - j) / 2^(64 n)``, the CDF of
+    ``Binomial(n, c / 2**64)``; about 45 ms for n = 1024, once per (n, c).
+    """
+    c, rest = numerator, (1 << 64) - numerator
+    term = rest**trials  # C(n, 0) c^0 rest^n
+    total = 0
+    out = []
+    for k in range(trials):
+        total += term
+        out.append(total)
+        term = term * (trials - k) * c // ((k + 1) * rest)  # exact: C(n, k+1) c^(k+1) ...
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=16)
+def _prefix_list(trials: int, numerator: int) -> list[int]:
+    return [int(v) for v in cdf_prefixes(trials, numerator)]
+
+
+def cdf_prefixes(trials: int, numerator: int) -> U64:
+    """The first 64 bits of each ``F(k)``: ``floor(2**64 F(k))``, k = 0 .. trials - 1."""
+    shift = 64 * trials - 64
+    return np.array([f >> shift for f in _cdf_numerators(trials, numerator)], dtype=np.uint64)
+
+
+def block_binomials(words: WordSource, rows: int, block_sizes: I64, numerator: int) -> I64:
+    """Exact ``Binomial(size, numerator / 2**64)`` counts for each row and block.
+
+    Inversion of the exact CDF: a uniform ``U = 0.w1 w2 ...`` made of fresh words gives
+    ``K = #{k < size : F(k) <= U}``. One word per (row, block), row-major, decides K
+    unless it equals the first 64 bits of some F(k) (probability below
+    ``(size + 1) 2**-64``); such counts then draw further words, in the same order, until
+    the comparison is decided. No rounding anywhere: K is exactly binomial.
+    """
+    blocks = block_sizes.size
+    u = words(rows * blocks).reshape(rows, blocks)
+    k = np.empty((rows, blocks), dtype=np.int64)
+    tied = np.zeros((rows, blocks), dtype=np.bool_)
+    for size in np.unique(block_sizes).tolist():
+        cols = np.flatnonzero(block_sizes == size)
+        prefixes = cdf_prefixes(size, numerator)
+        sub = u[:, cols]
+        found = np.searchsorted(prefixes, sub, side="left")  # prefixes below u: F(k) <= U
+        k[:, cols] = found
+        tied[:, cols] = (found < size) & (prefixes[np.minimum(found, size - 1)] == sub)
+    for i, j in zip(*np.nonzero(tied), strict=True):
+        k[i, j] = _resolve_tie(words, int(block_sizes[j]), numerator, int(u[i, j]), int(k[i, j]))
+    return k
+
+
+def _resolve_tie(words: WordSource, trials: int, numerator: int, first: int, k: int) -> int:
+    """K when the first word equals the 64-bit prefix of F(k) (and maybe of F(k+1), ...)."""
+    exact = _cdf_numerators(trials, numerator)
+    total_bits = 64 * trials
+    drawn = [first]
+    while k < trials and (exact[k] >> (total_bits - 64)) == first:
+        level = 1  # compare U with F(k), 64 bits at a time
+        while True:
+            if level * 64 >= total_bits:
+                below = False  # U agrees with all of F(k)'s bits: U >= F(k)
+                break
+            if level == len(drawn):
+                drawn.append(int(words(1)[0]))
+            digit = (exact[k] >> (total_bits - 64 * (level + 1))) & 0xFFFFFFFFFFFFFFFF
+            if drawn[level] != digit:
+                below = drawn[level] < digit
+                break
+            level += 1
+        if below:
+            return k
+        k += 1
+    return k
+
+
+def distinct_lanes(
+    words: WordSource,
+    packed: U64,
+    rows: I64,
+    starts: I64,
+    sizes: I64,
+    counts: I64,
+    *,
+    forbidden: I64 | None = None,
+) -> None:
+    """Set ``counts[u]`` distinct uniform lanes in each unit's block (blocks start empty).
+
+    A unit is the block ``starts[u] .. starts[u] + sizes[u] - 1`` of row ``rows[u]``
+    (word-aligned; blocks do not share words). In each round, every unit not yet done
+    draws ``counts[u]`` 32-bit values (units in order, from one run of words, low half
+    first), maps them to lanes by Lemire's rule, and keeps them iff all are valid and
+    distinct; otherwise it clears its block and draws all of them again in the next
+    round. The kept tuple is uniform over tuples of distinct lanes, so the set is a
+    uniform ``counts[u]``-subset. With ``forbidden``, a draw that includes lane
+    ``forbidden[rows[u]]`` fails too: the set is then uniform among those without it.
+    """
+    width = packed.shape[1]
+    flat = packed.reshape(-1)
+    whole_rows = _whole_rows(packed, rows, starts, sizes)
+    pending = np.flatnonzero(counts > 0)
+    while pending.size:
+        need = counts[pending]
+        values = _halves(words, int(need.sum()))
+        owner = np.repeat(pending, need)
+        lane, valid = _lemire(values, sizes, owner)
+        if whole_rows:  # unit u is row u, block = the row: no gathers
+            lane += owner * (64 * width)
+        else:
+            lane += rows[owner] * (64 * width) + starts[owner]
+        bit = _POW2[lane & 63]
+        if valid is not None:
+            bit *= valid
+        # Adding distinct bits is OR-ing them; a repeat carries, a void adds nothing, so
+        # a block holds counts[u] bits iff its draws were valid and distinct.
+        np.add.at(flat, lane >> 6, bit)
+        got = _block_counts(packed, rows[pending], starts[pending], sizes[pending])
+        bad = got != need
+        if forbidden is not None:
+            f = forbidden[rows[pending]]
+            bad |= (packed[rows[pending], f >> 6] & _POW2[f & 63]) != 0
+        failed = pending[bad]
+        if whole_rows:
+            packed[failed] = 0
+        else:
+            _clear_blocks(packed, rows[failed], starts[failed], sizes[failed])
+        pending = failed
+
+
+def _whole_rows(packed: U64, rows: I64, starts: I64, sizes: I64) -> bool:
+    """Is unit u simply row u, its block all of the row's lanes?"""
+    return (
+        rows.size == packed.shape[0]
+        and bool(np.all(rows == np.arange(rows.size)))
+        and (not starts.size or int(starts.max()) == 0)
+        and (not sizes.size or int(sizes.min()) > 64 * (packed.shape[1] - 1))
+    )
+
+
+def _lemire(values: U64, sizes: I64, owner: I64) -> tuple[I64, U64 | None]:
+    """Lanes ``(v * size) >> 32`` and 1 where valid (``(v * size) mod 2**32 >= 2**32 mod size``).
+
+    The mask is None when every value is valid (a power-of-two size).
+    """
+    if sizes.size and int(sizes.min()) == int(sizes.max()):
+        size = int(sizes[0])
+        if size & (size - 1) == 0:  # power of two: a shift, never void
+            shift = np.uint64(32 - (size.bit_length() - 1))
+            return (values >> shift).view(np.int64), None
+        t = values * np.uint64(size)
+        valid = (t & _MASK32) >= np.uint64((1 << 32) % size)
+    else:
+        s = sizes.astype(np.uint64)[owner]
+        t = values * s
+        valid = (t & _MASK32) >= (np.uint64(1 << 32) % s)
+    return (t >> _SHIFT32).view(np.int64), valid.astype(np.uint64)
+
+
+def _clear_blocks(packed: U64, rows: I64, starts: I64, sizes: I64) -> None:
+    for start, size in {(int(a), int(b)) for a, b in zip(starts, sizes, strict=True)}:
+        sel = (starts == start) & (sizes == size)
+        packed[rows[sel], start >> 6 : (start + size + 63) >> 6] = 0
+
+
+# --- adding and removing uniform lanes --------------------------------------------------
+
+
+def _halves(words: WordSource, count: int) -> U64:
+    """``count`` 32-bit values from ``ceil(count / 2)`` words, low half first."""
+    w = words((count + 1) // 2)
+    out = np.empty(2 * w.size, dtype=np.uint64)
+    out[0::2] = w & _MASK32
+    out[1::2] = w >> _SHIFT32
+    return out[:count]
+
+
+def change_lanes(
+    words: WordSource,
+    packed: U64,
+    rows: I64,
+    starts: I64,
+    sizes: I64,
+    target: I64,
+    *,
+    remove: bool = False,
+    forbidden: I64 | None = None,
+) -> None:
+    """Add (OR) or remove (AND-NOT) uniform lanes until each unit has ``target`` lanes set.
+
+    A unit is the block of lanes ``starts[u] .. starts[u] + sizes[u] - 1`` of row
+    ``rows[u]`` of ``packed`` (rows x W words, changed in place); a block starts on a word
+    boundary and blocks of one row do not share a word. ``target[u]`` is the number of set
+    lanes the block must end with (at least its current count when adding, at most when
+    removing). Lane ``forbidden[rows[u]]`` (if given) is cleared after every round, so it
+    never counts. Draws per round: for each unit still off target, in unit order, as many
+    32-bit values as it is off, all from one run of words (low half first); value v is
+    lane ``(v * size) >> 32`` of the block, or void when ``(v * size) mod 2**32`` is below
+    ``2**32 mod size`` (Lemire's exact rule; never void for a power-of-two size). All of
+    a round's candidates are applied; a void one, one already in (adding) or out
+    (removing), and a repeat change nothing.
+    """
+    width = packed.shape[1]
+    flat = packed.reshape(-1)
+    forbid_lane = None if forbidden is None else rows * (64 * width) + forbidden[rows]
+    have = _block_counts(packed, rows, starts, sizes)
+    gap = (have - target) if remove else (target - have)
+    active = np.flatnonzero(gap > 0)
+    need = gap[active]
+    while active.size:
+        values = _halves(words, int(need.sum()))
+        owner = np.repeat(active, need)
+        lane, valid = _lemire(values, sizes, owner)
+        lane += rows[owner] * (64 * width) + starts[owner]
+        bit = _POW2[lane & 63]
+        if valid is not None:
+            bit *= valid
+        if remove:
+            np.bitwise_and.at(flat, lane >> 6, ~bit)
+        else:
+            np.bitwise_or.at(flat, lane >> 6, bit)
+        if forbid_lane is not None:
+            f = forbid_lane[active]
+            flat[f >> 6] &= ~_POW2[f & 63]
+        have = _block_counts(packed, rows[active], starts[active], sizes[active])
+        gap = (have - target[active]) if remove else (target[active] - have)
+        keep = gap > 0
+        active, need = active[keep], gap[keep]
+
+
+def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
+    """Set lanes in each unit's block."""
+    width = packed.shape[1]
+    if starts.size and int(starts.max()) == 0 and int(sizes.min()) > 64 * (width - 1):
+        # One block per row: the whole row.
+        return np.asarray(np.bitwise_count(packed[rows]).sum(axis=1, dtype=np.int64))
+    counts = np.bitwise_count(packed).astype(np.int64)
+    cum = np.concatenate([np.zeros((counts.shape[0], 1), np.int64), counts.cumsum(axis=1)], axis=1)
+    return np.asarray(cum[rows, (starts + sizes + 63) >> 6] - cum[rows, starts >> 6])
+
+
+# --- plans ------------------------------------------------------------------------------
+
+
+def plan_unary(probability: float, lanes: int) -> tuple[int, int, int]:
+    """How to draw lanes that are 1 w.p. ``probability`` (rounded up to a dyadic), fastest.
+
+    Returns ``(m, a, c)``. ``m < 0`` means :func:`threshold_lanes` with ``count = c``
+    (``c = ceil(2**64 probability)``). Otherwise lanes are the OR of :func:`dense_lanes`
+    with rate ``a / 2**m`` (``a = floor(2**m probability)``) and a sparse part with rate
+    ``c / 2**64``, ``c = ceil(2**64 (q - a') / (1 - a'))`` with ``a' = a / 2**m``: a lane
+    is 1 w.p. ``a' + (1 - a') c / 2**64``, at least ``probability`` and less than
+    ``2**-64`` above it. The choice changes the draws, never more than that.
+    """
+    q = Fraction(probability)
+    width = words_per_row(lanes)
+    blocks = -(-lanes // BLOCK)
+    block = min(lanes, BLOCK)
+    lazy_count = min((1 << 64) - 1, math.ceil(q * (1 << 64)))
+    best = (_NS_PER_DENSE_WORD * LAZY_WORDS_PER_WORD * width, -1, 0, lazy_count)
+    for m in range(MAX_SPLIT_BITS + 1):
+        a = nearest_dyadic(probability, m, below=True)
+        dense = Fraction(a, 1 << m)
+        rest = (q - dense) / (1 - dense)
+        if rest > MAX_SPARSE_RATE:
+            continue
+        c = math.ceil(rest * (1 << 64))
+        per_block = block * float(rest)
+        # A block redraws all its lanes unless they are distinct: about e^(K^2 / 2 size) tries.
+        tries = math.exp(min(per_block * per_block / (2 * block), 50.0))
+        cost = _NS_PER_DENSE_WORD * m * width
+        if c:
+            cost += blocks * (_NS_PER_COUNT + _NS_PER_SPARSE_LANE * per_block * tries)
+        if cost < best[0]:
+            best = (cost, m, a, c)
+    return best[1], best[2], best[3]
+
+
+def plan_subset(size: int, lanes: int) -> tuple[int, int]:
+    """``(m, a)`` of the dense start for a uniform ``size``-subset of ``lanes`` lanes.
+
+    The start's rate ``a / 2**m`` is at most ``size / lanes`` (a start that overshoots is
+    drawn again, so it should rarely overshoot); the remaining lanes are added uniformly.
+    ``a = 0`` means no start: all lanes drawn at once until distinct.
+    """
+    width = words_per_row(lanes)
+    target = size / lanes
+    best = (_NS_PER_SPARSE_LANE * size * math.exp(min(size * size / (2 * lanes), 50.0)), 0, 0)
+    for m in range(1, MAX_DENSE_BITS + 1):
+        a = nearest_dyadic(target, m, below=True)
+        if a == 0:
+            continue
+        rate = a / (1 << m)
+        mean, sd = lanes * rate, math.sqrt(lanes * rate * (1.0 - rate))
+        if sd == 0.0:
+            continue
+        overshoot = 0.5 * math.erfc((size + 0.5 - mean) / (sd * math.sqrt(2.0)))
+        if overshoot > 0.5:
+            continue
+        dense = _NS_PER_DENSE_WORD * m * width / (1.0 - overshoot)
+        adds = (size - mean + 0.8 * sd) / max(1.0 - target, 1e-3)
+        cost = dense + _NS_PER_CANDIDATE * adds
+        if cost < best[0]:
+            best = (cost, m, a)
+    return best[1], best[2]
+
+
+def clear_padding(packed: U64, lanes: int) -> None:
+    """Clear lanes ``lanes ..`` of each row (the last word's spare bits)."""
+    spare = 64 * packed.shape[1] - lanes
+    if spare:
+        packed[:, -1] &= np.uint64((1 << (64 - spare)) - 1)
+
+
+def set_lanes(packed: U64, lanes: I64, bits: npt.NDArray[np.bool_]) -> None:
+    """Set lane ``lanes[i]`` of row i to ``bits[i]``."""
+    rows = np.arange(packed.shape[0])
+    word = lanes >> 6
+    mask = _POW2[lanes & 63]
+    packed[rows, word] = (packed[rows, word] & ~mask) | (mask * bits.astype(np.uint64))
+
+
+def to_report_bytes(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
+    """Rows of words as the wire's packed bytes: ``ceil(lanes / 8)`` per row, little end."""
+    nbytes = (lanes + 7) // 8
+    as_bytes = np.ascontiguousarray(packed, dtype="<u8").view(np.uint8)
+    return np.ascontiguousarray(as_bytes.reshape(packed.shape[0], -1)[:, :nbytes])
+
+
+# --- one report at a time, in Python integers (the device's path) -------------------------
+# The same rules as above for a batch of one report: a device perturbs one value per call,
+# where a dozen numpy calls per round would cost more than the arithmetic. Tests check that
+# both paths give the same report from the same words.
+
+_ALL = (1 << 64) - 1
+
+
+class WordQueue:
+    """Hands out a word source's words one run at a time, fetching ``block`` at once.
+
+    Words fetched but not handed out are discarded with the queue (a device uses a fresh
+    generator for every report, so reading ahead changes nothing it sends).
+    """
+
+    def __init__(self, words: WordSource, block: int = 256) -> None:
+        self._words = words
+        self._block = block
+        self._buffer: list[int] = []
+        self._next = 0
+
+    def take(self, count: int) -> list[int]:
+        if self._next + count > len(self._buffer):
+            rest = self._buffer[self._next :]
+            self._buffer = rest + self._words(max(self._block, count - len(rest))).tolist()
+            self._next = 0
+        out = self._buffer[self._next : self._next + count]
+        self._next += count
+        return out
+
+    def source(self, count: int) -> U64:
+        """This queue as a :data:`WordSource`."""
+        return np.array(self.take(count), dtype=np.uint64)
+
+
+def _join(words: list[int]) -> int:
+    """Words as one integer, word i at bits 64 i .. 64 i + 63."""
+    return int.from_bytes(struct.pack(f"<{len(words)}Q", *words), "little")
+
+
+def _split(value: int, width: int) -> list[int]:
+    return list(struct.unpack(f"<{width}Q", value.to_bytes(8 * width, "little")))
+
+
+def threshold_row(queue: WordQueue, width: int, count: int) -> list[int]:
+    """:func:`threshold_lanes` for one row (the full rounds on the row as one integer)."""
+    if count <= 0:
+        queue.take(FULL_ROUNDS * width)
+        return [0] * width
+    bound = (1 << 64) - count
+    whole = (1 << (64 * width)) - 1
+    greater, equal = 0, whole
+    for i in range(FULL_ROUNDS):
+        r = _join(queue.take(width))
+        if (bound >> (63 - i)) & 1:
+            equal &= r
+        else:
+            taken = equal & r
+            greater |= taken
+            equal ^= taken
+    more = _split(greater, width)
+    eq = _split(equal, width)
+    for i in range(FULL_ROUNDS, 64):
+        live = [w for w in range(width) if eq[w]]
+        if not live:
+            break
+        one = (bound >> (63 - i)) & 1
+        for w, r in zip(live, queue.take(len(live)), strict=True):
+            if one:
+                eq[w] &= r
+            else:
+                taken = eq[w] & r
+                more[w] |= taken
+                eq[w] ^= taken
+    return [g | e for g, e in zip(more, eq, strict=True)]
+
+
+def dense_row(queue: WordQueue, width: int, bits: int, numerator: int) -> list[int]:
+    """:func:`dense_lanes` for one row (as one integer)."""
+    if numerator <= 0 or numerator >= 1 << bits:
+        queue.take(bits * width)
+        return [0 if numerator <= 0 else _ALL] * width
+    whole = (1 << (64 * width)) - 1
+    less, equal = 0, whole
+    for i in range(bits):
+        r = _join(queue.take(width))
+        if (numerator >> (bits - 1 - i)) & 1:
+            less |= equal & ~r & whole
+            equal &= r
+        else:
+            equal &= ~r & whole
+    return _split(less, width)
+
+
+def _row_halves(queue: WordQueue, count: int) -> list[int]:
+    out = [h for w in queue.take((count + 1) // 2) for h in (w & 0xFFFFFFFF, w >> 32)]
+    return out[:count]
+
+
+def _row_lemire(value: int, size: int) -> int | None:
+    t = value * size
+    return None if (t & 0xFFFFFFFF) < (1 << 32) % size else t >> 32
+
+
+def sparse_row(queue: WordQueue, row: list[int], lanes: int, numerator: int) -> None:
+    """:func:`block_binomials` then :func:`distinct_lanes` for one row (ORed into ``row``)."""
+    sizes = [min(BLOCK, lanes - start) for start in range(0, lanes, BLOCK)]
+    counts = []
+    for size, u in zip(sizes, queue.take(len(sizes)), strict=True):
+        prefixes = _prefix_list(size, numerator)
+        k = bisect.bisect_left(prefixes, u)
+        if k < size and prefixes[k] == u:
+            k = _resolve_tie(queue.source, size, numerator, u, k)
+        counts.append(k)
+    pending = [b for b, k in enumerate(counts) if k > 0]
+    while pending:
+        values = _row_halves(queue, sum(counts[b] for b in pending))
+        failed = []
+        for b in pending:
+            mine, values = values[: counts[b]], values[counts[b] :]
+            lanes_b = [_row_lemire(v, sizes[b]) for v in mine]
+            if None in lanes_b or len(set(lanes_b)) < len(lanes_b):
+                failed.append(b)
+                continue
+            for lane in lanes_b:
+                assert lane is not None
+                j = b * BLOCK + lane
+                row[j >> 6] |= 1 << (j & 63)
+        pending = failed
+
+
+def distinct_row(queue: WordQueue, row: list[int], lanes: int, count: int, forbidden: int) -> None:
+    """:func:`distinct_lanes` for one row with one block of all ``lanes`` lanes."""
+    while count:
+        picked = [_row_lemire(v, lanes) for v in _row_halves(queue, count)]
+        if None in picked or forbidden in picked or len(set(picked)) < count:
+            continue
+        for lane in picked:
+            assert lane is not None
+            row[lane >> 6] |= 1 << (lane & 63)
+        return
+
+
+def change_row(
+    queue: WordQueue, row: list[int], lanes: int, target: int, *, remove: bool, forbidden: int
+) -> None:
+    """:func:`change_lanes` for one row whose single block is all ``lanes`` lanes."""
+    while True:
+        have = sum(w.bit_count() for w in row)
+        gap = have - target if remove else target - have
+        if gap <= 0:
+            return
+        for v in _row_halves(queue, gap):
+            lane = _row_lemire(v, lanes)
+            if lane is None:
+                continue
+            if remove:
+                row[lane >> 6] &= ~(1 << (lane & 63)) & _ALL
+            else:
+                row[lane >> 6] |= 1 << (lane & 63)
+        row[forbidden >> 6] &= ~(1 << (forbidden & 63)) & _ALL
+
+
+def finish_row(row: list[int], lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:
+    """Clear the padding, set ``lane`` to ``bit``, and return the report's bytes (1 x n)."""
+    spare = 64 * len(row) - lanes
+    if spare:
+        row[-1] &= (1 << (64 - spare)) - 1
+    row[lane >> 6] = (row[lane >> 6] & ~(1 << (lane & 63)) & _ALL) | (int(bit) << (lane & 63))
+    data = b"".join(w.to_bytes(8, "little") for w in row)[: (lanes + 7) // 8]
+    return np.frombuffer(data, dtype=np.uint8).reshape(1, -1).copy()
