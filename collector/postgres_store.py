@@ -98,6 +98,7 @@ MIGRATION_LOCK = 0x6C64_706B_0000_0001
 CATALOG_LOCK = 0x6C64_706B_0000_0002
 PRUNE_LOCK = 0x6C64_706B_0000_0003
 PRUNED_KEY = "report_ids_pruned_before"
+PROBE_KEY = "write_probe"  # written by probe_write
 PRUNE_CHUNK_PAGES = 2048  # 16 MiB of report_ids per DELETE
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 DEADLOCK_RETRIES = 3
@@ -755,6 +756,17 @@ class PostgresStore(Store):
                 )
             out.append(BucketAggregate(int(bucket), Aggregate(int(n), sums)))
         return out
+
+    async def probe_write(self) -> None:
+        try:
+            async with self._live_pool().connection() as conn:
+                await conn.execute(
+                    "INSERT INTO store_state (key, value) VALUES (%s, %s) ON CONFLICT (key) "
+                    "DO UPDATE SET value = excluded.value",
+                    (PROBE_KEY, int(time.time())),
+                )
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"{type(exc).__name__}: {exc}") from None
 
     async def report_count(self) -> int:
         try:

@@ -31,11 +31,14 @@ from .limits import IngestLimiter
 from .responses import ApiError, dumps, etag_of
 from .store import Catalog, IngestResult, PutOutcome, Store, StoreClosed, StoreError
 from .telemetry import Telemetry
+from .uploads import BodyPool
 
 log = logging.getLogger("ldpkit.collector")
 
 REFRESH_INTERVAL = 1.0
 PRUNE_INTERVAL = 3600.0
+READY_TIMEOUT = 2.0  # seconds the store may take to answer /readyz
+READY_HOLD = 10.0  # seconds /readyz answers 503 after a batch failed in the store
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,9 @@ class Collector:
         self.catalog = Catalog()
         self.ready = False
         self.draining = False
-        self.admitted = 0  # POST /v1/reports between admission and answer (body read included)
-        self.admitted_bytes = 0  # their bodies' sizes (the declared limit when not announced)
+        self.admitted = 0  # POST /v1/reports received (body read) and not yet answered
+        self.bodies = BodyPool(config.max_pending_bytes)  # request bodies held, by bytes
+        self.store_failed_at: float | None = None  # monotonic time of the last failed batch
         self.limiter = IngestLimiter(config.ingest_reports_per_second, config.ingest_burst)
         self._metrics_body = _serialized({"metrics": []})
         self._metric_bodies: dict[str, Serialized] = {}
@@ -193,25 +197,58 @@ class Collector:
 
     # --- ingest --------------------------------------------------------------------------
     def overloaded(self, incoming_bytes: int = 0) -> bool:
-        """Whether to refuse a new batch: as many as ``max_pending_batches`` are admitted
-        (from before their body is read until they are answered, so bodies being read count
-        too) or wait for the store, admitting ``incoming_bytes`` more would hold over
-        ``max_pending_bytes`` of bodies, or the store's queue holds ``max_pending_reports``."""
+        """Whether to refuse a new batch: ``max_pending_batches`` batches are received and
+        not yet answered, or wait for the store; a body of ``incoming_bytes`` would not fit
+        in ``max_pending_bytes`` beside the bodies held (one body alone always fits); or
+        the store's queue holds ``max_pending_reports``. Bodies still arriving count only
+        by the bytes that arrived (see uploads.py)."""
         limit = self.config.max_pending_batches
-        over_bytes = self.admitted_bytes + incoming_bytes > self.config.max_pending_bytes
         return (
             self.admitted >= limit
-            or (self.admitted > 0 and over_bytes)  # one batch alone is always let in
+            or self.bodies.full_for(incoming_bytes)
             or self.store.pending_batches >= limit
             or self.store.pending_reports >= self.config.max_pending_reports
         )
 
+    async def readiness(self) -> str | None:
+        """None when ready for batches, else why not (``/readyz`` answers 503 with it)."""
+        if not self.ready or self.draining:
+            return "starting up or shutting down"
+        failed = self.store_failed_at
+        if failed is not None:
+            # Batches failed (a full disk, say). Not ready for READY_HOLD seconds, so a load
+            # balancer takes this replica out; then a small write decides (it may pass
+            # while batches still fail: the next failure holds again).
+            if time.monotonic() - failed < READY_HOLD:
+                return "the store failed to store the last batch"
+            try:
+                await asyncio.wait_for(self.store.probe_write(), timeout=READY_TIMEOUT)
+            except (StoreError, TimeoutError) as exc:
+                return f"the store fails to write: {exc or type(exc).__name__}"
+            if self.store_failed_at == failed:
+                self.store_failed_at = None
+        try:
+            await asyncio.wait_for(self.store.ping(), timeout=READY_TIMEOUT)
+        except (StoreError, TimeoutError) as exc:
+            return f"the store does not answer: {exc or type(exc).__name__}"
+        if self.overloaded(self.config.max_pending_bytes // 4):
+            return (
+                "the store is behind, or the collector holds nearly as many batches (or "
+                "bytes of them) as it may"
+            )
+        return None
+
     async def ingest(
-        self, body: bytes, *, charge: Callable[[int], None] | None = None
+        self,
+        body: bytes | bytearray,
+        *,
+        token: bytes = b"",
+        charge: Callable[[int], None] | None = None,
     ) -> dict[str, object]:
         """Check and store one batch; the answer of ``POST /v1/reports``. ``charge`` is
         called with the number of reports once the batch is decoded (it may raise an
-        ApiError to refuse the batch: nothing is stored)."""
+        ApiError to refuse the batch: nothing is stored). ``token`` (the sender's token
+        digest) is whom costly work is charged to."""
         cfg = self.config
         try:
             blocks = decode_batch(
@@ -231,6 +268,7 @@ class Collector:
         if checked.blocks:
             try:
                 result = await self.store.ingest(checked.blocks)
+                self.store_failed_at = None
             except StoreClosed:
                 raise ApiError(
                     503,
@@ -240,6 +278,7 @@ class Collector:
                 ) from None
             except StoreError as exc:
                 log.error("batch not stored: %s", exc)
+                self.store_failed_at = time.monotonic()
                 raise ApiError(
                     503,
                     "store_unavailable",
@@ -264,6 +303,26 @@ class Collector:
             t.reports_rejected.labels(r.error).inc(int(r.indexes.size))
 
     # --- estimates -----------------------------------------------------------------------
+    def _check_answer_size(
+        self, definition: MetricDefinition, buckets: int, query: EstimateQuery
+    ) -> None:
+        """400 when the answer would hold more than ``max_estimate_items`` items: one per
+        category (a numeric metric: one), in the total and, with ``per_bucket``, in each
+        bucket. The answer's size (about 130 bytes an item) and the time to build it, on a
+        thread that shares the interpreter with every other request, grow with it."""
+        per_answer = len(definition.categories or ()) or 1
+        items = per_answer * (1 + (buckets if query.per_bucket else 0))
+        limit = self.config.max_estimate_items
+        if items > limit:
+            raise ApiError(
+                400,
+                "invalid_parameter",
+                f"per_bucket=true over {buckets} buckets of {per_answer} items each makes "
+                f"{items} items, over the collector's max_estimate_items ({limit}); "
+                "narrow from/to, or leave per_bucket out",
+                param="per_bucket" if query.per_bucket else "from",
+            )
+
     async def estimate(self, name: str, query: EstimateQuery) -> bytes:
         versions = self.catalog.versions.get(name)
         current = self.catalog.current.get(name)
@@ -290,6 +349,7 @@ class Collector:
         except StoreError as exc:
             log.error("estimates of %s: %s", name, exc)
             raise ApiError(503, "store_unavailable", "the store failed; retry later") from None
+        self._check_answer_size(definition, len(buckets), query)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             None, lambda: estimate_body(definition, fp, buckets, query)

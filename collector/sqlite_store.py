@@ -113,6 +113,7 @@ PAGE_SIZE = 16384  # for new files: fewer, larger B-tree pages for the random-ke
 # earlier than their own bucket, so they are pruned no sooner than they may be.
 MIGRATE_1_TO_2 = "ALTER TABLE report_ids ADD COLUMN bucket INTEGER NOT NULL DEFAULT {day};"
 PRUNED_KEY = "report_ids_pruned_before"
+PROBE_KEY = "write_probe"  # written by probe_write
 PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer job
 LOOKUP_CHUNK = 500
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
@@ -459,6 +460,17 @@ class SQLiteStore(Store):
 
     async def ping(self) -> None:
         await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    async def probe_write(self) -> None:
+        def probe(conn: sqlite3.Connection) -> tuple[None, Deltas]:
+            conn.execute(
+                "INSERT INTO store_state (key, value) VALUES (?, ?) ON CONFLICT (key) "
+                "DO UPDATE SET value = excluded.value",
+                (PROBE_KEY, int(time.time())),
+            )
+            return None, {}
+
+        await self._submit(probe)
 
     async def load_catalog(self) -> Catalog:
         def read(conn: sqlite3.Connection) -> Catalog:

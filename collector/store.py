@@ -203,6 +203,11 @@ class Store(ABC):
     async def ping(self) -> None:
         """Raise StoreError unless the database answers."""
 
+    @abstractmethod
+    async def probe_write(self) -> None:
+        """Raise StoreError unless a small write transaction commits (after batches failed,
+        to tell when the store takes writes again: a disk no longer full, say)."""
+
     @property
     @abstractmethod
     def pending_batches(self) -> int:
