@@ -722,6 +722,22 @@ class PostgresStore(Store):
             raise StoreError(f"{type(exc).__name__}: {exc}") from None
         return build_catalog(versions, current)
 
+    async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
+        wanted = list(fingerprints)
+        if not wanted:
+            return []
+        try:
+            async with self._live_pool().connection() as conn:
+                cur = await conn.execute(
+                    "SELECT fingerprint, name, definition FROM metric_versions "
+                    "WHERE fingerprint = ANY(%s)",
+                    (wanted,),
+                )
+                rows = await cur.fetchall()
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"{type(exc).__name__}: {exc}") from None
+        return [(str(fp), str(name), str(text)) for fp, name, text in rows]
+
     # --- reads ---------------------------------------------------------------------------
     async def ping(self) -> None:
         try:

@@ -19,26 +19,42 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ProtocolError
 from ..metrics import MetricDefinition
-from ..wire import decode_batch
+from ..wire import FINGERPRINT_PATTERN, decode_batch
 from .config import CollectorConfig
 from .estimates import EstimateQuery, estimate_body
-from .ingest import Rejected, check_batch, oldest_bucket, prune_before
+from .fairness import EXPENSIVE_SECONDS, FairLane
+from .ingest import Rejected, aggregation_seconds, check_batch, oldest_bucket, prune_before
 from .limits import IngestLimiter
 from .responses import ApiError, dumps, etag_of
-from .store import Catalog, IngestResult, PutOutcome, Store, StoreClosed, StoreError
+from .store import (
+    Catalog,
+    IngestBlock,
+    IngestResult,
+    PutOutcome,
+    Store,
+    StoreClosed,
+    StoreError,
+)
 from .telemetry import Telemetry
 from .uploads import BodyPool
 
 log = logging.getLogger("ldpkit.collector")
 
 REFRESH_INTERVAL = 1.0
+MAX_LOOKUPS = 64  # versions looked up for one batch
+MAX_UNLOADABLE = 1024
 PRUNE_INTERVAL = 3600.0
 READY_TIMEOUT = 2.0  # seconds the store may take to answer /readyz
 READY_HOLD = 10.0  # seconds /readyz answers 503 after a batch failed in the store
+
+
+def _with_aggregates(blocks: Sequence[IngestBlock]) -> list[IngestBlock]:
+    """``blocks`` with their aggregates computed (checked reports: they aggregate)."""
+    return [replace(b, aggregate=b.mechanism.aggregate(b.reports)) for b in blocks]
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,8 @@ class Collector:
         self._refresh_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._pruned_before: int | None = None  # ids of older buckets may be gone
+        self._unloadable: set[str] = set()  # stored versions this code cannot load
+        self.lane = FairLane()  # costly aggregations, round-robin between senders
         self._notified: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -95,6 +113,7 @@ class Collector:
         except BaseException:
             await store.close()
             raise
+        self.lane.start()
         self.ready = True
         self._tasks = [
             asyncio.create_task(self._refresh_loop(), name="ldpkit-catalog-refresh"),
@@ -112,6 +131,7 @@ class Collector:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = []
+        await self.lane.stop()
         await self.store.close()
 
     # --- background tasks ----------------------------------------------------------------
@@ -157,6 +177,7 @@ class Collector:
 
     async def refresh_catalog(self) -> None:
         async with self._refresh_lock:
+            self.telemetry.catalog_reloads.inc()
             self._set_catalog(await self.store.load_catalog())
             self._last_refresh = time.monotonic()
 
@@ -165,6 +186,34 @@ class Collector:
             return False
         await self.refresh_catalog()
         return True
+
+    async def _learn_versions(self, fingerprints: set[str]) -> bool:
+        """Look up, by fingerprint, versions a batch names that the catalog lacks (one
+        indexed query, however large the catalog): a version defined through another
+        replica a moment ago is then known before its reports are refused. Reloads the
+        catalog only when one is found. Whether the catalog changed."""
+        wanted = sorted(
+            fp
+            for fp in fingerprints
+            if FINGERPRINT_PATTERN.fullmatch(fp) and fp not in self._unloadable
+        )[:MAX_LOOKUPS]
+        if not wanted:
+            return False
+        self.telemetry.version_lookups.inc()
+        try:
+            found = await self.store.find_versions(wanted)
+        except StoreError as exc:
+            log.warning("looking up metric versions failed: %s", exc)
+            return False
+        if not found:
+            return False
+        await self.refresh_catalog()
+        missing = {fp for fp, _, _ in found if fp not in self._fp_names}
+        if missing:  # stored, but this ldpkit cannot load them: do not look them up again
+            if len(self._unloadable) > MAX_UNLOADABLE:
+                self._unloadable.clear()
+            self._unloadable.update(missing)
+        return len(missing) < len(found)
 
     def metrics_list(self) -> Serialized:
         return self._metrics_body
@@ -262,12 +311,17 @@ class Collector:
         if self._pruned_before is not None:
             oldest = max(oldest, self._pruned_before)
         checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
-        if checked.unknown_names and await self._maybe_refresh():
+        if checked.unknown and await self._learn_versions(checked.unknown):
             checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
         result = IngestResult(0, 0)
-        if checked.blocks:
+        valid = checked.blocks
+        if valid and sum(aggregation_seconds(b.mechanism, b.n) for b in valid) > EXPENSIVE_SECONDS:
+            # Costly to aggregate: done here, in the sender's turn of the fair lane, not in
+            # the store's writer where every other batch would wait for it.
+            valid = await self.lane.run(token, lambda: _with_aggregates(checked.blocks))
+        if valid:
             try:
-                result = await self.store.ingest(checked.blocks)
+                result = await self.store.ingest(valid)
                 self.store_failed_at = None
             except StoreClosed:
                 raise ApiError(

@@ -482,6 +482,22 @@ class SQLiteStore(Store):
 
         return await self._read(read)
 
+    async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
+        wanted = list(fingerprints)
+        if not wanted:
+            return []
+
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+            marks = ",".join("?" * len(wanted))
+            rows = conn.execute(
+                "SELECT fingerprint, name, definition FROM metric_versions "
+                f"WHERE fingerprint IN ({marks})",
+                wanted,
+            ).fetchall()
+            return [(str(fp), str(name), str(text)) for fp, name, text in rows]
+
+        return await self._read(read)
+
     async def aggregates(
         self, fingerprint: str, stats_size: int, start: int | None, end: int | None
     ) -> list[BucketAggregate]:

@@ -78,13 +78,16 @@ class Catalog:
 
 @dataclass(frozen=True)
 class IngestBlock:
-    """Valid reports of one metric version and bucket, in batch order."""
+    """Valid reports of one metric version and bucket, in batch order. ``aggregate``: their
+    aggregate when it was computed before the store (costly mechanisms, see
+    :func:`~ldpkit.collector.ingest.aggregation_seconds`), else None."""
 
     fingerprint: str
     bucket: int
     mechanism: Mechanism
     ids: npt.NDArray[Any]  # ID_DTYPE, one per report
     reports: npt.NDArray[Any]  # the mechanism's report dtype
+    aggregate: Aggregate | None = None
 
     @property
     def n(self) -> int:
@@ -168,18 +171,34 @@ def aggregate_blocks(
     offset = 0
     for block in blocks:
         n = block.n
-        reports = block.reports
-        if new is not None:
-            keep = new[offset : offset + n]
-            if not keep.all():
-                reports = reports[keep]
+        keep = new[offset : offset + n] if new is not None else None
         offset += n
-        if len(reports) == 0:
+        agg = _new_reports_aggregate(block, keep)
+        if agg is None:
             continue
-        agg = block.mechanism.aggregate(reports)
         key = (block.fingerprint, block.bucket)
         deltas[key] = deltas[key] + agg if key in deltas else agg
     return deltas
+
+
+def _new_reports_aggregate(
+    block: IngestBlock, keep: npt.NDArray[np.bool_] | None
+) -> Aggregate | None:
+    """The aggregate of the reports of ``block`` that ``keep`` marks (None: all), or None if
+    there are none. A precomputed aggregate is reused: all of it, or (fewer duplicates than
+    new reports) less the aggregate of the duplicates, so a retried costly batch does not
+    cost its full aggregation again inside the store."""
+    kept = block.n if keep is None else int(keep.sum())
+    if kept == 0:
+        return None
+    whole = block.aggregate
+    if kept == block.n:
+        return whole if whole is not None else block.mechanism.aggregate(block.reports)
+    assert keep is not None
+    if whole is not None and kept * 2 >= block.n:
+        dropped = block.mechanism.aggregate(block.reports[~keep])
+        return Aggregate(whole.n - dropped.n, whole.sums - dropped.sums)
+    return block.mechanism.aggregate(block.reports[keep])
 
 
 class Store(ABC):
@@ -221,6 +240,11 @@ class Store(ABC):
     @abstractmethod
     async def load_catalog(self) -> Catalog:
         """Every stored metric version and the current one per name."""
+
+    @abstractmethod
+    async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
+        """The stored versions among ``fingerprints``: (fingerprint, name, definition JSON)
+        rows (an indexed lookup, whatever the size of the catalog)."""
 
     @abstractmethod
     async def put_metric(self, definition: MetricDefinition) -> PutOutcome:

@@ -15,6 +15,7 @@ import gzip
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -409,3 +410,86 @@ def test_readyz_says_not_ready_while_every_batch_fails(tmp_path: Path) -> None:
         body = batch(block_of("theme", grr_reports(np.arange(2000) % 4)))
         assert post_batch(c.url, body).status == 503
         assert request(c.url, "GET", "/readyz").status == 503
+
+
+# --- 4. one sender delays everyone -------------------------------------------------------
+HUGE = [f"c{i}" for i in range(65536)]
+COSTLY_METRICS: dict[str, Any] = {
+    **METRICS,
+    "huge": {"categories": HUGE, "epsilon": 1.0, "mechanism": "olh"},
+}
+
+
+@pytest.fixture(scope="module")
+def costly(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCollector]:
+    """A collector with an OLH metric at d = 65,536 (an operator's choice)."""
+    directory = tmp_path_factory.mktemp("costly")
+    config = write_toml(
+        directory / "collector.toml", metrics=COSTLY_METRICS, catalog_refresh_seconds=3600
+    )
+    with running_collector(config, cwd=directory, env=_env()) as c:
+        yield c
+
+
+def test_a_costly_sender_delays_only_itself(costly: RunningCollector) -> None:
+    """Two senders post OLH batches at d = 65,536 (seconds of aggregation each); meanwhile
+    another client posts small batches one after the other. Those used to wait for the
+    costly aggregations in the store's single writer; now every one of them is answered
+    before the first costly batch is."""
+    from ldpkit.metrics import MetricDefinition
+
+    huge = MetricDefinition.from_dict("huge", COSTLY_METRICS["huge"])
+    rng = np.random.default_rng(4)
+    reports = huge.mechanism_instance.perturb(rng.integers(0, 65536, 10_000), rng=rng)
+    done: list[tuple[str, float]] = []
+    lock = threading.Lock()
+
+    def costly_sender(token_kind: str) -> None:
+        block = wire.make_block(
+            "huge",
+            huge.fingerprint,
+            Period.DAY.start(time.time()),
+            os.urandom(16 * 10_000),
+            reports,
+        )
+        answer = post_batch(costly.url, batch(block), token_kind)
+        assert answer.status == 200 and answer.json()["accepted"] == 10_000, answer
+        with lock:
+            done.append(("costly", time.monotonic()))
+
+    threads = [threading.Thread(target=costly_sender, args=("ingest",)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # both uploaded and being aggregated
+    for _ in range(20):
+        assert post_batch(costly.url, _good_batch()).status == 200
+        with lock:
+            done.append(("cheap", time.monotonic()))
+    for t in threads:
+        t.join(timeout=300)
+    order = [kind for kind, _ in sorted(done, key=lambda x: x[1])]
+    assert order.count("costly") == 2
+    assert order[:20] == ["cheap"] * 20, order
+
+
+def test_unknown_names_cost_an_indexed_lookup_not_a_catalog_reload(
+    costly: RunningCollector,
+) -> None:
+    """A batch naming an unknown metric (or version) used to reload the whole catalog (at
+    most once a second: 25% of a core for one tiny batch a second with a large catalog).
+    Now the named versions are looked up in the store by fingerprint."""
+    before = prometheus(costly.url)
+    for k in range(5):
+        block = wire.Block(f"nope{k}", os.urandom(8).hex(), Period.DAY.start(time.time()),
+                           os.urandom(16), np.uint32(0).tobytes())  # fmt: skip
+        answer = post_batch(costly.url, batch(block)).json()
+        assert answer["rejected"][0]["error"] == "unknown_metric"
+        time.sleep(1.05)  # past the old once-a-second throttle
+    after = prometheus(costly.url)
+    assert (
+        counter(after, "ldpkit_version_lookups_total")
+        - counter(before, "ldpkit_version_lookups_total")
+        == 5
+    )
+    reloads = counter(after, "ldpkit_catalog_reloads_total")
+    assert reloads == counter(before, "ldpkit_catalog_reloads_total") and reloads >= 1
