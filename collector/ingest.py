@@ -26,7 +26,8 @@ UNKNOWN_METRIC = "unknown_metric"
 UNKNOWN_VERSION = "unknown_version"
 INVALID_REPORT = "invalid_report"
 INVALID_BUCKET = "invalid_bucket"
-REJECTION_CODES = (UNKNOWN_METRIC, UNKNOWN_VERSION, INVALID_REPORT, INVALID_BUCKET)
+RETIRED_METRIC = "retired_metric"
+REJECTION_CODES = (UNKNOWN_METRIC, UNKNOWN_VERSION, INVALID_REPORT, INVALID_BUCKET, RETIRED_METRIC)
 DAY = 86400
 
 
@@ -120,6 +121,13 @@ def check_batch(
         if versions is None:
             out.unknown.add(block.fingerprint)
             refuse(UNKNOWN_METRIC, f"no metric named {_short(block.metric)!r}")
+            continue
+        if block.metric in catalog.retired:
+            refuse(
+                RETIRED_METRIC,
+                f"metric {block.metric!r} is retired: it takes no more reports; stop sending "
+                "them (and refresh the definitions)",
+            )
             continue
         definition = versions.get(block.fingerprint)
         if definition is None:

@@ -193,6 +193,18 @@ async def put_metric(request: web.Request) -> web.Response:
     )
 
 
+@requires(Scope.ADMIN)
+async def delete_metric(request: web.Request) -> web.Response:
+    """Retire a metric: reports of it are refused (``retired_metric``), apps no longer see
+    it in ``GET /v1/metrics``, and its versions and estimates stay available."""
+    name = request.match_info["name"]
+    try:
+        retired = await request.app[COLLECTOR].retire_metric(name)
+    except StoreError as exc:
+        raise ApiError(503, "store_unavailable", f"the metric was not retired: {exc}") from None
+    return json_response({"outcome": "retired" if retired else "unchanged", "metric": name})
+
+
 # --- estimates -------------------------------------------------------------------------
 @requires(Scope.READ, Scope.ADMIN)
 async def get_estimates(request: web.Request) -> web.Response:
@@ -244,6 +256,7 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/v1/metrics", get_metrics)
     r.add_get("/v1/metrics/{name}", get_metric)
     r.add_put("/v1/metrics/{name}", put_metric)
+    r.add_delete("/v1/metrics/{name}", delete_metric)
     r.add_get("/v1/metrics/{name}/versions", get_metric_versions)
     r.add_get("/v1/estimates/{name}", get_estimates)
     r.add_get("/healthz", healthz)

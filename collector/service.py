@@ -34,6 +34,7 @@ from .store import (
     Catalog,
     IngestBlock,
     IngestResult,
+    Origin,
     PutOutcome,
     Store,
     StoreClosed,
@@ -99,15 +100,7 @@ class Collector:
         self.telemetry.watch_queue(lambda: store.pending_batches)
         await store.open()
         try:
-            for definition in self.config.metrics.values():
-                outcome = await store.put_metric(definition)
-                if outcome is not PutOutcome.UNCHANGED:
-                    log.info(
-                        "metric %s from the config: %s (version %s)",
-                        definition.name,
-                        outcome.value,
-                        definition.fingerprint,
-                    )
+            await self._apply_config_metrics()
             await self.refresh_catalog()
             self._pruned_before = await store.pruned_before()
         except BaseException:
@@ -123,6 +116,40 @@ class Collector:
         for kind, count in counts.items():
             if not count:
                 log.warning("no %s token configured: %s requests will be refused", kind, kind)
+
+    async def _apply_config_metrics(self) -> None:
+        """The config's ``[metrics]`` tables, each like a PUT (but a retired metric stays
+        retired); metrics the config defined before and no longer lists are retired."""
+        store = self.store
+        for definition in self.config.metrics.values():
+            outcome = await store.put_metric(definition, origin=Origin.CONFIG)
+            if outcome is PutOutcome.RETIRED:
+                log.warning(
+                    "metric %s is retired; its [metrics.%s] table is ignored (remove it from "
+                    "the config, or PUT the metric to take it back into service)",
+                    definition.name,
+                    definition.name,
+                )
+            elif outcome is not PutOutcome.UNCHANGED:
+                log.info(
+                    "metric %s from the config: %s (version %s)",
+                    definition.name,
+                    outcome.value,
+                    definition.fingerprint,
+                )
+        catalog = await store.load_catalog()
+        dropped = [
+            name
+            for name, origin in sorted(catalog.origins.items())
+            if origin is Origin.CONFIG and name not in self.config.metrics
+        ]
+        for name in dropped:
+            if await store.retire_metric(name):
+                log.info(
+                    "metric %s is no longer in the config: retired (its data stays "
+                    "queryable; it takes no more reports)",
+                    name,
+                )
 
     async def stop(self) -> None:
         self.ready = False
@@ -168,8 +195,14 @@ class Collector:
     def _set_catalog(self, catalog: Catalog) -> None:
         self.catalog = catalog
         current = sorted(catalog.current.values(), key=lambda d: d.name)
-        self._metrics_body = _serialized({"metrics": [d.to_dict() for d in current]})
-        self._metric_bodies = {d.name: _serialized(d.to_dict()) for d in current}
+        listed = [d.to_dict() for d in current if d.name not in catalog.retired]
+        self._metrics_body = _serialized({"metrics": listed})
+        self._metric_bodies = {
+            d.name: _serialized(
+                dict(d.to_dict(), retired=True) if d.name in catalog.retired else d.to_dict()
+            )
+            for d in current
+        }
         self._fp_names = {
             fp: name for name, versions in catalog.versions.items() for fp in versions
         }
@@ -232,8 +265,20 @@ class Collector:
         return {
             "metric": name,
             "current": current.fingerprint,
+            "retired": name in self.catalog.retired,
             "versions": [dict(d.to_dict(), fingerprint=fp) for fp, d in versions.items()],
         }
+
+    async def retire_metric(self, name: str) -> bool:
+        """Retire ``name`` (``DELETE /v1/metrics/{name}``): True if retired now, False if it
+        already was; 404 if there is no such metric."""
+        retired = await self.store.retire_metric(name)
+        await self.refresh_catalog()
+        if retired is None:
+            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+        if retired:
+            log.info("metric %s: retired", name)
+        return retired
 
     async def put_metric(self, definition: MetricDefinition) -> tuple[PutOutcome, str | None]:
         previous = self.catalog.current.get(definition.name)

@@ -55,6 +55,7 @@ from .store import (
     Catalog,
     IngestBlock,
     IngestResult,
+    Origin,
     PutOutcome,
     Store,
     StoreClosed,
@@ -63,6 +64,7 @@ from .store import (
     build_catalog,
     definition_json,
     new_report_mask,
+    put_outcome,
 )
 
 log = logging.getLogger("ldpkit.collector.store")
@@ -71,7 +73,7 @@ T = TypeVar("T")
 Deltas = dict[tuple[str, int], Aggregate]
 JobFn = Callable[[sqlite3.Connection], tuple[Any, Deltas]]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS metric_versions (
     fingerprint TEXT PRIMARY KEY,     -- 16 hex digits of the definition's parameters
@@ -82,7 +84,9 @@ CREATE TABLE IF NOT EXISTS metric_versions (
 CREATE INDEX IF NOT EXISTS metric_versions_by_name ON metric_versions (name, seq);
 CREATE TABLE IF NOT EXISTS metrics (  -- the current version of each metric
     name        TEXT PRIMARY KEY,
-    fingerprint TEXT NOT NULL REFERENCES metric_versions (fingerprint)
+    fingerprint TEXT NOT NULL REFERENCES metric_versions (fingerprint),
+    origin      TEXT NOT NULL DEFAULT 'api',  -- who last defined it: 'api' or 'config'
+    retired_at  INTEGER                       -- unix seconds it was retired, or NULL
 );
 CREATE TABLE IF NOT EXISTS report_ids (  -- dedupe only: no time, no address, no payload
     id     BLOB PRIMARY KEY,
@@ -112,6 +116,12 @@ PAGE_SIZE = 16384  # for new files: fewer, larger B-tree pages for the random-ke
 # Version 1 kept ids without buckets: they get the day of the migration, which is no
 # earlier than their own bucket, so they are pruned no sooner than they may be.
 MIGRATE_1_TO_2 = "ALTER TABLE report_ids ADD COLUMN bucket INTEGER NOT NULL DEFAULT {day};"
+# Version 3 records who defined each metric and whether it is retired; metrics defined
+# before count as defined through the API (never retired for leaving a config file).
+MIGRATE_2_TO_3 = (
+    "ALTER TABLE metrics ADD COLUMN origin TEXT NOT NULL DEFAULT 'api';"
+    "ALTER TABLE metrics ADD COLUMN retired_at INTEGER;"
+)
 PRUNED_KEY = "report_ids_pruned_before"
 PROBE_KEY = "write_probe"  # written by probe_write
 PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer job
@@ -220,6 +230,9 @@ class SQLiteStore(Store):
         migrate = ""
         if version == 1:
             migrate = MIGRATE_1_TO_2.format(day=int(time.time()) // 86400 * 86400)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(metrics)")}
+        if version in (1, 2) and columns and "origin" not in columns:
+            migrate += MIGRATE_2_TO_3
         try:
             conn.executescript(
                 "BEGIN IMMEDIATE;"
@@ -439,9 +452,28 @@ class SQLiteStore(Store):
         result: IngestResult = await self._submit(None, blocks=blocks)
         return result
 
-    async def put_metric(self, definition: MetricDefinition) -> PutOutcome:
-        outcome: PutOutcome = await self._submit(lambda conn: (_put_metric(conn, definition), {}))
+    async def put_metric(
+        self, definition: MetricDefinition, *, origin: Origin = Origin.API
+    ) -> PutOutcome:
+        outcome: PutOutcome = await self._submit(
+            lambda conn: (_put_metric(conn, definition, origin), {})
+        )
         return outcome
+
+    async def retire_metric(self, name: str) -> bool | None:
+        def retire(conn: sqlite3.Connection) -> tuple[bool | None, Deltas]:
+            row = conn.execute("SELECT retired_at FROM metrics WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                return None, {}
+            if row[0] is not None:
+                return False, {}
+            conn.execute(
+                "UPDATE metrics SET retired_at = ? WHERE name = ?", (int(time.time()), name)
+            )
+            return True, {}
+
+        retired: bool | None = await self._submit(retire)
+        return retired
 
     # --- reads ---------------------------------------------------------------------------
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -477,7 +509,9 @@ class SQLiteStore(Store):
             versions = conn.execute(
                 "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
             ).fetchall()
-            current = conn.execute("SELECT name, fingerprint FROM metrics").fetchall()
+            current = conn.execute(
+                "SELECT name, fingerprint, origin, retired_at FROM metrics"
+            ).fetchall()
             return build_catalog(versions, current)
 
         return await self._read(read)
@@ -697,11 +731,18 @@ def _results(
     return results, total
 
 
-def _put_metric(conn: sqlite3.Connection, definition: MetricDefinition) -> PutOutcome:
+def _put_metric(
+    conn: sqlite3.Connection, definition: MetricDefinition, origin: Origin
+) -> PutOutcome:
     fp = definition.fingerprint
     name = definition.name
     text = definition_json(definition)
-    current = conn.execute("SELECT fingerprint FROM metrics WHERE name = ?", (name,)).fetchone()
+    current = conn.execute(
+        "SELECT fingerprint, retired_at FROM metrics WHERE name = ?", (name,)
+    ).fetchone()
+    retired = current is not None and current[1] is not None
+    if retired and origin is Origin.CONFIG:
+        return PutOutcome.RETIRED
     version = conn.execute(
         "SELECT definition FROM metric_versions WHERE fingerprint = ?", (fp,)
     ).fetchone()
@@ -714,14 +755,15 @@ def _put_metric(conn: sqlite3.Connection, definition: MetricDefinition) -> PutOu
     elif version[0] != text:
         conn.execute("UPDATE metric_versions SET definition = ? WHERE fingerprint = ?", (text, fp))
     conn.execute(
-        "INSERT INTO metrics (name, fingerprint) VALUES (?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET fingerprint = excluded.fingerprint",
-        (name, fp),
+        "INSERT INTO metrics (name, fingerprint, origin, retired_at) VALUES (?, ?, ?, NULL) "
+        "ON CONFLICT (name) DO UPDATE SET fingerprint = excluded.fingerprint, "
+        "origin = excluded.origin, retired_at = NULL",
+        (name, fp, origin.value),
     )
-    if current is None:
-        return PutOutcome.CREATED
-    if current[0] != fp:
-        return PutOutcome.NEW_VERSION if version is None else PutOutcome.REVERTED
-    return (
-        PutOutcome.UPDATED if version is not None and version[0] != text else PutOutcome.UNCHANGED
+    return put_outcome(
+        current[0] if current is not None else None,
+        fp,
+        version[0] if version is not None else None,
+        text,
+        retired,
     )

@@ -493,3 +493,65 @@ def test_unknown_names_cost_an_indexed_lookup_not_a_catalog_reload(
     )
     reloads = counter(after, "ldpkit_catalog_reloads_total")
     assert reloads == counter(before, "ldpkit_catalog_reloads_total") and reloads >= 1
+
+
+# --- 10. retiring a metric ---------------------------------------------------------------
+def test_a_metric_can_be_retired(tmp_path: Path) -> None:
+    """DELETE retires a metric (admin): apps stop seeing it, its reports are refused with
+    ``retired_metric``, its data stays queryable. A metric the config defined and no
+    longer lists is retired at the next start; one defined through the API is not."""
+    old = {"categories": ["p", "q"], "epsilon": 1.0, "mechanism": "grr"}
+    first = {**METRICS, "old": old}
+    config = write_toml(tmp_path / "collector.toml", metrics=first)
+    listed = lambda url: {  # noqa: E731
+        d["name"]
+        for d in request(url, "GET", "/v1/metrics", headers=auth("read")).json()["metrics"]
+    }
+    old_fp = _fp_of("old", old)
+    with running_collector(config, cwd=tmp_path, env=_env()) as c:
+        made = _put(c, "api-made", json.dumps({"categories": ["x", "y"], "epsilon": 1}).encode())
+        assert made.status == 201
+        assert post_batch(c.url, _good_batch(5)).json()["accepted"] == 5
+        assert post_batch(c.url, _block_batch("old", old_fp)).json()["accepted"] == 1
+        delete = request(c.url, "DELETE", "/v1/metrics/theme", headers=auth("admin"))
+        assert delete.status == 200 and delete.json() == {"outcome": "retired", "metric": "theme"}
+        assert "theme" not in listed(c.url) and {"old", "api-made"} <= listed(c.url)
+        one = request(c.url, "GET", "/v1/metrics/theme", headers=auth("read")).json()
+        assert one["retired"] is True
+        answer = post_batch(c.url, _good_batch(3)).json()
+        assert answer["accepted"] == 0 and {r["error"] for r in answer["rejected"]} == {
+            "retired_metric"
+        }
+        estimate = request(c.url, "GET", "/v1/estimates/theme", headers=auth("read"))
+        assert estimate.status == 200 and estimate.json()["n"] == 5
+        again = request(c.url, "DELETE", "/v1/metrics/theme", headers=auth("admin")).json()
+        assert again["outcome"] == "unchanged"
+        assert request(c.url, "DELETE", "/v1/metrics/nothing", headers=auth("admin")).status == 404
+        assert request(c.url, "DELETE", "/v1/metrics/old", headers=auth("ingest")).status == 403
+    # The config no longer lists "old": retired at start. "api-made" stays.
+    write_toml(tmp_path / "collector.toml", metrics=METRICS)
+    with running_collector(config, cwd=tmp_path, env=_env()) as c:
+        assert listed(c.url) == {"latency", "empty", "api-made"}
+        answer = post_batch(c.url, _block_batch("old", old_fp)).json()
+        assert answer["rejected"][0]["error"] == "retired_metric"
+        assert request(c.url, "GET", "/v1/estimates/old", headers=auth("read")).json()["n"] == 1
+        # theme is still in the config, but stays retired until an admin PUTs it.
+        assert "theme" not in listed(c.url)
+        assert "metric theme is retired" in _log(c)
+        body = json.dumps(METRICS["theme"]).encode()
+        restored = _put(c, "theme", body)
+        assert restored.status == 200 and restored.json()["outcome"] == "restored"
+        assert post_batch(c.url, _good_batch(2)).json()["accepted"] == 2
+
+
+def _fp_of(name: str, spec: dict[str, Any]) -> str:
+    from ldpkit.metrics import MetricDefinition
+
+    return MetricDefinition.from_dict(name, spec).fingerprint
+
+
+def _block_batch(name: str, fp: str) -> bytes:
+    block = wire.Block(
+        name, fp, Period.DAY.start(time.time()), os.urandom(16), np.uint32(1).tobytes()
+    )
+    return batch(block)
