@@ -209,7 +209,10 @@ class SQLiteStore(Store):
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            conn.execute("PRAGMA temp_store = MEMORY")
+            # temp_store stays FILE: the writer's savepoints keep the original of every page
+            # a group touches in a sub-journal, which SQLite spills to a temporary file past
+            # 64 KiB; in memory it grew with the group and the database (up to the group's
+            # reports times the page size: hundreds of MiB, issue 11).
             if writer:
                 conn.execute(f"PRAGMA cache_size = {-1024 * self.cache_mib}")
                 conn.execute(f"PRAGMA wal_autocheckpoint = {self.wal_autocheckpoint}")
@@ -672,14 +675,18 @@ def _insert_ids(
     conn: sqlite3.Connection, ids: npt.NDArray[Any], buckets: npt.NDArray[np.int64]
 ) -> None:
     n = int(ids.shape[0])
-    rows: list[Any] = [None] * (2 * n)
-    rows[0::2] = ids.tolist()
-    rows[1::2] = buckets.tolist()
-    for i in range(0, 2 * n, 2 * ID_CHUNK):
-        chunk = rows[i : i + 2 * ID_CHUNK]
-        if len(chunk) < 2 * ID_CHUNK:
-            chunk.extend(chunk[-2:] * (ID_CHUNK - len(chunk) // 2))
-        conn.execute(INSERT_IDS_CHUNK, chunk)
+    rows: list[Any] = [None] * (2 * ID_CHUNK)
+    # Python objects for one chunk at a time (not for the whole group: that transient
+    # grew with the group's size and stayed in the process's heap).
+    for i in range(0, n, ID_CHUNK):
+        m = min(ID_CHUNK, n - i)
+        if m < ID_CHUNK:
+            rows = [None] * (2 * m)
+        rows[0::2] = ids[i : i + m].tolist()
+        rows[1::2] = buckets[i : i + m].tolist()
+        if m < ID_CHUNK:
+            rows.extend(rows[-2:] * (ID_CHUNK - m))
+        conn.execute(INSERT_IDS_CHUNK, rows)
 
 
 def _store_ids(conn: sqlite3.Connection, prepared: _Prepared) -> npt.NDArray[np.bool_] | None:
