@@ -212,7 +212,10 @@ class ReporterState:
             if isinstance(outcome, Fatal):
                 raise outcome.error
             raise CollectorUnavailable(f"GET /v1/metrics: {outcome.reason}")
-        definitions, warnings = parse_definitions(answer.body)
+        try:
+            definitions, warnings = parse_definitions(answer.body)
+        except ProtocolError as exc:  # a broken (or lying) collector: keep what we have
+            raise CollectorUnavailable(f"GET /v1/metrics: {exc}") from None
         etag = answer.headers.get("etag")
         with self.lock:
             self.store.save_definitions(self.source, etag, answer.body, now)
