@@ -340,12 +340,15 @@ class ReportReceipt:
 class FlushResult:
     """What a flush delivered: ``sent`` reports newly accepted by the collector,
     ``duplicates`` it already had (retries of a delivered report), ``rejected`` it
-    refused for good (dropped), and the reports ``remaining`` in the outbox after it."""
+    refused for good (dropped), and the reports ``remaining`` in the outbox after it, of
+    which ``deferred`` were refused as ``unknown_version`` (a replica that has not seen
+    their version yet) and are kept for the next flush."""
 
     sent: int = 0
     duplicates: int = 0
     rejected: int = 0
     remaining: int = 0
+    deferred: int = 0
 
     @property
     def delivered(self) -> int:
@@ -358,6 +361,7 @@ class FlushResult:
             self.duplicates + other.duplicates,
             self.rejected + other.rejected,
             other.remaining,
+            self.deferred + other.deferred,
         )
 
 
@@ -399,12 +403,48 @@ class TotalBudget:
 
 
 @dataclass(frozen=True)
+class StateLoss:
+    """The device's ledger was lost: its database was missing, empty or unreadable when
+    the reporter opened ``state_dir`` (at ``at``, unix seconds). Every budget counts as
+    spent in every period that was current then, and renews when it ends. The outbox went
+    with it: ``lost_reports`` undelivered reports (None: unknown). ``moved_to``: where an
+    unreadable database was kept, for inspection."""
+
+    at: int
+    reason: str  # "missing", "empty" or "corrupt"
+    moved_to: str | None = None
+    lost_reports: int | None = None
+    fresh: bool = field(default=False, compare=False)  # found at this start (not an earlier one)
+
+    def covers(self, seconds: int, window_start: int) -> bool:
+        """Whether the window of ``seconds`` from ``window_start`` was current at the loss."""
+        return window_start <= self.at < window_start + seconds
+
+    @property
+    def message(self) -> str:
+        when = utc(self.at).strftime("%Y-%m-%d %H:%M UTC")
+        reports = (
+            f"{self.lost_reports} undelivered reports"
+            if self.lost_reports is not None
+            else "its undelivered reports (how many is unknown)"
+        )
+        kept = f"; the unreadable file was kept as {self.moved_to}" if self.moved_to else ""
+        return (
+            f"the privacy ledger was lost ({self.reason} database, found at {when}): every "
+            f"budget counts as spent until the periods current then end; the outbox and "
+            f"{reports} were lost with it{kept}"
+        )
+
+
+@dataclass(frozen=True)
 class BudgetStatus:
     """:meth:`Reporter.budget`: every known metric's budget, and the total (None when the
-    reporter has no ``total_budget``)."""
+    reporter has no ``total_budget``). ``ledger_lost``: set while a lost ledger keeps the
+    current periods closed (see :class:`StateLoss`)."""
 
     metrics: Mapping[str, MetricBudget]
     total: TotalBudget | None
+    ledger_lost: StateLoss | None = None
 
     def __getitem__(self, metric: str) -> MetricBudget:
         return self.metrics[metric]
@@ -620,8 +660,10 @@ def budget_decision(
     total_budget: float | None,
     total_period: Period,
     now: float,
+    note: str = "",
 ) -> BudgetExceeded | None:
-    """None when a report of ``needed`` epsilon fits both budgets, else the error to raise."""
+    """None when a report of ``needed`` epsilon fits both budgets, else the error to raise
+    (``note`` is added to its message: why the budget counts as spent)."""
     scopes: list[tuple[str, float, float, Period]] = [
         ("metric", metric_spent, metric_budget, metric_period)
     ]
@@ -644,7 +686,7 @@ def budget_decision(
                 f"(all metrics together) is left"
             )
         return BudgetExceeded(
-            f"{what}; it renews at {_when(end, now)}",
+            f"{what}; it renews at {_when(end, now)}" + (f" ({note})" if note else ""),
             metric=metric,
             scope=scope,
             budget=budget,
