@@ -155,11 +155,8 @@ async def _serve(
         # Compressed bodies are refused (uploads.py): never inflate them, not even the
         # first buffer the parser would inflate before the app sees the request.
         "auto_decompress": False,
+        "access_log": access_log,  # None: no access log
     }
-    if access_log is not None:
-        options["access_log"] = access_log
-    else:
-        options["access_log"] = None
 
     def connection() -> RequestHandler:
         return JsonErrorHandler(manager, loop=loop, **options)
