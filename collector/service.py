@@ -1,11 +1,17 @@
 """The collector's logic between HTTP and the store: catalog, ingest, estimates.
 
 One :class:`Collector` per app. It keeps an in-memory snapshot of the metric catalog
-(reloaded from the store after a PUT, when the store says another process changed it
-(PostgreSQL LISTEN/NOTIFY), every ``catalog_refresh_seconds``, and at most once a second
-when a batch or an estimate names a metric or version it does not know, so replicas
-sharing a database catch up), and the pre-serialized ``GET /v1/metrics`` bodies with
-their ETags. It holds nothing else another replica would need.
+(reloaded from the store after a PUT or DELETE, when the store says another process
+changed it (PostgreSQL LISTEN/NOTIFY), every ``catalog_refresh_seconds``, when a batch
+names a version that the store has and the catalog lacks (looked up by fingerprint, one
+indexed query), and at most once a second when an estimate names a metric or version it
+does not know, so replicas sharing a database catch up), and the pre-serialized
+``GET /v1/metrics`` bodies with their ETags. It holds nothing else another replica would
+need.
+
+Costly aggregations (see :func:`~ldpkit.collector.ingest.aggregation_seconds`) run in a
+:class:`~ldpkit.collector.fairness.FairLane`, round-robin between ingest tokens, before
+the store; the others in the store's writer.
 
 Background tasks: the periodic catalog reload, and pruning of report ids older than
 ``report_id_retention_days`` (hourly; the store skips work already done that day).
