@@ -11,16 +11,18 @@ While one group commits, the next one gathers, so under load each fsync carries 
 batches. Other jobs (metric definitions, pruning) run first, each in its own SAVEPOINT.
 
 **The batches of a group.** Before BEGIN, each batch is aggregated as if all its reports
-were new (numpy; a batch whose reports do not aggregate fails alone) and the ids of the
-whole group are sorted. The ids then go in with ``INSERT OR IGNORE`` statements of 2048
-rows (one ``sqlite3_step`` each, so the thread drops the GIL once per chunk rather than
-per row; sorted keys keep the B-tree descents in cache). If ``total_changes`` grew by the
-number of ids, every report was new (the common case). Otherwise the insert is rolled back
-to a savepoint, the ids already stored are looked up, the first occurrence of each id in
-the group (earliest batch first) is found with numpy, and only the new ids are inserted;
-a batch with duplicates is aggregated again over its new reports only. The group's
-aggregates are added to the ``aggregates`` rows just before the COMMIT, so ids and sums
-always agree.
+were new (numpy; a batch whose reports do not aggregate fails alone; costly batches come
+aggregated already) and the ids of the whole group are sorted. The ids then go in with
+``INSERT OR IGNORE ... RETURNING id`` statements of 2048 rows (one ``sqlite3_step`` per
+row returned, the GIL dropped once per chunk rather than per row; sorted keys keep the
+B-tree descents in cache). A chunk that returns all its ids was all new (the common
+case); otherwise the ids it returned are exactly those this transaction stored, and the
+first occurrence of each in the group (earliest batch first) is the report that counts;
+a batch with duplicates is aggregated again over its new reports only. No savepoint is
+needed, so SQLite keeps no copy of the pages the group touches (a savepoint's
+sub-journal held one per touched page: memory that grew with the group and the table).
+The group's aggregates are added to the ``aggregates`` rows just before the COMMIT, so
+ids and sums always agree.
 
 **Durability.** ``synchronous=FULL`` (default) fsyncs the WAL at every commit: an
 acknowledged batch survives power loss. ``NORMAL`` skips that fsync (a crash of the OS
@@ -63,7 +65,6 @@ from .store import (
     aggregate_blocks,
     build_catalog,
     definition_json,
-    new_report_mask,
     put_outcome,
 )
 
@@ -105,12 +106,13 @@ CREATE TABLE IF NOT EXISTS aggregates (
 );
 """
 
-# Ids go in ID_CHUNK rows per statement (one sqlite3_step, so the writer thread drops and
-# retakes the GIL once per chunk, not once per row); a short last chunk is padded with
-# copies of its last row, which OR IGNORE skips without counting a change.
+# Ids go in ID_CHUNK rows per statement; a short last chunk is padded with copies of its
+# last row, which OR IGNORE skips (and does not return).
 ID_CHUNK = 2048
-INSERT_IDS_CHUNK = "INSERT OR IGNORE INTO report_ids (id, bucket) VALUES " + ", ".join(
-    ["(?, ?)"] * ID_CHUNK
+INSERT_IDS_CHUNK = (
+    "INSERT OR IGNORE INTO report_ids (id, bucket) VALUES "
+    + ", ".join(["(?, ?)"] * ID_CHUNK)
+    + " RETURNING id"
 )
 PAGE_SIZE = 16384  # for new files: fewer, larger B-tree pages for the random-keyed ids
 # Version 1 kept ids without buckets: they get the day of the migration, which is no
@@ -125,7 +127,6 @@ MIGRATE_2_TO_3 = (
 PRUNED_KEY = "report_ids_pruned_before"
 PROBE_KEY = "write_probe"  # written by probe_write
 PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer job
-LOOKUP_CHUNK = 500
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 
 
@@ -209,10 +210,7 @@ class SQLiteStore(Store):
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            # temp_store stays FILE: the writer's savepoints keep the original of every page
-            # a group touches in a sub-journal, which SQLite spills to a temporary file past
-            # 64 KiB; in memory it grew with the group and the database (up to the group's
-            # reports times the page size: hundreds of MiB, issue 11).
+            conn.execute("PRAGMA temp_store = MEMORY")  # (no savepoint around the ids)
             if writer:
                 conn.execute(f"PRAGMA cache_size = {-1024 * self.cache_mib}")
                 conn.execute(f"PRAGMA wal_autocheckpoint = {self.wal_autocheckpoint}")
@@ -628,20 +626,6 @@ def _as_store_error(exc: BaseException) -> BaseException:
     return StoreError(f"{type(exc).__name__}: {exc}")
 
 
-def _existing_ids(conn: sqlite3.Connection, ids: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """Which of ``ids`` (unique) are stored already."""
-    found: list[bytes] = []
-    id_list = ids.tolist()
-    for i in range(0, len(id_list), LOOKUP_CHUNK):
-        chunk = id_list[i : i + LOOKUP_CHUNK]
-        marks = ",".join("?" * len(chunk))
-        found.extend(
-            row[0]
-            for row in conn.execute(f"SELECT id FROM report_ids WHERE id IN ({marks})", chunk)
-        )
-    return np.frombuffer(b"".join(found), dtype=ID_DTYPE)
-
-
 def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[tuple[_Job, Any, BaseException]]]:
     kept: list[_Job] = []
     failed: list[tuple[_Job, Any, BaseException]] = []
@@ -673,8 +657,11 @@ def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[tuple[_Job, Any, Bas
 
 def _insert_ids(
     conn: sqlite3.Connection, ids: npt.NDArray[Any], buckets: npt.NDArray[np.int64]
-) -> None:
+) -> npt.NDArray[np.bool_] | None:
+    """Insert ``ids`` (in this order) that are not stored yet; which of them this call
+    stored: the first occurrence of each new id (None: every one, the common case)."""
     n = int(ids.shape[0])
+    inserted: npt.NDArray[np.bool_] | None = None
     rows: list[Any] = [None] * (2 * ID_CHUNK)
     # Python objects for one chunk at a time (not for the whole group: that transient
     # grew with the group's size and stayed in the process's heap).
@@ -686,30 +673,30 @@ def _insert_ids(
         rows[1::2] = buckets[i : i + m].tolist()
         if m < ID_CHUNK:
             rows.extend(rows[-2:] * (ID_CHUNK - m))
-        conn.execute(INSERT_IDS_CHUNK, rows)
+        stored = conn.execute(INSERT_IDS_CHUNK, rows).fetchall()
+        if len(stored) == m:
+            continue
+        # Some ids were there (retries, another replica) or repeat: the ones returned are
+        # those stored now; of a repeated one, its first occurrence counts.
+        if inserted is None:
+            inserted = np.ones(n, dtype=bool)
+        chunk = ids[i : i + m]
+        mask = np.zeros(m, dtype=bool)
+        if stored:
+            _, first = np.unique(chunk, return_index=True)
+            mask[first] = True
+            mask &= np.isin(chunk, np.frombuffer(b"".join(r[0] for r in stored), ID_DTYPE))
+        inserted[i : i + m] = mask
+    return inserted
 
 
 def _store_ids(conn: sqlite3.Connection, prepared: _Prepared) -> npt.NDArray[np.bool_] | None:
     """Insert the group's new ids; which reports were new (None: all of them)."""
-    ids, order = prepared.ids, prepared.order
-    total = prepared.total
-    conn.execute("SAVEPOINT ids")
-    before = conn.total_changes
-    _insert_ids(conn, ids[order], prepared.buckets[order])
-    if conn.total_changes - before == total:
-        conn.execute("RELEASE ids")
+    inserted = _insert_ids(conn, prepared.ids[prepared.order], prepared.buckets[prepared.order])
+    if inserted is None:
         return None
-    # Some ids were stored before (retries) or repeat within the group: find which. The
-    # first occurrence (earliest batch of the group) is the one that counts.
-    conn.execute("ROLLBACK TO ids")
-    existing = _existing_ids(conn, np.unique(ids))
-    new = new_report_mask(ids, existing)
-    keep = order[new[order]]
-    before = conn.total_changes
-    _insert_ids(conn, ids[keep], prepared.buckets[keep])
-    if conn.total_changes - before != int(new.sum()):
-        raise StoreError("report ids changed during a transaction")  # cannot happen
-    conn.execute("RELEASE ids")
+    new = np.zeros(prepared.total, dtype=bool)
+    new[prepared.order] = inserted
     return new
 
 
