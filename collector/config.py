@@ -19,7 +19,7 @@
     header_timeout = 30              # a connection must send its request head this fast
     upload_grace = 10                # then bodies arrive at min_upload_rate or are cut (408)
     min_upload_rate = 4096           # bytes per second
-    max_estimate_items = 1000000     # items in one estimates answer; 400 beyond
+    max_estimate_items = 250000      # items in one estimates answer; 400 beyond
     ingest_reports_per_second = 0    # per ingest token (0: no limit); 429 beyond
     ingest_burst = 100000            # reports a token may send at once after a pause
     log_addresses = false            # access log without client addresses unless true
@@ -101,7 +101,7 @@ class CollectorConfig:
     header_timeout: float = 30.0
     upload_grace: float = 10.0
     min_upload_rate: int = 4096
-    max_estimate_items: int = 1_000_000
+    max_estimate_items: int = 250_000
     retry_after: int = 1
     ingest_reports_per_second: float = 0.0
     ingest_burst: int = 100_000

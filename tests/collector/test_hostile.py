@@ -87,6 +87,7 @@ def test_defaults_are_safe() -> None:
     config = CollectorConfig()
     assert config.header_timeout == 30
     assert config.upload_grace == 10 and config.min_upload_rate == 4096
+    assert config.max_estimate_items == 250_000
 
 
 def test_half_sent_headers_are_closed(hostile: RunningCollector) -> None:
