@@ -4,6 +4,13 @@ its throughput, latency, memory and open files over time.
     .venv/bin/python benchmarks/soak.py                           # 5 minutes, 20,000 reports/s
     .venv/bin/python benchmarks/soak.py --minutes 2 --rate 0      # as fast as it goes
     .venv/bin/python benchmarks/soak.py --database postgresql://postgres@127.0.0.1/soak
+    .venv/bin/python benchmarks/soak.py --minutes 10 --slow-senders 16 --unknown-rate 10
+
+With ``--slow-senders N`` the load also has N hostile connections, each announcing a
+body of ``max_body_bytes`` and sending one byte a second (the collector cuts them with
+408 after ``upload_grace``; they reconnect at once), and with ``--unknown-rate R`` a
+stream of R batches a second naming metrics that do not exist. Neither counts in the
+legitimate figures; the verdict then also wants the legitimate batch p99 under 1 s.
 
 The collector runs on loopback (SQLite in a temporary directory unless ``--database``,
 default durability). The load generator (this process, aiohttp) keeps ``--concurrency``
@@ -30,9 +37,11 @@ second half of the run (the first half is warm-up):
 - open files flat: descriptors other than sockets vary by at most 4 over the second
   half, and sockets never exceed the load's connections (``--concurrency``) plus 4
   (the number of connections in use grows with the latency, up to that);
-- no errors.
+- RSS plateau: the highest reading of the second half is at most 1.1 times the highest
+  of the first half;
+- no errors for the legitimate load (with hostile load: and its p99 under 1 s).
 
-The exit code is 0 when all three hold. ``tests/collector/test_soak.py`` runs a 15 s
+The exit code is 0 when all of them hold. ``tests/collector/test_soak.py`` runs a 15 s
 version through :func:`run_soak`.
 """
 
@@ -77,6 +86,8 @@ class Sample:
     database_mib: float
     throttled: int  # 429s in the interval
     errors: int  # in the interval
+    slow_cut: int = 0  # hostile slow uploads cut by the collector in the interval
+    unknown_sent: int = 0  # batches naming unknown metrics sent in the interval
 
 
 @dataclass
@@ -90,6 +101,10 @@ class Verdict:
     max_sockets: int
     socket_bound: int  # the load's connections, the listening socket(s), a margin
     errors: int
+    first_half_peak_mib: float = 0.0
+    second_half_peak_mib: float = 0.0
+    p99_ms: float = 0.0
+    p99_bound_ms: float | None = None  # with hostile load: the legitimate p99 must be below
 
     @property
     def memory_flat(self) -> bool:
@@ -97,12 +112,26 @@ class Verdict:
         return excess <= self.rss_tolerance_mib
 
     @property
+    def rss_plateau(self) -> bool:
+        return self.second_half_peak_mib <= 1.1 * self.first_half_peak_mib
+
+    @property
+    def latency_ok(self) -> bool:
+        return self.p99_bound_ms is None or self.p99_ms < self.p99_bound_ms
+
+    @property
     def open_files_flat(self) -> bool:
         return self.open_files_range <= 4 and self.max_sockets <= self.socket_bound
 
     @property
     def ok(self) -> bool:
-        return self.memory_flat and self.open_files_flat and self.errors == 0
+        return (
+            self.memory_flat
+            and self.rss_plateau
+            and self.open_files_flat
+            and self.latency_ok
+            and self.errors == 0
+        )
 
 
 @dataclass
@@ -115,6 +144,11 @@ class SoakResult:
     throttled: int
     errors: list[str] = field(default_factory=list)
     exit_code: int | None = None  # the collector's, after SIGTERM
+    slow_cut: int = 0  # hostile slow uploads the collector cut (408 or closed)
+    slow_held_open: int = 0  # of which none answered but the connection closed
+    unknown_sent: int = 0
+    unknown_refused: int = 0  # answered 200 with every report rejected unknown_metric
+    hostile_errors: list[str] = field(default_factory=list)
 
 
 # --- the collector process -------------------------------------------------------------
@@ -217,6 +251,58 @@ class Counters:
     errors: int = 0
     latencies: list[float] = field(default_factory=list)
     error_texts: list[str] = field(default_factory=list)
+    slow_cut: int = 0
+    slow_closed: int = 0
+    unknown_sent: int = 0
+    unknown_refused: int = 0
+    hostile_errors: list[str] = field(default_factory=list)
+
+
+SLOW_BODY = 16 * MIB  # what a slow sender announces (the default max_body_bytes)
+
+
+async def slow_sender(url: str, counters: Counters, stop_at: float) -> None:
+    """A hostile upload: announce a large body, then send a byte a second; when the
+    collector answers (408) or closes, start again."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    head = (
+        f"POST /v1/reports HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {INGEST}\r\n"
+        f"Content-Type: {wire.CONTENT_TYPE}\r\nContent-Length: {SLOW_BODY}\r\n\r\n"
+    ).encode()
+    while time.perf_counter() < stop_at:
+        try:
+            reader, writer = await asyncio.open_connection(host, int(port))
+        except OSError as exc:
+            counters.hostile_errors.append(f"slow sender: {exc!r}")
+            await asyncio.sleep(1.0)
+            continue
+        try:
+            writer.write(head + b"\x82")
+            answered = asyncio.ensure_future(reader.read(65536))
+            while time.perf_counter() < stop_at and not answered.done():
+                await asyncio.wait([answered], timeout=1.0)
+                if not answered.done():
+                    writer.write(b"\xa1")
+                    await writer.drain()
+            if answered.done():
+                data = answered.result()
+                counters.slow_cut += 1
+                if not data.startswith(b"HTTP/1.1 408"):
+                    counters.slow_closed += 1
+            else:
+                answered.cancel()
+        except OSError:
+            counters.slow_cut += 1
+            counters.slow_closed += 1
+        finally:
+            writer.close()
+
+
+def unknown_batch() -> bytes:
+    name = "nosuch" + os.urandom(4).hex()
+    ids = os.urandom(wire.ID_SIZE)
+    bucket = Period.DAY.start(time.time())
+    return wire.encode_batch([wire.Block(name, os.urandom(8).hex(), bucket, ids, b"\0" * 4)])
 
 
 async def _soak(
@@ -231,6 +317,8 @@ async def _soak(
     interval: float,
     cache_mib: float,
     echo: Callable[[str], None],
+    slow_senders: int = 0,
+    unknown_rate: float = 0.0,
 ) -> SoakResult:
     import aiohttp
 
@@ -278,15 +366,34 @@ async def _soak(
             counters.latencies.append(time.perf_counter() - t0)
             counters.accepted += json.loads(payload)["accepted"]
 
+    async def unknown_stream(session: aiohttp.ClientSession) -> None:
+        while time.perf_counter() < stop_at:
+            await asyncio.sleep(1.0 / unknown_rate)
+            counters.unknown_sent += 1
+            try:
+                async with session.post(url + "/v1/reports", data=unknown_batch()) as resp:
+                    payload = await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, OSError) as exc:
+                counters.hostile_errors.append(f"unknown batch: {exc!r}")
+                continue
+            rejected = json.loads(payload).get("rejected", []) if status == 200 else []
+            if status == 200 and [r["error"] for r in rejected] == ["unknown_metric"]:
+                counters.unknown_refused += 1
+            else:
+                counters.hostile_errors.append(f"unknown batch: {status} {payload[:200]!r}")
+
     samples: list[Sample] = []
     all_latencies: list[float] = []
 
     async def sampler() -> None:
         last_t, last_accepted, last_throttled, last_errors = started, 0, 0, 0
+        last_cut, last_unknown = 0, 0
+        hostile = slow_senders or unknown_rate
         echo(
             f"{'t s':>6} {'reports/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'RSS MiB':>8} {'peak':>6} "
             f"{'files':>5} {'sockets':>7} {'threads':>7} {'db MiB':>7} {'429s':>5} "
-            f"{'errors':>6}"
+            f"{'errors':>6}" + (f" {'cut':>5} {'unknown':>7}" if hostile else "")
         )
         while True:
             readings = []
@@ -313,6 +420,8 @@ async def _soak(
                 database_mib=size_of(),
                 throttled=counters.throttled - last_throttled,
                 errors=counters.errors - last_errors,
+                slow_cut=counters.slow_cut - last_cut,
+                unknown_sent=counters.unknown_sent - last_unknown,
             )
             samples.append(sample)
             echo(
@@ -322,26 +431,45 @@ async def _soak(
                 f"{sample.sockets:>7} {sample.threads:>7} {sample.database_mib:>7.1f} "
                 f"{sample.throttled:>5} "
                 f"{sample.errors:>6}"
+                + (f" {sample.slow_cut:>5} {sample.unknown_sent:>7}" if hostile else "")
             )
             last_t, last_accepted = now, counters.accepted
             last_throttled, last_errors = counters.throttled, counters.errors
+            last_cut, last_unknown = counters.slow_cut, counters.unknown_sent
             if now >= stop_at:
                 return
 
     connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+    extra = aiohttp.TCPConnector(limit=4)
+    async with (
+        aiohttp.ClientSession(connector=connector, headers=headers) as session,
+        aiohttp.ClientSession(connector=extra, headers=headers) as side,
+    ):
         watch = asyncio.create_task(sampler())
-        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        attacks = [slow_sender(url, counters, stop_at) for _ in range(slow_senders)]
+        if unknown_rate > 0:
+            attacks.append(unknown_stream(side))
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)), *attacks)
         await watch
     elapsed = time.perf_counter() - started
+    p99 = float(np.percentile(np.array(all_latencies) * 1000, 99)) if all_latencies else 0.0
+    sockets = concurrency + slow_senders + (4 if unknown_rate > 0 else 0) + 4
+    verdict = judge(samples, counters.errors, cache_mib=cache_mib, socket_bound=sockets)
+    verdict.p99_ms = p99
+    verdict.p99_bound_ms = 1000.0 if slow_senders or unknown_rate else None
     return SoakResult(
         samples=samples,
-        verdict=judge(samples, counters.errors, cache_mib=cache_mib, socket_bound=concurrency + 4),
+        verdict=verdict,
         reports=counters.accepted,
         seconds=elapsed,
-        p99_ms=float(np.percentile(np.array(all_latencies) * 1000, 99)) if all_latencies else 0,
+        p99_ms=p99,
         throttled=counters.throttled,
         errors=counters.error_texts[:20],
+        slow_cut=counters.slow_cut,
+        slow_held_open=counters.slow_closed,
+        unknown_sent=counters.unknown_sent,
+        unknown_refused=counters.unknown_refused,
+        hostile_errors=counters.hostile_errors[:20],
     )
 
 
@@ -374,6 +502,7 @@ def judge(samples: list[Sample], errors: int, *, cache_mib: float, socket_bound:
         return min(max(data_mib, 0.0), cache_mib)
 
     files = [s.open_files for s in half]
+    first = samples[: len(samples) // 2] or samples
     return Verdict(
         rss_growth_mib=slope * span,
         database_growth_mib=db_slope * span,
@@ -384,6 +513,8 @@ def judge(samples: list[Sample], errors: int, *, cache_mib: float, socket_bound:
         max_sockets=max((s.sockets for s in samples), default=0),
         socket_bound=socket_bound,
         errors=errors,
+        first_half_peak_mib=max((s.rss_peak_mib for s in first), default=0.0),
+        second_half_peak_mib=max((s.rss_peak_mib for s in half), default=0.0),
     )
 
 
@@ -397,6 +528,8 @@ def run_soak(
     interval: float = 10.0,
     sqlite_cache_mib: int | None = None,
     echo: Callable[[str], None] = print,
+    slow_senders: int = 0,
+    unknown_rate: float = 0.0,
 ) -> SoakResult:
     """Start a collector, soak it, stop it (SIGTERM); the samples and the verdict."""
     with tempfile.TemporaryDirectory(prefix="ldpkit-soak-") as tmp:
@@ -419,6 +552,8 @@ def run_soak(
                     interval=interval,
                     cache_mib=cache_mib,
                     echo=echo,
+                    slow_senders=slow_senders,
+                    unknown_rate=unknown_rate,
                 )
             )
             process = c.process
@@ -455,6 +590,22 @@ def report(result: SoakResult, args: Any, echo: Callable[[str], None] = print) -
         f"{v.socket_bound}: the load's connections + 4): "
         f"{'FLAT' if v.open_files_flat else 'GROWING'}"
     )
+    echo(
+        f"RSS peak: first half {v.first_half_peak_mib:.1f} MiB, second half "
+        f"{v.second_half_peak_mib:.1f} MiB (at most 1.1x): "
+        f"{'PLATEAU' if v.rss_plateau else 'GROWING'}"
+    )
+    if v.p99_bound_ms is not None:
+        echo(
+            f"hostile load: {result.slow_cut} slow uploads cut ({result.slow_held_open} without "
+            f"a 408), {result.unknown_sent} unknown-metric batches ({result.unknown_refused} "
+            f"refused as unknown_metric), {len(result.hostile_errors)} other outcomes"
+            + (f" (first: {result.hostile_errors[0]})" if result.hostile_errors else "")
+        )
+        echo(
+            f"legitimate batch p99 {v.p99_ms:.1f} ms (bound {v.p99_bound_ms:.0f} ms): "
+            f"{'OK' if v.latency_ok else 'TOO SLOW'}"
+        )
     echo(f"errors: {v.errors}" + (f" (first: {result.errors[0]})" if result.errors else ""))
     echo(f"collector exit code after SIGTERM: {result.exit_code}")
     echo(f"verdict: {'OK' if v.ok and result.exit_code == 0 else 'FAIL'}")
@@ -475,12 +626,23 @@ def main() -> int:
     parser.add_argument(
         "--sqlite-cache-mib", type=int, help="the collector's sqlite_cache_mib (default 256)"
     )
+    parser.add_argument(
+        "--slow-senders", type=int, default=0, help="hostile slow uploads alongside (0)"
+    )
+    parser.add_argument(
+        "--unknown-rate",
+        type=float,
+        default=0.0,
+        help="batches a second naming unknown metrics, alongside (0)",
+    )
     args = parser.parse_args()
     print(
         f"soak: {args.minutes:g} min, {args.rate:,.0f} reports/s offered "
         f"({args.batch} per batch, {args.concurrency} in flight), database: "
         f"{args.database or 'SQLite (temp dir), WAL, synchronous=FULL'}"
         + (f", sqlite_cache_mib = {args.sqlite_cache_mib}" if args.sqlite_cache_mib else "")
+        + (f", {args.slow_senders} slow senders" if args.slow_senders else "")
+        + (f", {args.unknown_rate:g} unknown-metric batches/s" if args.unknown_rate else "")
         + f", {os.cpu_count()} CPUs"
     )
     result = run_soak(
@@ -491,6 +653,8 @@ def main() -> int:
         concurrency=args.concurrency,
         interval=args.interval,
         sqlite_cache_mib=args.sqlite_cache_mib,
+        slow_senders=args.slow_senders,
+        unknown_rate=args.unknown_rate,
     )
     report(result, args)
     return 0 if result.verdict.ok and result.exit_code == 0 else 1

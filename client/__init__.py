@@ -28,6 +28,7 @@ from .core import (
     MetricBudget,
     ReportReceipt,
     RetryPolicy,
+    StateLoss,
     Timeout,
     TotalBudget,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Reporter",
     "RetryPolicy",
     "StateError",
+    "StateLoss",
     "Timeout",
     "TotalBudget",
 ]

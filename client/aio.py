@@ -31,6 +31,7 @@ import numpy.typing as npt
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
 from ..metrics import MetricDefinition, Period
 from .core import (
+    MAX_ANSWER_BYTES,
     BackgroundSchedule,
     BudgetStatus,
     Clock,
@@ -57,6 +58,22 @@ from .state import (
 log = logging.getLogger("ldpkit.client")
 
 
+async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:
+    """The answer's body, refused past MAX_ANSWER_BYTES (before reading it, when its
+    length is announced)."""
+    length = response.content_length
+    if length is not None and length > MAX_ANSWER_BYTES:
+        raise OSError(
+            f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes ({length} announced)"
+        )
+    data = bytearray()
+    async for chunk in response.content.iter_chunked(65536):
+        data += chunk
+        if len(data) > MAX_ANSWER_BYTES:
+            raise OSError(f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes")
+    return bytes(data)
+
+
 class AsyncTransport(Protocol):
     async def request(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str]
@@ -79,7 +96,9 @@ class AiohttpTransport:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(
-                    total=None, connect=self.timeout.connect, sock_read=self.timeout.read_seconds
+                    total=self.timeout.total_seconds,
+                    connect=self.timeout.connect,
+                    sock_read=self.timeout.read_seconds,
                 ),
                 connector=aiohttp.TCPConnector(ssl=self.ssl_context or True),
             )
@@ -92,11 +111,16 @@ class AiohttpTransport:
             async with self._client().request(
                 method, self.url + path, data=body, headers=headers
             ) as response:
-                data = await response.read()
+                data = await _read_bounded(response)
                 return HttpAnswer(
                     response.status, {k.lower(): v for k, v in response.headers.items()}, data
                 )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except TimeoutError as exc:
+            raise NetworkError(
+                f"no complete answer within the {self.timeout.total_seconds:g} s deadline "
+                "(Timeout.total), or a read timed out"
+            ) from exc
+        except (aiohttp.ClientError, OSError) as exc:
             raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:

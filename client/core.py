@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import email.utils
 import hmac
-import json
 import math
 import random
 import struct
@@ -31,6 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import __version__
+from .._json import loads_bounded
+from .._validation import shown
 from ..errors import (
     BudgetExceeded,
     CollectorRejected,
@@ -51,28 +52,53 @@ USER_AGENT = f"ldpkit-client/{__version__}"
 
 
 # --- policies -------------------------------------------------------------------------
+def _seconds(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ParameterError(f"Timeout.{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ParameterError(f"Timeout.{name} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
+MAX_ANSWER_BYTES = 16 * 2**20
+"""The largest answer the client reads (a batch answer is a few KiB; the metric list of
+a collector, whose definitions are limited in size, rarely more than a few MiB)."""
+
+DEFAULT_TOTAL = 60.0
+
+
 @dataclass(frozen=True)
 class Timeout:
     """Network timeouts in seconds: ``connect`` to open a connection, ``read`` for each
-    wait on the answer. ``Timeout(5.0)`` sets both."""
+    wait on the answer, ``total`` for a whole request, from connecting to the last byte
+    of the answer (an answer dripped a byte at a time never trips ``read``).
+    ``Timeout(5.0)`` sets connect and read; ``total`` defaults to 60 s, or connect + read
+    if that is longer."""
 
     connect: float = 5.0
     read: float | None = None
+    total: float | None = None
 
     def __post_init__(self) -> None:
         read = self.connect if self.read is None else self.read
-        for name, value in (("connect", self.connect), ("read", read)):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ParameterError(f"Timeout.{name} must be a number of seconds, got {value!r}")
-            if not math.isfinite(value) or value <= 0:
-                raise ParameterError(f"Timeout.{name} must be finite and > 0, got {value!r}")
+        total = self.total
+        if total is None:
+            total = max(DEFAULT_TOTAL, _seconds(self.connect, "connect") + _seconds(read, "read"))
+        for name, value in (("connect", self.connect), ("read", read), ("total", total)):
+            _seconds(value, name)
         object.__setattr__(self, "connect", float(self.connect))
         object.__setattr__(self, "read", float(read))
+        object.__setattr__(self, "total", float(total))
 
     @property
     def read_seconds(self) -> float:
         assert self.read is not None
         return self.read
+
+    @property
+    def total_seconds(self) -> float:
+        assert self.total is not None
+        return self.total
 
     @classmethod
     def coerce(cls, value: Timeout | float | None) -> Timeout:
@@ -314,12 +340,15 @@ class ReportReceipt:
 class FlushResult:
     """What a flush delivered: ``sent`` reports newly accepted by the collector,
     ``duplicates`` it already had (retries of a delivered report), ``rejected`` it
-    refused for good (dropped), and the reports ``remaining`` in the outbox after it."""
+    refused for good (dropped), and the reports ``remaining`` in the outbox after it, of
+    which ``deferred`` were refused as ``unknown_version`` (a replica that has not seen
+    their version yet) and are kept for the next flush."""
 
     sent: int = 0
     duplicates: int = 0
     rejected: int = 0
     remaining: int = 0
+    deferred: int = 0
 
     @property
     def delivered(self) -> int:
@@ -332,6 +361,7 @@ class FlushResult:
             self.duplicates + other.duplicates,
             self.rejected + other.rejected,
             other.remaining,
+            self.deferred + other.deferred,
         )
 
 
@@ -373,12 +403,48 @@ class TotalBudget:
 
 
 @dataclass(frozen=True)
+class StateLoss:
+    """The device's ledger was lost: its database was missing, empty or unreadable when
+    the reporter opened ``state_dir`` (at ``at``, unix seconds). Every budget counts as
+    spent in every period that was current then, and renews when it ends. The outbox went
+    with it: ``lost_reports`` undelivered reports (None: unknown). ``moved_to``: where an
+    unreadable database was kept, for inspection."""
+
+    at: int
+    reason: str  # "missing", "empty" or "corrupt"
+    moved_to: str | None = None
+    lost_reports: int | None = None
+    fresh: bool = field(default=False, compare=False)  # found at this start (not an earlier one)
+
+    def covers(self, seconds: int, window_start: int) -> bool:
+        """Whether the window of ``seconds`` from ``window_start`` was current at the loss."""
+        return window_start <= self.at < window_start + seconds
+
+    @property
+    def message(self) -> str:
+        when = utc(self.at).strftime("%Y-%m-%d %H:%M UTC")
+        reports = (
+            f"{self.lost_reports} undelivered reports"
+            if self.lost_reports is not None
+            else "its undelivered reports (how many is unknown)"
+        )
+        kept = f"; the unreadable file was kept as {self.moved_to}" if self.moved_to else ""
+        return (
+            f"the privacy ledger was lost ({self.reason} database, found at {when}): every "
+            f"budget counts as spent until the periods current then end; the outbox and "
+            f"{reports} were lost with it{kept}"
+        )
+
+
+@dataclass(frozen=True)
 class BudgetStatus:
     """:meth:`Reporter.budget`: every known metric's budget, and the total (None when the
-    reporter has no ``total_budget``)."""
+    reporter has no ``total_budget``). ``ledger_lost``: set while a lost ledger keeps the
+    current periods closed (see :class:`StateLoss`)."""
 
     metrics: Mapping[str, MetricBudget]
     total: TotalBudget | None
+    ledger_lost: StateLoss | None = None
 
     def __getitem__(self, metric: str) -> MetricBudget:
         return self.metrics[metric]
@@ -610,8 +676,10 @@ def budget_decision(
     total_budget: float | None,
     total_period: Period,
     now: float,
+    note: str = "",
 ) -> BudgetExceeded | None:
-    """None when a report of ``needed`` epsilon fits both budgets, else the error to raise."""
+    """None when a report of ``needed`` epsilon fits both budgets, else the error to raise
+    (``note`` is added to its message: why the budget counts as spent)."""
     scopes: list[tuple[str, float, float, Period]] = [
         ("metric", metric_spent, metric_budget, metric_period)
     ]
@@ -634,7 +702,7 @@ def budget_decision(
                 f"(all metrics together) is left"
             )
         return BudgetExceeded(
-            f"{what}; it renews at {_when(end, now)}",
+            f"{what}; it renews at {_when(end, now)}" + (f" ({note})" if note else ""),
             metric=metric,
             scope=scope,
             budget=budget,
@@ -772,10 +840,11 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
 
 def _error_of(answer: HttpAnswer) -> tuple[str, str]:
     try:
-        data = json.loads(answer.body)
+        data = loads_bounded(answer.body[:65536])
         if isinstance(data, dict):
-            return str(data.get("error", "error")), str(data.get("detail", ""))
-    except (ValueError, UnicodeDecodeError):
+            error, detail = data.get("error", "error"), data.get("detail", "")
+            return shown(error, 100).strip("'"), shown(detail, 500).strip("'")
+    except ProtocolError:
         pass
     text = answer.body[:200].decode("utf-8", "replace")
     return "error", text
@@ -793,34 +862,49 @@ def classify_failure(answer: HttpAnswer, now: float) -> Retry | TooLarge | Fatal
     return Fatal(CollectorRejected(status, error, detail))
 
 
+def _count(value: object, what: str, most: int) -> int:
+    """``value`` if it is an integer (not a bool, not a float) in ``0..most``."""
+    if type(value) is not int or not 0 <= value <= most:
+        raise ValueError(f"{what} must be an integer in 0..{most}, got {shown(value, 40)}")
+    return value
+
+
 def interpret_batch_answer(batch: Batch, answer: HttpAnswer, now: float) -> Outcome:
-    """Read the collector's answer to ``batch`` (``docs/protocol.md``, "The answer")."""
+    """Read the collector's answer to ``batch`` (``docs/protocol.md``, "The answer").
+
+    Only a well-formed answer that accounts for every report sent (counts that are
+    integers within the batch, each rejected index named once, with a string error)
+    lets rows leave the outbox; anything else is retried later."""
     if answer.status != 200:
         return classify_failure(answer, now)
+    n = batch.n
     try:
-        data = json.loads(answer.body)
-        accepted = data["accepted"]
-        duplicates = data["duplicates"]
-        rejected_raw = data.get("rejected") or []
-        if not (isinstance(accepted, int) and isinstance(duplicates, int)):
-            raise TypeError("counts must be integers")
+        data = loads_bounded(answer.body)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        accepted = _count(data.get("accepted"), "accepted", n)
+        duplicates = _count(data.get("duplicates"), "duplicates", n)
+        rejected_raw = data.get("rejected", [])
+        if not isinstance(rejected_raw, list) or len(rejected_raw) > n:
+            raise ValueError(f"rejected must be a list of at most {n} entries")
         rejected: list[Rejection] = []
         for item in rejected_raw:
-            index = item["index"]
-            if not isinstance(index, int) or not 0 <= index < batch.n:
-                raise ValueError(f"rejected index {index!r} outside the batch of {batch.n}")
-            rejected.append(
-                Rejection(batch.seqs[index], str(item.get("error")), str(item.get("detail", "")))
-            )
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
+            if not isinstance(item, dict):
+                raise ValueError("a rejected entry is not an object")
+            index = _count(item.get("index"), "rejected index", n - 1)
+            error, detail = item.get("error"), item.get("detail", "")
+            if not isinstance(error, str) or not isinstance(detail, str):
+                raise ValueError("a rejected entry's error and detail must be strings")
+            rejected.append(Rejection(batch.seqs[index], error[:100], detail[:500]))
+    except ValueError as exc:  # ProtocolError included
         return Retry(f"collector's answer is not a valid batch answer: {exc}")
-    if accepted + duplicates + len(rejected) != batch.n or len({r.seq for r in rejected}) != len(
+    if accepted + duplicates + len(rejected) != n or len({r.seq for r in rejected}) != len(
         rejected
     ):
         # Rows leave the outbox only when the answer accounts for every one of them.
         return Retry(
             f"collector's answer counts {accepted} accepted + {duplicates} duplicates + "
-            f"{len(rejected)} rejected for a batch of {batch.n}"
+            f"{len(rejected)} rejected for a batch of {n}"
         )
     return Delivered(accepted, duplicates, tuple(rejected), batch.keys)
 
@@ -834,14 +918,14 @@ def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], l
     is skipped with a warning rather than reported under the wrong version.
     """
     try:
-        data = json.loads(body)
+        data = loads_bounded(body)
         items = data["metrics"]
         if not isinstance(items, list):
             raise TypeError("'metrics' must be a list")
     except (ValueError, TypeError, KeyError) as exc:
         raise ProtocolError(
             f"GET /v1/metrics answered something else than a metric list: {exc}"
-        ) from exc
+        ) from None
     out: dict[str, MetricDefinition] = {}
     warnings: list[str] = []
     for item in items:

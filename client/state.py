@@ -43,6 +43,7 @@ from .core import (
     HttpAnswer,
     MetricBudget,
     MetricCodec,
+    Rejection,
     ReportReceipt,
     Retry,
     RetryPolicy,
@@ -62,7 +63,14 @@ from .core import (
     parse_definitions,
     period_window,
 )
-from .storage import TOTAL_KEY, StateError, Store, load_or_create_secret, prepare_state_dir
+from .storage import (
+    TOTAL_KEY,
+    StateError,
+    Store,
+    device_known,
+    load_or_create_secret,
+    prepare_state_dir,
+)
 
 log = logging.getLogger("ldpkit.client")
 
@@ -71,6 +79,11 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_MAX_BATCH_BYTES = 1_000_000
 UNKNOWN_METRIC_REFRESH = 60.0
 """An unknown metric triggers a definitions refresh at most this often (seconds)."""
+STALE_DEFINITIONS = ("unknown_metric", "unknown_version", "retired_metric")
+UNKNOWN_VERSION_GRACE = 600.0
+"""Reports refused as ``unknown_version`` are kept and sent again for this long (seconds
+since the first refusal): a replica may not know a version defined a moment ago on
+another one. Past it they are dropped, as other refusals are."""
 
 
 def _period(value: Period | str, what: str) -> Period:
@@ -121,8 +134,15 @@ class ReporterState:
         self.definitions_ttl = settings.definitions_ttl
         self.lock = threading.RLock()
         self.directory = prepare_state_dir(state_dir)
+        known = device_known(self.directory)
         self.secret = load_or_create_secret(self.directory)
-        self.store = Store(self.directory, durable_reports=durable_reports)
+        self.store = Store(
+            self.directory, durable_reports=durable_reports, known_device=known, now=clock()
+        )
+        self._deferred: dict[int, float] = {}  # seq -> first unknown_version refusal (clock)
+        loss = self.store.ledger_lost()
+        if loss is not None and loss.fresh:
+            log.warning("%s: %s", self.store.path, loss.message)
         self.static = metrics is not None
         self._codecs: dict[str, MetricCodec] = {}
         self.definitions_etag: str | None = None
@@ -215,7 +235,10 @@ class ReporterState:
             if isinstance(outcome, Fatal):
                 raise outcome.error
             raise CollectorUnavailable(f"GET /v1/metrics: {outcome.reason}")
-        definitions, warnings = parse_definitions(answer.body)
+        try:
+            definitions, warnings = parse_definitions(answer.body)
+        except ProtocolError as exc:  # a broken (or lying) collector: keep what we have
+            raise CollectorUnavailable(f"GET /v1/metrics: {exc}") from None
         etag = answer.headers.get("etag")
         with self.lock:
             self.store.save_definitions(self.source, etag, answer.body, now)
@@ -267,38 +290,65 @@ class ReporterState:
         except sqlite3.Error as exc:
             raise StateError(f"cannot record the report in {self.store.path}: {exc}") from exc
 
+    def _windows(self, c: MetricCodec, ledger_now: float) -> tuple[int, int]:
+        """(metric budget window start, total budget window start) at ``ledger_now``."""
+        w_start = int(ledger_now // c.budget_seconds) * c.budget_seconds
+        t_start = int(ledger_now // self._total_seconds) * self._total_seconds
+        return w_start, t_start
+
+    def _perturbed(
+        self, c: MetricCodec, encoded: int | float, w_start: int
+    ) -> tuple[bytes | None, bytes]:
+        """(memo tag or None, report) of ``encoded`` in the memo window ``w_start``."""
+        if self.memoize:
+            message = memo_message(c.fingerprint, c.value_key(encoded), w_start)
+            return memo_tag(self.secret, message), c.perturb(
+                encoded, memo_generator(self.secret, message)
+            )
+        return None, c.perturb(encoded, keyed_generator(os.urandom(16)))  # OS CSPRNG key
+
+    def _spent(self, key: str, seconds: int, start: int, budget: float | None) -> tuple[float, str]:
+        """Epsilon spent in a window, and why it counts as spent when the ledger was lost
+        while the window was current (then: all of ``budget``)."""
+        spent = self.store.spent(key, seconds, start)
+        loss = self.store.ledger_lost()
+        if budget is not None and loss is not None and loss.covers(seconds, start):
+            return max(spent, budget), loss.message
+        return spent, ""
+
     def _report(self, metric: str, value: object) -> ReportReceipt:
         c = self._codecs.get(metric)
         if c is None:
             raise self.unknown_metric(metric)
         encoded, clipped = c.encode(value)
         now = self.clock()
+        # The report's coarse time is the clock's; the budget and memo windows are the
+        # ledger's, whose time never goes back (see Store.ledger_time).
         bucket = int(now // c.bucket_seconds) * c.bucket_seconds
-        w_start = int(now // c.budget_seconds) * c.budget_seconds
-        tag: bytes | None = None
-        if self.memoize:
-            message = memo_message(c.fingerprint, c.value_key(encoded), w_start)
-            tag = memo_tag(self.secret, message)
-            rng = memo_generator(self.secret, message)
-        else:
-            rng = keyed_generator(os.urandom(16))  # a fresh OS-CSPRNG key
-        report = c.perturb(encoded, rng)
-        report_id = os.urandom(ID_SIZE)
         store = self.store
+        w_start, _ = self._windows(c, store.ledger_time_hint(now))
+        tag, report = self._perturbed(c, encoded, w_start)
+        report_id = os.urandom(ID_SIZE)
         with self.lock, store.transaction():
-            last_bucket = store.memo_last_bucket(tag) if tag is not None else None
-            memoized = last_bucket is not None
-            if memoized and last_bucket == bucket:
+            ledger_now = store.ledger_time(now)
+            w_now, t_start = self._windows(c, ledger_now)
+            if w_now != w_start:  # another process moved the ledger's time meanwhile
+                w_start = w_now
+                tag, report = self._perturbed(c, encoded, w_start)
+            queued = store.memo_buckets(tag) if tag is not None else None
+            memoized = queued is not None
+            if queued is not None and bucket in queued:
                 # This very report is already queued (or delivered) for this bucket.
                 return ReportReceipt(
                     c.name, c.fingerprint, bucket, report, None, 0.0, True, False, clipped
                 )
             self._check_room(store.outbox_rows(), 1)
             spent = 0.0
-            t_start = int(now // self._total_seconds) * self._total_seconds
             if not memoized:
-                metric_spent = store.spent(c.name, c.budget_seconds, w_start)
-                total_spent = store.spent(TOTAL_KEY, self._total_seconds, t_start)
+                metric_spent, note = self._spent(c.name, c.budget_seconds, w_start, c.budget)
+                total_spent, total_note = self._spent(
+                    TOTAL_KEY, self._total_seconds, t_start, self.total_budget
+                )
                 if not (
                     fits(metric_spent, c.epsilon, c.budget)
                     and (
@@ -314,11 +364,13 @@ class ReporterState:
                         total_spent=total_spent,
                         total_budget=self.total_budget,
                         total_period=self.total_period,
-                        now=now,
+                        now=ledger_now,
+                        note=note or total_note,
                     )
                     assert error is not None
                     raise error
                 spent = c.epsilon
+            store.saw(now)
             store.add_report(
                 report_id,
                 c.name,
@@ -335,6 +387,24 @@ class ReporterState:
         return ReportReceipt(
             c.name, c.fingerprint, bucket, report, report_id, spent, memoized, True, clipped
         )
+
+    def keep_refused(self, rejection: Rejection, now: float) -> bool:
+        """Whether to keep a report the collector refused: ``unknown_version`` within
+        UNKNOWN_VERSION_GRACE of its first refusal (a replica that has not seen a version
+        defined a moment ago elsewhere); every other refusal is final."""
+        if rejection.error != "unknown_version":
+            return False
+        first = self._deferred.setdefault(rejection.seq, now)
+        if now - first < UNKNOWN_VERSION_GRACE:
+            return True
+        del self._deferred[rejection.seq]
+        return False
+
+    def delivered(self, seqs: Iterable[int]) -> None:
+        """These rows left the outbox: forget their refusals."""
+        if self._deferred:
+            for seq in seqs:
+                self._deferred.pop(seq, None)
 
     def _check_room(self, rows: int, adding: int) -> None:
         if rows + adding <= self.max_outbox:
@@ -417,13 +487,13 @@ class ReporterState:
         return n
 
     def budget(self) -> BudgetStatus:
-        now = self.clock()
         metrics: dict[str, MetricBudget] = {}
         with self.lock:
+            now = self.store.ledger_time(self.clock())
             for name, codec in sorted(self._codecs.items()):
                 d = codec.definition
                 start, end = period_window(d.budget_period, now)
-                spent = self.store.spent(name, codec.budget_seconds, start)
+                spent, _ = self._spent(name, codec.budget_seconds, start, d.effective_budget)
                 metrics[name] = MetricBudget(
                     name,
                     d.effective_budget,
@@ -435,7 +505,7 @@ class ReporterState:
                 )
             total: TotalBudget | None = None
             start, end = period_window(self.total_period, now)
-            spent = self.store.spent(TOTAL_KEY, self._total_seconds, start)
+            spent, _ = self._spent(TOTAL_KEY, self._total_seconds, start, self.total_budget)
             if self.total_budget is not None:
                 total = TotalBudget(
                     self.total_budget,
@@ -445,7 +515,11 @@ class ReporterState:
                     start,
                     end,
                 )
-        return BudgetStatus(metrics, total)
+            loss = self.store.ledger_lost()
+            longest = max([self._total_seconds, *(c.budget_seconds for c in self._codecs.values())])
+            if loss is not None and loss.at < period_window(longest, now)[0]:
+                loss = None  # every period current at the loss has ended
+        return BudgetStatus(metrics, total, loss)
 
     def pending(self) -> int:
         with self.lock:
@@ -573,6 +647,7 @@ class FlushRun:
                             self.result.duplicates,
                             self.result.rejected,
                             remaining,
+                            self.result.deferred,
                         )
                     )
                 size, keep = 0, 0
@@ -590,20 +665,33 @@ class FlushRun:
     def answered(self, answer: HttpAnswer) -> None:
         batch = self._batch
         assert batch is not None, "answered() without a Send"
-        outcome = interpret_batch_answer(batch, answer, self.state.clock())
+        now = self.state.clock()
+        outcome = interpret_batch_answer(batch, answer, now)
         if isinstance(outcome, Delivered):
+            kept = {r.seq for r in outcome.rejected if self.state.keep_refused(r, now)}
             with self.state.lock:
-                self.state.store.acknowledge(outcome.keys)
+                self.state.store.acknowledge([k for k in outcome.keys if k[0] not in kept])
+            self.state.delivered(k[0] for k in outcome.keys if k[0] not in kept)
             for r in outcome.rejected:
+                if r.seq in kept:
+                    continue
                 log.warning(
                     "collector rejected a report for good (dropped): %s %s", r.error, r.detail
                 )
-                if r.error in ("unknown_metric", "unknown_version"):
-                    self.state.definitions_stale = True  # the background refetches them
+            if kept:
+                log.info(
+                    "collector does not know the version of %d report(s) yet (unknown_version): "
+                    "kept, sent again at the next flush",
+                    len(kept),
+                )
+            if any(r.error in STALE_DEFINITIONS for r in outcome.rejected):
+                self.state.definitions_stale = True  # the background refetches them
             self.result = FlushResult(
                 self.result.sent + outcome.accepted,
                 self.result.duplicates + outcome.duplicates,
-                self.result.rejected + len(outcome.rejected),
+                self.result.rejected + len(outcome.rejected) - len(kept),
+                0,
+                self.result.deferred + len(kept),
             )
             self.after = max(self.after, *batch.seqs)
             self._batch = None

@@ -44,7 +44,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import LdpkitError
-from .core import OutboxRow
+from .core import OutboxRow, StateLoss
 
 SECRET_FILE = "device.key"
 DATABASE_FILE = "client.sqlite3"
@@ -83,6 +83,50 @@ _SEQS_PER_STATEMENT = 8000  # parameters bound per statement (SQLite allows 3276
 
 TOTAL_KEY = "*"
 """Ledger key of the total across metrics (metric names match ^[a-z], never this)."""
+
+HIGH_WATER = "clock_high_water"  # meta: the latest time the ledger has seen
+LOST_AT = "ledger_lost_at"  # meta: when this database replaced a lost one
+LOST_REASON = "ledger_lost_reason"  # meta: index in LOSS_REASONS
+LOSS_REASONS = ("missing", "empty", "corrupt")
+LONGEST_PERIOD = 7 * 86400
+
+
+def _corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite says the file is not (or no longer) a database."""
+    text = str(exc)
+    return type(exc) is sqlite3.DatabaseError or "malformed" in text or "not a database" in text
+
+
+def _missing_or_empty(path: Path) -> str | None:
+    try:
+        return "empty" if path.stat().st_size == 0 else None
+    except FileNotFoundError:
+        return "missing"
+
+
+def _count_outbox(path: Path) -> int | None:
+    """Best effort: how many undelivered reports an unreadable database still shows."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return None
+    try:
+        return int(
+            db.execute("SELECT count(*) FROM reports WHERE report IS NOT NULL").fetchone()[0]
+        )
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+
+
+def _move_aside(path: Path) -> str:
+    """Keep an unreadable database (and its WAL) for inspection; the path it went to."""
+    target = f"{path}.corrupt-{int(time.time())}"
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{path}{suffix}", f"{target}{suffix}")
+    return target
 
 
 class StateError(LdpkitError):
@@ -143,46 +187,100 @@ def load_or_create_secret(directory: Path) -> bytes:
     raise StateError(f"{path} stays empty; another process may have died writing it")
 
 
+def device_known(directory: Path) -> bool:
+    """Whether ``directory`` holds a device secret already (so a missing ledger was lost,
+    not never made)."""
+    try:
+        return (directory / SECRET_FILE).stat().st_size == SECRET_SIZE
+    except FileNotFoundError:
+        return False
+
+
 class Store:
     """The SQLite state. Not thread-safe by itself: the caller serializes access (one
     connection, the reporter's lock). Several processes may share a state_dir: every
     read-modify-write runs in a ``BEGIN IMMEDIATE`` transaction."""
 
-    def __init__(self, directory: Path, *, durable_reports: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        durable_reports: bool = False,
+        known_device: bool = False,
+        now: float | None = None,
+    ) -> None:
+        """Open (or create) the database. ``known_device``: this state_dir had a device
+        secret before (a database that is then missing, empty or unreadable is a lost
+        ledger, recorded at ``now``: see :meth:`ledger_lost`)."""
         self.path = directory / DATABASE_FILE
-        if not self.path.exists():
-            with contextlib.suppress(FileExistsError):
-                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         self.durable_reports = durable_reports
         self._closed = False
         self._version: int | None = None
         self._rows = 0
-        self._ledger: dict[tuple[str, int, int], float] = {}
-        self._memo: dict[bytes, int] = {}
+        # key -> {(window seconds, window start): epsilon spent}
+        self._ledger: dict[str, dict[tuple[int, int], float]] = {}
+        self._memo: dict[bytes, set[int]] = {}  # tag -> the buckets it was queued for
+        self._high_water = 0  # the latest time the ledger has seen (unix seconds)
+        self._lost: StateLoss | None = None
         self._unsynced = True  # reports may have been queued and not fsynced yet
         self._synced_version: int | None = None
+        loss = _missing_or_empty(self.path) if known_device else None
+        moved_to: str | None = None
+        lost_reports: int | None = None
         try:
-            self.db = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-            )
-            # Small pages: a commit appends one WAL frame per page it touches.
-            self.db.execute("PRAGMA page_size=1024")  # only takes effect on a new file
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute(f"PRAGMA synchronous={'FULL' if durable_reports else 'NORMAL'}")
-            version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise StateError(
-                    f"{self.path} has schema version {version}, newer than this client's "
-                    f"{SCHEMA_VERSION}; upgrade ldpkit"
-                )
-            self.db.executescript(
-                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
-            )
+            self.db = self._open()
+        except sqlite3.DatabaseError as exc:
+            if not _corrupt(exc):  # locked, I/O error...: not a loss, report it
+                raise StateError(f"cannot open the client database {self.path}: {exc}") from exc
+            loss = "corrupt"
+            lost_reports = _count_outbox(self.path)
+            moved_to = _move_aside(self.path)
+            try:
+                self.db = self._open()
+            except sqlite3.Error as again:
+                raise StateError(f"cannot open the client database {self.path}: {again}") from again
         except sqlite3.Error as exc:
             raise StateError(f"cannot open the client database {self.path}: {exc}") from exc
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(OSError):
                 os.chmod(f"{self.path}{suffix}", 0o600)
+        if loss is not None:
+            at = int(now if now is not None else time.time())
+            with self.transaction() as db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                    [(LOST_AT, at), (LOST_REASON, LOSS_REASONS.index(loss))],
+                )
+            self._lost = StateLoss(at, loss, moved_to, lost_reports, fresh=True)
+
+    def _open(self) -> sqlite3.Connection:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            # A new file (or one that lost its content): made private before SQLite writes.
+            self.path.unlink(missing_ok=True)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        try:
+            # Small pages: a commit appends one WAL frame per page it touches.
+            db.execute("PRAGMA page_size=1024")  # only takes effect on a new file
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={'FULL' if self.durable_reports else 'NORMAL'}")
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise StateError(
+                    f"{self.path} has schema version {version}, newer than this client's "
+                    f"{SCHEMA_VERSION}; upgrade ldpkit"
+                )
+            db.executescript(
+                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+            )
+            db.execute("SELECT count(*) FROM reports").fetchone()  # readable at all?
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     # --- transactions and caches ----------------------------------------------------
     def _data_version(self) -> int:
@@ -196,24 +294,33 @@ class Store:
         self._rows = int(
             db.execute("SELECT count(*) FROM reports WHERE report IS NOT NULL").fetchone()[0]
         )
-        ledger: dict[tuple[str, int, int], float] = {}
+        ledger: dict[str, dict[tuple[int, int], float]] = {}
         for metric, seconds, start, spent in db.execute(
             "SELECT metric, budget_seconds, window_start, sum(epsilon) FROM reports "
             "WHERE epsilon > 0 GROUP BY metric, budget_seconds, window_start"
         ):
-            ledger[(metric, int(seconds), int(start))] = float(spent)
+            ledger.setdefault(metric, {})[(int(seconds), int(start))] = float(spent)
         for seconds, start, spent in db.execute(
             "SELECT total_seconds, total_start, sum(epsilon) FROM reports "
             "WHERE epsilon > 0 GROUP BY total_seconds, total_start"
         ):
-            ledger[(TOTAL_KEY, int(seconds), int(start))] = float(spent)
+            ledger.setdefault(TOTAL_KEY, {})[(int(seconds), int(start))] = float(spent)
         self._ledger = ledger
-        self._memo = {
-            bytes(tag): int(bucket)
-            for tag, bucket in db.execute(
-                "SELECT tag, max(bucket) FROM reports WHERE tag IS NOT NULL GROUP BY tag"
-            )
-        }
+        memo: dict[bytes, set[int]] = {}
+        for tag, bucket in db.execute(
+            "SELECT DISTINCT tag, bucket FROM reports WHERE tag IS NOT NULL"
+        ):
+            memo.setdefault(bytes(tag), set()).add(int(bucket))
+        self._memo = memo
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        latest = db.execute(
+            "SELECT max(max(coalesce(window_start, 0), coalesce(total_start, 0))) FROM reports"
+        ).fetchone()[0]
+        self._high_water = max(self._high_water, int(meta.get(HIGH_WATER, 0)), int(latest or 0))
+        if LOST_AT in meta and (self._lost is None or self._lost.at != int(meta[LOST_AT])):
+            code = int(meta.get(LOST_REASON, 0))
+            reason = LOSS_REASONS[code] if 0 <= code < len(LOSS_REASONS) else "lost"
+            self._lost = StateLoss(int(meta[LOST_AT]), reason, None, None, fresh=False)
         self._version = version
 
     @contextlib.contextmanager
@@ -255,6 +362,7 @@ class Store:
         try:
             with self.transaction() as db:
                 db.execute("UPDATE meta SET value = value + 1 WHERE key = 'syncs'")
+                self._save_high_water(db)
         finally:
             self.db.execute("PRAGMA synchronous=NORMAL")
         self._unsynced = False
@@ -273,15 +381,50 @@ class Store:
         return self._rows
 
     def spent(self, key: str, seconds: int, window_start: int) -> float:
-        """Epsilon spent in a window by one metric (``key`` = its name) or in total
-        (``key`` = :data:`TOTAL_KEY`)."""
+        """Epsilon spent by one metric (``key`` = its name) or in total (``key`` =
+        :data:`TOTAL_KEY`) in every ledger window that overlaps the window of ``seconds``
+        starting at ``window_start``: spending recorded under another period length (the
+        definition changed, day to week say) counts wherever it overlaps."""
         self._fresh()
-        return self._ledger.get((key, seconds, window_start), 0.0)
+        end = window_start + seconds
+        return sum(
+            epsilon
+            for (length, start), epsilon in self._ledger.get(key, {}).items()
+            if start < end and window_start < start + length
+        )
 
-    def memo_last_bucket(self, tag: bytes) -> int | None:
-        """The latest bucket a report with this memo tag was queued for, or None."""
+    def memo_buckets(self, tag: bytes) -> set[int] | None:
+        """The buckets a report with this memo tag was queued for, or None if none."""
         self._fresh()
         return self._memo.get(tag)
+
+    def ledger_time_hint(self, now: float) -> float:
+        """:meth:`ledger_time` without reading the database (another process may have
+        moved it: check with ledger_time inside a transaction)."""
+        return max(now, float(self._high_water))
+
+    def ledger_time(self, now: float) -> float:
+        """``now``, or the latest time the ledger has seen if the clock went back since:
+        budget windows never reopen because the clock moved back."""
+        self._fresh()
+        return max(now, float(self._high_water))
+
+    def saw(self, now: float) -> None:
+        """The ledger has seen ``now`` (kept in memory; saved by make_durable and prune,
+        and implied by the window starts of the reports themselves)."""
+        self._high_water = max(self._high_water, int(now))
+
+    def ledger_lost(self) -> StateLoss | None:
+        """How this state_dir lost its ledger (the latest time), or None."""
+        self._fresh()
+        return self._lost
+
+    def _save_high_water(self, db: sqlite3.Connection) -> None:
+        db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) "
+            "DO UPDATE SET value = max(value, excluded.value)",
+            (HIGH_WATER, self._high_water),
+        )
 
     # --- writes (inside a transaction) ------------------------------------------------
     def add_report(
@@ -321,14 +464,14 @@ class Store:
         self._rows += 1
         self._unsynced = True
         if epsilon > 0:
-            ledger = self._ledger
-            for key in (
-                (metric, budget_seconds, window_start),
-                (TOTAL_KEY, total_seconds, total_start),
+            for key, window in (
+                (metric, (budget_seconds, window_start)),
+                (TOTAL_KEY, (total_seconds, total_start)),
             ):
-                ledger[key] = ledger.get(key, 0.0) + epsilon
+                windows = self._ledger.setdefault(key, {})
+                windows[window] = windows.get(window, 0.0) + epsilon
         if tag is not None:
-            self._memo[tag] = max(bucket, self._memo.get(tag, bucket))
+            self._memo.setdefault(tag, set()).add(bucket)
 
     def add_unmetered(self, rows: Sequence[tuple[bytes, str, str, int, bytes]]) -> None:
         """Queue reports that spend nothing of this device's budget (``simulate``)."""
@@ -388,14 +531,19 @@ class Store:
         return removed
 
     def prune(self, now: float) -> int:
-        """Delete delivered rows whose budget windows have both ended."""
+        """Delete delivered rows whose budget windows both ended a week (the longest
+        period) or more before the ledger's time: until then they may overlap a window
+        of a period that changed (see :meth:`spent`)."""
+        self.saw(now)
         with self.transaction() as db:
+            cutoff = max(int(now), self._high_water) - LONGEST_PERIOD
             cur = db.execute(
                 "DELETE FROM reports WHERE report IS NULL "
                 "AND coalesce(window_start + budget_seconds, 0) <= ? "
                 "AND coalesce(total_start + total_seconds, 0) <= ?",
-                (int(now), int(now)),
+                (cutoff, cutoff),
             )
+            self._save_high_water(db)
             self._version = None  # reload the caches on the next transaction
             return max(cur.rowcount, 0)
 

@@ -13,6 +13,7 @@ import contextlib
 import http.client
 import logging
 import os
+import socket
 import ssl
 import threading
 import time
@@ -25,8 +26,8 @@ import numpy.typing as npt
 
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
 from ..metrics import MetricDefinition, Period
-from .core import USER_AGENT as USER_AGENT
 from .core import (
+    MAX_ANSWER_BYTES,
     BackgroundSchedule,
     BudgetStatus,
     Clock,
@@ -39,6 +40,7 @@ from .core import (
     Timeout,
     split_url,
 )
+from .core import USER_AGENT as USER_AGENT
 from .state import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_OUTBOX,
@@ -51,6 +53,28 @@ from .state import (
 from .state import UNKNOWN_METRIC_REFRESH as UNKNOWN_METRIC_REFRESH
 
 log = logging.getLogger("ldpkit.client")
+
+
+class AnswerTooLarge(OSError):
+    """The collector's answer is larger than the client reads."""
+
+
+def _read_bounded(response: http.client.HTTPResponse) -> bytes:
+    """The answer's body, refused past MAX_ANSWER_BYTES (before reading it, when its
+    length is announced)."""
+    if response.length is not None and response.length > MAX_ANSWER_BYTES:
+        raise AnswerTooLarge(
+            f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes "
+            f"({response.length} announced)"
+        )
+    data = response.read(MAX_ANSWER_BYTES + 1)
+    if len(data) > MAX_ANSWER_BYTES:
+        raise AnswerTooLarge(f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes")
+    if response.length:  # read(amt) returns short, without an error, if the socket closed
+        raise http.client.IncompleteRead(data, response.length)
+    if not response.isclosed():
+        response.read()  # the end of a chunked body (nothing more: it is under the bound)
+    return data
 
 
 class SyncTransport(Protocol):
@@ -88,17 +112,35 @@ class HttpTransport:
     def request(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str]
     ) -> HttpAnswer:
+        """One request and its whole answer, within ``timeout.total`` seconds (a timer
+        shuts the socket down at the deadline, whatever each read waits) and at most
+        MAX_ANSWER_BYTES of body; NetworkError otherwise."""
         with self._lock:
+            deadline = time.monotonic() + self.timeout.total_seconds
             for attempt in range(2):
                 reused = self._conn is not None
+                expired = threading.Event()
+                watchdog: threading.Timer | None = None
                 try:
                     conn = self._conn if self._conn is not None else self._connect()
                     self._conn = conn
+                    watchdog = threading.Timer(
+                        max(0.0, deadline - time.monotonic()), self._expire, (conn, expired)
+                    )
+                    watchdog.daemon = True
+                    watchdog.start()
                     conn.request(method, self.prefix + path, body=body, headers=headers)
                     response = conn.getresponse()
-                    data = response.read()
+                    data = _read_bounded(response)
+                    if expired.is_set():
+                        raise TimeoutError("the deadline passed")
                 except (http.client.HTTPException, OSError) as exc:
                     self._drop()
+                    if expired.is_set():
+                        raise NetworkError(
+                            f"no complete answer within the {self.timeout.total_seconds:g} s "
+                            "deadline (Timeout.total)"
+                        ) from exc
                     stale = isinstance(
                         exc,
                         http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError,
@@ -106,12 +148,24 @@ class HttpTransport:
                     if reused and stale and attempt == 0:
                         continue  # the server closed an idle kept-alive connection
                     raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
+                finally:
+                    if watchdog is not None:
+                        watchdog.cancel()
                 if response.will_close:
                     self._drop()
                 return HttpAnswer(
                     response.status, {k.lower(): v for k, v in response.getheaders()}, data
                 )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _expire(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
+        """The deadline passed: end the blocked read (the request then fails)."""
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _drop(self) -> None:
         if self._conn is not None:

@@ -223,10 +223,9 @@ def _log_stop_signals(shutdown_timeout: float) -> Callable[[Any], Awaitable[None
 @command("serve", "run the collector (HTTP API of docs/protocol.md)", _serve_arguments)
 def serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT, then finish the batches in flight and exit 0."""
-    from aiohttp import web
-
     from .app import create_app
     from .middlewares import access_log_format, install_log_privacy
+    from .serving import serve as serve_app
 
     config = serve_config(args)
     check_database(config, flag=args.database is not None)
@@ -236,7 +235,7 @@ def serve(args: argparse.Namespace) -> int:
     sock = _listen(config.host, config.port)
     host, port = sock.getsockname()[:2]
 
-    def announce(_message: str) -> None:
+    def announce() -> None:
         log.info(
             "ldpkit collector listening on http://%s:%d (database %s)",
             host if ":" not in host else f"[{host}]",
@@ -245,14 +244,13 @@ def serve(args: argparse.Namespace) -> int:
         )
 
     try:
-        web.run_app(
+        serve_app(
             app,
-            sock=sock,
-            shutdown_timeout=config.shutdown_timeout,
+            sock,
+            config=config,
             access_log=None if args.no_access_log else logging.getLogger("aiohttp.access"),
             access_log_format=access_log_format(config.log_addresses),
-            print=announce,
-            handle_signals=True,
+            announce=announce,
         )
     except (OSError, LdpkitError) as exc:
         log.error("collector stopped: %s", exc)

@@ -12,9 +12,14 @@
     report_id_retention_days = 30    # ids kept for dedupe; older buckets are refused
     catalog_refresh_seconds = 10     # reload metric definitions (other replicas' PUTs)
     max_body_bytes = 16777216        # 413 beyond
+    max_definition_bytes = 2097152   # PUT /v1/metrics bodies; 413 beyond
     max_reports_per_batch = 100000   # 400 beyond
-    max_pending_batches = 256        # batches waiting for the store; 429 beyond
-    max_pending_bytes = 268435456    # request bodies held at once (read or queued); 429 beyond
+    max_pending_batches = 256        # batches received and not yet answered; 429 beyond
+    max_pending_bytes = 268435456    # request body bytes held at once (read or queued); 429 beyond
+    header_timeout = 30              # a connection must send its request head this fast
+    upload_grace = 10                # then bodies arrive at min_upload_rate or are cut (408)
+    min_upload_rate = 4096           # bytes per second
+    max_estimate_items = 250000      # items in one estimates answer; 400 beyond
     ingest_reports_per_second = 0    # per ingest token (0: no limit); 429 beyond
     ingest_burst = 100000            # reports a token may send at once after a pause
     log_addresses = false            # access log without client addresses unless true
@@ -43,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LdpkitError
-from ..metrics import MetricDefinition
+from ..metrics import MetricDefinition, check_definition_size
 
 DEFAULT_PORT = 8787
 TOKEN_KINDS = ("ingest", "read", "admin")
@@ -87,11 +92,16 @@ class CollectorConfig:
     report_id_retention_days: int = 30
     catalog_refresh_seconds: float = 10.0
     max_body_bytes: int = 16 * 2**20
+    max_definition_bytes: int = 2 * 2**20
     max_reports_per_batch: int = 100_000
     max_blocks_per_batch: int = 1000
     max_pending_batches: int = 256
     max_pending_reports: int = 2_000_000
     max_pending_bytes: int = 256 * 2**20
+    header_timeout: float = 30.0
+    upload_grace: float = 10.0
+    min_upload_rate: int = 4096
+    max_estimate_items: int = 250_000
     retry_after: int = 1
     ingest_reports_per_second: float = 0.0
     ingest_burst: int = 100_000
@@ -167,11 +177,16 @@ _COLLECTOR_KEYS: dict[str, Any] = {
     "report_id_retention_days": _int_in(1, 3650),
     "catalog_refresh_seconds": _is_positive_seconds,
     "max_body_bytes": _int_in(1024, 2**31),
+    "max_definition_bytes": _int_in(1024, 2**30),
     "max_reports_per_batch": _int_in(1, 10_000_000),
     "max_blocks_per_batch": _int_in(1, 100_000),
     "max_pending_batches": _int_in(1, 1_000_000),
     "max_pending_reports": _int_in(1, 10**9),
     "max_pending_bytes": _int_in(1024, 2**40),
+    "header_timeout": _is_positive_seconds,
+    "upload_grace": _is_seconds,
+    "min_upload_rate": _int_in(1, 2**40),
+    "max_estimate_items": _int_in(1, 10**9),
     "retry_after": _int_in(1, 3600),
     "ingest_reports_per_second": _is_rate,
     "ingest_burst": _int_in(1, 10**9),
@@ -197,7 +212,13 @@ def _check_collector(
         out[key] = value
     if "synchronous" in out:
         out["synchronous"] = out["synchronous"].lower()
-    for key in ("shutdown_timeout", "catalog_refresh_seconds", "ingest_reports_per_second"):
+    for key in (
+        "shutdown_timeout",
+        "catalog_refresh_seconds",
+        "ingest_reports_per_second",
+        "header_timeout",
+        "upload_grace",
+    ):
         if key in out:
             out[key] = float(out[key])
     if "database" in out:
@@ -279,7 +300,7 @@ def _metrics(table: object, source: str) -> dict[str, MetricDefinition]:
         if not isinstance(spec, dict):
             raise ConfigError(f"{source}: [metrics.{name}] must be a table")
         try:
-            out[name] = MetricDefinition.from_dict(name, spec)
+            out[name] = check_definition_size(MetricDefinition.from_dict(name, spec))
         except (LdpkitError, ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: [metrics.{name}] {exc}") from None
     return out

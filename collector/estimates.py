@@ -108,7 +108,7 @@ def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
                 "level", f"expected a number in (0, 1) such as 0.95, got {query['level'][:40]!r}"
             ) from None
     version = query.get("version") or None
-    if version is not None and not FINGERPRINT_PATTERN.match(version):
+    if version is not None and not FINGERPRINT_PATTERN.fullmatch(version):
         raise QueryError("version", f"expected 16 lowercase hex digits, got {version[:40]!r}")
     return EstimateQuery(
         start=start,

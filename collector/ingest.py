@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import LdpkitError
+from ..mechanisms import Mechanism
+from ..mechanisms.local_hashing import OptimizedLocalHashing
 from ..wire import Block
 from .store import ID_DTYPE, Catalog, IngestBlock
 
@@ -24,7 +26,8 @@ UNKNOWN_METRIC = "unknown_metric"
 UNKNOWN_VERSION = "unknown_version"
 INVALID_REPORT = "invalid_report"
 INVALID_BUCKET = "invalid_bucket"
-REJECTION_CODES = (UNKNOWN_METRIC, UNKNOWN_VERSION, INVALID_REPORT, INVALID_BUCKET)
+RETIRED_METRIC = "retired_metric"
+REJECTION_CODES = (UNKNOWN_METRIC, UNKNOWN_VERSION, INVALID_REPORT, INVALID_BUCKET, RETIRED_METRIC)
 DAY = 86400
 
 
@@ -43,6 +46,19 @@ def prune_before(now: float, retention_days: int) -> int:
     return oldest // DAY * DAY - DAY
 
 
+def aggregation_seconds(mechanism: Mechanism, n: int) -> float:
+    """A rough upper estimate of the time to aggregate ``n`` reports (measured on a 2-core
+    machine): optimized local hashing evaluates d hashes per report, in passes over
+    chunks of 32,768 reports (a fixed cost per pass); bitmaps (unary encodings, subset
+    selection) unpack 8 bits per byte; the rest cost well under a microsecond each."""
+    if isinstance(mechanism, OptimizedLocalHashing):
+        return 2e-9 * mechanism.domain_size * (n + 4096)
+    size = mechanism.report_dtype.itemsize
+    if mechanism.report_dtype.subdtype is not None:  # a bitmap of ceil(d / 8) bytes
+        return 1.2e-9 * 8 * size * n
+    return 1e-7 * n
+
+
 @dataclass(frozen=True)
 class Rejected:
     """Reports refused for one reason: their indexes in the batch."""
@@ -57,7 +73,7 @@ class CheckedBatch:
     blocks: list[IngestBlock] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     total: int = 0
-    unknown_names: bool = False  # some block named a metric or version not in the catalog
+    unknown: set[str] = field(default_factory=set)  # fingerprints not in the catalog
 
     @property
     def valid(self) -> int:
@@ -103,12 +119,19 @@ def check_batch(
 
         versions = catalog.versions.get(block.metric)
         if versions is None:
-            out.unknown_names = True
+            out.unknown.add(block.fingerprint)
             refuse(UNKNOWN_METRIC, f"no metric named {_short(block.metric)!r}")
+            continue
+        if block.metric in catalog.retired:
+            refuse(
+                RETIRED_METRIC,
+                f"metric {block.metric!r} is retired: it takes no more reports; stop sending "
+                "them (and refresh the definitions)",
+            )
             continue
         definition = versions.get(block.fingerprint)
         if definition is None:
-            out.unknown_names = True
+            out.unknown.add(block.fingerprint)
             current = catalog.current.get(block.metric)
             hint = f" (current: {current.fingerprint})" if current is not None else ""
             refuse(

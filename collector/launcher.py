@@ -23,6 +23,7 @@ LISTENING = re.compile(r"listening on (http://\S+?) ")
 class RunningCollector:
     process: subprocess.Popen[str]
     url: str
+    log: list[str]  # the collector's log lines so far (read by a background thread)
 
 
 @contextmanager
@@ -34,13 +35,15 @@ def running_collector(
     env: Mapping[str, str] | None = None,
     startup_timeout: float = 30.0,
     command: Sequence[str] = (sys.executable, "-m", "ldpkit.collector.cli"),
+    access_log: bool = False,
 ) -> Iterator[RunningCollector]:
     """``ldpkit serve --config CONFIG --port PORT`` (0: a free port) until the block ends.
 
     Yields once the collector logs the address it listens on (on loopback); at the end
     it sends SIGTERM (the collector finishes the batches in flight) and waits for the
     exit, unless the block already stopped it. ``command`` runs ``ldpkit`` (the default:
-    this interpreter; tests also try the installed console script).
+    this interpreter; tests also try the installed console script). ``access_log``: log
+    one line per request (off by default).
     """
     process = subprocess.Popen(
         [
@@ -52,7 +55,7 @@ def running_collector(
             str(config),
             "--port",
             str(port),
-            "--no-access-log",
+            *([] if access_log else ["--no-access-log"]),
         ],
         cwd=cwd,
         stdout=subprocess.DEVNULL,
@@ -61,11 +64,13 @@ def running_collector(
         env=dict(env) if env is not None else None,
     )
     lines: Queue[str] = Queue()
+    log: list[str] = []
     assert process.stderr is not None
     stderr = process.stderr
 
     def pump() -> None:  # keep reading the log so the child never blocks on a full pipe
         for line in stderr:
+            log.append(line)
             lines.put(line)
 
     threading.Thread(target=pump, daemon=True).start()
@@ -81,7 +86,7 @@ def running_collector(
             seen.append(line)
             if match := LISTENING.search(line):
                 break
-        yield RunningCollector(process, match.group(1))
+        yield RunningCollector(process, match.group(1), log)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

@@ -12,6 +12,7 @@ from aiohttp.typedefs import Handler
 from .auth import bearer_token, required_scopes
 from .keys import TELEMETRY, TOKENS
 from .responses import KEPT_HEADERS, STATUS_CODES, ApiError, api_error_response, error_response
+from .uploads import ClientGone
 
 log = logging.getLogger("ldpkit.collector")
 
@@ -20,6 +21,11 @@ def _route_label(request: web.Request) -> str:
     route = request.match_info.route
     resource = route.resource if route is not None else None
     return resource.canonical if resource is not None else "unmatched"
+
+
+CLIENT_CLOSED = 499
+"""The status of requests whose client went away before the answer (as nginx logs them);
+it is never sent (there is nobody to send it to), only counted and logged."""
 
 
 @web.middleware
@@ -31,13 +37,31 @@ async def telemetry_middleware(request: web.Request, handler: Handler) -> web.St
     return response
 
 
+async def _closing(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """Send ``response`` and close the connection at once, without reading the rest of
+    the request body (aiohttp would otherwise read and discard it for up to
+    ``lingering_time`` seconds)."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()  # flushes what was written, then closes
+    return response
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every error as JSON ``{"error", "detail"}``; unexpected exceptions as a logged 500."""
+    """Every error as JSON ``{"error", "detail"}``; unexpected exceptions as a logged 500.
+    A client that went away is no error (nothing is answered or logged)."""
     try:
         return await handler(request)
     except ApiError as exc:
-        return api_error_response(exc)
+        response = api_error_response(exc)
+        if exc.close and not request.content.is_eof():
+            return await _closing(request, response)
+        return response
+    except (ClientGone, ConnectionError):
+        log.debug("client closed the connection: %s %s", request.method, request.path)
+        return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -78,6 +78,7 @@ from .store import (
     Catalog,
     IngestBlock,
     IngestResult,
+    Origin,
     PutOutcome,
     Store,
     StoreClosed,
@@ -86,6 +87,7 @@ from .store import (
     build_catalog,
     definition_json,
     new_report_mask,
+    put_outcome,
 )
 
 log = logging.getLogger("ldpkit.collector.store")
@@ -98,6 +100,7 @@ MIGRATION_LOCK = 0x6C64_706B_0000_0001
 CATALOG_LOCK = 0x6C64_706B_0000_0002
 PRUNE_LOCK = 0x6C64_706B_0000_0003
 PRUNED_KEY = "report_ids_pruned_before"
+PROBE_KEY = "write_probe"  # written by probe_write
 PRUNE_CHUNK_PAGES = 2048  # 16 MiB of report_ids per DELETE
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 DEADLOCK_RETRIES = 3
@@ -147,6 +150,16 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
                 RETURN ARRAY(SELECT x + y FROM unnest(a, b) WITH ORDINALITY AS t(x, y, i)
                              ORDER BY i);
             END $$""",
+        ),
+    ),
+    (
+        2,
+        "who defined each metric (api or config), and retirement",
+        (
+            # Metrics defined before count as defined through the API: never retired for
+            # leaving a config file.
+            "ALTER TABLE metrics ADD COLUMN origin text NOT NULL DEFAULT 'api'",
+            "ALTER TABLE metrics ADD COLUMN retired_at bigint",  # unix seconds, or NULL
         ),
     ),
 )
@@ -663,15 +676,24 @@ class PostgresStore(Store):
             raise StoreClosed("the store is closed")
         return self._pool
 
-    async def put_metric(self, definition: MetricDefinition) -> PutOutcome:
+    async def put_metric(
+        self, definition: MetricDefinition, *, origin: Origin = Origin.API
+    ) -> PutOutcome:
         fp = definition.fingerprint
         name = definition.name
         text = definition_json(definition)
         try:
             async with self._live_pool().connection() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (CATALOG_LOCK,))
-                cur = await conn.execute("SELECT fingerprint FROM metrics WHERE name = %s", (name,))
+                cur = await conn.execute(
+                    "SELECT fingerprint, origin, retired_at IS NOT NULL FROM metrics "
+                    "WHERE name = %s",
+                    (name,),
+                )
                 current = await cur.fetchone()
+                retired = current is not None and bool(current[2])
+                if retired and origin is Origin.CONFIG:
+                    return PutOutcome.RETIRED
                 cur = await conn.execute(
                     "SELECT definition FROM metric_versions WHERE fingerprint = %s", (fp,)
                 )
@@ -687,24 +709,46 @@ class PostgresStore(Store):
                         "UPDATE metric_versions SET definition = %s WHERE fingerprint = %s",
                         (text, fp),
                     )
-                if current is None:
-                    outcome = PutOutcome.CREATED
-                elif current[0] != fp:
-                    outcome = PutOutcome.NEW_VERSION if version is None else PutOutcome.REVERTED
-                elif version is not None and version[0] != text:
-                    outcome = PutOutcome.UPDATED
-                else:
-                    outcome = PutOutcome.UNCHANGED
-                if outcome is not PutOutcome.UNCHANGED:
+                outcome = put_outcome(
+                    current[0] if current is not None else None,
+                    fp,
+                    version[0] if version is not None else None,
+                    text,
+                    retired,
+                )
+                if outcome is not PutOutcome.UNCHANGED or current is None or current[1] != origin:
                     await conn.execute(
-                        "INSERT INTO metrics (name, fingerprint) VALUES (%s, %s) "
-                        "ON CONFLICT (name) DO UPDATE SET fingerprint = excluded.fingerprint",
-                        (name, fp),
+                        "INSERT INTO metrics (name, fingerprint, origin, retired_at) "
+                        "VALUES (%s, %s, %s, NULL) ON CONFLICT (name) DO UPDATE SET "
+                        "fingerprint = excluded.fingerprint, origin = excluded.origin, "
+                        "retired_at = NULL",
+                        (name, fp, origin.value),
                     )
+                if outcome is not PutOutcome.UNCHANGED:
                     await conn.execute("SELECT pg_notify(%s, %s)", (CATALOG_CHANNEL, name))
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"{type(exc).__name__}: {exc}") from None
         return outcome
+
+    async def retire_metric(self, name: str) -> bool | None:
+        try:
+            async with self._live_pool().connection() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (CATALOG_LOCK,))
+                cur = await conn.execute(
+                    "SELECT retired_at IS NOT NULL FROM metrics WHERE name = %s", (name,)
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    return None
+                if row[0]:
+                    return False
+                await conn.execute(
+                    "UPDATE metrics SET retired_at = %s WHERE name = %s", (int(time.time()), name)
+                )
+                await conn.execute("SELECT pg_notify(%s, %s)", (CATALOG_CHANNEL, name))
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"{type(exc).__name__}: {exc}") from None
+        return True
 
     async def load_catalog(self) -> Catalog:
         try:
@@ -715,11 +759,29 @@ class PostgresStore(Store):
                     "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
                 )
                 versions = await cur.fetchall()
-                cur = await conn.execute("SELECT name, fingerprint FROM metrics")
+                cur = await conn.execute(
+                    "SELECT name, fingerprint, origin, retired_at FROM metrics"
+                )
                 current = await cur.fetchall()
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"{type(exc).__name__}: {exc}") from None
         return build_catalog(versions, current)
+
+    async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
+        wanted = list(fingerprints)
+        if not wanted:
+            return []
+        try:
+            async with self._live_pool().connection() as conn:
+                cur = await conn.execute(
+                    "SELECT fingerprint, name, definition FROM metric_versions "
+                    "WHERE fingerprint = ANY(%s)",
+                    (wanted,),
+                )
+                rows = await cur.fetchall()
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"{type(exc).__name__}: {exc}") from None
+        return [(str(fp), str(name), str(text)) for fp, name, text in rows]
 
     # --- reads ---------------------------------------------------------------------------
     async def ping(self) -> None:
@@ -755,6 +817,17 @@ class PostgresStore(Store):
                 )
             out.append(BucketAggregate(int(bucket), Aggregate(int(n), sums)))
         return out
+
+    async def probe_write(self) -> None:
+        try:
+            async with self._live_pool().connection() as conn:
+                await conn.execute(
+                    "INSERT INTO store_state (key, value) VALUES (%s, %s) ON CONFLICT (key) "
+                    "DO UPDATE SET value = excluded.value",
+                    (PROBE_KEY, int(time.time())),
+                )
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"{type(exc).__name__}: {exc}") from None
 
     async def report_count(self) -> int:
         try:

@@ -34,7 +34,11 @@ KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
 
 
 class ApiError(Exception):
-    """An error answer: ``status`` with JSON ``{"error": error, "detail": detail, ...}``."""
+    """An error answer: ``status`` with JSON ``{"error": error, "detail": detail, ...}``.
+
+    ``close``: close the connection after the answer instead of reading (and discarding)
+    the rest of the request body: for bodies the collector will not read (too large, too
+    slow, compressed)."""
 
     def __init__(
         self,
@@ -43,6 +47,7 @@ class ApiError(Exception):
         detail: str,
         *,
         headers: Mapping[str, str] | None = None,
+        close: bool = False,
         **extra: Any,
     ) -> None:
         super().__init__(f"{status} {error}: {detail}")
@@ -50,6 +55,7 @@ class ApiError(Exception):
         self.error = error
         self.detail = detail
         self.headers = dict(headers or {})
+        self.close = close
         self.extra = extra
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from pathlib import Path
 
 from aiohttp import web
 
-from ..errors import LdpkitError
-from ..metrics import MetricDefinition
+from .._json import loads_bounded
+from ..errors import LdpkitError, ProtocolError
+from ..metrics import MetricDefinition, check_definition_size
 from ..wire import CONTENT_TYPE as BATCH_CONTENT_TYPE
 from .auth import Scope, requires, token_id
 from .estimates import QueryError, parse_query
@@ -18,27 +17,43 @@ from .keys import COLLECTOR, CONFIG, TELEMETRY
 from .responses import JSON, ApiError, etag_matches, json_response
 from .store import PutOutcome, StoreError
 from .telemetry import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+from .uploads import Held, check_encoding, read_body
 
 BATCH_CONTENT_TYPES = frozenset(
     {BATCH_CONTENT_TYPE, "application/msgpack", "application/x-msgpack"}
 )
 
 
-def _check_body(request: web.Request, accepted: frozenset[str] | str) -> None:
-    """415 for a wrong content type, 413 for a declared length over the limit."""
+def _check_body(request: web.Request, accepted: frozenset[str] | str, limit: int) -> None:
+    """415 for a wrong content type or a compressed body, 413 for a declared length over
+    ``limit`` (a header is never quoted back)."""
     types = {accepted} if isinstance(accepted, str) else accepted
     if request.content_type not in types:
         raise ApiError(
             415,
             "unsupported_media_type",
-            f"Content-Type must be {' or '.join(sorted(types))}, got {request.content_type!r}",
+            f"Content-Type must be {' or '.join(sorted(types))}",
         )
-    limit = request.app[CONFIG].max_body_bytes
+    check_encoding(request)
     length = request.content_length
     if length is not None and length > limit:
         raise ApiError(
-            413, "payload_too_large", f"body of {length} bytes is over the limit of {limit} bytes"
+            413,
+            "payload_too_large",
+            f"body of {length} bytes is over the limit of {limit} bytes",
         )
+
+
+async def _read(request: web.Request, held: Held, limit: int) -> bytearray:
+    cfg = request.app[CONFIG]
+    return await read_body(
+        request,
+        held,
+        limit=limit,
+        grace=cfg.upload_grace,
+        min_rate=cfg.min_upload_rate,
+        retry_after=cfg.retry_after,
+    )
 
 
 def _cached(request: web.Request, body: bytes, etag: str) -> web.Response:
@@ -58,48 +73,58 @@ def _rate_limited(wait: int) -> ApiError:
     )
 
 
+def _busy(retry_after: int, detail: str = "the store is behind; retry later") -> ApiError:
+    return ApiError(429, "too_many_requests", detail, headers={"Retry-After": str(retry_after)})
+
+
 @requires(Scope.INGEST)
 async def post_reports(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR]
     telemetry = request.app[TELEMETRY]
-    _check_body(request, BATCH_CONTENT_TYPES)
+    cfg = collector.config
+    _check_body(request, BATCH_CONTENT_TYPES, cfg.max_body_bytes)
     limiter = collector.limiter
     token = token_id(request.headers.get("Authorization"))
     if (wait := limiter.blocked(token)) is not None:
         telemetry.batches.labels("rate_limited").inc()
         raise _rate_limited(wait)
-    # A body's size counts from admission; unannounced (chunked) ones count at the limit.
-    size = request.content_length or collector.config.max_body_bytes
-    if collector.overloaded(size):
+    # Admission: refused before the body is read. A body then holds what has arrived
+    # (see uploads.py), so its announced size only decides whether it may start.
+    if collector.overloaded(request.content_length or 1):
         telemetry.throttled.inc()
         telemetry.batches.labels("throttled").inc()
-        retry = str(collector.config.retry_after)
-        raise ApiError(
-            429,
-            "too_many_requests",
-            "the store is behind; retry later",
-            headers={"Retry-After": retry},
-        )
+        raise _busy(cfg.retry_after)
 
     def charge(reports: int) -> None:
         if (wait := limiter.take(token, reports)) is not None:
             telemetry.batches.labels("rate_limited").inc()
             raise _rate_limited(wait)
 
-    collector.admitted += 1  # until answered: bodies being read count against the limit
-    collector.admitted_bytes += size
-    try:
-        body = await request.read()
+    async with collector.bodies.hold() as held:
+        try:
+            body = await _read(request, held, cfg.max_body_bytes)
+        except ApiError as exc:
+            if exc.status == 429:
+                telemetry.throttled.inc()
+                telemetry.batches.labels("throttled").inc()
+            else:
+                telemetry.batches.labels("bad_request" if exc.status < 500 else "error").inc()
+            raise
+        if collector.admitted >= cfg.max_pending_batches:  # filled while this body arrived
+            telemetry.throttled.inc()
+            telemetry.batches.labels("throttled").inc()
+            raise _busy(cfg.retry_after)
+        collector.admitted += 1  # received, until answered
         started = time.perf_counter()
         try:
-            answer = await collector.ingest(body, charge=charge)
+            answer = await collector.ingest(body, token=token, charge=charge)
         except ApiError as exc:
             if exc.status != 429:
                 telemetry.batches.labels("bad_request" if exc.status == 400 else "error").inc()
             raise
-    finally:
-        collector.admitted -= 1
-        collector.admitted_bytes -= size
+        finally:
+            collector.admitted -= 1
+            del body
     telemetry.batch_seconds.observe(time.perf_counter() - started)
     telemetry.batches.labels("ok").inc()
     return json_response(answer)
@@ -126,16 +151,30 @@ async def get_metric_versions(request: web.Request) -> web.Response:
 @requires(Scope.ADMIN)
 async def put_metric(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    _check_body(request, JSON)
-    raw = await request.read()
+    collector = request.app[COLLECTOR]
+    limit = collector.config.max_definition_bytes
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "bad_request", f"body is not valid JSON: {exc}") from None
+        _check_body(request, JSON, limit)
+    except ApiError as exc:
+        if exc.status == 413:
+            exc.detail += " (max_definition_bytes)"
+        raise
+    async with collector.bodies.hold() as held:
+        try:
+            raw = await _read(request, held, limit)
+        except ApiError as exc:
+            if exc.status == 413:
+                exc.detail += " (max_definition_bytes)"
+            raise
+        try:
+            data = loads_bounded(raw)
+        except ProtocolError as exc:
+            raise ApiError(400, "bad_request", f"body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "bad_request", "body must be a JSON object (a metric definition)")
     try:
         definition = MetricDefinition.from_dict(name, data)
+        check_definition_size(definition)
     except (LdpkitError, ValueError, TypeError, ImportError) as exc:
         raise ApiError(400, "invalid_definition", str(exc)) from None
     collector = request.app[COLLECTOR]
@@ -152,6 +191,18 @@ async def put_metric(request: web.Request) -> web.Response:
         },
         status=201 if created else 200,
     )
+
+
+@requires(Scope.ADMIN)
+async def delete_metric(request: web.Request) -> web.Response:
+    """Retire a metric: reports of it are refused (``retired_metric``), apps no longer see
+    it in ``GET /v1/metrics``, and its versions and estimates stay available."""
+    name = request.match_info["name"]
+    try:
+        retired = await request.app[COLLECTOR].retire_metric(name)
+    except StoreError as exc:
+        raise ApiError(503, "store_unavailable", f"the metric was not retired: {exc}") from None
+    return json_response({"outcome": "retired" if retired else "unchanged", "metric": name})
 
 
 # --- estimates -------------------------------------------------------------------------
@@ -173,15 +224,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    collector = request.app[COLLECTOR]
-    if not collector.ready or collector.draining:
-        raise ApiError(503, "not_ready", "starting up or shutting down")
-    try:
-        await asyncio.wait_for(collector.store.ping(), timeout=2.0)
-    except (StoreError, TimeoutError) as exc:
-        raise ApiError(503, "not_ready", f"the store does not answer: {exc}") from None
-    if collector.overloaded():
-        raise ApiError(503, "not_ready", "the store is behind")
+    reason = await request.app[COLLECTOR].readiness()
+    if reason is not None:
+        raise ApiError(503, "not_ready", reason)
     return json_response({"status": "ready"})
 
 
@@ -211,6 +256,7 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/v1/metrics", get_metrics)
     r.add_get("/v1/metrics/{name}", get_metric)
     r.add_put("/v1/metrics/{name}", put_metric)
+    r.add_delete("/v1/metrics/{name}", delete_metric)
     r.add_get("/v1/metrics/{name}/versions", get_metric_versions)
     r.add_get("/v1/estimates/{name}", get_estimates)
     r.add_get("/healthz", healthz)

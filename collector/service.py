@@ -1,11 +1,17 @@
 """The collector's logic between HTTP and the store: catalog, ingest, estimates.
 
 One :class:`Collector` per app. It keeps an in-memory snapshot of the metric catalog
-(reloaded from the store after a PUT, when the store says another process changed it
-(PostgreSQL LISTEN/NOTIFY), every ``catalog_refresh_seconds``, and at most once a second
-when a batch or an estimate names a metric or version it does not know, so replicas
-sharing a database catch up), and the pre-serialized ``GET /v1/metrics`` bodies with
-their ETags. It holds nothing else another replica would need.
+(reloaded from the store after a PUT or DELETE, when the store says another process
+changed it (PostgreSQL LISTEN/NOTIFY), every ``catalog_refresh_seconds``, when a batch
+names a version that the store has and the catalog lacks (looked up by fingerprint, one
+indexed query), and at most once a second when an estimate names a metric or version it
+does not know, so replicas sharing a database catch up), and the pre-serialized
+``GET /v1/metrics`` bodies with their ETags. It holds nothing else another replica would
+need.
+
+Costly aggregations (see :func:`~ldpkit.collector.ingest.aggregation_seconds`) run in a
+:class:`~ldpkit.collector.fairness.FairLane`, round-robin between ingest tokens, before
+the store; the others in the store's writer.
 
 Background tasks: the periodic catalog reload, and pruning of report ids older than
 ``report_id_retention_days`` (hourly; the store skips work already done that day).
@@ -19,23 +25,43 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ProtocolError
 from ..metrics import MetricDefinition
-from ..wire import decode_batch
+from ..wire import FINGERPRINT_PATTERN, decode_batch
 from .config import CollectorConfig
 from .estimates import EstimateQuery, estimate_body
-from .ingest import Rejected, check_batch, oldest_bucket, prune_before
+from .fairness import EXPENSIVE_SECONDS, FairLane
+from .ingest import Rejected, aggregation_seconds, check_batch, oldest_bucket, prune_before
 from .limits import IngestLimiter
 from .responses import ApiError, dumps, etag_of
-from .store import Catalog, IngestResult, PutOutcome, Store, StoreClosed, StoreError
+from .store import (
+    Catalog,
+    IngestBlock,
+    IngestResult,
+    Origin,
+    PutOutcome,
+    Store,
+    StoreClosed,
+    StoreError,
+)
 from .telemetry import Telemetry
+from .uploads import BodyPool
 
 log = logging.getLogger("ldpkit.collector")
 
 REFRESH_INTERVAL = 1.0
+MAX_LOOKUPS = 64  # versions looked up for one batch
+MAX_UNLOADABLE = 1024
 PRUNE_INTERVAL = 3600.0
+READY_TIMEOUT = 2.0  # seconds the store may take to answer /readyz
+READY_HOLD = 10.0  # seconds /readyz answers 503 after a batch failed in the store
+
+
+def _with_aggregates(blocks: Sequence[IngestBlock]) -> list[IngestBlock]:
+    """``blocks`` with their aggregates computed (checked reports: they aggregate)."""
+    return [replace(b, aggregate=b.mechanism.aggregate(b.reports)) for b in blocks]
 
 
 @dataclass(frozen=True)
@@ -57,8 +83,9 @@ class Collector:
         self.catalog = Catalog()
         self.ready = False
         self.draining = False
-        self.admitted = 0  # POST /v1/reports between admission and answer (body read included)
-        self.admitted_bytes = 0  # their bodies' sizes (the declared limit when not announced)
+        self.admitted = 0  # POST /v1/reports received (body read) and not yet answered
+        self.bodies = BodyPool(config.max_pending_bytes)  # request bodies held, by bytes
+        self.store_failed_at: float | None = None  # monotonic time of the last failed batch
         self.limiter = IngestLimiter(config.ingest_reports_per_second, config.ingest_burst)
         self._metrics_body = _serialized({"metrics": []})
         self._metric_bodies: dict[str, Serialized] = {}
@@ -67,6 +94,8 @@ class Collector:
         self._refresh_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._pruned_before: int | None = None  # ids of older buckets may be gone
+        self._unloadable: set[str] = set()  # stored versions this code cannot load
+        self.lane = FairLane()  # costly aggregations, round-robin between senders
         self._notified: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -77,20 +106,13 @@ class Collector:
         self.telemetry.watch_queue(lambda: store.pending_batches)
         await store.open()
         try:
-            for definition in self.config.metrics.values():
-                outcome = await store.put_metric(definition)
-                if outcome is not PutOutcome.UNCHANGED:
-                    log.info(
-                        "metric %s from the config: %s (version %s)",
-                        definition.name,
-                        outcome.value,
-                        definition.fingerprint,
-                    )
+            await self._apply_config_metrics()
             await self.refresh_catalog()
             self._pruned_before = await store.pruned_before()
         except BaseException:
             await store.close()
             raise
+        self.lane.start()
         self.ready = True
         self._tasks = [
             asyncio.create_task(self._refresh_loop(), name="ldpkit-catalog-refresh"),
@@ -101,6 +123,40 @@ class Collector:
             if not count:
                 log.warning("no %s token configured: %s requests will be refused", kind, kind)
 
+    async def _apply_config_metrics(self) -> None:
+        """The config's ``[metrics]`` tables, each like a PUT (but a retired metric stays
+        retired); metrics the config defined before and no longer lists are retired."""
+        store = self.store
+        for definition in self.config.metrics.values():
+            outcome = await store.put_metric(definition, origin=Origin.CONFIG)
+            if outcome is PutOutcome.RETIRED:
+                log.warning(
+                    "metric %s is retired; its [metrics.%s] table is ignored (remove it from "
+                    "the config, or PUT the metric to take it back into service)",
+                    definition.name,
+                    definition.name,
+                )
+            elif outcome is not PutOutcome.UNCHANGED:
+                log.info(
+                    "metric %s from the config: %s (version %s)",
+                    definition.name,
+                    outcome.value,
+                    definition.fingerprint,
+                )
+        catalog = await store.load_catalog()
+        dropped = [
+            name
+            for name, origin in sorted(catalog.origins.items())
+            if origin is Origin.CONFIG and name not in self.config.metrics
+        ]
+        for name in dropped:
+            if await store.retire_metric(name):
+                log.info(
+                    "metric %s is no longer in the config: retired (its data stays "
+                    "queryable; it takes no more reports)",
+                    name,
+                )
+
     async def stop(self) -> None:
         self.ready = False
         tasks = [*self._tasks, *([self._notified] if self._notified is not None else [])]
@@ -108,6 +164,7 @@ class Collector:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = []
+        await self.lane.stop()
         await self.store.close()
 
     # --- background tasks ----------------------------------------------------------------
@@ -144,8 +201,14 @@ class Collector:
     def _set_catalog(self, catalog: Catalog) -> None:
         self.catalog = catalog
         current = sorted(catalog.current.values(), key=lambda d: d.name)
-        self._metrics_body = _serialized({"metrics": [d.to_dict() for d in current]})
-        self._metric_bodies = {d.name: _serialized(d.to_dict()) for d in current}
+        listed = [d.to_dict() for d in current if d.name not in catalog.retired]
+        self._metrics_body = _serialized({"metrics": listed})
+        self._metric_bodies = {
+            d.name: _serialized(
+                dict(d.to_dict(), retired=True) if d.name in catalog.retired else d.to_dict()
+            )
+            for d in current
+        }
         self._fp_names = {
             fp: name for name, versions in catalog.versions.items() for fp in versions
         }
@@ -153,6 +216,7 @@ class Collector:
 
     async def refresh_catalog(self) -> None:
         async with self._refresh_lock:
+            self.telemetry.catalog_reloads.inc()
             self._set_catalog(await self.store.load_catalog())
             self._last_refresh = time.monotonic()
 
@@ -161,6 +225,34 @@ class Collector:
             return False
         await self.refresh_catalog()
         return True
+
+    async def _learn_versions(self, fingerprints: set[str]) -> bool:
+        """Look up, by fingerprint, versions a batch names that the catalog lacks (one
+        indexed query, however large the catalog): a version defined through another
+        replica a moment ago is then known before its reports are refused. Reloads the
+        catalog only when one is found. Whether the catalog changed."""
+        wanted = sorted(
+            fp
+            for fp in fingerprints
+            if FINGERPRINT_PATTERN.fullmatch(fp) and fp not in self._unloadable
+        )[:MAX_LOOKUPS]
+        if not wanted:
+            return False
+        self.telemetry.version_lookups.inc()
+        try:
+            found = await self.store.find_versions(wanted)
+        except StoreError as exc:
+            log.warning("looking up metric versions failed: %s", exc)
+            return False
+        if not found:
+            return False
+        await self.refresh_catalog()
+        missing = {fp for fp, _, _ in found if fp not in self._fp_names}
+        if missing:  # stored, but this ldpkit cannot load them: do not look them up again
+            if len(self._unloadable) > MAX_UNLOADABLE:
+                self._unloadable.clear()
+            self._unloadable.update(missing)
+        return len(missing) < len(found)
 
     def metrics_list(self) -> Serialized:
         return self._metrics_body
@@ -179,8 +271,20 @@ class Collector:
         return {
             "metric": name,
             "current": current.fingerprint,
+            "retired": name in self.catalog.retired,
             "versions": [dict(d.to_dict(), fingerprint=fp) for fp, d in versions.items()],
         }
+
+    async def retire_metric(self, name: str) -> bool:
+        """Retire ``name`` (``DELETE /v1/metrics/{name}``): True if retired now, False if it
+        already was; 404 if there is no such metric."""
+        retired = await self.store.retire_metric(name)
+        await self.refresh_catalog()
+        if retired is None:
+            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+        if retired:
+            log.info("metric %s: retired", name)
+        return retired
 
     async def put_metric(self, definition: MetricDefinition) -> tuple[PutOutcome, str | None]:
         previous = self.catalog.current.get(definition.name)
@@ -193,25 +297,58 @@ class Collector:
 
     # --- ingest --------------------------------------------------------------------------
     def overloaded(self, incoming_bytes: int = 0) -> bool:
-        """Whether to refuse a new batch: as many as ``max_pending_batches`` are admitted
-        (from before their body is read until they are answered, so bodies being read count
-        too) or wait for the store, admitting ``incoming_bytes`` more would hold over
-        ``max_pending_bytes`` of bodies, or the store's queue holds ``max_pending_reports``."""
+        """Whether to refuse a new batch: ``max_pending_batches`` batches are received and
+        not yet answered, or wait for the store; a body of ``incoming_bytes`` would not fit
+        in ``max_pending_bytes`` beside the bodies held (one body alone always fits); or
+        the store's queue holds ``max_pending_reports``. Bodies still arriving count only
+        by the bytes that arrived (see uploads.py)."""
         limit = self.config.max_pending_batches
-        over_bytes = self.admitted_bytes + incoming_bytes > self.config.max_pending_bytes
         return (
             self.admitted >= limit
-            or (self.admitted > 0 and over_bytes)  # one batch alone is always let in
+            or self.bodies.full_for(incoming_bytes)
             or self.store.pending_batches >= limit
             or self.store.pending_reports >= self.config.max_pending_reports
         )
 
+    async def readiness(self) -> str | None:
+        """None when ready for batches, else why not (``/readyz`` answers 503 with it)."""
+        if not self.ready or self.draining:
+            return "starting up or shutting down"
+        failed = self.store_failed_at
+        if failed is not None:
+            # Batches failed (a full disk, say). Not ready for READY_HOLD seconds, so a load
+            # balancer takes this replica out; then a small write decides (it may pass
+            # while batches still fail: the next failure holds again).
+            if time.monotonic() - failed < READY_HOLD:
+                return "the store failed to store the last batch"
+            try:
+                await asyncio.wait_for(self.store.probe_write(), timeout=READY_TIMEOUT)
+            except (StoreError, TimeoutError) as exc:
+                return f"the store fails to write: {exc or type(exc).__name__}"
+            if self.store_failed_at == failed:
+                self.store_failed_at = None
+        try:
+            await asyncio.wait_for(self.store.ping(), timeout=READY_TIMEOUT)
+        except (StoreError, TimeoutError) as exc:
+            return f"the store does not answer: {exc or type(exc).__name__}"
+        if self.overloaded(self.config.max_pending_bytes // 4):
+            return (
+                "the store is behind, or the collector holds nearly as many batches (or "
+                "bytes of them) as it may"
+            )
+        return None
+
     async def ingest(
-        self, body: bytes, *, charge: Callable[[int], None] | None = None
+        self,
+        body: bytes | bytearray,
+        *,
+        token: bytes = b"",
+        charge: Callable[[int], None] | None = None,
     ) -> dict[str, object]:
         """Check and store one batch; the answer of ``POST /v1/reports``. ``charge`` is
         called with the number of reports once the batch is decoded (it may raise an
-        ApiError to refuse the batch: nothing is stored)."""
+        ApiError to refuse the batch: nothing is stored). ``token`` (the sender's token
+        digest) is whom costly work is charged to."""
         cfg = self.config
         try:
             blocks = decode_batch(
@@ -225,12 +362,18 @@ class Collector:
         if self._pruned_before is not None:
             oldest = max(oldest, self._pruned_before)
         checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
-        if checked.unknown_names and await self._maybe_refresh():
+        if checked.unknown and await self._learn_versions(checked.unknown):
             checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
         result = IngestResult(0, 0)
-        if checked.blocks:
+        valid = checked.blocks
+        if valid and sum(aggregation_seconds(b.mechanism, b.n) for b in valid) > EXPENSIVE_SECONDS:
+            # Costly to aggregate: done here, in the sender's turn of the fair lane, not in
+            # the store's writer where every other batch would wait for it.
+            valid = await self.lane.run(token, lambda: _with_aggregates(checked.blocks))
+        if valid:
             try:
-                result = await self.store.ingest(checked.blocks)
+                result = await self.store.ingest(valid)
+                self.store_failed_at = None
             except StoreClosed:
                 raise ApiError(
                     503,
@@ -240,6 +383,7 @@ class Collector:
                 ) from None
             except StoreError as exc:
                 log.error("batch not stored: %s", exc)
+                self.store_failed_at = time.monotonic()
                 raise ApiError(
                     503,
                     "store_unavailable",
@@ -264,6 +408,26 @@ class Collector:
             t.reports_rejected.labels(r.error).inc(int(r.indexes.size))
 
     # --- estimates -----------------------------------------------------------------------
+    def _check_answer_size(
+        self, definition: MetricDefinition, buckets: int, query: EstimateQuery
+    ) -> None:
+        """400 when the answer would hold more than ``max_estimate_items`` items: one per
+        category (a numeric metric: one), in the total and, with ``per_bucket``, in each
+        bucket. The answer's size (about 130 bytes an item) and the time to build it, on a
+        thread that shares the interpreter with every other request, grow with it."""
+        per_answer = len(definition.categories or ()) or 1
+        items = per_answer * (1 + (buckets if query.per_bucket else 0))
+        limit = self.config.max_estimate_items
+        if items > limit:
+            raise ApiError(
+                400,
+                "invalid_parameter",
+                f"per_bucket=true over {buckets} buckets of {per_answer} items each makes "
+                f"{items} items, over the collector's max_estimate_items ({limit}); "
+                "narrow from/to, or leave per_bucket out",
+                param="per_bucket" if query.per_bucket else "from",
+            )
+
     async def estimate(self, name: str, query: EstimateQuery) -> bytes:
         versions = self.catalog.versions.get(name)
         current = self.catalog.current.get(name)
@@ -290,6 +454,7 @@ class Collector:
         except StoreError as exc:
             log.error("estimates of %s: %s", name, exc)
             raise ApiError(503, "store_unavailable", "the store failed; retry later") from None
+        self._check_answer_size(definition, len(buckets), query)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             None, lambda: estimate_body(definition, fp, buckets, query)

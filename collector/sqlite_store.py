@@ -11,16 +11,18 @@ While one group commits, the next one gathers, so under load each fsync carries 
 batches. Other jobs (metric definitions, pruning) run first, each in its own SAVEPOINT.
 
 **The batches of a group.** Before BEGIN, each batch is aggregated as if all its reports
-were new (numpy; a batch whose reports do not aggregate fails alone) and the ids of the
-whole group are sorted. The ids then go in with ``INSERT OR IGNORE`` statements of 2048
-rows (one ``sqlite3_step`` each, so the thread drops the GIL once per chunk rather than
-per row; sorted keys keep the B-tree descents in cache). If ``total_changes`` grew by the
-number of ids, every report was new (the common case). Otherwise the insert is rolled back
-to a savepoint, the ids already stored are looked up, the first occurrence of each id in
-the group (earliest batch first) is found with numpy, and only the new ids are inserted;
-a batch with duplicates is aggregated again over its new reports only. The group's
-aggregates are added to the ``aggregates`` rows just before the COMMIT, so ids and sums
-always agree.
+were new (numpy; a batch whose reports do not aggregate fails alone; costly batches come
+aggregated already) and the ids of the whole group are sorted. The ids then go in with
+``INSERT OR IGNORE ... RETURNING id`` statements of 2048 rows (one ``sqlite3_step`` per
+row returned, the GIL dropped once per chunk rather than per row; sorted keys keep the
+B-tree descents in cache). A chunk that returns all its ids was all new (the common
+case); otherwise the ids it returned are exactly those this transaction stored, and the
+first occurrence of each in the group (earliest batch first) is the report that counts;
+a batch with duplicates is aggregated again over its new reports only. No savepoint is
+needed, so SQLite keeps no copy of the pages the group touches (a savepoint's
+sub-journal held one per touched page: memory that grew with the group and the table).
+The group's aggregates are added to the ``aggregates`` rows just before the COMMIT, so
+ids and sums always agree.
 
 **Durability.** ``synchronous=FULL`` (default) fsyncs the WAL at every commit: an
 acknowledged batch survives power loss. ``NORMAL`` skips that fsync (a crash of the OS
@@ -55,6 +57,7 @@ from .store import (
     Catalog,
     IngestBlock,
     IngestResult,
+    Origin,
     PutOutcome,
     Store,
     StoreClosed,
@@ -62,7 +65,7 @@ from .store import (
     aggregate_blocks,
     build_catalog,
     definition_json,
-    new_report_mask,
+    put_outcome,
 )
 
 log = logging.getLogger("ldpkit.collector.store")
@@ -71,7 +74,7 @@ T = TypeVar("T")
 Deltas = dict[tuple[str, int], Aggregate]
 JobFn = Callable[[sqlite3.Connection], tuple[Any, Deltas]]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS metric_versions (
     fingerprint TEXT PRIMARY KEY,     -- 16 hex digits of the definition's parameters
@@ -82,7 +85,9 @@ CREATE TABLE IF NOT EXISTS metric_versions (
 CREATE INDEX IF NOT EXISTS metric_versions_by_name ON metric_versions (name, seq);
 CREATE TABLE IF NOT EXISTS metrics (  -- the current version of each metric
     name        TEXT PRIMARY KEY,
-    fingerprint TEXT NOT NULL REFERENCES metric_versions (fingerprint)
+    fingerprint TEXT NOT NULL REFERENCES metric_versions (fingerprint),
+    origin      TEXT NOT NULL DEFAULT 'api',  -- who last defined it: 'api' or 'config'
+    retired_at  INTEGER                       -- unix seconds it was retired, or NULL
 );
 CREATE TABLE IF NOT EXISTS report_ids (  -- dedupe only: no time, no address, no payload
     id     BLOB PRIMARY KEY,
@@ -101,20 +106,27 @@ CREATE TABLE IF NOT EXISTS aggregates (
 );
 """
 
-# Ids go in ID_CHUNK rows per statement (one sqlite3_step, so the writer thread drops and
-# retakes the GIL once per chunk, not once per row); a short last chunk is padded with
-# copies of its last row, which OR IGNORE skips without counting a change.
+# Ids go in ID_CHUNK rows per statement; a short last chunk is padded with copies of its
+# last row, which OR IGNORE skips (and does not return).
 ID_CHUNK = 2048
-INSERT_IDS_CHUNK = "INSERT OR IGNORE INTO report_ids (id, bucket) VALUES " + ", ".join(
-    ["(?, ?)"] * ID_CHUNK
+INSERT_IDS_CHUNK = (
+    "INSERT OR IGNORE INTO report_ids (id, bucket) VALUES "
+    + ", ".join(["(?, ?)"] * ID_CHUNK)
+    + " RETURNING id"
 )
 PAGE_SIZE = 16384  # for new files: fewer, larger B-tree pages for the random-keyed ids
 # Version 1 kept ids without buckets: they get the day of the migration, which is no
 # earlier than their own bucket, so they are pruned no sooner than they may be.
 MIGRATE_1_TO_2 = "ALTER TABLE report_ids ADD COLUMN bucket INTEGER NOT NULL DEFAULT {day};"
+# Version 3 records who defined each metric and whether it is retired; metrics defined
+# before count as defined through the API (never retired for leaving a config file).
+MIGRATE_2_TO_3 = (
+    "ALTER TABLE metrics ADD COLUMN origin TEXT NOT NULL DEFAULT 'api';"
+    "ALTER TABLE metrics ADD COLUMN retired_at INTEGER;"
+)
 PRUNED_KEY = "report_ids_pruned_before"
+PROBE_KEY = "write_probe"  # written by probe_write
 PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer job
-LOOKUP_CHUNK = 500
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 
 
@@ -198,7 +210,7 @@ class SQLiteStore(Store):
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            conn.execute("PRAGMA temp_store = MEMORY")
+            conn.execute("PRAGMA temp_store = MEMORY")  # (no savepoint around the ids)
             if writer:
                 conn.execute(f"PRAGMA cache_size = {-1024 * self.cache_mib}")
                 conn.execute(f"PRAGMA wal_autocheckpoint = {self.wal_autocheckpoint}")
@@ -219,6 +231,9 @@ class SQLiteStore(Store):
         migrate = ""
         if version == 1:
             migrate = MIGRATE_1_TO_2.format(day=int(time.time()) // 86400 * 86400)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(metrics)")}
+        if version in (1, 2) and columns and "origin" not in columns:
+            migrate += MIGRATE_2_TO_3
         try:
             conn.executescript(
                 "BEGIN IMMEDIATE;"
@@ -438,9 +453,28 @@ class SQLiteStore(Store):
         result: IngestResult = await self._submit(None, blocks=blocks)
         return result
 
-    async def put_metric(self, definition: MetricDefinition) -> PutOutcome:
-        outcome: PutOutcome = await self._submit(lambda conn: (_put_metric(conn, definition), {}))
+    async def put_metric(
+        self, definition: MetricDefinition, *, origin: Origin = Origin.API
+    ) -> PutOutcome:
+        outcome: PutOutcome = await self._submit(
+            lambda conn: (_put_metric(conn, definition, origin), {})
+        )
         return outcome
+
+    async def retire_metric(self, name: str) -> bool | None:
+        def retire(conn: sqlite3.Connection) -> tuple[bool | None, Deltas]:
+            row = conn.execute("SELECT retired_at FROM metrics WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                return None, {}
+            if row[0] is not None:
+                return False, {}
+            conn.execute(
+                "UPDATE metrics SET retired_at = ? WHERE name = ?", (int(time.time()), name)
+            )
+            return True, {}
+
+        retired: bool | None = await self._submit(retire)
+        return retired
 
     # --- reads ---------------------------------------------------------------------------
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -460,13 +494,42 @@ class SQLiteStore(Store):
     async def ping(self) -> None:
         await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
 
+    async def probe_write(self) -> None:
+        def probe(conn: sqlite3.Connection) -> tuple[None, Deltas]:
+            conn.execute(
+                "INSERT INTO store_state (key, value) VALUES (?, ?) ON CONFLICT (key) "
+                "DO UPDATE SET value = excluded.value",
+                (PROBE_KEY, int(time.time())),
+            )
+            return None, {}
+
+        await self._submit(probe)
+
     async def load_catalog(self) -> Catalog:
         def read(conn: sqlite3.Connection) -> Catalog:
             versions = conn.execute(
                 "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
             ).fetchall()
-            current = conn.execute("SELECT name, fingerprint FROM metrics").fetchall()
+            current = conn.execute(
+                "SELECT name, fingerprint, origin, retired_at FROM metrics"
+            ).fetchall()
             return build_catalog(versions, current)
+
+        return await self._read(read)
+
+    async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
+        wanted = list(fingerprints)
+        if not wanted:
+            return []
+
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+            marks = ",".join("?" * len(wanted))
+            rows = conn.execute(
+                "SELECT fingerprint, name, definition FROM metric_versions "
+                f"WHERE fingerprint IN ({marks})",
+                wanted,
+            ).fetchall()
+            return [(str(fp), str(name), str(text)) for fp, name, text in rows]
 
         return await self._read(read)
 
@@ -563,20 +626,6 @@ def _as_store_error(exc: BaseException) -> BaseException:
     return StoreError(f"{type(exc).__name__}: {exc}")
 
 
-def _existing_ids(conn: sqlite3.Connection, ids: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """Which of ``ids`` (unique) are stored already."""
-    found: list[bytes] = []
-    id_list = ids.tolist()
-    for i in range(0, len(id_list), LOOKUP_CHUNK):
-        chunk = id_list[i : i + LOOKUP_CHUNK]
-        marks = ",".join("?" * len(chunk))
-        found.extend(
-            row[0]
-            for row in conn.execute(f"SELECT id FROM report_ids WHERE id IN ({marks})", chunk)
-        )
-    return np.frombuffer(b"".join(found), dtype=ID_DTYPE)
-
-
 def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[tuple[_Job, Any, BaseException]]]:
     kept: list[_Job] = []
     failed: list[tuple[_Job, Any, BaseException]] = []
@@ -608,39 +657,46 @@ def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[tuple[_Job, Any, Bas
 
 def _insert_ids(
     conn: sqlite3.Connection, ids: npt.NDArray[Any], buckets: npt.NDArray[np.int64]
-) -> None:
+) -> npt.NDArray[np.bool_] | None:
+    """Insert ``ids`` (in this order) that are not stored yet; which of them this call
+    stored: the first occurrence of each new id (None: every one, the common case)."""
     n = int(ids.shape[0])
-    rows: list[Any] = [None] * (2 * n)
-    rows[0::2] = ids.tolist()
-    rows[1::2] = buckets.tolist()
-    for i in range(0, 2 * n, 2 * ID_CHUNK):
-        chunk = rows[i : i + 2 * ID_CHUNK]
-        if len(chunk) < 2 * ID_CHUNK:
-            chunk.extend(chunk[-2:] * (ID_CHUNK - len(chunk) // 2))
-        conn.execute(INSERT_IDS_CHUNK, chunk)
+    inserted: npt.NDArray[np.bool_] | None = None
+    rows: list[Any] = [None] * (2 * ID_CHUNK)
+    # Python objects for one chunk at a time (not for the whole group: that transient
+    # grew with the group's size and stayed in the process's heap).
+    for i in range(0, n, ID_CHUNK):
+        m = min(ID_CHUNK, n - i)
+        if m < ID_CHUNK:
+            rows = [None] * (2 * m)
+        rows[0::2] = ids[i : i + m].tolist()
+        rows[1::2] = buckets[i : i + m].tolist()
+        if m < ID_CHUNK:
+            rows.extend(rows[-2:] * (ID_CHUNK - m))
+        stored = conn.execute(INSERT_IDS_CHUNK, rows).fetchall()
+        if len(stored) == m:
+            continue
+        # Some ids were there (retries, another replica) or repeat: the ones returned are
+        # those stored now; of a repeated one, its first occurrence counts.
+        if inserted is None:
+            inserted = np.ones(n, dtype=bool)
+        chunk = ids[i : i + m]
+        mask = np.zeros(m, dtype=bool)
+        if stored:
+            _, first = np.unique(chunk, return_index=True)
+            mask[first] = True
+            mask &= np.isin(chunk, np.frombuffer(b"".join(r[0] for r in stored), ID_DTYPE))
+        inserted[i : i + m] = mask
+    return inserted
 
 
 def _store_ids(conn: sqlite3.Connection, prepared: _Prepared) -> npt.NDArray[np.bool_] | None:
     """Insert the group's new ids; which reports were new (None: all of them)."""
-    ids, order = prepared.ids, prepared.order
-    total = prepared.total
-    conn.execute("SAVEPOINT ids")
-    before = conn.total_changes
-    _insert_ids(conn, ids[order], prepared.buckets[order])
-    if conn.total_changes - before == total:
-        conn.execute("RELEASE ids")
+    inserted = _insert_ids(conn, prepared.ids[prepared.order], prepared.buckets[prepared.order])
+    if inserted is None:
         return None
-    # Some ids were stored before (retries) or repeat within the group: find which. The
-    # first occurrence (earliest batch of the group) is the one that counts.
-    conn.execute("ROLLBACK TO ids")
-    existing = _existing_ids(conn, np.unique(ids))
-    new = new_report_mask(ids, existing)
-    keep = order[new[order]]
-    before = conn.total_changes
-    _insert_ids(conn, ids[keep], prepared.buckets[keep])
-    if conn.total_changes - before != int(new.sum()):
-        raise StoreError("report ids changed during a transaction")  # cannot happen
-    conn.execute("RELEASE ids")
+    new = np.zeros(prepared.total, dtype=bool)
+    new[prepared.order] = inserted
     return new
 
 
@@ -669,11 +725,18 @@ def _results(
     return results, total
 
 
-def _put_metric(conn: sqlite3.Connection, definition: MetricDefinition) -> PutOutcome:
+def _put_metric(
+    conn: sqlite3.Connection, definition: MetricDefinition, origin: Origin
+) -> PutOutcome:
     fp = definition.fingerprint
     name = definition.name
     text = definition_json(definition)
-    current = conn.execute("SELECT fingerprint FROM metrics WHERE name = ?", (name,)).fetchone()
+    current = conn.execute(
+        "SELECT fingerprint, retired_at FROM metrics WHERE name = ?", (name,)
+    ).fetchone()
+    retired = current is not None and current[1] is not None
+    if retired and origin is Origin.CONFIG:
+        return PutOutcome.RETIRED
     version = conn.execute(
         "SELECT definition FROM metric_versions WHERE fingerprint = ?", (fp,)
     ).fetchone()
@@ -686,14 +749,15 @@ def _put_metric(conn: sqlite3.Connection, definition: MetricDefinition) -> PutOu
     elif version[0] != text:
         conn.execute("UPDATE metric_versions SET definition = ? WHERE fingerprint = ?", (text, fp))
     conn.execute(
-        "INSERT INTO metrics (name, fingerprint) VALUES (?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET fingerprint = excluded.fingerprint",
-        (name, fp),
+        "INSERT INTO metrics (name, fingerprint, origin, retired_at) VALUES (?, ?, ?, NULL) "
+        "ON CONFLICT (name) DO UPDATE SET fingerprint = excluded.fingerprint, "
+        "origin = excluded.origin, retired_at = NULL",
+        (name, fp, origin.value),
     )
-    if current is None:
-        return PutOutcome.CREATED
-    if current[0] != fp:
-        return PutOutcome.NEW_VERSION if version is None else PutOutcome.REVERTED
-    return (
-        PutOutcome.UPDATED if version is not None and version[0] != text else PutOutcome.UNCHANGED
+    return put_outcome(
+        current[0] if current is not None else None,
+        fp,
+        version[0] if version is not None else None,
+        text,
+        retired,
     )

@@ -62,15 +62,29 @@ class PutOutcome(StrEnum):
     NEW_VERSION = "new_version"  # parameters changed: a new fingerprint became current
     REVERTED = "reverted"  # parameters changed back to an older version, now current again
     UPDATED = "updated"  # same parameters; description/budget changed
+    RESTORED = "restored"  # a retired metric taken back into service, same parameters
     UNCHANGED = "unchanged"
+    RETIRED = "retired"  # from a config file: the metric is retired; nothing was changed
+
+
+class Origin(StrEnum):
+    """Who last defined a metric: an admin through the API, or a config file at start (a
+    metric whose origin is the config and that the config no longer lists is retired)."""
+
+    API = "api"
+    CONFIG = "config"
 
 
 @dataclass(frozen=True)
 class Catalog:
-    """A snapshot of the metric definitions: the current one per name, and every version."""
+    """A snapshot of the metric definitions: the current one per name, every version, the
+    names of retired metrics (still in ``current``: their data stays queryable, but they
+    take no reports and are not listed to apps) and who last defined each metric."""
 
     current: dict[str, MetricDefinition] = field(default_factory=dict)
     versions: dict[str, dict[str, MetricDefinition]] = field(default_factory=dict)
+    retired: frozenset[str] = frozenset()
+    origins: dict[str, Origin] = field(default_factory=dict)
 
     def version(self, name: str, fingerprint: str) -> MetricDefinition | None:
         return self.versions.get(name, {}).get(fingerprint)
@@ -78,13 +92,16 @@ class Catalog:
 
 @dataclass(frozen=True)
 class IngestBlock:
-    """Valid reports of one metric version and bucket, in batch order."""
+    """Valid reports of one metric version and bucket, in batch order. ``aggregate``: their
+    aggregate when it was computed before the store (costly mechanisms, see
+    :func:`~ldpkit.collector.ingest.aggregation_seconds`), else None."""
 
     fingerprint: str
     bucket: int
     mechanism: Mechanism
     ids: npt.NDArray[Any]  # ID_DTYPE, one per report
     reports: npt.NDArray[Any]  # the mechanism's report dtype
+    aggregate: Aggregate | None = None
 
     @property
     def n(self) -> int:
@@ -102,6 +119,21 @@ class IngestResult:
 class BucketAggregate:
     bucket: int
     aggregate: Aggregate
+
+
+def put_outcome(
+    current: str | None, fingerprint: str, stored: str | None, text: str, retired: bool
+) -> PutOutcome:
+    """What storing a definition did: ``current`` the metric's current fingerprint before
+    (None: a new metric), ``stored`` the JSON stored before under ``fingerprint`` (None: a
+    new version), ``text`` the new JSON, ``retired`` whether the metric was retired."""
+    if current is None:
+        return PutOutcome.CREATED
+    if current != fingerprint:
+        return PutOutcome.NEW_VERSION if stored is None else PutOutcome.REVERTED
+    if retired:
+        return PutOutcome.RESTORED
+    return PutOutcome.UPDATED if stored is not None and stored != text else PutOutcome.UNCHANGED
 
 
 def definition_json(definition: MetricDefinition) -> str:
@@ -133,19 +165,28 @@ def definition_from_json(fingerprint: str, name: str, text: str) -> MetricDefini
 
 
 def build_catalog(
-    versions: Iterable[tuple[str, str, str]], current: Iterable[tuple[str, str]]
+    versions: Iterable[tuple[str, str, str]],
+    current: Iterable[tuple[str, str, str, object]],
 ) -> Catalog:
-    """A catalog from (fingerprint, name, definition JSON) rows and (name, fingerprint) rows."""
-    catalog = Catalog()
+    """A catalog from (fingerprint, name, definition JSON) rows and (name, fingerprint,
+    origin, retired) rows (retired: a retirement time or None)."""
+    found: dict[str, dict[str, MetricDefinition]] = {}
     for fp, name, text in versions:
         definition = definition_from_json(fp, name, text)
         if definition is not None:
-            catalog.versions.setdefault(name, {})[fp] = definition
-    for name, fp in current:
-        definition = catalog.version(name, fp)
-        if definition is not None:
-            catalog.current[name] = definition
-    return catalog
+            found.setdefault(name, {})[fp] = definition
+    now: dict[str, MetricDefinition] = {}
+    retired: set[str] = set()
+    origins: dict[str, Origin] = {}
+    for name, fp, origin, retired_at in current:
+        definition = found.get(name, {}).get(fp)
+        if definition is None:
+            continue
+        now[name] = definition
+        origins[name] = Origin.CONFIG if origin == Origin.CONFIG else Origin.API
+        if retired_at is not None:
+            retired.add(name)
+    return Catalog(now, found, frozenset(retired), origins)
 
 
 def new_report_mask(ids: npt.NDArray[Any], existing: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
@@ -168,18 +209,34 @@ def aggregate_blocks(
     offset = 0
     for block in blocks:
         n = block.n
-        reports = block.reports
-        if new is not None:
-            keep = new[offset : offset + n]
-            if not keep.all():
-                reports = reports[keep]
+        keep = new[offset : offset + n] if new is not None else None
         offset += n
-        if len(reports) == 0:
+        agg = _new_reports_aggregate(block, keep)
+        if agg is None:
             continue
-        agg = block.mechanism.aggregate(reports)
         key = (block.fingerprint, block.bucket)
         deltas[key] = deltas[key] + agg if key in deltas else agg
     return deltas
+
+
+def _new_reports_aggregate(
+    block: IngestBlock, keep: npt.NDArray[np.bool_] | None
+) -> Aggregate | None:
+    """The aggregate of the reports of ``block`` that ``keep`` marks (None: all), or None if
+    there are none. A precomputed aggregate is reused: all of it, or (fewer duplicates than
+    new reports) less the aggregate of the duplicates, so a retried costly batch does not
+    cost its full aggregation again inside the store."""
+    kept = block.n if keep is None else int(keep.sum())
+    if kept == 0:
+        return None
+    whole = block.aggregate
+    if kept == block.n:
+        return whole if whole is not None else block.mechanism.aggregate(block.reports)
+    assert keep is not None
+    if whole is not None and kept * 2 >= block.n:
+        dropped = block.mechanism.aggregate(block.reports[~keep])
+        return Aggregate(whole.n - dropped.n, whole.sums - dropped.sums)
+    return block.mechanism.aggregate(block.reports[keep])
 
 
 class Store(ABC):
@@ -203,6 +260,11 @@ class Store(ABC):
     async def ping(self) -> None:
         """Raise StoreError unless the database answers."""
 
+    @abstractmethod
+    async def probe_write(self) -> None:
+        """Raise StoreError unless a small write transaction commits (after batches failed,
+        to tell when the store takes writes again: a disk no longer full, say)."""
+
     @property
     @abstractmethod
     def pending_batches(self) -> int:
@@ -218,8 +280,23 @@ class Store(ABC):
         """Every stored metric version and the current one per name."""
 
     @abstractmethod
-    async def put_metric(self, definition: MetricDefinition) -> PutOutcome:
-        """Store ``definition`` (a new version if its fingerprint is new) and make it current."""
+    async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
+        """The stored versions among ``fingerprints``: (fingerprint, name, definition JSON)
+        rows (an indexed lookup, whatever the size of the catalog)."""
+
+    @abstractmethod
+    async def put_metric(
+        self, definition: MetricDefinition, *, origin: Origin = Origin.API
+    ) -> PutOutcome:
+        """Store ``definition`` (a new version if its fingerprint is new) and make it
+        current, in service (a retired metric is restored) and last defined by ``origin``.
+        A config file does not restore a retired metric: with ``origin=CONFIG`` a retired
+        metric is left as it is (``PutOutcome.RETIRED``)."""
+
+    @abstractmethod
+    async def retire_metric(self, name: str) -> bool | None:
+        """Retire a metric: it keeps its versions and data, takes no more reports. True if
+        it was retired now, False if it already was, None if there is no such metric."""
 
     @abstractmethod
     async def ingest(self, blocks: Sequence[IngestBlock]) -> IngestResult:

@@ -74,6 +74,16 @@ class Telemetry:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.catalog_reloads = Counter(
+            "ldpkit_catalog_reloads",
+            "Reloads of the whole metric catalog from the store",
+            registry=r,
+        )
+        self.version_lookups = Counter(
+            "ldpkit_version_lookups",
+            "Lookups of metric versions a batch named and the catalog lacked",
+            registry=r,
+        )
         self.metric_versions = Gauge(
             "ldpkit_metric_versions", "Metric versions known to the collector", registry=r
         )

@@ -8,23 +8,41 @@ from numbers import Integral, Real
 from .errors import ParameterError
 
 MAX_EPSILON = 50.0
+MAX_BOUND = 1e100
+"""Numeric bounds lie within +-MAX_BOUND: beyond, the variance (range squared) overflows."""
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages about untrusted input."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int of over 4,300 digits, deep nesting
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _as_float(value: Real) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond the float range
+        return math.inf if int(value) > 0 else -math.inf  # type: ignore[call-overload]
 
 
 def check_epsilon(epsilon: object) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-        raise ParameterError(f"epsilon must be a real number, got {epsilon!r}")
-    value = float(epsilon)
+        raise ParameterError(f"epsilon must be a real number, got {shown(epsilon)}")
+    value = _as_float(epsilon)
     if not math.isfinite(value) or value <= 0:
-        raise ParameterError(f"epsilon must be finite and > 0, got {epsilon!r}")
+        raise ParameterError(f"epsilon must be finite and > 0, got {shown(epsilon)}")
     if value > MAX_EPSILON:
         # Beyond this a report is essentially the true value and exp(epsilon) loses precision.
-        raise ParameterError(f"epsilon must be at most {MAX_EPSILON:g}, got {epsilon!r}")
+        raise ParameterError(f"epsilon must be at most {MAX_EPSILON:g}, got {shown(epsilon)}")
     return value
 
 
 def check_domain_size(domain_size: object, *, minimum: int = 2) -> int:
     if isinstance(domain_size, bool) or not isinstance(domain_size, Integral):
-        raise ParameterError(f"domain_size must be an integer, got {domain_size!r}")
+        raise ParameterError(f"domain_size must be an integer, got {shown(domain_size)}")
     value = int(domain_size)
     if value < minimum:
         raise ParameterError(f"domain_size must be at least {minimum}, got {value}")
@@ -37,13 +55,18 @@ def check_bounds(bounds: object) -> tuple[float, float]:
     try:
         pair: tuple[object, ...] = tuple(bounds)  # type: ignore[arg-type]
     except TypeError:
-        raise ParameterError(f"bounds must be a pair (lo, hi), got {bounds!r}") from None
+        raise ParameterError(f"bounds must be a pair (lo, hi), got {shown(bounds)}") from None
     if len(pair) != 2:
-        raise ParameterError(f"bounds must be a pair (lo, hi), got {bounds!r}")
+        raise ParameterError(f"bounds must be a pair (lo, hi), got {shown(bounds)}")
     ends: list[float] = []
     for name, v in zip(("lo", "hi"), pair, strict=True):
-        if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(float(v)):
-            raise ParameterError(f"bounds {name} must be a finite number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(_as_float(v)):
+            raise ParameterError(f"bounds {name} must be a finite number, got {shown(v)}")
+        if abs(_as_float(v)) > MAX_BOUND:
+            raise ParameterError(
+                f"bounds {name} must lie within +-{MAX_BOUND:g} (the variance of an estimate "
+                f"grows with the range squared), got {shown(v)}"
+            )
         ends.append(float(v))
     lo_f, hi_f = ends
     if not lo_f < hi_f:
@@ -53,14 +76,18 @@ def check_bounds(bounds: object) -> tuple[float, float]:
 
 def check_level(level: object) -> float:
     if isinstance(level, bool) or not isinstance(level, Real):
-        raise ParameterError(f"level must be a number in (0, 1), got {level!r}")
-    value = float(level)
+        raise ParameterError(f"level must be a number in (0, 1), got {shown(level)}")
+    value = _as_float(level)
     if not 0.0 < value < 1.0:
-        raise ParameterError(f"level must be in (0, 1), got {level!r}")
+        raise ParameterError(f"level must be in (0, 1), got {shown(level)}")
+    if 1.0 - (1.0 - value) / 2.0 >= 1.0:  # the normal quantile would be infinite
+        raise ParameterError(
+            f"level must be below 1 - 2e-16 (its normal quantile is not finite), got {shown(level)}"
+        )
     return value
 
 
 def check_count(n: object, name: str = "n") -> int:
     if isinstance(n, bool) or not isinstance(n, Integral) or int(n) < 1:
-        raise ParameterError(f"{name} must be a positive integer, got {n!r}")
+        raise ParameterError(f"{name} must be a positive integer, got {shown(n)}")
     return int(n)

@@ -18,14 +18,21 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from ._validation import check_bounds, check_epsilon
+from ._validation import check_bounds, check_epsilon, shown
 from .errors import ParameterError
 from .mechanisms import FrequencyOracle, Mechanism, NumericMechanism, canonical_name, choose
 from .mechanisms import mechanism as make_mechanism
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+"""A metric name; matched against the *whole* name (``fullmatch``: ``$`` alone would let a
+final newline through)."""
 MAX_CATEGORIES = 65536
 MAX_CATEGORY_LENGTH = 200
+MAX_CATEGORY_CHARACTERS = 1 << 20
+"""Size limits of a definition given to a collector (``PUT /v1/metrics``, a config file):
+every app downloads every definition in ``GET /v1/metrics``. The categories' characters
+together, and the description's, are checked by :func:`check_definition_size`."""
+MAX_DESCRIPTION_LENGTH = 4096
 
 
 DEFINITION_KEYS = (
@@ -70,10 +77,31 @@ class Period(StrEnum):
 
 def _period(value: object, what: str) -> Period:
     try:
-        return Period(str(value))
+        return Period(value if isinstance(value, str) else "")
     except ValueError:
         choices = ", ".join(p.value for p in Period)
-        raise ParameterError(f"{what} must be one of {choices}, got {value!r}") from None
+        raise ParameterError(f"{what} must be one of {choices}, got {shown(value)}") from None
+
+
+def check_definition_size(definition: MetricDefinition) -> MetricDefinition:
+    """Raise ParameterError if ``definition`` is larger than a collector accepts: a
+    description over ``MAX_DESCRIPTION_LENGTH`` characters or categories over
+    ``MAX_CATEGORY_CHARACTERS`` characters in all (each category is already at most
+    ``MAX_CATEGORY_LENGTH``, and there are at most ``MAX_CATEGORIES``). Applied to new
+    definitions only (PUT, config files), so versions stored before these limits load."""
+    if len(definition.description) > MAX_DESCRIPTION_LENGTH:
+        raise ParameterError(
+            f"metric {definition.name}: description must be at most {MAX_DESCRIPTION_LENGTH} "
+            f"characters, got {len(definition.description)}"
+        )
+    total = sum(map(len, definition.categories or ()))
+    if total > MAX_CATEGORY_CHARACTERS:
+        raise ParameterError(
+            f"metric {definition.name}: categories must hold at most "
+            f"{MAX_CATEGORY_CHARACTERS} characters in all (every app downloads them), "
+            f"got {total}"
+        )
+    return definition
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,16 +125,17 @@ class MetricDefinition:
     _mechanism: Mechanism = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
             raise ParameterError(
                 f"metric name must match {NAME_PATTERN.pattern} (lowercase, <= 64 chars), "
-                f"got {self.name!r}"
+                f"got {shown(self.name, 80)}"
             )
         try:
             kind = MetricKind(self.kind)
         except ValueError:
             raise ParameterError(
-                f"metric {self.name}: kind must be 'categorical' or 'numeric', got {self.kind!r}"
+                f"metric {self.name}: kind must be 'categorical' or 'numeric', "
+                f"got {shown(self.kind)}"
             ) from None
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "epsilon", self._checked(check_epsilon, self.epsilon))
@@ -174,7 +203,7 @@ class MetricDefinition:
             if not isinstance(c, str) or not c or len(c) > MAX_CATEGORY_LENGTH:
                 raise ParameterError(
                     f"metric {self.name}: each category must be a non-empty string of at most "
-                    f"{MAX_CATEGORY_LENGTH} characters, got {c!r}"
+                    f"{MAX_CATEGORY_LENGTH} characters, got {shown(c)}"
                 )
         if len(set(cats)) != len(cats):
             raise ParameterError(f"metric {self.name}: categories must be distinct")
@@ -208,7 +237,7 @@ class MetricDefinition:
         if unknown:
             raise ParameterError(f"metric {name}: unknown keys {', '.join(unknown)}")
         if "name" in data and data["name"] != name:
-            raise ParameterError(f"metric {name}: name in body {data['name']!r} differs")
+            raise ParameterError(f"metric {name}: name in body {shown(data['name'])} differs")
         if "epsilon" not in data:
             raise ParameterError(f"metric {name}: epsilon is required")
         cats = data.get("categories")

@@ -111,12 +111,25 @@ def _field(block: dict[Any, Any], key: str, kind: type | tuple[type, ...], index
     return value
 
 
+def _unique_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """A msgpack map as a dict, refusing a key given twice (the last would silently win)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[Any] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ProtocolError(f"duplicate key {str(key)[:40]!r} in a msgpack map")
+            seen.add(key)
+    return out
+
+
 def decode_batch(
     data: bytes | bytearray | memoryview, *, max_reports: int = 100_000, max_blocks: int = 1000
 ) -> list[Block]:
     """Decode and check the framing of a batch (not the reports' contents).
 
-    Raises ProtocolError, saying what was wrong, for anything that is not a v1 batch.
+    Raises ProtocolError, saying what was wrong, for anything that is not a v1 batch
+    (a map holding a key twice included).
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ProtocolError(f"a batch must be bytes, got {type(data).__name__}")
@@ -131,6 +144,7 @@ def decode_batch(
             max_array_len=max_blocks,
             max_map_len=16,
             max_str_len=1024,
+            object_pairs_hook=_unique_map,
         )
     except msgpack.ExtraData:
         raise ProtocolError("trailing bytes after the msgpack batch") from None

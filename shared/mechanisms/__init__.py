@@ -9,7 +9,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._validation import check_bounds, check_domain_size, check_epsilon
+from .._validation import check_bounds, check_domain_size, check_epsilon, shown
 from ..errors import ParameterError
 from .base import FrequencyOracle, Mechanism, NumericMechanism
 
@@ -82,11 +82,11 @@ def mechanism_class(name: str) -> type[Mechanism]:
 
 def canonical_name(name: object) -> str:
     if not isinstance(name, str):
-        raise ParameterError(f"mechanism name must be a string, got {name!r}")
+        raise ParameterError(f"mechanism name must be a string, got {shown(name)}")
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key != "auto" and key not in _REGISTRY:
-        raise ParameterError(f"unknown mechanism {name!r}; choose one of {', '.join(NAMES)}")
+        raise ParameterError(f"unknown mechanism {shown(name)}; choose one of {', '.join(NAMES)}")
     return key
 
 

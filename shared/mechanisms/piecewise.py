@@ -280,7 +280,8 @@ class Hybrid(NumericMechanism):
     input), only the variance, negligibly.
 
     Wire format (protocol v1): one little-endian int32 per report,
-    ``|k| <= ceil(C_pm / h)`` (about ``2**19``).
+    ``|k| <= ceil(C_pm / h)`` (about ``2**19``); for ``eps <= 0.61`` (Duchi's branch alone)
+    exactly ``±m``: any other index is no honest report and is refused.
 
     References
     ----------
@@ -327,6 +328,8 @@ class Hybrid(NumericMechanism):
 
     @property
     def report_rule(self) -> str:
+        if self.alpha == 0.0:
+            return f"the grid index {-self.duchi_index} or {self.duchi_index} (int32)"
         return f"an integer grid index in {-self.bound}..{self.bound} (int32)"
 
     def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int32]:
@@ -343,6 +346,8 @@ class Hybrid(NumericMechanism):
         return index
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        if self.alpha == 0.0:  # Duchi alone (eps <= 0.61): only its two outputs exist
+            return np.asarray(np.abs(reports.astype(np.int64)) == self.duchi_index)
         return np.asarray((reports >= -self.bound) & (reports <= self.bound))
 
     def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:

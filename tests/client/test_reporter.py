@@ -359,7 +359,7 @@ def test_rejected_reports_are_dropped_and_logged(
     state_dir: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake = FakeCollector(
-        reject=lambda metric, report: "unknown_version" if metric == "theme" else None
+        reject=lambda metric, report: "invalid_report" if metric == "theme" else None
     )
     with make(state_dir, clock, fake) as r:
         r.report("theme", "dark")
@@ -367,7 +367,7 @@ def test_rejected_reports_are_dropped_and_logged(
         with caplog.at_level(logging.WARNING, logger="ldpkit.client"):
             result = r.flush()
         assert (result.sent, result.rejected, result.remaining) == (1, 1, 0)
-        assert "unknown_version" in caplog.text
+        assert "invalid_report" in caplog.text
 
 
 def test_413_halves_the_batch(state_dir: Path, clock: FakeClock) -> None:
@@ -531,7 +531,10 @@ def test_one_fsync_per_flush_and_pruning(state_dir: Path, clock: FakeClock) -> N
         clock.advance(3600)  # the metric's hour ended, the total's day did not
         r._state.prune()
         assert db.execute("SELECT count(*) FROM reports").fetchone() == (10,)
-        clock.advance(86400)
+        clock.advance(86400)  # both ended; kept a week more (a period may be widened)
+        r._state.prune()
+        assert db.execute("SELECT count(*) FROM reports").fetchone() == (10,)
+        assert r.budget()["theme"].spent == 0.0
+        clock.advance(7 * 86400)
         r._state.prune()
         assert db.execute("SELECT count(*) FROM reports").fetchone() == (0,)
-        assert r.budget()["theme"].spent == 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import AsyncIterator
@@ -111,3 +112,27 @@ async def estimates(client: TestClient, name: str, **params: Any) -> tuple[int, 
     query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in params.items()}
     resp = await client.get(f"/v1/estimates/{name}", params=query, headers=auth("read"))
     return resp.status, await resp.json()
+
+
+def toml_value(value: Any) -> str:
+    """A TOML value: JSON's strings, numbers, booleans and arrays are valid TOML."""
+    return json.dumps(value)
+
+
+def write_toml(
+    path: Path,
+    *,
+    metrics: dict[str, Any] | None = None,
+    database: str = "c.sqlite3",
+    **collector: Any,
+) -> Path:
+    """A collector TOML file for ``ldpkit serve`` (the test tokens; ``metrics`` tables)."""
+    lines = ["[collector]", f"database = {toml_value(database)}"]
+    lines += [f"{key} = {toml_value(value)}" for key, value in collector.items()]
+    lines += ["", "[tokens]"]
+    lines += [f"{kind} = [{toml_value(token)}]" for kind, token in TOKENS.items()]
+    for name, spec in (METRICS if metrics is None else metrics).items():
+        lines += ["", f"[metrics.{name}]"]
+        lines += [f"{key} = {toml_value(value)}" for key, value in spec.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path

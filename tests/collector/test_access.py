@@ -94,6 +94,16 @@ def send(served: ServedCollector, method: str, template: str, headers: dict[str,
         path = path.replace("{name}", f"access-{next(PUT_COUNTER)}")
         body = json.dumps({"categories": ["x", "y"], "epsilon": 1.0}).encode()
         headers["Content-Type"] = "application/json"
+    elif method == "DELETE":  # retire a metric made for the purpose
+        name = f"access-{next(PUT_COUNTER)}"
+        made = served.request(
+            "PUT",
+            f"/v1/metrics/{name}",
+            json.dumps({"categories": ["x", "y"], "epsilon": 1.0}).encode(),
+            {**headers_for("admin"), "Content-Type": "application/json"},
+        )
+        assert made.status == 201, made
+        path = path.replace("{name}", name)
     path = path.replace("{name}", "theme")
     return served.request(method, path, body, headers)
 
@@ -143,7 +153,7 @@ def test_route_errors_come_before_the_token(served: ServedCollector, column: str
     headers = headers_for(column)
     answer = served.request("GET", "/v2/nothing", None, headers)
     assert answer.status == 404 and json.loads(answer.body)["error"] == "not_found"
-    answer = served.request("DELETE", "/v1/metrics/theme", None, headers)
+    answer = served.request("PATCH", "/v1/metrics/theme", None, headers)
     assert answer.status == 405 and json.loads(answer.body)["error"] == "method_not_allowed"
 
 
@@ -320,7 +330,7 @@ def test_tokens_never_appear_in_the_log(tmp_path: Path) -> None:
             ("PUT", "/v1/metrics/logged", b'{"epsilon": -1}', JSON_CT),
             ("GET", "/v1/estimates/theme?level=2", None, None),
             ("GET", "/v1/estimates/theme", None, None),
-            ("DELETE", "/v1/metrics/theme", None, None),
+            ("DELETE", "/v1/metrics/logged", None, None),
             ("GET", "/nothing", None, None),
             ("GET", "/readyz", None, None),
         ]

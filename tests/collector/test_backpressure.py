@@ -112,43 +112,55 @@ async def test_slow_store_gets_429_and_bounded_queue(tmp_path: Path) -> None:
         assert f"ldpkit_throttled_total {float(len(throttled))}" in metrics
 
 
-async def test_bodies_being_read_count_against_the_limit(tmp_path: Path) -> None:
-    """Slow uploads: batches whose bodies are still arriving are admitted batches, so a
-    crowd of slow senders cannot make the collector buffer more than the limit."""
+async def test_bodies_being_read_hold_their_bytes_not_a_batch_slot(tmp_path: Path) -> None:
+    """Slow uploads: a body still arriving holds the bytes that arrived (against
+    ``max_pending_bytes``), not one of the ``max_pending_batches`` slots, so a crowd of
+    slow senders blocks nobody; only bytes that did arrive can fill the collector up."""
     database = tmp_path / "c.sqlite3"
-    config = make_config(database, max_pending_batches=3, retry_after=1)
+    config = make_config(database, max_pending_batches=4, max_pending_bytes=60_000, retry_after=1)
     async with running(config) as client:
         collector = client.app[COLLECTOR]  # type: ignore[index]
         body = batch(block_of("theme", grr_reports([1, 2, 3])))
+        big = batch(block_of("theme", grr_reports(np.arange(2500) % 4)))  # 50 KB
         gate = asyncio.Event()
 
-        async def slow_body() -> object:
-            yield body[:10]
+        async def slow_body(data: bytes, first: int) -> object:
+            yield data[:first]
             await gate.wait()
-            yield body[10:]
+            yield data[first:]
 
-        async def slow_post() -> int:
+        async def slow_post(data: bytes, first: int) -> int:
             resp = await client.post(
                 "/v1/reports",
-                data=slow_body(),
+                data=slow_body(data, first),
                 headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
             )
             await resp.read()
             return resp.status
 
-        slow = [asyncio.create_task(slow_post()) for _ in range(3)]
+        slow = [asyncio.create_task(slow_post(body, 10)) for _ in range(5)]  # 5 > 4 slots
         for _ in range(500):
-            if collector.admitted == 3:
+            if collector.bodies.receiving == 5 and collector.bodies.held == 50:
                 break
             await asyncio.sleep(0.01)
-        assert collector.admitted == 3
-        status, retry = await _post_now(client, body)
-        assert (status, retry) == (429, "1")
+        assert collector.bodies.receiving == 5 and collector.bodies.held == 50
+        assert collector.admitted == 0  # no batch slot taken
+        assert await _post_now(client, body) == (200, None)
+        assert (await client.get("/readyz")).status == 200
+        # A body that did send 49,000 bytes holds them: now a batch of 12 KB does not fit.
+        slow.append(asyncio.create_task(slow_post(big, 49_000)))
+        for _ in range(500):
+            if collector.bodies.held >= 49_000:
+                break
+            await asyncio.sleep(0.01)
+        medium = batch(block_of("theme", grr_reports(np.arange(600) % 4)))
+        assert await _post_now(client, medium) == (429, "1")
         assert (await client.get("/readyz")).status == 503
         gate.set()
-        assert await asyncio.gather(*slow) == [200, 200, 200]
-        assert (await _post_now(client, body))[0] == 200
-        assert collector.admitted == 0
+        statuses = await asyncio.gather(*slow)  # 6 bodies end at once for 4 slots
+        assert statuses.count(200) >= 4 and set(statuses) <= {200, 429}, statuses
+        assert (await _post_now(client, medium))[0] == 200
+        assert collector.admitted == 0 and collector.bodies.held == 0
 
 
 async def _post_now(client: TestClient, body: bytes) -> tuple[int, str | None]:
@@ -170,7 +182,7 @@ async def test_request_bodies_held_at_once_stay_under_max_pending_bytes(tmp_path
     store = SlowStore(database, delay=0.02)
     async with running(config, store=store) as client:
         collector = client.app[COLLECTOR]  # type: ignore[index]
-        held = Peak(lambda: collector.admitted_bytes)
+        held = Peak(lambda: collector.bodies.held)
         statuses: list[int] = []
         acknowledged = 0
 
@@ -193,5 +205,5 @@ async def test_request_bodies_held_at_once_stay_under_max_pending_bytes(tmp_path
         held.stop()
         assert set(statuses) == {200, 429}, statuses
         assert 0 < held.value <= budget, held.value
-        assert collector.admitted_bytes == 0
+        assert collector.bodies.held == 0
         assert await store.report_count() == acknowledged

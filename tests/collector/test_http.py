@@ -84,7 +84,7 @@ async def test_unknown_route_and_wrong_method(client: TestClient) -> None:
     assert resp.status == 405
     assert (await resp.json())["error"] == "method_not_allowed"
     assert "POST" in resp.headers["Allow"]
-    resp = await client.delete("/v1/metrics/theme", headers=auth("admin"))
+    resp = await client.patch("/v1/metrics/theme", headers=auth("admin"))
     assert resp.status == 405
     assert resp.content_type == "application/json"
 

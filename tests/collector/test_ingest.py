@@ -280,3 +280,49 @@ async def test_prometheus_counts(client: TestClient) -> None:
     assert "ldpkit_batch_seconds_count 3.0" in text
     assert "ldpkit_store_commit_seconds_count" in text
     assert 'ldpkit_http_requests_total{method="POST",route="/v1/reports",status="200"} 3.0' in text
+
+
+async def test_costly_batches_count_once_through_the_fair_lane(database: Path) -> None:
+    """OLH at d = 1,024, 6,000 reports: over the cost threshold, so aggregated in the fair
+    lane before the store. A retry, and a batch half of old reports, count each report
+    once (the precomputed aggregate, less the duplicates')."""
+    from ldpkit.collector.fairness import EXPENSIVE_SECONDS
+    from ldpkit.collector.ingest import aggregation_seconds
+    from ldpkit.collector.keys import COLLECTOR
+    from ldpkit.metrics import MetricDefinition
+
+    spec = {"categories": [f"c{i}" for i in range(1024)], "epsilon": 1.0, "mechanism": "olh"}
+    olh = MetricDefinition.from_dict("wide", spec)
+    mech = olh.mechanism_instance
+    assert aggregation_seconds(mech, 6000) > EXPENSIVE_SECONDS
+    rng = np.random.default_rng(3)
+    reports = mech.perturb(rng.integers(0, 1024, 9000), rng=rng)
+    ids = new_ids(9000)
+
+    def body(lo: int, hi: int) -> bytes:
+        return batch(
+            wire.make_block(
+                "wide", olh.fingerprint, today(), ids[16 * lo : 16 * hi], reports[lo:hi]
+            )
+        )
+
+    async with running(make_config(database, metrics={"wide": spec})) as client:
+        lane = client.app[COLLECTOR].lane  # type: ignore[index]
+        ran: list[int] = []
+        original = lane.run
+
+        async def counting(key: bytes, job: object) -> object:
+            ran.append(1)
+            return await original(key, job)  # type: ignore[arg-type]
+
+        lane.run = counting  # type: ignore[method-assign]
+        assert (await post_batch(client, body(0, 6000)))[1]["accepted"] == 6000
+        assert (await post_batch(client, body(0, 6000)))[1]["duplicates"] == 6000  # a retry
+        answer = (await post_batch(client, body(3000, 9000)))[1]  # half old, half new
+        assert (answer["accepted"], answer["duplicates"]) == (3000, 3000)
+        assert len(ran) == 3
+        status, est = await estimates(client, "wide")
+        assert status == 200 and est["n"] == 9000
+        expected = mech.estimate(mech.aggregate(reports)).frequencies  # type: ignore[attr-defined]
+        got = np.array([item["estimate"] for item in est["items"]])
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)

@@ -231,3 +231,27 @@ def definition_of(name: str, spec: dict[str, Any]) -> str:
     from ldpkit.metrics import MetricDefinition
 
     return MetricDefinition.from_dict(name, spec).fingerprint
+
+
+def test_a_version_defined_on_one_replica_is_taken_by_another_at_once(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Issue 11, point 11: a replica refused a version defined a moment ago on another one
+    as unknown_version (its catalog refresh was throttled, and a notification could be
+    missed while a reload ran). Now it looks the version up before refusing."""
+    rng = np.random.default_rng(11)
+    with replicas(tmp_path, pg_url, 2) as (a, b):
+        for k in range(10):
+            # Something unknown first: on the old code this started B's refresh throttle.
+            unknown = wire.Block("theme", rng.bytes(8).hex(), today(), rng.bytes(16), b"\0" * 4)
+            assert post(b, batch(unknown))["rejected"][0]["error"] == "unknown_version"
+            spec = {"categories": THEME, "epsilon": 1.05 + k / 10, "mechanism": "grr"}
+            status, _ = request(
+                "PUT", a + "/v1/metrics/theme", ADMIN, json.dumps(spec).encode(), "application/json"
+            )
+            assert status == 201
+            fresh = wire.Block(
+                "theme", definition_of("theme", spec), today(), rng.bytes(16), b"\1\0\0\0"
+            )
+            answer = post(b, batch(fresh))
+            assert answer == {"accepted": 1, "duplicates": 0, "rejected": []}, (k, answer)

@@ -452,3 +452,47 @@ async def test_heavily_overlapping_batches_on_three_stores_never_deadlock(
             assert got[bk][0] == int(mine.sum())
             np.testing.assert_array_equal(got[bk][1], counts(value[mine]))
     assert "retried" not in caplog.text
+
+
+# --- retirement --------------------------------------------------------------------------
+async def test_retirement(database: str) -> None:
+    from ldpkit.collector.store import Origin
+
+    async with opened(database, THEME, LATENCY) as store:
+        await store.ingest([grr_block([1, 2])])
+        assert await store.retire_metric("theme") is True
+        assert await store.retire_metric("theme") is False
+        assert await store.retire_metric("nothing") is None
+        catalog = await store.load_catalog()
+        assert catalog.retired == {"theme"} and "theme" in catalog.current
+        assert (await totals(store))[B0][0] == 2  # the data stays
+        # A config file does not take a retired metric back; the API does.
+        assert await store.put_metric(THEME, origin=Origin.CONFIG) is PutOutcome.RETIRED
+        assert (await store.load_catalog()).retired == {"theme"}
+        assert await store.put_metric(THEME) is PutOutcome.RESTORED
+        catalog = await store.load_catalog()
+        assert catalog.retired == frozenset() and catalog.origins["theme"] is Origin.API
+        assert await store.put_metric(LATENCY, origin=Origin.CONFIG) is PutOutcome.UNCHANGED
+        assert (await store.load_catalog()).origins["latency"] is Origin.CONFIG
+    async with opened(database) as again:  # survives a restart
+        assert await again.retire_metric("latency") is True
+    async with opened(database) as again:
+        assert (await again.load_catalog()).retired == {"latency"}
+
+
+async def test_sqlite_version_2_gains_origins_and_retirement(tmp_path: Path) -> None:
+    path = str(tmp_path / "v2.sqlite3")
+    async with opened(path, THEME):
+        pass
+    conn = sqlite3.connect(path)  # back to the version 2 layout of the metrics table
+    conn.executescript(
+        "CREATE TABLE m2 (name TEXT PRIMARY KEY, fingerprint TEXT NOT NULL);"
+        "INSERT INTO m2 SELECT name, fingerprint FROM metrics; DROP TABLE metrics;"
+        "ALTER TABLE m2 RENAME TO metrics; PRAGMA user_version = 2;"
+    )
+    conn.close()
+    async with opened(path) as store:
+        catalog = await store.load_catalog()
+        assert set(catalog.current) == {"theme"} and catalog.retired == frozenset()
+        assert catalog.origins["theme"].value == "api"  # never retired for leaving a config
+        assert await store.retire_metric("theme") is True
