@@ -12,7 +12,7 @@ The product design's seed data, scaled up so the intervals are informative:
 About one 95% interval in twenty misses its truth: that is what 95% means (the
 marginals of a table are sums of the same cells, so their misses come together).
 
-Run:  python examples/structured/structured.py [--scale 100] [--epsilon 1] [--seed 0]
+Run:  .venv/bin/python examples/structured/structured.py [--scale 100] [--epsilon 1] [--seed 0]
 """
 
 from __future__ import annotations

@@ -186,11 +186,14 @@ def test_degenerate_and_extreme_inputs() -> None:
     b = intervals.support_interval(np.array([0.0, 1.0]), 1, m.p, m.q, level=0.95)
     assert np.all((b.low >= 0) & (b.high <= 1) & (b.low <= b.high))
     assert b.low[1] == 1.0 and b.high[0] == 0.0
-    # Levels a few ulps below 1 give finite, full-width intervals, never an error.
-    z = intervals.normal_quantile(0.9999999999999999)
+    # A level a few ulps below 1 is refused by name; one just short of that, or a tiny
+    # Bonferroni share, gives finite, full-width intervals.
+    with pytest.raises(ldpkit.ParameterError, match="level"):
+        intervals.normal_quantile(0.9999999999999999)
+    z = intervals.normal_quantile(1 - 1e-12, comparisons=2**31)
     assert math.isfinite(z) and z > 8
     m = oracle("oue", 1.0, 8)
-    b = intervals.support_interval(np.array([3.0]), 10, m.p, m.q, level=0.9999999999999999)
+    b = intervals.support_interval(np.array([3.0]), 10, m.p, m.q, level=1 - 1e-12)
     assert b.low[0] == 0.0 and b.high[0] == 1.0
 
 
