@@ -22,7 +22,7 @@ from ..analyst import TOKEN_ENV, Analyst
 from ..errors import ParameterError
 from ..mechanisms import NAMES, Choice, choose
 from ..planner import Plan
-from . import command
+from .registry import command
 
 COLLECTOR_ENV = "LDPKIT_COLLECTOR"
 DEFAULT_COLLECTOR = "http://127.0.0.1:8787"

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from . import command
+from .registry import command
 
 if TYPE_CHECKING:
     from ..collector.config import CollectorConfig
@@ -39,6 +39,12 @@ def serve_config(args: argparse.Namespace) -> CollectorConfig:
 @command("serve", "run the collector (HTTP API of docs/protocol.md)", _serve_arguments)
 def serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT, then finish the batches in flight and exit 0."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "ldpkit serve needs the collector's extras: pip install 'ldpkit[collector]'"
+        ) from None
     from ..collector.main import run
 
     return run(
