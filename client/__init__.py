@@ -25,16 +25,8 @@ from ..errors import (
     ParameterError,
 )
 from ..metrics import MetricDefinition, Period
-from .core import (
-    BudgetStatus,
-    FlushResult,
-    MetricBudget,
-    ReportReceipt,
-    RetryPolicy,
-    StateLoss,
-    Timeout,
-    TotalBudget,
-)
+from .policies import RetryPolicy, Timeout
+from .results import BudgetStatus, FlushResult, MetricBudget, ReportReceipt, StateLoss, TotalBudget
 from .storage import StateError
 from .sync import Reporter
 

@@ -44,7 +44,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import LdpkitError
-from .core import OutboxRow, StateLoss
+from .protocol import OutboxRow
+from .results import StateLoss
 
 SECRET_FILE = "device.key"
 DATABASE_FILE = "client.sqlite3"
