@@ -17,6 +17,7 @@ from ..errors import (
     LdpkitError,
     ProtocolError,
 )
+from ..http_errors import error_of, transient
 from ..metrics import MetricDefinition
 from ..wire import ID_SIZE, Block, encode_batch
 
@@ -146,24 +147,12 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
-def _error_of(answer: HttpAnswer) -> tuple[str, str]:
-    try:
-        data = loads_bounded(answer.body[:65536])
-        if isinstance(data, dict):
-            error, detail = data.get("error", "error"), data.get("detail", "")
-            return shown(error, 100).strip("'"), shown(detail, 500).strip("'")
-    except ProtocolError:
-        pass
-    text = answer.body[:200].decode("utf-8", "replace")
-    return "error", text
-
-
 def classify_failure(answer: HttpAnswer, now: float) -> Retry | TooLarge | Fatal:
     """What a non-200 answer means for the client."""
     status = answer.status
-    error, detail = _error_of(answer)
+    error, detail = error_of(answer.body)
     reason = f"collector answered {status} {error}" + (f": {detail}" if detail else "")
-    if status == 429 or status == 408 or status >= 500:
+    if transient(status):
         return Retry(reason, parse_retry_after(answer.headers.get("retry-after"), now))
     if status == 413:
         return TooLarge(reason)
