@@ -230,15 +230,14 @@ def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], l
             warnings.append(f"skipped a malformed definition: {item!r:.200}")
             continue
         name = item["name"]
-        spec = dict(item)
-        if isinstance(spec.get("resolved_mechanism"), str):
-            spec["mechanism"] = spec["resolved_mechanism"]
+        served = item.get("fingerprint")
         try:
-            definition = MetricDefinition.from_dict(name, spec)
+            definition = MetricDefinition.from_served(
+                name, item, served if isinstance(served, str) else None
+            )
         except (LdpkitError, ImportError, KeyError, TypeError, ValueError) as exc:
             warnings.append(f"skipped metric {name!r}: {exc}")
             continue
-        served = item.get("fingerprint")
         if served is not None and served != definition.fingerprint:
             warnings.append(
                 f"skipped metric {name!r}: served fingerprint {served} but this client "

@@ -255,6 +255,23 @@ class MetricDefinition:
             description=data.get("description", ""),
         )
 
+    @classmethod
+    def from_served(
+        cls, name: str, data: dict[str, Any], fingerprint: str | None = None
+    ) -> MetricDefinition:
+        """A definition as a collector serves or stores it (:meth:`to_dict`), rebuilt.
+
+        ``"auto"`` may resolve differently in another ldpkit version: when the rebuilt
+        definition does not reproduce ``fingerprint`` (or none is given), the served
+        ``resolved_mechanism`` is pinned, so both sides perturb and estimate with the
+        same mechanism. The caller compares fingerprints: what to do about a mismatch
+        (skip it, keep it under the old one) is its own."""
+        definition = cls.from_dict(name, data)
+        pinned = data.get("resolved_mechanism")
+        if isinstance(pinned, str) and definition.fingerprint != fingerprint:
+            definition = cls.from_dict(name, dict(data, mechanism=pinned))
+        return definition
+
     # --- derived -----------------------------------------------------------------------
     @property
     def mechanism_instance(self) -> Mechanism:
