@@ -25,7 +25,7 @@ from ..errors import (
     ParameterError,
     ProtocolError,
 )
-from ..metrics import MetricDefinition, Period
+from ..metrics import MetricDefinition, Period, window_start
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
 from .codec import MetricCodec, keyed_generator, memo_generator, memo_message, memo_tag
@@ -266,9 +266,10 @@ class ReporterState:
 
     def _windows(self, c: MetricCodec, ledger_now: float) -> tuple[int, int]:
         """(metric budget window start, total budget window start) at ``ledger_now``."""
-        w_start = int(ledger_now // c.budget_seconds) * c.budget_seconds
-        t_start = int(ledger_now // self._total_seconds) * self._total_seconds
-        return w_start, t_start
+        return (
+            window_start(c.budget_seconds, ledger_now),
+            window_start(self._total_seconds, ledger_now),
+        )
 
     def _perturbed(
         self, c: MetricCodec, encoded: int | float, w_start: int
@@ -298,7 +299,7 @@ class ReporterState:
         now = self.clock()
         # The report's coarse time is the clock's; the budget and memo windows are the
         # ledger's, whose time never goes back (see Store.ledger_time).
-        bucket = int(now // c.bucket_seconds) * c.bucket_seconds
+        bucket = window_start(c.bucket_seconds, now)
         store = self.store
         w_start, _ = self._windows(c, store.ledger_time_hint(now))
         tag, report = self._perturbed(c, encoded, w_start)

@@ -59,6 +59,13 @@ class MetricKind(StrEnum):
     NUMERIC = "numeric"
 
 
+def window_start(seconds: int, unix_seconds: float) -> int:
+    """Start of the window of ``seconds`` holding ``unix_seconds``: windows are aligned to
+    the epoch, UTC (weeks start on Thursday 1970-01-01). The one place periods, report
+    buckets and budget windows are computed."""
+    return int(unix_seconds // seconds) * seconds
+
+
 class Period(StrEnum):
     """A span of time: report buckets and privacy-budget periods are aligned to these (UTC)."""
 
@@ -71,8 +78,8 @@ class Period(StrEnum):
         return {"hour": 3600, "day": 86400, "week": 7 * 86400}[self.value]
 
     def start(self, unix_seconds: float) -> int:
-        """Start of the period holding ``unix_seconds`` (weeks start on Thursday 1970-01-01)."""
-        return int(unix_seconds // self.seconds) * self.seconds
+        """Start of the period holding ``unix_seconds`` (see :func:`window_start`)."""
+        return window_start(self.seconds, unix_seconds)
 
 
 def _period(value: object, what: str) -> Period:
