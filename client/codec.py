@@ -54,21 +54,28 @@ class MetricCodec:
         )
 
     def encode(self, value: object) -> tuple[int | float, bool]:
-        """The mechanism's input for ``value`` and whether it was clipped.
+        """The mechanism's input for ``value`` and whether it was clipped: the one check of
+        a device value (the mechanism does not check it again).
 
         Categorical: the category's index (ParameterError for an unknown category or a
         non-string). Numeric: the number clipped to the bounds (ParameterError for a
         non-number, NaN or infinity).
         """
-        if self.categorical:
-            if isinstance(value, str):
-                i = self.index.get(value)
-                if i is not None:
-                    return i, False
-            d = self.definition
-            d.encode_value(value)  # raises the clear message
-            raise ParameterError(f"{value!r} is not a category of metric {d.name}")  # unreachable
         d = self.definition
+        if self.categorical:
+            i = self.index.get(value) if isinstance(value, str) else None
+            if i is not None:
+                return i, False
+            if not isinstance(value, str):
+                raise ParameterError(
+                    f"metric {d.name} takes one of its categories (a string), got {value!r}"
+                )
+            cats = d.categories or ()
+            raise ParameterError(
+                f"{value!r} is not a category of metric {d.name}; expected one of "
+                + ", ".join(cats[:20])
+                + ("..." if len(cats) > 20 else "")
+            )
         if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
             raise ParameterError(
                 f"metric {d.name} takes a number in [{_g(d.bounds, 0)}, {_g(d.bounds, 1)}], "
@@ -83,33 +90,38 @@ class MetricCodec:
         return clipped + 0.0, clipped != x  # + 0.0 folds -0.0 into 0.0
 
     def encode_many(self, values: Sequence[object] | npt.ArrayLike) -> npt.NDArray[Any]:
-        """Vectorized :meth:`encode`: an int64 index array or a clipped float64 array."""
+        """Vectorized :meth:`encode`: an int64 index array or a clipped float64 array. A bad
+        value is named by :meth:`encode`'s message, prefixed with its position."""
         d = self.definition
         if d.kind is MetricKind.CATEGORICAL:
-            out = np.empty(len(values), dtype=np.int64)  # type: ignore[arg-type]
             index = self.index
-            for k, v in enumerate(values):  # type: ignore[arg-type]
-                i = index.get(v) if isinstance(v, str) else None
-                if i is None:
-                    try:
-                        self.encode(v)
-                    except ParameterError as exc:
-                        raise ParameterError(f"value {k}: {exc}") from None
-                    raise AssertionError("unreachable")  # pragma: no cover
-                out[k] = i
-            return out
+            found = [index.get(v) if isinstance(v, str) else None for v in values]  # type: ignore[union-attr]
+            if None in found:
+                self._refuse(values, found.index(None))
+            return np.array(found, dtype=np.int64)
         array = np.asarray(values)
-        if array.ndim != 1 or array.dtype.kind not in "iuf":
-            raise ParameterError(
-                f"metric {d.name} takes a 1-D array of numbers, got {array.dtype} {array.shape}"
-            )
+        if array.ndim != 1:
+            raise ParameterError(f"metric {d.name} takes a 1-D array of numbers, got {array.shape}")
+        if array.dtype.kind not in "iuf":
+            for k, v in enumerate(array.tolist()):
+                self._refuse_if_bad(v, k)
+            array = array.astype(np.float64)
         x = array.astype(np.float64)
         bad = ~np.isfinite(x)
         if bool(np.any(bad)):
-            k = int(np.argmax(bad))
-            raise ParameterError(f"value {k}: metric {d.name} takes a finite number, got {x[k]!r}")
+            self._refuse(x, int(np.argmax(bad)))
         assert d.bounds is not None
         return np.clip(x, *d.bounds) + 0.0
+
+    def _refuse_if_bad(self, value: object, k: int) -> None:
+        try:
+            self.encode(value)
+        except ParameterError as exc:
+            raise ParameterError(f"value {k}: {exc}") from None
+
+    def _refuse(self, values: Any, k: int) -> None:
+        self._refuse_if_bad(values[k], k)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def value_key(self, encoded: int | float) -> bytes:
         """A fixed-width byte form of an encoded value (the memo key's input)."""
@@ -121,12 +133,13 @@ class MetricCodec:
         """One perturbed report's bytes."""
         m = self.definition.mechanism_instance
         array = np.array([encoded], dtype=np.int64 if isinstance(encoded, int) else np.float64)
-        reports = m.perturb(array, rng=rng)
+        reports = m.perturb_checked(array, rng)
         return bytes(np.ascontiguousarray(reports).tobytes())
 
     def perturb_many(self, encoded: npt.NDArray[Any], rng: np.random.Generator) -> list[bytes]:
         """Perturbed reports of many (independent) values, one bytes object each."""
-        reports = np.ascontiguousarray(self.definition.mechanism_instance.perturb(encoded, rng=rng))
+        m = self.definition.mechanism_instance
+        reports = np.ascontiguousarray(m.perturb_checked(encoded, rng))
         raw = reports.tobytes()
         size = len(raw) // max(len(encoded), 1)
         return [raw[i : i + size] for i in range(0, len(raw), size)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -336,26 +335,3 @@ class MetricDefinition:
         if self.description:
             data["description"] = self.description
         return data
-
-    # --- values ------------------------------------------------------------------------
-    def encode_value(self, value: object) -> int | float:
-        """The mechanism's input for a raw value: a category's index, or a clipped-later number."""
-        if self.kind is MetricKind.CATEGORICAL:
-            assert self.categories is not None
-            if not isinstance(value, str):
-                raise ParameterError(
-                    f"metric {self.name} takes one of its categories (a string), got {value!r}"
-                )
-            try:
-                return self.categories.index(value)
-            except ValueError:
-                raise ParameterError(
-                    f"{value!r} is not a category of metric {self.name}; "
-                    f"expected one of {', '.join(self.categories[:20])}"
-                    + ("..." if len(self.categories) > 20 else "")
-                ) from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ParameterError(f"metric {self.name} takes a number, got {value!r}")
-        if not math.isfinite(float(value)):
-            raise ParameterError(f"metric {self.name} takes a finite number, got {value!r}")
-        return float(value)

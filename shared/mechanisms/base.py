@@ -103,6 +103,12 @@ class Mechanism(ABC):
             raise ReportError(f"values must be a scalar or a 1-D array, got shape {array.shape}")
         return self._perturb(self._check_values(array), generator)
 
+    def perturb_checked(self, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+        """:meth:`perturb` of a 1-D array its caller has checked already (the client's
+        codec: int64 indices in the domain, or float64 numbers within the bounds), so
+        that a device value is checked once."""
+        return self._perturb(values, rng)
+
     def coerce_reports(self, reports: npt.ArrayLike) -> npt.NDArray[Any]:
         """View ``reports`` as an array of ``report_dtype`` (one row per report)."""
         dtype = self.report_dtype
