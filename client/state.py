@@ -42,15 +42,15 @@ from .policies import (
 from .protocol import (
     Fatal,
     HttpAnswer,
-    Rejection,
+    Refusal,
     classify_failure,
     parse_definitions,
 )
 from .results import BudgetStatus, MetricBudget, ReportReceipt, TotalBudget
 from .storage import (
     TOTAL_KEY,
+    DeviceStore,
     StateError,
-    Store,
     device_known,
     load_or_create_secret,
     prepare_state_dir,
@@ -112,7 +112,7 @@ class ReporterState:
         self.directory = prepare_state_dir(state_dir)
         known = device_known(self.directory)
         self.secret = load_or_create_secret(self.directory)
-        self.store = Store(
+        self.store = DeviceStore(
             self.directory, durable_reports=durable_reports, known_device=known, now=clock()
         )
         self._deferred: dict[int, float] = {}  # seq -> first unknown_version refusal (clock)
@@ -298,7 +298,7 @@ class ReporterState:
         encoded, clipped = c.encode(value)
         now = self.clock()
         # The report's coarse time is the clock's; the budget and memo windows are the
-        # ledger's, whose time never goes back (see Store.ledger_time).
+        # ledger's, whose time never goes back (see DeviceStore.ledger_time).
         bucket = window_start(c.bucket_seconds, now)
         store = self.store
         w_start, _ = self._windows(c, store.ledger_time_hint(now))
@@ -363,7 +363,7 @@ class ReporterState:
             c.name, c.fingerprint, bucket, report, report_id, spent, memoized, True, clipped
         )
 
-    def keep_refused(self, rejection: Rejection, now: float) -> bool:
+    def keep_refused(self, rejection: Refusal, now: float) -> bool:
         """Whether to keep a report the collector refused: ``unknown_version`` within
         UNKNOWN_VERSION_GRACE of its first refusal (a replica that has not seen a version
         defined a moment ago elsewhere); every other refusal is final."""

@@ -12,8 +12,8 @@ from ..errors import LdpkitError, ProtocolError
 from ..metrics import MetricDefinition, check_definition_size
 from ..wire import CONTENT_TYPE as BATCH_CONTENT_TYPE
 from .auth import Scope, requires, token_id
-from .estimates import parse_query
 from .keys import COLLECTOR, CONFIG, TELEMETRY
+from .queries import parse_query
 from .responses import JSON, ApiError, etag_matches, json_response
 from .store import PutOutcome, StoreError
 from .telemetry import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE

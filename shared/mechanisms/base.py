@@ -246,7 +246,9 @@ class FrequencyOracle(Mechanism):
         return values.astype(np.int64, copy=False)
 
     def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
-        """Variance of an item's estimated fraction when its true fraction is ``frequency``."""
+        """Variance of an item's estimated fraction from ``n`` reports (``n=1``: one
+        report) when its true fraction is ``frequency``; every mechanism's ``variance``
+        means the variance of its estimate from ``n`` reports."""
         f = np.asarray(frequency, dtype=np.float64)
         p, q = self.p, self.q
         var = (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
@@ -339,10 +341,13 @@ class NumericMechanism(Mechanism):
     def unit_variance(self, t: float | npt.ArrayLike) -> Any:
         """Variance of one debiased report at unit-scale true value t in [-1, 1]."""
 
-    def variance(self, value: float | npt.ArrayLike) -> Any:
-        """Variance of one debiased report, in the metric's units, at true ``value``."""
+    def variance(self, value: float | npt.ArrayLike, n: int = 1) -> Any:
+        """Variance of the mean estimated from ``n`` reports (``n=1``: one debiased
+        report), in the metric's units, when every reporter holds ``value``; as for
+        frequency oracles, ``variance`` means the variance of the estimate from ``n``
+        reports."""
         x = np.clip(np.asarray(value, dtype=np.float64), *self.bounds)
-        var = np.asarray(self.unit_variance(self.to_unit(x))) * self.half_range**2
+        var = np.asarray(self.unit_variance(self.to_unit(x))) * self.half_range**2 / n
         return float(var) if var.ndim == 0 else var
 
     def worst_case_variance(self) -> float:
