@@ -1,0 +1,352 @@
+"""Metric kinds: what each kind's definition holds, what a device reports, how it is answered.
+
+Every layer reaches a kind through :func:`kind_spec` and the same few questions:
+
+- ``build(definition)``: check the kind's own definition keys (normalizing them on the
+  definition) and make its mechanism, ``auto`` resolved;
+- ``encode(definition, value)`` / ``encode_many``: the mechanism's input for what an app
+  passes to ``report`` (a category, a number, a leaf path, a dict of attributes, a
+  string), refused on the device with a clear ParameterError;
+- ``value_key(encoded)``: fixed bytes naming an encoded value (the client's memo key);
+- ``parse_options(query)``: the kind's own query parameters of ``GET /v1/estimates``;
+- ``answer(definition, aggregate, options, level, consistent)``: the kind's fields of
+  that answer, from the mechanism's estimate (its result object's ``to_dict``);
+- ``answer_items(definition, options)``: how many items the answer holds.
+
+The collector keeps only each mechanism's sufficient statistics (``Aggregate``), so the
+store and the wire need nothing per kind. Categorical and numeric metrics keep the
+collector's own fast answer path; their entries here cover definitions and encoding.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Integral
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._validation import check_bounds, shown
+from .aggregate import Aggregate
+from .errors import ParameterError
+from .mechanisms import Mechanism, choose
+from .mechanisms import mechanism as make_mechanism
+
+if TYPE_CHECKING:
+    from .metrics import MetricDefinition
+
+MAX_QUERY_NUMBERS = 4097
+"""Most numbers one query parameter may list (edges, quantiles, candidates)."""
+
+
+class OptionError(ParameterError):
+    """A kind's query parameter is invalid; ``param`` names it."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+
+
+def _set(definition: MetricDefinition, name: str, value: object) -> None:
+    object.__setattr__(definition, name, value)
+
+
+def _fail(definition: MetricDefinition, message: str) -> ParameterError:
+    return ParameterError(f"metric {definition.name}: {message}")
+
+
+def _numbers(text: str, param: str, *, minimum: int = 1) -> list[float]:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) > MAX_QUERY_NUMBERS:
+        raise OptionError(param, f"at most {MAX_QUERY_NUMBERS} numbers")
+    out = []
+    for p in parts:
+        try:
+            x = float(p)
+        except ValueError:
+            raise OptionError(
+                param, f"expected numbers separated by commas, got {p[:40]!r}"
+            ) from None
+        if not math.isfinite(x):
+            raise OptionError(param, f"expected finite numbers, got {p[:40]!r}")
+        out.append(x)
+    if len(out) < minimum:
+        raise OptionError(param, f"expected at least {minimum} numbers")
+    return out
+
+
+def _integer(text: str, param: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise OptionError(param, f"expected an integer, got {text[:40]!r}") from None
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One metric kind (see the module doc). ``keys``: its own definition keys."""
+
+    name: str
+    keys: tuple[str, ...]
+    params: tuple[str, ...] = ()
+    """Its own query parameters of ``GET /v1/estimates/{name}``."""
+
+    def build(self, definition: MetricDefinition) -> Mechanism:
+        raise NotImplementedError
+
+    def encode(self, definition: MetricDefinition, value: object) -> tuple[Any, bool]:
+        """(mechanism input, whether the value was clipped)."""
+        raise NotImplementedError
+
+    def encode_many(self, definition: MetricDefinition, values: Any) -> npt.NDArray[Any]:
+        """The mechanism inputs of many values (ParameterError names the first bad one)."""
+        out = []
+        for i, v in enumerate(values):
+            try:
+                out.append(self.encode(definition, v)[0])
+            except ParameterError as exc:
+                raise ParameterError(f"value {i}: {exc}") from None
+        return self.as_array(out)
+
+    def as_array(self, encoded: Sequence[Any]) -> npt.NDArray[Any]:
+        """Encoded values as the array ``perturb`` takes."""
+        return np.asarray(encoded, dtype=np.int64)
+
+    def value_key(self, encoded: Any) -> bytes:
+        return struct.pack("<Q", int(encoded))
+
+    def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
+        return {}
+
+    def answer(
+        self,
+        definition: MetricDefinition,
+        aggregate: Aggregate,
+        options: Mapping[str, Any],
+        level: float,
+        consistent: bool,
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
+        return 1
+
+
+def _build(definition: MetricDefinition, name: str, **options: Any) -> Mechanism:
+    try:
+        return make_mechanism(name, epsilon=definition.epsilon, **options)
+    except ParameterError as exc:
+        raise _fail(definition, str(exc)) from None
+
+
+# --- categorical and numeric --------------------------------------------------------------
+class Categorical(KindSpec):
+    def build(self, definition: MetricDefinition) -> Mechanism:
+        definition._check_categories()
+        d = len(definition.categories or ())
+        name = definition.mechanism
+        if name == "auto":
+            name = choose(epsilon=definition.epsilon, domain_size=d).name
+        return _build(definition, name, domain_size=d)
+
+    def encode(self, definition: MetricDefinition, value: object) -> tuple[Any, bool]:
+        return definition.encode_value(value), False
+
+
+class Numeric(KindSpec):
+    def build(self, definition: MetricDefinition) -> Mechanism:
+        bounds = _bounds(definition)
+        delta = definition.delta
+        if isinstance(delta, bool) or not isinstance(delta, int | float):
+            raise _fail(definition, f"delta must be a number, got {shown(delta)}")
+        delta = float(delta)
+        if not (delta == 0.0 or 0.0 < delta < 1.0):
+            raise _fail(definition, f"delta must be 0 or in (0, 1), got {delta!r}")
+        _set(definition, "delta", delta)
+        name = definition.mechanism
+        if name == "auto":
+            name = choose(epsilon=definition.epsilon, bounds=bounds, delta=delta).name
+        options: dict[str, Any] = {"bounds": bounds}
+        if name == "gaussian":
+            if delta == 0.0:
+                raise _fail(definition, "mechanism 'gaussian' needs delta > 0 (e.g. delta = 1e-6)")
+            options["delta"] = delta
+        elif delta > 0.0 and definition.mechanism != "auto":
+            raise _fail(definition, f"mechanism {name!r} is pure epsilon-LDP: it takes no delta")
+        return _build(definition, name, **options)
+
+    def encode(self, definition: MetricDefinition, value: object) -> tuple[Any, bool]:
+        x = definition.encode_value(value)
+        assert definition.bounds is not None
+        lo, hi = definition.bounds
+        clipped = min(max(float(x), lo), hi)
+        return clipped + 0.0, clipped != x
+
+    def encode_many(self, definition: MetricDefinition, values: Any) -> npt.NDArray[Any]:
+        array = np.asarray(values)
+        if array.ndim != 1 or array.dtype.kind not in "iuf":
+            raise ParameterError(
+                f"metric {definition.name} takes a 1-D array of numbers, got "
+                f"{array.dtype} {array.shape}"
+            )
+        x = array.astype(np.float64)
+        bad = ~np.isfinite(x)
+        if bool(np.any(bad)):
+            i = int(np.argmax(bad))
+            raise ParameterError(
+                f"value {i}: metric {definition.name} takes a finite number, got {x[i]!r}"
+            )
+        assert definition.bounds is not None
+        out: npt.NDArray[Any] = np.clip(x, *definition.bounds) + 0.0
+        return out
+
+    def as_array(self, encoded: Sequence[Any]) -> npt.NDArray[Any]:
+        return np.asarray(encoded, dtype=np.float64)
+
+    def value_key(self, encoded: Any) -> bytes:
+        return struct.pack("<d", float(encoded))
+
+
+def _bounds(definition: MetricDefinition) -> tuple[float, float]:
+    if definition.bounds is None:
+        raise _fail(definition, f"{definition.kind} metrics need bounds [lo, hi]")
+    try:
+        bounds = check_bounds(definition.bounds)
+    except ParameterError as exc:
+        raise _fail(definition, str(exc)) from None
+    _set(definition, "bounds", bounds)
+    return bounds
+
+
+# --- distribution (issue 15) ---------------------------------------------------------------
+DEFAULT_RESOLUTION = 1024
+
+
+class Distribution(Numeric):
+    """A number whose answer is its distribution (hierarchical histogram)."""
+
+    def build(self, definition: MetricDefinition) -> Mechanism:
+        bounds = _bounds(definition)
+        resolution: object = definition.resolution  # from TOML/JSON it may be anything
+        if resolution is None:
+            resolution = DEFAULT_RESOLUTION
+        if isinstance(resolution, bool) or not isinstance(resolution, Integral):
+            raise _fail(definition, f"resolution must be an integer, got {shown(resolution)}")
+        _set(definition, "resolution", int(resolution))
+        name = definition.mechanism
+        if name == "auto":
+            try:
+                name = choose(
+                    epsilon=definition.epsilon, bounds=bounds, resolution=int(resolution)
+                ).name
+            except ParameterError as exc:
+                raise _fail(definition, str(exc)) from None
+        return _build(definition, name, bounds=bounds, resolution=int(resolution))
+
+    def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if query.get("bins"):
+            out["bins"] = _integer(query["bins"], "bins")
+        if query.get("edges"):
+            if "bins" in out:
+                raise OptionError("edges", "give bins or edges, not both")
+            out["edges"] = _numbers(query["edges"], "edges", minimum=2)
+        if query.get("quantiles"):
+            out["quantiles"] = _numbers(query["quantiles"], "quantiles")
+        if query.get("range"):
+            pair = _numbers(query["range"], "range", minimum=2)
+            if len(pair) != 2:
+                raise OptionError("range", "expected two numbers: lower,upper")
+            out["range_"] = (pair[0], pair[1])
+        return out
+
+    def answer(
+        self,
+        definition: MetricDefinition,
+        aggregate: Aggregate,
+        options: Mapping[str, Any],
+        level: float,
+        consistent: bool,
+    ) -> dict[str, Any]:
+        mechanism: Any = definition.mechanism_instance
+        estimate = mechanism.estimate(aggregate)
+        try:
+            data: dict[str, Any] = estimate.to_dict(level, **options)
+        except ParameterError as exc:
+            param = _param_of(str(exc), ("edges", "bins", "range", "q"))
+            raise OptionError("quantiles" if param == "q" else param, str(exc)) from None
+        data["interval"] = data["methods"]["items"] if data["n"] else None
+        return data
+
+    def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
+        edges = options.get("edges")
+        return len(edges) - 1 if edges else int(options.get("bins") or 16)
+
+
+def _param_of(message: str, names: Sequence[str]) -> str:
+    """The query parameter an error message is about (the first named in it)."""
+    found = [(message.find(n), n) for n in names if n in message]
+    return min(found)[1] if found else names[0]
+
+
+KINDS: dict[str, KindSpec] = {}
+
+
+def register(spec: KindSpec) -> KindSpec:
+    KINDS[spec.name] = spec
+    return spec
+
+
+register(Categorical("categorical", ("categories",)))
+register(Numeric("numeric", ("bounds", "delta")))
+register(
+    Distribution("distribution", ("bounds", "resolution"), ("bins", "edges", "quantiles", "range"))
+)
+
+KIND_KEYS = ("categories", "bounds", "delta", "resolution")
+"""Every kind-specific definition key (each kind takes the ones in its ``keys``)."""
+
+
+def kind_spec(name: object) -> KindSpec:
+    """The kind registered as ``name``; ParameterError lists the kinds otherwise."""
+    spec = KINDS.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise ParameterError(f"kind must be one of {', '.join(KINDS)}, got {shown(name)}")
+    return spec
+
+
+def query_params() -> tuple[str, ...]:
+    """Every kind's own query parameters (each kind accepts only its own)."""
+    seen: dict[str, None] = {}
+    for spec in KINDS.values():
+        seen.update(dict.fromkeys(spec.params))
+    return tuple(seen)
+
+
+def checked_options(definition: MetricDefinition, query: Mapping[str, str]) -> dict[str, Any]:
+    """The kind's options of an estimates query; OptionError for another kind's parameter."""
+    spec = kind_spec(definition.kind.value)
+    for key in query:
+        if key in query_params() and key not in spec.params:
+            accepted = ", ".join(spec.params) or "none"
+            raise OptionError(
+                key,
+                f"not a parameter of a {spec.name} metric (its own parameters: {accepted})",
+            )
+    return spec.parse_options(query)
+
+
+__all__ = [
+    "KINDS",
+    "KIND_KEYS",
+    "KindSpec",
+    "OptionError",
+    "checked_options",
+    "kind_spec",
+    "query_params",
+    "register",
+]

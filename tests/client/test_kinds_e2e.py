@@ -1,0 +1,163 @@
+"""Every metric kind end to end: the client reports, a real collector answers over HTTP.
+
+Each test reports values whose truth it knows (a fixed seed), lets the reporter deliver
+them to a collector served on a loopback port, and compares ``GET /v1/estimates`` with
+the truth: within Z standard errors of the answer's own stderr (the estimator's variance,
+sampling included), or inside the answer's interval where the interval is the claim.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ldpkit.client import Reporter, RetryPolicy
+
+from .live import INGEST, LiveCollector
+
+Z = 4.0
+"""Tolerance in standard errors: a correct estimator misses by more with probability
+6e-5 per number compared."""
+
+METRICS: dict[str, dict[str, Any]] = {
+    "session_minutes": {
+        "kind": "distribution",
+        "bounds": [0.0, 120.0],
+        "resolution": 256,
+        "epsilon": 2.0,
+        "mechanism": "auto",
+    },
+    "spend": {
+        "kind": "numeric",
+        "bounds": [0.0, 10.0],
+        "epsilon": 1.0,
+        "mechanism": "gaussian",
+        "delta": 1e-6,
+        "budget": 5.0,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCollector]:
+    directory = tmp_path_factory.mktemp("collector")
+    collector = LiveCollector(directory, METRICS)
+    collector.start()
+    try:
+        yield collector
+    finally:
+        collector.close()
+
+
+def reporter(live: LiveCollector, state_dir: Path) -> Reporter:
+    return Reporter(
+        live.url,
+        token=INGEST,
+        state_dir=state_dir,
+        background=False,
+        max_outbox=200_000,
+        retry=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.05),
+    )
+
+
+def within(estimate: float, truth: float, stderr: float) -> bool:
+    return abs(estimate - truth) <= Z * stderr
+
+
+# --- distribution (issue 15) ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def minutes(live: LiveCollector, tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+    """30,000 skewed session lengths (exponential, mean 20, clipped at 120), delivered."""
+    rng = np.random.default_rng(15)
+    values = np.clip(rng.exponential(20.0, 30_000), 0.0, 120.0)
+    with reporter(live, tmp_path_factory.mktemp("device")) as r:
+        r.refresh_definitions()
+        assert r.simulate("session_minutes", values, rng=np.random.default_rng(150)) == values.size
+        receipt = r.report("session_minutes", 42.5)  # one real device's report too
+        assert receipt.epsilon_spent == 2.0
+        assert r.flush().remaining == 0
+    return np.append(values, 42.5)
+
+
+def test_distribution_histogram_matches_the_truth(live: LiveCollector, minutes: np.ndarray) -> None:
+    answer = live.estimate("session_minutes", bins=8)
+    assert answer["n"] == minutes.size
+    assert answer["mechanism"] == "hh" and answer["interval"] == "wald"
+    items = answer["items"]
+    assert [(i["lower"], i["upper"]) for i in items] == [
+        (15.0 * k, 15.0 * (k + 1)) for k in range(8)
+    ]
+    truth = np.histogram(minutes, bins=8, range=(0.0, 120.0))[0] / minutes.size
+    for item, t in zip(items, truth, strict=True):
+        assert within(item["estimate"], t, item["stderr"]), (item, t)
+        assert 0.0 <= item["low"] <= item["high"] <= 1.0  # unbiased estimates may be < 0
+    assert abs(sum(i["estimate"] for i in items) - 1.0) < 1e-9  # consistent: the bins add up
+
+
+def test_distribution_edges_range_quantiles_and_mean(
+    live: LiveCollector, minutes: np.ndarray
+) -> None:
+    edges = [0.0, 5.0, 10.0, 30.0, 120.0]  # 5 and 10 cut leaves of 120/256
+    answer = live.estimate(
+        "session_minutes", edges=",".join(map(str, edges)), quantiles="0.5,0.9", range="5,10"
+    )
+    truth = np.histogram(minutes, bins=edges)[0] / minutes.size
+    for item, t in zip(answer["items"], truth, strict=True):
+        # A bin that cuts a leaf is biased by at most that leaf's share: its interval
+        # (inner and outer runs of whole leaves) is what claims to hold the truth.
+        assert item["low"] <= t <= item["high"], (item, t)
+    rng = answer["range"]
+    assert (rng["lower"], rng["upper"]) == (5.0, 10.0)
+    assert rng["low"] <= np.mean((minutes >= 5) & (minutes < 10)) <= rng["high"]
+    for q in answer["quantiles"]:
+        true_q = float(np.quantile(minutes, q["q"]))
+        assert q["low"] <= true_q <= q["high"], (q, true_q)
+        assert q["low"] <= q["value"] <= q["high"]
+    assert answer["mean_low"] <= minutes.mean() <= answer["mean_high"]
+    assert within(answer["mean"], minutes.mean(), answer["mean_stderr"] + 120 / 256 / 2)
+
+
+def test_distribution_query_parameters_are_checked(live: LiveCollector) -> None:
+    for query, param in (
+        ({"bins": "abc"}, "bins"),
+        ({"bins": "0"}, "bins"),
+        ({"edges": "10,5"}, "edges"),
+        ({"edges": "0,500"}, "edges"),
+        ({"quantiles": "1.5"}, "quantiles"),
+        ({"range": "5"}, "range"),
+        ({"bins": "4", "edges": "0,10"}, "edges"),
+        ({"depth": "1"}, "depth"),  # a hierarchy's parameter
+    ):
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            live.estimate("session_minutes", **query)
+        assert caught.value.code == 400, query
+        body = json.loads(caught.value.read())
+        assert (body["error"], body["param"]) == ("invalid_parameter", param), (query, body)
+
+
+# --- the Gaussian mean (issue 15) ---------------------------------------------------------------
+def test_gaussian_mean_and_its_delta_in_the_ledger(live: LiveCollector, tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    values = rng.uniform(2.0, 9.0, 8_000)
+    with reporter(live, tmp_path / "device") as r:
+        r.refresh_definitions()
+        assert r.definitions["spend"].delta == 1e-6
+        r.simulate("spend", values, rng=np.random.default_rng(30))
+        for v in (1.0, 4.0, 7.5):
+            r.report("spend", v)
+        budget = r.budget()["spend"]
+        assert budget.spent == pytest.approx(3.0)
+        assert budget.delta_spent == pytest.approx(3e-6)  # basic composition, beside epsilon
+        assert budget.delta_budget == pytest.approx(5e-6)
+        assert "delta spent 3e-06" in str(r.budget())
+        assert r.flush().remaining == 0
+    answer = live.estimate("spend")
+    truth = np.append(values, [1.0, 4.0, 7.5])
+    assert answer["mechanism"] == "gaussian" and answer["n"] == truth.size
+    assert within(answer["mean"], truth.mean(), answer["stderr"])
