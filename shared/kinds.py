@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from ._validation import check_bounds, shown
 from .aggregate import Aggregate
-from .errors import ParameterError
+from .errors import ParameterError, ReportError
 from .mechanisms import Mechanism, choose
 from .mechanisms import mechanism as make_mechanism
 
@@ -287,6 +287,212 @@ class Distribution(Numeric):
         return len(edges) - 1 if edges else int(options.get("bins") or 16)
 
 
+# --- hierarchy and table (issue 16) -------------------------------------------------------
+def _oracle(definition: MetricDefinition) -> str | tuple[str, ...]:
+    given: object = definition.oracle
+    if given is None:
+        return "auto"
+    if isinstance(given, str):
+        return given
+    if isinstance(given, list | tuple) and given and all(isinstance(o, str) for o in given):
+        _set(definition, "oracle", tuple(given))
+        return tuple(given)
+    raise _fail(definition, f"oracle must be a name or a list of names, got {shown(given)}")
+
+
+def _focus(definition: MetricDefinition, item: type) -> tuple[Any, ...] | None:
+    given: object = definition.focus
+    if given is None:
+        return None
+    if (
+        isinstance(given, str)
+        or not isinstance(given, list | tuple)
+        or not all(isinstance(f, item) and not isinstance(f, bool) for f in given)
+    ):
+        what = "depths (integers)" if item is int else "'cells' and dimension names"
+        raise _fail(definition, f"focus must be a list of {what}, got {shown(given)}")
+    _set(definition, "focus", tuple(given))
+    return tuple(given)
+
+
+def _pinned(definition: MetricDefinition, m: Mechanism) -> None:
+    """Keep the oracle ``auto`` resolved to, so a stored definition rebuilds the same."""
+    views = getattr(m, "views", ())
+    _set(definition, "resolved_oracle", tuple(v.oracle.name for v in views))
+
+
+class _Structured(KindSpec):
+    """Hierarchies and tables: a value is one base cell (a leaf, a cell)."""
+
+    def _domain_encode(self, definition: MetricDefinition, value: object) -> int:
+        raise NotImplementedError
+
+    def encode(self, definition: MetricDefinition, value: object) -> tuple[Any, bool]:
+        try:
+            return self._domain_encode(definition, value), False
+        except (ReportError, ParameterError) as exc:
+            raise _fail(definition, str(exc)) from None
+
+
+class Hierarchy(_Structured):
+    """Categories in a tree (leaf paths); answers at any depth and for any subtree."""
+
+    def build(self, definition: MetricDefinition) -> Mechanism:
+        from .structured import hierarchy
+
+        definition._check_categories()
+        separator: object = definition.separator
+        if separator is None:
+            separator = "/"
+        if not isinstance(separator, str) or not separator:
+            raise _fail(definition, f"separator must be a non-empty string, got {shown(separator)}")
+        _set(definition, "separator", separator)
+        focus = _focus(definition, int)
+        try:
+            m = hierarchy(
+                list(definition.categories or ()),
+                epsilon=definition.epsilon,
+                separator=separator,
+                mechanism=definition.mechanism,
+                oracle=_oracle(definition),
+                focus=focus,
+            )
+        except ParameterError as exc:
+            raise _fail(definition, str(exc)) from None
+        _pinned(definition, m)
+        return m
+
+    def _domain_encode(self, definition: MetricDefinition, value: object) -> int:
+        m: Any = definition.mechanism_instance
+        return int(m.tree.leaf_index(value))
+
+    def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if query.get("depth"):
+            out["depth"] = _integer(query["depth"], "depth")
+        if query.get("subtree"):
+            out["subtree"] = query["subtree"]
+        return out
+
+    def answer(
+        self,
+        definition: MetricDefinition,
+        aggregate: Aggregate,
+        options: Mapping[str, Any],
+        level: float,
+        consistent: bool,
+    ) -> dict[str, Any]:
+        m: Any = definition.mechanism_instance
+        estimate = m.estimate(aggregate)
+        depth = options.get("depth")
+        try:
+            if "subtree" in options:
+                path = options["subtree"]
+                group = estimate.subtree(path, depth)
+                d = estimate.tree.locate(group.keys[0])[0] if len(group) else depth
+                data = {
+                    "mechanism": estimate.mechanism,
+                    "n": estimate.n,
+                    "depth": d,
+                    "subtree": path,
+                    "interval": estimate.interval,
+                    "items": group.items(level, consistent=consistent),
+                }
+            else:
+                data = estimate.to_dict(depth, level, consistent=consistent)
+        except ParameterError as exc:
+            raise OptionError("subtree" if "subtree" in options else "depth", str(exc)) from None
+        if not data["n"]:
+            data["interval"] = None
+        return dict(data)
+
+    def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
+        m: Any = definition.mechanism_instance
+        return int(m.tree.size)
+
+
+def _dimensions(definition: MetricDefinition) -> dict[str, list[str]]:
+    """A table's dimensions from a mapping (TOML, JSON object) or a list of [name, categories]
+    pairs (the stored form: JSON objects may lose their order)."""
+    given: object = definition.dimensions
+    if isinstance(given, Mapping):
+        pairs = list(given.items())
+    elif isinstance(given, list | tuple) and all(
+        isinstance(p, list | tuple) and len(p) == 2 for p in given
+    ):
+        pairs = [(p[0], p[1]) for p in given]
+    else:
+        raise _fail(
+            definition,
+            "table metrics need dimensions: a table of attribute = [categories] (or a list of "
+            f"[name, [categories]] pairs), got {shown(given)}",
+        )
+    out: dict[str, list[str]] = {}
+    for name, cats in pairs:
+        if not isinstance(name, str) or name in out:
+            raise _fail(definition, f"dimension names must be distinct strings, got {shown(name)}")
+        if isinstance(cats, str) or not isinstance(cats, list | tuple):
+            raise _fail(definition, f"dimension {name!r} needs a list of categories")
+        for c in cats:
+            if not isinstance(c, str) or not c or len(c) > MAX_CATEGORY_LENGTH:
+                raise _fail(
+                    definition,
+                    f"each category must be a non-empty string of at most "
+                    f"{MAX_CATEGORY_LENGTH} characters, got {shown(c)}",
+                )
+        out[name] = list(cats)
+    _set(definition, "dimensions", tuple((n, tuple(c)) for n, c in out.items()))
+    return out
+
+
+MAX_CATEGORY_LENGTH = 200
+
+
+class TableKind(_Structured):
+    """Several categorical attributes reported together: cells and marginals."""
+
+    def build(self, definition: MetricDefinition) -> Mechanism:
+        from .structured import table
+
+        dims = _dimensions(definition)
+        focus = _focus(definition, str)
+        try:
+            m = table(
+                dims,
+                epsilon=definition.epsilon,
+                mechanism=definition.mechanism,
+                oracle=_oracle(definition),
+                focus=focus,
+            )
+        except ParameterError as exc:
+            raise _fail(definition, str(exc)) from None
+        _pinned(definition, m)
+        return m
+
+    def _domain_encode(self, definition: MetricDefinition, value: object) -> int:
+        m: Any = definition.mechanism_instance
+        return int(m.table.index(value))
+
+    def answer(
+        self,
+        definition: MetricDefinition,
+        aggregate: Aggregate,
+        options: Mapping[str, Any],
+        level: float,
+        consistent: bool,
+    ) -> dict[str, Any]:
+        m: Any = definition.mechanism_instance
+        data: dict[str, Any] = m.estimate(aggregate).to_dict(level, consistent=consistent)
+        data["dimensions"] = [[n, list(c)] for n, c in definition.dimensions or ()]
+        if not data["n"]:
+            data["interval"] = None
+        return data
+
+    def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
+        m: Any = definition.mechanism_instance
+        return int(m.table.size + sum(m.table.shape))
+
+
 def _param_of(message: str, names: Sequence[str]) -> str:
     """The query parameter an error message is about (the first named in it)."""
     found = [(message.find(n), n) for n in names if n in message]
@@ -306,8 +512,21 @@ register(Numeric("numeric", ("bounds", "delta")))
 register(
     Distribution("distribution", ("bounds", "resolution"), ("bins", "edges", "quantiles", "range"))
 )
+register(
+    Hierarchy("hierarchy", ("categories", "separator", "focus", "oracle"), ("depth", "subtree"))
+)
+register(TableKind("table", ("dimensions", "focus", "oracle")))
 
-KIND_KEYS = ("categories", "bounds", "delta", "resolution")
+KIND_KEYS = (
+    "categories",
+    "bounds",
+    "delta",
+    "resolution",
+    "separator",
+    "dimensions",
+    "focus",
+    "oracle",
+)
 """Every kind-specific definition key (each kind takes the ones in its ``keys``)."""
 
 

@@ -48,6 +48,7 @@ DEFINITION_KEYS = (
     # derived keys of to_dict(), accepted back so a served definition round-trips
     "fingerprint",
     "resolved_mechanism",
+    "resolved_oracle",
     "report_size",
 )
 """The keys a metric definition may have (TOML table, JSON object)."""
@@ -58,6 +59,10 @@ _UNSET: dict[str, Any] = {
     "bounds": None,
     "delta": 0.0,
     "resolution": None,
+    "separator": None,
+    "dimensions": None,
+    "focus": None,
+    "oracle": None,
 }
 """The value of each kind-specific field when a definition does not give it."""
 
@@ -68,6 +73,8 @@ class MetricKind(StrEnum):
     CATEGORICAL = "categorical"
     NUMERIC = "numeric"
     DISTRIBUTION = "distribution"
+    HIERARCHY = "hierarchy"
+    TABLE = "table"
 
 
 class Period(StrEnum):
@@ -106,6 +113,7 @@ def check_definition_size(definition: MetricDefinition) -> MetricDefinition:
             f"characters, got {len(definition.description)}"
         )
     total = sum(map(len, definition.categories or ()))
+    total += sum(len(n) + sum(map(len, c)) for n, c in definition.dimensions or ())
     if total > MAX_CATEGORY_CHARACTERS:
         raise ParameterError(
             f"metric {definition.name}: categories must hold at most "
@@ -135,6 +143,17 @@ class MetricDefinition:
     delta > 0. The client's ledger spends it per report beside epsilon."""
     resolution: int | None = None
     """Distribution metrics: leaves of the finest histogram (default 1024)."""
+    separator: str | None = None
+    """Hierarchy metrics: what joins a leaf path's segments (default ``"/"``); the leaf
+    paths are ``categories``."""
+    dimensions: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    """Table metrics: (attribute, categories) pairs in order (a mapping is accepted)."""
+    focus: tuple[Any, ...] | None = None
+    """Hierarchy and table metrics: what ``auto`` weighs (depths; ``"cells"`` and
+    dimension names); default every depth / the cells."""
+    oracle: str | tuple[str, ...] | None = None
+    """Hierarchy and table metrics: the frequency oracle of each view (default ``auto``)."""
+    resolved_oracle: tuple[str, ...] = field(init=False, default=(), compare=False)
     bucket: Period = Period.DAY
     budget: float | None = None
     budget_period: Period = Period.DAY
@@ -252,7 +271,11 @@ class MetricDefinition:
             raise ParameterError(f"metric {name}: epsilon is required")
         cats = data.get("categories")
         bounds = data.get("bounds")
-        kind_keys = {k: data[k] for k in ("delta", "resolution") if k in data}
+        kind_keys = {
+            k: data[k]
+            for k in ("delta", "resolution", "separator", "dimensions", "focus", "oracle")
+            if k in data
+        }
         return cls(
             name=name,
             kind=data.get("kind", "categorical" if cats is not None else "numeric"),
@@ -297,6 +320,9 @@ class MetricDefinition:
             params["bounds"] = list(self.bounds)
         if self.delta:
             params["delta"] = self.delta
+        if self.dimensions is not None:
+            # As pairs: the order numbers the cells, and the canonical JSON sorts object keys.
+            params["dimensions"] = [[name, list(cats)] for name, cats in self.dimensions]
         if self.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
             # Everything the mechanism was built with (resolution, tree, oracles, k, ...).
             params["mechanism_params"] = self._mechanism.params()
@@ -330,6 +356,16 @@ class MetricDefinition:
             data["delta"] = self.delta
         if self.resolution is not None:
             data["resolution"] = self.resolution
+        if self.separator is not None:
+            data["separator"] = self.separator
+        if self.dimensions is not None:  # pairs: a stored JSON object would be key-sorted
+            data["dimensions"] = [[name, list(cats)] for name, cats in self.dimensions]
+        if self.focus is not None:
+            data["focus"] = list(self.focus)
+        if self.oracle is not None:
+            data["oracle"] = self.oracle if isinstance(self.oracle, str) else list(self.oracle)
+        if self.resolved_oracle:
+            data["resolved_oracle"] = list(self.resolved_oracle)
         if self.description:
             data["description"] = self.description
         return data

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from ldpkit.client import Reporter, RetryPolicy
+from ldpkit.errors import ParameterError
 
 from .live import INGEST, LiveCollector
 
@@ -41,7 +42,41 @@ METRICS: dict[str, dict[str, Any]] = {
         "delta": 1e-6,
         "budget": 5.0,
     },
+    "region": {
+        "kind": "hierarchy",
+        "categories": [
+            "MX/Jalisco/Guadalajara",
+            "MX/Jalisco/Zapopan",
+            "MX/Sonora/Hermosillo",
+            "MX/Sonora/Nogales",
+            "MX/Yucatan/Merida",
+            "MX/Yucatan/Valladolid",
+        ],
+        "epsilon": 2.0,
+        "mechanism": "auto",
+    },
+    "car": {
+        "kind": "table",
+        "epsilon": 2.0,
+        "dimensions": {
+            "type": ["Compact", "Large", "Midsize", "Small", "Sporty", "Van"],
+            "origin": ["USA", "non-USA"],
+        },
+    },
 }
+
+SEED_MUNICIPALITIES = [100, 200, 150, 250, 200, 100]
+"""The seed's population: country 1,000 -> states 300, 400, 300 -> these."""
+CARS93 = {
+    "Compact": (7, 9),
+    "Large": (11, 0),
+    "Midsize": (10, 12),
+    "Small": (7, 14),
+    "Sporty": (8, 6),
+    "Van": (5, 4),
+}
+"""The seed's Cars93 table: type -> (USA, non-USA)."""
+SCALE = 40
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +196,101 @@ def test_gaussian_mean_and_its_delta_in_the_ledger(live: LiveCollector, tmp_path
     truth = np.append(values, [1.0, 4.0, 7.5])
     assert answer["mechanism"] == "gaussian" and answer["n"] == truth.size
     assert within(answer["mean"], truth.mean(), answer["stderr"])
+
+
+# --- hierarchies (issue 16) --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def regions(live: LiveCollector, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The seed's municipalities, scaled by SCALE (40,000 users), delivered."""
+    leaves = METRICS["region"]["categories"]
+    values = [
+        leaf for leaf, c in zip(leaves, SEED_MUNICIPALITIES, strict=True) for _ in range(c * SCALE)
+    ]
+    with reporter(live, tmp_path_factory.mktemp("device")) as r:
+        r.refresh_definitions()
+        r.simulate("region", values, rng=np.random.default_rng(16))
+        with pytest.raises(ParameterError, match="an inner node: report a leaf"):
+            r.report("region", "MX/Jalisco")
+        assert r.flush().remaining == 0
+    return values
+
+
+def test_hierarchy_every_level_matches_the_truth_and_adds_up(
+    live: LiveCollector, regions: list[str]
+) -> None:
+    n = len(regions)
+    for depth in (1, 2, 3):
+        # level 0.9999: the score intervals hold the truth (z = 3.9, about Z)
+        answer = live.estimate("region", depth=depth, consistent="true", level=0.9999)
+        assert answer["n"] == n and answer["depth"] == depth
+        for item in answer["items"]:
+            truth = (
+                sum(v == item["category"] or v.startswith(item["category"] + "/") for v in regions)
+                / n
+            )
+            assert within(item["estimate"], truth, item["stderr"]), (item, truth)
+            assert item["low"] <= truth <= item["high"], (item, truth)
+        assert sum(i["consistent"] for i in answer["items"]) == pytest.approx(1.0, abs=1e-9)
+    states = {
+        i["category"]: i for i in live.estimate("region", depth=2, consistent="true")["items"]
+    }
+    leaves = live.estimate("region", depth=3, consistent="true")["items"]
+    for state, item in states.items():
+        children = [leaf for leaf in leaves if leaf["category"].startswith(state + "/")]
+        assert sum(c["estimate"] for c in children) == pytest.approx(item["estimate"], abs=1e-9)
+        assert sum(c["consistent"] for c in children) == pytest.approx(item["consistent"], abs=1e-9)
+    sub = live.estimate("region", subtree="MX/Sonora")
+    assert [i["category"] for i in sub["items"]] == ["MX/Sonora/Hermosillo", "MX/Sonora/Nogales"]
+    assert sub["subtree"] == "MX/Sonora" and sub["depth"] == 3
+    for query, param in (
+        ({"depth": "9"}, "depth"),
+        ({"subtree": "XX"}, "subtree"),
+        ({"bins": "4"}, "bins"),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            live.estimate("region", **query)
+        body = json.loads(caught.value.read())
+        assert (caught.value.code, body["param"]) == (400, param), body
+
+
+# --- tables (issue 16) ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cars(live: LiveCollector, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
+    """The seed's Cars93 table scaled by SCALE (3,720 cars), delivered."""
+    values = [
+        {"type": t, "origin": origin}
+        for t, counts in CARS93.items()
+        for origin, c in zip(("USA", "non-USA"), counts, strict=True)
+        for _ in range(c * SCALE * 5)
+    ]
+    with reporter(live, tmp_path_factory.mktemp("device")) as r:
+        r.refresh_definitions()
+        r.simulate("car", values, rng=np.random.default_rng(161))
+        r.report("car", {"type": "Van", "origin": "USA"})
+        with pytest.raises(ParameterError, match="missing origin"):
+            r.report("car", {"type": "Van"})
+        assert r.flush().remaining == 0
+    return [*values, {"type": "Van", "origin": "USA"}]
+
+
+def test_table_cells_and_marginals_match_the_truth_and_reconcile(
+    live: LiveCollector, cars: list[dict[str, str]]
+) -> None:
+    n = len(cars)
+    answer = live.estimate("car", consistent="true")
+    assert answer["n"] == n and len(answer["items"]) == 12
+    assert answer["dimensions"] == [["type", list(CARS93)], ["origin", ["USA", "non-USA"]]]
+    for item in answer["items"]:
+        truth = sum(c == item["cell"] for c in cars) / n
+        assert within(item["estimate"], truth, item["stderr"]), (item, truth)
+        assert item["consistent"] >= 0.0
+    for name, items in answer["marginals"].items():
+        for item in items:
+            truth = sum(c[name] == item["category"] for c in cars) / n
+            assert within(item["estimate"], truth, item["stderr"]), (name, item, truth)
+            cells = [c for c in answer["items"] if c["cell"][name] == item["category"]]
+            assert sum(c["consistent"] for c in cells) == pytest.approx(
+                item["consistent"], abs=1e-9
+            )
+            assert sum(c["estimate"] for c in cells) == pytest.approx(item["estimate"], abs=1e-9)
+        assert sum(i["consistent"] for i in items) == pytest.approx(1.0, abs=1e-9)

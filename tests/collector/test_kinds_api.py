@@ -67,3 +67,44 @@ async def test_put_refuses_a_bad_distribution(client: TestClient) -> None:
     status, answer = await put(client, "bad", {**DIST, "resolution": 100_000})
     assert status == 400 and answer["error"] == "invalid_definition"
     assert "resolution" in answer["detail"]
+
+
+async def test_put_a_hierarchy_and_a_table_and_query_them(client: TestClient) -> None:
+    region = {
+        "kind": "hierarchy",
+        "separator": ".",
+        "categories": ["MX.Jalisco.Guadalajara", "MX.Jalisco.Zapopan", "MX.Sonora.Hermosillo"],
+        "epsilon": 1.0,
+        "mechanism": "levels",
+    }
+    car = {
+        "kind": "table",
+        "epsilon": 1.0,
+        "dimensions": {"type": ["Compact", "Van"], "origin": ["USA", "non-USA"]},
+    }
+    for name, spec in (("region", region), ("car", car)):
+        status, answer = await put(client, name, spec)
+        assert status == 201, answer
+        status, again = await put(client, name, answer["definition"])
+        assert (status, again["outcome"]) == (200, "unchanged"), again
+    resp = await client.get("/v1/metrics/car", headers=auth("ingest"))
+    served = await resp.json()
+    assert served["dimensions"] == [["type", ["Compact", "Van"]], ["origin", ["USA", "non-USA"]]]
+    r = MetricDefinition.from_dict("region", region)
+    await send(client, r, np.array([0, 1, 2] * 300))
+    status, body = await estimates(client, "region", depth=2, consistent=True)
+    assert status == 200 and [i["category"] for i in body["items"]] == ["MX.Jalisco", "MX.Sonora"]
+    assert body["mechanism"] == "levels" and body["n"] == 900
+    status, body = await estimates(client, "region", subtree="MX.Jalisco")
+    assert [i["category"] for i in body["items"]] == [
+        "MX.Jalisco.Guadalajara",
+        "MX.Jalisco.Zapopan",
+    ]
+    c = MetricDefinition.from_dict("car", car)
+    await send(client, c, np.array([0, 1, 2, 3] * 200))
+    status, body = await estimates(client, "car", consistent=True)
+    assert (
+        status == 200 and len(body["items"]) == 4 and set(body["marginals"]) == {"type", "origin"}
+    )
+    status, body = await estimates(client, "car", depth=1)
+    assert (status, body["param"]) == (400, "depth")

@@ -91,3 +91,88 @@ def test_every_kind_is_registered_under_its_name() -> None:
         assert kind_spec(name) is spec and spec.name == name
     with pytest.raises(ParameterError, match="kind must be one of"):
         kind_spec("nope")
+
+
+REGION: dict[str, Any] = {
+    "kind": "hierarchy",
+    "separator": "/",
+    "categories": ["MX/Jalisco/Guadalajara", "MX/Jalisco/Zapopan", "MX/Sonora/Hermosillo"],
+    "epsilon": 1.0,
+}
+CAR: dict[str, Any] = {
+    "kind": "table",
+    "epsilon": 1.0,
+    "dimensions": {
+        "type": ["Compact", "Large", "Midsize", "Small", "Sporty", "Van"],
+        "origin": ["USA", "non-USA"],
+    },
+}
+
+
+def test_hierarchy_and_table_definitions_round_trip_through_stored_json() -> None:
+    from ldpkit.collector.store import definition_from_json, definition_json
+
+    for name, spec in (("region", REGION), ("car", CAR)):
+        d = MetricDefinition.from_dict(name, spec)
+        assert d.resolved_oracle  # auto's oracle, pinned in the stored form
+        stored = definition_from_json(d.fingerprint, name, definition_json(d))
+        assert stored is not None and stored.fingerprint == d.fingerprint
+    car = MetricDefinition.from_dict("car", CAR)
+    # the stored JSON sorts object keys: the dimensions keep their order as pairs
+    assert [n for n, _ in car.to_dict()["dimensions"]] == ["type", "origin"]
+    swapped = dict(reversed(list(CAR["dimensions"].items())))
+    assert MetricDefinition.from_dict("car", {**CAR, "dimensions": swapped}).fingerprint != (
+        car.fingerprint
+    )
+
+
+def test_structured_definitions_choose_and_pin_their_design() -> None:
+    levels = MetricDefinition.from_dict("region", {**REGION, "mechanism": "levels"})
+    assert levels.resolved_mechanism == "levels" and len(levels.resolved_oracle) >= 2
+    rollup = MetricDefinition.from_dict(
+        "region", {**REGION, "mechanism": "rollup", "oracle": "oue"}
+    )
+    assert rollup.resolved_oracle == ("oue",)
+    assert rollup.fingerprint != MetricDefinition.from_dict("region", REGION).fingerprint
+    focused = MetricDefinition.from_dict("region", {**REGION, "focus": [2]})
+    assert focused.focus == (2,)
+    joint = MetricDefinition.from_dict("car", {**CAR, "mechanism": "joint", "focus": ["cells"]})
+    assert joint.resolved_mechanism == "joint"
+
+
+@pytest.mark.parametrize(
+    ("spec", "change", "message"),
+    [
+        (REGION, {"separator": ""}, "separator must be a non-empty string"),
+        (REGION, {"categories": ["a/b", "a"]}, "is a leaf and also the parent"),
+        (REGION, {"focus": ["cells"]}, "focus must be a list of depths"),
+        (REGION, {"mechanism": "joint"}, "hierarchy takes mechanism"),
+        (REGION, {"dimensions": {"a": ["x", "y"]}}, "hierarchy metrics take no dimensions"),
+        (CAR, {"dimensions": None}, "table metrics need dimensions"),
+        (CAR, {"dimensions": {"type": ["a", "b"]}}, "at least 2"),
+        (CAR, {"dimensions": {"a": ["x", "x"], "b": ["y", "z"]}}, "distinct"),
+        (CAR, {"dimensions": {"a": "xy", "b": ["y", "z"]}}, "needs a list of categories"),
+        (CAR, {"categories": ["a", "b"]}, "table metrics take no categories"),
+        (CAR, {"oracle": 3}, "oracle must be a name"),
+    ],
+)
+def test_structured_definition_errors(
+    spec: dict[str, Any], change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ParameterError, match=message):
+        MetricDefinition.from_dict("m", {**spec, **change})
+
+
+def test_devices_encode_leaves_and_cells() -> None:
+    region = MetricDefinition.from_dict("region", REGION)
+    assert region.kind_spec.encode(region, "MX/Jalisco/Zapopan") == (1, False)
+    car = MetricDefinition.from_dict("car", CAR)
+    assert car.kind_spec.encode(car, {"origin": "USA", "type": "Van"}) == (10, False)
+    for d, bad, message in (
+        (region, "MX", "an inner node"),
+        (region, None, "leaf path"),
+        (car, {"type": "Van", "origin": "Mars"}, "not a category of origin"),
+        (car, "Van", "a table value is a mapping"),
+    ):
+        with pytest.raises(ParameterError, match=message):
+            d.kind_spec.encode(d, bad)
