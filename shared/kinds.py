@@ -20,8 +20,11 @@ collector's own fast answer path; their entries here cover definitions and encod
 
 from __future__ import annotations
 
+import hashlib
 import math
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
@@ -493,6 +496,110 @@ class TableKind(_Structured):
         return int(m.table.size + sum(m.table.shape))
 
 
+# --- open-domain strings (issue 17) ----------------------------------------------------------
+DEFAULT_K = 20
+DECODED_CACHE = 32
+"""Decoded answers kept (per process): decoding a strings metric takes seconds at 10^6
+reports, so the next query of the same data (candidates, another level) reuses it."""
+
+
+class Strings(KindSpec):
+    """Any string up to ``max_length`` bytes; answers the top-k found and named candidates."""
+
+    def __init__(self, name: str, keys: tuple[str, ...], params: tuple[str, ...]) -> None:
+        super().__init__(name, keys, params)
+        object.__setattr__(self, "_decoded", OrderedDict())
+        object.__setattr__(self, "_lock", threading.Lock())
+
+    def build(self, definition: MetricDefinition) -> Mechanism:
+        if definition.max_length is None:
+            raise _fail(definition, "strings metrics need max_length (bytes, UTF-8)")
+        k: object = DEFAULT_K if definition.k is None else definition.k
+        name = definition.mechanism
+        m = _build(
+            definition,
+            "prefix_sketch" if name == "auto" else name,
+            max_length=definition.max_length,
+            k=k,
+        )
+        _set(definition, "k", k)
+        return m
+
+    def encode(self, definition: MetricDefinition, value: object) -> tuple[Any, bool]:
+        if not isinstance(value, str):
+            raise _fail(definition, f"takes a string, got {shown(value)}")
+        try:
+            data = value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _fail(definition, f"{shown(value)} cannot be encoded as UTF-8: {exc}") from None
+        limit = definition.max_length or 0
+        if len(data) > limit:
+            raise _fail(
+                definition,
+                f"{shown(value)} is {len(data)} bytes in UTF-8, longer than max_length = "
+                f"{limit}; nothing was recorded",
+            )
+        return data, False
+
+    def as_array(self, encoded: Sequence[Any]) -> npt.NDArray[Any]:
+        out = np.empty(len(encoded), dtype=object)
+        out[:] = list(encoded)
+        return out
+
+    def value_key(self, encoded: Any) -> bytes:
+        return struct.pack("<I", len(encoded)) + bytes(encoded)
+
+    def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
+        if not query.get("candidates"):
+            return {}
+        names = query["candidates"].split(",")
+        if len(names) > MAX_QUERY_NUMBERS:
+            raise OptionError("candidates", f"at most {MAX_QUERY_NUMBERS} strings")
+        return {"candidates": names}
+
+    def decoded(self, definition: MetricDefinition, aggregate: Aggregate) -> Any:
+        """The mechanism's answer for ``aggregate``, decoded once per distinct aggregate
+        of a metric version (keyed by the fingerprint, n and a digest of the sums)."""
+        key = (
+            definition.fingerprint,
+            aggregate.n,
+            hashlib.sha256(np.ascontiguousarray(aggregate.sums).tobytes()).digest(),
+        )
+        cache: OrderedDict[tuple[str, int, bytes], Any] = self._decoded  # type: ignore[attr-defined]
+        with self._lock:  # type: ignore[attr-defined]
+            found = cache.get(key)
+            if found is not None:
+                cache.move_to_end(key)
+                return found
+        m: Any = definition.mechanism_instance
+        result = m.estimate(aggregate)
+        with self._lock:  # type: ignore[attr-defined]
+            cache[key] = result
+            while len(cache) > DECODED_CACHE:
+                cache.popitem(last=False)
+        return result
+
+    def answer(
+        self,
+        definition: MetricDefinition,
+        aggregate: Aggregate,
+        options: Mapping[str, Any],
+        level: float,
+        consistent: bool,
+    ) -> dict[str, Any]:
+        found = self.decoded(definition, aggregate)
+        try:
+            data: dict[str, Any] = found.to_dict(options.get("candidates"), level)
+        except ParameterError as exc:
+            raise OptionError("candidates", str(exc)) from None
+        data["interval"] = data.pop("interval_method") if data["n"] else None
+        data.pop("interval_method", None)
+        return data
+
+    def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
+        return (definition.k or DEFAULT_K) + len(options.get("candidates", ()))
+
+
 def _param_of(message: str, names: Sequence[str]) -> str:
     """The query parameter an error message is about (the first named in it)."""
     found = [(message.find(n), n) for n in names if n in message]
@@ -516,6 +623,7 @@ register(
     Hierarchy("hierarchy", ("categories", "separator", "focus", "oracle"), ("depth", "subtree"))
 )
 register(TableKind("table", ("dimensions", "focus", "oracle")))
+register(Strings("strings", ("max_length", "k"), ("candidates",)))
 
 KIND_KEYS = (
     "categories",
@@ -526,6 +634,8 @@ KIND_KEYS = (
     "dimensions",
     "focus",
     "oracle",
+    "max_length",
+    "k",
 )
 """Every kind-specific definition key (each kind takes the ones in its ``keys``)."""
 

@@ -63,6 +63,8 @@ _UNSET: dict[str, Any] = {
     "dimensions": None,
     "focus": None,
     "oracle": None,
+    "max_length": None,
+    "k": None,
 }
 """The value of each kind-specific field when a definition does not give it."""
 
@@ -75,6 +77,7 @@ class MetricKind(StrEnum):
     DISTRIBUTION = "distribution"
     HIERARCHY = "hierarchy"
     TABLE = "table"
+    STRINGS = "strings"
 
 
 class Period(StrEnum):
@@ -154,6 +157,11 @@ class MetricDefinition:
     oracle: str | tuple[str, ...] | None = None
     """Hierarchy and table metrics: the frequency oracle of each view (default ``auto``)."""
     resolved_oracle: tuple[str, ...] = field(init=False, default=(), compare=False)
+    max_length: int | None = None
+    """Strings metrics: the longest string, in bytes (UTF-8); longer ones are refused on
+    the device."""
+    k: int | None = None
+    """Strings metrics: how many heavy hitters to find (default 20)."""
     bucket: Period = Period.DAY
     budget: float | None = None
     budget_period: Period = Period.DAY
@@ -272,9 +280,7 @@ class MetricDefinition:
         cats = data.get("categories")
         bounds = data.get("bounds")
         kind_keys = {
-            k: data[k]
-            for k in ("delta", "resolution", "separator", "dimensions", "focus", "oracle")
-            if k in data
+            k: data[k] for k in KIND_KEYS if k not in ("categories", "bounds") if k in data
         }
         return cls(
             name=name,
@@ -366,6 +372,10 @@ class MetricDefinition:
             data["oracle"] = self.oracle if isinstance(self.oracle, str) else list(self.oracle)
         if self.resolved_oracle:
             data["resolved_oracle"] = list(self.resolved_oracle)
+        if self.max_length is not None:
+            data["max_length"] = self.max_length
+        if self.k is not None:
+            data["k"] = self.k
         if self.description:
             data["description"] = self.description
         return data

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ METRICS: dict[str, dict[str, Any]] = {
             "origin": ["USA", "non-USA"],
         },
     },
+    "search_term": {"kind": "strings", "max_length": 16, "k": 10, "epsilon": 4.0},
 }
 
 SEED_MUNICIPALITIES = [100, 200, 150, 250, 200, 100]
@@ -294,3 +296,52 @@ def test_table_cells_and_marginals_match_the_truth_and_reconcile(
             )
             assert sum(c["estimate"] for c in cells) == pytest.approx(item["estimate"], abs=1e-9)
         assert sum(i["consistent"] for i in items) == pytest.approx(1.0, abs=1e-9)
+
+
+# --- open-domain strings (issue 17) ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def terms(live: LiveCollector, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """60,000 search terms from a Zipf(1.1) law over 2,000 words, delivered."""
+    rng = np.random.default_rng(17)
+    words = [f"w{i}-{'ñ' if i % 3 == 0 else 'x'}{i * 7919 % 1000}" for i in range(2000)]
+    p = 1.0 / np.arange(1, 2001) ** 1.1
+    values = [words[i] for i in rng.choice(2000, 60_000, p=p / p.sum())]
+    with reporter(live, tmp_path_factory.mktemp("device")) as r:
+        r.refresh_definitions()
+        r.simulate("search_term", values, rng=np.random.default_rng(170))
+        r.report("search_term", "weather")
+        with pytest.raises(ParameterError, match="longer than max_length = 16"):
+            r.report("search_term", "ñ" * 9)  # 18 bytes in UTF-8
+        assert r.flush().remaining == 0
+    return [*values, "weather"]
+
+
+def test_strings_top_k_and_candidates_match_the_truth(
+    live: LiveCollector, terms: list[str]
+) -> None:
+    n = len(terms)
+    counts: dict[str, int] = {}
+    for t in terms:
+        counts[t] = counts.get(t, 0) + 1
+    top = sorted(counts, key=lambda w: -counts[w])
+    asked = urllib.parse.quote(f"{top[0]},weather,never-said", safe=",")
+    answer = live.estimate("search_term", candidates=asked)
+    assert answer["n"] == n and answer["k"] == 10 and answer["mechanism"] == "prefix_sketch"
+    assert 0.0 < answer["threshold"] < 1.0
+    found = [i["category"] for i in answer["items"]]
+    # every true string at twice its length's threshold (found there with probability
+    # 1/2) is found; nothing below the overall threshold can be
+    by_length = answer["thresholds_by_length"]
+    clear = {w for w in top[:10] if counts[w] / n > 2 * by_length[len(w.encode())]}
+    assert clear and clear <= set(found), (clear, found)
+    assert all(counts.get(w, 0) / n > answer["threshold"] / 2 for w in found)
+    for item in answer["items"]:
+        assert within(item["estimate"], counts.get(item["category"], 0) / n, item["stderr"]), item
+    named = {c["category"]: c for c in answer["candidates"]}
+    assert set(named) == {top[0], "weather", "never-said"}
+    for word, c in named.items():
+        assert within(c["estimate"], counts.get(word, 0) / n, c["stderr"]), c
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        live.estimate("search_term", candidates="x" * 17)
+    body = json.loads(caught.value.read())
+    assert (caught.value.code, body["param"]) == (400, "candidates"), body

@@ -176,3 +176,57 @@ def test_devices_encode_leaves_and_cells() -> None:
     ):
         with pytest.raises(ParameterError, match=message):
             d.kind_spec.encode(d, bad)
+
+
+TERM: dict[str, Any] = {
+    "kind": "strings",
+    "max_length": 16,
+    "k": 20,
+    "epsilon": 4.0,
+    "mechanism": "auto",
+    "bucket": "day",
+}
+
+
+def test_strings_definition_and_k_in_the_fingerprint() -> None:
+    d = MetricDefinition.from_dict("search_term", TERM)
+    assert d.resolved_mechanism == "prefix_sketch" and (d.max_length, d.k) == (16, 20)
+    assert MetricDefinition.from_dict("search_term", d.to_dict()).fingerprint == d.fingerprint
+    assert MetricDefinition.from_dict("search_term", {**TERM, "k": 10}).fingerprint != (
+        d.fingerprint
+    )
+    assert MetricDefinition.from_dict("t", {**TERM, "max_length": 8}).fingerprint != (
+        MetricDefinition.from_dict("t", TERM).fingerprint
+    )
+    no_k = {key: v for key, v in TERM.items() if key != "k"}
+    assert MetricDefinition.from_dict("t", no_k).k == 20
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"max_length": None}, "strings metrics need max_length"),
+        ({"max_length": 0}, "max_length must be an integer in"),
+        ({"max_length": 65}, "max_length must be an integer in"),
+        ({"k": 0}, "k must be an integer in"),
+        ({"k": 2.5}, "k must be an integer in"),
+        ({"categories": ["a", "b"]}, "strings metrics take no categories"),
+        ({"mechanism": "oue"}, "not a mechanism for strings"),
+    ],
+)
+def test_strings_definition_errors(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ParameterError, match=message):
+        MetricDefinition.from_dict("m", {**TERM, **change})
+
+
+def test_devices_encode_strings_as_utf8_within_max_length() -> None:
+    d = MetricDefinition.from_dict("m", TERM)
+    spec = d.kind_spec
+    assert spec.encode(d, "weather") == (b"weather", False)
+    assert spec.encode(d, "ñ" * 8) == (("ñ" * 8).encode(), False)  # 16 bytes: fits
+    assert spec.value_key(b"ab") != spec.value_key(b"a") and len(spec.value_key(b"")) == 4
+    for bad, message in (("ñ" * 9, "18 bytes"), (b"raw", "takes a string"), (None, "string")):
+        with pytest.raises(ParameterError, match=message):
+            spec.encode(d, bad)
+    reports = d.mechanism_instance.perturb(spec.encode_many(d, ["a", "weather", ""]))
+    assert reports.shape == (3,)
