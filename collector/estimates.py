@@ -269,6 +269,7 @@ def estimate_answer(
     fields = _fields(definition, total, q)
     answer: dict[str, Any] = {
         "metric": definition.name,
+        "kind": definition.kind.value,
         "version": fingerprint,
         "mechanism": mechanism.name,
         "epsilon": definition.epsilon,
