@@ -72,6 +72,23 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write a plot with interval whiskers (.png, .svg or .pdf; .png if none given)",
     )
+    kind = parser.add_argument_group("each kind's own questions (docs/protocol.md)")
+    kind.add_argument("--bins", type=int, help="distribution: K equal bins (default 16)")
+    kind.add_argument("--edges", metavar="A,B,...", help="distribution: bins between these edges")
+    kind.add_argument("--quantiles", metavar="Q,...", help="distribution: e.g. 0.5,0.9")
+    kind.add_argument("--range", dest="range_", metavar="A,B", help="distribution: [A, B)")
+    kind.add_argument("--depth", type=int, help="hierarchy: the level (1 = top; default leaves)")
+    kind.add_argument("--subtree", metavar="PATH", help="hierarchy: the nodes under PATH")
+    kind.add_argument("--candidates", metavar="S,...", help="strings: estimate these strings")
+
+
+def _numbers(text: str | None, flag: str) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ParameterError(f"{flag} takes numbers separated by commas, got {text!r}") from None
 
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
@@ -108,6 +125,13 @@ def estimates(args: argparse.Namespace) -> int:
         consistent=args.consistent,
         per_bucket=args.per_bucket or False,
         version=args.metric_version,
+        bins=args.bins,
+        edges=_numbers(args.edges, "--edges"),
+        quantiles=_numbers(args.quantiles, "--quantiles"),
+        range_=_pair(_numbers(args.range_, "--range")),
+        depth=args.depth,
+        subtree=args.subtree,
+        candidates=None if args.candidates is None else args.candidates.split(","),
     )
     if result.n == 0 and args.metric_version is None:
         _note_older_versions(analyst, args.metric)
@@ -123,6 +147,14 @@ def estimates(args: argparse.Namespace) -> int:
         plot_estimate(result, plot)
         print(f"plot written to {plot}", file=sys.stderr)
     return 0
+
+
+def _pair(values: list[float] | None) -> tuple[float, float] | None:
+    if values is None:
+        return None
+    if len(values) != 2:
+        raise ParameterError(f"--range takes two numbers A,B, got {len(values)}")
+    return values[0], values[1]
 
 
 def _note_older_versions(analyst: Analyst, metric: str) -> None:

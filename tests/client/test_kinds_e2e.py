@@ -21,7 +21,7 @@ import pytest
 from ldpkit.client import Reporter, RetryPolicy
 from ldpkit.errors import ParameterError
 
-from .live import INGEST, LiveCollector
+from .live import INGEST, READ, LiveCollector
 
 Z = 4.0
 """Tolerance in standard errors: a correct estimator misses by more with probability
@@ -345,3 +345,85 @@ def test_strings_top_k_and_candidates_match_the_truth(
         live.estimate("search_term", candidates="x" * 17)
     body = json.loads(caught.value.read())
     assert (caught.value.code, body["param"]) == (400, "candidates"), body
+
+
+# --- the analyst's Python API and the CLI, on the same data ---------------------------------------
+def cli(live: LiveCollector, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    from ldpkit.cli.registry import main
+
+    code = main(["estimates", *args, "--collector", live.url, "--token", READ])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_analyst_returns_each_kind_as_result_objects(
+    live: LiveCollector,
+    minutes: np.ndarray,
+    regions: list[str],
+    cars: list[dict[str, str]],
+    terms: list[str],
+) -> None:
+    from ldpkit.analyst import Analyst
+    from ldpkit.distribution import QuantileEstimate
+    from ldpkit.heavy_hitters import StringEstimate
+
+    analyst = Analyst(live.url, READ)
+    dist = analyst.estimates("session_minutes", bins=4, quantiles=[0.5], range_=(5.0, 10.0))
+    assert dist.kind == "distribution" and len(dist.items) == 4
+    assert (dist.items[1].lower, dist.items[1].upper, dist.items[1].category) == (
+        30,
+        60,
+        "[30, 60)",
+    )
+    (median,) = dist.quantiles
+    assert isinstance(median, QuantileEstimate) and median.low <= np.median(minutes) <= median.high
+    assert dist.range is not None and dist.range.category == "[5, 10)"
+    assert (
+        dist.low is not None and dist.high is not None and dist.low <= minutes.mean() <= dist.high
+    )
+    frame = dist.to_pandas()
+    assert frame.index.name == "bin" and frame.index[1].left == 30.0
+    tree = analyst.estimates("region", depth=2, consistent=True)
+    assert tree.depth == 2 and [i.category for i in tree.items] == [
+        "MX/Jalisco",
+        "MX/Sonora",
+        "MX/Yucatan",
+    ]
+    assert list(tree.to_pandas().index) == ["MX/Jalisco", "MX/Sonora", "MX/Yucatan"]
+    table = analyst.estimates("car", consistent=True)
+    assert table.items[0].cell == {"type": "Compact", "origin": "USA"}
+    assert set(table.marginals) == {"type", "origin"}
+    pivot = table.to_pandas()
+    assert pivot.index.names == ["type", "origin"]
+    assert pivot.loc[("Van", "USA"), "estimate"] == table.items[10].estimate
+    found = analyst.estimates("search_term", candidates=["weather"])
+    assert found.threshold is not None and found.candidates[0].category == "weather"
+    strings = found.strings()
+    assert all(isinstance(s, StringEstimate) for s in strings)
+    assert strings[-1].value == b"weather"
+
+
+def test_cli_shows_each_kind_readably(
+    live: LiveCollector,
+    capsys: pytest.CaptureFixture[str],
+    minutes: np.ndarray,
+    regions: list[str],
+    cars: list[dict[str, str]],
+    terms: list[str],
+) -> None:
+    out = cli(
+        live, capsys, "session_minutes", "--quantiles", "0.5,0.9", "--range", "5,10", "--bins", "20"
+    )
+    assert "[0, 6)" in out and "[114, 120)" in out
+    assert "quantile 0.5:" in out and "quantile 0.9:" in out and "fraction in [5, 10):" in out
+    assert out.splitlines()[1].split() == ["category", "estimate", "stderr", "low", "high"]
+    out = cli(live, capsys, "region", "--subtree", "MX/Sonora")
+    assert "depth 3 under MX/Sonora" in out and "MX/Sonora/Nogales" in out and "Merida" not in out
+    out = cli(live, capsys, "car", "--consistent")
+    assert out.splitlines()[1].split()[:3] == ["type", "origin", "estimate"]
+    assert "marginal of type:" in out and "marginal of origin:" in out
+    out = cli(live, capsys, "search_term", "--candidates", "weather,never-said")
+    assert "threshold" in out and "named candidates:" in out and "never-said" in out
+    csv_out = cli(live, capsys, "car", "--format", "csv")
+    assert csv_out.splitlines()[0] == "category,type,origin,estimate,stderr,low,high"
