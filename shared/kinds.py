@@ -138,6 +138,37 @@ class KindSpec:
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
         return 1
 
+    def plan(
+        self,
+        definition: MetricDefinition,
+        *,
+        n: int | None = None,
+        half_width: float | None = None,
+        frequency: float | None = None,
+        level: float = 0.95,
+    ) -> KindPlan:
+        """What n reports give (``n``), or the n a target needs (``half_width``; for
+        strings, the ``frequency`` to find), for this metric."""
+        raise ParameterError(
+            f"{self.name} metrics are planned with ldpkit.plan (domain_size or bounds)"
+        )
+
+
+@dataclass(frozen=True)
+class KindPlan:
+    """A plan of one metric: ``lines`` to read, ``plan`` the planner's own result object."""
+
+    lines: tuple[str, ...]
+    plan: Any
+
+    def explain(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _one_target(n: int | None, half_width: float | None) -> None:
+    if (n is None) == (half_width is None):
+        raise ParameterError("give n (to get the half-widths) or half_width (to get n)")
+
 
 def _build(definition: MetricDefinition, name: str, **options: Any) -> Mechanism:
     try:
@@ -289,6 +320,47 @@ class Distribution(Numeric):
         edges = options.get("edges")
         return len(edges) - 1 if edges else int(options.get("bins") or 16)
 
+    def plan(
+        self,
+        definition: MetricDefinition,
+        *,
+        n: int | None = None,
+        half_width: float | None = None,
+        frequency: float | None = None,
+        level: float = 0.95,
+    ) -> KindPlan:
+        from .distribution_plan import plan_distribution, required_n_distribution
+
+        _one_target(n, half_width)
+        assert definition.bounds is not None and definition.resolution is not None
+        common: dict[str, Any] = {
+            "epsilon": definition.epsilon,
+            "bounds": definition.bounds,
+            "resolution": definition.resolution,
+            "level": level,
+        }
+        p = (
+            plan_distribution(n=n, **common)
+            if n is not None
+            else required_n_distribution(half_width=half_width, **common)  # type: ignore[arg-type]
+        )
+        lo, hi = definition.bounds
+        head = (
+            f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n:,}"
+            if n is not None
+            else f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n:,} reports for a range "
+            f"half-width of {half_width:g}"
+        )
+        lines = (
+            f"distribution over [{lo:g}, {hi:g}], {p.resolution} leaves (fan-out {p.branching})",
+            head,
+            f"  range fraction: {p.level:.0%} half-width <= {p.half_width:.4g} whatever the data "
+            f"(typical {p.typical_half_width:.4g}, values spread evenly)",
+            f"  quantile {p.quantile:g}: half-width about {p.quantile_half_width:.4g} "
+            f"(units of the metric, values spread evenly)",
+        )
+        return KindPlan(lines, p)
+
 
 # --- hierarchy and table (issue 16) -------------------------------------------------------
 def _oracle(definition: MetricDefinition) -> str | tuple[str, ...]:
@@ -324,6 +396,26 @@ def _pinned(definition: MetricDefinition, m: Mechanism) -> None:
     _set(definition, "resolved_oracle", tuple(v.oracle.name for v in views))
 
 
+def _structured_plan(
+    definition: MetricDefinition, n: int | None, half_width: float | None, level: float
+) -> KindPlan:
+    from .structured import plan_structured, required_n_structured
+
+    _one_target(n, half_width)
+    m: Any = definition.mechanism_instance
+    p = (
+        plan_structured(m, n=n, level=level)
+        if n is not None
+        else required_n_structured(m, half_width=half_width, level=level)  # type: ignore[arg-type]
+    )
+    head = (
+        f"n >= {p.n:,} reports for a {level:.0%} half-width of {half_width:g} at every target"
+        if half_width is not None
+        else f"{level:.0%} half-width per target after n={p.n:,} reports"
+    )
+    return KindPlan((head, *p.explain().splitlines()), p)
+
+
 class _Structured(KindSpec):
     """Hierarchies and tables: a value is one base cell (a leaf, a cell)."""
 
@@ -335,6 +427,17 @@ class _Structured(KindSpec):
             return self._domain_encode(definition, value), False
         except (ReportError, ParameterError) as exc:
             raise _fail(definition, str(exc)) from None
+
+    def plan(
+        self,
+        definition: MetricDefinition,
+        *,
+        n: int | None = None,
+        half_width: float | None = None,
+        frequency: float | None = None,
+        level: float = 0.95,
+    ) -> KindPlan:
+        return _structured_plan(definition, n, half_width, level)
 
 
 class Hierarchy(_Structured):
@@ -598,6 +701,47 @@ class Strings(KindSpec):
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
         return (definition.k or DEFAULT_K) + len(options.get("candidates", ()))
+
+    def plan(
+        self,
+        definition: MetricDefinition,
+        *,
+        n: int | None = None,
+        half_width: float | None = None,
+        frequency: float | None = None,
+        level: float = 0.95,
+    ) -> KindPlan:
+        from .heavy_hitters import plan_strings, required_n_strings
+
+        if half_width is not None or (n is None) == (frequency is None):
+            raise ParameterError(
+                "a strings metric is planned by n (the frequency found) or by frequency "
+                "(the n that finds it), not by a half-width"
+            )
+        common: dict[str, Any] = {
+            "epsilon": definition.epsilon,
+            "max_length": definition.max_length,
+            "k": definition.k or DEFAULT_K,
+        }
+        if n is not None:
+            p = plan_strings(n=n, **common)
+            head = f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n:,}, k={p.k}"
+        else:
+            p = required_n_strings(frequency=frequency, **common)  # type: ignore[arg-type]
+            head = (
+                f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n:,} reports find a string of "
+                f"{p.max_length} bytes held by {frequency:.2%} of users half the time"
+            )
+        by_length = ", ".join(
+            f"{length} bytes {t:.3%}" for length, t in enumerate(p.thresholds) if length
+        )
+        lines = (
+            head,
+            f"  found with probability {p.probability:g} from a frequency of {p.threshold:.3%} "
+            f"(the most favourable length); {p.max_length_threshold:.3%} at {p.max_length} bytes",
+            f"  by length: {by_length}",
+        )
+        return KindPlan(lines, p)
 
 
 def _param_of(message: str, names: Sequence[str]) -> str:

@@ -427,3 +427,36 @@ def test_cli_shows_each_kind_readably(
     assert "threshold" in out and "named candidates:" in out and "never-said" in out
     csv_out = cli(live, capsys, "car", "--format", "csv")
     assert csv_out.splitlines()[0] == "category,type,origin,estimate,stderr,low,high"
+
+
+def test_cli_plans_each_kind(
+    live: LiveCollector, capsys: pytest.CaptureFixture[str], minutes: np.ndarray
+) -> None:
+    from ldpkit.cli.registry import main
+    from ldpkit.distribution_plan import plan_distribution
+
+    def plan(*args: str) -> str:
+        code = main(["plan", *args])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return out
+
+    out = plan("--epsilon", "1", "--distribution", "0", "120", "--n", "100000")
+    expected = plan_distribution(epsilon=1.0, bounds=(0.0, 120.0), n=100_000)
+    assert f"half-width <= {expected.half_width:.4g}" in out
+    out = plan("--epsilon", "1", "--leaves", "MX/J/G,MX/J/Z,MX/S/H", "--half-width", "0.02")
+    assert "depth 3" in out and "n >= " in out
+    out = plan(
+        "--epsilon", "2", "--dimension", "type=A,B,C", "--dimension", "origin=X,Y", "--n", "5000"
+    )
+    assert "cells" in out and "origin" in out
+    out = plan("--epsilon", "4", "--max-length", "16", "--frequency", "0.01", "--format", "json")
+    assert json.loads(out)["plan"]["thresholds"][16] <= 0.01 + 1e-9  # found at n
+    # a metric of the collector, planned with its own definition
+    out = plan(
+        "--metric", "session_minutes", "--n", "30000", "--collector", live.url, "--token", READ
+    )
+    assert "metric session_minutes, distribution, mechanism hh" in out
+    assert "256 leaves" in out
+    code = main(["plan", "--epsilon", "1", "--max-length", "16", "--half-width", "0.01"])
+    assert code == 2 and "not by a half-width" in capsys.readouterr().err
