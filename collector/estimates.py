@@ -21,8 +21,9 @@ import numpy.typing as npt
 from .._validation import check_level
 from ..aggregate import Aggregate
 from ..errors import ParameterError
+from ..errors import QueryError as QueryError  # its home is ldpkit.errors
 from ..estimates import FrequencyEstimate, MeanEstimate
-from ..kinds import OptionError, checked_options, query_params
+from ..kinds import checked_options, query_params
 from ..mechanisms import FrequencyOracle, NumericMechanism
 from ..metrics import MetricDefinition, MetricKind
 from ..wire import FINGERPRINT_PATTERN
@@ -34,14 +35,6 @@ PARAMS = (*COMMON_PARAMS, *query_params())
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 _NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
-
-
-class QueryError(ParameterError):
-    """A query parameter is invalid; ``param`` names it."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(f"{param}: {message}")
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -131,10 +124,7 @@ def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
 def with_options(definition: MetricDefinition, q: EstimateQuery) -> EstimateQuery:
     """``q`` with the metric kind's own parameters parsed; QueryError names a bad one
     (or one that belongs to another kind)."""
-    try:
-        return replace(q, options=checked_options(definition, q.raw_options))
-    except OptionError as exc:
-        raise QueryError(exc.param, str(exc).split(": ", 1)[1]) from None
+    return replace(q, options=checked_options(definition, q.raw_options))
 
 
 def _num(x: float) -> float | None:
@@ -205,10 +195,7 @@ def _items(
 def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> dict[str, Any]:
     """``n`` and the estimate fields of one aggregate."""
     if definition.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
-        try:
-            fields = definition.kind_spec.answer(definition, agg, q.options, q.level, q.consistent)
-        except OptionError as exc:
-            raise QueryError(exc.param, str(exc).split(": ", 1)[1]) from None
+        fields = definition.kind_spec.answer(definition, agg, q.options, q.level, q.consistent)
         for key in ("mechanism", "epsilon", "level"):  # the answer's own fields say these
             fields.pop(key, None)
         return fields

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from ._validation import check_bounds, shown
 from .aggregate import Aggregate
-from .errors import ParameterError, ReportError
+from .errors import ParameterError, QueryError, ReportError
 from .mechanisms import Mechanism, choose
 from .mechanisms import mechanism as make_mechanism
 
@@ -44,14 +44,6 @@ if TYPE_CHECKING:
 
 MAX_QUERY_NUMBERS = 4097
 """Most numbers one query parameter may list (edges, quantiles, candidates)."""
-
-
-class OptionError(ParameterError):
-    """A kind's query parameter is invalid; ``param`` names it."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(f"{param}: {message}")
-        self.param = param
 
 
 def _set(definition: MetricDefinition, name: str, value: object) -> None:
@@ -65,20 +57,20 @@ def _fail(definition: MetricDefinition, message: str) -> ParameterError:
 def _numbers(text: str, param: str, *, minimum: int = 1) -> list[float]:
     parts = [p.strip() for p in text.split(",")]
     if len(parts) > MAX_QUERY_NUMBERS:
-        raise OptionError(param, f"at most {MAX_QUERY_NUMBERS} numbers")
+        raise QueryError(param, f"at most {MAX_QUERY_NUMBERS} numbers")
     out = []
     for p in parts:
         try:
             x = float(p)
         except ValueError:
-            raise OptionError(
+            raise QueryError(
                 param, f"expected numbers separated by commas, got {p[:40]!r}"
             ) from None
         if not math.isfinite(x):
-            raise OptionError(param, f"expected finite numbers, got {p[:40]!r}")
+            raise QueryError(param, f"expected finite numbers, got {p[:40]!r}")
         out.append(x)
     if len(out) < minimum:
-        raise OptionError(param, f"expected at least {minimum} numbers")
+        raise QueryError(param, f"expected at least {minimum} numbers")
     return out
 
 
@@ -86,7 +78,7 @@ def _integer(text: str, param: str) -> int:
     try:
         return int(text.strip())
     except ValueError:
-        raise OptionError(param, f"expected an integer, got {text[:40]!r}") from None
+        raise QueryError(param, f"expected an integer, got {text[:40]!r}") from None
 
 
 @dataclass(frozen=True)
@@ -287,14 +279,14 @@ class Distribution(Numeric):
             out["bins"] = _integer(query["bins"], "bins")
         if query.get("edges"):
             if "bins" in out:
-                raise OptionError("edges", "give bins or edges, not both")
+                raise QueryError("edges", "give bins or edges, not both")
             out["edges"] = _numbers(query["edges"], "edges", minimum=2)
         if query.get("quantiles"):
             out["quantiles"] = _numbers(query["quantiles"], "quantiles")
         if query.get("range"):
             pair = _numbers(query["range"], "range", minimum=2)
             if len(pair) != 2:
-                raise OptionError("range", "expected two numbers: lower,upper")
+                raise QueryError("range", "expected two numbers: lower,upper")
             out["range_"] = (pair[0], pair[1])
         return out
 
@@ -312,7 +304,7 @@ class Distribution(Numeric):
             data: dict[str, Any] = estimate.to_dict(level, **options)
         except ParameterError as exc:
             param = _param_of(str(exc), ("edges", "bins", "range", "q"))
-            raise OptionError("quantiles" if param == "q" else param, str(exc)) from None
+            raise QueryError("quantiles" if param == "q" else param, str(exc)) from None
         data["interval"] = data["methods"]["items"] if data["n"] else None
         return data
 
@@ -507,7 +499,7 @@ class Hierarchy(_Structured):
             else:
                 data = estimate.to_dict(depth, level, consistent=consistent)
         except ParameterError as exc:
-            raise OptionError("subtree" if "subtree" in options else "depth", str(exc)) from None
+            raise QueryError("subtree" if "subtree" in options else "depth", str(exc)) from None
         if not data["n"]:
             data["interval"] = None
         return dict(data)
@@ -657,7 +649,7 @@ class Strings(KindSpec):
             return {}
         names = query["candidates"].split(",")
         if len(names) > MAX_QUERY_NUMBERS:
-            raise OptionError("candidates", f"at most {MAX_QUERY_NUMBERS} strings")
+            raise QueryError("candidates", f"at most {MAX_QUERY_NUMBERS} strings")
         return {"candidates": names}
 
     def decoded(self, definition: MetricDefinition, aggregate: Aggregate) -> Any:
@@ -694,7 +686,7 @@ class Strings(KindSpec):
         try:
             data: dict[str, Any] = found.to_dict(options.get("candidates"), level)
         except ParameterError as exc:
-            raise OptionError("candidates", str(exc)) from None
+            raise QueryError("candidates", str(exc)) from None
         data["interval"] = data.pop("interval_method") if data["n"] else None
         data.pop("interval_method", None)
         return data
@@ -801,12 +793,12 @@ def query_params() -> tuple[str, ...]:
 
 
 def checked_options(definition: MetricDefinition, query: Mapping[str, str]) -> dict[str, Any]:
-    """The kind's options of an estimates query; OptionError for another kind's parameter."""
+    """The kind's options of an estimates query; QueryError for another kind's parameter."""
     spec = kind_spec(definition.kind.value)
     for key in query:
         if key in query_params() and key not in spec.params:
             accepted = ", ".join(spec.params) or "none"
-            raise OptionError(
+            raise QueryError(
                 key,
                 f"not a parameter of a {spec.name} metric (its own parameters: {accepted})",
             )
@@ -817,7 +809,6 @@ __all__ = [
     "KINDS",
     "KIND_KEYS",
     "KindSpec",
-    "OptionError",
     "checked_options",
     "kind_spec",
     "query_params",
