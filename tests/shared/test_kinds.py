@@ -230,3 +230,20 @@ def test_devices_encode_strings_as_utf8_within_max_length() -> None:
             spec.encode(d, bad)
     reports = d.mechanism_instance.perturb(spec.encode_many(d, ["a", "weather", ""]))
     assert reports.shape == (3,)
+
+
+@pytest.mark.parametrize("n", [1, 20, 300, 1000])
+def test_strings_answer_small_campaigns(n: int) -> None:
+    """At a few hundred reports the heavy total's estimate could push a level's null mean
+    below zero, and the decoder failed on the square root of a negative variance."""
+    import numpy as np
+
+    d = MetricDefinition.from_dict("search_term", {**TERM, "k": 10})
+    rng = np.random.default_rng(n)
+    words = ["weather", "news", "maps", "translate", "música"] + [f"t{i}" for i in range(195)]
+    p = 1.0 / np.arange(1, 201) ** 1.1
+    values = list(rng.choice(words, n, p=p / p.sum()))
+    m = d.mechanism_instance
+    answer = d.kind_spec.answer(d, m.aggregate(m.perturb(values, rng=rng)), {}, 0.95, False)
+    assert answer["n"] == n and 0.0 < answer["threshold"] <= 1.0
+    assert all(item["category"] in words for item in answer["items"])
