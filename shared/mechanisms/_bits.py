@@ -46,6 +46,12 @@ def unpack_rows(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.bool
     return out.astype(np.bool_)
 
 
+def bit(packed: npt.NDArray[np.uint8], index: int) -> npt.NDArray[np.bool_]:
+    """Bit ``index`` of each packed row (bit i is bit ``i % 8`` of byte ``i // 8``)."""
+    rows = np.asarray(packed)
+    return np.asarray((rows[:, index // 8] >> (index % 8)) & 1 == 1)
+
+
 def padding_is_zero(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.bool_]:
     """Per row: are the padding bits beyond ``bits`` in the last byte all zero?"""
     n = packed.shape[0]

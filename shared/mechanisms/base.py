@@ -89,6 +89,22 @@ class Mechanism(ABC):
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         """The sufficient statistics of valid reports."""
 
+    # --- what one report says about one input (the privacy audit's events) -------------
+    @property
+    def distinct_reports(self) -> int | None:
+        """How many different reports there are, when few enough to list; else None."""
+        return None
+
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        """Which ``reports`` support ``value``: the evidence for it that the estimator
+        counts (:mod:`ldpkit.audit` builds its events from it)."""
+        raise NotImplementedError(f"{self.name} reports do not each support single values")
+
+    def report_layer(self, reports: npt.ArrayLike) -> IntArray | None:
+        """The layer each report speaks about (a tree's depth), for mechanisms whose
+        reports each describe one of several layers; None for the others."""
+        return None
+
     # --- shared behaviour --------------------------------------------------------------
     def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
         """Randomize true values; ``rng`` defaults to a generator fed by the OS CSPRNG."""

@@ -175,6 +175,13 @@ class _UnaryEncoding(FrequencyOracle):
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return _bits.padding_is_zero(reports, self.domain_size)
 
+    @property
+    def distinct_reports(self) -> int:
+        return 1 << self.domain_size  # every bitmap
+
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        return _bits.bit(np.asarray(reports), int(value))
+
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         return _bits.column_counts(reports, self.domain_size).astype(np.float64)
 
