@@ -22,6 +22,7 @@ from ._validation import check_bounds, check_epsilon, shown
 from .errors import ParameterError
 from .mechanisms import FrequencyOracle, Mechanism, NumericMechanism, canonical_name, choose
 from .mechanisms import mechanism as make_mechanism
+from .portable import derived_parameters
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 """A metric name; matched against the *whole* name (``fullmatch``: ``$`` alone would let a
@@ -50,6 +51,7 @@ DEFINITION_KEYS = (
     "fingerprint",
     "resolved_mechanism",
     "report_size",
+    "derived",
 )
 """The keys a metric definition may have (TOML table, JSON object)."""
 
@@ -304,6 +306,7 @@ class MetricDefinition:
             "budget_period": self.budget_period.value,
             "fingerprint": self.fingerprint,
             "report_size": self._mechanism.report_dtype.itemsize,
+            "derived": derived_parameters(self._mechanism),
         }
         if self.categories is not None:
             data["categories"] = list(self.categories)
