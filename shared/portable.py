@@ -54,10 +54,6 @@ def _ceil64(probability: float) -> int:
     return min(TWO64 - 1, math.ceil(probability * TWO64))
 
 
-def _round64(probability: float) -> int:
-    return min(TWO64 - 1, round(probability * TWO64))
-
-
 def _dyadic53(probability: float) -> int:
     """``T`` with ``coin(T)`` equal to ``uniform() < probability`` (numpy's coin)."""
     return math.ceil(probability * 2.0**53) << 11
@@ -127,16 +123,11 @@ def _pm_parameters(grid: Any) -> dict[str, Any]:
 
 
 def _laplace_parameters(m: Any) -> dict[str, Any]:
-    lam = m.epsilon / m.grid_steps
-    bits = m._sampler.block_bits
-    # G = sum_j 2^j B_j + 2^J N: the binary digits of a geometric are independent coins,
-    # Pr[B_j = 1] = a^(2^j) / (1 + a^(2^j)) = 1 / (1 + e^(lam 2^j)), each in [1/3, 1/2].
-    digits = [hex64(_round64(1.0 / (1.0 + math.exp(lam * 2.0**j)))) for j in range(bits)]
     return {
         "grid_steps": m.grid_steps,
         "cap": m.noise_cap,
-        "digits": digits,
-        "block": hex64(_round64(math.exp(-lam * 2.0**bits))),
+        "digits": [hex64(t) for t in m.digit_thresholds],
+        "block": hex64(m.block_threshold),
     }
 
 
