@@ -162,3 +162,21 @@ def test_malformed_reports_fail(plan_path: Path) -> None:
         return np.full(values.size, 7, dtype=np.int8)  # Duchi reports are +1 or -1
 
     assert _failing(plan_path, {"duchi": invalid}) == ("duchi",)
+
+
+def test_cli_plan_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ldpkit.collector.cli import main
+
+    plan = tmp_path / "plan.json"
+    assert main(["conformance", "plan", "--out", str(plan), "--reports", "400"]) == 0
+    assert "reports to make" in capsys.readouterr().out
+    good, bad = tmp_path / "good.msgpack", tmp_path / "bad.msgpack"
+    good.write_bytes(conformance.respond(plan))
+    bad.write_bytes(conformance.respond(plan, {"olh": conformance.textbook_olh}))
+    assert main(["conformance", "check", str(plan), str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "test vectors" in out
+    assert main(["conformance", "check", str(plan), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: olh" in out
+    assert main(["conformance", "check", str(plan), str(tmp_path / "missing")]) == 2
