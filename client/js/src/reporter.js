@@ -12,8 +12,7 @@ const BUDGET_SLACK = 1e-9;
 const UNKNOWN_VERSION_GRACE = 600; // seconds a report refused as unknown_version is kept
 const MAX_DEFINITIONS_BYTES = 16 * 1024 * 1024;
 const MAX_ANSWER_BYTES = 1024 * 1024;
-const TAG_CONTEXT = "ldpkit/memo-tag/v1\u0000";
-const RNG_CONTEXT = "ldpkit/memo-rng/v1\u0000";
+const MEMO_CONTEXT = "ldpkit/memo/js-v1\u0000";
 
 export class LdpkitError extends Error {
   constructor(message, fields = {}) {
@@ -64,8 +63,11 @@ function retryAfterSeconds(value) {
   return Number.isNaN(when) ? null : Math.max(0, (when - Date.now()) / 1000);
 }
 
-async function hmac(secret, message) {
-  const key = await globalThis.crypto.subtle.importKey("raw", secret, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+async function hmacKey(secretHex) {
+  return globalThis.crypto.subtle.importKey("raw", fromHex(secretHex), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+}
+
+async function hmac(key, message) {
   return new Uint8Array(await globalThis.crypto.subtle.sign("HMAC", key, new TextEncoder().encode(message)));
 }
 
@@ -135,6 +137,7 @@ export class Reporter {
       state.secret = toHex(globalThis.crypto.getRandomValues(new Uint8Array(32)));
       await this.store.save(state);
     }
+    this.secretKey = await hmacKey(state.secret); // imported once: HMACs per report are cheap
     this.state = state;
     if (state.definitions) await this.install(state.definitions);
   }
@@ -219,9 +222,8 @@ export class Reporter {
     return def;
   }
 
-  async sample(def, input, message) {
-    if (!this.memoize) return def.sample(input, new CryptoWords(64));
-    const key = (await hmac(fromHex(this.state.secret), RNG_CONTEXT + message)).slice(0, 16);
+  async sample(def, input, key) {
+    if (!key) return def.sample(input, new CryptoWords(64));
     for (let count = wordsNeeded(def); ; count *= 2) {
       try {
         return def.sample(input, new ListWords(await keystream(key, count)));
@@ -253,14 +255,18 @@ export class Reporter {
     this.prune(ledgerNow);
     const valueKey = def.index ? `i${input}` : `f${toHex(new Uint8Array(new Float64Array([input]).buffer))}`;
     const message = `${def.fingerprint}|${valueKey}|${window}`;
-    const tag = toHex((await hmac(fromHex(state.secret), TAG_CONTEXT + message)).slice(0, 16));
+    // One HMAC per report: its first half is the stored memo tag, its second half keys the
+    // report's permanent randomness (halves of a PRF output: the tag reveals nothing of
+    // the key, so the stored tag cannot replay the randomness to test candidate values).
+    const digest = this.memoize ? await hmac(this.secretKey, MEMO_CONTEXT + message) : null;
+    const tag = digest ? toHex(digest.slice(0, 16)) : "";
     const memo = this.memoize ? state.memo[tag] : undefined;
     const receipt = { metric: def.name, fingerprint: def.fingerprint, bucket, memoized: memo !== undefined, queued: false, epsilon: 0, clipped };
     if (memo && memo.buckets.includes(bucket)) return receipt; // already queued or sent
     if (state.outbox.length >= this.settings.maxOutbox) {
       throw new OutboxFull(`the outbox holds ${state.outbox.length} reports (maxOutbox); flush first`);
     }
-    const report = await this.sample(def, input, message);
+    const report = await this.sample(def, input, digest?.slice(16, 32));
     if (!memo) {
       const metricKey = `${def.name}|${budgetSeconds}|${window}`;
       const totalKey = `*|${this.totalSeconds}|${totalWindow}`;
