@@ -12,6 +12,10 @@ asyncio task, aiohttp) are thin shells over one I/O-free core (:mod:`ldpkit.clie
 and one on-device store (:mod:`ldpkit.client.storage`). See ``docs/client.md``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ..errors import (
     BudgetExceeded,
     CollectorRejected,
@@ -21,7 +25,6 @@ from ..errors import (
     ParameterError,
 )
 from ..metrics import MetricDefinition, Period
-from .aio import AsyncReporter
 from .core import (
     BudgetStatus,
     FlushResult,
@@ -34,6 +37,20 @@ from .core import (
 )
 from .storage import StateError
 from .sync import Reporter
+
+if TYPE_CHECKING:
+    from .aio import AsyncReporter
+
+
+def __getattr__(name: str) -> Any:
+    # AsyncReporter needs aiohttp (~0.3 s and 400 modules to import): load it on first use
+    # only, so that an app using the sync Reporter never pays for it.
+    if name == "AsyncReporter":
+        from .aio import AsyncReporter
+
+        return AsyncReporter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AsyncReporter",

@@ -355,6 +355,13 @@ class AsyncReporter:
             else:
                 await asyncio.sleep(action.seconds)
 
+    async def _background_refresh(self) -> None:
+        if self._state.definitions_due():
+            try:
+                await self.refresh_definitions()
+            except LdpkitError as exc:
+                log.info("background definitions refresh failed: %s", exc)
+
     async def _run(self) -> None:
         """Background task: the same schedule as the sync reporter's thread."""
         assert self._wake is not None and self._send_lock is not None
@@ -362,17 +369,14 @@ class AsyncReporter:
         schedule = BackgroundSchedule(
             flush_interval=self.flush_interval, retry=self.retry, now=loop.time()
         )
+        await self._background_refresh()  # at start, as the sync reporter's thread does
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=schedule.wait(loop.time()))
             self._wake.clear()
             if not schedule.ready(loop.time()):
                 continue  # backing off: a full batch waits for the backoff to end
-            if self._state.definitions_due():
-                try:
-                    await self.refresh_definitions()
-                except LdpkitError as exc:
-                    log.info("background definitions refresh failed: %s", exc)
+            await self._background_refresh()
             run: FlushRun | None = None
             try:
                 async with self._send_lock:

@@ -188,7 +188,8 @@ class Reporter:
     state_dir : where the outbox, budget ledger, memo and definitions cache live
         (``~`` expanded, created with mode 0700). One directory per device/app.
     metrics : definitions in code; if None (default) they come from ``GET /v1/metrics``
-        and are cached in ``state_dir`` (the app works offline after the first fetch).
+        and are cached in ``state_dir``; the background thread fetches them at start, so
+        the app works offline after its first start online.
     total_budget, total_budget_period : an epsilon cap across all metrics per period
         (sequential composition); None for no total cap.
     flush_interval : seconds between background flushes; a flush also starts as soon as
@@ -422,12 +423,22 @@ class Reporter:
             else:
                 time.sleep(action.seconds)
 
+    def _background_refresh(self) -> None:
+        if self._state.definitions_due() and not self._stop.is_set():
+            try:
+                self.refresh_definitions()
+            except LdpkitError as exc:
+                log.info("background definitions refresh failed: %s", exc)
+
     def _run(self) -> None:
         """The background thread: flush every ``flush_interval``, or sooner when a batch
         is full; after a failure wait the policy's backoff (or Retry-After) first."""
         schedule = BackgroundSchedule(
             flush_interval=self.flush_interval, retry=self.retry, now=time.monotonic()
         )
+        # Fetch the definitions as soon as the reporter starts, not at the first report:
+        # a device that starts online and reports only later, offline, must know them.
+        self._background_refresh()
         while not self._stop.is_set():
             self._wake.wait(timeout=schedule.wait(time.monotonic()))
             if self._stop.is_set():
@@ -435,11 +446,7 @@ class Reporter:
             self._wake.clear()
             if not schedule.ready(time.monotonic()):
                 continue  # backing off: a full batch waits for the backoff to end
-            if self._state.definitions_due():
-                try:
-                    self.refresh_definitions()
-                except LdpkitError as exc:
-                    log.info("background definitions refresh failed: %s", exc)
+            self._background_refresh()
             run: FlushRun | None = None
             try:
                 with self._send_lock:

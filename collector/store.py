@@ -34,11 +34,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ..aggregate import Aggregate
-from ..errors import LdpkitError
+from ..errors import ConfigError, LdpkitError
 from ..mechanisms import Mechanism
 from ..metrics import MetricDefinition
 from ..wire import ID_SIZE
-from .config import POSTGRES_PREFIXES, ConfigError
+from .config import POSTGRES_PREFIXES
 
 log = logging.getLogger("ldpkit.collector.store")
 

@@ -8,6 +8,7 @@ or ``TypeError`` so that ordinary Python code handles them the usual way.
 
     LdpkitError
     ├── ParameterError (ValueError)       a mechanism, metric or query parameter is invalid
+    ├── ConfigError (ValueError)          the collector's configuration is invalid
     ├── ReportError (ValueError)          a value or report does not fit its mechanism
     ├── ProtocolError (ValueError)        bytes on the wire do not follow protocol v1
     ├── BudgetExceeded                    a report would overspend the privacy budget
@@ -26,6 +27,10 @@ class LdpkitError(Exception):
 
 class ParameterError(LdpkitError, ValueError):
     """A parameter (epsilon, domain size, bounds, level, ...) is invalid."""
+
+
+class ConfigError(LdpkitError, ValueError):
+    """The collector's configuration is invalid (the message names the file and key)."""
 
 
 class ReportError(LdpkitError, ValueError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import sys
@@ -69,6 +70,39 @@ def test_definitions_come_from_the_collector(live: LiveCollector, state_dir: Pat
         assert served.fingerprint == definition("theme").fingerprint
         assert served.resolved_mechanism == definition("theme").resolved_mechanism
         r.refresh_definitions()  # answered 304 from the ETag; the cache stays
+
+
+def _wait_for(condition: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_definitions_are_fetched_at_start_so_reports_work_offline_later(
+    live: LiveCollector, state_dir: Path
+) -> None:
+    """Issue 14 point 12: start online, report nothing, go offline, then report."""
+    with reporter(live, state_dir, background=True, flush_interval=3600.0) as r:
+        _wait_for(lambda: "theme" in r.definitions)  # fetched by the background thread
+        live.stop()
+        receipt = r.report("theme", "dark")
+        assert receipt.queued and r.pending == 1
+        live.start()
+    assert live.n("theme") == 1  # close() delivered it once the collector was back
+
+
+async def test_async_definitions_are_fetched_at_start(live: LiveCollector, state_dir: Path) -> None:
+    async with AsyncReporter(
+        live.url, token=INGEST, state_dir=state_dir, retry=FAST, flush_interval=3600.0
+    ) as r:
+        deadline = time.monotonic() + 10.0
+        while "theme" not in r.definitions:
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.01)
+        live.stop()
+        receipt = await r.report("theme", "dark")
+        assert receipt.queued and r.pending == 1
 
 
 def test_collector_down_then_up_delivered_exactly_once(

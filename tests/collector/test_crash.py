@@ -69,7 +69,7 @@ epsilon = 1.0
 mechanism = "oue"
 """
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
-CLI = (sys.executable, "-m", "ldpkit.collector.cli")
+CLI = (sys.executable, "-m", "ldpkit.cli")
 
 
 def free_port() -> int:

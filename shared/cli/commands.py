@@ -1,6 +1,6 @@
 """The analyst's and newcomer's subcommands: ``estimates``, ``metrics``, ``plan``, ``demo``.
 
-They register themselves in :data:`ldpkit.collector.cli.COMMANDS` when imported.
+They register themselves in :data:`ldpkit.cli.COMMANDS` when imported.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 from .. import plan as plan_campaign
 from .. import required_n
+from ..analyst import TOKEN_ENV, Analyst
 from ..errors import ParameterError
 from ..mechanisms import NAMES, Choice, choose
 from ..planner import Plan
-from .analyst import TOKEN_ENV, Analyst
-from .cli import command
+from .registry import command
 
 COLLECTOR_ENV = "LDPKIT_COLLECTOR"
 DEFAULT_COLLECTOR = "http://127.0.0.1:8787"
@@ -118,7 +118,7 @@ def estimates(args: argparse.Namespace) -> int:
     else:
         print(result.to_table())
     if plot is not None:
-        from .plots import plot_estimate
+        from ..analyst.plots import plot_estimate
 
         plot_estimate(result, plot)
         print(f"plot written to {plot}", file=sys.stderr)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..analyst import Analyst
+from ..collector.launcher import environment_without_tokens, running_collector
 from ..errors import LdpkitError
-from .analyst import Analyst
-from .launcher import environment_without_tokens, running_collector
 
 INGEST, READ, ADMIN = "demo-ingest", "demo-read", "demo-admin"
 
