@@ -165,7 +165,7 @@ def test_malformed_reports_fail(plan_path: Path) -> None:
 
 
 def test_cli_plan_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from ldpkit.collector.cli import main
+    from ldpkit.cli import main
 
     plan = tmp_path / "plan.json"
     assert main(["conformance", "plan", "--out", str(plan), "--reports", "400"]) == 0

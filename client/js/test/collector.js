@@ -13,7 +13,7 @@ export async function startCollector(metricsToml) {
   const dir = mkdtempSync(join(tmpdir(), "ldpkit-js-"));
   writeFileSync(join(dir, "collector.toml"), `[collector]\ndatabase = "collector.sqlite3"\n\n[tokens]\ningest = ["${INGEST}"]\nread = ["${READ}"]\n\n${metricsToml}`);
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("LDPKIT_")));
-  const child = spawn(PYTHON, ["-m", "ldpkit.collector", "serve", "--host", "127.0.0.1", "--port", "0", "--config", "collector.toml", "--no-access-log"], { cwd: dir, env, stdio: ["ignore", "ignore", "pipe"] });
+  const child = spawn(PYTHON, ["-m", "ldpkit.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--config", "collector.toml", "--no-access-log"], { cwd: dir, env, stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
   const url = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`the collector did not start:\n${log}`)), 30000);

@@ -9,7 +9,7 @@ export const PYTHON = process.env.LDPKIT_PYTHON || (existsSync(venv) ? venv : "p
 
 /** `ldpkit <args>`; returns {status, stdout, stderr}. */
 export function ldpkit(args, options = {}) {
-  const result = spawnSync(PYTHON, ["-m", "ldpkit.collector", ...args], { encoding: "utf8", ...options });
+  const result = spawnSync(PYTHON, ["-m", "ldpkit.cli", ...args], { encoding: "utf8", ...options });
   if (result.error) throw result.error;
   return result;
 }
