@@ -46,7 +46,7 @@ from .mechanisms import Mechanism
 from .mechanisms._bits import unpack_rows
 from .metrics import MetricDefinition, MetricKind
 from .portable import MECHANISMS
-from .randomness import resolve_rng
+from .randomness import os_generator, resolve_rng
 
 PLAN_FORMAT = 1
 DEFAULT_REPORTS = 4000
@@ -150,11 +150,15 @@ def respond(
     perturb_override: Mapping[str, Override] | None = None,
     *,
     rng: np.random.Generator | None = None,
+    one_at_a_time: bool = True,
 ) -> bytes:
     """The wire batch ldpkit's Python client gives for a plan (one block per metric).
 
     ``perturb_override`` maps a mechanism name to ``(mechanism, values, rng) -> reports``,
-    used instead of the mechanism's own sampler.
+    used instead of the mechanism's own sampler. By default every report is made as the
+    client's ``report()`` makes it: alone, under a generator of its own keyed from the OS
+    CSPRNG (the single-report paths of the samplers); ``one_at_a_time=False`` perturbs
+    each metric's values in one vectorised call (``simulate``'s path) under ``rng``.
     """
     plan = _load_plan(plan_path)
     generator = resolve_rng(rng)
@@ -172,7 +176,17 @@ def respond(
         m = definition.mechanism_instance
         array = np.asarray(values)
         fn = overrides.get(m.name)
-        reports = fn(m, array, generator) if fn is not None else m.perturb(array, generator)
+        if fn is not None:
+            reports = fn(m, array, generator)
+        elif one_at_a_time:
+            reports = np.concatenate(
+                [
+                    np.atleast_1d(m.perturb(array[i : i + 1], os_generator()))
+                    for i in range(len(array))
+                ]
+            )
+        else:
+            reports = m.perturb(array, generator)
         reports = np.asarray(reports, dtype=m.report_dtype)
         ids = os.urandom(wire.ID_SIZE * len(values))
         blocks.append(wire.make_block(name, definition.fingerprint, plan.bucket, ids, reports))

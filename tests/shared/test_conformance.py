@@ -36,8 +36,10 @@ def test_plan_covers_every_portable_mechanism(plan_path: Path) -> None:
     assert all(i["count"] == REPORTS for i in plan["inputs"])
 
 
-def test_python_client_passes(plan_path: Path) -> None:
-    verdict = conformance.check(plan_path, conformance.respond(plan_path))
+@pytest.mark.parametrize("one_at_a_time", [True, False])
+def test_python_client_passes(plan_path: Path, one_at_a_time: bool) -> None:
+    batch = conformance.respond(plan_path, one_at_a_time=one_at_a_time)
+    verdict = conformance.check(plan_path, batch)
     assert verdict.passed, verdict.render()
     assert {t.mechanism for t in verdict.tests} == set(portable.MECHANISMS)
     assert "PASS" in verdict.render()
@@ -66,7 +68,9 @@ def test_portable_reference_rules_pass(plan_path: Path) -> None:
 
 
 def _failing(plan_path: Path, overrides: dict[str, Any]) -> tuple[str, ...]:
-    verdict = conformance.check(plan_path, conformance.respond(plan_path, overrides))
+    verdict = conformance.check(
+        plan_path, conformance.respond(plan_path, overrides, one_at_a_time=False)
+    )
     assert not verdict.passed
     assert "FAIL" in verdict.render()
     return verdict.failing_mechanisms
@@ -85,7 +89,9 @@ def test_textbook_hash_fails_even_with_fair_keys(plan_path: Path) -> None:
         out["b"] = rng.integers(0, 2**64, size=values.size, dtype=np.uint64)
         return out
 
-    verdict = conformance.check(plan_path, conformance.respond(plan_path, {"olh": fair_keys}))
+    verdict = conformance.check(
+        plan_path, conformance.respond(plan_path, {"olh": fair_keys}, one_at_a_time=False)
+    )
     failed = {t.test for t in verdict.tests if not t.passed}
     assert "bucket vs hash" in failed and "hash key bits" not in failed
 
@@ -144,7 +150,9 @@ def test_other_silent_bugs_fail(plan_path: Path, mechanism: str, override: Any) 
 
 def test_framing_problems_are_named(plan_path: Path) -> None:
     plan = json.loads(plan_path.read_text())
-    blocks = wire.decode_batch(conformance.respond(plan_path), max_reports=10**7)
+    blocks = wire.decode_batch(
+        conformance.respond(plan_path, one_at_a_time=False), max_reports=10**7
+    )
     # Drop one metric's reports and give another a wrong fingerprint.
     broken = [b for b in blocks if b.metric != "hr-0_5"]
     broken[0] = wire.Block(
