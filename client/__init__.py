@@ -8,8 +8,9 @@
 ...     r.flush()
 
 :class:`Reporter` (a background thread, stdlib HTTP) and :class:`AsyncReporter` (an
-asyncio task, aiohttp) are thin shells over one I/O-free core (:mod:`ldpkit.client.core`)
-and one on-device store (:mod:`ldpkit.client.storage`). See ``docs/client.md``.
+asyncio task, aiohttp, imported on first use) are thin shells over one base
+(:mod:`ldpkit.client.base`), I/O-free decisions (``policies``, ``codec``, ``protocol``,
+``flush``) and one on-device store (:mod:`ldpkit.client.storage`). See ``docs/client.md``.
 """
 
 from __future__ import annotations
@@ -25,16 +26,8 @@ from ..errors import (
     ParameterError,
 )
 from ..metrics import MetricDefinition, Period
-from .core import (
-    BudgetStatus,
-    FlushResult,
-    MetricBudget,
-    ReportReceipt,
-    RetryPolicy,
-    StateLoss,
-    Timeout,
-    TotalBudget,
-)
+from .policies import RetryPolicy, Timeout
+from .results import BudgetStatus, FlushResult, MetricBudget, ReportReceipt, StateLoss, TotalBudget
 from .storage import StateError
 from .sync import Reporter
 

@@ -43,8 +43,9 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..errors import LdpkitError
-from .core import OutboxRow, StateLoss
+from ..errors import StateError as StateError  # its home is ldpkit.errors
+from .protocol import OutboxRow
+from .results import StateLoss
 
 SECRET_FILE = "device.key"
 DATABASE_FILE = "client.sqlite3"
@@ -127,10 +128,6 @@ def _move_aside(path: Path) -> str:
         with contextlib.suppress(FileNotFoundError):
             os.replace(f"{path}{suffix}", f"{target}{suffix}")
     return target
-
-
-class StateError(LdpkitError):
-    """The state directory cannot be used (permissions, corrupt secret, newer schema)."""
 
 
 def prepare_state_dir(path: str | os.PathLike[str]) -> Path:

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from .._validation import check_level
 from ..aggregate import Aggregate
 from ..errors import ParameterError
+from ..errors import QueryError as QueryError  # its home is ldpkit.errors
 from ..estimates import FrequencyEstimate, MeanEstimate
 from ..mechanisms import FrequencyOracle, NumericMechanism
 from ..metrics import MetricDefinition
@@ -31,14 +32,6 @@ PARAMS = ("from", "to", "level", "consistent", "version", "per_bucket")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 _NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
-
-
-class QueryError(ParameterError):
-    """A query parameter is invalid; ``param`` names it."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(f"{param}: {message}")
-        self.param = param
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..errors import ProtocolError
+from ..errors import ProtocolError, QueryError, UnknownMetric
 from ..metrics import MetricDefinition
 from ..wire import FINGERPRINT_PATTERN, decode_batch
 from .config import CollectorConfig
@@ -260,14 +260,14 @@ class Collector:
     def metric(self, name: str) -> Serialized:
         found = self._metric_bodies.get(name)
         if found is None:
-            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+            raise UnknownMetric(f"no metric named {name[:80]!r}")
         return found
 
     def metric_versions(self, name: str) -> dict[str, object]:
         versions = self.catalog.versions.get(name)
         current = self.catalog.current.get(name)
         if versions is None or current is None:
-            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+            raise UnknownMetric(f"no metric named {name[:80]!r}")
         return {
             "metric": name,
             "current": current.fingerprint,
@@ -281,7 +281,7 @@ class Collector:
         retired = await self.store.retire_metric(name)
         await self.refresh_catalog()
         if retired is None:
-            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+            raise UnknownMetric(f"no metric named {name[:80]!r}")
         if retired:
             log.info("metric %s: retired", name)
         return retired
@@ -419,13 +419,11 @@ class Collector:
         items = per_answer * (1 + (buckets if query.per_bucket else 0))
         limit = self.config.max_estimate_items
         if items > limit:
-            raise ApiError(
-                400,
-                "invalid_parameter",
+            raise QueryError(
+                "per_bucket" if query.per_bucket else "from",
                 f"per_bucket=true over {buckets} buckets of {per_answer} items each makes "
                 f"{items} items, over the collector's max_estimate_items ({limit}); "
                 "narrow from/to, or leave per_bucket out",
-                param="per_bucket" if query.per_bucket else "from",
             )
 
     async def estimate(self, name: str, query: EstimateQuery) -> bytes:
@@ -437,23 +435,16 @@ class Collector:
             versions = self.catalog.versions.get(name)
             current = self.catalog.current.get(name)
         if versions is None or current is None:
-            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+            raise UnknownMetric(f"no metric named {name[:80]!r}")
         fp = query.version or current.fingerprint
         definition = versions.get(fp)
         if definition is None:
-            raise ApiError(
-                404,
-                "unknown_version",
-                f"metric {name!r} has no version {fp!r}",
-                param="version",
+            raise UnknownMetric(
+                f"metric {name!r} has no version {fp!r}", error="unknown_version", param="version"
             )
-        try:
-            buckets = await self.store.aggregates(
-                fp, definition.mechanism_instance.stats_size, query.start, query.end
-            )
-        except StoreError as exc:
-            log.error("estimates of %s: %s", name, exc)
-            raise ApiError(503, "store_unavailable", "the store failed; retry later") from None
+        buckets = await self.store.aggregates(  # a StoreError answers 503 (middleware)
+            fp, definition.mechanism_instance.stats_size, query.start, query.end
+        )
         self._check_answer_size(definition, len(buckets), query)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(

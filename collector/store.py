@@ -35,6 +35,8 @@ import numpy.typing as npt
 
 from ..aggregate import Aggregate
 from ..errors import ConfigError, LdpkitError
+from ..errors import StoreClosed as StoreClosed  # their home is ldpkit.errors
+from ..errors import StoreError as StoreError
 from ..mechanisms import Mechanism
 from ..metrics import MetricDefinition
 from ..wire import ID_SIZE
@@ -47,14 +49,6 @@ SUMS_DTYPE = np.dtype("<f8")
 
 CommitListener = Callable[[float, int, int], None]
 """Called after each commit with (seconds, batches, reports) — from the store's thread."""
-
-
-class StoreError(LdpkitError):
-    """The store failed (I/O error, database unavailable); the batch was not stored."""
-
-
-class StoreClosed(StoreError):
-    """The store is closed or closing and takes no more work."""
 
 
 class PutOutcome(StrEnum):

@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
-from ..errors import CollectorRejected, CollectorUnavailable, ParameterError
+from .._validation import check_level
+from ..errors import CollectorUnavailable, ParameterError
+from ..http_errors import http_error
 from ..metrics import MetricDefinition
 
 TOKEN_ENV = "LDPKIT_READ_TOKEN"
@@ -334,22 +336,12 @@ class Analyst:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            body = exc.read()
-            try:
-                payload = json.loads(body)
-                error, detail = str(payload.get("error")), str(payload.get("detail"))
-            except (ValueError, AttributeError):
-                error, detail = "http_error", body[:200].decode(errors="replace")
             hint = {
                 401: f" (is the token right? it may also come from {TOKEN_ENV})",
                 403: " (this token may not read estimates: use a read token)",
                 404: " (is the metric name right? `ldpkit metrics` lists them)",
             }.get(exc.code, "")
-            if exc.code >= 500:
-                raise CollectorUnavailable(
-                    f"collector at {self.url} failed with {exc.code}: {detail}"
-                ) from None
-            raise CollectorRejected(exc.code, error, detail + hint) from None
+            raise http_error(exc.code, exc.read(), source=self.url, hint=hint) from None
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             reason = getattr(exc, "reason", exc)
             raise CollectorUnavailable(
@@ -401,8 +393,7 @@ class Analyst:
         """The estimate of ``metric`` over buckets starting in ``[start, end)``."""
         if not isinstance(metric, str) or not metric:
             raise ParameterError(f"metric must be a metric name, got {metric!r}")
-        if not (isinstance(level, float | int) and 0 < float(level) < 1):
-            raise ParameterError(f"level must be in (0, 1), got {level!r}")
+        level = check_level(level)
         params = {
             "from": _time_param(start, "start"),
             "to": _time_param(end, "end"),

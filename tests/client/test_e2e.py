@@ -24,7 +24,7 @@ from ldpkit.client import (
     RetryPolicy,
     Timeout,
 )
-from ldpkit.client.core import HttpAnswer
+from ldpkit.client.protocol import HttpAnswer
 from ldpkit.client.sync import HttpTransport
 
 from .live import INGEST, LiveCollector

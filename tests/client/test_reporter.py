@@ -207,7 +207,7 @@ def test_memoize_off_spends_every_time(state_dir: Path, clock: FakeClock) -> Non
 
 def test_memoized_reports_follow_the_mechanism() -> None:
     """Across many devices (secrets), memoized reports have the mechanism's distribution."""
-    from ldpkit.client.core import MetricCodec, memo_generator, memo_message
+    from ldpkit.client.codec import MetricCodec, memo_generator, memo_message
 
     codec = MetricCodec.of(theme())
     n = 6000
@@ -476,7 +476,7 @@ def test_metric_definition_type_is_reexported() -> None:
 
 # --- store internals ----------------------------------------------------------------------
 def test_keyed_generator_equals_a_fresh_philox() -> None:
-    from ldpkit.client.core import keyed_generator
+    from ldpkit.client.codec import keyed_generator
 
     for _ in range(20):
         key = os.urandom(16)
