@@ -176,6 +176,11 @@ class MetricDefinition:
     description: str = ""
     _mechanism: Mechanism = field(init=False, repr=False, compare=False)
 
+    def encode_value(self, value: object) -> Any:
+        """What a device gives the mechanism for ``value``: its kind's one check and
+        encoding (:meth:`ldpkit.kinds.KindSpec.encode`; a number is clipped)."""
+        return self.kind_spec.encode(self, value)[0]
+
     @cached_property
     def category_index(self) -> dict[str, int]:
         """Each category's index (the value a device reports); empty for other kinds."""
