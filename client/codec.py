@@ -95,10 +95,6 @@ class MetricCodec:
         return [raw[i : i + size] for i in range(0, len(raw), size)]
 
 
-def _g(bounds: tuple[float, float] | None, i: int) -> str:
-    return f"{bounds[i]:g}" if bounds is not None else "?"
-
-
 # --- memoization ----------------------------------------------------------------------
 _TAG_CONTEXT = b"ldpkit/memo-tag/v1\x00"
 _RNG_CONTEXT = b"ldpkit/memo-rng/v1\x00"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,6 +31,7 @@ from ..errors import ParameterError, ReportError
 from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
 from ._dyadic import check_min_epsilon
+from ._values import check_numbers
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -324,26 +324,7 @@ class NumericMechanism(Mechanism):
         return {"mechanism": self.name, "epsilon": self.epsilon, "bounds": list(self.bounds)}
 
     def _check_values(self, values: npt.NDArray[Any]) -> FloatArray:
-        if values.dtype.kind == "O":
-            is_number = np.fromiter(
-                (isinstance(v, Real) and not isinstance(v, bool) for v in values),
-                dtype=bool,
-                count=values.size,
-            )
-            if not bool(np.all(is_number)):
-                i = int(np.argmin(is_number))
-                raise ReportError(f"value {values[i]!r} at index {i} is not a number")
-            values = values.astype(np.float64)
-        if values.dtype.kind not in "iuf":
-            where = f"value {values[0]!r} at index 0 is not a number: " if values.size else ""
-            raise ReportError(f"{where}numeric values must be numbers, got dtype {values.dtype}")
-        x = values.astype(np.float64)
-        bad = ~np.isfinite(x)
-        if bool(np.any(bad)):
-            i = int(np.argmax(bad))
-            raise ReportError(f"value {x[i]!r} at index {i} is not a finite number")
-        lo, hi = self.bounds
-        return np.clip(x, lo, hi)
+        return check_numbers(values, self.bounds)
 
     def to_unit(self, x: FloatArray) -> FloatArray:
         lo, _ = self.bounds
