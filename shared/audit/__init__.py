@@ -19,44 +19,15 @@ then below the true epsilon with probability at least ``confidence``.
   finite sample. Passing is evidence that no gross violation exists, not a proof of
   privacy (that is what the exact checks and proofs in the mechanism modules are for).
 
-Method
-------
-Reports are drawn for every input (``samples`` each) and split in two independent
-parts:
-
-1. *Selection* (``selection_fraction`` of the samples): reports are mapped to discrete
-   cells (see below). For each ordered pair (x, x') the candidate events are, for
-   categorical cells, the level sets of the empirical likelihood ratio (the top 1, 2,
-   ... cells by ratio: the Neyman-Pearson optimal events) and, for the bins of a
-   numeric output, every interval of adjacent bins (tails included). Each candidate is
-   scored by the bound it is predicted to give on the counting part, and the best
-   ``max_events`` candidates over all pairs are kept.
-2. *Counting* (the rest): each kept event is counted among the reports of x and of x'
-   and turned into the bound ``log(L / U)``, where ``L`` and ``U`` are Clopper-Pearson
-   bounds at level ``(1 - confidence) / (2 m)`` each, m the number of events kept.
-
-Because the events are fixed before the counting reports are looked at, the
-Clopper-Pearson bounds are exact for them, and the union bound over the ``2 m``
-one-sided bounds gives the overall confidence.
-
-Cells (how reports become discrete events; :mod:`ldpkit.audit.cells`), from what each
-mechanism says about its own reports (the audit switches on no mechanism's name):
-
-- at most 1,024 different reports (``Mechanism.distinct_reports``: ``grr``, ``rr``, ``hr``,
-  ``sue``, ``oue``, ``ss`` with small domains): the report itself;
-- else whether the report supports x and whether it supports x'
-  (``Mechanism.supports``: every frequency oracle, ``prefix_sketch``), per layer for
-  mechanisms whose reports each describe one (``Mechanism.report_layer``: ``hh``, whose
-  reports name one depth of the tree);
-- numeric mechanisms: ``bins`` quantile bins of the debiased output (edges taken from
-  the selection part of the pair's pooled reports; values that repeat, such as
-  Duchi's two outputs, get a cell of their own).
-
-(epsilon, delta) mechanisms (``gaussian``): ``P(E | x) <= e^eps P(E | x') + delta``, so
-each event bounds epsilon from below by ``log((L - delta) / U)``, with delta the
-mechanism's own.
-
-Other cells can be given with ``events``.
+How (docs/audit.md has the whole method and the measured tightness): reports are drawn
+for each input and split in two independent parts. On the *selection* part reports are
+mapped to cells (:mod:`ldpkit.audit.cells`, from what each mechanism says about its own
+reports: the audit switches on no mechanism's name, and ``events`` gives other cells),
+candidate events (unions of cells) are scored, and the best ``max_events`` are kept. On
+the *counting* part each kept event gives ``log(L / U)`` (``log((L - delta) / U)`` for an
+(epsilon, delta) mechanism), ``L`` and ``U`` Clopper-Pearson bounds at level
+``(1 - confidence) / (2 m)``: the events being fixed before the counting reports are
+seen, the union bound over the ``2 m`` one-sided bounds gives the overall confidence.
 
 The Clopper-Pearson bounds (:mod:`ldpkit.audit.bounds`) need no scipy. A deliberately
 broken mechanism to see the audit fail: :func:`ldpkit.testing.mislabelled`.
