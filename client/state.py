@@ -25,7 +25,7 @@ from ..errors import (
     ParameterError,
     ProtocolError,
 )
-from ..metrics import MetricDefinition, Period, window_start
+from ..metrics import MetricDefinition, Period, check_period, window_start
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
 from .codec import MetricCodec, keyed_generator, memo_generator, memo_message, memo_tag
@@ -70,15 +70,6 @@ since the first refusal): a replica may not know a version defined a moment ago 
 another one. Past it they are dropped, as other refusals are."""
 
 
-def _period(value: Period | str, what: str) -> Period:
-    try:
-        return Period(value)
-    except ValueError:
-        raise ParameterError(
-            f"{what} must be one of {', '.join(p.value for p in Period)}, got {value!r}"
-        ) from None
-
-
 class ReporterState:
     """The reporter's state and every decision on it; thread-safe (one lock)."""
 
@@ -99,7 +90,7 @@ class ReporterState:
         self.clock = clock
         self.memoize = bool(memoize)
         self.max_outbox = check_count(max_outbox, "max_outbox")
-        self.total_period = _period(total_budget_period, "total_budget_period")
+        self.total_period = check_period(total_budget_period, "total_budget_period")
         self._total_seconds = self.total_period.seconds
         if total_budget is not None:
             if isinstance(total_budget, bool) or not isinstance(total_budget, int | float):

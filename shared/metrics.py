@@ -104,7 +104,8 @@ class Period(StrEnum):
         return window_start(self.seconds, unix_seconds)
 
 
-def _period(value: object, what: str) -> Period:
+def check_period(value: object, what: str) -> Period:
+    """``value`` as a :class:`Period`; ParameterError naming ``what`` and the choices."""
     try:
         return Period(value if isinstance(value, str) else "")
     except ValueError:
@@ -206,9 +207,11 @@ class MetricDefinition:
             ) from None
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "epsilon", self._checked(check_epsilon, self.epsilon))
-        object.__setattr__(self, "bucket", _period(self.bucket, f"metric {self.name}: bucket"))
+        object.__setattr__(self, "bucket", check_period(self.bucket, f"metric {self.name}: bucket"))
         object.__setattr__(
-            self, "budget_period", _period(self.budget_period, f"metric {self.name}: budget_period")
+            self,
+            "budget_period",
+            check_period(self.budget_period, f"metric {self.name}: budget_period"),
         )
         if self.budget is not None:
             budget = self._checked(check_epsilon, self.budget, what="budget")
