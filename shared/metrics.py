@@ -22,6 +22,7 @@ from ._validation import check_epsilon, shown
 from .errors import ParameterError
 from .kinds import KIND_KEYS, KINDS, KindSpec, kind_spec
 from .mechanisms import Mechanism, canonical_name
+from .portable import PORTABLE_MECHANISMS, derived_parameters
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 """A metric name; matched against the *whole* name (``fullmatch``: ``$`` alone would let a
@@ -50,6 +51,7 @@ DEFINITION_KEYS = (
     "resolved_mechanism",
     "resolved_oracle",
     "report_size",
+    "derived",
 )
 """The keys a metric definition may have (TOML table, JSON object)."""
 
@@ -354,6 +356,8 @@ class MetricDefinition:
             "fingerprint": self.fingerprint,
             "report_size": self._mechanism.report_dtype.itemsize,
         }
+        if self._mechanism.name in PORTABLE_MECHANISMS:
+            data["derived"] = derived_parameters(self._mechanism)
         if self.categories is not None:
             data["categories"] = list(self.categories)
         if self.bounds is not None:

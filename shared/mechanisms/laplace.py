@@ -21,11 +21,17 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from ._bits import uniform_u64
 from ._dyadic import check_min_epsilon
-from ._geometric import SplitGeometric
 from .base import BoolArray, FloatArray, IntArray, NumericMechanism
 
 REPORT_DTYPE = np.dtype("<i8")
+
+
+def _threshold(probability: float) -> int:
+    """The 64-bit coin threshold nearest ``probability`` (in (0, 1))."""
+    return min(2**64 - 1, round(probability * 2**64))
+
 
 GRID_STEPS = 2**16
 """D: the bounds are cut into D equal steps; part of protocol v1."""
@@ -71,18 +77,18 @@ class LocalLaplace(NumericMechanism):
 
     Floating point (Mironov 2012): reports are integers, and every integer has positive
     probability for every input, so no output can rule an input out. The geometric
-    variates are made from 53-bit uniforms by inversion, split so that no inverted
-    outcome has probability below about ``2**-18``: ``G = L N + R`` with ``L = 2**J``
-    chosen so that ``a^L`` is in (1/4, 1/2]; the J bits of R come in chunks of at most
-    16 bits, each an independent truncated geometric (the geometric's binary digits
-    factorize), and the block count N is inverted up to tail probability about
-    ``2**-12`` and, past it, started over (memorylessness). An inverted outcome of
-    probability P is hit by ``P 2**53`` uniforms up to a few at its edges, so every
-    probability of Z within the clamp is realized to a relative error of about
-    ``2**-33`` (each restart of N adds ~2**-38, and the clamp allows a dozen or so):
-    the realized mechanism is ``(eps + 1e-9)``-LDP, with no delta. The mapping from x
-    to the distribution of M may be off by rounding; the argument above holds for any
-    distribution of M on the grid.
+    variates are made from their binary digits, which are independent: ``G = R + L N``
+    with ``L = 2**J`` chosen so that ``a^L`` is in (1/4, 1/2]; digit j of R (j < J) is a
+    coin with probability ``a^(2^j) / (1 + a^(2^j)) = 1 / (1 + e^(lambda 2^j))``, in
+    [1/3, 1/2], and the block count N counts coins of probability ``a^L`` until the
+    first that fails. Every coin compares a 64-bit word with a 64-bit threshold
+    (:attr:`digit_thresholds`, :attr:`block_threshold`, computed once and served to
+    clients in the definition), so each realizes its probability to a relative error
+    below ``2**-62``, and every probability of Z within the clamp to a relative error of
+    about ``J 2**-61``: the realized mechanism is ``(eps + 1e-15)``-LDP, with no delta.
+    This is the portable rule of docs/protocol.md (``ldpkit.portable``). The mapping
+    from x to the distribution of M may be off by rounding; the argument above holds for
+    any distribution of M on the grid.
 
     Wire format (protocol v1): one little-endian int64 per report. Valid reports lie in
     ``-cap .. D + cap`` with ``cap = ceil(TAIL_CAP * D / eps)``.
@@ -101,8 +107,11 @@ class LocalLaplace(NumericMechanism):
     """``a = exp(-eps / D)``: the geometric's ratio."""
     noise_cap: int = field(init=False, repr=False)
     """Valid reports lie in ``-noise_cap .. D + noise_cap``."""
+    digit_thresholds: tuple[int, ...] = field(init=False, repr=False)
+    """64-bit thresholds of the geometric's binary digits (``J`` of them)."""
+    block_threshold: int = field(init=False, repr=False)
+    """64-bit threshold of one more block of ``2**J`` in the geometric."""
     _lam: float = field(init=False, repr=False)
-    _sampler: SplitGeometric = field(init=False, repr=False)
 
     def _derive(self) -> None:
         check_min_epsilon(self.name, self.epsilon)
@@ -110,7 +119,11 @@ class LocalLaplace(NumericMechanism):
         object.__setattr__(self, "_lam", lam)
         object.__setattr__(self, "decay", math.exp(-lam))
         object.__setattr__(self, "noise_cap", math.ceil(TAIL_CAP / lam))
-        object.__setattr__(self, "_sampler", SplitGeometric(lam))
+        # Block L = 2**J with lam * L in [ln 2, 2 ln 2): a^L in (1/4, 1/2].
+        bits = max(0, math.ceil(math.log2(math.log(2.0) / lam)))
+        digits = tuple(_threshold(1.0 / (1.0 + math.exp(lam * 2.0**j))) for j in range(bits))
+        object.__setattr__(self, "digit_thresholds", digits)
+        object.__setattr__(self, "block_threshold", _threshold(math.exp(-lam * 2.0**bits)))
 
     @property
     def report_dtype(self) -> np.dtype[Any]:
@@ -126,7 +139,16 @@ class LocalLaplace(NumericMechanism):
     # --- sampling ----------------------------------------------------------------------
     def _geometric(self, rng: np.random.Generator, n: int) -> IntArray:
         """n draws of G with ``Pr[G = g] = (1 - a) a^g``, g = 0, 1, ... (see class doc)."""
-        return self._sampler.sample(rng, n)
+        g = np.zeros(n, dtype=np.int64)
+        for j, threshold in enumerate(self.digit_thresholds):
+            g |= (uniform_u64(rng, n) < np.uint64(threshold)).astype(np.int64) << j
+        block = np.int64(1) << len(self.digit_thresholds)
+        active = np.arange(n)
+        while active.size:
+            more = uniform_u64(rng, active.size) < np.uint64(self.block_threshold)
+            active = active[more]
+            g[active] += block
+        return g
 
     def _perturb(self, values: FloatArray, rng: np.random.Generator) -> IntArray:
         n = values.size

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ParameterError
+from . import _bits
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
 REPORT_DTYPE = np.dtype("<u4")
@@ -55,7 +56,8 @@ class GeneralizedRR(FrequencyOracle):
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint32]:
         n = values.size
-        keep = rng.random(n) < self.p
+        # A 64-bit coin at floor(p 2^64): the rule of docs/protocol.md ("keep" threshold).
+        keep = _bits.uniform_u64(rng, n) < np.uint64(_bits.threshold64_floor(self.p))
         # Uniform over the other d - 1 items: draw from d - 1 and skip over the true one.
         other = rng.integers(0, self.domain_size - 1, size=n)
         other += other >= values
