@@ -97,6 +97,9 @@ export class Reporter {
     if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`the collector URL must be http(s)://..., got ${String(url)}`);
     const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000 } = options;
     if (typeof token !== "string" || !token) throw new TypeError("token (the collector's ingest token) is required");
+    if (!globalThis.crypto?.subtle || !globalThis.crypto.getRandomValues) {
+      throw new LdpkitError("ldpkit needs WebCrypto (crypto.subtle): serve the page over https (or from localhost)");
+    }
     if (totalBudget !== null && !(totalBudget > 0)) throw new TypeError("totalBudget must be a positive number or null");
     if (!(totalPeriod in PERIODS)) throw new TypeError(`totalPeriod must be one of ${Object.keys(PERIODS).join(", ")}`);
     for (const [name, value] of Object.entries({ batchSize, maxOutbox, timeoutMs, retries: retries + 1, backoffMs, maxBackoffMs })) {
