@@ -212,7 +212,15 @@ export class Reporter {
 
   async definition(metric) {
     await this.ready();
-    if (this.stale && this.defs.size === 0) await this.refresh();
+    if (this.stale && this.clock() - this.lastRefresh > 60) {
+      // At start (cached definitions may be old) and after a refusal that says they are.
+      try {
+        await this.refresh();
+      } catch (err) {
+        if (this.defs.size === 0) throw err;
+        this.lastRefresh = this.clock(); // offline: report with the cached definitions
+      }
+    }
     let def = this.defs.get(metric);
     if (!def && this.clock() - this.lastRefresh > 60) {
       await this.refresh();

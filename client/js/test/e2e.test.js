@@ -134,3 +134,16 @@ test("retries honour Retry-After and never drop what was not acknowledged", asyn
   await assert.rejects(l.flush(), /unavailable/);
   assert.equal(l.pending(), 1);
 });
+
+test("after one fetch, reports work offline with the cached definitions", async () => {
+  const stateDir = mkdtempSync(join(tmpdir(), "ldpkit-offline-"));
+  const online = new Reporter(collector.url, { token: INGEST, stateDir });
+  await online.definition("theme");
+  await online.close();
+  const offline = new Reporter("http://127.0.0.1:9", { token: INGEST, stateDir, retries: 0, backoffMs: 1 });
+  const receipt = await offline.report("minutes", 3);
+  assert.equal(receipt.queued, true);
+  await assert.rejects(offline.flush(), /unavailable/);
+  assert.equal(offline.pending(), 1);
+  await offline.close();
+});
