@@ -57,8 +57,9 @@ class MetricCodec:
         """The mechanism's input for ``value`` and whether it was clipped.
 
         Categorical: the category's index (ParameterError for an unknown category or a
-        non-string). Numeric: the number clipped to the bounds (ParameterError for a
-        non-number, NaN or infinity).
+        non-string). Numeric and distribution: the number clipped to the bounds
+        (ParameterError for a non-number, NaN or infinity). Other kinds: what
+        :mod:`ldpkit.kinds` makes of the value (a leaf's index, a cell's, a string's bytes).
         """
         if self.categorical:
             if isinstance(value, str):
@@ -69,6 +70,9 @@ class MetricCodec:
             d.encode_value(value)  # raises the clear message
             raise ParameterError(f"{value!r} is not a category of metric {d.name}")  # unreachable
         d = self.definition
+        if d.bounds is None:  # a leaf, a dict of attributes, a string: the kind encodes it
+            encoded: tuple[int | float, bool] = d.kind_spec.encode(d, value)
+            return encoded
         if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
             raise ParameterError(
                 f"metric {d.name} takes a number in [{_g(d.bounds, 0)}, {_g(d.bounds, 1)}], "
@@ -98,6 +102,8 @@ class MetricCodec:
                     raise AssertionError("unreachable")  # pragma: no cover
                 out[k] = i
             return out
+        if d.bounds is None:
+            return d.kind_spec.encode_many(d, values)
         array = np.asarray(values)
         if array.ndim != 1 or array.dtype.kind not in "iuf":
             raise ParameterError(
@@ -115,12 +121,12 @@ class MetricCodec:
         """A fixed-width byte form of an encoded value (the memo key's input)."""
         if self.categorical:
             return struct.pack("<Q", int(encoded))
-        return struct.pack("<d", float(encoded))
+        return self.definition.kind_spec.value_key(encoded)
 
     def perturb(self, encoded: int | float, rng: np.random.Generator) -> bytes:
         """One perturbed report's bytes."""
         m = self.definition.mechanism_instance
-        array = np.array([encoded], dtype=np.int64 if isinstance(encoded, int) else np.float64)
+        array = self.definition.kind_spec.as_array([encoded])
         reports = m.perturb(array, rng=rng)
         return bytes(np.ascontiguousarray(reports).tobytes())
 

@@ -77,6 +77,12 @@ class MetricBudget:
     period: Period
     period_start: int
     renews_at: int  # unix seconds, UTC
+    delta_spent: float = 0.0
+    """Delta spent in the period (reports of (epsilon, delta) mechanisms, basic
+    composition): each such report spends the metric's delta beside its epsilon."""
+    delta_budget: float = 0.0
+    """The delta the epsilon budget allows in a period: (budget / epsilon) reports of
+    delta each (0 for pure epsilon-LDP metrics)."""
 
     @property
     def renews_at_datetime(self) -> datetime:
@@ -93,6 +99,8 @@ class TotalBudget:
     period: Period
     period_start: int
     renews_at: int
+    delta_spent: float = 0.0
+    """Delta spent in the period across metrics (basic composition)."""
 
     @property
     def renews_at_datetime(self) -> datetime:
@@ -162,5 +170,6 @@ class BudgetStatus:
             lines.append(
                 f"  {name:<{width}}  spent {b.spent:g} of {b.budget:g} per {b.period.value}, "
                 f"{b.left:g} left; renews {utc(b.renews_at):%Y-%m-%d %H:%M} UTC"
+                + (f"; delta spent {b.delta_spent:g}" if b.delta_spent else "")
             )
         return "\n".join(lines)

@@ -51,6 +51,7 @@ from .storage import (
     TOTAL_KEY,
     StateError,
     Store,
+    delta_key,
     device_known,
     load_or_create_secret,
     prepare_state_dir,
@@ -353,6 +354,7 @@ class ReporterState:
                 report,
                 tag=tag,
                 epsilon=spent,
+                delta=c.definition.delta if spent else 0.0,
                 budget_seconds=c.budget_seconds,
                 window_start=w_start,
                 total_seconds=self._total_seconds,
@@ -476,6 +478,8 @@ class ReporterState:
                     d.budget_period,
                     start,
                     end,
+                    delta_spent=self.store.spent(delta_key(name), codec.budget_seconds, start),
+                    delta_budget=d.effective_budget / d.epsilon * d.delta,
                 )
             total: TotalBudget | None = None
             start, end = period_window(self.total_period, now)
@@ -488,6 +492,7 @@ class ReporterState:
                     self.total_period,
                     start,
                     end,
+                    delta_spent=self.store.spent(delta_key(TOTAL_KEY), self._total_seconds, start),
                 )
             loss = self.store.ledger_lost()
             longest = max([self._total_seconds, *(c.budget_seconds for c in self._codecs.values())])

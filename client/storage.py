@@ -50,7 +50,8 @@ from .results import StateLoss
 SECRET_FILE = "device.key"
 DATABASE_FILE = "client.sqlite3"
 SECRET_SIZE = 32
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: reports.delta (the delta a report of an (epsilon, delta) mechanism spent)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -67,6 +68,7 @@ CREATE TABLE IF NOT EXISTS reports (
     report BLOB,                 -- the perturbed report; NULL once acknowledged
     tag BLOB,                    -- memo: HMAC tag of (version, value, window), or NULL
     epsilon REAL NOT NULL,       -- ledger: epsilon this report spent (0 if memoized)
+    delta REAL NOT NULL DEFAULT 0,  -- ledger: delta this report spent (schema 2)
     budget_seconds INTEGER,      -- ledger: the metric's budget period and window
     window_start INTEGER,
     total_seconds INTEGER,       -- ledger: the total budget's period and window
@@ -84,6 +86,12 @@ _SEQS_PER_STATEMENT = 8000  # parameters bound per statement (SQLite allows 3276
 
 TOTAL_KEY = "*"
 """Ledger key of the total across metrics (metric names match ^[a-z], never this)."""
+
+
+def delta_key(key: str) -> str:
+    """The ledger key of the delta spent by a metric (or in total): beside its epsilon."""
+    return f"{key}\x00delta"
+
 
 HIGH_WATER = "clock_high_water"  # meta: the latest time the ledger has seen
 LOST_AT = "ledger_lost_at"  # meta: when this database replaced a lost one
@@ -270,8 +278,14 @@ class Store:
                     f"{self.path} has schema version {version}, newer than this client's "
                     f"{SCHEMA_VERSION}; upgrade ldpkit"
                 )
+            columns = {row[1] for row in db.execute("PRAGMA table_info(reports)")}
+            upgrade = (
+                "ALTER TABLE reports ADD COLUMN delta REAL NOT NULL DEFAULT 0;"
+                if columns and "delta" not in columns  # a schema 1 database
+                else ""
+            )
             db.executescript(
-                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+                f"BEGIN IMMEDIATE;{_SCHEMA}{upgrade}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
             )
             db.execute("SELECT count(*) FROM reports").fetchone()  # readable at all?
         except BaseException:
@@ -302,6 +316,16 @@ class Store:
             "WHERE epsilon > 0 GROUP BY total_seconds, total_start"
         ):
             ledger.setdefault(TOTAL_KEY, {})[(int(seconds), int(start))] = float(spent)
+        for metric, seconds, start, spent in db.execute(
+            "SELECT metric, budget_seconds, window_start, sum(delta) FROM reports "
+            "WHERE delta > 0 GROUP BY metric, budget_seconds, window_start"
+        ):
+            ledger.setdefault(delta_key(metric), {})[(int(seconds), int(start))] = float(spent)
+        for seconds, start, spent in db.execute(
+            "SELECT total_seconds, total_start, sum(delta) FROM reports "
+            "WHERE delta > 0 GROUP BY total_seconds, total_start"
+        ):
+            ledger.setdefault(delta_key(TOTAL_KEY), {})[(int(seconds), int(start))] = float(spent)
         self._ledger = ledger
         memo: dict[bytes, set[int]] = {}
         for tag, bucket in db.execute(
@@ -379,9 +403,10 @@ class Store:
 
     def spent(self, key: str, seconds: int, window_start: int) -> float:
         """Epsilon spent by one metric (``key`` = its name) or in total (``key`` =
-        :data:`TOTAL_KEY`) in every ledger window that overlaps the window of ``seconds``
-        starting at ``window_start``: spending recorded under another period length (the
-        definition changed, day to week say) counts wherever it overlaps."""
+        :data:`TOTAL_KEY`), or delta (``key`` = :func:`delta_key` of those), in every
+        ledger window that overlaps the window of ``seconds`` starting at
+        ``window_start``: spending recorded under another period length (the definition
+        changed, day to week say) counts wherever it overlaps."""
         self._fresh()
         end = window_start + seconds
         return sum(
@@ -438,12 +463,13 @@ class Store:
         window_start: int,
         total_seconds: int,
         total_start: int,
+        delta: float = 0.0,
     ) -> None:
         """Queue a report and record its spend and memo tag: one row, one page."""
         self.db.execute(
             "INSERT INTO reports (report_id, metric, fingerprint, bucket, report, tag, "
-            "epsilon, budget_seconds, window_start, total_seconds, total_start) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "epsilon, budget_seconds, window_start, total_seconds, total_start, delta) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 report_id,
                 metric,
@@ -456,17 +482,20 @@ class Store:
                 window_start,
                 total_seconds,
                 total_start,
+                delta,
             ),
         )
         self._rows += 1
         self._unsynced = True
-        if epsilon > 0:
+        for amount, wrap in ((epsilon, str), (delta, delta_key)):
+            if amount <= 0:
+                continue
             for key, window in (
                 (metric, (budget_seconds, window_start)),
                 (TOTAL_KEY, (total_seconds, total_start)),
             ):
-                windows = self._ledger.setdefault(key, {})
-                windows[window] = windows.get(window, 0.0) + epsilon
+                windows = self._ledger.setdefault(wrap(key), {})
+                windows[window] = windows.get(window, 0.0) + amount
         if tag is not None:
             self._memo.setdefault(tag, set()).add(bucket)
 

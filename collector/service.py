@@ -28,10 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import ProtocolError, QueryError, UnknownMetric
-from ..metrics import MetricDefinition
+from ..metrics import MetricDefinition, MetricKind
 from ..wire import FINGERPRINT_PATTERN, decode_batch
 from .config import CollectorConfig
-from .estimates import EstimateQuery, estimate_body
+from .estimates import EstimateQuery, estimate_body, with_options
 from .fairness import EXPENSIVE_SECONDS, FairLane
 from .ingest import Rejected, aggregation_seconds, check_batch, oldest_bucket, prune_before
 from .limits import IngestLimiter
@@ -415,7 +415,10 @@ class Collector:
         category (a numeric metric: one), in the total and, with ``per_bucket``, in each
         bucket. The answer's size (about 130 bytes an item) and the time to build it, on a
         thread that shares the interpreter with every other request, grow with it."""
-        per_answer = len(definition.categories or ()) or 1
+        if definition.kind in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
+            per_answer = len(definition.categories or ()) or 1
+        else:
+            per_answer = definition.kind_spec.answer_items(definition, query.options)
         items = per_answer * (1 + (buckets if query.per_bucket else 0))
         limit = self.config.max_estimate_items
         if items > limit:
@@ -442,11 +445,14 @@ class Collector:
             raise UnknownMetric(
                 f"metric {name!r} has no version {fp!r}", error="unknown_version", param="version"
             )
+        query = with_options(definition, query)  # a QueryError answers 400 (middleware)
         buckets = await self.store.aggregates(  # a StoreError answers 503 (middleware)
             fp, definition.mechanism_instance.stats_size, query.start, query.end
         )
         self._check_answer_size(definition, len(buckets), query)
         loop = asyncio.get_running_loop()
+        # A kind's parameter the estimate refuses (edges outside the bounds, an unknown
+        # subtree) raises QueryError: 400 too.
         return await loop.run_in_executor(
             None, lambda: estimate_body(definition, fp, buckets, query)
         )

@@ -143,6 +143,8 @@ def definition_from_json(fingerprint: str, name: str, text: str) -> MetricDefini
         if definition.fingerprint != fingerprint and data.get("resolved_mechanism"):
             # 'auto' may resolve differently in another ldpkit version: pin it.
             pinned = dict(data, mechanism=data["resolved_mechanism"])
+            if data.get("resolved_oracle"):  # hierarchies and tables: their oracles too
+                pinned["oracle"] = data["resolved_oracle"]
             definition = MetricDefinition.from_dict(name, pinned)
     except (LdpkitError, ValueError, TypeError, ImportError) as exc:
         log.warning("metric %s version %s cannot be loaded: %s", name, fingerprint, exc)

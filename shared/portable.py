@@ -59,6 +59,12 @@ def _dyadic53(probability: float) -> int:
     return math.ceil(probability * 2.0**53) << 11
 
 
+PORTABLE_MECHANISMS = frozenset(
+    ("grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "laplace", "piecewise", "hybrid")
+)
+"""The mechanisms whose sampling rule this module (and docs/protocol.md) gives to the bit."""
+
+
 def derived_parameters(m: Mechanism) -> dict[str, Any]:
     """What a client needs beyond the definition to sample ``m``'s reports exactly.
 

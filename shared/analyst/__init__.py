@@ -20,12 +20,15 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
 from .._validation import check_level
+from ..distribution import QuantileEstimate
 from ..errors import CollectorUnavailable, ParameterError
+from ..heavy_hitters import StringEstimate
 from ..http_errors import http_error
 from ..metrics import MetricDefinition
 
@@ -34,7 +37,12 @@ TOKEN_ENV = "LDPKIT_READ_TOKEN"
 
 @dataclass(frozen=True)
 class ItemEstimate:
-    """One category's estimated fraction with its interval."""
+    """One category's estimated fraction with its interval.
+
+    ``category`` names the item in every kind: a category, a node's path (hierarchy), a
+    string (strings), ``"type=Van, origin=USA"`` (a table's cell, also in ``cell``) or
+    ``"[5, 10)"`` (a distribution's bin, also in ``lower`` and ``upper``).
+    """
 
     category: str
     estimate: float | None
@@ -43,6 +51,10 @@ class ItemEstimate:
     high: float | None
     consistent: float | None = None
     interval: str | None = None  # how the interval was made: "score" or "exact"
+    lower: float | None = None
+    upper: float | None = None
+    cell: dict[str, str] | None = None
+    hex: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,20 @@ class EstimateResult:
     interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
     buckets: tuple[BucketEstimate, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # --- distribution: ``mean``/``stderr``/``low``/``high`` are the mean's; the bins are
+    # the items; the quantiles are the core's QuantileEstimate
+    quantiles: tuple[QuantileEstimate, ...] = ()
+    range: ItemEstimate | None = None
+    bounds: tuple[float, float] | None = None
+    # --- hierarchy: the depth answered and the subtree (a node's path) if one was asked
+    depth: int | None = None
+    subtree: str | None = None
+    # --- table: each attribute's marginal (the cells are the items)
+    marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
+    dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # --- strings: the frequency below which nothing can be found, and named strings
+    threshold: float | None = None
+    candidates: tuple[ItemEstimate, ...] = ()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EstimateResult:
@@ -99,9 +125,12 @@ class EstimateResult:
             )
             for b in data.get("buckets") or ()
         )
+        kind = str(data.get("kind") or ("categorical" if "items" in data else "numeric"))
+        distribution = kind == "distribution"
+        rng = data.get("range")
         return cls(
             metric=str(data["metric"]),
-            kind="categorical" if "items" in data else "numeric",
+            kind=kind,
             version=str(data.get("version", "")),
             mechanism=str(data.get("mechanism", "")),
             epsilon=float(data.get("epsilon", float("nan"))),
@@ -110,14 +139,53 @@ class EstimateResult:
             consistent=bool(data.get("consistent", False)),
             items=items,
             mean=data.get("mean"),
-            stderr=data.get("stderr"),
-            low=data.get("low"),
-            high=data.get("high"),
+            stderr=data.get("mean_stderr" if distribution else "stderr"),
+            low=data.get("mean_low" if distribution else "low"),
+            high=data.get("mean_high" if distribution else "high"),
             clamped_mean=data.get("clamped_mean"),
             interval=data.get("interval"),
             buckets=buckets,
             raw=data,
+            quantiles=tuple(
+                QuantileEstimate(
+                    float(q["q"]),
+                    _nan(q.get("value")),
+                    _nan(q.get("low")),
+                    _nan(q.get("high")),
+                    float(data.get("level", 0.95)),
+                )
+                for q in data.get("quantiles") or ()
+            ),
+            range=_item(rng) if isinstance(rng, dict) else None,
+            bounds=(float(data["bounds"][0]), float(data["bounds"][1]))
+            if data.get("bounds")
+            else None,
+            depth=data.get("depth"),
+            subtree=data.get("subtree"),
+            marginals={
+                str(name): tuple(_item(i) for i in group)
+                for name, group in (data.get("marginals") or {}).items()
+            },
+            dimensions=tuple(
+                (str(name), tuple(str(c) for c in cats))
+                for name, cats in data.get("dimensions") or ()
+            ),
+            threshold=data.get("threshold"),
+            candidates=tuple(_item(i) for i in data.get("candidates") or ()),
         )
+
+    def strings(self) -> list[StringEstimate]:
+        """A strings metric's items as the core's StringEstimate (exact bytes from hex)."""
+        return [
+            StringEstimate(
+                bytes.fromhex(i.hex) if i.hex is not None else i.category.encode(),
+                _nan(i.estimate),
+                _nan(i.stderr),
+                _nan(i.low),
+                _nan(i.high),
+            )
+            for i in (*self.items, *self.candidates)
+        ]
 
     # --- views -------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:
@@ -152,13 +220,14 @@ class EstimateResult:
         high: float | None,
         interval: str | None,
     ) -> list[dict[str, Any]]:
-        if self.kind == "categorical":
+        if self.kind != "numeric":
+            columns = self._columns()
             rows = []
             for item in items:
                 row = asdict(item)
-                if not self.consistent:
-                    row.pop("consistent")
-                rows.append(row)
+                for name, value in (item.cell or {}).items():
+                    row[name] = value
+                rows.append({c: row.get(c) for c in columns})
             return rows
         return [
             {
@@ -181,9 +250,15 @@ class EstimateResult:
     def _columns(self) -> list[str]:
         if self.kind == "numeric":
             return ["mean", "clamped_mean", "stderr", "low", "high", "interval"]
-        return ["category", "estimate", "stderr", "low", "high"] + (
-            ["consistent", "interval"] if self.consistent else ["interval"]
-        )
+        numbers = ["estimate", "stderr", "low", "high"]
+        consistent = ["consistent"] if self.consistent else []
+        if self.kind == "distribution":
+            return ["category", "lower", "upper", *numbers]
+        if self.kind == "table":
+            return ["category", *(name for name, _ in self.dimensions), *numbers, *consistent]
+        if self.kind in ("hierarchy", "strings"):
+            return ["category", *numbers, *consistent]
+        return ["category", *numbers, *consistent, "interval"]
 
     def to_pandas(self, *, per_bucket: bool | None = None) -> Any:
         """A pandas DataFrame (pandas is an optional dependency).
@@ -196,14 +271,22 @@ class EstimateResult:
             import pandas as pd
         except ImportError:
             raise ImportError("to_pandas() needs pandas: pip install 'ldpkit[pandas]'") from None
+        # The index: what an item is about (a table's cells by their attributes).
+        keys = [name for name, _ in self.dimensions] if self.kind == "table" else ["category"]
         if self._per_bucket(per_bucket):
             frame = pd.DataFrame(self.bucket_rows(), columns=["bucket", "n", *self._columns()])
             frame["bucket"] = pd.to_datetime(frame["bucket"], utc=True)
-            keys = ["bucket", "category"] if self.kind == "categorical" else ["bucket"]
-            frame = frame.set_index(keys)
+            frame = frame.set_index(["bucket", *keys] if self.kind != "numeric" else ["bucket"])
         else:
-            frame = pd.DataFrame(self.rows())
-            if self.kind == "categorical":
+            frame = pd.DataFrame(self.rows(), columns=self._columns())
+            if self.kind == "distribution":
+                frame.index = pd.IntervalIndex.from_arrays(
+                    frame["lower"], frame["upper"], closed="left", name="bin"
+                )
+                frame = frame.drop(columns=["category"])
+            elif self.kind == "table":
+                frame = frame.drop(columns=["category"]).set_index(keys)
+            elif self.kind != "numeric":
                 frame = frame.set_index("category")
         frame.attrs.update(
             metric=self.metric,
@@ -235,20 +318,77 @@ class EstimateResult:
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
             f"{pct} intervals ({self.interval or 'method not given'})"
         )
-        lines = [head, *self._table(self.rows())]
+        lines = [head]
+        if self.kind == "hierarchy":
+            where = f" under {self.subtree}" if self.subtree else ""
+            lines.append(f"depth {self.depth}{where} (every parent is the sum of its children)")
+        lines.extend(self._table(self.rows()))
+        lines.extend(self._kind_lines())
         if self.buckets:
             lines.append("")
             lines.append("per time bucket (bucket start, UTC):")
             lines.extend(self._table(self.bucket_rows()))
         return "\n".join(lines)
 
-    def _table(self, rows: list[dict[str, Any]]) -> list[str]:
+    def _kind_lines(self) -> list[str]:
+        """What a kind answers beside its items: a distribution's mean, quantiles and
+        range; a table's marginals; a strings metric's threshold and candidates."""
+        lines: list[str] = []
+        pct = f"{self.level:.0%}"
+        if self.kind == "distribution":
+            lines.append("")
+            lines.append(
+                f"mean {_fmt(self.mean)} (stderr {_fmt(self.stderr)}), {pct} interval "
+                f"[{_fmt(self.low)}, {_fmt(self.high)}]"
+            )
+            for q in self.quantiles:
+                lines.append(
+                    f"quantile {q.q:g}: {q.value:.4g}, {pct} interval [{q.low:.4g}, {q.high:.4g}]"
+                )
+            if self.range is not None:
+                r = self.range
+                lines.append(
+                    f"fraction in {r.category}: {_fmt(r.estimate)} (stderr {_fmt(r.stderr)}), "
+                    f"{pct} interval [{_fmt(r.low)}, {_fmt(r.high)}]"
+                )
+        columns = ["estimate", "stderr", "low", "high"] + (
+            ["consistent"] if self.consistent else []
+        )
+        for name, group in self.marginals.items():
+            lines.append("")
+            lines.append(f"marginal of {name}:")
+            rows = [{name: i.category, **{c: getattr(i, c) for c in columns}} for i in group]
+            lines.extend(self._table(rows, hidden=set()))
+        if self.kind == "strings":
+            lines.append("")
+            lines.append(
+                f"threshold {_fmt(self.threshold)}: no string less frequent than this can be "
+                f"found at epsilon={self.epsilon:g} and n={self.n}"
+                + (
+                    ""
+                    if self.items
+                    else " (nothing stood out: it does not mean nothing is popular)"
+                )
+            )
+            if self.candidates:
+                lines.append("named candidates:")
+                lines.extend(
+                    self._table(self._rows(self.candidates, None, None, None, None, None, None))
+                )
+        return lines
+
+    def _table(self, rows: list[dict[str, Any]], hidden: set[str] | None = None) -> list[str]:
         if not rows:
             return ["(no buckets in this range)"]
-        text = [{k: _cell(k, v) for k, v in r.items()} for r in rows]
-        columns = list(rows[0])
+        # On a terminal an item is named once: a bin by "[a, b)", a cell by its attributes.
+        if hidden is None:
+            hidden = {"distribution": {"lower", "upper"}, "table": {"category"}}.get(
+                self.kind, set()
+            )
+        text = [{k: _cell(k, v) for k, v in r.items() if k not in hidden} for r in rows]
+        columns = [c for c in rows[0] if c not in hidden]
         widths = {c: max(len(c), *(len(t[c]) for t in text)) for c in columns}
-        left = {"bucket", "category"}
+        left = {"bucket", "category", *(name for name, _ in self.dimensions)}
 
         def line(cells: dict[str, str]) -> str:
             return "  ".join(
@@ -262,7 +402,7 @@ class EstimateResult:
 def _cell(key: str, value: Any) -> str:
     if key == "bucket":  # 2025-11-21T10:00:00Z -> 2025-11-21 10:00
         return str(value).replace("T", " ").removesuffix(":00Z")
-    if key in ("category", "n", "interval"):
+    if key in ("category", "n", "interval") or isinstance(value, str):
         return "-" if value is None else str(value)
     return _fmt(value)
 
@@ -278,15 +418,32 @@ class MetricVersion:
 
 
 def _item(data: dict[str, Any]) -> ItemEstimate:
+    cell = data.get("cell")
+    if "category" in data:
+        label = str(data["category"])
+    elif isinstance(cell, dict):
+        label = ", ".join(f"{k}={v}" for k, v in cell.items())
+    elif "lower" in data:
+        label = f"[{data['lower']:g}, {data['upper']:g})"
+    else:
+        label = ""
     return ItemEstimate(
-        category=str(data["category"]),
+        category=label,
         estimate=data.get("estimate"),
         stderr=data.get("stderr"),
         low=data.get("low"),
         high=data.get("high"),
         consistent=data.get("consistent"),
         interval=data.get("interval"),
+        lower=data.get("lower"),
+        upper=data.get("upper"),
+        cell={str(k): str(v) for k, v in cell.items()} if isinstance(cell, dict) else None,
+        hex=data.get("hex"),
     )
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
 
 
 def _fmt(value: float | None) -> str:
@@ -389,11 +546,25 @@ class Analyst:
         consistent: bool = False,
         per_bucket: bool = False,
         version: str | None = None,
+        bins: int | None = None,
+        edges: Sequence[float] | None = None,
+        quantiles: Sequence[float] | None = None,
+        range_: tuple[float, float] | None = None,
+        depth: int | None = None,
+        subtree: str | None = None,
+        candidates: Sequence[str] | None = None,
     ) -> EstimateResult:
-        """The estimate of ``metric`` over buckets starting in ``[start, end)``."""
+        """The estimate of ``metric`` over buckets starting in ``[start, end)``.
+
+        Each kind's own questions: ``bins``/``edges``, ``quantiles`` and ``range_`` for
+        a distribution; ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
+        strings (see docs/protocol.md, "Metric kinds").
+        """
         if not isinstance(metric, str) or not metric:
             raise ParameterError(f"metric must be a metric name, got {metric!r}")
         level = check_level(level)
+        if isinstance(candidates, str):
+            raise ParameterError("candidates must be a list of strings, not one string")
         params = {
             "from": _time_param(start, "start"),
             "to": _time_param(end, "end"),
@@ -401,6 +572,24 @@ class Analyst:
             "consistent": "true" if consistent else "false",
             "per_bucket": "true" if per_bucket else "false",
             "version": version,
+            "bins": None if bins is None else str(int(bins)),
+            "edges": _joined(edges, "edges"),
+            "quantiles": _joined(quantiles, "quantiles"),
+            "range": _joined(range_, "range_"),
+            "depth": None if depth is None else str(int(depth)),
+            "subtree": subtree,
+            "candidates": None if candidates is None else ",".join(candidates),
         }
         data = self._get(f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", params)
         return EstimateResult.from_json(data)
+
+
+def _joined(values: object, name: str) -> str | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        raise ParameterError(f"{name} must be a list of numbers, got {values!r}")
+    try:
+        return ",".join(repr(float(v)) for v in values)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name} must be a list of numbers, got {values!r}") from None

@@ -41,7 +41,7 @@ def plot_estimate(result: EstimateResult, path: str | Path | None = None) -> Any
     if result.buckets:
         return plot_over_time(result, path)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(result.items) + 2), 4))
-    if result.kind == "categorical":
+    if result.kind != "numeric":
         names = [i.category for i in result.items]
         values = [i.estimate if i.estimate is not None else 0.0 for i in result.items]
         lows = [
@@ -101,7 +101,7 @@ def plot_over_time(result: EstimateResult, path: str | Path | None = None) -> An
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     times = [b.start for b in result.buckets]
-    if result.kind == "categorical":
+    if result.kind != "numeric":
         categories = [i.category for i in result.items] or (
             [i.category for i in result.buckets[0].items] if result.buckets else []
         )
