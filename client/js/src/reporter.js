@@ -264,7 +264,7 @@ export class Reporter {
     const window = Math.floor(ledgerNow / budgetSeconds) * budgetSeconds;
     const totalWindow = Math.floor(ledgerNow / this.totalSeconds) * this.totalSeconds;
     this.prune(ledgerNow);
-    const valueKey = def.index ? `i${input}` : `f${toHex(new Uint8Array(new Float64Array([input]).buffer))}`;
+    const valueKey = input instanceof Uint8Array ? `s${toHex(input)}` : def.kind === "numeric" || def.kind === "distribution" ? `f${toHex(new Uint8Array(new Float64Array([input]).buffer))}` : `i${input}`;
     const message = `${def.fingerprint}|${valueKey}|${window}`;
     // One HMAC per report: its first half is the stored memo tag, its second half keys the
     // report's permanent randomness (halves of a PRF output: the tag reveals nothing of
