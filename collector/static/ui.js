@@ -245,7 +245,9 @@ function drawChart(data, metric, version) {
   chart.replaceChildren();
   const ctx = {
     metric: version ? version.definition : metric,
-    overTime: $("over-time").checked,
+    // From the answer, not the checkbox: a redraw (on resize) of the answer before a toggle
+    // must not ask the over-time view to draw an answer without buckets.
+    overTime: $("over-time").checked && Array.isArray(data.buckets),
     width: Math.max(260, Math.floor(chart.clientWidth - 14)),
     open: (path) => { state.subtree = path; refresh(); },  // a hierarchy's node, clicked
   };

@@ -97,6 +97,9 @@ export class Reporter {
     if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`the collector URL must be http(s)://..., got ${String(url)}`);
     const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000 } = options;
     if (typeof token !== "string" || !token) throw new TypeError("token (the collector's ingest token) is required");
+    if (!globalThis.crypto?.subtle || !globalThis.crypto.getRandomValues) {
+      throw new LdpkitError("ldpkit needs WebCrypto (crypto.subtle): serve the page over https (or from localhost)");
+    }
     if (totalBudget !== null && !(totalBudget > 0)) throw new TypeError("totalBudget must be a positive number or null");
     if (!(totalPeriod in PERIODS)) throw new TypeError(`totalPeriod must be one of ${Object.keys(PERIODS).join(", ")}`);
     for (const [name, value] of Object.entries({ batchSize, maxOutbox, timeoutMs, retries: retries + 1, backoffMs, maxBackoffMs })) {
@@ -209,7 +212,15 @@ export class Reporter {
 
   async definition(metric) {
     await this.ready();
-    if (this.stale && this.defs.size === 0) await this.refresh();
+    if (this.stale && this.clock() - this.lastRefresh > 60) {
+      // At start (cached definitions may be old) and after a refusal that says they are.
+      try {
+        await this.refresh();
+      } catch (err) {
+        if (this.defs.size === 0) throw err;
+        this.lastRefresh = this.clock(); // offline: report with the cached definitions
+      }
+    }
     let def = this.defs.get(metric);
     if (!def && this.clock() - this.lastRefresh > 60) {
       await this.refresh();
@@ -253,7 +264,7 @@ export class Reporter {
     const window = Math.floor(ledgerNow / budgetSeconds) * budgetSeconds;
     const totalWindow = Math.floor(ledgerNow / this.totalSeconds) * this.totalSeconds;
     this.prune(ledgerNow);
-    const valueKey = def.index ? `i${input}` : `f${toHex(new Uint8Array(new Float64Array([input]).buffer))}`;
+    const valueKey = input instanceof Uint8Array ? `s${toHex(input)}` : def.kind === "numeric" || def.kind === "distribution" ? `f${toHex(new Uint8Array(new Float64Array([input]).buffer))}` : `i${input}`;
     const message = `${def.fingerprint}|${valueKey}|${window}`;
     // One HMAC per report: its first half is the stored memo tag, its second half keys the
     // report's permanent randomness (halves of a PRF output: the tag reveals nothing of
