@@ -514,3 +514,26 @@ def test_plots_of_each_kind_and_of_negative_estimates(
             ax = fig.axes[0]
             assert len(ax.patches) >= 16  # one bar per bin (and the quantile bands)
             assert ax.get_xlim()[0] <= 0.0 and ax.get_xlim()[1] >= 120.0  # on the bounds
+
+
+async def test_async_reporter_reports_every_kind(live: LiveCollector, tmp_path: Path) -> None:
+    """AsyncReporter shares the codec: each kind's value is encoded, checked and sent."""
+    from ldpkit.client import AsyncReporter
+
+    before = {m: live.n(m) for m in ("session_minutes", "region", "car", "search_term", "spend")}
+    async with AsyncReporter(
+        live.url, token=INGEST, state_dir=tmp_path / "async", background=False
+    ) as r:
+        await r.refresh_definitions()
+        await r.report("session_minutes", 42.5)
+        await r.report("region", "MX/Yucatan/Merida")
+        await r.report("car", {"type": "Small", "origin": "non-USA"})
+        await r.report("search_term", "música")
+        receipt = await r.report("spend", 3.0)
+        assert receipt.epsilon_spent == 1.0
+        with pytest.raises(ParameterError, match="not a leaf"):
+            await r.report("region", "MX")
+        result = await r.flush()
+        assert (result.sent, result.remaining) == (5, 0)
+    after = {m: live.n(m) for m in before}
+    assert all(after[m] == before[m] + 1 for m in before), (before, after)
