@@ -113,6 +113,12 @@ function kindControls(metric) {
   box.replaceChildren();
   state.subtree = null;
   const kind = metric ? metric.kind : null;
+  // How each kind makes its consistent estimates (docs/statistics.md).
+  $("consistent-label").textContent = {
+    table: "consistent (IPF to the marginals)",
+    hierarchy: "consistent (top-down Norm-Sub)",
+  }[kind] || "consistent (Norm-Sub)";
+  $("consistent").disabled = kind === "distribution" || kind === "strings" || kind === "numeric";
   const select = (id, label, options, chosen) => {
     const s = el("select", { id });
     for (const [value, text] of options) {
