@@ -16,7 +16,7 @@ from ..errors import (
     BudgetExceeded,
     ParameterError,
 )
-from ..metrics import Period
+from ..metrics import Period, window_start
 from ..wire import CONTENT_TYPE
 from .results import utc
 
@@ -274,7 +274,7 @@ class BackgroundSchedule:
 def period_window(period: Period | int, now: float) -> tuple[int, int]:
     """(start, end) of the period (or length in seconds) holding ``now``, unix seconds UTC."""
     seconds = period if isinstance(period, int) else period.seconds
-    start = int(now // seconds) * seconds
+    start = window_start(seconds, now)
     return start, start + seconds
 
 

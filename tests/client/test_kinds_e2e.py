@@ -460,3 +460,17 @@ def test_cli_plans_each_kind(
     assert "256 leaves" in out
     code = main(["plan", "--epsilon", "1", "--max-length", "16", "--half-width", "0.01"])
     assert code == 2 and "not by a half-width" in capsys.readouterr().err
+
+
+def test_cli_lists_each_kind_with_its_domain(
+    live: LiveCollector, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ldpkit.cli.registry import main
+
+    assert main(["metrics", "--collector", live.url, "--token", READ]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert "[0, 120], 256 leaves" in rows["session_minutes"]
+    assert "[0, 10], delta 1e-06" in rows["spend"]
+    assert "6 leaves, 3 levels" in rows["region"]
+    assert "6 x 2 cells (type x origin)" in rows["car"]
+    assert "strings <= 16 bytes, top 10" in rows["search_term"]
