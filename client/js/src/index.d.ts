@@ -95,6 +95,8 @@ export interface ReporterOptions {
   backoffMs?: number;
   maxBackoffMs?: number;
   maxRetryAfterMs?: number;
+  /** Send queued reports in the background every this many ms (default: only on flush()). */
+  flushEveryMs?: number | null;
 }
 
 export interface Receipt {

@@ -82,7 +82,8 @@ async function hmac(key, message) {
 export class Reporter {
   constructor(url, options = {}) {
     if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`the collector URL must be http(s)://..., got ${String(url)}`);
-    const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000 } = options;
+    const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000, flushEveryMs = null } = options;
+    if (flushEveryMs !== null && !(Number.isSafeInteger(flushEveryMs) && flushEveryMs >= 100)) throw new TypeError("flushEveryMs must be null or an integer >= 100");
     if (typeof token !== "string" || !token) throw new TypeError("token (the collector's ingest token) is required");
     if (!globalThis.crypto?.subtle || !globalThis.crypto.getRandomValues) {
       throw new LdpkitError("ldpkit needs WebCrypto (crypto.subtle): serve the page over https (or from localhost)");
@@ -108,6 +109,14 @@ export class Reporter {
     this.lastRefresh = -Infinity;
     this.queue = Promise.resolve();
     this.closed = false;
+    this.timer = null;
+    if (flushEveryMs !== null) {
+      // Background delivery: a failed pass is retried at the next tick (reports stay queued).
+      this.timer = setInterval(() => {
+        if (this.state?.outbox.length) this.flush().catch((err) => this.warnings.push(`background flush: ${err.message}`));
+      }, flushEveryMs);
+      this.timer.unref?.(); // Node: never keeps the process alive
+    }
   }
 
   /** Run `fn` after every earlier operation (one at a time: the state is shared). */
@@ -420,6 +429,7 @@ export class Reporter {
   /** Flush what can be flushed quickly, then release the store. */
   async close({ flush = true } = {}) {
     if (this.closed) return;
+    if (this.timer !== null) clearInterval(this.timer);
     if (flush && this.state?.outbox.length) {
       const { retries } = this.settings;
       this.settings.retries = 0;

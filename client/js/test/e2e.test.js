@@ -166,3 +166,12 @@ test("after one fetch, reports work offline with the cached definitions", async 
   assert.equal(offline.pending(), 1);
   await offline.close();
 });
+
+test("flushEveryMs delivers in the background", async () => {
+  const r = new Reporter(collector.url, { token: INGEST, store: new MemoryStore(), flushEveryMs: 100 });
+  await r.report("minutes", 7);
+  assert.equal(r.pending(), 1);
+  for (let i = 0; i < 50 && r.pending() > 0; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.equal(r.pending(), 0);
+  await r.close();
+});
