@@ -59,13 +59,11 @@ async ([url, token, devices]) => {
   const flushed = await r.flush();
   const again = await r.report("theme", "dark");
   // Simulated devices (each its own memory store), the same code path.
-  const definitions = r.state.definitions;
+  const definitions = { list: r.cachedDefinitions, etag: null };
   let truth = 0;
   let sum = 0;
   for (let i = 0; i < devices; i++) {
-    const store = new ldp.MemoryStore();
-    store.state = { version: 1, secret: null, ledger: {}, memo: {}, outbox: [], seq: 0,
-                    definitions, etag: null, lastSeen: 0 };
+    const store = new ldp.MemoryStore({ definitions });
     const d = new ldp.Reporter(url, { token, store });
     const theme = i % 5 < 3 ? "dark" : i % 5 === 3 ? "light" : "système";
     if (theme === "dark") truth++;

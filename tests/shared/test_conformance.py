@@ -116,6 +116,28 @@ def _other(mech: str, **changed: Any) -> Any:
     return perturb
 
 
+def _off_by_one_leaf(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    lo, hi = m.bounds
+    return m.perturb(np.clip(values + (hi - lo) / m.resolution, lo, hi), rng)
+
+
+def _other_seed(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(m, seed=m.seed + 1).perturb(values, rng)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "override"),
+    [("hh", _off_by_one_leaf), ("prefix_sketch", _other_seed)],
+    ids=["hh-leaf-off-by-one", "prefix-sketch-other-hash-seed"],
+)
+def test_silent_bugs_of_the_other_kinds_fail(
+    plan_path: Path, mechanism: str, override: Any
+) -> None:
+    assert _failing(plan_path, {mechanism: override}) == (mechanism,)
+
+
 @pytest.mark.parametrize(
     ("mechanism", "override"),
     [
@@ -146,28 +168,6 @@ def _other(mech: str, **changed: Any) -> Any:
         ),
     ],
 )
-def _off_by_one_leaf(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
-    lo, hi = m.bounds
-    return m.perturb(np.clip(values + (hi - lo) / m.resolution, lo, hi), rng)
-
-
-def _other_seed(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(m, seed=m.seed + 1).perturb(values, rng)
-
-
-@pytest.mark.parametrize(
-    ("mechanism", "override"),
-    [("hh", _off_by_one_leaf), ("prefix_sketch", _other_seed)],
-    ids=["hh-leaf-off-by-one", "prefix-sketch-other-hash-seed"],
-)
-def test_silent_bugs_of_the_other_kinds_fail(
-    plan_path: Path, mechanism: str, override: Any
-) -> None:
-    assert _failing(plan_path, {mechanism: override}) == (mechanism,)
-
-
 def test_other_silent_bugs_fail(plan_path: Path, mechanism: str, override: Any) -> None:
     assert _failing(plan_path, {mechanism: override}) == (mechanism,)
 

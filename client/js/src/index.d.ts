@@ -35,14 +35,24 @@ export interface Definition {
 }
 
 /** Where a reporter keeps its state (secret, ledger, memo, outbox, definitions). */
+export interface CachedDefinitions {
+  list: Definition[];
+  etag: string | null;
+}
 export interface Store {
   load(): Promise<object>;
   save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
   close(): Promise<void>;
 }
+/** Keeps nothing across restarts (tests, simulations); `definitions` may be shared. */
 export declare class MemoryStore implements Store {
+  constructor(options?: { definitions?: CachedDefinitions | null });
   load(): Promise<object>;
   save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
   close(): Promise<void>;
 }
 /** Node: `<stateDir>/ldpkit-state.json`, replaced atomically (fsync, rename) on every change. */
@@ -50,6 +60,8 @@ export declare class FileStore implements Store {
   constructor(stateDir: string);
   load(): Promise<object>;
   save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
   close(): Promise<void>;
 }
 /** Browsers: one IndexedDB record (database `ldpkit`). */
@@ -57,6 +69,8 @@ export declare class IndexedDBStore implements Store {
   constructor(name?: string);
   load(): Promise<object>;
   save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -81,6 +95,8 @@ export interface ReporterOptions {
   backoffMs?: number;
   maxBackoffMs?: number;
   maxRetryAfterMs?: number;
+  /** Send queued reports in the background every this many ms (default: only on flush()). */
+  flushEveryMs?: number | null;
 }
 
 export interface Receipt {

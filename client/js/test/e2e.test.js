@@ -51,12 +51,11 @@ after(async () => {
 test("devices report through a real collector and the estimates cover the truth", async () => {
   const seed = new Reporter(collector.url, { token: INGEST, store: new MemoryStore() });
   await seed.definition("theme");
-  const definitions = seed.state.definitions;
+  const definitions = { list: seed.cachedDefinitions, etag: null };
   let sum = 0;
   let pages = 0;
   for (let i = 0; i < DEVICES; i++) {
-    const store = new MemoryStore();
-    store.state = { version: 1, secret: null, ledger: {}, memo: {}, outbox: [], seq: 0, definitions, etag: null, lastSeen: 0 };
+    const store = new MemoryStore({ definitions });
     const device = new Reporter(collector.url, { token: INGEST, store });
     const theme = THEMES[i < TRUTH[0] * DEVICES ? 0 : i < (TRUTH[0] + TRUTH[1]) * DEVICES ? 1 : 2];
     await device.report("theme", theme);
@@ -166,4 +165,13 @@ test("after one fetch, reports work offline with the cached definitions", async 
   await assert.rejects(offline.flush(), /unavailable/);
   assert.equal(offline.pending(), 1);
   await offline.close();
+});
+
+test("flushEveryMs delivers in the background", async () => {
+  const r = new Reporter(collector.url, { token: INGEST, store: new MemoryStore(), flushEveryMs: 100 });
+  await r.report("minutes", 7);
+  assert.equal(r.pending(), 1);
+  for (let i = 0; i < 50 && r.pending() > 0; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.equal(r.pending(), 0);
+  await r.close();
 });
