@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,12 +358,15 @@ class Verdict:
         by_mech: dict[str, list[TestResult]] = {}
         for t in self.tests:
             by_mech.setdefault(t.mechanism, []).append(t)
-        lines.append(f"{'mechanism':<10} {'tests':>5} {'failed':>6} {'smallest p':>11}  verdict")
+        width = max([len("mechanism"), *(len(m) for m in by_mech)])
+        lines.append(
+            f"{'mechanism':<{width}} {'tests':>5} {'failed':>6} {'smallest p':>11}  verdict"
+        )
         for mech, tests in by_mech.items():
             failed = [t for t in tests if not t.passed]
             smallest = min(t.p_value for t in tests)
             lines.append(
-                f"{mech:<10} {len(tests):>5} {len(failed):>6} {smallest:>11.3g}  "
+                f"{mech:<{width}} {len(tests):>5} {len(failed):>6} {smallest:>11.3g}  "
                 + ("FAIL" if failed else "pass")
             )
             for t in tests if verbose else failed:
@@ -380,7 +384,7 @@ class Verdict:
         else:
             failing = ", ".join(self.failing_mechanisms) or "(framing)"
             lines.append(f"FAIL: {failing}")
-        lines.append(EXACTNESS_NOTE)
+        lines.append(textwrap.fill(EXACTNESS_NOTE, 92))
         return "\n".join(lines)
 
 
