@@ -40,7 +40,7 @@ from ..errors import (
     ProtocolError,
 )
 from ..metrics import MetricDefinition, MetricKind, Period
-from ..wire import CONTENT_TYPE, ID_SIZE, Block, encode_batch
+from ..wire import ID_SIZE, LEGACY_CONTENT_TYPE, Block, encode_batch
 
 Clock = Callable[[], float]
 """Unix seconds (UTC), like :func:`time.time`; tests pass their own to move time."""
@@ -230,7 +230,7 @@ class ShellSettings:
 
     @property
     def report_headers(self) -> dict[str, str]:
-        return {**self.headers, "Content-Type": CONTENT_TYPE, "Accept": "application/json"}
+        return {**self.headers, "Content-Type": LEGACY_CONTENT_TYPE, "Accept": "application/json"}
 
 
 MIN_BACKOFF = 0.05
