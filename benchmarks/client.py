@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ldpkit.client import MetricDefinition, Reporter
-from ldpkit.client.core import keyed_generator
+from ldpkit.client.codec import keyed_generator
 from ldpkit.mechanisms import CATEGORICAL, NUMERIC
 
 TARGET_P50_US = 200.0

@@ -296,7 +296,7 @@ def main() -> int:
         command = [
             sys.executable,
             "-m",
-            "ldpkit.collector.cli",
+            "ldpkit.cli",
             "--log-level",
             "WARNING",
             "serve",

@@ -8,9 +8,14 @@
 ...     r.flush()
 
 :class:`Reporter` (a background thread, stdlib HTTP) and :class:`AsyncReporter` (an
-asyncio task, aiohttp) are thin shells over one I/O-free core (:mod:`ldpkit.client.core`)
-and one on-device store (:mod:`ldpkit.client.storage`). See ``docs/client.md``.
+asyncio task, aiohttp, imported on first use) are thin shells over one base
+(:mod:`ldpkit.client.base`), I/O-free decisions (``policies``, ``codec``, ``protocol``,
+``flush``) and one on-device store (:mod:`ldpkit.client.storage`). See ``docs/client.md``.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     BudgetExceeded,
@@ -21,19 +26,24 @@ from ..errors import (
     ParameterError,
 )
 from ..metrics import MetricDefinition, Period
-from .aio import AsyncReporter
-from .core import (
-    BudgetStatus,
-    FlushResult,
-    MetricBudget,
-    ReportReceipt,
-    RetryPolicy,
-    StateLoss,
-    Timeout,
-    TotalBudget,
-)
+from .policies import RetryPolicy, Timeout
+from .results import BudgetStatus, FlushResult, MetricBudget, ReportReceipt, StateLoss, TotalBudget
 from .storage import StateError
 from .sync import Reporter
+
+if TYPE_CHECKING:
+    from .aio import AsyncReporter
+
+
+def __getattr__(name: str) -> Any:
+    # AsyncReporter needs aiohttp (~0.3 s and 400 modules to import): load it on first use
+    # only, so that an app using the sync Reporter never pays for it.
+    if name == "AsyncReporter":
+        from .aio import AsyncReporter
+
+        return AsyncReporter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AsyncReporter",

@@ -17,10 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import ssl
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol, Self
 
@@ -29,31 +27,16 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
-from ..metrics import MetricDefinition, Period
-from .core import (
+from .base import ReporterBase
+from .flush import Action, Done, FlushRun, Send
+from .policies import (
     MAX_ANSWER_BYTES,
-    BackgroundSchedule,
-    BudgetStatus,
-    Clock,
-    FlushResult,
-    HttpAnswer,
     NetworkError,
-    ReportReceipt,
-    RetryPolicy,
-    ShellSettings,
     Timeout,
     split_url,
 )
-from .state import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_MAX_OUTBOX,
-    Action,
-    Done,
-    FlushRun,
-    ReporterState,
-    Send,
-    background_failed,
-)
+from .protocol import HttpAnswer
+from .results import FlushResult, ReportReceipt
 
 log = logging.getLogger("ldpkit.client")
 
@@ -129,7 +112,7 @@ class AiohttpTransport:
             self._session = None
 
 
-class AsyncReporter:
+class AsyncReporter(ReporterBase[AsyncTransport]):
     """The asyncio twin of :class:`~ldpkit.client.Reporter` (same parameters).
 
     Use ``async with AsyncReporter(...) as r`` (or ``await r.start()`` and
@@ -138,62 +121,16 @@ class AsyncReporter:
     only read local state).
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        token: str | None = None,
-        state_dir: str | os.PathLike[str],
-        metrics: Iterable[MetricDefinition] | None = None,
-        total_budget: float | None = None,
-        total_budget_period: Period | str = Period.DAY,
-        flush_interval: float = 30.0,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        max_outbox: int = DEFAULT_MAX_OUTBOX,
-        timeout: Timeout | float | None = None,
-        retry: RetryPolicy | None = None,
-        memoize: bool = True,
-        durable_reports: bool = False,
-        definitions_ttl: float = 3600.0,
-        clock: Clock = time.time,
-        background: bool = True,
-        transport: AsyncTransport | None = None,
-    ) -> None:
-        self._settings = ShellSettings.of(
-            url,
-            token=token,
-            flush_interval=flush_interval,
-            batch_size=batch_size,
-            timeout=timeout,
-            retry=retry,
-            definitions_ttl=definitions_ttl,
-        )
-        self._state = ReporterState(
-            self._settings,
-            state_dir=state_dir,
-            metrics=metrics,
-            total_budget=total_budget,
-            total_budget_period=total_budget_period,
-            max_outbox=max_outbox,
-            memoize=memoize,
-            durable_reports=durable_reports,
-            clock=clock,
-        )
-        self.url = self._settings.url
-        self.flush_interval = self._settings.flush_interval
-        self.batch_size = self._settings.batch_size
-        self.timeout = self._settings.timeout
-        self.retry = self._settings.retry
-        self._transport: AsyncTransport = (
-            transport if transport is not None else AiohttpTransport(self.url, self.timeout)
-        )
-        self._background = background
+    def _http_transport(self) -> AsyncTransport:
+        return AiohttpTransport(self.url, self.timeout)
+
+    def _open(self) -> None:
+        # asyncio objects belong to a running loop: made in start(), not here.
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._send_lock: asyncio.Lock | None = None
         self._definitions_lock: asyncio.Lock | None = None
         self._closing = False
-        self._closed = False
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -240,18 +177,13 @@ class AsyncReporter:
     ) -> None:
         await self.aclose()
 
-    def __repr__(self) -> str:
-        return f"<AsyncReporter {self.url} state_dir={self.state_dir!r}>"
-
     # --- the app's API ----------------------------------------------------------------
     async def report(self, metric: str, value: object) -> ReportReceipt:
         """See :meth:`ldpkit.client.Reporter.report`."""
         await self._ready()
-        state = self._state
-        if not state.knows(metric):
-            await self._learn(metric)
-        receipt = state.report(metric, value)
-        if receipt.queued and self._wake is not None and state.pending() >= self.batch_size:
+        await self._learn(metric)
+        receipt = self._state.report(metric, value)
+        if self._queued(receipt) and self._wake is not None:
             self._wake.set()
         return receipt
 
@@ -264,30 +196,13 @@ class AsyncReporter:
     ) -> int:
         """See :meth:`ldpkit.client.Reporter.simulate`."""
         await self._ready()
-        if not self._state.knows(metric):
-            await self._learn(metric)
+        await self._learn(metric)
         return await asyncio.to_thread(self._state.simulate, metric, values, rng)
 
     async def flush(self, *, max_attempts: int | None = None) -> FlushResult:
         """See :meth:`ldpkit.client.Reporter.flush`."""
         await self._ready()
         return await self._flush(max_attempts=max_attempts, everything=False)
-
-    def budget(self) -> BudgetStatus:
-        self._check_open()
-        return self._state.budget()
-
-    @property
-    def pending(self) -> int:
-        return self._state.pending()
-
-    @property
-    def definitions(self) -> dict[str, MetricDefinition]:
-        return self._state.definitions
-
-    @property
-    def state_dir(self) -> str:
-        return str(self._state.directory)
 
     async def refresh_definitions(self) -> None:
         """Fetch ``GET /v1/metrics`` now (with If-None-Match) and cache the answer."""
@@ -296,40 +211,27 @@ class AsyncReporter:
             return
         assert self._definitions_lock is not None
         async with self._definitions_lock:
-            headers = {**self._settings.headers, **self._state.definitions_headers()}
+            headers = self._definitions_request()
             try:
                 answer = await self._transport.request("GET", "/v1/metrics", None, headers)
             except NetworkError as exc:
                 raise CollectorUnavailable(f"GET {self.url}/v1/metrics: {exc}") from exc
             self._state.apply_definitions_answer(answer)
 
-    # --- internals ----------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this AsyncReporter is closed")
-
+    # --- I/O ----------------------------------------------------------------------------
     async def _ready(self) -> None:
         self._check_open()
         if self._send_lock is None:
             await self.start()
 
     async def _learn(self, metric: str) -> None:
-        state = self._state
-        if state.unknown_refresh_due(metric, time.monotonic()):
+        error = None
+        if self._must_learn(metric):
             try:
                 await self.refresh_definitions()
             except (CollectorUnavailable, CollectorRejected) as exc:
-                state.unknown_refresh_failed(exc)
-        if not state.knows(metric):
-            raise state.unknown_metric(metric)
-
-    def _begin_flush(self, *, max_attempts: int | None, everything: bool) -> FlushRun:
-        return self._state.begin_flush(
-            policy=self.retry,
-            batch_size=self.batch_size,
-            max_attempts=max_attempts,
-            everything=everything,
-        )
+                error = exc
+        self._learned(metric, error)
 
     async def _flush(self, *, max_attempts: int | None, everything: bool) -> FlushResult:
         assert self._send_lock is not None
@@ -346,7 +248,10 @@ class AsyncReporter:
             if isinstance(action, Send):
                 try:
                     answer = await self._transport.request(
-                        "POST", "/v1/reports", action.batch.body, headers
+                        "POST",
+                        "/v1/reports",
+                        action.batch.body,
+                        {**headers, "Content-Type": action.batch.content_type},
                     )
                 except NetworkError as exc:
                     run.failed(exc)
@@ -355,33 +260,35 @@ class AsyncReporter:
             else:
                 await asyncio.sleep(action.seconds)
 
+    async def _background_refresh(self) -> None:
+        if self._state.definitions_due():
+            try:
+                await self.refresh_definitions()
+            except LdpkitError as exc:
+                self._refresh_failed(exc)
+
     async def _run(self) -> None:
         """Background task: the same schedule as the sync reporter's thread."""
         assert self._wake is not None and self._send_lock is not None
         loop = asyncio.get_running_loop()
-        schedule = BackgroundSchedule(
-            flush_interval=self.flush_interval, retry=self.retry, now=loop.time()
-        )
+        schedule = self._schedule(loop.time())
+        await self._background_refresh()  # at start, as the sync reporter's thread does
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=schedule.wait(loop.time()))
             self._wake.clear()
             if not schedule.ready(loop.time()):
                 continue  # backing off: a full batch waits for the backoff to end
-            if self._state.definitions_due():
-                try:
-                    await self.refresh_definitions()
-                except LdpkitError as exc:
-                    log.info("background definitions refresh failed: %s", exc)
+            await self._background_refresh()
             run: FlushRun | None = None
+            error: Exception | None = None
             try:
                 async with self._send_lock:
                     run = self._begin_flush(max_attempts=1, everything=True)
                     await self._drive(run)
             except Exception as exc:  # never let the task die: the outbox keeps everything
-                background_failed(schedule, loop.time(), exc, run)
-            else:
-                schedule.flushed(loop.time())
+                error = exc
+            self._pass_ended(schedule, loop.time(), error, run)
             if schedule.prune_due(loop.time()):
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self._state.prune)

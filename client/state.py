@@ -2,11 +2,7 @@
 
 :class:`ReporterState` is the part of a reporter that does no network I/O: it checks and
 perturbs values, keeps the budget ledger and the memo, queues reports in the outbox and
-installs metric definitions. :class:`FlushRun` is the delivery loop as a state machine:
-it says what to do next (send this batch, sleep this long, done) and is told what
-happened, so the synchronous and the asynchronous reporter drive the same logic with
-their own transport and their own way of sleeping. :func:`background_failed` applies
-a failed background pass to the :class:`~ldpkit.client.core.BackgroundSchedule`.
+installs metric definitions. The delivery loop is :mod:`ldpkit.client.flush`.
 """
 
 from __future__ import annotations
@@ -17,11 +13,11 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from .._validation import check_count
 from ..errors import (
     CollectorRejected,
     CollectorUnavailable,
@@ -32,41 +28,30 @@ from ..errors import (
 from ..metrics import MetricDefinition, Period
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
-from .core import (
-    BackgroundSchedule,
-    Batch,
-    BudgetStatus,
+from .codec import MetricCodec, keyed_generator, memo_generator, memo_message, memo_tag
+from .flush import FlushRun
+from .policies import (
     Clock,
-    Delivered,
-    Fatal,
-    FlushResult,
-    HttpAnswer,
-    MetricBudget,
-    MetricCodec,
-    Rejection,
-    ReportReceipt,
-    Retry,
     RetryPolicy,
     ShellSettings,
-    TooLarge,
-    TotalBudget,
     budget_decision,
-    build_batch,
-    classify_failure,
     fits,
-    interpret_batch_answer,
-    keyed_generator,
     left_of,
-    memo_generator,
-    memo_message,
-    memo_tag,
-    parse_definitions,
     period_window,
 )
+from .protocol import (
+    Fatal,
+    HttpAnswer,
+    Rejection,
+    classify_failure,
+    parse_definitions,
+)
+from .results import BudgetStatus, MetricBudget, ReportReceipt, TotalBudget
 from .storage import (
     TOTAL_KEY,
     StateError,
     Store,
+    delta_key,
     device_known,
     load_or_create_secret,
     prepare_state_dir,
@@ -79,7 +64,6 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_MAX_BATCH_BYTES = 1_000_000
 UNKNOWN_METRIC_REFRESH = 60.0
 """An unknown metric triggers a definitions refresh at most this often (seconds)."""
-STALE_DEFINITIONS = ("unknown_metric", "unknown_version", "retired_metric")
 UNKNOWN_VERSION_GRACE = 600.0
 """Reports refused as ``unknown_version`` are kept and sent again for this long (seconds
 since the first refusal): a replica may not know a version defined a moment ago on
@@ -93,12 +77,6 @@ def _period(value: Period | str, what: str) -> Period:
         raise ParameterError(
             f"{what} must be one of {', '.join(p.value for p in Period)}, got {value!r}"
         ) from None
-
-
-def _positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ParameterError(f"{what} must be a positive integer, got {value!r}")
-    return value
 
 
 class ReporterState:
@@ -120,9 +98,8 @@ class ReporterState:
         self.source = settings.url
         self.clock = clock
         self.memoize = bool(memoize)
-        self.max_outbox = _positive_int(max_outbox, "max_outbox")
+        self.max_outbox = check_count(max_outbox, "max_outbox")
         self.total_period = _period(total_budget_period, "total_budget_period")
-        self._total_name = self.total_period.value
         self._total_seconds = self.total_period.seconds
         if total_budget is not None:
             if isinstance(total_budget, bool) or not isinstance(total_budget, int | float):
@@ -147,7 +124,6 @@ class ReporterState:
         self._codecs: dict[str, MetricCodec] = {}
         self.definitions_etag: str | None = None
         self.definitions_fetched_at: float | None = None
-        self.definitions_warnings: list[str] = []
         self.definitions_stale = False  # the collector refused a metric or version
         # Why the last delivery run gave up (None once a batch is delivered): OutboxFull
         # says it, so a full outbox is blamed on the collector only when that is the cause.
@@ -191,7 +167,6 @@ class ReporterState:
     def _install(self, definitions: dict[str, MetricDefinition], warnings: list[str]) -> None:
         for w in warnings:
             log.warning("metric definitions: %s", w)
-        self.definitions_warnings = warnings
         self._codecs = {name: MetricCodec.of(d) for name, d in definitions.items()}
 
     @property
@@ -379,6 +354,7 @@ class ReporterState:
                 report,
                 tag=tag,
                 epsilon=spent,
+                delta=c.definition.delta if spent else 0.0,
                 budget_seconds=c.budget_seconds,
                 window_start=w_start,
                 total_seconds=self._total_seconds,
@@ -502,6 +478,8 @@ class ReporterState:
                     d.budget_period,
                     start,
                     end,
+                    delta_spent=self.store.spent(delta_key(name), codec.budget_seconds, start),
+                    delta_budget=d.effective_budget / d.epsilon * d.delta,
                 )
             total: TotalBudget | None = None
             start, end = period_window(self.total_period, now)
@@ -514,6 +492,7 @@ class ReporterState:
                     self.total_period,
                     start,
                     end,
+                    delta_spent=self.store.spent(delta_key(TOTAL_KEY), self._total_seconds, start),
                 )
             loss = self.store.ledger_lost()
             longest = max([self._total_seconds, *(c.budget_seconds for c in self._codecs.values())])
@@ -555,178 +534,3 @@ class ReporterState:
             max_attempts=max_attempts if max_attempts is not None else policy.max_attempts,
             upto=upto,
         )
-
-
-def background_failed(
-    schedule: BackgroundSchedule, now: float, error: Exception, run: FlushRun | None
-) -> None:
-    """Tell ``schedule`` that a background pass raised ``error`` (while driving ``run``,
-    None if it never began) and log it with the wait before the next pass."""
-    if isinstance(error, CollectorUnavailable):
-        retry_after = run.last_retry_after if run is not None else None
-        wait = schedule.unavailable(now, retry_after)
-        log.info("background flush: %s; next try in %.1fs", error, wait)
-    elif isinstance(error, CollectorRejected):
-        wait = schedule.rejected(now)
-        log.error("background flush refused: %s; next try in %.0fs", error, wait)
-    else:
-        wait = schedule.failed(now)
-        log.error("background flush failed; next try in %.1fs", wait, exc_info=error)
-
-
-# --- the delivery state machine -------------------------------------------------------
-@dataclass(frozen=True)
-class Send:
-    batch: Batch
-
-
-@dataclass(frozen=True)
-class Sleep:
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Done:
-    result: FlushResult
-
-
-Action = Send | Sleep | Done
-
-
-class FlushRun:
-    """One flush: batches out, answers in, retries by the policy.
-
-    Drive it with ``action = run.next()``: on :class:`Send` post ``action.batch.body``
-    and call :meth:`answered` or :meth:`failed`; on :class:`Sleep` wait; on
-    :class:`Done` stop. ``next()`` raises CollectorUnavailable once ``max_attempts``
-    attempts at one batch failed, or CollectorRejected on a 4xx that retrying will not
-    fix; rows are never removed except on an answer that accounts for them.
-    """
-
-    def __init__(
-        self,
-        state: ReporterState,
-        *,
-        policy: RetryPolicy,
-        batch_size: int,
-        max_batch_bytes: int,
-        max_attempts: int,
-        upto: int | None,
-    ) -> None:
-        self.state = state
-        self.policy = policy
-        self.batch_size = _positive_int(batch_size, "batch_size")
-        self.max_batch_bytes = max_batch_bytes
-        self.max_attempts = max_attempts
-        self.upto = upto
-        self.failures = 0
-        self.attempts = 0
-        self.result = FlushResult()
-        self.last_retry_after: float | None = None
-        self.last_reason = ""
-        self.after = 0  # every row up to this seq has been answered for
-        self._batch: Batch | None = None
-        self._sleep: float | None = None
-        self._error: Exception | None = None
-
-    def next(self) -> Action:
-        if self._error is not None:
-            raise self._error
-        if self._sleep is not None:
-            seconds, self._sleep = self._sleep, None
-            return Sleep(seconds)
-        if self._batch is None:
-            state = self.state
-            with state.lock:
-                rows = state.store.oldest(self.batch_size, after=self.after, upto=self.upto)
-                if not rows:
-                    remaining = state.store.outbox_rows()
-                    return Done(
-                        FlushResult(
-                            self.result.sent,
-                            self.result.duplicates,
-                            self.result.rejected,
-                            remaining,
-                            self.result.deferred,
-                        )
-                    )
-                size, keep = 0, 0
-                for row in rows:
-                    size += len(row.report) + ID_SIZE
-                    if keep and size > self.max_batch_bytes:
-                        break
-                    keep += 1
-                self._batch = build_batch(rows[:keep])
-                # Nothing leaves the device before it (and its budget spend) is fsynced.
-                state.store.make_durable()
-        self.attempts += 1
-        return Send(self._batch)
-
-    def answered(self, answer: HttpAnswer) -> None:
-        batch = self._batch
-        assert batch is not None, "answered() without a Send"
-        now = self.state.clock()
-        outcome = interpret_batch_answer(batch, answer, now)
-        if isinstance(outcome, Delivered):
-            kept = {r.seq for r in outcome.rejected if self.state.keep_refused(r, now)}
-            with self.state.lock:
-                self.state.store.acknowledge([k for k in outcome.keys if k[0] not in kept])
-            self.state.delivered(k[0] for k in outcome.keys if k[0] not in kept)
-            for r in outcome.rejected:
-                if r.seq in kept:
-                    continue
-                log.warning(
-                    "collector rejected a report for good (dropped): %s %s", r.error, r.detail
-                )
-            if kept:
-                log.info(
-                    "collector does not know the version of %d report(s) yet (unknown_version): "
-                    "kept, sent again at the next flush",
-                    len(kept),
-                )
-            if any(r.error in STALE_DEFINITIONS for r in outcome.rejected):
-                self.state.definitions_stale = True  # the background refetches them
-            self.result = FlushResult(
-                self.result.sent + outcome.accepted,
-                self.result.duplicates + outcome.duplicates,
-                self.result.rejected + len(outcome.rejected) - len(kept),
-                0,
-                self.result.deferred + len(kept),
-            )
-            self.after = max(self.after, *batch.seqs)
-            self._batch = None
-            self.failures = 0
-            self.state.delivery_problem = None
-        elif isinstance(outcome, TooLarge):
-            if batch.n == 1:
-                self._error = CollectorRejected(413, "too_large", outcome.reason)
-            else:
-                self.batch_size = max(1, batch.n // 2)
-                self.max_batch_bytes = max(1, len(batch.body) // 2)
-                self._batch = None
-                log.info("%s; sending %d reports per batch", outcome.reason, self.batch_size)
-        elif isinstance(outcome, Fatal):
-            self._error = outcome.error
-            self.state.delivery_problem = str(outcome.error)
-        else:
-            self._retry(outcome)
-
-    def failed(self, error: BaseException) -> None:
-        """The request did not get an answer (connection refused, timeout, ...)."""
-        assert self._batch is not None, "failed() without a Send"
-        self._retry(Retry(f"network error: {type(error).__name__}: {error}"))
-
-    def _retry(self, retry: Retry) -> None:
-        self.failures += 1
-        self.last_retry_after = retry.retry_after
-        self.last_reason = retry.reason
-        if self.failures >= self.max_attempts:
-            pending = self.state.pending()
-            self._error = CollectorUnavailable(
-                f"could not deliver to {self.state.source} after {self.failures} attempt(s): "
-                f"{retry.reason}; {pending} report(s) stay queued and will be retried"
-            )
-            self.state.delivery_problem = retry.reason
-            return
-        self._sleep = self.policy.delay(self.failures, retry.retry_after)
-        log.info("%s; retrying in %.2fs", retry.reason, self._sleep)

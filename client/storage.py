@@ -43,13 +43,21 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..errors import LdpkitError
-from .core import OutboxRow, StateLoss
+import numpy as np
+
+from .. import wire
+from ..errors import StateError as StateError  # its home is ldpkit.errors
+from .protocol import Batch, OutboxRow, seal_batch
+from .results import StateLoss
 
 SECRET_FILE = "device.key"
 DATABASE_FILE = "client.sqlite3"
 SECRET_SIZE = 32
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
+"""2: reports.delta (the delta a report of an (epsilon, delta) mechanism spent).
+3: sealed batches (``batches``, ``reports.sealed``); reports queued before are ``legacy``
+(sent as v1 with their report ids, so a batch sent before the upgrade and answered after
+it still counts once)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -59,18 +67,28 @@ CREATE TABLE IF NOT EXISTS meta (
 INSERT OR IGNORE INTO meta (key, value) VALUES ('syncs', 0);
 CREATE TABLE IF NOT EXISTS reports (
     seq INTEGER PRIMARY KEY,     -- outbox order; rows are matched by (seq, report_id)
-    report_id BLOB NOT NULL,     -- 16 random bytes, sent with the report
+    report_id BLOB NOT NULL,     -- 16 random bytes (sent only in a v1 batch)
     metric TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     bucket INTEGER NOT NULL,     -- the coarse time bucket start, unix seconds
     report BLOB,                 -- the perturbed report; NULL once acknowledged
     tag BLOB,                    -- memo: HMAC tag of (version, value, window), or NULL
     epsilon REAL NOT NULL,       -- ledger: epsilon this report spent (0 if memoized)
+    delta REAL NOT NULL DEFAULT 0,  -- ledger: delta this report spent (schema 2)
     budget_seconds INTEGER,      -- ledger: the metric's budget period and window
     window_start INTEGER,
     total_seconds INTEGER,       -- ledger: the total budget's period and window
-    total_start INTEGER
+    total_start INTEGER,
+    sealed BLOB,                 -- the id of the sealed batch holding it, or NULL (schema 3)
+    legacy INTEGER NOT NULL DEFAULT 0  -- 1: queued before schema 3, sent as v1
 );
+CREATE TABLE IF NOT EXISTS batches (  -- sealed batches not answered yet (schema 3)
+    id BLOB PRIMARY KEY,         -- 16 random bytes, drawn when the batch was sealed
+    first_seq INTEGER NOT NULL,  -- send order
+    seqs BLOB NOT NULL,          -- the rows it holds, in wire order (little-endian int64)
+    body BLOB NOT NULL           -- the exact bytes sent, every time
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS reports_sealed ON reports (sealed) WHERE sealed IS NOT NULL;
 CREATE TABLE IF NOT EXISTS definitions (
     source TEXT PRIMARY KEY,
     etag TEXT,
@@ -83,6 +101,12 @@ _SEQS_PER_STATEMENT = 8000  # parameters bound per statement (SQLite allows 3276
 
 TOTAL_KEY = "*"
 """Ledger key of the total across metrics (metric names match ^[a-z], never this)."""
+
+
+def delta_key(key: str) -> str:
+    """The ledger key of the delta spent by a metric (or in total): beside its epsilon."""
+    return f"{key}\x00delta"
+
 
 HIGH_WATER = "clock_high_water"  # meta: the latest time the ledger has seen
 LOST_AT = "ledger_lost_at"  # meta: when this database replaced a lost one
@@ -127,10 +151,6 @@ def _move_aside(path: Path) -> str:
         with contextlib.suppress(FileNotFoundError):
             os.replace(f"{path}{suffix}", f"{target}{suffix}")
     return target
-
-
-class StateError(LdpkitError):
-    """The state directory cannot be used (permissions, corrupt secret, newer schema)."""
 
 
 def prepare_state_dir(path: str | os.PathLike[str]) -> Path:
@@ -273,8 +293,19 @@ class Store:
                     f"{self.path} has schema version {version}, newer than this client's "
                     f"{SCHEMA_VERSION}; upgrade ldpkit"
                 )
+            columns = {row[1] for row in db.execute("PRAGMA table_info(reports)")}
+            upgrade = ""
+            if columns and "delta" not in columns:  # a schema 1 database
+                upgrade += "ALTER TABLE reports ADD COLUMN delta REAL NOT NULL DEFAULT 0;"
+            if columns and "sealed" not in columns:  # schema 1 or 2: reports sent as v1
+                upgrade += (
+                    "ALTER TABLE reports ADD COLUMN sealed BLOB;"
+                    "ALTER TABLE reports ADD COLUMN legacy INTEGER NOT NULL DEFAULT 0;"
+                    "UPDATE reports SET legacy = 1 WHERE report IS NOT NULL;"
+                )
+            # The reports table is altered before _SCHEMA creates what is missing.
             db.executescript(
-                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+                f"BEGIN IMMEDIATE;{upgrade}{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
             )
             db.execute("SELECT count(*) FROM reports").fetchone()  # readable at all?
         except BaseException:
@@ -305,6 +336,16 @@ class Store:
             "WHERE epsilon > 0 GROUP BY total_seconds, total_start"
         ):
             ledger.setdefault(TOTAL_KEY, {})[(int(seconds), int(start))] = float(spent)
+        for metric, seconds, start, spent in db.execute(
+            "SELECT metric, budget_seconds, window_start, sum(delta) FROM reports "
+            "WHERE delta > 0 GROUP BY metric, budget_seconds, window_start"
+        ):
+            ledger.setdefault(delta_key(metric), {})[(int(seconds), int(start))] = float(spent)
+        for seconds, start, spent in db.execute(
+            "SELECT total_seconds, total_start, sum(delta) FROM reports "
+            "WHERE delta > 0 GROUP BY total_seconds, total_start"
+        ):
+            ledger.setdefault(delta_key(TOTAL_KEY), {})[(int(seconds), int(start))] = float(spent)
         self._ledger = ledger
         memo: dict[bytes, set[int]] = {}
         for tag, bucket in db.execute(
@@ -382,9 +423,10 @@ class Store:
 
     def spent(self, key: str, seconds: int, window_start: int) -> float:
         """Epsilon spent by one metric (``key`` = its name) or in total (``key`` =
-        :data:`TOTAL_KEY`) in every ledger window that overlaps the window of ``seconds``
-        starting at ``window_start``: spending recorded under another period length (the
-        definition changed, day to week say) counts wherever it overlaps."""
+        :data:`TOTAL_KEY`), or delta (``key`` = :func:`delta_key` of those), in every
+        ledger window that overlaps the window of ``seconds`` starting at
+        ``window_start``: spending recorded under another period length (the definition
+        changed, day to week say) counts wherever it overlaps."""
         self._fresh()
         end = window_start + seconds
         return sum(
@@ -441,12 +483,13 @@ class Store:
         window_start: int,
         total_seconds: int,
         total_start: int,
+        delta: float = 0.0,
     ) -> None:
         """Queue a report and record its spend and memo tag: one row, one page."""
         self.db.execute(
             "INSERT INTO reports (report_id, metric, fingerprint, bucket, report, tag, "
-            "epsilon, budget_seconds, window_start, total_seconds, total_start) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "epsilon, budget_seconds, window_start, total_seconds, total_start, delta) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 report_id,
                 metric,
@@ -459,17 +502,20 @@ class Store:
                 window_start,
                 total_seconds,
                 total_start,
+                delta,
             ),
         )
         self._rows += 1
         self._unsynced = True
-        if epsilon > 0:
+        for amount, wrap in ((epsilon, str), (delta, delta_key)):
+            if amount <= 0:
+                continue
             for key, window in (
                 (metric, (budget_seconds, window_start)),
                 (TOTAL_KEY, (total_seconds, total_start)),
             ):
-                windows = self._ledger.setdefault(key, {})
-                windows[window] = windows.get(window, 0.0) + epsilon
+                windows = self._ledger.setdefault(wrap(key), {})
+                windows[window] = windows.get(window, 0.0) + amount
         if tag is not None:
             self._memo.setdefault(tag, set()).add(bucket)
 
@@ -488,24 +534,78 @@ class Store:
         row = self.db.execute("SELECT max(seq) FROM reports").fetchone()
         return int(row[0]) if row[0] is not None else 0
 
-    def oldest(self, limit: int, *, after: int = 0, upto: int | None = None) -> list[OutboxRow]:
-        """Up to ``limit`` queued reports with ``after < seq <= upto``, oldest first."""
+    def oldest(
+        self, limit: int, *, after: int = 0, upto: int | None = None, legacy: bool = False
+    ) -> list[OutboxRow]:
+        """Up to ``limit`` queued reports with ``after < seq <= upto`` not in a sealed
+        batch, oldest first: those queued before sealed batches if ``legacy``, else the
+        others."""
         rows = self.db.execute(
             "SELECT seq, report_id, metric, fingerprint, bucket, report FROM reports "
-            "WHERE seq > ? AND seq <= ? AND report IS NOT NULL ORDER BY seq LIMIT ?",
-            (after, upto if upto is not None else 2**62, limit),
+            "WHERE seq > ? AND seq <= ? AND report IS NOT NULL AND sealed IS NULL "
+            "AND legacy = ? ORDER BY seq LIMIT ?",
+            (after, upto if upto is not None else 2**62, int(legacy), limit),
         ).fetchall()
         return [OutboxRow(int(s), bytes(i), m, f, int(b), bytes(r)) for s, i, m, f, b, r in rows]
 
-    def acknowledge(self, rows: Sequence[tuple[int, bytes]]) -> int:
+    def sealed_batch(self) -> Batch | None:
+        """The oldest sealed batch not answered yet, exactly as it was first sent."""
+        row = self.db.execute(
+            "SELECT id, seqs, body FROM batches ORDER BY first_seq LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return None
+        batch_id, seqs, body = bytes(row[0]), np.frombuffer(bytes(row[1]), "<i8"), bytes(row[2])
+        ids = dict(
+            self.db.execute("SELECT seq, report_id FROM reports WHERE sealed = ?", (batch_id,))
+        )
+        keys = tuple(int(s) for s in seqs)
+        blocks = len(wire.decode(body).blocks)
+        # A row another process acknowledged meanwhile keeps its place (matched by id).
+        return Batch(body, keys, blocks, tuple(bytes(ids.get(s, b"")) for s in keys), batch_id)
+
+    def seal(self, batches: Sequence[Sequence[OutboxRow]]) -> None:
+        """Seal each list of rows into a new batch under a random id, stored with its
+        exact bytes, in one transaction (the caller makes it durable before any is sent:
+        a batch sent whose seal a power loss undid would be sealed again, and count
+        twice)."""
+        with self.transaction() as db:
+            for rows in batches:
+                batch = seal_batch(rows, os.urandom(wire.ID_SIZE))
+                seqs = np.asarray(batch.seqs, dtype="<i8").tobytes()
+                db.execute(
+                    "INSERT INTO batches (id, first_seq, seqs, body) VALUES (?, ?, ?, ?)",
+                    (batch.batch_id, min(batch.seqs), seqs, batch.body),
+                )
+                for start in range(0, len(batch.seqs), _SEQS_PER_STATEMENT):
+                    chunk = batch.seqs[start : start + _SEQS_PER_STATEMENT]
+                    marks = ", ".join("?" * len(chunk))
+                    db.execute(
+                        f"UPDATE reports SET sealed = ? WHERE seq IN ({marks})",
+                        (batch.batch_id, *chunk),
+                    )
+            self._unsynced = True
+
+    def unseal(self, batch_id: bytes) -> None:
+        """Forget a sealed batch (the collector refused it whole, stored nothing): its
+        rows go back to the outbox, to be sealed again."""
+        with self.transaction() as db:
+            db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
+            db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+
+    def acknowledge(
+        self, rows: Sequence[tuple[int, bytes]], *, batch_id: bytes | None = None
+    ) -> int:
         """Take (seq, report_id) rows out of the outbox; returns how many were queued.
+        ``batch_id``: the sealed batch was answered: it is forgotten, and its rows not
+        taken out (kept to be sent again) go back to the outbox, for a new batch.
 
         A row that spent budget or carries a memo tag keeps its ledger and memo columns
         (the report bytes are dropped) until :meth:`prune`; others are deleted. Matching
         the random id as well as ``seq`` makes this safe even if another process pruned
         the row and SQLite reused its ``seq``.
         """
-        if not rows:
+        if not rows and batch_id is None:
             return 0
         removed = 0
         with self.transaction() as db:
@@ -527,6 +627,9 @@ class Store:
                 )
                 db.execute(f"UPDATE reports SET report = NULL WHERE seq IN ({marks})", seqs)
                 removed += len(seqs)
+            if batch_id is not None:
+                db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
+                db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
             self._rows -= removed
         return removed
 

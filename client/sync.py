@@ -12,12 +12,11 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
-import os
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol, Self
 
@@ -25,32 +24,16 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
-from ..metrics import MetricDefinition, Period
-from .core import (
+from .base import ReporterBase
+from .flush import Done, FlushRun, Send
+from .policies import (
     MAX_ANSWER_BYTES,
-    BackgroundSchedule,
-    BudgetStatus,
-    Clock,
-    FlushResult,
-    HttpAnswer,
     NetworkError,
-    ReportReceipt,
-    RetryPolicy,
-    ShellSettings,
     Timeout,
     split_url,
 )
-from .core import USER_AGENT as USER_AGENT
-from .state import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_MAX_OUTBOX,
-    Done,
-    FlushRun,
-    ReporterState,
-    Send,
-    background_failed,
-)
-from .state import UNKNOWN_METRIC_REFRESH as UNKNOWN_METRIC_REFRESH
+from .protocol import HttpAnswer
+from .results import FlushResult, ReportReceipt
 
 log = logging.getLogger("ldpkit.client")
 
@@ -178,7 +161,7 @@ class HttpTransport:
             self._drop()
 
 
-class Reporter:
+class Reporter(ReporterBase[SyncTransport]):
     """Report values under local differential privacy to an ldpkit collector.
 
     Parameters
@@ -188,7 +171,8 @@ class Reporter:
     state_dir : where the outbox, budget ledger, memo and definitions cache live
         (``~`` expanded, created with mode 0700). One directory per device/app.
     metrics : definitions in code; if None (default) they come from ``GET /v1/metrics``
-        and are cached in ``state_dir`` (the app works offline after the first fetch).
+        and are cached in ``state_dir``; the background thread fetches them at start, so
+        the app works offline after its first start online.
     total_budget, total_budget_period : an epsilon cap across all metrics per period
         (sequential composition); None for no total cap.
     flush_interval : seconds between background flushes; a flush also starts as soon as
@@ -201,64 +185,19 @@ class Reporter:
     durable_reports : fsync every report (slower) instead of before each send.
     clock : unix seconds; tests inject one to move time.
     background : run the background flush thread (False: only explicit ``flush()``).
+    transport : how requests are sent (tests pass a fake); default ``http.client``.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        token: str | None = None,
-        state_dir: str | os.PathLike[str],
-        metrics: Iterable[MetricDefinition] | None = None,
-        total_budget: float | None = None,
-        total_budget_period: Period | str = Period.DAY,
-        flush_interval: float = 30.0,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        max_outbox: int = DEFAULT_MAX_OUTBOX,
-        timeout: Timeout | float | None = None,
-        retry: RetryPolicy | None = None,
-        memoize: bool = True,
-        durable_reports: bool = False,
-        definitions_ttl: float = 3600.0,
-        clock: Clock = time.time,
-        background: bool = True,
-        transport: SyncTransport | None = None,
-    ) -> None:
-        self._settings = ShellSettings.of(
-            url,
-            token=token,
-            flush_interval=flush_interval,
-            batch_size=batch_size,
-            timeout=timeout,
-            retry=retry,
-            definitions_ttl=definitions_ttl,
-        )
-        self._state = ReporterState(
-            self._settings,
-            state_dir=state_dir,
-            metrics=metrics,
-            total_budget=total_budget,
-            total_budget_period=total_budget_period,
-            max_outbox=max_outbox,
-            memoize=memoize,
-            durable_reports=durable_reports,
-            clock=clock,
-        )
-        self.url = self._settings.url
-        self.flush_interval = self._settings.flush_interval
-        self.batch_size = self._settings.batch_size
-        self.timeout = self._settings.timeout
-        self.retry = self._settings.retry
-        self._transport: SyncTransport = (
-            transport if transport is not None else HttpTransport(self.url, self.timeout)
-        )
+    def _http_transport(self) -> SyncTransport:
+        return HttpTransport(self.url, self.timeout)
+
+    def _open(self) -> None:
         self._send_lock = threading.Lock()
         self._definitions_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._closed = False
         self._thread: threading.Thread | None = None
-        if background:
+        if self._background:
             self._thread = threading.Thread(target=self._run, name="ldpkit-flush", daemon=True)
             self._thread.start()
 
@@ -273,11 +212,9 @@ class Reporter:
         bound. The raw value is never stored or sent.
         """
         self._check_open()
-        state = self._state
-        if not state.knows(metric):
-            self._learn(metric)
-        receipt = state.report(metric, value)
-        if receipt.queued and self._thread is not None and state.pending() >= self.batch_size:
+        self._learn(metric)
+        receipt = self._state.report(metric, value)
+        if self._queued(receipt) and self._thread is not None:
             self._wake.set()
         return receipt
 
@@ -291,8 +228,7 @@ class Reporter:
         """Queue one report per value, each as a separate fresh device (for demos, load
         and statistical tests). Returns the number queued; deliver with :meth:`flush`."""
         self._check_open()
-        if not self._state.knows(metric):
-            self._learn(metric)
+        self._learn(metric)
         return self._state.simulate(metric, values, rng)
 
     def flush(self, *, max_attempts: int | None = None) -> FlushResult:
@@ -306,24 +242,6 @@ class Reporter:
         self._check_open()
         return self._flush(max_attempts=max_attempts, everything=False)
 
-    def budget(self) -> BudgetStatus:
-        """Epsilon spent and left, per metric and in total, in the current periods."""
-        self._check_open()
-        return self._state.budget()
-
-    @property
-    def pending(self) -> int:
-        """Reports in the outbox (queued, not yet acknowledged by the collector)."""
-        return self._state.pending()
-
-    @property
-    def definitions(self) -> dict[str, MetricDefinition]:
-        return self._state.definitions
-
-    @property
-    def state_dir(self) -> str:
-        return str(self._state.directory)
-
     def refresh_definitions(self) -> None:
         """Fetch ``GET /v1/metrics`` now (with If-None-Match) and cache the answer."""
         self._check_open()
@@ -332,10 +250,7 @@ class Reporter:
         with self._definitions_lock:
             try:
                 answer = self._transport.request(
-                    "GET",
-                    "/v1/metrics",
-                    None,
-                    {**self._settings.headers, **self._state.definitions_headers()},
+                    "GET", "/v1/metrics", None, self._definitions_request()
                 )
             except NetworkError as exc:
                 raise CollectorUnavailable(f"GET {self.url}/v1/metrics: {exc}") from exc
@@ -373,32 +288,15 @@ class Reporter:
     ) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"<Reporter {self.url} state_dir={self.state_dir!r}>"
-
-    # --- internals ----------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this Reporter is closed")
-
+    # --- I/O ----------------------------------------------------------------------------
     def _learn(self, metric: str) -> None:
-        """An unknown metric: fetch the definitions (rate-limited), else explain."""
-        state = self._state
-        if state.unknown_refresh_due(metric, time.monotonic()):
+        error = None
+        if self._must_learn(metric):
             try:
                 self.refresh_definitions()
             except (CollectorUnavailable, CollectorRejected) as exc:
-                state.unknown_refresh_failed(exc)
-        if not state.knows(metric):
-            raise state.unknown_metric(metric)
-
-    def _begin_flush(self, *, max_attempts: int | None, everything: bool) -> FlushRun:
-        return self._state.begin_flush(
-            policy=self.retry,
-            batch_size=self.batch_size,
-            max_attempts=max_attempts,
-            everything=everything,
-        )
+                error = exc
+        self._learned(metric, error)
 
     def _flush(self, *, max_attempts: int | None, everything: bool) -> FlushResult:
         with self._send_lock:
@@ -413,7 +311,10 @@ class Reporter:
             if isinstance(action, Send):
                 try:
                     answer = self._transport.request(
-                        "POST", "/v1/reports", action.batch.body, headers
+                        "POST",
+                        "/v1/reports",
+                        action.batch.body,
+                        {**headers, "Content-Type": action.batch.content_type},
                     )
                 except NetworkError as exc:
                     run.failed(exc)
@@ -422,12 +323,20 @@ class Reporter:
             else:
                 time.sleep(action.seconds)
 
+    def _background_refresh(self) -> None:
+        if self._state.definitions_due() and not self._stop.is_set():
+            try:
+                self.refresh_definitions()
+            except LdpkitError as exc:
+                self._refresh_failed(exc)
+
     def _run(self) -> None:
         """The background thread: flush every ``flush_interval``, or sooner when a batch
         is full; after a failure wait the policy's backoff (or Retry-After) first."""
-        schedule = BackgroundSchedule(
-            flush_interval=self.flush_interval, retry=self.retry, now=time.monotonic()
-        )
+        schedule = self._schedule(time.monotonic())
+        # Fetch the definitions as soon as the reporter starts, not at the first report:
+        # a device that starts online and reports only later, offline, must know them.
+        self._background_refresh()
         while not self._stop.is_set():
             self._wake.wait(timeout=schedule.wait(time.monotonic()))
             if self._stop.is_set():
@@ -435,20 +344,16 @@ class Reporter:
             self._wake.clear()
             if not schedule.ready(time.monotonic()):
                 continue  # backing off: a full batch waits for the backoff to end
-            if self._state.definitions_due():
-                try:
-                    self.refresh_definitions()
-                except LdpkitError as exc:
-                    log.info("background definitions refresh failed: %s", exc)
+            self._background_refresh()
             run: FlushRun | None = None
+            error: Exception | None = None
             try:
                 with self._send_lock:
                     run = self._begin_flush(max_attempts=1, everything=True)
                     self._drive(run)
             except Exception as exc:  # never let the thread die: the outbox keeps everything
-                background_failed(schedule, time.monotonic(), exc, run)
-            else:
-                schedule.flushed(time.monotonic())
+                error = exc
+            self._pass_ended(schedule, time.monotonic(), error, run)
             if schedule.prune_due(time.monotonic()):
                 with contextlib.suppress(Exception):
                     self._state.prune()

@@ -8,9 +8,35 @@ Run it with ``ldpkit serve --config collector.toml``. The HTTP API is docs/proto
 operation (durability, backups, privacy of logs) is docs/deployment.md.
 """
 
-from .app import create_app
-from .config import CollectorConfig, ConfigError, Tokens, load_config
-from .store import Store, open_store
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..errors import ConfigError
+    from .app import create_app
+    from .config import CollectorConfig, Tokens, load_config
+    from .store import Store, open_store
+
+# Loaded on first use, so that importing a submodule (``ldpkit.collector.config``,
+# ``ldpkit.collector.launcher``) does not load aiohttp, prometheus_client and the stores.
+_HOMES = {
+    "create_app": ".app",
+    "CollectorConfig": ".config",
+    "ConfigError": "..errors",
+    "Tokens": ".config",
+    "load_config": ".config",
+    "Store": ".store",
+    "open_store": ".store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_HOMES[name], __name__), name)
+
 
 __all__ = [
     "CollectorConfig",

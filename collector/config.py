@@ -49,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError as ConfigError  # its home is ldpkit.errors
 from ..errors import LdpkitError
 from ..metrics import MetricDefinition, check_definition_size
 
@@ -58,10 +59,6 @@ TOKEN_ENV = {kind: f"LDPKIT_{kind.upper()}_TOKENS" for kind in TOKEN_KINDS}
 SYNCHRONOUS_MODES = ("full", "extra", "normal")
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 HASH_PREFIX = "sha256:"  # a token given as its SHA-256 (see ldpkit.collector.auth)
-
-
-class ConfigError(LdpkitError, ValueError):
-    """The collector's configuration is invalid (the message names the file and key)."""
 
 
 @dataclass(frozen=True)

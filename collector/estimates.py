@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -21,24 +21,20 @@ import numpy.typing as npt
 from .._validation import check_level
 from ..aggregate import Aggregate
 from ..errors import ParameterError
+from ..errors import QueryError as QueryError  # its home is ldpkit.errors
 from ..estimates import FrequencyEstimate, MeanEstimate
+from ..kinds import checked_options, query_params
 from ..mechanisms import FrequencyOracle, NumericMechanism
-from ..metrics import MetricDefinition
+from ..metrics import MetricDefinition, MetricKind
 from ..wire import FINGERPRINT_PATTERN
 from .store import BucketAggregate
 
-PARAMS = ("from", "to", "level", "consistent", "version", "per_bucket")
+COMMON_PARAMS = ("from", "to", "level", "consistent", "version", "per_bucket")
+PARAMS = (*COMMON_PARAMS, *query_params())
+"""Every query parameter: the common ones and each kind's own (see ldpkit.kinds)."""
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 _NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
-
-
-class QueryError(ParameterError):
-    """A query parameter is invalid; ``param`` names it."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(f"{param}: {message}")
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -49,6 +45,10 @@ class EstimateQuery:
     consistent: bool = False
     version: str | None = None
     per_bucket: bool = False
+    raw_options: Mapping[str, str] = field(default_factory=dict)
+    """The kind's own parameters as given (checked against the metric's kind later)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The kind's own parameters, parsed (see :func:`with_options`)."""
 
 
 def parse_time(value: str, param: str) -> int:
@@ -117,7 +117,14 @@ def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
         consistent=_parse_bool(query.get("consistent", "false"), "consistent"),
         version=version,
         per_bucket=_parse_bool(query.get("per_bucket", "false"), "per_bucket"),
+        raw_options={k: query[k] for k in query_params() if k in query},
     )
+
+
+def with_options(definition: MetricDefinition, q: EstimateQuery) -> EstimateQuery:
+    """``q`` with the metric kind's own parameters parsed; QueryError names a bad one
+    (or one that belongs to another kind)."""
+    return replace(q, options=checked_options(definition, q.raw_options))
 
 
 def _num(x: float) -> float | None:
@@ -187,6 +194,11 @@ def _items(
 
 def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> dict[str, Any]:
     """``n`` and the estimate fields of one aggregate."""
+    if definition.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
+        fields = definition.kind_spec.answer(definition, agg, q.options, q.level, q.consistent)
+        for key in ("mechanism", "epsilon", "level"):  # the answer's own fields say these
+            fields.pop(key, None)
+        return fields
     mechanism = definition.mechanism_instance
     assert isinstance(mechanism, FrequencyOracle | NumericMechanism)
     estimate = mechanism.estimate(agg)
@@ -244,6 +256,7 @@ def estimate_answer(
     fields = _fields(definition, total, q)
     answer: dict[str, Any] = {
         "metric": definition.name,
+        "kind": definition.kind.value,
         "version": fingerprint,
         "mechanism": mechanism.name,
         "epsilon": definition.epsilon,

@@ -250,6 +250,8 @@ class GroupCommitStore(Store):
             readies.append(ready)
         results = await asyncio.gather(*readies, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
+        # A writer that failed to connect has ended: only the others take a stop.
+        self._threads = [t for t, r in zip(self._threads, results, strict=True) if r is None]
         if errors:
             await self._stop_writers()
             raise errors[0]
@@ -260,9 +262,8 @@ class GroupCommitStore(Store):
         self._closing = True
         if self._loop is None:
             return
-        alive = [t for t in self._threads if t.is_alive()]
         dones = []
-        for _ in alive:
+        for _ in self._threads:
             done: asyncio.Future[None] = self._loop.create_future()
             self._queue.put(_Stop(done))
             dones.append(done)

@@ -34,7 +34,7 @@ def running_collector(
     port: int = 0,
     env: Mapping[str, str] | None = None,
     startup_timeout: float = 30.0,
-    command: Sequence[str] = (sys.executable, "-m", "ldpkit.collector.cli"),
+    command: Sequence[str] = (sys.executable, "-m", "ldpkit.cli"),
     access_log: bool = False,
 ) -> Iterator[RunningCollector]:
     """``ldpkit serve --config CONFIG --port PORT`` (0: a free port) until the block ends.

@@ -9,9 +9,17 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
+from ..errors import LdpkitError, StoreError
 from .auth import bearer_token, required_scopes
-from .keys import TELEMETRY, TOKENS
-from .responses import KEPT_HEADERS, STATUS_CODES, ApiError, api_error_response, error_response
+from .keys import CONFIG, TELEMETRY, TOKENS
+from .responses import (
+    KEPT_HEADERS,
+    STATUS_CODES,
+    ApiError,
+    api_error_response,
+    domain_error,
+    error_response,
+)
 from .uploads import ClientGone
 
 log = logging.getLogger("ldpkit.collector")
@@ -59,6 +67,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.close and not request.content.is_eof():
             return await _closing(request, response)
         return response
+    except LdpkitError as exc:
+        api = domain_error(exc, request.app[CONFIG].retry_after)
+        if api is None:
+            return _unexpected(request)
+        if isinstance(exc, StoreError):
+            log.error("%s %s: %s", request.method, request.path, exc)
+        return api_error_response(api)
     except (ClientGone, ConnectionError):
         log.debug("client closed the connection: %s %s", request.method, request.path)
         return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
@@ -73,9 +88,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except asyncio.CancelledError:
         raise
     except Exception:
-        # The path only: never the headers (tokens) or the body (reports).
-        log.exception("unexpected error answering %s %s", request.method, request.path)
-        return error_response(500, "internal_error", "unexpected error; see the collector's log")
+        return _unexpected(request)
+
+
+def _unexpected(request: web.Request) -> web.Response:
+    """A bug: logged with its traceback (the path only: never the headers, which hold
+    tokens, or the body, which holds reports), answered 500."""
+    log.exception("unexpected error answering %s %s", request.method, request.path)
+    return error_response(500, "internal_error", "unexpected error; see the collector's log")
 
 
 @web.middleware

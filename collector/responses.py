@@ -9,6 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ..errors import LdpkitError, ProtocolError, QueryError, StoreClosed, StoreError, UnknownMetric
+
 JSON = "application/json"
 
 # Error codes of the HTTP statuses aiohttp raises itself (unknown route, wrong method...).
@@ -57,6 +59,24 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
         self.close = close
         self.extra = extra
+
+
+def domain_error(exc: LdpkitError, retry_after: int) -> ApiError | None:
+    """The HTTP answer to an error of the service's domain, the one place they are mapped
+    (the error middleware calls it); None for an error that is a bug, answered 500."""
+    if isinstance(exc, UnknownMetric):
+        extra: dict[str, Any] = {"param": exc.param} if exc.param else {}
+        return ApiError(404, exc.error, str(exc), **extra)
+    if isinstance(exc, QueryError):
+        return ApiError(400, "invalid_parameter", str(exc), param=exc.param)
+    if isinstance(exc, ProtocolError):
+        return ApiError(400, "bad_request", str(exc))
+    retry = {"Retry-After": str(retry_after)}
+    if isinstance(exc, StoreClosed):
+        return ApiError(503, "unavailable", "the collector is shutting down", headers=retry)
+    if isinstance(exc, StoreError):
+        return ApiError(503, "store_unavailable", f"the store failed: {exc}", headers=retry)
+    return None
 
 
 def dumps(data: Any) -> bytes:

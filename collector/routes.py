@@ -13,7 +13,7 @@ from ..metrics import MetricDefinition, check_definition_size
 from ..wire import CONTENT_TYPE as BATCH_CONTENT_TYPE
 from ..wire import LEGACY_CONTENT_TYPE
 from .auth import Scope, requires, token_id
-from .estimates import QueryError, parse_query
+from .estimates import parse_query
 from .keys import COLLECTOR, CONFIG, TELEMETRY
 from .responses import JSON, ApiError, etag_matches, json_response
 from .store import PutOutcome, StoreError
@@ -210,10 +210,7 @@ async def delete_metric(request: web.Request) -> web.Response:
 @requires(Scope.READ, Scope.ADMIN)
 async def get_estimates(request: web.Request) -> web.Response:
     started = time.perf_counter()
-    try:
-        query = parse_query(request.query, [k for k, _ in request.query.items()])
-    except QueryError as exc:
-        raise ApiError(400, "invalid_parameter", str(exc), param=exc.param) from None
+    query = parse_query(request.query, [k for k, _ in request.query.items()])
     body = await request.app[COLLECTOR].estimate(request.match_info["name"], query)
     request.app[TELEMETRY].estimate_seconds.observe(time.perf_counter() - started)
     return web.Response(body=body, content_type=JSON)

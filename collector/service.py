@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..errors import ProtocolError
-from ..metrics import MetricDefinition
+from ..errors import ProtocolError, QueryError, UnknownMetric
+from ..metrics import MetricDefinition, MetricKind
 from ..wire import FINGERPRINT_PATTERN, LEGACY_VERSION, decode
 from .config import CollectorConfig
-from .estimates import EstimateQuery, estimate_body
+from .estimates import EstimateQuery, estimate_body, with_options
 from .fairness import EXPENSIVE_SECONDS, FairLane
 from .ingest import (
     Rejected,
@@ -285,14 +285,14 @@ class Collector:
     def metric(self, name: str) -> Serialized:
         found = self._metric_bodies.get(name)
         if found is None:
-            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+            raise UnknownMetric(f"no metric named {name[:80]!r}")
         return found
 
     def metric_versions(self, name: str) -> dict[str, object]:
         versions = self.catalog.versions.get(name)
         current = self.catalog.current.get(name)
         if versions is None or current is None:
-            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+            raise UnknownMetric(f"no metric named {name[:80]!r}")
         return {
             "metric": name,
             "current": current.fingerprint,
@@ -306,7 +306,7 @@ class Collector:
         retired = await self.store.retire_metric(name)
         await self.refresh_catalog()
         if retired is None:
-            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+            raise UnknownMetric(f"no metric named {name[:80]!r}")
         if retired:
             log.info("metric %s: retired", name)
         return retired
@@ -451,17 +451,18 @@ class Collector:
         category (a numeric metric: one), in the total and, with ``per_bucket``, in each
         bucket. The answer's size (about 130 bytes an item) and the time to build it, on a
         thread that shares the interpreter with every other request, grow with it."""
-        per_answer = len(definition.categories or ()) or 1
+        if definition.kind in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
+            per_answer = len(definition.categories or ()) or 1
+        else:
+            per_answer = definition.kind_spec.answer_items(definition, query.options)
         items = per_answer * (1 + (buckets if query.per_bucket else 0))
         limit = self.config.max_estimate_items
         if items > limit:
-            raise ApiError(
-                400,
-                "invalid_parameter",
+            raise QueryError(
+                "per_bucket" if query.per_bucket else "from",
                 f"per_bucket=true over {buckets} buckets of {per_answer} items each makes "
                 f"{items} items, over the collector's max_estimate_items ({limit}); "
                 "narrow from/to, or leave per_bucket out",
-                param="per_bucket" if query.per_bucket else "from",
             )
 
     async def estimate(self, name: str, query: EstimateQuery) -> bytes:
@@ -473,25 +474,21 @@ class Collector:
             versions = self.catalog.versions.get(name)
             current = self.catalog.current.get(name)
         if versions is None or current is None:
-            raise ApiError(404, "unknown_metric", f"no metric named {name[:80]!r}")
+            raise UnknownMetric(f"no metric named {name[:80]!r}")
         fp = query.version or current.fingerprint
         definition = versions.get(fp)
         if definition is None:
-            raise ApiError(
-                404,
-                "unknown_version",
-                f"metric {name!r} has no version {fp!r}",
-                param="version",
+            raise UnknownMetric(
+                f"metric {name!r} has no version {fp!r}", error="unknown_version", param="version"
             )
-        try:
-            buckets = await self.store.aggregates(
-                fp, definition.mechanism_instance.stats_size, query.start, query.end
-            )
-        except StoreError as exc:
-            log.error("estimates of %s: %s", name, exc)
-            raise ApiError(503, "store_unavailable", "the store failed; retry later") from None
+        query = with_options(definition, query)  # a QueryError answers 400 (middleware)
+        buckets = await self.store.aggregates(  # a StoreError answers 503 (middleware)
+            fp, definition.mechanism_instance.stats_size, query.start, query.end
+        )
         self._check_answer_size(definition, len(buckets), query)
         loop = asyncio.get_running_loop()
+        # A kind's parameter the estimate refuses (edges outside the bounds, an unknown
+        # subtree) raises QueryError: 400 too.
         return await loop.run_in_executor(
             None, lambda: estimate_body(definition, fp, buckets, query)
         )

@@ -42,11 +42,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ..aggregate import Aggregate
-from ..errors import LdpkitError
+from ..errors import ConfigError, LdpkitError
+from ..errors import StoreClosed as StoreClosed  # their home is ldpkit.errors
+from ..errors import StoreError as StoreError
 from ..mechanisms import Mechanism
 from ..metrics import MetricDefinition
 from ..wire import ID_SIZE
-from .config import POSTGRES_PREFIXES, ConfigError
+from .config import POSTGRES_PREFIXES
 
 log = logging.getLogger("ldpkit.collector.store")
 
@@ -55,14 +57,6 @@ SUMS_DTYPE = np.dtype("<f8")
 
 CommitListener = Callable[[float, int, int], None]
 """Called after each commit with (seconds, batches, reports) — from the store's thread."""
-
-
-class StoreError(LdpkitError):
-    """The store failed (I/O error, database unavailable); the batch was not stored."""
-
-
-class StoreClosed(StoreError):
-    """The store is closed or closing and takes no more work."""
 
 
 class PutOutcome(StrEnum):
@@ -247,6 +241,8 @@ def definition_from_json(fingerprint: str, name: str, text: str) -> MetricDefini
         if definition.fingerprint != fingerprint and data.get("resolved_mechanism"):
             # 'auto' may resolve differently in another ldpkit version: pin it.
             pinned = dict(data, mechanism=data["resolved_mechanism"])
+            if data.get("resolved_oracle"):  # hierarchies and tables: their oracles too
+                pinned["oracle"] = data["resolved_oracle"]
             definition = MetricDefinition.from_dict(name, pinned)
     except (LdpkitError, ValueError, TypeError, ImportError) as exc:
         log.warning("metric %s version %s cannot be loaded: %s", name, fingerprint, exc)

@@ -87,6 +87,18 @@ def check_level(level: object) -> float:
     return value
 
 
+def check_seconds(value: object, name: str, *, zero: bool = False) -> float:
+    """A duration: a finite number of seconds, > 0 (``>= 0`` with ``zero``)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ParameterError(f"{name} must be a number of seconds, got {shown(value)}")
+    seconds = _as_float(value)
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
+        raise ParameterError(
+            f"{name} must be finite and {'>=' if zero else '>'} 0, got {shown(value)}"
+        )
+    return seconds
+
+
 def check_count(n: object, name: str = "n") -> int:
     if isinstance(n, bool) or not isinstance(n, Integral) or int(n) < 1:
         raise ParameterError(f"{name} must be a positive integer, got {shown(n)}")

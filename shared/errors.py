@@ -8,10 +8,16 @@ or ``TypeError`` so that ordinary Python code handles them the usual way.
 
     LdpkitError
     ├── ParameterError (ValueError)       a mechanism, metric or query parameter is invalid
+    │   └── QueryError                    an estimates query parameter (``param`` names it)
+    ├── ConfigError (ValueError)          the collector's configuration is invalid
     ├── ReportError (ValueError)          a value or report does not fit its mechanism
     ├── ProtocolError (ValueError)        bytes on the wire do not follow protocol v1
     ├── BudgetExceeded                    a report would overspend the privacy budget
     ├── OutboxFull                        the client's outbox is at its bound; nothing recorded
+    ├── StateError                        the client's state directory cannot be used
+    ├── UnknownMetric (LookupError)       the collector has no such metric (or version)
+    ├── StoreError                        the collector's store failed; nothing was stored
+    │   └── StoreClosed                   the store is closing and takes no more work
     └── TransportError                    the collector could not be reached or refused
         ├── CollectorUnavailable          network failure or 5xx after every retry
         └── CollectorRejected             4xx: bad token, unknown metric, bad request
@@ -26,6 +32,18 @@ class LdpkitError(Exception):
 
 class ParameterError(LdpkitError, ValueError):
     """A parameter (epsilon, domain size, bounds, level, ...) is invalid."""
+
+
+class QueryError(ParameterError):
+    """A query parameter is invalid; ``param`` names it."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+
+
+class ConfigError(LdpkitError, ValueError):
+    """The collector's configuration is invalid (the message names the file and key)."""
 
 
 class ReportError(LdpkitError, ValueError):
@@ -76,6 +94,29 @@ class OutboxFull(LdpkitError):
         super().__init__(message)
         self.rows = rows
         self.limit = limit
+
+
+class StateError(LdpkitError):
+    """The state directory cannot be used (permissions, corrupt secret, newer schema)."""
+
+
+class UnknownMetric(LdpkitError, LookupError):
+    """The collector has no metric of that name, or no such version of it: ``error`` is
+    ``"unknown_metric"`` or ``"unknown_version"``, ``param`` the query parameter to blame
+    (None for the path)."""
+
+    def __init__(self, message: str, *, error: str = "unknown_metric", param: str | None = None):
+        super().__init__(message)
+        self.error = error
+        self.param = param
+
+
+class StoreError(LdpkitError):
+    """The store failed (I/O error, database unavailable); the batch was not stored."""
+
+
+class StoreClosed(StoreError):
+    """The store is closed or closing and takes no more work."""
 
 
 class TransportError(LdpkitError):

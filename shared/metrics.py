@@ -18,10 +18,10 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from ._validation import check_bounds, check_epsilon, shown
+from ._validation import check_epsilon, shown
 from .errors import ParameterError
-from .mechanisms import FrequencyOracle, Mechanism, NumericMechanism, canonical_name, choose
-from .mechanisms import mechanism as make_mechanism
+from .kinds import KIND_KEYS, KINDS, KindSpec, kind_spec
+from .mechanisms import Mechanism, canonical_name
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 """A metric name; matched against the *whole* name (``fullmatch``: ``$`` alone would let a
@@ -37,8 +37,7 @@ MAX_DESCRIPTION_LENGTH = 4096
 
 DEFINITION_KEYS = (
     "kind",
-    "categories",
-    "bounds",
+    *KIND_KEYS,
     "epsilon",
     "mechanism",
     "bucket",
@@ -49,14 +48,36 @@ DEFINITION_KEYS = (
     # derived keys of to_dict(), accepted back so a served definition round-trips
     "fingerprint",
     "resolved_mechanism",
+    "resolved_oracle",
     "report_size",
 )
 """The keys a metric definition may have (TOML table, JSON object)."""
 
 
+_UNSET: dict[str, Any] = {
+    "categories": None,
+    "bounds": None,
+    "delta": 0.0,
+    "resolution": None,
+    "separator": None,
+    "dimensions": None,
+    "focus": None,
+    "oracle": None,
+    "max_length": None,
+    "k": None,
+}
+"""The value of each kind-specific field when a definition does not give it."""
+
+
 class MetricKind(StrEnum):
+    """The kinds of :mod:`ldpkit.kinds` (each says what its definition and values hold)."""
+
     CATEGORICAL = "categorical"
     NUMERIC = "numeric"
+    DISTRIBUTION = "distribution"
+    HIERARCHY = "hierarchy"
+    TABLE = "table"
+    STRINGS = "strings"
 
 
 class Period(StrEnum):
@@ -95,6 +116,7 @@ def check_definition_size(definition: MetricDefinition) -> MetricDefinition:
             f"characters, got {len(definition.description)}"
         )
     total = sum(map(len, definition.categories or ()))
+    total += sum(len(n) + sum(map(len, c)) for n, c in definition.dimensions or ())
     if total > MAX_CATEGORY_CHARACTERS:
         raise ParameterError(
             f"metric {definition.name}: categories must hold at most "
@@ -118,11 +140,38 @@ class MetricDefinition:
     mechanism: str = "auto"
     categories: tuple[str, ...] | None = None
     bounds: tuple[float, float] | None = None
+    delta: float = 0.0
+    """Numeric metrics: the delta of one report, 0 (pure epsilon-LDP) unless the
+    mechanism is (epsilon, delta)-LDP (``gaussian``); ``auto`` weighs those only when
+    delta > 0. The client's ledger spends it per report beside epsilon."""
+    resolution: int | None = None
+    """Distribution metrics: leaves of the finest histogram (default 1024)."""
+    separator: str | None = None
+    """Hierarchy metrics: what joins a leaf path's segments (default ``"/"``); the leaf
+    paths are ``categories``."""
+    dimensions: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    """Table metrics: (attribute, categories) pairs in order (a mapping is accepted)."""
+    focus: tuple[Any, ...] | None = None
+    """Hierarchy and table metrics: what ``auto`` weighs (depths; ``"cells"`` and
+    dimension names); default every depth / the cells."""
+    oracle: str | tuple[str, ...] | None = None
+    """Hierarchy and table metrics: the frequency oracle of each view (default ``auto``)."""
+    resolved_oracle: tuple[str, ...] = field(init=False, default=(), compare=False)
+    max_length: int | None = None
+    """Strings metrics: the longest string, in bytes (UTF-8); longer ones are refused on
+    the device."""
+    k: int | None = None
+    """Strings metrics: how many heavy hitters to find (default 20)."""
     bucket: Period = Period.DAY
     budget: float | None = None
     budget_period: Period = Period.DAY
     description: str = ""
     _mechanism: Mechanism = field(init=False, repr=False, compare=False)
+
+    @property
+    def kind_spec(self) -> KindSpec:
+        """The kind's entry in :mod:`ldpkit.kinds`: its encoding and its answers."""
+        return kind_spec(self.kind.value)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
@@ -134,7 +183,7 @@ class MetricDefinition:
             kind = MetricKind(self.kind)
         except ValueError:
             raise ParameterError(
-                f"metric {self.name}: kind must be 'categorical' or 'numeric', "
+                f"metric {self.name}: kind must be one of {', '.join(KINDS)}, "
                 f"got {shown(self.kind)}"
             ) from None
         object.__setattr__(self, "kind", kind)
@@ -153,31 +202,19 @@ class MetricDefinition:
             object.__setattr__(self, "budget", budget)
         if not isinstance(self.description, str):
             raise ParameterError(f"metric {self.name}: description must be a string")
-        if kind is MetricKind.CATEGORICAL:
-            self._check_categories()
-            if self.bounds is not None:
-                raise ParameterError(f"metric {self.name}: categorical metrics take no bounds")
-            options: dict[str, Any] = {"domain_size": len(self.categories or ())}
-        else:
-            if self.categories is not None:
-                raise ParameterError(f"metric {self.name}: numeric metrics take no categories")
-            if self.bounds is None:
-                raise ParameterError(f"metric {self.name}: numeric metrics need bounds [lo, hi]")
-            object.__setattr__(self, "bounds", self._checked(check_bounds, self.bounds))
-            options = {"bounds": self.bounds}
+        spec = kind_spec(kind.value)
+        for key in KIND_KEYS:
+            if key not in spec.keys and getattr(self, key) != _UNSET[key]:
+                raise ParameterError(f"metric {self.name}: {kind.value} metrics take no {key}")
         try:
-            name = canonical_name(self.mechanism)
-            if name == "auto":
-                name = choose(epsilon=self.epsilon, **options).name
-            m = make_mechanism(name, epsilon=self.epsilon, **options)
+            object.__setattr__(self, "mechanism", canonical_name(self.mechanism))
         except ParameterError as exc:
             raise ParameterError(f"metric {self.name}: {exc}") from None
-        expected = FrequencyOracle if kind is MetricKind.CATEGORICAL else NumericMechanism
-        if not isinstance(m, expected):
+        m = spec.build(self)
+        if m.kind != kind.value:
             raise ParameterError(
-                f"metric {self.name}: mechanism {name!r} does not fit a {kind.value} metric"
+                f"metric {self.name}: mechanism {m.name!r} does not fit a {kind.value} metric"
             )
-        object.__setattr__(self, "mechanism", canonical_name(self.mechanism))
         object.__setattr__(self, "_mechanism", m)
 
     def _checked(self, check: Any, value: object, what: str = "") -> Any:
@@ -242,6 +279,9 @@ class MetricDefinition:
             raise ParameterError(f"metric {name}: epsilon is required")
         cats = data.get("categories")
         bounds = data.get("bounds")
+        kind_keys = {
+            k: data[k] for k in KIND_KEYS if k not in ("categories", "bounds") if k in data
+        }
         return cls(
             name=name,
             kind=data.get("kind", "categorical" if cats is not None else "numeric"),
@@ -249,6 +289,7 @@ class MetricDefinition:
             mechanism=data.get("mechanism", "auto"),
             categories=tuple(cats) if isinstance(cats, list | tuple) else cats,
             bounds=tuple(bounds) if isinstance(bounds, list | tuple) else bounds,
+            **kind_keys,
             bucket=data.get("bucket", "day"),
             budget=data.get("budget"),
             budget_period=data.get("budget_period", "day"),
@@ -283,6 +324,14 @@ class MetricDefinition:
             params["categories"] = list(self.categories)
         if self.bounds is not None:
             params["bounds"] = list(self.bounds)
+        if self.delta:
+            params["delta"] = self.delta
+        if self.dimensions is not None:
+            # As pairs: the order numbers the cells, and the canonical JSON sorts object keys.
+            params["dimensions"] = [[name, list(cats)] for name, cats in self.dimensions]
+        if self.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
+            # Everything the mechanism was built with (resolution, tree, oracles, k, ...).
+            params["mechanism_params"] = self._mechanism.params()
         return params
 
     @cached_property
@@ -309,6 +358,24 @@ class MetricDefinition:
             data["categories"] = list(self.categories)
         if self.bounds is not None:
             data["bounds"] = list(self.bounds)
+        if self.delta:
+            data["delta"] = self.delta
+        if self.resolution is not None:
+            data["resolution"] = self.resolution
+        if self.separator is not None:
+            data["separator"] = self.separator
+        if self.dimensions is not None:  # pairs: a stored JSON object would be key-sorted
+            data["dimensions"] = [[name, list(cats)] for name, cats in self.dimensions]
+        if self.focus is not None:
+            data["focus"] = list(self.focus)
+        if self.oracle is not None:
+            data["oracle"] = self.oracle if isinstance(self.oracle, str) else list(self.oracle)
+        if self.resolved_oracle:
+            data["resolved_oracle"] = list(self.resolved_oracle)
+        if self.max_length is not None:
+            data["max_length"] = self.max_length
+        if self.k is not None:
+            data["k"] = self.k
         if self.description:
             data["description"] = self.description
         return data

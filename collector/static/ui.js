@@ -9,6 +9,7 @@ const state = {
   versions: [],  // of the current metric: { fingerprint, current, mechanism, epsilon, n }
   queries: 0,
   data: null,
+  subtree: null,  // a hierarchy: the node opened (null: a whole level)
 };
 const $ = (id) => document.getElementById(id);
 // What the page drew last, for the browser tests (and anyone curious in the console).
@@ -106,9 +107,61 @@ async function loadVersions(name) {
   select.disabled = state.versions.length < 2;
 }
 
+// --- each kind's own query controls ----------------------------------------------------
+function kindControls(metric) {
+  const box = $("kind-controls");
+  box.replaceChildren();
+  state.subtree = null;
+  const kind = metric ? metric.kind : null;
+  const select = (id, label, options, chosen) => {
+    const s = el("select", { id });
+    for (const [value, text] of options) {
+      const o = el("option", { value }, text);
+      if (value === chosen) o.selected = true;
+      s.appendChild(o);
+    }
+    s.addEventListener("change", () => { if (id === "depth") state.subtree = null; refresh(); });
+    const l = el("label", {}, `${label} `);
+    l.appendChild(s);
+    box.appendChild(l);
+  };
+  const text = (id, label, value, placeholder) => {
+    const input = el("input", { id, value, placeholder, size: "14" });
+    input.addEventListener("change", () => refresh());
+    const l = el("label", {}, `${label} `);
+    l.appendChild(input);
+    box.appendChild(l);
+  };
+  if (kind === "distribution") {
+    select("bins", "Bins", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
+    text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");
+  } else if (kind === "hierarchy") {
+    const sep = metric.separator || "/";
+    const depth = Math.max(...metric.categories.map((c) => c.split(sep).length));
+    const options = [];
+    for (let d = 1; d <= depth; d++) options.push([String(d), d === depth ? `${d} (leaves)` : String(d)]);
+    select("depth", "Depth", options, "1");
+    const top = el("button", { type: "button", id: "tree-top" }, "whole level");
+    top.addEventListener("click", () => { state.subtree = null; refresh(); });
+    box.appendChild(top);
+  } else if (kind === "strings") {
+    text("candidates", "Candidates", "", "word,another");
+  }
+}
+
+function kindParams(params) {
+  const value = (id) => ($(id) ? $(id).value.trim() : "");
+  if (value("bins")) params.set("bins", value("bins"));
+  if (value("quantiles")) params.set("quantiles", value("quantiles"));
+  if (value("candidates")) params.set("candidates", value("candidates"));
+  if (state.subtree) params.set("subtree", state.subtree);
+  else if (value("depth")) params.set("depth", value("depth"));
+}
+
 async function selectMetric(name) {
   state.current = name;
   renderMetricList();
+  kindControls(state.metrics.find((m) => m.name === name));
   try {
     await loadVersions(name);
   } catch (err) {
@@ -134,6 +187,7 @@ async function refresh(event) {
   if (from) params.set("from", from);
   if (to) params.set("to", to);  // excluded, as in the API and `ldpkit estimates --to`
   if ($("version").value) params.set("version", $("version").value);
+  kindParams(params);
   // Only the latest query may draw: a slower answer to an earlier click is dropped.
   const ticket = ++state.queries;
   try {
@@ -193,6 +247,7 @@ function drawChart(data, metric, version) {
     metric: version ? version.definition : metric,
     overTime: $("over-time").checked,
     width: Math.max(260, Math.floor(chart.clientWidth - 14)),
+    open: (path) => { state.subtree = path; refresh(); },  // a hierarchy's node, clicked
   };
   const view = LDPK_VIEWS.pick(data, ctx);
   const drawn = view.draw(data, ctx);
@@ -204,13 +259,26 @@ function renderTable(data) {
   const table = $("table");
   table.replaceChildren();
   if (data.items) {
-    const head = ["category", "estimate", "stderr", "low", "high"];
-    if (data.consistent) head.push("consistent");
+    const head = [{ distribution: "bin", table: "cell", strings: "string" }[data.kind] || "category",
+      "estimate", "stderr", "low", "high"];
+    const consistent = data.consistent && data.kind !== "distribution" && data.kind !== "strings";
+    if (consistent) head.push("consistent");
     table.appendChild(row("th", head));
-    for (const i of data.items) {
-      const cells = [i.category, fmt(i.estimate), fmt(i.stderr), fmt(i.low), fmt(i.high)];
-      if (data.consistent) cells.push(fmt(i.consistent));
+    const lines = [...data.items];
+    for (const [name, items] of Object.entries(data.marginals || {})) {
+      for (const i of items) lines.push({ ...i, category: `${name}=${i.category} (marginal)` });
+    }
+    for (const i of data.candidates || []) lines.push({ ...i, category: `${i.category} (asked)` });
+    for (const i of lines) {
+      const cells = [LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.stderr), fmt(i.low), fmt(i.high)];
+      if (consistent) cells.push(fmt(i.consistent));
       table.appendChild(row("td", cells));
+    }
+    for (const q of data.quantiles || []) {
+      table.appendChild(row("td", [`quantile ${q.q}`, fmt(q.value), "", fmt(q.low), fmt(q.high)]));
+    }
+    if (data.kind === "distribution" && data.mean !== undefined) {
+      table.appendChild(row("td", ["mean", fmt(data.mean), fmt(data.mean_stderr), fmt(data.mean_low), fmt(data.mean_high)]));
     }
   } else {
     table.appendChild(row("th", ["mean", "stderr", "low", "high"]));
@@ -226,7 +294,7 @@ function renderBucketTable(data) {
   if (data.items) {
     table.appendChild(row("th", ["bucket (UTC)", "n", "category", "estimate", "low", "high"]));
     for (const b of data.buckets) {
-      for (const i of b.items || []) table.appendChild(row("td", [when(b), b.n, i.category, fmt(i.estimate), fmt(i.low), fmt(i.high)]));
+      for (const i of b.items || []) table.appendChild(row("td", [when(b), b.n, LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.low), fmt(i.high)]));
     }
   } else {
     table.appendChild(row("th", ["bucket (UTC)", "n", "mean", "low", "high"]));

@@ -4,10 +4,10 @@
 // GET /v1/estimates/{metric} and ctx = { metric (its definition), width, overTime }.
 // draw() returns { node, figures } — the element to show, and the Plot figures in it
 // (tests read their scales to check what is drawn against the API's values).
-// The first view whose applies() is true draws; a later metric kind (a histogram with
-// whiskers and marked quantiles, a tree opened level by level, a two-way table as a heat
-// map, a ranked list of strings with intervals) is one more LDPK_VIEWS.register({...})
-// here, and nothing else changes.
+// The first view whose applies() is true draws: one per metric kind (data.kind) — a
+// histogram with whiskers and marked quantiles, a tree opened level by level, a two-way
+// table as a heat map with its marginals, a ranked list of strings with intervals — then
+// bars for categories, the mean, and estimates over time for every kind.
 "use strict";
 
 const LDPK_VIEWS = (() => {
@@ -54,6 +54,212 @@ const LDPK_VIEWS = (() => {
   function fontStyle(width) {
     return { fontSize: width < 520 ? "11px" : "13px", overflow: "visible" };
   }
+
+  // What an item is about, as one line: a category, a node path, a cell, a bin.
+  function label(i) {
+    if (i.category !== undefined) return i.category;
+    if (i.cell) return Object.entries(i.cell).map(([k, v]) => `${k}=${v}`).join(", ");
+    if (i.lower !== undefined) return `[${+i.lower.toPrecision(6)}, ${+i.upper.toPrecision(6)})`;
+    return "";
+  }
+
+  // Bars with interval whiskers for a list of items (categories, nodes, a marginal).
+  function bars(items, data, ctx, opts = {}) {
+    const shown = items.filter((i) => i.estimate !== null).map((i) => ({ ...i, label: label(i) }));
+    const values = shown.flatMap((i) => [i.low, i.high, i.consistent]).filter((v) => v !== null && v !== undefined);
+    const names = shown.map((i) => i.label);
+    const longest = Math.max(4, ...names.map((n) => n.length));
+    const width = Math.min(ctx.width, 150 * names.length + 120);
+    const rotate = names.length * longest * 7.5 > width - 70;
+    const band = ((width - 72) / Math.max(names.length, 1)) * 0.75;
+    const cap = Math.max(0, band / 2 - 9);
+    return Plot.plot({
+      width,
+      height: opts.height || 340,
+      marginLeft: 56,
+      marginRight: 16,
+      marginBottom: rotate ? 16 + 6.5 * Math.min(longest, 24) : 36,
+      style: fontStyle(ctx.width),
+      x: { domain: names, label: opts.xLabel || null, tickRotate: rotate ? -40 : 0, padding: 0.25 },
+      y: { domain: [Math.min(0, ...values), Math.max(0.05, ...values)], nice: true, grid: true, label: "fraction of users" },
+      marks: [
+        Plot.barY(shown, { x: "label", y: "estimate", fill: BAR, className: "estimate-bars",
+          title: (i) => `${i.label}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${opts.hint || ""}` }),
+        Plot.ruleY([0], { stroke: "#888" }),
+        Plot.ruleX(shown, { x: "label", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
+        Plot.tickY(shown, { x: "label", y: "low", stroke: WHISKER, strokeWidth: 2, inset: cap, className: "whisker-caps" }),
+        Plot.tickY(shown, { x: "label", y: "high", stroke: WHISKER, strokeWidth: 2, inset: cap, className: "whisker-caps" }),
+        ...(data.consistent ? [Plot.tickY(shown, { x: "label", y: "consistent", stroke: CONSISTENT, strokeWidth: 3, className: "consistent-marks" })] : []),
+      ],
+    });
+  }
+
+  const empty = (node) => { node.appendChild(html("p", {}, "No reports in this range.")); return { node, figures: [] }; };
+  const hasData = (data) => data.n > 0 && Array.isArray(data.items) && data.items.some((i) => i.estimate !== null);
+
+  // --- distribution: a histogram on the bounds with whiskers, quantiles marked ---------
+  register({
+    name: "histogram",
+    applies: (data, ctx) => data.kind === "distribution" && !ctx.overTime,
+    draw(data, ctx) {
+      const node = html("div", { id: "histogram" });
+      if (!hasData(data)) return empty(node);
+      const qs = data.quantiles || [];
+      node.appendChild(html("p", { class: "big", id: "distribution-summary" },
+        `mean ${num(data.mean)} [${num(data.mean_low)}, ${num(data.mean_high)}]` +
+        qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
+      node.appendChild(key([
+        ["fraction in the bin", BAR],
+        [`${pct(data.level)} interval`, WHISKER, "line"],
+        ["quantile (band: its interval)", CONSISTENT, "line"],
+      ]));
+      const items = data.items.map((i) => ({ ...i, mid: (i.lower + i.upper) / 2 }));
+      const values = items.flatMap((i) => [i.low, i.high]).filter((v) => v !== null);
+      const top = Math.max(0.02, ...values);
+      const fig = Plot.plot({
+        width: ctx.width,
+        height: 360,
+        marginLeft: 56,
+        marginRight: 24,
+        marginBottom: 48,
+        style: fontStyle(ctx.width),
+        x: { domain: data.bounds, label: data.metric, labelAnchor: "center", labelOffset: 38, ticks: endTicks(data.bounds, ctx.width), grid: false },
+        y: { domain: [Math.min(0, ...values), top], nice: true, grid: true, label: "fraction of users" },
+        marks: [
+          ...qs.map((q) => Plot.rectX([q], { x1: "low", x2: "high", y1: 0, y2: top, fill: CONSISTENT, fillOpacity: 0.12, className: "quantile-bands" })),
+          Plot.rectY(items, { x1: "lower", x2: "upper", y: "estimate", fill: BAR, inset: 0.5, className: "estimate-bars",
+            title: (i) => `${label(i)}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]` }),
+          Plot.ruleY([0], { stroke: "#888" }),
+          Plot.ruleX(items, { x: "mid", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 1.5, className: "whiskers" }),
+          Plot.ruleX(qs, { x: "value", stroke: CONSISTENT, strokeWidth: 2.5, className: "quantile-marks",
+            title: (q) => `q=${q.q}: ${num(q.value)} [${num(q.low)}, ${num(q.high)}]` }),
+          Plot.text(qs, { x: "value", y: top, text: (q) => `p${Math.round(q.q * 100)}`, dy: -6, fill: CONSISTENT, fontWeight: "bold" }),
+        ],
+      });
+      node.appendChild(fig);
+      return { node, figures: [fig] };
+    },
+  });
+
+  // --- hierarchy: the nodes of one level; click a bar to open it ------------------------
+  register({
+    name: "tree",
+    applies: (data, ctx) => data.kind === "hierarchy" && !ctx.overTime,
+    draw(data, ctx) {
+      const node = html("div", { id: "tree" });
+      const where = data.subtree ? `under ${data.subtree}, depth ${data.depth}` : `depth ${data.depth}`;
+      node.appendChild(html("p", { class: "crumbs", id: "tree-where" }, `${where} · click a bar to open that node`));
+      node.appendChild(key([
+        ["unbiased estimate (children add up to their parent)", BAR],
+        [`${pct(data.level)} interval`, WHISKER, "line"],
+        ...(data.consistent ? [["consistent", CONSISTENT, "line"]] : []),
+      ]));
+      if (!hasData(data)) return empty(node);
+      const fig = bars(data.items, data, ctx, { hint: " (click to open)" });
+      for (const rect of fig.querySelectorAll(".estimate-bars rect")) rect.style.cursor = "pointer";
+      fig.addEventListener("click", (event) => {
+        const rect = event.target.closest(".estimate-bars rect");
+        if (!rect || !ctx.open) return;
+        const rects = [...fig.querySelectorAll(".estimate-bars rect")];
+        const item = data.items.filter((i) => i.estimate !== null)[rects.indexOf(rect)];
+        if (item) ctx.open(item.category);
+      });
+      node.appendChild(fig);
+      return { node, figures: [fig] };
+    },
+  });
+
+  // --- table: a heat map of the cells, and each marginal as bars ------------------------
+  register({
+    name: "heatmap",
+    applies: (data, ctx) => data.kind === "table" && !ctx.overTime,
+    draw(data, ctx) {
+      const node = html("div", { id: "heatmap" });
+      if (!hasData(data) && !(data.n > 0)) return empty(node);
+      const [rowDim, colDim] = data.dimensions.map((d) => d[0]);
+      const cells = data.items.filter((i) => i.estimate !== null).map((i) => ({
+        ...i, row: i.cell[rowDim], col: i.cell[colDim],
+        shown: data.consistent ? i.consistent : i.estimate,
+      }));
+      const figures = [];
+      if (data.dimensions.length === 2 && cells.length) {
+        node.appendChild(html("h3", {}, `cells: ${rowDim} × ${colDim} (${data.consistent ? "consistent" : "unbiased"} estimate, ${pct(data.level)} interval)`));
+        const cols = data.dimensions[1][1], rows = data.dimensions[0][1];
+        const darkest = Math.max(...cells.map((c) => c.shown));
+        const width = Math.min(ctx.width, 140 + 170 * cols.length);
+        const fig = Plot.plot({
+          width,
+          height: 60 + 34 * rows.length,
+          marginLeft: 20 + 8 * Math.max(...rows.map((r) => r.length)),
+          marginTop: 36,
+          style: fontStyle(ctx.width),
+          x: { domain: cols, axis: "top", label: colDim },
+          y: { domain: rows, label: rowDim },
+          // No colour legend: every cell is labelled with its value and interval.
+          color: { scheme: "blues", domain: [0, Math.max(0.01, ...cells.map((c) => c.shown))] },
+          marks: [
+            Plot.cell(cells, { x: "col", y: "row", fill: "shown", inset: 1, className: "cells",
+              title: (c) => `${label(c)}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}]` }),
+            ...[true, false].map((dark) => Plot.text(cells.filter((c) => (c.shown > 0.55 * darkest) === dark), {
+              x: "col", y: "row", text: (c) => `${num(c.shown, 3)} [${num(c.low, 3)}, ${num(c.high, 3)}]`,
+              fill: dark ? "white" : "black", className: "cell-labels" })),
+          ],
+        });
+        node.appendChild(fig);
+        figures.push(fig);
+      }
+      for (const [name] of data.dimensions) {
+        node.appendChild(html("h3", {}, `marginal: ${name}`));
+        const fig = bars(data.marginals[name], data, ctx, { height: 240 });
+        fig.setAttribute("data-marginal", name);
+        node.appendChild(fig);
+        figures.push(fig);
+      }
+      return { node, figures };
+    },
+  });
+
+  // --- strings: the top-k found, ranked, with intervals and the threshold ---------------
+  register({
+    name: "ranked",
+    applies: (data, ctx) => data.kind === "strings" && !ctx.overTime,
+    draw(data, ctx) {
+      const node = html("div", { id: "ranked" });
+      node.appendChild(html("p", { id: "threshold" },
+        `threshold ${num(data.threshold, 4)}: no string less frequent than this can be found at ε=${data.epsilon} and n=${data.n}` +
+        (data.items.length ? "" : " (none stood out: an empty list does not mean nothing is popular)")));
+      const rows = [...data.items.map((i) => ({ ...i, kind: "found" })),
+        ...(data.candidates || []).map((i) => ({ ...i, kind: "asked" }))].filter((i) => i.estimate !== null);
+      if (!rows.length) return { node, figures: [] };
+      node.appendChild(key([
+        ["found (top-k)", BAR],
+        ["named candidate", CONSISTENT],
+        [`${pct(data.level)} interval`, WHISKER, "line"],
+        ["threshold", "#B00", "line"],
+      ]));
+      const names = rows.map((r) => (r.kind === "asked" ? `${r.category} (asked)` : r.category));
+      rows.forEach((r, k) => { r.name = names[k]; });
+      const values = rows.flatMap((r) => [r.low, r.high]);
+      const fig = Plot.plot({
+        width: ctx.width,
+        height: 40 + 26 * rows.length,
+        marginLeft: 12 + 7.5 * Math.min(40, Math.max(...names.map((n) => n.length))),
+        marginRight: 24,
+        style: fontStyle(ctx.width),
+        y: { domain: names, label: null },
+        x: { domain: [Math.min(0, ...values), Math.max(data.threshold || 0, ...values)], nice: true, grid: true, label: "fraction of users", axis: "top" },
+        marks: [
+          Plot.barX(rows, { y: "name", x: "estimate", fill: (r) => (r.kind === "asked" ? CONSISTENT : BAR), className: "estimate-bars",
+            title: (r) => `${r.category}: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}]` }),
+          Plot.ruleY(rows, { y: "name", x1: "low", x2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
+          Plot.ruleX([data.threshold], { stroke: "#B00", strokeDasharray: "4,3", className: "threshold" }),
+          Plot.ruleX([0], { stroke: "#888" }),
+        ],
+      });
+      node.appendChild(fig);
+      return { node, figures: [fig] };
+    },
+  });
 
   // --- categorical: bars with interval whiskers per category ---------------------------
   register({
@@ -153,7 +359,7 @@ const LDPK_VIEWS = (() => {
   function overTimeRows(data) {
     if (Array.isArray(data.items)) {
       return data.buckets.flatMap((b) => (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
-        t: new Date(b.bucket * 1000), series: i.category, estimate: i.estimate, low: i.low, high: i.high, n: b.n,
+        t: new Date(b.bucket * 1000), series: label(i), estimate: i.estimate, low: i.low, high: i.high, n: b.n,
       })));
     }
     return data.buckets.filter((b) => b.mean !== null && b.mean !== undefined).map((b) => ({
@@ -167,7 +373,7 @@ const LDPK_VIEWS = (() => {
     draw(data, ctx) {
       const node = html("div", { id: "over-time-chart" });
       const rows = overTimeRows(data);
-      const series = Array.isArray(data.items) ? data.items.map((i) => i.category) : ["mean"];
+      const series = Array.isArray(data.items) ? [...new Set(data.items.map(label))] : ["mean"];
       if (!rows.length) {
         node.appendChild(html("p", {}, "No reports in this range."));
         return { node, figures: [] };
@@ -210,5 +416,5 @@ const LDPK_VIEWS = (() => {
     },
   });
 
-  return { register, pick, views };
+  return { register, pick, views, label };
 })();

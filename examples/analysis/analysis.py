@@ -11,8 +11,8 @@ import argparse
 import os
 from pathlib import Path
 
-from ldpkit.collector.analyst import Analyst
-from ldpkit.collector.plots import plot_estimate
+from ldpkit.analyst import Analyst
+from ldpkit.analyst.plots import plot_estimate
 
 
 def main() -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ldpkit.analyst import Analyst
 from ldpkit.client import Reporter
-from ldpkit.collector.analyst import Analyst
 from ldpkit.collector.launcher import running_collector
 
 CONFIG = """

@@ -228,7 +228,9 @@ class _Level:
         """Pooling statistics of this level after :meth:`evaluate`."""
         m = self.m
         scale = self.n * (m.p - m.q)
-        null_mean = self.n * m.q - scale * self.heavy_total * m.q / (1 - m.q)
+        # An overestimated heavy total (a few hundred reports) can push this below 0;
+        # a count's mean cannot be, and a negative one made the null variance negative.
+        null_mean = max(0.0, self.n * m.q - scale * self.heavy_total * m.q / (1 - m.q))
         poisson = max(null_mean, 1e-300) / scale**2  # the estimate's variance if Poisson
         return _LevelStats(self.null_var, scale, null_mean, max(1.0, self.null_var / poisson))
 

@@ -8,30 +8,29 @@ import os
 import numpy as np
 import pytest
 
-from ldpkit.client.core import (
+from ldpkit.client.codec import MetricCodec, memo_generator, memo_message, memo_tag
+from ldpkit.client.policies import (
     MIN_BACKOFF,
     PRUNE_INTERVAL,
     USER_AGENT,
     BackgroundSchedule,
-    Delivered,
-    Fatal,
-    HttpAnswer,
-    MetricCodec,
-    OutboxRow,
-    Retry,
     RetryPolicy,
     ShellSettings,
     Timeout,
-    TooLarge,
     budget_decision,
+    split_url,
+)
+from ldpkit.client.protocol import (
+    Delivered,
+    Fatal,
+    HttpAnswer,
+    OutboxRow,
+    Retry,
+    TooLarge,
     build_batch,
     interpret_batch_answer,
-    memo_generator,
-    memo_message,
-    memo_tag,
     parse_definitions,
     parse_retry_after,
-    split_url,
 )
 from ldpkit.errors import BudgetExceeded, CollectorRejected, ParameterError
 from ldpkit.metrics import Period

@@ -26,7 +26,7 @@ from ldpkit.client import (
     RetryPolicy,
     Timeout,
 )
-from ldpkit.client.core import MAX_ANSWER_BYTES
+from ldpkit.client.policies import MAX_ANSWER_BYTES
 
 from .conftest import theme
 from .lying import LyingCollector, answer, drip, fixed, flood

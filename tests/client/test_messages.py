@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ldpkit.client import CollectorRejected, OutboxFull, Reporter, RetryPolicy
-from ldpkit.client.core import HttpAnswer
+from ldpkit.client.protocol import HttpAnswer
 
 from .conftest import FakeClock, FakeCollector, answer, theme
 

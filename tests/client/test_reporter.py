@@ -207,7 +207,7 @@ def test_memoize_off_spends_every_time(state_dir: Path, clock: FakeClock) -> Non
 
 def test_memoized_reports_follow_the_mechanism() -> None:
     """Across many devices (secrets), memoized reports have the mechanism's distribution."""
-    from ldpkit.client.core import MetricCodec, memo_generator, memo_message
+    from ldpkit.client.codec import MetricCodec, memo_generator, memo_message
 
     codec = MetricCodec.of(theme())
     n = 6000
@@ -292,7 +292,7 @@ def test_flush_delivers_and_counts(state_dir: Path, clock: FakeClock) -> None:
         assert (result.sent, result.duplicates, result.rejected, result.remaining) == (3, 0, 0, 0)
         assert fake.posts == 2  # two batches of at most 2
         assert fake.requests[0][2]["Authorization"] == "Bearer t"
-        assert fake.requests[0][2]["Content-Type"] == "application/vnd.ldpkit.v1+msgpack"
+        assert fake.requests[0][2]["Content-Type"] == "application/vnd.ldpkit.v2+msgpack"
         assert r.flush().sent == 0 and fake.posts == 2  # nothing queued: no request
 
 
@@ -476,7 +476,7 @@ def test_metric_definition_type_is_reexported() -> None:
 
 # --- store internals ----------------------------------------------------------------------
 def test_keyed_generator_equals_a_fresh_philox() -> None:
-    from ldpkit.client.core import keyed_generator
+    from ldpkit.client.codec import keyed_generator
 
     for _ in range(20):
         key = os.urandom(16)

@@ -30,8 +30,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from ldpkit import wire
-from ldpkit.collector import cli
+from ldpkit import cli, wire
 from ldpkit.collector.auth import TokenRegistry, token_hash
 from ldpkit.collector.config import ConfigError, Tokens, config_from_dict
 from ldpkit.collector.limits import IngestLimiter
@@ -42,7 +41,7 @@ from .served import Answer, ServedCollector
 PROTOCOL = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 COLUMNS = ("none", "wrong", "ingest", "read", "admin")
 WRONG = "not-a-configured-token"
-CLI = (sys.executable, "-m", "ldpkit.collector.cli")
+CLI = (sys.executable, "-m", "ldpkit.cli")
 JSON_CT = "application/json"
 
 

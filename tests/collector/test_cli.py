@@ -79,7 +79,7 @@ def post(url: str, ids: bytes, values: np.ndarray) -> int | None:
 def test_serve_and_sigterm_keeps_every_acknowledged_report(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     sent: list[tuple[bytes, int | None]] = []
-    with serve(tmp_path, sys.executable, "-m", "ldpkit.collector.cli") as (proc, url):
+    with serve(tmp_path, sys.executable, "-m", "ldpkit.cli") as (proc, url):
         assert request(url + "/healthz")[0] == 200
         assert request(url + "/readyz")[0] == 200
         status, listing = request(url + "/v1/metrics", token=ENV_INGEST)
@@ -140,7 +140,7 @@ def test_cli_usage_and_errors(tmp_path: Path) -> None:
 
 
 def test_subcommand_table_is_extensible() -> None:
-    from ldpkit.collector import cli
+    from ldpkit import cli
 
     calls: list[int] = []
 

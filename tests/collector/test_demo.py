@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-DEMO = [sys.executable, "-m", "ldpkit.collector.cli", "demo"]
+DEMO = [sys.executable, "-m", "ldpkit.cli", "demo"]
 
 
 def _clean_env() -> dict[str, str]:

@@ -392,7 +392,7 @@ def test_readyz_says_not_ready_while_every_batch_fails(tmp_path: Path) -> None:
         "import resource, runpy, sys;"
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}));"
         "sys.argv = ['ldpkit', *sys.argv[1:]];"
-        "runpy.run_module('ldpkit.collector.cli', run_name='__main__')"
+        "runpy.run_module('ldpkit.cli', run_name='__main__')"
     )
     command = (sys.executable, "-c", launcher)
     with running_collector(config, cwd=tmp_path, env=_env(), command=command) as c:

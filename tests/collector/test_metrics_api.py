@@ -49,7 +49,7 @@ async def test_list_serves_config_definitions(client: TestClient) -> None:
 
 
 async def test_client_parses_the_listing(client: TestClient) -> None:
-    core = pytest.importorskip("ldpkit.client.core")
+    core = pytest.importorskip("ldpkit.client.protocol")
     resp = await client.get("/v1/metrics", headers=auth("ingest"))
     parsed, warnings = core.parse_definitions(await resp.read())
     assert warnings == []

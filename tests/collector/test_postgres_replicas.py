@@ -56,7 +56,7 @@ def replicas(tmp_path: Path, database: str, count: int) -> Iterator[list[str]]:
     """``count`` collector processes started at once on ``database``: their base URLs."""
     config = tmp_path / "collector.toml"
     config.write_text(CONFIG)
-    command = [sys.executable, "-m", "ldpkit.collector.cli", "--log-level", "INFO", "serve"]
+    command = [sys.executable, "-m", "ldpkit.cli", "--log-level", "INFO", "serve"]
     command += ["--config", str(config), "--host", "127.0.0.1", "--port", "0"]
     command += ["--database", database, "--no-access-log"]
     procs = [

@@ -18,7 +18,7 @@ def serve(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], floa
     env = {k: v for k, v in os.environ.items() if not k.startswith("LDPKIT_")}
     started = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "ldpkit.collector.cli", "serve", "--port", "0", *args],
+        [sys.executable, "-m", "ldpkit.cli", "serve", "--port", "0", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -16,7 +16,7 @@ def test_sigterm_is_logged_with_the_drain(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "ldpkit.collector.cli",
+            "ldpkit.cli",
             "serve",
             "--host",
             "127.0.0.1",

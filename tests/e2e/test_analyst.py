@@ -19,7 +19,7 @@ from .conftest import INGEST, READ, THEMES, USERS, Populated
 def ldpkit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LDPKIT_")}
     return subprocess.run(
-        [sys.executable, "-m", "ldpkit.collector.cli", *args],
+        [sys.executable, "-m", "ldpkit.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,

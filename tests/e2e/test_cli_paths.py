@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .conftest import READ, Populated
 
-CLI = [sys.executable, "-m", "ldpkit.collector.cli"]
+CLI = [sys.executable, "-m", "ldpkit.cli"]
 
 
 def ldpkit(

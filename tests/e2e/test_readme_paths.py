@@ -25,7 +25,7 @@ def test_readme_analyst_commands_run(populated: Populated, tmp_path: Path) -> No
         block.group(1)
         .replace("http://127.0.0.1:8787", populated.url)
         .replace("analyst-secret", READ)
-        .replace(".venv/bin/ldpkit", f'"{sys.executable}" -m ldpkit.collector.cli')
+        .replace(".venv/bin/ldpkit", f'"{sys.executable}" -m ldpkit.cli')
     )
     out = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],

@@ -1,6 +1,6 @@
 """The analyst's and newcomer's subcommands: ``estimates``, ``metrics``, ``plan``, ``demo``.
 
-They register themselves in :data:`ldpkit.collector.cli.COMMANDS` when imported.
+They register themselves in :data:`ldpkit.cli.COMMANDS` when imported.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from typing import Any
 
 from .. import plan as plan_campaign
 from .. import required_n
+from ..analyst import TOKEN_ENV, Analyst
 from ..errors import ParameterError
 from ..mechanisms import NAMES, Choice, choose
+from ..metrics import MetricDefinition
 from ..planner import Plan
-from .analyst import TOKEN_ENV, Analyst
-from .cli import command
+from .registry import command
 
 COLLECTOR_ENV = "LDPKIT_COLLECTOR"
 DEFAULT_COLLECTOR = "http://127.0.0.1:8787"
@@ -72,6 +73,23 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write a plot with interval whiskers (.png, .svg or .pdf; .png if none given)",
     )
+    kind = parser.add_argument_group("each kind's own questions (docs/protocol.md)")
+    kind.add_argument("--bins", type=int, help="distribution: K equal bins (default 16)")
+    kind.add_argument("--edges", metavar="A,B,...", help="distribution: bins between these edges")
+    kind.add_argument("--quantiles", metavar="Q,...", help="distribution: e.g. 0.5,0.9")
+    kind.add_argument("--range", dest="range_", metavar="A,B", help="distribution: [A, B)")
+    kind.add_argument("--depth", type=int, help="hierarchy: the level (1 = top; default leaves)")
+    kind.add_argument("--subtree", metavar="PATH", help="hierarchy: the nodes under PATH")
+    kind.add_argument("--candidates", metavar="S,...", help="strings: estimate these strings")
+
+
+def _numbers(text: str | None, flag: str) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ParameterError(f"{flag} takes numbers separated by commas, got {text!r}") from None
 
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
@@ -108,6 +126,13 @@ def estimates(args: argparse.Namespace) -> int:
         consistent=args.consistent,
         per_bucket=args.per_bucket or False,
         version=args.metric_version,
+        bins=args.bins,
+        edges=_numbers(args.edges, "--edges"),
+        quantiles=_numbers(args.quantiles, "--quantiles"),
+        range_=_pair(_numbers(args.range_, "--range")),
+        depth=args.depth,
+        subtree=args.subtree,
+        candidates=None if args.candidates is None else args.candidates.split(","),
     )
     if result.n == 0 and args.metric_version is None:
         _note_older_versions(analyst, args.metric)
@@ -118,11 +143,19 @@ def estimates(args: argparse.Namespace) -> int:
     else:
         print(result.to_table())
     if plot is not None:
-        from .plots import plot_estimate
+        from ..analyst.plots import plot_estimate
 
         plot_estimate(result, plot)
         print(f"plot written to {plot}", file=sys.stderr)
     return 0
+
+
+def _pair(values: list[float] | None) -> tuple[float, float] | None:
+    if values is None:
+        return None
+    if len(values) != 2:
+        raise ParameterError(f"--range takes two numbers A,B, got {len(values)}")
+    return values[0], values[1]
 
 
 def _note_older_versions(analyst: Analyst, metric: str) -> None:
@@ -257,12 +290,39 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mechanism", default="auto", help=f"one of {', '.join(NAMES)} (default auto)"
     )
-    parser.add_argument("--epsilon", type=float, required=True, help="epsilon per report")
+    parser.add_argument(
+        "--epsilon", type=float, help="epsilon per report (with --metric: the metric's)"
+    )
     domain = parser.add_mutually_exclusive_group(required=True)
     domain.add_argument("--domain-size", "-d", type=int, help="number of categories")
     domain.add_argument(
         "--bounds", type=float, nargs=2, metavar=("LO", "HI"), help="numeric bounds"
     )
+    domain.add_argument(
+        "--distribution",
+        type=float,
+        nargs=2,
+        metavar=("LO", "HI"),
+        help="a distribution over these bounds (with --resolution)",
+    )
+    domain.add_argument("--leaves", metavar="PATH,...", help="a hierarchy: its leaf paths")
+    domain.add_argument(
+        "--dimension",
+        action="append",
+        metavar="NAME=A,B,...",
+        help="a table: one attribute and its categories (give it once per attribute)",
+    )
+    domain.add_argument("--max-length", type=int, help="strings: the longest, in bytes (UTF-8)")
+    domain.add_argument("--metric", help="a metric defined on the collector (--collector, --token)")
+    parser.add_argument("--resolution", type=int, default=1024, help="distribution: leaves")
+    parser.add_argument("--separator", default="/", help="hierarchy: path separator (default /)")
+    parser.add_argument("--k", type=int, default=20, help="strings: heavy hitters (default 20)")
+    parser.add_argument(
+        "--collector",
+        default=os.environ.get(COLLECTOR_ENV, DEFAULT_COLLECTOR),
+        help=f"with --metric: collector URL (default: ${COLLECTOR_ENV} or {DEFAULT_COLLECTOR})",
+    )
+    parser.add_argument("--token", default=None, help=f"with --metric: read token (${TOKEN_ENV})")
     parser.add_argument("--n", type=int, help="number of reports: print the expected half-width")
     parser.add_argument("--half-width", type=float, help="target half-width: print the n needed")
     parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
@@ -294,6 +354,16 @@ def _in_flags(exc: ParameterError) -> ParameterError:
     "plan", "expected interval half-width for n reports, or the n for a target", _plan_arguments
 )
 def plan(args: argparse.Namespace) -> int:
+    if args.epsilon is None and args.metric is None:
+        raise ParameterError("give --epsilon (the epsilon of one report), or --metric NAME")
+    definition = _plan_definition(args)
+    if definition is not None and definition.kind.value not in ("categorical", "numeric"):
+        return _plan_kind(args, definition)
+    if definition is not None:  # a categorical or numeric metric of the collector
+        args.mechanism = definition.resolved_mechanism
+        args.epsilon = definition.epsilon
+        args.domain_size = len(definition.categories) if definition.categories else None
+        args.bounds = list(definition.bounds) if definition.bounds else None
     if args.n is None and args.half_width is None:
         raise ParameterError("give --n (to get the half-width) and/or --half-width (to get n)")
     bounds = tuple(args.bounds) if args.bounds else None
@@ -368,6 +438,59 @@ def plan(args: argparse.Namespace) -> int:
 
 
 _IN_SENTENCE = {"given", "mechanism", "epsilon", "n", "level", "half_width"}
+
+
+def _plan_definition(args: argparse.Namespace) -> MetricDefinition | None:
+    """The metric a kind's plan is about: from the flags, or the collector's (--metric)."""
+    if args.metric is not None:
+        found = {d.name: d for d in _analyst(args).metrics()}
+        if args.metric not in found:
+            raise ParameterError(
+                f"--metric {args.metric}: the collector has no such metric "
+                f"(it has: {', '.join(sorted(found)) or 'none'})"
+            )
+        return found[args.metric]
+    data: dict[str, Any] = {"epsilon": args.epsilon, "mechanism": args.mechanism}
+    if args.distribution is not None:
+        data.update(kind="distribution", bounds=args.distribution, resolution=args.resolution)
+    elif args.leaves is not None:
+        data.update(kind="hierarchy", categories=args.leaves.split(","), separator=args.separator)
+    elif args.dimension is not None:
+        dims: dict[str, list[str]] = {}
+        for given in args.dimension:
+            name, sep, cats = given.partition("=")
+            if not sep or not name:
+                raise ParameterError(f"--dimension takes NAME=A,B,..., got {given!r}")
+            dims[name] = cats.split(",")
+        data.update(kind="table", dimensions=dims)
+    elif args.max_length is not None:
+        data.update(kind="strings", max_length=args.max_length, k=args.k)
+    else:
+        return None
+    return MetricDefinition.from_dict("plan", data)
+
+
+def _plan_kind(args: argparse.Namespace, definition: MetricDefinition) -> int:
+    """Plan a distribution, hierarchy, table or strings metric (the kind's own planner)."""
+    planned = definition.kind_spec.plan(
+        definition,
+        n=args.n,
+        half_width=args.half_width,
+        frequency=args.frequency,
+        level=args.level,
+    )
+    data = dataclasses.asdict(planned.plan)
+    if args.format == "json":
+        print(json.dumps({"kind": definition.kind.value, "plan": data}, indent=2))
+    elif args.format == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(data), lineterminator="\n")
+        writer.writeheader()
+        writer.writerow({k: _csv_cell(v) for k, v in data.items()})
+    else:
+        name = f"metric {definition.name}, " if args.metric else ""
+        print(f"{name}{definition.kind.value}, mechanism {definition.resolved_mechanism}")
+        print(planned.explain())
+    return 0
 
 
 def _plan_dict(given: str, p: Plan) -> dict[str, Any]:

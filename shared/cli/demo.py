@@ -9,17 +9,19 @@ The printed truth is what the simulation drew; the collector never sees it.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from ..analyst import Analyst
+from ..collector.launcher import environment_without_tokens, running_collector
 from ..errors import LdpkitError
-from .analyst import Analyst
-from .launcher import environment_without_tokens, running_collector
 
 INGEST, READ, ADMIN = "demo-ingest", "demo-read", "demo-admin"
 
@@ -50,6 +52,30 @@ kind = "numeric"
 bounds = [0, 240]
 epsilon = 1.0
 mechanism = "auto"
+
+[metrics.session_minutes_dist]
+kind = "distribution"
+bounds = [0, 240]
+resolution = 256
+epsilon = 1.0
+
+[metrics.region]
+kind = "hierarchy"
+categories = {leaves}
+epsilon = 2.0
+
+[metrics.car]
+kind = "table"
+epsilon = 2.0
+[metrics.car.dimensions]
+type = {car_types}
+origin = ["USA", "non-USA"]
+
+[metrics.search_term]
+kind = "strings"
+max_length = 16
+k = 10
+epsilon = 4.0
 """
 
 THEMES = (["light", "dark", "system"], [0.25, 0.55, 0.20])
@@ -72,6 +98,27 @@ COUNTRIES = [
     "pl",
 ]
 
+# The product design's seeds: municipalities under states under a country, and the
+# Cars93 table (type x origin), as shares of the population.
+REGIONS = {
+    "MX/Jalisco/Guadalajara": 100,
+    "MX/Jalisco/Zapopan": 200,
+    "MX/Sonora/Hermosillo": 150,
+    "MX/Sonora/Nogales": 250,
+    "MX/Yucatan/Merida": 200,
+    "MX/Yucatan/Valladolid": 100,
+}
+CARS93 = {
+    "Compact": (7, 9),
+    "Large": (11, 0),
+    "Midsize": (10, 12),
+    "Small": (7, 14),
+    "Sporty": (8, 6),
+    "Van": (5, 4),
+}
+SEARCHES = ["weather", "news", "maps", "translate", "música", "football", "recipes", "jobs"]
+SEARCHES += [f"term-{i}" for i in range(1, 193)]
+"""200 search terms, drawn Zipf(1.1): a few heavy ones and a long tail."""
 
 CHUNK = 100_000
 """Users simulated per round: their reports are queued, then delivered before the next
@@ -166,7 +213,9 @@ def _run(*, users: int, seed: int | None, port: int, serve: bool) -> int:
                 ingest=INGEST,
                 read=READ,
                 admin=ADMIN,
-                countries=str(COUNTRIES).replace("'", '"'),
+                countries=json.dumps(COUNTRIES),
+                leaves=json.dumps(list(REGIONS)),
+                car_types=json.dumps(list(CARS93)),
             )
         )
         _say(f"[1/4] starting a collector (ldpkit serve) on SQLite in {workdir}")
@@ -179,15 +228,27 @@ def _run(*, users: int, seed: int | None, port: int, serve: bool) -> int:
             weights = 1.0 / np.arange(1, len(COUNTRIES) + 1) ** 1.1
             country_values = rng.choice(COUNTRIES, size=users, p=weights / weights.sum())
             minutes = np.clip(rng.gamma(shape=2.0, scale=18.0, size=users), 0, 240)
+            shares = np.array(list(REGIONS.values()), dtype=float)
+            regions = rng.choice(list(REGIONS), size=users, p=shares / shares.sum())
+            cells = [(t, o) for t in CARS93 for o in ("USA", "non-USA")]
+            counts = np.array([c for pair in CARS93.values() for c in pair], dtype=float)
+            drawn = rng.choice(len(cells), size=users, p=counts / counts.sum())
+            cars = np.array([{"type": cells[i][0], "origin": cells[i][1]} for i in drawn])
+            zipf = 1.0 / np.arange(1, len(SEARCHES) + 1) ** 1.1
+            searches = rng.choice(SEARCHES, size=users, p=zipf / zipf.sum())
             population = (
                 ("theme", theme_values),
                 ("country", country_values),
                 ("session_minutes", minutes),
+                ("session_minutes_dist", minutes),
+                ("region", regions),
+                ("car", cars),
+                ("search_term", searches),
             )
 
             _say(
                 f"[2/4] {users:,} simulated users perturb their values on the device "
-                "(theme, country, session_minutes)"
+                f"({', '.join(name for name, _ in population)})"
             )
             _say(
                 f"[3/4] delivering {len(population) * users:,} reports over HTTP in batches "
@@ -228,6 +289,10 @@ def _run(*, users: int, seed: int | None, port: int, serve: bool) -> int:
                 f"95% interval [{est.low or 0:.2f}, {est.high or 0:.2f}] "
                 f"{_covers(est.low, est.high, truth_mean)}"
             )
+            _print_distribution(analyst, minutes)
+            _print_hierarchy(analyst, regions)
+            _print_table(analyst, cars)
+            _print_strings(analyst, searches)
             _say(
                 f"\nDone in {time.monotonic() - started:.1f} s. About 1 interval in 20 may "
                 "miss the truth: that is what 95% means."
@@ -267,4 +332,84 @@ def _print_categorical(analyst: Analyst, metric: str, values: np.ndarray) -> Non
             f"  [{item.low or 0:7.3f}, {item.high or 0:7.3f}] "
             f"{_covers(item.low, item.high, truth)}"
         )
+    _say("")
+
+
+def _row(
+    label: str, truth: float, estimate: float | None, low: float | None, high: float | None
+) -> str:
+    return (
+        f"  {label:<22} {truth:7.3f} {estimate or 0:9.3f}   [{low or 0:7.3f}, {high or 0:7.3f}] "
+        f"{_covers(low, high, truth)}"
+    )
+
+
+def _header(est: object, metric: str, what: str) -> None:
+    n, mechanism, epsilon = (getattr(est, k) for k in ("n", "mechanism", "epsilon"))
+    _say(f"{metric}: n={n:,}, mechanism={mechanism}, epsilon={epsilon:g} ({what})")
+    _say(f"  {'':<22} {'truth':>7} {'estimate':>9} {'95% interval':>20}")
+
+
+def _print_distribution(analyst: Analyst, minutes: np.ndarray) -> None:
+    est = analyst.estimates("session_minutes_dist", bins=8, quantiles=[0.5, 0.9])
+    _header(est, "session_minutes_dist", "a distribution: histogram, quantiles, mean")
+    for item in est.items:
+        assert item.lower is not None and item.upper is not None
+        inside = (minutes >= item.lower) & (
+            (minutes < item.upper) if item.upper < 240 else (minutes <= item.upper)
+        )
+        _say(
+            _row(
+                f"minutes {item.category}", float(inside.mean()), item.estimate, item.low, item.high
+            )
+        )
+    for q in est.quantiles:
+        truth = float(np.quantile(minutes, q.q))
+        _say(
+            f"  {f'quantile {q.q:g}':<22} {truth:7.1f} {q.value:9.1f}   "
+            f"[{q.low:7.1f}, {q.high:7.1f}] {_covers(q.low, q.high, truth)}"
+        )
+    mean = float(minutes.mean())
+    _say(
+        f"  {'mean':<22} {mean:7.1f} {est.mean or 0:9.1f}   [{est.low or 0:7.1f}, "
+        f"{est.high or 0:7.1f}] {_covers(est.low, est.high, mean)}"
+    )
+    _say("")
+
+
+def _print_hierarchy(analyst: Analyst, regions: np.ndarray) -> None:
+    for depth in (2, 3):
+        est = analyst.estimates("region", depth=depth)
+        what = "states: each the sum of its municipalities" if depth == 2 else "municipalities"
+        _header(est, "region", f"a hierarchy, depth {depth}, {what}")
+        for item in est.items:
+            truth = float(np.mean([r.startswith(item.category) for r in regions]))
+            _say(_row(item.category, truth, item.estimate, item.low, item.high))
+        _say("")
+
+
+def _print_table(analyst: Analyst, cars: np.ndarray) -> None:
+    est = analyst.estimates("car", consistent=True)
+    _header(est, "car", "a table, type x origin; cells reconciled with the marginals")
+    for item in est.items:
+        assert item.cell is not None
+        truth = float(np.mean([c == item.cell for c in cars]))
+        label = f"{item.cell['type']} / {item.cell['origin']}"
+        _say(_row(label, truth, item.estimate, item.low, item.high))
+    _say("")
+
+
+def _print_strings(analyst: Analyst, searches: np.ndarray) -> None:
+    est = analyst.estimates("search_term", candidates=["weather", "never-searched"])
+    _header(est, "search_term", "open-domain strings: the top 10 found, no list given")
+    for item in (
+        *est.items,
+        *(replace(c, category=f"{c.category} (asked)") for c in est.candidates),
+    ):
+        word = item.category.removesuffix(" (asked)")
+        truth = float(np.mean(searches == word))
+        _say(_row(item.category, truth, item.estimate, item.low, item.high))
+    _say(
+        f"  nothing less frequent than {est.threshold or 0:.3f} can be found at this epsilon and n"
+    )
     _say("")

@@ -1,0 +1,286 @@
+"""The client's side of the protocol, no I/O: queued reports grouped into wire batches
+(sealed v2 batches; v1 for reports queued before the upgrade),
+the collector's answers read into outcomes (delivered, retry, too large, fatal), and the
+served definitions parsed."""
+
+from __future__ import annotations
+
+import email.utils
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC
+
+from .._json import loads_bounded
+from .._validation import shown
+from ..errors import (
+    CollectorRejected,
+    LdpkitError,
+    ProtocolError,
+)
+from ..http_errors import error_of, transient
+from ..metrics import MetricDefinition
+from ..wire import (
+    CONTENT_TYPE,
+    ID_SIZE,
+    LEGACY_CONTENT_TYPE,
+    Block,
+    encode_batch,
+    encode_sealed_batch,
+)
+
+
+# --- batches --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OutboxRow:
+    """One queued report, as the outbox stores it."""
+
+    seq: int
+    report_id: bytes
+    metric: str
+    fingerprint: str
+    bucket: int
+    report: bytes
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A request body and, in wire order, the outbox rows it carries. ``batch_id``: the
+    id of a sealed (v2) batch, None for a v1 batch (reports queued before the upgrade,
+    sent with their report ids)."""
+
+    body: bytes
+    seqs: tuple[int, ...]
+    blocks: int
+    report_ids: tuple[bytes, ...] = ()
+    batch_id: bytes | None = None
+
+    @property
+    def content_type(self) -> str:
+        return CONTENT_TYPE if self.batch_id is not None else LEGACY_CONTENT_TYPE
+
+    @property
+    def keys(self) -> tuple[tuple[int, bytes], ...]:
+        """(seq, report id) of every row, in wire order."""
+        return tuple(zip(self.seqs, self.report_ids, strict=True))
+
+    @property
+    def n(self) -> int:
+        return len(self.seqs)
+
+
+def _groups(rows: Iterable[OutboxRow]) -> dict[tuple[str, str, int], list[OutboxRow]]:
+    groups: dict[tuple[str, str, int], list[OutboxRow]] = {}
+    for row in rows:
+        groups.setdefault((row.metric, row.fingerprint, row.bucket), []).append(row)
+    return groups
+
+
+def seal_batch(rows: Iterable[OutboxRow], batch_id: bytes) -> Batch:
+    """A sealed (v2) batch of ``rows`` under ``batch_id``, grouped as :func:`build_batch`."""
+    blocks: list[Block] = []
+    members_in_order: list[OutboxRow] = []
+    for (metric, fp, bucket), members in _groups(rows).items():
+        reports = b"".join(r.report for r in members)
+        blocks.append(Block(metric, fp, bucket, b"", reports, len(members)))
+        members_in_order.extend(members)
+    return Batch(
+        encode_sealed_batch(batch_id, blocks),
+        tuple(r.seq for r in members_in_order),
+        len(blocks),
+        tuple(r.report_id for r in members_in_order),
+        batch_id,
+    )
+
+
+def build_batch(rows: Iterable[OutboxRow]) -> Batch:
+    """Group rows per (metric, fingerprint, bucket) into v1 wire blocks, oldest group first.
+
+    The answer's ``rejected[].index`` counts reports through the blocks in order, so the
+    batch keeps the outbox sequence numbers in that same order.
+    """
+    groups = _groups(rows)
+    blocks: list[Block] = []
+    seqs: list[int] = []
+    report_ids: list[bytes] = []
+    for (metric, fp, bucket), members in groups.items():
+        ids = b"".join(r.report_id for r in members)
+        reports = b"".join(r.report for r in members)
+        if len(ids) != ID_SIZE * len(members):
+            raise ProtocolError(f"outbox row of metric {metric!r} has a malformed report id")
+        blocks.append(Block(metric, fp, bucket, ids, reports))
+        seqs.extend(r.seq for r in members)
+        report_ids.extend(r.report_id for r in members)
+    return Batch(encode_batch(blocks), tuple(seqs), len(blocks), tuple(report_ids))
+
+
+# --- answers and retry decisions ------------------------------------------------------
+@dataclass(frozen=True)
+class HttpAnswer:
+    """A response as the transports hand it to the core (header names lower-case)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Rejection:
+    seq: int
+    error: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The collector answered 200: these rows leave the outbox."""
+
+    accepted: int
+    duplicates: int
+    rejected: tuple[Rejection, ...]
+    keys: tuple[tuple[int, bytes], ...]  # (seq, report id) of every row answered
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Try again later (network error, 429, 5xx, a garbled answer)."""
+
+    reason: str
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class TooLarge:
+    """413: send fewer reports per batch."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """A 4xx that retrying will not fix (bad token, ...): keep the rows, raise."""
+
+    error: CollectorRejected
+
+
+Outcome = Delivered | Retry | TooLarge | Fatal
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, when.timestamp() - now)
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def classify_failure(answer: HttpAnswer, now: float) -> Retry | TooLarge | Fatal:
+    """What a non-200 answer means for the client."""
+    status = answer.status
+    error, detail = error_of(answer.body)
+    reason = f"collector answered {status} {error}" + (f": {detail}" if detail else "")
+    if transient(status):
+        return Retry(reason, parse_retry_after(answer.headers.get("retry-after"), now))
+    if status == 413:
+        return TooLarge(reason)
+    return Fatal(CollectorRejected(status, error, detail))
+
+
+def _count(value: object, what: str, most: int) -> int:
+    """``value`` if it is an integer (not a bool, not a float) in ``0..most``."""
+    if type(value) is not int or not 0 <= value <= most:
+        raise ValueError(f"{what} must be an integer in 0..{most}, got {shown(value, 40)}")
+    return value
+
+
+def interpret_batch_answer(batch: Batch, answer: HttpAnswer, now: float) -> Outcome:
+    """Read the collector's answer to ``batch`` (``docs/protocol.md``, "The answer").
+
+    Only a well-formed answer that accounts for every report sent (counts that are
+    integers within the batch, each rejected index named once, with a string error)
+    lets rows leave the outbox; anything else is retried later."""
+    if answer.status != 200:
+        return classify_failure(answer, now)
+    n = batch.n
+    try:
+        data = loads_bounded(answer.body)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        accepted = _count(data.get("accepted"), "accepted", n)
+        duplicates = _count(data.get("duplicates"), "duplicates", n)
+        rejected_raw = data.get("rejected", [])
+        if not isinstance(rejected_raw, list) or len(rejected_raw) > n:
+            raise ValueError(f"rejected must be a list of at most {n} entries")
+        rejected: list[Rejection] = []
+        for item in rejected_raw:
+            if not isinstance(item, dict):
+                raise ValueError("a rejected entry is not an object")
+            index = _count(item.get("index"), "rejected index", n - 1)
+            error, detail = item.get("error"), item.get("detail", "")
+            if not isinstance(error, str) or not isinstance(detail, str):
+                raise ValueError("a rejected entry's error and detail must be strings")
+            rejected.append(Rejection(batch.seqs[index], error[:100], detail[:500]))
+    except ValueError as exc:  # ProtocolError included
+        return Retry(f"collector's answer is not a valid batch answer: {exc}")
+    if accepted + duplicates + len(rejected) != n or len({r.seq for r in rejected}) != len(
+        rejected
+    ):
+        # Rows leave the outbox only when the answer accounts for every one of them.
+        return Retry(
+            f"collector's answer counts {accepted} accepted + {duplicates} duplicates + "
+            f"{len(rejected)} rejected for a batch of {n}"
+        )
+    return Delivered(accepted, duplicates, tuple(rejected), batch.keys)
+
+
+# --- definitions ----------------------------------------------------------------------
+def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], list[str]]:
+    """Definitions from a ``GET /v1/metrics`` body, and warnings for those skipped.
+
+    A served definition is rebuilt with its resolved mechanism and must reproduce the
+    served fingerprint; one that does not (say, a mechanism this client version lacks)
+    is skipped with a warning rather than reported under the wrong version.
+    """
+    try:
+        data = loads_bounded(body)
+        items = data["metrics"]
+        if not isinstance(items, list):
+            raise TypeError("'metrics' must be a list")
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ProtocolError(
+            f"GET /v1/metrics answered something else than a metric list: {exc}"
+        ) from None
+    out: dict[str, MetricDefinition] = {}
+    warnings: list[str] = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            warnings.append(f"skipped a malformed definition: {item!r:.200}")
+            continue
+        name = item["name"]
+        spec = dict(item)
+        if isinstance(spec.get("resolved_mechanism"), str):
+            spec["mechanism"] = spec["resolved_mechanism"]
+        try:
+            definition = MetricDefinition.from_dict(name, spec)
+        except (LdpkitError, ImportError, KeyError, TypeError, ValueError) as exc:
+            warnings.append(f"skipped metric {name!r}: {exc}")
+            continue
+        served = item.get("fingerprint")
+        if served is not None and served != definition.fingerprint:
+            warnings.append(
+                f"skipped metric {name!r}: served fingerprint {served} but this client "
+                f"computes {definition.fingerprint} (client and collector versions differ?)"
+            )
+            continue
+        out[name] = definition
+    return out, warnings

@@ -1,0 +1,595 @@
+"""The analyst's Python API: query a collector's estimates as result objects.
+
+>>> from ldpkit.analyst import Analyst
+>>> analyst = Analyst("http://127.0.0.1:8787", token="analyst-secret")  # doctest: +SKIP
+>>> result = analyst.estimates("theme", level=0.95, consistent=True)      # doctest: +SKIP
+>>> result.items[0].category, result.items[0].estimate, result.items[0].low  # doctest: +SKIP
+>>> result.to_pandas()                                                      # doctest: +SKIP
+
+The token may come from the environment (``LDPKIT_READ_TOKEN``). Errors say what to do:
+:class:`~ldpkit.errors.CollectorUnavailable` when the collector cannot be reached,
+:class:`~ldpkit.errors.CollectorRejected` for a bad token or an unknown metric.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from .._validation import check_level
+from ..distribution import QuantileEstimate
+from ..errors import CollectorUnavailable, ParameterError
+from ..heavy_hitters import StringEstimate
+from ..http_errors import http_error
+from ..metrics import MetricDefinition
+
+TOKEN_ENV = "LDPKIT_READ_TOKEN"
+
+
+@dataclass(frozen=True)
+class ItemEstimate:
+    """One category's estimated fraction with its interval.
+
+    ``category`` names the item in every kind: a category, a node's path (hierarchy), a
+    string (strings), ``"type=Van, origin=USA"`` (a table's cell, also in ``cell``) or
+    ``"[5, 10)"`` (a distribution's bin, also in ``lower`` and ``upper``).
+    """
+
+    category: str
+    estimate: float | None
+    stderr: float | None
+    low: float | None
+    high: float | None
+    consistent: float | None = None
+    interval: str | None = None  # how the interval was made: "score" or "exact"
+    lower: float | None = None
+    upper: float | None = None
+    cell: dict[str, str] | None = None
+    hex: str | None = None
+
+
+@dataclass(frozen=True)
+class BucketEstimate:
+    """The estimate of one time bucket (``start`` is a UTC datetime)."""
+
+    start: datetime
+    n: int
+    items: tuple[ItemEstimate, ...] = ()
+    mean: float | None = None
+    stderr: float | None = None
+    low: float | None = None
+    high: float | None = None
+    clamped_mean: float | None = None
+    interval: str | None = None
+
+
+@dataclass(frozen=True)
+class EstimateResult:
+    """An estimate as the collector served it: categorical ``items`` or numeric ``mean``."""
+
+    metric: str
+    kind: str
+    version: str
+    mechanism: str
+    epsilon: float
+    n: int
+    level: float
+    consistent: bool
+    items: tuple[ItemEstimate, ...] = ()
+    mean: float | None = None
+    stderr: float | None = None
+    low: float | None = None
+    high: float | None = None
+    clamped_mean: float | None = None
+    interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
+    buckets: tuple[BucketEstimate, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # --- distribution: ``mean``/``stderr``/``low``/``high`` are the mean's; the bins are
+    # the items; the quantiles are the core's QuantileEstimate
+    quantiles: tuple[QuantileEstimate, ...] = ()
+    range: ItemEstimate | None = None
+    bounds: tuple[float, float] | None = None
+    # --- hierarchy: the depth answered and the subtree (a node's path) if one was asked
+    depth: int | None = None
+    subtree: str | None = None
+    # --- table: each attribute's marginal (the cells are the items)
+    marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
+    dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # --- strings: the frequency below which nothing can be found, and named strings
+    threshold: float | None = None
+    candidates: tuple[ItemEstimate, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EstimateResult:
+        items = tuple(_item(i) for i in data.get("items") or ())
+        buckets = tuple(
+            BucketEstimate(
+                start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
+                n=int(b.get("n", 0)),
+                items=tuple(_item(i) for i in b.get("items") or ()),
+                mean=b.get("mean"),
+                stderr=b.get("stderr"),
+                low=b.get("low"),
+                high=b.get("high"),
+                clamped_mean=b.get("clamped_mean"),
+                interval=b.get("interval"),
+            )
+            for b in data.get("buckets") or ()
+        )
+        kind = str(data.get("kind") or ("categorical" if "items" in data else "numeric"))
+        distribution = kind == "distribution"
+        rng = data.get("range")
+        return cls(
+            metric=str(data["metric"]),
+            kind=kind,
+            version=str(data.get("version", "")),
+            mechanism=str(data.get("mechanism", "")),
+            epsilon=float(data.get("epsilon", float("nan"))),
+            n=int(data.get("n", 0)),
+            level=float(data.get("level", 0.95)),
+            consistent=bool(data.get("consistent", False)),
+            items=items,
+            mean=data.get("mean"),
+            stderr=data.get("mean_stderr" if distribution else "stderr"),
+            low=data.get("mean_low" if distribution else "low"),
+            high=data.get("mean_high" if distribution else "high"),
+            clamped_mean=data.get("clamped_mean"),
+            interval=data.get("interval"),
+            buckets=buckets,
+            raw=data,
+            quantiles=tuple(
+                QuantileEstimate(
+                    float(q["q"]),
+                    _nan(q.get("value")),
+                    _nan(q.get("low")),
+                    _nan(q.get("high")),
+                    float(data.get("level", 0.95)),
+                )
+                for q in data.get("quantiles") or ()
+            ),
+            range=_item(rng) if isinstance(rng, dict) else None,
+            bounds=(float(data["bounds"][0]), float(data["bounds"][1]))
+            if data.get("bounds")
+            else None,
+            depth=data.get("depth"),
+            subtree=data.get("subtree"),
+            marginals={
+                str(name): tuple(_item(i) for i in group)
+                for name, group in (data.get("marginals") or {}).items()
+            },
+            dimensions=tuple(
+                (str(name), tuple(str(c) for c in cats))
+                for name, cats in data.get("dimensions") or ()
+            ),
+            threshold=data.get("threshold"),
+            candidates=tuple(_item(i) for i in data.get("candidates") or ()),
+        )
+
+    def strings(self) -> list[StringEstimate]:
+        """A strings metric's items as the core's StringEstimate (exact bytes from hex)."""
+        return [
+            StringEstimate(
+                bytes.fromhex(i.hex) if i.hex is not None else i.category.encode(),
+                _nan(i.estimate),
+                _nan(i.stderr),
+                _nan(i.low),
+                _nan(i.high),
+            )
+            for i in (*self.items, *self.candidates)
+        ]
+
+    # --- views -------------------------------------------------------------------------
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per category (or one for the mean) over the whole range."""
+        return self._rows(
+            self.items,
+            self.mean,
+            self.clamped_mean,
+            self.stderr,
+            self.low,
+            self.high,
+            self.interval,
+        )
+
+    def bucket_rows(self) -> list[dict[str, Any]]:
+        """One dict per time bucket and category (or per bucket for the mean), each with
+        ``bucket`` (ISO 8601, UTC) and ``n``; empty unless queried with ``per_bucket``."""
+        out: list[dict[str, Any]] = []
+        for b in self.buckets:
+            head = {"bucket": b.start.strftime("%Y-%m-%dT%H:%M:%SZ"), "n": b.n}
+            rows = self._rows(b.items, b.mean, b.clamped_mean, b.stderr, b.low, b.high, b.interval)
+            out.extend({**head, **row} for row in rows)
+        return out
+
+    def _rows(
+        self,
+        items: tuple[ItemEstimate, ...],
+        mean: float | None,
+        clamped_mean: float | None,
+        stderr: float | None,
+        low: float | None,
+        high: float | None,
+        interval: str | None,
+    ) -> list[dict[str, Any]]:
+        if self.kind != "numeric":
+            columns = self._columns()
+            rows = []
+            for item in items:
+                row = asdict(item)
+                for name, value in (item.cell or {}).items():
+                    row[name] = value
+                rows.append({c: row.get(c) for c in columns})
+            return rows
+        return [
+            {
+                "mean": mean,
+                "clamped_mean": clamped_mean,
+                "stderr": stderr,
+                "low": low,
+                "high": high,
+                "interval": interval,
+            }
+        ]
+
+    def _per_bucket(self, per_bucket: bool | None) -> bool:
+        if per_bucket is None:
+            return bool(self.buckets)
+        if per_bucket and "buckets" not in self.raw:
+            raise ParameterError("this result has no buckets: query it with per_bucket=True")
+        return per_bucket
+
+    def _columns(self) -> list[str]:
+        if self.kind == "numeric":
+            return ["mean", "clamped_mean", "stderr", "low", "high", "interval"]
+        numbers = ["estimate", "stderr", "low", "high"]
+        consistent = ["consistent"] if self.consistent else []
+        if self.kind == "distribution":
+            return ["category", "lower", "upper", *numbers]
+        if self.kind == "table":
+            return ["category", *(name for name, _ in self.dimensions), *numbers, *consistent]
+        if self.kind in ("hierarchy", "strings"):
+            return ["category", *numbers, *consistent]
+        return ["category", *numbers, *consistent, "interval"]
+
+    def to_pandas(self, *, per_bucket: bool | None = None) -> Any:
+        """A pandas DataFrame (pandas is an optional dependency).
+
+        The per-bucket estimates (index ``bucket``, a UTC timestamp, and ``category``)
+        when the result has them, else the totals (index ``category``); ``per_bucket``
+        picks one explicitly.
+        """
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("to_pandas() needs pandas: pip install 'ldpkit[pandas]'") from None
+        # The index: what an item is about (a table's cells by their attributes).
+        keys = [name for name, _ in self.dimensions] if self.kind == "table" else ["category"]
+        if self._per_bucket(per_bucket):
+            frame = pd.DataFrame(self.bucket_rows(), columns=["bucket", "n", *self._columns()])
+            frame["bucket"] = pd.to_datetime(frame["bucket"], utc=True)
+            frame = frame.set_index(["bucket", *keys] if self.kind != "numeric" else ["bucket"])
+        else:
+            frame = pd.DataFrame(self.rows(), columns=self._columns())
+            if self.kind == "distribution":
+                frame.index = pd.IntervalIndex.from_arrays(
+                    frame["lower"], frame["upper"], closed="left", name="bin"
+                )
+                frame = frame.drop(columns=["category"])
+            elif self.kind == "table":
+                frame = frame.drop(columns=["category"]).set_index(keys)
+            elif self.kind != "numeric":
+                frame = frame.set_index("category")
+        frame.attrs.update(
+            metric=self.metric,
+            n=self.n,
+            level=self.level,
+            mechanism=self.mechanism,
+            epsilon=self.epsilon,
+        )
+        return frame
+
+    def to_csv(self, *, per_bucket: bool | None = None) -> str:
+        """CSV of the per-bucket rows (``bucket`` and ``n`` first) when the result has
+        them, else of the totals; ``per_bucket`` picks one explicitly."""
+        rows = self.bucket_rows() if self._per_bucket(per_bucket) else self.rows()
+        out = io.StringIO()
+        columns = self._columns()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
+
+    def to_json(self) -> str:
+        return json.dumps(self.raw, indent=2)
+
+    def to_table(self) -> str:
+        """A plain-text table for terminals: the totals, then each bucket's estimates."""
+        pct = f"{self.level:.0%}"
+        head = (
+            f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
+            f"{pct} intervals ({self.interval or 'method not given'})"
+        )
+        lines = [head]
+        if self.kind == "hierarchy":
+            where = f" under {self.subtree}" if self.subtree else ""
+            lines.append(f"depth {self.depth}{where} (every parent is the sum of its children)")
+        lines.extend(self._table(self.rows()))
+        lines.extend(self._kind_lines())
+        if self.buckets:
+            lines.append("")
+            lines.append("per time bucket (bucket start, UTC):")
+            lines.extend(self._table(self.bucket_rows()))
+        return "\n".join(lines)
+
+    def _kind_lines(self) -> list[str]:
+        """What a kind answers beside its items: a distribution's mean, quantiles and
+        range; a table's marginals; a strings metric's threshold and candidates."""
+        lines: list[str] = []
+        pct = f"{self.level:.0%}"
+        if self.kind == "distribution":
+            lines.append("")
+            lines.append(
+                f"mean {_fmt(self.mean)} (stderr {_fmt(self.stderr)}), {pct} interval "
+                f"[{_fmt(self.low)}, {_fmt(self.high)}]"
+            )
+            for q in self.quantiles:
+                lines.append(
+                    f"quantile {q.q:g}: {q.value:.4g}, {pct} interval [{q.low:.4g}, {q.high:.4g}]"
+                )
+            if self.range is not None:
+                r = self.range
+                lines.append(
+                    f"fraction in {r.category}: {_fmt(r.estimate)} (stderr {_fmt(r.stderr)}), "
+                    f"{pct} interval [{_fmt(r.low)}, {_fmt(r.high)}]"
+                )
+        columns = ["estimate", "stderr", "low", "high"] + (
+            ["consistent"] if self.consistent else []
+        )
+        for name, group in self.marginals.items():
+            lines.append("")
+            lines.append(f"marginal of {name}:")
+            rows = [{name: i.category, **{c: getattr(i, c) for c in columns}} for i in group]
+            lines.extend(self._table(rows, hidden=set()))
+        if self.kind == "strings":
+            lines.append("")
+            lines.append(
+                f"threshold {_fmt(self.threshold)}: no string less frequent than this can be "
+                f"found at epsilon={self.epsilon:g} and n={self.n}"
+                + (
+                    ""
+                    if self.items
+                    else " (nothing stood out: it does not mean nothing is popular)"
+                )
+            )
+            if self.candidates:
+                lines.append("named candidates:")
+                lines.extend(
+                    self._table(self._rows(self.candidates, None, None, None, None, None, None))
+                )
+        return lines
+
+    def _table(self, rows: list[dict[str, Any]], hidden: set[str] | None = None) -> list[str]:
+        if not rows:
+            return ["(no buckets in this range)"]
+        # On a terminal an item is named once: a bin by "[a, b)", a cell by its attributes.
+        if hidden is None:
+            hidden = {"distribution": {"lower", "upper"}, "table": {"category"}}.get(
+                self.kind, set()
+            )
+        text = [{k: _cell(k, v) for k, v in r.items() if k not in hidden} for r in rows]
+        columns = [c for c in rows[0] if c not in hidden]
+        widths = {c: max(len(c), *(len(t[c]) for t in text)) for c in columns}
+        left = {"bucket", "category", *(name for name, _ in self.dimensions)}
+
+        def line(cells: dict[str, str]) -> str:
+            return "  ".join(
+                cells[c].ljust(widths[c]) if c in left else cells[c].rjust(widths[c])
+                for c in columns
+            ).rstrip()
+
+        return [line({c: c for c in columns}), *(line(t) for t in text)]
+
+
+def _cell(key: str, value: Any) -> str:
+    if key == "bucket":  # 2025-11-21T10:00:00Z -> 2025-11-21 10:00
+        return str(value).replace("T", " ").removesuffix(":00Z")
+    if key in ("category", "n", "interval") or isinstance(value, str):
+        return "-" if value is None else str(value)
+    return _fmt(value)
+
+
+@dataclass(frozen=True)
+class MetricVersion:
+    """One version of a metric (its parameters' fingerprint), with its reports so far."""
+
+    fingerprint: str
+    current: bool
+    definition: MetricDefinition
+    n: int
+
+
+def _item(data: dict[str, Any]) -> ItemEstimate:
+    cell = data.get("cell")
+    if "category" in data:
+        label = str(data["category"])
+    elif isinstance(cell, dict):
+        label = ", ".join(f"{k}={v}" for k, v in cell.items())
+    elif "lower" in data:
+        label = f"[{data['lower']:g}, {data['upper']:g})"
+    else:
+        label = ""
+    return ItemEstimate(
+        category=label,
+        estimate=data.get("estimate"),
+        stderr=data.get("stderr"),
+        low=data.get("low"),
+        high=data.get("high"),
+        consistent=data.get("consistent"),
+        interval=data.get("interval"),
+        lower=data.get("lower"),
+        upper=data.get("upper"),
+        cell={str(k): str(v) for k, v in cell.items()} if isinstance(cell, dict) else None,
+        hex=data.get("hex"),
+    )
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _time_param(value: str | int | float | date | datetime | None, name: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return str(int(value.timestamp()))
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ParameterError(
+        f"{name} must be a date, datetime, ISO string or unix seconds, got {value!r}"
+    )
+
+
+class Analyst:
+    """A read-only client of one collector's query API (``GET /v1/...``)."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 10.0) -> None:
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ParameterError(f"collector URL must be http(s)://host:port, got {url!r}")
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV)
+        if not self.token:
+            raise ParameterError(f"a read token is needed: pass token=... or set {TOKEN_ENV}")
+        if not (isinstance(timeout, int | float) and timeout > 0):
+            raise ParameterError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = float(timeout)
+
+    def _get(self, path: str, params: dict[str, str | None] | None = None) -> Any:
+        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        url = f"{self.url}{path}" + (f"?{query}" if query else "")
+        request = urllib.request.Request(
+            url, headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            hint = {
+                401: f" (is the token right? it may also come from {TOKEN_ENV})",
+                403: " (this token may not read estimates: use a read token)",
+                404: " (is the metric name right? `ldpkit metrics` lists them)",
+            }.get(exc.code, "")
+            raise http_error(exc.code, exc.read(), source=self.url, hint=hint) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CollectorUnavailable(
+                f"cannot reach the collector at {self.url} ({reason}); is `ldpkit serve` running "
+                f"there?"
+            ) from None
+
+    def metrics(self) -> list[MetricDefinition]:
+        """The collector's current metric definitions."""
+        data = self._get("/v1/metrics")
+        return [MetricDefinition.from_dict(m["name"], m) for m in data.get("metrics", [])]
+
+    def versions(self, metric: str) -> list[MetricVersion]:
+        """Every version of ``metric`` ever defined, oldest first, each with the number of
+        reports it holds (a definition change starts a new version: its reports are
+        never mixed with the old ones, which stay queryable with ``version=``)."""
+        if not isinstance(metric, str) or not metric:
+            raise ParameterError(f"metric must be a metric name, got {metric!r}")
+        data = self._get(f"/v1/metrics/{urllib.parse.quote(metric, safe='')}/versions")
+        out = []
+        for v in data.get("versions", []):
+            fingerprint = str(v["fingerprint"])
+            n = int(
+                self._get(
+                    f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", {"version": fingerprint}
+                ).get("n", 0)
+            )
+            out.append(
+                MetricVersion(
+                    fingerprint,
+                    fingerprint == data.get("current"),
+                    MetricDefinition.from_dict(metric, v),
+                    n,
+                )
+            )
+        return out
+
+    def estimates(
+        self,
+        metric: str,
+        *,
+        start: str | int | float | date | datetime | None = None,
+        end: str | int | float | date | datetime | None = None,
+        level: float = 0.95,
+        consistent: bool = False,
+        per_bucket: bool = False,
+        version: str | None = None,
+        bins: int | None = None,
+        edges: Sequence[float] | None = None,
+        quantiles: Sequence[float] | None = None,
+        range_: tuple[float, float] | None = None,
+        depth: int | None = None,
+        subtree: str | None = None,
+        candidates: Sequence[str] | None = None,
+    ) -> EstimateResult:
+        """The estimate of ``metric`` over buckets starting in ``[start, end)``.
+
+        Each kind's own questions: ``bins``/``edges``, ``quantiles`` and ``range_`` for
+        a distribution; ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
+        strings (see docs/protocol.md, "Metric kinds").
+        """
+        if not isinstance(metric, str) or not metric:
+            raise ParameterError(f"metric must be a metric name, got {metric!r}")
+        level = check_level(level)
+        if isinstance(candidates, str):
+            raise ParameterError("candidates must be a list of strings, not one string")
+        params = {
+            "from": _time_param(start, "start"),
+            "to": _time_param(end, "end"),
+            "level": repr(float(level)),
+            "consistent": "true" if consistent else "false",
+            "per_bucket": "true" if per_bucket else "false",
+            "version": version,
+            "bins": None if bins is None else str(int(bins)),
+            "edges": _joined(edges, "edges"),
+            "quantiles": _joined(quantiles, "quantiles"),
+            "range": _joined(range_, "range_"),
+            "depth": None if depth is None else str(int(depth)),
+            "subtree": subtree,
+            "candidates": None if candidates is None else ",".join(candidates),
+        }
+        data = self._get(f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", params)
+        return EstimateResult.from_json(data)
+
+
+def _joined(values: object, name: str) -> str | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        raise ParameterError(f"{name} must be a list of numbers, got {values!r}")
+    try:
+        return ",".join(repr(float(v)) for v in values)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name} must be a list of numbers, got {values!r}") from None

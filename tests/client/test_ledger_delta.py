@@ -1,0 +1,65 @@
+"""The ledger's delta column (schema 2), and the upgrade of a schema 1 database."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ldpkit.client.storage import DATABASE_FILE, SCHEMA_VERSION, TOTAL_KEY, Store, delta_key
+
+
+def add(store: Store, *, epsilon: float, delta: float, start: int = 0) -> None:
+    with store.transaction():
+        store.add_report(
+            b"\x01" * 16,
+            "spend",
+            "0" * 16,
+            0,
+            b"r",
+            tag=None,
+            epsilon=epsilon,
+            budget_seconds=86400,
+            window_start=start,
+            total_seconds=86400,
+            total_start=start,
+            delta=delta,
+        )
+
+
+def test_delta_is_spent_beside_epsilon_and_survives_a_restart(tmp_path: Path) -> None:
+    store = Store(tmp_path, durable_reports=True, known_device=False)
+    add(store, epsilon=1.0, delta=1e-6)
+    add(store, epsilon=1.0, delta=1e-6)
+    add(store, epsilon=0.5, delta=0.0)
+    assert store.spent("spend", 86400, 0) == pytest.approx(2.5)
+    assert store.spent(delta_key("spend"), 86400, 0) == pytest.approx(2e-6)
+    assert store.spent(delta_key(TOTAL_KEY), 86400, 0) == pytest.approx(2e-6)
+    store.close()
+    again = Store(tmp_path, durable_reports=True, known_device=True)
+    assert again.spent(delta_key("spend"), 86400, 0) == pytest.approx(2e-6)
+    assert again.spent(delta_key("spend"), 86400, 86400) == 0.0  # the next day
+    again.close()
+
+
+def test_a_schema_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
+    Store(tmp_path, durable_reports=True, known_device=False).close()
+    db = sqlite3.connect(tmp_path / DATABASE_FILE)
+    db.execute("ALTER TABLE reports DROP COLUMN delta")  # as schema 1 made it
+    db.execute(
+        "INSERT INTO reports (report_id, metric, fingerprint, bucket, report, epsilon, "
+        "budget_seconds, window_start, total_seconds, total_start) "
+        "VALUES (x'00', 'spend', 'f', 0, x'00', 1.0, 86400, 0, 86400, 0)"
+    )
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    store = Store(tmp_path, durable_reports=True, known_device=True)
+    assert store.spent("spend", 86400, 0) == pytest.approx(1.0)  # the old spend is kept
+    add(store, epsilon=1.0, delta=1e-6)
+    assert store.spent(delta_key("spend"), 86400, 0) == pytest.approx(1e-6)
+    store.close()
+    db = sqlite3.connect(tmp_path / DATABASE_FILE)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    db.close()

@@ -1,0 +1,110 @@
+"""PUT and GET of every metric kind's definition, and its estimates' shape, over HTTP."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from aiohttp.test_utils import TestClient
+
+from ldpkit import wire
+from ldpkit.metrics import MetricDefinition
+
+from .helpers import auth, batch, estimates, new_ids, post_batch, today
+
+DIST: dict[str, Any] = {
+    "kind": "distribution",
+    "bounds": [0.0, 120.0],
+    "resolution": 64,
+    "epsilon": 1.0,
+    "mechanism": "auto",
+    "bucket": "day",
+}
+
+
+async def put(client: TestClient, name: str, body: Any) -> tuple[int, Any]:
+    resp = await client.put(
+        f"/v1/metrics/{name}",
+        data=json.dumps(body).encode(),
+        headers={**auth("admin"), "Content-Type": "application/json"},
+    )
+    return resp.status, await resp.json()
+
+
+async def send(client: TestClient, definition: MetricDefinition, values: Any) -> None:
+    reports = definition.mechanism_instance.perturb(values, rng=np.random.default_rng(1))
+    block = wire.Block(
+        definition.name,
+        definition.fingerprint,
+        today(),
+        new_ids(len(reports)),
+        np.ascontiguousarray(reports).tobytes(),
+    )
+    status, answer = await post_batch(client, batch(block))
+    assert status == 200 and answer["accepted"] == len(reports), answer
+
+
+async def test_put_a_distribution_and_query_it(client: TestClient) -> None:
+    status, answer = await put(client, "session_minutes_dist", DIST)
+    assert status == 201, answer
+    served = answer["definition"]
+    assert served["kind"] == "distribution" and served["resolution"] == 64
+    assert served["resolved_mechanism"] == "hh"
+    status, again = await put(client, "session_minutes_dist", served)  # round-trips
+    assert (status, again["outcome"]) == (200, "unchanged")
+    d = MetricDefinition.from_dict("session_minutes_dist", served)
+    await send(client, d, np.linspace(0.0, 120.0, 4000))
+    status, body = await estimates(client, "session_minutes_dist", bins=4, per_bucket=True)
+    assert status == 200 and body["n"] == 4000
+    assert [i["lower"] for i in body["items"]] == [0.0, 30.0, 60.0, 90.0]
+    assert body["buckets"][0]["n"] == 4000 and len(body["buckets"][0]["items"]) == 4
+    status, body = await estimates(client, "session_minutes_dist", bins=100_000)
+    assert (status, body["param"]) == (400, "bins")
+
+
+async def test_put_refuses_a_bad_distribution(client: TestClient) -> None:
+    status, answer = await put(client, "bad", {**DIST, "resolution": 100_000})
+    assert status == 400 and answer["error"] == "invalid_definition"
+    assert "resolution" in answer["detail"]
+
+
+async def test_put_a_hierarchy_and_a_table_and_query_them(client: TestClient) -> None:
+    region = {
+        "kind": "hierarchy",
+        "separator": ".",
+        "categories": ["MX.Jalisco.Guadalajara", "MX.Jalisco.Zapopan", "MX.Sonora.Hermosillo"],
+        "epsilon": 1.0,
+        "mechanism": "levels",
+    }
+    car = {
+        "kind": "table",
+        "epsilon": 1.0,
+        "dimensions": {"type": ["Compact", "Van"], "origin": ["USA", "non-USA"]},
+    }
+    for name, spec in (("region", region), ("car", car)):
+        status, answer = await put(client, name, spec)
+        assert status == 201, answer
+        status, again = await put(client, name, answer["definition"])
+        assert (status, again["outcome"]) == (200, "unchanged"), again
+    resp = await client.get("/v1/metrics/car", headers=auth("ingest"))
+    served = await resp.json()
+    assert served["dimensions"] == [["type", ["Compact", "Van"]], ["origin", ["USA", "non-USA"]]]
+    r = MetricDefinition.from_dict("region", region)
+    await send(client, r, np.array([0, 1, 2] * 300))
+    status, body = await estimates(client, "region", depth=2, consistent=True)
+    assert status == 200 and [i["category"] for i in body["items"]] == ["MX.Jalisco", "MX.Sonora"]
+    assert body["mechanism"] == "levels" and body["n"] == 900
+    status, body = await estimates(client, "region", subtree="MX.Jalisco")
+    assert [i["category"] for i in body["items"]] == [
+        "MX.Jalisco.Guadalajara",
+        "MX.Jalisco.Zapopan",
+    ]
+    c = MetricDefinition.from_dict("car", car)
+    await send(client, c, np.array([0, 1, 2, 3] * 200))
+    status, body = await estimates(client, "car", consistent=True)
+    assert (
+        status == 200 and len(body["items"]) == 4 and set(body["marginals"]) == {"type", "origin"}
+    )
+    status, body = await estimates(client, "car", depth=1)
+    assert (status, body["param"]) == (400, "depth")

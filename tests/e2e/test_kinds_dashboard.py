@@ -1,0 +1,252 @@
+"""The dashboard's view of each metric kind, in a headless browser, against a real
+``ldpkit serve`` whose TOML defines a distribution, a hierarchy, a table and a strings
+metric. Checks the view drawn, its marks against the API's answer, that nothing is cut
+off at 1400 and 420 px, and (hierarchy) that clicking a node opens it. Screenshots go to
+$LDPKIT_SCREENSHOTS (default: the test's temporary folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ldpkit.client import Reporter
+from ldpkit.collector.launcher import environment_without_tokens, running_collector
+
+from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
+from .conftest import INGEST, READ
+from .test_dashboard import READABLE
+
+WIDTHS = (1400, 420)
+LEAVES = [
+    "MX/Jalisco/Guadalajara",
+    "MX/Jalisco/Zapopan",
+    "MX/Sonora/Hermosillo",
+    "MX/Sonora/Nogales",
+    "MX/Yucatan/Merida",
+    "MX/Yucatan/Valladolid",
+]
+TYPES = ["Compact", "Large", "Midsize", "Small", "Sporty", "Van"]
+CARS93 = [(7, 9), (11, 0), (10, 12), (7, 14), (8, 6), (5, 4)]
+
+CONFIG = f"""
+[collector]
+database = "collector.sqlite3"
+
+[tokens]
+ingest = ["{INGEST}"]
+read = ["{READ}"]
+
+[metrics.session_minutes_dist]
+kind = "distribution"
+bounds = [0.0, 120.0]
+resolution = 256
+epsilon = 2.0
+
+[metrics.region]
+kind = "hierarchy"
+separator = "/"
+categories = {json.dumps(LEAVES)}
+epsilon = 2.0
+
+[metrics.car]
+kind = "table"
+epsilon = 2.0
+[metrics.car.dimensions]
+type = {json.dumps(TYPES)}
+origin = ["USA", "non-USA"]
+
+[metrics.search_term]
+kind = "strings"
+max_length = 16
+k = 10
+epsilon = 4.0
+"""
+
+
+@dataclass
+class Kinds:
+    url: str
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kinds]:
+    directory = tmp_path_factory.mktemp("kinds")
+    (directory / "collector.toml").write_text(CONFIG)
+    with running_collector(
+        "collector.toml", cwd=directory, env=environment_without_tokens()
+    ) as collector:
+        rng = np.random.default_rng(1516)
+        with Reporter(
+            collector.url, token=INGEST, state_dir=directory / "device", background=False
+        ) as r:
+            r.refresh_definitions()
+            minutes = np.concatenate([rng.gamma(2.0, 10.0, 12_000), rng.normal(80, 8, 6_000)])
+            r.simulate("session_minutes_dist", np.clip(minutes, 0, 120), rng=rng)
+            counts = [100, 200, 150, 250, 200, 100]
+            regions = [leaf for leaf, c in zip(LEAVES, counts, strict=True) for _ in range(c * 20)]
+            r.simulate("region", regions, rng=rng)
+            cars = [
+                {"type": t, "origin": o}
+                for t, pair in zip(TYPES, CARS93, strict=True)
+                for o, c in zip(("USA", "non-USA"), pair, strict=True)
+                for _ in range(c * 150)
+            ]
+            r.simulate("car", cars, rng=rng)
+            words = ["weather", "news", "maps", "translate", "música", "football", "recipes"]
+            words += [f"word{i}" for i in range(500)]
+            p = 1.0 / np.arange(1, len(words) + 1) ** 1.1
+            r.simulate("search_term", list(rng.choice(words, 40_000, p=p / p.sum())), rng=rng)
+            assert r.flush().remaining == 0
+        yield Kinds(collector.url)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_playwright = require_browser()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = os.environ.get("LDPKIT_SCREENSHOTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def api(url: str, metric: str, **query: str) -> dict[str, Any]:
+    qs = urllib.parse.urlencode(query)
+    request = urllib.request.Request(
+        f"{url}/v1/estimates/{metric}?{qs}", headers={"Authorization": f"Bearer {READ}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        data: dict[str, Any] = json.load(response)
+    return data
+
+
+def open_metric(browser: Any, kinds: Kinds, width: int, metric: str, view: str) -> Any:
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(kinds.url + "/ui/")
+    page.fill("#token", READ)
+    page.click("#token-form button")
+    page.click(f"button[data-metric={metric}]")
+    drawn(page, metric, view)
+    page.errors = errors
+    return page
+
+
+def drawn(page: Any, metric: str, view: str, extra: str = "true") -> None:
+    page.wait_for_function(
+        "([m, v]) => window.ldpkitDashboard.data && window.ldpkitDashboard.data.metric === m"
+        f" && window.ldpkitDashboard.view === v && ({extra})",
+        arg=[metric, view],
+    )
+
+
+def readable(page: Any) -> None:
+    result: dict[str, Any] = page.evaluate(READABLE, "#chart")
+    assert not result["problems"], result["problems"]
+    assert not page.errors, page.errors
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_distribution_histogram_with_quantiles(
+    browser: Any, kinds: Kinds, shots: Path, width: int
+) -> None:
+    page = open_metric(browser, kinds, width, "session_minutes_dist", "histogram")
+    data = page.evaluate("window.ldpkitDashboard.data")
+    assert data == api(
+        kinds.url,
+        "session_minutes_dist",
+        bins="16",
+        quantiles="0.5,0.9",
+        level="0.95",
+        consistent="false",
+        per_bucket="false",
+    )
+    assert page.locator("g.estimate-bars rect").count() == 16
+    assert page.locator("g.whiskers line").count() == 16
+    assert page.locator("g.quantile-marks line").count() == 2
+    assert "p50" in page.inner_text("#distribution-summary")
+    readable(page)
+    page.screenshot(path=str(shots / f"kinds-histogram-{width}.png"), full_page=True)
+    page.select_option("#bins", "64")
+    drawn(
+        page, "session_minutes_dist", "histogram", "window.ldpkitDashboard.data.items.length === 64"
+    )
+    assert page.locator("g.estimate-bars rect").count() == 64
+    page.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_hierarchy_opens_level_by_level(
+    browser: Any, kinds: Kinds, shots: Path, width: int
+) -> None:
+    page = open_metric(browser, kinds, width, "region", "tree")
+    assert [i["category"] for i in page.evaluate("window.ldpkitDashboard.data.items")] == ["MX"]
+    page.select_option("#depth", "2")
+    drawn(page, "region", "tree", "window.ldpkitDashboard.data.depth === 2")
+    assert page.locator("g.estimate-bars rect").count() == 3
+    readable(page)
+    page.screenshot(path=str(shots / f"kinds-tree-depth2-{width}.png"), full_page=True)
+    page.locator("g.estimate-bars rect").nth(1).click()  # MX/Sonora: open it
+    drawn(page, "region", "tree", "window.ldpkitDashboard.data.subtree === 'MX/Sonora'")
+    items = page.evaluate("window.ldpkitDashboard.data.items")
+    assert [i["category"] for i in items] == ["MX/Sonora/Hermosillo", "MX/Sonora/Nogales"]
+    assert "under MX/Sonora" in page.inner_text("#tree-where")
+    readable(page)
+    page.screenshot(path=str(shots / f"kinds-tree-open-{width}.png"), full_page=True)
+    page.click("#tree-top")
+    drawn(page, "region", "tree", "!window.ldpkitDashboard.data.subtree")
+    page.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_table_heat_map_and_marginals(browser: Any, kinds: Kinds, shots: Path, width: int) -> None:
+    page = open_metric(browser, kinds, width, "car", "heatmap")
+    data = page.evaluate("window.ldpkitDashboard.data")
+    assert page.locator("g.cells rect").count() == len(data["items"]) == 12
+    labels = page.locator("g.cell-labels text").all_text_contents()
+    assert len(labels) == 12
+    assert any(t.startswith(f"{data['items'][0]['estimate']:.3f} [") for t in labels), labels
+    assert page.locator("svg[data-marginal] g.estimate-bars rect").count() == 6 + 2
+    readable(page)
+    page.screenshot(path=str(shots / f"kinds-heatmap-{width}.png"), full_page=True)
+    page.check("#consistent")
+    drawn(page, "car", "heatmap", "window.ldpkitDashboard.data.consistent")
+    page.screenshot(path=str(shots / f"kinds-heatmap-consistent-{width}.png"), full_page=True)
+    page.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_strings_ranked_with_threshold_and_candidates(
+    browser: Any, kinds: Kinds, shots: Path, width: int
+) -> None:
+    page = open_metric(browser, kinds, width, "search_term", "ranked")
+    data = page.evaluate("window.ldpkitDashboard.data")
+    assert data["items"] and data["items"][0]["category"] == "weather"
+    assert page.locator("g.estimate-bars rect").count() == len(data["items"])
+    assert "threshold" in page.inner_text("#threshold")
+    page.fill("#candidates", "música,never-typed")
+    page.press("#candidates", "Enter")
+    drawn(
+        page, "search_term", "ranked", "(window.ldpkitDashboard.data.candidates || []).length === 2"
+    )
+    assert page.locator("g.estimate-bars rect").count() == len(data["items"]) + 2
+    readable(page)
+    page.screenshot(path=str(shots / f"kinds-ranked-{width}.png"), full_page=True)
+    page.close()
