@@ -278,13 +278,14 @@ class LockSampler:
     def run(self) -> None:
         while not self.stop.wait(0.1):
             rows = self.conn.execute(
-                "SELECT coalesce(l.relation::regclass::text, l.locktype), l.mode "
+                "SELECT coalesce(l.relation::regclass::text, l.locktype), l.mode, "
+                "left(a.query, 50) "
                 "FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-                "WHERE NOT l.granted AND a.application_name = 'ldpkit-collector'"
+                "WHERE NOT l.granted AND a.datname = current_database()"
             ).fetchall()
             self.samples += 1
-            for what, mode in rows:
-                key = f"{what} {mode}"
+            for what, mode, query in rows:
+                key = f"{what} {mode} ({query})"
                 self.waiting[key] = self.waiting.get(key, 0) + 1
 
     def finish(self) -> str:
@@ -299,6 +300,20 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU seconds of every process named postgres on this machine (a local server: its
+    backends, WAL writer, checkpointer; other clients of the server count too)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            if "(postgres)" in text:
+                total += cpu_seconds(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return total
 
 
 def minutes(
@@ -318,6 +333,7 @@ def minutes(
     for key in ("grr16", "oue1024"):
         rates = []
         cpu0 = [cpu_seconds(s.pid) for s in servers]
+        pg0 = postgres_cpu_seconds() if sampler is not None else 0.0
         n0 = total
         for minute in range(max(1, round(args.minutes))):
             r = run_load(",".join(urls), key, specs[key], slice_args)
@@ -337,9 +353,12 @@ def minutes(
         used = [cpu_seconds(s.pid) - c for s, c in zip(servers, cpu0, strict=True)]
         per_million = ", ".join(f"{u / max(1, total - n0) * 1e6:.1f}" for u in used)
         ratio = rates[-1] / rates[0]
+        pg = ""
+        if sampler is not None:
+            pg = f"; PostgreSQL {(postgres_cpu_seconds() - pg0) / (total - n0) * 1e6:.1f}"
         print(
             f"{key}: last/first minute {ratio:.2f}; CPU s per million reports per collector: "
-            f"{per_million}"
+            f"{per_million}{pg}"
         )
         ok &= ratio >= 0.9
     if sampler is not None:

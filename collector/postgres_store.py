@@ -566,6 +566,13 @@ class PostgresStore(GroupCommitStore):
                             (f"({first},0)", f"({first + PRUNE_CHUNK_PAGES},0)", before_bucket),
                         )
                         deleted += max(cur.rowcount, 0)
+                # Marked here, under the pruning lock, in its own short transaction: not
+                # in a writer's group, where two processes would wait on this one row.
+                conn.execute(
+                    "INSERT INTO store_state (key, value) VALUES (%s, %s) ON CONFLICT (key) "
+                    "DO UPDATE SET value = greatest(store_state.value, excluded.value)",
+                    (PRUNED_KEY, before_bucket),
+                )
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (PRUNE_LOCK,))
             return deleted
@@ -573,7 +580,6 @@ class PostgresStore(GroupCommitStore):
         deleted = await self._read(prune)
         if deleted is None:
             return 0
-        await self._mark_pruned(before_bucket)
         if deleted:
             log.info("pruned %d batch and report ids of buckets before %d", deleted, before_bucket)
         return deleted
