@@ -148,7 +148,9 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
                 bucket      bigint NOT NULL,
                 n           bigint NOT NULL,
                 sums        bytea NOT NULL       -- store.pack_sums
-            ) WITH (autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 5000)""",
+            ) WITH (autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 5000,
+                    toast.autovacuum_vacuum_scale_factor = 0.0,
+                    toast.autovacuum_vacuum_threshold = 5000)""",
             # The shared catalog code numbers versions itself (under the catalog lock).
             "ALTER TABLE metric_versions ALTER COLUMN seq DROP IDENTITY IF EXISTS",
         ),
