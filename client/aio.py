@@ -239,7 +239,10 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
             if isinstance(action, Send):
                 try:
                     answer = await self._transport.request(
-                        "POST", "/v1/reports", action.batch.body, headers
+                        "POST",
+                        "/v1/reports",
+                        action.batch.body,
+                        {**headers, "Content-Type": action.batch.content_type},
                     )
                 except NetworkError as exc:
                     run.failed(exc)

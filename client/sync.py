@@ -301,7 +301,10 @@ class Reporter(ReporterBase[SyncTransport]):
             if isinstance(action, Send):
                 try:
                     answer = self._transport.request(
-                        "POST", "/v1/reports", action.batch.body, headers
+                        "POST",
+                        "/v1/reports",
+                        action.batch.body,
+                        {**headers, "Content-Type": action.batch.content_type},
                     )
                 except NetworkError as exc:
                     run.failed(exc)
