@@ -23,11 +23,11 @@ from .policies import (
     RetryPolicy,
 )
 from .protocol import (
-    Batch,
     Delivered,
     Fatal,
     HttpAnswer,
     OutboxRow,
+    OutgoingBatch,
     Retry,
     TooLarge,
     build_batch,
@@ -67,7 +67,7 @@ SEAL_AHEAD = 64
 
 @dataclass(frozen=True)
 class Send:
-    batch: Batch
+    batch: OutgoingBatch
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class FlushRun:
         self.result = FlushResult()
         self.last_retry_after: float | None = None
         self.after = 0  # every row up to this seq has been answered for
-        self._batch: Batch | None = None
+        self._batch: OutgoingBatch | None = None
         self._sleep: float | None = None
         self._error: Exception | None = None
 
@@ -143,7 +143,7 @@ class FlushRun:
                 state.store.make_durable()
         return Send(self._batch)
 
-    def _next_batch(self) -> Batch | None:
+    def _next_batch(self) -> OutgoingBatch | None:
         """Reports queued before sealed batches first (as v1, with their report ids, so a
         batch sent before the upgrade counts once); then a sealed batch not answered yet,
         resent byte for byte; else the next reports, sealed into new batches (up to

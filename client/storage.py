@@ -26,7 +26,7 @@ back.
 Durability. Every write is one transaction in the WAL. Reports are committed with
 ``synchronous=NORMAL``: the commit is written to the WAL (in the OS page cache) before
 ``report()`` returns, so it survives a crash of the app, but not necessarily a power
-loss or kernel crash. Before any batch leaves the device, :meth:`Store.make_durable`
+loss or kernel crash. Before any batch leaves the device, :meth:`DeviceStore.make_durable`
 commits with ``synchronous=FULL``, which fsyncs the WAL and with it every earlier
 transaction: a report that was sent, its budget spend and its memo tag are on stable
 storage first. A power loss can therefore only lose reports that never left the device
@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import wire
 from ..errors import StateError as StateError  # its home is ldpkit.errors
-from .protocol import Batch, OutboxRow, seal_batch
+from .protocol import OutboxRow, OutgoingBatch, seal_batch
 from .results import StateLoss
 
 SECRET_FILE = "device.key"
@@ -216,7 +216,7 @@ def device_known(directory: Path) -> bool:
         return False
 
 
-class Store:
+class DeviceStore:
     """The SQLite state. Not thread-safe by itself: the caller serializes access (one
     connection, the reporter's lock). Several processes may share a state_dir: every
     read-modify-write runs in a ``BEGIN IMMEDIATE`` transaction."""
@@ -548,7 +548,7 @@ class Store:
         ).fetchall()
         return [OutboxRow(int(s), bytes(i), m, f, int(b), bytes(r)) for s, i, m, f, b, r in rows]
 
-    def sealed_batch(self) -> Batch | None:
+    def sealed_batch(self) -> OutgoingBatch | None:
         """The oldest sealed batch not answered yet, exactly as it was first sent."""
         row = self.db.execute(
             "SELECT id, seqs, body FROM batches ORDER BY first_seq LIMIT 1"
@@ -562,7 +562,9 @@ class Store:
         keys = tuple(int(s) for s in seqs)
         blocks = len(wire.decode(body).blocks)
         # A row another process acknowledged meanwhile keeps its place (matched by id).
-        return Batch(body, keys, blocks, tuple(bytes(ids.get(s, b"")) for s in keys), batch_id)
+        return OutgoingBatch(
+            body, keys, blocks, tuple(bytes(ids.get(s, b"")) for s in keys), batch_id
+        )
 
     def seal(self, batches: Sequence[Sequence[OutboxRow]]) -> None:
         """Seal each list of rows into a new batch under a random id, stored with its

@@ -32,7 +32,6 @@ from ..errors import ProtocolError, QueryError, UnknownMetric
 from ..metrics import MetricDefinition, MetricKind
 from ..wire import FINGERPRINT_PATTERN, LEGACY_VERSION, decode
 from .config import CollectorConfig
-from .estimates import EstimateQuery, estimate_body, with_options
 from .fairness import EXPENSIVE_SECONDS, FairLane
 from .ingest import (
     Rejected,
@@ -44,6 +43,7 @@ from .ingest import (
     rejections_json,
 )
 from .limits import IngestLimiter
+from .queries import EstimateQuery, estimate_body, with_options
 from .responses import ApiError, dumps, etag_of
 from .store import (
     Catalog,

@@ -253,15 +253,34 @@ def metrics(args: argparse.Namespace) -> int:
     table = [
         {
             **{k: r[k] for k in ("name", "kind", "mechanism", "epsilon", "bucket")},
-            "domain": f"{len(d.categories)} categories"
-            if d.categories is not None
-            else f"[{r['low']}, {r['high']}]",
+            "domain": _domain(d),
             "version": r["version"],
         }
         for r, d in zip(rows, definitions, strict=True)
     ]
     print(_text_table(table))
     return 0
+
+
+def _domain(d: MetricDefinition) -> str:
+    """What a metric's values are, in a few words, for the metrics table."""
+    kind = d.kind.value
+    if kind == "hierarchy":
+        separator = d.separator or "/"
+        depth = max(c.count(separator) + 1 for c in d.categories or ())
+        return f"{len(d.categories or ())} leaves, {depth} levels"
+    if kind == "table" and d.dimensions is not None:
+        shape = " x ".join(str(len(c)) for _, c in d.dimensions)
+        return f"{shape} cells ({' x '.join(n for n, _ in d.dimensions)})"
+    if kind == "strings":
+        return f"strings <= {d.max_length} bytes, top {d.k}"
+    if d.categories is not None:
+        return f"{len(d.categories)} categories"
+    assert d.bounds is not None
+    span = f"[{d.bounds[0]:g}, {d.bounds[1]:g}]"
+    if kind == "distribution":
+        return f"{span}, {d.resolution} leaves"
+    return span + (f", delta {d.delta:g}" if d.delta else "")
 
 
 METRIC_COLUMNS = [
@@ -537,3 +556,57 @@ def demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(users=args.users, seed=args.seed, port=args.port, serve=args.serve)
+
+
+def _conformance_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    plan = actions.add_parser(
+        "plan", help="write metric definitions and inputs for a client under test"
+    )
+    plan.add_argument("--out", required=True, type=Path, help="where to write plan.json")
+    plan.add_argument(
+        "--reports",
+        type=int,
+        default=None,
+        help="reports per input (default: 4000; fewer tests less)",
+    )
+    check = actions.add_parser("check", help="test a client's reports for a plan")
+    check.add_argument("plan", type=Path, help="the plan.json the client answered")
+    check.add_argument("reports", type=Path, help="the client's wire batch (msgpack)")
+    check.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="chance that a correct client fails (default: 1e-4)",
+    )
+    check.add_argument("--verbose", action="store_true", help="list every test")
+
+
+@command(
+    "conformance",
+    "check that a client in any language samples every mechanism exactly",
+    _conformance_arguments,
+)
+def conformance(args: argparse.Namespace) -> int:
+    from .. import conformance as kit
+
+    if args.action == "plan":
+        reports = kit.DEFAULT_REPORTS if args.reports is None else args.reports
+        path = kit.write_plan(args.out, reports)
+        plan = json.loads(path.read_text())
+        print(
+            f"wrote {path}: {len(plan['metrics'])} metrics, {len(plan['inputs'])} inputs, "
+            f"{sum(i['count'] for i in plan['inputs'])} reports to make"
+        )
+        print(
+            f"next: perturb them with the client under test, then `ldpkit conformance check "
+            f"{path} reports.msgpack`"
+        )
+        return 0
+    for path in (args.plan, args.reports):
+        if not path.is_file():
+            raise ParameterError(f"no such file: {path}")
+    alpha = kit.DEFAULT_ALPHA if args.alpha is None else args.alpha
+    verdict = kit.check(args.plan, args.reports, alpha=alpha)
+    print(verdict.render(verbose=args.verbose))
+    return 0 if verdict.passed else 1

@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
+from ._bits import uniform_u64
 from ._dyadic import check_min_epsilon
-from ._geometric import SplitGeometric
-from .base import BoolArray, FloatArray, IntArray, NumericMechanism
+from ._grid import GRID_STEPS as GRID_STEPS  # D: part of protocol v1
+from ._grid import REPORT_DTYPE as REPORT_DTYPE
+from ._grid import GridMechanism
+from .base import IntArray
 
-REPORT_DTYPE = np.dtype("<i8")
 
-GRID_STEPS = 2**16
-"""D: the bounds are cut into D equal steps; part of protocol v1."""
+def _threshold(probability: float) -> int:
+    """The 64-bit coin threshold nearest ``probability`` (in (0, 1))."""
+    return min(2**64 - 1, round(probability * 2**64))
+
 
 TAIL_CAP = 48.0
 """A report is valid if it lies within ``TAIL_CAP / lambda`` grid steps of the grid
@@ -37,7 +40,7 @@ and the device clamps it there anyway (post-processing)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class LocalLaplace(NumericMechanism):
+class LocalLaplace(GridMechanism):
     """Value plus Laplace noise, realized exactly on an integer grid (the geometric mechanism).
 
     A value x in ``bounds`` (values outside are clipped to them on the device) maps to
@@ -71,18 +74,18 @@ class LocalLaplace(NumericMechanism):
 
     Floating point (Mironov 2012): reports are integers, and every integer has positive
     probability for every input, so no output can rule an input out. The geometric
-    variates are made from 53-bit uniforms by inversion, split so that no inverted
-    outcome has probability below about ``2**-18``: ``G = L N + R`` with ``L = 2**J``
-    chosen so that ``a^L`` is in (1/4, 1/2]; the J bits of R come in chunks of at most
-    16 bits, each an independent truncated geometric (the geometric's binary digits
-    factorize), and the block count N is inverted up to tail probability about
-    ``2**-12`` and, past it, started over (memorylessness). An inverted outcome of
-    probability P is hit by ``P 2**53`` uniforms up to a few at its edges, so every
-    probability of Z within the clamp is realized to a relative error of about
-    ``2**-33`` (each restart of N adds ~2**-38, and the clamp allows a dozen or so):
-    the realized mechanism is ``(eps + 1e-9)``-LDP, with no delta. The mapping from x
-    to the distribution of M may be off by rounding; the argument above holds for any
-    distribution of M on the grid.
+    variates are made from their binary digits, which are independent: ``G = R + L N``
+    with ``L = 2**J`` chosen so that ``a^L`` is in (1/4, 1/2]; digit j of R (j < J) is a
+    coin with probability ``a^(2^j) / (1 + a^(2^j)) = 1 / (1 + e^(lambda 2^j))``, in
+    [1/3, 1/2], and the block count N counts coins of probability ``a^L`` until the
+    first that fails. Every coin compares a 64-bit word with a 64-bit threshold
+    (:attr:`digit_thresholds`, :attr:`block_threshold`, computed once and served to
+    clients in the definition), so each realizes its probability to a relative error
+    below ``2**-62``, and every probability of Z within the clamp to a relative error of
+    about ``J 2**-61``: the realized mechanism is ``(eps + 1e-15)``-LDP, with no delta.
+    This is the portable rule of docs/protocol.md (``ldpkit.portable``). The mapping
+    from x to the distribution of M may be off by rounding; the argument above holds for
+    any distribution of M on the grid.
 
     Wire format (protocol v1): one little-endian int64 per report. Valid reports lie in
     ``-cap .. D + cap`` with ``cap = ceil(TAIL_CAP * D / eps)``.
@@ -95,14 +98,13 @@ class LocalLaplace(NumericMechanism):
     """
 
     name: ClassVar[str] = "laplace"
-    grid_steps: ClassVar[int] = GRID_STEPS
-
     decay: float = field(init=False, repr=False)
     """``a = exp(-eps / D)``: the geometric's ratio."""
-    noise_cap: int = field(init=False, repr=False)
-    """Valid reports lie in ``-noise_cap .. D + noise_cap``."""
+    digit_thresholds: tuple[int, ...] = field(init=False, repr=False)
+    """64-bit thresholds of the geometric's binary digits (``J`` of them)."""
+    block_threshold: int = field(init=False, repr=False)
+    """64-bit threshold of one more block of ``2**J`` in the geometric."""
     _lam: float = field(init=False, repr=False)
-    _sampler: SplitGeometric = field(init=False, repr=False)
 
     def _derive(self) -> None:
         check_min_epsilon(self.name, self.epsilon)
@@ -110,63 +112,31 @@ class LocalLaplace(NumericMechanism):
         object.__setattr__(self, "_lam", lam)
         object.__setattr__(self, "decay", math.exp(-lam))
         object.__setattr__(self, "noise_cap", math.ceil(TAIL_CAP / lam))
-        object.__setattr__(self, "_sampler", SplitGeometric(lam))
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
-
-    @property
-    def report_rule(self) -> str:
-        return (
-            f"an integer in {-self.noise_cap}..{self.grid_steps + self.noise_cap} "
-            f"(int64 grid position)"
-        )
+        # Block L = 2**J with lam * L in [ln 2, 2 ln 2): a^L in (1/4, 1/2].
+        bits = max(0, math.ceil(math.log2(math.log(2.0) / lam)))
+        digits = tuple(_threshold(1.0 / (1.0 + math.exp(lam * 2.0**j))) for j in range(bits))
+        object.__setattr__(self, "digit_thresholds", digits)
+        object.__setattr__(self, "block_threshold", _threshold(math.exp(-lam * 2.0**bits)))
 
     # --- sampling ----------------------------------------------------------------------
     def _geometric(self, rng: np.random.Generator, n: int) -> IntArray:
         """n draws of G with ``Pr[G = g] = (1 - a) a^g``, g = 0, 1, ... (see class doc)."""
-        return self._sampler.sample(rng, n)
+        g = np.zeros(n, dtype=np.int64)
+        for j, threshold in enumerate(self.digit_thresholds):
+            g |= (uniform_u64(rng, n) < np.uint64(threshold)).astype(np.int64) << j
+        block = np.int64(1) << len(self.digit_thresholds)
+        active = np.arange(n)
+        while active.size:
+            more = uniform_u64(rng, active.size) < np.uint64(self.block_threshold)
+            active = active[more]
+            g[active] += block
+        return g
 
-    def _perturb(self, values: FloatArray, rng: np.random.Generator) -> IntArray:
-        n = values.size
-        d = self.grid_steps
-        lo, hi = self.bounds
-        u = np.clip((values - lo) / (hi - lo) * d, 0.0, float(d))
-        m = np.floor(u)
-        m += rng.random(n) < u - m  # stochastic rounding: E[M] = u
+    def noise(self, rng: np.random.Generator, n: int) -> IntArray:
+        """n draws of the two-sided geometric: the difference of two geometrics."""
         g = self._geometric(rng, 2 * n)
-        y = m.astype(np.int64) + (g[:n] - g[n:])
-        return np.clip(y, -self.noise_cap, d + self.noise_cap)
+        return g[:n] - g[n:]
 
-    # --- collector side ----------------------------------------------------------------
-    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
-        return np.asarray(
-            (reports >= -self.noise_cap) & (reports <= self.grid_steps + self.noise_cap)
-        )
-
-    def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:
-        return np.asarray(reports, dtype=np.float64) * (2.0 / self.grid_steps) - 1.0
-
-    def _noise_variance(self) -> float:
+    def grid_noise_variance(self) -> float:
         """``2 a / (1 - a)^2 = 1 / (2 sinh^2(lambda / 2))``: Var Z in grid steps squared."""
         return 0.5 / math.sinh(self._lam / 2.0) ** 2
-
-    def unit_variance(self, t: float | npt.ArrayLike) -> Any:
-        """Exact variance of one debiased report at unit value t (rounding + noise)."""
-        tt = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
-        d = self.grid_steps
-        u = (tt + 1.0) * (0.5 * d)
-        f = u - np.floor(u)
-        var = (2.0 / d) ** 2 * (f * (1.0 - f) + self._noise_variance())
-        return float(var) if var.ndim == 0 else var
-
-    def noise_terms(self) -> tuple[float, float, float]:
-        """Noise ``(2 / D)^2 2a / (1 - a)^2`` whatever t; rounding adds up to ``(1 / D)^2``."""
-        unit = (2.0 / self.grid_steps) ** 2
-        return unit * self._noise_variance(), 0.0, unit * 0.25
-
-    def worst_case_variance(self) -> float:
-        """Exact maximum over the bounds (rounding variance 1/4 at a half step)."""
-        d = self.grid_steps
-        return (2.0 / d) ** 2 * (0.25 + self._noise_variance()) * self.half_range**2

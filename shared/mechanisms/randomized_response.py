@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ParameterError
+from . import _bits
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
 REPORT_DTYPE = np.dtype("<u4")
@@ -55,7 +56,8 @@ class GeneralizedRR(FrequencyOracle):
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint32]:
         n = values.size
-        keep = rng.random(n) < self.p
+        # A 64-bit coin at floor(p 2^64): the rule of docs/protocol.md ("keep" threshold).
+        keep = _bits.uniform_u64(rng, n) < np.uint64(_bits.threshold64_floor(self.p))
         # Uniform over the other d - 1 items: draw from d - 1 and skip over the true one.
         other = rng.integers(0, self.domain_size - 1, size=n)
         other += other >= values
@@ -66,6 +68,13 @@ class GeneralizedRR(FrequencyOracle):
 
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         return np.bincount(reports, minlength=self.domain_size).astype(np.float64)
+
+    @property
+    def distinct_reports(self) -> int:
+        return self.domain_size
+
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        return np.asarray(np.asarray(reports) == value)
 
     def output_probabilities(self, value: int) -> tuple[npt.NDArray[Any], FloatArray]:
         """Every possible report for ``value`` and its exact probability."""

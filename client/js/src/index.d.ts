@@ -1,0 +1,194 @@
+// Type declarations of ldpkit's JavaScript client (ES modules, no build step).
+
+export type Period = "hour" | "day" | "week";
+export type Mechanism =
+  | "grr" | "rr" | "sue" | "oue" | "olh" | "ss" | "hr"
+  | "duchi" | "piecewise" | "hybrid" | "laplace"
+  | "hh" | "rollup" | "levels" | "joint" | "joint_marginals" | "prefix_sketch";
+/** A category, a number, a leaf path, a table row (attribute -> category) or a string. */
+export type Value = string | number | Record<string, string>;
+export declare const VERSION: string;
+export declare const MECHANISMS: readonly Mechanism[];
+export declare const CONTENT_TYPE: string;
+
+/** A metric definition as GET /v1/metrics serves it. */
+export interface Definition {
+  name: string;
+  kind: "categorical" | "numeric" | "distribution" | "hierarchy" | "table" | "strings";
+  mechanism: string;
+  resolved_mechanism: Mechanism;
+  epsilon: number;
+  bucket: Period;
+  budget: number;
+  budget_period: Period;
+  fingerprint: string;
+  report_size: number;
+  categories?: string[];
+  bounds?: [number, number];
+  resolution?: number;
+  separator?: string;
+  dimensions?: [string, string[]][];
+  max_length?: number;
+  description?: string;
+  /** The sampler's constants (docs/protocol.md, "Derived parameters"). */
+  derived: Record<string, unknown>;
+}
+
+/** Where a reporter keeps its state (secret, ledger, memo, outbox, definitions). */
+export interface CachedDefinitions {
+  list: Definition[];
+  etag: string | null;
+}
+export interface Store {
+  load(): Promise<object>;
+  save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
+  close(): Promise<void>;
+}
+/** Keeps nothing across restarts (tests, simulations); `definitions` may be shared. */
+export declare class MemoryStore implements Store {
+  constructor(options?: { definitions?: CachedDefinitions | null });
+  load(): Promise<object>;
+  save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
+  close(): Promise<void>;
+}
+/** Node: `<stateDir>/ldpkit-state.json`, replaced atomically (fsync, rename) on every change. */
+export declare class FileStore implements Store {
+  constructor(stateDir: string);
+  load(): Promise<object>;
+  save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
+  close(): Promise<void>;
+}
+/** Browsers: one IndexedDB record (database `ldpkit`). */
+export declare class IndexedDBStore implements Store {
+  constructor(name?: string);
+  load(): Promise<object>;
+  save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface ReporterOptions {
+  /** The collector's ingest token. */
+  token: string;
+  /** Node: the folder holding the state (default in browsers: IndexedDB). */
+  stateDir?: string;
+  store?: Store;
+  fetch?: typeof fetch;
+  /** Unix seconds; tests pass their own. */
+  clock?: () => number;
+  /** The same value in the same budget window gives the same report, spending nothing more (default true). */
+  memoize?: boolean;
+  /** Epsilon all metrics together may spend per `totalPeriod` (default: no total budget). */
+  totalBudget?: number | null;
+  totalPeriod?: Period;
+  batchSize?: number;
+  maxOutbox?: number;
+  timeoutMs?: number;
+  retries?: number;
+  backoffMs?: number;
+  maxBackoffMs?: number;
+  maxRetryAfterMs?: number;
+  /** Send queued reports in the background every this many ms (default: only on flush()). */
+  flushEveryMs?: number | null;
+}
+
+export interface Receipt {
+  metric: string;
+  fingerprint: string;
+  /** Start of the report's time bucket, unix seconds. */
+  bucket: number;
+  /** The value was already reported in this budget window: the same report, no new epsilon. */
+  memoized: boolean;
+  /** False when this very report was already queued for this bucket. */
+  queued: boolean;
+  /** Epsilon this report spent. */
+  epsilon: number;
+  /** The number was outside the bounds and clipped to them. */
+  clipped: boolean;
+}
+
+export interface FlushResult {
+  sent: number;
+  accepted: number;
+  duplicates: number;
+  rejected: { metric: string; error: string; detail?: string }[];
+  pending: number;
+}
+
+export interface MetricBudget {
+  epsilon: number;
+  budget: number;
+  spent: number;
+  left: number;
+  period: Period;
+  renewsAt: number;
+}
+
+export interface BudgetStatus {
+  metrics: Record<string, MetricBudget>;
+  total: { budget: number; spent: number; left: number; renewsAt: number } | null;
+}
+
+export declare class Reporter {
+  constructor(url: string, options: ReporterOptions);
+  /** Problems with served definitions (they are skipped). */
+  readonly warnings: string[];
+  ready(): Promise<void>;
+  refresh(): Promise<void>;
+  definition(metric: string): Promise<Definition>;
+  report(metric: string, value: Value): Promise<Receipt>;
+  flush(): Promise<FlushResult>;
+  budget(): BudgetStatus;
+  pending(): number;
+  close(options?: { flush?: boolean }): Promise<void>;
+}
+
+export declare class LdpkitError extends Error {}
+export declare class BudgetExceeded extends LdpkitError {
+  metric: string;
+  scope: "metric" | "total";
+  renewsAt: number;
+}
+export declare class OutboxFull extends LdpkitError {}
+export declare class UnknownMetric extends LdpkitError {
+  metric: string;
+}
+export declare class CollectorUnavailable extends LdpkitError {
+  status?: number;
+}
+export declare class CollectorRejected extends LdpkitError {
+  status?: number;
+}
+export declare class DefinitionError extends Error {}
+
+/** A source of uniform 32-bit words. */
+export interface Words {
+  word(): number;
+}
+export declare class CryptoWords implements Words {
+  constructor(size?: number);
+  word(): number;
+}
+export declare class ListWords implements Words {
+  constructor(words: number[]);
+  readonly used: number;
+  word(): number;
+}
+/** The report bytes for a mechanism input (a category index or a clipped number). */
+export declare function sampler(definition: Definition): (input: number | Uint8Array, words: Words) => Uint8Array;
+export declare function olhBucket(v: number, a: bigint, b: bigint, g: number): number;
+export declare function checkDerived(definition: Definition): void;
+export declare function prepare(raw: unknown): Promise<Definition & { sample: (input: number | Uint8Array, words: Words) => Uint8Array }>;
+export declare function encodeValue(definition: Definition, value: Value): { input: number | Uint8Array; clipped: boolean };
+export declare function canonicalParameters(definition: Definition): string;
+export declare function fingerprint(definition: Definition): Promise<string>;
+export declare function encodeBatch(
+  blocks: { metric: string; fp: string; bucket: number; ids: Uint8Array[]; reports: Uint8Array[] }[],
+): Uint8Array;

@@ -1,0 +1,448 @@
+// The Reporter: check, perturb and durably queue values on the device; deliver them to
+// the collector in batches with retries. Mirrors ldpkit's Python client (docs/client.md):
+// the same budget ledger, memoization, outbox and answer handling.
+
+import { DefinitionError, PERIODS, encodeValue, prepare } from "./definitions.js";
+import { ChaChaWords } from "./chacha.js";
+import { CryptoWords } from "./sampling.js";
+import { defaultStore } from "./store.js";
+import { CONTENT_TYPE, ID_SIZE, encodeBatch, fromHex, toHex } from "./wire.js";
+
+export const VERSION = "0.1.0";
+const BUDGET_SLACK = 1e-9;
+const UNKNOWN_VERSION_GRACE = 600; // seconds a report refused as unknown_version is kept
+const MAX_DEFINITIONS_BYTES = 16 * 1024 * 1024;
+const MAX_ANSWER_BYTES = 1024 * 1024;
+const MEMO_CONTEXT = "ldpkit/memo/js-v1\u0000";
+
+export class LdpkitError extends Error {
+  constructor(message, fields = {}) {
+    super(message);
+    this.name = new.target.name;
+    Object.assign(this, fields);
+  }
+}
+export class BudgetExceeded extends LdpkitError {}
+export class OutboxFull extends LdpkitError {}
+export class UnknownMetric extends LdpkitError {}
+export class CollectorUnavailable extends LdpkitError {}
+export class CollectorRejected extends LdpkitError {}
+
+const fits = (spent, needed, budget) => spent + needed <= budget * (1 + BUDGET_SLACK) + BUDGET_SLACK;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function readLimited(response, limit) {
+  const declared = Number(response.headers.get("content-length"));
+  if (declared > limit) throw new LdpkitError(`answer of ${declared} bytes is over ${limit}`);
+  if (!response.body) return new Uint8Array(0);
+  const reader = response.body.getReader();
+  const parts = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.length;
+    if (total > limit) {
+      await reader.cancel();
+      throw new LdpkitError(`answer over ${limit} bytes`);
+    }
+    parts.push(value);
+  }
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+function retryAfterSeconds(value) {
+  if (value == null) return null;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim());
+  const when = Date.parse(value);
+  return Number.isNaN(when) ? null : Math.max(0, (when - Date.now()) / 1000);
+}
+
+async function hmacKey(secretHex) {
+  return globalThis.crypto.subtle.importKey("raw", fromHex(secretHex), { name: "HMAC", hash: "SHA-512" }, false, ["sign"]);
+}
+
+async function hmac(key, message) {
+  return new Uint8Array(await globalThis.crypto.subtle.sign("HMAC", key, new TextEncoder().encode(message)));
+}
+
+/**
+ * Reports values of an ldpkit collector's metrics with local differential privacy.
+ *
+ *   const r = new Reporter("https://collector.example", { token, stateDir });
+ *   await r.report("theme", "dark");
+ *   await r.flush();
+ */
+export class Reporter {
+  constructor(url, options = {}) {
+    if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`the collector URL must be http(s)://..., got ${String(url)}`);
+    const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000, flushEveryMs = null } = options;
+    if (flushEveryMs !== null && !(Number.isSafeInteger(flushEveryMs) && flushEveryMs >= 100)) throw new TypeError("flushEveryMs must be null or an integer >= 100");
+    if (typeof token !== "string" || !token) throw new TypeError("token (the collector's ingest token) is required");
+    if (!globalThis.crypto?.subtle || !globalThis.crypto.getRandomValues) {
+      throw new LdpkitError("ldpkit needs WebCrypto (crypto.subtle): serve the page over https (or from localhost)");
+    }
+    if (totalBudget !== null && !(totalBudget > 0)) throw new TypeError("totalBudget must be a positive number or null");
+    if (!(totalPeriod in PERIODS)) throw new TypeError(`totalPeriod must be one of ${Object.keys(PERIODS).join(", ")}`);
+    for (const [name, value] of Object.entries({ batchSize, maxOutbox, timeoutMs, retries: retries + 1, backoffMs, maxBackoffMs })) {
+      if (!Number.isSafeInteger(value) || value <= 0) throw new TypeError(`${name} must be a positive integer`);
+    }
+    this.url = url.replace(/\/+$/, "");
+    this.token = token;
+    this.store = store ?? defaultStore(stateDir);
+    this.fetch = fetch ?? globalThis.fetch.bind(globalThis);
+    this.clock = clock ?? (() => Date.now() / 1000);
+    this.memoize = memoize;
+    this.totalBudget = totalBudget;
+    this.totalSeconds = PERIODS[totalPeriod];
+    this.settings = { batchSize, maxOutbox, timeoutMs, retries, backoffMs, maxBackoffMs, maxRetryAfterMs };
+    this.warnings = [];
+    this.state = null;
+    this.defs = new Map();
+    this.stale = true;
+    this.lastRefresh = -Infinity;
+    this.queue = Promise.resolve();
+    this.closed = false;
+    this.timer = null;
+    if (flushEveryMs !== null) {
+      // Background delivery: a failed pass is retried at the next tick (reports stay queued).
+      this.timer = setInterval(() => {
+        if (this.state?.outbox.length) this.flush().catch((err) => this.warnings.push(`background flush: ${err.message}`));
+      }, flushEveryMs);
+      this.timer.unref?.(); // Node: never keeps the process alive
+    }
+  }
+
+  /** Run `fn` after every earlier operation (one at a time: the state is shared). */
+  serial(fn) {
+    const run = this.queue.then(() => {
+      if (this.closed) throw new LdpkitError("the reporter is closed");
+      return fn();
+    });
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  async ready() {
+    if (this.state) return;
+    const state = await this.store.load();
+    if (!state.secret) {
+      state.secret = toHex(globalThis.crypto.getRandomValues(new Uint8Array(32)));
+      await this.store.save(state);
+    }
+    this.secretKey = await hmacKey(state.secret); // imported once: HMACs per report are cheap
+    this.state = state;
+    const cached = await this.store.loadDefinitions();
+    this.etag = cached?.etag ?? null;
+    this.cachedDefinitions = cached?.list ?? null;
+    if (cached?.list) await this.install(cached.list);
+  }
+
+  async install(list) {
+    const defs = new Map();
+    const warnings = [];
+    for (const raw of list) {
+      try {
+        const def = await prepare(raw);
+        defs.set(def.name, def);
+      } catch (err) {
+        if (!(err instanceof DefinitionError)) throw err;
+        warnings.push(err.message);
+      }
+    }
+    this.defs = defs;
+    this.warnings = warnings;
+  }
+
+  async request(method, path, body, headers = {}) {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), this.settings.timeoutMs);
+    try {
+      return await this.fetch(this.url + path, {
+        method,
+        body,
+        headers: { Authorization: `Bearer ${this.token}`, ...headers },
+        signal: controller.signal,
+      });
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Fetch the definitions (GET /v1/metrics, with the cached ETag). */
+  async refresh() {
+    const headers = this.etag && this.defs.size ? { "If-None-Match": this.etag } : {};
+    let response;
+    try {
+      response = await this.request("GET", "/v1/metrics", undefined, headers);
+    } catch (err) {
+      throw new CollectorUnavailable(`cannot reach ${this.url}: ${err.message}`);
+    }
+    this.lastRefresh = this.clock();
+    if (response.status === 304) {
+      await response.body?.cancel();
+      this.stale = false;
+      return;
+    }
+    const body = await readLimited(response, MAX_DEFINITIONS_BYTES);
+    if (response.status !== 200) {
+      const error = response.status >= 500 || response.status === 429 ? CollectorUnavailable : CollectorRejected;
+      throw new error(`GET /v1/metrics answered ${response.status}`, { status: response.status });
+    }
+    let list;
+    try {
+      list = JSON.parse(new TextDecoder().decode(body)).metrics;
+    } catch {
+      throw new CollectorRejected("GET /v1/metrics did not answer JSON");
+    }
+    if (!Array.isArray(list)) throw new CollectorRejected("GET /v1/metrics: no list of metrics");
+    await this.install(list);
+    this.etag = response.headers.get("etag");
+    this.cachedDefinitions = list;
+    this.stale = false;
+    await this.store.saveDefinitions({ list, etag: this.etag });
+  }
+
+  async definition(metric) {
+    await this.ready();
+    if (this.stale && this.clock() - this.lastRefresh > 60) {
+      // At start (cached definitions may be old) and after a refusal that says they are.
+      try {
+        await this.refresh();
+      } catch (err) {
+        if (this.defs.size === 0) throw err;
+        this.lastRefresh = this.clock(); // offline: report with the cached definitions
+      }
+    }
+    let def = this.defs.get(metric);
+    if (!def && this.clock() - this.lastRefresh > 60) {
+      await this.refresh();
+      def = this.defs.get(metric);
+    }
+    if (!def) {
+      const known = [...this.defs.keys()].join(", ") || "none";
+      throw new UnknownMetric(`unknown metric ${JSON.stringify(String(metric)).slice(0, 80)}; the collector defines ${known}`, { metric });
+    }
+    return def;
+  }
+
+  sample(def, input, key) {
+    return def.sample(input, key ? new ChaChaWords(key) : new CryptoWords(64));
+  }
+
+  /**
+   * Check, perturb and durably queue one value. Resolves to a receipt once the report
+   * is in the outbox; throws BudgetExceeded, UnknownMetric, TypeError (a bad value).
+   */
+  report(metric, value) {
+    return this.serial(() => this.reportNow(metric, value));
+  }
+
+  async reportNow(metric, value) {
+    const def = await this.definition(metric);
+    const { input, clipped } = encodeValue(def, value);
+    const state = this.state;
+    const now = this.clock();
+    const ledgerNow = Math.max(now, state.lastSeen); // the ledger's time never goes back
+    const bucketSeconds = PERIODS[def.bucket];
+    const budgetSeconds = PERIODS[def.budget_period];
+    const bucket = Math.floor(now / bucketSeconds) * bucketSeconds;
+    const window = Math.floor(ledgerNow / budgetSeconds) * budgetSeconds;
+    const totalWindow = Math.floor(ledgerNow / this.totalSeconds) * this.totalSeconds;
+    this.prune(ledgerNow);
+    const valueKey = input instanceof Uint8Array ? `s${toHex(input)}` : def.kind === "numeric" || def.kind === "distribution" ? `f${toHex(new Uint8Array(new Float64Array([input]).buffer))}` : `i${input}`;
+    const message = `${def.fingerprint}|${valueKey}|${window}`;
+    // One HMAC-SHA512 per report: bytes 0-15 are the stored memo tag, bytes 32-63 key the
+    // report's permanent randomness (ChaCha20): parts of one PRF output, so the stored tag
+    // reveals nothing of the key and cannot replay the randomness to test candidate values.
+    const digest = this.memoize ? await hmac(this.secretKey, MEMO_CONTEXT + message) : null;
+    const tag = digest ? toHex(digest.slice(0, 16)) : "";
+    const memo = this.memoize ? state.memo[tag] : undefined;
+    const receipt = { metric: def.name, fingerprint: def.fingerprint, bucket, memoized: memo !== undefined, queued: false, epsilon: 0, clipped };
+    if (memo && memo.buckets.includes(bucket)) return receipt; // already queued or sent
+    if (state.outbox.length >= this.settings.maxOutbox) {
+      throw new OutboxFull(`the outbox holds ${state.outbox.length} reports (maxOutbox); flush first`);
+    }
+    const report = this.sample(def, input, digest?.slice(32, 64));
+    if (!memo) {
+      const metricKey = `${def.name}|${budgetSeconds}|${window}`;
+      const totalKey = `*|${this.totalSeconds}|${totalWindow}`;
+      const spent = state.ledger[metricKey] ?? 0;
+      const totalSpent = state.ledger[totalKey] ?? 0;
+      if (!fits(spent, def.epsilon, def.budget)) {
+        throw new BudgetExceeded(`privacy budget of metric ${def.name} exhausted: a report costs epsilon ${def.epsilon} and ${Math.max(0, def.budget - spent)} of its ${def.budget} per ${def.budget_period} is left`, { metric: def.name, scope: "metric", renewsAt: window + budgetSeconds });
+      }
+      if (this.totalBudget !== null && !fits(totalSpent, def.epsilon, this.totalBudget)) {
+        throw new BudgetExceeded(`total privacy budget exhausted: ${Math.max(0, this.totalBudget - totalSpent)} of ${this.totalBudget} is left`, { metric: def.name, scope: "total", renewsAt: totalWindow + this.totalSeconds });
+      }
+      state.ledger[metricKey] = spent + def.epsilon;
+      state.ledger[totalKey] = totalSpent + def.epsilon;
+      receipt.epsilon = def.epsilon;
+    }
+    if (this.memoize) {
+      state.memo[tag] = { until: window + budgetSeconds, buckets: [...(memo?.buckets ?? []), bucket] };
+    }
+    state.outbox.push({ seq: ++state.seq, id: toHex(globalThis.crypto.getRandomValues(new Uint8Array(ID_SIZE))), metric: def.name, fp: def.fingerprint, bucket, report: toHex(report) });
+    state.lastSeen = ledgerNow;
+    await this.store.save(state);
+    receipt.queued = true;
+    return receipt;
+  }
+
+  prune(now) {
+    const state = this.state;
+    for (const key of Object.keys(state.ledger)) {
+      const [, seconds, start] = key.split("|");
+      if (Number(start) + Number(seconds) <= now) delete state.ledger[key];
+    }
+    for (const [tag, memo] of Object.entries(state.memo)) if (memo.until <= now) delete state.memo[tag];
+  }
+
+  /** Epsilon spent and left per metric (and in total) in the current windows. */
+  budget() {
+    if (!this.state) return { metrics: {}, total: null };
+    const now = Math.max(this.clock(), this.state.lastSeen);
+    const metrics = {};
+    for (const def of this.defs.values()) {
+      const seconds = PERIODS[def.budget_period];
+      const start = Math.floor(now / seconds) * seconds;
+      const spent = this.state.ledger[`${def.name}|${seconds}|${start}`] ?? 0;
+      metrics[def.name] = { epsilon: def.epsilon, budget: def.budget, spent, left: Math.max(0, def.budget - spent), period: def.budget_period, renewsAt: start + seconds };
+    }
+    let total = null;
+    if (this.totalBudget !== null) {
+      const start = Math.floor(now / this.totalSeconds) * this.totalSeconds;
+      const spent = this.state.ledger[`*|${this.totalSeconds}|${start}`] ?? 0;
+      total = { budget: this.totalBudget, spent, left: Math.max(0, this.totalBudget - spent), renewsAt: start + this.totalSeconds };
+    }
+    return { metrics, total };
+  }
+
+  /** Reports queued and not yet acknowledged. */
+  pending() {
+    return this.state ? this.state.outbox.length : 0;
+  }
+
+  /**
+   * Send every queued report. Retries network errors, 408, 429 and 5xx with backoff
+   * (honouring Retry-After); throws CollectorUnavailable when it gives up, or
+   * CollectorRejected on other refusals. Queued reports are never lost: only those
+   * the collector acknowledged (or refused for good) leave the outbox.
+   */
+  flush() {
+    return this.serial(() => this.flushNow());
+  }
+
+  async flushNow() {
+    await this.ready();
+    const result = { sent: 0, accepted: 0, duplicates: 0, rejected: [], pending: 0 };
+    let size = this.settings.batchSize;
+    let failures = 0;
+    const deferred = this.state.deferred ?? (this.state.deferred = {});
+    const skip = new Set(); // refused as unknown_version in this flush: not again now
+    for (;;) {
+      const rows = this.state.outbox.filter((r) => !skip.has(r.seq)).slice(0, size);
+      if (rows.length === 0) break;
+      const groups = new Map();
+      for (const r of rows) {
+        const key = `${r.metric}|${r.fp}|${r.bucket}`;
+        if (!groups.has(key)) groups.set(key, []);
+        groups.get(key).push(r);
+      }
+      const ordered = [...groups.values()].flat(); // the answer's indices count in this order
+      const body = encodeBatch([...groups.values()].map((g) => ({ metric: g[0].metric, fp: g[0].fp, bucket: g[0].bucket, ids: g.map((r) => fromHex(r.id)), reports: g.map((r) => fromHex(r.report)) })));
+      let answer;
+      let status = 0;
+      let retryAfter = null;
+      try {
+        const response = await this.request("POST", "/v1/reports", body, { "Content-Type": CONTENT_TYPE });
+        status = response.status;
+        retryAfter = retryAfterSeconds(response.headers.get("retry-after"));
+        const bytes = await readLimited(response, MAX_ANSWER_BYTES);
+        if (status === 200) answer = this.accountFor(JSON.parse(new TextDecoder().decode(bytes)), ordered.length);
+      } catch (err) {
+        if (err instanceof CollectorRejected) throw err;
+        status = 0; // network error, timeout, or an answer that does not account for the batch
+      }
+      if (answer) {
+        failures = 0;
+        const drop = new Set(ordered.map((r) => r.seq));
+        const now = this.clock();
+        for (const { index, error, detail } of answer.rejected) {
+          const row = ordered[index];
+          if (error === "unknown_version") {
+            const first = (deferred[row.seq] ??= now);
+            if (now - first < UNKNOWN_VERSION_GRACE) {
+              drop.delete(row.seq);
+              skip.add(row.seq);
+            }
+          }
+          if (["unknown_metric", "unknown_version", "retired_metric"].includes(error)) this.stale = true;
+          result.rejected.push({ metric: row.metric, error, detail });
+        }
+        for (const seq of drop) delete deferred[seq];
+        this.state.outbox = this.state.outbox.filter((r) => !drop.has(r.seq));
+        await this.store.save(this.state);
+        result.sent += ordered.length;
+        result.accepted += answer.accepted;
+        result.duplicates += answer.duplicates;
+        continue;
+      }
+      if (status === 413 && size > 1) {
+        size = Math.max(1, Math.floor(rows.length / 2));
+        continue;
+      }
+      if (status !== 0 && status !== 408 && status !== 429 && status < 500) {
+        throw new CollectorRejected(`the collector refused the batch (${status}); the reports stay queued`, { status });
+      }
+      failures += 1;
+      if (failures > this.settings.retries) {
+        throw new CollectorUnavailable(`the collector is unavailable (${status || "network error"}) after ${failures} attempts; ${this.state.outbox.length} reports stay queued`, { status });
+      }
+      const backoff = Math.min(this.settings.maxBackoffMs, this.settings.backoffMs * 2 ** (failures - 1)) * (0.5 + Math.random() / 2);
+      const wait = retryAfter === null ? backoff : Math.min(this.settings.maxRetryAfterMs, Math.max(backoff, retryAfter * 1000));
+      await sleep(wait);
+    }
+    result.pending = this.state.outbox.length;
+    return result;
+  }
+
+  /** The answer, if it accounts for every report sent (else it is a failed request). */
+  accountFor(answer, n) {
+    const count = (x) => Number.isSafeInteger(x) && x >= 0 && x <= n;
+    if (!answer || !count(answer.accepted) || !count(answer.duplicates) || !Array.isArray(answer.rejected)) throw new Error("bad answer");
+    const seen = new Set();
+    for (const r of answer.rejected) {
+      if (!r || !Number.isSafeInteger(r.index) || r.index < 0 || r.index >= n || seen.has(r.index) || typeof r.error !== "string") throw new Error("bad answer");
+      seen.add(r.index);
+    }
+    if (answer.accepted + answer.duplicates + answer.rejected.length !== n) throw new Error("bad answer");
+    return answer;
+  }
+
+  /** Flush what can be flushed quickly, then release the store. */
+  async close({ flush = true } = {}) {
+    if (this.closed) return;
+    if (this.timer !== null) clearInterval(this.timer);
+    if (flush && this.state?.outbox.length) {
+      const { retries } = this.settings;
+      this.settings.retries = 0;
+      try {
+        await this.flush();
+      } catch {
+        // kept in the outbox for next time
+      } finally {
+        this.settings.retries = retries;
+      }
+    }
+    await this.queue;
+    this.closed = true;
+    await this.store.close();
+  }
+}

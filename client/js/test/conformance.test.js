@@ -1,0 +1,79 @@
+// The conformance kit against this client: `ldpkit conformance plan`, this client's
+// samplers, `ldpkit conformance check`. A deliberately broken OLH must fail it.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { encodeValue, prepare } from "../src/definitions.js";
+import { CryptoWords, MECHANISMS } from "../src/sampling.js";
+import { encodeBatch, ID_SIZE } from "../src/wire.js";
+import { ldpkit } from "./python.js";
+
+const dir = mkdtempSync(join(tmpdir(), "ldpkit-conformance-"));
+const planPath = join(dir, "plan.json");
+
+function textbookOlh(def) {
+  // ((a v + b) mod (2^61 - 1)) mod g with 61-bit keys: well-formed reports, wrong law.
+  const P = (1n << 61n) - 1n;
+  const g = def.derived.g;
+  const e = Math.exp(def.epsilon);
+  const p = e / (e + g - 1);
+  return (x) => {
+    const a = 1n + BigInt(Math.floor(Math.random() * 2 ** 52)) % (P - 1n);
+    const b = BigInt(Math.floor(Math.random() * 2 ** 52));
+    let y = Number(((a * BigInt(x) + b) % P) % BigInt(g));
+    if (Math.random() >= p) {
+      const o = Math.floor(Math.random() * (g - 1));
+      y = o + (o >= y ? 1 : 0);
+    }
+    const out = new Uint8Array(20);
+    const view = new DataView(out.buffer);
+    view.setBigUint64(0, a, true);
+    view.setBigUint64(8, b, true);
+    view.setUint32(16, y, true);
+    return out;
+  };
+}
+
+async function respond(plan, broken = {}) {
+  const words = new CryptoWords();
+  const blocks = [];
+  for (const raw of plan.metrics) {
+    const def = await prepare(raw); // checks the fingerprint and the served constants
+    const sample = broken[def.resolved_mechanism]?.(def) ?? ((x) => def.sample(x, words));
+    const ids = [];
+    const reports = [];
+    for (const input of plan.inputs) {
+      if (input.metric !== def.name) continue;
+      const { input: x } = encodeValue(def, input.value);
+      for (let i = 0; i < input.count; i++) {
+        reports.push(sample(x));
+        ids.push(globalThis.crypto.getRandomValues(new Uint8Array(ID_SIZE)));
+      }
+    }
+    blocks.push({ metric: def.name, fp: def.fingerprint, bucket: plan.bucket, ids, reports });
+  }
+  return encodeBatch(blocks);
+}
+
+test("this client passes the conformance kit for every mechanism", async () => {
+  const made = ldpkit(["conformance", "plan", "--out", planPath, "--reports", "3000"]);
+  assert.equal(made.status, 0, made.stderr);
+  const plan = JSON.parse(readFileSync(planPath, "utf8"));
+  const batch = join(dir, "reports.msgpack");
+  writeFileSync(batch, await respond(plan));
+  const checked = ldpkit(["conformance", "check", planPath, batch]);
+  assert.equal(checked.status, 0, checked.stdout + checked.stderr);
+  assert.match(checked.stdout, /PASS/);
+  for (const m of MECHANISMS) {
+    assert.match(checked.stdout, new RegExp(`^${m} .* pass$`, "m"));
+  }
+
+  const bad = join(dir, "textbook.msgpack");
+  writeFileSync(bad, await respond(plan, { olh: textbookOlh }));
+  const failed = ldpkit(["conformance", "check", planPath, bad]);
+  assert.equal(failed.status, 1, failed.stdout + failed.stderr);
+  assert.match(failed.stdout, /FAIL: olh$/m);
+});

@@ -1,0 +1,177 @@
+// Node devices report through a real `ldpkit serve`; the collector's estimates cover the
+// truth. Then the reporter's durability, budget and memoization, and its retries.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { BudgetExceeded, MemoryStore, Reporter, UnknownMetric } from "../src/index.js";
+import { INGEST, startCollector } from "./collector.js";
+
+const THEMES = ["light", "dark", "système"];
+const TRUTH = [0.25, 0.55, 0.2];
+const DEVICES = 1500;
+let collector;
+
+before(async () => {
+  collector = await startCollector(`
+[metrics.theme]
+categories = ["light", "dark", "système"]
+epsilon = 2.0
+
+[metrics.page]
+categories = [${Array.from({ length: 40 }, (_, i) => `"p${i}"`).join(", ")}]
+epsilon = 2.0
+mechanism = "olh"
+
+[metrics.minutes]
+kind = "numeric"
+bounds = [0, 100]
+epsilon = 2.0
+mechanism = "piecewise"
+
+[metrics.load]
+kind = "distribution"
+bounds = [0, 100]
+resolution = 64
+epsilon = 2.0
+
+[metrics.search]
+kind = "strings"
+max_length = 8
+epsilon = 4.0
+`);
+});
+
+after(async () => {
+  await collector?.stop();
+});
+
+test("devices report through a real collector and the estimates cover the truth", async () => {
+  const seed = new Reporter(collector.url, { token: INGEST, store: new MemoryStore() });
+  await seed.definition("theme");
+  const definitions = { list: seed.cachedDefinitions, etag: null };
+  let sum = 0;
+  let pages = 0;
+  for (let i = 0; i < DEVICES; i++) {
+    const store = new MemoryStore({ definitions });
+    const device = new Reporter(collector.url, { token: INGEST, store });
+    const theme = THEMES[i < TRUTH[0] * DEVICES ? 0 : i < (TRUTH[0] + TRUTH[1]) * DEVICES ? 1 : 2];
+    await device.report("theme", theme);
+    const page = i % 4 === 0 ? "p7" : `p${i % 40}`;
+    if (page === "p7") pages++;
+    await device.report("page", page);
+    const minutes = (i * 37) % 101;
+    sum += Math.min(minutes, 100);
+    await device.report("minutes", minutes);
+    await device.report("load", minutes);
+    await device.report("search", i % 3 === 0 ? "météo" : `q${i % 50}`);
+    const sent = await device.flush();
+    assert.equal(sent.accepted, 5);
+    assert.equal(device.pending(), 0);
+    await device.close();
+  }
+  const theme = await collector.estimates("theme", "level=0.999");
+  assert.equal(theme.n, DEVICES);
+  theme.items.forEach((item, i) => {
+    assert.ok(item.low <= TRUTH[i] && TRUTH[i] <= item.high, `${item.category}: ${item.low}..${item.high} misses ${TRUTH[i]}`);
+  });
+  const page = await collector.estimates("page", "level=0.999");
+  const p7 = page.items.find((x) => x.category === "p7");
+  const truth = pages / DEVICES;
+  assert.ok(p7.low <= truth && truth <= p7.high, `p7: ${p7.low}..${p7.high} misses ${truth}`);
+  const minutes = await collector.estimates("minutes", "level=0.999");
+  const mean = sum / DEVICES;
+  assert.ok(minutes.low <= mean && mean <= minutes.high, `minutes: ${minutes.low}..${minutes.high} misses ${mean}`);
+  const load = await collector.estimates("load", "level=0.999&bins=4");
+  assert.equal(load.n, DEVICES);
+  assert.ok(load.mean_low <= mean && mean <= load.mean_high, `load: ${load.mean_low}..${load.mean_high} misses ${mean}`);
+  const search = await collector.estimates("search", "level=0.999&candidates=m%C3%A9t%C3%A9o");
+  const meteo = search.candidates[0];
+  const share = Math.ceil(DEVICES / 3) / DEVICES;
+  assert.ok(meteo.low <= share && share <= meteo.high, `météo: ${meteo.low}..${meteo.high} misses ${share}`);
+});
+
+test("the outbox survives a restart, the budget holds, a value is memoized", async () => {
+  const stateDir = mkdtempSync(join(tmpdir(), "ldpkit-device-"));
+  const down = new Reporter("http://127.0.0.1:9", { token: INGEST, stateDir, retries: 1, backoffMs: 1 });
+  await assert.rejects(down.report("theme", "dark"), /cannot reach/);
+  await down.close();
+
+  let now = Math.floor(Date.now() / 1000);
+  const clock = () => now;
+  const r = new Reporter(collector.url, { token: INGEST, stateDir, clock });
+  const first = await r.report("theme", "dark");
+  assert.equal(first.queued, true);
+  assert.equal(first.epsilon, 2);
+  assert.equal(r.budget().metrics.theme.left, 0);
+  // The same value again in the same budget window: the same report, no new budget.
+  const again = await r.report("theme", "dark");
+  assert.equal(again.memoized, true);
+  assert.equal(again.queued, false);
+  await assert.rejects(r.report("theme", "light"), BudgetExceeded);
+  await assert.rejects(r.report("nope", "x"), UnknownMetric);
+  await assert.rejects(r.report("theme", "purple"), /not a category/);
+  await r.close({ flush: false });
+
+  // A new process on the same state: the queued report is still there, and so is the ledger.
+  const later = new Reporter(collector.url, { token: INGEST, stateDir, clock });
+  await later.ready();
+  assert.equal(later.pending(), 1);
+  await assert.rejects(later.report("theme", "light"), BudgetExceeded);
+  const sent = await later.flush();
+  assert.equal(sent.accepted, 1);
+  assert.equal(later.pending(), 0);
+  now += 86400; // the next day: budget renewed
+  assert.equal((await later.report("theme", "light")).queued, true);
+  await later.close();
+});
+
+test("retries honour Retry-After and never drop what was not acknowledged", async () => {
+  const calls = [];
+  let fail = 2;
+  const flaky = async (url, init) => {
+    calls.push(init.method);
+    if (init.method === "POST" && fail-- > 0) {
+      return new Response(JSON.stringify({ error: "too_many_requests" }), { status: 429, headers: { "Retry-After": "1" } });
+    }
+    return fetch(url, init);
+  };
+  const r = new Reporter(collector.url, { token: INGEST, store: new MemoryStore(), fetch: flaky, backoffMs: 1 });
+  await r.report("minutes", 42);
+  const started = Date.now();
+  const sent = await r.flush();
+  assert.ok(Date.now() - started >= 1900, "waited Retry-After twice");
+  assert.equal(sent.accepted, 1);
+  assert.deepEqual(calls.filter((m) => m === "POST").length, 3);
+
+  // An answer that does not account for the batch is a failure: the report stays queued.
+  const liar = async (url, init) => (init.method === "POST" ? new Response(JSON.stringify({ accepted: 5, duplicates: 0, rejected: [] }), { status: 200 }) : fetch(url, init));
+  const l = new Reporter(collector.url, { token: INGEST, store: new MemoryStore(), fetch: liar, retries: 1, backoffMs: 1 });
+  await l.report("minutes", 1);
+  await assert.rejects(l.flush(), /unavailable/);
+  assert.equal(l.pending(), 1);
+});
+
+test("after one fetch, reports work offline with the cached definitions", async () => {
+  const stateDir = mkdtempSync(join(tmpdir(), "ldpkit-offline-"));
+  const online = new Reporter(collector.url, { token: INGEST, stateDir });
+  await online.definition("theme");
+  await online.close();
+  const offline = new Reporter("http://127.0.0.1:9", { token: INGEST, stateDir, retries: 0, backoffMs: 1 });
+  const receipt = await offline.report("minutes", 3);
+  assert.equal(receipt.queued, true);
+  await assert.rejects(offline.flush(), /unavailable/);
+  assert.equal(offline.pending(), 1);
+  await offline.close();
+});
+
+test("flushEveryMs delivers in the background", async () => {
+  const r = new Reporter(collector.url, { token: INGEST, store: new MemoryStore(), flushEveryMs: 100 });
+  await r.report("minutes", 7);
+  assert.equal(r.pending(), 1);
+  for (let i = 0; i < 50 && r.pending() > 0; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.equal(r.pending(), 0);
+  await r.close();
+});

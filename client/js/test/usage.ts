@@ -1,0 +1,19 @@
+// Type-checked by `npm test` (tsc --noEmit): the README's usage against the declarations.
+import { BudgetExceeded, Reporter, type FlushResult } from "../src/index.js";
+
+export async function example(token: string): Promise<FlushResult> {
+  const r = new Reporter("https://collector.example", { token, stateDir: "./ldpkit-state" });
+  try {
+    const receipt = await r.report("theme", "dark");
+    if (receipt.clipped) console.log("clipped");
+  } catch (err) {
+    if (err instanceof BudgetExceeded) console.log(err.renewsAt);
+  }
+  await r.report("minutes", 12.5);
+  await r.report("car", { type: "Van", origin: "USA" });
+  const left: number = r.budget().metrics.theme.left;
+  console.log(left);
+  const result = await r.flush();
+  await r.close();
+  return result;
+}

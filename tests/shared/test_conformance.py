@@ -1,0 +1,212 @@
+"""The conformance kit passes correct clients and fails silently wrong ones."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from scipy import stats
+
+from ldpkit import conformance, portable, wire
+from ldpkit.mechanisms import Mechanism
+from ldpkit.metrics import MetricDefinition
+
+REPORTS = 2000
+
+
+@pytest.fixture(scope="module")
+def plan_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return conformance.write_plan(tmp_path_factory.mktemp("kit") / "plan.json", REPORTS)
+
+
+def test_chi2_tail_matches_scipy() -> None:
+    for stat, dof in [(0.5, 1), (3.0, 2), (100.0, 80), (1000.0, 900), (5.0, 40), (60.0, 10)]:
+        assert math.isclose(conformance.chi2_sf(stat, dof), stats.chi2.sf(stat, dof), rel_tol=1e-9)
+
+
+def test_plan_covers_every_portable_mechanism(plan_path: Path) -> None:
+    plan = json.loads(plan_path.read_text())
+    assert {m["resolved_mechanism"] for m in plan["metrics"]} == set(portable.MECHANISMS)
+    assert all(i["count"] == REPORTS for i in plan["inputs"])
+
+
+def test_python_client_passes(plan_path: Path) -> None:
+    verdict = conformance.check(plan_path, conformance.respond(plan_path))
+    assert verdict.passed, verdict.render()
+    assert {t.mechanism for t in verdict.tests} == set(portable.MECHANISMS)
+    assert "PASS" in verdict.render()
+
+
+def test_python_client_report_by_report_passes(tmp_path: Path) -> None:
+    """Each report made alone, as Reporter.report makes it (single-report samplers)."""
+    plan = conformance.write_plan(tmp_path / "plan.json", 400)
+    verdict = conformance.check(plan, conformance.respond(plan, one_at_a_time=True))
+    assert verdict.passed, verdict.render()
+
+
+def test_portable_reference_rules_pass(plan_path: Path) -> None:
+    """The rules of docs/protocol.md, run word by word, sample the exact laws too."""
+    plan = json.loads(plan_path.read_text())
+    blocks = []
+    for d in plan["metrics"]:
+        md = MetricDefinition.from_dict(d["name"], d)
+        values = [
+            md.kind_spec.encode(md, i["value"])[0]
+            for i in plan["inputs"]
+            if i["metric"] == d["name"]
+            for _ in range(i["count"])
+        ]
+        source = portable.os_words()
+        raw = b"".join(portable.perturb(d, v, source) for v in values)
+        blocks.append(
+            wire.Block(
+                d["name"], d["fingerprint"], plan["bucket"], os.urandom(16 * len(values)), raw
+            )
+        )
+    verdict = conformance.check(plan, wire.encode_batch(blocks))
+    assert verdict.passed, verdict.render()
+
+
+def _failing(plan_path: Path, overrides: dict[str, Any]) -> tuple[str, ...]:
+    verdict = conformance.check(plan_path, conformance.respond(plan_path, overrides))
+    assert not verdict.passed
+    assert "FAIL" in verdict.render()
+    return verdict.failing_mechanisms
+
+
+def test_textbook_olh_hash_fails(plan_path: Path) -> None:
+    assert _failing(plan_path, {"olh": conformance.textbook_olh}) == ("olh",)
+
+
+def test_textbook_hash_fails_even_with_fair_keys(plan_path: Path) -> None:
+    """The bucket test alone catches the wrong hash (not just the 61-bit keys)."""
+
+    def fair_keys(m: Mechanism, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+        out = conformance.textbook_olh(m, values, rng)
+        out["a"] = rng.integers(0, 2**64, size=values.size, dtype=np.uint64)
+        out["b"] = rng.integers(0, 2**64, size=values.size, dtype=np.uint64)
+        return out
+
+    verdict = conformance.check(plan_path, conformance.respond(plan_path, {"olh": fair_keys}))
+    failed = {t.test for t in verdict.tests if not t.passed}
+    assert "bucket vs hash" in failed and "hash key bits" not in failed
+
+
+def test_wrong_piecewise_step_fails(plan_path: Path) -> None:
+    assert _failing(plan_path, {"piecewise": conformance.wrong_step_piecewise()}) == ("piecewise",)
+
+
+def _other(mech: str, **changed: Any) -> Any:
+    """A sampler of the same mechanism with changed constructor-derived fields."""
+
+    def perturb(m: Mechanism, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+        import dataclasses
+
+        wrong = dataclasses.replace(m)
+        for key, value in changed.items():
+            object.__setattr__(wrong, key, value(m) if callable(value) else value)
+        return wrong.perturb(values, rng)
+
+    return perturb
+
+
+def _off_by_one_leaf(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    lo, hi = m.bounds
+    return m.perturb(np.clip(values + (hi - lo) / m.resolution, lo, hi), rng)
+
+
+def _other_seed(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(m, seed=m.seed + 1).perturb(values, rng)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "override"),
+    [("hh", _off_by_one_leaf), ("prefix_sketch", _other_seed)],
+    ids=["hh-leaf-off-by-one", "prefix-sketch-other-hash-seed"],
+)
+def test_silent_bugs_of_the_other_kinds_fail(
+    plan_path: Path, mechanism: str, override: Any
+) -> None:
+    assert _failing(plan_path, {mechanism: override}) == (mechanism,)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "override"),
+    [
+        # GRR with the natural off-by-one p = e^eps / (e^eps + d)
+        (
+            "grr",
+            _other("grr", p=lambda m: math.exp(m.epsilon) / (math.exp(m.epsilon) + m.domain_size)),
+        ),
+        # OLH with one bucket too few (a wrong variance rule for g)
+        ("olh", _other("olh", g=lambda m: m.g - 1)),
+        # OUE with q = e^-eps (a misread formula)
+        ("oue", _other("oue", q=lambda m: math.exp(-m.epsilon))),
+        # Duchi ignoring the value (always t = 0)
+        ("duchi", lambda m, v, rng: m.perturb(np.full(v.size, sum(m.bounds) / 2), rng)),
+        # Hybrid that always takes PM's branch
+        ("hybrid", _other("hybrid", alpha=lambda m: 1.0 if m.alpha > 0 else 0.0)),
+        # Laplace with noise at twice the scale
+        (
+            "laplace",
+            lambda m, v, rng: np.clip(
+                m.perturb(v, rng) * 2
+                - np.round(
+                    np.clip((v - m.bounds[0]) / (m.bounds[1] - m.bounds[0]), 0, 1) * 65536
+                ).astype(np.int64),
+                -m.noise_cap,
+                65536 + m.noise_cap,
+            ),
+        ),
+    ],
+)
+def test_other_silent_bugs_fail(plan_path: Path, mechanism: str, override: Any) -> None:
+    assert _failing(plan_path, {mechanism: override}) == (mechanism,)
+
+
+def test_framing_problems_are_named(plan_path: Path) -> None:
+    plan = json.loads(plan_path.read_text())
+    blocks = wire.decode_batch(conformance.respond(plan_path), max_reports=10**7)
+    # Drop one metric's reports and give another a wrong fingerprint.
+    broken = [b for b in blocks if b.metric != "hr-0_5"]
+    broken[0] = wire.Block(
+        broken[0].metric, "0" * 16, broken[0].bucket, broken[0].ids, broken[0].reports
+    )
+    verdict = conformance.check(plan, wire.encode_batch(broken))
+    assert not verdict.passed
+    text = verdict.render()
+    assert "hr-0_5" in text and "fingerprint" in text
+    assert conformance.check(plan, b"\x93\x01").problems
+
+
+def test_malformed_reports_fail(plan_path: Path) -> None:
+    def invalid(m: Mechanism, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+        return np.full(values.size, 7, dtype=np.int8)  # Duchi reports are +1 or -1
+
+    assert _failing(plan_path, {"duchi": invalid}) == ("duchi",)
+
+
+def test_cli_plan_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ldpkit.cli import main
+
+    plan = tmp_path / "plan.json"
+    assert main(["conformance", "plan", "--out", str(plan), "--reports", "400"]) == 0
+    assert "reports to make" in capsys.readouterr().out
+    good, bad = tmp_path / "good.msgpack", tmp_path / "bad.msgpack"
+    good.write_bytes(conformance.respond(plan))
+    bad.write_bytes(conformance.respond(plan, {"olh": conformance.textbook_olh}))
+    assert main(["conformance", "check", str(plan), str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "covered by the test vectors" in " ".join(out.split())
+    assert main(["conformance", "check", str(plan), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: olh" in out
+    assert main(["conformance", "check", str(plan), str(tmp_path / "missing")]) == 2
