@@ -203,7 +203,8 @@ def respond(
     rng: np.random.Generator | None = None,
     one_at_a_time: bool = False,
 ) -> bytes:
-    """The wire batch ldpkit's Python client gives for a plan (one block per metric).
+    """The sealed (v2) wire batch ldpkit's Python client gives for a plan (one block per
+    metric).
 
     ``perturb_override`` maps a mechanism name to ``(mechanism, values, rng) -> reports``,
     used instead of the mechanism's own sampler. By default each metric's values are
@@ -240,9 +241,8 @@ def respond(
         else:
             reports = m.perturb(array, generator)
         reports = np.asarray(reports, dtype=m.report_dtype)
-        ids = os.urandom(wire.ID_SIZE * len(values))
-        blocks.append(wire.make_block(name, definition.fingerprint, plan.bucket, ids, reports))
-    return wire.encode_batch(blocks)
+        blocks.append(wire.sealed_block(name, definition.fingerprint, plan.bucket, reports))
+    return wire.encode_sealed_batch(os.urandom(wire.ID_SIZE), blocks)
 
 
 def _objects(values: list[Any]) -> npt.NDArray[Any]:
