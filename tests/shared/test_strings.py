@@ -28,8 +28,8 @@ def test_made_by_name_and_auto() -> None:
     m = ldpkit.mechanism("auto", epsilon=4.0, max_length=16)
     assert isinstance(m, PrefixSketch) and m.name == "prefix_sketch"
     assert ldpkit.mechanism("pxs", epsilon=1.0, max_length=3).name == "prefix_sketch"
-    assert (m.g, m.rows) == (56, 64)
-    assert m.stats_size == 17 * 64 * 56
+    assert (m.g, m.rows, m.estimation_rows) == (56, 64, 1024)  # 2^15 / 56 -> 1024
+    assert m.stats_size == (1024 + 16 * 64) * 56
     assert m.report_dtype == np.dtype("<u4")
 
 
@@ -113,15 +113,22 @@ def test_splitmix64_reference_values() -> None:
 
 def test_hash_family_vector() -> None:
     """Protocol test vector: buckets of fixed keys under seed 0 (other clients check this)."""
-    m = PrefixSketch(epsilon=1.0, max_length=3)  # g = 4, R = 64
+    m = PrefixSketch(epsilon=1.0, max_length=3)  # g = 4, R = 64, R_E = 2048
     a, b = m.hash_keys
-    assert int(b[0, 0]) == 0xE220A8397B1DCDAF and int(a[0, 0, 0]) == 0x6E789E6AA1B965F4
+    assert int(b[0]) == 0xE220A8397B1DCDAF and int(a[0, 0]) == 0x6E789E6AA1B965F4
     keys, _ = encode_strings(["abc"], 3)
     from ldpkit.mechanisms.strings import key_words
 
     word = int.from_bytes(bytes([3, 97, 98, 99]), "little")
-    h = ((int(b[0, 5]) + int(a[0, 5, 0]) * word) % 2**64) >> 32
+    h = ((int(b[5]) + int(a[5, 0]) * word) % 2**64) >> 32
     assert int(m.buckets(0, key_words(keys))[0, 5]) == (h * m.g) >> 32
+    # Prefix level 2's row 7 is global row R_E + R + 7; "ab" is its cut key.
+    word = int.from_bytes(bytes([3, 97, 98, 0]), "little")
+    row = 2048 + 64 + 7
+    h = ((int(b[row]) + int(a[row, 0]) * word) % 2**64) >> 32
+    cut, _ = encode_strings([b"ab\0"], 3)
+    cut[0, 0] = 3
+    assert int(m.buckets(2, key_words(cut))[0, 7]) == (h * m.g) >> 32
 
 
 # --- privacy ---------------------------------------------------------------------------------
@@ -142,7 +149,7 @@ def test_whole_report_is_epsilon_ldp_by_enumeration(epsilon: float) -> None:
 
 
 def test_sampler_follows_the_enumerated_distribution() -> None:
-    m = PrefixSketch(epsilon=1.0, max_length=2)  # 3 sketches x 64 rows x 4 buckets
+    m = PrefixSketch(epsilon=1.0, max_length=2)  # (2048 + 2 x 64) rows x 4 buckets
     rng = np.random.default_rng(11)
     n = 200_000
     for value in ("ab", "x"):
