@@ -20,8 +20,9 @@ import time
 import numpy as np
 
 import ldpkit
-from ldpkit.audit import AuditResult, _mislabelled, audit
+from ldpkit.audit import AuditResult, audit
 from ldpkit.mechanisms import CATEGORICAL, NUMERIC
+from ldpkit.testing import mislabelled
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 DOMAIN = 4
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 m = make(name, eps)
                 label = name
                 if broken:
-                    m = _mislabelled(m, BROKEN_FACTOR)
+                    m = mislabelled(m, BROKEN_FACTOR)
                     label = f"{name} BROKEN x{BROKEN_FACTOR:g}"
                 result = audit(m, samples=samples, confidence=args.confidence, rng=seed)
                 line, ok = row(label, result, expect_pass=not broken)

@@ -51,7 +51,7 @@ def latency(definition: MetricDefinition, value: object, n: int) -> dict[str, fl
     """p50/p99 of report(), and p50 of the mechanism's perturb() alone (interleaved, so
     both see the same machine load)."""
     mechanism = definition.mechanism_instance
-    codec_value = definition.encode_value(value)
+    codec_value = definition.kind_spec.encode(definition, value)[0]
     one = np.array([codec_value])
     with tempfile.TemporaryDirectory() as tmp:
         r = Reporter(

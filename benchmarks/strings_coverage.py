@@ -12,8 +12,12 @@ Items of one campaign are not independent (they share the hash family and the he
 strings' correction), so the binomial standard error printed is a lower bound; the
 spread of per-campaign coverage is shown too.
 
+``--one-family`` keeps hash family 0 for every campaign: coverage for the family a
+deployment uses. ``--estimation-rows R`` overrides the estimation sketch's rows (an
+experiment: it changes the report layout).
+
 Run: ``.venv/bin/python benchmarks/strings_coverage.py [--epsilons 2,4,8] [--ns 1e5,1e6]
-[--campaigns 100] [--k 20] [--seed 1]``.
+[--campaigns 100] [--k 20] [--seed 1] [--one-family] [--estimation-rows R]``.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import math
 import time
 
 import numpy as np
-from heavy_hitters import MAX_LENGTH, population  # type: ignore[import-not-found]
+from heavy_hitters import MAX_LENGTH, population
 
+import ldpkit.mechanisms.strings as strings
 from ldpkit.mechanisms.strings import PrefixSketch, encode_strings
 
 
@@ -36,7 +41,11 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--one-family", action="store_true", help="hash family 0 throughout")
+    parser.add_argument("--estimation-rows", type=int, default=None)
     args = parser.parse_args()
+    if args.estimation_rows is not None:
+        rows = args.estimation_rows
+        strings.default_estimation_rows = lambda g, r: rows  # read when a sketch is made
     words, probs = population()
     keys, _ = encode_strings(words, MAX_LENGTH)
     print(

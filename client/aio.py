@@ -18,16 +18,13 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol, Self
 
 import aiohttp
-import numpy as np
-import numpy.typing as npt
 
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
-from .base import ReporterBase
+from .base import Generator, ReporterBase, Values
 from .flush import Action, Done, FlushRun, Send
 from .policies import (
     MAX_ANSWER_BYTES,
@@ -187,13 +184,7 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
             self._wake.set()
         return receipt
 
-    async def simulate(
-        self,
-        metric: str,
-        values: Sequence[object] | npt.ArrayLike,
-        *,
-        rng: np.random.Generator | None = None,
-    ) -> int:
+    async def simulate(self, metric: str, values: Values, *, rng: Generator | None = None) -> int:
         """See :meth:`ldpkit.client.Reporter.simulate`."""
         await self._ready()
         await self._learn(metric)

@@ -9,8 +9,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
 from ..metrics import MetricDefinition, Period
@@ -22,6 +25,9 @@ from .state import DEFAULT_BATCH_SIZE, DEFAULT_MAX_OUTBOX, ReporterState
 log = logging.getLogger("ldpkit.client")
 
 TransportT = TypeVar("TransportT")
+Values = Sequence[object] | npt.ArrayLike
+"""What ``simulate`` takes: one value per simulated device."""
+Generator = np.random.Generator
 
 
 class ReporterBase(Generic[TransportT]):

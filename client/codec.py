@@ -4,30 +4,27 @@ permanent (memoized) randomness. No I/O."""
 from __future__ import annotations
 
 import hmac
-import math
 import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import (
-    ParameterError,
-)
+from ..kinds import KindSpec
 from ..metrics import MetricDefinition, MetricKind
 
 
 # --- metric codecs: values in, reports out --------------------------------------------
 @dataclass(frozen=True, eq=False)
 class MetricCodec:
-    """A definition with what the hot path needs precomputed (category index, fingerprint)."""
+    """A definition with what the hot path needs precomputed (its kind, its fingerprint)."""
 
     definition: MetricDefinition
     fingerprint: str
-    index: Mapping[str, int] = field(repr=False)
+    spec: KindSpec = field(repr=False)
     # Plain copies of what report() reads, so the hot path touches no enum properties.
     name: str = ""
     categorical: bool = True
@@ -39,11 +36,10 @@ class MetricCodec:
 
     @classmethod
     def of(cls, definition: MetricDefinition) -> MetricCodec:
-        cats = definition.categories or ()
         return cls(
             definition,
             definition.fingerprint,
-            {c: i for i, c in enumerate(cats)},
+            definition.kind_spec,
             name=definition.name,
             categorical=definition.kind is MetricKind.CATEGORICAL,
             epsilon=definition.epsilon,
@@ -53,69 +49,28 @@ class MetricCodec:
             budget_seconds=definition.budget_period.seconds,
         )
 
+    @property
+    def checked(self) -> bool:
+        """Whether :meth:`encode` checks a value completely (categories and numbers), so
+        that the mechanism need not check it again; other kinds' values are also checked
+        by their mechanism."""
+        return self.categorical or self.definition.bounds is not None
+
     def encode(self, value: object) -> tuple[int | float, bool]:
-        """The mechanism's input for ``value`` and whether it was clipped.
+        """The mechanism's input for ``value`` and whether it was clipped: the device's one
+        check of a value, by its kind (:mod:`ldpkit.kinds`).
 
         Categorical: the category's index (ParameterError for an unknown category or a
         non-string). Numeric and distribution: the number clipped to the bounds
-        (ParameterError for a non-number, NaN or infinity). Other kinds: what
-        :mod:`ldpkit.kinds` makes of the value (a leaf's index, a cell's, a string's bytes).
+        (ParameterError for a non-number, NaN or infinity). Other kinds: a leaf's index,
+        a cell's, a string's bytes.
         """
-        if self.categorical:
-            if isinstance(value, str):
-                i = self.index.get(value)
-                if i is not None:
-                    return i, False
-            d = self.definition
-            d.encode_value(value)  # raises the clear message
-            raise ParameterError(f"{value!r} is not a category of metric {d.name}")  # unreachable
-        d = self.definition
-        if d.bounds is None:  # a leaf, a dict of attributes, a string: the kind encodes it
-            encoded: tuple[int | float, bool] = d.kind_spec.encode(d, value)
-            return encoded
-        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-            raise ParameterError(
-                f"metric {d.name} takes a number in [{_g(d.bounds, 0)}, {_g(d.bounds, 1)}], "
-                f"got {type(value).__name__} {value!r}"
-            )
-        x = float(value)
-        if not math.isfinite(x):
-            raise ParameterError(f"metric {d.name} takes a finite number, got {value!r}")
-        assert d.bounds is not None
-        lo, hi = d.bounds
-        clipped = min(max(x, lo), hi)
-        return clipped + 0.0, clipped != x  # + 0.0 folds -0.0 into 0.0
+        encoded: tuple[int | float, bool] = self.spec.encode(self.definition, value)
+        return encoded
 
     def encode_many(self, values: Sequence[object] | npt.ArrayLike) -> npt.NDArray[Any]:
-        """Vectorized :meth:`encode`: an int64 index array or a clipped float64 array."""
-        d = self.definition
-        if d.kind is MetricKind.CATEGORICAL:
-            out = np.empty(len(values), dtype=np.int64)  # type: ignore[arg-type]
-            index = self.index
-            for k, v in enumerate(values):  # type: ignore[arg-type]
-                i = index.get(v) if isinstance(v, str) else None
-                if i is None:
-                    try:
-                        self.encode(v)
-                    except ParameterError as exc:
-                        raise ParameterError(f"value {k}: {exc}") from None
-                    raise AssertionError("unreachable")  # pragma: no cover
-                out[k] = i
-            return out
-        if d.bounds is None:
-            return d.kind_spec.encode_many(d, values)
-        array = np.asarray(values)
-        if array.ndim != 1 or array.dtype.kind not in "iuf":
-            raise ParameterError(
-                f"metric {d.name} takes a 1-D array of numbers, got {array.dtype} {array.shape}"
-            )
-        x = array.astype(np.float64)
-        bad = ~np.isfinite(x)
-        if bool(np.any(bad)):
-            k = int(np.argmax(bad))
-            raise ParameterError(f"value {k}: metric {d.name} takes a finite number, got {x[k]!r}")
-        assert d.bounds is not None
-        return np.clip(x, *d.bounds) + 0.0
+        """Vectorized :meth:`encode` (a bad value is named by its message and position)."""
+        return self.spec.encode_many(self.definition, values)
 
     def value_key(self, encoded: int | float) -> bytes:
         """A fixed-width byte form of an encoded value (the memo key's input)."""
@@ -127,19 +82,17 @@ class MetricCodec:
         """One perturbed report's bytes."""
         m = self.definition.mechanism_instance
         array = self.definition.kind_spec.as_array([encoded])
-        reports = m.perturb(array, rng=rng)
+        reports = m.perturb_checked(array, rng) if self.checked else m.perturb(array, rng=rng)
         return bytes(np.ascontiguousarray(reports).tobytes())
 
     def perturb_many(self, encoded: npt.NDArray[Any], rng: np.random.Generator) -> list[bytes]:
         """Perturbed reports of many (independent) values, one bytes object each."""
-        reports = np.ascontiguousarray(self.definition.mechanism_instance.perturb(encoded, rng=rng))
+        m = self.definition.mechanism_instance
+        perturbed = m.perturb_checked(encoded, rng) if self.checked else m.perturb(encoded, rng=rng)
+        reports = np.ascontiguousarray(perturbed)
         raw = reports.tobytes()
         size = len(raw) // max(len(encoded), 1)
         return [raw[i : i + size] for i in range(0, len(raw), size)]
-
-
-def _g(bounds: tuple[float, float] | None, i: int) -> str:
-    return f"{bounds[i]:g}" if bounds is not None else "?"
 
 
 # --- memoization ----------------------------------------------------------------------

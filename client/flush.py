@@ -23,10 +23,10 @@ from .policies import (
     RetryPolicy,
 )
 from .protocol import (
-    Batch,
     Delivered,
     Fatal,
     HttpAnswer,
+    OutgoingBatch,
     Retry,
     TooLarge,
     build_batch,
@@ -62,7 +62,7 @@ def background_failed(
 
 @dataclass(frozen=True)
 class Send:
-    batch: Batch
+    batch: OutgoingBatch
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class FlushRun:
         self.result = FlushResult()
         self.last_retry_after: float | None = None
         self.after = 0  # every row up to this seq has been answered for
-        self._batch: Batch | None = None
+        self._batch: OutgoingBatch | None = None
         self._sleep: float | None = None
         self._error: Exception | None = None
 

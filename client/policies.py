@@ -16,7 +16,7 @@ from ..errors import (
     BudgetExceeded,
     ParameterError,
 )
-from ..metrics import Period
+from ..metrics import Period, window_start
 from ..wire import CONTENT_TYPE
 from .results import utc
 
@@ -50,19 +50,13 @@ class Timeout:
     total: float | None = None
 
     def __post_init__(self) -> None:
-        read = self.connect if self.read is None else self.read
+        connect = check_seconds(self.connect, "Timeout.connect")
+        read = connect if self.read is None else check_seconds(self.read, "Timeout.read")
         total = self.total
-        if total is None:
-            total = max(
-                DEFAULT_TOTAL,
-                check_seconds(self.connect, "Timeout.connect")
-                + check_seconds(read, "Timeout.read"),
-            )
-        for name, value in (("connect", self.connect), ("read", read), ("total", total)):
-            check_seconds(value, f"Timeout.{name}")
-        object.__setattr__(self, "connect", float(self.connect))
-        object.__setattr__(self, "read", float(read))
-        object.__setattr__(self, "total", float(total))
+        total = max(DEFAULT_TOTAL, connect + read) if total is None else total
+        object.__setattr__(self, "connect", connect)
+        object.__setattr__(self, "read", read)
+        object.__setattr__(self, "total", check_seconds(total, "Timeout.total"))
 
     @property
     def read_seconds(self) -> float:
@@ -274,7 +268,7 @@ class BackgroundSchedule:
 def period_window(period: Period | int, now: float) -> tuple[int, int]:
     """(start, end) of the period (or length in seconds) holding ``now``, unix seconds UTC."""
     seconds = period if isinstance(period, int) else period.seconds
-    start = int(now // seconds) * seconds
+    start = window_start(seconds, now)
     return start, start + seconds
 
 

@@ -36,7 +36,7 @@ class OutboxRow:
 
 
 @dataclass(frozen=True)
-class Batch:
+class OutgoingBatch:
     """A request body and, in wire order, the outbox rows it carries."""
 
     body: bytes
@@ -54,7 +54,7 @@ class Batch:
         return len(self.seqs)
 
 
-def build_batch(rows: Iterable[OutboxRow]) -> Batch:
+def build_batch(rows: Iterable[OutboxRow]) -> OutgoingBatch:
     """Group rows per (metric, fingerprint, bucket) into wire blocks, oldest group first.
 
     The answer's ``rejected[].index`` counts reports through the blocks in order, so the
@@ -74,7 +74,7 @@ def build_batch(rows: Iterable[OutboxRow]) -> Batch:
         blocks.append(Block(metric, fp, bucket, ids, reports))
         seqs.extend(r.seq for r in members)
         report_ids.extend(r.report_id for r in members)
-    return Batch(encode_batch(blocks), tuple(seqs), len(blocks), tuple(report_ids))
+    return OutgoingBatch(encode_batch(blocks), tuple(seqs), len(blocks), tuple(report_ids))
 
 
 # --- answers and retry decisions ------------------------------------------------------
@@ -88,7 +88,7 @@ class HttpAnswer:
 
 
 @dataclass(frozen=True)
-class Rejection:
+class Refusal:
     seq: int
     error: str
     detail: str
@@ -100,7 +100,7 @@ class Delivered:
 
     accepted: int
     duplicates: int
-    rejected: tuple[Rejection, ...]
+    rejected: tuple[Refusal, ...]
     keys: tuple[tuple[int, bytes], ...]  # (seq, report id) of every row answered
 
 
@@ -126,7 +126,7 @@ class Fatal:
     error: CollectorRejected
 
 
-Outcome = Delivered | Retry | TooLarge | Fatal
+BatchOutcome = Delivered | Retry | TooLarge | Fatal
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -166,7 +166,7 @@ def _count(value: object, what: str, most: int) -> int:
     return value
 
 
-def interpret_batch_answer(batch: Batch, answer: HttpAnswer, now: float) -> Outcome:
+def interpret_batch_answer(batch: OutgoingBatch, answer: HttpAnswer, now: float) -> BatchOutcome:
     """Read the collector's answer to ``batch`` (``docs/protocol.md``, "The answer").
 
     Only a well-formed answer that accounts for every report sent (counts that are
@@ -184,7 +184,7 @@ def interpret_batch_answer(batch: Batch, answer: HttpAnswer, now: float) -> Outc
         rejected_raw = data.get("rejected", [])
         if not isinstance(rejected_raw, list) or len(rejected_raw) > n:
             raise ValueError(f"rejected must be a list of at most {n} entries")
-        rejected: list[Rejection] = []
+        rejected: list[Refusal] = []
         for item in rejected_raw:
             if not isinstance(item, dict):
                 raise ValueError("a rejected entry is not an object")
@@ -192,7 +192,7 @@ def interpret_batch_answer(batch: Batch, answer: HttpAnswer, now: float) -> Outc
             error, detail = item.get("error"), item.get("detail", "")
             if not isinstance(error, str) or not isinstance(detail, str):
                 raise ValueError("a rejected entry's error and detail must be strings")
-            rejected.append(Rejection(batch.seqs[index], error[:100], detail[:500]))
+            rejected.append(Refusal(batch.seqs[index], error[:100], detail[:500]))
     except ValueError as exc:  # ProtocolError included
         return Retry(f"collector's answer is not a valid batch answer: {exc}")
     if accepted + duplicates + len(rejected) != n or len({r.seq for r in rejected}) != len(
@@ -230,15 +230,14 @@ def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], l
             warnings.append(f"skipped a malformed definition: {item!r:.200}")
             continue
         name = item["name"]
-        spec = dict(item)
-        if isinstance(spec.get("resolved_mechanism"), str):
-            spec["mechanism"] = spec["resolved_mechanism"]
+        served = item.get("fingerprint")
         try:
-            definition = MetricDefinition.from_dict(name, spec)
+            definition = MetricDefinition.from_served(
+                name, item, served if isinstance(served, str) else None
+            )
         except (LdpkitError, ImportError, KeyError, TypeError, ValueError) as exc:
             warnings.append(f"skipped metric {name!r}: {exc}")
             continue
-        served = item.get("fingerprint")
         if served is not None and served != definition.fingerprint:
             warnings.append(
                 f"skipped metric {name!r}: served fingerprint {served} but this client "

@@ -25,7 +25,7 @@ from ..errors import (
     ParameterError,
     ProtocolError,
 )
-from ..metrics import MetricDefinition, Period
+from ..metrics import MetricDefinition, Period, check_period, window_start
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
 from .codec import MetricCodec, keyed_generator, memo_generator, memo_message, memo_tag
@@ -42,15 +42,15 @@ from .policies import (
 from .protocol import (
     Fatal,
     HttpAnswer,
-    Rejection,
+    Refusal,
     classify_failure,
     parse_definitions,
 )
 from .results import BudgetStatus, MetricBudget, ReportReceipt, TotalBudget
 from .storage import (
     TOTAL_KEY,
+    DeviceStore,
     StateError,
-    Store,
     delta_key,
     device_known,
     load_or_create_secret,
@@ -68,15 +68,6 @@ UNKNOWN_VERSION_GRACE = 600.0
 """Reports refused as ``unknown_version`` are kept and sent again for this long (seconds
 since the first refusal): a replica may not know a version defined a moment ago on
 another one. Past it they are dropped, as other refusals are."""
-
-
-def _period(value: Period | str, what: str) -> Period:
-    try:
-        return Period(value)
-    except ValueError:
-        raise ParameterError(
-            f"{what} must be one of {', '.join(p.value for p in Period)}, got {value!r}"
-        ) from None
 
 
 class ReporterState:
@@ -99,7 +90,7 @@ class ReporterState:
         self.clock = clock
         self.memoize = bool(memoize)
         self.max_outbox = check_count(max_outbox, "max_outbox")
-        self.total_period = _period(total_budget_period, "total_budget_period")
+        self.total_period = check_period(total_budget_period, "total_budget_period")
         self._total_seconds = self.total_period.seconds
         if total_budget is not None:
             if isinstance(total_budget, bool) or not isinstance(total_budget, int | float):
@@ -113,7 +104,7 @@ class ReporterState:
         self.directory = prepare_state_dir(state_dir)
         known = device_known(self.directory)
         self.secret = load_or_create_secret(self.directory)
-        self.store = Store(
+        self.store = DeviceStore(
             self.directory, durable_reports=durable_reports, known_device=known, now=clock()
         )
         self._deferred: dict[int, float] = {}  # seq -> first unknown_version refusal (clock)
@@ -267,9 +258,10 @@ class ReporterState:
 
     def _windows(self, c: MetricCodec, ledger_now: float) -> tuple[int, int]:
         """(metric budget window start, total budget window start) at ``ledger_now``."""
-        w_start = int(ledger_now // c.budget_seconds) * c.budget_seconds
-        t_start = int(ledger_now // self._total_seconds) * self._total_seconds
-        return w_start, t_start
+        return (
+            window_start(c.budget_seconds, ledger_now),
+            window_start(self._total_seconds, ledger_now),
+        )
 
     def _perturbed(
         self, c: MetricCodec, encoded: int | float, w_start: int
@@ -298,8 +290,8 @@ class ReporterState:
         encoded, clipped = c.encode(value)
         now = self.clock()
         # The report's coarse time is the clock's; the budget and memo windows are the
-        # ledger's, whose time never goes back (see Store.ledger_time).
-        bucket = int(now // c.bucket_seconds) * c.bucket_seconds
+        # ledger's, whose time never goes back (see DeviceStore.ledger_time).
+        bucket = window_start(c.bucket_seconds, now)
         store = self.store
         w_start, _ = self._windows(c, store.ledger_time_hint(now))
         tag, report = self._perturbed(c, encoded, w_start)
@@ -364,7 +356,7 @@ class ReporterState:
             c.name, c.fingerprint, bucket, report, report_id, spent, memoized, True, clipped
         )
 
-    def keep_refused(self, rejection: Rejection, now: float) -> bool:
+    def keep_refused(self, rejection: Refusal, now: float) -> bool:
         """Whether to keep a report the collector refused: ``unknown_version`` within
         UNKNOWN_VERSION_GRACE of its first refusal (a replica that has not seen a version
         defined a moment ago elsewhere); every other refusal is final."""

@@ -26,7 +26,7 @@ back.
 Durability. Every write is one transaction in the WAL. Reports are committed with
 ``synchronous=NORMAL``: the commit is written to the WAL (in the OS page cache) before
 ``report()`` returns, so it survives a crash of the app, but not necessarily a power
-loss or kernel crash. Before any batch leaves the device, :meth:`Store.make_durable`
+loss or kernel crash. Before any batch leaves the device, :meth:`DeviceStore.make_durable`
 commits with ``synchronous=FULL``, which fsyncs the WAL and with it every earlier
 transaction: a report that was sent, its budget spend and its memo tag are on stable
 storage first. A power loss can therefore only lose reports that never left the device
@@ -201,7 +201,7 @@ def device_known(directory: Path) -> bool:
         return False
 
 
-class Store:
+class DeviceStore:
     """The SQLite state. Not thread-safe by itself: the caller serializes access (one
     connection, the reporter's lock). Several processes may share a state_dir: every
     read-modify-write runs in a ``BEGIN IMMEDIATE`` transaction."""

@@ -16,15 +16,11 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol, Self
 
-import numpy as np
-import numpy.typing as npt
-
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
-from .base import ReporterBase
+from .base import Generator, ReporterBase, Values
 from .flush import Done, FlushRun, Send
 from .policies import (
     MAX_ANSWER_BYTES,
@@ -218,13 +214,7 @@ class Reporter(ReporterBase[SyncTransport]):
             self._wake.set()
         return receipt
 
-    def simulate(
-        self,
-        metric: str,
-        values: Sequence[object] | npt.ArrayLike,
-        *,
-        rng: np.random.Generator | None = None,
-    ) -> int:
+    def simulate(self, metric: str, values: Values, *, rng: Generator | None = None) -> int:
         """Queue one report per value, each as a separate fresh device (for demos, load
         and statistical tests). Returns the number queued; deliver with :meth:`flush`."""
         self._check_open()

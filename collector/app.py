@@ -9,7 +9,12 @@ from aiohttp import web
 from .auth import TokenRegistry
 from .config import CollectorConfig
 from .keys import COLLECTOR, CONFIG, TELEMETRY, TOKENS
-from .middlewares import auth_middleware, error_middleware, telemetry_middleware
+from .middlewares import (
+    auth_middleware,
+    cors_middleware,
+    error_middleware,
+    telemetry_middleware,
+)
 from .routes import setup_routes
 from .service import Collector
 from .store import Store, open_store
@@ -34,7 +39,7 @@ def create_app(config: CollectorConfig, *, store: Store | None = None) -> web.Ap
     opens in a cleanup context). ``store`` overrides the one ``config.database`` names."""
     app = web.Application(
         client_max_size=config.max_body_bytes,
-        middlewares=[telemetry_middleware, error_middleware, auth_middleware],
+        middlewares=[telemetry_middleware, cors_middleware, error_middleware, auth_middleware],
     )
     telemetry = Telemetry()
     if store is None:

@@ -23,6 +23,7 @@
     ingest_reports_per_second = 0    # per ingest token (0: no limit); 429 beyond
     ingest_burst = 100000            # reports a token may send at once after a pause
     log_addresses = false            # access log without client addresses unless true
+    cors_origins = []                # web pages that may report from another origin (CORS)
 
     [tokens]                         # LDPKIT_INGEST_TOKENS etc. (comma-separated) replace these
     ingest = ["...", "sha256:<64 hex digits>"]   # a token, or its SHA-256 (ldpkit hash-token)
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -103,6 +105,10 @@ class CollectorConfig:
     ingest_reports_per_second: float = 0.0
     ingest_burst: int = 100_000
     log_addresses: bool = False
+    cors_origins: tuple[str, ...] = ()
+    """Origins (``https://app.example``, or ``"*"``) whose pages may call the ingest
+    routes (``POST /v1/reports``, ``GET /v1/metrics...``) from a browser: CORS headers
+    and preflight answers for them; empty (the default) answers no CORS at all."""
     shutdown_timeout: float = 30.0
     tokens: Tokens = field(default_factory=Tokens)
     metrics: Mapping[str, MetricDefinition] = field(default_factory=dict)
@@ -158,6 +164,16 @@ def _is_rate(v: object) -> bool:
     return _is_seconds(v)
 
 
+_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
+
+
+def _is_origins(v: object) -> bool:
+    """a list of origins such as "https://app.example" (scheme and host, no path), or "*" """
+    return isinstance(v, list | tuple) and all(
+        isinstance(o, str) and (o == "*" or bool(_ORIGIN.fullmatch(o))) for o in v
+    )
+
+
 def _is_sync(v: object) -> bool:
     return isinstance(v, str) and v.lower() in SYNCHRONOUS_MODES
 
@@ -188,6 +204,7 @@ _COLLECTOR_KEYS: dict[str, Any] = {
     "ingest_reports_per_second": _is_rate,
     "ingest_burst": _int_in(1, 10**9),
     "log_addresses": _is_bool,
+    "cors_origins": _is_origins,
     "shutdown_timeout": _is_seconds,
 }
 
@@ -209,6 +226,8 @@ def _check_collector(
         out[key] = value
     if "synchronous" in out:
         out["synchronous"] = out["synchronous"].lower()
+    if "cors_origins" in out:
+        out["cors_origins"] = tuple(out["cors_origins"])
     for key in (
         "shutdown_timeout",
         "catalog_refresh_seconds",

@@ -56,6 +56,49 @@ async def _closing(request: web.Request, response: web.StreamResponse) -> web.St
     return response
 
 
+CORS_ROUTES = ("/v1/reports", "/v1/metrics")
+"""Paths (and their subpaths) a web page may call across origins: what apps call."""
+CORS_HEADERS = {
+    "Access-Control-Allow-Methods": "GET, HEAD, POST",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, If-None-Match",
+    "Access-Control-Max-Age": "600",
+}
+
+
+def _cors_origin(request: web.Request) -> str | None:
+    """The request's Origin when the config lets it call this route, else None."""
+    origins = request.app[CONFIG].cors_origins
+    origin = request.headers.get("Origin")
+    if not origins or origin is None:
+        return None
+    path = request.path
+    if not any(path == r or path.startswith(r + "/") for r in CORS_ROUTES):
+        return None
+    return origin if ("*" in origins or origin in origins) else None
+
+
+@web.middleware
+async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """CORS for the ingest routes, for the origins of ``cors_origins`` only: a preflight
+    ``OPTIONS`` is answered 204 before any token check (browsers send it without one);
+    every other answer, errors included (a 429's Retry-After must be readable), carries
+    ``Access-Control-Allow-Origin``. Nothing changes for other origins or routes."""
+    origin = _cors_origin(request)
+    if origin is None:
+        return await handler(request)
+    if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+        return web.Response(
+            status=204,
+            headers={**CORS_HEADERS, "Access-Control-Allow-Origin": origin, "Vary": "Origin"},
+        )
+    response = await handler(request)
+    if not response.prepared:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = "ETag, Retry-After"
+        response.headers.add("Vary", "Origin")
+    return response
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error as JSON ``{"error", "detail"}``; unexpected exceptions as a logged 500.

@@ -12,10 +12,10 @@ from ..errors import LdpkitError, ProtocolError
 from ..metrics import MetricDefinition, check_definition_size
 from ..wire import CONTENT_TYPE as BATCH_CONTENT_TYPE
 from .auth import Scope, requires, token_id
-from .estimates import parse_query
 from .keys import COLLECTOR, CONFIG, TELEMETRY
+from .queries import parse_query
 from .responses import JSON, ApiError, etag_matches, json_response
-from .store import PutOutcome, StoreError
+from .store import PutOutcome
 from .telemetry import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .uploads import Held, check_encoding, read_body
 
@@ -178,10 +178,7 @@ async def put_metric(request: web.Request) -> web.Response:
     except (LdpkitError, ValueError, TypeError, ImportError) as exc:
         raise ApiError(400, "invalid_definition", str(exc)) from None
     collector = request.app[COLLECTOR]
-    try:
-        outcome, previous = await collector.put_metric(definition)
-    except StoreError as exc:
-        raise ApiError(503, "store_unavailable", f"the definition was not stored: {exc}") from None
+    outcome, previous = await collector.put_metric(definition)  # StoreError: 503 (middleware)
     created = outcome in (PutOutcome.CREATED, PutOutcome.NEW_VERSION)
     return json_response(
         {
@@ -198,10 +195,7 @@ async def delete_metric(request: web.Request) -> web.Response:
     """Retire a metric: reports of it are refused (``retired_metric``), apps no longer see
     it in ``GET /v1/metrics``, and its versions and estimates stay available."""
     name = request.match_info["name"]
-    try:
-        retired = await request.app[COLLECTOR].retire_metric(name)
-    except StoreError as exc:
-        raise ApiError(503, "store_unavailable", f"the metric was not retired: {exc}") from None
+    retired = await request.app[COLLECTOR].retire_metric(name)  # StoreError: 503 (middleware)
     return json_response({"outcome": "retired" if retired else "unchanged", "metric": name})
 
 

@@ -31,10 +31,10 @@ from ..errors import ProtocolError, QueryError, UnknownMetric
 from ..metrics import MetricDefinition, MetricKind
 from ..wire import FINGERPRINT_PATTERN, decode_batch
 from .config import CollectorConfig
-from .estimates import EstimateQuery, estimate_body, with_options
 from .fairness import EXPENSIVE_SECONDS, FairLane
 from .ingest import Rejected, aggregation_seconds, check_batch, oldest_bucket, prune_before
 from .limits import IngestLimiter
+from .queries import EstimateQuery, estimate_body, with_options
 from .responses import ApiError, dumps, etag_of
 from .store import (
     Catalog,

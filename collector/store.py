@@ -138,14 +138,7 @@ def definition_json(definition: MetricDefinition) -> str:
 def definition_from_json(fingerprint: str, name: str, text: str) -> MetricDefinition | None:
     """Rebuild a stored definition; None (with a warning) if this code cannot."""
     try:
-        data = json.loads(text)
-        definition = MetricDefinition.from_dict(name, data)
-        if definition.fingerprint != fingerprint and data.get("resolved_mechanism"):
-            # 'auto' may resolve differently in another ldpkit version: pin it.
-            pinned = dict(data, mechanism=data["resolved_mechanism"])
-            if data.get("resolved_oracle"):  # hierarchies and tables: their oracles too
-                pinned["oracle"] = data["resolved_oracle"]
-            definition = MetricDefinition.from_dict(name, pinned)
+        definition = MetricDefinition.from_served(name, json.loads(text), fingerprint)
     except (LdpkitError, ValueError, TypeError, ImportError) as exc:
         log.warning("metric %s version %s cannot be loaded: %s", name, fingerprint, exc)
         return None

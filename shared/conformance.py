@@ -45,7 +45,6 @@ from .errors import ParameterError, ProtocolError
 from .mechanisms import Mechanism
 from .mechanisms._bits import unpack_rows
 from .metrics import MetricDefinition, MetricKind
-from .portable import MECHANISMS
 from .randomness import os_generator, resolve_rng
 
 PLAN_FORMAT = 1
@@ -64,13 +63,28 @@ EXACTNESS_NOTE = (
 CATEGORIES = ("light", "dark", "système", "日本", "🙂", 'q"\\')
 NUMERIC_BOUNDS = (-3.0, 7.0)
 
+FLAT_MECHANISMS = (
+    "grr",
+    "rr",
+    "sue",
+    "oue",
+    "olh",
+    "ss",
+    "hr",
+    "duchi",
+    "piecewise",
+    "hybrid",
+    "laplace",
+)
+"""Categorical and numeric mechanisms (the other kinds' come from :func:`_kind_metrics`)."""
+
 Override = Callable[[Mechanism, npt.NDArray[Any], np.random.Generator], npt.NDArray[Any]]
 
 
 # --- the plan --------------------------------------------------------------------------
 def _plan_metrics() -> list[tuple[MetricDefinition, list[Any]]]:
     out: list[tuple[MetricDefinition, list[Any]]] = []
-    for mech in MECHANISMS:
+    for mech in FLAT_MECHANISMS:
         if mech in ("grr", "rr", "sue", "oue", "olh", "ss", "hr"):
             cats: tuple[str, ...] = CATEGORIES[:2] if mech == "rr" else CATEGORIES
             for eps in (0.5, 2.0) if mech != "olh" else (0.5, 1.5, 2.0):
@@ -87,6 +101,42 @@ def _plan_metrics() -> list[tuple[MetricDefinition, list[Any]]]:
     return out
 
 
+def _kind_metrics() -> list[tuple[MetricDefinition, list[Any]]]:
+    """The other kinds' mechanisms (distribution, hierarchy, table, strings)."""
+    lo, hi = NUMERIC_BOUNDS
+    region = [
+        "MX/Jalisco/Guadalajara",
+        "MX/Jalisco/Zapopan",
+        "MX/Sonora/Hermosillo",
+        "US/Texas",
+        "Perú",
+    ]
+    dims = {"type": ["Compact", "Van", "Sporty"], "origin": ["USA", "non-USA"]}
+    out: list[tuple[MetricDefinition, list[Any]]] = []
+    for eps in (1.0, 3.0):
+        tag = str(eps).replace(".", "_")
+        out.append(
+            (
+                MetricDefinition.from_dict(
+                    f"hh-{tag}",
+                    {"kind": "distribution", "bounds": [lo, hi], "resolution": 64, "epsilon": eps},
+                ),
+                [lo, 0.123456789, hi],
+            )
+        )
+    for mech, oracle in (("rollup", "oue"), ("levels", "auto")):
+        spec = {"kind": "hierarchy", "categories": region, "epsilon": 1.5, "mechanism": mech}
+        spec["oracle"] = oracle
+        out.append((MetricDefinition.from_dict(mech, spec), [region[0], region[3], region[4]]))
+    for mech in ("joint", "joint_marginals"):
+        spec = {"kind": "table", "dimensions": dims, "epsilon": 1.5, "mechanism": mech}
+        cells = [{"type": "Compact", "origin": "USA"}, {"type": "Sporty", "origin": "non-USA"}]
+        out.append((MetricDefinition.from_dict(mech.replace("_", "-"), spec), cells))
+    spec = {"kind": "strings", "max_length": 5, "k": 5, "epsilon": 4.0}
+    out.append((MetricDefinition.from_dict("prefix-sketch", spec), ["été", "ab", "x"]))
+    return out
+
+
 def make_plan(reports_per_input: int = DEFAULT_REPORTS) -> dict[str, Any]:
     """The plan: definitions as served, and the inputs to report, in order."""
     if isinstance(reports_per_input, bool) or not isinstance(reports_per_input, int):
@@ -95,7 +145,7 @@ def make_plan(reports_per_input: int = DEFAULT_REPORTS) -> dict[str, Any]:
         raise ParameterError(f"reports_per_input must be in 200..1000000, got {reports_per_input}")
     metrics = []
     inputs = []
-    for definition, values in _plan_metrics():
+    for definition, values in _plan_metrics() + _kind_metrics():
         metrics.append(definition.to_dict())
         for v in values:
             inputs.append({"metric": definition.name, "value": v, "count": reports_per_input})
@@ -150,15 +200,16 @@ def respond(
     perturb_override: Mapping[str, Override] | None = None,
     *,
     rng: np.random.Generator | None = None,
-    one_at_a_time: bool = True,
+    one_at_a_time: bool = False,
 ) -> bytes:
     """The wire batch ldpkit's Python client gives for a plan (one block per metric).
 
     ``perturb_override`` maps a mechanism name to ``(mechanism, values, rng) -> reports``,
-    used instead of the mechanism's own sampler. By default every report is made as the
-    client's ``report()`` makes it: alone, under a generator of its own keyed from the OS
-    CSPRNG (the single-report paths of the samplers); ``one_at_a_time=False`` perturbs
-    each metric's values in one vectorised call (``simulate``'s path) under ``rng``.
+    used instead of the mechanism's own sampler. By default each metric's values are
+    perturbed in one vectorised call under ``rng`` (``Reporter.simulate``'s path);
+    ``one_at_a_time=True`` makes every report as ``Reporter.report`` does, alone under a
+    generator of its own keyed from the OS CSPRNG (the samplers' single-report paths;
+    about 100 µs a report).
     """
     plan = _load_plan(plan_path)
     generator = resolve_rng(rng)
@@ -166,7 +217,7 @@ def respond(
     blocks = []
     for name, definition in plan.definitions.items():
         values = [
-            definition.encode_value(v)
+            definition.kind_spec.encode(definition, v)[0]
             for metric, v, count in plan.inputs
             if metric == name
             for _ in range(count)
@@ -174,7 +225,7 @@ def respond(
         if not values:
             continue
         m = definition.mechanism_instance
-        array = np.asarray(values)
+        array = np.asarray(values) if not isinstance(values[0], bytes | str) else _objects(values)
         fn = overrides.get(m.name)
         if fn is not None:
             reports = fn(m, array, generator)
@@ -191,6 +242,12 @@ def respond(
         ids = os.urandom(wire.ID_SIZE * len(values))
         blocks.append(wire.make_block(name, definition.fingerprint, plan.bucket, ids, reports))
     return wire.encode_batch(blocks)
+
+
+def _objects(values: list[Any]) -> npt.NDArray[Any]:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 # --- statistics ----------------------------------------------------------------------------
@@ -503,6 +560,76 @@ def _numeric_tests(
     return [("index (binned)", *_binned(values, mixture, -bound - 1, bound), "")]
 
 
+def _nested(oracle: Any, raw: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A nested oracle's reports from raw bytes rows (n, size)."""
+    dtype = oracle.report_dtype
+    rows = np.ascontiguousarray(raw[:, : dtype.itemsize])
+    return rows if dtype.subdtype is not None else rows.view(dtype).reshape(len(rows))
+
+
+def _sub(name: str, tests: list[tuple[str, float, int, str]]) -> list[tuple[str, float, int, str]]:
+    return [(f"{name}: {test}", stat, dof, detail) for test, stat, dof, detail in tests]
+
+
+def _structured_tests(
+    m: Any, reports: npt.NDArray[Any], x: Any
+) -> list[tuple[str, float, int, str]]:
+    """The law of a composed mechanism: its random choice (depth, view, sketch) and,
+    given it, the nested oracle's law for the true item (or the enumerated cells)."""
+    out: list[tuple[str, float, int, str]] = []
+    if m.name == "hh":
+        from .distribution import leaf_index
+
+        leaf = int(leaf_index(np.array([float(x)]), m.bounds, m.resolution)[0])
+        depth = reports["depth"].astype(np.int64)
+        counts = np.bincount(depth, minlength=m.height + 1)[1:]
+        out.append(("depth", *_chi2(counts, np.ones(m.height)), ""))
+        for t, oracle in enumerate(m.oracles, start=1):
+            rows = reports[depth == t]
+            if len(rows) < 20:
+                continue
+            node = int(m.tree.node_of_leaf(np.array([leaf]), t)[0])
+            if oracle.name == "olh":
+                sub = np.empty(len(rows), dtype=oracle.report_dtype)
+                for key in ("a", "b", "y"):
+                    sub[key] = rows[key]
+            else:
+                sub = rows["y"].astype(oracle.report_dtype)
+            out += _sub(f"depth {t}", _categorical_tests(oracle, sub, node))
+        return out
+    if m.name == "prefix_sketch":
+        # cell = G g + y with G the global row (the estimation sketch's R_E rows first,
+        # then R per level): the sketch by its weights, the row uniform within it (the
+        # estimation sketch's folded onto R by R_E / R, which a client drawing only R of
+        # them fails), and y relative to the value's bucket in that row as g-ary RR.
+        g, rows, rows_e = m.g, m.rows, m.estimation_rows
+        cell = reports.astype(np.int64)
+        y, at = cell % g, cell // g
+        level = at >= rows_e
+        sketch = np.where(level, 1 + (at - rows_e) // rows, 0)
+        row = np.where(level, (at - rows_e) % rows, at // max(1, rows_e // rows))
+        raw = x.encode() if isinstance(x, str) else bytes(x)
+        true = np.asarray(m.true_buckets(raw))[at]
+        probs = np.full(g, (1.0 - m.p) / (g - 1))
+        probs[0] = m.p
+        shift = (y - true) % g
+        return [
+            ("sketch", *_chi2(np.bincount(sketch, minlength=m.sketches), m.weights), ""),
+            ("row", *_chi2(np.bincount(row, minlength=rows), np.ones(rows)), ""),
+            ("bucket vs hash", *_chi2(np.bincount(shift, minlength=g), probs), ""),
+        ]
+    view = reports["view"].astype(np.int64)
+    weights = [v.weight for v in m.views]
+    out.append(("view", *_chi2(np.bincount(view, minlength=len(weights)), weights), ""))
+    for k, v in enumerate(m.views):
+        rows = reports["payload"][view == k]
+        if len(rows) < 20:
+            continue
+        sub = _nested(v.oracle, rows)
+        out += _sub(f"view {v.name}", _categorical_tests(v.oracle, sub, int(v.labels[int(x)])))
+    return out
+
+
 def _supports_true(m: Any, reports: npt.NDArray[Any], x: int) -> int:
     """How many reports support the true item (the count the estimator debiases)."""
     if m.name in ("grr", "rr"):
@@ -588,8 +715,10 @@ def check(
             support = pooled.setdefault(name, [0, 0])
             support[0] += _supports_true(m, reports, x)
             support[1] += c
-        else:
+        elif d.kind is MetricKind.NUMERIC:
             tests = _numeric_tests(m, reports, float(v), derived)
+        else:
+            tests = _structured_tests(m, reports, d.kind_spec.encode(d, v)[0])
         for test, stat, dof, detail in tests:
             found.append((name, m.name, v, c, test, stat, dof, detail))
     for name, (hits, n) in pooled.items():

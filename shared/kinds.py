@@ -169,6 +169,25 @@ def _build(definition: MetricDefinition, name: str, **options: Any) -> Mechanism
         raise _fail(definition, str(exc)) from None
 
 
+def _refuse(
+    spec: KindSpec,
+    definition: MetricDefinition,
+    values: Any,
+    k: int,
+    *,
+    position: int | None = None,
+    only_if_bad: bool = False,
+) -> None:
+    """Raise :meth:`KindSpec.encode`'s message for ``values[k]``, prefixed with its
+    position: one wording for a bad value, alone or in an array."""
+    try:
+        spec.encode(definition, values[k])
+    except ParameterError as exc:
+        raise ParameterError(f"value {k if position is None else position}: {exc}") from None
+    if not only_if_bad:
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
 # --- categorical and numeric --------------------------------------------------------------
 class Categorical(KindSpec):
     def build(self, definition: MetricDefinition) -> Mechanism:
@@ -180,7 +199,26 @@ class Categorical(KindSpec):
         return _build(definition, name, domain_size=d)
 
     def encode(self, definition: MetricDefinition, value: object) -> tuple[Any, bool]:
-        return definition.encode_value(value), False
+        i = definition.category_index.get(value) if isinstance(value, str) else None
+        if i is not None:
+            return i, False
+        if not isinstance(value, str):
+            raise ParameterError(
+                f"metric {definition.name} takes one of its categories (a string), got {value!r}"
+            )
+        cats = definition.categories or ()
+        raise ParameterError(
+            f"{value!r} is not a category of metric {definition.name}; expected one of "
+            + ", ".join(cats[:20])
+            + ("..." if len(cats) > 20 else "")
+        )
+
+    def encode_many(self, definition: MetricDefinition, values: Any) -> npt.NDArray[Any]:
+        index = definition.category_index
+        found = [index.get(v) if isinstance(v, str) else None for v in values]
+        if None in found:
+            _refuse(self, definition, values, found.index(None))
+        return np.array(found, dtype=np.int64)
 
 
 class Numeric(KindSpec):
@@ -206,26 +244,32 @@ class Numeric(KindSpec):
         return _build(definition, name, **options)
 
     def encode(self, definition: MetricDefinition, value: object) -> tuple[Any, bool]:
-        x = definition.encode_value(value)
         assert definition.bounds is not None
         lo, hi = definition.bounds
-        clipped = min(max(float(x), lo), hi)
-        return clipped + 0.0, clipped != x
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise ParameterError(
+                f"metric {definition.name} takes a number in [{lo:g}, {hi:g}], "
+                f"got {type(value).__name__} {value!r}"
+            )
+        x = float(value)
+        if not math.isfinite(x):
+            raise ParameterError(f"metric {definition.name} takes a finite number, got {value!r}")
+        clipped = min(max(x, lo), hi)
+        return clipped + 0.0, clipped != x  # + 0.0 folds -0.0 into 0.0
 
     def encode_many(self, definition: MetricDefinition, values: Any) -> npt.NDArray[Any]:
         array = np.asarray(values)
-        if array.ndim != 1 or array.dtype.kind not in "iuf":
+        if array.ndim != 1:
             raise ParameterError(
-                f"metric {definition.name} takes a 1-D array of numbers, got "
-                f"{array.dtype} {array.shape}"
+                f"metric {definition.name} takes a 1-D array of numbers, got {array.shape}"
             )
+        if array.dtype.kind not in "iuf":  # name the first value encode() refuses
+            for k, v in enumerate(array.tolist()):
+                _refuse(self, definition, [v], 0, position=k, only_if_bad=True)
         x = array.astype(np.float64)
         bad = ~np.isfinite(x)
         if bool(np.any(bad)):
-            i = int(np.argmax(bad))
-            raise ParameterError(
-                f"value {i}: metric {definition.name} takes a finite number, got {x[i]!r}"
-            )
+            _refuse(self, definition, x, int(np.argmax(bad)))
         assert definition.bounds is not None
         out: npt.NDArray[Any] = np.clip(x, *definition.bounds) + 0.0
         return out

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -82,6 +81,13 @@ class MetricKind(StrEnum):
     STRINGS = "strings"
 
 
+def window_start(seconds: int, unix_seconds: float) -> int:
+    """Start of the window of ``seconds`` holding ``unix_seconds``: windows are aligned to
+    the epoch, UTC (weeks start on Thursday 1970-01-01). The one place periods, report
+    buckets and budget windows are computed."""
+    return int(unix_seconds // seconds) * seconds
+
+
 class Period(StrEnum):
     """A span of time: report buckets and privacy-budget periods are aligned to these (UTC)."""
 
@@ -94,11 +100,12 @@ class Period(StrEnum):
         return {"hour": 3600, "day": 86400, "week": 7 * 86400}[self.value]
 
     def start(self, unix_seconds: float) -> int:
-        """Start of the period holding ``unix_seconds`` (weeks start on Thursday 1970-01-01)."""
-        return int(unix_seconds // self.seconds) * self.seconds
+        """Start of the period holding ``unix_seconds`` (see :func:`window_start`)."""
+        return window_start(self.seconds, unix_seconds)
 
 
-def _period(value: object, what: str) -> Period:
+def check_period(value: object, what: str) -> Period:
+    """``value`` as a :class:`Period`; ParameterError naming ``what`` and the choices."""
     try:
         return Period(value if isinstance(value, str) else "")
     except ValueError:
@@ -170,6 +177,16 @@ class MetricDefinition:
     description: str = ""
     _mechanism: Mechanism = field(init=False, repr=False, compare=False)
 
+    def encode_value(self, value: object) -> Any:
+        """What a device gives the mechanism for ``value``: its kind's one check and
+        encoding (:meth:`ldpkit.kinds.KindSpec.encode`; a number is clipped)."""
+        return self.kind_spec.encode(self, value)[0]
+
+    @cached_property
+    def category_index(self) -> dict[str, int]:
+        """Each category's index (the value a device reports); empty for other kinds."""
+        return {c: i for i, c in enumerate(self.categories or ())}
+
     @property
     def kind_spec(self) -> KindSpec:
         """The kind's entry in :mod:`ldpkit.kinds`: its encoding and its answers."""
@@ -190,9 +207,11 @@ class MetricDefinition:
             ) from None
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "epsilon", self._checked(check_epsilon, self.epsilon))
-        object.__setattr__(self, "bucket", _period(self.bucket, f"metric {self.name}: bucket"))
+        object.__setattr__(self, "bucket", check_period(self.bucket, f"metric {self.name}: bucket"))
         object.__setattr__(
-            self, "budget_period", _period(self.budget_period, f"metric {self.name}: budget_period")
+            self,
+            "budget_period",
+            check_period(self.budget_period, f"metric {self.name}: budget_period"),
         )
         if self.budget is not None:
             budget = self._checked(check_epsilon, self.budget, what="budget")
@@ -298,6 +317,26 @@ class MetricDefinition:
             description=data.get("description", ""),
         )
 
+    @classmethod
+    def from_served(
+        cls, name: str, data: dict[str, Any], fingerprint: str | None = None
+    ) -> MetricDefinition:
+        """A definition as a collector serves or stores it (:meth:`to_dict`), rebuilt.
+
+        ``"auto"`` may resolve differently in another ldpkit version: when the rebuilt
+        definition does not reproduce ``fingerprint`` (or none is given), the served
+        ``resolved_mechanism`` is pinned, so both sides perturb and estimate with the
+        same mechanism. The caller compares fingerprints: what to do about a mismatch
+        (skip it, keep it under the old one) is its own."""
+        definition = cls.from_dict(name, data)
+        pinned = data.get("resolved_mechanism")
+        if isinstance(pinned, str) and definition.fingerprint != fingerprint:
+            spec = dict(data, mechanism=pinned)
+            if data.get("resolved_oracle"):  # hierarchies and tables: their oracles too
+                spec["oracle"] = data["resolved_oracle"]
+            definition = cls.from_dict(name, spec)
+        return definition
+
     # --- derived -----------------------------------------------------------------------
     @property
     def mechanism_instance(self) -> Mechanism:
@@ -383,26 +422,3 @@ class MetricDefinition:
         if self.description:
             data["description"] = self.description
         return data
-
-    # --- values ------------------------------------------------------------------------
-    def encode_value(self, value: object) -> int | float:
-        """The mechanism's input for a raw value: a category's index, or a clipped-later number."""
-        if self.kind is MetricKind.CATEGORICAL:
-            assert self.categories is not None
-            if not isinstance(value, str):
-                raise ParameterError(
-                    f"metric {self.name} takes one of its categories (a string), got {value!r}"
-                )
-            try:
-                return self.categories.index(value)
-            except ValueError:
-                raise ParameterError(
-                    f"{value!r} is not a category of metric {self.name}; "
-                    f"expected one of {', '.join(self.categories[:20])}"
-                    + ("..." if len(self.categories) > 20 else "")
-                ) from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ParameterError(f"metric {self.name} takes a number, got {value!r}")
-        if not math.isfinite(float(value)):
-            raise ParameterError(f"metric {self.name} takes a finite number, got {value!r}")
-        return float(value)

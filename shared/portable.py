@@ -60,7 +60,10 @@ def _dyadic53(probability: float) -> int:
 
 
 PORTABLE_MECHANISMS = frozenset(
-    ("grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "laplace", "piecewise", "hybrid")
+    (
+        *("grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "laplace", "piecewise", "hybrid"),
+        *("hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch"),
+    )
 )
 """The mechanisms whose sampling rule this module (and docs/protocol.md) gives to the bit."""
 
@@ -100,7 +103,61 @@ def derived_parameters(m: Mechanism) -> dict[str, Any]:
             "scale": m.step,  # type: ignore[attr-defined]
         }
         return out
+    if name == "hh":
+        return _hh_parameters(m)
+    if name in VIEW_MECHANISMS:
+        return _view_parameters(m)
+    if name == "prefix_sketch":
+        return {
+            "max_length": m.max_length,  # type: ignore[attr-defined]
+            "rows": m.rows,  # type: ignore[attr-defined]
+            "estimation_rows": m.estimation_rows,  # type: ignore[attr-defined]
+            "g": m.g,  # type: ignore[attr-defined]
+            "seed": hex64(m.seed),  # type: ignore[attr-defined]
+            "weights": [int(x) for x in m.weights],  # type: ignore[attr-defined]
+            "keep": hex64(threshold64_floor(m.p)),  # type: ignore[attr-defined]
+        }
     raise ParameterError(f"no portable sampling rule for mechanism {name!r}")
+
+
+VIEW_MECHANISMS = ("rollup", "levels", "joint", "joint_marginals")
+"""View sampling: each report is one view's oracle report (``ldpkit.mechanisms._views``)."""
+
+
+def _hh_parameters(m: Any) -> dict[str, Any]:
+    depths = []
+    for t, oracle in enumerate(m.oracles, start=1):
+        depths.append(
+            {
+                "leaves_per_node": int(m.tree.sizes[t]),
+                "nodes": int(m.tree.counts[t]),
+                "oracle": oracle.name,
+                **derived_parameters(oracle),
+            }
+        )
+    return {"resolution": m.resolution, "depths": depths}
+
+
+def _view_parameters(m: Any) -> dict[str, Any]:
+    views = []
+    cumulative = 0.0
+    for k, v in enumerate(m.views):
+        cumulative += v.weight
+        last = k == len(m.views) - 1
+        labels = np.asarray(v.labels)
+        identity = labels.size == v.size and bool(np.all(labels == np.arange(labels.size)))
+        views.append(
+            {
+                "name": v.name,
+                "oracle": v.oracle.name,
+                "size": v.size,
+                # The view is the first whose `until` exceeds one u64 (the last: always).
+                "until": hex64(TWO64 - 1 if last else min(TWO64 - 1, round(cumulative * TWO64))),
+                "labels": None if identity else [int(x) for x in labels],
+                **derived_parameters(v.oracle),
+            }
+        )
+    return {"payload": int(m._payload_size), "views": views}
 
 
 def duchi_flip(epsilon: float) -> float:
@@ -193,7 +250,9 @@ def os_words() -> WordSource:
     return take
 
 
-def perturb(definition: Mapping[str, Any], value: int | float, words: WordSource) -> bytes:
+def perturb(
+    definition: Mapping[str, Any], value: int | float | str | bytes, words: WordSource
+) -> bytes:
     """One report's bytes for a mechanism input, following docs/protocol.md.
 
     ``definition`` is the served JSON object (``resolved_mechanism``, ``categories`` or
@@ -203,6 +262,11 @@ def perturb(definition: Mapping[str, Any], value: int | float, words: WordSource
     w = Words(words)
     name = definition["resolved_mechanism"]
     p = definition["derived"]
+    if name in VIEW_MECHANISMS:
+        return _views(p, int(value), w)
+    if name == "prefix_sketch":
+        raw = value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[arg-type]
+        return _prefix_sketch(p, raw, w)
     if name in ("grr", "rr", "sue", "oue", "olh", "ss", "hr"):
         d = len(definition["categories"])
         x = int(value)
@@ -352,6 +416,87 @@ def _laplace(p: Mapping[str, Any], lo: float, hi: float, x: float, w: Words) -> 
     return int(min(max(y, -cap), steps + cap)).to_bytes(8, "little", signed=True)
 
 
+def _oracle(p: Mapping[str, Any], x: int, w: Words) -> bytes:
+    """A nested oracle's report (its derived keys and ``oracle``, ``size``)."""
+    return _CATEGORICAL[p["oracle"]](p, int(p["size"]), x, w)
+
+
+def leaf_of(x: float, lo: float, hi: float, resolution: int) -> int:
+    """The leaf of a clipped value: edges ``lo + ((hi - lo) * k) / R`` (the last: hi)."""
+
+    def edge(k: int) -> float:
+        return hi if k == resolution else lo + ((hi - lo) * k) / resolution
+
+    k = min(max(math.floor((x - lo) / (hi - lo) * resolution), 0), resolution - 1)
+    if k < resolution - 1 and x >= edge(k + 1):
+        k += 1
+    if x < edge(k):
+        k -= 1
+    return k
+
+
+def _hh(p: Mapping[str, Any], lo: float, hi: float, x: float, w: Words) -> bytes:
+    leaf = leaf_of(x, lo, hi, int(p["resolution"]))
+    depths = p["depths"]
+    t = w.below(len(depths))
+    view = depths[t]
+    node = leaf // int(view["leaves_per_node"])
+    if view["oracle"] == "olh":
+        body = _olh(view, int(view["nodes"]), node, w)
+    else:
+        body = bytes(16) + _grr(view, int(view["nodes"]), node, w)
+    return bytes([t + 1]) + body
+
+
+def _views(p: Mapping[str, Any], cell: int, w: Words) -> bytes:
+    draw = w.u64()
+    views = p["views"]
+    k = next((i for i, v in enumerate(views) if draw < int(v["until"], 16)), len(views) - 1)
+    view = views[k]
+    item = cell if view["labels"] is None else int(view["labels"][cell])
+    body = _oracle(view, item, w)
+    return bytes([k]) + body + bytes(int(p["payload"]) - len(body))
+
+
+def splitmix64(seed: int, count: int) -> list[int]:
+    out = []
+    for i in range(count):
+        z = (seed + (i + 1) * 0x9E3779B97F4A7C15) % TWO64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % TWO64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % TWO64
+        out.append(z ^ (z >> 31))
+    return out
+
+
+def _prefix_sketch(p: Mapping[str, Any], raw: bytes, w: Words) -> bytes:
+    m = int(p["max_length"])
+    if len(raw) > m:
+        raise ParameterError(f"a string of {len(raw)} bytes is longer than max_length {m}")
+    rows, g, rows_e = int(p["rows"]), int(p["g"]), int(p["estimation_rows"])
+    weights = [int(x) for x in p["weights"]]
+    slot = w.below(sum(weights))
+    sketch = 0
+    while slot >= weights[sketch]:
+        slot -= weights[sketch]
+        sketch += 1
+    row = w.below(rows_e if sketch == 0 else rows)
+    at = row if sketch == 0 else rows_e + (sketch - 1) * rows + row  # the global row
+    key = bytes([len(raw)]) + raw + bytes(m - len(raw))
+    keep = m if sketch == 0 else sketch  # bytes 0..keep of the key are kept
+    cut = key[: keep + 1] + bytes(m - keep)
+    nwords = -(-(m + 1) // 4)
+    padded = cut + bytes(4 * nwords - len(cut))
+    words = [int.from_bytes(padded[4 * i : 4 * i + 4], "little") for i in range(nwords)]
+    start = at * (nwords + 1)
+    stream = splitmix64(int(p["seed"], 16), start + nwords + 1)[start:]
+    acc = stream[0]
+    for a, x in zip(stream[1:], words, strict=True):
+        acc = (acc + a * x) % TWO64
+    true = ((acc >> 32) * g) >> 32
+    y = _rr_item(p["keep"], g, true, w)
+    return (at * g + y).to_bytes(4, "little")
+
+
 _CATEGORICAL: dict[str, Callable[[Mapping[str, Any], int, int, Words], bytes]] = {
     "grr": _grr,
     "rr": _grr,
@@ -366,9 +511,12 @@ _NUMERIC: dict[str, Callable[[Mapping[str, Any], float, float, float, Words], by
     "piecewise": _piecewise,
     "hybrid": _hybrid,
     "laplace": _laplace,
+    "hh": _hh,
 }
-MECHANISMS = tuple(_CATEGORICAL) + tuple(_NUMERIC)
-"""The mechanisms with a portable rule (every one a metric definition can resolve to)."""
+MECHANISMS = (*_CATEGORICAL, *_NUMERIC, *VIEW_MECHANISMS, "prefix_sketch")
+"""The mechanisms with a portable rule (every one a metric definition can resolve to,
+but the (epsilon, delta) ``gaussian``)."""
+assert set(MECHANISMS) == PORTABLE_MECHANISMS
 
 
 def perturb_many(
@@ -376,4 +524,5 @@ def perturb_many(
 ) -> bytes:
     """Reports for many values, one after the other on one word stream (OS by default)."""
     source = os_words() if words is None else words
-    return b"".join(perturb(definition, v, source) for v in np.asarray(values).tolist())
+    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    return b"".join(perturb(definition, v, source) for v in items)

@@ -113,6 +113,12 @@ function kindControls(metric) {
   box.replaceChildren();
   state.subtree = null;
   const kind = metric ? metric.kind : null;
+  // How each kind makes its consistent estimates (docs/statistics.md).
+  $("consistent-label").textContent = {
+    table: "consistent (IPF to the marginals)",
+    hierarchy: "consistent (top-down Norm-Sub)",
+  }[kind] || "consistent (Norm-Sub)";
+  $("consistent").disabled = kind === "distribution" || kind === "strings" || kind === "numeric";
   const select = (id, label, options, chosen) => {
     const s = el("select", { id });
     for (const [value, text] of options) {
@@ -251,7 +257,9 @@ function drawChart(data, metric, version) {
     width: Math.max(260, Math.floor(chart.clientWidth - 14)),
     open: (path) => { state.subtree = path; refresh(); },  // a hierarchy's node, clicked
   };
-  const view = LDPK_VIEWS.pick(data, ctx);
+  // "over time" just ticked, the answer with buckets not back yet (a resize redraws the
+  // previous answer): draw that answer as it is.
+  const view = LDPK_VIEWS.pick(data, ctx) || LDPK_VIEWS.pick(data, { ...ctx, overTime: false });
   const drawn = view.draw(data, ctx);
   chart.appendChild(drawn.node);
   window.ldpkitDashboard = { view: view.name, figures: drawn.figures, data };

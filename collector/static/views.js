@@ -403,9 +403,9 @@ const LDPK_VIEWS = (() => {
           domain: [Math.min(0, ...values), Math.max(...values)] },
         color: { domain: series, range: colours, legend: true, label: null },
         marks: [
-          ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
+          ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
           ...whiskers,
-          Plot.lineY(rows, { x: "t", y: "estimate", stroke: "series", strokeWidth: 2, className: "lines" }),
+          Plot.lineY(rows, { x: "t", y: "estimate", z: "series", stroke: "series", strokeWidth: 2, className: "lines" }),
           Plot.dot(rows, { x: "t", y: "estimate", fill: "series", r: 3.5, className: "points",
             title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], n=${r.n}` }),
         ],

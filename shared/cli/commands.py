@@ -253,15 +253,34 @@ def metrics(args: argparse.Namespace) -> int:
     table = [
         {
             **{k: r[k] for k in ("name", "kind", "mechanism", "epsilon", "bucket")},
-            "domain": f"{len(d.categories)} categories"
-            if d.categories is not None
-            else f"[{r['low']}, {r['high']}]",
+            "domain": _domain(d),
             "version": r["version"],
         }
         for r, d in zip(rows, definitions, strict=True)
     ]
     print(_text_table(table))
     return 0
+
+
+def _domain(d: MetricDefinition) -> str:
+    """What a metric's values are, in a few words, for the metrics table."""
+    kind = d.kind.value
+    if kind == "hierarchy":
+        separator = d.separator or "/"
+        depth = max(c.count(separator) + 1 for c in d.categories or ())
+        return f"{len(d.categories or ())} leaves, {depth} levels"
+    if kind == "table" and d.dimensions is not None:
+        shape = " x ".join(str(len(c)) for _, c in d.dimensions)
+        return f"{shape} cells ({' x '.join(n for n, _ in d.dimensions)})"
+    if kind == "strings":
+        return f"strings <= {d.max_length} bytes, top {d.k}"
+    if d.categories is not None:
+        return f"{len(d.categories)} categories"
+    assert d.bounds is not None
+    span = f"[{d.bounds[0]:g}, {d.bounds[1]:g}]"
+    if kind == "distribution":
+        return f"{span}, {d.resolution} leaves"
+    return span + (f", delta {d.delta:g}" if d.delta else "")
 
 
 METRIC_COLUMNS = [

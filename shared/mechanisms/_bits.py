@@ -46,6 +46,29 @@ def unpack_rows(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.bool
     return out.astype(np.bool_)
 
 
+def bit(packed: npt.NDArray[np.uint8], index: int) -> npt.NDArray[np.bool_]:
+    """Bit ``index`` of each packed row (bit i is bit ``i % 8`` of byte ``i // 8``)."""
+    rows = np.asarray(packed)
+    return np.asarray((rows[:, index // 8] >> (index % 8)) & 1 == 1)
+
+
+class BitmapReports:
+    """What the oracles whose reports are packed bitmaps over the items (unary encodings,
+    subset selection) share: a report supports the items whose bits it sets."""
+
+    domain_size: int
+
+    @property
+    def distinct_reports(self) -> int:
+        return 1 << self.domain_size  # every bitmap
+
+    def supports(self, value: Any, reports: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        return bit(np.asarray(reports), int(value))
+
+    def _sums(self, reports: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+        return column_counts(reports, self.domain_size).astype(np.float64)
+
+
 def padding_is_zero(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.bool_]:
     """Per row: are the padding bits beyond ``bits`` in the last byte all zero?"""
     n = packed.shape[0]

@@ -1,9 +1,5 @@
-"""Checks on true numbers before they are perturbed: one place for every numeric mechanism.
-
-:class:`~ldpkit.mechanisms.base.NumericMechanism` has the same rules inline; the
-distribution mechanisms (which are not NumericMechanisms: their answer is not a mean)
-use this function so the wording and the clipping stay the same.
-"""
+"""Checks on true numbers before they are perturbed: one place for every mechanism of
+numbers (:class:`~ldpkit.mechanisms.base.NumericMechanism` and the distribution ones)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,6 +31,7 @@ from ..errors import ParameterError, ReportError
 from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
 from ._dyadic import check_min_epsilon
+from ._values import check_numbers
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -89,6 +89,22 @@ class Mechanism(ABC):
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         """The sufficient statistics of valid reports."""
 
+    # --- what one report says about one input (the privacy audit's events) -------------
+    @property
+    def distinct_reports(self) -> int | None:
+        """How many different reports there are, when few enough to list; else None."""
+        return None
+
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        """Which ``reports`` support ``value``: the evidence for it that the estimator
+        counts (:mod:`ldpkit.audit` builds its events from it)."""
+        raise NotImplementedError(f"{self.name} reports do not each support single values")
+
+    def report_layer(self, reports: npt.ArrayLike) -> IntArray | None:
+        """The layer each report speaks about (a tree's depth), for mechanisms whose
+        reports each describe one of several layers; None for the others."""
+        return None
+
     # --- shared behaviour --------------------------------------------------------------
     def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
         """Randomize true values; ``rng`` defaults to a generator fed by the OS CSPRNG."""
@@ -102,6 +118,12 @@ class Mechanism(ABC):
         if array.ndim != 1:
             raise ReportError(f"values must be a scalar or a 1-D array, got shape {array.shape}")
         return self._perturb(self._check_values(array), generator)
+
+    def perturb_checked(self, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+        """:meth:`perturb` of a 1-D array its caller has checked already (the client's
+        codec: int64 indices in the domain, or float64 numbers within the bounds), so
+        that a device value is checked once."""
+        return self._perturb(values, rng)
 
     def coerce_reports(self, reports: npt.ArrayLike) -> npt.NDArray[Any]:
         """View ``reports`` as an array of ``report_dtype`` (one row per report)."""
@@ -240,7 +262,9 @@ class FrequencyOracle(Mechanism):
         return values.astype(np.int64, copy=False)
 
     def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
-        """Variance of an item's estimated fraction when its true fraction is ``frequency``."""
+        """Variance of an item's estimated fraction from ``n`` reports (``n=1``: one
+        report) when its true fraction is ``frequency``; every mechanism's ``variance``
+        means the variance of its estimate from ``n`` reports."""
         f = np.asarray(frequency, dtype=np.float64)
         p, q = self.p, self.q
         var = (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
@@ -300,26 +324,7 @@ class NumericMechanism(Mechanism):
         return {"mechanism": self.name, "epsilon": self.epsilon, "bounds": list(self.bounds)}
 
     def _check_values(self, values: npt.NDArray[Any]) -> FloatArray:
-        if values.dtype.kind == "O":
-            is_number = np.fromiter(
-                (isinstance(v, Real) and not isinstance(v, bool) for v in values),
-                dtype=bool,
-                count=values.size,
-            )
-            if not bool(np.all(is_number)):
-                i = int(np.argmin(is_number))
-                raise ReportError(f"value {values[i]!r} at index {i} is not a number")
-            values = values.astype(np.float64)
-        if values.dtype.kind not in "iuf":
-            where = f"value {values[0]!r} at index 0 is not a number: " if values.size else ""
-            raise ReportError(f"{where}numeric values must be numbers, got dtype {values.dtype}")
-        x = values.astype(np.float64)
-        bad = ~np.isfinite(x)
-        if bool(np.any(bad)):
-            i = int(np.argmax(bad))
-            raise ReportError(f"value {x[i]!r} at index {i} is not a finite number")
-        lo, hi = self.bounds
-        return np.clip(x, lo, hi)
+        return check_numbers(values, self.bounds)
 
     def to_unit(self, x: FloatArray) -> FloatArray:
         lo, _ = self.bounds
@@ -333,10 +338,13 @@ class NumericMechanism(Mechanism):
     def unit_variance(self, t: float | npt.ArrayLike) -> Any:
         """Variance of one debiased report at unit-scale true value t in [-1, 1]."""
 
-    def variance(self, value: float | npt.ArrayLike) -> Any:
-        """Variance of one debiased report, in the metric's units, at true ``value``."""
+    def variance(self, value: float | npt.ArrayLike, n: int = 1) -> Any:
+        """Variance of the mean estimated from ``n`` reports (``n=1``: one debiased
+        report), in the metric's units, when every reporter holds ``value``; as for
+        frequency oracles, ``variance`` means the variance of the estimate from ``n``
+        reports."""
         x = np.clip(np.asarray(value, dtype=np.float64), *self.bounds)
-        var = np.asarray(self.unit_variance(self.to_unit(x))) * self.half_range**2
+        var = np.asarray(self.unit_variance(self.to_unit(x))) * self.half_range**2 / n
         return float(var) if var.ndim == 0 else var
 
     def worst_case_variance(self) -> float:

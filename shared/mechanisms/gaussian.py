@@ -19,17 +19,14 @@ from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from ..errors import ParameterError
 from ._dyadic import check_min_epsilon
 from ._geometric import SplitGeometric
-from .base import BoolArray, FloatArray, IntArray, NumericMechanism
-
-REPORT_DTYPE = np.dtype("<i8")
-
-GRID_STEPS = 2**16
-"""D: the bounds are cut into D equal steps (as for Laplace); part of protocol v1."""
+from ._grid import GRID_STEPS as GRID_STEPS  # D: as for Laplace; part of protocol v1
+from ._grid import REPORT_DTYPE as REPORT_DTYPE
+from ._grid import GridMechanism
+from .base import BoolArray, FloatArray, IntArray
 
 TAIL_SIGMAS = 40.0
 """A report is valid if it lies within ``TAIL_SIGMAS`` noise standard deviations of the
@@ -141,7 +138,7 @@ def discrete_gaussian_delta(epsilon: float, sigma: float, shift: int) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LocalGaussian(NumericMechanism):
+class LocalGaussian(GridMechanism):
     """Value plus discrete Gaussian noise on an integer grid: (epsilon, delta)-LDP per report.
 
     A value x in ``bounds`` (clipped to them on the device) maps to
@@ -197,14 +194,11 @@ class LocalGaussian(NumericMechanism):
     """
 
     name: ClassVar[str] = "gaussian"
-    grid_steps: ClassVar[int] = GRID_STEPS
-
     delta: float | None = None
     sigma: float = field(init=False)
     """Noise standard deviation in the metric's units (continuous calibration)."""
     grid_sigma: float = field(init=False, repr=False)
     """s: the discrete Gaussian's parameter in grid steps."""
-    noise_cap: int = field(init=False, repr=False)
     _noise_variance: float = field(init=False, repr=False)
     _proposal: SplitGeometric = field(init=False, repr=False)
     _scale: int = field(init=False, repr=False)
@@ -230,17 +224,6 @@ class LocalGaussian(NumericMechanism):
         scale = math.floor(s) + 1
         object.__setattr__(self, "_scale", scale)
         object.__setattr__(self, "_proposal", SplitGeometric(1.0 / scale))
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
-
-    @property
-    def report_rule(self) -> str:
-        return (
-            f"an integer in {-self.noise_cap}..{self.grid_steps + self.noise_cap} "
-            f"(int64 grid position)"
-        )
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "delta": self.delta}
@@ -273,43 +256,8 @@ class LocalGaussian(NumericMechanism):
             todo = todo[~ok]
         return out
 
-    def _perturb(self, values: FloatArray, rng: np.random.Generator) -> IntArray:
-        n = values.size
-        d = self.grid_steps
-        lo, hi = self.bounds
-        u = np.clip((values - lo) / (hi - lo) * d, 0.0, float(d))
-        m = np.floor(u)
-        m += rng.random(n) < u - m  # stochastic rounding: E[M] = u
-        y = m.astype(np.int64) + self.noise(rng, n)
-        out: IntArray = np.clip(y, -self.noise_cap, d + self.noise_cap)
-        return out
-
-    # --- collector side ----------------------------------------------------------------
-    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
-        return np.asarray(
-            (reports >= -self.noise_cap) & (reports <= self.grid_steps + self.noise_cap)
-        )
-
-    def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:
-        return np.asarray(reports, dtype=np.float64) * (2.0 / self.grid_steps) - 1.0
-
-    def unit_variance(self, t: float | npt.ArrayLike) -> Any:
-        """Exact variance of one debiased report at unit value t (rounding + noise)."""
-        tt = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
-        d = self.grid_steps
-        u = (tt + 1.0) * (0.5 * d)
-        f = u - np.floor(u)
-        var = (2.0 / d) ** 2 * (f * (1.0 - f) + self._noise_variance)
-        return float(var) if var.ndim == 0 else var
-
-    def noise_terms(self) -> tuple[float, float, float]:
-        """The discrete Gaussian's variance whatever t; rounding adds up to ``(1 / D)^2``."""
-        unit = (2.0 / self.grid_steps) ** 2
-        return unit * self._noise_variance, 0.0, unit * 0.25
-
-    def worst_case_variance(self) -> float:
-        d = self.grid_steps
-        return (2.0 / d) ** 2 * (0.25 + self._noise_variance) * self.half_range**2
+    def grid_noise_variance(self) -> float:
+        return self._noise_variance
 
     # --- the realized guarantee --------------------------------------------------------
     def realized_delta(self) -> float:

@@ -143,6 +143,16 @@ class HadamardResponse(FrequencyOracle):
         support: FloatArray = (n + transformed[1 : self.domain_size + 1]) / 2.0
         return support
 
+    @property
+    def distinct_reports(self) -> int:
+        return self.K
+
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        """Whether each reported column lies in ``C_value`` (an even parity of
+        ``(value + 1) & column``)."""
+        columns = np.asarray(reports).astype(np.uint64)
+        return np.asarray((np.bitwise_count(np.uint64(int(value) + 1) & columns) & 1) == 0)
+
     def output_probabilities(self, value: int) -> tuple[npt.NDArray[np.uint32], FloatArray]:
         """Every possible report (column) for ``value`` and its exact probability.
 

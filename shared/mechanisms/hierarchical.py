@@ -201,6 +201,22 @@ class HierarchicalHistogram(Mechanism):
         keyless = (reports["a"] == 0) & (reports["b"] == 0)
         return np.asarray(ok & (self._hashed[depth] | keyless))
 
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        """Whether each report supports the node holding ``value`` at the report's depth."""
+        r = np.asarray(reports)
+        leaf = int(self.leaves_of([value])[0])
+        depth = r["depth"].astype(np.int64)
+        out = np.zeros(r.shape[0], dtype=np.bool_)
+        for t, oracle in enumerate(self.oracles, start=1):
+            sel = depth == t
+            chosen = r[sel] if isinstance(oracle, OptimizedLocalHashing) else r[sel]["y"]
+            out[sel] = oracle.supports(int(self.tree.node_of_leaf(leaf, t)), chosen)
+        return out
+
+    def report_layer(self, reports: npt.ArrayLike) -> IntArray:
+        """The depth each report speaks about."""
+        return np.asarray(reports)["depth"].astype(np.int64)
+
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         tree = self.tree
         depth = reports["depth"]

@@ -16,25 +16,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from ._bits import uniform_u64
 from ._dyadic import check_min_epsilon
-from .base import BoolArray, FloatArray, IntArray, NumericMechanism
-
-REPORT_DTYPE = np.dtype("<i8")
+from ._grid import GRID_STEPS as GRID_STEPS  # D: part of protocol v1
+from ._grid import REPORT_DTYPE as REPORT_DTYPE
+from ._grid import GridMechanism
+from .base import IntArray
 
 
 def _threshold(probability: float) -> int:
     """The 64-bit coin threshold nearest ``probability`` (in (0, 1))."""
     return min(2**64 - 1, round(probability * 2**64))
 
-
-GRID_STEPS = 2**16
-"""D: the bounds are cut into D equal steps; part of protocol v1."""
 
 TAIL_CAP = 48.0
 """A report is valid if it lies within ``TAIL_CAP / lambda`` grid steps of the grid
@@ -43,7 +40,7 @@ and the device clamps it there anyway (post-processing)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class LocalLaplace(NumericMechanism):
+class LocalLaplace(GridMechanism):
     """Value plus Laplace noise, realized exactly on an integer grid (the geometric mechanism).
 
     A value x in ``bounds`` (values outside are clipped to them on the device) maps to
@@ -101,12 +98,8 @@ class LocalLaplace(NumericMechanism):
     """
 
     name: ClassVar[str] = "laplace"
-    grid_steps: ClassVar[int] = GRID_STEPS
-
     decay: float = field(init=False, repr=False)
     """``a = exp(-eps / D)``: the geometric's ratio."""
-    noise_cap: int = field(init=False, repr=False)
-    """Valid reports lie in ``-noise_cap .. D + noise_cap``."""
     digit_thresholds: tuple[int, ...] = field(init=False, repr=False)
     """64-bit thresholds of the geometric's binary digits (``J`` of them)."""
     block_threshold: int = field(init=False, repr=False)
@@ -125,17 +118,6 @@ class LocalLaplace(NumericMechanism):
         object.__setattr__(self, "digit_thresholds", digits)
         object.__setattr__(self, "block_threshold", _threshold(math.exp(-lam * 2.0**bits)))
 
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
-
-    @property
-    def report_rule(self) -> str:
-        return (
-            f"an integer in {-self.noise_cap}..{self.grid_steps + self.noise_cap} "
-            f"(int64 grid position)"
-        )
-
     # --- sampling ----------------------------------------------------------------------
     def _geometric(self, rng: np.random.Generator, n: int) -> IntArray:
         """n draws of G with ``Pr[G = g] = (1 - a) a^g``, g = 0, 1, ... (see class doc)."""
@@ -150,45 +132,11 @@ class LocalLaplace(NumericMechanism):
             g[active] += block
         return g
 
-    def _perturb(self, values: FloatArray, rng: np.random.Generator) -> IntArray:
-        n = values.size
-        d = self.grid_steps
-        lo, hi = self.bounds
-        u = np.clip((values - lo) / (hi - lo) * d, 0.0, float(d))
-        m = np.floor(u)
-        m += rng.random(n) < u - m  # stochastic rounding: E[M] = u
+    def noise(self, rng: np.random.Generator, n: int) -> IntArray:
+        """n draws of the two-sided geometric: the difference of two geometrics."""
         g = self._geometric(rng, 2 * n)
-        y = m.astype(np.int64) + (g[:n] - g[n:])
-        return np.clip(y, -self.noise_cap, d + self.noise_cap)
+        return g[:n] - g[n:]
 
-    # --- collector side ----------------------------------------------------------------
-    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
-        return np.asarray(
-            (reports >= -self.noise_cap) & (reports <= self.grid_steps + self.noise_cap)
-        )
-
-    def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:
-        return np.asarray(reports, dtype=np.float64) * (2.0 / self.grid_steps) - 1.0
-
-    def _noise_variance(self) -> float:
+    def grid_noise_variance(self) -> float:
         """``2 a / (1 - a)^2 = 1 / (2 sinh^2(lambda / 2))``: Var Z in grid steps squared."""
         return 0.5 / math.sinh(self._lam / 2.0) ** 2
-
-    def unit_variance(self, t: float | npt.ArrayLike) -> Any:
-        """Exact variance of one debiased report at unit value t (rounding + noise)."""
-        tt = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
-        d = self.grid_steps
-        u = (tt + 1.0) * (0.5 * d)
-        f = u - np.floor(u)
-        var = (2.0 / d) ** 2 * (f * (1.0 - f) + self._noise_variance())
-        return float(var) if var.ndim == 0 else var
-
-    def noise_terms(self) -> tuple[float, float, float]:
-        """Noise ``(2 / D)^2 2a / (1 - a)^2`` whatever t; rounding adds up to ``(1 / D)^2``."""
-        unit = (2.0 / self.grid_steps) ** 2
-        return unit * self._noise_variance(), 0.0, unit * 0.25
-
-    def worst_case_variance(self) -> float:
-        """Exact maximum over the bounds (rounding variance 1/4 at a half step)."""
-        d = self.grid_steps
-        return (2.0 / d) ** 2 * (0.25 + self._noise_variance()) * self.half_range**2

@@ -213,6 +213,11 @@ class OptimizedLocalHashing(FrequencyOracle):
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray(reports["y"].astype(np.uint64) < np.uint64(self.g))
 
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        """Whether each report's bucket is ``value``'s under the report's own hash."""
+        r = np.asarray(reports)
+        return np.asarray(bucket(int(value), r["a"], r["b"], self.g) == r["y"].astype(np.uint64))
+
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         d = self.domain_size
         counts = np.zeros(d, dtype=np.int64)

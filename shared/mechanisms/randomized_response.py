@@ -69,6 +69,13 @@ class GeneralizedRR(FrequencyOracle):
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         return np.bincount(reports, minlength=self.domain_size).astype(np.float64)
 
+    @property
+    def distinct_reports(self) -> int:
+        return self.domain_size
+
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        return np.asarray(np.asarray(reports) == value)
+
     def output_probabilities(self, value: int) -> tuple[npt.NDArray[Any], FloatArray]:
         """Every possible report for ``value`` and its exact probability."""
         probs = np.full(self.domain_size, self.q)

@@ -107,7 +107,7 @@ def optimal_subset_size(epsilon: float, domain_size: int) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SubsetSelection(FrequencyOracle):
+class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
     """Subset selection (SS): report a random k-subset that favours the true item.
 
     ``k`` is chosen from ``d / (e^eps + 1)`` (see :func:`optimal_subset_size`);
@@ -227,9 +227,6 @@ class SubsetSelection(FrequencyOracle):
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         padding = _bits.padding_is_zero(reports, self.domain_size)
         return np.asarray(padding & (_bits.row_popcounts(reports) == self.k))
-
-    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
-        return _bits.column_counts(reports, self.domain_size).astype(np.float64)
 
     def output_probabilities(self, value: int) -> tuple[npt.NDArray[np.uint8], FloatArray]:
         """Every k-subset (the only possible reports) for ``value``, with its probability.

@@ -84,7 +84,7 @@ MAX_ENUMERATED_BITS = 16
 
 
 @dataclass(frozen=True, kw_only=True)
-class _UnaryEncoding(FrequencyOracle):
+class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
     """Shared machinery of SUE and OUE; subclasses give (p, q)."""
 
     @property
@@ -174,9 +174,6 @@ class _UnaryEncoding(FrequencyOracle):
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return _bits.padding_is_zero(reports, self.domain_size)
-
-    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
-        return _bits.column_counts(reports, self.domain_size).astype(np.float64)
 
     def output_probabilities(self, value: int) -> tuple[npt.NDArray[np.uint8], FloatArray]:
         """Every possible report for ``value`` and its exact probability.

@@ -460,3 +460,80 @@ def test_cli_plans_each_kind(
     assert "256 leaves" in out
     code = main(["plan", "--epsilon", "1", "--max-length", "16", "--half-width", "0.01"])
     assert code == 2 and "not by a half-width" in capsys.readouterr().err
+
+
+def test_cli_lists_each_kind_with_its_domain(
+    live: LiveCollector, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ldpkit.cli.registry import main
+
+    assert main(["metrics", "--collector", live.url, "--token", READ]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert "[0, 120], 256 leaves" in rows["session_minutes"]
+    assert "[0, 10], delta 1e-06" in rows["spend"]
+    assert "6 leaves, 3 levels" in rows["region"]
+    assert "6 x 2 cells (type x origin)" in rows["car"]
+    assert "strings <= 16 bytes, top 10" in rows["search_term"]
+
+
+def test_plots_of_each_kind_and_of_negative_estimates(
+    live: LiveCollector,
+    tmp_path: Path,
+    minutes: np.ndarray,
+    regions: list[str],
+    cars: list[dict[str, str]],
+    terms: list[str],
+) -> None:
+    from ldpkit.analyst import Analyst, EstimateResult
+    from ldpkit.analyst.plots import plot_estimate
+
+    analyst = Analyst(live.url, READ)
+    results = {
+        "session_minutes": analyst.estimates("session_minutes", bins=16, quantiles=[0.5, 0.9]),
+        "region": analyst.estimates("region", depth=3),
+        "car": analyst.estimates("car", consistent=True),
+        "search_term": analyst.estimates("search_term"),
+        # an unbiased estimate below its interval's clipped lower end (0) is drawn too
+        "negative": EstimateResult.from_json(
+            {
+                "metric": "negative",
+                "kind": "categorical",
+                "n": 10,
+                "items": [
+                    {"category": "a", "estimate": -0.05, "stderr": 0.1, "low": 0.0, "high": 0.2},
+                    {"category": "b", "estimate": 1.05, "stderr": 0.1, "low": 0.8, "high": 1.0},
+                ],
+            }
+        ),
+    }
+    for name, result in results.items():
+        path = tmp_path / f"{name}.png"
+        fig = plot_estimate(result, path)
+        assert path.read_bytes()[:4] == b"\x89PNG", name
+        if name == "session_minutes":
+            ax = fig.axes[0]
+            assert len(ax.patches) >= 16  # one bar per bin (and the quantile bands)
+            assert ax.get_xlim()[0] <= 0.0 and ax.get_xlim()[1] >= 120.0  # on the bounds
+
+
+async def test_async_reporter_reports_every_kind(live: LiveCollector, tmp_path: Path) -> None:
+    """AsyncReporter shares the codec: each kind's value is encoded, checked and sent."""
+    from ldpkit.client import AsyncReporter
+
+    before = {m: live.n(m) for m in ("session_minutes", "region", "car", "search_term", "spend")}
+    async with AsyncReporter(
+        live.url, token=INGEST, state_dir=tmp_path / "async", background=False
+    ) as r:
+        await r.refresh_definitions()
+        await r.report("session_minutes", 42.5)
+        await r.report("region", "MX/Yucatan/Merida")
+        await r.report("car", {"type": "Small", "origin": "non-USA"})
+        await r.report("search_term", "música")
+        receipt = await r.report("spend", 3.0)
+        assert receipt.epsilon_spent == 1.0
+        with pytest.raises(ParameterError, match="not a leaf"):
+            await r.report("region", "MX")
+        result = await r.flush()
+        assert (result.sent, result.remaining) == (5, 0)
+    after = {m: live.n(m) for m in before}
+    assert all(after[m] == before[m] + 1 for m in before), (before, after)

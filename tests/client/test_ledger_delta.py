@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ldpkit.client.storage import DATABASE_FILE, SCHEMA_VERSION, TOTAL_KEY, Store, delta_key
+from ldpkit.client.storage import DATABASE_FILE, SCHEMA_VERSION, TOTAL_KEY, DeviceStore, delta_key
 
 
-def add(store: Store, *, epsilon: float, delta: float, start: int = 0) -> None:
+def add(store: DeviceStore, *, epsilon: float, delta: float, start: int = 0) -> None:
     with store.transaction():
         store.add_report(
             b"\x01" * 16,
@@ -29,7 +29,7 @@ def add(store: Store, *, epsilon: float, delta: float, start: int = 0) -> None:
 
 
 def test_delta_is_spent_beside_epsilon_and_survives_a_restart(tmp_path: Path) -> None:
-    store = Store(tmp_path, durable_reports=True, known_device=False)
+    store = DeviceStore(tmp_path, durable_reports=True, known_device=False)
     add(store, epsilon=1.0, delta=1e-6)
     add(store, epsilon=1.0, delta=1e-6)
     add(store, epsilon=0.5, delta=0.0)
@@ -37,14 +37,14 @@ def test_delta_is_spent_beside_epsilon_and_survives_a_restart(tmp_path: Path) ->
     assert store.spent(delta_key("spend"), 86400, 0) == pytest.approx(2e-6)
     assert store.spent(delta_key(TOTAL_KEY), 86400, 0) == pytest.approx(2e-6)
     store.close()
-    again = Store(tmp_path, durable_reports=True, known_device=True)
+    again = DeviceStore(tmp_path, durable_reports=True, known_device=True)
     assert again.spent(delta_key("spend"), 86400, 0) == pytest.approx(2e-6)
     assert again.spent(delta_key("spend"), 86400, 86400) == 0.0  # the next day
     again.close()
 
 
 def test_a_schema_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
-    Store(tmp_path, durable_reports=True, known_device=False).close()
+    DeviceStore(tmp_path, durable_reports=True, known_device=False).close()
     db = sqlite3.connect(tmp_path / DATABASE_FILE)
     db.execute("ALTER TABLE reports DROP COLUMN delta")  # as schema 1 made it
     db.execute(
@@ -55,7 +55,7 @@ def test_a_schema_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     db.execute("PRAGMA user_version=1")
     db.commit()
     db.close()
-    store = Store(tmp_path, durable_reports=True, known_device=True)
+    store = DeviceStore(tmp_path, durable_reports=True, known_device=True)
     assert store.spent("spend", 86400, 0) == pytest.approx(1.0)  # the old spend is kept
     add(store, epsilon=1.0, delta=1e-6)
     assert store.spent(delta_key("spend"), 86400, 0) == pytest.approx(1e-6)

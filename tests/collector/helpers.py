@@ -5,19 +5,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from ldpkit import wire
-from ldpkit.collector import create_app
 from ldpkit.collector.config import CollectorConfig, config_from_dict
-from ldpkit.collector.store import Store
 from ldpkit.metrics import MetricDefinition, Period
+from tests.harness import running as running  # the one harness (tests/harness.py)
 
 INGEST = "ingest-token-0001"
 READ = "read-token-0001"
@@ -41,16 +38,6 @@ def make_config(
         "metrics": METRICS if metrics is None else metrics,
     }
     return config_from_dict(data, source="<test>", environ={})
-
-
-@asynccontextmanager
-async def running(
-    config: CollectorConfig, *, store: Store | None = None
-) -> AsyncIterator[TestClient]:
-    """The app started (store open) and served on a loopback port; closed on exit."""
-    app = create_app(config, store=store)
-    async with TestClient(TestServer(app)) as client:
-        yield client
 
 
 def auth(kind: str | None) -> dict[str, str]:

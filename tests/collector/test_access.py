@@ -34,9 +34,9 @@ from ldpkit import cli, wire
 from ldpkit.collector.auth import TokenRegistry, token_hash
 from ldpkit.collector.config import ConfigError, Tokens, config_from_dict
 from ldpkit.collector.limits import IngestLimiter
+from tests.harness import Answer, ThreadedCollector
 
 from .helpers import ADMIN, INGEST, METRICS, READ, batch, block_of, grr_reports
-from .served import Answer, ServedCollector
 
 PROTOCOL = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 COLUMNS = ("none", "wrong", "ingest", "read", "admin")
@@ -71,18 +71,18 @@ def headers_for(column: str, *, basic: bool = False) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedCollector]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedCollector]:
     from .helpers import make_config
 
     config = make_config(tmp_path_factory.mktemp("access") / "c.sqlite3", synchronous="normal")
-    with ServedCollector(config) as s:
+    with ThreadedCollector(config) as s:
         yield s
 
 
 PUT_COUNTER = iter(range(10**6))
 
 
-def send(served: ServedCollector, method: str, template: str, headers: dict[str, str]) -> Answer:
+def send(served: ThreadedCollector, method: str, template: str, headers: dict[str, str]) -> Answer:
     path = template.replace("{file}", "ui.js")
     body = None
     headers = dict(headers)
@@ -112,7 +112,7 @@ CELLS = [(route, column) for route in TABLE for column in COLUMNS]
 
 @pytest.mark.parametrize(("route", "column"), CELLS, ids=[f"{r[0]} {r[1]}-{c}" for r, c in CELLS])
 def test_every_route_with_every_kind_of_token(
-    served: ServedCollector, route: tuple[str, str], column: str
+    served: ThreadedCollector, route: tuple[str, str], column: str
 ) -> None:
     method, template = route
     expected = TABLE[route][column]
@@ -134,7 +134,7 @@ def test_every_route_with_every_kind_of_token(
             assert (head.status, head.body) == (expected, b"")
 
 
-def test_the_table_lists_every_route(served: ServedCollector) -> None:
+def test_the_table_lists_every_route(served: ThreadedCollector) -> None:
     served_routes = set()
     for route in served.app.router.routes():
         resource = route.resource
@@ -148,7 +148,7 @@ def test_the_table_lists_every_route(served: ServedCollector) -> None:
 
 
 @pytest.mark.parametrize("column", COLUMNS)
-def test_route_errors_come_before_the_token(served: ServedCollector, column: str) -> None:
+def test_route_errors_come_before_the_token(served: ThreadedCollector, column: str) -> None:
     headers = headers_for(column)
     answer = served.request("GET", "/v2/nothing", None, headers)
     assert answer.status == 404 and json.loads(answer.body)["error"] == "not_found"
@@ -176,7 +176,7 @@ def test_tokens_given_as_hashes(tmp_path: Path) -> None:
         },
         environ={},
     )
-    with ServedCollector(config) as s:
+    with ThreadedCollector(config) as s:
         for token, path, status in [
             (plain_ingest, "/v1/metrics", 200),
             ("ingest-hashed-99", "/v1/metrics", 200),
@@ -427,7 +427,7 @@ def test_ingest_rate_limit_per_token(tmp_path: Path) -> None:
         environ={},
     )
     clock = Clock()
-    with ServedCollector(config) as s:
+    with ThreadedCollector(config) as s:
         limiter = s.collector.limiter
         assert limiter.enabled and limiter.rate == 100.0 and limiter.burst == 300
         limiter._clock = clock

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ldpkit import wire
-from ldpkit.collector.launcher import running_collector
+from tests.harness import running_collector
 
 from .helpers import ADMIN, READ, THEME, batch, block_of, definition
 

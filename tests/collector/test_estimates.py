@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient
 
-from ldpkit.collector.estimates import QueryError, parse_time
+from ldpkit.collector.queries import parse_time
+from ldpkit.errors import QueryError
 from ldpkit.metrics import Period
 
 from .helpers import auth, batch, block_of, estimates, make_config, post_batch, running, today

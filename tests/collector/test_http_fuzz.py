@@ -46,9 +46,9 @@ from hypothesis import strategies as st
 from ldpkit import wire
 from ldpkit.metrics import DEFINITION_KEYS, MetricDefinition, Period
 from tests.fuzzing import mutate
+from tests.harness import Answer, ThreadedCollector
 
 from .helpers import ADMIN, INGEST, READ, make_config
-from .served import Answer, ServedCollector
 
 SETTINGS: dict[str, Any] = {
     "deadline": None,
@@ -133,7 +133,7 @@ def valid_reports(name: str, count: int, rng: np.random.Generator) -> np.ndarray
 # --- the server ------------------------------------------------------------------------
 @dataclass
 class Fuzzed:
-    served: ServedCollector
+    served: ThreadedCollector
     db: sqlite3.Connection
     batches: int = 0
 
@@ -149,7 +149,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
         max_reports_per_batch=MAX_REPORTS,
         max_blocks_per_batch=MAX_BLOCKS,
     )
-    with ServedCollector(config) as served:
+    with ThreadedCollector(config) as served:
         db = sqlite3.connect(path)
         try:
             yield Fuzzed(served, db)

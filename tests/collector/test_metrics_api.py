@@ -191,3 +191,34 @@ async def test_put_checks_name_and_content_type(client: TestClient) -> None:
         client, "fine", b'{"categories": ["a", "b"], "epsilon": 1.0}', content_type="text/plain"
     )
     assert status == 415 and answer["error"] == "unsupported_media_type"
+
+
+async def test_store_failures_answer_503_through_the_error_middleware(tmp_path: Path) -> None:
+    """The service raises the store's domain error; the middleware alone makes it HTTP."""
+    from ldpkit.collector.sqlite_store import SQLiteStore
+    from ldpkit.errors import StoreError
+
+    class Failing(SQLiteStore):
+        broken = False  # after startup (which puts the config's metrics)
+
+        async def put_metric(self, *args: Any, **kw: Any) -> Any:
+            if self.broken:
+                raise StoreError("disk full")
+            return await super().put_metric(*args, **kw)
+
+        async def retire_metric(self, *args: Any, **kw: Any) -> Any:
+            if self.broken:
+                raise StoreError("disk full")
+            return await super().retire_metric(*args, **kw)
+
+    config = make_config(tmp_path / "c.sqlite3")
+    store = Failing(config.database)
+    async with running(config, store=store) as client:
+        store.broken = True
+        status, body = await put(client, "fresh", {"categories": ["a", "b"], "epsilon": 1.0})
+        assert (status, body["error"]) == (503, "store_unavailable")
+        assert "disk full" in body["detail"]
+        resp = await client.delete("/v1/metrics/theme", headers=auth("admin"))
+        assert resp.status == 503 and resp.headers["Retry-After"] == str(config.retry_after)
+        resp = await client.get("/v1/estimates/nosuch", headers=auth("read"))
+        assert resp.status == 404 and (await resp.json())["error"] == "unknown_metric"

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ldpkit.client import Reporter
-from ldpkit.collector.launcher import environment_without_tokens, running_collector
+from ldpkit.collector.launcher import environment_without_tokens
+from tests.harness import running_collector
 
 from .conftest import ADMIN, INGEST, READ, THEMES
 from .versioned import put_definition

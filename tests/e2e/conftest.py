@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from ldpkit.client import Reporter
-from ldpkit.collector.launcher import environment_without_tokens, running_collector
+from ldpkit.collector.launcher import environment_without_tokens
+from tests.harness import running_collector
 
 INGEST, READ, ADMIN = "e2e-ingest", "e2e-read", "e2e-admin"
 THEMES = ["light", "dark", "system"]

@@ -1,9 +1,11 @@
 """The JavaScript client (client/js) in a real headless Chromium against ``ldpkit serve``.
 
-The page is on the collector's origin (as a web app behind the same reverse proxy would
-be); playwright serves the client's ES modules from client/js/src at /ldpkit-js/. Devices
-report through the browser's fetch, WebCrypto and IndexedDB; the collector's estimates
-cover the truth, and a reload finds the budget ledger and an empty outbox in IndexedDB.
+The page is a web app on its own origin (https://app.test, which playwright serves: the
+page and the client's ES modules from client/js/src at /ldpkit-js/); the collector on
+127.0.0.1 lets that origin in with ``cors_origins``. Devices report through the
+browser's fetch (CORS preflight included), WebCrypto and IndexedDB; the collector's
+estimates cover the truth, and a reload finds the budget ledger and an empty outbox in
+IndexedDB.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
 
 SRC = Path(__file__).resolve().parents[2] / "client" / "js" / "src"
 INGEST, READ = "browser-ingest", "browser-read"
+APP = "https://app.test"
+NO_LNA = "--disable-features=LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests"
+PAGE = b"<!doctype html><meta charset=utf-8><title>An app</title><p>An app that reports."
 THEMES = ["light", "dark", "système"]
 DEVICES = 400
 CONFIG = f"""
 [collector]
 database = "collector.sqlite3"
+cors_origins = ["{APP}"]
 
 [tokens]
 ingest = ["{INGEST}"]
@@ -53,13 +59,11 @@ async ([url, token, devices]) => {
   const flushed = await r.flush();
   const again = await r.report("theme", "dark");
   // Simulated devices (each its own memory store), the same code path.
-  const definitions = r.state.definitions;
+  const definitions = { list: r.cachedDefinitions, etag: null };
   let truth = 0;
   let sum = 0;
   for (let i = 0; i < devices; i++) {
-    const store = new ldp.MemoryStore();
-    store.state = { version: 1, secret: null, ledger: {}, memo: {}, outbox: [], seq: 0,
-                    definitions, etag: null, lastSeen: 0 };
+    const store = new ldp.MemoryStore({ definitions });
     const d = new ldp.Reporter(url, { token, store });
     const theme = i % 5 < 3 ? "dark" : i % 5 === 3 ? "light" : "système";
     if (theme === "dark") truth++;
@@ -94,8 +98,12 @@ def _estimates(url: str, metric: str) -> dict[str, Any]:
     return data
 
 
-def _serve_client(route: Any) -> None:
-    name = route.request.url.split("/ldpkit-js/", 1)[1].split("?")[0]
+def _serve_app(route: Any) -> None:
+    url = route.request.url
+    if "/ldpkit-js/" not in url:
+        route.fulfill(status=200, body=PAGE, content_type="text/html")
+        return
+    name = url.split("/ldpkit-js/", 1)[1].split("?")[0]
     path = (SRC / name).resolve()
     if path.parent != SRC or not path.is_file():
         route.fulfill(status=404, body="not found")
@@ -106,13 +114,15 @@ def _serve_client(route: Any) -> None:
 def test_reports_from_a_page(collector: str) -> None:
     sync_playwright = require_browser()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        # A public origin calling a loopback address needs the user's "local network
+        # access" permission (Chromium's LNA); a real collector is not on loopback.
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, NO_LNA])
         try:
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.route("**/ldpkit-js/**", _serve_client)
-            page.goto(collector + "/ui/")
+            page.route(APP + "/**", _serve_app)
+            page.goto(APP + "/")
             out = page.evaluate(SCRIPT, [collector, INGEST, DEVICES])
             assert out["receipt"]["queued"] and out["receipt"]["epsilon"] == 3.0
             assert out["flushed"]["accepted"] == 1

@@ -189,6 +189,13 @@ def test_distribution_histogram_with_quantiles(
         page, "session_minutes_dist", "histogram", "window.ldpkitDashboard.data.items.length === 64"
     )
     assert page.locator("g.estimate-bars rect").count() == 64
+    # over time: one series per bin, named by its edges (one bucket here: whiskers only)
+    page.select_option("#bins", "8")
+    page.check("#over-time")
+    drawn(page, "session_minutes_dist", "over-time")
+    assert page.locator("g.points circle").count() == 8
+    assert "[0, 15)" in page.inner_text("#chart")
+    readable(page)
     page.close()
 
 

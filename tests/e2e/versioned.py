@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from ldpkit.client import Reporter
-from ldpkit.collector.launcher import environment_without_tokens, running_collector
+from ldpkit.collector.launcher import environment_without_tokens
+from tests.harness import running_collector
 
 from .conftest import ADMIN, CONFIG, INGEST, THEME_TRUTH, THEMES
 

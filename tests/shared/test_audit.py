@@ -25,7 +25,6 @@ from scipy import stats
 import ldpkit
 from ldpkit.audit import (
     AuditResult,
-    _mislabelled,
     audit,
     clopper_pearson_lower,
     clopper_pearson_upper,
@@ -34,6 +33,7 @@ from ldpkit.errors import ParameterError
 from ldpkit.mechanisms import CATEGORICAL, NUMERIC
 from ldpkit.mechanisms.laplace import LocalLaplace
 from ldpkit.mechanisms.randomized_response import GeneralizedRR
+from ldpkit.testing import mislabelled
 
 EPSILON = 1.0
 DOMAIN = 4
@@ -127,7 +127,7 @@ def test_large_domains_use_coarse_events(name: str) -> None:
     assert result.passed, str(result)
     assert result.epsilon_lower_bound > 0.75 * 2.0, str(result)
     assert result.inputs == (0, 1, 512, 1023)
-    broken = audit(_mislabelled(m, 2.0), samples=60_000, rng=seed_of(name, 2))
+    broken = audit(mislabelled(m, 2.0), samples=60_000, rng=seed_of(name, 2))
     assert not broken.passed, str(broken)
 
 
@@ -177,7 +177,7 @@ def test_hand_written_broken_mechanisms_are_caught() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_mislabelled_mechanism_is_caught(name: str) -> None:
     honest = make(name)
-    broken = _mislabelled(honest, 2.0)
+    broken = mislabelled(honest, 2.0)
     assert broken.epsilon == EPSILON and type(broken) is type(honest)
     assert broken != honest  # its derived constants are those of 2 * epsilon
     result = audit(broken, samples=100_000, rng=seed_of(name, 4))
@@ -187,7 +187,7 @@ def test_every_mislabelled_mechanism_is_caught(name: str) -> None:
 
 def test_a_small_excess_is_caught_too() -> None:
     """GRR perturbing with 1.25 * epsilon: the audit sees the extra 0.25."""
-    result = audit(_mislabelled(make("grr"), 1.25), samples=400_000, rng=seed_of("small"))
+    result = audit(mislabelled(make("grr"), 1.25), samples=400_000, rng=seed_of("small"))
     assert not result.passed, str(result)
 
 

@@ -36,13 +36,18 @@ def test_plan_covers_every_portable_mechanism(plan_path: Path) -> None:
     assert all(i["count"] == REPORTS for i in plan["inputs"])
 
 
-@pytest.mark.parametrize("one_at_a_time", [True, False])
-def test_python_client_passes(plan_path: Path, one_at_a_time: bool) -> None:
-    batch = conformance.respond(plan_path, one_at_a_time=one_at_a_time)
-    verdict = conformance.check(plan_path, batch)
+def test_python_client_passes(plan_path: Path) -> None:
+    verdict = conformance.check(plan_path, conformance.respond(plan_path))
     assert verdict.passed, verdict.render()
     assert {t.mechanism for t in verdict.tests} == set(portable.MECHANISMS)
     assert "PASS" in verdict.render()
+
+
+def test_python_client_report_by_report_passes(tmp_path: Path) -> None:
+    """Each report made alone, as Reporter.report makes it (single-report samplers)."""
+    plan = conformance.write_plan(tmp_path / "plan.json", 400)
+    verdict = conformance.check(plan, conformance.respond(plan, one_at_a_time=True))
+    assert verdict.passed, verdict.render()
 
 
 def test_portable_reference_rules_pass(plan_path: Path) -> None:
@@ -52,12 +57,13 @@ def test_portable_reference_rules_pass(plan_path: Path) -> None:
     for d in plan["metrics"]:
         md = MetricDefinition.from_dict(d["name"], d)
         values = [
-            md.encode_value(i["value"])
+            md.kind_spec.encode(md, i["value"])[0]
             for i in plan["inputs"]
             if i["metric"] == d["name"]
             for _ in range(i["count"])
         ]
-        raw = portable.perturb_many(d, values)
+        source = portable.os_words()
+        raw = b"".join(portable.perturb(d, v, source) for v in values)
         blocks.append(
             wire.Block(
                 d["name"], d["fingerprint"], plan["bucket"], os.urandom(16 * len(values)), raw
@@ -68,9 +74,7 @@ def test_portable_reference_rules_pass(plan_path: Path) -> None:
 
 
 def _failing(plan_path: Path, overrides: dict[str, Any]) -> tuple[str, ...]:
-    verdict = conformance.check(
-        plan_path, conformance.respond(plan_path, overrides, one_at_a_time=False)
-    )
+    verdict = conformance.check(plan_path, conformance.respond(plan_path, overrides))
     assert not verdict.passed
     assert "FAIL" in verdict.render()
     return verdict.failing_mechanisms
@@ -89,9 +93,7 @@ def test_textbook_hash_fails_even_with_fair_keys(plan_path: Path) -> None:
         out["b"] = rng.integers(0, 2**64, size=values.size, dtype=np.uint64)
         return out
 
-    verdict = conformance.check(
-        plan_path, conformance.respond(plan_path, {"olh": fair_keys}, one_at_a_time=False)
-    )
+    verdict = conformance.check(plan_path, conformance.respond(plan_path, {"olh": fair_keys}))
     failed = {t.test for t in verdict.tests if not t.passed}
     assert "bucket vs hash" in failed and "hash key bits" not in failed
 
@@ -112,6 +114,28 @@ def _other(mech: str, **changed: Any) -> Any:
         return wrong.perturb(values, rng)
 
     return perturb
+
+
+def _off_by_one_leaf(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    lo, hi = m.bounds
+    return m.perturb(np.clip(values + (hi - lo) / m.resolution, lo, hi), rng)
+
+
+def _other_seed(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(m, seed=m.seed + 1).perturb(values, rng)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "override"),
+    [("hh", _off_by_one_leaf), ("prefix_sketch", _other_seed)],
+    ids=["hh-leaf-off-by-one", "prefix-sketch-other-hash-seed"],
+)
+def test_silent_bugs_of_the_other_kinds_fail(
+    plan_path: Path, mechanism: str, override: Any
+) -> None:
+    assert _failing(plan_path, {mechanism: override}) == (mechanism,)
 
 
 @pytest.mark.parametrize(
@@ -150,9 +174,7 @@ def test_other_silent_bugs_fail(plan_path: Path, mechanism: str, override: Any) 
 
 def test_framing_problems_are_named(plan_path: Path) -> None:
     plan = json.loads(plan_path.read_text())
-    blocks = wire.decode_batch(
-        conformance.respond(plan_path, one_at_a_time=False), max_reports=10**7
-    )
+    blocks = wire.decode_batch(conformance.respond(plan_path), max_reports=10**7)
     # Drop one metric's reports and give another a wrong fingerprint.
     broken = [b for b in blocks if b.metric != "hr-0_5"]
     broken[0] = wire.Block(

@@ -20,11 +20,12 @@ import pytest
 from scipy import stats
 
 import ldpkit
-from ldpkit.audit import _mislabelled, audit
+from ldpkit.audit import audit
 from ldpkit.distribution import DistributionEstimate, Tree, TreeSmoother, leaf_edges, leaf_index
 from ldpkit.mechanisms.hierarchical import REPORT_DTYPE, HierarchicalHistogram
 from ldpkit.mechanisms.local_hashing import OptimizedLocalHashing, bucket
 from ldpkit.mechanisms.randomized_response import GeneralizedRR
+from ldpkit.testing import mislabelled
 from tests.stats import chi2_ratio_bounds
 
 FloatArray = npt.NDArray[np.float64]
@@ -550,5 +551,5 @@ def test_audit_of_the_whole_report() -> None:
     result = audit(m, samples=100_000, rng=np.random.default_rng(41))
     assert result.passed and result.epsilon_lower_bound >= 0.85
     assert "depth" in (result.event or "")
-    broken = audit(_mislabelled(m, 1.5), samples=100_000, rng=np.random.default_rng(42))
+    broken = audit(mislabelled(m, 1.5), samples=100_000, rng=np.random.default_rng(42))
     assert not broken.passed

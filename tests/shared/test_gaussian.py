@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 
 import ldpkit
-from ldpkit.audit import EventBound, _mislabelled, audit
+from ldpkit.audit import EventBound, audit
 from ldpkit.mechanisms.gaussian import (
     CALIBRATION_SLACK,
     LocalGaussian,
@@ -23,6 +23,7 @@ from ldpkit.mechanisms.gaussian import (
     discrete_gaussian_delta,
     gaussian_delta,
 )
+from ldpkit.testing import mislabelled
 from tests.stats import chi2_ratio_bounds, coverage_bounds, run_campaigns
 
 BOUNDS = (0.0, 10.0)
@@ -227,7 +228,7 @@ def test_audit_accounts_for_delta() -> None:
     result = audit(m, samples=100_000, rng=np.random.default_rng(3))
     assert result.passed and result.claimed_delta == 1e-6
     assert "delta 1e-06" in str(result)
-    broken = audit(_mislabelled(m, 3.0), samples=100_000, rng=np.random.default_rng(4))
+    broken = audit(mislabelled(m, 3.0), samples=100_000, rng=np.random.default_rng(4))
     assert not broken.passed
     event = EventBound(0.0, 1.0, "e", 5, 1, 10, p_lower=2e-6, p_upper=1e-6, delta=1e-6)
     assert event.epsilon_bound == pytest.approx(0.0, abs=1e-12)

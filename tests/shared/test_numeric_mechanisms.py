@@ -488,3 +488,13 @@ def test_piecewise_variance_formula() -> None:
 def test_tiny_epsilon_rejected(name: str) -> None:
     with pytest.raises(ldpkit.ParameterError, match="epsilon"):
         make(name, 1e-12)
+
+
+def test_variance_means_the_estimate_from_n_reports() -> None:
+    """One meaning for every mechanism: the variance of the estimate from n reports."""
+    numeric = ldpkit.mechanism("duchi", epsilon=1.0, bounds=(0.0, 10.0))
+    categorical = ldpkit.mechanism("grr", epsilon=1.0, domain_size=4)
+    for m, x in ((numeric, 3.0), (categorical, 0.25)):
+        one = m.variance(x)
+        assert one > 0
+        assert m.variance(x, 400) == pytest.approx(one / 400, rel=1e-12)

@@ -148,12 +148,87 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[int] | None]] = [
         [0, 3.3, 10],
         None,
     ),
+    (
+        "hh",
+        {"kind": "distribution", "bounds": [0, 100], "resolution": 16, "epsilon": 1.0},
+        [0, 33.3, 99.99, 100],
+        None,
+    ),
+    (
+        "hh-olh",
+        {
+            "kind": "distribution",
+            "bounds": [0, 1],
+            "resolution": 256,
+            "epsilon": 0.5,
+            "mechanism": "hh",
+        },
+        [0.5, 0.25],
+        None,
+    ),
+    (
+        "rollup",
+        {
+            "kind": "hierarchy",
+            "categories": ["MX/Jalisco", "MX/Sonora", "US/Texas"],
+            "epsilon": 1.0,
+            "mechanism": "rollup",
+            "oracle": "grr",
+        },
+        ["MX/Sonora", "US/Texas"],
+        None,
+    ),
+    (
+        "levels",
+        {
+            "kind": "hierarchy",
+            "categories": ["MX/Jalisco", "MX/Sonora", "US/Texas"],
+            "epsilon": 1.0,
+            "mechanism": "levels",
+        },
+        ["MX/Sonora", "US/Texas", "MX/Jalisco"],
+        None,
+    ),
+    (
+        "joint",
+        {
+            "kind": "table",
+            "dimensions": [["type", ["Van", "Compact"]], ["origin", ["USA", "non-USA"]]],
+            "epsilon": 2.0,
+            "mechanism": "joint",
+            "oracle": "oue",
+        },
+        [{"type": "Compact", "origin": "USA"}],
+        None,
+    ),
+    (
+        "joint_marginals",
+        {
+            "kind": "table",
+            "dimensions": [["type", ["Van", "Compact"]], ["origin", ["USA", "non-USA"]]],
+            "epsilon": 2.0,
+            "mechanism": "joint_marginals",
+        },
+        [{"type": "Compact", "origin": "USA"}, {"type": "Van", "origin": "non-USA"}],
+        None,
+    ),
+    (
+        "prefix_sketch",
+        {"kind": "strings", "max_length": 8, "k": 3, "epsilon": 4.0},
+        ["météo", "ab"],
+        None,
+    ),
 ]
 
 
 def _build(definition: dict[str, Any]) -> tuple[MetricDefinition, dict[str, Any]]:
     d = MetricDefinition.from_dict("m", definition)
     return d, d.to_dict()
+
+
+def _input(d: MetricDefinition, value: Any) -> Any:
+    """The mechanism input of a raw value (docs/protocol.md, "Values")."""
+    return d.kind_spec.encode(d, value)[0]
 
 
 def make_vector(
@@ -171,11 +246,11 @@ def make_vector(
             taken.append(w)
             return w
 
-        reports = b"".join(portable.perturb(served, d.encode_value(v), take) for v in values)
+        reports = b"".join(portable.perturb(served, _input(d, v), take) for v in values)
         words = taken
     else:
         reports = b"".join(
-            portable.perturb(served, d.encode_value(v), portable.word_list(words)) for v in values
+            portable.perturb(served, _input(d, v), portable.word_list(words)) for v in values
         )
     return {
         "definition": definition,
@@ -217,7 +292,7 @@ def test_sample_vector(name: str) -> None:
     words = [int(w, 16) for w in vector["words"].split()]
     stream = portable.Words(portable.word_list(words))
     reports = b"".join(
-        portable.perturb(served, d.encode_value(v), stream.word) for v in vector["values"]
+        portable.perturb(served, _input(d, v), stream.word) for v in vector["values"]
     )
     assert reports.hex() == vector["reports"]
     assert stream.used == len(words), "every listed word is used, no more"

@@ -398,13 +398,14 @@ def test_plan_agrees_with_the_decoder(moderate: list[dict[str, object]]) -> None
 
 
 def test_audit_lower_bound_stays_at_or_under_epsilon_and_catches_a_lie() -> None:
-    from ldpkit.audit import _mislabelled, audit
+    from ldpkit.audit import audit
+    from ldpkit.testing import mislabelled
 
     m = PrefixSketch(epsilon=2.0, max_length=8)
     honest = audit(m, samples=100_000, rng=np.random.default_rng(5))
     assert honest.passed and honest.epsilon_lower_bound <= 2.0
     assert honest.epsilon_lower_bound > 1.8  # the events reach the claim: the audit has power
-    broken = audit(_mislabelled(m, 2.0), samples=100_000, rng=np.random.default_rng(6))
+    broken = audit(mislabelled(m, 2.0), samples=100_000, rng=np.random.default_rng(6))
     assert not broken.passed and broken.epsilon_lower_bound > 2.0
 
 

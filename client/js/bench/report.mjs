@@ -25,7 +25,7 @@ for (const memoize of [true, false]) {
   const rows = [];
   for (const raw of definitions) {
     const def = await prepare(raw);
-    const value = def.categories ? def.categories[2 % def.categories.length] : 1.5;
+    const value = plan.inputs.find((input) => input.metric === def.name).value;
     const times = [];
     for (let i = 0; i < 400; i++) {
       const store = new MemoryStore();

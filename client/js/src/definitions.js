@@ -35,12 +35,62 @@ function integer(value, lo, hi, what, name) {
   return value;
 }
 
+/** The kind each mechanism serves (categorical and numeric: their own lists). */
+const KIND_OF = { hh: "distribution", rollup: "hierarchy", levels: "hierarchy", joint: "table", joint_marginals: "table", prefix_sketch: "strings" };
+
 /** Check that the served constants realize the mechanism at the definition's epsilon. */
 export function checkDerived(def) {
-  const { name, epsilon: eps, derived: p } = def;
-  const e = Math.exp(eps);
-  const d = def.categories ? def.categories.length : 0;
+  const p = def.derived;
   switch (def.resolved_mechanism) {
+    case "hh": {
+      if (!Array.isArray(p.depths) || p.depths.length < 1 || p.depths.length > 64) throw new DefinitionError(`metric ${def.name}: bad depths`);
+      integer(p.resolution, 2, 4096, "resolution", def.name);
+      for (const depth of p.depths) {
+        if (!["grr", "olh"].includes(depth.oracle)) throw new DefinitionError(`metric ${def.name}: bad depth oracle`);
+        integer(depth.nodes, 2, 4096, "nodes", def.name);
+        integer(depth.leaves_per_node, 1, 4096, "leaves_per_node", def.name);
+        if (Math.ceil(p.resolution / depth.leaves_per_node) !== depth.nodes) throw new DefinitionError(`metric ${def.name}: depths do not fit the resolution`);
+        checkOracle(def.name, def.epsilon, depth.oracle, depth, depth.nodes);
+      }
+      return;
+    }
+    case "rollup":
+    case "levels":
+    case "joint":
+    case "joint_marginals": {
+      const cells = def.categories ? def.categories.length : def.dimensions.reduce((n, [, c]) => n * c.length, 1);
+      if (!Array.isArray(p.views) || p.views.length < 1 || p.views.length > 255) throw new DefinitionError(`metric ${def.name}: bad views`);
+      integer(p.payload, 1, 1 << 16, "payload", def.name);
+      for (const view of p.views) {
+        integer(view.size, 2, 1 << 24, "view size", def.name);
+        threshold(view.until);
+        if (view.labels === null ? view.size !== cells : !(Array.isArray(view.labels) && view.labels.length === cells && view.labels.every((l) => Number.isInteger(l) && l >= 0 && l < view.size))) {
+          throw new DefinitionError(`metric ${def.name}: bad labels of view ${view.name}`);
+        }
+        checkOracle(def.name, def.epsilon, view.oracle, view, view.size);
+      }
+      return;
+    }
+    case "prefix_sketch": {
+      integer(p.max_length, 1, 64, "max_length", def.name);
+      if (p.max_length !== def.max_length) throw new DefinitionError(`metric ${def.name}: max_length differs`);
+      integer(p.rows, 1, 1 << 16, "rows", def.name);
+      integer(p.estimation_rows, 1, 1 << 16, "estimation_rows", def.name);
+      if (!/^[0-9a-f]{16}$/.test(p.seed)) throw new DefinitionError(`metric ${def.name}: bad seed`);
+      if (!Array.isArray(p.weights) || p.weights.length !== p.max_length + 1 || !p.weights.every((x) => Number.isSafeInteger(x) && x > 0)) {
+        throw new DefinitionError(`metric ${def.name}: bad sketch weights`);
+      }
+      checkOracle(def.name, def.epsilon, "olh", p, 0);
+      return;
+    }
+    default:
+      checkOracle(def.name, def.epsilon, def.resolved_mechanism, p, def.categories ? def.categories.length : 0);
+  }
+}
+
+function checkOracle(name, eps, mechanism, p, d) {
+  const e = Math.exp(eps);
+  switch (mechanism) {
     case "grr":
     case "rr":
       near(prob(p.keep), e / (e + d - 1), "keep", name);
@@ -86,7 +136,7 @@ export function checkDerived(def) {
       near(p.w_in, p.c_minus_1 / p.step, "w_in", name);
       near(p.w_out, p.c_plus_1 / p.step, "w_out", name);
       integer(p.bound, 1, 2 ** 30, "bound", name);
-      if (def.resolved_mechanism === "hybrid") {
+      if (mechanism === "hybrid") {
         near(prob(p.flip), 1 / (e + 1), "flip", name);
         integer(p.duchi_index, 1, p.bound, "duchi_index", name);
       }
@@ -108,7 +158,7 @@ export function checkDerived(def) {
       break;
     }
     default:
-      throw new DefinitionError(`metric ${name}: unknown mechanism ${def.resolved_mechanism}`);
+      throw new DefinitionError(`metric ${name}: unknown mechanism ${mechanism}`);
   }
 }
 
@@ -120,23 +170,33 @@ export async function prepare(raw) {
   if (!MECHANISMS.includes(raw.resolved_mechanism)) {
     throw new DefinitionError(`metric ${name}: mechanism ${String(raw.resolved_mechanism)} is not supported by this client`);
   }
-  const categorical = CATEGORICAL.has(raw.resolved_mechanism);
-  if (raw.kind !== (categorical ? "categorical" : "numeric")) throw new DefinitionError(`metric ${name}: kind does not fit its mechanism`);
+  const mechanism = raw.resolved_mechanism;
+  const kind = CATEGORICAL.has(mechanism) ? "categorical" : KIND_OF[mechanism] ?? "numeric";
+  if (raw.kind !== kind) throw new DefinitionError(`metric ${name}: kind does not fit its mechanism`);
   for (const key of ["epsilon", "budget"]) {
     if (typeof raw[key] !== "number" || !(raw[key] > 0 && raw[key] <= 50)) throw new DefinitionError(`metric ${name}: bad ${key}`);
   }
   if (!(raw.bucket in PERIODS) || !(raw.budget_period in PERIODS)) throw new DefinitionError(`metric ${name}: bad bucket or budget_period`);
-  if (categorical) {
-    const c = raw.categories;
-    if (!Array.isArray(c) || c.length < 2 || c.length > MAX_CATEGORIES || !c.every((s) => typeof s === "string" && s.length > 0)) {
-      throw new DefinitionError(`metric ${name}: bad categories`);
-    }
-  } else {
+  const strings = (c) => Array.isArray(c) && c.length >= 2 && c.length <= MAX_CATEGORIES && c.every((x) => typeof x === "string" && x.length > 0);
+  if (kind === "categorical" || kind === "hierarchy") {
+    if (!strings(raw.categories)) throw new DefinitionError(`metric ${name}: bad categories`);
+  } else if (kind === "numeric" || kind === "distribution") {
     const b = raw.bounds;
     if (!Array.isArray(b) || b.length !== 2 || !b.every(Number.isFinite) || !(b[0] < b[1])) throw new DefinitionError(`metric ${name}: bad bounds`);
+  } else if (kind === "table") {
+    const dims = raw.dimensions;
+    if (!Array.isArray(dims) || dims.length < 1 || !dims.every((d) => Array.isArray(d) && typeof d[0] === "string" && strings(d[1]))) {
+      throw new DefinitionError(`metric ${name}: bad dimensions`);
+    }
+  } else if (!Number.isSafeInteger(raw.max_length)) {
+    throw new DefinitionError(`metric ${name}: bad max_length`);
   }
   if (!raw.derived || typeof raw.derived !== "object") throw new DefinitionError(`metric ${name}: no derived parameters (collector too old?)`);
-  const computed = await fingerprint(raw);
+  if (typeof raw.fingerprint !== "string" || !/^[0-9a-f]{16}$/.test(raw.fingerprint)) throw new DefinitionError(`metric ${name}: bad fingerprint`);
+  // Categorical and numeric fingerprints are checked here; the other kinds' canonical
+  // parameters hold floats JSON cannot tell from integers once parsed, so they are
+  // taken as served (privacy rests on the derived constants, checked below).
+  const computed = kind === "categorical" || kind === "numeric" ? await fingerprint(raw) : raw.fingerprint;
   if (raw.fingerprint !== computed) {
     throw new DefinitionError(`metric ${name}: fingerprint ${raw.fingerprint} is not that of its parameters (${computed})`);
   }
@@ -147,12 +207,35 @@ export async function prepare(raw) {
     throw new DefinitionError(`metric ${name}: bad derived parameters: ${err.message}`);
   }
   const def = { ...raw, sample: sampler(raw) };
-  if (categorical) def.index = new Map(raw.categories.map((c, i) => [c, i]));
+  if (raw.categories) def.index = new Map(raw.categories.map((c, i) => [c, i]));
+  if (kind === "table") def.axes = raw.dimensions.map(([axis, cats]) => ({ axis, index: new Map(cats.map((c, i) => [c, i])) }));
   return def;
 }
 
+const shownValue = (value) => String(JSON.stringify(value)).slice(0, 80);
+
 /** The mechanism input of a raw value: a category index, or the number clipped. */
 export function encodeValue(def, value) {
+  if (def.kind === "table") {
+    if (!value || typeof value !== "object" || Array.isArray(value) || Object.keys(value).length !== def.axes.length) {
+      throw new TypeError(`metric ${def.name} takes one category per attribute (${def.axes.map((a) => a.axis).join(", ")}), got ${shownValue(value)}`);
+    }
+    let cell = 0;
+    for (const { axis, index } of def.axes) {
+      const i = Object.hasOwn(value, axis) ? index.get(value[axis]) : undefined;
+      if (i === undefined) throw new TypeError(`${shownValue(value[axis])} is not a category of attribute ${axis} of metric ${def.name}`);
+      cell = cell * index.size + i;
+    }
+    return { input: cell, clipped: false };
+  }
+  if (def.kind === "strings") {
+    if (typeof value !== "string" || !value.isWellFormed()) throw new TypeError(`metric ${def.name} takes a (well-formed) string, got ${shownValue(value)}`);
+    const bytes = new TextEncoder().encode(value);
+    if (bytes.length > def.max_length) {
+      throw new TypeError(`${shownValue(value)} is ${bytes.length} bytes in UTF-8, longer than max_length = ${def.max_length}; nothing was recorded`);
+    }
+    return { input: bytes, clipped: false };
+  }
   if (def.index) {
     const i = typeof value === "string" ? def.index.get(value) : undefined;
     if (i === undefined) {
@@ -165,7 +248,7 @@ export function encodeValue(def, value) {
     throw new TypeError(`metric ${def.name} takes a finite number, got ${String(value).slice(0, 80)}`);
   }
   const [lo, hi] = def.bounds;
-  const input = Math.min(Math.max(value, lo), hi);
+  const input = Math.min(Math.max(value, lo), hi); // the distribution's leaf comes from it
   return { input, clipped: input !== value };
 }
 

@@ -1,7 +1,12 @@
 // Type declarations of ldpkit's JavaScript client (ES modules, no build step).
 
 export type Period = "hour" | "day" | "week";
-export type Mechanism = "grr" | "rr" | "sue" | "oue" | "olh" | "ss" | "hr" | "duchi" | "piecewise" | "hybrid" | "laplace";
+export type Mechanism =
+  | "grr" | "rr" | "sue" | "oue" | "olh" | "ss" | "hr"
+  | "duchi" | "piecewise" | "hybrid" | "laplace"
+  | "hh" | "rollup" | "levels" | "joint" | "joint_marginals" | "prefix_sketch";
+/** A category, a number, a leaf path, a table row (attribute -> category) or a string. */
+export type Value = string | number | Record<string, string>;
 export declare const VERSION: string;
 export declare const MECHANISMS: readonly Mechanism[];
 export declare const CONTENT_TYPE: string;
@@ -9,7 +14,7 @@ export declare const CONTENT_TYPE: string;
 /** A metric definition as GET /v1/metrics serves it. */
 export interface Definition {
   name: string;
-  kind: "categorical" | "numeric";
+  kind: "categorical" | "numeric" | "distribution" | "hierarchy" | "table" | "strings";
   mechanism: string;
   resolved_mechanism: Mechanism;
   epsilon: number;
@@ -20,20 +25,34 @@ export interface Definition {
   report_size: number;
   categories?: string[];
   bounds?: [number, number];
+  resolution?: number;
+  separator?: string;
+  dimensions?: [string, string[]][];
+  max_length?: number;
   description?: string;
   /** The sampler's constants (docs/protocol.md, "Derived parameters"). */
   derived: Record<string, unknown>;
 }
 
 /** Where a reporter keeps its state (secret, ledger, memo, outbox, definitions). */
+export interface CachedDefinitions {
+  list: Definition[];
+  etag: string | null;
+}
 export interface Store {
   load(): Promise<object>;
   save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
   close(): Promise<void>;
 }
+/** Keeps nothing across restarts (tests, simulations); `definitions` may be shared. */
 export declare class MemoryStore implements Store {
+  constructor(options?: { definitions?: CachedDefinitions | null });
   load(): Promise<object>;
   save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
   close(): Promise<void>;
 }
 /** Node: `<stateDir>/ldpkit-state.json`, replaced atomically (fsync, rename) on every change. */
@@ -41,6 +60,8 @@ export declare class FileStore implements Store {
   constructor(stateDir: string);
   load(): Promise<object>;
   save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
   close(): Promise<void>;
 }
 /** Browsers: one IndexedDB record (database `ldpkit`). */
@@ -48,6 +69,8 @@ export declare class IndexedDBStore implements Store {
   constructor(name?: string);
   load(): Promise<object>;
   save(state: object): Promise<void>;
+  loadDefinitions(): Promise<CachedDefinitions | null>;
+  saveDefinitions(cached: CachedDefinitions): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -72,6 +95,8 @@ export interface ReporterOptions {
   backoffMs?: number;
   maxBackoffMs?: number;
   maxRetryAfterMs?: number;
+  /** Send queued reports in the background every this many ms (default: only on flush()). */
+  flushEveryMs?: number | null;
 }
 
 export interface Receipt {
@@ -118,7 +143,7 @@ export declare class Reporter {
   ready(): Promise<void>;
   refresh(): Promise<void>;
   definition(metric: string): Promise<Definition>;
-  report(metric: string, value: string | number): Promise<Receipt>;
+  report(metric: string, value: Value): Promise<Receipt>;
   flush(): Promise<FlushResult>;
   budget(): BudgetStatus;
   pending(): number;
@@ -157,11 +182,11 @@ export declare class ListWords implements Words {
   word(): number;
 }
 /** The report bytes for a mechanism input (a category index or a clipped number). */
-export declare function sampler(definition: Definition): (input: number, words: Words) => Uint8Array;
+export declare function sampler(definition: Definition): (input: number | Uint8Array, words: Words) => Uint8Array;
 export declare function olhBucket(v: number, a: bigint, b: bigint, g: number): number;
 export declare function checkDerived(definition: Definition): void;
-export declare function prepare(raw: unknown): Promise<Definition & { sample: (input: number, words: Words) => Uint8Array }>;
-export declare function encodeValue(definition: Definition, value: string | number): { input: number; clipped: boolean };
+export declare function prepare(raw: unknown): Promise<Definition & { sample: (input: number | Uint8Array, words: Words) => Uint8Array }>;
+export declare function encodeValue(definition: Definition, value: Value): { input: number | Uint8Array; clipped: boolean };
 export declare function canonicalParameters(definition: Definition): string;
 export declare function fingerprint(definition: Definition): Promise<string>;
 export declare function encodeBatch(

@@ -3,7 +3,8 @@
 // the same budget ledger, memoization, outbox and answer handling.
 
 import { DefinitionError, PERIODS, encodeValue, prepare } from "./definitions.js";
-import { CryptoWords, ListWords, WordsExhausted } from "./sampling.js";
+import { ChaChaWords } from "./chacha.js";
+import { CryptoWords } from "./sampling.js";
 import { defaultStore } from "./store.js";
 import { CONTENT_TYPE, ID_SIZE, encodeBatch, fromHex, toHex } from "./wire.js";
 
@@ -64,25 +65,11 @@ function retryAfterSeconds(value) {
 }
 
 async function hmacKey(secretHex) {
-  return globalThis.crypto.subtle.importKey("raw", fromHex(secretHex), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  return globalThis.crypto.subtle.importKey("raw", fromHex(secretHex), { name: "HMAC", hash: "SHA-512" }, false, ["sign"]);
 }
 
 async function hmac(key, message) {
   return new Uint8Array(await globalThis.crypto.subtle.sign("HMAC", key, new TextEncoder().encode(message)));
-}
-
-/** The first `count` words of AES-128-CTR's keystream under `key` (memoized randomness). */
-async function keystream(key, count) {
-  const aes = await globalThis.crypto.subtle.importKey("raw", key, "AES-CTR", false, ["encrypt"]);
-  const bytes = await globalThis.crypto.subtle.encrypt({ name: "AES-CTR", counter: new Uint8Array(16), length: 64 }, aes, new Uint8Array(count * 4));
-  const view = new DataView(bytes);
-  return Array.from({ length: count }, (_, i) => view.getUint32(4 * i, true));
-}
-
-function wordsNeeded(def) {
-  const d = def.categories ? def.categories.length : 0;
-  const digits = def.derived.digits ? def.derived.digits.length : 0;
-  return 64 + 4 * d + 8 * (digits + 8);
 }
 
 /**
@@ -95,8 +82,12 @@ function wordsNeeded(def) {
 export class Reporter {
   constructor(url, options = {}) {
     if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`the collector URL must be http(s)://..., got ${String(url)}`);
-    const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000 } = options;
+    const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000, flushEveryMs = null } = options;
+    if (flushEveryMs !== null && !(Number.isSafeInteger(flushEveryMs) && flushEveryMs >= 100)) throw new TypeError("flushEveryMs must be null or an integer >= 100");
     if (typeof token !== "string" || !token) throw new TypeError("token (the collector's ingest token) is required");
+    if (!globalThis.crypto?.subtle || !globalThis.crypto.getRandomValues) {
+      throw new LdpkitError("ldpkit needs WebCrypto (crypto.subtle): serve the page over https (or from localhost)");
+    }
     if (totalBudget !== null && !(totalBudget > 0)) throw new TypeError("totalBudget must be a positive number or null");
     if (!(totalPeriod in PERIODS)) throw new TypeError(`totalPeriod must be one of ${Object.keys(PERIODS).join(", ")}`);
     for (const [name, value] of Object.entries({ batchSize, maxOutbox, timeoutMs, retries: retries + 1, backoffMs, maxBackoffMs })) {
@@ -118,6 +109,14 @@ export class Reporter {
     this.lastRefresh = -Infinity;
     this.queue = Promise.resolve();
     this.closed = false;
+    this.timer = null;
+    if (flushEveryMs !== null) {
+      // Background delivery: a failed pass is retried at the next tick (reports stay queued).
+      this.timer = setInterval(() => {
+        if (this.state?.outbox.length) this.flush().catch((err) => this.warnings.push(`background flush: ${err.message}`));
+      }, flushEveryMs);
+      this.timer.unref?.(); // Node: never keeps the process alive
+    }
   }
 
   /** Run `fn` after every earlier operation (one at a time: the state is shared). */
@@ -139,7 +138,10 @@ export class Reporter {
     }
     this.secretKey = await hmacKey(state.secret); // imported once: HMACs per report are cheap
     this.state = state;
-    if (state.definitions) await this.install(state.definitions);
+    const cached = await this.store.loadDefinitions();
+    this.etag = cached?.etag ?? null;
+    this.cachedDefinitions = cached?.list ?? null;
+    if (cached?.list) await this.install(cached.list);
   }
 
   async install(list) {
@@ -175,7 +177,7 @@ export class Reporter {
 
   /** Fetch the definitions (GET /v1/metrics, with the cached ETag). */
   async refresh() {
-    const headers = this.state.etag ? { "If-None-Match": this.state.etag } : {};
+    const headers = this.etag && this.defs.size ? { "If-None-Match": this.etag } : {};
     let response;
     try {
       response = await this.request("GET", "/v1/metrics", undefined, headers);
@@ -201,15 +203,23 @@ export class Reporter {
     }
     if (!Array.isArray(list)) throw new CollectorRejected("GET /v1/metrics: no list of metrics");
     await this.install(list);
-    this.state.definitions = list;
-    this.state.etag = response.headers.get("etag");
+    this.etag = response.headers.get("etag");
+    this.cachedDefinitions = list;
     this.stale = false;
-    await this.store.save(this.state);
+    await this.store.saveDefinitions({ list, etag: this.etag });
   }
 
   async definition(metric) {
     await this.ready();
-    if (this.stale && this.defs.size === 0) await this.refresh();
+    if (this.stale && this.clock() - this.lastRefresh > 60) {
+      // At start (cached definitions may be old) and after a refusal that says they are.
+      try {
+        await this.refresh();
+      } catch (err) {
+        if (this.defs.size === 0) throw err;
+        this.lastRefresh = this.clock(); // offline: report with the cached definitions
+      }
+    }
     let def = this.defs.get(metric);
     if (!def && this.clock() - this.lastRefresh > 60) {
       await this.refresh();
@@ -222,15 +232,8 @@ export class Reporter {
     return def;
   }
 
-  async sample(def, input, key) {
-    if (!key) return def.sample(input, new CryptoWords(64));
-    for (let count = wordsNeeded(def); ; count *= 2) {
-      try {
-        return def.sample(input, new ListWords(await keystream(key, count)));
-      } catch (err) {
-        if (!(err instanceof WordsExhausted)) throw err;
-      }
-    }
+  sample(def, input, key) {
+    return def.sample(input, key ? new ChaChaWords(key) : new CryptoWords(64));
   }
 
   /**
@@ -253,11 +256,11 @@ export class Reporter {
     const window = Math.floor(ledgerNow / budgetSeconds) * budgetSeconds;
     const totalWindow = Math.floor(ledgerNow / this.totalSeconds) * this.totalSeconds;
     this.prune(ledgerNow);
-    const valueKey = def.index ? `i${input}` : `f${toHex(new Uint8Array(new Float64Array([input]).buffer))}`;
+    const valueKey = input instanceof Uint8Array ? `s${toHex(input)}` : def.kind === "numeric" || def.kind === "distribution" ? `f${toHex(new Uint8Array(new Float64Array([input]).buffer))}` : `i${input}`;
     const message = `${def.fingerprint}|${valueKey}|${window}`;
-    // One HMAC per report: its first half is the stored memo tag, its second half keys the
-    // report's permanent randomness (halves of a PRF output: the tag reveals nothing of
-    // the key, so the stored tag cannot replay the randomness to test candidate values).
+    // One HMAC-SHA512 per report: bytes 0-15 are the stored memo tag, bytes 32-63 key the
+    // report's permanent randomness (ChaCha20): parts of one PRF output, so the stored tag
+    // reveals nothing of the key and cannot replay the randomness to test candidate values.
     const digest = this.memoize ? await hmac(this.secretKey, MEMO_CONTEXT + message) : null;
     const tag = digest ? toHex(digest.slice(0, 16)) : "";
     const memo = this.memoize ? state.memo[tag] : undefined;
@@ -266,7 +269,7 @@ export class Reporter {
     if (state.outbox.length >= this.settings.maxOutbox) {
       throw new OutboxFull(`the outbox holds ${state.outbox.length} reports (maxOutbox); flush first`);
     }
-    const report = await this.sample(def, input, digest?.slice(16, 32));
+    const report = this.sample(def, input, digest?.slice(32, 64));
     if (!memo) {
       const metricKey = `${def.name}|${budgetSeconds}|${window}`;
       const totalKey = `*|${this.totalSeconds}|${totalWindow}`;
@@ -426,6 +429,7 @@ export class Reporter {
   /** Flush what can be flushed quickly, then release the store. */
   async close({ flush = true } = {}) {
     if (this.closed) return;
+    if (this.timer !== null) clearInterval(this.timer);
     if (flush && this.state?.outbox.length) {
       const { retries } = this.settings;
       this.settings.retries = 0;

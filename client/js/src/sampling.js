@@ -8,7 +8,9 @@ const MASK64 = (1n << 64n) - 1n;
 
 export const MECHANISMS = Object.freeze([
   "grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "piecewise", "hybrid", "laplace",
+  "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch",
 ]);
+export const VIEW_MECHANISMS = new Set(["rollup", "levels", "joint", "joint_marginals"]);
 export const CATEGORICAL = new Set(["grr", "rr", "sue", "oue", "olh", "ss", "hr"]);
 
 /** Words from the platform CSPRNG (crypto.getRandomValues), buffered. */
@@ -120,8 +122,16 @@ export function sampler(definition) {
   const name = definition.resolved_mechanism;
   const p = definition.derived;
   if (!p || typeof p !== "object") throw new TypeError(`metric ${definition.name}: no derived parameters`);
-  if (CATEGORICAL.has(name)) {
-    const d = definition.categories.length;
+  if (CATEGORICAL.has(name)) return oracleSampler(name, p, definition.categories.length);
+  if (VIEW_MECHANISMS.has(name)) return viewSampler(p);
+  if (name === "hh") return hhSampler(p, definition.bounds);
+  if (name === "prefix_sketch") return sketchSampler(p);
+  return numericSampler(definition, name, p);
+}
+
+/** The rule of a frequency oracle over items 0 .. d - 1 (also nested in other kinds). */
+export function oracleSampler(name, p, d) {
+  {
     const bytes = (d + 7) >> 3;
     const bitmap = (bits) => {
       const out = new Uint8Array(bytes);
@@ -191,6 +201,10 @@ export function sampler(definition) {
       }
     }
   }
+  throw new TypeError(`no sampling rule for oracle ${name}`);
+}
+
+function numericSampler(definition, name, p) {
   const [lo, hi] = definition.bounds;
   const unit = (x) => {
     const half = (hi - lo) / 2;
@@ -240,6 +254,83 @@ export function sampler(definition) {
     }
   }
   throw new TypeError(`metric ${definition.name}: no sampling rule for mechanism ${name}`);
+}
+
+/** The leaf of a clipped value (docs/protocol.md, "Values"). */
+export function leafOf(x, lo, hi, resolution) {
+  const edge = (k) => (k === resolution ? hi : lo + ((hi - lo) * k) / resolution);
+  let k = Math.min(Math.max(Math.floor(((x - lo) / (hi - lo)) * resolution), 0), resolution - 1);
+  if (k < resolution - 1 && x >= edge(k + 1)) k += 1;
+  if (x < edge(k)) k -= 1;
+  return k;
+}
+
+function hhSampler(p, bounds) {
+  const [lo, hi] = bounds;
+  const depths = p.depths.map((depth) => ({ ...depth, sample: oracleSampler(depth.oracle, depth, depth.nodes) }));
+  return (x, w) => {
+    const leaf = leafOf(x, lo, hi, p.resolution);
+    const t = below(w, depths.length);
+    const depth = depths[t];
+    const body = depth.sample(Math.floor(leaf / depth.leaves_per_node), w);
+    const out = new Uint8Array(21);
+    out[0] = t + 1;
+    if (depth.oracle === "olh") out.set(body, 1);
+    else out.set(body, 17);
+    return out;
+  };
+}
+
+function viewSampler(p) {
+  const views = p.views.map((view) => ({ ...view, until: threshold(view.until), sample: oracleSampler(view.oracle, view, view.size) }));
+  return (cell, w) => {
+    const lo = w.word();
+    const hi = w.word();
+    let k = views.findIndex((v) => hi < v.until.hi || (hi === v.until.hi && lo < v.until.lo));
+    if (k < 0) k = views.length - 1;
+    const view = views[k];
+    const body = view.sample(view.labels === null ? cell : view.labels[cell], w);
+    const out = new Uint8Array(1 + p.payload);
+    out[0] = k;
+    out.set(body, 1);
+    return out;
+  };
+}
+
+const GOLDEN = 0x9e3779b97f4a7c15n;
+
+function splitmix(seed, i) {
+  let z = (seed + BigInt(i + 1) * GOLDEN) & MASK64;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & MASK64;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & MASK64;
+  return z ^ (z >> 31n);
+}
+
+function sketchSampler(p) {
+  const m = p.max_length;
+  const nwords = Math.ceil((m + 1) / 4);
+  const seed = BigInt(`0x${p.seed}`);
+  const total = p.weights.reduce((a, b) => a + b, 0);
+  const keep = threshold(p.keep);
+  return (bytes, w) => {
+    if (bytes.length > m) throw new RangeError(`a string of ${bytes.length} bytes is longer than max_length ${m}`);
+    let slot = below(w, total);
+    let sketch = 0;
+    while (slot >= p.weights[sketch]) slot -= p.weights[sketch++];
+    const row = below(w, sketch === 0 ? p.estimation_rows : p.rows);
+    const at = sketch === 0 ? row : p.estimation_rows + (sketch - 1) * p.rows + row; // global row
+    const key = new Uint8Array(4 * nwords);
+    key[0] = bytes.length;
+    key.set(bytes, 1);
+    const kept = sketch === 0 ? m : sketch; // bytes 0 .. kept of the key
+    key.fill(0, kept + 1);
+    const view = new DataView(key.buffer);
+    const start = at * (nwords + 1);
+    let acc = splitmix(seed, start);
+    for (let i = 0; i < nwords; i++) acc = (acc + splitmix(seed, start + 1 + i) * BigInt(view.getUint32(4 * i, true))) & MASK64;
+    const bucket = Number((((acc >> 32n) * BigInt(p.g)) >> 32n));
+    return uint32(at * p.g + rrItem(w, keep, p.g, bucket));
+  };
 }
 
 function duchiSign(w, flip, t) {

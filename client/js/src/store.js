@@ -1,17 +1,25 @@
-// Where a reporter keeps its state: the device secret, the budget ledger, the memo, the
-// outbox of reports not yet acknowledged, and the cached definitions. The whole state is
-// one JSON document, written atomically after every change (Node: a temporary file,
-// fsync, rename; browsers: one IndexedDB transaction), so a report that `report()`
-// returned for survives a crash, a reload or the collector being away.
+// Where a reporter keeps its state: the device secret, the budget ledger, the memo and
+// the outbox of reports not yet acknowledged, as one JSON document written atomically
+// after every change (Node: a temporary file, fsync, rename; browsers: one IndexedDB
+// transaction), so a report that `report()` returned for survives a crash, a reload or
+// the collector being away. The cached definitions are a second document, written only
+// when they change (they can be large; the state is written on every report).
 
 export function emptyState() {
-  return { version: 1, secret: null, ledger: {}, memo: {}, outbox: [], seq: 0, definitions: null, etag: null, lastSeen: 0 };
+  return { version: 1, secret: null, ledger: {}, memo: {}, outbox: [], seq: 0, lastSeen: 0 };
 }
 
 /** Keeps nothing across restarts (tests, simulations). */
 export class MemoryStore {
-  constructor() {
+  constructor({ definitions = null } = {}) {
     this.state = null;
+    this.definitions = definitions; // {list, etag}: e.g. shared by simulated devices
+  }
+  async loadDefinitions() {
+    return this.definitions;
+  }
+  async saveDefinitions(cached) {
+    this.definitions = cached;
   }
   async load() {
     return this.state ? structuredClone(this.state) : emptyState();
@@ -35,31 +43,45 @@ export class FileStore {
     const { join } = await import("node:path");
     await this.fs.mkdir(this.dir, { recursive: true, mode: 0o700 });
     this.path = join(this.dir, "ldpkit-state.json");
+    this.definitionsPath = join(this.dir, "ldpkit-definitions.json");
   }
-  async load() {
-    await this.open();
-    let text;
+  async readJson(path) {
     try {
-      text = await this.fs.readFile(this.path, "utf8");
+      return JSON.parse(await this.fs.readFile(path, "utf8"));
     } catch (err) {
-      if (err.code === "ENOENT") return emptyState();
+      if (err.code === "ENOENT") return null;
       throw err;
     }
-    const state = JSON.parse(text);
-    if (!state || state.version !== 1) throw new Error(`${this.path} is not an ldpkit state file`);
-    return { ...emptyState(), ...state };
   }
-  async save(state) {
-    await this.open();
-    const tmp = `${this.path}.${process.pid}.tmp`;
+  async writeJson(path, value) {
+    const tmp = `${path}.${process.pid}.tmp`;
     const handle = await this.fs.open(tmp, "w", 0o600);
     try {
-      await handle.writeFile(JSON.stringify(state));
+      await handle.writeFile(JSON.stringify(value));
       await handle.sync();
     } finally {
       await handle.close();
     }
-    await this.fs.rename(tmp, this.path);
+    await this.fs.rename(tmp, path);
+  }
+  async loadDefinitions() {
+    await this.open();
+    return this.readJson(this.definitionsPath);
+  }
+  async saveDefinitions(cached) {
+    await this.open();
+    await this.writeJson(this.definitionsPath, cached);
+  }
+  async load() {
+    await this.open();
+    const state = await this.readJson(this.path);
+    if (state === null) return emptyState();
+    if (state.version !== 1) throw new Error(`${this.path} is not an ldpkit state file`);
+    return { ...emptyState(), ...state };
+  }
+  async save(state) {
+    await this.open();
+    await this.writeJson(this.path, state);
   }
   async close() {}
 }
@@ -100,6 +122,12 @@ export class IndexedDBStore {
   }
   async save(state) {
     await this.run("readwrite", (s) => s.put(state, this.name));
+  }
+  async loadDefinitions() {
+    return (await this.run("readonly", (s) => s.get(`${this.name}/definitions`))) ?? null;
+  }
+  async saveDefinitions(cached) {
+    await this.run("readwrite", (s) => s.put(cached, `${this.name}/definitions`));
   }
   async close() {
     this.db?.close();

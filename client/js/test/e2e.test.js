@@ -30,6 +30,17 @@ kind = "numeric"
 bounds = [0, 100]
 epsilon = 2.0
 mechanism = "piecewise"
+
+[metrics.load]
+kind = "distribution"
+bounds = [0, 100]
+resolution = 64
+epsilon = 2.0
+
+[metrics.search]
+kind = "strings"
+max_length = 8
+epsilon = 4.0
 `);
 });
 
@@ -40,12 +51,11 @@ after(async () => {
 test("devices report through a real collector and the estimates cover the truth", async () => {
   const seed = new Reporter(collector.url, { token: INGEST, store: new MemoryStore() });
   await seed.definition("theme");
-  const definitions = seed.state.definitions;
+  const definitions = { list: seed.cachedDefinitions, etag: null };
   let sum = 0;
   let pages = 0;
   for (let i = 0; i < DEVICES; i++) {
-    const store = new MemoryStore();
-    store.state = { version: 1, secret: null, ledger: {}, memo: {}, outbox: [], seq: 0, definitions, etag: null, lastSeen: 0 };
+    const store = new MemoryStore({ definitions });
     const device = new Reporter(collector.url, { token: INGEST, store });
     const theme = THEMES[i < TRUTH[0] * DEVICES ? 0 : i < (TRUTH[0] + TRUTH[1]) * DEVICES ? 1 : 2];
     await device.report("theme", theme);
@@ -55,8 +65,10 @@ test("devices report through a real collector and the estimates cover the truth"
     const minutes = (i * 37) % 101;
     sum += Math.min(minutes, 100);
     await device.report("minutes", minutes);
+    await device.report("load", minutes);
+    await device.report("search", i % 3 === 0 ? "météo" : `q${i % 50}`);
     const sent = await device.flush();
-    assert.equal(sent.accepted, 3);
+    assert.equal(sent.accepted, 5);
     assert.equal(device.pending(), 0);
     await device.close();
   }
@@ -72,6 +84,13 @@ test("devices report through a real collector and the estimates cover the truth"
   const minutes = await collector.estimates("minutes", "level=0.999");
   const mean = sum / DEVICES;
   assert.ok(minutes.low <= mean && mean <= minutes.high, `minutes: ${minutes.low}..${minutes.high} misses ${mean}`);
+  const load = await collector.estimates("load", "level=0.999&bins=4");
+  assert.equal(load.n, DEVICES);
+  assert.ok(load.mean_low <= mean && mean <= load.mean_high, `load: ${load.mean_low}..${load.mean_high} misses ${mean}`);
+  const search = await collector.estimates("search", "level=0.999&candidates=m%C3%A9t%C3%A9o");
+  const meteo = search.candidates[0];
+  const share = Math.ceil(DEVICES / 3) / DEVICES;
+  assert.ok(meteo.low <= share && share <= meteo.high, `météo: ${meteo.low}..${meteo.high} misses ${share}`);
 });
 
 test("the outbox survives a restart, the budget holds, a value is memoized", async () => {
@@ -133,4 +152,26 @@ test("retries honour Retry-After and never drop what was not acknowledged", asyn
   await l.report("minutes", 1);
   await assert.rejects(l.flush(), /unavailable/);
   assert.equal(l.pending(), 1);
+});
+
+test("after one fetch, reports work offline with the cached definitions", async () => {
+  const stateDir = mkdtempSync(join(tmpdir(), "ldpkit-offline-"));
+  const online = new Reporter(collector.url, { token: INGEST, stateDir });
+  await online.definition("theme");
+  await online.close();
+  const offline = new Reporter("http://127.0.0.1:9", { token: INGEST, stateDir, retries: 0, backoffMs: 1 });
+  const receipt = await offline.report("minutes", 3);
+  assert.equal(receipt.queued, true);
+  await assert.rejects(offline.flush(), /unavailable/);
+  assert.equal(offline.pending(), 1);
+  await offline.close();
+});
+
+test("flushEveryMs delivers in the background", async () => {
+  const r = new Reporter(collector.url, { token: INGEST, store: new MemoryStore(), flushEveryMs: 100 });
+  await r.report("minutes", 7);
+  assert.equal(r.pending(), 1);
+  for (let i = 0; i < 50 && r.pending() > 0; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.equal(r.pending(), 0);
+  await r.close();
 });

@@ -10,6 +10,7 @@ export async function example(token: string): Promise<FlushResult> {
     if (err instanceof BudgetExceeded) console.log(err.renewsAt);
   }
   await r.report("minutes", 12.5);
+  await r.report("car", { type: "Van", origin: "USA" });
   const left: number = r.budget().metrics.theme.left;
   console.log(left);
   const result = await r.flush();

@@ -6,7 +6,8 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 import { canonicalParameters, fingerprint, pyFloat, pyString } from "../src/canonical.js";
-import { ListWords, sampler } from "../src/sampling.js";
+import { encodeValue } from "../src/definitions.js";
+import { ListWords, MECHANISMS, sampler } from "../src/sampling.js";
 import { encodeBatch, fromHex, toHex } from "../src/wire.js";
 
 const DOC = readFileSync(fileURLToPath(new URL("../../../docs/protocol.md", import.meta.url)), "utf8");
@@ -15,25 +16,26 @@ const FENCE = /^```([^\n`]+)\n([\s\S]*?)^```\s*$/gm;
 const vectors = new Map();
 for (const [, info, body] of SECTION.matchAll(FENCE)) vectors.set(info.trim(), body.trim());
 
+const AUTO = { distribution: "hh", strings: "prefix_sketch" };
+
 function served(name, definition) {
-  const categorical = definition.kind === "categorical";
   const out = {
     name,
     kind: definition.kind,
-    resolved_mechanism: definition.mechanism,
+    resolved_mechanism: !definition.mechanism || definition.mechanism === "auto" ? AUTO[definition.kind] : definition.mechanism,
     epsilon: definition.epsilon,
     bucket: definition.bucket ?? "day",
   };
-  if (categorical) out.categories = definition.categories;
-  else out.bounds = definition.bounds.map(Number);
+  for (const key of ["categories", "dimensions", "max_length", "resolution"]) if (key in definition) out[key] = definition[key];
+  if (definition.bounds) out.bounds = definition.bounds.map(Number);
   return out;
 }
 
 const samples = [...vectors].filter(([k]) => k.startsWith("json sample "));
 
 test("the document has a sampling vector for every mechanism", () => {
-  const mechanisms = new Set(samples.map(([, body]) => JSON.parse(body).definition.mechanism));
-  assert.deepEqual([...mechanisms].sort(), ["duchi", "grr", "hr", "hybrid", "laplace", "olh", "oue", "piecewise", "rr", "ss", "sue"]);
+  const mechanisms = new Set(samples.map(([, body]) => served("m", JSON.parse(body).definition).resolved_mechanism));
+  assert.deepEqual([...mechanisms].sort(), [...MECHANISMS].sort());
 });
 
 for (const [key, body] of samples) {
@@ -41,11 +43,9 @@ for (const [key, body] of samples) {
     const v = JSON.parse(body);
     const def = { ...served("m", v.definition), derived: v.derived };
     const sample = sampler(def);
+    const prepared = { ...def, index: def.categories ? new Map(def.categories.map((c, i) => [c, i])) : undefined, axes: def.dimensions?.map(([axis, cats]) => ({ axis, index: new Map(cats.map((c, i) => [c, i])) })) };
     const words = new ListWords(v.words.split(/\s+/).map((w) => parseInt(w, 16)));
-    const parts = v.values.map((value) => {
-      const input = def.categories ? def.categories.indexOf(value) : Math.min(Math.max(value, def.bounds[0]), def.bounds[1]);
-      return toHex(sample(input, words));
-    });
+    const parts = v.values.map((value) => toHex(sample(encodeValue(prepared, value).input, words)));
     assert.equal(parts.join(""), v.reports);
     assert.equal(words.used, words.words.length, "every word used, no more");
   });

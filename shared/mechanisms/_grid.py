@@ -1,0 +1,86 @@
+"""What the two integer-grid mechanisms share (:class:`~ldpkit.mechanisms.laplace.LocalLaplace`
+and :class:`~ldpkit.mechanisms.gaussian.LocalGaussian`): a value is rounded stochastically
+onto ``D = GRID_STEPS`` steps of its bounds (``E[M] = u``), integer noise is added, and
+the report is clipped to ``-noise_cap .. D + noise_cap``. Each subclass says how it draws
+its noise and what that noise's variance is; the rest (reports, debiasing, variance) is
+here, once."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from .base import BoolArray, FloatArray, IntArray, NumericMechanism
+
+REPORT_DTYPE = np.dtype("<i8")
+GRID_STEPS = 2**16
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridMechanism(NumericMechanism):
+    grid_steps: ClassVar[int] = GRID_STEPS
+
+    noise_cap: int = field(init=False, repr=False)
+    """Valid reports lie in ``-noise_cap .. D + noise_cap``."""
+
+    @abstractmethod
+    def noise(self, rng: np.random.Generator, n: int) -> IntArray:
+        """n draws of the integer noise."""
+
+    @abstractmethod
+    def grid_noise_variance(self) -> float:
+        """The noise's variance, in grid steps squared."""
+
+    @property
+    def report_dtype(self) -> np.dtype[Any]:
+        return REPORT_DTYPE
+
+    @property
+    def report_rule(self) -> str:
+        return (
+            f"an integer in {-self.noise_cap}..{self.grid_steps + self.noise_cap} "
+            f"(int64 grid position)"
+        )
+
+    def _perturb(self, values: FloatArray, rng: np.random.Generator) -> IntArray:
+        n = values.size
+        d = self.grid_steps
+        lo, hi = self.bounds
+        u = np.clip((values - lo) / (hi - lo) * d, 0.0, float(d))
+        m = np.floor(u)
+        m += rng.random(n) < u - m  # stochastic rounding: E[M] = u
+        y = m.astype(np.int64) + self.noise(rng, n)
+        out: IntArray = np.clip(y, -self.noise_cap, d + self.noise_cap)
+        return out
+
+    # --- collector side ----------------------------------------------------------------
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        return np.asarray(
+            (reports >= -self.noise_cap) & (reports <= self.grid_steps + self.noise_cap)
+        )
+
+    def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:
+        return np.asarray(reports, dtype=np.float64) * (2.0 / self.grid_steps) - 1.0
+
+    def unit_variance(self, t: float | npt.ArrayLike) -> Any:
+        """Exact variance of one debiased report at unit value t (rounding + noise)."""
+        tt = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
+        d = self.grid_steps
+        u = (tt + 1.0) * (0.5 * d)
+        f = u - np.floor(u)
+        var = (2.0 / d) ** 2 * (f * (1.0 - f) + self.grid_noise_variance())
+        return float(var) if var.ndim == 0 else var
+
+    def noise_terms(self) -> tuple[float, float, float]:
+        """The noise's variance whatever t; rounding adds up to ``(1 / D)^2``."""
+        unit = (2.0 / self.grid_steps) ** 2
+        return unit * self.grid_noise_variance(), 0.0, unit * 0.25
+
+    def worst_case_variance(self) -> float:
+        """Exact maximum over the bounds (rounding variance 1/4 at a half step)."""
+        d = self.grid_steps
+        return (2.0 / d) ** 2 * (0.25 + self.grid_noise_variance()) * self.half_range**2
