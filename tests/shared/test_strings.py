@@ -415,3 +415,65 @@ def test_supports_marks_the_true_bucket() -> None:
     assert bool(np.all(m.supports("abc", reports)))
     # Other strings share a bucket only by collision (g = MAX_BUCKETS here).
     assert float(np.mean(m.supports("abd", reports))) < 0.5
+
+
+# --- one hash family: the tail's fixed collision offset ---------------------------------------
+
+
+def _expected_estimation_offsets(
+    m: PrefixSketch, keys: np.ndarray, f: np.ndarray, heavy: int, n: int
+) -> np.ndarray:
+    """Offsets ``E[estimate | family] - f`` of the ``heavy`` first keys (taken as found),
+    from the estimation sketch's expected counts: no device noise, only the collisions of
+    this hash family with the strings not removed (``f`` sorted, largest first)."""
+    from ldpkit.mechanisms._string_decoder import _Level
+    from ldpkit.mechanisms.strings import key_words
+
+    rows = m.estimation_rows
+    per_row = n * m.share(0) / rows
+    q_other = (1.0 - m.p) / (m.g - 1)
+    counts = np.full((rows, m.g), per_row * q_other)
+    buckets = m.buckets(0, key_words(keys))
+    for j in range(rows):
+        np.add.at(counts[j], buckets[:, j], per_row * f * (m.p - q_other))
+    level = _Level(m, 0, counts)
+    found = keys[:heavy]
+    est = level.evaluate(level.flat(found), lambda i: found[i], heavy=np.arange(heavy))
+    return est - f[:heavy]
+
+
+def test_one_family_collision_offset_is_small_next_to_the_stderr() -> None:
+    """For the one hash family a deployment uses, the collisions of the strings not found
+    (the tail) shift each found string's estimate by a fixed offset: a bias for that
+    family, with variance ``sum_tail f^2 q / (R_E (1 - q))`` over families. With the
+    estimation sketch's rows equal to a level's (R) it reached 0.5-1.4 stderr at n = 10^6
+    and some strings' intervals covered 80% for their family (docs/statistics.md); with
+    R_E rows it must stay a small part of the stderr. Expected counts make n free: the
+    offsets of 8 families' top 20 (160 draws) against the theory, then against the stderr.
+    """
+    rng = np.random.default_rng(17)
+    raw = {
+        bytes(rng.integers(97, 123, size=int(rng.integers(1, 5))).astype(np.uint8))
+        for _ in range(4000)
+    }
+    words = sorted(raw)[:3000]
+    f = np.arange(1, len(words) + 1, dtype=np.float64) ** -1.1
+    f /= f.sum()
+    keys, _ = encode_strings(words, 4)
+    n, top = 10**6, 20
+    offsets, ses = [], []
+    for family in range(8):
+        m = PrefixSketch(epsilon=4.0, max_length=4, seed=1000 + family)
+        assert m.estimation_rows >= 4 * m.rows
+        offsets.append(_expected_estimation_offsets(m, keys, f, top, n))
+        ses.append(np.sqrt(m.variance(f[:top], n)))
+    off, se = np.concatenate(offsets), np.concatenate(ses)
+    q = m.q
+    sigma = math.sqrt(float(np.sum(f[top:] ** 2)) * q / (m.estimation_rows * (1 - q)))
+    lo, hi = chi2_ratio_bounds(off.size)
+    assert lo <= float(np.mean(off**2)) / sigma**2 <= hi
+    # Theory: sigma / stderr is 0.08-0.16 for these strings (0.31-0.63 with R_E = R rows,
+    # which fails here); at 0.3 an offset of 2 sigma leaves a string's coverage for its
+    # family at 93%.
+    assert float(np.max(sigma / se)) <= 0.3
+    assert float(np.max(np.abs(off) / se)) <= 3.5 * float(np.max(sigma / se))
