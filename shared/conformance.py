@@ -602,14 +602,18 @@ def _structured_tests(
             out += _sub(f"depth {t}", _categorical_tests(oracle, sub, node))
         return out
     if m.name == "prefix_sketch":
-        # cell = (sketch R + row) g + y: the sketch by its weights, the row uniform, and
-        # y relative to the value's bucket in that (sketch, row) as g-ary RR.
-        g, rows = m.g, m.rows
+        # cell = G g + y with G the global row (the estimation sketch's R_E rows first,
+        # then R per level): the sketch by its weights, the row uniform within it (the
+        # estimation sketch's folded onto R by R_E / R, which a client drawing only R of
+        # them fails), and y relative to the value's bucket in that row as g-ary RR.
+        g, rows, rows_e = m.g, m.rows, m.estimation_rows
         cell = reports.astype(np.int64)
-        y, sketch_row = cell % g, cell // g
-        sketch, row = sketch_row // rows, sketch_row % rows
+        y, at = cell % g, cell // g
+        level = at >= rows_e
+        sketch = np.where(level, 1 + (at - rows_e) // rows, 0)
+        row = np.where(level, (at - rows_e) % rows, at // max(1, rows_e // rows))
         raw = x.encode() if isinstance(x, str) else bytes(x)
-        true = np.asarray(m.true_buckets(raw)).reshape(m.sketches, rows)[sketch, row]
+        true = np.asarray(m.true_buckets(raw))[at]
         probs = np.full(g, (1.0 - m.p) / (g - 1))
         probs[0] = m.p
         shift = (y - true) % g
