@@ -8,8 +8,9 @@
 The collector runs on loopback (a free port, SQLite in a temporary directory unless
 ``--database`` says otherwise) with its default durability (WAL, ``synchronous=FULL``).
 The load generator is another process: it encodes one batch of ``--batch`` reports per
-scenario up front and, for each request, writes fresh random ids into a copy of it (so
-every report is new), keeping ``--concurrency`` requests in flight with aiohttp.
+scenario up front (a sealed v2 batch) and, for each request, writes a fresh random batch
+id into a copy of it (so every batch is new), keeping ``--concurrency`` requests in
+flight with aiohttp.
 With ``--collectors N``, N collector processes share the database (replicas, as behind a
 load balancer) and the load generator spreads its connections over them round-robin.
 
@@ -25,6 +26,13 @@ batches in flight give lower latency and lower throughput.
 
 Targets on a 2-core machine, load generator included: >= 100,000 reports/s for GRR with
 durable commits, estimates p50 < 20 ms.
+
+``--minutes M`` (issue 13): GRR d=16 then OUE d=1024, each unpaced for M minutes on a
+fresh database, printed minute by minute (the last minute must keep >= 0.9x the first),
+with the collectors' CPU seconds per million reports (per minute: independent of other
+load on the machine, unlike the rate), per collector process and, on SQLite, the
+database size per million reports (compaction running; ``--compact-seconds 3600`` shows
+it without compaction).
 """
 
 from __future__ import annotations
@@ -96,10 +104,11 @@ def toml_value(v: Any) -> str:
     return json.dumps(v)
 
 
-def write_config(path: Path, scenarios: list[Scenario]) -> None:
+def write_config(path: Path, scenarios: list[Scenario], compact_seconds: float = 1.0) -> None:
     lines = [
         "[collector]",
         'database = "collector.sqlite3"',
+        f"compact_seconds = {compact_seconds}",
         "",
         "[tokens]",
         f'ingest = ["{INGEST}"]',
@@ -130,7 +139,7 @@ def http(url: str, token: str = READ) -> tuple[int, bytes]:
 
 # --- the load generator (its own process) ----------------------------------------------
 def template(name: str, spec: dict[str, Any], batch: int, seed: int) -> tuple[bytes, int]:
-    """One encoded batch and the offset of its ids (to overwrite per request)."""
+    """One encoded sealed batch and the offset of its batch id (overwritten per request)."""
     d = MetricDefinition.from_dict(name, spec)
     m = d.mechanism_instance
     rng = np.random.default_rng(seed)
@@ -140,9 +149,10 @@ def template(name: str, spec: dict[str, Any], batch: int, seed: int) -> tuple[by
         assert d.bounds is not None
         values = rng.uniform(*d.bounds, batch)
     reports = m.perturb(values, rng=rng)
-    marker = os.urandom(wire.ID_SIZE * batch)
-    body = wire.encode_batch(
-        [wire.make_block(name, d.fingerprint, Period.DAY.start(time.time()), marker, reports)]
+    marker = os.urandom(wire.ID_SIZE)
+    body = wire.encode_sealed_batch(
+        marker,
+        [wire.sealed_block(name, d.fingerprint, Period.DAY.start(time.time()), reports)],
     )
     return body, body.index(marker)
 
@@ -159,7 +169,7 @@ async def _load(
     import aiohttp
 
     templates = [template(name, spec, batch, seed) for seed in range(4)]
-    id_bytes = wire.ID_SIZE * batch
+    id_bytes = wire.ID_SIZE
     latencies: list[float] = []
     accepted = 0
     other = 0
@@ -249,6 +259,136 @@ def run_load(
 
 
 # --- the benchmark ---------------------------------------------------------------------
+class LockSampler:
+    """Samples PostgreSQL every 0.1 s during the run: lock requests not granted (by
+    relation and mode) and sessions waiting on a lock, to show that nothing serializes
+    the collectors' transactions."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.samples = 0
+        self.waiting: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.1):
+            rows = self.conn.execute(
+                "SELECT coalesce(l.relation::regclass::text, l.locktype), l.mode, "
+                "left(a.query, 50) "
+                "FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                "WHERE NOT l.granted AND a.datname = current_database()"
+            ).fetchall()
+            self.samples += 1
+            for what, mode, query in rows:
+                key = f"{what} {mode} ({query})"
+                self.waiting[key] = self.waiting.get(key, 0) + 1
+
+    def finish(self) -> str:
+        self.stop.set()
+        self.thread.join()
+        self.conn.close()
+        waits = ", ".join(f"{k}: {v}" for k, v in sorted(self.waiting.items())) or "none"
+        return f"pg_locks sampled {self.samples} times: lock requests waiting: {waits}"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU seconds of every process named postgres on this machine (a local server: its
+    backends, WAL writer, checkpointer; other clients of the server count too)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            if "(postgres)" in text:
+                total += cpu_seconds(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def minutes(
+    args: argparse.Namespace,
+    urls: list[str],
+    servers: list[subprocess.Popen[bytes]],
+    specs: dict[str, dict[str, Any]],
+    workdir: Path,
+) -> int:
+    """GRR d=16 and OUE d=1024, each for ``args.minutes`` one-minute runs."""
+    ok = True
+    total = 0
+    slice_args = argparse.Namespace(**{**vars(args), "seconds": min(60.0, args.minutes * 60)})
+    db = workdir / "collector.sqlite3"
+    print(f"\n{len(servers)} collector(s), batches of {args.batch}, {args.concurrency} in flight")
+    sampler = LockSampler(args.database) if (args.database or "").startswith("postgres") else None
+    for key in ("grr16", "oue1024"):
+        rates = []
+        cpu0 = [cpu_seconds(s.pid) for s in servers]
+        pg0 = postgres_cpu_seconds() if sampler is not None else 0.0
+        n0 = total
+        for minute in range(max(1, round(args.minutes))):
+            cpu_slice = sum(cpu_seconds(s.pid) for s in servers)
+            r = run_load(",".join(urls), key, specs[key], slice_args)
+            cpu_slice = sum(cpu_seconds(s.pid) for s in servers) - cpu_slice
+            rate = r["accepted"] / r["elapsed"]
+            total += r["accepted"]
+            rates.append(rate)
+            lat = np.array(r["latencies"]) * 1000
+            size = ""
+            if db.exists():
+                files = sum(p.stat().st_size for p in workdir.glob("collector.sqlite3*"))
+                size = f"  db+wal {files / 2**20:,.0f} MiB ({files / total:.1f} B/report)"
+            print(
+                f"{key:<8} minute {minute + 1:>2}: {rate:>10,.0f} reports/s  "
+                f"p50 {np.percentile(lat, 50):6.1f} ms  total {total:>12,}  "
+                f"CPU {cpu_slice / max(1, r['accepted']) * 1e6:.2f} s/M{size}",
+                flush=True,
+            )
+        used = [cpu_seconds(s.pid) - c for s, c in zip(servers, cpu0, strict=True)]
+        per_million = ", ".join(f"{u / max(1, total - n0) * 1e6:.1f}" for u in used)
+        ratio = rates[-1] / rates[0]
+        pg = ""
+        if sampler is not None:
+            pg = f"; PostgreSQL {(postgres_cpu_seconds() - pg0) / (total - n0) * 1e6:.1f}"
+        print(
+            f"{key}: last/first minute {ratio:.2f}; CPU s per million reports per collector: "
+            f"{per_million}{pg}"
+        )
+        ok &= ratio >= 0.9
+    if sampler is not None:
+        print(sampler.finish())
+    if db.exists():
+        time.sleep(min(2 * args.compact_seconds + 1, 5))  # the last compaction
+        import sqlite3
+
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        pages, free, page = (
+            conn.execute(f"PRAGMA {p}").fetchone()[0]
+            for p in ("page_count", "freelist_count", "page_size")
+        )
+        batches, partials = (
+            conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("batches", "partials")
+        )
+        conn.close()
+        used_bytes = (pages - free) * page
+        print(
+            f"SQLite pages in use: {used_bytes / 2**20:,.1f} MiB for {total:,} reports = "
+            f"{used_bytes / total * 1e6 / 2**20:,.2f} MiB per million; {batches:,} batch ids, "
+            f"{partials:,} partial rows not folded"
+        )
+    return 0 if ok else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -274,6 +414,12 @@ def main() -> int:
     )
     parser.add_argument("--estimate-queries", type=int, default=200)
     parser.add_argument(
+        "--minutes", type=float, default=0, help="per-minute runs of GRR and OUE (issue 13)"
+    )
+    parser.add_argument(
+        "--compact-seconds", type=float, default=1.0, help="the collectors' compact_seconds"
+    )
+    parser.add_argument(
         "--scenarios", default=",".join(s.key for s in SCENARIOS), help="comma-separated subset"
     )
     args = parser.parse_args()
@@ -291,7 +437,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ldpkit-bench-") as tmp:
         workdir = Path(tmp)
         config = workdir / "collector.toml"
-        write_config(config, scenarios + extra)
+        write_config(config, scenarios + extra, args.compact_seconds)
         ports = [free_port() for _ in range(args.collectors)]
         command = [
             sys.executable,
@@ -323,6 +469,8 @@ def main() -> int:
                 else:
                     raise RuntimeError("the collector did not become ready")
             specs = {s.key: metric_spec(s) for s in scenarios + extra}
+            if args.minutes:
+                return minutes(args, urls, servers, specs, workdir)
             counts: dict[str, int] = {}
             rows = []
             stored = 0  # report ids in the store so far

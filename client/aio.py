@@ -16,26 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import ssl
 from types import TracebackType
 from typing import Protocol, Self
 
 import aiohttp
 
-from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
 from .base import Generator, ReporterBase, Values
-from .flush import Action, Done, FlushRun, Send
-from .policies import (
-    MAX_ANSWER_BYTES,
-    NetworkError,
-    Timeout,
-    split_url,
-)
+from .policies import MAX_ANSWER_BYTES, NetworkError, Timeout, split_url
 from .protocol import HttpAnswer
 from .results import FlushResult, ReportReceipt
-
-log = logging.getLogger("ldpkit.client")
+from .steps import Disk, Locked, Op, R, Request, Stepper, Steps, Wait
 
 
 async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:
@@ -125,8 +116,7 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
         # asyncio objects belong to a running loop: made in start(), not here.
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
-        self._send_lock: asyncio.Lock | None = None
-        self._definitions_lock: asyncio.Lock | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
         self._closing = False
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -134,12 +124,11 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
         """Start the background flush task (``async with`` does it; so does the first
         ``report``)."""
         self._check_open()
-        if self._send_lock is None:
-            self._send_lock = asyncio.Lock()
-            self._definitions_lock = asyncio.Lock()
+        if self._wake is None:
+            self._locks = {"send": asyncio.Lock(), "definitions": asyncio.Lock()}
             self._wake = asyncio.Event()
         if self._background and self._task is None:
-            self._task = asyncio.create_task(self._run(), name="ldpkit-flush")
+            self._task = asyncio.create_task(self._do(self._background_loop()), name="ldpkit-flush")
 
     async def aclose(self, *, flush: bool = True) -> None:
         """Stop the background task, try one last delivery, close the session and store."""
@@ -152,11 +141,8 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
                 self._task = None
-            if flush and self._send_lock is not None and self._state.pending():
-                try:
-                    await self._flush(max_attempts=1, everything=False)
-                except LdpkitError as exc:
-                    log.info("close: %s", exc)
+            if flush and self._wake is not None:
+                await self._do(self._last_delivery())
         finally:
             self._closed = True
             await self._transport.close()
@@ -178,108 +164,57 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
     async def report(self, metric: str, value: object) -> ReportReceipt:
         """See :meth:`ldpkit.client.Reporter.report`."""
         await self._ready()
-        await self._learn(metric)
-        receipt = self._state.report(metric, value)
-        if self._queued(receipt) and self._wake is not None:
-            self._wake.set()
-        return receipt
+        return await self._do(self._reporting(metric, value))
 
     async def simulate(self, metric: str, values: Values, *, rng: Generator | None = None) -> int:
         """See :meth:`ldpkit.client.Reporter.simulate`."""
         await self._ready()
-        await self._learn(metric)
-        return await asyncio.to_thread(self._state.simulate, metric, values, rng)
+        return await self._do(self._simulating(metric, values, rng))
 
     async def flush(self, *, max_attempts: int | None = None) -> FlushResult:
         """See :meth:`ldpkit.client.Reporter.flush`."""
         await self._ready()
-        return await self._flush(max_attempts=max_attempts, everything=False)
+        return await self._do(self._flush(max_attempts))
 
     async def refresh_definitions(self) -> None:
         """Fetch ``GET /v1/metrics`` now (with If-None-Match) and cache the answer."""
         await self._ready()
-        if self._state.static:
-            return
-        assert self._definitions_lock is not None
-        async with self._definitions_lock:
-            headers = self._definitions_request()
-            try:
-                answer = await self._transport.request("GET", "/v1/metrics", None, headers)
-            except NetworkError as exc:
-                raise CollectorUnavailable(f"GET {self.url}/v1/metrics: {exc}") from exc
-            self._state.apply_definitions_answer(answer)
+        await self._do(self._refreshing())
 
     # --- I/O ----------------------------------------------------------------------------
     async def _ready(self) -> None:
         self._check_open()
-        if self._send_lock is None:
+        if self._wake is None:
             await self.start()
 
-    async def _learn(self, metric: str) -> None:
-        error = None
-        if self._must_learn(metric):
-            try:
-                await self.refresh_definitions()
-            except (CollectorUnavailable, CollectorRejected) as exc:
-                error = exc
-        self._learned(metric, error)
+    async def _do(self, steps: Steps[R]) -> R:
+        """Run ``steps`` to its end, performing each request it makes (disk work in a
+        worker thread, so the loop never waits on the disk)."""
+        for op in (stepper := Stepper(steps)):
+            with stepper.answering():
+                stepper.reply = await self._perform(op)
+        return stepper.result
 
-    async def _flush(self, *, max_attempts: int | None, everything: bool) -> FlushResult:
-        assert self._send_lock is not None
-        async with self._send_lock:
-            run = self._begin_flush(max_attempts=max_attempts, everything=everything)
-            return await self._drive(run)
-
-    async def _drive(self, run: FlushRun) -> FlushResult:
-        headers = self._settings.report_headers
-        while True:
-            action: Action = await asyncio.to_thread(run.next)
-            if isinstance(action, Done):
-                return action.result
-            if isinstance(action, Send):
-                try:
-                    answer = await self._transport.request(
-                        "POST", "/v1/reports", action.batch.body, headers
-                    )
-                except NetworkError as exc:
-                    run.failed(exc)
-                else:
-                    await asyncio.to_thread(run.answered, answer)
-            else:
-                await asyncio.sleep(action.seconds)
-
-    async def _background_refresh(self) -> None:
-        if self._state.definitions_due():
-            try:
-                await self.refresh_definitions()
-            except LdpkitError as exc:
-                self._refresh_failed(exc)
-
-    async def _run(self) -> None:
-        """Background task: the same schedule as the sync reporter's thread."""
-        assert self._wake is not None and self._send_lock is not None
-        loop = asyncio.get_running_loop()
-        schedule = self._schedule(loop.time())
-        await self._background_refresh()  # at start, as the sync reporter's thread does
-        while True:
+    async def _perform(self, op: Op) -> object:
+        if isinstance(op, Request):
+            return await self._transport.request(op.method, op.path, op.body, op.headers)
+        if isinstance(op, Disk):
+            return await asyncio.to_thread(op.call)
+        if isinstance(op, Locked):
+            async with self._locks[op.lock]:
+                return await self._do(op.steps)
+        if isinstance(op, Wait):
+            assert self._wake is not None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=schedule.wait(loop.time()))
+                await asyncio.wait_for(self._wake.wait(), timeout=op.seconds)
             self._wake.clear()
-            if not schedule.ready(loop.time()):
-                continue  # backing off: a full batch waits for the backoff to end
-            await self._background_refresh()
-            run: FlushRun | None = None
-            error: Exception | None = None
-            try:
-                async with self._send_lock:
-                    run = self._begin_flush(max_attempts=1, everything=True)
-                    await self._drive(run)
-            except Exception as exc:  # never let the task die: the outbox keeps everything
-                error = exc
-            self._pass_ended(schedule, loop.time(), error, run)
-            if schedule.prune_due(loop.time()):
-                with contextlib.suppress(Exception):
-                    await asyncio.to_thread(self._state.prune)
+            return True
+        await asyncio.sleep(op.seconds)
+        return None
+
+    def _wake_flusher(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
 
 __all__ = ["AiohttpTransport", "AsyncReporter", "AsyncTransport"]

@@ -1,15 +1,19 @@
 """What :class:`~ldpkit.client.Reporter` and :class:`~ldpkit.client.AsyncReporter` share:
-their parameters (checked once), the local state they read without I/O, and the small
-decisions around each call. The two shells add only their I/O: a thread and
-``http.client``, or an asyncio task and aiohttp.
+their parameters (checked once), the local state they read without I/O, and every
+operation (report, flush, fetch the definitions, the background loop, the last delivery)
+written once as steps that yield the I/O they need (``ldpkit.client.steps``). The two
+shells only perform that I/O: a thread and ``http.client``, or an asyncio task and
+aiohttp.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -17,10 +21,11 @@ import numpy.typing as npt
 
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
 from ..metrics import MetricDefinition, Period
-from .flush import FlushRun, background_failed
-from .policies import BackgroundSchedule, Clock, RetryPolicy, ShellSettings, Timeout
-from .results import BudgetStatus, ReportReceipt
+from .flush import Done, FlushRun, Send, background_failed
+from .policies import BackgroundSchedule, Clock, NetworkError, RetryPolicy, ShellSettings, Timeout
+from .results import BudgetStatus, FlushResult, ReportReceipt
 from .state import DEFAULT_BATCH_SIZE, DEFAULT_MAX_OUTBOX, ReporterState
+from .steps import Disk, Locked, Request, Steps, Wait
 
 log = logging.getLogger("ldpkit.client")
 
@@ -112,31 +117,64 @@ class ReporterBase(Generic[TransportT]):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.url} state_dir={self.state_dir!r}>"
 
-    # --- the decisions around each call -------------------------------------------------
+    # --- each operation, as the I/O it asks the shell for ------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
 
-    def _must_learn(self, metric: str) -> bool:
-        """An unknown metric: whether to fetch the definitions now (rate-limited)."""
+    def _stopping(self) -> bool:
+        """Whether the shell is stopping (the background skips its definitions fetch)."""
+        return False
+
+    def _wake_flusher(self) -> None:
+        """A batch is full: wake the background flusher, if there is one."""
+
+    def _reporting(self, metric: str, value: object) -> Steps[ReportReceipt]:
+        yield from self._learning(metric)
+        receipt = self._state.report(metric, value)
+        if receipt.queued and self._state.pending() >= self.batch_size:
+            self._wake_flusher()
+        return receipt
+
+    def _simulating(self, metric: str, values: Values, rng: Generator | None) -> Steps[int]:
+        yield from self._learning(metric)
+        queued: int = yield Disk(partial(self._state.simulate, metric, values, rng))
+        return queued
+
+    def _learning(self, metric: str) -> Steps[None]:
+        """An unknown metric: fetch the definitions (rate-limited); raise unless it is
+        known then."""
         state = self._state
-        return not state.knows(metric) and state.unknown_refresh_due(metric, time.monotonic())
+        if not state.knows(metric) and state.unknown_refresh_due(metric, time.monotonic()):
+            try:
+                yield from self._refreshing()
+            except (CollectorUnavailable, CollectorRejected) as exc:
+                state.unknown_refresh_failed(exc)
+        if not state.knows(metric):
+            raise state.unknown_metric(metric)
 
-    def _learned(self, metric: str, error: CollectorUnavailable | CollectorRejected | None) -> None:
-        """After the fetch (``error`` if it failed): raise unless ``metric`` is known now."""
-        if error is not None:
-            self._state.unknown_refresh_failed(error)
-        if not self._state.knows(metric):
-            raise self._state.unknown_metric(metric)
+    def _refreshing(self) -> Steps[None]:
+        """``GET /v1/metrics`` (with If-None-Match), one fetch at a time; the answer cached."""
+        if not self._state.static:
+            yield Locked("definitions", self._fetching())
 
-    def _queued(self, receipt: ReportReceipt) -> bool:
-        """Whether this report filled a batch (wake the background flusher)."""
-        return receipt.queued and self._state.pending() >= self.batch_size
+    def _fetching(self) -> Steps[None]:
+        headers = {**self._settings.headers, **self._state.definitions_headers()}
+        try:
+            answer = yield Request("GET", "/v1/metrics", None, headers)
+        except NetworkError as exc:
+            raise CollectorUnavailable(f"GET {self.url}/v1/metrics: {exc}") from exc
+        self._state.apply_definitions_answer(answer)
 
-    def _definitions_request(self) -> dict[str, str]:
-        return {**self._settings.headers, **self._state.definitions_headers()}
+    def _flush(self, max_attempts: int | None) -> Steps[FlushResult]:
+        """Send what is queued now (one flush at a time)."""
+        result: FlushResult = yield Locked("send", self._flushing(max_attempts))
+        return result
 
-    def _begin_flush(self, *, max_attempts: int | None, everything: bool) -> FlushRun:
+    def _flushing(self, max_attempts: int | None) -> Steps[FlushResult]:
+        return (yield from self._delivering(self._begin(max_attempts, everything=False)))
+
+    def _begin(self, max_attempts: int | None, *, everything: bool) -> FlushRun:
         return self._state.begin_flush(
             policy=self.retry,
             batch_size=self.batch_size,
@@ -144,19 +182,68 @@ class ReporterBase(Generic[TransportT]):
             everything=everything,
         )
 
-    def _schedule(self, now: float) -> BackgroundSchedule:
-        return BackgroundSchedule(flush_interval=self.flush_interval, retry=self.retry, now=now)
+    def _delivering(self, run: FlushRun) -> Steps[FlushResult]:
+        headers = self._settings.report_headers
+        while True:
+            action = yield Disk(run.next)
+            if isinstance(action, Done):
+                return action.result
+            if isinstance(action, Send):
+                try:
+                    answer = yield Request(
+                        "POST",
+                        "/v1/reports",
+                        action.batch.body,
+                        {**headers, "Content-Type": action.batch.content_type},
+                    )
+                except NetworkError as exc:
+                    run.failed(exc)
+                else:
+                    yield Disk(partial(run.answered, answer))
+            else:
+                yield action
 
-    @staticmethod
-    def _pass_ended(
-        schedule: BackgroundSchedule, now: float, error: Exception | None, run: FlushRun | None
-    ) -> None:
-        """A background pass ended (``error`` if it raised): when the next one may start."""
-        if error is None:
-            schedule.flushed(now)
+    def _last_delivery(self) -> Steps[None]:
+        """At close: one attempt to deliver what is queued."""
+        if self._state.pending():
+            try:
+                yield from self._flush(1)
+            except LdpkitError as exc:
+                log.info("close: %s", exc)
+
+    def _background_loop(self) -> Steps[None]:
+        """The background flusher: every ``flush_interval``, or sooner when a batch is
+        full; after a failure it waits the policy's backoff (or Retry-After) first."""
+        schedule = BackgroundSchedule(
+            flush_interval=self.flush_interval, retry=self.retry, now=time.monotonic()
+        )
+        # Fetch the definitions as soon as the reporter starts, not at the first report:
+        # a device that starts online and reports only later, offline, must know them.
+        yield from self._background_refresh()
+        while (yield Wait(schedule.wait(time.monotonic()))):
+            if not schedule.ready(time.monotonic()):
+                continue  # backing off: a full batch waits for the backoff to end
+            yield from self._background_refresh()
+            yield Locked("send", self._background_pass(schedule))
+            if schedule.prune_due(time.monotonic()):
+                with contextlib.suppress(Exception):
+                    yield Disk(self._state.prune)
+
+    def _background_refresh(self) -> Steps[None]:
+        if self._state.definitions_due() and not self._stopping():
+            try:
+                yield from self._refreshing()
+            except LdpkitError as exc:
+                log.info("background definitions refresh failed: %s", exc)
+
+    def _background_pass(self, schedule: BackgroundSchedule) -> Steps[None]:
+        """One flush; whatever it raises only sets when the next one starts (the outbox
+        keeps everything: the background never dies)."""
+        run: FlushRun | None = None
+        try:
+            run = self._begin(1, everything=True)
+            yield from self._delivering(run)
+        except Exception as exc:
+            background_failed(schedule, time.monotonic(), exc, run)
         else:
-            background_failed(schedule, now, error, run)
-
-    @staticmethod
-    def _refresh_failed(error: LdpkitError) -> None:
-        log.info("background definitions refresh failed: %s", error)
+            schedule.flushed(time.monotonic())

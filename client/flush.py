@@ -26,6 +26,7 @@ from .protocol import (
     Delivered,
     Fatal,
     HttpAnswer,
+    OutboxRow,
     OutgoingBatch,
     Retry,
     TooLarge,
@@ -58,6 +59,10 @@ def background_failed(
     else:
         wait = schedule.failed(now)
         log.error("background flush failed; next try in %.1fs", wait, exc_info=error)
+
+
+SEAL_AHEAD = 64
+"""Batches sealed in one transaction (and made durable by one fsync) when none is waiting."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +126,8 @@ class FlushRun:
         if self._batch is None:
             state = self.state
             with state.lock:
-                rows = state.store.oldest(self.batch_size, after=self.after, upto=self.upto)
-                if not rows:
+                self._batch = self._next_batch()
+                if self._batch is None:
                     remaining = state.store.outbox_rows()
                     return Done(
                         FlushResult(
@@ -133,16 +138,44 @@ class FlushRun:
                             self.result.deferred,
                         )
                     )
-                size, keep = 0, 0
-                for row in rows:
-                    size += len(row.report) + ID_SIZE
-                    if keep and size > self.max_batch_bytes:
-                        break
-                    keep += 1
-                self._batch = build_batch(rows[:keep])
-                # Nothing leaves the device before it (and its budget spend) is fsynced.
+                # Nothing leaves the device before it (its budget spend, and a sealed
+                # batch with the exact reports it holds) is fsynced.
                 state.store.make_durable()
         return Send(self._batch)
+
+    def _next_batch(self) -> OutgoingBatch | None:
+        """Reports queued before sealed batches first (as v1, with their report ids, so a
+        batch sent before the upgrade counts once); then a sealed batch not answered yet,
+        resent byte for byte; else the next reports, sealed into new batches (up to
+        SEAL_AHEAD at once: one fsync covers them all)."""
+        store = self.state.store
+        legacy = store.oldest(self.batch_size, after=self.after, upto=self.upto, legacy=True)
+        if legacy:
+            return build_batch(self._fit(legacy, ID_SIZE))
+        sealed = store.sealed_batch()
+        if sealed is not None:
+            return sealed
+        rows = store.oldest(self.batch_size * SEAL_AHEAD, after=self.after, upto=self.upto)
+        if not rows:
+            return None
+        chunks = []
+        while rows:
+            chunk = self._fit(rows[: self.batch_size], 0)
+            chunks.append(chunk)
+            rows = rows[len(chunk) :]
+        store.seal(chunks)
+        return store.sealed_batch()
+
+    def _fit(self, rows: list[OutboxRow], per_row: int) -> list[OutboxRow]:
+        """The first rows whose reports (and ``per_row`` bytes each) fit in
+        ``max_batch_bytes`` (one at least)."""
+        size, keep = 0, 0
+        for row in rows:
+            size += len(row.report) + per_row
+            if keep and size > self.max_batch_bytes:
+                break
+            keep += 1
+        return rows[:keep]
 
     def answered(self, answer: HttpAnswer) -> None:
         batch = self._batch
@@ -152,7 +185,9 @@ class FlushRun:
         if isinstance(outcome, Delivered):
             kept = {r.seq for r in outcome.rejected if self.state.keep_refused(r, now)}
             with self.state.lock:
-                self.state.store.acknowledge([k for k in outcome.keys if k[0] not in kept])
+                self.state.store.acknowledge(
+                    [k for k in outcome.keys if k[0] not in kept], batch_id=batch.batch_id
+                )
             self.state.delivered(k[0] for k in outcome.keys if k[0] not in kept)
             for r in outcome.rejected:
                 if r.seq in kept:
@@ -183,6 +218,12 @@ class FlushRun:
             if batch.n == 1:
                 self._error = CollectorRejected(413, "too_large", outcome.reason)
             else:
+                if batch.batch_id is not None:
+                    # Refused whole: nothing of it was stored. (Were the limit lowered
+                    # between two sends of this batch, an earlier one may have been
+                    # stored: docs/protocol.md.)
+                    with self.state.lock:
+                        self.state.store.unseal(batch.batch_id)
                 self.batch_size = max(1, batch.n // 2)
                 self.max_batch_bytes = max(1, len(batch.body) // 2)
                 self._batch = None

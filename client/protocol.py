@@ -1,4 +1,5 @@
-"""The client's side of protocol v1, no I/O: queued reports grouped into wire batches,
+"""The client's side of the protocol, no I/O: queued reports grouped into wire batches
+(sealed v2 batches; v1 for reports queued before the upgrade),
 the collector's answers read into outcomes (delivered, retry, too large, fatal), and the
 served definitions parsed."""
 
@@ -19,7 +20,14 @@ from ..errors import (
 )
 from ..http_errors import error_of, transient
 from ..metrics import MetricDefinition
-from ..wire import ID_SIZE, Block, encode_batch
+from ..wire import (
+    CONTENT_TYPE,
+    ID_SIZE,
+    LEGACY_CONTENT_TYPE,
+    Block,
+    encode_batch,
+    encode_sealed_batch,
+)
 
 
 # --- batches --------------------------------------------------------------------------
@@ -37,12 +45,19 @@ class OutboxRow:
 
 @dataclass(frozen=True)
 class OutgoingBatch:
-    """A request body and, in wire order, the outbox rows it carries."""
+    """A request body and, in wire order, the outbox rows it carries. ``batch_id``: the
+    id of a sealed (v2) batch, None for a v1 batch (reports queued before the upgrade,
+    sent with their report ids)."""
 
     body: bytes
     seqs: tuple[int, ...]
     blocks: int
     report_ids: tuple[bytes, ...] = ()
+    batch_id: bytes | None = None
+
+    @property
+    def content_type(self) -> str:
+        return CONTENT_TYPE if self.batch_id is not None else LEGACY_CONTENT_TYPE
 
     @property
     def keys(self) -> tuple[tuple[int, bytes], ...]:
@@ -54,15 +69,37 @@ class OutgoingBatch:
         return len(self.seqs)
 
 
+def _groups(rows: Iterable[OutboxRow]) -> dict[tuple[str, str, int], list[OutboxRow]]:
+    groups: dict[tuple[str, str, int], list[OutboxRow]] = {}
+    for row in rows:
+        groups.setdefault((row.metric, row.fingerprint, row.bucket), []).append(row)
+    return groups
+
+
+def seal_batch(rows: Iterable[OutboxRow], batch_id: bytes) -> OutgoingBatch:
+    """A sealed (v2) batch of ``rows`` under ``batch_id``, grouped as :func:`build_batch`."""
+    blocks: list[Block] = []
+    members_in_order: list[OutboxRow] = []
+    for (metric, fp, bucket), members in _groups(rows).items():
+        reports = b"".join(r.report for r in members)
+        blocks.append(Block(metric, fp, bucket, b"", reports, len(members)))
+        members_in_order.extend(members)
+    return OutgoingBatch(
+        encode_sealed_batch(batch_id, blocks),
+        tuple(r.seq for r in members_in_order),
+        len(blocks),
+        tuple(r.report_id for r in members_in_order),
+        batch_id,
+    )
+
+
 def build_batch(rows: Iterable[OutboxRow]) -> OutgoingBatch:
-    """Group rows per (metric, fingerprint, bucket) into wire blocks, oldest group first.
+    """Group rows per (metric, fingerprint, bucket) into v1 wire blocks, oldest group first.
 
     The answer's ``rejected[].index`` counts reports through the blocks in order, so the
     batch keeps the outbox sequence numbers in that same order.
     """
-    groups: dict[tuple[str, str, int], list[OutboxRow]] = {}
-    for row in rows:
-        groups.setdefault((row.metric, row.fingerprint, row.bucket), []).append(row)
+    groups = _groups(rows)
     blocks: list[Block] = []
     seqs: list[int] = []
     report_ids: list[bytes] = []

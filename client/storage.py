@@ -43,15 +43,21 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
+
+from .. import wire
 from ..errors import StateError as StateError  # its home is ldpkit.errors
-from .protocol import OutboxRow
+from .protocol import OutboxRow, OutgoingBatch, seal_batch
 from .results import StateLoss
 
 SECRET_FILE = "device.key"
 DATABASE_FILE = "client.sqlite3"
 SECRET_SIZE = 32
-SCHEMA_VERSION = 2
-"""2: reports.delta (the delta a report of an (epsilon, delta) mechanism spent)."""
+SCHEMA_VERSION = 3
+"""2: reports.delta (the delta a report of an (epsilon, delta) mechanism spent).
+3: sealed batches (``batches``, ``reports.sealed``); reports queued before are ``legacy``
+(sent as v1 with their report ids, so a batch sent before the upgrade and answered after
+it still counts once)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -61,7 +67,7 @@ CREATE TABLE IF NOT EXISTS meta (
 INSERT OR IGNORE INTO meta (key, value) VALUES ('syncs', 0);
 CREATE TABLE IF NOT EXISTS reports (
     seq INTEGER PRIMARY KEY,     -- outbox order; rows are matched by (seq, report_id)
-    report_id BLOB NOT NULL,     -- 16 random bytes, sent with the report
+    report_id BLOB NOT NULL,     -- 16 random bytes (sent only in a v1 batch)
     metric TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     bucket INTEGER NOT NULL,     -- the coarse time bucket start, unix seconds
@@ -72,8 +78,17 @@ CREATE TABLE IF NOT EXISTS reports (
     budget_seconds INTEGER,      -- ledger: the metric's budget period and window
     window_start INTEGER,
     total_seconds INTEGER,       -- ledger: the total budget's period and window
-    total_start INTEGER
+    total_start INTEGER,
+    sealed BLOB,                 -- the id of the sealed batch holding it, or NULL (schema 3)
+    legacy INTEGER NOT NULL DEFAULT 0  -- 1: queued before schema 3, sent as v1
 );
+CREATE TABLE IF NOT EXISTS batches (  -- sealed batches not answered yet (schema 3)
+    id BLOB PRIMARY KEY,         -- 16 random bytes, drawn when the batch was sealed
+    first_seq INTEGER NOT NULL,  -- send order
+    seqs BLOB NOT NULL,          -- the rows it holds, in wire order (little-endian int64)
+    body BLOB NOT NULL           -- the exact bytes sent, every time
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS reports_sealed ON reports (sealed) WHERE sealed IS NOT NULL;
 CREATE TABLE IF NOT EXISTS definitions (
     source TEXT PRIMARY KEY,
     etag TEXT,
@@ -279,13 +294,18 @@ class DeviceStore:
                     f"{SCHEMA_VERSION}; upgrade ldpkit"
                 )
             columns = {row[1] for row in db.execute("PRAGMA table_info(reports)")}
-            upgrade = (
-                "ALTER TABLE reports ADD COLUMN delta REAL NOT NULL DEFAULT 0;"
-                if columns and "delta" not in columns  # a schema 1 database
-                else ""
-            )
+            upgrade = ""
+            if columns and "delta" not in columns:  # a schema 1 database
+                upgrade += "ALTER TABLE reports ADD COLUMN delta REAL NOT NULL DEFAULT 0;"
+            if columns and "sealed" not in columns:  # schema 1 or 2: reports sent as v1
+                upgrade += (
+                    "ALTER TABLE reports ADD COLUMN sealed BLOB;"
+                    "ALTER TABLE reports ADD COLUMN legacy INTEGER NOT NULL DEFAULT 0;"
+                    "UPDATE reports SET legacy = 1 WHERE report IS NOT NULL;"
+                )
+            # The reports table is altered before _SCHEMA creates what is missing.
             db.executescript(
-                f"BEGIN IMMEDIATE;{_SCHEMA}{upgrade}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+                f"BEGIN IMMEDIATE;{upgrade}{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
             )
             db.execute("SELECT count(*) FROM reports").fetchone()  # readable at all?
         except BaseException:
@@ -514,24 +534,80 @@ class DeviceStore:
         row = self.db.execute("SELECT max(seq) FROM reports").fetchone()
         return int(row[0]) if row[0] is not None else 0
 
-    def oldest(self, limit: int, *, after: int = 0, upto: int | None = None) -> list[OutboxRow]:
-        """Up to ``limit`` queued reports with ``after < seq <= upto``, oldest first."""
+    def oldest(
+        self, limit: int, *, after: int = 0, upto: int | None = None, legacy: bool = False
+    ) -> list[OutboxRow]:
+        """Up to ``limit`` queued reports with ``after < seq <= upto`` not in a sealed
+        batch, oldest first: those queued before sealed batches if ``legacy``, else the
+        others."""
         rows = self.db.execute(
             "SELECT seq, report_id, metric, fingerprint, bucket, report FROM reports "
-            "WHERE seq > ? AND seq <= ? AND report IS NOT NULL ORDER BY seq LIMIT ?",
-            (after, upto if upto is not None else 2**62, limit),
+            "WHERE seq > ? AND seq <= ? AND report IS NOT NULL AND sealed IS NULL "
+            "AND legacy = ? ORDER BY seq LIMIT ?",
+            (after, upto if upto is not None else 2**62, int(legacy), limit),
         ).fetchall()
         return [OutboxRow(int(s), bytes(i), m, f, int(b), bytes(r)) for s, i, m, f, b, r in rows]
 
-    def acknowledge(self, rows: Sequence[tuple[int, bytes]]) -> int:
+    def sealed_batch(self) -> OutgoingBatch | None:
+        """The oldest sealed batch not answered yet, exactly as it was first sent."""
+        row = self.db.execute(
+            "SELECT id, seqs, body FROM batches ORDER BY first_seq LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return None
+        batch_id, seqs, body = bytes(row[0]), np.frombuffer(bytes(row[1]), "<i8"), bytes(row[2])
+        ids = dict(
+            self.db.execute("SELECT seq, report_id FROM reports WHERE sealed = ?", (batch_id,))
+        )
+        keys = tuple(int(s) for s in seqs)
+        blocks = len(wire.decode(body).blocks)
+        # A row another process acknowledged meanwhile keeps its place (matched by id).
+        return OutgoingBatch(
+            body, keys, blocks, tuple(bytes(ids.get(s, b"")) for s in keys), batch_id
+        )
+
+    def seal(self, batches: Sequence[Sequence[OutboxRow]]) -> None:
+        """Seal each list of rows into a new batch under a random id, stored with its
+        exact bytes, in one transaction (the caller makes it durable before any is sent:
+        a batch sent whose seal a power loss undid would be sealed again, and count
+        twice)."""
+        with self.transaction() as db:
+            for rows in batches:
+                batch = seal_batch(rows, os.urandom(wire.ID_SIZE))
+                seqs = np.asarray(batch.seqs, dtype="<i8").tobytes()
+                db.execute(
+                    "INSERT INTO batches (id, first_seq, seqs, body) VALUES (?, ?, ?, ?)",
+                    (batch.batch_id, min(batch.seqs), seqs, batch.body),
+                )
+                for start in range(0, len(batch.seqs), _SEQS_PER_STATEMENT):
+                    chunk = batch.seqs[start : start + _SEQS_PER_STATEMENT]
+                    marks = ", ".join("?" * len(chunk))
+                    db.execute(
+                        f"UPDATE reports SET sealed = ? WHERE seq IN ({marks})",
+                        (batch.batch_id, *chunk),
+                    )
+            self._unsynced = True
+
+    def unseal(self, batch_id: bytes) -> None:
+        """Forget a sealed batch (the collector refused it whole, stored nothing): its
+        rows go back to the outbox, to be sealed again."""
+        with self.transaction() as db:
+            db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
+            db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+
+    def acknowledge(
+        self, rows: Sequence[tuple[int, bytes]], *, batch_id: bytes | None = None
+    ) -> int:
         """Take (seq, report_id) rows out of the outbox; returns how many were queued.
+        ``batch_id``: the sealed batch was answered: it is forgotten, and its rows not
+        taken out (kept to be sent again) go back to the outbox, for a new batch.
 
         A row that spent budget or carries a memo tag keeps its ledger and memo columns
         (the report bytes are dropped) until :meth:`prune`; others are deleted. Matching
         the random id as well as ``seq`` makes this safe even if another process pruned
         the row and SQLite reused its ``seq``.
         """
-        if not rows:
+        if not rows and batch_id is None:
             return 0
         removed = 0
         with self.transaction() as db:
@@ -553,6 +629,9 @@ class DeviceStore:
                 )
                 db.execute(f"UPDATE reports SET report = NULL WHERE seq IN ({marks})", seqs)
                 removed += len(seqs)
+            if batch_id is not None:
+                db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
+                db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
             self._rows -= removed
         return removed
 

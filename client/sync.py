@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import logging
 import socket
 import ssl
 import threading
@@ -19,19 +18,11 @@ import time
 from types import TracebackType
 from typing import Protocol, Self
 
-from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
 from .base import Generator, ReporterBase, Values
-from .flush import Done, FlushRun, Send
-from .policies import (
-    MAX_ANSWER_BYTES,
-    NetworkError,
-    Timeout,
-    split_url,
-)
+from .policies import MAX_ANSWER_BYTES, NetworkError, Timeout, split_url
 from .protocol import HttpAnswer
 from .results import FlushResult, ReportReceipt
-
-log = logging.getLogger("ldpkit.client")
+from .steps import Disk, Locked, Op, R, Request, Stepper, Steps, Wait
 
 
 class AnswerTooLarge(OSError):
@@ -188,8 +179,7 @@ class Reporter(ReporterBase[SyncTransport]):
         return HttpTransport(self.url, self.timeout)
 
     def _open(self) -> None:
-        self._send_lock = threading.Lock()
-        self._definitions_lock = threading.Lock()
+        self._locks = {"send": threading.Lock(), "definitions": threading.Lock()}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -208,18 +198,13 @@ class Reporter(ReporterBase[SyncTransport]):
         bound. The raw value is never stored or sent.
         """
         self._check_open()
-        self._learn(metric)
-        receipt = self._state.report(metric, value)
-        if self._queued(receipt) and self._thread is not None:
-            self._wake.set()
-        return receipt
+        return self._do(self._reporting(metric, value))
 
     def simulate(self, metric: str, values: Values, *, rng: Generator | None = None) -> int:
         """Queue one report per value, each as a separate fresh device (for demos, load
         and statistical tests). Returns the number queued; deliver with :meth:`flush`."""
         self._check_open()
-        self._learn(metric)
-        return self._state.simulate(metric, values, rng)
+        return self._do(self._simulating(metric, values, rng))
 
     def flush(self, *, max_attempts: int | None = None) -> FlushResult:
         """Send what is queued now, retrying by the policy.
@@ -230,21 +215,12 @@ class Reporter(ReporterBase[SyncTransport]):
         queued either way.
         """
         self._check_open()
-        return self._flush(max_attempts=max_attempts, everything=False)
+        return self._do(self._flush(max_attempts))
 
     def refresh_definitions(self) -> None:
         """Fetch ``GET /v1/metrics`` now (with If-None-Match) and cache the answer."""
         self._check_open()
-        if self._state.static:
-            return
-        with self._definitions_lock:
-            try:
-                answer = self._transport.request(
-                    "GET", "/v1/metrics", None, self._definitions_request()
-                )
-            except NetworkError as exc:
-                raise CollectorUnavailable(f"GET {self.url}/v1/metrics: {exc}") from exc
-            self._state.apply_definitions_answer(answer)
+        self._do(self._refreshing())
 
     def close(self, *, flush: bool = True) -> None:
         """Stop the background thread, try one last delivery (one attempt, unless
@@ -257,11 +233,8 @@ class Reporter(ReporterBase[SyncTransport]):
         if self._thread is not None:
             self._thread.join()
         try:
-            if flush and self._state.pending():
-                try:
-                    self._flush(max_attempts=1, everything=False)
-                except LdpkitError as exc:
-                    log.info("close: %s", exc)
+            if flush:
+                self._do(self._last_delivery())
         finally:
             self._closed = True
             self._transport.close()
@@ -279,71 +252,38 @@ class Reporter(ReporterBase[SyncTransport]):
         self.close()
 
     # --- I/O ----------------------------------------------------------------------------
-    def _learn(self, metric: str) -> None:
-        error = None
-        if self._must_learn(metric):
-            try:
-                self.refresh_definitions()
-            except (CollectorUnavailable, CollectorRejected) as exc:
-                error = exc
-        self._learned(metric, error)
+    def _do(self, steps: Steps[R]) -> R:
+        """Run ``steps`` to its end, performing each request it makes."""
+        for op in (stepper := Stepper(steps)):
+            with stepper.answering():
+                stepper.reply = self._perform(op)
+        return stepper.result
 
-    def _flush(self, *, max_attempts: int | None, everything: bool) -> FlushResult:
-        with self._send_lock:
-            return self._drive(self._begin_flush(max_attempts=max_attempts, everything=everything))
+    def _perform(self, op: Op) -> object:
+        if isinstance(op, Request):
+            return self._transport.request(op.method, op.path, op.body, op.headers)
+        if isinstance(op, Disk):
+            return op.call()
+        if isinstance(op, Locked):
+            with self._locks[op.lock]:
+                return self._do(op.steps)
+        if isinstance(op, Wait):
+            self._wake.wait(timeout=op.seconds)
+            self._wake.clear()
+            return not self._stop.is_set()
+        time.sleep(op.seconds)
+        return None
 
-    def _drive(self, run: FlushRun) -> FlushResult:
-        headers = self._settings.report_headers
-        while True:
-            action = run.next()
-            if isinstance(action, Done):
-                return action.result
-            if isinstance(action, Send):
-                try:
-                    answer = self._transport.request(
-                        "POST", "/v1/reports", action.batch.body, headers
-                    )
-                except NetworkError as exc:
-                    run.failed(exc)
-                else:
-                    run.answered(answer)
-            else:
-                time.sleep(action.seconds)
+    def _stopping(self) -> bool:
+        return self._stop.is_set()
 
-    def _background_refresh(self) -> None:
-        if self._state.definitions_due() and not self._stop.is_set():
-            try:
-                self.refresh_definitions()
-            except LdpkitError as exc:
-                self._refresh_failed(exc)
+    def _wake_flusher(self) -> None:
+        if self._thread is not None:
+            self._wake.set()
 
     def _run(self) -> None:
-        """The background thread: flush every ``flush_interval``, or sooner when a batch
-        is full; after a failure wait the policy's backoff (or Retry-After) first."""
-        schedule = self._schedule(time.monotonic())
-        # Fetch the definitions as soon as the reporter starts, not at the first report:
-        # a device that starts online and reports only later, offline, must know them.
-        self._background_refresh()
-        while not self._stop.is_set():
-            self._wake.wait(timeout=schedule.wait(time.monotonic()))
-            if self._stop.is_set():
-                break
-            self._wake.clear()
-            if not schedule.ready(time.monotonic()):
-                continue  # backing off: a full batch waits for the backoff to end
-            self._background_refresh()
-            run: FlushRun | None = None
-            error: Exception | None = None
-            try:
-                with self._send_lock:
-                    run = self._begin_flush(max_attempts=1, everything=True)
-                    self._drive(run)
-            except Exception as exc:  # never let the thread die: the outbox keeps everything
-                error = exc
-            self._pass_ended(schedule, time.monotonic(), error, run)
-            if schedule.prune_due(time.monotonic()):
-                with contextlib.suppress(Exception):
-                    self._state.prune()
+        """The background thread (:meth:`ReporterBase._background_loop`)."""
+        self._do(self._background_loop())
 
 
 __all__ = ["HttpTransport", "NetworkError", "Reporter", "SyncTransport", "split_url"]

@@ -9,7 +9,9 @@
     synchronous = "full"             # SQLite durability: "full" (default), "normal" or "extra"
     sqlite_cache_mib = 256           # SQLite: page cache of the writer (memory grows up to it)
     pool_size = 8                    # PostgreSQL: connections per collector process
-    report_id_retention_days = 30    # ids kept for dedupe; older buckets are refused
+    report_id_retention_days = 30    # acceptance window: batch ids kept; older buckets refused
+    accept_v1 = true                 # take v1 batches (per-report ids, deprecated); false: 400
+    compact_seconds = 1              # fold partial aggregates this often
     catalog_refresh_seconds = 10     # reload metric definitions (other replicas' PUTs)
     max_body_bytes = 16777216        # 413 beyond
     max_definition_bytes = 2097152   # PUT /v1/metrics bodies; 413 beyond
@@ -89,6 +91,8 @@ class CollectorConfig:
     sqlite_cache_mib: int = 256
     pool_size: int = 8
     report_id_retention_days: int = 30
+    accept_v1: bool = True
+    compact_seconds: float = 1.0
     catalog_refresh_seconds: float = 10.0
     max_body_bytes: int = 16 * 2**20
     max_definition_bytes: int = 2 * 2**20
@@ -188,6 +192,8 @@ _COLLECTOR_KEYS: dict[str, Any] = {
     "sqlite_cache_mib": _int_in(1, 65536),
     "pool_size": _int_in(2, 1000),
     "report_id_retention_days": _int_in(1, 3650),
+    "accept_v1": _is_bool,
+    "compact_seconds": _is_positive_seconds,
     "catalog_refresh_seconds": _is_positive_seconds,
     "max_body_bytes": _int_in(1024, 2**31),
     "max_definition_bytes": _int_in(1024, 2**30),

@@ -32,9 +32,9 @@ DAY = 86400
 
 
 def oldest_bucket(now: float, retention_days: int) -> int:
-    """The earliest bucket start accepted at ``now``: ``retention_days`` earlier. Report
-    ids are kept that long (and a day more), so older reports are refused: their ids may
-    be gone, and a retry would count twice."""
+    """The earliest bucket start accepted at ``now``: ``retention_days`` earlier (the
+    acceptance window). Batch ids (and v1 report ids) are kept that long (and a day more),
+    so older reports are refused: their ids may be gone, and a retry would count twice."""
     return int(now) - retention_days * DAY
 
 
@@ -85,12 +85,37 @@ class CheckedBatch:
 
     def rejected_json(self) -> list[dict[str, Any]]:
         """The ``rejected`` list of the answer, by index."""
-        out: list[dict[str, Any]] = []
-        for r in self.rejected:
-            out.extend(
-                {"index": i, "error": r.error, "detail": r.detail} for i in r.indexes.tolist()
+        return rejections_json(self.rejected)
+
+
+def rejections_json(rejected: Sequence[Rejected]) -> list[dict[str, Any]]:
+    """The ``rejected`` list of an answer, by index."""
+    out: list[dict[str, Any]] = []
+    for r in rejected:
+        out.extend({"index": i, "error": r.error, "detail": r.detail} for i in r.indexes.tolist())
+    return out
+
+
+def refused_again(
+    blocks: Sequence[Block], rejected: Sequence[Rejected], indexes: Sequence[int]
+) -> list[Rejected]:
+    """A sealed batch seen before, whose blocks ``indexes`` were refused then (a version
+    the collector did not know yet, say) and pass now: they were not counted, and are
+    refused again (as ``unknown_version``, which the client keeps a while and sends in a
+    new batch). The reports of those blocks not refused already."""
+    starts = np.cumsum([0] + [b.n for b in blocks])
+    taken = np.concatenate([r.indexes for r in rejected]) if rejected else np.zeros(0, np.int64)
+    out = []
+    for i in sorted(set(indexes)):
+        span = np.arange(starts[i], starts[i + 1], dtype=np.int64)
+        span = span[~np.isin(span, taken)]
+        if span.size:
+            detail = (
+                "this batch was received before and these reports were refused then; "
+                "send them in a new batch"
             )
-        return out
+            out.append(Rejected(span, UNKNOWN_VERSION, detail))
+    return out
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -104,7 +129,7 @@ def check_batch(
     Buckets starting before ``oldest`` (see :func:`oldest_bucket`) are too old."""
     out = CheckedBatch()
     offset = 0
-    for block in blocks:
+    for index, block in enumerate(blocks):
         n = block.n
         start = offset
         offset += n
@@ -180,7 +205,7 @@ def check_batch(
         except (LdpkitError, ValueError, TypeError) as exc:
             refuse(INVALID_REPORT, f"reports do not fit {mechanism.name}: {exc}")
             continue
-        ids = np.frombuffer(block.ids, dtype=ID_DTYPE)
+        ids = np.frombuffer(block.ids, dtype=ID_DTYPE) if block.count is None else None
         if not valid.all():
             bad = np.flatnonzero(~valid).astype(np.int64) + start
             out.rejected.append(
@@ -191,9 +216,11 @@ def check_batch(
                     f"expected {mechanism.report_rule}",
                 )
             )
-            ids = ids[valid]
+            ids = ids[valid] if ids is not None else None
             reports = reports[valid]
-            if ids.shape[0] == 0:
+            if reports.shape[0] == 0:
                 continue
-        out.blocks.append(IngestBlock(block.fingerprint, block.bucket, mechanism, ids, reports))
+        out.blocks.append(
+            IngestBlock(block.fingerprint, block.bucket, mechanism, ids, reports, index=index)
+        )
     return out

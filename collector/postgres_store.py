@@ -4,12 +4,12 @@ Several ``ldpkit serve`` processes behind a load balancer may use one database; 
 them holds state the others need. Every batch is deduplicated and counted by the
 database itself, and every estimate is read from it (no process caches aggregates).
 
-**Driver.** psycopg 3 (``psycopg[binary,pool]``) rather than asyncpg: one well-kept
-driver with both a sync and an asyncio API over libpq, a connection pool
-(``psycopg_pool.AsyncConnectionPool``) from the same project, typed (``py.typed``),
-pipelined ``executemany``, LISTEN/NOTIFY as an async iterator, and pluggable binary
-dumpers: the ids, buckets and sums vectors of a batch go to the server as binary arrays
-built by numpy in one piece, with no Python object per report.
+**Driver.** psycopg 3 (``psycopg[binary,pool]``): one well-kept driver over libpq with a
+sync API (used by the shared group-commit writer threads of
+:mod:`ldpkit.collector.group_commit` and the reader threads, through
+``psycopg_pool.ConnectionPool``) and an async one (LISTEN/NOTIFY), typed, pipelined
+``executemany``, and pluggable binary dumpers: v1 report ids and aggregate sums go to the
+server as binary arrays built by numpy in one piece, with no Python object per report.
 
 **Schema** (versioned migrations in :data:`MIGRATIONS`, recorded in
 ``schema_migrations`` and applied at start under ``pg_advisory_xact_lock``, so several
@@ -17,31 +17,22 @@ processes starting at once on an empty database are safe; a database migrated by
 ldpkit is refused):
 
 - ``metric_versions``, ``metrics``: every definition ever given and the current one per
-  name (as in SQLite). :meth:`put_metric` runs under an advisory lock and sends
+  name (as in SQLite). Catalog writes take an advisory lock and send
   ``NOTIFY ldpkit_catalog``; each process LISTENs and reloads its catalog (and the
   collector reloads periodically anyway, in case a notification is missed);
-- ``report_ids (id uuid PRIMARY KEY, bucket bigint)``: the 16-byte report id and its
-  report's own bucket (no arrival time); :meth:`prune_report_ids` deletes old buckets;
-- ``aggregates (fingerprint, bucket, n bigint, sums float8[])``, updated by
-  ``INSERT ... ON CONFLICT DO UPDATE`` adding the sums element-wise
-  (``ldpkit_add_sums``, from a migration) in the same transaction as the ids.
+- ``batches (id uuid PRIMARY KEY, bucket bigint, blocks bytea)``: one row per sealed
+  batch counted; ``report_ids (id uuid PRIMARY KEY, bucket bigint)`` for v1 batches;
+- ``partials``: appended by every ingest transaction (an identity key, no row shared);
+- ``aggregates (fingerprint, bucket, n bigint, sums float8[])``, written only by
+  compaction, which holds ``pg_try_advisory_xact_lock`` (one process folds at a time) and
+  deletes the partial rows it folds in the same transaction.
 
-**One group, one transaction.** Batches waiting in this process are taken together (group
-commit, up to ``writers`` groups in flight on separate connections). The group's reports
-are aggregated with numpy off the event loop, assuming all are new; the ids, sorted and
-unique, are inserted with a plain ``INSERT ... SELECT FROM unnest(...)``. If that raises
-a unique violation (a retry, or a replica got the same report), the transaction is
-rolled back and redone with ``ON CONFLICT DO NOTHING RETURNING``, which names exactly
-the ids this transaction stored: only those reports are counted (the others are
-duplicates, whichever process got them first). The plain insert is the common case and
-about twice as fast as ``ON CONFLICT`` (speculative insertion) on this table.
-
-**Concurrency.** Under READ COMMITTED, an insert of an id another transaction inserted
-and has not committed waits for it; the upsert of an aggregate row locks it until
-commit, so concurrent increments from any process serialize and none is lost. Every
-transaction locks in one global order: report ids sorted by value, then aggregate rows
-sorted by (fingerprint, bucket), and the rows are never revisited, so two transactions
-cannot wait on each other in a cycle (a deadlock the server reports anyway is retried).
+**Concurrency.** Ingest transactions of any process insert rows and update none, so they
+never wait on each other, except for the same batch id (a retry racing its original:
+``ON CONFLICT DO NOTHING`` waits for the other transaction, then skips the row, which
+makes the batch a duplicate). Batch ids, then v1 report ids, are inserted sorted by value,
+so two transactions cannot wait on each other in a cycle (a deadlock the server reports
+anyway is retried).
 
 **Durability.** The answer comes after COMMIT; with the server's default
 ``synchronous_commit = on`` an acknowledged batch is on disk (a warning is logged at
@@ -54,11 +45,11 @@ import asyncio
 import contextlib
 import logging
 import struct
-import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -67,43 +58,23 @@ from psycopg import errors as pg_errors
 from psycopg.adapt import Dumper
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import Format
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..aggregate import Aggregate
-from ..metrics import MetricDefinition
-from .store import (
-    ID_DTYPE,
-    SUMS_DTYPE,
-    BucketAggregate,
-    Catalog,
-    IngestBlock,
-    IngestResult,
-    Origin,
-    PutOutcome,
-    Store,
-    StoreClosed,
-    StoreError,
-    aggregate_blocks,
-    build_catalog,
-    definition_json,
-    new_report_mask,
-    put_outcome,
-)
+from .group_commit import PRUNED_KEY, GroupCommitStore, PartialRow
+from .store import SUMS_DTYPE, StoreClosed, StoreError
 
 log = logging.getLogger("ldpkit.collector.store")
 
-Deltas = dict[tuple[str, int], Aggregate]
+T = TypeVar("T")
 
 CATALOG_CHANNEL = "ldpkit_catalog"
 # Advisory lock keys (one bigint namespace per database): "ldpk" then a small number.
 MIGRATION_LOCK = 0x6C64_706B_0000_0001
 CATALOG_LOCK = 0x6C64_706B_0000_0002
 PRUNE_LOCK = 0x6C64_706B_0000_0003
-PRUNED_KEY = "report_ids_pruned_before"
-PROBE_KEY = "write_probe"  # written by probe_write
-PRUNE_CHUNK_PAGES = 2048  # 16 MiB of report_ids per DELETE
-MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
-DEADLOCK_RETRIES = 3
+COMPACT_LOCK = 0x6C64_706B_0000_0004
+PRUNE_CHUNK_PAGES = 2048  # 16 MiB of ids per DELETE
 
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (
@@ -162,19 +133,47 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "ALTER TABLE metrics ADD COLUMN retired_at bigint",  # unix seconds, or NULL
         ),
     ),
+    (
+        3,
+        "sealed batch ids, append-only partial aggregates",
+        (
+            """CREATE TABLE batches (            -- sealed batches counted: no time, no address
+                id     uuid PRIMARY KEY,         -- the 16-byte batch id
+                bucket bigint NOT NULL,          -- latest bucket it counted, for pruning
+                blocks bytea NOT NULL            -- bitmap of the block indexes counted
+            )""",
+            """CREATE TABLE partials (           -- appended by ingest, folded by compaction
+                seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                fingerprint text NOT NULL,
+                bucket      bigint NOT NULL,
+                n           bigint NOT NULL,
+                sums        bytea NOT NULL       -- store.pack_sums
+            ) WITH (autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 5000,
+                    toast.autovacuum_vacuum_scale_factor = 0.0,
+                    toast.autovacuum_vacuum_threshold = 5000)""",
+            # The shared catalog code numbers versions itself (under the catalog lock).
+            "ALTER TABLE metric_versions ALTER COLUMN seq DROP IDENTITY IF EXISTS",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
-INSERT_IDS = (
-    "INSERT INTO report_ids (id, bucket) SELECT id, bucket FROM unnest(%b, %b) AS t(id, bucket)"
-)
-# Exact, for groups holding ids stored before: the positions (1-based, in the sorted
-# unique ids sent) of the ids this statement did NOT insert.
+# v1 report ids: the positions (1-based, in the sorted unique ids sent) of the ids this
+# statement did NOT insert (stored before).
 INSERT_IDS_DEDUPE = """
 WITH t AS (SELECT id, bucket, pos FROM unnest(%b, %b) WITH ORDINALITY AS t(id, bucket, pos)),
 ins AS (INSERT INTO report_ids (id, bucket) SELECT id, bucket FROM t ORDER BY pos
         ON CONFLICT (id) DO NOTHING RETURNING id)
 SELECT coalesce(array_agg(pos), '{}') FROM t WHERE id NOT IN (SELECT id FROM ins)
+"""
+CLAIM_BATCHES = """
+INSERT INTO batches (id, bucket, blocks)
+SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::bytea[]) AS t(id, bucket, blocks) ORDER BY id
+ON CONFLICT (id) DO NOTHING RETURNING id
+"""
+TAKE_PARTIALS = """
+DELETE FROM partials WHERE seq IN (SELECT seq FROM partials ORDER BY seq LIMIT %s)
+RETURNING seq, fingerprint, bucket, n, sums
 """
 UPSERT_AGGREGATE = """
 INSERT INTO aggregates AS a (fingerprint, bucket, n, sums) VALUES (%s, %s, %s, %b)
@@ -276,95 +275,11 @@ def redacted(url: str) -> str:
     return f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
 
 
-# --- the group writer --------------------------------------------------------------------
-@dataclass(eq=False)
-class _Job:
-    blocks: list[IngestBlock]
-    future: asyncio.Future[IngestResult]
-    reports: int
-    settled: bool = False
-
-
-@dataclass
-class _Prepared:
-    """A group made ready for the database (numpy work, off the event loop)."""
-
-    jobs: list[_Job]  # the jobs whose reports aggregate (the others failed already)
-    failed: list[tuple[_Job, BaseException]]
-    deltas: list[Deltas]  # per job, assuming every report is new
-    ids: npt.NDArray[Any]  # all ids of ``jobs``, in order
-    bounds: list[int]  # job i's ids are ids[bounds[i]:bounds[i + 1]]
-    unique_pos: npt.NDArray[np.intp]  # first occurrence of each distinct id, sorted by id
-    uuids: _UuidArray = field(repr=False, default=_UuidArray(b""))
-    buckets: _Int8Array = field(repr=False, default=_Int8Array(b""))
-
-    @property
-    def total(self) -> int:
-        return int(self.ids.shape[0])
-
-
-def _prepare(group: Sequence[_Job]) -> _Prepared:
-    jobs: list[_Job] = []
-    failed: list[tuple[_Job, BaseException]] = []
-    deltas: list[Deltas] = []
-    for job in group:
-        try:
-            deltas.append(aggregate_blocks(job.blocks, None))
-        except Exception as exc:  # invalid reports: this batch fails alone
-            failed.append((job, exc))
-            continue
-        jobs.append(job)
-    blocks = [b for job in jobs for b in job.blocks]
-    bounds = [0]
-    for job in jobs:
-        bounds.append(bounds[-1] + sum(b.n for b in job.blocks))
-    if not blocks:
-        return _Prepared(jobs, failed, deltas, np.zeros(0, ID_DTYPE), bounds, np.zeros(0, np.intp))
-    ids = np.concatenate([b.ids for b in blocks]) if len(blocks) > 1 else blocks[0].ids
-    buckets = np.repeat(np.array([b.bucket for b in blocks], dtype=np.int64), [b.n for b in blocks])
-    # Sort by id (as PostgreSQL orders uuids: bytewise). The first 8 bytes nearly always
-    # decide; equal prefixes (a repeated id) take the exact, slower path.
-    hi = ids.view(">u8")[::2].astype(np.uint64)
-    order = np.argsort(hi)
-    sorted_hi = hi[order]
-    if sorted_hi.shape[0] > 1 and (sorted_hi[1:] == sorted_hi[:-1]).any():
-        _, order = np.unique(ids, return_index=True)
-    prepared = _Prepared(jobs, failed, deltas, ids, bounds, order)
-    prepared.uuids = uuid_array(ids[order])
-    prepared.buckets = int8_array(buckets[order])
-    return prepared
-
-
-def _results(
-    prepared: _Prepared, new: npt.NDArray[np.bool_] | None
-) -> tuple[list[IngestResult], Deltas]:
-    """Per-job results and the group's summed aggregates, given which reports are new
-    (None: all). Re-aggregates only the jobs with some duplicate."""
-    results: list[IngestResult] = []
-    total: Deltas = {}
-    for i, job in enumerate(prepared.jobs):
-        n = prepared.bounds[i + 1] - prepared.bounds[i]
-        deltas = prepared.deltas[i]
-        accepted = n
-        if new is not None:
-            keep = new[prepared.bounds[i] : prepared.bounds[i + 1]]
-            accepted = int(keep.sum())
-            if accepted != n:
-                deltas = aggregate_blocks(job.blocks, keep)
-        by_fp: dict[str, int] = {}
-        for (fp, bucket), agg in deltas.items():
-            by_fp[fp] = by_fp.get(fp, 0) + agg.n
-            key = (fp, bucket)
-            total[key] = total[key] + agg if key in total else agg
-        results.append(IngestResult(accepted, n - accepted, by_fp))
-    return results, total
-
-
-Outcome = tuple[_Job, IngestResult | None, BaseException | None]
-
-
-class PostgresStore(Store):
+class PostgresStore(GroupCommitStore):
     """A :class:`Store` in a PostgreSQL database, shareable by several processes."""
+
+    sums_column = "array_send(sums)"
+    snapshot_begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
     def __init__(
         self,
@@ -378,70 +293,74 @@ class PostgresStore(Store):
     ) -> None:
         if pool_size < 2:
             raise ValueError(f"pool_size must be at least 2, got {pool_size}")
+        super().__init__(
+            max_group_batches=max_group_batches,
+            max_group_reports=max_group_reports,
+            writers=writers if writers is not None else max(1, min(4, pool_size - 1)),
+        )
         self.url = database_url
         self.pool_size = pool_size
-        self.writers = writers if writers is not None else max(1, min(4, pool_size - 1))
-        self.max_group_batches = max_group_batches
-        self.max_group_reports = max_group_reports
         self.connect_timeout = connect_timeout
-        self._pool: AsyncConnectionPool | None = None
-        self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
-        self._writer_tasks: list[asyncio.Task[None]] = []
+        self._pool: ConnectionPool | None = None
         self._listen_task: asyncio.Task[None] | None = None
-        self._cpu: ThreadPoolExecutor | None = None
-        self._closing = True
-        self._pending_batches = 0
-        self._pending_reports = 0
 
     def __repr__(self) -> str:
         return f"PostgresStore({redacted(self.url)!r}, pool_size={self.pool_size})"
 
-    # --- lifecycle -----------------------------------------------------------------------
-    async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    # --- connections ---------------------------------------------------------------------
+    @staticmethod
+    def _configure(conn: psycopg.Connection[Any]) -> None:
         for cls, dumper in _DUMPERS:
             conn.adapters.register_dumper(cls, dumper)
 
+    def _connect_writer(self) -> psycopg.Connection[Any]:
+        try:
+            conn = psycopg.connect(
+                self.url,
+                autocommit=True,
+                application_name="ldpkit-collector",
+                connect_timeout=max(1, round(self.connect_timeout)),
+            )
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {redacted(self.url)}: {exc}") from None
+        self._configure(conn)
+        return conn
+
+    def _writer_usable(self, conn: psycopg.Connection[Any]) -> bool:
+        return not conn.closed and not conn.broken
+
+    def _close_writer(self, conn: psycopg.Connection[Any]) -> None:
+        conn.close()
+
+    # --- lifecycle -----------------------------------------------------------------------
     async def open(self) -> None:
         if self._pool is not None:
             return
-        pool = AsyncConnectionPool(
+        readers = max(1, self.pool_size - self.writers)
+        pool = ConnectionPool(
             self.url,
-            min_size=min(2, self.pool_size),
-            max_size=self.pool_size,
+            min_size=1,
+            max_size=readers,
             kwargs={"autocommit": True, "application_name": "ldpkit-collector"},
             configure=self._configure,
-            check=AsyncConnectionPool.check_connection,  # drop connections the server closed
+            check=ConnectionPool.check_connection,  # drop connections the server closed
             open=False,
             timeout=self.connect_timeout,
             name="ldpkit",
         )
+        loop = asyncio.get_running_loop()
         try:
-            await pool.open(wait=True, timeout=self.connect_timeout)
-        except (PoolTimeout, psycopg.Error) as exc:
-            with contextlib.suppress(Exception):
-                await pool.close()
-            raise StoreError(f"cannot connect to {redacted(self.url)}: {exc}") from None
-        try:
-            async with pool.connection() as conn:
-                await self._migrate(conn)
-                cur = await conn.execute("SHOW synchronous_commit")
-                row = await cur.fetchone()
+            await loop.run_in_executor(None, self._open_pool, pool)
         except BaseException:
-            await pool.close()
+            await loop.run_in_executor(None, pool.close)
             raise
-        if row is not None and row[0] == "off":
-            log.warning(
-                "%s: synchronous_commit is off: a server crash may lose acknowledged batches",
-                redacted(self.url),
-            )
         self._pool = pool
-        self._cpu = ThreadPoolExecutor(1, thread_name_prefix="ldpkit-pg-aggregate")
-        self._closing = False
-        self._queue = asyncio.Queue()
-        self._writer_tasks = [
-            asyncio.create_task(self._writer(), name=f"ldpkit-pg-writer-{i}")
-            for i in range(self.writers)
-        ]
+        self._reader = ThreadPoolExecutor(readers, thread_name_prefix="ldpkit-pg-reader")
+        try:
+            await self._start_writers()
+        except BaseException:
+            await self.close()
+            raise
         self._listen_task = asyncio.create_task(self._listen(), name="ldpkit-pg-listen")
         log.info(
             "store open: %s (pool of %d, %d writers)",
@@ -450,18 +369,32 @@ class PostgresStore(Store):
             self.writers,
         )
 
-    async def _migrate(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    def _open_pool(self, pool: ConnectionPool) -> None:
         try:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-                await conn.execute(
+            pool.open(wait=True, timeout=self.connect_timeout)
+        except (PoolTimeout, psycopg.Error) as exc:
+            raise StoreError(f"cannot connect to {redacted(self.url)}: {exc}") from None
+        with pool.connection() as conn:
+            self._migrate(conn)
+            row = conn.execute("SHOW synchronous_commit").fetchone()
+        if row is not None and row[0] == "off":
+            log.warning(
+                "%s: synchronous_commit is off: a server crash may lose acknowledged batches",
+                redacted(self.url),
+            )
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                conn.execute(
                     "CREATE TABLE IF NOT EXISTS schema_migrations ("
                     " version integer PRIMARY KEY,"
                     " description text NOT NULL,"
                     " applied_at timestamptz NOT NULL DEFAULT now())"
                 )
-                cur = await conn.execute("SELECT version FROM schema_migrations")
-                applied = {int(r[0]) for r in await cur.fetchall()}
+                rows = conn.execute("SELECT version FROM schema_migrations").fetchall()
+                applied = {int(r[0]) for r in rows}
                 newest = max(applied, default=0)
                 if newest > SCHEMA_VERSION:
                     raise StoreError(
@@ -472,8 +405,8 @@ class PostgresStore(Store):
                     if version in applied:
                         continue
                     for statement in statements:
-                        await conn.execute(statement)
-                    await conn.execute(
+                        conn.execute(statement)
+                    conn.execute(
                         "INSERT INTO schema_migrations (version, description) VALUES (%s, %s)",
                         (version, description),
                     )
@@ -484,22 +417,33 @@ class PostgresStore(Store):
     async def close(self) -> None:
         if self._pool is None:
             return
-        self._closing = True
-        for _ in self._writer_tasks:
-            self._queue.put_nowait(None)  # after every job already queued
-        await asyncio.gather(*self._writer_tasks, return_exceptions=True)
-        self._writer_tasks = []
+        await self._stop_writers()
         if self._listen_task is not None:
             self._listen_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._listen_task
             self._listen_task = None
         pool, self._pool = self._pool, None
-        await pool.close()
-        if self._cpu is not None:
-            self._cpu.shutdown(wait=True)
-            self._cpu = None
+        reader, self._reader = self._reader, None
+        loop = asyncio.get_running_loop()
+        if reader is not None:
+            await loop.run_in_executor(None, lambda: reader.shutdown(wait=True))
+        await loop.run_in_executor(None, pool.close)
         log.info("store closed: %s", redacted(self.url))
+
+    async def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        pool, reader = self._pool, self._reader
+        if pool is None or reader is None or self._closing:
+            raise StoreClosed("the store is closed")
+
+        def run() -> T:
+            with pool.connection() as conn:
+                return fn(conn)
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(reader, run)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"{type(exc).__name__}: {exc}") from None
 
     # --- catalog notifications -----------------------------------------------------------
     async def _listen(self) -> None:
@@ -531,367 +475,113 @@ class PostgresStore(Store):
             except Exception:
                 log.exception("catalog listener failed")
 
-    # --- ingest --------------------------------------------------------------------------
-    @property
-    def pending_batches(self) -> int:
-        return self._pending_batches
+    # --- the dialect ---------------------------------------------------------------------
+    def _x(self, conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] = ()) -> Any:
+        return conn.execute(sql.replace("?", "%s"), params)
 
-    @property
-    def pending_reports(self) -> int:
-        return self._pending_reports
+    def _begin(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("BEGIN")
 
-    async def ingest(self, blocks: Sequence[IngestBlock]) -> IngestResult:
-        blocks = [b for b in blocks if b.n]
-        total = sum(b.n for b in blocks)
-        if not total:
-            return IngestResult(0, 0)
-        if self._closing:
-            raise StoreClosed("the store is closed")
-        future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
-        self._pending_batches += 1
-        self._pending_reports += total
-        self._queue.put_nowait(_Job(blocks, future, total))
-        return await future
+    def _retryable(self, exc: BaseException) -> bool:
+        return isinstance(exc, pg_errors.DeadlockDetected | pg_errors.SerializationFailure)
 
-    async def _writer(self) -> None:
-        queue = self._queue
-        while True:
-            job = await queue.get()
-            if job is None:
-                return
-            group = [job]
-            reports = job.reports
-            stop = False
-            while len(group) < self.max_group_batches and reports < self.max_group_reports:
-                try:
-                    nxt = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-                if nxt is None:
-                    stop = True
-                    break
-                group.append(nxt)
-                reports += nxt.reports
-            try:
-                await self._run_group(group)
-            except BaseException as exc:  # never leave a batch without an answer
-                error = exc if isinstance(exc, StoreError) else StoreError(repr(exc))
-                self._settle([(j, None, error) for j in group])
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-            if stop:
-                return
+    def _batch_key(self, batch_id: bytes) -> Any:
+        return uuid.UUID(bytes=batch_id)
 
-    def _settle(self, outcomes: list[Outcome]) -> None:
-        for job, result, exc in outcomes:
-            if job.settled:
-                continue
-            job.settled = True
-            self._pending_batches -= 1
-            self._pending_reports -= job.reports
-            if job.future.done():
-                continue
-            if exc is not None:
-                job.future.set_exception(exc)
-            else:
-                assert result is not None
-                job.future.set_result(result)
+    def _claim_batches(
+        self, conn: psycopg.Connection[Any], rows: list[tuple[bytes, int, bytes]]
+    ) -> set[bytes]:
+        ids = [uuid.UUID(bytes=r[0]) for r in rows]
+        cur = conn.execute(CLAIM_BATCHES, (ids, [r[1] for r in rows], [r[2] for r in rows]))
+        return {r[0].bytes for r in cur.fetchall()}
 
-    async def _run_group(self, group: list[_Job]) -> None:
-        started = time.perf_counter()
-        prepared = await asyncio.get_running_loop().run_in_executor(self._cpu, _prepare, group)
-        outcomes: list[Outcome] = [
-            (job, None, exc if isinstance(exc, StoreError | ValueError) else StoreError(str(exc)))
-            for job, exc in prepared.failed
-        ]
-        if prepared.jobs:
-            try:
-                results = await self._store_group(prepared)
-            except (psycopg.Error, PoolTimeout) as exc:
-                log.error("store transaction failed (%d batches not stored): %s", len(group), exc)
-                error = StoreError(f"{type(exc).__name__}: {exc}")
-                outcomes += [(job, None, error) for job in prepared.jobs]
-            else:
-                outcomes += list(zip(prepared.jobs, results, [None] * len(results), strict=True))
-        elapsed = time.perf_counter() - started
-        listener = self.commit_listener
-        if listener is not None:
-            with contextlib.suppress(Exception):
-                listener(elapsed, len(group), sum(j.reports for j in group))
-        self._settle(outcomes)
+    def _insert_report_ids(
+        self, conn: psycopg.Connection[Any], ids: npt.NDArray[Any], buckets: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_] | None:
+        row = conn.execute(INSERT_IDS_DEDUPE, (uuid_array(ids), int8_array(buckets))).fetchone()
+        positions = np.asarray(row[0] if row is not None else [], dtype=np.intp) - 1
+        if not positions.size:
+            return None
+        inserted = np.ones(ids.shape[0], dtype=bool)
+        inserted[positions] = False
+        return inserted
 
-    async def _store_group(self, prepared: _Prepared) -> list[IngestResult]:
-        assert self._pool is not None
-        for attempt in range(DEADLOCK_RETRIES + 1):
-            try:
-                async with self._pool.connection() as conn:
-                    return await self._transaction(conn, prepared)
-            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
-                if attempt == DEADLOCK_RETRIES:
-                    raise
-                log.warning("group transaction retried after: %s", exc)
-        raise AssertionError("unreachable")
-
-    async def _transaction(
-        self, conn: psycopg.AsyncConnection[Any], prepared: _Prepared
-    ) -> list[IngestResult]:
-        unique = int(prepared.unique_pos.shape[0])
-        if unique == prepared.total:
-            # Common case: no id repeats in the group; try the fast plain insert.
-            try:
-                async with conn.transaction():
-                    await conn.execute(INSERT_IDS, (prepared.uuids, prepared.buckets))
-                    results, deltas = _results(prepared, None)
-                    await self._upsert(conn, deltas)
-                return results
-            except pg_errors.UniqueViolation:
-                pass  # some id is stored already: the exact path below
-        async with conn.transaction():
-            cur = await conn.execute(INSERT_IDS_DEDUPE, (prepared.uuids, prepared.buckets))
-            row = await cur.fetchone()
-            assert row is not None
-            positions = np.asarray(row[0], dtype=np.intp) - 1
-            existing = prepared.ids[prepared.unique_pos[positions]]
-            new = new_report_mask(prepared.ids, existing)
-            results, deltas = await asyncio.get_running_loop().run_in_executor(
-                self._cpu, _results, prepared, new
+    def _append_partials(self, conn: psycopg.Connection[Any], rows: list[PartialRow]) -> None:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO partials (fingerprint, bucket, n, sums) VALUES (%s, %s, %s, %s)", rows
             )
-            await self._upsert(conn, deltas)
-        return results
 
-    @staticmethod
-    async def _upsert(conn: psycopg.AsyncConnection[Any], deltas: Deltas) -> None:
-        if not deltas:
-            return
+    def _take_partials(self, conn: psycopg.Connection[Any], limit: int) -> list[PartialRow]:
+        row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (COMPACT_LOCK,)).fetchone()
+        if row is None or not row[0]:
+            return []  # another process is compacting
+        taken = sorted(conn.execute(TAKE_PARTIALS, (limit,)).fetchall())
+        return [(fp, int(bucket), int(n), bytes(blob)) for _, fp, bucket, n, blob in taken]
+
+    def _add_to_aggregates(
+        self, conn: psycopg.Connection[Any], folded: dict[tuple[str, int], Aggregate]
+    ) -> None:
         rows = [
-            (fp, bucket, deltas[fp, bucket].n, float8_array(deltas[fp, bucket].sums))
-            for fp, bucket in sorted(deltas)  # one lock order for every transaction
+            (fp, bucket, folded[fp, bucket].n, float8_array(folded[fp, bucket].sums))
+            for fp, bucket in sorted(folded)
         ]
-        async with conn.cursor() as cur:
-            await cur.executemany(UPSERT_AGGREGATE, rows)
+        with conn.cursor() as cur:
+            cur.executemany(UPSERT_AGGREGATE, rows)
 
-    # --- catalog -------------------------------------------------------------------------
-    def _live_pool(self) -> AsyncConnectionPool:
-        if self._pool is None or self._closing:
-            raise StoreClosed("the store is closed")
-        return self._pool
+    def _parse_compacted(self, value: Any) -> npt.NDArray[np.float64]:
+        return parse_float8_array(bytes(value))
 
-    async def put_metric(
-        self, definition: MetricDefinition, *, origin: Origin = Origin.API
-    ) -> PutOutcome:
-        fp = definition.fingerprint
-        name = definition.name
-        text = definition_json(definition)
-        try:
-            async with self._live_pool().connection() as conn, conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (CATALOG_LOCK,))
-                cur = await conn.execute(
-                    "SELECT fingerprint, origin, retired_at IS NOT NULL FROM metrics "
-                    "WHERE name = %s",
-                    (name,),
-                )
-                current = await cur.fetchone()
-                retired = current is not None and bool(current[2])
-                if retired and origin is Origin.CONFIG:
-                    return PutOutcome.RETIRED
-                cur = await conn.execute(
-                    "SELECT definition FROM metric_versions WHERE fingerprint = %s", (fp,)
-                )
-                version = await cur.fetchone()
-                if version is None:
-                    await conn.execute(
-                        "INSERT INTO metric_versions (fingerprint, name, definition) "
-                        "VALUES (%s, %s, %s)",
-                        (fp, name, text),
-                    )
-                elif version[0] != text:
-                    await conn.execute(
-                        "UPDATE metric_versions SET definition = %s WHERE fingerprint = %s",
-                        (text, fp),
-                    )
-                outcome = put_outcome(
-                    current[0] if current is not None else None,
-                    fp,
-                    version[0] if version is not None else None,
-                    text,
-                    retired,
-                )
-                if outcome is not PutOutcome.UNCHANGED or current is None or current[1] != origin:
-                    await conn.execute(
-                        "INSERT INTO metrics (name, fingerprint, origin, retired_at) "
-                        "VALUES (%s, %s, %s, NULL) ON CONFLICT (name) DO UPDATE SET "
-                        "fingerprint = excluded.fingerprint, origin = excluded.origin, "
-                        "retired_at = NULL",
-                        (name, fp, origin.value),
-                    )
-                if outcome is not PutOutcome.UNCHANGED:
-                    await conn.execute("SELECT pg_notify(%s, %s)", (CATALOG_CHANNEL, name))
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
-        return outcome
+    def _lock_catalog(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (CATALOG_LOCK,))
 
-    async def retire_metric(self, name: str) -> bool | None:
-        try:
-            async with self._live_pool().connection() as conn, conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (CATALOG_LOCK,))
-                cur = await conn.execute(
-                    "SELECT retired_at IS NOT NULL FROM metrics WHERE name = %s", (name,)
-                )
-                row = await cur.fetchone()
-                if row is None:
-                    return None
-                if row[0]:
-                    return False
-                await conn.execute(
-                    "UPDATE metrics SET retired_at = %s WHERE name = %s", (int(time.time()), name)
-                )
-                await conn.execute("SELECT pg_notify(%s, %s)", (CATALOG_CHANNEL, name))
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
-        return True
-
-    async def load_catalog(self) -> Catalog:
-        try:
-            async with self._live_pool().connection() as conn, conn.transaction():
-                # One snapshot for both tables.
-                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                cur = await conn.execute(
-                    "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
-                )
-                versions = await cur.fetchall()
-                cur = await conn.execute(
-                    "SELECT name, fingerprint, origin, retired_at FROM metrics"
-                )
-                current = await cur.fetchall()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
-        return build_catalog(versions, current)
-
-    async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
-        wanted = list(fingerprints)
-        if not wanted:
-            return []
-        try:
-            async with self._live_pool().connection() as conn:
-                cur = await conn.execute(
-                    "SELECT fingerprint, name, definition FROM metric_versions "
-                    "WHERE fingerprint = ANY(%s)",
-                    (wanted,),
-                )
-                rows = await cur.fetchall()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
-        return [(str(fp), str(name), str(text)) for fp, name, text in rows]
-
-    # --- reads ---------------------------------------------------------------------------
-    async def ping(self) -> None:
-        try:
-            async with self._live_pool().connection() as conn:
-                await conn.execute("SELECT 1")
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
-
-    async def aggregates(
-        self, fingerprint: str, stats_size: int, start: int | None, end: int | None
-    ) -> list[BucketAggregate]:
-        lo = MIN_BUCKET if start is None else start
-        hi = MAX_BUCKET if end is None else end
-        try:
-            async with self._live_pool().connection() as conn:
-                cur = conn.cursor(binary=True)
-                await cur.execute(
-                    "SELECT bucket, n, array_send(sums) FROM aggregates "
-                    "WHERE fingerprint = %s AND bucket >= %s AND bucket < %s ORDER BY bucket",
-                    (fingerprint, lo, hi),
-                )
-                rows = await cur.fetchall()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
-        out = []
-        for bucket, n, blob in rows:
-            sums = parse_float8_array(bytes(blob))
-            if sums.size != stats_size:
-                raise StoreError(
-                    f"aggregate of version {fingerprint} bucket {bucket} holds {sums.size} "
-                    f"sums, the mechanism keeps {stats_size}"
-                )
-            out.append(BucketAggregate(int(bucket), Aggregate(int(n), sums)))
-        return out
-
-    async def probe_write(self) -> None:
-        try:
-            async with self._live_pool().connection() as conn:
-                await conn.execute(
-                    "INSERT INTO store_state (key, value) VALUES (%s, %s) ON CONFLICT (key) "
-                    "DO UPDATE SET value = excluded.value",
-                    (PROBE_KEY, int(time.time())),
-                )
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
-
-    async def report_count(self) -> int:
-        try:
-            async with self._live_pool().connection() as conn:
-                cur = await conn.execute("SELECT count(*) FROM report_ids")
-                row = await cur.fetchone()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
-        assert row is not None
-        return int(row[0])
+    def _catalog_written(self, conn: psycopg.Connection[Any], name: str) -> None:
+        conn.execute("SELECT pg_notify(%s, %s)", (CATALOG_CHANNEL, name))
 
     # --- pruning -------------------------------------------------------------------------
-    async def pruned_before(self) -> int | None:
-        try:
-            async with self._live_pool().connection() as conn:
-                cur = await conn.execute(
-                    "SELECT value FROM store_state WHERE key = %s", (PRUNED_KEY,)
-                )
-                row = await cur.fetchone()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
-        return None if row is None else int(row[0])
-
     async def prune_report_ids(self, before_bucket: int) -> int:
-        """Delete ids of buckets ``< before_bucket`` in short transactions, one range of
-        ``PRUNE_CHUNK_PAGES`` heap pages (a TID range scan) each. One process prunes at a
-        time (``pg_try_advisory_lock``); the others return 0 at once, as do later calls
-        once the cutoff they ask for is done (``store_state``)."""
-        deleted = 0
-        try:
-            async with self._live_pool().connection() as conn:
-                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (PRUNE_LOCK,))
-                row = await cur.fetchone()
-                if row is None or not row[0]:
-                    return 0  # another process is pruning
-                try:
-                    cur = await conn.execute(
-                        "SELECT value FROM store_state WHERE key = %s", (PRUNED_KEY,)
-                    )
-                    done = await cur.fetchone()
-                    if done is not None and int(done[0]) >= before_bucket:
-                        return 0
-                    cur = await conn.execute(
-                        "SELECT pg_relation_size('report_ids') / current_setting('block_size')::int"
-                    )
-                    row = await cur.fetchone()
+        """Delete batch ids and v1 report ids of buckets ``< before_bucket`` in short
+        transactions, one range of ``PRUNE_CHUNK_PAGES`` heap pages (a TID range scan)
+        each. One process prunes at a time (``pg_try_advisory_lock``); the others return 0
+        at once, as do later calls once the cutoff they ask for is done (``store_state``)."""
+
+        def prune(conn: psycopg.Connection[Any]) -> int | None:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (PRUNE_LOCK,)).fetchone()
+            if row is None or not row[0]:
+                return None  # another process is pruning
+            deleted = 0
+            try:
+                done = conn.execute(
+                    "SELECT value FROM store_state WHERE key = %s", (PRUNED_KEY,)
+                ).fetchone()
+                if done is not None and int(done[0]) >= before_bucket:
+                    return None
+                for table in ("batches", "report_ids"):
+                    row = conn.execute(
+                        f"SELECT pg_relation_size('{table}') / current_setting('block_size')::int"
+                    ).fetchone()
                     pages = int(row[0]) if row is not None else 0
                     for first in range(0, pages + 1, PRUNE_CHUNK_PAGES):
-                        cur = await conn.execute(
-                            "DELETE FROM report_ids WHERE ctid >= %s::tid AND ctid < %s::tid "
+                        cur = conn.execute(
+                            f"DELETE FROM {table} WHERE ctid >= %s::tid AND ctid < %s::tid "
                             "AND bucket < %s",
                             (f"({first},0)", f"({first + PRUNE_CHUNK_PAGES},0)", before_bucket),
                         )
                         deleted += max(cur.rowcount, 0)
-                    await conn.execute(
-                        "INSERT INTO store_state (key, value) VALUES (%s, %s) "
-                        "ON CONFLICT (key) DO UPDATE SET value = greatest(store_state.value, "
-                        "excluded.value)",
-                        (PRUNED_KEY, before_bucket),
-                    )
-                finally:
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (PRUNE_LOCK,))
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"{type(exc).__name__}: {exc}") from None
+                # Marked here, under the pruning lock, in its own short transaction: not
+                # in a writer's group, where two processes would wait on this one row.
+                conn.execute(
+                    "INSERT INTO store_state (key, value) VALUES (%s, %s) ON CONFLICT (key) "
+                    "DO UPDATE SET value = greatest(store_state.value, excluded.value)",
+                    (PRUNED_KEY, before_bucket),
+                )
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (PRUNE_LOCK,))
+            return deleted
+
+        deleted = await self._read(prune)
+        if deleted is None:
+            return 0
         if deleted:
-            log.info("pruned %d report ids of buckets before %d", deleted, before_bucket)
+            log.info("pruned %d batch and report ids of buckets before %d", deleted, before_bucket)
         return deleted

@@ -202,10 +202,13 @@ def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> d
     mechanism = definition.mechanism_instance
     assert isinstance(mechanism, FrequencyOracle | NumericMechanism)
     estimate = mechanism.estimate(agg)
+    # The sufficient statistics: the analyst rebuilds the core's estimate from them.
+    sums = RawJSON("[" + ",".join(_numbers(np.asarray(agg.sums, dtype=np.float64))) + "]")
     if isinstance(estimate, MeanEstimate):
         low, high = estimate.ci(q.level)
         return {
             "n": estimate.n,
+            "sums": sums,
             "interval": estimate.interval_method(q.level) if estimate.n else None,
             "mean": _num(estimate.mean),
             "clamped_mean": _num(estimate.clamped_mean),
@@ -219,6 +222,7 @@ def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> d
         nan = np.full(len(definition.categories), np.nan)
         return {
             "n": 0,
+            "sums": sums,
             "interval": None,
             "items": _items(definition.categories, [nan] * (5 if q.consistent else 4)),
         }
@@ -233,6 +237,7 @@ def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> d
         columns.append(np.asarray(estimate.consistent(), dtype=np.float64))
     return {
         "n": estimate.n,
+        "sums": sums,
         "interval": estimate.interval_method(q.level),
         "items": _items(definition.categories, columns, estimate.interval_methods(q.level)),
     }

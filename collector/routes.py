@@ -11,6 +11,7 @@ from .._json import loads_bounded
 from ..errors import LdpkitError, ProtocolError
 from ..metrics import MetricDefinition, check_definition_size
 from ..wire import CONTENT_TYPE as BATCH_CONTENT_TYPE
+from ..wire import LEGACY_CONTENT_TYPE
 from .auth import Scope, requires, token_id
 from .keys import COLLECTOR, CONFIG, TELEMETRY
 from .queries import parse_query
@@ -20,7 +21,7 @@ from .telemetry import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .uploads import Held, check_encoding, read_body
 
 BATCH_CONTENT_TYPES = frozenset(
-    {BATCH_CONTENT_TYPE, "application/msgpack", "application/x-msgpack"}
+    {BATCH_CONTENT_TYPE, LEGACY_CONTENT_TYPE, "application/msgpack", "application/x-msgpack"}
 )
 
 

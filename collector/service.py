@@ -13,10 +13,11 @@ Costly aggregations (see :func:`~ldpkit.collector.ingest.aggregation_seconds`) r
 :class:`~ldpkit.collector.fairness.FairLane`, round-robin between ingest tokens, before
 the store; the others in the store's writer.
 
-Background tasks: the periodic catalog reload, and pruning of report ids older than
-``report_id_retention_days`` (hourly; the store skips work already done that day).
-Batches whose bucket is older than that window, or than the store's pruning mark (read
-at start and after each pruning), are refused: their ids may be gone.
+Background tasks: the periodic catalog reload, compaction of partial aggregates (every
+``compact_seconds``), and pruning of batch ids (and v1 report ids) older than
+``report_id_retention_days``, the acceptance window (hourly; the store skips work already
+done that day). Batches whose bucket is older than that window, or than the store's
+pruning mark (read at start and after each pruning), are refused: their ids may be gone.
 """
 
 from __future__ import annotations
@@ -29,10 +30,18 @@ from dataclasses import dataclass, replace
 
 from ..errors import ProtocolError, QueryError, UnknownMetric
 from ..metrics import MetricDefinition, MetricKind
-from ..wire import FINGERPRINT_PATTERN, decode_batch
+from ..wire import FINGERPRINT_PATTERN, LEGACY_VERSION, decode
 from .config import CollectorConfig
 from .fairness import EXPENSIVE_SECONDS, FairLane
-from .ingest import Rejected, aggregation_seconds, check_batch, oldest_bucket, prune_before
+from .ingest import (
+    Rejected,
+    aggregation_seconds,
+    check_batch,
+    oldest_bucket,
+    prune_before,
+    refused_again,
+    rejections_json,
+)
 from .limits import IngestLimiter
 from .queries import EstimateQuery, estimate_body, with_options
 from .responses import ApiError, dumps, etag_of
@@ -55,13 +64,14 @@ REFRESH_INTERVAL = 1.0
 MAX_LOOKUPS = 64  # versions looked up for one batch
 MAX_UNLOADABLE = 1024
 PRUNE_INTERVAL = 3600.0
+COMPACT_ROWS = 20_000  # partial rows folded per compaction transaction
 READY_TIMEOUT = 2.0  # seconds the store may take to answer /readyz
 READY_HOLD = 10.0  # seconds /readyz answers 503 after a batch failed in the store
 
 
 def _with_aggregates(blocks: Sequence[IngestBlock]) -> list[IngestBlock]:
     """``blocks`` with their aggregates computed (checked reports: they aggregate)."""
-    return [replace(b, aggregate=b.mechanism.aggregate(b.reports)) for b in blocks]
+    return [replace(b, aggregate=b.mechanism.aggregate_checked(b.reports)) for b in blocks]
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,7 @@ class Collector:
         self._tasks = [
             asyncio.create_task(self._refresh_loop(), name="ldpkit-catalog-refresh"),
             asyncio.create_task(self._prune_loop(), name="ldpkit-prune"),
+            asyncio.create_task(self._compact_loop(), name="ldpkit-compact"),
         ]
         counts = {k: len(v) for k, v in self.config.tokens.by_kind().items()}
         for kind, count in counts.items():
@@ -196,6 +207,20 @@ class Collector:
             except StoreError as exc:
                 log.warning("pruning report ids failed: %s", exc)
             await asyncio.sleep(PRUNE_INTERVAL)
+
+    async def _compact_loop(self) -> None:
+        """Fold partial aggregates into the bucket aggregates, as fast as they come (a full
+        round of rows goes again at once), so estimates read few of them."""
+        while True:
+            try:
+                folded = await self.store.compact()
+            except StoreClosed:
+                return
+            except StoreError as exc:
+                log.warning("compaction failed: %s", exc)
+                folded = 0
+            if folded < COMPACT_ROWS:
+                await asyncio.sleep(self.config.compact_seconds)
 
     # --- catalog -------------------------------------------------------------------------
     def _set_catalog(self, catalog: Catalog) -> None:
@@ -351,11 +376,19 @@ class Collector:
         digest) is whom costly work is charged to."""
         cfg = self.config
         try:
-            blocks = decode_batch(
+            batch = decode(
                 body, max_reports=cfg.max_reports_per_batch, max_blocks=cfg.max_blocks_per_batch
             )
         except ProtocolError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
+        if batch.version == LEGACY_VERSION and not cfg.accept_v1:
+            raise ApiError(
+                400,
+                "unsupported_version",
+                "wire format v1 (a report id per report) is no longer accepted by this "
+                "collector: send sealed v2 batches (upgrade the ldpkit client)",
+            )
+        blocks = batch.blocks
         if charge is not None:
             charge(sum(b.n for b in blocks))
         oldest = oldest_bucket(time.time(), cfg.report_id_retention_days)
@@ -372,7 +405,7 @@ class Collector:
             valid = await self.lane.run(token, lambda: _with_aggregates(checked.blocks))
         if valid:
             try:
-                result = await self.store.ingest(valid)
+                result = await self.store.ingest(valid, batch_id=batch.batch_id)
                 self.store_failed_at = None
             except StoreClosed:
                 raise ApiError(
@@ -390,12 +423,15 @@ class Collector:
                     "the store failed; the batch was not stored",
                     headers={"Retry-After": str(cfg.retry_after)},
                 ) from None
-        self._count(result, checked.rejected)
+        rejected = checked.rejected
+        if result.refused_before:
+            rejected = rejected + refused_again(blocks, rejected, result.refused_before)
+        self._count(result, rejected)
         self.telemetry.batch_reports.observe(checked.total)
         return {
             "accepted": result.accepted,
             "duplicates": result.duplicates,
-            "rejected": checked.rejected_json(),
+            "rejected": rejections_json(rejected),
         }
 
     def _count(self, result: IngestResult, rejected: Sequence[Rejected]) -> None:

@@ -1,22 +1,30 @@
 """The store interface: what the collector needs from a database.
 
-A store keeps three things:
+A store keeps four things:
 
 - **metric versions**: every definition ever given (keyed by fingerprint, with its JSON),
   and which version is current for each name;
-- **report ids**: one row per stored report id (16 random bytes) with the report's own
-  coarse bucket, for deduplication, and nothing else: no arrival time, no client address.
-  :meth:`Store.prune_report_ids` deletes the ids of buckets older than the retention
-  window (the collector refuses reports that old, so deduplication stays exact);
-- **aggregates**: per (fingerprint, bucket), the report count ``n`` and the mechanism's
-  sums vector, updated in the same transaction as the ids, so an estimate reads
-  O(domain) numbers whatever the number of reports.
+- **batch ids**: one row per sealed (wire v2) batch counted: its 16 random bytes, the
+  latest bucket it counted reports in (for pruning) and which of its blocks were counted,
+  and nothing else: no arrival time, no client address. v1 batches (deprecated) carry an
+  id per report instead, kept in the same way in ``report_ids``.
+  :meth:`Store.prune_report_ids` deletes both kinds of ids of buckets older than the
+  retention window (the collector refuses reports that old, so deduplication stays exact);
+- **partial aggregates**: appended by each ingest transaction, one row per (fingerprint,
+  bucket) it touched, holding the report count ``n`` and the mechanism's sums in a compact
+  form (:func:`pack_sums`). No ingest transaction updates a row another one may write;
+- **aggregates**: per (fingerprint, bucket), the partial rows folded in by
+  :meth:`Store.compact` (in one transaction that deletes them, so each is folded once).
+
+An estimate reads the aggregates plus the partial rows not folded yet, in one snapshot,
+so an acknowledged report counts at once and the read stays O(domain) numbers (times the
+few partial rows compaction has not reached).
 
 :meth:`Store.ingest` stores a batch atomically: it answers only after the commit that
-holds the batch, so an acknowledged report is durable; the same id twice (in one batch
-or across batches) is stored and counted once. Implementations run their blocking work
-off the event loop. :func:`open_store` picks the implementation from the database string
-(a path: SQLite; ``postgresql://...``: PostgreSQL, when that module exists).
+holds the batch, so an acknowledged report is durable; the same batch id (or v1 report
+id) twice is counted once. Implementations run their blocking work off the event loop.
+:func:`open_store` picks the implementation from the database string (a path: SQLite;
+``postgresql://...``: PostgreSQL, when that module exists).
 """
 
 from __future__ import annotations
@@ -85,34 +93,124 @@ class Catalog:
 
 
 @dataclass(frozen=True)
+class BucketAggregate:
+    bucket: int
+    aggregate: Aggregate
+
+
+@dataclass(frozen=True)
 class IngestBlock:
-    """Valid reports of one metric version and bucket, in batch order. ``aggregate``: their
-    aggregate when it was computed before the store (costly mechanisms, see
-    :func:`~ldpkit.collector.ingest.aggregation_seconds`), else None."""
+    """Checked reports of one metric version and bucket, in batch order (the collector
+    validated them: the store does not check them again). ``ids``: their v1 report ids
+    (None in a sealed batch). ``aggregate``: their aggregate when it was computed before
+    the store (costly mechanisms, see
+    :func:`~ldpkit.collector.ingest.aggregation_seconds`), else None. ``index``: the
+    block's position in its wire batch."""
 
     fingerprint: str
     bucket: int
     mechanism: Mechanism
-    ids: npt.NDArray[Any]  # ID_DTYPE, one per report
+    ids: npt.NDArray[Any] | None  # ID_DTYPE, one per report (v1), or None
     reports: npt.NDArray[Any]  # the mechanism's report dtype
     aggregate: Aggregate | None = None
+    index: int = 0
 
     @property
     def n(self) -> int:
-        return int(self.ids.shape[0])
+        return int(self.reports.shape[0])
 
 
 @dataclass(frozen=True)
 class IngestResult:
+    """``refused_before``: of a sealed batch seen before, the indexes of the blocks given
+    now that were not counted the first time (refused then: they are refused again)."""
+
     accepted: int
     duplicates: int
     accepted_by_fingerprint: dict[str, int] = field(default_factory=dict)
+    refused_before: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
-class BucketAggregate:
-    bucket: int
-    aggregate: Aggregate
+def block_bitmap(indexes: Iterable[int]) -> bytes:
+    """The set of block indexes as a little-endian bitmap (bit i of byte i // 8)."""
+    found = sorted(set(indexes))
+    if not found:
+        return b""
+    bits = np.zeros(found[-1] + 1, dtype=bool)
+    bits[found] = True
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def in_bitmap(bitmap: bytes, index: int) -> bool:
+    return index // 8 < len(bitmap) and bool(bitmap[index // 8] >> (index % 8) & 1)
+
+
+# --- compact partial sums -------------------------------------------------------------
+# A partial row holds one transaction's sums for one (fingerprint, bucket): integers in
+# most mechanisms (counts), often few of them non-zero. The smallest exact form wins:
+# tag byte, then little-endian values.
+_F8, _I2, _I4, _SPARSE = 0, 1, 2, 3
+
+
+def pack_sums(sums: npt.NDArray[Any]) -> bytes:
+    """``sums`` (float64) in the smallest exact form: dense int16 or int32 when every sum
+    is an integer that fits, sparse (uint32 index, int32 value pairs) when fewer than
+    half are non-zero (after the vector's size), float64 otherwise (:func:`unpack_sums`
+    reverses it)."""
+    values = np.asarray(sums, dtype=SUMS_DTYPE)
+    if values.size and np.all(np.abs(values) < 2**31) and np.array_equal(values, np.rint(values)):
+        ints = values.astype(np.int64)
+        nonzero = np.flatnonzero(ints)
+        if 2 * nonzero.size < values.size:
+            pairs = np.empty(nonzero.size, dtype=[("i", "<u4"), ("v", "<i4")])
+            pairs["i"], pairs["v"] = nonzero, ints[nonzero]
+            return bytes([_SPARSE]) + values.size.to_bytes(4, "little") + pairs.tobytes()
+        if np.all(np.abs(ints) < 2**15):
+            return bytes([_I2]) + ints.astype("<i2").tobytes()
+        return bytes([_I4]) + ints.astype("<i4").tobytes()
+    return bytes([_F8]) + values.tobytes()
+
+
+_DENSE: dict[int, np.dtype[Any]] = {_F8: SUMS_DTYPE, _I2: np.dtype("<i2"), _I4: np.dtype("<i4")}
+
+
+def unpack_sums(blob: bytes, size: int | None = None) -> npt.NDArray[np.float64]:
+    """The float64 sums vector :func:`pack_sums` packed; StoreError if it is malformed or
+    (``size`` given) does not hold ``size`` sums."""
+    tag, body = (blob[0], memoryview(blob)[1:]) if blob else (-1, memoryview(b""))
+    if tag == _SPARSE and len(body) >= 4 and (len(body) - 4) % 8 == 0:
+        held = int.from_bytes(body[:4], "little")
+        pairs = np.frombuffer(body[4:], dtype=[("i", "<u4"), ("v", "<i4")])
+        if (size is None or held == size) and not (pairs.size and int(pairs["i"].max()) >= held):
+            out = np.zeros(held, dtype=SUMS_DTYPE)
+            out[pairs["i"]] = pairs["v"]
+            return out
+    dtype = _DENSE.get(tag)
+    if (
+        dtype is not None
+        and len(body) % dtype.itemsize == 0
+        and (size is None or len(body) == size * dtype.itemsize)
+    ):
+        dense: npt.NDArray[np.float64] = np.frombuffer(body, dtype=dtype).astype(SUMS_DTYPE)
+        return dense
+    raise StoreError(
+        "a partial aggregate is malformed" + (f" or does not hold {size} sums" if size else "")
+    )
+
+
+def fold_rows(
+    rows: Iterable[tuple[int, int, npt.NDArray[np.float64]]],
+) -> list[BucketAggregate]:
+    """Sum (bucket, n, sums) rows per bucket, in the order given; by bucket."""
+    found: dict[int, tuple[int, npt.NDArray[np.float64]]] = {}
+    for bucket, n, sums in rows:
+        if bucket in found:
+            old_n, old = found[bucket]
+            old += sums
+            found[bucket] = (old_n + n, old)
+        else:
+            found[bucket] = (n, np.array(sums, dtype=SUMS_DTYPE))
+    return [BucketAggregate(b, Aggregate(n, sums)) for b, (n, sums) in sorted(found.items())]
 
 
 def put_outcome(
@@ -220,12 +318,12 @@ def _new_reports_aggregate(
         return None
     whole = block.aggregate
     if kept == block.n:
-        return whole if whole is not None else block.mechanism.aggregate(block.reports)
+        return whole if whole is not None else block.mechanism.aggregate_checked(block.reports)
     assert keep is not None
     if whole is not None and kept * 2 >= block.n:
-        dropped = block.mechanism.aggregate(block.reports[~keep])
+        dropped = block.mechanism.aggregate_checked(block.reports[~keep])
         return Aggregate(whole.n - dropped.n, whole.sums - dropped.sums)
-    return block.mechanism.aggregate(block.reports[keep])
+    return block.mechanism.aggregate_checked(block.reports[keep])
 
 
 class Store(ABC):
@@ -288,8 +386,17 @@ class Store(ABC):
         it was retired now, False if it already was, None if there is no such metric."""
 
     @abstractmethod
-    async def ingest(self, blocks: Sequence[IngestBlock]) -> IngestResult:
-        """Store one batch's valid reports in one transaction; answer after its commit."""
+    async def ingest(
+        self, blocks: Sequence[IngestBlock], *, batch_id: bytes | None = None
+    ) -> IngestResult:
+        """Store one batch's checked reports in one transaction; answer after its commit.
+        ``batch_id``: a sealed (v2) batch, counted once whatever its retries (a repeat is
+        answered as duplicates, whole); None: a v1 batch, whose blocks carry report ids."""
+
+    @abstractmethod
+    async def compact(self, limit: int = 20_000) -> int:
+        """Fold up to ``limit`` partial rows into the aggregates (and delete them) in one
+        transaction; the number folded. One process folds at a time."""
 
     @abstractmethod
     async def aggregates(
@@ -299,13 +406,14 @@ class Store(ABC):
 
     @abstractmethod
     async def report_count(self) -> int:
-        """Number of distinct report ids stored."""
+        """Number of reports counted (aggregates and partial rows), every version."""
 
     @abstractmethod
     async def prune_report_ids(self, before_bucket: int) -> int:
-        """Delete the stored ids of reports whose bucket is ``< before_bucket`` (their
-        aggregates stay); the number deleted. Cheap when an earlier call (from any process)
-        already pruned up to ``before_bucket``. Runs in short transactions, beside ingest."""
+        """Delete the batch ids (and v1 report ids) whose bucket is ``< before_bucket``
+        (their aggregates stay); the number deleted. Cheap when an earlier call (from any
+        process) already pruned up to ``before_bucket``. Runs in short transactions,
+        beside ingest."""
 
     @abstractmethod
     async def pruned_before(self) -> int | None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,7 +203,8 @@ def respond(
     rng: np.random.Generator | None = None,
     one_at_a_time: bool = False,
 ) -> bytes:
-    """The wire batch ldpkit's Python client gives for a plan (one block per metric).
+    """The sealed (v2) wire batch ldpkit's Python client gives for a plan (one block per
+    metric).
 
     ``perturb_override`` maps a mechanism name to ``(mechanism, values, rng) -> reports``,
     used instead of the mechanism's own sampler. By default each metric's values are
@@ -239,9 +241,8 @@ def respond(
         else:
             reports = m.perturb(array, generator)
         reports = np.asarray(reports, dtype=m.report_dtype)
-        ids = os.urandom(wire.ID_SIZE * len(values))
-        blocks.append(wire.make_block(name, definition.fingerprint, plan.bucket, ids, reports))
-    return wire.encode_batch(blocks)
+        blocks.append(wire.sealed_block(name, definition.fingerprint, plan.bucket, reports))
+    return wire.encode_sealed_batch(os.urandom(wire.ID_SIZE), blocks)
 
 
 def _objects(values: list[Any]) -> npt.NDArray[Any]:
@@ -357,12 +358,15 @@ class Verdict:
         by_mech: dict[str, list[TestResult]] = {}
         for t in self.tests:
             by_mech.setdefault(t.mechanism, []).append(t)
-        lines.append(f"{'mechanism':<10} {'tests':>5} {'failed':>6} {'smallest p':>11}  verdict")
+        width = max([len("mechanism"), *(len(m) for m in by_mech)])
+        lines.append(
+            f"{'mechanism':<{width}} {'tests':>5} {'failed':>6} {'smallest p':>11}  verdict"
+        )
         for mech, tests in by_mech.items():
             failed = [t for t in tests if not t.passed]
             smallest = min(t.p_value for t in tests)
             lines.append(
-                f"{mech:<10} {len(tests):>5} {len(failed):>6} {smallest:>11.3g}  "
+                f"{mech:<{width}} {len(tests):>5} {len(failed):>6} {smallest:>11.3g}  "
                 + ("FAIL" if failed else "pass")
             )
             for t in tests if verbose else failed:
@@ -380,7 +384,7 @@ class Verdict:
         else:
             failing = ", ".join(self.failing_mechanisms) or "(framing)"
             lines.append(f"FAIL: {failing}")
-        lines.append(EXACTNESS_NOTE)
+        lines.append(textwrap.fill(EXACTNESS_NOTE, 92))
         return "\n".join(lines)
 
 

@@ -1,17 +1,22 @@
-"""Wire format v1: perturbed reports in msgpack, column by column.
+"""Wire format: perturbed reports in msgpack, column by column.
 
 One encoder and one decoder for client and collector alike. The format is specified,
 with byte-level test vectors, in ``docs/protocol.md``; this module is its reference
-implementation. A batch is a msgpack map::
+implementation. A v2 (*sealed*) batch is a msgpack map::
 
-    {"v": 1,
+    {"v": 2,
+     "batch": <bin 16>,                  # random 128-bit batch id, drawn when first sent
      "blocks": [                         # one block per (metric, fingerprint, bucket)
         {"metric": "theme",              # metric name
          "fp": "4e1eb7ea0ddd3f92",       # fingerprint of the metric's parameters (16 hex)
          "bucket": 1763683200,           # start of the report's time bucket, unix seconds UTC
-         "ids": <bin 16*n>,              # n random 128-bit report ids, back to back
+         "n": 2,                         # number of reports
          "reports": <bin size*n>},       # n reports, rows of the mechanism's report dtype
         ...]}
+
+The client resends a sealed batch byte for byte until it is answered; the collector
+counts each batch id once. Version 1 (deprecated, still decoded) has no batch id and
+instead one random 16-byte id per report: ``"ids": <bin 16*n>`` in place of ``"n"``.
 
 Reports are the raw little-endian bytes of a numpy array of the mechanism's
 ``report_dtype`` (``reports.tobytes()``), so a block decodes with one ``np.frombuffer``
@@ -32,9 +37,12 @@ import numpy.typing as npt
 
 from .errors import ProtocolError
 
-VERSION = 1
-ID_SIZE = 16
-CONTENT_TYPE = "application/vnd.ldpkit.v1+msgpack"
+VERSION = 2
+LEGACY_VERSION = 1  # per-report ids; decoded for clients not yet upgraded
+VERSIONS = (LEGACY_VERSION, VERSION)
+ID_SIZE = 16  # a v1 report id, a v2 batch id
+CONTENT_TYPE = "application/vnd.ldpkit.v2+msgpack"
+LEGACY_CONTENT_TYPE = "application/vnd.ldpkit.v1+msgpack"
 FINGERPRINT_PATTERN = re.compile(r"^[0-9a-f]{16}$")
 MAX_BUCKET = 2**40  # far beyond any real date; keeps bucket arithmetic in int64
 
@@ -46,12 +54,13 @@ class Block:
     metric: str
     fingerprint: str
     bucket: int
-    ids: bytes
+    ids: bytes  # v1 only: a 16-byte id per report; empty in a sealed (v2) block
     reports: bytes
+    count: int | None = None  # v2: the number of reports (v1: given by ``ids``)
 
     @property
     def n(self) -> int:
-        return len(self.ids) // ID_SIZE
+        return self.count if self.count is not None else len(self.ids) // ID_SIZE
 
     def report_array(self, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         """The reports as a numpy array of ``dtype``; ProtocolError if the sizes disagree."""
@@ -62,16 +71,57 @@ class Block:
             )
         return np.frombuffer(self.reports, dtype=dtype)
 
-    def id_list(self) -> list[bytes]:
+    def id_list(self) -> list[bytes]:  # v1
         """The report ids, 16 bytes each."""
         ids = self.ids
         return [ids[i : i + ID_SIZE] for i in range(0, len(ids), ID_SIZE)]
 
 
+@dataclass(frozen=True)
+class Batch:
+    """A decoded batch: its version, its batch id (v2; None in v1) and its blocks."""
+
+    version: int
+    batch_id: bytes | None
+    blocks: list[Block]
+
+    @property
+    def n(self) -> int:
+        return sum(b.n for b in self.blocks)
+
+
+def sealed_block(metric: str, fingerprint: str, bucket: int, reports: npt.NDArray[Any]) -> Block:
+    """A v2 block from a report array."""
+    array = np.ascontiguousarray(reports)
+    return Block(metric, fingerprint, int(bucket), b"", array.tobytes(), len(array))
+
+
+def encode_sealed_batch(batch_id: bytes, blocks: Sequence[Block]) -> bytes:
+    """The msgpack bytes of a v2 batch (``batch_id``: 16 random bytes)."""
+    if len(batch_id) != ID_SIZE:
+        raise ProtocolError(f"a batch id is {ID_SIZE} bytes, got {len(batch_id)}")
+    payload = {
+        "v": VERSION,
+        "batch": bytes(batch_id),
+        "blocks": [
+            {
+                "metric": b.metric,
+                "fp": b.fingerprint,
+                "bucket": b.bucket,
+                "n": b.n,
+                "reports": b.reports,
+            }
+            for b in blocks
+        ],
+    }
+    packed: bytes = msgpack.packb(payload, use_bin_type=True)
+    return packed
+
+
 def make_block(
     metric: str, fingerprint: str, bucket: int, ids: bytes, reports: npt.NDArray[Any]
 ) -> Block:
-    """A block from a report array; ``ids`` holds 16 bytes per report."""
+    """A v1 block from a report array; ``ids`` holds 16 bytes per report."""
     array = np.ascontiguousarray(reports)
     if len(ids) != ID_SIZE * len(array):
         raise ProtocolError(
@@ -81,9 +131,9 @@ def make_block(
 
 
 def encode_batch(blocks: Sequence[Block]) -> bytes:
-    """The msgpack bytes of a batch."""
+    """The msgpack bytes of a v1 batch (deprecated: per-report ids)."""
     payload = {
-        "v": VERSION,
+        "v": LEGACY_VERSION,
         "blocks": [
             {
                 "metric": b.metric,
@@ -126,10 +176,17 @@ def _unique_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
 def decode_batch(
     data: bytes | bytearray | memoryview, *, max_reports: int = 100_000, max_blocks: int = 1000
 ) -> list[Block]:
+    """The blocks of a v1 or v2 batch (see :func:`decode`)."""
+    return decode(data, max_reports=max_reports, max_blocks=max_blocks).blocks
+
+
+def decode(
+    data: bytes | bytearray | memoryview, *, max_reports: int = 100_000, max_blocks: int = 1000
+) -> Batch:
     """Decode and check the framing of a batch (not the reports' contents).
 
-    Raises ProtocolError, saying what was wrong, for anything that is not a v1 batch
-    (a map holding a key twice included).
+    Raises ProtocolError, saying what was wrong, for anything that is not a v1 or v2
+    batch (a map holding a key twice included).
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ProtocolError(f"a batch must be bytes, got {type(data).__name__}")
@@ -153,40 +210,60 @@ def decode_batch(
     if not isinstance(obj, dict):
         raise ProtocolError(f"a batch must be a msgpack map, got {type(obj).__name__}")
     version = obj.get("v")
-    if type(version) is not int or version != VERSION:  # not True, not 1.0
-        raise ProtocolError(f"unsupported protocol version {version!r}; this collector speaks v1")
+    if type(version) is not int or version not in VERSIONS:  # not True, not 1.0
+        raise ProtocolError(
+            f"unsupported protocol version {version!r}; this collector speaks v2 (and v1)"
+        )
+    sealed = version == VERSION
     blocks_raw = obj.get("blocks")
     if not isinstance(blocks_raw, list):
         raise ProtocolError("field 'blocks' must be an array of blocks")
-    unknown = sorted(str(k) for k in obj if k not in ("v", "blocks"))
+    fields = ("v", "batch", "blocks") if sealed else ("v", "blocks")
+    unknown = sorted(str(k) for k in obj if k not in fields)
     if unknown:
         raise ProtocolError(f"unknown batch fields: {', '.join(unknown)}")
+    batch_id: bytes | None = None
+    if sealed:
+        batch_id = obj.get("batch")
+        if not isinstance(batch_id, bytes) or len(batch_id) != ID_SIZE:
+            raise ProtocolError(f"a v2 batch needs field 'batch': its {ID_SIZE}-byte batch id")
+    count_field = "n" if sealed else "ids"
+    block_fields = ("metric", "fp", "bucket", count_field, "reports")
     blocks: list[Block] = []
     total = 0
     for i, raw in enumerate(blocks_raw):
         if not isinstance(raw, dict):
             raise ProtocolError(f"block {i}: must be a map, got {type(raw).__name__}")
-        extra = sorted(str(k) for k in raw if k not in ("metric", "fp", "bucket", "ids", "reports"))
+        extra = sorted(str(k) for k in raw if k not in block_fields)
         if extra:
             raise ProtocolError(f"block {i}: unknown fields {', '.join(extra)}")
         metric = _field(raw, "metric", str, i)
         fp = _field(raw, "fp", str, i)
         bucket = _field(raw, "bucket", int, i)
-        ids = _field(raw, "ids", bytes, i)
         reports = _field(raw, "reports", bytes, i)
         if not 0 <= bucket < MAX_BUCKET:
             raise ProtocolError(f"block {i}: bucket {bucket} is out of range")
-        if len(ids) % ID_SIZE:
-            raise ProtocolError(f"block {i}: ids length {len(ids)} is not a multiple of {ID_SIZE}")
-        n = len(ids) // ID_SIZE
+        ids = b""
+        count: int | None = None
+        if sealed:
+            n = count = _field(raw, "n", int, i)
+            if not 0 <= n <= max_reports:
+                raise ProtocolError(f"block {i}: n = {n} is out of range")
+        else:
+            ids = _field(raw, "ids", bytes, i)
+            if len(ids) % ID_SIZE:
+                raise ProtocolError(
+                    f"block {i}: ids length {len(ids)} is not a multiple of {ID_SIZE}"
+                )
+            n = len(ids) // ID_SIZE
         if n and len(reports) % n:
             raise ProtocolError(
                 f"block {i}: {len(reports)} bytes of reports do not split into {n} equal reports"
             )
         if not n and reports:
-            raise ProtocolError(f"block {i}: reports without ids")
+            raise ProtocolError(f"block {i}: reports without {'a count' if sealed else 'ids'}")
         total += n
         if total > max_reports:
             raise ProtocolError(f"batch holds more than {max_reports} reports")
-        blocks.append(Block(metric, fp, bucket, ids, reports))
-    return blocks
+        blocks.append(Block(metric, fp, bucket, ids, reports, count))
+    return Batch(version, batch_id, blocks)

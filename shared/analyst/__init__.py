@@ -25,11 +25,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+import numpy as np
+
 from .._validation import check_level
+from ..aggregate import Aggregate
 from ..distribution import QuantileEstimate
 from ..errors import CollectorUnavailable, ParameterError
+from ..estimates import FrequencyEstimate, MeanEstimate
 from ..heavy_hitters import StringEstimate
 from ..http_errors import http_error
+from ..mechanisms import FrequencyOracle, NumericMechanism
 from ..metrics import MetricDefinition
 
 TOKEN_ENV = "LDPKIT_READ_TOKEN"
@@ -70,6 +75,10 @@ class BucketEstimate:
     high: float | None = None
     clamped_mean: float | None = None
     interval: str | None = None
+    estimate: FrequencyEstimate | MeanEstimate | None = field(
+        default=None, compare=False, repr=False
+    )
+    """The core's estimate of this bucket (categorical and numeric metrics)."""
 
 
 @dataclass(frozen=True)
@@ -107,10 +116,29 @@ class EstimateResult:
     # --- strings: the frequency below which nothing can be found, and named strings
     threshold: float | None = None
     candidates: tuple[ItemEstimate, ...] = ()
+    # --- categorical and numeric: the core's estimate, rebuilt from the served sufficient
+    # statistics by the same code the collector ran (``estimate.ci(0.9)``, ``.consistent()``)
+    estimate: FrequencyEstimate | MeanEstimate | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EstimateResult:
+    def from_json(
+        cls, data: dict[str, Any], definition: MetricDefinition | None = None
+    ) -> EstimateResult:
+        """From the collector's JSON; with the version's ``definition``, ``estimate`` (and
+        each bucket's) is the core's estimate rebuilt from the served ``sums``."""
         items = tuple(_item(i) for i in data.get("items") or ())
+
+        def core(part: dict[str, Any]) -> FrequencyEstimate | MeanEstimate | None:
+            if definition is None or "sums" not in part:
+                return None
+            mechanism = definition.mechanism_instance
+            if not isinstance(mechanism, FrequencyOracle | NumericMechanism):
+                return None
+            sums = np.asarray(part["sums"], dtype=np.float64)
+            return mechanism.estimate(Aggregate(int(part["n"]), sums))
+
         buckets = tuple(
             BucketEstimate(
                 start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
@@ -122,6 +150,7 @@ class EstimateResult:
                 high=b.get("high"),
                 clamped_mean=b.get("clamped_mean"),
                 interval=b.get("interval"),
+                estimate=core(b),
             )
             for b in data.get("buckets") or ()
         )
@@ -172,6 +201,7 @@ class EstimateResult:
             ),
             threshold=data.get("threshold"),
             candidates=tuple(_item(i) for i in data.get("candidates") or ()),
+            estimate=core(data),
         )
 
     def strings(self) -> list[StringEstimate]:
@@ -482,6 +512,7 @@ class Analyst:
         if not (isinstance(timeout, int | float) and timeout > 0):
             raise ParameterError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self.timeout = float(timeout)
+        self._definitions: dict[tuple[str, str], MetricDefinition] = {}
 
     def _get(self, path: str, params: dict[str, str | None] | None = None) -> Any:
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
@@ -515,26 +546,25 @@ class Analyst:
         """Every version of ``metric`` ever defined, oldest first, each with the number of
         reports it holds (a definition change starts a new version: its reports are
         never mixed with the old ones, which stay queryable with ``version=``)."""
+        current, definitions = self._versions(metric)
+        path = f"/v1/estimates/{urllib.parse.quote(metric, safe='')}"
+        return [
+            MetricVersion(fp, fp == current, d, int(self._get(path, {"version": fp}).get("n", 0)))
+            for fp, d in definitions.items()
+        ]
+
+    def _versions(self, metric: str) -> tuple[str | None, dict[str, MetricDefinition]]:
+        """The current fingerprint and every version's definition, rebuilt as served (so
+        that each reproduces its fingerprint); kept, as a version never changes."""
         if not isinstance(metric, str) or not metric:
             raise ParameterError(f"metric must be a metric name, got {metric!r}")
         data = self._get(f"/v1/metrics/{urllib.parse.quote(metric, safe='')}/versions")
-        out = []
-        for v in data.get("versions", []):
-            fingerprint = str(v["fingerprint"])
-            n = int(
-                self._get(
-                    f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", {"version": fingerprint}
-                ).get("n", 0)
-            )
-            out.append(
-                MetricVersion(
-                    fingerprint,
-                    fingerprint == data.get("current"),
-                    MetricDefinition.from_dict(metric, v),
-                    n,
-                )
-            )
-        return out
+        definitions = {
+            str(v["fingerprint"]): MetricDefinition.from_served(metric, v, str(v["fingerprint"]))
+            for v in data.get("versions", [])
+        }
+        self._definitions.update({(metric, fp): d for fp, d in definitions.items()})
+        return data.get("current"), definitions
 
     def estimates(
         self,
@@ -581,7 +611,14 @@ class Analyst:
             "candidates": None if candidates is None else ",".join(candidates),
         }
         data = self._get(f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", params)
-        return EstimateResult.from_json(data)
+        definition = self._definition(metric, str(data["version"])) if "sums" in data else None
+        return EstimateResult.from_json(data, definition)
+
+    def _definition(self, metric: str, fingerprint: str) -> MetricDefinition | None:
+        """The definition of one version of ``metric`` (kept: a version never changes)."""
+        if (metric, fingerprint) not in self._definitions:
+            self._versions(metric)
+        return self._definitions.get((metric, fingerprint))
 
 
 def _joined(values: object, name: str) -> str | None:

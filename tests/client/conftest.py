@@ -12,7 +12,7 @@ import pytest
 from ldpkit.client.protocol import HttpAnswer
 from ldpkit.client.sync import NetworkError
 from ldpkit.metrics import MetricDefinition
-from ldpkit.wire import decode_batch
+from ldpkit.wire import decode
 
 T0 = 1_763_683_200.0 + 3 * 3600 + 17  # 2025-11-21 03:00:17 UTC
 
@@ -74,6 +74,7 @@ class FakeCollector:
     definitions: list[MetricDefinition] = field(default_factory=list)
     script: list[object] = field(default_factory=list)
     seen: dict[bytes, tuple[str, str, int, bytes]] = field(default_factory=dict)
+    batches: set[bytes] = field(default_factory=set)  # sealed batch ids seen
     posts: int = 0
     reject: Callable[[str, bytes], str | None] | None = None
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
@@ -103,14 +104,22 @@ class FakeCollector:
         accepted = duplicates = 0
         rejected = []
         index = 0
-        for block in decode_batch(body):
-            size = len(block.reports) // block.n
-            for k, rid in enumerate(block.id_list()):
+        batch = decode(body)
+        repeat = batch.batch_id is not None and batch.batch_id in self.batches
+        if batch.batch_id is not None:
+            self.batches.add(batch.batch_id)
+        for block in batch.blocks:
+            size = len(block.reports) // block.n if block.n else 0
+            for k in range(block.n):
+                # Sealed: the batch counts once (its reports keyed by batch id and index).
+                rid = block.ids[16 * k : 16 * k + 16] or (batch.batch_id or b"") + bytes(
+                    [index // 256, index % 256]
+                )
                 report = block.reports[k * size : (k + 1) * size]
                 why = self.reject(block.metric, report) if self.reject else None
                 if why:
                     rejected.append({"index": index, "error": why, "detail": "test"})
-                elif rid in self.seen:
+                elif repeat or rid in self.seen:
                     duplicates += 1
                 else:
                     self.seen[rid] = (block.metric, block.fingerprint, block.bucket, report)

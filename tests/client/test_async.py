@@ -87,8 +87,8 @@ async def test_async_background_task_flushes(state_dir: Path, clock: FakeClock) 
     ) as r:
         for _ in range(4):
             await r.report("theme", "light")
-        for _ in range(200):
-            if len(fake.seen) == 4:
+        for _ in range(200):  # the fake sees the batch before the reporter reads the answer
+            if len(fake.seen) == 4 and r.pending == 0:
                 break
             await asyncio.sleep(0.01)
         assert len(fake.seen) == 4 and r.pending == 0

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ldpkit import wire
 from ldpkit.client import (
     AsyncReporter,
     CollectorUnavailable,
@@ -24,7 +29,8 @@ from ldpkit.client import (
     RetryPolicy,
     Timeout,
 )
-from ldpkit.client.protocol import HttpAnswer
+from ldpkit.client.policies import NetworkError
+from ldpkit.client.protocol import HttpAnswer, OutboxRow, build_batch
 from ldpkit.client.sync import HttpTransport
 
 from .live import INGEST, LiveCollector
@@ -298,3 +304,86 @@ def test_estimates_from_20000_simulated_users_cover_the_truth(
     assert num["n"] == users
     assert num["low"] <= mean <= num["high"], (num, mean)
     assert num["high"] - num["low"] < 10.0
+
+
+def _as_left_by_schema_2(state_dir: Path) -> None:
+    """The state database as an app of the previous release (per-report ids, v1) left it."""
+    db = sqlite3.connect(state_dir / "client.sqlite3")
+    db.executescript(
+        "DROP INDEX reports_sealed; DROP TABLE batches; ALTER TABLE reports DROP COLUMN sealed;"
+        "ALTER TABLE reports DROP COLUMN legacy; PRAGMA user_version = 2;"
+    )
+    db.close()
+
+
+def test_an_upgrade_delivers_undelivered_v1_reports_exactly_once(
+    live: LiveCollector, state_dir: Path
+) -> None:
+    before = reporter(live, state_dir)
+    before.refresh_definitions()
+    for v in range(30):
+        before.report("clicks", float(v))
+    before.simulate("tick", ["a"] * 50)
+    live.stop()  # nothing delivered before the upgrade (but the batch below)
+    with contextlib.suppress(CollectorUnavailable):
+        before.close()
+    live.start()
+    _as_left_by_schema_2(state_dir)
+    # The old app sent its first 25 reports as a v1 batch; the answer was lost.
+    db = sqlite3.connect(state_dir / "client.sqlite3")
+    rows = [
+        OutboxRow(int(s), bytes(i), m, f, int(b), bytes(r))
+        for s, i, m, f, b, r in db.execute(
+            "SELECT seq, report_id, metric, fingerprint, bucket, report FROM reports "
+            "WHERE report IS NOT NULL ORDER BY seq LIMIT 25"
+        )
+    ]
+    db.close()
+    sent = build_batch(rows)
+    request = urllib.request.Request(
+        f"{live.url}/v1/reports",
+        data=sent.body,
+        headers={"Authorization": f"Bearer {INGEST}", "Content-Type": wire.LEGACY_CONTENT_TYPE},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert json.load(response)["accepted"] == 25
+    with reporter(live, state_dir, batch_size=20) as after:
+        assert after.pending == 80
+        result = after.flush()
+        assert (result.sent, result.duplicates, result.remaining) == (55, 25, 0)
+        assert live.n("clicks") + live.n("tick") == 80
+        # Reports made after the upgrade go in sealed batches.
+        after.simulate("tick", ["b"] * 7)
+        assert after.flush().sent == 7
+    assert live.n("tick") == 57
+    db = sqlite3.connect(state_dir / "client.sqlite3")
+    assert db.execute("SELECT count(*) FROM batches").fetchone()[0] == 0
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    db.close()
+
+
+def test_a_sealed_batch_is_resent_byte_for_byte(live: LiveCollector, state_dir: Path) -> None:
+    bodies: list[bytes] = []
+
+    class Recording(HttpTransport):
+        def request(
+            self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+        ) -> HttpAnswer:
+            if path == "/v1/reports" and body is not None:
+                bodies.append(body)
+                assert headers["Content-Type"] == wire.CONTENT_TYPE
+                if len(bodies) == 1:  # stored, answer lost
+                    super().request(method, path, body, headers)
+                    raise NetworkError("connection reset")
+            return super().request(method, path, body, headers)
+
+    with reporter(live, state_dir, transport=Recording(live.url, FAST_TIMEOUT)) as app:
+        app.refresh_definitions()
+        app.simulate("tick", ["c"] * 12)
+        result = app.flush()
+    assert (result.sent, result.duplicates) == (0, 12)
+    assert len(bodies) == 2 and bodies[0] == bodies[1]
+    batch = wire.decode(bodies[0])
+    assert batch.version == 2 and batch.batch_id is not None and batch.n == 12
+    assert all(b.ids == b"" for b in batch.blocks)  # no per-report ids on the wire
+    assert live.n("tick") == 12

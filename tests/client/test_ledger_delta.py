@@ -61,5 +61,5 @@ def test_a_schema_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     assert store.spent(delta_key("spend"), 86400, 0) == pytest.approx(1e-6)
     store.close()
     db = sqlite3.connect(tmp_path / DATABASE_FILE)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     db.close()

@@ -292,7 +292,7 @@ def test_flush_delivers_and_counts(state_dir: Path, clock: FakeClock) -> None:
         assert (result.sent, result.duplicates, result.rejected, result.remaining) == (3, 0, 0, 0)
         assert fake.posts == 2  # two batches of at most 2
         assert fake.requests[0][2]["Authorization"] == "Bearer t"
-        assert fake.requests[0][2]["Content-Type"] == "application/vnd.ldpkit.v1+msgpack"
+        assert fake.requests[0][2]["Content-Type"] == "application/vnd.ldpkit.v2+msgpack"
         assert r.flush().sent == 0 and fake.posts == 2  # nothing queued: no request
 
 

@@ -38,14 +38,16 @@ class SlowStore(SQLiteStore):
     def pending_batches(self) -> int:
         return super().pending_batches + self.inside
 
-    async def ingest(self, blocks: Sequence[IngestBlock]) -> IngestResult:
+    async def ingest(
+        self, blocks: Sequence[IngestBlock], *, batch_id: bytes | None = None
+    ) -> IngestResult:
         self.inside += 1
         self.peak = max(self.peak, self.inside)
         try:
             await asyncio.sleep(self.delay)
         finally:
             self.inside -= 1
-        return await super().ingest(blocks)
+        return await super().ingest(blocks, batch_id=batch_id)
 
 
 class Peak:

@@ -227,13 +227,15 @@ class BlockingStore(SQLiteStore):
     def pending_batches(self) -> int:
         return super().pending_batches + self.waiting
 
-    async def ingest(self, blocks: Sequence[IngestBlock]) -> IngestResult:
+    async def ingest(
+        self, blocks: Sequence[IngestBlock], *, batch_id: bytes | None = None
+    ) -> IngestResult:
         self.waiting += 1
         try:
             await self.release.wait()
         finally:
             self.waiting -= 1
-        return await super().ingest(blocks)
+        return await super().ingest(blocks, batch_id=batch_id)
 
 
 async def test_backpressure_answers_429(database: Path) -> None:

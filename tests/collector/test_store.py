@@ -22,6 +22,8 @@ from ldpkit.collector.store import (
     StoreError,
     new_report_mask,
     open_store,
+    pack_sums,
+    unpack_sums,
 )
 from ldpkit.metrics import MetricDefinition
 
@@ -181,3 +183,68 @@ def test_new_report_mask() -> None:
     ids = np.frombuffer(b"".join(bytes([i]) * 16 for i in [1, 2, 1, 3, 2, 4]), ID_DTYPE)
     existing = np.frombuffer(bytes([3]) * 16, ID_DTYPE)
     assert new_report_mask(ids, existing).tolist() == [True, True, False, False, False, True]
+
+
+# --- compact partial sums ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("sums", "tag", "size"),
+    [
+        (np.array([3.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0]), 3, 1 + 4 + 2 * 8),  # sparse
+        (np.arange(16, dtype=float), 1, 1 + 2 * 16),  # dense int16
+        (np.arange(16, dtype=float) * 40_000, 2, 1 + 4 * 16),  # dense int32
+        (np.array([0.5, -2.25, 1e300]), 0, 1 + 8 * 3),  # floats
+        (np.array([2.0**31, 1.0]), 0, 1 + 8 * 2),  # an integer over int32
+        (np.zeros(1024), 3, 1 + 4),  # nothing counted
+        (np.zeros(0), 0, 1),
+    ],
+)
+def test_partial_sums_pack_exactly_and_small(sums: np.ndarray, tag: int, size: int) -> None:
+    packed = pack_sums(sums)
+    assert (packed[0], len(packed)) == (tag, size)
+    back = unpack_sums(packed, sums.size)
+    assert back.dtype == np.float64 and back.tobytes() == sums.astype(np.float64).tobytes()
+    np.testing.assert_array_equal(unpack_sums(packed), sums)  # the size is in the row
+
+
+def test_partial_sums_of_a_real_batch_cost_about_min_of_domain_and_reports() -> None:
+    rng = np.random.default_rng(3)
+    grr = MetricDefinition.from_dict(
+        "big", {"categories": [f"c{i}" for i in range(4096)], "epsilon": 1.0, "mechanism": "grr"}
+    ).mechanism_instance
+    few = grr.aggregate(grr.perturb(rng.integers(0, 4096, 20), rng=rng))
+    assert len(pack_sums(few.sums)) <= 1 + 4 + 8 * 20  # sparse: 20 reports, not 4096 sums
+    many = grr.aggregate(grr.perturb(rng.integers(0, 4096, 100_000), rng=rng))
+    assert len(pack_sums(many.sums)) == 1 + 2 * 4096  # dense int16
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [b"", b"\x09abc", b"\x01\x00", b"\x03\x04\x00\x00\x00" + b"\x05\x00\x00\x00\x01\x00\x00\x00"],
+)
+def test_malformed_partial_sums_are_refused(blob: bytes) -> None:
+    with pytest.raises(StoreError):
+        unpack_sums(blob, 4)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"categories": ["a", "b", "c"], "mechanism": "grr"},
+        {"categories": [f"c{i}" for i in range(40)], "mechanism": "oue"},
+        {"categories": [f"c{i}" for i in range(40)], "mechanism": "olh"},
+        {"categories": [f"c{i}" for i in range(40)], "mechanism": "ss"},
+        {"kind": "numeric", "bounds": [0.0, 10.0], "mechanism": "duchi"},
+        {"kind": "numeric", "bounds": [0.0, 10.0], "mechanism": "piecewise"},
+    ],
+)
+def test_checked_reports_aggregate_once_to_the_same_sums(spec: dict[str, object]) -> None:
+    """The store aggregates reports the collector checked, without checking again."""
+    d = MetricDefinition.from_dict("m", {"epsilon": 1.0, **spec})
+    m = d.mechanism_instance
+    rng = np.random.default_rng(4)
+    values = rng.uniform(0, 10, 500) if d.bounds else rng.integers(0, len(d.categories or ()), 500)
+    reports = m.perturb(values, rng=rng)
+    assert m.check_reports(reports).all()
+    checked, full = m.aggregate_checked(reports), m.aggregate(reports)
+    assert checked.n == full.n == 500
+    assert checked.sums.tobytes() == full.sums.tobytes()

@@ -66,6 +66,13 @@ def ids_of(n: int) -> bytes:
     return os.urandom(16 * n)
 
 
+def sealed_block(values: list[int] | np.ndarray, bucket: int = B0, index: int = 0) -> IngestBlock:
+    reports = np.asarray(values, dtype="<u4")
+    return IngestBlock(
+        THEME.fingerprint, bucket, THEME.mechanism_instance, None, reports, index=index
+    )
+
+
 def grr_block(
     values: list[int] | np.ndarray, ids: bytes | None = None, bucket: int = B0
 ) -> IngestBlock:
@@ -179,6 +186,96 @@ async def test_a_failing_batch_is_rolled_back_alone(database: str) -> None:
         assert again.accepted == 2
 
 
+# --- sealed (v2) batches ------------------------------------------------------------------
+async def test_a_sealed_batch_counts_once(database: str) -> None:
+    async with opened(database) as store:
+        batch_id = os.urandom(16)
+        blocks = [sealed_block([0, 1, 1]), sealed_block([2], bucket=B1, index=1)]
+        first = await store.ingest(blocks, batch_id=batch_id)
+        assert (first.accepted, first.duplicates) == (4, 0)
+        assert first.accepted_by_fingerprint == {THEME.fingerprint: 4}
+        # Retries, five at once (one group or several): duplicates, whole.
+        again = await asyncio.gather(*(store.ingest(blocks, batch_id=batch_id) for _ in range(5)))
+        assert [(r.accepted, r.duplicates, r.refused_before) for r in again] == [(0, 4, ())] * 5
+        # The same reports under another batch id are another batch.
+        other = await store.ingest([sealed_block([0, 1, 1])], batch_id=os.urandom(16))
+        assert other.accepted == 3
+        got = await totals(store)
+        np.testing.assert_array_equal(got[B0][1], counts([0, 1, 1, 0, 1, 1]))
+        assert got[B1][0] == 1
+        assert await store.report_count() == 7
+        # v1 blocks need their ids.
+        with pytest.raises(ValueError):
+            await store.ingest([sealed_block([0])])
+    async with opened(database) as store:  # dedupe survives restarts
+        retry = await store.ingest(blocks, batch_id=batch_id)
+        assert (retry.accepted, retry.duplicates) == (0, 4)
+
+
+async def test_a_repeat_names_the_blocks_not_counted_the_first_time(database: str) -> None:
+    async with opened(database) as store:
+        batch_id = os.urandom(16)
+        # First time, block 1 was refused before the store (say, a version not known yet).
+        await store.ingest([sealed_block([0]), sealed_block([3], index=2)], batch_id=batch_id)
+        blocks = [sealed_block([0]), sealed_block([1, 1], index=1), sealed_block([3], index=2)]
+        retry = await store.ingest(blocks, batch_id=batch_id)
+        assert (retry.accepted, retry.duplicates, retry.refused_before) == (0, 2, (1,))
+        assert (await totals(store))[B0][0] == 2
+
+
+async def test_ingest_appends_and_compaction_folds_exactly_once(database: str) -> None:
+    rng = np.random.default_rng(5)
+    async with opened(database, THEME, LATENCY) as store:
+        values = [rng.integers(0, 4, int(rng.integers(1, 300))) for _ in range(40)]
+        mech = LATENCY.mechanism_instance
+        latencies = [mech.perturb(rng.uniform(0, 100, 50), rng=rng) for _ in range(5)]
+        for i, v in enumerate(values):
+            await store.ingest([sealed_block(v, bucket=B0 if i % 3 else B1)], batch_id=ids_of(1))
+        for lat in latencies:
+            block = IngestBlock(LATENCY.fingerprint, B0, mech, None, lat)
+            await store.ingest([block], batch_id=ids_of(1))
+        # Ingest only appended: no aggregate row yet, every sum visible at once.
+        assert (
+            await store._read(
+                lambda c: store._x(c, "SELECT count(*) FROM aggregates").fetchone()[0]
+            )
+            == 0
+        )  # type: ignore[attr-defined]
+        before, lat_before = await totals(store), await totals(store, LATENCY)
+        expected = counts(np.concatenate(values[1::3] + values[2::3]))
+        np.testing.assert_array_equal(before[B0][1], expected)
+        folded = await store.compact(limit=7)  # a part, then the rest
+        assert folded == 7
+        mid = await totals(store)
+        np.testing.assert_array_equal(mid[B0][1], expected)
+        assert await store.compact() == 45 - 7
+        assert await store.compact() == 0
+        after, lat_after = await totals(store), await totals(store, LATENCY)
+        for b in (B0, B1):
+            assert after[b][0] == before[b][0]
+            np.testing.assert_array_equal(after[b][1], before[b][1])
+        whole = mech.aggregate(np.concatenate(latencies))
+        assert lat_after[B0][0] == 250
+        np.testing.assert_allclose(lat_before[B0][1], whole.sums, rtol=1e-12)
+        np.testing.assert_allclose(lat_after[B0][1], whole.sums, rtol=1e-12)
+        assert await store.report_count() == sum(len(v) for v in values) + 250
+        # New partial rows on top of compacted ones are summed with them.
+        await store.ingest([sealed_block([3, 3])], batch_id=ids_of(1))
+        assert (await totals(store))[B0][1][3] == after[B0][1][3] + 2
+
+
+async def test_pruning_forgets_old_batch_ids(database: str) -> None:
+    async with opened(database) as store:
+        old, new = ids_of(1), ids_of(1)
+        await store.ingest([sealed_block([0] * 5, bucket=B0)], batch_id=old)
+        # A batch spanning both days is kept until its latest bucket is pruned.
+        await store.ingest([sealed_block([1], bucket=B0), sealed_block([2], B1, 1)], batch_id=new)
+        assert await store.prune_report_ids(B1) == 1
+        assert (await store.ingest([sealed_block([0] * 5)], batch_id=old)).accepted == 5
+        spanning = [sealed_block([1], bucket=B0), sealed_block([2], B1, 1)]
+        assert (await store.ingest(spanning, batch_id=new)).duplicates == 2
+
+
 # --- catalog -----------------------------------------------------------------------------
 async def test_catalog_versions(database: str) -> None:
     async with opened(database) as store:
@@ -231,7 +328,6 @@ async def test_pruning_deletes_old_ids_only(database: str) -> None:
         await store.ingest([grr_block([1] * 30, new_ids, bucket=B1)])
         assert await store.prune_report_ids(B0) == 0  # nothing before B0
         assert await store.prune_report_ids(B1) == 50
-        assert await store.report_count() == 30
         assert await store.prune_report_ids(B1) == 0  # already done (from any process)
         got = await totals(store)  # aggregates stay
         assert (got[B0][0], got[B1][0]) == (50, 30)

@@ -12,6 +12,7 @@ import pytest
 
 from ldpkit.collector.analyst import Analyst
 from ldpkit.errors import CollectorRejected, CollectorUnavailable, ParameterError
+from ldpkit.estimates import FrequencyEstimate, MeanEstimate
 
 from .conftest import INGEST, READ, THEMES, USERS, Populated
 
@@ -40,6 +41,29 @@ def test_python_api_estimates_cover_the_truth(populated: Populated) -> None:
     numeric = analyst.estimates("session_minutes", level=0.99)
     assert numeric.low is not None and numeric.high is not None
     assert numeric.low <= float(populated.minutes.mean()) <= numeric.high
+
+
+def test_results_hold_the_cores_estimate(populated: Populated) -> None:
+    """One estimate shape: the analyst rebuilds the core's estimate from the served sums,
+    and its intervals are the ones served (the JSON is their serialisation)."""
+    analyst = Analyst(populated.url, READ)
+    result = analyst.estimates("theme", level=0.9, consistent=True, per_bucket=True)
+    est = result.estimate
+    assert isinstance(est, FrequencyEstimate) and est.n == result.n == USERS
+    low, high = est.ci(0.9)
+    for k, item in enumerate(result.items):
+        assert (item.estimate, item.low, item.high) == pytest.approx(
+            (est.frequencies[k], low[k], high[k]), rel=1e-12
+        )
+        assert item.consistent == pytest.approx(est.consistent()[k], rel=1e-12)
+    assert all(isinstance(b.estimate, FrequencyEstimate) for b in result.buckets)
+    assert sum(b.estimate.n for b in result.buckets if b.estimate is not None) == USERS
+    numeric = analyst.estimates("session_minutes", level=0.9).estimate
+    assert isinstance(numeric, MeanEstimate)
+    served = analyst.estimates("session_minutes", level=0.9)
+    assert (numeric.mean, *numeric.ci(0.9)) == pytest.approx(
+        (served.mean, served.low, served.high), rel=1e-12
+    )
 
 
 def test_to_pandas_and_csv(populated: Populated) -> None:

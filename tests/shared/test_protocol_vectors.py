@@ -104,3 +104,46 @@ def test_fingerprint_vector(name: str) -> None:
     full = re.findall(r"SHA-256: `([0-9a-f]{64})`", SECTION)
     if name == "theme":
         assert full == [digest]
+
+
+V2 = sorted(k[2] for k in VECTORS if k[:2] == ("hex", "v2"))
+V2_MALFORMED = sorted(k[2] for k in VECTORS if k[:2] == ("hex", "v2-malformed"))
+
+
+def test_the_document_has_v2_vectors() -> None:
+    assert {"empty", "grr-two-reports", "two-blocks"} <= set(V2)
+    assert len(V2_MALFORMED) >= 4
+
+
+@pytest.mark.parametrize("name", V2)
+def test_v2_batch_vector(name: str) -> None:
+    data = _hex(VECTORS["hex", "v2", name])
+    expected = json.loads(VECTORS["json", "v2", name])
+    batch = wire.decode(data)
+    assert (batch.version, batch.batch_id) == (2, bytes.fromhex(expected["batch"]))
+    assert len(batch.blocks) == len(expected["blocks"])
+    for block, want in zip(batch.blocks, expected["blocks"], strict=True):
+        assert (block.metric, block.fingerprint, block.bucket, block.n) == (
+            want["metric"],
+            want["fp"],
+            want["bucket"],
+            want["n"],
+        )
+        assert block.ids == b"" and block.reports == bytes.fromhex(want["reports"])
+        definition = MetricDefinition.from_dict(
+            want["metric"], json.loads(VECTORS["json", "definition", want["metric"]])
+        )
+        assert definition.fingerprint == want["fp"]
+        dtype = definition.mechanism_instance.report_dtype
+        assert block.report_array(dtype).tolist() == want["values"]
+    rebuilt = [
+        wire.Block(w["metric"], w["fp"], w["bucket"], b"", bytes.fromhex(w["reports"]), w["n"])
+        for w in expected["blocks"]
+    ]
+    assert wire.encode_sealed_batch(bytes.fromhex(expected["batch"]), rebuilt) == data
+
+
+@pytest.mark.parametrize("name", V2_MALFORMED)
+def test_v2_malformed_vector(name: str) -> None:
+    with pytest.raises(ProtocolError):
+        wire.decode(_hex(VECTORS["hex", "v2-malformed", name]))

@@ -264,6 +264,9 @@ def make_vector(
 def _doc_vectors() -> dict[str, dict[str, Any]]:
     text = DOC.read_text()
     section = text[text.index("## Sampling test vectors") :]
+    following = section.find("\n## ", 1)  # the section ends where the next one starts
+    if following != -1:
+        section = section[:following]
     found: dict[str, dict[str, Any]] = {}
     for name, body in FENCE.findall(section):
         assert name not in found, f"duplicate sample vector {name}"

@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ldpkit.errors import ProtocolError
-from ldpkit.wire import ID_SIZE, MAX_BUCKET, VERSION, Block, decode_batch, encode_batch
+from ldpkit.wire import ID_SIZE, MAX_BUCKET, Block, decode_batch, encode_batch
+from ldpkit.wire import LEGACY_VERSION as VERSION  # these inputs are v1 batches
 from tests.fuzzing import mutate
 
 SETTINGS = {

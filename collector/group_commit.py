@@ -1,0 +1,705 @@
+"""The writer both stores share: group commit over blocking database connections.
+
+The event loop never waits on the database. Writes (batches, metric definitions,
+compaction, pruning) go through one queue to ``writers`` threads (SQLite: one; PostgreSQL:
+several, each with its own connection); reads run on reader threads. A store supplies
+connections and a handful of SQL statements in its dialect; everything else is here, once.
+
+**Group commit.** A writer takes every job waiting in the queue (up to a limit) and runs
+them in *one* transaction, then COMMITs once and only then answers every job of the
+group. While one group commits, the next one gathers, so under load each commit carries
+many batches. Other jobs (metric definitions, compaction, pruning) run first, each in its
+own SAVEPOINT.
+
+**The batches of a group.** Before BEGIN, each batch is aggregated as if all its reports
+were new (numpy, no lock held; a batch whose reports do not aggregate fails alone; costly
+batches come aggregated already). In the transaction:
+
+1. sealed (v2) batches claim their batch ids (one row each: id, latest bucket, bitmap of
+   the blocks counted). A batch id stored before, or earlier in the group, makes its batch
+   a duplicate, whole;
+2. v1 batches insert their report ids (sorted, unique); the ids that were there already
+   are duplicates, and a batch holding any is aggregated again over its new reports;
+3. the group appends its partial sums: one row per (fingerprint, bucket) it touched, in
+   the compact form of :func:`~ldpkit.collector.store.pack_sums`.
+
+No statement of an ingest transaction updates a row: two writers (threads, or processes
+on one PostgreSQL) never wait on each other except on the same batch id (a retry racing
+its original). :meth:`compact` folds partial rows into the aggregates in a transaction
+that deletes them: each partial row is folded exactly once, whatever crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ..aggregate import Aggregate
+from ..metrics import MetricDefinition
+from .store import (
+    ID_DTYPE,
+    Catalog,
+    IngestBlock,
+    IngestResult,
+    Origin,
+    PutOutcome,
+    Store,
+    StoreClosed,
+    StoreError,
+    aggregate_blocks,
+    block_bitmap,
+    build_catalog,
+    definition_json,
+    fold_rows,
+    in_bitmap,
+    pack_sums,
+    put_outcome,
+    unpack_sums,
+)
+
+log = logging.getLogger("ldpkit.collector.store")
+
+T = TypeVar("T")
+Conn = Any  # sqlite3.Connection or psycopg.Connection: execute(sql, params) -> cursor
+Deltas = dict[tuple[str, int], Aggregate]
+PartialRow = tuple[str, int, int, bytes]  # fingerprint, bucket, n, packed sums
+MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
+PRUNED_KEY = "report_ids_pruned_before"
+PROBE_KEY = "write_probe"  # written by probe_write
+
+
+@dataclass(eq=False)
+class _Job:
+    fn: Callable[[Conn], Any] | None  # None for a batch of reports (``blocks``)
+    future: asyncio.Future[Any]
+    reports: int = 0
+    blocks: list[IngestBlock] | None = None
+    batch_id: bytes | None = None
+
+
+@dataclass(eq=False)
+class _Stop:
+    done: asyncio.Future[None]
+
+
+@dataclass
+class _Prepared:
+    """The batches of a group, ready for SQL (numpy work done before BEGIN)."""
+
+    jobs: list[_Job]  # ingest jobs whose reports aggregate
+    deltas: list[Deltas]  # per job, every report counted
+    legacy_ids: npt.NDArray[Any]  # v1 report ids of ``jobs``, in job order
+    legacy_bounds: list[int]  # job i's ids are legacy_ids[bounds[i]:bounds[i + 1]]
+    legacy_buckets: npt.NDArray[np.int64]
+
+
+Outcome = tuple[_Job, Any, BaseException | None]
+
+
+def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[Outcome]]:
+    kept: list[_Job] = []
+    failed: list[Outcome] = []
+    deltas: list[Deltas] = []
+    for job in jobs:
+        assert job.blocks is not None
+        try:
+            deltas.append(aggregate_blocks(job.blocks, None))
+        except Exception as exc:  # reports that do not fit their mechanism: this batch fails
+            failed.append((job, None, as_store_error(exc)))
+            continue
+        kept.append(job)
+    ids: list[npt.NDArray[Any]] = []
+    buckets: list[npt.NDArray[np.int64]] = []
+    bounds = [0]
+    for job in kept:
+        for b in job.blocks or ():
+            if b.ids is not None:
+                ids.append(b.ids)
+                buckets.append(np.full(b.n, b.bucket, dtype=np.int64))
+        bounds.append(bounds[-1] + (job.reports if job.batch_id is None else 0))
+    legacy = np.concatenate(ids) if ids else np.zeros(0, ID_DTYPE)
+    legacy_buckets = np.concatenate(buckets) if buckets else np.zeros(0, np.int64)
+    return _Prepared(kept, deltas, legacy, bounds, legacy_buckets), failed
+
+
+def as_store_error(exc: BaseException) -> BaseException:
+    if isinstance(exc, StoreError | ValueError):
+        return exc
+    return StoreError(f"{type(exc).__name__}: {exc}")
+
+
+def _settle_future(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+class GroupCommitStore(Store):
+    """A :class:`Store` over blocking DB-API connections, with the group-commit writer.
+
+    Subclasses implement the connection and dialect hooks (the ``_``-prefixed abstract
+    methods); SQL here is written with ``?`` placeholders, which :meth:`_x` adapts."""
+
+    writers = 1
+
+    def __init__(self, *, max_group_batches: int, max_group_reports: int, writers: int) -> None:
+        self.max_group_batches = max_group_batches
+        self.max_group_reports = max_group_reports
+        self.writers = writers
+        self._queue: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._reader: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = True
+        self._pending_batches = 0
+        self._pending_reports = 0
+
+    # --- what a store provides -----------------------------------------------------------
+    @abstractmethod
+    def _connect_writer(self) -> Conn:
+        """A write connection (in the writer thread that uses it; the schema is ready)."""
+
+    def _writer_usable(self, conn: Conn) -> bool:
+        """False when ``conn`` broke and a new one is needed."""
+        return True
+
+    @abstractmethod
+    def _close_writer(self, conn: Conn) -> None: ...
+
+    @abstractmethod
+    def _x(self, conn: Conn, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Execute ``sql`` (``?`` placeholders) on ``conn``; the cursor."""
+
+    @abstractmethod
+    def _begin(self, conn: Conn) -> None: ...
+
+    @abstractmethod
+    def _retryable(self, exc: BaseException) -> bool:
+        """Whether a failed group transaction may simply run again (a deadlock)."""
+
+    @abstractmethod
+    def _claim_batches(self, conn: Conn, rows: list[tuple[bytes, int, bytes]]) -> set[bytes]:
+        """Insert (batch id, bucket, block bitmap) rows whose id is not stored (ids are
+        unique and sorted); the ids inserted."""
+
+    @abstractmethod
+    def _insert_report_ids(
+        self, conn: Conn, ids: npt.NDArray[Any], buckets: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_] | None:
+        """Insert the v1 report ids (unique, sorted) not stored yet; which were inserted
+        (None: every one)."""
+
+    @abstractmethod
+    def _append_partials(self, conn: Conn, rows: list[PartialRow]) -> None: ...
+
+    @abstractmethod
+    def _take_partials(self, conn: Conn, limit: int) -> list[PartialRow]:
+        """Delete the ``limit`` oldest partial rows (or none, if another process is
+        compacting) and return them, in the order they were written."""
+
+    @abstractmethod
+    def _add_to_aggregates(self, conn: Conn, folded: dict[tuple[str, int], Aggregate]) -> None:
+        """Add ``folded`` (its sums in partial form, unpacked) to the aggregate rows."""
+
+    @abstractmethod
+    def _parse_compacted(self, value: Any) -> npt.NDArray[np.float64]:
+        """The sums of an aggregate row as the read query returns them."""
+
+    sums_column = "sums"  # how the read query selects an aggregate row's sums
+    snapshot_begin = "BEGIN"  # starts a read transaction that sees one snapshot
+
+    def _lock_catalog(self, conn: Conn) -> None:
+        """Serialize catalog writes across processes (nothing to do in one process)."""
+
+    def _catalog_written(self, conn: Conn, name: str) -> None:
+        """Tell other processes the catalog changed (at commit)."""
+
+    @abstractmethod
+    async def _read(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn(conn)`` on a reader thread with a read connection."""
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def _start_writers(self) -> None:
+        """Start the writer threads; returns when each has its connection."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._queue = queue.SimpleQueue()
+        readies = []
+        for i in range(self.writers):
+            ready: asyncio.Future[None] = loop.create_future()
+            thread = threading.Thread(
+                target=self._writer_main, args=(ready,), name=f"ldpkit-writer-{i}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+            readies.append(ready)
+        results = await asyncio.gather(*readies, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        # A writer that failed to connect has ended: only the others take a stop.
+        self._threads = [t for t, r in zip(self._threads, results, strict=True) if r is None]
+        if errors:
+            await self._stop_writers()
+            raise errors[0]
+        self._closing = False
+
+    async def _stop_writers(self) -> None:
+        """Finish every job already queued, then stop the writer threads."""
+        self._closing = True
+        if self._loop is None:
+            return
+        dones = []
+        for _ in self._threads:
+            done: asyncio.Future[None] = self._loop.create_future()
+            self._queue.put(_Stop(done))
+            dones.append(done)
+        await asyncio.gather(*dones)
+        self._threads = []
+
+    # --- the writer threads --------------------------------------------------------------
+    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def _writer_main(self, ready: asyncio.Future[None]) -> None:
+        conn: Conn | None
+        try:
+            conn = self._connect_writer()
+        except Exception as exc:
+            error = exc if isinstance(exc, StoreError) else StoreError(f"{self!r}: {exc}")
+            self._call_soon(_settle_future, ready, None, error)
+            return
+        self._call_soon(_settle_future, ready, None, None)
+        stop: _Stop | None = None
+        try:
+            while stop is None:
+                item = self._queue.get()
+                if isinstance(item, _Stop):
+                    stop = item
+                    break
+                group = [item]
+                reports = item.reports
+                while len(group) < self.max_group_batches and reports < self.max_group_reports:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if isinstance(nxt, _Stop):
+                        stop = nxt
+                        break
+                    group.append(nxt)
+                    reports += nxt.reports
+                conn = self._run_group(conn, group)
+        finally:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    self._close_writer(conn)
+            if stop is not None:
+                self._call_soon(_settle_future, stop.done, None, None)
+
+    def _reconnect(self, conn: Conn | None) -> Conn:
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                self._close_writer(conn)
+        return self._connect_writer()
+
+    def _run_group(self, conn: Conn | None, group: list[_Job]) -> Conn | None:
+        """Run one group (retried after a deadlock or on a new connection when the one it
+        ran on broke: a retry is safe, as ids make the group count once); answer its jobs.
+        The writer connection to use next."""
+        started = time.perf_counter()
+        prepared, outcomes = _prepare([job for job in group if job.blocks is not None])
+        failed = {id(job) for job, _, _ in outcomes}
+        attempt = 0
+        while True:
+            try:
+                if conn is None or not self._writer_usable(conn):
+                    conn = self._reconnect(conn)
+                done = self._transaction(conn, group, prepared)
+                break
+            except Exception as exc:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        self._x(conn, "ROLLBACK")
+                broken = conn is not None and not self._writer_usable(conn)
+                if (self._retryable(exc) or broken) and attempt < 3:
+                    attempt += 1
+                    log.warning("group transaction retried after: %s", exc)
+                    continue
+                log.error("store transaction failed (%d jobs not stored): %s", len(group), exc)
+                error = as_store_error(exc)
+                done = [(job, None, error) for job in group if id(job) not in failed]
+                break
+        outcomes.extend(done)
+        elapsed = time.perf_counter() - started
+        listener = self.commit_listener
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                batches = sum(j.blocks is not None for j in group)
+                listener(elapsed, batches, sum(j.reports for j in group))
+        self._call_soon(self._settle_group, outcomes)
+        return conn
+
+    def _transaction(self, conn: Conn, group: list[_Job], prepared: _Prepared) -> list[Outcome]:
+        """The group's transaction: calls (each in a savepoint), then the batches; COMMIT."""
+        done: list[Outcome] = []
+        self._begin(conn)
+        for job in group:
+            if job.fn is None:
+                continue
+            self._x(conn, "SAVEPOINT job")
+            try:
+                result = job.fn(conn)
+            except Exception as exc:
+                if self._retryable(exc):
+                    raise
+                self._x(conn, "ROLLBACK TO SAVEPOINT job")
+                self._x(conn, "RELEASE SAVEPOINT job")
+                if not isinstance(exc, StoreError | ValueError):
+                    log.exception("store job failed")
+                done.append((job, None, as_store_error(exc)))
+                continue
+            self._x(conn, "RELEASE SAVEPOINT job")
+            done.append((job, result, None))
+        if prepared.jobs:
+            results, deltas = self._store_batches(conn, prepared)
+            rows = [
+                (fp, bucket, deltas[fp, bucket].n, pack_sums(deltas[fp, bucket].sums))
+                for fp, bucket in sorted(deltas)
+            ]
+            if rows:
+                self._append_partials(conn, rows)
+            done.extend(zip(prepared.jobs, results, [None] * len(results), strict=True))
+        self._x(conn, "COMMIT")
+        return done
+
+    def _store_batches(self, conn: Conn, prepared: _Prepared) -> tuple[list[IngestResult], Deltas]:
+        """Claim batch ids and insert v1 report ids; each batch's answer and the sums of
+        what the group counts."""
+        # Sealed batches: the first occurrence of an id not stored before counts.
+        sealed: dict[bytes, tuple[int, bytes]] = {}
+        for job in prepared.jobs:
+            if job.batch_id is not None and job.batch_id not in sealed:
+                blocks = job.blocks or []
+                bitmap = block_bitmap(b.index for b in blocks)
+                sealed[job.batch_id] = (max(b.bucket for b in blocks), bitmap)
+        claimed: set[bytes] = set()
+        stored: dict[bytes, bytes] = {}
+        if sealed:
+            order = sorted(sealed)  # one lock order for every transaction
+            claimed = self._claim_batches(conn, [(i, *sealed[i]) for i in order])
+            before = [i for i in order if i not in claimed]
+            if before:
+                marks = ",".join("?" * len(before))
+                keys = [self._batch_key(i) for i in before]
+                cur = self._x(conn, f"SELECT id, blocks FROM batches WHERE id IN ({marks})", keys)
+                stored = {self._batch_id(r[0]): bytes(r[1]) for r in cur.fetchall()}
+        # v1 batches: report ids, the first occurrence of each new one counts.
+        new: npt.NDArray[np.bool_] | None = None
+        if prepared.legacy_ids.shape[0]:
+            uniq, first = np.unique(prepared.legacy_ids, return_index=True)
+            inserted = self._insert_report_ids(conn, uniq, prepared.legacy_buckets[first])
+            if inserted is not None or first.shape[0] != prepared.legacy_ids.shape[0]:
+                new = np.zeros(prepared.legacy_ids.shape[0], dtype=bool)
+                new[first if inserted is None else first[inserted]] = True
+        results: list[IngestResult] = []
+        total: Deltas = {}
+        for i, job in enumerate(prepared.jobs):
+            blocks = job.blocks or []
+            deltas = prepared.deltas[i]
+            if job.batch_id is not None:
+                if job.batch_id in claimed:
+                    claimed.discard(job.batch_id)  # a later copy in the group is a repeat
+                else:
+                    bitmap = stored.get(job.batch_id, sealed[job.batch_id][1])
+                    counted = [b for b in blocks if in_bitmap(bitmap, b.index)]
+                    refused = tuple(b.index for b in blocks if not in_bitmap(bitmap, b.index))
+                    dup = sum(b.n for b in counted)
+                    results.append(IngestResult(0, dup, {}, refused))
+                    continue
+                accepted = job.reports
+            else:
+                lo, hi = prepared.legacy_bounds[i], prepared.legacy_bounds[i + 1]
+                accepted = hi - lo
+                if new is not None:
+                    keep = new[lo:hi]
+                    accepted = int(keep.sum())
+                    if accepted != hi - lo:
+                        deltas = aggregate_blocks(blocks, keep)
+            by_fp: dict[str, int] = {}
+            for key, agg in deltas.items():
+                by_fp[key[0]] = by_fp.get(key[0], 0) + agg.n
+                total[key] = total[key] + agg if key in total else agg
+            results.append(IngestResult(accepted, job.reports - accepted, by_fp))
+        return results, total
+
+    def _batch_key(self, batch_id: bytes) -> Any:
+        """A batch id as a query parameter."""
+        return batch_id
+
+    @staticmethod
+    def _batch_id(value: Any) -> bytes:
+        """A batch id as the database returns it (bytes, or a uuid)."""
+        return value.bytes if hasattr(value, "bytes") else bytes(value)
+
+    def _settle_group(self, outcomes: list[Outcome]) -> None:
+        for job, result, exc in outcomes:
+            if job.blocks is not None:
+                self._pending_batches -= 1
+                self._pending_reports -= job.reports
+            _settle_future(job.future, result, exc)
+
+    # --- submitting work -----------------------------------------------------------------
+    def _submit(
+        self,
+        fn: Callable[[Conn], Any] | None,
+        *,
+        blocks: list[IngestBlock] | None = None,
+        batch_id: bytes | None = None,
+    ) -> asyncio.Future[Any]:
+        if self._closing or self._loop is None:
+            raise StoreClosed("the store is closed")
+        future: asyncio.Future[Any] = self._loop.create_future()
+        reports = 0
+        if blocks is not None:
+            reports = sum(b.n for b in blocks)
+            self._pending_batches += 1
+            self._pending_reports += reports
+        self._queue.put(_Job(fn, future, reports, blocks, batch_id))
+        return future
+
+    @property
+    def pending_batches(self) -> int:
+        return self._pending_batches
+
+    @property
+    def pending_reports(self) -> int:
+        return self._pending_reports
+
+    async def ingest(
+        self, blocks: Sequence[IngestBlock], *, batch_id: bytes | None = None
+    ) -> IngestResult:
+        blocks = [b for b in blocks if b.n]
+        if not blocks:
+            return IngestResult(0, 0)
+        if batch_id is None and any(b.ids is None for b in blocks):
+            raise ValueError("a batch without a batch id needs report ids in every block")
+        result: IngestResult = await self._submit(None, blocks=blocks, batch_id=batch_id)
+        return result
+
+    async def compact(self, limit: int = 20_000) -> int:
+        def fold(conn: Conn) -> int:
+            rows = self._take_partials(conn, limit)
+            folded: dict[tuple[str, int], Aggregate] = {}
+            for fp, bucket, n, blob in rows:
+                key = (fp, bucket)
+                old = folded.get(key)
+                sums = unpack_sums(bytes(blob), None if old is None else old.sums.size)
+                folded[key] = Aggregate(n, sums) if old is None else old + Aggregate(n, sums)
+            if folded:
+                self._add_to_aggregates(conn, folded)
+            return len(rows)
+
+        count: int = await self._submit(fold)
+        return count
+
+    # --- the catalog ---------------------------------------------------------------------
+    async def put_metric(
+        self, definition: MetricDefinition, *, origin: Origin = Origin.API
+    ) -> PutOutcome:
+        outcome: PutOutcome = await self._submit(
+            lambda conn: self._put_metric(conn, definition, origin)
+        )
+        return outcome
+
+    def _put_metric(self, conn: Conn, definition: MetricDefinition, origin: Origin) -> PutOutcome:
+        fp, name, text = definition.fingerprint, definition.name, definition_json(definition)
+        self._lock_catalog(conn)
+        current = self._x(
+            conn, "SELECT fingerprint, origin, retired_at FROM metrics WHERE name = ?", (name,)
+        ).fetchone()
+        retired = current is not None and current[2] is not None
+        if retired and origin is Origin.CONFIG:
+            return PutOutcome.RETIRED
+        version = self._x(
+            conn, "SELECT definition FROM metric_versions WHERE fingerprint = ?", (fp,)
+        ).fetchone()
+        if version is None:
+            self._x(
+                conn,
+                "INSERT INTO metric_versions (fingerprint, name, definition, seq) "
+                "SELECT ?, ?, ?, COALESCE(MAX(seq), 0) + 1 FROM metric_versions",
+                (fp, name, text),
+            )
+        elif version[0] != text:
+            self._x(
+                conn, "UPDATE metric_versions SET definition = ? WHERE fingerprint = ?", (text, fp)
+            )
+        outcome = put_outcome(
+            current[0] if current is not None else None,
+            fp,
+            version[0] if version is not None else None,
+            text,
+            retired,
+        )
+        if outcome is not PutOutcome.UNCHANGED or current is None or current[1] != origin:
+            self._x(
+                conn,
+                "INSERT INTO metrics (name, fingerprint, origin, retired_at) "
+                "VALUES (?, ?, ?, NULL) ON CONFLICT (name) DO UPDATE SET "
+                "fingerprint = excluded.fingerprint, origin = excluded.origin, retired_at = NULL",
+                (name, fp, origin.value),
+            )
+        if outcome is not PutOutcome.UNCHANGED:
+            self._catalog_written(conn, name)
+        return outcome
+
+    async def retire_metric(self, name: str) -> bool | None:
+        def retire(conn: Conn) -> bool | None:
+            self._lock_catalog(conn)
+            row = self._x(conn, "SELECT retired_at FROM metrics WHERE name = ?", (name,))
+            found = row.fetchone()
+            if found is None:
+                return None
+            if found[0] is not None:
+                return False
+            self._x(
+                conn, "UPDATE metrics SET retired_at = ? WHERE name = ?", (int(time.time()), name)
+            )
+            self._catalog_written(conn, name)
+            return True
+
+        retired: bool | None = await self._submit(retire)
+        return retired
+
+    async def probe_write(self) -> None:
+        await self._submit(lambda conn: self._set_state(conn, PROBE_KEY, int(time.time())))
+
+    def _set_state(self, conn: Conn, key: str, value: int, *, keep_max: bool = False) -> None:
+        new = "CASE WHEN store_state.value > excluded.value THEN store_state.value "
+        new += "ELSE excluded.value END" if keep_max else ""
+        self._x(
+            conn,
+            "INSERT INTO store_state (key, value) VALUES (?, ?) ON CONFLICT (key) "
+            f"DO UPDATE SET value = {new if keep_max else 'excluded.value'}",
+            (key, value),
+        )
+
+    async def load_catalog(self) -> Catalog:
+        def read(conn: Conn) -> Catalog:
+            versions = self._x(
+                conn, "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
+            ).fetchall()
+            current = self._x(
+                conn, "SELECT name, fingerprint, origin, retired_at FROM metrics"
+            ).fetchall()
+            return build_catalog(versions, current)
+
+        return await self._read(self._snapshot(read))
+
+    def _snapshot(self, fn: Callable[[Conn], T]) -> Callable[[Conn], T]:
+        """``fn`` run in one read transaction (one snapshot for all its statements)."""
+
+        def run(conn: Conn) -> T:
+            self._x(conn, self.snapshot_begin)
+            try:
+                return fn(conn)
+            finally:
+                self._x(conn, "COMMIT")
+
+        return run
+
+    async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
+        wanted = list(fingerprints)
+        if not wanted:
+            return []
+
+        def read(conn: Conn) -> list[tuple[str, str, str]]:
+            marks = ",".join("?" * len(wanted))
+            rows = self._x(
+                conn,
+                "SELECT fingerprint, name, definition FROM metric_versions "
+                f"WHERE fingerprint IN ({marks})",
+                wanted,
+            ).fetchall()
+            return [(str(fp), str(name), str(text)) for fp, name, text in rows]
+
+        return await self._read(read)
+
+    # --- reads ---------------------------------------------------------------------------
+    async def ping(self) -> None:
+        await self._read(lambda conn: self._x(conn, "SELECT 1").fetchone())
+
+    async def aggregates(
+        self, fingerprint: str, stats_size: int, start: int | None, end: int | None
+    ) -> list[Any]:
+        lo = MIN_BUCKET if start is None else start
+        hi = MAX_BUCKET if end is None else end
+
+        def read(conn: Conn) -> list[Any]:
+            # One statement, one snapshot: a compaction commits wholly before or after it.
+            cur = self._x(
+                conn,
+                f"SELECT bucket, n, {self.sums_column}, 0 AS kind, 0 AS seq FROM aggregates "
+                "WHERE fingerprint = ? AND bucket >= ? AND bucket < ? "
+                "UNION ALL SELECT bucket, n, sums, 1, seq FROM partials "
+                "WHERE fingerprint = ? AND bucket >= ? AND bucket < ? ORDER BY 4, 5",
+                (fingerprint, lo, hi, fingerprint, lo, hi),
+            )
+
+            def rows() -> Any:
+                for bucket, n, value, kind, _ in cur:  # a streaming sum
+                    if kind == 0:
+                        sums = self._parse_compacted(value)
+                        if sums.size != stats_size:
+                            raise StoreError(
+                                f"aggregate of version {fingerprint} bucket {bucket} holds "
+                                f"{sums.size} sums, the mechanism keeps {stats_size}"
+                            )
+                    else:
+                        sums = unpack_sums(bytes(value), stats_size)
+                    yield int(bucket), int(n), sums
+
+            return fold_rows(rows())
+
+        return await self._read(read)
+
+    async def report_count(self) -> int:
+        def read(conn: Conn) -> int:
+            row = self._x(
+                conn,
+                "SELECT (SELECT COALESCE(SUM(n), 0) FROM aggregates) "
+                "+ (SELECT COALESCE(SUM(n), 0) FROM partials)",
+            ).fetchone()
+            return int(row[0])
+
+        return await self._read(read)
+
+    async def pruned_before(self) -> int | None:
+        def read(conn: Conn) -> int | None:
+            row = self._x(
+                conn, "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,)
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._read(read)
+
+    async def _mark_pruned(self, before_bucket: int) -> None:
+        await self._submit(
+            lambda conn: self._set_state(conn, PRUNED_KEY, before_bucket, keep_max=True)
+        )
