@@ -59,6 +59,10 @@ class BitmapReports:
     domain_size: int
 
     @property
+    def report_dtype(self) -> np.dtype[Any]:
+        return bitmap_dtype(self.domain_size)
+
+    @property
     def distinct_reports(self) -> int:
         return 1 << self.domain_size  # every bitmap
 

@@ -137,10 +137,6 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         return _support(self.epsilon, self.domain_size, k)
 
     @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return _bits.bitmap_dtype(self.domain_size)
-
-    @property
     def report_rule(self) -> str:
         nbytes = _bits.packed_size(self.domain_size)
         return (

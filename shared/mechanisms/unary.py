@@ -88,10 +88,6 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
     """Shared machinery of SUE and OUE; subclasses give (p, q)."""
 
     @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return _bits.bitmap_dtype(self.domain_size)
-
-    @property
     def report_rule(self) -> str:
         nbytes = _bits.packed_size(self.domain_size)
         return (
