@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
+from typing import NamedTuple
 
 from .._json import loads_bounded
 from .._validation import shown
@@ -31,9 +32,9 @@ from ..wire import (
 
 
 # --- batches --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class OutboxRow:
-    """One queued report, as the outbox stores it."""
+class OutboxRow(NamedTuple):
+    """One queued report, as the outbox stores it (a named tuple: the flush path makes
+    one per queued report, and a frozen dataclass cost several times more to build)."""
 
     seq: int
     report_id: bytes

@@ -546,7 +546,7 @@ class DeviceStore:
             "AND legacy = ? ORDER BY seq LIMIT ?",
             (after, upto if upto is not None else 2**62, int(legacy), limit),
         ).fetchall()
-        return [OutboxRow(int(s), bytes(i), m, f, int(b), bytes(r)) for s, i, m, f, b, r in rows]
+        return list(map(OutboxRow._make, rows))  # sqlite gives int, bytes, str: no conversion
 
     def sealed_batch(self) -> OutgoingBatch | None:
         """The oldest sealed batch not answered yet, exactly as it was first sent."""
