@@ -29,7 +29,8 @@ durable commits, estimates p50 < 20 ms.
 
 ``--minutes M`` (issue 13): GRR d=16 then OUE d=1024, each unpaced for M minutes on a
 fresh database, printed minute by minute (the last minute must keep >= 0.9x the first),
-with the CPU seconds per million reports of each collector process and, on SQLite, the
+with the collectors' CPU seconds per million reports (per minute: independent of other
+load on the machine, unlike the rate), per collector process and, on SQLite, the
 database size per million reports (compaction running; ``--compact-seconds 3600`` shows
 it without compaction).
 """
@@ -336,7 +337,9 @@ def minutes(
         pg0 = postgres_cpu_seconds() if sampler is not None else 0.0
         n0 = total
         for minute in range(max(1, round(args.minutes))):
+            cpu_slice = sum(cpu_seconds(s.pid) for s in servers)
             r = run_load(",".join(urls), key, specs[key], slice_args)
+            cpu_slice = sum(cpu_seconds(s.pid) for s in servers) - cpu_slice
             rate = r["accepted"] / r["elapsed"]
             total += r["accepted"]
             rates.append(rate)
@@ -347,7 +350,8 @@ def minutes(
                 size = f"  db+wal {files / 2**20:,.0f} MiB ({files / total:.1f} B/report)"
             print(
                 f"{key:<8} minute {minute + 1:>2}: {rate:>10,.0f} reports/s  "
-                f"p50 {np.percentile(lat, 50):6.1f} ms  total {total:>12,}{size}",
+                f"p50 {np.percentile(lat, 50):6.1f} ms  total {total:>12,}  "
+                f"CPU {cpu_slice / max(1, r['accepted']) * 1e6:.2f} s/M{size}",
                 flush=True,
             )
         used = [cpu_seconds(s.pid) - c for s, c in zip(servers, cpu0, strict=True)]

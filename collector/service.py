@@ -71,7 +71,7 @@ READY_HOLD = 10.0  # seconds /readyz answers 503 after a batch failed in the sto
 
 def _with_aggregates(blocks: Sequence[IngestBlock]) -> list[IngestBlock]:
     """``blocks`` with their aggregates computed (checked reports: they aggregate)."""
-    return [replace(b, aggregate=b.mechanism.aggregate(b.reports)) for b in blocks]
+    return [replace(b, aggregate=b.mechanism.aggregate_checked(b.reports)) for b in blocks]
 
 
 @dataclass(frozen=True)

@@ -318,12 +318,12 @@ def _new_reports_aggregate(
         return None
     whole = block.aggregate
     if kept == block.n:
-        return whole if whole is not None else block.mechanism.aggregate(block.reports)
+        return whole if whole is not None else block.mechanism.aggregate_checked(block.reports)
     assert keep is not None
     if whole is not None and kept * 2 >= block.n:
-        dropped = block.mechanism.aggregate(block.reports[~keep])
+        dropped = block.mechanism.aggregate_checked(block.reports[~keep])
         return Aggregate(whole.n - dropped.n, whole.sums - dropped.sums)
-    return block.mechanism.aggregate(block.reports[keep])
+    return block.mechanism.aggregate_checked(block.reports[keep])
 
 
 class Store(ABC):

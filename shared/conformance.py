@@ -203,7 +203,8 @@ def respond(
     rng: np.random.Generator | None = None,
     one_at_a_time: bool = False,
 ) -> bytes:
-    """The wire batch ldpkit's Python client gives for a plan (one block per metric).
+    """The sealed (v2) wire batch ldpkit's Python client gives for a plan (one block per
+    metric).
 
     ``perturb_override`` maps a mechanism name to ``(mechanism, values, rng) -> reports``,
     used instead of the mechanism's own sampler. By default each metric's values are
@@ -240,9 +241,8 @@ def respond(
         else:
             reports = m.perturb(array, generator)
         reports = np.asarray(reports, dtype=m.report_dtype)
-        ids = os.urandom(wire.ID_SIZE * len(values))
-        blocks.append(wire.make_block(name, definition.fingerprint, plan.bucket, ids, reports))
-    return wire.encode_batch(blocks)
+        blocks.append(wire.sealed_block(name, definition.fingerprint, plan.bucket, reports))
+    return wire.encode_sealed_batch(os.urandom(wire.ID_SIZE), blocks)
 
 
 def _objects(values: list[Any]) -> npt.NDArray[Any]:
@@ -602,14 +602,18 @@ def _structured_tests(
             out += _sub(f"depth {t}", _categorical_tests(oracle, sub, node))
         return out
     if m.name == "prefix_sketch":
-        # cell = (sketch R + row) g + y: the sketch by its weights, the row uniform, and
-        # y relative to the value's bucket in that (sketch, row) as g-ary RR.
-        g, rows = m.g, m.rows
+        # cell = G g + y with G the global row (the estimation sketch's R_E rows first,
+        # then R per level): the sketch by its weights, the row uniform within it (the
+        # estimation sketch's folded onto R by R_E / R, which a client drawing only R of
+        # them fails), and y relative to the value's bucket in that row as g-ary RR.
+        g, rows, rows_e = m.g, m.rows, m.estimation_rows
         cell = reports.astype(np.int64)
-        y, sketch_row = cell % g, cell // g
-        sketch, row = sketch_row // rows, sketch_row % rows
+        y, at = cell % g, cell // g
+        level = at >= rows_e
+        sketch = np.where(level, 1 + (at - rows_e) // rows, 0)
+        row = np.where(level, (at - rows_e) % rows, at // max(1, rows_e // rows))
         raw = x.encode() if isinstance(x, str) else bytes(x)
-        true = np.asarray(m.true_buckets(raw)).reshape(m.sketches, rows)[sketch, row]
+        true = np.asarray(m.true_buckets(raw))[at]
         probs = np.full(g, (1.0 - m.p) / (g - 1))
         probs[0] = m.p
         shift = (y - true) % g

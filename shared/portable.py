@@ -111,6 +111,7 @@ def derived_parameters(m: Mechanism) -> dict[str, Any]:
         return {
             "max_length": m.max_length,  # type: ignore[attr-defined]
             "rows": m.rows,  # type: ignore[attr-defined]
+            "estimation_rows": m.estimation_rows,  # type: ignore[attr-defined]
             "g": m.g,  # type: ignore[attr-defined]
             "seed": hex64(m.seed),  # type: ignore[attr-defined]
             "weights": [int(x) for x in m.weights],  # type: ignore[attr-defined]
@@ -471,28 +472,29 @@ def _prefix_sketch(p: Mapping[str, Any], raw: bytes, w: Words) -> bytes:
     m = int(p["max_length"])
     if len(raw) > m:
         raise ParameterError(f"a string of {len(raw)} bytes is longer than max_length {m}")
-    rows, g = int(p["rows"]), int(p["g"])
+    rows, g, rows_e = int(p["rows"]), int(p["g"]), int(p["estimation_rows"])
     weights = [int(x) for x in p["weights"]]
     slot = w.below(sum(weights))
     sketch = 0
     while slot >= weights[sketch]:
         slot -= weights[sketch]
         sketch += 1
-    row = w.below(rows)
+    row = w.below(rows_e if sketch == 0 else rows)
+    at = row if sketch == 0 else rows_e + (sketch - 1) * rows + row  # the global row
     key = bytes([len(raw)]) + raw + bytes(m - len(raw))
     keep = m if sketch == 0 else sketch  # bytes 0..keep of the key are kept
     cut = key[: keep + 1] + bytes(m - keep)
     nwords = -(-(m + 1) // 4)
     padded = cut + bytes(4 * nwords - len(cut))
     words = [int.from_bytes(padded[4 * i : 4 * i + 4], "little") for i in range(nwords)]
-    start = (sketch * rows + row) * (nwords + 1)
+    start = at * (nwords + 1)
     stream = splitmix64(int(p["seed"], 16), start + nwords + 1)[start:]
     acc = stream[0]
     for a, x in zip(stream[1:], words, strict=True):
         acc = (acc + a * x) % TWO64
     true = ((acc >> 32) * g) >> 32
     y = _rr_item(p["keep"], g, true, w)
-    return ((sketch * rows + row) * g + y).to_bytes(4, "little")
+    return (at * g + y).to_bytes(4, "little")
 
 
 _CATEGORICAL: dict[str, Callable[[Mapping[str, Any], int, int, Words], bytes]] = {

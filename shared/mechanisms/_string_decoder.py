@@ -22,7 +22,8 @@ prefixes, each at least ``Z_KEEP`` null standard errors above 0; complete string
 clear ``Z_PREFILTER`` at their own level are followed through every later level, and
 their inverse-variance pooled estimate must clear a Bonferroni cutoff over the complete
 strings a null walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds
-are expected in an answer.
+are expected in an answer. The estimation sketch then removes the found strings'
+collisions (the same solve) and estimates them and any named string.
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ class _Level:
     heavy_flat: IntArray | None = None
     null_var: float = math.nan
 
+    @property
+    def rows(self) -> int:
+        return int(self.counts.shape[0])
+
     def __post_init__(self) -> None:
         self.row_n = self.counts.sum(axis=1)
         self.n = float(self.row_n.sum())
@@ -135,7 +140,7 @@ class _Level:
         """Buckets from accumulators, offset by row: indices into the flattened counts."""
         m = self.m
         m.to_buckets(acc)
-        acc += (np.arange(m.rows, dtype=np.uint64) * np.uint64(m.g))[None, :]
+        acc += (np.arange(self.rows, dtype=np.uint64) * np.uint64(m.g))[None, :]
         return acc.view(np.int64)
 
     def flat(self, keys: KeyArray) -> IntArray:
@@ -150,12 +155,12 @@ class _Level:
         ``i = position // 4`` holding it.
         """
         m = self.m
-        a, _ = m.hash_keys
+        a, _ = m.sketch_keys(self.sketch)
         parent = m.accumulators(self.sketch, key_words(parents))
         shifted = (np.arange(256, dtype=np.uint64) << np.uint64(8 * (position % 4)))[:, None]
         with np.errstate(over="ignore"):
-            step = shifted * a[self.sketch, None, :, position // 4]
-            acc = (parent[:, None, :] + step[None, :, :]).reshape(-1, m.rows)
+            step = shifted * a[None, :, position // 4]
+            acc = (parent[:, None, :] + step[None, :, :]).reshape(-1, self.rows)
         return self._flat(acc)
 
     def support(self, counts: FloatArray, flat: IntArray) -> FloatArray:
@@ -169,9 +174,7 @@ class _Level:
 
     def _solve(self, flat_h: IntArray, raw_h: FloatArray) -> FloatArray:
         m = self.m
-        weights = self.row_n / self.n
-        same = flat_h[:, None, :] == flat_h[None, :, :]
-        beta = ((same * weights).sum(axis=-1) - m.q) / (1.0 - m.q)
+        beta = (shared_weight(flat_h, flat_h, self.row_n / self.n) - m.q) / (1.0 - m.q)
         return solve_small(beta, raw_h)
 
     def _residual(self, flat_h: IntArray, f_h: FloatArray) -> FloatArray:
@@ -267,17 +270,41 @@ class _Level:
         out = np.zeros(flat.shape[0])
         if self.heavy_flat is None or self.heavy_est is None or not len(self.heavy_est):
             return out
-        weights = self.row_n / self.n
         f_h = np.maximum(self.heavy_est, 0.0)
-        for start in range(0, flat.shape[0], 256):
-            block = flat[start : start + 256]
-            same = block[:, None, :] == self.heavy_flat[None, :, :]
-            share = (same * weights).sum(axis=-1)
-            mine = own[start : start + 256]
-            rows = np.flatnonzero(mine >= 0)
-            share[rows, mine[rows]] = 0.0
-            out[start : start + 256] = (np.maximum(share - self.m.q, 0.0) * f_h).sum(axis=1)
-        return out / self.n
+        share = shared_weight(flat, self.heavy_flat, self.row_n / self.n)
+        rows = np.flatnonzero(own >= 0)
+        share[rows, own[rows]] = 0.0
+        extra: FloatArray = (np.maximum(share - self.m.q, 0.0) * f_h).sum(axis=1) / self.n
+        return extra
+
+
+def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> FloatArray:
+    """``W[i, j] = sum_r weights[r] [flat_a[i, r] == flat_b[j, r]]``: the weight of the rows
+    where key i of a and key j of b share a bucket.
+
+    A cell index holds its row, so equal cells are matches in one row: b's cells are
+    sorted once and each of a's looked up (collisions are rare, about one row in g), in
+    blocks of a that bound the matches held at once.
+    """
+    size_a, rows = flat_a.shape
+    size_b = flat_b.shape[0]
+    out = np.zeros(size_a * size_b)
+    if size_a == 0 or size_b == 0:
+        return out.reshape(size_a, size_b)
+    cells = flat_b.reshape(-1)
+    order = np.argsort(cells, kind="stable")
+    ordered = cells[order]
+    block = max(1, (1 << 20) // (rows * (1 + size_b // 8)))
+    for start in range(0, size_a, block):
+        part = flat_a[start : start + block].reshape(-1)
+        low = np.searchsorted(ordered, part, side="left")
+        count = np.searchsorted(ordered, part, side="right") - low
+        entry = np.repeat(np.arange(part.size), count)  # a's (key, row) entry of each match
+        offset = np.arange(entry.size) - np.repeat(np.cumsum(count) - count, count)
+        other = order[np.repeat(low, count) + offset]  # b's (key, row) entry
+        pair = (start + entry // rows) * size_b + other // rows
+        out += np.bincount(pair, weights=weights[entry % rows], minlength=out.size)
+    return out.reshape(size_a, size_b)
 
 
 def solve_small(a: FloatArray, b: FloatArray) -> FloatArray:
@@ -547,8 +574,10 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
 
 
 def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
-    counts = agg.sums.reshape(m.sketches, m.rows, m.g)
-    levels = [_Level(m, s, counts[s]) for s in range(m.sketches)]
+    levels = [
+        _Level(m, s, agg.sums[m.sketch_slice(s)].reshape(m.rows_of(s), m.g))
+        for s in range(m.sketches)
+    ]
     found = walk(m, levels)
     z_find = find_z(m)
     fin = found.finished
@@ -556,8 +585,8 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     alpha = FALSE_FIND_RATE / model_tests(m)
     selected = np.flatnonzero(fin.p_values() <= alpha) if len(fin.keys) else np.zeros(0, np.int64)
     selected = selected[np.argsort(-pooled[selected], kind="stable")]
-    heavy = selected[:MAX_HEAVY]
     top = selected[: m.k]
+    heavy = selected[:MAX_HEAVY]
 
     estimation = levels[0]
     n_e = estimation.n
@@ -567,7 +596,8 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     top_est = est_all[top] if len(top) else np.zeros(0)
     order = np.argsort(-top_est, kind="stable")
     top, top_est = top[order], top_est[order]
-    own = np.array([int(np.flatnonzero(heavy == i)[0]) for i in top], dtype=np.int64)
+    position = {int(h): j for j, h in enumerate(heavy)}
+    own = np.array([position.get(int(i), -1) for i in top], dtype=np.int64)
     extra = estimation.collision_var(estimation.flat(fin.keys[top]), own) if len(top) else own
     low, high = model.interval(top_est, LEVEL, extra)
     se = model.stderr(top_est, extra)

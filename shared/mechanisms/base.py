@@ -180,6 +180,19 @@ class Mechanism(ABC):
             )
         return Aggregate(len(array), self._sums(array))
 
+    def aggregate_checked(self, reports: npt.NDArray[Any]) -> Aggregate:
+        """Sufficient statistics of reports already checked with :meth:`check_reports`
+        (the collector checks each report once, on arrival, and aggregates it without
+        checking again). ReportError if the sums come out the wrong size."""
+        array = self.coerce_reports(reports)
+        sums = np.asarray(self._sums(array), dtype=np.float64)
+        if sums.shape != (self.stats_size,):
+            raise ReportError(
+                f"{self.name} reports aggregate to {sums.size} sums, not {self.stats_size}: "
+                "they were not checked"
+            )
+        return Aggregate(len(array), sums)
+
     def empty_aggregate(self) -> Aggregate:
         return Aggregate.zeros(self.stats_size)
 

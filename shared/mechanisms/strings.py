@@ -10,11 +10,12 @@ reports once, to one of ``M + 1`` *sketches* chosen at random and independently 
   (bytes ``t + 1 ..`` zeroed): the length and the first ``t`` bytes of ``x``;
 - sketch ``0`` (the *estimation* sketch) sees the whole key.
 
-Within the sketch the device picks one of ``R`` public hash functions uniformly, hashes
-its (cut) key into ``g`` buckets and sends the bucket through g-ary randomized response:
-optimized local hashing (Wang et al. 2017) with a finite, public hash family, so that the
-collector keeps only the count of every (sketch, row, bucket) cell: an aggregate of
-``(M + 1) R g`` sums, whatever n. The collector then walks the prefix tree level by level
+Within the sketch the device picks one of its public hash functions (*rows*) uniformly:
+``R`` per prefix level, ``R_E`` (more, see below) in the estimation sketch. It hashes its (cut) key
+into ``g`` buckets and sends the bucket through g-ary randomized response: optimized local
+hashing (Wang et al. 2017) with a finite, public hash family, so that the collector keeps
+only the count of every (sketch, row, bucket) cell: an aggregate of ``(R_E + M R) g``
+sums, whatever n. The collector then walks the prefix tree level by level
 (as PEM, Wang et al. 2021, but from the sketches and not from raw reports): at level ``t``
 it extends the kept prefixes by every byte, estimates each child from sketch ``t`` and
 keeps the best; a child whose length byte says it is complete is a *finished string*,
@@ -28,6 +29,11 @@ string shifts the count of every string sharing its bucket in a row. The decoder
 linear solve over them), measures the variance of what remains (the tail's collisions
 plus the oracle's noise) on decoy keys that no one holds, and adds to each string the
 spread its own collisions with heavy strings bring, so standard errors include both.
+For one hash family the tail's collisions are a *fixed* offset per string (its sd falls
+as ``1/sqrt(R_E g)``): the estimation sketch has more rows than a prefix level (about
+``2^15`` cells, at least ``4 R`` rows, at most 2048) so that this offset stays a small
+part of a found string's standard error, and the intervals cover for the family a
+deployment uses, not only on average over families (docs/statistics.md).
 
 Hash family (protocol v1)
 -------------------------
@@ -38,22 +44,26 @@ Any client must reproduce this. Arithmetic is on unsigned 64-bit integers mod 2^
 2. The hash keys come from SplitMix64 seeded with ``seed``: its i-th output (i = 0, 1,
    ...) is ``mix(seed + (i + 1) * 0x9E3779B97F4A7C15)`` with ``mix(z)``: ``z ^= z >> 30;
    z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31``. For
-   sketch ``s = 0 .. M`` and row ``j = 0 .. R - 1`` in that order, the next output is
-   ``b[s, j]`` and the following ``W`` are ``a[s, j, 0 .. W-1]``.
+   *global row* ``G = 0 .. R_E + M R - 1`` in order, the next output is ``b[G]`` and the
+   following ``W`` are ``a[G, 0 .. W-1]``. The estimation sketch (``s = 0``) owns global
+   rows ``0 .. R_E - 1``; prefix level ``s >= 1`` owns ``R_E + (s - 1) R .. R_E + s R - 1``
+   (its row ``j`` is global row ``R_E + (s - 1) R + j``).
 3. ``h = ((b + sum_i a_i w_i) mod 2^64) >> 32`` (vector multiply-shift, strongly
    universal from 32-bit words to 32-bit values: Thorup 2015) and the bucket is
    ``(h * g) >> 32`` (Lemire's range reduction, as in OLH).
 4. Sketch ``s`` is chosen with probability ``weight_s / sum(weight)``: weight
-   ``estimation_weight`` for ``s = 0`` and 1 for each prefix level; the row uniformly.
+   ``estimation_weight`` for ``s = 0`` and 1 for each prefix level; the row uniformly
+   among the sketch's rows (``R_E`` for ``s = 0``, ``R`` otherwise).
    With probability ``p = e^eps / (e^eps + g - 1)`` the true bucket is reported, else one
    of the other ``g - 1`` uniformly.
 
 Wire format
 -----------
-A report is one little-endian uint32, the *cell* ``(s R + j) g + y``; it is well-formed
-iff it is below ``(M + 1) R g``. The collector's aggregate is the count of every cell.
+A report is one little-endian uint32, the *cell* ``G g + y`` with ``G`` the global row;
+it is well-formed iff it is below ``(R_E + M R) g``. The collector's aggregate is the
+count of every cell.
 
-Privacy: ``(s, j)`` is drawn independently of ``x``, and given them ``y`` is g-ary
+Privacy: ``(s, G)`` is drawn independently of ``x``, and given them ``y`` is g-ary
 randomized response on a bucket of ``x``: for any two strings and any cell the
 probabilities differ by a factor of at most ``p / ((1 - p) / (g - 1)) = e^eps``. So
 the whole string, length included, is eps-LDP (docs/privacy.md).
@@ -98,7 +108,7 @@ from .base import BoolArray, FloatArray, Mechanism
 from .local_hashing import optimal_buckets
 
 REPORT_DTYPE = np.dtype("<u4")
-"""One report: the cell ``(sketch * R + row) * g + bucket``."""
+"""One report: the cell ``global_row * g + bucket``."""
 
 MAX_LENGTH = 64
 """Longest ``max_length`` accepted: every byte is a level, so cost and noise grow with it."""
@@ -113,6 +123,15 @@ what the tail's collisions add is far below the oracle's noise already at R = 16
 decoder measures it), so R stays small."""
 MIN_ROWS = 16
 MAX_ROWS = 64
+ESTIMATION_CELLS = 1 << 15
+"""Cells ``R_E g`` aimed at in the estimation sketch (``R_E`` a power of two, at least 4 R).
+
+For one hash family the collisions of the strings not removed (the tail) shift each
+string's estimate by a fixed offset of variance ~ (sum of the tail's f^2) / (R_E g); at
+n = 10^6 with R_E = R it reached 0.5-1.4 standard errors and some strings' 95% intervals
+covered 80% for that family (docs/statistics.md). Only found strings and named ones are
+estimated there, so more rows cost sums, not decoding time."""
+MAX_ESTIMATION_ROWS = 2048
 DEFAULT_ESTIMATION_SHARE = 0.25
 """About this fraction of devices report to the estimation sketch (see statistics.md)."""
 
@@ -151,6 +170,13 @@ def default_rows(g: int) -> int:
     target = max(1, TARGET_CELLS // g)
     rows = 1 << (target.bit_length() - 1)
     return min(MAX_ROWS, max(MIN_ROWS, rows))
+
+
+def default_estimation_rows(g: int, rows: int) -> int:
+    """``R_E``: the power of two at or above ``ESTIMATION_CELLS / g``, within
+    [4 rows, MAX_ESTIMATION_ROWS]."""
+    target = 1 << max(0, math.ceil(math.log2(ESTIMATION_CELLS / g)))
+    return min(MAX_ESTIMATION_ROWS, max(4 * rows, target))
 
 
 def string_buckets(epsilon: float) -> int:
@@ -274,6 +300,7 @@ class PrefixSketch(Mechanism):
     estimation_share: float = DEFAULT_ESTIMATION_SHARE
     g: int = field(init=False)
     rows: int = field(init=False)
+    estimation_rows: int = field(init=False)
     estimation_weight: int = field(init=False)
     p: float = field(init=False)
     q: float = field(init=False)
@@ -300,6 +327,7 @@ class PrefixSketch(Mechanism):
         g = string_buckets(self.epsilon)
         object.__setattr__(self, "g", g)
         object.__setattr__(self, "rows", default_rows(g))
+        object.__setattr__(self, "estimation_rows", default_estimation_rows(g, self.rows))
         weight = max(1, round(share * self.max_length / (1.0 - share)))
         object.__setattr__(self, "estimation_weight", weight)
         p = 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon))
@@ -313,13 +341,26 @@ class PrefixSketch(Mechanism):
         return self.max_length + 1
 
     @property
-    def cells(self) -> int:
-        """Cells per sketch, ``R g``."""
-        return self.rows * self.g
+    def total_rows(self) -> int:
+        """Hash rows of all sketches: ``R_E`` for estimation, ``R`` per prefix level."""
+        return self.estimation_rows + self.max_length * self.rows
+
+    def rows_of(self, sketch: int) -> int:
+        """Rows of ``sketch``: ``R_E`` for the estimation sketch (0), ``R`` for a level."""
+        return self.estimation_rows if sketch == 0 else self.rows
+
+    def first_row(self, sketch: int) -> int:
+        """Global index of ``sketch``'s row 0 (the estimation sketch's rows come first)."""
+        return 0 if sketch == 0 else self.estimation_rows + (sketch - 1) * self.rows
+
+    def sketch_slice(self, sketch: int) -> slice:
+        """``sketch``'s cells in the aggregate (rows of g cells each)."""
+        start = self.first_row(sketch) * self.g
+        return slice(start, start + self.rows_of(sketch) * self.g)
 
     @property
     def stats_size(self) -> int:
-        return self.sketches * self.cells
+        return self.total_rows * self.g
 
     @property
     def report_dtype(self) -> np.dtype[Any]:
@@ -351,16 +392,23 @@ class PrefixSketch(Mechanism):
             "estimation_share": self.estimation_share,
             "g": self.g,
             "rows": self.rows,
+            "estimation_rows": self.estimation_rows,
             "estimation_weight": self.estimation_weight,
         }
 
     @cached_property
     def hash_keys(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-        """``(a, b)``: ``a`` of shape (sketches, R, W) and ``b`` of shape (sketches, R)."""
+        """``(a, b)`` by global row: ``a`` of shape (total_rows, W), ``b`` (total_rows,)."""
         nwords = -(-(self.max_length + 1) // 4)
-        stream = splitmix64(self.seed, self.sketches * self.rows * (nwords + 1))
-        block = stream.reshape(self.sketches, self.rows, nwords + 1)
-        return np.ascontiguousarray(block[:, :, 1:]), np.ascontiguousarray(block[:, :, 0])
+        stream = splitmix64(self.seed, self.total_rows * (nwords + 1))
+        block = stream.reshape(self.total_rows, nwords + 1)
+        return np.ascontiguousarray(block[:, 1:]), np.ascontiguousarray(block[:, 0])
+
+    def sketch_keys(self, sketch: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+        """``(a, b)`` of ``sketch``'s rows: shapes (rows, W) and (rows,)."""
+        a, b = self.hash_keys
+        rows = slice(self.first_row(sketch), self.first_row(sketch) + self.rows_of(sketch))
+        return a[rows], b[rows]
 
     # --- device ------------------------------------------------------------------------
     def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
@@ -386,22 +434,26 @@ class PrefixSketch(Mechanism):
         weights = self.weights
         slot = rng.integers(0, int(weights.sum()), size=n)
         sketch = np.searchsorted(np.cumsum(weights), slot, side="right").astype(np.int64)
-        row = rng.integers(0, self.rows, size=n)
+        est = sketch == 0
+        row = np.asarray(rng.integers(0, self.rows, size=n), dtype=np.int64)
+        # The estimation sketch's rows are drawn apart (R_E of them), as uniformly.
+        row[est] = rng.integers(0, self.estimation_rows, size=int(np.count_nonzero(est)))
+        global_row = np.where(est, row, self.estimation_rows + (sketch - 1) * self.rows + row)
         # Prefix level t keeps the length byte and bytes 1..t; the estimation sketch all.
         keep = np.where(sketch == 0, self.max_length, sketch)
         cut = np.where(np.arange(keys.shape[1])[None, :] <= keep[:, None], keys, 0)
         words = key_words(cut.astype(np.uint8))
         a, b = self.hash_keys
-        acc = b[sketch, row].copy()
+        acc = b[global_row]
         with np.errstate(over="ignore"):
             for i in range(words.shape[1]):
-                acc += a[sketch, row, i] * words[:, i]
+                acc += a[global_row, i] * words[:, i]
         true = ((acc >> _U32) * np.uint64(self.g)) >> _U32
         keep_true = _bits.uniform_u64(rng, n) < np.uint64(_bits.threshold64_floor(self.p))
         other = rng.integers(0, self.g - 1, size=n, dtype=np.uint64)
         other += other >= true
         y = np.where(keep_true, true, other).astype(np.int64)
-        cell = (sketch * self.rows + row) * self.g + y
+        cell = global_row * self.g + y
         out: npt.NDArray[Any] = cell.astype(REPORT_DTYPE)
         return out
 
@@ -417,28 +469,30 @@ class PrefixSketch(Mechanism):
         p_sketch = w / w.sum()
         p_keep = _bits.threshold64_floor(self.p) / 2.0**64
         true = self.true_buckets(bytes(keys[0, 1 : 1 + int(keys[0, 0])]))
-        out = np.empty((self.sketches, self.rows, self.g))
+        probs = np.full((self.total_rows, self.g), (1.0 - p_keep) / (self.g - 1))
+        probs[np.arange(self.total_rows), true] = p_keep
         for s in range(self.sketches):
-            probs = np.full((self.rows, self.g), (1.0 - p_keep) / (self.g - 1))
-            probs[np.arange(self.rows), true[s]] = p_keep
-            out[s] = probs * (p_sketch[s] / self.rows)
-        return out.reshape(-1)
+            span = slice(self.first_row(s), self.first_row(s) + self.rows_of(s))
+            probs[span] *= p_sketch[s] / self.rows_of(s)
+        return probs.reshape(-1)
 
     def true_buckets(self, value: str | bytes) -> npt.NDArray[np.int64]:
-        """The bucket of ``value`` (cut as each sketch cuts it) in every row: (sketches, R)."""
+        """The bucket of ``value`` (cut as each sketch cuts it) in every global row."""
         keys = self._check_values(np.array([value], dtype=object))
-        out = np.empty((self.sketches, self.rows), dtype=np.int64)
+        out = np.empty(self.total_rows, dtype=np.int64)
         for s in range(self.sketches):
             cut = keys.copy()
             cut[:, (self.max_length if s == 0 else s) + 1 :] = 0
-            out[s] = self.buckets(s, key_words(cut))[0]
+            out[self.first_row(s) : self.first_row(s) + self.rows_of(s)] = self.buckets(
+                s, key_words(cut)
+            )[0]
         return out
 
     def supports(self, value: str | bytes, reports: npt.ArrayLike) -> BoolArray:
         """Which reports name ``value``'s bucket in their (sketch, row)."""
         cells = self.coerce_reports(reports).astype(np.int64)
-        sketch_row, y = np.divmod(cells, self.g)
-        return np.asarray(self.true_buckets(value).reshape(-1)[sketch_row] == y)
+        global_row, y = np.divmod(cells, self.g)
+        return np.asarray(self.true_buckets(value)[global_row] == y)
 
     # --- collector ---------------------------------------------------------------------
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
@@ -449,13 +503,13 @@ class PrefixSketch(Mechanism):
         return counts.astype(np.float64)
 
     def accumulators(self, sketch: int, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-        """``(b + sum_i a_i w_i) mod 2^64`` of each key (as words) in every row: (n, R)."""
-        a, b = self.hash_keys
-        acc = np.repeat(b[sketch][None, :], words.shape[0], axis=0)
+        """``(b + sum_i a_i w_i) mod 2^64`` of each key (as words) in every row of ``sketch``."""
+        a, b = self.sketch_keys(sketch)
+        acc = np.repeat(b[None, :], words.shape[0], axis=0)
         used = np.flatnonzero(np.any(words != 0, axis=0))  # zero words add nothing
         with np.errstate(over="ignore"):
             for i in used:
-                acc += words[:, i, None] * a[sketch, None, :, i]
+                acc += words[:, i, None] * a[None, :, i]
         return acc
 
     def to_buckets(self, acc: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -466,7 +520,7 @@ class PrefixSketch(Mechanism):
         return acc
 
     def buckets(self, sketch: int, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
-        """Bucket of each key (as words) in every row of ``sketch``: shape (n, R)."""
+        """Bucket of each key (as words) in every row of ``sketch``: shape (n, rows)."""
         return self.to_buckets(self.accumulators(sketch, words)).view(np.int64)
 
     def estimate(self, aggregate: Aggregate) -> HeavyHitters:

@@ -107,7 +107,10 @@ def test_serve_and_sigterm_keeps_every_acknowledged_report(tmp_path: Path) -> No
     conn = sqlite3.connect(tmp_path / "data" / "collector.sqlite3")
     try:
         stored = {row[0] for row in conn.execute("SELECT id FROM report_ids")}
-        (n,) = conn.execute("SELECT SUM(n) FROM aggregates").fetchone()
+        (n,) = conn.execute(
+            "SELECT (SELECT COALESCE(SUM(n), 0) FROM aggregates) "
+            "+ (SELECT COALESCE(SUM(n), 0) FROM partials)"
+        ).fetchone()
     finally:
         conn.close()
     acknowledged = [ids for ids, accepted in sent if accepted is not None]

@@ -224,3 +224,27 @@ def test_partial_sums_of_a_real_batch_cost_about_min_of_domain_and_reports() -> 
 def test_malformed_partial_sums_are_refused(blob: bytes) -> None:
     with pytest.raises(StoreError):
         unpack_sums(blob, 4)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"categories": ["a", "b", "c"], "mechanism": "grr"},
+        {"categories": [f"c{i}" for i in range(40)], "mechanism": "oue"},
+        {"categories": [f"c{i}" for i in range(40)], "mechanism": "olh"},
+        {"categories": [f"c{i}" for i in range(40)], "mechanism": "ss"},
+        {"kind": "numeric", "bounds": [0.0, 10.0], "mechanism": "duchi"},
+        {"kind": "numeric", "bounds": [0.0, 10.0], "mechanism": "piecewise"},
+    ],
+)
+def test_checked_reports_aggregate_once_to_the_same_sums(spec: dict[str, object]) -> None:
+    """The store aggregates reports the collector checked, without checking again."""
+    d = MetricDefinition.from_dict("m", {"epsilon": 1.0, **spec})
+    m = d.mechanism_instance
+    rng = np.random.default_rng(4)
+    values = rng.uniform(0, 10, 500) if d.bounds else rng.integers(0, len(d.categories or ()), 500)
+    reports = m.perturb(values, rng=rng)
+    assert m.check_reports(reports).all()
+    checked, full = m.aggregate_checked(reports), m.aggregate(reports)
+    assert checked.n == full.n == 500
+    assert checked.sums.tobytes() == full.sums.tobytes()

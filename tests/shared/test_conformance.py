@@ -177,10 +177,9 @@ def test_framing_problems_are_named(plan_path: Path) -> None:
     blocks = wire.decode_batch(conformance.respond(plan_path), max_reports=10**7)
     # Drop one metric's reports and give another a wrong fingerprint.
     broken = [b for b in blocks if b.metric != "hr-0_5"]
-    broken[0] = wire.Block(
-        broken[0].metric, "0" * 16, broken[0].bucket, broken[0].ids, broken[0].reports
-    )
-    verdict = conformance.check(plan, wire.encode_batch(broken))
+    first = broken[0]
+    broken[0] = wire.Block(first.metric, "0" * 16, first.bucket, b"", first.reports, first.n)
+    verdict = conformance.check(plan, wire.encode_sealed_batch(os.urandom(16), broken))
     assert not verdict.passed
     text = verdict.render()
     assert "hr-0_5" in text and "fingerprint" in text

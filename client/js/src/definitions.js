@@ -75,6 +75,7 @@ export function checkDerived(def) {
       integer(p.max_length, 1, 64, "max_length", def.name);
       if (p.max_length !== def.max_length) throw new DefinitionError(`metric ${def.name}: max_length differs`);
       integer(p.rows, 1, 1 << 16, "rows", def.name);
+      integer(p.estimation_rows, 1, 1 << 16, "estimation_rows", def.name);
       if (!/^[0-9a-f]{16}$/.test(p.seed)) throw new DefinitionError(`metric ${def.name}: bad seed`);
       if (!Array.isArray(p.weights) || p.weights.length !== p.max_length + 1 || !p.weights.every((x) => Number.isSafeInteger(x) && x > 0)) {
         throw new DefinitionError(`metric ${def.name}: bad sketch weights`);

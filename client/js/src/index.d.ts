@@ -189,6 +189,8 @@ export declare function prepare(raw: unknown): Promise<Definition & { sample: (i
 export declare function encodeValue(definition: Definition, value: Value): { input: number | Uint8Array; clipped: boolean };
 export declare function canonicalParameters(definition: Definition): string;
 export declare function fingerprint(definition: Definition): Promise<string>;
-export declare function encodeBatch(
-  blocks: { metric: string; fp: string; bucket: number; ids: Uint8Array[]; reports: Uint8Array[] }[],
+/** A sealed (v2) batch: one random 16-byte id for the whole batch. */
+export declare function encodeSealedBatch(
+  batch: Uint8Array,
+  blocks: { metric: string; fp: string; bucket: number; reports: Uint8Array[] }[],
 ): Uint8Array;

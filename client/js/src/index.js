@@ -3,5 +3,5 @@ export { BudgetExceeded, CollectorRejected, CollectorUnavailable, LdpkitError, O
 export { DefinitionError, checkDerived, encodeValue, prepare } from "./definitions.js";
 export { CryptoWords, ListWords, MECHANISMS, olhBucket, sampler } from "./sampling.js";
 export { canonicalParameters, fingerprint } from "./canonical.js";
-export { CONTENT_TYPE, encodeBatch } from "./wire.js";
+export { CONTENT_TYPE, encodeSealedBatch } from "./wire.js";
 export { FileStore, IndexedDBStore, MemoryStore } from "./store.js";

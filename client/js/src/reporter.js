@@ -6,7 +6,7 @@ import { DefinitionError, PERIODS, encodeValue, prepare } from "./definitions.js
 import { ChaChaWords } from "./chacha.js";
 import { CryptoWords } from "./sampling.js";
 import { defaultStore } from "./store.js";
-import { CONTENT_TYPE, ID_SIZE, encodeBatch, fromHex, toHex } from "./wire.js";
+import { CONTENT_TYPE, ID_SIZE, encodeSealedBatch, fromHex, toHex } from "./wire.js";
 
 export const VERSION = "0.1.0";
 const BUDGET_SLACK = 1e-9;
@@ -288,7 +288,7 @@ export class Reporter {
     if (this.memoize) {
       state.memo[tag] = { until: window + budgetSeconds, buckets: [...(memo?.buckets ?? []), bucket] };
     }
-    state.outbox.push({ seq: ++state.seq, id: toHex(globalThis.crypto.getRandomValues(new Uint8Array(ID_SIZE))), metric: def.name, fp: def.fingerprint, bucket, report: toHex(report) });
+    state.outbox.push({ seq: ++state.seq, metric: def.name, fp: def.fingerprint, bucket, report: toHex(report) });
     state.lastSeen = ledgerNow;
     await this.store.save(state);
     receipt.queued = true;
@@ -347,16 +347,28 @@ export class Reporter {
     const deferred = this.state.deferred ?? (this.state.deferred = {});
     const skip = new Set(); // refused as unknown_version in this flush: not again now
     for (;;) {
-      const rows = this.state.outbox.filter((r) => !skip.has(r.seq)).slice(0, size);
-      if (rows.length === 0) break;
-      const groups = new Map();
-      for (const r of rows) {
-        const key = `${r.metric}|${r.fp}|${r.bucket}`;
-        if (!groups.has(key)) groups.set(key, []);
-        groups.get(key).push(r);
+      // A sealed batch is sent again byte for byte until answered (its id makes the
+      // retry count once); otherwise seal the next reports, durably, before sending.
+      let sealed = this.state.sealed;
+      if (!sealed) {
+        const rows = this.state.outbox.filter((r) => !skip.has(r.seq)).slice(0, size);
+        if (rows.length === 0) break;
+        const groups = new Map();
+        for (const r of rows) {
+          const key = `${r.metric}|${r.fp}|${r.bucket}`;
+          if (!groups.has(key)) groups.set(key, []);
+          groups.get(key).push(r);
+        }
+        const ordered = [...groups.values()].flat(); // the answer's indices count in this order
+        const id = globalThis.crypto.getRandomValues(new Uint8Array(ID_SIZE));
+        const body = encodeSealedBatch(id, [...groups.values()].map((g) => ({ metric: g[0].metric, fp: g[0].fp, bucket: g[0].bucket, reports: g.map((r) => fromHex(r.report)) })));
+        sealed = { id: toHex(id), body: toHex(body), seqs: ordered.map((r) => r.seq) };
+        this.state.sealed = sealed;
+        await this.store.save(this.state);
       }
-      const ordered = [...groups.values()].flat(); // the answer's indices count in this order
-      const body = encodeBatch([...groups.values()].map((g) => ({ metric: g[0].metric, fp: g[0].fp, bucket: g[0].bucket, ids: g.map((r) => fromHex(r.id)), reports: g.map((r) => fromHex(r.report)) })));
+      const bySeq = new Map(this.state.outbox.map((r) => [r.seq, r]));
+      const ordered = sealed.seqs.map((seq) => bySeq.get(seq) ?? { seq, metric: "?" });
+      const body = fromHex(sealed.body);
       let answer;
       let status = 0;
       let retryAfter = null;
@@ -388,14 +400,18 @@ export class Reporter {
         }
         for (const seq of drop) delete deferred[seq];
         this.state.outbox = this.state.outbox.filter((r) => !drop.has(r.seq));
+        this.state.sealed = null; // answered: its kept reports go into a new batch
         await this.store.save(this.state);
         result.sent += ordered.length;
         result.accepted += answer.accepted;
         result.duplicates += answer.duplicates;
         continue;
       }
-      if (status === 413 && size > 1) {
-        size = Math.max(1, Math.floor(rows.length / 2));
+      if (status === 413 && ordered.length > 1) {
+        // Refused whole, nothing stored: forget this seal, seal smaller batches.
+        size = Math.max(1, Math.floor(ordered.length / 2));
+        this.state.sealed = null;
+        await this.store.save(this.state);
         continue;
       }
       if (status !== 0 && status !== 408 && status !== 429 && status < 500) {

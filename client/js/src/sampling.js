@@ -317,18 +317,19 @@ function sketchSampler(p) {
     let slot = below(w, total);
     let sketch = 0;
     while (slot >= p.weights[sketch]) slot -= p.weights[sketch++];
-    const row = below(w, p.rows);
+    const row = below(w, sketch === 0 ? p.estimation_rows : p.rows);
+    const at = sketch === 0 ? row : p.estimation_rows + (sketch - 1) * p.rows + row; // global row
     const key = new Uint8Array(4 * nwords);
     key[0] = bytes.length;
     key.set(bytes, 1);
     const kept = sketch === 0 ? m : sketch; // bytes 0 .. kept of the key
     key.fill(0, kept + 1);
     const view = new DataView(key.buffer);
-    const start = (sketch * p.rows + row) * (nwords + 1);
+    const start = at * (nwords + 1);
     let acc = splitmix(seed, start);
     for (let i = 0; i < nwords; i++) acc = (acc + splitmix(seed, start + 1 + i) * BigInt(view.getUint32(4 * i, true))) & MASK64;
     const bucket = Number((((acc >> 32n) * BigInt(p.g)) >> 32n));
-    return uint32((sketch * p.rows + row) * p.g + rrItem(w, keep, p.g, bucket));
+    return uint32(at * p.g + rrItem(w, keep, p.g, bucket));
   };
 }
 

@@ -1,7 +1,8 @@
-// Wire format v1 (docs/protocol.md, "A batch of reports"): the batch as msgpack. Only
-// what a batch needs: maps, strings, non-negative integers, bin and arrays.
+// Wire format v2 (docs/protocol.md, "Wire format v2: sealed batches"): one random 128-bit
+// id per batch, sent byte for byte again until answered. Only what a batch needs of
+// msgpack: maps, strings, non-negative integers, bin and arrays.
 
-export const CONTENT_TYPE = "application/vnd.ldpkit.v1+msgpack";
+export const CONTENT_TYPE = "application/vnd.ldpkit.v2+msgpack";
 export const ID_SIZE = 16;
 
 class Writer {
@@ -79,14 +80,17 @@ function concat(parts) {
 }
 
 /**
- * The msgpack bytes of a batch. `blocks`: [{metric, fp, bucket, ids: [Uint8Array(16)],
- * reports: [Uint8Array]}], encoded in the order of docs/protocol.md's vectors.
+ * The msgpack bytes of a sealed (v2) batch: `batch` 16 random bytes, `blocks`
+ * [{metric, fp, bucket, reports: [Uint8Array]}], in the order of docs/protocol.md's vectors.
  */
-export function encodeBatch(blocks) {
+export function encodeSealedBatch(batch, blocks) {
+  if (!(batch instanceof Uint8Array) || batch.length !== ID_SIZE) throw new RangeError(`a batch id is ${ID_SIZE} bytes`);
   const w = new Writer();
-  w.map(2);
+  w.map(3);
   w.str("v");
-  w.uint(1);
+  w.uint(2);
+  w.str("batch");
+  w.bin(batch);
   w.str("blocks");
   w.array(blocks.length);
   for (const b of blocks) {
@@ -97,8 +101,8 @@ export function encodeBatch(blocks) {
     w.str(b.fp);
     w.str("bucket");
     w.uint(b.bucket);
-    w.str("ids");
-    w.bin(concat(b.ids));
+    w.str("n");
+    w.uint(b.reports.length);
     w.str("reports");
     w.bin(concat(b.reports));
   }

@@ -8,7 +8,7 @@ import { join } from "node:path";
 
 import { encodeValue, prepare } from "../src/definitions.js";
 import { CryptoWords, MECHANISMS } from "../src/sampling.js";
-import { encodeBatch, ID_SIZE } from "../src/wire.js";
+import { encodeSealedBatch, ID_SIZE } from "../src/wire.js";
 import { ldpkit } from "./python.js";
 
 const dir = mkdtempSync(join(tmpdir(), "ldpkit-conformance-"));
@@ -43,19 +43,17 @@ async function respond(plan, broken = {}) {
   for (const raw of plan.metrics) {
     const def = await prepare(raw); // checks the fingerprint and the served constants
     const sample = broken[def.resolved_mechanism]?.(def) ?? ((x) => def.sample(x, words));
-    const ids = [];
     const reports = [];
     for (const input of plan.inputs) {
       if (input.metric !== def.name) continue;
       const { input: x } = encodeValue(def, input.value);
       for (let i = 0; i < input.count; i++) {
         reports.push(sample(x));
-        ids.push(globalThis.crypto.getRandomValues(new Uint8Array(ID_SIZE)));
       }
     }
-    blocks.push({ metric: def.name, fp: def.fingerprint, bucket: plan.bucket, ids, reports });
+    blocks.push({ metric: def.name, fp: def.fingerprint, bucket: plan.bucket, reports });
   }
-  return encodeBatch(blocks);
+  return encodeSealedBatch(globalThis.crypto.getRandomValues(new Uint8Array(ID_SIZE)), blocks);
 }
 
 test("this client passes the conformance kit for every mechanism", async () => {

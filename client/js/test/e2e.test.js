@@ -175,3 +175,28 @@ test("flushEveryMs delivers in the background", async () => {
   assert.equal(r.pending(), 0);
   await r.close();
 });
+
+test("a sealed batch is sent again byte for byte and counted once when an answer is lost", async () => {
+  const bodies = [];
+  let lose = true;
+  const lossy = async (url, init) => {
+    if (init.method !== "POST") return fetch(url, init);
+    bodies.push(Buffer.from(init.body).toString("hex"));
+    const response = await fetch(url, init);
+    if (lose) {
+      lose = false;
+      await response.arrayBuffer();
+      throw new TypeError("network error after the collector stored the batch");
+    }
+    return response;
+  };
+  const r = new Reporter(collector.url, { token: INGEST, store: new MemoryStore(), fetch: lossy, backoffMs: 1 });
+  await r.report("minutes", 11);
+  await r.report("theme", "dark");
+  const sent = await r.flush();
+  assert.equal(bodies.length, 2);
+  assert.equal(bodies[0], bodies[1], "the same sealed body, byte for byte");
+  assert.equal(bodies[0].slice(0, 2), "83", "a v2 map: v, batch, blocks");
+  assert.deepEqual([sent.accepted, sent.duplicates], [0, 2]);
+  assert.equal(r.pending(), 0);
+});

@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import { canonicalParameters, fingerprint, pyFloat, pyString } from "../src/canonical.js";
 import { encodeValue } from "../src/definitions.js";
 import { ListWords, MECHANISMS, sampler } from "../src/sampling.js";
-import { encodeBatch, fromHex, toHex } from "../src/wire.js";
+import { encodeSealedBatch, fromHex, toHex } from "../src/wire.js";
 
 const DOC = readFileSync(fileURLToPath(new URL("../../../docs/protocol.md", import.meta.url)), "utf8");
 const SECTION = DOC.slice(DOC.indexOf("## Test vectors"));
@@ -64,21 +64,21 @@ for (const [key, body] of vectors) {
 }
 
 for (const [key, body] of vectors) {
-  const m = key.match(/^hex ([a-z0-9-]+)$/);
+  const m = key.match(/^hex v2 ([a-z0-9-]+)$/);
   if (!m) continue;
-  test(`batch vector ${m[1]}`, () => {
-    const blocks = JSON.parse(vectors.get(`json blocks ${m[1]}`)).map((b) => {
-      const ids = fromHex(b.ids);
+  test(`sealed batch vector ${m[1]}`, () => {
+    const want = JSON.parse(vectors.get(`json v2 ${m[1]}`));
+    const blocks = want.blocks.map((b) => {
       const reports = fromHex(b.reports);
+      const size = reports.length / b.n;
       return {
         metric: b.metric,
         fp: b.fp,
         bucket: b.bucket,
-        ids: [ids],
-        reports: [reports],
+        reports: Array.from({ length: b.n }, (_, i) => reports.slice(i * size, (i + 1) * size)),
       };
     });
-    assert.equal(toHex(encodeBatch(blocks)), body.replace(/\s+/g, ""));
+    assert.equal(toHex(encodeSealedBatch(fromHex(want.batch), blocks)), body.replace(/\s+/g, ""));
   });
 }
 
