@@ -89,6 +89,8 @@ CREATE TABLE IF NOT EXISTS batches (  -- sealed batches not answered yet (schema
     body BLOB NOT NULL           -- the exact bytes sent, every time
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS reports_sealed ON reports (sealed) WHERE sealed IS NOT NULL;
+-- Finding "no report queued before schema 3" must not scan the whole outbox on every batch.
+CREATE INDEX IF NOT EXISTS reports_legacy ON reports (seq) WHERE legacy = 1;
 CREATE TABLE IF NOT EXISTS definitions (
     source TEXT PRIMARY KEY,
     etag TEXT,
@@ -540,11 +542,12 @@ class DeviceStore:
         """Up to ``limit`` queued reports with ``after < seq <= upto`` not in a sealed
         batch, oldest first: those queued before sealed batches if ``legacy``, else the
         others."""
+        # legacy as a literal, so that SQLite can use the partial index reports_legacy
         rows = self.db.execute(
             "SELECT seq, report_id, metric, fingerprint, bucket, report FROM reports "
             "WHERE seq > ? AND seq <= ? AND report IS NOT NULL AND sealed IS NULL "
-            "AND legacy = ? ORDER BY seq LIMIT ?",
-            (after, upto if upto is not None else 2**62, int(legacy), limit),
+            f"AND legacy = {int(legacy)} ORDER BY seq LIMIT ?",
+            (after, upto if upto is not None else 2**62, limit),
         ).fetchall()
         return list(map(OutboxRow._make, rows))  # sqlite gives int, bytes, str: no conversion
 

@@ -310,7 +310,8 @@ def _as_left_by_schema_2(state_dir: Path) -> None:
     """The state database as an app of the previous release (per-report ids, v1) left it."""
     db = sqlite3.connect(state_dir / "client.sqlite3")
     db.executescript(
-        "DROP INDEX reports_sealed; DROP TABLE batches; ALTER TABLE reports DROP COLUMN sealed;"
+        "DROP INDEX reports_sealed; DROP INDEX reports_legacy; DROP TABLE batches;"
+        "ALTER TABLE reports DROP COLUMN sealed;"
         "ALTER TABLE reports DROP COLUMN legacy; PRAGMA user_version = 2;"
     )
     db.close()
