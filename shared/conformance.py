@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import wire
+from ._special import regularized_gamma
 from .errors import ParameterError, ProtocolError
 from .mechanisms import Mechanism
 from .mechanisms._bits import unpack_rows
@@ -256,39 +257,7 @@ def chi2_sf(statistic: float, dof: int) -> float:
     """Upper tail of the chi-square law (regularized upper incomplete gamma Q(dof/2, x/2))."""
     if dof <= 0:
         raise ParameterError("dof must be positive")
-    a, x = dof / 2.0, statistic / 2.0
-    if x <= 0:
-        return 1.0
-    log_front = a * math.log(x) - x - math.lgamma(a)
-    if x < a + 1.0:  # series for P, then Q = 1 - P
-        term = total = 1.0 / a
-        ap = a
-        for _ in range(10_000):
-            ap += 1.0
-            term *= x / ap
-            total += term
-            if abs(term) < abs(total) * 1e-15:
-                break
-        return max(0.0, 1.0 - total * math.exp(log_front))
-    # Continued fraction for Q (Lentz).
-    tiny = 1e-300
-    b = x + 1.0 - a
-    c = 1.0 / tiny
-    d = 1.0 / b
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2.0
-        d = an * d + b
-        d = tiny if abs(d) < tiny else d
-        c = b + an / c
-        c = tiny if abs(c) < tiny else c
-        d = 1.0 / d
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return min(1.0, math.exp(log_front) * h)
+    return regularized_gamma(dof / 2.0, statistic / 2.0)[1]
 
 
 def _chi2(

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from .._special import regularized_gamma
 from ..aggregate import Aggregate
 from ..heavy_hitters import (
     HeavyHitters,
@@ -433,10 +434,6 @@ class _LevelStats:
     dispersion: float  # measured null variance over the Poisson one (>= 1)
 
 
-def _log_gamma_prefix(a: float, x: float) -> float:
-    return -x + a * math.log(x) - math.lgamma(a)
-
-
 def poisson_upper_tail(count: float, mean: float) -> float:
     """``P(X >= count)`` for ``X ~ Poisson(mean)``, continuous in ``count`` (> 0).
 
@@ -446,37 +443,7 @@ def poisson_upper_tail(count: float, mean: float) -> float:
     """
     if count <= 0:
         return 1.0
-    a, x = count, mean
-    if x <= 0:
-        return 0.0
-    if x < a + 1.0:
-        term = total = 1.0 / a
-        ap = a
-        for _ in range(10_000):
-            ap += 1.0
-            term *= x / ap
-            total += term
-            if term < total * 1e-15:
-                break
-        return min(1.0, total * math.exp(_log_gamma_prefix(a, x)))
-    tiny = 1e-300
-    b = x + 1.0 - a
-    c = 1.0 / tiny
-    d = 1.0 / b
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2.0
-        d = an * d + b
-        d = tiny if abs(d) < tiny else d
-        c = b + an / c
-        c = tiny if abs(c) < tiny else c
-        d = 1.0 / d
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return max(0.0, 1.0 - math.exp(_log_gamma_prefix(a, x)) * h)
+    return regularized_gamma(count, mean)[0]
 
 
 def _first_level_keys(max_length: int) -> KeyArray:
