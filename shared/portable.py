@@ -59,15 +59,6 @@ def _dyadic53(probability: float) -> int:
     return math.ceil(probability * 2.0**53) << 11
 
 
-PORTABLE_MECHANISMS = frozenset(
-    (
-        *("grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "laplace", "piecewise", "hybrid"),
-        *("hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch"),
-    )
-)
-"""The mechanisms whose sampling rule this module (and docs/protocol.md) gives to the bit."""
-
-
 def derived_parameters(m: Mechanism) -> dict[str, Any]:
     """What a client needs beyond the definition to sample ``m``'s reports exactly.
 
@@ -516,7 +507,8 @@ _NUMERIC: dict[str, Callable[[Mapping[str, Any], float, float, float, Words], by
 MECHANISMS = (*_CATEGORICAL, *_NUMERIC, *VIEW_MECHANISMS, "prefix_sketch")
 """The mechanisms with a portable rule (every one a metric definition can resolve to,
 but the (epsilon, delta) ``gaussian``)."""
-assert set(MECHANISMS) == PORTABLE_MECHANISMS
+PORTABLE_MECHANISMS = frozenset(MECHANISMS)
+"""The same, as a set (a served definition carries ``derived`` for these)."""
 
 
 def perturb_many(
