@@ -259,7 +259,7 @@ function drawChart(data, metric, version) {
   };
   // "over time" just ticked, the answer with buckets not back yet (a resize redraws the
   // previous answer): draw that answer as it is.
-  const view = LDPK_VIEWS.pick(data, ctx) || LDPK_VIEWS.pick(data, { ...ctx, overTime: false });
+  const view = LDPK_VIEWS.pick(data, ctx);
   const drawn = view.draw(data, ctx);
   chart.appendChild(drawn.node);
   window.ldpkitDashboard = { view: view.name, figures: drawn.figures, data };
