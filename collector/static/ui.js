@@ -257,8 +257,6 @@ function drawChart(data, metric, version) {
     width: Math.max(260, Math.floor(chart.clientWidth - 14)),
     open: (path) => { state.subtree = path; refresh(); },  // a hierarchy's node, clicked
   };
-  // "over time" just ticked, the answer with buckets not back yet (a resize redraws the
-  // previous answer): draw that answer as it is.
   const view = LDPK_VIEWS.pick(data, ctx);
   const drawn = view.draw(data, ctx);
   chart.appendChild(drawn.node);
