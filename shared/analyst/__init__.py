@@ -17,9 +17,7 @@ import csv
 import io
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
@@ -27,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from .._json import loads_bounded
 from .._validation import check_level
 from ..aggregate import Aggregate
 from ..distribution import QuantileEstimate
-from ..errors import CollectorUnavailable, ParameterError
+from ..errors import CollectorUnavailable, ParameterError, ProtocolError
 from ..estimates import FrequencyEstimate, MeanEstimate
 from ..heavy_hitters import StringEstimate
-from ..http_errors import http_error
+from ..http import HttpTransport, NetworkError, Timeout, http_error
 from ..mechanisms import FrequencyOracle, NumericMechanism
 from ..metrics import MetricDefinition
 
@@ -499,43 +498,51 @@ def _time_param(value: str | int | float | date | datetime | None, name: str) ->
 
 
 class Analyst:
-    """A read-only client of one collector's query API (``GET /v1/...``)."""
+    """A read-only client of one collector's query API (``GET /v1/...``).
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 10.0) -> None:
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ParameterError(f"collector URL must be http(s)://host:port, got {url!r}")
+    ``timeout``: a :class:`~ldpkit.http.Timeout`, or seconds to connect and for each read;
+    the sync Reporter's transport (:mod:`ldpkit.http`) also ends every query within
+    ``Timeout.total`` and refuses an answer larger than ``MAX_ANSWER_BYTES``."""
+
+    def __init__(
+        self, url: str, token: str | None = None, *, timeout: Timeout | float = 10.0
+    ) -> None:
+        self.timeout = Timeout.coerce(timeout)
+        # The sync Reporter's transport: its timeouts, answer bound, TLS and keep-alive.
+        self._transport = HttpTransport(url, self.timeout)
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get(TOKEN_ENV)
         if not self.token:
             raise ParameterError(f"a read token is needed: pass token=... or set {TOKEN_ENV}")
-        if not (isinstance(timeout, int | float) and timeout > 0):
-            raise ParameterError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.timeout = float(timeout)
         self._definitions: dict[tuple[str, str], MetricDefinition] = {}
+
+    def close(self) -> None:
+        """Close the kept-alive connection (the next query opens another)."""
+        self._transport.close()
 
     def _get(self, path: str, params: dict[str, str | None] | None = None) -> Any:
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
-        url = f"{self.url}{path}" + (f"?{query}" if query else "")
-        request = urllib.request.Request(
-            url, headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        )
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
+            answer = self._transport.request(
+                "GET", path + (f"?{query}" if query else ""), None, headers
+            )
+        except NetworkError as exc:
+            raise CollectorUnavailable(
+                f"cannot reach the collector at {self.url} ({exc}); is `ldpkit serve` running "
+                f"there?"
+            ) from None
+        if answer.status != 200:
             hint = {
                 401: f" (is the token right? it may also come from {TOKEN_ENV})",
                 403: " (this token may not read estimates: use a read token)",
                 404: " (is the metric name right? `ldpkit metrics` lists them)",
-            }.get(exc.code, "")
-            raise http_error(exc.code, exc.read(), source=self.url, hint=hint) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise CollectorUnavailable(
-                f"cannot reach the collector at {self.url} ({reason}); is `ldpkit serve` running "
-                f"there?"
-            ) from None
+            }.get(answer.status, "")
+            raise http_error(answer.status, answer.body, source=self.url, hint=hint)
+        try:
+            return loads_bounded(answer.body)
+        except ProtocolError as exc:
+            raise CollectorUnavailable(f"the collector at {self.url} answered {exc}") from None
 
     def metrics(self) -> list[MetricDefinition]:
         """The collector's current metric definitions."""
