@@ -192,18 +192,25 @@ def _items(
     return RawJSON("[" + ",".join(parts) + "]")
 
 
+def _sums(agg: Aggregate) -> RawJSON:
+    return RawJSON("[" + ",".join(_numbers(np.asarray(agg.sums, dtype=np.float64))) + "]")
+
+
 def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> dict[str, Any]:
-    """``n`` and the estimate fields of one aggregate."""
+    """``n`` and the estimate fields of one aggregate, with its sufficient statistics
+    (``sums``: the analyst rebuilds the core's estimate from them) except a strings
+    metric's: its sketches hold 10^5 and more counts, far more than its answer."""
     if definition.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
         fields = definition.kind_spec.answer(definition, agg, q.options, q.level, q.consistent)
         for key in ("mechanism", "epsilon", "level"):  # the answer's own fields say these
             fields.pop(key, None)
+        if definition.kind is not MetricKind.STRINGS:
+            fields["sums"] = _sums(agg)
         return fields
     mechanism = definition.mechanism_instance
     assert isinstance(mechanism, FrequencyOracle | NumericMechanism)
     estimate = mechanism.estimate(agg)
-    # The sufficient statistics: the analyst rebuilds the core's estimate from them.
-    sums = RawJSON("[" + ",".join(_numbers(np.asarray(agg.sums, dtype=np.float64))) + "]")
+    sums = _sums(agg)
     if isinstance(estimate, MeanEstimate):
         low, high = estimate.ci(q.level)
         return {

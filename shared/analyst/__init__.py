@@ -28,13 +28,13 @@ import numpy as np
 from .._json import loads_bounded
 from .._validation import check_level
 from ..aggregate import Aggregate
-from ..distribution import QuantileEstimate
+from ..distribution import DistributionEstimate, QuantileEstimate
 from ..errors import CollectorUnavailable, ParameterError, ProtocolError
 from ..estimates import FrequencyEstimate, MeanEstimate
 from ..heavy_hitters import StringEstimate
 from ..http import HttpTransport, NetworkError, Timeout, http_error
-from ..mechanisms import FrequencyOracle, NumericMechanism
 from ..metrics import MetricDefinition
+from ..structured_estimates import HierarchyEstimate, TableEstimate
 
 TOKEN_ENV = "LDPKIT_READ_TOKEN"
 
@@ -61,37 +61,18 @@ class ItemEstimate:
     hex: str | None = None
 
 
-@dataclass(frozen=True)
-class BucketEstimate:
-    """The estimate of one time bucket (``start`` is a UTC datetime)."""
+CoreEstimate = (
+    FrequencyEstimate | MeanEstimate | DistributionEstimate | HierarchyEstimate | TableEstimate
+)
+"""The core's estimate of a metric kind (all but strings: see :meth:`EstimateResult.strings`)."""
 
-    start: datetime
+
+@dataclass(frozen=True, kw_only=True)
+class ServedEstimate:
+    """What a whole answer and each of its time buckets hold alike: categorical ``items``
+    or numeric ``mean`` (a distribution's mean with ``stderr``/``low``/``high``)."""
+
     n: int
-    items: tuple[ItemEstimate, ...] = ()
-    mean: float | None = None
-    stderr: float | None = None
-    low: float | None = None
-    high: float | None = None
-    clamped_mean: float | None = None
-    interval: str | None = None
-    estimate: FrequencyEstimate | MeanEstimate | None = field(
-        default=None, compare=False, repr=False
-    )
-    """The core's estimate of this bucket (categorical and numeric metrics)."""
-
-
-@dataclass(frozen=True)
-class EstimateResult:
-    """An estimate as the collector served it: categorical ``items`` or numeric ``mean``."""
-
-    metric: str
-    kind: str
-    version: str
-    mechanism: str
-    epsilon: float
-    n: int
-    level: float
-    consistent: bool
     items: tuple[ItemEstimate, ...] = ()
     mean: float | None = None
     stderr: float | None = None
@@ -99,10 +80,34 @@ class EstimateResult:
     high: float | None = None
     clamped_mean: float | None = None
     interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
+    estimate: CoreEstimate | None = field(default=None, compare=False, repr=False)
+    """The core's estimate, rebuilt from the served sufficient statistics (``sums``) by the
+    same code the collector ran (``estimate.ci(0.9)``, ``.consistent()``, a hierarchy's
+    ``.subtree(...)``): the served fields are its serialisation. None for strings, or
+    without the version's definition."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BucketEstimate(ServedEstimate):
+    """The estimate of one time bucket (``start`` is a UTC datetime)."""
+
+    start: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateResult(ServedEstimate):
+    """An estimate as the collector served it, with the answer's other fields by kind."""
+
+    metric: str
+    kind: str
+    version: str
+    mechanism: str
+    epsilon: float
+    level: float
+    consistent: bool
     buckets: tuple[BucketEstimate, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    # --- distribution: ``mean``/``stderr``/``low``/``high`` are the mean's; the bins are
-    # the items; the quantiles are the core's QuantileEstimate
+    # --- distribution: the bins are the items; the quantiles are the core's QuantileEstimate
     quantiles: tuple[QuantileEstimate, ...] = ()
     range: ItemEstimate | None = None
     bounds: tuple[float, float] | None = None
@@ -115,11 +120,6 @@ class EstimateResult:
     # --- strings: the frequency below which nothing can be found, and named strings
     threshold: float | None = None
     candidates: tuple[ItemEstimate, ...] = ()
-    # --- categorical and numeric: the core's estimate, rebuilt from the served sufficient
-    # statistics by the same code the collector ran (``estimate.ci(0.9)``, ``.consistent()``)
-    estimate: FrequencyEstimate | MeanEstimate | None = field(
-        default=None, compare=False, repr=False
-    )
 
     @classmethod
     def from_json(
@@ -127,52 +127,25 @@ class EstimateResult:
     ) -> EstimateResult:
         """From the collector's JSON; with the version's ``definition``, ``estimate`` (and
         each bucket's) is the core's estimate rebuilt from the served ``sums``."""
-        items = tuple(_item(i) for i in data.get("items") or ())
-
-        def core(part: dict[str, Any]) -> FrequencyEstimate | MeanEstimate | None:
-            if definition is None or "sums" not in part:
-                return None
-            mechanism = definition.mechanism_instance
-            if not isinstance(mechanism, FrequencyOracle | NumericMechanism):
-                return None
-            sums = np.asarray(part["sums"], dtype=np.float64)
-            return mechanism.estimate(Aggregate(int(part["n"]), sums))
-
-        buckets = tuple(
-            BucketEstimate(
-                start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
-                n=int(b.get("n", 0)),
-                items=tuple(_item(i) for i in b.get("items") or ()),
-                mean=b.get("mean"),
-                stderr=b.get("stderr"),
-                low=b.get("low"),
-                high=b.get("high"),
-                clamped_mean=b.get("clamped_mean"),
-                interval=b.get("interval"),
-                estimate=core(b),
-            )
-            for b in data.get("buckets") or ()
-        )
         kind = str(data.get("kind") or ("categorical" if "items" in data else "numeric"))
-        distribution = kind == "distribution"
+        level = float(data.get("level", 0.95))
         rng = data.get("range")
         return cls(
+            **_served(data, definition),
             metric=str(data["metric"]),
             kind=kind,
             version=str(data.get("version", "")),
             mechanism=str(data.get("mechanism", "")),
             epsilon=float(data.get("epsilon", float("nan"))),
-            n=int(data.get("n", 0)),
-            level=float(data.get("level", 0.95)),
+            level=level,
             consistent=bool(data.get("consistent", False)),
-            items=items,
-            mean=data.get("mean"),
-            stderr=data.get("mean_stderr" if distribution else "stderr"),
-            low=data.get("mean_low" if distribution else "low"),
-            high=data.get("mean_high" if distribution else "high"),
-            clamped_mean=data.get("clamped_mean"),
-            interval=data.get("interval"),
-            buckets=buckets,
+            buckets=tuple(
+                BucketEstimate(
+                    start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
+                    **_served(b, definition),
+                )
+                for b in data.get("buckets") or ()
+            ),
             raw=data,
             quantiles=tuple(
                 QuantileEstimate(
@@ -180,7 +153,7 @@ class EstimateResult:
                     _nan(q.get("value")),
                     _nan(q.get("low")),
                     _nan(q.get("high")),
-                    float(data.get("level", 0.95)),
+                    level,
                 )
                 for q in data.get("quantiles") or ()
             ),
@@ -200,7 +173,6 @@ class EstimateResult:
             ),
             threshold=data.get("threshold"),
             candidates=tuple(_item(i) for i in data.get("candidates") or ()),
-            estimate=core(data),
         )
 
     def strings(self) -> list[StringEstimate]:
@@ -219,15 +191,7 @@ class EstimateResult:
     # --- views -------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:
         """One dict per category (or one for the mean) over the whole range."""
-        return self._rows(
-            self.items,
-            self.mean,
-            self.clamped_mean,
-            self.stderr,
-            self.low,
-            self.high,
-            self.interval,
-        )
+        return self._rows(self)
 
     def bucket_rows(self) -> list[dict[str, Any]]:
         """One dict per time bucket and category (or per bucket for the mean), each with
@@ -235,39 +199,21 @@ class EstimateResult:
         out: list[dict[str, Any]] = []
         for b in self.buckets:
             head = {"bucket": b.start.strftime("%Y-%m-%dT%H:%M:%SZ"), "n": b.n}
-            rows = self._rows(b.items, b.mean, b.clamped_mean, b.stderr, b.low, b.high, b.interval)
-            out.extend({**head, **row} for row in rows)
+            out.extend({**head, **row} for row in self._rows(b))
         return out
 
-    def _rows(
-        self,
-        items: tuple[ItemEstimate, ...],
-        mean: float | None,
-        clamped_mean: float | None,
-        stderr: float | None,
-        low: float | None,
-        high: float | None,
-        interval: str | None,
-    ) -> list[dict[str, Any]]:
-        if self.kind != "numeric":
-            columns = self._columns()
-            rows = []
-            for item in items:
-                row = asdict(item)
-                for name, value in (item.cell or {}).items():
-                    row[name] = value
-                rows.append({c: row.get(c) for c in columns})
-            return rows
-        return [
-            {
-                "mean": mean,
-                "clamped_mean": clamped_mean,
-                "stderr": stderr,
-                "low": low,
-                "high": high,
-                "interval": interval,
-            }
-        ]
+    def _rows(self, part: ServedEstimate) -> list[dict[str, Any]]:
+        if self.kind == "numeric":
+            return [{c: getattr(part, c) for c in self._columns()}]
+        return self._item_rows(part.items)
+
+    def _item_rows(self, items: tuple[ItemEstimate, ...]) -> list[dict[str, Any]]:
+        columns = self._columns()
+        rows = []
+        for item in items:
+            row = {**asdict(item), **(item.cell or {})}
+            rows.append({c: row.get(c) for c in columns})
+        return rows
 
     def _per_bucket(self, per_bucket: bool | None) -> bool:
         if per_bucket is None:
@@ -401,9 +347,7 @@ class EstimateResult:
             )
             if self.candidates:
                 lines.append("named candidates:")
-                lines.extend(
-                    self._table(self._rows(self.candidates, None, None, None, None, None, None))
-                )
+                lines.extend(self._table(self._item_rows(self.candidates)))
         return lines
 
     def _table(self, rows: list[dict[str, Any]], hidden: set[str] | None = None) -> list[str]:
@@ -444,6 +388,27 @@ class MetricVersion:
     current: bool
     definition: MetricDefinition
     n: int
+
+
+def _served(part: dict[str, Any], definition: MetricDefinition | None) -> dict[str, Any]:
+    """The :class:`ServedEstimate` fields of an answer or one of its buckets."""
+    mean_ = "mean_" if "mean_stderr" in part else ""  # a distribution's mean
+    estimate = None
+    if definition is not None and "sums" in part:
+        mechanism: Any = definition.mechanism_instance
+        sums = np.asarray(part["sums"], dtype=np.float64)
+        estimate = mechanism.estimate(Aggregate(int(part["n"]), sums))
+    return {
+        "n": int(part.get("n", 0)),
+        "items": tuple(_item(i) for i in part.get("items") or ()),
+        "mean": part.get("mean"),
+        "stderr": part.get(f"{mean_}stderr"),
+        "low": part.get(f"{mean_}low"),
+        "high": part.get(f"{mean_}high"),
+        "clamped_mean": part.get("clamped_mean"),
+        "interval": part.get("interval"),
+        "estimate": estimate,
+    }
 
 
 def _item(data: dict[str, Any]) -> ItemEstimate:
