@@ -23,7 +23,7 @@ from ..aggregate import Aggregate
 from ..errors import ParameterError
 from ..errors import QueryError as QueryError  # its home is ldpkit.errors
 from ..estimates import FrequencyEstimate, MeanEstimate
-from ..kinds import checked_options, query_params
+from ..kinds import Question, checked_options, query_params
 from ..mechanisms import FrequencyOracle, NumericMechanism
 from ..metrics import MetricDefinition, MetricKind
 from ..wire import FINGERPRINT_PATTERN
@@ -38,17 +38,16 @@ _NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
 
 
 @dataclass(frozen=True)
-class EstimateQuery:
+class EstimateQuery(Question):
+    """An estimates query: what it asks of the metric's kind (``options``, parsed by
+    :func:`with_options`, ``level``, ``consistent``) and which aggregates it reads."""
+
     start: int | None = None  # include buckets with start >= this (unix seconds)
     end: int | None = None  # ... and < this
-    level: float = 0.95
-    consistent: bool = False
     version: str | None = None
     per_bucket: bool = False
     raw_options: Mapping[str, str] = field(default_factory=dict)
     """The kind's own parameters as given (checked against the metric's kind later)."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """The kind's own parameters, parsed (see :func:`with_options`)."""
 
 
 def parse_time(value: str, param: str) -> int:
@@ -201,7 +200,7 @@ def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> d
     (``sums``: the analyst rebuilds the core's estimate from them) except a strings
     metric's: its sketches hold 10^5 and more counts, far more than its answer."""
     if definition.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
-        fields = definition.kind_spec.answer(definition, agg, q.options, q.level, q.consistent)
+        fields = definition.kind_spec.answer(definition, agg, q)
         for key in ("mechanism", "epsilon", "level"):  # the answer's own fields say these
             fields.pop(key, None)
         if definition.kind is not MetricKind.STRINGS:
