@@ -25,7 +25,7 @@ import math
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
 from typing import TYPE_CHECKING, Any
@@ -421,17 +421,37 @@ def _focus(definition: MetricDefinition, item: type) -> tuple[Any, ...] | None:
     return tuple(given)
 
 
-def _pinned(definition: MetricDefinition, m: Mechanism) -> None:
-    """Keep the oracle ``auto`` resolved to, so a stored definition rebuilds the same."""
-    views = getattr(m, "views", ())
-    _set(definition, "resolved_oracle", tuple(v.oracle.name for v in views))
-
-
 class _Structured(KindSpec):
     """Hierarchies and tables: a value is one base cell (a leaf, a cell)."""
 
     def _domain_encode(self, definition: MetricDefinition, value: object) -> int:
         raise NotImplementedError
+
+    @staticmethod
+    def _made(
+        definition: MetricDefinition,
+        make: Callable[..., Mechanism],
+        domain: object,
+        focus: tuple[Any, ...] | None,
+        **options: Any,
+    ) -> Mechanism:
+        """``make(domain, ...)`` (:func:`~ldpkit.structured.hierarchy` or ``table``) with
+        the definition's epsilon, mechanism and oracle; the oracle ``auto`` resolved to is
+        kept on the definition, so a stored definition rebuilds the same."""
+        try:
+            m = make(
+                domain,
+                epsilon=definition.epsilon,
+                mechanism=definition.mechanism,
+                oracle=_oracle(definition),
+                focus=focus,
+                **options,
+            )
+        except ParameterError as exc:
+            raise _fail(definition, str(exc)) from None
+        views = getattr(m, "views", ())
+        _set(definition, "resolved_oracle", tuple(v.oracle.name for v in views))
+        return m
 
     def encode(self, definition: MetricDefinition, value: object) -> tuple[Any, bool]:
         try:
@@ -471,20 +491,10 @@ class Hierarchy(_Structured):
         if not isinstance(separator, str) or not separator:
             raise _fail(definition, f"separator must be a non-empty string, got {shown(separator)}")
         _set(definition, "separator", separator)
-        focus = _focus(definition, int)
-        try:
-            m = hierarchy(
-                list(definition.categories or ()),
-                epsilon=definition.epsilon,
-                separator=separator,
-                mechanism=definition.mechanism,
-                oracle=_oracle(definition),
-                focus=focus,
-            )
-        except ParameterError as exc:
-            raise _fail(definition, str(exc)) from None
-        _pinned(definition, m)
-        return m
+        leaves = list(definition.categories or ())
+        return self._made(
+            definition, hierarchy, leaves, _focus(definition, int), separator=separator
+        )
 
     def _domain_encode(self, definition: MetricDefinition, value: object) -> int:
         m: Any = definition.mechanism_instance
@@ -573,20 +583,7 @@ class TableKind(_Structured):
     def build(self, definition: MetricDefinition) -> Mechanism:
         from .structured import table
 
-        dims = _dimensions(definition)
-        focus = _focus(definition, str)
-        try:
-            m = table(
-                dims,
-                epsilon=definition.epsilon,
-                mechanism=definition.mechanism,
-                oracle=_oracle(definition),
-                focus=focus,
-            )
-        except ParameterError as exc:
-            raise _fail(definition, str(exc)) from None
-        _pinned(definition, m)
-        return m
+        return self._made(definition, table, _dimensions(definition), _focus(definition, str))
 
     def _domain_encode(self, definition: MetricDefinition, value: object) -> int:
         m: Any = definition.mechanism_instance

@@ -36,8 +36,9 @@ variance along the path from the uniform population, maximized over [0, 1]); pas
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -225,6 +226,36 @@ def choose_table(
     )
 
 
+def _design(
+    kind: str,
+    mechanism: str,
+    oracle: str | Sequence[str],
+    choose: Callable[[], StructuredChoice],
+    designs: tuple[Callable[..., StructuredMechanism], Callable[..., StructuredMechanism]],
+    extras: Mapping[str, Sequence[Any] | None],
+    **domain: Any,
+) -> Any:
+    """The ``mechanism`` named (one of ``kind``'s two designs) built over ``domain``;
+    ``auto`` resolved by ``choose()``. The first design takes one oracle and none of the
+    ``extras`` (the second's own parameters), the second one oracle per view."""
+    names = HIERARCHY_DESIGNS if kind == "hierarchy" else TABLE_DESIGNS
+    name = canonical_name(mechanism)
+    oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
+    if name == "auto":
+        choice = choose()
+        name, oracle_arg = choice.mechanism, tuple(choice.oracle.split(","))
+        oracle_arg = oracle_arg[0] if name == names[0] else oracle_arg
+    given = {key: tuple(value) for key, value in extras.items() if value is not None}
+    if name == names[0] and given:
+        raise ParameterError(f"{' and '.join(extras)} apply to the {names[1]!r} design only")
+    if name in names:
+        extra = given if name == names[1] else {}
+        return designs[names.index(name)](oracle=oracle_arg, **domain, **extra)
+    raise ParameterError(
+        f"a {kind} takes mechanism 'auto', {', '.join(map(repr, names))}; got {mechanism!r}"
+    )
+
+
 def hierarchy(
     leaves: Tree | Sequence[str],
     *,
@@ -243,30 +274,17 @@ def hierarchy(
     the design (see :class:`~ldpkit.mechanisms.hierarchy.LevelSampling`).
     """
     tree = _tree(leaves, separator)
-    name = canonical_name(mechanism)
-    oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
-    if name == "auto":
-        choice = choose_hierarchy(tree, epsilon=epsilon, focus=focus)
-        name = choice.mechanism
-        oracle_arg = tuple(choice.oracle.split(","))
-        if name == "rollup":
-            oracle_arg = oracle_arg[0]
-    if name == "rollup":
-        if levels is not None or weights is not None:
-            raise ParameterError("levels and weights apply to the 'levels' design only")
-        return LeafRollup(epsilon=epsilon, tree=tree, oracle=oracle_arg)
-    if name == "levels":
-        return LevelSampling(
-            epsilon=epsilon,
-            tree=tree,
-            oracle=oracle_arg,
-            levels=None if levels is None else tuple(levels),
-            weights=None if weights is None else tuple(weights),
-        )
-    raise ParameterError(
-        f"a hierarchy takes mechanism 'auto', {', '.join(map(repr, HIERARCHY_DESIGNS))}; "
-        f"got {mechanism!r}"
+    built: HierarchyMechanism = _design(
+        "hierarchy",
+        mechanism,
+        oracle,
+        lambda: choose_hierarchy(tree, epsilon=epsilon, focus=focus),
+        (LeafRollup, LevelSampling),
+        {"levels": levels, "weights": weights},
+        epsilon=epsilon,
+        tree=tree,
     )
+    return built
 
 
 def table(
@@ -285,28 +303,17 @@ def table(
     comparison design build :class:`~ldpkit.mechanisms.table.SplitMarginals` directly.
     """
     tab = _table(dimensions)
-    name = canonical_name(mechanism)
-    oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
-    if name == "auto":
-        choice = choose_table(tab, epsilon=epsilon, focus=focus)
-        name = choice.mechanism
-        oracle_arg = tuple(choice.oracle.split(","))
-        if name == "joint":
-            oracle_arg = oracle_arg[0]
-    if name == "joint":
-        if weights is not None:
-            raise ParameterError("weights apply to the 'joint_marginals' design only")
-        return JointTable(epsilon=epsilon, table=tab, oracle=oracle_arg)
-    if name == "joint_marginals":
-        return JointMarginals(
-            epsilon=epsilon,
-            table=tab,
-            oracle=oracle_arg,
-            weights=None if weights is None else tuple(weights),
-        )
-    raise ParameterError(
-        f"a table takes mechanism 'auto', {', '.join(map(repr, TABLE_DESIGNS))}; got {mechanism!r}"
+    built: TableMechanism = _design(
+        "table",
+        mechanism,
+        oracle,
+        lambda: choose_table(tab, epsilon=epsilon, focus=focus),
+        (JointTable, JointMarginals),
+        {"weights": weights},
+        epsilon=epsilon,
+        table=tab,
     )
+    return built
 
 
 # --- planning ------------------------------------------------------------------------------
