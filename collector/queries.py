@@ -177,17 +177,11 @@ def _items(
         if methods is not None
         else ["}"] * len(cats)
     )
-    if len(cols) == 5:
-        parts = [
-            f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi},'
-            f'"consistent":{k}{t}'
-            for c, e, s, lo, hi, k, t in zip(quoted, *cols, tails, strict=True)
-        ]
-    else:
-        parts = [
-            f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi}{t}'
-            for c, e, s, lo, hi, t in zip(quoted, *cols, tails, strict=True)
-        ]
+    consistent = [f',"consistent":{k}' for k in cols[4]] if len(cols) == 5 else [""] * len(cats)
+    parts = [
+        f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi}{k}{t}'
+        for c, e, s, lo, hi, k, t in zip(quoted, *cols[:4], consistent, tails, strict=True)
+    ]
     return RawJSON("[" + ",".join(parts) + "]")
 
 

@@ -519,7 +519,7 @@ class Analyst:
         reports it holds (a definition change starts a new version: its reports are
         never mixed with the old ones, which stay queryable with ``version=``)."""
         current, definitions = self._versions(metric)
-        path = f"/v1/estimates/{urllib.parse.quote(metric, safe='')}"
+        path = f"/v1/estimates/{_quoted(metric)}"
         return [
             MetricVersion(fp, fp == current, d, int(self._get(path, {"version": fp}).get("n", 0)))
             for fp, d in definitions.items()
@@ -528,9 +528,7 @@ class Analyst:
     def _versions(self, metric: str) -> tuple[str | None, dict[str, MetricDefinition]]:
         """The current fingerprint and every version's definition, rebuilt as served (so
         that each reproduces its fingerprint); kept, as a version never changes."""
-        if not isinstance(metric, str) or not metric:
-            raise ParameterError(f"metric must be a metric name, got {metric!r}")
-        data = self._get(f"/v1/metrics/{urllib.parse.quote(metric, safe='')}/versions")
+        data = self._get(f"/v1/metrics/{_quoted(metric)}/versions")
         definitions = {
             str(v["fingerprint"]): MetricDefinition.from_served(metric, v, str(v["fingerprint"]))
             for v in data.get("versions", [])
@@ -562,8 +560,7 @@ class Analyst:
         a distribution; ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
         strings (see docs/protocol.md, "Metric kinds").
         """
-        if not isinstance(metric, str) or not metric:
-            raise ParameterError(f"metric must be a metric name, got {metric!r}")
+        path = f"/v1/estimates/{_quoted(metric)}"
         level = check_level(level)
         if isinstance(candidates, str):
             raise ParameterError("candidates must be a list of strings, not one string")
@@ -582,7 +579,7 @@ class Analyst:
             "subtree": subtree,
             "candidates": None if candidates is None else ",".join(candidates),
         }
-        data = self._get(f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", params)
+        data = self._get(path, params)
         definition = self._definition(metric, str(data["version"])) if "sums" in data else None
         return EstimateResult.from_json(data, definition)
 
@@ -591,6 +588,13 @@ class Analyst:
         if (metric, fingerprint) not in self._definitions:
             self._versions(metric)
         return self._definitions.get((metric, fingerprint))
+
+
+def _quoted(metric: object) -> str:
+    """A metric's name as a path segment (ParameterError if it is no name)."""
+    if not isinstance(metric, str) or not metric:
+        raise ParameterError(f"metric must be a metric name, got {metric!r}")
+    return urllib.parse.quote(metric, safe="")
 
 
 def _joined(values: object, name: str) -> str | None:
