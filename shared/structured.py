@@ -226,34 +226,44 @@ def choose_table(
     )
 
 
+DESIGNS: dict[str, Callable[..., StructuredMechanism]] = {
+    "rollup": LeafRollup,
+    "levels": LevelSampling,
+    "joint": JointTable,
+    "joint_marginals": JointMarginals,
+}
+
+
 def _design(
-    kind: str,
+    domain: Tree | Table,
     mechanism: str,
     oracle: str | Sequence[str],
-    choose: Callable[[], StructuredChoice],
-    designs: tuple[Callable[..., StructuredMechanism], Callable[..., StructuredMechanism]],
+    focus: Sequence[Any] | None,
     extras: Mapping[str, Sequence[Any] | None],
-    **domain: Any,
+    epsilon: float,
 ) -> Any:
-    """The ``mechanism`` named (one of ``kind``'s two designs) built over ``domain``;
-    ``auto`` resolved by ``choose()``. The first design takes one oracle and none of the
-    ``extras`` (the second's own parameters), the second one oracle per view."""
-    names = HIERARCHY_DESIGNS if kind == "hierarchy" else TABLE_DESIGNS
+    """The design ``mechanism`` names over a tree or a table, ``auto`` resolved by
+    :func:`choose_hierarchy` or :func:`choose_table`. A kind's first design takes one
+    oracle and none of the ``extras`` (the second's own parameters), the second one oracle
+    per view."""
+    tree = isinstance(domain, Tree)
+    kind, names = ("hierarchy", HIERARCHY_DESIGNS) if tree else ("table", TABLE_DESIGNS)
     name = canonical_name(mechanism)
     oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
     if name == "auto":
-        choice = choose()
+        choose: Callable[..., StructuredChoice] = choose_hierarchy if tree else choose_table
+        choice = choose(domain, epsilon=epsilon, focus=focus)
         name, oracle_arg = choice.mechanism, tuple(choice.oracle.split(","))
         oracle_arg = oracle_arg[0] if name == names[0] else oracle_arg
     given = {key: tuple(value) for key, value in extras.items() if value is not None}
     if name == names[0] and given:
         raise ParameterError(f"{' and '.join(extras)} apply to the {names[1]!r} design only")
-    if name in names:
-        extra = given if name == names[1] else {}
-        return designs[names.index(name)](oracle=oracle_arg, **domain, **extra)
-    raise ParameterError(
-        f"a {kind} takes mechanism 'auto', {', '.join(map(repr, names))}; got {mechanism!r}"
-    )
+    if name not in names:
+        raise ParameterError(
+            f"a {kind} takes mechanism 'auto', {', '.join(map(repr, names))}; got {mechanism!r}"
+        )
+    where = {"tree" if tree else "table": domain}
+    return DESIGNS[name](epsilon=epsilon, oracle=oracle_arg, **where, **given)
 
 
 def hierarchy(
@@ -274,16 +284,8 @@ def hierarchy(
     the design (see :class:`~ldpkit.mechanisms.hierarchy.LevelSampling`).
     """
     tree = _tree(leaves, separator)
-    built: HierarchyMechanism = _design(
-        "hierarchy",
-        mechanism,
-        oracle,
-        lambda: choose_hierarchy(tree, epsilon=epsilon, focus=focus),
-        (LeafRollup, LevelSampling),
-        {"levels": levels, "weights": weights},
-        epsilon=epsilon,
-        tree=tree,
-    )
+    extras = {"levels": levels, "weights": weights}
+    built: HierarchyMechanism = _design(tree, mechanism, oracle, focus, extras, epsilon)
     return built
 
 
@@ -303,16 +305,7 @@ def table(
     comparison design build :class:`~ldpkit.mechanisms.table.SplitMarginals` directly.
     """
     tab = _table(dimensions)
-    built: TableMechanism = _design(
-        "table",
-        mechanism,
-        oracle,
-        lambda: choose_table(tab, epsilon=epsilon, focus=focus),
-        (JointTable, JointMarginals),
-        {"weights": weights},
-        epsilon=epsilon,
-        table=tab,
-    )
+    built: TableMechanism = _design(tab, mechanism, oracle, focus, {"weights": weights}, epsilon)
     return built
 
 

@@ -419,12 +419,9 @@ def _same(rebuilt: Any, served: Any) -> None:
         assert rebuilt == served
 
 
+@pytest.mark.usefixtures("minutes", "regions", "cars", "terms")  # each kind's reports
 def test_the_analyst_rebuilds_each_kinds_core_estimate_from_the_served_sums(
     live: LiveCollector,
-    minutes: np.ndarray,
-    regions: list[str],
-    cars: list[dict[str, str]],
-    terms: list[str],
 ) -> None:
     """One estimate shape: every kind but strings carries ``sums``, and the core's estimate
     rebuilt from them answers what the collector served."""
