@@ -9,8 +9,8 @@ Every layer reaches a kind through :func:`kind_spec` and the same few questions:
   string), refused on the device with a clear ParameterError;
 - ``value_key(encoded)``: fixed bytes naming an encoded value (the client's memo key);
 - ``parse_options(query)``: the kind's own query parameters of ``GET /v1/estimates``;
-- ``answer(definition, aggregate, question)``: the kind's fields of
-  that answer, from the mechanism's estimate (its result object's ``to_dict``);
+- ``answer(definition, aggregate, question)``: the kind's fields of that answer, from
+  ``estimate(definition, aggregate)`` (the mechanism's result object) by ``fields``;
 - ``answer_items(definition, options)``: how many items the answer holds.
 
 The collector keeps only each mechanism's sufficient statistics (``Aggregate``), so the
@@ -117,9 +117,22 @@ class KindSpec:
     def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
         return {}
 
+    def estimate(self, definition: MetricDefinition, aggregate: Aggregate) -> Any:
+        """The mechanism's estimate of ``aggregate`` (its result object)."""
+        mechanism: Any = definition.mechanism_instance
+        return mechanism.estimate(aggregate)
+
     def answer(
         self, definition: MetricDefinition, aggregate: Aggregate, q: Question
     ) -> dict[str, Any]:
+        """The kind's fields of the answer (``interval`` None when it holds no report)."""
+        data = self.fields(definition, self.estimate(definition, aggregate), q)
+        if not data["n"]:
+            data["interval"] = None
+        return data
+
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
+        """The answer's fields from ``estimate`` (its result object's ``to_dict``)."""
         raise NotImplementedError
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
@@ -342,17 +355,13 @@ class Distribution(Numeric):
             out["range_"] = (pair[0], pair[1])
         return out
 
-    def answer(
-        self, definition: MetricDefinition, aggregate: Aggregate, q: Question
-    ) -> dict[str, Any]:
-        mechanism: Any = definition.mechanism_instance
-        estimate = mechanism.estimate(aggregate)
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
         try:
             data: dict[str, Any] = estimate.to_dict(q.level, **q.options)
         except ParameterError as exc:
             param = _param_of(str(exc), ("edges", "bins", "range", "q"))
             raise QueryError("quantiles" if param == "q" else param, str(exc)) from None
-        data["interval"] = data["methods"]["items"] if data["n"] else None
+        data["interval"] = data["methods"]["items"]
         return data
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
@@ -508,11 +517,7 @@ class Hierarchy(_Structured):
             out["subtree"] = query["subtree"]
         return out
 
-    def answer(
-        self, definition: MetricDefinition, aggregate: Aggregate, q: Question
-    ) -> dict[str, Any]:
-        m: Any = definition.mechanism_instance
-        estimate = m.estimate(aggregate)
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
         depth = q.options.get("depth")
         try:
             if "subtree" in q.options:
@@ -531,8 +536,6 @@ class Hierarchy(_Structured):
                 data = estimate.to_dict(depth, q.level, consistent=q.consistent)
         except ParameterError as exc:
             raise QueryError("subtree" if "subtree" in q.options else "depth", str(exc)) from None
-        if not data["n"]:
-            data["interval"] = None
         return dict(data)
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
@@ -589,14 +592,9 @@ class TableKind(_Structured):
         m: Any = definition.mechanism_instance
         return int(m.table.index(value))
 
-    def answer(
-        self, definition: MetricDefinition, aggregate: Aggregate, q: Question
-    ) -> dict[str, Any]:
-        m: Any = definition.mechanism_instance
-        data: dict[str, Any] = m.estimate(aggregate).to_dict(q.level, consistent=q.consistent)
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
+        data: dict[str, Any] = estimate.to_dict(q.level, consistent=q.consistent)
         data["dimensions"] = [[n, list(c)] for n, c in definition.dimensions or ()]
-        if not data["n"]:
-            data["interval"] = None
         return data
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
@@ -665,7 +663,7 @@ class Strings(KindSpec):
             raise QueryError("candidates", f"at most {MAX_QUERY_NUMBERS} strings")
         return {"candidates": names}
 
-    def decoded(self, definition: MetricDefinition, aggregate: Aggregate) -> Any:
+    def estimate(self, definition: MetricDefinition, aggregate: Aggregate) -> Any:
         """The mechanism's answer for ``aggregate``, decoded once per distinct aggregate
         of a metric version (keyed by the fingerprint, n and a digest of the sums)."""
         key = (
@@ -687,16 +685,12 @@ class Strings(KindSpec):
                 cache.popitem(last=False)
         return result
 
-    def answer(
-        self, definition: MetricDefinition, aggregate: Aggregate, q: Question
-    ) -> dict[str, Any]:
-        found = self.decoded(definition, aggregate)
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
         try:
-            data: dict[str, Any] = found.to_dict(q.options.get("candidates"), q.level)
+            data: dict[str, Any] = estimate.to_dict(q.options.get("candidates"), q.level)
         except ParameterError as exc:
             raise QueryError("candidates", str(exc)) from None
-        data["interval"] = data.pop("interval_method") if data["n"] else None
-        data.pop("interval_method", None)
+        data["interval"] = data.pop("interval_method")
         return data
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
