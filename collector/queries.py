@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._json import finite_or_none
 from .._validation import check_level
 from ..aggregate import Aggregate
 from ..errors import ParameterError
@@ -126,10 +127,6 @@ def with_options(definition: MetricDefinition, q: EstimateQuery) -> EstimateQuer
     return replace(q, options=checked_options(definition, q.raw_options))
 
 
-def _num(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
 class RawJSON(str):
     """Text that is already JSON (spliced into the answer as is)."""
 
@@ -210,11 +207,11 @@ def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> d
             "n": estimate.n,
             "sums": sums,
             "interval": estimate.interval_method(q.level) if estimate.n else None,
-            "mean": _num(estimate.mean),
-            "clamped_mean": _num(estimate.clamped_mean),
-            "stderr": _num(estimate.stderr),
-            "low": _num(float(low)),
-            "high": _num(float(high)),
+            "mean": finite_or_none(estimate.mean),
+            "clamped_mean": finite_or_none(estimate.clamped_mean),
+            "stderr": finite_or_none(estimate.stderr),
+            "low": finite_or_none(float(low)),
+            "high": finite_or_none(float(high)),
         }
     assert isinstance(estimate, FrequencyEstimate)
     assert definition.categories is not None
