@@ -18,7 +18,7 @@ import io
 import json
 import os
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -359,17 +359,22 @@ class EstimateResult(ServedEstimate):
                 self.kind, set()
             )
         text = [{k: _cell(k, v) for k, v in r.items() if k not in hidden} for r in rows]
-        columns = [c for c in rows[0] if c not in hidden]
-        widths = {c: max(len(c), *(len(t[c]) for t in text)) for c in columns}
-        left = {"bucket", "category", *(name for name, _ in self.dimensions)}
+        return aligned_lines(text, left={"bucket", "category", *(n for n, _ in self.dimensions)})
 
-        def line(cells: dict[str, str]) -> str:
-            return "  ".join(
-                cells[c].ljust(widths[c]) if c in left else cells[c].rjust(widths[c])
-                for c in columns
-            ).rstrip()
 
-        return [line({c: c for c in columns}), *(line(t) for t in text)]
+def aligned_lines(rows: list[dict[str, str]], left: Container[str] | None = None) -> list[str]:
+    """A header row and the rows in columns; the ``left`` columns (all if None) are
+    left-aligned, the others (numbers) right-aligned."""
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+
+    def line(cells: dict[str, str]) -> str:
+        return "  ".join(
+            cells[c].ljust(widths[c]) if left is None or c in left else cells[c].rjust(widths[c])
+            for c in columns
+        ).rstrip()
+
+    return [line({c: c for c in columns}), *(line(r) for r in rows)]
 
 
 def _cell(key: str, value: Any) -> str:
