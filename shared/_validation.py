@@ -99,6 +99,13 @@ def check_seconds(value: object, name: str, *, zero: bool = False) -> float:
     return seconds
 
 
+def check_positive(value: object, name: str) -> float:
+    """A finite number > 0 (an int or a float, not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ParameterError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
 def check_count(n: object, name: str = "n") -> int:
     if isinstance(n, bool) or not isinstance(n, Integral) or int(n) < 1:
         raise ParameterError(f"{name} must be a positive integer, got {shown(n)}")

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._validation import check_count, check_epsilon, check_level
+from ._validation import check_count, check_epsilon, check_level, check_positive
 from .domains import Table, Tree
 from .errors import ParameterError
 from .estimates import normal_quantile
@@ -434,8 +434,7 @@ def required_n_structured(
 ) -> StructuredPlan:
     """The smallest n whose expected half-width is at most ``half_width`` at every target
     in ``targets`` (default: all); the plan at that n, for every target."""
-    if not (isinstance(half_width, int | float) and math.isfinite(half_width) and half_width > 0):
-        raise ParameterError(f"half_width must be a finite number > 0, got {half_width!r}")
+    half_width = check_positive(half_width, "half_width")
     level = check_level(level)
     z = normal_quantile(level)
     per_target = _per_user_variances(m, fractions)
