@@ -19,7 +19,7 @@ import json
 import os
 import urllib.parse
 from collections.abc import Container, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -426,18 +426,13 @@ def _item(data: dict[str, Any]) -> ItemEstimate:
         label = f"[{data['lower']:g}, {data['upper']:g})"
     else:
         label = ""
+    # Every other field is the answer's field of the same name, if given.
+    named = [f.name for f in fields(ItemEstimate) if f.name not in ("category", "cell")]
+    served = {name: data.get(name) for name in named}
     return ItemEstimate(
         category=label,
-        estimate=data.get("estimate"),
-        stderr=data.get("stderr"),
-        low=data.get("low"),
-        high=data.get("high"),
-        consistent=data.get("consistent"),
-        interval=data.get("interval"),
-        lower=data.get("lower"),
-        upper=data.get("upper"),
         cell={str(k): str(v) for k, v in cell.items()} if isinstance(cell, dict) else None,
-        hex=data.get("hex"),
+        **served,
     )
 
 
