@@ -232,8 +232,23 @@ class LocalGaussian(GridMechanism):
 
     # --- sampling ----------------------------------------------------------------------
     def noise(self, rng: np.random.Generator, n: int) -> IntArray:
-        """n exact draws of the discrete Gaussian Z (see the class doc), in rounds."""
-        return discrete_gaussian(rng, self.laplace_scale, self.sigma2_over_t, n)
+        """n exact draws of the discrete Gaussian Z (see the class doc): vectorised in
+        rounds over the draws; a few draws by the portable rule (numpy's rounds cost
+        more than they save there)."""
+        t, m = self.laplace_scale, self.sigma2_over_t
+        if n > _FEW:
+            return discrete_gaussian(rng, t, m, n)
+        from .. import portable  # here: portable imports the mechanisms
+
+        block = rng.integers(0, 1 << 32, size=64 * n, dtype=np.uint64).tolist()
+
+        def word() -> int:
+            if not block:
+                block.extend(rng.integers(0, 1 << 32, size=64, dtype=np.uint64).tolist())
+            return int(block.pop())
+
+        words = portable.Words(word)
+        return np.array([portable.discrete_gaussian(t, m, words) for _ in range(n)], np.int64)
 
     def grid_noise_variance(self) -> float:
         return self._noise_variance
@@ -264,6 +279,8 @@ def exact_noise_parameter(s: float) -> tuple[int, int]:
 
 # --- the exact sampler, vectorised over reports (rounds, not a loop per report) ----------
 _INT64_SAFE = 1 << 62
+_FEW = 8
+"""Up to this many draws at once, the one-report rule is faster than vectorised rounds."""
 
 
 def _below(rng: np.random.Generator, n: int | IntArray, size: int) -> Any:
@@ -299,19 +316,42 @@ def _bernoulli(rng: np.random.Generator, x: Any, q: int | IntArray) -> BoolArray
 
 def _exp_bernoulli(rng: np.random.Generator, x: Any, q: int) -> BoolArray:
     """Coins of probability ``exp(-x / q)`` for ``0 <= x <= q`` (CKS Algorithm 1): k counts
-    up while ``Bernoulli(x / q) and Bernoulli(1 / k)``; true when k ends odd."""
+    up while ``Bernoulli(x / (q k))`` succeeds; true when k ends odd. (The portable rule
+    draws that coin as ``Bernoulli(x / q)`` and ``Bernoulli(1 / k)``: the same law.)"""
     k = np.ones(len(x), dtype=np.int64)
     active = np.arange(len(x))
     while active.size:
-        go = active[_bernoulli(rng, x[active], q)]
-        go = go[_bernoulli(rng, np.ones(go.size, dtype=np.int64), k[go])]
+        kk = k[active]
+        if q * int(kk.max()) <= _INT64_SAFE:
+            go = active[_bernoulli(rng, x[active], q * kk)]
+        else:
+            go = active[_bernoulli(rng, x[active], q)]
+            go = go[_bernoulli(rng, np.ones(go.size, dtype=np.int64), k[go])]
         k[go] += 1
         active = go
     return np.asarray(k % 2 == 1)
 
 
+_FACTORIAL_STEPS = 20
+_FACTORIAL = math.factorial(_FACTORIAL_STEPS)  # below 2**62
+_FACTORIAL_CUTS = np.array(
+    [_FACTORIAL // math.factorial(j) for j in range(_FACTORIAL_STEPS, 0, -1)], dtype=np.int64
+)
+"""``N! / j!`` for j = N .. 1 (increasing): ``Pr[k > j] = 1 / j!`` in the e^-1 coin."""
+
+
 def _exp_minus_one(rng: np.random.Generator, size: int) -> BoolArray:
-    return _exp_bernoulli(rng, np.ones(size, dtype=np.int64), 1)
+    """Coins of probability ``e^-1``: Algorithm 1 at x = q, whose count k has
+    ``Pr[k > j] = 1 / j!`` exactly, read off one uniform integer below ``N!`` (k > j iff
+    it is below ``N! / j!``) for j <= N = 20; the rare rest goes on coin by coin."""
+    u = rng.integers(0, _FACTORIAL, size=size)
+    k = 1 + (_FACTORIAL_CUTS.size - np.searchsorted(_FACTORIAL_CUTS, u, side="right"))
+    tail = np.flatnonzero(k > _FACTORIAL_STEPS)  # u = 0: k > N, continue from there
+    while tail.size:
+        go = tail[rng.integers(0, k[tail]) == 0]
+        k[go] += 1
+        tail = go
+    return np.asarray(k % 2 == 1)
 
 
 def discrete_laplace(rng: np.random.Generator, t: int, n: int) -> IntArray:
