@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -148,8 +148,9 @@ class _Level:
         """Cell index (row offset + bucket) of each key in every row: (n, R)."""
         return self._flat(self.m.accumulators(self.sketch, key_words(keys)))
 
-    def children_flat(self, parents: KeyArray, position: int) -> IntArray:
-        """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally.
+    def children_flat(self, parents: KeyArray, position: int, others: KeyArray) -> IntArray:
+        """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally,
+        followed by :meth:`flat` of ``others`` (in one array: no copy of the children's).
 
         A child differs from its parent (zero there) only in byte ``position``, so its
         accumulator is the parent's plus ``a_i (byte << 8 (position mod 4))`` for the word
@@ -159,13 +160,22 @@ class _Level:
         a, _ = m.sketch_keys(self.sketch)
         parent = m.accumulators(self.sketch, key_words(parents))
         shifted = (np.arange(256, dtype=np.uint64) << np.uint64(8 * (position % 4)))[:, None]
+        n_children = parent.shape[0] * 256
+        acc = np.empty((n_children + len(others), self.rows), dtype=np.uint64)
         with np.errstate(over="ignore"):
             step = shifted * a[None, :, position // 4]
-            acc = (parent[:, None, :] + step[None, :, :]).reshape(-1, self.rows)
+            np.add(
+                parent[:, None, :],
+                step[None, :, :],
+                out=acc[:n_children].reshape(parent.shape[0], 256, self.rows),
+            )
+        acc[n_children:] = m.accumulators(self.sketch, key_words(others))
         return self._flat(acc)
 
     def support(self, counts: FloatArray, flat: IntArray) -> FloatArray:
-        out: FloatArray = np.take(counts.reshape(-1), flat).sum(axis=1)
+        # einsum sums a row about 2.5x faster than ndarray.sum (no pairwise blocking);
+        # the rows are short (R terms), so the rounding is as good.
+        out: FloatArray = np.einsum("ij->i", np.take(counts.reshape(-1), flat))
         return out
 
     def debias(self, support: FloatArray) -> FloatArray:
@@ -347,14 +357,21 @@ def _decoys(m: PrefixSketch, sketch: int) -> KeyArray:
 
     Only their first word is nonzero (a length byte above max_length, three random
     bytes), which makes them cheap to hash; the family is strongly universal, so their
-    buckets are as random as any key's.
+    buckets are as random as any key's. They depend only on public parameters, so they
+    are drawn once per (seed, max_length, sketch) and reused (read-only).
     """
-    rng = np.random.Generator(np.random.Philox(key=[m.seed & (2**64 - 1), 0x5EED + sketch]))
+    return _decoy_keys(m.seed, m.max_length, sketch)
+
+
+@lru_cache(maxsize=256)
+def _decoy_keys(seed: int, max_length: int, sketch: int) -> KeyArray:
+    rng = np.random.Generator(np.random.Philox(key=[seed & (2**64 - 1), 0x5EED + sketch]))
     low = np.unique(rng.integers(0, 1 << 24, size=2 * DECOYS))[:DECOYS]  # distinct
-    keys = np.zeros((DECOYS, m.max_length + 1), dtype=np.uint8)
-    keys[:, 0] = rng.integers(m.max_length + 1, 256, size=DECOYS, dtype=np.uint8)
-    for i in range(1, min(4, m.max_length + 1)):
+    keys = np.zeros((DECOYS, max_length + 1), dtype=np.uint8)
+    keys[:, 0] = rng.integers(max_length + 1, 256, size=DECOYS, dtype=np.uint8)
+    for i in range(1, min(4, max_length + 1)):
         keys[:, i] = (low >> (8 * (i - 1))) & 0xFF
+    keys.flags.writeable = False
     return keys
 
 
@@ -488,16 +505,18 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
         child_keys: Callable[[IntArray], KeyArray]
         if t == 1:
             first = _first_level_keys(m.max_length)
-            flat_children = level.flat(first)
             child_length = first[:, 0]
             child_keys = partial(_take_rows, first)
         else:
-            flat_children = level.children_flat(beam, t)
             child_length = np.repeat(beam[:, 0], 256)
             child_keys = partial(_take_children, beam, t)
-
-        n_children = flat_children.shape[0]
         old_keys = finished.keys
+        if t == 1:
+            n_children = len(first)
+            flat = level.flat(np.concatenate([first, old_keys]))
+        else:
+            n_children = len(beam) * 256
+            flat = level.children_flat(beam, t, old_keys)
 
         def take(
             index: IntArray,
@@ -511,7 +530,6 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
             out[~young] = old_keys[index[~young] - n_children]
             return out
 
-        flat = np.concatenate([flat_children, level.flat(old_keys)])
         est = level.evaluate(flat, take)
         var = level.null_var
         sd = math.sqrt(var)

@@ -218,6 +218,36 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
         raise ReportError(
             f"string values must be str or bytes, got an array of dtype {array.dtype}"
         )
+    encoded = _encoded(array)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+    _check_lengths(lengths, max_length, array)
+    keys = np.zeros((n, width), dtype=np.uint8)
+    keys[:, 0] = lengths
+    if n:
+        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        # byte j of value i goes to keys[i, 1 + j]: its offset in the joined bytes is
+        # starts[i] + j, so the flat index in keys is that plus (i width + 1 - starts[i])
+        starts = np.cumsum(lengths) - lengths
+        shift = np.arange(n, dtype=np.int64) * width + 1 - starts
+        keys.reshape(-1)[np.arange(flat.size) + np.repeat(shift, lengths)] = flat
+    return keys, array
+
+
+def _encoded(array: npt.NDArray[Any]) -> list[bytes]:
+    """The bytes of each value of an object array (str as UTF-8), or a ReportError.
+
+    All-bytes and all-str arrays (the usual batch) are converted by C-level ``map``;
+    anything else, or a str that is not valid Unicode, goes value by value, which also
+    names the offending index.
+    """
+    kinds = set(map(type, array))
+    if kinds <= {bytes}:
+        return list(array)
+    if kinds <= {str}:
+        try:
+            return list(map(str.encode, array))
+        except UnicodeEncodeError:
+            pass  # the loop below names the value
     encoded: list[bytes] = []
     for i, v in enumerate(array):
         if isinstance(v, str):
@@ -229,17 +259,7 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
             encoded.append(bytes(v))
         else:
             raise ReportError(f"value {v!r} at index {i} is not a string (str or bytes)")
-    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=n)
-    _check_lengths(lengths, max_length, array)
-    keys = np.zeros((n, width), dtype=np.uint8)
-    keys[:, 0] = lengths
-    if n:
-        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        rows = np.repeat(np.arange(n), lengths)
-        starts = np.cumsum(lengths) - lengths
-        cols = np.arange(flat.size) - np.repeat(starts, lengths) + 1
-        keys[rows, cols] = flat
-    return keys, array
+    return encoded
 
 
 def _check_lengths(lengths: npt.NDArray[np.int64], max_length: int, values: Any) -> None:

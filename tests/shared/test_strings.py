@@ -72,6 +72,11 @@ def test_keys_hold_length_then_bytes() -> None:
     ]
     same, _ = encode_strings(np.array(["ab", "é"]), 3)
     assert same.tolist() == [keys[0].tolist(), keys[3].tolist()]
+    # All-str and all-bytes batches take a faster path: the same keys as value by value.
+    texts, _ = encode_strings(["ab", "", "é"], 3)
+    assert texts.tolist() == [keys[0].tolist(), keys[2].tolist(), keys[3].tolist()]
+    raw, _ = encode_strings([b"\xff", b"a\x00", b"ab"], 3)
+    assert raw.tolist() == [keys[1].tolist(), keys[4].tolist(), keys[0].tolist()]
 
 
 def test_too_long_strings_are_refused_in_bytes() -> None:
