@@ -169,8 +169,9 @@ class HeavyHitters:
     Attributes
     ----------
     mechanism, epsilon, n, k, max_length : what produced the answer.
-    items : the strings found (at most k), by decreasing estimate. Their estimates come
-        from the estimation sketch, whose devices took no part in finding them.
+    items : the strings found and confirmed above ``threshold`` by the estimation sketch
+        (Benjamini-Hochberg at 10%; at most k), by decreasing estimate. Their estimates
+        come from the estimation sketch, whose devices took no part in finding them.
     threshold : a string less frequent than this is found with probability below 1/2,
         whatever its length (nothing below it can be found at this epsilon and n). An
         empty ``items`` means no string stood out above the noise, not that none is

@@ -23,7 +23,9 @@ clear ``Z_PREFILTER`` at their own level are followed through every later level,
 their inverse-variance pooled estimate must clear a Bonferroni cutoff over the complete
 strings a null walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds
 are expected in an answer. The estimation sketch then removes the found strings'
-collisions (the same solve) and estimates them and any named string.
+collisions (the same solve) and estimates them and any named string. The answer lists
+the first k found strings (in the walk's order) that the estimation sketch confirms
+above the threshold, by :func:`above_threshold`.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ..heavy_hitters import (
 from .strings import (
     DECOYS,
     FALSE_FIND_RATE,
+    LIST_FDR,
     MAX_HEAVY,
     Z_HEAVY,
     Z_KEEP,
@@ -64,6 +67,7 @@ if TYPE_CHECKING:
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 KeyArray = npt.NDArray[np.uint8]
+BoolArray = npt.NDArray[np.bool_]
 
 LEVEL = 0.95
 """Confidence level of the items' intervals in an answer."""
@@ -570,27 +574,36 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     alpha = FALSE_FIND_RATE / model_tests(m)
     selected = np.flatnonzero(fin.p_values() <= alpha) if len(fin.keys) else np.zeros(0, np.int64)
     selected = selected[np.argsort(-pooled[selected], kind="stable")]
-    top = selected[: m.k]
     heavy = selected[:MAX_HEAVY]
+    thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
+    threshold = min(thresholds)
 
     estimation = levels[0]
     n_e = estimation.n
     keys = fin.keys
     est_all = estimation.evaluate(estimation.flat(keys), lambda i: keys[i], heavy=heavy)
     model = variance_model(m, estimation, agg.n)
-    top_est = est_all[top] if len(top) else np.zeros(0)
-    order = np.argsort(-top_est, kind="stable")
-    top, top_est = top[order], top_est[order]
     position = {int(h): j for j, h in enumerate(heavy)}
-    own = np.array([position.get(int(i), -1) for i in top], dtype=np.int64)
-    extra = estimation.collision_var(estimation.flat(fin.keys[top]), own) if len(top) else own
-    low, high = model.interval(top_est, LEVEL, extra)
-    se = model.stderr(top_est, extra)
-    items = tuple(
-        StringEstimate(_key_bytes(fin.keys[i]), float(e), float(s), float(lo), float(hi))
-        for i, e, s, lo, hi in zip(top, top_est, se, low, high, strict=True)
+    own = np.array([position.get(int(i), -1) for i in selected], dtype=np.int64)
+    sel_est = est_all[selected]
+    extra = (
+        estimation.collision_var(estimation.flat(keys[selected]), own)
+        if len(selected)
+        else np.zeros(0)
     )
-    thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
+    # The listing rule (docs/statistics.md, "Which found strings are listed"): the first
+    # k found strings, in the walk's order, that the estimation sketch (devices that took
+    # no part in finding them) confirms above the threshold.
+    kept = np.flatnonzero(above_threshold(sel_est, model.stderr(threshold, extra), threshold))
+    kept = kept[: m.k]  # positions in ``selected``
+    kept = kept[np.argsort(-sel_est[kept], kind="stable")]  # by decreasing estimate
+    listed, top_est, top_extra = selected[kept], sel_est[kept], extra[kept]
+    low, high = model.interval(top_est, LEVEL, top_extra)
+    se = model.stderr(top_est, top_extra)
+    items = tuple(
+        StringEstimate(_key_bytes(keys[i]), float(e), float(s), float(lo), float(hi))
+        for i, e, s, lo, hi in zip(listed, top_est, se, low, high, strict=True)
+    )
 
     def estimate_values(values: Sequence[bytes]) -> tuple[FloatArray, FloatArray]:
         keys, _ = encode_strings(np.array(list(values), dtype=object), m.max_length)
@@ -603,13 +616,40 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
         k=m.k,
         max_length=m.max_length,
         items=items,
-        threshold=min(thresholds),
+        threshold=threshold,
         thresholds=thresholds,
         level=LEVEL,
         n_estimation=int(n_e),
         variance_model=model,
         _estimate_keys=estimate_values if n_e > 0 else None,
     )
+
+
+def above_threshold(estimate: FloatArray, null_sd: FloatArray, threshold: float) -> BoolArray:
+    """Which found strings the data show to be above ``threshold``: Benjamini-Hochberg.
+
+    Each string tests ``f <= threshold`` one-sidedly, ``z = (estimate - threshold) /
+    null_sd`` with the standard error at the threshold (as a score test); the strings
+    rejected at false discovery rate ``LIST_FDR`` are kept: among those kept, the expected
+    share whose frequency is at or below the threshold is at most ``LIST_FDR``. NaN
+    estimates (no estimation data) are never kept.
+    """
+    size = len(estimate)
+    keep = np.zeros(size, dtype=bool)
+    if size == 0:
+        return keep
+    p_values = np.ones(size)
+    for i in range(size):  # a few hundred found strings at most
+        e, sd = float(estimate[i]), float(null_sd[i])
+        if math.isfinite(e) and sd > 0:
+            p_values[i] = 0.5 * math.erfc((e - threshold) / (sd * math.sqrt(2.0)))
+        elif math.isfinite(e) and e > threshold:
+            p_values[i] = 0.0
+    order = np.argsort(p_values, kind="stable")
+    passing = np.flatnonzero(p_values[order] <= LIST_FDR * np.arange(1, size + 1) / size)
+    if passing.size:
+        keep[order[: passing[-1] + 1]] = True
+    return keep
 
 
 def variance_model(m: PrefixSketch, estimation: _Level, n: int) -> VarianceModel:

@@ -20,8 +20,10 @@ sums, whatever n. The collector then walks the prefix tree level by level
 it extends the kept prefixes by every byte, estimates each child from sketch ``t`` and
 keeps the best; a child whose length byte says it is complete is a *finished string*,
 whose later levels (which see the same whole key) are pooled. The finished strings that
-stand out are the answer; their frequencies, and those of any string an analyst names,
+stand out are *found*; their frequencies, and those of any string an analyst names,
 come from the estimation sketch, which took no part in finding them (no winner's curse).
+A found string is *listed* in the answer when the estimation sketch confirms it above
+the answer's threshold (Benjamini-Hochberg at ``LIST_FDR``; docs/statistics.md).
 
 Collisions of the finite hash family are not re-randomized per user as in OLH: a heavy
 string shifts the count of every string sharing its bucket in a row. The decoder
@@ -152,6 +154,8 @@ Z_PREFILTER = 0.5
 """A complete string must be this many standard errors above 0 to be followed further."""
 FALSE_FIND_RATE = 0.1
 """Expected number of strings no one holds in the answer, at most (Bonferroni)."""
+LIST_FDR = 0.1
+"""False discovery rate of listing a found string as above the threshold (the listing rule)."""
 
 
 def splitmix64(seed: int, count: int) -> npt.NDArray[np.uint64]:
