@@ -429,19 +429,30 @@ class _Finished:
         out: FloatArray = 1.0 / np.sqrt(self.precision)
         return out
 
-    def p_values(self) -> FloatArray:
-        """Null tail probability of each string's pooled support (quasi-Poisson)."""
-        out = np.ones(len(self.keys))
+    def significant(self, alpha: float) -> BoolArray:
+        """Whether each string's pooled support has a null tail probability (quasi-Poisson,
+        :func:`poisson_upper_tail`) of at most ``alpha``.
+
+        The tail ``P(a, x)`` (regularized lower incomplete gamma, ``a`` the count and ``x``
+        the mean) is at least the first term of its series, ``x^a e^-x / Gamma(a + 1)``:
+        when that bound is above ``alpha`` the string is not significant and the series is
+        not summed (most of the walk's complete strings are noise).
+        """
+        out = np.zeros(len(self.keys), dtype=bool)
+        log_alpha = math.log(alpha)
         for i in range(len(self.keys)):
             mean, var = float(self.null_mean[i]), float(self.null_var[i])
             if mean > 0 and self.excess[i] <= 2.0 * math.sqrt(var):
                 continue  # within 2 null sds: p > 0.02 (a Poisson right tail is no lighter)
             if mean <= 0 or var <= 0:
-                out[i] = 0.0 if self.excess[i] > 0 else 1.0
+                out[i] = self.excess[i] > 0  # p = 0 (or 1 when there is no excess)
                 continue
             dispersion = var / mean
             count = (mean + float(self.excess[i])) / dispersion
-            out[i] = poisson_upper_tail(count, mean / dispersion)
+            x = mean / dispersion
+            if count * math.log(x) - x - math.lgamma(count + 1.0) > log_alpha:
+                continue
+            out[i] = poisson_upper_tail(count, x) <= alpha
         return out
 
 
@@ -572,7 +583,7 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     fin = found.finished
     pooled = fin.estimate
     alpha = FALSE_FIND_RATE / model_tests(m)
-    selected = np.flatnonzero(fin.p_values() <= alpha) if len(fin.keys) else np.zeros(0, np.int64)
+    selected = np.flatnonzero(fin.significant(alpha)) if len(fin.keys) else np.zeros(0, np.int64)
     selected = selected[np.argsort(-pooled[selected], kind="stable")]
     heavy = selected[:MAX_HEAVY]
     thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
