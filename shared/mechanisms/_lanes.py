@@ -253,15 +253,26 @@ def _cdf_numerators(trials: int, numerator: int) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=16)
-@functools.lru_cache(maxsize=16)
 def _prefix_list(trials: int, numerator: int) -> list[int]:
     return [int(v) for v in cdf_prefixes(trials, numerator)]
 
 
 def cdf_prefixes(trials: int, numerator: int) -> U64:
     """The first 64 bits of each ``F(k)``: ``floor(2**64 F(k))``, k = 0 .. trials - 1."""
+    return _count_tables(trials, numerator)[0]
+
+
+@functools.lru_cache(maxsize=16)
+def _count_tables(trials: int, numerator: int) -> tuple[U64, I64, npt.NDArray[np.bool_]]:
+    """:func:`cdf_prefixes` (read-only), and for each value of a word's top 16 bits the
+    number of prefixes below that range and whether none falls inside it (then every word
+    in the range has that many prefixes below it: no search needed)."""
     shift = 64 * trials - 64
-    return np.array([f >> shift for f in _cdf_numerators(trials, numerator)], dtype=np.uint64)
+    prefixes = np.array([f >> shift for f in _cdf_numerators(trials, numerator)], np.uint64)
+    prefixes.flags.writeable = False
+    below = np.searchsorted(prefixes, np.arange(1 << 16, dtype=np.uint64) << np.uint64(48))
+    settled = below == np.append(below[1:], trials)
+    return prefixes, below.astype(np.int64), settled
 
 
 def block_binomials(words: WordSource, rows: int, block_sizes: I64, numerator: int) -> I64:
@@ -279,9 +290,13 @@ def block_binomials(words: WordSource, rows: int, block_sizes: I64, numerator: i
     tied = np.zeros((rows, blocks), dtype=np.bool_)
     for size in np.unique(block_sizes).tolist():
         cols = np.flatnonzero(block_sizes == size)
-        prefixes = cdf_prefixes(size, numerator)
+        prefixes, below, settled = _count_tables(size, numerator)
         sub = u[:, cols]
-        found = np.searchsorted(prefixes, sub, side="left")  # prefixes below u: F(k) <= U
+        top = (sub >> np.uint64(48)).astype(np.intp)
+        found = below[top]  # prefixes below u: F(k) <= U (a table lookup, mostly)
+        search = ~settled[top]
+        if search.any():
+            found[search] = np.searchsorted(prefixes, sub[search], side="left")
         k[:, cols] = found
         tied[:, cols] = (found < size) & (prefixes[np.minimum(found, size - 1)] == sub)
     for i, j in zip(*np.nonzero(tied), strict=True):
@@ -336,11 +351,14 @@ def sparse_lanes(words: WordSource, rows: int, lanes: int, numerator: int, block
     first = True
     while pending.size:
         need = counts[pending]
-        owner = np.repeat(pending, need)
-        offset, bit = _candidate_bits(words, sizes, owner % blocks if ragged else owner)
+        owner = np.repeat(pending.astype(np.int32), need)  # (int32: less memory traffic)
+        lane, valid = _candidate_lanes(words, sizes, owner % blocks if ragged else owner)
+        bit = np.left_shift(_ones(owner.size), lane & 63)
+        if valid is not None:
+            bit *= valid
         # Distinct bits add like OR; a repeat carries and a void adds nothing, so a block
         # holds K set lanes iff its K draws were valid and distinct.
-        np.add.at(flat, owner * unit_width + offset, bit)
+        np.add.at(flat, owner * np.int32(unit_width) + (lane >> 6).astype(np.int32), bit)
         if first:  # every block drew: count them all without gathering
             pending = np.flatnonzero(np.bitwise_count(packed).sum(axis=1) != counts)
             first = False
@@ -447,7 +465,7 @@ def value_bits(sizes: I64) -> int:
     return 16 if not sizes.size or int(sizes.max()) <= SMALL_BLOCK else 32
 
 
-def _candidate_lanes(words: WordSource, sizes: I64, owner: I64) -> tuple[Any, Any]:
+def _candidate_lanes(words: WordSource, sizes: I64, owner: Any) -> tuple[Any, Any]:
     """One uniform candidate lane for each entry of ``owner`` (a unit, ``sizes[owner]`` lanes).
 
     Draws ``owner.size`` values of :func:`value_bits` bits (lowest bits of each word first,

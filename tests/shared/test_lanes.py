@@ -459,6 +459,21 @@ def test_block_binomials_break_ties_exactly() -> None:
     assert int(binomial_counts(stream, trials, numerator, 1)[0]) == k + 1
 
 
+def test_block_binomials_lookup_agrees_with_a_search() -> None:
+    """The top-16-bit table gives the same counts as a search of the prefixes, also for
+    words next to a prefix and at the ends of the range."""
+    trials, numerator = 1024, 331787012026708160
+    prefixes = _lanes.cdf_prefixes(trials, numerator).astype(object)
+    near = [int(p) + d for p in prefixes[::7] for d in (-1, 1) if 0 <= int(p) + d < 2**64]
+    ends = [0, 1, 2**48 - 1, 2**48, 2**64 - 1]
+    rand = np.random.default_rng(5).integers(0, 2**64, 20_000, dtype=np.uint64).tolist()
+    exact = set(prefixes.tolist())  # a word equal to a prefix draws more words (tested above)
+    words = np.array([w for w in near + ends + rand if w not in exact], dtype=np.uint64)
+    got = binomial_counts(Stream(words), trials, numerator, words.size)
+    want = np.searchsorted(_lanes.cdf_prefixes(trials, numerator), words, side="left")
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("size", [6, 8])
 def test_distinct_lanes_gives_uniform_subsets(size: int) -> None:
     rows, count = 30_000, 2
