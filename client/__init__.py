@@ -25,8 +25,9 @@ from ..errors import (
     OutboxFull,
     ParameterError,
 )
+from ..http import Timeout
 from ..metrics import MetricDefinition, Period
-from .policies import RetryPolicy, Timeout
+from .policies import RetryPolicy
 from .results import BudgetStatus, FlushResult, MetricBudget, ReportReceipt, StateLoss, TotalBudget
 from .storage import StateError
 from .sync import Reporter

@@ -22,9 +22,8 @@ from typing import Protocol, Self
 
 import aiohttp
 
+from ..http import MAX_ANSWER_BYTES, HttpAnswer, NetworkError, Timeout, split_url, too_large
 from .base import Generator, ReporterBase, Values
-from .policies import MAX_ANSWER_BYTES, NetworkError, Timeout, split_url
-from .protocol import HttpAnswer
 from .results import FlushResult, ReportReceipt
 from .steps import Disk, Locked, Op, R, Request, Stepper, Steps, Wait
 
@@ -34,14 +33,12 @@ async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:
     length is announced)."""
     length = response.content_length
     if length is not None and length > MAX_ANSWER_BYTES:
-        raise OSError(
-            f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes ({length} announced)"
-        )
+        raise too_large(length)
     data = bytearray()
     async for chunk in response.content.iter_chunked(65536):
         data += chunk
         if len(data) > MAX_ANSWER_BYTES:
-            raise OSError(f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes")
+            raise too_large()
     return bytes(data)
 
 

@@ -20,9 +20,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
+from ..http import NetworkError, Timeout
 from ..metrics import MetricDefinition, Period
 from .flush import Done, FlushRun, Send, background_failed
-from .policies import BackgroundSchedule, Clock, NetworkError, RetryPolicy, ShellSettings, Timeout
+from .policies import BackgroundSchedule, Clock, RetryPolicy, ShellSettings
 from .results import BudgetStatus, FlushResult, ReportReceipt
 from .state import DEFAULT_BATCH_SIZE, DEFAULT_MAX_OUTBOX, ReporterState
 from .steps import Disk, Locked, Request, Steps, Wait

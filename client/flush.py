@@ -17,6 +17,7 @@ from ..errors import (
     CollectorRejected,
     CollectorUnavailable,
 )
+from ..http import HttpAnswer
 from ..wire import ID_SIZE
 from .policies import (
     BackgroundSchedule,
@@ -25,7 +26,6 @@ from .policies import (
 from .protocol import (
     Delivered,
     Fatal,
-    HttpAnswer,
     OutboxRow,
     OutgoingBatch,
     Retry,

@@ -1,21 +1,18 @@
-"""The client's policies: timeouts, retries and backoff, the background schedule, the
-privacy budget's decisions, and the reporter's settings, each checked once. No I/O: time
-is passed in."""
+"""The client's policies: retries and backoff, the background schedule, the privacy
+budget's decisions, and the reporter's settings, each checked once (the timeouts are
+:class:`ldpkit.http.Timeout`). No I/O: time is passed in."""
 
 from __future__ import annotations
 
 import math
 import random
-import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .. import __version__
 from .._validation import check_count, check_seconds
-from ..errors import (
-    BudgetExceeded,
-    ParameterError,
-)
+from ..errors import BudgetExceeded, ParameterError
+from ..http import Timeout, split_url
 from ..metrics import Period, window_start
 from ..wire import CONTENT_TYPE
 from .results import utc
@@ -30,53 +27,6 @@ USER_AGENT = f"ldpkit-client/{__version__}"
 
 
 # --- policies -------------------------------------------------------------------------
-MAX_ANSWER_BYTES = 16 * 2**20
-"""The largest answer the client reads (a batch answer is a few KiB; the metric list of
-a collector, whose definitions are limited in size, rarely more than a few MiB)."""
-
-DEFAULT_TOTAL = 60.0
-
-
-@dataclass(frozen=True)
-class Timeout:
-    """Network timeouts in seconds: ``connect`` to open a connection, ``read`` for each
-    wait on the answer, ``total`` for a whole request, from connecting to the last byte
-    of the answer (an answer dripped a byte at a time never trips ``read``).
-    ``Timeout(5.0)`` sets connect and read; ``total`` defaults to 60 s, or connect + read
-    if that is longer."""
-
-    connect: float = 5.0
-    read: float | None = None
-    total: float | None = None
-
-    def __post_init__(self) -> None:
-        connect = check_seconds(self.connect, "Timeout.connect")
-        read = connect if self.read is None else check_seconds(self.read, "Timeout.read")
-        total = self.total
-        total = max(DEFAULT_TOTAL, connect + read) if total is None else total
-        object.__setattr__(self, "connect", connect)
-        object.__setattr__(self, "read", read)
-        object.__setattr__(self, "total", check_seconds(total, "Timeout.total"))
-
-    @property
-    def read_seconds(self) -> float:
-        assert self.read is not None
-        return self.read
-
-    @property
-    def total_seconds(self) -> float:
-        assert self.total is not None
-        return self.total
-
-    @classmethod
-    def coerce(cls, value: Timeout | float | None) -> Timeout:
-        if value is None:
-            return cls(5.0, 30.0)
-        if isinstance(value, Timeout):
-            return value
-        return cls(value)
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """When to try again, after a network error, a 5xx or a 429.
@@ -122,21 +72,6 @@ class RetryPolicy:
 
 
 # --- the shells' settings and background schedule -------------------------------------
-class NetworkError(OSError):
-    """A request got no HTTP answer (refused, reset, timed out, DNS...)."""
-
-
-def split_url(url: str) -> tuple[str, str, int, str]:
-    """(scheme, host, port, path prefix) of a collector base URL."""
-    if not isinstance(url, str):
-        raise ParameterError(f"collector URL must be a string, got {url!r}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ParameterError(f"collector URL must be http(s)://host[:port][/prefix], got {url!r}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
-
-
 @dataclass(frozen=True)
 class ShellSettings:
     """What a reporter (sync or async) derives from its arguments, checked once.

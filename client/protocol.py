@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import email.utils
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC
 from typing import NamedTuple
@@ -19,7 +19,7 @@ from ..errors import (
     LdpkitError,
     ProtocolError,
 )
-from ..http_errors import error_of, transient
+from ..http import HttpAnswer, error_of, transient
 from ..metrics import MetricDefinition
 from ..wire import (
     CONTENT_TYPE,
@@ -116,15 +116,6 @@ def build_batch(rows: Iterable[OutboxRow]) -> OutgoingBatch:
 
 
 # --- answers and retry decisions ------------------------------------------------------
-@dataclass(frozen=True)
-class HttpAnswer:
-    """A response as the transports hand it to the core (header names lower-case)."""
-
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-
 @dataclass(frozen=True)
 class Refusal:
     seq: int

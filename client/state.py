@@ -25,6 +25,7 @@ from ..errors import (
     ParameterError,
     ProtocolError,
 )
+from ..http import HttpAnswer
 from ..metrics import MetricDefinition, Period, check_period, window_start
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
@@ -41,7 +42,6 @@ from .policies import (
 )
 from .protocol import (
     Fatal,
-    HttpAnswer,
     Refusal,
     classify_failure,
     parse_definitions,

@@ -1,4 +1,5 @@
-"""The synchronous reporter: a background flush thread and a stdlib HTTP transport.
+"""The synchronous reporter: a background flush thread and the blocking HTTP transport of
+:mod:`ldpkit.http` (``http.client``).
 
 >>> from ldpkit.client import Reporter
 >>> with Reporter("http://127.0.0.1:8787", token="app-secret",
@@ -9,42 +10,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import http.client
-import socket
-import ssl
 import threading
 import time
 from types import TracebackType
 from typing import Protocol, Self
 
+from ..http import HttpAnswer, HttpTransport, NetworkError, split_url
 from .base import Generator, ReporterBase, Values
-from .policies import MAX_ANSWER_BYTES, NetworkError, Timeout, split_url
-from .protocol import HttpAnswer
 from .results import FlushResult, ReportReceipt
 from .steps import Disk, Locked, Op, R, Request, Stepper, Steps, Wait
-
-
-class AnswerTooLarge(OSError):
-    """The collector's answer is larger than the client reads."""
-
-
-def _read_bounded(response: http.client.HTTPResponse) -> bytes:
-    """The answer's body, refused past MAX_ANSWER_BYTES (before reading it, when its
-    length is announced)."""
-    if response.length is not None and response.length > MAX_ANSWER_BYTES:
-        raise AnswerTooLarge(
-            f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes "
-            f"({response.length} announced)"
-        )
-    data = response.read(MAX_ANSWER_BYTES + 1)
-    if len(data) > MAX_ANSWER_BYTES:
-        raise AnswerTooLarge(f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes")
-    if response.length:  # read(amt) returns short, without an error, if the socket closed
-        raise http.client.IncompleteRead(data, response.length)
-    if not response.isclosed():
-        response.read()  # the end of a chunked body (nothing more: it is under the bound)
-    return data
 
 
 class SyncTransport(Protocol):
@@ -53,99 +27,6 @@ class SyncTransport(Protocol):
     ) -> HttpAnswer: ...
 
     def close(self) -> None: ...
-
-
-class HttpTransport:
-    """Blocking HTTP/1.1 over one kept-alive connection (``http.client``)."""
-
-    def __init__(self, url: str, timeout: Timeout, ssl_context: ssl.SSLContext | None = None):
-        self.scheme, self.host, self.port, self.prefix = split_url(url)
-        self.timeout = timeout
-        self.ssl_context = ssl_context
-        self._conn: http.client.HTTPConnection | None = None
-        self._lock = threading.Lock()
-
-    def _connect(self) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        if self.scheme == "https":
-            context = self.ssl_context or ssl.create_default_context()
-            conn = http.client.HTTPSConnection(
-                self.host, self.port, timeout=self.timeout.connect, context=context
-            )
-        else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout.connect)
-        conn.connect()
-        assert conn.sock is not None
-        conn.sock.settimeout(self.timeout.read_seconds)
-        return conn
-
-    def request(
-        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
-    ) -> HttpAnswer:
-        """One request and its whole answer, within ``timeout.total`` seconds (a timer
-        shuts the socket down at the deadline, whatever each read waits) and at most
-        MAX_ANSWER_BYTES of body; NetworkError otherwise."""
-        with self._lock:
-            deadline = time.monotonic() + self.timeout.total_seconds
-            for attempt in range(2):
-                reused = self._conn is not None
-                expired = threading.Event()
-                watchdog: threading.Timer | None = None
-                try:
-                    conn = self._conn if self._conn is not None else self._connect()
-                    self._conn = conn
-                    watchdog = threading.Timer(
-                        max(0.0, deadline - time.monotonic()), self._expire, (conn, expired)
-                    )
-                    watchdog.daemon = True
-                    watchdog.start()
-                    conn.request(method, self.prefix + path, body=body, headers=headers)
-                    response = conn.getresponse()
-                    data = _read_bounded(response)
-                    if expired.is_set():
-                        raise TimeoutError("the deadline passed")
-                except (http.client.HTTPException, OSError) as exc:
-                    self._drop()
-                    if expired.is_set():
-                        raise NetworkError(
-                            f"no complete answer within the {self.timeout.total_seconds:g} s "
-                            "deadline (Timeout.total)"
-                        ) from exc
-                    stale = isinstance(
-                        exc,
-                        http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError,
-                    )
-                    if reused and stale and attempt == 0:
-                        continue  # the server closed an idle kept-alive connection
-                    raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
-                finally:
-                    if watchdog is not None:
-                        watchdog.cancel()
-                if response.will_close:
-                    self._drop()
-                return HttpAnswer(
-                    response.status, {k.lower(): v for k, v in response.getheaders()}, data
-                )
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    @staticmethod
-    def _expire(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
-        """The deadline passed: end the blocked read (the request then fails)."""
-        expired.set()
-        sock = conn.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
-
-    def close(self) -> None:
-        with self._lock:
-            self._drop()
 
 
 class Reporter(ReporterBase[SyncTransport]):

@@ -51,7 +51,7 @@ from ..metrics import MetricDefinition
 from .store import (
     ID_DTYPE,
     Catalog,
-    IngestBlock,
+    CheckedReports,
     IngestResult,
     Origin,
     PutOutcome,
@@ -85,7 +85,7 @@ class _Job:
     fn: Callable[[Conn], Any] | None  # None for a batch of reports (``blocks``)
     future: asyncio.Future[Any]
     reports: int = 0
-    blocks: list[IngestBlock] | None = None
+    blocks: list[CheckedReports] | None = None
     batch_id: bytes | None = None
 
 
@@ -469,7 +469,7 @@ class GroupCommitStore(Store):
         self,
         fn: Callable[[Conn], Any] | None,
         *,
-        blocks: list[IngestBlock] | None = None,
+        blocks: list[CheckedReports] | None = None,
         batch_id: bytes | None = None,
     ) -> asyncio.Future[Any]:
         if self._closing or self._loop is None:
@@ -492,7 +492,7 @@ class GroupCommitStore(Store):
         return self._pending_reports
 
     async def ingest(
-        self, blocks: Sequence[IngestBlock], *, batch_id: bytes | None = None
+        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
     ) -> IngestResult:
         blocks = [b for b in blocks if b.n]
         if not blocks:

@@ -2,7 +2,7 @@
 
 Each block is checked as a whole (known metric, known version, bucket) and then its
 reports with the mechanism's vectorized ``check_reports``. The valid reports of each
-block become an :class:`~ldpkit.collector.store.IngestBlock` for the store; the others
+block become an :class:`~ldpkit.collector.store.CheckedReports` for the store; the others
 are named by their index in the batch (counting through the blocks in order), with the
 error codes of docs/protocol.md.
 """
@@ -20,14 +20,13 @@ from ..errors import LdpkitError
 from ..mechanisms import Mechanism
 from ..mechanisms.local_hashing import OptimizedLocalHashing
 from ..wire import Block
-from .store import ID_DTYPE, Catalog, IngestBlock
+from .store import ID_DTYPE, Catalog, CheckedReports
 
 UNKNOWN_METRIC = "unknown_metric"
 UNKNOWN_VERSION = "unknown_version"
 INVALID_REPORT = "invalid_report"
 INVALID_BUCKET = "invalid_bucket"
 RETIRED_METRIC = "retired_metric"
-REJECTION_CODES = (UNKNOWN_METRIC, UNKNOWN_VERSION, INVALID_REPORT, INVALID_BUCKET, RETIRED_METRIC)
 DAY = 86400
 
 
@@ -60,7 +59,7 @@ def aggregation_seconds(mechanism: Mechanism, n: int) -> float:
 
 
 @dataclass(frozen=True)
-class Rejected:
+class RefusedReports:
     """Reports refused for one reason: their indexes in the batch."""
 
     indexes: npt.NDArray[np.int64]
@@ -69,26 +68,16 @@ class Rejected:
 
 
 @dataclass
-class CheckedBatch:
-    blocks: list[IngestBlock] = field(default_factory=list)
-    rejected: list[Rejected] = field(default_factory=list)
+class BatchVerdict:
+    """A received batch, checked: what to store (``blocks``), what to refuse and why."""
+
+    blocks: list[CheckedReports] = field(default_factory=list)
+    rejected: list[RefusedReports] = field(default_factory=list)
     total: int = 0
     unknown: set[str] = field(default_factory=set)  # fingerprints not in the catalog
 
-    @property
-    def valid(self) -> int:
-        return sum(b.n for b in self.blocks)
 
-    @property
-    def rejected_count(self) -> int:
-        return sum(int(r.indexes.size) for r in self.rejected)
-
-    def rejected_json(self) -> list[dict[str, Any]]:
-        """The ``rejected`` list of the answer, by index."""
-        return rejections_json(self.rejected)
-
-
-def rejections_json(rejected: Sequence[Rejected]) -> list[dict[str, Any]]:
+def rejections_json(rejected: Sequence[RefusedReports]) -> list[dict[str, Any]]:
     """The ``rejected`` list of an answer, by index."""
     out: list[dict[str, Any]] = []
     for r in rejected:
@@ -97,8 +86,8 @@ def rejections_json(rejected: Sequence[Rejected]) -> list[dict[str, Any]]:
 
 
 def refused_again(
-    blocks: Sequence[Block], rejected: Sequence[Rejected], indexes: Sequence[int]
-) -> list[Rejected]:
+    blocks: Sequence[Block], rejected: Sequence[RefusedReports], indexes: Sequence[int]
+) -> list[RefusedReports]:
     """A sealed batch seen before, whose blocks ``indexes`` were refused then (a version
     the collector did not know yet, say) and pass now: they were not counted, and are
     refused again (as ``unknown_version``, which the client keeps a while and sends in a
@@ -114,7 +103,7 @@ def refused_again(
                 "this batch was received before and these reports were refused then; "
                 "send them in a new batch"
             )
-            out.append(Rejected(span, UNKNOWN_VERSION, detail))
+            out.append(RefusedReports(span, UNKNOWN_VERSION, detail))
     return out
 
 
@@ -124,10 +113,10 @@ def _short(text: str, limit: int = 80) -> str:
 
 def check_batch(
     blocks: Sequence[Block], catalog: Catalog, now: float, *, oldest: int | None = None
-) -> CheckedBatch:
+) -> BatchVerdict:
     """Split a batch into what to store and what to refuse (see the module docstring).
     Buckets starting before ``oldest`` (see :func:`oldest_bucket`) are too old."""
-    out = CheckedBatch()
+    out = BatchVerdict()
     offset = 0
     for index, block in enumerate(blocks):
         n = block.n
@@ -139,7 +128,7 @@ def check_batch(
 
         def refuse(error: str, detail: str, start: int = start, n: int = n) -> None:
             out.rejected.append(
-                Rejected(np.arange(start, start + n, dtype=np.int64), error, detail)
+                RefusedReports(np.arange(start, start + n, dtype=np.int64), error, detail)
             )
 
         versions = catalog.versions.get(block.metric)
@@ -209,7 +198,7 @@ def check_batch(
         if not valid.all():
             bad = np.flatnonzero(~valid).astype(np.int64) + start
             out.rejected.append(
-                Rejected(
+                RefusedReports(
                     bad,
                     INVALID_REPORT,
                     f"not a valid {mechanism.name} report of metric {block.metric!r}: "
@@ -221,6 +210,6 @@ def check_batch(
             if reports.shape[0] == 0:
                 continue
         out.blocks.append(
-            IngestBlock(block.fingerprint, block.bucket, mechanism, ids, reports, index=index)
+            CheckedReports(block.fingerprint, block.bucket, mechanism, ids, reports, index=index)
         )
     return out

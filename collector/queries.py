@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._json import finite_or_none
 from .._validation import check_level
 from ..aggregate import Aggregate
 from ..errors import ParameterError
 from ..errors import QueryError as QueryError  # its home is ldpkit.errors
 from ..estimates import FrequencyEstimate, MeanEstimate
-from ..kinds import checked_options, query_params
+from ..kinds import Question, checked_options, query_params
 from ..mechanisms import FrequencyOracle, NumericMechanism
 from ..metrics import MetricDefinition, MetricKind
 from ..wire import FINGERPRINT_PATTERN
@@ -38,17 +39,16 @@ _NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
 
 
 @dataclass(frozen=True)
-class EstimateQuery:
+class EstimateQuery(Question):
+    """An estimates query: what it asks of the metric's kind (``options``, parsed by
+    :func:`with_options`, ``level``, ``consistent``) and which aggregates it reads."""
+
     start: int | None = None  # include buckets with start >= this (unix seconds)
     end: int | None = None  # ... and < this
-    level: float = 0.95
-    consistent: bool = False
     version: str | None = None
     per_bucket: bool = False
     raw_options: Mapping[str, str] = field(default_factory=dict)
     """The kind's own parameters as given (checked against the metric's kind later)."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """The kind's own parameters, parsed (see :func:`with_options`)."""
 
 
 def parse_time(value: str, param: str) -> int:
@@ -127,10 +127,6 @@ def with_options(definition: MetricDefinition, q: EstimateQuery) -> EstimateQuer
     return replace(q, options=checked_options(definition, q.raw_options))
 
 
-def _num(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
 class RawJSON(str):
     """Text that is already JSON (spliced into the answer as is)."""
 
@@ -178,43 +174,44 @@ def _items(
         if methods is not None
         else ["}"] * len(cats)
     )
-    if len(cols) == 5:
-        parts = [
-            f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi},'
-            f'"consistent":{k}{t}'
-            for c, e, s, lo, hi, k, t in zip(quoted, *cols, tails, strict=True)
-        ]
-    else:
-        parts = [
-            f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi}{t}'
-            for c, e, s, lo, hi, t in zip(quoted, *cols, tails, strict=True)
-        ]
+    consistent = [f',"consistent":{k}' for k in cols[4]] if len(cols) == 5 else [""] * len(cats)
+    parts = [
+        f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi}{k}{t}'
+        for c, e, s, lo, hi, k, t in zip(quoted, *cols[:4], consistent, tails, strict=True)
+    ]
     return RawJSON("[" + ",".join(parts) + "]")
 
 
+def _sums(agg: Aggregate) -> RawJSON:
+    return RawJSON("[" + ",".join(_numbers(np.asarray(agg.sums, dtype=np.float64))) + "]")
+
+
 def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> dict[str, Any]:
-    """``n`` and the estimate fields of one aggregate."""
+    """``n`` and the estimate fields of one aggregate, with its sufficient statistics
+    (``sums``: the analyst rebuilds the core's estimate from them) except a strings
+    metric's: its sketches hold 10^5 and more counts, far more than its answer."""
     if definition.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
-        fields = definition.kind_spec.answer(definition, agg, q.options, q.level, q.consistent)
+        fields = definition.kind_spec.answer(definition, agg, q)
         for key in ("mechanism", "epsilon", "level"):  # the answer's own fields say these
             fields.pop(key, None)
+        if definition.kind is not MetricKind.STRINGS:
+            fields["sums"] = _sums(agg)
         return fields
     mechanism = definition.mechanism_instance
     assert isinstance(mechanism, FrequencyOracle | NumericMechanism)
     estimate = mechanism.estimate(agg)
-    # The sufficient statistics: the analyst rebuilds the core's estimate from them.
-    sums = RawJSON("[" + ",".join(_numbers(np.asarray(agg.sums, dtype=np.float64))) + "]")
+    sums = _sums(agg)
     if isinstance(estimate, MeanEstimate):
         low, high = estimate.ci(q.level)
         return {
             "n": estimate.n,
             "sums": sums,
             "interval": estimate.interval_method(q.level) if estimate.n else None,
-            "mean": _num(estimate.mean),
-            "clamped_mean": _num(estimate.clamped_mean),
-            "stderr": _num(estimate.stderr),
-            "low": _num(float(low)),
-            "high": _num(float(high)),
+            "mean": finite_or_none(estimate.mean),
+            "clamped_mean": finite_or_none(estimate.clamped_mean),
+            "stderr": finite_or_none(estimate.stderr),
+            "low": finite_or_none(float(low)),
+            "high": finite_or_none(float(high)),
         }
     assert isinstance(estimate, FrequencyEstimate)
     assert definition.categories is not None

@@ -34,7 +34,7 @@ from ..wire import FINGERPRINT_PATTERN, LEGACY_VERSION, decode
 from .config import CollectorConfig
 from .fairness import EXPENSIVE_SECONDS, FairLane
 from .ingest import (
-    Rejected,
+    RefusedReports,
     aggregation_seconds,
     check_batch,
     oldest_bucket,
@@ -47,7 +47,7 @@ from .queries import EstimateQuery, estimate_body, with_options
 from .responses import ApiError, dumps, etag_of
 from .store import (
     Catalog,
-    IngestBlock,
+    CheckedReports,
     IngestResult,
     Origin,
     PutOutcome,
@@ -69,7 +69,7 @@ READY_TIMEOUT = 2.0  # seconds the store may take to answer /readyz
 READY_HOLD = 10.0  # seconds /readyz answers 503 after a batch failed in the store
 
 
-def _with_aggregates(blocks: Sequence[IngestBlock]) -> list[IngestBlock]:
+def _with_aggregates(blocks: Sequence[CheckedReports]) -> list[CheckedReports]:
     """``blocks`` with their aggregates computed (checked reports: they aggregate)."""
     return [replace(b, aggregate=b.mechanism.aggregate_checked(b.reports)) for b in blocks]
 
@@ -434,7 +434,7 @@ class Collector:
             "rejected": rejections_json(rejected),
         }
 
-    def _count(self, result: IngestResult, rejected: Sequence[Rejected]) -> None:
+    def _count(self, result: IngestResult, rejected: Sequence[RefusedReports]) -> None:
         t = self.telemetry
         for fp, count in result.accepted_by_fingerprint.items():
             t.reports_accepted.labels(self._fp_names.get(fp, "unknown")).inc(count)

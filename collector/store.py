@@ -99,7 +99,7 @@ class BucketAggregate:
 
 
 @dataclass(frozen=True)
-class IngestBlock:
+class CheckedReports:
     """Checked reports of one metric version and bucket, in batch order (the collector
     validated them: the store does not check them again). ``ids``: their v1 report ids
     (None in a sealed batch). ``aggregate``: their aggregate when it was computed before
@@ -288,7 +288,7 @@ def new_report_mask(ids: npt.NDArray[Any], existing: npt.NDArray[Any]) -> npt.ND
 
 
 def aggregate_blocks(
-    blocks: Sequence[IngestBlock], new: npt.NDArray[np.bool_] | None
+    blocks: Sequence[CheckedReports], new: npt.NDArray[np.bool_] | None
 ) -> dict[tuple[str, int], Aggregate]:
     """Aggregates of the new reports of ``blocks`` (``new`` masks the concatenated ids;
     None means all are new), keyed by (fingerprint, bucket)."""
@@ -307,7 +307,7 @@ def aggregate_blocks(
 
 
 def _new_reports_aggregate(
-    block: IngestBlock, keep: npt.NDArray[np.bool_] | None
+    block: CheckedReports, keep: npt.NDArray[np.bool_] | None
 ) -> Aggregate | None:
     """The aggregate of the reports of ``block`` that ``keep`` marks (None: all), or None if
     there are none. A precomputed aggregate is reused: all of it, or (fewer duplicates than
@@ -387,7 +387,7 @@ class Store(ABC):
 
     @abstractmethod
     async def ingest(
-        self, blocks: Sequence[IngestBlock], *, batch_id: bytes | None = None
+        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
     ) -> IngestResult:
         """Store one batch's checked reports in one transaction; answer after its commit.
         ``batch_id``: a sealed (v2) batch, counted once whatever its retries (a repeat is

@@ -1,4 +1,4 @@
-"""JSON from the network, parsed within bounds.
+"""JSON from the network, parsed within bounds, and numbers for JSON answers.
 
 ``json.loads`` recurses once per nesting level: a body of 100,000 ``[`` raises
 RecursionError (not ValueError), and with a raised recursion limit it can overflow the C
@@ -10,6 +10,7 @@ every refusal is a :class:`~ldpkit.errors.ProtocolError`.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -54,3 +55,8 @@ def loads_bounded(data: bytes | bytearray | str, *, max_depth: int = MAX_DEPTH) 
         return json.loads(text, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(str(exc)[:200]) from None
+
+
+def finite_or_none(x: float) -> float | None:
+    """``x`` as a JSON number: None (``null``) when it is not finite (JSON has no NaN)."""
+    return float(x) if math.isfinite(x) else None

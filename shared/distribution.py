@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._json import finite_or_none
 from ._validation import check_level
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
@@ -351,10 +352,6 @@ class LevelNoise:
 
 
 # --- answers -----------------------------------------------------------------------------
-def _finite_or_none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
 def _check_number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
         raise ParameterError(f"{name} must be a finite number, got {value!r}")
@@ -408,10 +405,10 @@ class RangeEstimate:
         return {
             "lower": self.lower,
             "upper": self.upper,
-            "estimate": _finite_or_none(self.estimate),
-            "stderr": _finite_or_none(self.stderr),
-            "low": _finite_or_none(float(low)),
-            "high": _finite_or_none(float(high)),
+            "estimate": finite_or_none(self.estimate),
+            "stderr": finite_or_none(self.stderr),
+            "low": finite_or_none(float(low)),
+            "high": finite_or_none(float(high)),
         }
 
 
@@ -458,10 +455,10 @@ class HistogramEstimate:
             {
                 "lower": float(self.edges[i]),
                 "upper": float(self.edges[i + 1]),
-                "estimate": _finite_or_none(float(self.estimates[i])),
-                "stderr": _finite_or_none(float(self.stderr[i])),
-                "low": _finite_or_none(float(np.asarray(low)[i])),
-                "high": _finite_or_none(float(np.asarray(high)[i])),
+                "estimate": finite_or_none(float(self.estimates[i])),
+                "stderr": finite_or_none(float(self.stderr[i])),
+                "low": finite_or_none(float(np.asarray(low)[i])),
+                "high": finite_or_none(float(np.asarray(high)[i])),
             }
             for i in range(self.estimates.size)
         ]
@@ -498,9 +495,9 @@ class QuantileEstimate:
     def to_dict(self) -> dict[str, Any]:
         return {
             "q": self.q,
-            "value": _finite_or_none(self.value),
-            "low": _finite_or_none(self.low),
-            "high": _finite_or_none(self.high),
+            "value": finite_or_none(self.value),
+            "low": finite_or_none(self.low),
+            "high": finite_or_none(self.high),
         }
 
 
@@ -933,10 +930,10 @@ class DistributionEstimate:
             "bounds": [self.bounds[0], self.bounds[1]],
             "resolution": self.resolution,
             "items": hist.items(level),
-            "mean": _finite_or_none(mean.mean),
-            "mean_stderr": _finite_or_none(mean.stderr),
-            "mean_low": _finite_or_none(float(mean_low)),
-            "mean_high": _finite_or_none(float(mean_high)),
+            "mean": finite_or_none(mean.mean),
+            "mean_stderr": finite_or_none(mean.stderr),
+            "mean_low": finite_or_none(float(mean_low)),
+            "mean_high": finite_or_none(float(mean_high)),
             "methods": {"items": hist.method, "mean": mean.method},
         }
         if quantiles:

@@ -474,13 +474,3 @@ def support_coverage(
     f = m / n
     covered = (bounds.low <= f) & (f <= bounds.high)
     return float(np.sum(pmf[keep][covered]))
-
-
-def binomial_coverage(n: int, theta: float, *, level: float) -> float:
-    """Exact probability that :func:`binomial_interval` covers ``theta``."""
-    c = np.arange(n + 1, dtype=np.float64)
-    pmf = _binom_pmf(c, np.full_like(c, float(n)), np.full_like(c, theta))
-    keep = pmf > 1e-15 * float(pmf.max())
-    bounds = binomial_interval(c[keep], n, level=level)
-    covered = (bounds.low <= theta) & (theta <= bounds.high)
-    return float(np.sum(pmf[keep][covered]))

@@ -9,8 +9,8 @@ Every layer reaches a kind through :func:`kind_spec` and the same few questions:
   string), refused on the device with a clear ParameterError;
 - ``value_key(encoded)``: fixed bytes naming an encoded value (the client's memo key);
 - ``parse_options(query)``: the kind's own query parameters of ``GET /v1/estimates``;
-- ``answer(definition, aggregate, options, level, consistent)``: the kind's fields of
-  that answer, from the mechanism's estimate (its result object's ``to_dict``);
+- ``answer(definition, aggregate, question)``: the kind's fields of that answer, from
+  ``estimate(definition, aggregate)`` (the mechanism's result object) by ``fields``;
 - ``answer_items(definition, options)``: how many items the answer holds.
 
 The collector keeps only each mechanism's sufficient statistics (``Aggregate``), so the
@@ -25,8 +25,8 @@ import math
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from numbers import Integral
 from typing import TYPE_CHECKING, Any
 
@@ -117,28 +117,28 @@ class KindSpec:
     def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
         return {}
 
+    def estimate(self, definition: MetricDefinition, aggregate: Aggregate) -> Any:
+        """The mechanism's estimate of ``aggregate`` (its result object)."""
+        mechanism: Any = definition.mechanism_instance
+        return mechanism.estimate(aggregate)
+
     def answer(
-        self,
-        definition: MetricDefinition,
-        aggregate: Aggregate,
-        options: Mapping[str, Any],
-        level: float,
-        consistent: bool,
+        self, definition: MetricDefinition, aggregate: Aggregate, q: Question
     ) -> dict[str, Any]:
+        """The kind's fields of the answer (``interval`` None when it holds no report)."""
+        data = self.fields(definition, self.estimate(definition, aggregate), q)
+        if not data["n"]:
+            data["interval"] = None
+        return data
+
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
+        """The answer's fields from ``estimate`` (its result object's ``to_dict``)."""
         raise NotImplementedError
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
         return 1
 
-    def plan(
-        self,
-        definition: MetricDefinition,
-        *,
-        n: int | None = None,
-        half_width: float | None = None,
-        frequency: float | None = None,
-        level: float = 0.95,
-    ) -> KindPlan:
+    def plan(self, definition: MetricDefinition, target: PlanTarget) -> KindPlan:
         """What n reports give (``n``), or the n a target needs (``half_width``; for
         strings, the ``frequency`` to find), for this metric."""
         raise ParameterError(
@@ -157,9 +157,30 @@ class KindPlan:
         return "\n".join(self.lines)
 
 
-def _one_target(n: int | None, half_width: float | None) -> None:
-    if (n is None) == (half_width is None):
-        raise ParameterError("give n (to get the half-widths) or half_width (to get n)")
+@dataclass(frozen=True)
+class Question:
+    """What an estimates query asks of a kind: its own ``options`` (from
+    :meth:`KindSpec.parse_options`), the intervals' ``level``, and whether to add the
+    ``consistent`` (Norm-Sub) estimates."""
+
+    options: Mapping[str, Any] = field(default_factory=dict)
+    level: float = 0.95
+    consistent: bool = False
+
+
+@dataclass(frozen=True)
+class PlanTarget:
+    """What a plan answers: what ``n`` reports give, or the n a ``half_width`` needs (for
+    strings, the n that finds a ``frequency``), at ``level``."""
+
+    n: int | None = None
+    half_width: float | None = None
+    frequency: float | None = None
+    level: float = 0.95
+
+    def check_n_or_half_width(self) -> None:
+        if (self.n is None) == (self.half_width is None):
+            raise ParameterError("give n (to get the half-widths) or half_width (to get n)")
 
 
 def _build(definition: MetricDefinition, name: str, **options: Any) -> Mechanism:
@@ -334,58 +355,41 @@ class Distribution(Numeric):
             out["range_"] = (pair[0], pair[1])
         return out
 
-    def answer(
-        self,
-        definition: MetricDefinition,
-        aggregate: Aggregate,
-        options: Mapping[str, Any],
-        level: float,
-        consistent: bool,
-    ) -> dict[str, Any]:
-        mechanism: Any = definition.mechanism_instance
-        estimate = mechanism.estimate(aggregate)
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
         try:
-            data: dict[str, Any] = estimate.to_dict(level, **options)
+            data: dict[str, Any] = estimate.to_dict(q.level, **q.options)
         except ParameterError as exc:
             param = _param_of(str(exc), ("edges", "bins", "range", "q"))
             raise QueryError("quantiles" if param == "q" else param, str(exc)) from None
-        data["interval"] = data["methods"]["items"] if data["n"] else None
+        data["interval"] = data["methods"]["items"]
         return data
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
         edges = options.get("edges")
         return len(edges) - 1 if edges else int(options.get("bins") or 16)
 
-    def plan(
-        self,
-        definition: MetricDefinition,
-        *,
-        n: int | None = None,
-        half_width: float | None = None,
-        frequency: float | None = None,
-        level: float = 0.95,
-    ) -> KindPlan:
+    def plan(self, definition: MetricDefinition, target: PlanTarget) -> KindPlan:
         from .distribution_plan import plan_distribution, required_n_distribution
 
-        _one_target(n, half_width)
+        target.check_n_or_half_width()
         assert definition.bounds is not None and definition.resolution is not None
         common: dict[str, Any] = {
             "epsilon": definition.epsilon,
             "bounds": definition.bounds,
             "resolution": definition.resolution,
-            "level": level,
+            "level": target.level,
         }
         p = (
-            plan_distribution(n=n, **common)
-            if n is not None
-            else required_n_distribution(half_width=half_width, **common)  # type: ignore[arg-type]
+            plan_distribution(n=target.n, **common)
+            if target.n is not None
+            else required_n_distribution(half_width=target.half_width, **common)  # type: ignore[arg-type]
         )
         lo, hi = definition.bounds
         head = (
             f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n:,}"
-            if n is not None
+            if target.n is not None
             else f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n:,} reports for a range "
-            f"half-width of {half_width:g}"
+            f"half-width of {target.half_width:g}"
         )
         lines = (
             f"distribution over [{lo:g}, {hi:g}], {p.resolution} leaves (fan-out {p.branching})",
@@ -426,37 +430,37 @@ def _focus(definition: MetricDefinition, item: type) -> tuple[Any, ...] | None:
     return tuple(given)
 
 
-def _pinned(definition: MetricDefinition, m: Mechanism) -> None:
-    """Keep the oracle ``auto`` resolved to, so a stored definition rebuilds the same."""
-    views = getattr(m, "views", ())
-    _set(definition, "resolved_oracle", tuple(v.oracle.name for v in views))
-
-
-def _structured_plan(
-    definition: MetricDefinition, n: int | None, half_width: float | None, level: float
-) -> KindPlan:
-    from .structured import plan_structured, required_n_structured
-
-    _one_target(n, half_width)
-    m: Any = definition.mechanism_instance
-    p = (
-        plan_structured(m, n=n, level=level)
-        if n is not None
-        else required_n_structured(m, half_width=half_width, level=level)  # type: ignore[arg-type]
-    )
-    head = (
-        f"n >= {p.n:,} reports for a {level:.0%} half-width of {half_width:g} at every target"
-        if half_width is not None
-        else f"{level:.0%} half-width per target after n={p.n:,} reports"
-    )
-    return KindPlan((head, *p.explain().splitlines()), p)
-
-
 class _Structured(KindSpec):
     """Hierarchies and tables: a value is one base cell (a leaf, a cell)."""
 
     def _domain_encode(self, definition: MetricDefinition, value: object) -> int:
         raise NotImplementedError
+
+    @staticmethod
+    def _made(
+        definition: MetricDefinition,
+        make: Callable[..., Mechanism],
+        domain: object,
+        focus: tuple[Any, ...] | None,
+        **options: Any,
+    ) -> Mechanism:
+        """``make(domain, ...)`` (:func:`~ldpkit.structured.hierarchy` or ``table``) with
+        the definition's epsilon, mechanism and oracle; the oracle ``auto`` resolved to is
+        kept on the definition, so a stored definition rebuilds the same."""
+        try:
+            m = make(
+                domain,
+                epsilon=definition.epsilon,
+                mechanism=definition.mechanism,
+                oracle=_oracle(definition),
+                focus=focus,
+                **options,
+            )
+        except ParameterError as exc:
+            raise _fail(definition, str(exc)) from None
+        views = getattr(m, "views", ())
+        _set(definition, "resolved_oracle", tuple(v.oracle.name for v in views))
+        return m
 
     def encode(self, definition: MetricDefinition, value: object) -> tuple[Any, bool]:
         try:
@@ -464,16 +468,23 @@ class _Structured(KindSpec):
         except (ReportError, ParameterError) as exc:
             raise _fail(definition, str(exc)) from None
 
-    def plan(
-        self,
-        definition: MetricDefinition,
-        *,
-        n: int | None = None,
-        half_width: float | None = None,
-        frequency: float | None = None,
-        level: float = 0.95,
-    ) -> KindPlan:
-        return _structured_plan(definition, n, half_width, level)
+    def plan(self, definition: MetricDefinition, target: PlanTarget) -> KindPlan:
+        from .structured import plan_structured, required_n_structured
+
+        target.check_n_or_half_width()
+        m: Any = definition.mechanism_instance
+        n, half_width, level = target.n, target.half_width, target.level
+        p = (
+            plan_structured(m, n=n, level=level)
+            if n is not None
+            else required_n_structured(m, half_width=half_width, level=level)  # type: ignore[arg-type]
+        )
+        head = (
+            f"n >= {p.n:,} reports for a {level:.0%} half-width of {half_width:g} at every target"
+            if half_width is not None
+            else f"{level:.0%} half-width per target after n={p.n:,} reports"
+        )
+        return KindPlan((head, *p.explain().splitlines()), p)
 
 
 class Hierarchy(_Structured):
@@ -489,20 +500,10 @@ class Hierarchy(_Structured):
         if not isinstance(separator, str) or not separator:
             raise _fail(definition, f"separator must be a non-empty string, got {shown(separator)}")
         _set(definition, "separator", separator)
-        focus = _focus(definition, int)
-        try:
-            m = hierarchy(
-                list(definition.categories or ()),
-                epsilon=definition.epsilon,
-                separator=separator,
-                mechanism=definition.mechanism,
-                oracle=_oracle(definition),
-                focus=focus,
-            )
-        except ParameterError as exc:
-            raise _fail(definition, str(exc)) from None
-        _pinned(definition, m)
-        return m
+        leaves = list(definition.categories or ())
+        return self._made(
+            definition, hierarchy, leaves, _focus(definition, int), separator=separator
+        )
 
     def _domain_encode(self, definition: MetricDefinition, value: object) -> int:
         m: Any = definition.mechanism_instance
@@ -516,20 +517,11 @@ class Hierarchy(_Structured):
             out["subtree"] = query["subtree"]
         return out
 
-    def answer(
-        self,
-        definition: MetricDefinition,
-        aggregate: Aggregate,
-        options: Mapping[str, Any],
-        level: float,
-        consistent: bool,
-    ) -> dict[str, Any]:
-        m: Any = definition.mechanism_instance
-        estimate = m.estimate(aggregate)
-        depth = options.get("depth")
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
+        depth = q.options.get("depth")
         try:
-            if "subtree" in options:
-                path = options["subtree"]
+            if "subtree" in q.options:
+                path = q.options["subtree"]
                 group = estimate.subtree(path, depth)
                 d = estimate.tree.locate(group.keys[0])[0] if len(group) else depth
                 data = {
@@ -538,14 +530,12 @@ class Hierarchy(_Structured):
                     "depth": d,
                     "subtree": path,
                     "interval": estimate.interval,
-                    "items": group.items(level, consistent=consistent),
+                    "items": group.items(q.level, consistent=q.consistent),
                 }
             else:
-                data = estimate.to_dict(depth, level, consistent=consistent)
+                data = estimate.to_dict(depth, q.level, consistent=q.consistent)
         except ParameterError as exc:
-            raise QueryError("subtree" if "subtree" in options else "depth", str(exc)) from None
-        if not data["n"]:
-            data["interval"] = None
+            raise QueryError("subtree" if "subtree" in q.options else "depth", str(exc)) from None
         return dict(data)
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
@@ -596,38 +586,15 @@ class TableKind(_Structured):
     def build(self, definition: MetricDefinition) -> Mechanism:
         from .structured import table
 
-        dims = _dimensions(definition)
-        focus = _focus(definition, str)
-        try:
-            m = table(
-                dims,
-                epsilon=definition.epsilon,
-                mechanism=definition.mechanism,
-                oracle=_oracle(definition),
-                focus=focus,
-            )
-        except ParameterError as exc:
-            raise _fail(definition, str(exc)) from None
-        _pinned(definition, m)
-        return m
+        return self._made(definition, table, _dimensions(definition), _focus(definition, str))
 
     def _domain_encode(self, definition: MetricDefinition, value: object) -> int:
         m: Any = definition.mechanism_instance
         return int(m.table.index(value))
 
-    def answer(
-        self,
-        definition: MetricDefinition,
-        aggregate: Aggregate,
-        options: Mapping[str, Any],
-        level: float,
-        consistent: bool,
-    ) -> dict[str, Any]:
-        m: Any = definition.mechanism_instance
-        data: dict[str, Any] = m.estimate(aggregate).to_dict(level, consistent=consistent)
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
+        data: dict[str, Any] = estimate.to_dict(q.level, consistent=q.consistent)
         data["dimensions"] = [[n, list(c)] for n, c in definition.dimensions or ()]
-        if not data["n"]:
-            data["interval"] = None
         return data
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
@@ -696,7 +663,7 @@ class Strings(KindSpec):
             raise QueryError("candidates", f"at most {MAX_QUERY_NUMBERS} strings")
         return {"candidates": names}
 
-    def decoded(self, definition: MetricDefinition, aggregate: Aggregate) -> Any:
+    def estimate(self, definition: MetricDefinition, aggregate: Aggregate) -> Any:
         """The mechanism's answer for ``aggregate``, decoded once per distinct aggregate
         of a metric version (keyed by the fingerprint, n and a digest of the sums)."""
         key = (
@@ -718,38 +685,22 @@ class Strings(KindSpec):
                 cache.popitem(last=False)
         return result
 
-    def answer(
-        self,
-        definition: MetricDefinition,
-        aggregate: Aggregate,
-        options: Mapping[str, Any],
-        level: float,
-        consistent: bool,
-    ) -> dict[str, Any]:
-        found = self.decoded(definition, aggregate)
+    def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
         try:
-            data: dict[str, Any] = found.to_dict(options.get("candidates"), level)
+            data: dict[str, Any] = estimate.to_dict(q.options.get("candidates"), q.level)
         except ParameterError as exc:
             raise QueryError("candidates", str(exc)) from None
-        data["interval"] = data.pop("interval_method") if data["n"] else None
-        data.pop("interval_method", None)
+        data["interval"] = data.pop("interval_method")
         return data
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
         return (definition.k or DEFAULT_K) + len(options.get("candidates", ()))
 
-    def plan(
-        self,
-        definition: MetricDefinition,
-        *,
-        n: int | None = None,
-        half_width: float | None = None,
-        frequency: float | None = None,
-        level: float = 0.95,
-    ) -> KindPlan:
+    def plan(self, definition: MetricDefinition, target: PlanTarget) -> KindPlan:
         from .heavy_hitters import plan_strings, required_n_strings
 
-        if half_width is not None or (n is None) == (frequency is None):
+        n, frequency = target.n, target.frequency
+        if target.half_width is not None or (n is None) == (frequency is None):
             raise ParameterError(
                 "a strings metric is planned by n (the frequency found) or by frequency "
                 "(the n that finds it), not by a half-width"
@@ -853,6 +804,8 @@ __all__ = [
     "KINDS",
     "KIND_KEYS",
     "KindSpec",
+    "PlanTarget",
+    "Question",
     "checked_options",
     "kind_spec",
     "query_params",

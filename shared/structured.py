@@ -36,8 +36,9 @@ variance along the path from the uniform population, maximized over [0, 1]); pas
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -225,6 +226,46 @@ def choose_table(
     )
 
 
+DESIGNS: dict[str, Callable[..., StructuredMechanism]] = {
+    "rollup": LeafRollup,
+    "levels": LevelSampling,
+    "joint": JointTable,
+    "joint_marginals": JointMarginals,
+}
+
+
+def _design(
+    domain: Tree | Table,
+    mechanism: str,
+    oracle: str | Sequence[str],
+    focus: Sequence[Any] | None,
+    extras: Mapping[str, Sequence[Any] | None],
+    epsilon: float,
+) -> Any:
+    """The design ``mechanism`` names over a tree or a table, ``auto`` resolved by
+    :func:`choose_hierarchy` or :func:`choose_table`. A kind's first design takes one
+    oracle and none of the ``extras`` (the second's own parameters), the second one oracle
+    per view."""
+    tree = isinstance(domain, Tree)
+    kind, names = ("hierarchy", HIERARCHY_DESIGNS) if tree else ("table", TABLE_DESIGNS)
+    name = canonical_name(mechanism)
+    oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
+    if name == "auto":
+        choose: Callable[..., StructuredChoice] = choose_hierarchy if tree else choose_table
+        choice = choose(domain, epsilon=epsilon, focus=focus)
+        name, oracle_arg = choice.mechanism, tuple(choice.oracle.split(","))
+        oracle_arg = oracle_arg[0] if name == names[0] else oracle_arg
+    given = {key: tuple(value) for key, value in extras.items() if value is not None}
+    if name == names[0] and given:
+        raise ParameterError(f"{' and '.join(extras)} apply to the {names[1]!r} design only")
+    if name not in names:
+        raise ParameterError(
+            f"a {kind} takes mechanism 'auto', {', '.join(map(repr, names))}; got {mechanism!r}"
+        )
+    where = {"tree" if tree else "table": domain}
+    return DESIGNS[name](epsilon=epsilon, oracle=oracle_arg, **where, **given)
+
+
 def hierarchy(
     leaves: Tree | Sequence[str],
     *,
@@ -243,30 +284,9 @@ def hierarchy(
     the design (see :class:`~ldpkit.mechanisms.hierarchy.LevelSampling`).
     """
     tree = _tree(leaves, separator)
-    name = canonical_name(mechanism)
-    oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
-    if name == "auto":
-        choice = choose_hierarchy(tree, epsilon=epsilon, focus=focus)
-        name = choice.mechanism
-        oracle_arg = tuple(choice.oracle.split(","))
-        if name == "rollup":
-            oracle_arg = oracle_arg[0]
-    if name == "rollup":
-        if levels is not None or weights is not None:
-            raise ParameterError("levels and weights apply to the 'levels' design only")
-        return LeafRollup(epsilon=epsilon, tree=tree, oracle=oracle_arg)
-    if name == "levels":
-        return LevelSampling(
-            epsilon=epsilon,
-            tree=tree,
-            oracle=oracle_arg,
-            levels=None if levels is None else tuple(levels),
-            weights=None if weights is None else tuple(weights),
-        )
-    raise ParameterError(
-        f"a hierarchy takes mechanism 'auto', {', '.join(map(repr, HIERARCHY_DESIGNS))}; "
-        f"got {mechanism!r}"
-    )
+    extras = {"levels": levels, "weights": weights}
+    built: HierarchyMechanism = _design(tree, mechanism, oracle, focus, extras, epsilon)
+    return built
 
 
 def table(
@@ -285,28 +305,8 @@ def table(
     comparison design build :class:`~ldpkit.mechanisms.table.SplitMarginals` directly.
     """
     tab = _table(dimensions)
-    name = canonical_name(mechanism)
-    oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
-    if name == "auto":
-        choice = choose_table(tab, epsilon=epsilon, focus=focus)
-        name = choice.mechanism
-        oracle_arg = tuple(choice.oracle.split(","))
-        if name == "joint":
-            oracle_arg = oracle_arg[0]
-    if name == "joint":
-        if weights is not None:
-            raise ParameterError("weights apply to the 'joint_marginals' design only")
-        return JointTable(epsilon=epsilon, table=tab, oracle=oracle_arg)
-    if name == "joint_marginals":
-        return JointMarginals(
-            epsilon=epsilon,
-            table=tab,
-            oracle=oracle_arg,
-            weights=None if weights is None else tuple(weights),
-        )
-    raise ParameterError(
-        f"a table takes mechanism 'auto', {', '.join(map(repr, TABLE_DESIGNS))}; got {mechanism!r}"
-    )
+    built: TableMechanism = _design(tab, mechanism, oracle, focus, {"weights": weights}, epsilon)
+    return built
 
 
 # --- planning ------------------------------------------------------------------------------

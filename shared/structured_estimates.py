@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._json import finite_or_none
 from .domains import Table, Tree
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
@@ -39,10 +40,6 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 INTERVAL_METHOD = "score_cc"
-
-
-def _plain(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,13 +155,13 @@ class GroupEstimate:
         for i, key in enumerate(self.keys):
             row: dict[str, Any] = {
                 self.key_name: dict(key) if isinstance(key, Mapping) else key,
-                "estimate": _plain(self.frequencies[i]),
-                "stderr": _plain(self.stderr[i]),
-                "low": _plain(lows[i]),
-                "high": _plain(highs[i]),
+                "estimate": finite_or_none(self.frequencies[i]),
+                "stderr": finite_or_none(self.stderr[i]),
+                "low": finite_or_none(lows[i]),
+                "high": finite_or_none(highs[i]),
             }
             if consistent:
-                row["consistent"] = _plain(self.consistent_frequencies[i])
+                row["consistent"] = finite_or_none(self.consistent_frequencies[i])
             rows.append(row)
         return rows
 

@@ -11,6 +11,9 @@ Layers (``ldpkit.*`` by folder, see pyproject's package-dir):
 - ``ldpkit.cli`` (shared/cli/) may import everything: it is the one place that drives a
   client and a collector (the demo).
 
+One HTTP client stack: only ``ldpkit.http`` (the blocking transport of the sync Reporter
+and the Analyst) imports a blocking HTTP client (the async reporter's shell is aiohttp).
+
 Every import counts for the layers, also one inside a function (a lazy import is still a
 dependency). Cycles are looked for among imports that run when a module is imported
 (module level, outside ``if TYPE_CHECKING``). ``__main__`` modules are entry points that
@@ -161,6 +164,29 @@ def test_layers_import_only_what_the_map_allows() -> None:
 def test_no_import_cycle() -> None:
     edges, _ = graph()
     assert cycles(edges) == []
+
+
+BLOCKING_HTTP = ("http.client", "urllib.request")
+
+
+def blocking_http_users() -> set[str]:
+    """The modules that import a blocking HTTP client of the standard library."""
+    out = set()
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            if any(n in BLOCKING_HTTP for n in names):
+                out.add(module)
+    return out
+
+
+def test_one_http_client_stack() -> None:
+    assert blocking_http_users() == {"ldpkit.http"}
 
 
 def test_the_checks_can_fail() -> None:

@@ -17,9 +17,7 @@ import csv
 import io
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
@@ -27,15 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from .._json import loads_bounded
 from .._validation import check_level
 from ..aggregate import Aggregate
-from ..distribution import QuantileEstimate
-from ..errors import CollectorUnavailable, ParameterError
+from ..distribution import DistributionEstimate, QuantileEstimate
+from ..errors import CollectorUnavailable, ParameterError, ProtocolError
 from ..estimates import FrequencyEstimate, MeanEstimate
 from ..heavy_hitters import StringEstimate
-from ..http_errors import http_error
-from ..mechanisms import FrequencyOracle, NumericMechanism
+from ..http import HttpTransport, NetworkError, Timeout, http_error
 from ..metrics import MetricDefinition
+from ..structured_estimates import HierarchyEstimate, TableEstimate
 
 TOKEN_ENV = "LDPKIT_READ_TOKEN"
 
@@ -62,37 +61,18 @@ class ItemEstimate:
     hex: str | None = None
 
 
-@dataclass(frozen=True)
-class BucketEstimate:
-    """The estimate of one time bucket (``start`` is a UTC datetime)."""
+CoreEstimate = (
+    FrequencyEstimate | MeanEstimate | DistributionEstimate | HierarchyEstimate | TableEstimate
+)
+"""The core's estimate of a metric kind (all but strings: see :meth:`EstimateResult.strings`)."""
 
-    start: datetime
+
+@dataclass(frozen=True, kw_only=True)
+class ServedEstimate:
+    """What a whole answer and each of its time buckets hold alike: categorical ``items``
+    or numeric ``mean`` (a distribution's mean with ``stderr``/``low``/``high``)."""
+
     n: int
-    items: tuple[ItemEstimate, ...] = ()
-    mean: float | None = None
-    stderr: float | None = None
-    low: float | None = None
-    high: float | None = None
-    clamped_mean: float | None = None
-    interval: str | None = None
-    estimate: FrequencyEstimate | MeanEstimate | None = field(
-        default=None, compare=False, repr=False
-    )
-    """The core's estimate of this bucket (categorical and numeric metrics)."""
-
-
-@dataclass(frozen=True)
-class EstimateResult:
-    """An estimate as the collector served it: categorical ``items`` or numeric ``mean``."""
-
-    metric: str
-    kind: str
-    version: str
-    mechanism: str
-    epsilon: float
-    n: int
-    level: float
-    consistent: bool
     items: tuple[ItemEstimate, ...] = ()
     mean: float | None = None
     stderr: float | None = None
@@ -100,10 +80,34 @@ class EstimateResult:
     high: float | None = None
     clamped_mean: float | None = None
     interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
+    estimate: CoreEstimate | None = field(default=None, compare=False, repr=False)
+    """The core's estimate, rebuilt from the served sufficient statistics (``sums``) by the
+    same code the collector ran (``estimate.ci(0.9)``, ``.consistent()``, a hierarchy's
+    ``.subtree(...)``): the served fields are its serialisation. None for strings, or
+    without the version's definition."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BucketEstimate(ServedEstimate):
+    """The estimate of one time bucket (``start`` is a UTC datetime)."""
+
+    start: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateResult(ServedEstimate):
+    """An estimate as the collector served it, with the answer's other fields by kind."""
+
+    metric: str
+    kind: str
+    version: str
+    mechanism: str
+    epsilon: float
+    level: float
+    consistent: bool
     buckets: tuple[BucketEstimate, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    # --- distribution: ``mean``/``stderr``/``low``/``high`` are the mean's; the bins are
-    # the items; the quantiles are the core's QuantileEstimate
+    # --- distribution: the bins are the items; the quantiles are the core's QuantileEstimate
     quantiles: tuple[QuantileEstimate, ...] = ()
     range: ItemEstimate | None = None
     bounds: tuple[float, float] | None = None
@@ -116,11 +120,6 @@ class EstimateResult:
     # --- strings: the frequency below which nothing can be found, and named strings
     threshold: float | None = None
     candidates: tuple[ItemEstimate, ...] = ()
-    # --- categorical and numeric: the core's estimate, rebuilt from the served sufficient
-    # statistics by the same code the collector ran (``estimate.ci(0.9)``, ``.consistent()``)
-    estimate: FrequencyEstimate | MeanEstimate | None = field(
-        default=None, compare=False, repr=False
-    )
 
     @classmethod
     def from_json(
@@ -128,52 +127,25 @@ class EstimateResult:
     ) -> EstimateResult:
         """From the collector's JSON; with the version's ``definition``, ``estimate`` (and
         each bucket's) is the core's estimate rebuilt from the served ``sums``."""
-        items = tuple(_item(i) for i in data.get("items") or ())
-
-        def core(part: dict[str, Any]) -> FrequencyEstimate | MeanEstimate | None:
-            if definition is None or "sums" not in part:
-                return None
-            mechanism = definition.mechanism_instance
-            if not isinstance(mechanism, FrequencyOracle | NumericMechanism):
-                return None
-            sums = np.asarray(part["sums"], dtype=np.float64)
-            return mechanism.estimate(Aggregate(int(part["n"]), sums))
-
-        buckets = tuple(
-            BucketEstimate(
-                start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
-                n=int(b.get("n", 0)),
-                items=tuple(_item(i) for i in b.get("items") or ()),
-                mean=b.get("mean"),
-                stderr=b.get("stderr"),
-                low=b.get("low"),
-                high=b.get("high"),
-                clamped_mean=b.get("clamped_mean"),
-                interval=b.get("interval"),
-                estimate=core(b),
-            )
-            for b in data.get("buckets") or ()
-        )
         kind = str(data.get("kind") or ("categorical" if "items" in data else "numeric"))
-        distribution = kind == "distribution"
+        level = float(data.get("level", 0.95))
         rng = data.get("range")
         return cls(
+            **_served(data, definition),
             metric=str(data["metric"]),
             kind=kind,
             version=str(data.get("version", "")),
             mechanism=str(data.get("mechanism", "")),
             epsilon=float(data.get("epsilon", float("nan"))),
-            n=int(data.get("n", 0)),
-            level=float(data.get("level", 0.95)),
+            level=level,
             consistent=bool(data.get("consistent", False)),
-            items=items,
-            mean=data.get("mean"),
-            stderr=data.get("mean_stderr" if distribution else "stderr"),
-            low=data.get("mean_low" if distribution else "low"),
-            high=data.get("mean_high" if distribution else "high"),
-            clamped_mean=data.get("clamped_mean"),
-            interval=data.get("interval"),
-            buckets=buckets,
+            buckets=tuple(
+                BucketEstimate(
+                    start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
+                    **_served(b, definition),
+                )
+                for b in data.get("buckets") or ()
+            ),
             raw=data,
             quantiles=tuple(
                 QuantileEstimate(
@@ -181,7 +153,7 @@ class EstimateResult:
                     _nan(q.get("value")),
                     _nan(q.get("low")),
                     _nan(q.get("high")),
-                    float(data.get("level", 0.95)),
+                    level,
                 )
                 for q in data.get("quantiles") or ()
             ),
@@ -201,7 +173,6 @@ class EstimateResult:
             ),
             threshold=data.get("threshold"),
             candidates=tuple(_item(i) for i in data.get("candidates") or ()),
-            estimate=core(data),
         )
 
     def strings(self) -> list[StringEstimate]:
@@ -220,15 +191,7 @@ class EstimateResult:
     # --- views -------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:
         """One dict per category (or one for the mean) over the whole range."""
-        return self._rows(
-            self.items,
-            self.mean,
-            self.clamped_mean,
-            self.stderr,
-            self.low,
-            self.high,
-            self.interval,
-        )
+        return self._rows(self)
 
     def bucket_rows(self) -> list[dict[str, Any]]:
         """One dict per time bucket and category (or per bucket for the mean), each with
@@ -236,39 +199,21 @@ class EstimateResult:
         out: list[dict[str, Any]] = []
         for b in self.buckets:
             head = {"bucket": b.start.strftime("%Y-%m-%dT%H:%M:%SZ"), "n": b.n}
-            rows = self._rows(b.items, b.mean, b.clamped_mean, b.stderr, b.low, b.high, b.interval)
-            out.extend({**head, **row} for row in rows)
+            out.extend({**head, **row} for row in self._rows(b))
         return out
 
-    def _rows(
-        self,
-        items: tuple[ItemEstimate, ...],
-        mean: float | None,
-        clamped_mean: float | None,
-        stderr: float | None,
-        low: float | None,
-        high: float | None,
-        interval: str | None,
-    ) -> list[dict[str, Any]]:
-        if self.kind != "numeric":
-            columns = self._columns()
-            rows = []
-            for item in items:
-                row = asdict(item)
-                for name, value in (item.cell or {}).items():
-                    row[name] = value
-                rows.append({c: row.get(c) for c in columns})
-            return rows
-        return [
-            {
-                "mean": mean,
-                "clamped_mean": clamped_mean,
-                "stderr": stderr,
-                "low": low,
-                "high": high,
-                "interval": interval,
-            }
-        ]
+    def _rows(self, part: ServedEstimate) -> list[dict[str, Any]]:
+        if self.kind == "numeric":
+            return [{c: getattr(part, c) for c in self._columns()}]
+        return self._item_rows(part.items)
+
+    def _item_rows(self, items: tuple[ItemEstimate, ...]) -> list[dict[str, Any]]:
+        columns = self._columns()
+        rows = []
+        for item in items:
+            row = {**asdict(item), **(item.cell or {})}
+            rows.append({c: row.get(c) for c in columns})
+        return rows
 
     def _per_bucket(self, per_bucket: bool | None) -> bool:
         if per_bucket is None:
@@ -402,9 +347,7 @@ class EstimateResult:
             )
             if self.candidates:
                 lines.append("named candidates:")
-                lines.extend(
-                    self._table(self._rows(self.candidates, None, None, None, None, None, None))
-                )
+                lines.extend(self._table(self._item_rows(self.candidates)))
         return lines
 
     def _table(self, rows: list[dict[str, Any]], hidden: set[str] | None = None) -> list[str]:
@@ -445,6 +388,27 @@ class MetricVersion:
     current: bool
     definition: MetricDefinition
     n: int
+
+
+def _served(part: dict[str, Any], definition: MetricDefinition | None) -> dict[str, Any]:
+    """The :class:`ServedEstimate` fields of an answer or one of its buckets."""
+    mean_ = "mean_" if "mean_stderr" in part else ""  # a distribution's mean
+    estimate = None
+    if definition is not None and "sums" in part:
+        mechanism: Any = definition.mechanism_instance
+        sums = np.asarray(part["sums"], dtype=np.float64)
+        estimate = mechanism.estimate(Aggregate(int(part["n"]), sums))
+    return {
+        "n": int(part.get("n", 0)),
+        "items": tuple(_item(i) for i in part.get("items") or ()),
+        "mean": part.get("mean"),
+        "stderr": part.get(f"{mean_}stderr"),
+        "low": part.get(f"{mean_}low"),
+        "high": part.get(f"{mean_}high"),
+        "clamped_mean": part.get("clamped_mean"),
+        "interval": part.get("interval"),
+        "estimate": estimate,
+    }
 
 
 def _item(data: dict[str, Any]) -> ItemEstimate:
@@ -499,43 +463,51 @@ def _time_param(value: str | int | float | date | datetime | None, name: str) ->
 
 
 class Analyst:
-    """A read-only client of one collector's query API (``GET /v1/...``)."""
+    """A read-only client of one collector's query API (``GET /v1/...``).
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 10.0) -> None:
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ParameterError(f"collector URL must be http(s)://host:port, got {url!r}")
+    ``timeout``: a :class:`~ldpkit.http.Timeout`, or seconds to connect and for each read;
+    the sync Reporter's transport (:mod:`ldpkit.http`) also ends every query within
+    ``Timeout.total`` and refuses an answer larger than ``MAX_ANSWER_BYTES``."""
+
+    def __init__(
+        self, url: str, token: str | None = None, *, timeout: Timeout | float = 10.0
+    ) -> None:
+        self.timeout = Timeout.coerce(timeout)
+        # The sync Reporter's transport: its timeouts, answer bound, TLS and keep-alive.
+        self._transport = HttpTransport(url, self.timeout)
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get(TOKEN_ENV)
         if not self.token:
             raise ParameterError(f"a read token is needed: pass token=... or set {TOKEN_ENV}")
-        if not (isinstance(timeout, int | float) and timeout > 0):
-            raise ParameterError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.timeout = float(timeout)
         self._definitions: dict[tuple[str, str], MetricDefinition] = {}
+
+    def close(self) -> None:
+        """Close the kept-alive connection (the next query opens another)."""
+        self._transport.close()
 
     def _get(self, path: str, params: dict[str, str | None] | None = None) -> Any:
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
-        url = f"{self.url}{path}" + (f"?{query}" if query else "")
-        request = urllib.request.Request(
-            url, headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        )
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
+            answer = self._transport.request(
+                "GET", path + (f"?{query}" if query else ""), None, headers
+            )
+        except NetworkError as exc:
+            raise CollectorUnavailable(
+                f"cannot reach the collector at {self.url} ({exc}); is `ldpkit serve` running "
+                f"there?"
+            ) from None
+        if answer.status != 200:
             hint = {
                 401: f" (is the token right? it may also come from {TOKEN_ENV})",
                 403: " (this token may not read estimates: use a read token)",
                 404: " (is the metric name right? `ldpkit metrics` lists them)",
-            }.get(exc.code, "")
-            raise http_error(exc.code, exc.read(), source=self.url, hint=hint) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise CollectorUnavailable(
-                f"cannot reach the collector at {self.url} ({reason}); is `ldpkit serve` running "
-                f"there?"
-            ) from None
+            }.get(answer.status, "")
+            raise http_error(answer.status, answer.body, source=self.url, hint=hint)
+        try:
+            return loads_bounded(answer.body)
+        except ProtocolError as exc:
+            raise CollectorUnavailable(f"the collector at {self.url} answered {exc}") from None
 
     def metrics(self) -> list[MetricDefinition]:
         """The collector's current metric definitions."""
@@ -547,7 +519,7 @@ class Analyst:
         reports it holds (a definition change starts a new version: its reports are
         never mixed with the old ones, which stay queryable with ``version=``)."""
         current, definitions = self._versions(metric)
-        path = f"/v1/estimates/{urllib.parse.quote(metric, safe='')}"
+        path = f"/v1/estimates/{_quoted(metric)}"
         return [
             MetricVersion(fp, fp == current, d, int(self._get(path, {"version": fp}).get("n", 0)))
             for fp, d in definitions.items()
@@ -556,9 +528,7 @@ class Analyst:
     def _versions(self, metric: str) -> tuple[str | None, dict[str, MetricDefinition]]:
         """The current fingerprint and every version's definition, rebuilt as served (so
         that each reproduces its fingerprint); kept, as a version never changes."""
-        if not isinstance(metric, str) or not metric:
-            raise ParameterError(f"metric must be a metric name, got {metric!r}")
-        data = self._get(f"/v1/metrics/{urllib.parse.quote(metric, safe='')}/versions")
+        data = self._get(f"/v1/metrics/{_quoted(metric)}/versions")
         definitions = {
             str(v["fingerprint"]): MetricDefinition.from_served(metric, v, str(v["fingerprint"]))
             for v in data.get("versions", [])
@@ -590,8 +560,7 @@ class Analyst:
         a distribution; ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
         strings (see docs/protocol.md, "Metric kinds").
         """
-        if not isinstance(metric, str) or not metric:
-            raise ParameterError(f"metric must be a metric name, got {metric!r}")
+        path = f"/v1/estimates/{_quoted(metric)}"
         level = check_level(level)
         if isinstance(candidates, str):
             raise ParameterError("candidates must be a list of strings, not one string")
@@ -610,7 +579,7 @@ class Analyst:
             "subtree": subtree,
             "candidates": None if candidates is None else ",".join(candidates),
         }
-        data = self._get(f"/v1/estimates/{urllib.parse.quote(metric, safe='')}", params)
+        data = self._get(path, params)
         definition = self._definition(metric, str(data["version"])) if "sums" in data else None
         return EstimateResult.from_json(data, definition)
 
@@ -619,6 +588,13 @@ class Analyst:
         if (metric, fingerprint) not in self._definitions:
             self._versions(metric)
         return self._definitions.get((metric, fingerprint))
+
+
+def _quoted(metric: object) -> str:
+    """A metric's name as a path segment (ParameterError if it is no name)."""
+    if not isinstance(metric, str) or not metric:
+        raise ParameterError(f"metric must be a metric name, got {metric!r}")
+    return urllib.parse.quote(metric, safe="")
 
 
 def _joined(values: object, name: str) -> str | None:

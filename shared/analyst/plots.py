@@ -83,6 +83,11 @@ def plot_estimate(result: EstimateResult, path: str | Path | None = None) -> Any
             )
         ax.set_ylabel("mean")
     ax.set_title(_title(result), fontsize="medium")
+    return _done(fig, path)
+
+
+def _done(fig: Any, path: str | Path | None) -> Any:
+    """The figure, laid out, and written to ``path`` when given."""
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)
@@ -140,10 +145,7 @@ def _histogram(result: EstimateResult, path: str | Path | None) -> Any:
     if result.mean is not None and result.low is not None and result.high is not None:
         mean = f"\nmean {result.mean:.4g} [{result.low:.4g}, {result.high:.4g}]"
     ax.set_title(_title(result) + mean, fontsize="medium", pad=14)  # room for "p50"
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
+    return _done(fig, path)
 
 
 def plot_over_time(result: EstimateResult, path: str | Path | None = None) -> Any:
@@ -175,10 +177,7 @@ def plot_over_time(result: EstimateResult, path: str | Path | None = None) -> An
     ax.set_xlabel("bucket start (UTC)")
     ax.set_title(_title(result), fontsize="medium")
     fig.autofmt_xdate()
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
+    return _done(fig, path)
 
 
 def _nan(values: list[float | None]) -> list[float]:

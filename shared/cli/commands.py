@@ -20,6 +20,7 @@ from .. import plan as plan_campaign
 from .. import required_n
 from ..analyst import TOKEN_ENV, Analyst
 from ..errors import ParameterError
+from ..kinds import PlanTarget
 from ..mechanisms import NAMES, Choice, choose
 from ..metrics import MetricDefinition
 from ..planner import Plan
@@ -491,13 +492,8 @@ def _plan_definition(args: argparse.Namespace) -> MetricDefinition | None:
 
 def _plan_kind(args: argparse.Namespace, definition: MetricDefinition) -> int:
     """Plan a distribution, hierarchy, table or strings metric (the kind's own planner)."""
-    planned = definition.kind_spec.plan(
-        definition,
-        n=args.n,
-        half_width=args.half_width,
-        frequency=args.frequency,
-        level=args.level,
-    )
+    target = PlanTarget(args.n, args.half_width, args.frequency, args.level)
+    planned = definition.kind_spec.plan(definition, target)
     data = dataclasses.asdict(planned.plan)
     if args.format == "json":
         print(json.dumps({"kind": definition.kind.value, "plan": data}, indent=2))

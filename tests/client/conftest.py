@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ldpkit.client.protocol import HttpAnswer
-from ldpkit.client.sync import NetworkError
+from ldpkit.http import HttpAnswer, NetworkError
 from ldpkit.metrics import MetricDefinition
 from ldpkit.wire import decode
 

@@ -18,7 +18,7 @@ from ldpkit.client import (
     Reporter,
     RetryPolicy,
 )
-from ldpkit.client.protocol import HttpAnswer
+from ldpkit.http import HttpAnswer
 from ldpkit.wire import decode_batch
 
 from .conftest import FakeClock, FakeCollector, minutes, theme

@@ -16,14 +16,11 @@ from ldpkit.client.policies import (
     BackgroundSchedule,
     RetryPolicy,
     ShellSettings,
-    Timeout,
     budget_decision,
-    split_url,
 )
 from ldpkit.client.protocol import (
     Delivered,
     Fatal,
-    HttpAnswer,
     OutboxRow,
     Retry,
     TooLarge,
@@ -33,6 +30,7 @@ from ldpkit.client.protocol import (
     parse_retry_after,
 )
 from ldpkit.errors import BudgetExceeded, CollectorRejected, ParameterError
+from ldpkit.http import HttpAnswer, Timeout, split_url
 from ldpkit.metrics import Period
 from ldpkit.wire import CONTENT_TYPE, decode_batch
 

@@ -29,9 +29,9 @@ from ldpkit.client import (
     RetryPolicy,
     Timeout,
 )
-from ldpkit.client.policies import NetworkError
-from ldpkit.client.protocol import HttpAnswer, OutboxRow, build_batch
+from ldpkit.client.protocol import OutboxRow, build_batch
 from ldpkit.client.sync import HttpTransport
+from ldpkit.http import HttpAnswer, NetworkError
 
 from .live import INGEST, LiveCollector
 

@@ -404,6 +404,55 @@ def test_analyst_returns_each_kind_as_result_objects(
     assert strings[-1].value == b"weather"
 
 
+def _same(rebuilt: Any, served: Any) -> None:
+    """The served JSON is the rebuilt estimate's serialisation: numbers to 1e-12."""
+    if isinstance(served, dict):
+        for key, value in served.items():
+            _same(rebuilt[key], value)
+    elif isinstance(served, list):
+        assert len(rebuilt) == len(served)
+        for a, b in zip(rebuilt, served, strict=True):
+            _same(a, b)
+    elif isinstance(served, float):
+        assert rebuilt == pytest.approx(served, rel=1e-12, abs=1e-15)
+    else:
+        assert rebuilt == served
+
+
+@pytest.mark.usefixtures("minutes", "regions", "cars", "terms")  # each kind's reports
+def test_the_analyst_rebuilds_each_kinds_core_estimate_from_the_served_sums(
+    live: LiveCollector,
+) -> None:
+    """One estimate shape: every kind but strings carries ``sums``, and the core's estimate
+    rebuilt from them answers what the collector served."""
+    from ldpkit.analyst import Analyst
+    from ldpkit.distribution import DistributionEstimate
+    from ldpkit.structured_estimates import HierarchyEstimate, TableEstimate
+
+    analyst = Analyst(live.url, READ)
+    tree = analyst.estimates("region", depth=2, consistent=True, level=0.9, per_bucket=True)
+    assert isinstance(tree.estimate, HierarchyEstimate) and tree.estimate.n == tree.n
+    _same(tree.estimate.to_dict(2, 0.9, consistent=True)["items"], tree.raw["items"])
+    assert tree.buckets and all(isinstance(b.estimate, HierarchyEstimate) for b in tree.buckets)
+    assert sum(b.estimate.n for b in tree.buckets if b.estimate is not None) == tree.n
+    sonora = analyst.estimates("region", subtree="MX/Sonora", level=0.8)
+    assert sonora.estimate is not None
+    _same(sonora.estimate.subtree("MX/Sonora", None).items(0.8), sonora.raw["items"])
+    table = analyst.estimates("car", consistent=True, level=0.9)
+    assert isinstance(table.estimate, TableEstimate)
+    rebuilt = table.estimate.to_dict(0.9, consistent=True)
+    _same(rebuilt["items"], table.raw["items"])
+    _same(rebuilt["marginals"], table.raw["marginals"])
+    options: dict[str, Any] = {"bins": 4, "quantiles": [0.5, 0.9], "range_": (5.0, 10.0)}
+    dist = analyst.estimates("session_minutes", **options)
+    assert isinstance(dist.estimate, DistributionEstimate)
+    rebuilt = dist.estimate.to_dict(0.95, **options)
+    for key in ("items", "quantiles", "range", "mean", "mean_low", "mean_high"):
+        _same(rebuilt[key], dist.raw[key])
+    found = analyst.estimates("search_term")
+    assert found.estimate is None and "sums" not in found.raw  # see docs/protocol.md
+
+
 def test_cli_shows_each_kind_readably(
     live: LiveCollector,
     capsys: pytest.CaptureFixture[str],

@@ -1,6 +1,6 @@
 """A lying or broken collector cannot hurt the app (issue 11, point 15).
 
-The real Reporter and AsyncReporter against a loopback server (tests/client/lying.py) that
+The real Reporter, AsyncReporter and Analyst against a loopback server (tests/client/lying.py) that
 answers with deeply nested JSON, impossible counts, an answer dripped a byte at a time,
 or 300 MB: every call ends within its deadline with a documented error, nothing is read
 past a bound, and no report leaves the outbox without a well-formed acknowledgement
@@ -19,14 +19,16 @@ from typing import Any
 
 import pytest
 
+from ldpkit.analyst import Analyst
 from ldpkit.client import (
     AsyncReporter,
+    CollectorRejected,
     CollectorUnavailable,
     Reporter,
     RetryPolicy,
     Timeout,
 )
-from ldpkit.client.policies import MAX_ANSWER_BYTES
+from ldpkit.http import MAX_ANSWER_BYTES
 
 from .conftest import theme
 from .lying import LyingCollector, answer, drip, fixed, flood
@@ -165,3 +167,44 @@ def test_the_async_reporter_is_bounded_too(tmp_path: Path) -> None:
             assert seconds < 30, (name, seconds)
             if name == "flood":
                 assert lying.sent < MAX_ANSWER_BYTES + 32 * 2**20, lying.sent
+
+
+# --- the analyst: the sync reporter's transport, with the same bounds ----------------------
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_the_analyst_reads_no_endless_answer(chunked: bool) -> None:
+    with LyingCollector(flood(300 * 2**20, chunked=chunked)) as lying:
+        analyst = Analyst(lying.url, "t", timeout=QUICK)
+        outcome, _ = in_thread(lambda: analyst.estimates("theme"))
+        assert isinstance(outcome, CollectorUnavailable), outcome
+        assert "larger than" in str(outcome)
+        analyst.close()
+    assert lying.sent < MAX_ANSWER_BYTES + 32 * 2**20, lying.sent  # not 300 MB
+
+
+def test_the_analyst_ends_a_stalled_answer_at_the_deadline() -> None:
+    """A collector that drips its answer (every read within the read timeout) or sends
+    nested JSON: the Analyst raises CollectorUnavailable within Timeout.total."""
+    with LyingCollector(drip(answer(200, b'{"metric": "theme"' + b" " * 600 + b"}"), 0.2)) as lying:
+        analyst = Analyst(lying.url, "t", timeout=QUICK)
+        outcome, seconds = in_thread(lambda: analyst.estimates("theme"))
+        assert isinstance(outcome, CollectorUnavailable), outcome
+        assert "deadline" in str(outcome) and seconds < 30
+        analyst.close()
+    with (
+        LyingCollector(fixed(200, NESTED)) as lying,
+        pytest.raises(CollectorUnavailable, match="nested"),
+    ):
+        Analyst(lying.url, "t", timeout=QUICK).estimates("theme")
+
+
+def test_the_analyst_maps_error_answers_like_the_reporters() -> None:
+    busy = b'{"error": "overloaded", "detail": "busy"}'
+    with (
+        LyingCollector(fixed(503, busy)) as lying,
+        pytest.raises(CollectorUnavailable, match="503 overloaded: busy"),
+    ):
+        Analyst(lying.url, "t").estimates("theme")
+    with LyingCollector(fixed(404, b"<html>no</html>")) as lying:
+        with pytest.raises(CollectorRejected, match="ldpkit metrics") as caught:
+            Analyst(lying.url, "t").estimates("theme")
+        assert caught.value.status == 404

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ldpkit.client import CollectorRejected, OutboxFull, Reporter, RetryPolicy
-from ldpkit.client.protocol import HttpAnswer
+from ldpkit.http import HttpAnswer
 
 from .conftest import FakeClock, FakeCollector, answer, theme
 

@@ -22,7 +22,7 @@ from ldpkit.client import (
     Reporter,
     RetryPolicy,
 )
-from ldpkit.client.sync import NetworkError
+from ldpkit.http import NetworkError
 
 from .conftest import FakeClock, FakeCollector, answer, minutes, theme
 

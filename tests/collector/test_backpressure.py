@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient
 from ldpkit import wire
 from ldpkit.collector.keys import COLLECTOR
 from ldpkit.collector.sqlite_store import SQLiteStore
-from ldpkit.collector.store import IngestBlock, IngestResult
+from ldpkit.collector.store import CheckedReports, IngestResult
 
 from .helpers import auth, batch, block_of, grr_reports, make_config, running
 
@@ -39,7 +39,7 @@ class SlowStore(SQLiteStore):
         return super().pending_batches + self.inside
 
     async def ingest(
-        self, blocks: Sequence[IngestBlock], *, batch_id: bytes | None = None
+        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
     ) -> IngestResult:
         self.inside += 1
         self.peak = max(self.peak, self.inside)

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from ldpkit import wire
 from ldpkit.collector.config import CollectorConfig
 from ldpkit.collector.sqlite_store import SQLiteStore
-from ldpkit.collector.store import IngestBlock, IngestResult
+from ldpkit.collector.store import CheckedReports, IngestResult
 from ldpkit.metrics import Period
 
 from .helpers import (
@@ -228,7 +228,7 @@ class BlockingStore(SQLiteStore):
         return super().pending_batches + self.waiting
 
     async def ingest(
-        self, blocks: Sequence[IngestBlock], *, batch_id: bytes | None = None
+        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
     ) -> IngestResult:
         self.waiting += 1
         try:

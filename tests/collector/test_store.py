@@ -16,7 +16,7 @@ from ldpkit.collector.config import ConfigError
 from ldpkit.collector.sqlite_store import SQLiteStore
 from ldpkit.collector.store import (
     ID_DTYPE,
-    IngestBlock,
+    CheckedReports,
     PutOutcome,
     StoreClosed,
     StoreError,
@@ -36,10 +36,10 @@ BUCKET = 1_763_683_200
 
 def block(
     values: list[int] | np.ndarray, ids: bytes | None = None, bucket: int = BUCKET
-) -> IngestBlock:
+) -> CheckedReports:
     reports = np.asarray(values, dtype="<u4")
     raw = ids if ids is not None else os.urandom(16 * len(reports))
-    return IngestBlock(THEME.fingerprint, bucket, MECH, np.frombuffer(raw, ID_DTYPE), reports)
+    return CheckedReports(THEME.fingerprint, bucket, MECH, np.frombuffer(raw, ID_DTYPE), reports)
 
 
 @pytest.fixture

@@ -21,7 +21,14 @@ import pytest
 
 import ldpkit
 from ldpkit.collector.ingest import oldest_bucket, prune_before
-from ldpkit.collector.store import ID_DTYPE, IngestBlock, PutOutcome, Store, StoreError, open_store
+from ldpkit.collector.store import (
+    ID_DTYPE,
+    CheckedReports,
+    PutOutcome,
+    Store,
+    StoreError,
+    open_store,
+)
 from ldpkit.metrics import MetricDefinition, Period
 
 from .helpers import batch, block_of, estimates, grr_reports, make_config, post_batch, running
@@ -66,19 +73,21 @@ def ids_of(n: int) -> bytes:
     return os.urandom(16 * n)
 
 
-def sealed_block(values: list[int] | np.ndarray, bucket: int = B0, index: int = 0) -> IngestBlock:
+def sealed_block(
+    values: list[int] | np.ndarray, bucket: int = B0, index: int = 0
+) -> CheckedReports:
     reports = np.asarray(values, dtype="<u4")
-    return IngestBlock(
+    return CheckedReports(
         THEME.fingerprint, bucket, THEME.mechanism_instance, None, reports, index=index
     )
 
 
 def grr_block(
     values: list[int] | np.ndarray, ids: bytes | None = None, bucket: int = B0
-) -> IngestBlock:
+) -> CheckedReports:
     reports = np.asarray(values, dtype="<u4")
     raw = ids if ids is not None else ids_of(len(reports))
-    return IngestBlock(
+    return CheckedReports(
         THEME.fingerprint, bucket, THEME.mechanism_instance, np.frombuffer(raw, ID_DTYPE), reports
     )
 
@@ -102,7 +111,7 @@ async def test_ingest_aggregates_per_bucket_and_metric(database: str) -> None:
         v0, v1 = rng.integers(0, 4, 500), rng.integers(0, 4, 300)
         mech = LATENCY.mechanism_instance
         lat = mech.perturb(rng.uniform(0, 100, 200), rng=rng)
-        lat_block = IngestBlock(
+        lat_block = CheckedReports(
             LATENCY.fingerprint, B0, mech, np.frombuffer(ids_of(200), ID_DTYPE), lat
         )
         result = await store.ingest([grr_block(v0), grr_block(v1, bucket=B1), lat_block])
@@ -232,7 +241,7 @@ async def test_ingest_appends_and_compaction_folds_exactly_once(database: str) -
         for i, v in enumerate(values):
             await store.ingest([sealed_block(v, bucket=B0 if i % 3 else B1)], batch_id=ids_of(1))
         for lat in latencies:
-            block = IngestBlock(LATENCY.fingerprint, B0, mech, None, lat)
+            block = CheckedReports(LATENCY.fingerprint, B0, mech, None, lat)
             await store.ingest([block], batch_id=ids_of(1))
         # Ingest only appended: no aggregate row yet, every sum visible at once.
         assert (
@@ -376,7 +385,7 @@ async def test_two_stores_on_one_database(database: str) -> None:
     value = {i: i % 4 for i in range(600)}  # a report id always comes with the same report
     bucket = {i: B0 if i % 3 else B1 for i in range(600)}  # ... and the same bucket
 
-    def make_batch() -> list[IngestBlock]:
+    def make_batch() -> list[CheckedReports]:
         picks = rng.choice(600, size=60, replace=False)
         blocks = []
         for b in (B0, B1):

@@ -19,7 +19,7 @@ SCRIPT = r"""
 import asyncio, json, os, sqlite3, sys
 import numpy as np
 from ldpkit.collector.sqlite_store import SQLiteStore
-from ldpkit.collector.store import ID_DTYPE, IngestBlock
+from ldpkit.collector.store import ID_DTYPE, CheckedReports
 from ldpkit.metrics import MetricDefinition
 
 def high_water():
@@ -39,12 +39,12 @@ async def main(path):
     conn.commit()
     conn.close()
     rng = np.random.default_rng(5)
-    await store.ingest([IngestBlock(theme.fingerprint, 0, theme.mechanism_instance,
+    await store.ingest([CheckedReports(theme.fingerprint, 0, theme.mechanism_instance,
                                     np.frombuffer(rng.bytes(16 * 1000), ID_DTYPE),
                                     np.zeros(1000, "<u4"))])  # warm up
     before = high_water()
     n = 40_000
-    result = await store.ingest([IngestBlock(theme.fingerprint, 0, theme.mechanism_instance,
+    result = await store.ingest([CheckedReports(theme.fingerprint, 0, theme.mechanism_instance,
                                              np.frombuffer(rng.bytes(16 * n), ID_DTYPE),
                                              np.zeros(n, "<u4"))])
     after = high_water()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from ldpkit.errors import ParameterError
-from ldpkit.kinds import KINDS, kind_spec
+from ldpkit.kinds import KINDS, Question, kind_spec
 from ldpkit.metrics import MetricDefinition
 
 DIST: dict[str, Any] = {
@@ -244,6 +244,6 @@ def test_strings_answer_small_campaigns(n: int) -> None:
     p = 1.0 / np.arange(1, 201) ** 1.1
     values = list(rng.choice(words, n, p=p / p.sum()))
     m = d.mechanism_instance
-    answer = d.kind_spec.answer(d, m.aggregate(m.perturb(values, rng=rng)), {}, 0.95, False)
+    answer = d.kind_spec.answer(d, m.aggregate(m.perturb(values, rng=rng)), Question())
     assert answer["n"] == n and 0.0 < answer["threshold"] <= 1.0
     assert all(item["category"] in words for item in answer["items"])

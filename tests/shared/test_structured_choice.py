@@ -65,6 +65,8 @@ def test_bad_table_focus_and_designs_are_refused() -> None:
         ldpkit.hierarchy(BIG, epsilon=1.0, mechanism="joint")
     with pytest.raises(ldpkit.ParameterError, match="levels"):
         ldpkit.hierarchy(BIG, epsilon=1.0, mechanism="rollup", weights=[1, 2, 3])
+    with pytest.raises(ldpkit.ParameterError, match="weights apply to the 'joint_marginals'"):
+        ldpkit.table(CARS, epsilon=1.0, mechanism="joint", weights=[1, 2])
 
 
 def test_level_options() -> None:

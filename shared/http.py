@@ -1,0 +1,244 @@
+"""HTTP to a collector, one stack for every reader of its API (the reporters, the
+Analyst): the parts without I/O (a collector URL, timeouts, the bound on an answer's
+size, an error answer read into the exception tree) and the blocking transport over
+``http.client`` that the sync Reporter and the Analyst share. The async reporter's
+aiohttp shell (client/aio.py) keeps the same timeouts and bound.
+
+An error answer is read as ``{"error", "detail"}`` when its body is that JSON, the first
+bytes of the body otherwise; 408, 429 and 5xx are worth retrying
+(:class:`~ldpkit.errors.CollectorUnavailable` once retries are spent), other 4xx are
+:class:`~ldpkit.errors.CollectorRejected`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ._json import loads_bounded
+from ._validation import check_seconds, shown
+from .errors import CollectorRejected, CollectorUnavailable, ParameterError, ProtocolError
+
+MAX_ANSWER_BYTES = 16 * 2**20
+"""The largest answer read (a batch answer is a few KiB; the metric list of a collector,
+whose definitions are limited in size, rarely more than a few MiB)."""
+
+DEFAULT_TOTAL = 60.0
+
+
+@dataclass(frozen=True)
+class Timeout:
+    """Network timeouts in seconds: ``connect`` to open a connection, ``read`` for each
+    wait on the answer, ``total`` for a whole request, from connecting to the last byte
+    of the answer (an answer dripped a byte at a time never trips ``read``).
+    ``Timeout(5.0)`` sets connect and read; ``total`` defaults to 60 s, or connect + read
+    if that is longer."""
+
+    connect: float = 5.0
+    read: float | None = None
+    total: float | None = None
+
+    def __post_init__(self) -> None:
+        connect = check_seconds(self.connect, "Timeout.connect")
+        read = connect if self.read is None else check_seconds(self.read, "Timeout.read")
+        total = self.total
+        total = max(DEFAULT_TOTAL, connect + read) if total is None else total
+        object.__setattr__(self, "connect", connect)
+        object.__setattr__(self, "read", read)
+        object.__setattr__(self, "total", check_seconds(total, "Timeout.total"))
+
+    @property
+    def read_seconds(self) -> float:
+        assert self.read is not None
+        return self.read
+
+    @property
+    def total_seconds(self) -> float:
+        assert self.total is not None
+        return self.total
+
+    @classmethod
+    def coerce(cls, value: Timeout | float | None) -> Timeout:
+        if value is None:
+            return cls(5.0, 30.0)
+        if isinstance(value, Timeout):
+            return value
+        return cls(value)
+
+
+class NetworkError(OSError):
+    """A request got no HTTP answer (refused, reset, timed out, DNS...)."""
+
+
+class AnswerTooLarge(OSError):
+    """The collector's answer is larger than MAX_ANSWER_BYTES."""
+
+
+def split_url(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, path prefix) of a collector base URL."""
+    if not isinstance(url, str):
+        raise ParameterError(f"collector URL must be a string, got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ParameterError(f"collector URL must be http(s)://host[:port][/prefix], got {url!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    """A response as the transports hand it over (header names lower-case)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+# --- error answers ----------------------------------------------------------------------
+def error_of(body: bytes) -> tuple[str, str]:
+    """``(error, detail)`` of an error answer's body, each cut to a readable length."""
+    try:
+        data = loads_bounded(body[:65536])
+        if isinstance(data, dict):
+            error, detail = data.get("error", "error"), data.get("detail", "")
+            return shown(error, 100).strip("'"), shown(detail, 500).strip("'")
+    except ProtocolError:
+        pass
+    return "error", body[:200].decode("utf-8", "replace")
+
+
+def transient(status: int) -> bool:
+    """Whether retrying later may succeed: 408, 429 and server errors."""
+    return status in (408, 429) or status >= 500
+
+
+def http_error(
+    status: int, body: bytes, *, source: str, hint: str = ""
+) -> CollectorRejected | CollectorUnavailable:
+    """The exception for an error answer of the collector at ``source`` (no retry left);
+    ``hint`` is appended to a rejection's detail (what the reader may do about it)."""
+    error, detail = error_of(body)
+    if transient(status):
+        return CollectorUnavailable(f"collector at {source} answered {status} {error}: {detail}")
+    return CollectorRejected(status, error, detail + hint)
+
+
+# --- the blocking transport -------------------------------------------------------------
+def too_large(announced: int | None = None) -> AnswerTooLarge:
+    said = f" ({announced} announced)" if announced is not None else ""
+    return AnswerTooLarge(f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes{said}")
+
+
+def _read_bounded(response: http.client.HTTPResponse) -> bytes:
+    """The answer's body, refused past MAX_ANSWER_BYTES (before reading it, when its
+    length is announced)."""
+    if response.length is not None and response.length > MAX_ANSWER_BYTES:
+        raise too_large(response.length)
+    data = response.read(MAX_ANSWER_BYTES + 1)
+    if len(data) > MAX_ANSWER_BYTES:
+        raise too_large()
+    if response.length:  # read(amt) returns short, without an error, if the socket closed
+        raise http.client.IncompleteRead(data, response.length)
+    if not response.isclosed():
+        response.read()  # the end of a chunked body (nothing more: it is under the bound)
+    return data
+
+
+class HttpTransport:
+    """Blocking HTTP/1.1 over one kept-alive connection (``http.client``)."""
+
+    def __init__(self, url: str, timeout: Timeout, ssl_context: ssl.SSLContext | None = None):
+        self.scheme, self.host, self.port, self.prefix = split_url(url)
+        self.timeout = timeout
+        self.ssl_context = ssl_context
+        self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    def _connect(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection
+        if self.scheme == "https":
+            context = self.ssl_context or ssl.create_default_context()
+            conn = http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout.connect, context=context
+            )
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout.connect)
+        conn.connect()
+        assert conn.sock is not None
+        conn.sock.settimeout(self.timeout.read_seconds)
+        return conn
+
+    def request(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> HttpAnswer:
+        """One request and its whole answer, within ``timeout.total`` seconds (a timer
+        shuts the socket down at the deadline, whatever each read waits) and at most
+        MAX_ANSWER_BYTES of body; NetworkError otherwise."""
+        with self._lock:
+            deadline = time.monotonic() + self.timeout.total_seconds
+            for attempt in range(2):
+                reused = self._conn is not None
+                expired = threading.Event()
+                watchdog: threading.Timer | None = None
+                try:
+                    conn = self._conn if self._conn is not None else self._connect()
+                    self._conn = conn
+                    watchdog = threading.Timer(
+                        max(0.0, deadline - time.monotonic()), self._expire, (conn, expired)
+                    )
+                    watchdog.daemon = True
+                    watchdog.start()
+                    conn.request(method, self.prefix + path, body=body, headers=headers)
+                    response = conn.getresponse()
+                    data = _read_bounded(response)
+                    if expired.is_set():
+                        raise TimeoutError("the deadline passed")
+                except (http.client.HTTPException, OSError) as exc:
+                    self._drop()
+                    if expired.is_set():
+                        raise NetworkError(
+                            f"no complete answer within the {self.timeout.total_seconds:g} s "
+                            "deadline (Timeout.total)"
+                        ) from exc
+                    stale = isinstance(
+                        exc,
+                        http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError,
+                    )
+                    if reused and stale and attempt == 0:
+                        continue  # the server closed an idle kept-alive connection
+                    raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
+                finally:
+                    if watchdog is not None:
+                        watchdog.cancel()
+                if response.will_close:
+                    self._drop()
+                return HttpAnswer(
+                    response.status, {k.lower(): v for k, v in response.getheaders()}, data
+                )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _expire(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
+        """The deadline passed: end the blocked read (the request then fails)."""
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
