@@ -795,26 +795,32 @@ def dense_row(queue: WordQueue, width: int, bits: int, numerator: int) -> list[i
     return _split(less, width)
 
 
-def _row_lanes(queue: WordQueue, count: int, sizes: list[int], bits: int = 0) -> list[int | None]:
-    """:func:`_candidate_bits`'s lanes (None: void) for ``count`` candidates, candidate i
-    over ``sizes[i]`` lanes (one size for all if a single one is given), with values of
-    ``bits`` bits (default: :func:`value_bits` of ``sizes``)."""
-    bits = bits or (16 if max(sizes) <= SMALL_BLOCK else 32)
+def _row_values(queue: WordQueue, count: int, bits: int) -> list[int]:
+    """:func:`_candidate_lanes`'s ``count`` values of ``bits`` bits, lowest bits first."""
     per_word, low = 64 // bits, (1 << bits) - 1
     words = queue.take((count + per_word - 1) // per_word)
-    values = [(w >> (bits * i)) & low for w in words for i in range(per_word)][:count]
-    if len(sizes) == 1:
-        sizes = sizes * count
-    out: list[int | None] = []
-    for v, size in zip(values, sizes, strict=True):
-        t = v * size
-        out.append(None if (t & low) < (1 << bits) % size else t >> bits)
-    return out
+    return [(w >> (bits * i)) & low for w in words for i in range(per_word)][:count]
+
+
+def _row_lemire(values: list[int], size: int, bits: int) -> list[int | None]:
+    """Lemire's rule on ``values`` for a block of ``size`` lanes (None: void)."""
+    if size & (size - 1) == 0:  # power of two: a shift, never void
+        shift = bits - (size.bit_length() - 1)
+        return [v >> shift for v in values]
+    low, floor = (1 << bits) - 1, (1 << bits) % size
+    return [None if (v * size) & low < floor else (v * size) >> bits for v in values]
+
+
+def _row_lanes(queue: WordQueue, count: int, size: int) -> list[int | None]:
+    """:func:`_candidate_lanes` for ``count`` candidates over one block of ``size`` lanes."""
+    bits = 16 if size <= SMALL_BLOCK else 32
+    return _row_lemire(_row_values(queue, count, bits), size, bits)
 
 
 def sparse_row(queue: WordQueue, lanes: int, numerator: int, block: int) -> list[int]:
     """:func:`sparse_lanes` for one row (its words)."""
-    block = min(block, 64 * words_per_row(lanes))
+    width = words_per_row(lanes)
+    block = min(block, 64 * width)
     sizes = [min(block, lanes - start) for start in range(0, lanes, block)]
     counts = []
     for size, u in zip(sizes, queue.take(len(sizes)), strict=True):
@@ -823,25 +829,24 @@ def sparse_row(queue: WordQueue, lanes: int, numerator: int, block: int) -> list
         if k < size and prefixes[k] == u:
             k = _resolve_tie(queue.source, size, numerator, u, k)
         counts.append(k)
-    row = [0] * words_per_row(lanes)
+    row = 0  # the row as one integer, lane j = bit j
     bits = 16 if max(sizes) <= SMALL_BLOCK else 32
     pending = [b for b, k in enumerate(counts) if k > 0]
     while pending:
-        need = [counts[b] for b in pending]
-        owners = [sizes[b] for b, k in zip(pending, need, strict=True) for _ in range(k)]
-        values = _row_lanes(queue, sum(need), owners, bits)
+        values = _row_values(queue, sum(counts[b] for b in pending), bits)
         failed = []
+        at = 0
         for b in pending:
-            mine, values = values[: counts[b]], values[counts[b] :]
+            mine = _row_lemire(values[at : at + counts[b]], sizes[b], bits)
+            at += counts[b]
             if None in mine or len(set(mine)) < len(mine):
                 failed.append(b)
                 continue
             for lane in mine:
                 assert lane is not None
-                j = b * block + lane
-                row[j >> 6] |= 1 << (j & 63)
+                row |= 1 << (b * block + lane)
         pending = failed
-    return row
+    return _split(row, width)
 
 
 def unary_row(queue: WordQueue, lanes: int, plan: UnaryPlan) -> list[int]:
@@ -862,7 +867,7 @@ def unary_row(queue: WordQueue, lanes: int, plan: UnaryPlan) -> list[int]:
 def distinct_row(queue: WordQueue, row: list[int], lanes: int, count: int, forbidden: int) -> None:
     """:func:`distinct_lanes` for one row with one block of all ``lanes`` lanes."""
     while count:
-        picked = _row_lanes(queue, count, [lanes])
+        picked = _row_lanes(queue, count, lanes)
         if None in picked or forbidden in picked or len(set(picked)) < count:
             continue
         for lane in picked:
@@ -880,7 +885,7 @@ def change_row(
         gap = have - target if remove else target - have
         if gap <= 0:
             return
-        for lane in _row_lanes(queue, gap, [lanes]):
+        for lane in _row_lanes(queue, gap, lanes):
             if lane is None:
                 continue
             if remove:
