@@ -169,8 +169,9 @@ class HeavyHitters:
     Attributes
     ----------
     mechanism, epsilon, n, k, max_length : what produced the answer.
-    items : the strings found (at most k), by decreasing estimate. Their estimates come
-        from the estimation sketch, whose devices took no part in finding them.
+    items : the strings found and confirmed above ``threshold`` by the estimation sketch
+        (Benjamini-Hochberg at 10%; at most k), by decreasing estimate. Their estimates
+        come from the estimation sketch, whose devices took no part in finding them.
     threshold : a string less frequent than this is found with probability below 1/2,
         whatever its length (nothing below it can be found at this epsilon and n). An
         empty ``items`` means no string stood out above the noise, not that none is
@@ -290,17 +291,43 @@ def detection_probability(
     string must then clear ``prefilter`` standard errors at its own level and ``find_z``
     pooled standard errors over the levels from its own to the last.
     """
-    f = frequency
-    levels = len(sigmas)
-    own = max(length, 1)
-    prob = 1.0
-    for t in range(1, own):
-        prob *= _NORMAL.cdf((f - cutoffs[t - 1]) / sigmas[t - 1])
-    s_own = sigmas[own - 1]
-    prob *= _NORMAL.cdf((f - prefilter * s_own) / s_own)
-    pooled = 1.0 / math.sqrt(sum(1.0 / (s * s) for s in sigmas[own - 1 : levels]))
-    prob *= _NORMAL.cdf((f - find_z * pooled) / pooled)
-    return prob
+    return _DetectionModel(sigmas, cutoffs, prefilter, find_z).probability(frequency, length)
+
+
+def _normal_cdf(x: float) -> float:
+    """``NormalDist().cdf(x)``, the same arithmetic without the method call."""
+    return 0.5 * (1.0 + math.erf(x / _SQRT2))
+
+
+_SQRT2 = math.sqrt(2.0)
+
+
+class _DetectionModel:
+    """:func:`detection_probability` with the per-length constants computed once."""
+
+    def __init__(
+        self, sigmas: Sequence[float], cutoffs: Sequence[float], prefilter: float, find_z: float
+    ) -> None:
+        self.sigmas, self.cutoffs = list(sigmas), list(cutoffs)
+        self.prefilter, self.find_z = prefilter, find_z
+        levels = len(self.sigmas)
+        # pooled[own - 1]: the pooled sigma of levels own .. max_length
+        self.pooled = [
+            1.0 / math.sqrt(sum(1.0 / (s * s) for s in self.sigmas[own - 1 : levels]))
+            for own in range(1, levels + 1)
+        ]
+
+    def probability(self, f: float, length: int) -> float:
+        cdf = _normal_cdf
+        own = max(length, 1)
+        prob = 1.0
+        for t in range(1, own):
+            prob *= cdf((f - self.cutoffs[t - 1]) / self.sigmas[t - 1])
+        s_own = self.sigmas[own - 1]
+        prob *= cdf((f - self.prefilter * s_own) / s_own)
+        pooled = self.pooled[own - 1]
+        prob *= cdf((f - self.find_z * pooled) / pooled)
+        return prob
 
 
 def detection_thresholds(
@@ -313,15 +340,16 @@ def detection_thresholds(
     """For each length 0 .. max_length, the frequency found with ``probability`` (<= 1)."""
     if not all(math.isfinite(s) and s > 0 for s in sigmas):
         return tuple(1.0 for _ in range(len(sigmas) + 1))
+    model = _DetectionModel(sigmas, cutoffs, prefilter, find_z)
     out = []
     for length in range(len(sigmas) + 1):
-        if detection_probability(1.0, length, sigmas, cutoffs, prefilter, find_z) < probability:
+        if model.probability(1.0, length) < probability:
             out.append(1.0)
             continue
         lo, hi = 0.0, 1.0
         for _ in range(40):  # 1e-12 of [0, 1]
             mid = (lo + hi) / 2
-            if detection_probability(mid, length, sigmas, cutoffs, prefilter, find_z) < probability:
+            if model.probability(mid, length) < probability:
                 lo = mid
             else:
                 hi = mid

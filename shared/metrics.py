@@ -51,6 +51,7 @@ DEFINITION_KEYS = (
     "resolved_oracle",
     "report_size",
     "derived",
+    "mechanism_params",
 )
 """The keys a metric definition may have (TOML table, JSON object)."""
 
@@ -397,6 +398,9 @@ class MetricDefinition:
         }
         if self._mechanism.name in PORTABLE_MECHANISMS:
             data["derived"] = derived_parameters(self._mechanism)
+        if self.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
+            # The fingerprint's own input, so that a client can check the fingerprint.
+            data["mechanism_params"] = self._mechanism.params()
         if self.categories is not None:
             data["categories"] = list(self.categories)
         if self.bounds is not None:

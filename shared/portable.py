@@ -83,6 +83,13 @@ def derived_parameters(m: Mechanism) -> dict[str, Any]:
         return {"flip": hex64(_dyadic53(m.flip_probability)), "scale": m.C}  # type: ignore[attr-defined]
     if name == "laplace":
         return _laplace_parameters(m)
+    if name == "gaussian":
+        return {
+            "grid_steps": m.grid_steps,  # type: ignore[attr-defined]
+            "cap": m.noise_cap,  # type: ignore[attr-defined]
+            "t": m.laplace_scale,  # type: ignore[attr-defined]
+            "m": m.sigma2_over_t,  # type: ignore[attr-defined]
+        }
     if name == "piecewise":
         return {**_pm_parameters(m._grid), "scale": m.step}  # type: ignore[attr-defined]
     if name == "hybrid":
@@ -407,6 +414,88 @@ def _laplace(p: Mapping[str, Any], lo: float, hi: float, x: float, w: Words) -> 
     return int(min(max(y, -cap), steps + cap)).to_bytes(8, "little", signed=True)
 
 
+def below_any(w: Words, n: int) -> int:
+    """``below(n)`` for any ``n >= 1``: ``W`` words (the first least significant) make
+    a number below ``2**(32 W) >= n``, drawn again at or above the largest multiple of
+    n there (for ``n <= 2**32`` this is ``below``)."""
+    count = max(1, -(-(n - 1).bit_length() // 32))
+    span = 1 << (32 * count)
+    limit = span - span % n
+    while True:
+        value = 0
+        for i in range(count):
+            value |= w.word() << (32 * i)
+        if value < limit:
+            return value % n
+
+
+def bernoulli(w: Words, x: int, q: int) -> bool:
+    """True with probability ``x / q`` (``0 <= x <= q``); no word when it is 0 or 1."""
+    if x <= 0:
+        return False
+    if x >= q:
+        return True
+    return below_any(w, q) < x
+
+
+def taylor_bernoulli(w: Words, x: int, q: int) -> bool:
+    """True with probability ``exp(-x / q)`` for ``0 <= x <= q`` (Canonne, Kamath, Steinke
+    2020, Algorithm 1): ``k = 1``; while ``bernoulli(x, q)`` and ``bernoulli(1, k)``:
+    ``k += 1``; true iff k ends odd (``Pr[k > j] = (x / q)^j / j!``)."""
+    k = 1
+    while bernoulli(w, x, q) and bernoulli(w, 1, k):
+        k += 1
+    return k % 2 == 1
+
+
+def exp_bernoulli(w: Words, x: int, q: int) -> bool:
+    """True with probability ``exp(-x / q)`` for integers ``x >= 0``, ``q >= 1``:
+    ``floor(x / q)`` coins of ``e^-1`` (stopping at the first false), then the coin of
+    the remainder."""
+    whole, rest = divmod(x, q)
+    for _ in range(whole):
+        if not taylor_bernoulli(w, 1, 1):
+            return False
+    return taylor_bernoulli(w, rest, q)
+
+
+def discrete_laplace(t: int, w: Words) -> int:
+    """``Pr[Z = z] ∝ exp(-|z| / t)`` (CKS Algorithm 2 with s = 1)."""
+    while True:
+        u = below_any(w, t)
+        if not taylor_bernoulli(w, u, t):
+            continue
+        v = 0
+        while taylor_bernoulli(w, 1, 1):
+            v += 1
+        x = u + t * v
+        negative = below_any(w, 2) == 1
+        if negative and x == 0:
+            continue
+        return -x if negative else x
+
+
+def discrete_gaussian(t: int, m: int, w: Words) -> int:
+    """``Pr[Z = z] ∝ exp(-z^2 / (2 t m))`` (CKS Algorithm 3): a discrete Laplace of scale
+    t, kept with probability ``exp(-(|Z| - m)^2 / (2 t m))``."""
+    while True:
+        z = discrete_laplace(t, w)
+        b = abs(abs(z) - m)
+        if exp_bernoulli(w, b * b, 2 * t * m):
+            return z
+
+
+def _gaussian(p: Mapping[str, Any], lo: float, hi: float, x: float, w: Words) -> bytes:
+    steps = int(p["grid_steps"])
+    cap = int(p["cap"])
+    u = min(max((x - lo) / (hi - lo) * steps, 0.0), float(steps))
+    m = math.floor(u)
+    if w.uniform() < u - m:
+        m += 1
+    y = m + discrete_gaussian(int(p["t"]), int(p["m"]), w)
+    return int(min(max(y, -cap), steps + cap)).to_bytes(8, "little", signed=True)
+
+
 def _oracle(p: Mapping[str, Any], x: int, w: Words) -> bytes:
     """A nested oracle's report (its derived keys and ``oracle``, ``size``)."""
     return _CATEGORICAL[p["oracle"]](p, int(p["size"]), x, w)
@@ -502,11 +591,11 @@ _NUMERIC: dict[str, Callable[[Mapping[str, Any], float, float, float, Words], by
     "piecewise": _piecewise,
     "hybrid": _hybrid,
     "laplace": _laplace,
+    "gaussian": _gaussian,
     "hh": _hh,
 }
 MECHANISMS = (*_CATEGORICAL, *_NUMERIC, *VIEW_MECHANISMS, "prefix_sketch")
-"""The mechanisms with a portable rule (every one a metric definition can resolve to,
-but the (epsilon, delta) ``gaussian``)."""
+"""The mechanisms with a portable rule: every one a metric definition can resolve to."""
 PORTABLE_MECHANISMS = frozenset(MECHANISMS)
 """The same, as a set (a served definition carries ``derived`` for these)."""
 

@@ -23,7 +23,9 @@ clear ``Z_PREFILTER`` at their own level are followed through every later level,
 their inverse-variance pooled estimate must clear a Bonferroni cutoff over the complete
 strings a null walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds
 are expected in an answer. The estimation sketch then removes the found strings'
-collisions (the same solve) and estimates them and any named string.
+collisions (the same solve) and estimates them and any named string. The answer lists
+the first k found strings (in the walk's order) that the estimation sketch confirms
+above the threshold, by :func:`above_threshold`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,6 +50,7 @@ from ..heavy_hitters import (
 from .strings import (
     DECOYS,
     FALSE_FIND_RATE,
+    LIST_FDR,
     MAX_HEAVY,
     Z_HEAVY,
     Z_KEEP,
@@ -64,6 +67,7 @@ if TYPE_CHECKING:
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 KeyArray = npt.NDArray[np.uint8]
+BoolArray = npt.NDArray[np.bool_]
 
 LEVEL = 0.95
 """Confidence level of the items' intervals in an answer."""
@@ -148,8 +152,9 @@ class _Level:
         """Cell index (row offset + bucket) of each key in every row: (n, R)."""
         return self._flat(self.m.accumulators(self.sketch, key_words(keys)))
 
-    def children_flat(self, parents: KeyArray, position: int) -> IntArray:
-        """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally.
+    def children_flat(self, parents: KeyArray, position: int, others: KeyArray) -> IntArray:
+        """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally,
+        followed by :meth:`flat` of ``others`` (in one array: no copy of the children's).
 
         A child differs from its parent (zero there) only in byte ``position``, so its
         accumulator is the parent's plus ``a_i (byte << 8 (position mod 4))`` for the word
@@ -159,13 +164,22 @@ class _Level:
         a, _ = m.sketch_keys(self.sketch)
         parent = m.accumulators(self.sketch, key_words(parents))
         shifted = (np.arange(256, dtype=np.uint64) << np.uint64(8 * (position % 4)))[:, None]
+        n_children = parent.shape[0] * 256
+        acc = np.empty((n_children + len(others), self.rows), dtype=np.uint64)
         with np.errstate(over="ignore"):
             step = shifted * a[None, :, position // 4]
-            acc = (parent[:, None, :] + step[None, :, :]).reshape(-1, self.rows)
+            np.add(
+                parent[:, None, :],
+                step[None, :, :],
+                out=acc[:n_children].reshape(parent.shape[0], 256, self.rows),
+            )
+        acc[n_children:] = m.accumulators(self.sketch, key_words(others))
         return self._flat(acc)
 
     def support(self, counts: FloatArray, flat: IntArray) -> FloatArray:
-        out: FloatArray = np.take(counts.reshape(-1), flat).sum(axis=1)
+        # einsum sums a row about 2.5x faster than ndarray.sum (no pairwise blocking);
+        # the rows are short (R terms), so the rounding is as good.
+        out: FloatArray = np.einsum("ij->i", np.take(counts.reshape(-1), flat))
         return out
 
     def debias(self, support: FloatArray) -> FloatArray:
@@ -347,14 +361,21 @@ def _decoys(m: PrefixSketch, sketch: int) -> KeyArray:
 
     Only their first word is nonzero (a length byte above max_length, three random
     bytes), which makes them cheap to hash; the family is strongly universal, so their
-    buckets are as random as any key's.
+    buckets are as random as any key's. They depend only on public parameters, so they
+    are drawn once per (seed, max_length, sketch) and reused (read-only).
     """
-    rng = np.random.Generator(np.random.Philox(key=[m.seed & (2**64 - 1), 0x5EED + sketch]))
+    return _decoy_keys(m.seed, m.max_length, sketch)
+
+
+@lru_cache(maxsize=256)
+def _decoy_keys(seed: int, max_length: int, sketch: int) -> KeyArray:
+    rng = np.random.Generator(np.random.Philox(key=[seed & (2**64 - 1), 0x5EED + sketch]))
     low = np.unique(rng.integers(0, 1 << 24, size=2 * DECOYS))[:DECOYS]  # distinct
-    keys = np.zeros((DECOYS, m.max_length + 1), dtype=np.uint8)
-    keys[:, 0] = rng.integers(m.max_length + 1, 256, size=DECOYS, dtype=np.uint8)
-    for i in range(1, min(4, m.max_length + 1)):
+    keys = np.zeros((DECOYS, max_length + 1), dtype=np.uint8)
+    keys[:, 0] = rng.integers(max_length + 1, 256, size=DECOYS, dtype=np.uint8)
+    for i in range(1, min(4, max_length + 1)):
         keys[:, i] = (low >> (8 * (i - 1))) & 0xFF
+    keys.flags.writeable = False
     return keys
 
 
@@ -408,19 +429,30 @@ class _Finished:
         out: FloatArray = 1.0 / np.sqrt(self.precision)
         return out
 
-    def p_values(self) -> FloatArray:
-        """Null tail probability of each string's pooled support (quasi-Poisson)."""
-        out = np.ones(len(self.keys))
+    def significant(self, alpha: float) -> BoolArray:
+        """Whether each string's pooled support has a null tail probability (quasi-Poisson,
+        :func:`poisson_upper_tail`) of at most ``alpha``.
+
+        The tail ``P(a, x)`` (regularized lower incomplete gamma, ``a`` the count and ``x``
+        the mean) is at least the first term of its series, ``x^a e^-x / Gamma(a + 1)``:
+        when that bound is above ``alpha`` the string is not significant and the series is
+        not summed (most of the walk's complete strings are noise).
+        """
+        out = np.zeros(len(self.keys), dtype=bool)
+        log_alpha = math.log(alpha)
         for i in range(len(self.keys)):
             mean, var = float(self.null_mean[i]), float(self.null_var[i])
             if mean > 0 and self.excess[i] <= 2.0 * math.sqrt(var):
                 continue  # within 2 null sds: p > 0.02 (a Poisson right tail is no lighter)
             if mean <= 0 or var <= 0:
-                out[i] = 0.0 if self.excess[i] > 0 else 1.0
+                out[i] = self.excess[i] > 0  # p = 0 (or 1 when there is no excess)
                 continue
             dispersion = var / mean
             count = (mean + float(self.excess[i])) / dispersion
-            out[i] = poisson_upper_tail(count, mean / dispersion)
+            x = mean / dispersion
+            if count * math.log(x) - x - math.lgamma(count + 1.0) > log_alpha:
+                continue
+            out[i] = poisson_upper_tail(count, x) <= alpha
         return out
 
 
@@ -488,16 +520,18 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
         child_keys: Callable[[IntArray], KeyArray]
         if t == 1:
             first = _first_level_keys(m.max_length)
-            flat_children = level.flat(first)
             child_length = first[:, 0]
             child_keys = partial(_take_rows, first)
         else:
-            flat_children = level.children_flat(beam, t)
             child_length = np.repeat(beam[:, 0], 256)
             child_keys = partial(_take_children, beam, t)
-
-        n_children = flat_children.shape[0]
         old_keys = finished.keys
+        if t == 1:
+            n_children = len(first)
+            flat = level.flat(np.concatenate([first, old_keys]))
+        else:
+            n_children = len(beam) * 256
+            flat = level.children_flat(beam, t, old_keys)
 
         def take(
             index: IntArray,
@@ -511,7 +545,6 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
             out[~young] = old_keys[index[~young] - n_children]
             return out
 
-        flat = np.concatenate([flat_children, level.flat(old_keys)])
         est = level.evaluate(flat, take)
         var = level.null_var
         sd = math.sqrt(var)
@@ -550,29 +583,38 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     fin = found.finished
     pooled = fin.estimate
     alpha = FALSE_FIND_RATE / model_tests(m)
-    selected = np.flatnonzero(fin.p_values() <= alpha) if len(fin.keys) else np.zeros(0, np.int64)
+    selected = np.flatnonzero(fin.significant(alpha)) if len(fin.keys) else np.zeros(0, np.int64)
     selected = selected[np.argsort(-pooled[selected], kind="stable")]
-    top = selected[: m.k]
     heavy = selected[:MAX_HEAVY]
+    thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
+    threshold = min(thresholds)
 
     estimation = levels[0]
     n_e = estimation.n
     keys = fin.keys
     est_all = estimation.evaluate(estimation.flat(keys), lambda i: keys[i], heavy=heavy)
     model = variance_model(m, estimation, agg.n)
-    top_est = est_all[top] if len(top) else np.zeros(0)
-    order = np.argsort(-top_est, kind="stable")
-    top, top_est = top[order], top_est[order]
     position = {int(h): j for j, h in enumerate(heavy)}
-    own = np.array([position.get(int(i), -1) for i in top], dtype=np.int64)
-    extra = estimation.collision_var(estimation.flat(fin.keys[top]), own) if len(top) else own
-    low, high = model.interval(top_est, LEVEL, extra)
-    se = model.stderr(top_est, extra)
-    items = tuple(
-        StringEstimate(_key_bytes(fin.keys[i]), float(e), float(s), float(lo), float(hi))
-        for i, e, s, lo, hi in zip(top, top_est, se, low, high, strict=True)
+    own = np.array([position.get(int(i), -1) for i in selected], dtype=np.int64)
+    sel_est = est_all[selected]
+    extra = (
+        estimation.collision_var(estimation.flat(keys[selected]), own)
+        if len(selected)
+        else np.zeros(0)
     )
-    thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
+    # The listing rule (docs/statistics.md, "Which found strings are listed"): the first
+    # k found strings, in the walk's order, that the estimation sketch (devices that took
+    # no part in finding them) confirms above the threshold.
+    kept = np.flatnonzero(above_threshold(sel_est, model.stderr(threshold, extra), threshold))
+    kept = kept[: m.k]  # positions in ``selected``
+    kept = kept[np.argsort(-sel_est[kept], kind="stable")]  # by decreasing estimate
+    listed, top_est, top_extra = selected[kept], sel_est[kept], extra[kept]
+    low, high = model.interval(top_est, LEVEL, top_extra)
+    se = model.stderr(top_est, top_extra)
+    items = tuple(
+        StringEstimate(_key_bytes(keys[i]), float(e), float(s), float(lo), float(hi))
+        for i, e, s, lo, hi in zip(listed, top_est, se, low, high, strict=True)
+    )
 
     def estimate_values(values: Sequence[bytes]) -> tuple[FloatArray, FloatArray]:
         keys, _ = encode_strings(np.array(list(values), dtype=object), m.max_length)
@@ -585,13 +627,40 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
         k=m.k,
         max_length=m.max_length,
         items=items,
-        threshold=min(thresholds),
+        threshold=threshold,
         thresholds=thresholds,
         level=LEVEL,
         n_estimation=int(n_e),
         variance_model=model,
         _estimate_keys=estimate_values if n_e > 0 else None,
     )
+
+
+def above_threshold(estimate: FloatArray, null_sd: FloatArray, threshold: float) -> BoolArray:
+    """Which found strings the data show to be above ``threshold``: Benjamini-Hochberg.
+
+    Each string tests ``f <= threshold`` one-sidedly, ``z = (estimate - threshold) /
+    null_sd`` with the standard error at the threshold (as a score test); the strings
+    rejected at false discovery rate ``LIST_FDR`` are kept: among those kept, the expected
+    share whose frequency is at or below the threshold is at most ``LIST_FDR``. NaN
+    estimates (no estimation data) are never kept.
+    """
+    size = len(estimate)
+    keep = np.zeros(size, dtype=bool)
+    if size == 0:
+        return keep
+    p_values = np.ones(size)
+    for i in range(size):  # a few hundred found strings at most
+        e, sd = float(estimate[i]), float(null_sd[i])
+        if math.isfinite(e) and sd > 0:
+            p_values[i] = 0.5 * math.erfc((e - threshold) / (sd * math.sqrt(2.0)))
+        elif math.isfinite(e) and e > threshold:
+            p_values[i] = 0.0
+    order = np.argsort(p_values, kind="stable")
+    passing = np.flatnonzero(p_values[order] <= LIST_FDR * np.arange(1, size + 1) / size)
+    if passing.size:
+        keep[order[: passing[-1] + 1]] = True
+    return keep
 
 
 def variance_model(m: PrefixSketch, estimation: _Level, n: int) -> VarianceModel:

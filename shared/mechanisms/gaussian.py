@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from numbers import Real
 from typing import Any, ClassVar
 
@@ -22,7 +23,6 @@ import numpy as np
 
 from ..errors import ParameterError
 from ._dyadic import check_min_epsilon
-from ._geometric import SplitGeometric
 from ._grid import GRID_STEPS as GRID_STEPS  # D: as for Laplace; part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
 from ._grid import GridMechanism
@@ -39,13 +39,7 @@ MIN_DELTA = 1e-30
 CALIBRATION_SLACK = 1e-3
 """sigma is calibrated for ``delta * (1 - CALIBRATION_SLACK)``: the margin absorbs the
 grid (the discrete Gaussian's curve differs from the continuous one by a relative
-O(1 / sigma_grid), below 1e-4 here) and the sampler's relative error (about 1e-9)."""
-
-SAMPLER_RELATIVE_ERROR = 1e-9
-"""Bound on the relative error of any output probability of the sampler (see the class
-doc); :meth:`LocalGaussian.realized_delta` accounts for it."""
-
-_INV_E = math.exp(-1.0)
+O(1 / sigma_grid), below 1e-4 here)."""
 
 
 def _normal_cdf(x: float) -> float:
@@ -159,17 +153,19 @@ class LocalGaussian(GridMechanism):
     below accounted for (:meth:`realized_delta`). Reports are integers, and every
     integer within the clamp is possible for every input (Mironov 2012).
 
-    Sampling (Canonne, Kamath, Steinke 2020, Algorithm 3): with ``t = floor(s) + 1``,
-    draw Y from the discrete Laplace ``∝ exp(-|y| / t)`` (a difference of two geometrics
-    from :class:`~._geometric.SplitGeometric`) and accept it with probability
-    ``exp(-(|Y| - s^2 / t)^2 / (2 s^2))``, else draw again. The acceptance coin is a
-    product of ``floor(g)`` coins of probability ``e^-1`` and one of ``e^-(g - floor(g))``
-    (g the exponent), so that every acceptance probability, however small, is realized
-    to a relative error of about 1e-15; the geometrics' is about ``2**-33``. Every output
-    probability is therefore realized to a relative error below
-    ``SAMPLER_RELATIVE_ERROR = 1e-9``, which turns (epsilon, delta) into at most
-    ``(epsilon, (1 + r) delta_grid(epsilon - 2r))`` with ``r = 1e-9``, where delta_grid is
-    the exact divergence above; the calibration slack covers it.
+    Sampling is exact (Canonne, Kamath, Steinke 2020, Algorithms 1-3), in integers
+    only, so that no floating-point rounding can shift a probability (the portable
+    rule of docs/protocol.md). The noise parameter is rounded up once to an exact
+    integer: with ``t = floor(s) + 1`` (the discrete Laplace proposal's scale) and
+    ``m = ceil(s^2 / t)``, the noise is the discrete Gaussian of variance parameter
+    ``sigma2 = t m >= s^2`` (larger by less than ``t``, a relative ``1 / s``: the
+    privacy-safe side). Then ``Z`` is drawn from the discrete Laplace
+    ``∝ exp(-|z| / t)`` and accepted with probability
+    ``exp(-(|Z| - m)^2 / (2 sigma2))`` (``sigma2 / t = m`` is an integer), else drawn
+    again; every ``Bernoulli(exp(-x / q))`` is the Taylor-series coin of Algorithm 1
+    made of exact ``Bernoulli(x / q)`` coins (uniform integers below ``q``). Every output
+    probability is therefore realized exactly, and :meth:`realized_delta` is the exact
+    divergence of the realized law.
 
     Estimation: ``t_hat = 2 Y / D - 1`` is unbiased for ``t = 2 (x - lo) / (hi - lo) - 1``
     with variance ``(2 / D)^2 (f (1 - f) + Var Z)``, ``f = u - floor(u)``, and
@@ -196,12 +192,14 @@ class LocalGaussian(GridMechanism):
     name: ClassVar[str] = "gaussian"
     delta: float | None = None
     sigma: float = field(init=False)
-    """Noise standard deviation in the metric's units (continuous calibration)."""
+    """The noise's parameter in the metric's units: ``sqrt(sigma2) (hi - lo) / D``."""
     grid_sigma: float = field(init=False, repr=False)
-    """s: the discrete Gaussian's parameter in grid steps."""
+    """``sqrt(sigma2)``: the discrete Gaussian's parameter in grid steps."""
+    laplace_scale: int = field(init=False, repr=False)
+    """t: the scale of the discrete Laplace proposal (``floor(s) + 1``)."""
+    sigma2_over_t: int = field(init=False, repr=False)
+    """m: ``sigma2 = t m``, the exact variance parameter in grid steps squared."""
     _noise_variance: float = field(init=False, repr=False)
-    _proposal: SplitGeometric = field(init=False, repr=False)
-    _scale: int = field(init=False, repr=False)
 
     def _derive(self) -> None:
         check_min_epsilon(self.name, self.epsilon)
@@ -211,64 +209,200 @@ class LocalGaussian(GridMechanism):
         d = self.grid_steps
         unit_sigma = analytic_gaussian_sigma(self.epsilon, delta * (1.0 - CALIBRATION_SLACK))
         s = unit_sigma * d
-        object.__setattr__(self, "sigma", unit_sigma * (hi - lo))
-        object.__setattr__(self, "grid_sigma", s)
-        object.__setattr__(self, "noise_cap", math.ceil(TAIL_SIGMAS * s))
-        if s < 8.0:
-            z = np.arange(-math.ceil(60 * s) - 60, math.ceil(60 * s) + 61, dtype=np.float64)
-            w = np.exp(-z * z / (2 * s * s))
+        t, m = exact_noise_parameter(s)
+        sigma2 = t * m
+        grid_sigma = math.sqrt(sigma2)
+        object.__setattr__(self, "laplace_scale", t)
+        object.__setattr__(self, "sigma2_over_t", m)
+        object.__setattr__(self, "sigma", grid_sigma * (hi - lo) / d)
+        object.__setattr__(self, "grid_sigma", grid_sigma)
+        # ceil(TAIL_SIGMAS sqrt(sigma2)), exactly: the smallest c with c^2 >= 40^2 sigma2.
+        object.__setattr__(self, "noise_cap", math.isqrt(1600 * sigma2 - 1) + 1)
+        if grid_sigma < 8.0:
+            reach = math.ceil(60 * grid_sigma) + 60
+            z = np.arange(-reach, reach + 1, dtype=np.float64)
+            w = np.exp(-z * z / (2.0 * sigma2))
             var = float((w * z * z).sum() / w.sum())
         else:
-            var = s * s
+            var = float(sigma2)
         object.__setattr__(self, "_noise_variance", var)
-        scale = math.floor(s) + 1
-        object.__setattr__(self, "_scale", scale)
-        object.__setattr__(self, "_proposal", SplitGeometric(1.0 / scale))
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "delta": self.delta}
 
     # --- sampling ----------------------------------------------------------------------
-    def _accept(self, y: IntArray, rng: np.random.Generator) -> BoolArray:
-        """Coins of probability ``exp(-(|y| - s^2/t)^2 / (2 s^2))``, each to ~1e-15 relative."""
-        s, t = self.grid_sigma, self._scale
-        g = (np.abs(y).astype(np.float64) - s * s / t) ** 2 / (2.0 * s * s)
-        whole = np.floor(g)
-        accept = rng.random(y.size) < np.exp(-(g - whole))
-        left = whole.astype(np.int64)
-        pending = np.flatnonzero(accept & (left > 0))
-        while pending.size:
-            passed = rng.random(pending.size) < _INV_E
-            accept[pending[~passed]] = False
-            left[pending] -= 1
-            pending = pending[passed & (left[pending] > 0)]
-        return accept
-
     def noise(self, rng: np.random.Generator, n: int) -> IntArray:
-        """n draws of the discrete Gaussian Z (rejection from the discrete Laplace)."""
-        out = np.empty(n, dtype=np.int64)
-        todo = np.arange(n)
-        while todo.size:
-            g = self._proposal.sample(rng, 2 * todo.size)
-            y = g[: todo.size] - g[todo.size :]
-            ok = self._accept(y, rng)
-            out[todo[ok]] = y[ok]
-            todo = todo[~ok]
-        return out
+        """n exact draws of the discrete Gaussian Z (see the class doc): vectorised in
+        rounds over the draws; a few draws by the portable rule (numpy's rounds cost
+        more than they save there)."""
+        t, m = self.laplace_scale, self.sigma2_over_t
+        if n > _FEW:
+            return discrete_gaussian(rng, t, m, n)
+        from .. import portable  # here: portable imports the mechanisms
+
+        block = rng.integers(0, 1 << 32, size=64 * n, dtype=np.uint64).tolist()
+
+        def word() -> int:
+            if not block:
+                block.extend(rng.integers(0, 1 << 32, size=64, dtype=np.uint64).tolist())
+            return int(block.pop())
+
+        words = portable.Words(word)
+        return np.array([portable.discrete_gaussian(t, m, words) for _ in range(n)], np.int64)
 
     def grid_noise_variance(self) -> float:
         return self._noise_variance
 
     # --- the realized guarantee --------------------------------------------------------
     def realized_delta(self) -> float:
-        """An upper bound on the delta the real sampler gives at this epsilon.
+        """The delta the sampler realizes at this epsilon (it is exact: no widening).
 
-        ``(1 + r) * discrete_gaussian_delta(epsilon - 2 r, s, D)`` with
-        ``r = SAMPLER_RELATIVE_ERROR``: the exact divergence of the discrete Gaussian for
-        the worst pair of inputs, widened for the sampler's relative error (class doc).
-        It must be at most ``delta``; work is proportional to s (a fraction of a second).
+        :func:`discrete_gaussian_delta` ``(epsilon, sqrt(sigma2), D)``: the exact
+        divergence of the discrete Gaussian for the worst pair of inputs (class doc). It
+        must be at most ``delta``; work is proportional to s (a fraction of a second).
         """
-        r = SAMPLER_RELATIVE_ERROR
-        return (1.0 + r) * discrete_gaussian_delta(
-            self.epsilon - 2.0 * r, self.grid_sigma, self.grid_steps
-        )
+        return discrete_gaussian_delta(self.epsilon, self.grid_sigma, self.grid_steps)
+
+
+def exact_noise_parameter(s: float) -> tuple[int, int]:
+    """``(t, m)``: ``t = floor(s) + 1`` and the least m with ``t m >= s^2`` (exactly).
+
+    ``sigma2 = t m`` is the discrete Gaussian's variance parameter: an integer at least
+    ``s^2`` (never less noise than calibrated), with ``sigma2 / t`` an integer so that
+    the acceptance exponent of the sampler is a ratio of integers.
+    """
+    exact = Fraction(s)
+    t = math.floor(exact) + 1
+    m = math.ceil(exact * exact / t)
+    return t, m
+
+
+# --- the exact sampler, vectorised over reports (rounds, not a loop per report) ----------
+_INT64_SAFE = 1 << 62
+_FEW = 8
+"""Up to this many draws at once, the one-report rule is faster than vectorised rounds."""
+
+
+def _below(rng: np.random.Generator, n: int | IntArray, size: int) -> Any:
+    """Uniform integers in ``[0, n)``, exactly (numpy's bounded integers reject, as
+    ``below`` does); a scalar n beyond int64 gives Python ints (an object array)."""
+    if isinstance(n, int) and n > _INT64_SAFE:
+        count = max(1, -(-(n - 1).bit_length() // 32))
+        span = 1 << (32 * count)
+        limit = span - span % n
+        out = np.empty(size, dtype=object)
+        todo = np.arange(size)
+        while todo.size:
+            words = rng.integers(0, 1 << 32, size=(todo.size, count), dtype=np.uint64)
+            value = np.zeros(todo.size, dtype=object)
+            for i in range(count):  # a few words per number, not a loop per report
+                value = value + (words[:, i].astype(object) << (32 * i))
+            ok = (value < limit).astype(bool)
+            out[todo[ok]] = value[ok] % n
+            todo = todo[~ok]
+        return out
+    return rng.integers(0, n, size=size)
+
+
+def _bernoulli(rng: np.random.Generator, x: Any, q: int | IntArray) -> BoolArray:
+    """Coins of probability ``x / q`` (``0 <= x <= q``), exactly."""
+    out = np.asarray(x >= q, dtype=bool)
+    mid = np.flatnonzero(np.asarray(x > 0, dtype=bool) & ~out)
+    if mid.size:
+        qq = q if isinstance(q, int) else q[mid]
+        out[mid] = np.asarray(_below(rng, qq, mid.size) < x[mid], dtype=bool)
+    return out
+
+
+def _exp_bernoulli(rng: np.random.Generator, x: Any, q: int) -> BoolArray:
+    """Coins of probability ``exp(-x / q)`` for ``0 <= x <= q`` (CKS Algorithm 1): k counts
+    up while ``Bernoulli(x / (q k))`` succeeds; true when k ends odd. (The portable rule
+    draws that coin as ``Bernoulli(x / q)`` and ``Bernoulli(1 / k)``: the same law.)"""
+    k = np.ones(len(x), dtype=np.int64)
+    active = np.arange(len(x))
+    while active.size:
+        kk = k[active]
+        if q * int(kk.max()) <= _INT64_SAFE:
+            go = active[_bernoulli(rng, x[active], q * kk)]
+        else:
+            go = active[_bernoulli(rng, x[active], q)]
+            go = go[_bernoulli(rng, np.ones(go.size, dtype=np.int64), k[go])]
+        k[go] += 1
+        active = go
+    return np.asarray(k % 2 == 1)
+
+
+_FACTORIAL_STEPS = 20
+_FACTORIAL = math.factorial(_FACTORIAL_STEPS)  # below 2**62
+_FACTORIAL_CUTS = np.array(
+    [_FACTORIAL // math.factorial(j) for j in range(_FACTORIAL_STEPS, 0, -1)], dtype=np.int64
+)
+"""``N! / j!`` for j = N .. 1 (increasing): ``Pr[k > j] = 1 / j!`` in the e^-1 coin."""
+
+
+def _exp_minus_one(rng: np.random.Generator, size: int) -> BoolArray:
+    """Coins of probability ``e^-1``: Algorithm 1 at x = q, whose count k has
+    ``Pr[k > j] = 1 / j!`` exactly, read off one uniform integer below ``N!`` (k > j iff
+    it is below ``N! / j!``) for j <= N = 20; the rare rest goes on coin by coin."""
+    u = rng.integers(0, _FACTORIAL, size=size)
+    k = 1 + (_FACTORIAL_CUTS.size - np.searchsorted(_FACTORIAL_CUTS, u, side="right"))
+    tail = np.flatnonzero(k > _FACTORIAL_STEPS)  # u = 0: k > N, continue from there
+    while tail.size:
+        go = tail[rng.integers(0, k[tail]) == 0]
+        k[go] += 1
+        tail = go
+    return np.asarray(k % 2 == 1)
+
+
+def discrete_laplace(rng: np.random.Generator, t: int, n: int) -> IntArray:
+    """n exact draws of ``Pr[Z = z] ∝ exp(-|z| / t)`` (CKS Algorithm 2 with s = 1)."""
+    out = np.empty(n, dtype=np.int64)
+    todo = np.arange(n)
+    while todo.size:
+        u = np.asarray(_below(rng, t, todo.size), dtype=np.int64)
+        kept = _exp_bernoulli(rng, u, t)
+        u, idx = u[kept], todo[kept]
+        v = np.zeros(idx.size, dtype=np.int64)
+        active = np.arange(idx.size)
+        while active.size:
+            active = active[_exp_minus_one(rng, active.size)]
+            v[active] += 1
+        x = u + t * v
+        negative = rng.integers(0, 2, size=idx.size) == 1
+        good = ~(negative & (x == 0))
+        out[idx[good]] = np.where(negative, -x, x)[good]
+        done = np.zeros(n, dtype=bool)
+        done[idx[good]] = True
+        todo = todo[~done[todo]]
+    return out
+
+
+def discrete_gaussian(rng: np.random.Generator, t: int, m: int, n: int) -> IntArray:
+    """n exact draws of ``Pr[Z = z] ∝ exp(-z^2 / (2 t m))`` (CKS Algorithm 3): a discrete
+    Laplace of scale t, accepted with probability ``exp(-(|Z| - m)^2 / (2 t m))``."""
+    two_sigma2 = 2 * t * m
+    out = np.empty(n, dtype=np.int64)
+    todo = np.arange(n)
+    while todo.size:
+        y = discrete_laplace(rng, t, todo.size)
+        b = np.abs(np.abs(y) - m)
+        if two_sigma2 <= _INT64_SAFE and int(b.max(initial=0)) < 1 << 31:
+            whole, rest = np.divmod(b * b, two_sigma2)
+        else:  # beyond int64: the same arithmetic in Python ints
+            square = b.astype(object) ** 2
+            whole = np.minimum(square // two_sigma2, 1 << 62).astype(np.int64)
+            rest = square % two_sigma2
+        accept = np.ones(todo.size, dtype=bool)
+        # exp(-gamma) = exp(-1)^floor(gamma) * exp(-(gamma - floor(gamma))).
+        pending = np.flatnonzero(whole > 0)
+        while pending.size:
+            passed = _exp_minus_one(rng, pending.size)
+            accept[pending[~passed]] = False
+            pending = pending[passed]
+            whole[pending] -= 1
+            pending = pending[whole[pending] > 0]
+        alive = np.flatnonzero(accept)
+        accept[alive] = _exp_bernoulli(rng, rest[alive], two_sigma2)
+        out[todo[accept]] = y[accept]
+        todo = todo[~accept]
+    return out

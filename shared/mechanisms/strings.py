@@ -20,8 +20,10 @@ sums, whatever n. The collector then walks the prefix tree level by level
 it extends the kept prefixes by every byte, estimates each child from sketch ``t`` and
 keeps the best; a child whose length byte says it is complete is a *finished string*,
 whose later levels (which see the same whole key) are pooled. The finished strings that
-stand out are the answer; their frequencies, and those of any string an analyst names,
+stand out are *found*; their frequencies, and those of any string an analyst names,
 come from the estimation sketch, which took no part in finding them (no winner's curse).
+A found string is *listed* in the answer when the estimation sketch confirms it above
+the answer's threshold (Benjamini-Hochberg at ``LIST_FDR``; docs/statistics.md).
 
 Collisions of the finite hash family are not re-randomized per user as in OLH: a heavy
 string shifts the count of every string sharing its bucket in a row. The decoder
@@ -152,6 +154,8 @@ Z_PREFILTER = 0.5
 """A complete string must be this many standard errors above 0 to be followed further."""
 FALSE_FIND_RATE = 0.1
 """Expected number of strings no one holds in the answer, at most (Bonferroni)."""
+LIST_FDR = 0.1
+"""False discovery rate of listing a found string as above the threshold (the listing rule)."""
 
 
 def splitmix64(seed: int, count: int) -> npt.NDArray[np.uint64]:
@@ -218,6 +222,36 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
         raise ReportError(
             f"string values must be str or bytes, got an array of dtype {array.dtype}"
         )
+    encoded = _encoded(array)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+    _check_lengths(lengths, max_length, array)
+    keys = np.zeros((n, width), dtype=np.uint8)
+    keys[:, 0] = lengths
+    if n:
+        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        # byte j of value i goes to keys[i, 1 + j]: its offset in the joined bytes is
+        # starts[i] + j, so the flat index in keys is that plus (i width + 1 - starts[i])
+        starts = np.cumsum(lengths) - lengths
+        shift = np.arange(n, dtype=np.int64) * width + 1 - starts
+        keys.reshape(-1)[np.arange(flat.size) + np.repeat(shift, lengths)] = flat
+    return keys, array
+
+
+def _encoded(array: npt.NDArray[Any]) -> list[bytes]:
+    """The bytes of each value of an object array (str as UTF-8), or a ReportError.
+
+    All-bytes and all-str arrays (the usual batch) are converted by C-level ``map``;
+    anything else, or a str that is not valid Unicode, goes value by value, which also
+    names the offending index.
+    """
+    kinds = set(map(type, array))
+    if kinds <= {bytes}:
+        return list(array)
+    if kinds <= {str}:
+        try:
+            return list(map(str.encode, array))
+        except UnicodeEncodeError:
+            pass  # the loop below names the value
     encoded: list[bytes] = []
     for i, v in enumerate(array):
         if isinstance(v, str):
@@ -229,17 +263,7 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
             encoded.append(bytes(v))
         else:
             raise ReportError(f"value {v!r} at index {i} is not a string (str or bytes)")
-    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=n)
-    _check_lengths(lengths, max_length, array)
-    keys = np.zeros((n, width), dtype=np.uint8)
-    keys[:, 0] = lengths
-    if n:
-        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        rows = np.repeat(np.arange(n), lengths)
-        starts = np.cumsum(lengths) - lengths
-        cols = np.arange(flat.size) - np.repeat(starts, lengths) + 1
-        keys[rows, cols] = flat
-    return keys, array
+    return encoded
 
 
 def _check_lengths(lengths: npt.NDArray[np.int64], max_length: int, values: Any) -> None:

@@ -15,6 +15,7 @@ from scipy import stats
 
 from ldpkit import conformance, portable, wire
 from ldpkit.mechanisms import Mechanism
+from ldpkit.mechanisms.gaussian import exact_noise_parameter
 from ldpkit.metrics import MetricDefinition
 
 REPORTS = 2000
@@ -167,6 +168,15 @@ def test_silent_bugs_of_the_other_kinds_fail(
                 ).astype(np.int64),
                 -m.noise_cap,
                 65536 + m.noise_cap,
+            ),
+        ),
+        # Gaussian with half the noise (sigma2 / 4: a misread calibration)
+        (
+            "gaussian",
+            _other(
+                "gaussian",
+                laplace_scale=lambda m: exact_noise_parameter(m.grid_sigma / 2)[0],
+                sigma2_over_t=lambda m: exact_noise_parameter(m.grid_sigma / 2)[1],
             ),
         ),
     ],

@@ -7,7 +7,9 @@ over the discrete output distribution, chi-square bounds for variances and fits)
 from __future__ import annotations
 
 import math
+import random
 import zlib
+from fractions import Fraction
 from typing import ClassVar
 
 import numpy as np
@@ -15,12 +17,15 @@ import pytest
 from scipy import stats
 
 import ldpkit
+from ldpkit import portable
 from ldpkit.audit import EventBound, audit
 from ldpkit.mechanisms.gaussian import (
     CALIBRATION_SLACK,
     LocalGaussian,
     analytic_gaussian_sigma,
+    discrete_gaussian,
     discrete_gaussian_delta,
+    exact_noise_parameter,
     gaussian_delta,
 )
 from ldpkit.testing import mislabelled
@@ -77,8 +82,8 @@ def test_discrete_divergence_matches_brute_force(epsilon: float, sigma: float, s
 @pytest.mark.parametrize(("epsilon", "delta"), [(1.0, 1e-6), (4.0, 1e-3), (2.0, 1e-10)])
 def test_realized_guarantee_is_within_epsilon_delta(epsilon: float, delta: float) -> None:
     # The worst pair of inputs is lo against hi (grid points 0 and D): the exact
-    # hockey-stick divergence of the discrete output laws, widened for the sampler's
-    # relative error, is at most delta; and the calibration does not waste noise.
+    # hockey-stick divergence of the discrete output laws (the sampler is exact) is at
+    # most delta; and the calibration does not waste noise.
     m = make(epsilon, delta)
     realized = m.realized_delta()
     assert realized <= delta
@@ -145,6 +150,64 @@ def test_sampler_follows_the_discrete_gaussian(grid: str) -> None:
     assert lo < z.var() / var < hi
 
 
+@pytest.mark.parametrize("s", [0.3, 1.0, 7.9, 276882.49, 3.2e9])
+def test_exact_noise_parameter_rounds_up_by_less_than_t(s: float) -> None:
+    t, m = exact_noise_parameter(s)
+    assert t == math.floor(s) + 1
+    exact = Fraction(s) ** 2
+    assert exact <= t * m < exact + t  # never less noise than calibrated; sigma2 / t = m
+
+
+def _pmf(sigma2: int, reach: int) -> tuple[np.ndarray, np.ndarray]:
+    support = np.arange(-reach, reach + 1)
+    pmf = np.exp(-(support.astype(np.float64) ** 2) / (2.0 * sigma2))
+    return support, pmf / pmf.sum()
+
+
+def _chi2_exact(z: np.ndarray, sigma2: int) -> float:
+    """p-value of the draws against the exact discrete Gaussian pmf (tails pooled)."""
+    reach = math.ceil(14 * math.sqrt(sigma2)) + 1
+    support, pmf = _pmf(sigma2, reach)
+    expected = pmf * z.size
+    keep = expected >= 5  # pool the tails into the outermost kept cells
+    first, last = int(np.argmax(keep)), int(keep.size - 1 - np.argmax(keep[::-1]))
+    counts = np.bincount(np.clip(z + reach, first, last), minlength=support.size)[first : last + 1]
+    exp = expected[first : last + 1].copy()
+    exp[0] += expected[:first].sum()
+    exp[-1] += expected[last + 1 :].sum()
+    return float(stats.chisquare(counts, exp).pvalue)
+
+
+@pytest.mark.parametrize(("t", "m"), [(1, 1), (2, 1), (3, 2), (6, 5)])
+def test_vectorised_sampler_is_the_exact_discrete_gaussian(t: int, m: int) -> None:
+    rng = np.random.default_rng(1000 * t + m)
+    n = 200_000
+    z = discrete_gaussian(rng, t, m, n)
+    assert _chi2_exact(z, t * m) > 1e-4
+    support, pmf = _pmf(t * m, 200)
+    var = float((pmf * support.astype(np.float64) ** 2).sum())
+    lo, hi = chi2_ratio_bounds(n)
+    assert lo < float((z.astype(np.float64) ** 2).mean()) / var < hi  # E[Z] = 0 exactly
+
+
+def test_portable_rule_is_the_exact_discrete_gaussian() -> None:
+    # The one-report rule of docs/protocol.md, on a seeded word stream.
+    rnd = random.Random(7)
+    words = portable.Words(lambda: rnd.getrandbits(32))
+    t, m = 3, 2
+    z = np.array([portable.discrete_gaussian(t, m, words) for _ in range(30_000)])
+    assert _chi2_exact(z, t * m) > 1e-4
+
+
+def test_sampler_beyond_int64_follows_the_law() -> None:
+    # 2 sigma2 > 2**64: the acceptance arithmetic runs in Python ints (object arrays).
+    t = m = 2**33 + 5
+    z = discrete_gaussian(np.random.default_rng(11), t, m, 20_000).astype(np.float64)
+    sigma = math.sqrt(t * m)
+    # At this scale the discrete law is the normal one binned finely: test the quantiles.
+    assert stats.kstest(z / sigma, "norm").pvalue > 1e-4
+
+
 # --- estimates ---------------------------------------------------------------------------
 VALUES = np.array([0.0, 2.5, 7.0, 10.0])
 PROBS = np.array([0.3, 0.2, 0.4, 0.1])
@@ -168,11 +231,12 @@ def test_unbiased_mean_variance_formula_and_coverage() -> None:
     covered = (result.lows <= mean) & (mean <= result.highs)
     low, high = coverage_bounds()
     assert low <= covered.mean() <= high
-    # The noise is sigma in the metric's units: 4.2 times the width at eps = 1, delta = 1e-5.
-    assert m.sigma == pytest.approx(
-        10.0 * analytic_gaussian_sigma(1.0, 1e-5 * (1 - CALIBRATION_SLACK)), rel=1e-12
-    )
-    assert m.variance(5.0) == pytest.approx(m.sigma**2, rel=1e-6)  # per report, in units
+    # The noise is sigma in the metric's units: 4.2 times the width at eps = 1, delta = 1e-5,
+    # rounded up to the exact integer sigma2 = t m (by less than t grid steps squared).
+    calibrated = 10.0 * analytic_gaussian_sigma(1.0, 1e-5 * (1 - CALIBRATION_SLACK))
+    s = calibrated / 10.0 * m.grid_steps
+    assert calibrated <= m.sigma <= calibrated * (1 + 1 / (2 * s) + 1e-12)
+    assert m.variance(5.0) == pytest.approx(m.sigma**2, rel=1e-9)  # per report, in units
 
 
 def test_one_value_clipping_and_reports() -> None:

@@ -227,3 +227,69 @@ def test_block_report_array_checks_sizes() -> None:
         block.report_array(np.dtype("<u8"))
     with pytest.raises(ProtocolError, match="id bytes"):
         wire.make_block("t", FP, 0, b"\x00" * 16, np.zeros(2, dtype="<u4"))
+
+
+# The number schema of docs/protocol.md ("Fingerprint"): which numbers of the canonical
+# parameters are floats and which integers. Clients in languages whose JSON parser cannot
+# tell 1.0 from 1 rebuild the canonical JSON with it, so every kind must keep to it.
+SCHEMA_FLOATS = {
+    "epsilon",
+    "delta",
+    "bounds.*",
+    "mechanism_params.epsilon",
+    "mechanism_params.bounds.*",
+    "mechanism_params.views.*.weight",
+    "mechanism_params.estimation_share",
+}
+SCHEMA_INTEGERS = {
+    "protocol",
+    "mechanism_params.resolution",
+    "mechanism_params.branching",
+    "mechanism_params.views.*.size",
+    "mechanism_params.max_length",
+    "mechanism_params.k",
+    "mechanism_params.seed",
+    "mechanism_params.g",
+    "mechanism_params.rows",
+    "mechanism_params.estimation_rows",
+    "mechanism_params.estimation_weight",
+}
+
+
+def _numbers(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every number in a JSON value, with its path (``*`` for any list index)."""
+    prefix = f"{path}." if path else ""
+    if isinstance(value, dict):
+        return [n for k, v in value.items() for n in _numbers(v, prefix + k)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v, prefix + "*")]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return [(path, value)]
+    return []
+
+
+def test_every_kind_keeps_to_the_fingerprint_number_schema() -> None:
+    from ldpkit import conformance
+
+    specs = list(conformance.make_plan(200)["metrics"])
+    specs.append(
+        MetricDefinition.from_dict(
+            "wide", {"kind": "distribution", "bounds": [1, 2], "resolution": 1024, "epsilon": 2}
+        ).to_dict()
+    )
+    specs.append(
+        MetricDefinition.from_dict(
+            "focus",
+            {"kind": "strings", "max_length": 12, "k": 1, "epsilon": 3, "mechanism": "auto"},
+        ).to_dict()
+    )
+    for served in specs:
+        d = MetricDefinition.from_dict(served["name"], served)
+        params = d.parameters()
+        if "mechanism_params" in params:  # served as such, so that clients can check it
+            assert served["mechanism_params"] == params["mechanism_params"]
+        for path, number in _numbers(params):
+            if path in SCHEMA_FLOATS:
+                assert isinstance(number, float), (served["name"], path)
+            else:
+                assert path in SCHEMA_INTEGERS and isinstance(number, int), (served["name"], path)

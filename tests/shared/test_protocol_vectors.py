@@ -96,6 +96,8 @@ def test_fingerprint_vector(name: str) -> None:
     spec = json.loads(VECTORS["json", "definition", name])
     definition = MetricDefinition.from_dict(name, spec)
     canonical = VECTORS["text", "canonical", name]
+    if "mechanism_params" in spec:  # what the collector serves for the client to check
+        assert spec["mechanism_params"] == definition.parameters()["mechanism_params"]
     assert json.dumps(definition.parameters(), sort_keys=True, separators=(",", ":")) == canonical
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     match = re.search(rf"`([0-9a-f]{{16}})` \(fingerprint {re.escape(name)}\)", SECTION)

@@ -149,6 +149,31 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[int] | None]] = [
         None,
     ),
     (
+        "gaussian",
+        {
+            "kind": "numeric",
+            "bounds": [0, 10],
+            "epsilon": 1.0,
+            "mechanism": "gaussian",
+            "delta": 1e-6,
+        },
+        [0, 3.3, 10, 12],
+        None,
+    ),
+    # t beyond 2**32 and 2 sigma2 beyond 2**64: below() over two and three words.
+    (
+        "gaussian-wide",
+        {
+            "kind": "numeric",
+            "bounds": [-1, 1],
+            "epsilon": 0.00005,
+            "mechanism": "gaussian",
+            "delta": 1e-9,
+        },
+        [0.5],
+        None,
+    ),
+    (
         "hh",
         {"kind": "distribution", "bounds": [0, 100], "resolution": 16, "epsilon": 1.0},
         [0, 33.3, 99.99, 100],

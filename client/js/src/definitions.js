@@ -38,6 +38,37 @@ function integer(value, lo, hi, what, name) {
 /** The kind each mechanism serves (categorical and numeric: their own lists). */
 const KIND_OF = { hh: "distribution", rollup: "hierarchy", levels: "hierarchy", joint: "table", joint_marginals: "table", prefix_sketch: "strings" };
 
+/** The fingerprinted mechanism parameters (other kinds) agree with the served constants. */
+function checkMechanismParams(def) {
+  const mp = def.mechanism_params;
+  const p = def.derived;
+  const same = (a, b, what) => {
+    if (JSON.stringify(a) !== JSON.stringify(b)) throw new DefinitionError(`metric ${def.name}: ${what} differs from the fingerprinted parameters`);
+  };
+  same(mp.mechanism, def.resolved_mechanism, "the mechanism");
+  same(mp.epsilon, def.epsilon, "epsilon");
+  switch (def.resolved_mechanism) {
+    case "hh":
+      same(mp.bounds, def.bounds, "bounds");
+      same(mp.resolution, p.resolution, "resolution");
+      break;
+    case "rollup":
+    case "levels":
+    case "joint":
+    case "joint_marginals":
+      same(
+        (mp.views ?? []).map((v) => [v.name, v.oracle, v.size]),
+        p.views.map((v) => [v.name, v.oracle, v.size]),
+        "the views",
+      );
+      if (def.categories) same(mp.categories, def.categories, "categories");
+      break;
+    case "prefix_sketch":
+      for (const key of ["max_length", "g", "rows", "estimation_rows"]) same(mp[key], p[key], key);
+      break;
+  }
+}
+
 /** Check that the served constants realize the mechanism at the definition's epsilon. */
 export function checkDerived(def) {
   const p = def.derived;
@@ -83,6 +114,9 @@ export function checkDerived(def) {
       checkOracle(def.name, def.epsilon, "olh", p, 0);
       return;
     }
+    case "gaussian":
+      checkGaussian(def);
+      return;
     default:
       checkOracle(def.name, def.epsilon, def.resolved_mechanism, p, def.categories ? def.categories.length : 0);
   }
@@ -162,6 +196,60 @@ function checkOracle(name, eps, mechanism, p, d) {
   }
 }
 
+/** erfc(x) to about 1e-14 relative: the series of erf below 2, Lentz's continued fraction above. */
+export function erfc(x) {
+  if (x < 0) return 2 - erfc(-x);
+  if (x < 2) {
+    let term = x;
+    let sum = x;
+    for (let n = 1; Math.abs(term) > 1e-17 * Math.abs(sum); n++) {
+      term *= (-x * x) / n;
+      sum += term / (2 * n + 1);
+    }
+    return 1 - (2 / Math.sqrt(Math.PI)) * sum;
+  }
+  // erfc(x) = exp(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...)))).
+  const tiny = 1e-300;
+  let f = x;
+  let c = x;
+  let d = 0;
+  for (let n = 1; n < 500; n++) {
+    const a = n / 2;
+    d = x + a * d;
+    d = 1 / (Math.abs(d) < tiny ? tiny : d);
+    c = x + a / c;
+    const delta = c * d;
+    f *= delta;
+    if (Math.abs(delta - 1) < 1e-16) break;
+  }
+  return Math.exp(-x * x) / Math.sqrt(Math.PI) / f;
+}
+
+/** Balle and Wang's delta of N(0, sigma^2) noise at sensitivity 1 (docs/statistics.md). */
+export function gaussianDelta(epsilon, sigma) {
+  const phi = (z) => 0.5 * erfc(-z / Math.SQRT2);
+  const a = 1 / (2 * sigma);
+  const b = epsilon * sigma;
+  return Math.max(0, phi(a - b) - Math.exp(epsilon) * phi(-a - b));
+}
+
+function checkGaussian(def) {
+  const p = def.derived;
+  const name = def.name;
+  if (typeof def.delta !== "number" || !(def.delta > 0 && def.delta < 1)) throw new DefinitionError(`metric ${name}: the Gaussian needs 0 < delta < 1`);
+  integer(p.grid_steps, 65536, 65536, "grid_steps", name);
+  integer(p.t, 1, Number.MAX_SAFE_INTEGER, "t", name);
+  integer(p.m, 1, Number.MAX_SAFE_INTEGER, "m", name);
+  integer(p.cap, 1, Number.MAX_SAFE_INTEGER, "cap", name);
+  // t = floor(s) + 1 and m = ceil(s^2 / t) put m in t - 2 .. t (else the proposal is
+  // far from the noise and rejection slow); privacy rests on sigma2 = t m alone.
+  if (p.m > p.t || p.m < p.t - 2) throw new DefinitionError(`metric ${name}: t and m do not fit one noise parameter`);
+  const sigma = Math.sqrt(p.t * p.m) / p.grid_steps; // in units of the bounds' width
+  if (!(gaussianDelta(def.epsilon, sigma) <= def.delta)) {
+    throw new DefinitionError(`metric ${name}: the served noise sigma2 = t m gives more than delta ${def.delta} at epsilon ${def.epsilon}`);
+  }
+}
+
 /** A checked definition with its sampler, or a DefinitionError saying what is wrong. */
 export async function prepare(raw) {
   if (!raw || typeof raw !== "object") throw new DefinitionError("a definition must be an object");
@@ -193,14 +281,20 @@ export async function prepare(raw) {
   }
   if (!raw.derived || typeof raw.derived !== "object") throw new DefinitionError(`metric ${name}: no derived parameters (collector too old?)`);
   if (typeof raw.fingerprint !== "string" || !/^[0-9a-f]{16}$/.test(raw.fingerprint)) throw new DefinitionError(`metric ${name}: bad fingerprint`);
-  // Categorical and numeric fingerprints are checked here; the other kinds' canonical
-  // parameters hold floats JSON cannot tell from integers once parsed, so they are
-  // taken as served (privacy rests on the derived constants, checked below).
-  const computed = kind === "categorical" || kind === "numeric" ? await fingerprint(raw) : raw.fingerprint;
+  // The fingerprint of every kind: the canonical JSON is rebuilt with the schema of each
+  // kind's numbers (floats as Python writes them), then the sampler's constants must be
+  // those the fingerprinted parameters name.
+  let computed;
+  try {
+    computed = await fingerprint(raw);
+  } catch (err) {
+    throw new DefinitionError(`metric ${name}: cannot check the fingerprint: ${err.message}`);
+  }
   if (raw.fingerprint !== computed) {
     throw new DefinitionError(`metric ${name}: fingerprint ${raw.fingerprint} is not that of its parameters (${computed})`);
   }
   try {
+    if (raw.mechanism_params) checkMechanismParams(raw);
     checkDerived(raw);
   } catch (err) {
     if (err instanceof DefinitionError) throw err;

@@ -3,7 +3,7 @@
 export type Period = "hour" | "day" | "week";
 export type Mechanism =
   | "grr" | "rr" | "sue" | "oue" | "olh" | "ss" | "hr"
-  | "duchi" | "piecewise" | "hybrid" | "laplace"
+  | "duchi" | "piecewise" | "hybrid" | "laplace" | "gaussian"
   | "hh" | "rollup" | "levels" | "joint" | "joint_marginals" | "prefix_sketch";
 /** A category, a number, a leaf path, a table row (attribute -> category) or a string. */
 export type Value = string | number | Record<string, string>;
@@ -25,6 +25,8 @@ export interface Definition {
   report_size: number;
   categories?: string[];
   bounds?: [number, number];
+  /** (epsilon, delta) metrics (mechanism "gaussian"): the delta one report spends. */
+  delta?: number;
   resolution?: number;
   separator?: string;
   dimensions?: [string, string[]][];
@@ -110,6 +112,8 @@ export interface Receipt {
   queued: boolean;
   /** Epsilon this report spent. */
   epsilon: number;
+  /** Delta this report spent ((epsilon, delta) metrics; else 0). */
+  delta: number;
   /** The number was outside the bounds and clipped to them. */
   clipped: boolean;
 }
@@ -129,11 +133,17 @@ export interface MetricBudget {
   left: number;
   period: Period;
   renewsAt: number;
+  /** The delta one report spends (0 for pure epsilon metrics). */
+  delta: number;
+  /** Delta spent in the window (basic composition). */
+  deltaSpent: number;
+  /** The delta the epsilon budget allows per window: (budget / epsilon) reports of delta. */
+  deltaBudget: number;
 }
 
 export interface BudgetStatus {
   metrics: Record<string, MetricBudget>;
-  total: { budget: number; spent: number; left: number; renewsAt: number } | null;
+  total: { budget: number; spent: number; left: number; renewsAt: number; deltaSpent: number } | null;
 }
 
 export declare class Reporter {

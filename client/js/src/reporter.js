@@ -264,7 +264,7 @@ export class Reporter {
     const digest = this.memoize ? await hmac(this.secretKey, MEMO_CONTEXT + message) : null;
     const tag = digest ? toHex(digest.slice(0, 16)) : "";
     const memo = this.memoize ? state.memo[tag] : undefined;
-    const receipt = { metric: def.name, fingerprint: def.fingerprint, bucket, memoized: memo !== undefined, queued: false, epsilon: 0, clipped };
+    const receipt = { metric: def.name, fingerprint: def.fingerprint, bucket, memoized: memo !== undefined, queued: false, epsilon: 0, delta: 0, clipped };
     if (memo && memo.buckets.includes(bucket)) return receipt; // already queued or sent
     if (state.outbox.length >= this.settings.maxOutbox) {
       throw new OutboxFull(`the outbox holds ${state.outbox.length} reports (maxOutbox); flush first`);
@@ -284,6 +284,13 @@ export class Reporter {
       state.ledger[metricKey] = spent + def.epsilon;
       state.ledger[totalKey] = totalSpent + def.epsilon;
       receipt.epsilon = def.epsilon;
+      if (def.delta) {
+        // (epsilon, delta) reports spend delta beside epsilon (basic composition); the
+        // epsilon budget bounds their number, so delta needs no budget of its own.
+        state.ledger[`${metricKey}|delta`] = (state.ledger[`${metricKey}|delta`] ?? 0) + def.delta;
+        state.ledger[`${totalKey}|delta`] = (state.ledger[`${totalKey}|delta`] ?? 0) + def.delta;
+        receipt.delta = def.delta;
+      }
     }
     if (this.memoize) {
       state.memo[tag] = { until: window + budgetSeconds, buckets: [...(memo?.buckets ?? []), bucket] };
@@ -312,14 +319,27 @@ export class Reporter {
     for (const def of this.defs.values()) {
       const seconds = PERIODS[def.budget_period];
       const start = Math.floor(now / seconds) * seconds;
-      const spent = this.state.ledger[`${def.name}|${seconds}|${start}`] ?? 0;
-      metrics[def.name] = { epsilon: def.epsilon, budget: def.budget, spent, left: Math.max(0, def.budget - spent), period: def.budget_period, renewsAt: start + seconds };
+      const key = `${def.name}|${seconds}|${start}`;
+      const spent = this.state.ledger[key] ?? 0;
+      const delta = def.delta ?? 0;
+      metrics[def.name] = {
+        epsilon: def.epsilon,
+        budget: def.budget,
+        spent,
+        left: Math.max(0, def.budget - spent),
+        period: def.budget_period,
+        renewsAt: start + seconds,
+        delta,
+        deltaSpent: this.state.ledger[`${key}|delta`] ?? 0,
+        deltaBudget: (def.budget / def.epsilon) * delta,
+      };
     }
     let total = null;
     if (this.totalBudget !== null) {
       const start = Math.floor(now / this.totalSeconds) * this.totalSeconds;
-      const spent = this.state.ledger[`*|${this.totalSeconds}|${start}`] ?? 0;
-      total = { budget: this.totalBudget, spent, left: Math.max(0, this.totalBudget - spent), renewsAt: start + this.totalSeconds };
+      const key = `*|${this.totalSeconds}|${start}`;
+      const spent = this.state.ledger[key] ?? 0;
+      total = { budget: this.totalBudget, spent, left: Math.max(0, this.totalBudget - spent), renewsAt: start + this.totalSeconds, deltaSpent: this.state.ledger[`${key}|delta`] ?? 0 };
     }
     return { metrics, total };
   }

@@ -8,7 +8,7 @@ const MASK64 = (1n << 64n) - 1n;
 
 export const MECHANISMS = Object.freeze([
   "grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "piecewise", "hybrid", "laplace",
-  "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch",
+  "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch",
 ]);
 export const VIEW_MECHANISMS = new Set(["rollup", "levels", "joint", "joint_marginals"]);
 export const CATEGORICAL = new Set(["grr", "rr", "sue", "oue", "olh", "ss", "hr"]);
@@ -78,6 +78,63 @@ function below(w, n) {
   for (;;) {
     const x = w.word();
     if (x < limit) return x % n;
+  }
+}
+
+/** below(n) for a BigInt n >= 1: W words (the first least significant), n <= 2^(32 W). */
+function belowBig(w, n) {
+  let count = 1;
+  while (1n << BigInt(32 * count) < n) count++;
+  const span = 1n << BigInt(32 * count);
+  const limit = span - (span % n);
+  for (;;) {
+    let v = 0n;
+    for (let i = 0; i < count; i++) v |= BigInt(w.word()) << BigInt(32 * i);
+    if (v < limit) return v % n;
+  }
+}
+
+/** True with probability x / q (BigInt, 0 <= x <= q); no word at 0 or 1. */
+function bernoulli(w, x, q) {
+  if (x <= 0n) return false;
+  if (x >= q) return true;
+  return (q <= 4294967296n ? BigInt(below(w, Number(q))) : belowBig(w, q)) < x;
+}
+
+/** True with probability exp(-x / q), 0 <= x <= q: Canonne, Kamath, Steinke Algorithm 1. */
+function taylor(w, x, q) {
+  let k = 1n;
+  while (bernoulli(w, x, q) && bernoulli(w, 1n, k)) k++;
+  return k % 2n === 1n;
+}
+
+/** True with probability exp(-x / q) for any x >= 0: floor(x / q) coins of e^-1, then the rest. */
+function expCoin(w, x, q) {
+  for (let whole = x / q; whole > 0n; whole--) if (!taylor(w, 1n, 1n)) return false;
+  return taylor(w, x % q, q);
+}
+
+/** Pr[L = l] ∝ exp(-|l| / t) (CKS Algorithm 2), t a BigInt. */
+function discreteLaplace(w, t) {
+  for (;;) {
+    const u = t <= 4294967296n ? BigInt(below(w, Number(t))) : belowBig(w, t);
+    if (!taylor(w, u, t)) continue;
+    let v = 0n;
+    while (taylor(w, 1n, 1n)) v++;
+    const x = u + t * v;
+    const negative = below(w, 2) === 1;
+    if (negative && x === 0n) continue;
+    return negative ? -x : x;
+  }
+}
+
+/** Pr[Z = z] ∝ exp(-z^2 / (2 t m)) (CKS Algorithm 3), t and m BigInt. */
+export function discreteGaussian(w, t, m) {
+  const twoSigma2 = 2n * t * m;
+  for (;;) {
+    const z = discreteLaplace(w, t);
+    const b = (z < 0n ? -z : z) - m;
+    if (expCoin(w, b * b, twoSigma2)) return z;
   }
 }
 
@@ -249,6 +306,23 @@ function numericSampler(definition, name, p) {
         const y = Math.min(Math.max(m + g1 - geometric(w), -cap), steps + cap);
         const out = new Uint8Array(8);
         new DataView(out.buffer).setBigInt64(0, BigInt(y), true);
+        return out;
+      };
+    }
+    case "gaussian": {
+      const steps = p.grid_steps;
+      const cap = BigInt(p.cap);
+      const t = BigInt(p.t);
+      const sigma2OverT = BigInt(p.m);
+      return (x, w) => {
+        const u = Math.min(Math.max(((x - lo) / (hi - lo)) * steps, 0), steps);
+        let m = Math.floor(u);
+        if (uniform(w) < u - m) m += 1;
+        let y = BigInt(m) + discreteGaussian(w, t, sigma2OverT);
+        if (y < -cap) y = -cap;
+        if (y > BigInt(steps) + cap) y = BigInt(steps) + cap;
+        const out = new Uint8Array(8);
+        new DataView(out.buffer).setBigInt64(0, y, true);
         return out;
       };
     }

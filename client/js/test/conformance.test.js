@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { encodeValue, prepare } from "../src/definitions.js";
-import { CryptoWords, MECHANISMS } from "../src/sampling.js";
+import { CryptoWords, MECHANISMS, sampler } from "../src/sampling.js";
 import { encodeSealedBatch, ID_SIZE } from "../src/wire.js";
 import { ldpkit } from "./python.js";
 
@@ -35,6 +35,15 @@ function textbookOlh(def) {
     view.setUint32(16, y, true);
     return out;
   };
+}
+
+function halfNoiseGaussian(def) {
+  // The discrete Gaussian with half the served sigma (a misread calibration).
+  const s = Math.sqrt(def.derived.t * def.derived.m) / 2;
+  const t = Math.floor(s) + 1;
+  const sample = sampler({ ...def, derived: { ...def.derived, t, m: Math.ceil((s * s) / t) } });
+  const words = new CryptoWords();
+  return (x) => sample(x, words);
 }
 
 async function respond(plan, broken = {}) {
@@ -74,4 +83,10 @@ test("this client passes the conformance kit for every mechanism", async () => {
   const failed = ldpkit(["conformance", "check", planPath, bad]);
   assert.equal(failed.status, 1, failed.stdout + failed.stderr);
   assert.match(failed.stdout, /FAIL: olh$/m);
+
+  const quiet = join(dir, "half-noise.msgpack");
+  writeFileSync(quiet, await respond(plan, { gaussian: halfNoiseGaussian }));
+  const loud = ldpkit(["conformance", "check", planPath, quiet]);
+  assert.equal(loud.status, 1, loud.stdout + loud.stderr);
+  assert.match(loud.stdout, /FAIL: gaussian$/m);
 });

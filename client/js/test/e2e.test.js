@@ -31,6 +31,13 @@ bounds = [0, 100]
 epsilon = 2.0
 mechanism = "piecewise"
 
+[metrics.spend]
+kind = "numeric"
+bounds = [0, 100]
+epsilon = 2.0
+mechanism = "gaussian"
+delta = 1e-3
+
 [metrics.load]
 kind = "distribution"
 bounds = [0, 100]
@@ -65,10 +72,13 @@ test("devices report through a real collector and the estimates cover the truth"
     const minutes = (i * 37) % 101;
     sum += Math.min(minutes, 100);
     await device.report("minutes", minutes);
+    const spent = await device.report("spend", minutes);
+    assert.equal(spent.delta, 1e-3);
+    assert.equal(device.budget().metrics.spend.deltaSpent, 1e-3);
     await device.report("load", minutes);
     await device.report("search", i % 3 === 0 ? "météo" : `q${i % 50}`);
     const sent = await device.flush();
-    assert.equal(sent.accepted, 5);
+    assert.equal(sent.accepted, 6);
     assert.equal(device.pending(), 0);
     await device.close();
   }
@@ -84,6 +94,9 @@ test("devices report through a real collector and the estimates cover the truth"
   const minutes = await collector.estimates("minutes", "level=0.999");
   const mean = sum / DEVICES;
   assert.ok(minutes.low <= mean && mean <= minutes.high, `minutes: ${minutes.low}..${minutes.high} misses ${mean}`);
+  const spend = await collector.estimates("spend", "level=0.999");
+  assert.equal(spend.n, DEVICES);
+  assert.ok(spend.low <= mean && mean <= spend.high, `spend: ${spend.low}..${spend.high} misses ${mean}`);
   const load = await collector.estimates("load", "level=0.999&bins=4");
   assert.equal(load.n, DEVICES);
   assert.ok(load.mean_low <= mean && mean <= load.mean_high, `load: ${load.mean_low}..${load.mean_high} misses ${mean}`);

@@ -26,7 +26,7 @@ function served(name, definition) {
     epsilon: definition.epsilon,
     bucket: definition.bucket ?? "day",
   };
-  for (const key of ["categories", "dimensions", "max_length", "resolution"]) if (key in definition) out[key] = definition[key];
+  for (const key of ["categories", "dimensions", "max_length", "resolution", "mechanism_params", "delta"]) if (key in definition) out[key] = definition[key];
   if (definition.bounds) out.bounds = definition.bounds.map(Number);
   return out;
 }

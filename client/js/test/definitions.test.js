@@ -1,0 +1,108 @@
+// Definitions are checked before use: the fingerprint of every kind (its canonical JSON
+// rebuilt with Python's float repr), and the served constants. Tampered definitions of
+// each kind are refused; awkward floats round-trip to Python's fingerprint.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+
+import { pyFloat } from "../src/canonical.js";
+import { DefinitionError, prepare } from "../src/definitions.js";
+import { PYTHON } from "./python.js";
+
+function python(code) {
+  const out = spawnSync(PYTHON, ["-c", code], { encoding: "utf8" });
+  assert.equal(out.status, 0, out.stderr);
+  return JSON.parse(out.stdout);
+}
+
+// One definition of every kind and mechanism family, with floats JSON.parse cannot tell
+// from integers (1.0, 1e16, 1e-05, 0.1 + 0.2, -0.0) wherever the kind has floats.
+const SERVED = python(`
+import json
+from ldpkit.metrics import MetricDefinition
+specs = {
+    "numeric": {"kind": "numeric", "bounds": [-1e16, 1e-05], "epsilon": 0.1 + 0.2, "mechanism": "laplace"},
+    "gaussian": {"kind": "numeric", "bounds": [-0.0, 1.0], "epsilon": 1.0, "mechanism": "gaussian", "delta": 1e-05},
+    "categorical": {"kind": "categorical", "categories": ["a", "🙂", "é"], "epsilon": 1e-05, "mechanism": "grr"},
+    "distribution": {"kind": "distribution", "bounds": [-0.0, 1e16], "resolution": 64, "epsilon": 0.1 + 0.2},
+    "hierarchy": {"kind": "hierarchy", "categories": ["MX/Jalisco", "MX/Sonora", "US/Texas", "Perú"], "epsilon": 1.0, "mechanism": "levels"},
+    "table": {"kind": "table", "dimensions": [["type", ["Van", "Compact", "Sporty"]], ["origin", ["USA", "non-USA"]]], "epsilon": 0.1 + 0.2, "mechanism": "joint_marginals"},
+    "rollup": {"kind": "hierarchy", "categories": ["a/x", "a/y", "b"], "epsilon": 2.0, "mechanism": "rollup", "oracle": "oue"},
+    "joint": {"kind": "table", "dimensions": [["ä", ["1", "2"]], ["b", ["3", "4"]]], "epsilon": 1.5, "mechanism": "joint"},
+    "strings": {"kind": "strings", "max_length": 6, "k": 4, "epsilon": 4.0},
+}
+print(json.dumps({k: MetricDefinition.from_dict(k, v).to_dict() for k, v in specs.items()}))
+`);
+
+test("pyFloat writes every double as Python's repr", () => {
+  const cases = python(`
+import json, random, struct
+xs = [1.0, 1e16, 1e-05, 0.1 + 0.2, -0.0, 0.0, 1e-4, 0.00012, 9999999999999998.0, 1e15 + 0.5,
+      5e-324, 1.7976931348623157e308, 123456789012345680.0, 2.5e-7, -1e100, 0.5, 100.0, 1e22]
+rnd = random.Random(18)
+xs += [struct.unpack("<d", struct.pack("<Q", rnd.getrandbits(64)))[0] for _ in range(2000)]
+xs += [rnd.uniform(-1e6, 1e6) for _ in range(500)] + [10.0 ** rnd.randint(-30, 30) for _ in range(200)]
+print(json.dumps([[struct.pack("<d", x).hex(), repr(x)] for x in xs if x == x and abs(x) != float("inf")]))
+`);
+  for (const [hex, repr] of cases) {
+    const x = new DataView(Uint8Array.from(hex.match(/../g), (b) => parseInt(b, 16)).buffer).getFloat64(0, true);
+    assert.equal(pyFloat(x), repr, hex);
+  }
+});
+
+test("the fingerprint of every kind is checked, awkward floats included", async () => {
+  for (const [name, raw] of Object.entries(SERVED)) {
+    const def = await prepare(raw);
+    assert.equal(def.fingerprint, raw.fingerprint, name);
+  }
+});
+
+const clone = (x) => structuredClone(x); // keeps -0 (JSON would not)
+
+// A change to a fingerprinted parameter of each kind, its fingerprint left as served.
+const TAMPER = {
+  numeric: (d) => (d.bounds[1] = 2e-05),
+  gaussian: (d) => (d.delta = 1e-4),
+  categorical: (d) => (d.categories = ["a", "🙂", "e"]),
+  distribution: (d) => (d.mechanism_params.branching = 2),
+  hierarchy: (d) => (d.mechanism_params.views[0].weight = 0.25),
+  table: (d) => d.dimensions.reverse(),
+  rollup: (d) => (d.categories = ["a/y", "a/x", "b"]),
+  joint: (d) => (d.mechanism_params.epsilon = 1.25),
+  strings: (d) => (d.mechanism_params.estimation_share = 0.5),
+};
+
+test("a tampered definition of each kind is refused", async () => {
+  assert.deepEqual(Object.keys(TAMPER).sort(), Object.keys(SERVED).sort());
+  for (const [name, change] of Object.entries(TAMPER)) {
+    const raw = clone(SERVED[name]);
+    change(raw);
+    await assert.rejects(prepare(raw), (err) => err instanceof DefinitionError && /fingerprint/.test(err.message), name);
+  }
+  // A number the schema does not know cannot be written canonically: refused too.
+  const extra = clone(SERVED.distribution);
+  extra.mechanism_params.surprise = 1;
+  await assert.rejects(prepare(extra), /not in the schema/);
+  const missing = clone(SERVED.strings);
+  delete missing.mechanism_params;
+  await assert.rejects(prepare(missing), /no mechanism_params/);
+});
+
+test("served constants must be those the fingerprint names", async () => {
+  // The fingerprint is intact; the constants the sampler would use are not.
+  const sketch = clone(SERVED.strings);
+  sketch.derived.g += 1;
+  await assert.rejects(prepare(sketch), /g differs/);
+  const views = clone(SERVED.hierarchy);
+  views.derived.views[0].size += 1;
+  await assert.rejects(prepare(views), /views differs/);
+  const seed = clone(SERVED.strings);
+  seed.derived.seed = "0000000000000001";
+  await assert.rejects(prepare(seed), /fingerprint/);
+  // A Gaussian whose served sigma2 = t m is a quarter of the calibrated one: more than delta.
+  const quiet = clone(SERVED.gaussian);
+  const s = Math.sqrt(quiet.derived.t * quiet.derived.m) / 2;
+  quiet.derived.t = Math.floor(s) + 1;
+  quiet.derived.m = Math.ceil((s * s) / quiet.derived.t);
+  await assert.rejects(prepare(quiet), /more than delta/);
+});
