@@ -38,7 +38,8 @@ The table is skipped, with a message, when ``--peers`` (default
 ``/tmp/peers-venv/bin/python``) does not exist; ``--no-peers`` skips it too.
 
 Run: ``.venv/bin/python benchmarks/mechanisms.py [--n 1000000] [--mechanisms grr,olh]
-[--quick] [--peers PYTHON | --no-peers]``.
+[--quick] [--peers PYTHON | --no-peers]``; only the perturb-alone table:
+``--mechanisms sue,oue,ss --perturb-only [--domains 1024]``.
 """
 
 from __future__ import annotations
@@ -174,6 +175,32 @@ def bench_bitmap_perturb(
     return n / statistics.median(wall), n / statistics.median(cpu), n
 
 
+def bench_bitmap_table(names: list[str], n: int, runs: int, domains: tuple[int, ...]) -> None:
+    """The perturb-alone table (wall clock and CPU) of the bitmap mechanisms."""
+    if not names:
+        return
+    target_d, target_rate = BITMAP_TARGET
+    print(
+        f"\nperturb alone (reports/s, median of {runs}); target at d = {target_d}: "
+        f">= {target_rate:,.0f}/s by wall clock"
+    )
+    header = f"{'mechanism':<10} {'eps':>4} {'d':>6} {'n':>9} {'wall':>12} {'CPU':>12}  target"
+    print(header)
+    print("-" * len(header))
+    for name in names:
+        for epsilon in EPSILONS:
+            for d in domains:
+                wall, cpu, used = bench_bitmap_perturb(name, epsilon, d, n, runs)
+                flag = ""
+                if d == target_d:
+                    flag = "ok" if wall >= target_rate else "! below"
+                print(
+                    f"{name:<10} {epsilon:>4g} {d:>6} {used:>9,} {wall:>12,.0f} "
+                    f"{cpu:>12,.0f}  {flag}",
+                    flush=True,
+                )
+
+
 # Runs in the peers' virtual environment: prints {"library": seconds} for OUE, end to end.
 PEER_SCRIPT = """
 import json, random, sys, time, statistics
@@ -269,11 +296,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="n = 100000 and one timed run")
     parser.add_argument("--peers", default=PEER_PYTHON, help="python of the peer libraries' venv")
     parser.add_argument("--no-peers", action="store_true", help="skip the peer comparison")
+    parser.add_argument(
+        "--perturb-only",
+        action="store_true",
+        help="only the perturb-alone table of SUE, OUE and SS (no accuracy table, no peers)",
+    )
+    parser.add_argument(
+        "--domains",
+        default=",".join(map(str, BITMAP_DOMAINS)),
+        help="domain sizes of the perturb-alone table (default: 16,1024,65536)",
+    )
     args = parser.parse_args(argv)
     n, runs = (min(args.n, 100_000), 1) if args.quick else (args.n, args.runs)
     names = [s.strip() for s in args.mechanisms.split(",") if s.strip()]
 
     print(f"n = {n:,} reports, median of {runs} run(s)\n")
+    if args.perturb_only:
+        domains = tuple(int(d) for d in args.domains.split(","))
+        bench_bitmap_table([name for name in names if name in BITMAP], n, runs, domains)
+        return 0
     header = (
         f"{'mechanism':<10} {'eps':>4} {'d':>5} {'perturb/s':>12} {'agg+est s':>10} "
         f"{'ns/report':>9} {'counters':>8} {'MSE/theory':>10}  targets"
@@ -312,28 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     missed_rows = [r for r in rows if r.misses()]
     print(f"\n{len(rows) - len(missed_rows)} of {len(rows)} configurations meet every target")
 
-    bitmap = [name for name in names if name in BITMAP]
-    if bitmap:
-        target_d, target_rate = BITMAP_TARGET
-        print(
-            f"\nperturb alone (reports/s, median of {runs}); target at d = {target_d}: "
-            f">= {target_rate:,.0f}/s by wall clock"
-        )
-        header = f"{'mechanism':<10} {'eps':>4} {'d':>6} {'n':>9} {'wall':>12} {'CPU':>12}  target"
-        print(header)
-        print("-" * len(header))
-        for name in bitmap:
-            for epsilon in EPSILONS:
-                for d in BITMAP_DOMAINS:
-                    wall, cpu, used = bench_bitmap_perturb(name, epsilon, d, n, runs)
-                    flag = ""
-                    if d == target_d:
-                        flag = "ok" if wall >= target_rate else "! below"
-                    print(
-                        f"{name:<10} {epsilon:>4g} {d:>6} {used:>9,} {wall:>12,.0f} "
-                        f"{cpu:>12,.0f}  {flag}",
-                        flush=True,
-                    )
+    bench_bitmap_table([name for name in names if name in BITMAP], n, runs, BITMAP_DOMAINS)
     if not args.no_peers:
         bench_peers(args.peers, 100_000, runs)
     return 0

@@ -14,7 +14,8 @@ legitimate figures; the verdict then also wants the legitimate batch p99 under 1
 
 The collector runs on loopback (SQLite in a temporary directory unless ``--database``,
 default durability). The load generator (this process, aiohttp) keeps ``--concurrency``
-batches of ``--batch`` GRR reports in flight, every report new, paced to ``--rate``
+sealed batches (wire v2, as the client sends them) of ``--batch`` GRR reports in flight,
+each with a fresh batch id, paced to ``--rate``
 reports per second (0: no pacing). A 429 is honoured (its ``Retry-After``) and counted;
 any other non-200 answer or network error is an error.
 
@@ -232,15 +233,17 @@ def write_config(path: Path, database: str, sqlite_cache_mib: int | None) -> Non
 
 # --- the load --------------------------------------------------------------------------
 def template(batch: int) -> tuple[bytes, int]:
-    """One encoded batch and the offset of its ids (overwritten with fresh ones per send)."""
+    """One sealed (wire v2) batch and the offset of its batch id (a fresh one per send)."""
     d = MetricDefinition.from_dict(
         "soak", {"categories": CATEGORIES, "epsilon": 1.0, "mechanism": "grr"}
     )
     rng = np.random.default_rng(1)
     reports = d.mechanism_instance.perturb(rng.integers(0, len(CATEGORIES), batch), rng=rng)
-    marker = os.urandom(wire.ID_SIZE * batch)
+    marker = os.urandom(wire.ID_SIZE)
     bucket = Period.DAY.start(time.time())
-    body = wire.encode_batch([wire.make_block("soak", d.fingerprint, bucket, marker, reports)])
+    body = wire.encode_sealed_batch(
+        marker, [wire.sealed_block("soak", d.fingerprint, bucket, reports)]
+    )
     return body, body.index(marker)
 
 
@@ -300,9 +303,9 @@ async def slow_sender(url: str, counters: Counters, stop_at: float) -> None:
 
 def unknown_batch() -> bytes:
     name = "nosuch" + os.urandom(4).hex()
-    ids = os.urandom(wire.ID_SIZE)
     bucket = Period.DAY.start(time.time())
-    return wire.encode_batch([wire.Block(name, os.urandom(8).hex(), bucket, ids, b"\0" * 4)])
+    block = wire.Block(name, os.urandom(8).hex(), bucket, b"", b"\0" * 4, 1)
+    return wire.encode_sealed_batch(os.urandom(wire.ID_SIZE), [block])
 
 
 async def _soak(
@@ -323,7 +326,7 @@ async def _soak(
     import aiohttp
 
     body_t, offset = template(batch)
-    id_bytes = wire.ID_SIZE * batch
+    id_bytes = wire.ID_SIZE
     headers = {"Authorization": f"Bearer {INGEST}", "Content-Type": wire.CONTENT_TYPE}
     counters = Counters()
     started = time.perf_counter()

@@ -185,9 +185,12 @@ class FlushRun:
         if isinstance(outcome, Delivered):
             kept = {r.seq for r in outcome.rejected if self.state.keep_refused(r, now)}
             with self.state.lock:
-                self.state.store.acknowledge(
-                    [k for k in outcome.keys if k[0] not in kept], batch_id=batch.batch_id
-                )
+                if batch.batch_id is not None and not kept:  # the whole sealed batch
+                    self.state.store.acknowledge_batch(batch.batch_id)
+                else:
+                    self.state.store.acknowledge(
+                        [k for k in outcome.keys if k[0] not in kept], batch_id=batch.batch_id
+                    )
             self.state.delivered(k[0] for k in outcome.keys if k[0] not in kept)
             for r in outcome.rejected:
                 if r.seq in kept:

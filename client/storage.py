@@ -638,6 +638,30 @@ class DeviceStore:
             self._rows -= removed
         return removed
 
+    def acknowledge_batch(self, batch_id: bytes) -> int:
+        """:meth:`acknowledge` of every row of the sealed batch ``batch_id`` (its answer
+        kept none back); returns how many were queued. The rows are those sealed under
+        this random id (found through the ``reports_sealed`` index), so no list of seqs
+        is bound and no report id needs matching: a row another process acknowledged
+        meanwhile has no report any more, and a reused seq is never sealed under it.
+        """
+        with self.transaction() as db:
+            deleted = db.execute(
+                "DELETE FROM reports WHERE sealed = ? AND report IS NOT NULL "
+                "AND tag IS NULL AND epsilon = 0",
+                (batch_id,),
+            ).rowcount
+            kept = db.execute(
+                "UPDATE reports SET report = NULL, sealed = NULL "
+                "WHERE sealed = ? AND report IS NOT NULL",
+                (batch_id,),
+            ).rowcount
+            db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
+            db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+            removed = max(deleted, 0) + max(kept, 0)
+            self._rows -= removed
+        return removed
+
     def prune(self, now: float) -> int:
         """Delete delivered rows whose budget windows both ended a week (the longest
         period) or more before the ledger's time: until then they may overlap a window

@@ -10,8 +10,8 @@ A report's d bits ("lanes") live in ``W = ceil(d / 64)`` 64-bit words: lane j is
 ``j % 64`` of word ``j // 64``. Read as little-endian bytes this is the wire layout
 (``_bits``), so nothing is repacked. All randomness is consumed as raw 64-bit words from a
 :data:`WordSource` (``rng.bit_generator.random_raw`` in production; any fixed list of
-words in a test vector). Where a word is split into two 32-bit values, the low half
-comes first.
+words in a test). These rules are ldpkit's own: they give the laws of the portable rules
+of ``ldpkit.portable`` (docs/protocol.md), not their bytes.
 
 Independent lanes with probability ``count / 2**64`` (:func:`threshold_lanes`)
 ----------------------------------------------------------------------------
@@ -26,14 +26,25 @@ A fixed dyadic rate ``a / 2**m`` (:func:`dense_lanes`)
 -----------------------------------------------------
 The same comparison cut to m bits and evaluated for every lane: m words per 64 lanes.
 
-Sparse lanes: exact binomial counts, distinct positions
--------------------------------------------------------
+Sparse lanes: exact binomial counts, distinct positions (:func:`sparse_lanes`)
+------------------------------------------------------------------------------
 Lanes independently 1 with a small probability ``b = c / 2**64`` are, in law, a count
-``K ~ Binomial(n, b)`` and a uniform K-subset. :func:`block_binomials` draws K by
-inversion of the exact CDF (Python integers, no rounding); :func:`distinct_lanes` draws
-K uniform positions per block and keeps them only if they are distinct (else all K
-again). Unary encoding ORs this onto a dense part when that is cheaper than
-:func:`threshold_lanes` (:func:`plan_unary`).
+``K ~ Binomial(n, b)`` per block of n lanes and a uniform K-subset of the block.
+:func:`block_binomials` draws K by inversion of the exact CDF (Python integers, no
+rounding); the K positions are drawn at once and kept only if they are distinct (else all
+K again).
+
+Unary encoding (:func:`plan_unary`, :func:`unary_lanes`)
+-------------------------------------------------------
+Lanes 1 w.p. q come from one of three exact plans, whichever the cost model expects to be
+fastest for (q, d): the threshold sampler; "or", a dense part of rate ``A = a / 2**m``
+(``a = floor(2**m q)``) ORed with a sparse part of rate ``b >= (q - A) / (1 - A)``; or
+"and", a dense part with ``a = ceil(2**m q)`` with the lanes of a sparse part of rate
+``b <= 1 - q / A`` cleared. Every bit of each part reads its own randomness and the parts
+are independent, so the lanes stay independent with rate ``A + (1 - A) b`` or
+``A (1 - b)``: at least q and less than ``q + 2**-64``. Most of the time goes into raw
+words (about 4.4 ns each for Philox), so the plans trade dense words (m per 64 lanes)
+against sparse lanes (about 11 ns each, counts included).
 
 Uniform subsets of exact size (:func:`change_lanes`, :func:`distinct_lanes`)
 ---------------------------------------------------------------------------
@@ -42,10 +53,17 @@ true item, uniform over all such sets. Any procedure whose law is unchanged by p
 those lanes and that stops at exactly k' lanes gives that law. It starts from
 :func:`dense_lanes` (rate at most k' / d; a start with too many lanes is drawn again),
 clears the true lane and the padding, and then ORs in uniform candidates in rounds, as
-many per round as the count is short, until the count is k'. A candidate is uniform over
-the d lanes by Lemire's exact rule on a 32-bit value; one that is void, repeated, already
-in or the true lane changes nothing and is made up in the next round. With no dense
-start (small k'), :func:`distinct_lanes` draws all k' at once instead.
+many per round as the count is short, until the count is k'. A candidate that is void,
+repeated, already in or the true lane changes nothing and is made up in the next round.
+With no dense start (small k'), :func:`distinct_lanes` draws all k' at once instead.
+
+Candidates
+----------
+A candidate lane of a block of ``size`` lanes comes from one value by Lemire's exact rule
+(:func:`_candidate_lanes`): 16-bit values (four per word, lowest bits first) when every
+block of the step has at most 65536 lanes, else 32-bit values (two per word, low half
+first); a b-bit value v is lane ``(v * size) >> b``, or void when ``(v * size) mod 2**b``
+is below ``2**b mod size``.
 
 Inside a batch every step draws, for all rows of the batch in order, before the next step
 starts; the mechanisms cut large inputs into batches of at most ``2**18`` words.
@@ -59,6 +77,7 @@ import math
 import struct
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -71,22 +90,27 @@ WordSource = Callable[[int], U64]
 MAX_DENSE_BITS = 8
 """Largest m (fair words per 64 lanes) the subset planner uses for its dense start."""
 
-MAX_SPLIT_BITS = 3
-"""Largest m of a dense part under a sparse part (:func:`plan_unary`): beyond three dense
-words per 64 lanes the threshold sampler was as fast or faster in every measurement."""
+MAX_SPLIT_BITS = 6
+"""Largest m of a dense part beside a sparse part (:func:`plan_unary`)."""
+
+SPARSE_BLOCKS = (64, 128, 256, 512, 1024)
+"""Block sizes the unary planner considers for its sparse part."""
 
 FULL_ROUNDS = 7
 """Rounds of :func:`threshold_lanes` that draw a word for every word of the batch; after
 about 7 rounds most words still have an undecided lane (a lane is undecided after r
 rounds w.p. 2**-r), so drawing for all of them is cheaper than finding the others."""
 
-# Planner's cost model (nanoseconds, measured on the reference machine): a dense round
-# costs about one raw word (4.3 ns) plus a few word operations per 64 lanes; a candidate
-# of change_lanes about 40 ns. Only the choice of m depends on these.
-_NS_PER_DENSE_WORD = 5.3
+# Planner's cost model (nanoseconds per report row, measured with Philox words on the
+# reference machine, medians of CPU time): a dense word costs a raw word (about 4.4 ns)
+# plus its share of the bit operations; threshold_lanes about 55 ns per word of lanes (7.4
+# words and its compaction rounds); a sparse block's binomial count about 45 ns; a
+# sparse lane about 11 ns per draw. Only the choice of plan depends on these.
+_NS_PER_DENSE_WORD = 5.6
+_NS_PER_THRESHOLD_WORD = 55.0
 _NS_PER_CANDIDATE = 12.0
-_NS_PER_SPARSE_LANE = 13.0
-_NS_PER_COUNT = 20.0
+_NS_PER_SPARSE_LANE = 11.0
+_NS_PER_COUNT = 45.0
 LAZY_WORDS_PER_WORD = 7.4
 """Expected words :func:`threshold_lanes` draws per word of lanes (rounds until all 64
 lanes of a word are decided)."""
@@ -127,26 +151,28 @@ def words_per_row(lanes: int) -> int:
 def dense_lanes(words: WordSource, rows: int, width: int, bits: int, numerator: int) -> U64:
     """``rows x width`` words whose lanes are independently 1 w.p. ``numerator / 2**bits``.
 
-    Draws ``bits`` arrays of ``rows * width`` words (see the module docstring). The
-    comparison ``u < numerator`` runs most significant bit first over all lanes at once.
+    Draws ``bits`` arrays of ``rows * width`` words (in one run; see the module
+    docstring). The comparison ``u < numerator`` runs most significant bit first over all
+    lanes at once.
     """
     shape = (rows, width)
+    drawn = words(bits * rows * width).reshape((bits, *shape))
     if numerator <= 0:
-        words(bits * rows * width)  # the rule draws them all the same
         return np.zeros(shape, dtype=np.uint64)
     if numerator >= 1 << bits:
-        words(bits * rows * width)
         return np.full(shape, np.uint64(0xFFFFFFFFFFFFFFFF))
     less = np.zeros(shape, dtype=np.uint64)  # lanes with u < numerator decided so far
     equal = np.full(shape, np.uint64(0xFFFFFFFFFFFFFFFF))  # lanes whose prefix equals it
+    scratch = np.empty(shape, dtype=np.uint64)
     for i in range(bits):
-        r = words(rows * width).reshape(shape)
+        r = drawn[i]
         if (numerator >> (bits - 1 - i)) & 1:
             # numerator's bit is 1: u's bit 0 decides "less"; 1 keeps the tie.
-            less |= equal & ~r
+            np.bitwise_and(equal, np.invert(r, out=scratch), out=scratch)
+            less |= scratch
             equal &= r
         else:
-            equal &= ~r
+            np.bitwise_and(equal, np.invert(r, out=scratch), out=equal)
     return less
 
 
@@ -227,15 +253,26 @@ def _cdf_numerators(trials: int, numerator: int) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=16)
-@functools.lru_cache(maxsize=16)
 def _prefix_list(trials: int, numerator: int) -> list[int]:
     return [int(v) for v in cdf_prefixes(trials, numerator)]
 
 
 def cdf_prefixes(trials: int, numerator: int) -> U64:
     """The first 64 bits of each ``F(k)``: ``floor(2**64 F(k))``, k = 0 .. trials - 1."""
+    return _count_tables(trials, numerator)[0]
+
+
+@functools.lru_cache(maxsize=16)
+def _count_tables(trials: int, numerator: int) -> tuple[U64, I64, npt.NDArray[np.bool_]]:
+    """:func:`cdf_prefixes` (read-only), and for each value of a word's top 16 bits the
+    number of prefixes below that range and whether none falls inside it (then every word
+    in the range has that many prefixes below it: no search needed)."""
     shift = 64 * trials - 64
-    return np.array([f >> shift for f in _cdf_numerators(trials, numerator)], dtype=np.uint64)
+    prefixes = np.array([f >> shift for f in _cdf_numerators(trials, numerator)], np.uint64)
+    prefixes.flags.writeable = False
+    below = np.searchsorted(prefixes, np.arange(1 << 16, dtype=np.uint64) << np.uint64(48))
+    settled = below == np.append(below[1:], trials)
+    return prefixes, below.astype(np.int64), settled
 
 
 def block_binomials(words: WordSource, rows: int, block_sizes: I64, numerator: int) -> I64:
@@ -253,9 +290,13 @@ def block_binomials(words: WordSource, rows: int, block_sizes: I64, numerator: i
     tied = np.zeros((rows, blocks), dtype=np.bool_)
     for size in np.unique(block_sizes).tolist():
         cols = np.flatnonzero(block_sizes == size)
-        prefixes = cdf_prefixes(size, numerator)
+        prefixes, below, settled = _count_tables(size, numerator)
         sub = u[:, cols]
-        found = np.searchsorted(prefixes, sub, side="left")  # prefixes below u: F(k) <= U
+        top = (sub >> np.uint64(48)).astype(np.intp)
+        found = below[top]  # prefixes below u: F(k) <= U (a table lookup, mostly)
+        search = ~settled[top]
+        if search.any():
+            found[search] = np.searchsorted(prefixes, sub[search], side="left")
         k[:, cols] = found
         tied[:, cols] = (found < size) & (prefixes[np.minimum(found, size - 1)] == sub)
     for i, j in zip(*np.nonzero(tied), strict=True):
@@ -287,6 +328,66 @@ def _resolve_tie(words: WordSource, trials: int, numerator: int, first: int, k: 
     return k
 
 
+def sparse_lanes(words: WordSource, rows: int, lanes: int, numerator: int, block: int) -> U64:
+    """``rows x ceil(lanes / 64)`` words whose lanes are independently 1 w.p. ``numerator / 2**64``.
+
+    The lanes are cut into blocks of ``block`` lanes (a multiple of 64, or all the lanes if
+    fewer; the last block may be shorter). Each (row, block), row-major, gets an exact
+    binomial count K (:func:`block_binomials`) and then K distinct uniform lanes: in each
+    round every block not yet done draws its K candidates (blocks in order, from one run
+    of values, :func:`_candidate_bits`), keeps them iff all are valid and distinct, and otherwise
+    draws all K again in the next round.
+    """
+    width = words_per_row(lanes)
+    block = min(block, 64 * width)
+    blocks = -(-lanes // block)
+    unit_width = block // 64
+    sizes = np.minimum(block, lanes - block * np.arange(blocks, dtype=np.int64))
+    counts = block_binomials(words, rows, sizes, numerator).reshape(-1)
+    packed = np.zeros((rows * blocks, unit_width), dtype=np.uint64)
+    flat = packed.reshape(-1)
+    pending = np.flatnonzero(counts)
+    ragged = bool(sizes[-1] != block)
+    first = True
+    while pending.size:
+        need = counts[pending]
+        owner = np.repeat(pending.astype(np.int32), need)  # (int32: less memory traffic)
+        lane, valid = _candidate_lanes(words, sizes, owner % blocks if ragged else owner)
+        bit = np.left_shift(_ones(owner.size), lane & 63)
+        if valid is not None:
+            bit *= valid
+        # Distinct bits add like OR; a repeat carries and a void adds nothing, so a block
+        # holds K set lanes iff its K draws were valid and distinct.
+        np.add.at(flat, owner * np.int32(unit_width) + (lane >> 6).astype(np.int32), bit)
+        if first:  # every block drew: count them all without gathering
+            pending = np.flatnonzero(np.bitwise_count(packed).sum(axis=1) != counts)
+            first = False
+        else:
+            pending = pending[np.bitwise_count(packed[pending]).sum(axis=1) != need]
+        packed[pending] = 0
+    return packed.reshape(rows, blocks * unit_width)[:, :width]
+
+
+def unary_lanes(words: WordSource, rows: int, lanes: int, plan: UnaryPlan) -> U64:
+    """``rows x ceil(lanes / 64)`` words, lanes independently 1 w.p. ``plan.probability()``.
+
+    "threshold": :func:`threshold_lanes`. "or": :func:`dense_lanes` (rate ``a / 2**m``),
+    then :func:`sparse_lanes` (rate ``c / 2**64``), ORed. "and": the same, the sparse
+    lanes cleared from the dense ones. Bits beyond ``lanes`` are left as drawn.
+    """
+    width = words_per_row(lanes)
+    if plan.kind == "threshold":
+        return threshold_lanes(words, rows, width, plan.sparse)
+    packed = dense_lanes(words, rows, width, plan.bits, plan.dense)
+    if plan.sparse:
+        sparse = sparse_lanes(words, rows, lanes, plan.sparse, plan.block)
+        if plan.kind == "or":
+            packed |= sparse
+        else:
+            packed &= ~sparse
+    return packed
+
+
 def distinct_lanes(
     words: WordSource,
     packed: U64,
@@ -314,19 +415,15 @@ def distinct_lanes(
     pending = np.flatnonzero(counts > 0)
     while pending.size:
         need = counts[pending]
-        values = _halves(words, int(need.sum()))
         owner = np.repeat(pending, need)
-        lane, valid = _lemire(values, sizes, owner)
+        offset, bit = _candidate_bits(words, sizes, owner)
         if whole_rows:  # unit u is row u, block = the row: no gathers
-            lane += owner * (64 * width)
+            offset += owner * width
         else:
-            lane += rows[owner] * (64 * width) + starts[owner]
-        bit = _POW2[lane & 63]
-        if valid is not None:
-            bit *= valid
+            offset += rows[owner] * width + (starts[owner] >> 6)
         # Adding distinct bits is OR-ing them; a repeat carries, a void adds nothing, so
         # a block holds counts[u] bits iff its draws were valid and distinct.
-        np.add.at(flat, lane >> 6, bit)
+        np.add.at(flat, offset, bit)
         got = _block_counts(packed, rows[pending], starts[pending], sizes[pending])
         bad = got != need
         if forbidden is not None:
@@ -350,25 +447,6 @@ def _whole_rows(packed: U64, rows: I64, starts: I64, sizes: I64) -> bool:
     )
 
 
-def _lemire(values: U64, sizes: I64, owner: I64) -> tuple[I64, U64 | None]:
-    """Lanes ``(v * size) >> 32`` and 1 where valid (``(v * size) mod 2**32 >= 2**32 mod size``).
-
-    The mask is None when every value is valid (a power-of-two size).
-    """
-    if sizes.size and int(sizes.min()) == int(sizes.max()):
-        size = int(sizes[0])
-        if size & (size - 1) == 0:  # power of two: a shift, never void
-            shift = np.uint64(32 - (size.bit_length() - 1))
-            return (values >> shift).view(np.int64), None
-        t = values * np.uint64(size)
-        valid = (t & _MASK32) >= np.uint64((1 << 32) % size)
-    else:
-        s = sizes.astype(np.uint64)[owner]
-        t = values * s
-        valid = (t & _MASK32) >= (np.uint64(1 << 32) % s)
-    return (t >> _SHIFT32).view(np.int64), valid.astype(np.uint64)
-
-
 def _clear_blocks(packed: U64, rows: I64, starts: I64, sizes: I64) -> None:
     for start, size in {(int(a), int(b)) for a, b in zip(starts, sizes, strict=True)}:
         sel = (starts == start) & (sizes == size)
@@ -378,13 +456,56 @@ def _clear_blocks(packed: U64, rows: I64, starts: I64, sizes: I64) -> None:
 # --- adding and removing uniform lanes --------------------------------------------------
 
 
-def _halves(words: WordSource, count: int) -> U64:
-    """``count`` 32-bit values from ``ceil(count / 2)`` words, low half first."""
-    w = words((count + 1) // 2)
-    out = np.empty(2 * w.size, dtype=np.uint64)
-    out[0::2] = w & _MASK32
-    out[1::2] = w >> _SHIFT32
-    return out[:count]
+SMALL_BLOCK = 1 << 16
+"""Blocks of at most this many lanes draw 16-bit candidate values, larger ones 32-bit."""
+
+
+def value_bits(sizes: I64) -> int:
+    """Bits of one candidate value for blocks of these sizes: 16 if all fit, else 32."""
+    return 16 if not sizes.size or int(sizes.max()) <= SMALL_BLOCK else 32
+
+
+def _candidate_lanes(words: WordSource, sizes: I64, owner: Any) -> tuple[Any, Any]:
+    """One uniform candidate lane for each entry of ``owner`` (a unit, ``sizes[owner]`` lanes).
+
+    Draws ``owner.size`` values of :func:`value_bits` bits (lowest bits of each word first,
+    one run of words). A b-bit value v is lane ``(v * size) >> b`` of its unit's block
+    (Lemire's exact rule), or void when ``(v * size) mod 2**b < 2**b mod size`` (never for
+    a power-of-two size). Returns the lanes (an unsigned array) and which are valid (a
+    boolean array, None when all are).
+    """
+    bits = value_bits(sizes)
+    n = owner.size
+    per_word = 64 // bits
+    drawn = words((n + per_word - 1) // per_word)
+    v: Any = np.ascontiguousarray(drawn, dtype="<u8").view("<u2" if bits == 16 else "<u4")[:n]
+    size = int(sizes[0]) if sizes.size and int(sizes.min()) == int(sizes.max()) else 0
+    if size and size & (size - 1) == 0:  # power of two: a shift, never void
+        return v >> (bits - (size.bit_length() - 1)), None
+    wide = np.uint32 if bits == 16 else np.uint64
+    s: Any = wide(size) if size else sizes.astype(wide)[owner]
+    t = v.astype(wide) * s
+    valid = (t & wide((1 << bits) - 1)) >= wide(1 << bits) % s
+    return t >> wide(bits), valid
+
+
+def _candidate_bits(words: WordSource, sizes: I64, owner: I64) -> tuple[I64, U64]:
+    """:func:`_candidate_lanes` as each lane's word within its block and its bit (0: void)."""
+    lane, valid = _candidate_lanes(words, sizes, owner)
+    bit = np.left_shift(_ones(owner.size), lane & 63)  # (a shift of ones beats a lookup)
+    if valid is not None:
+        bit *= valid
+    return (lane >> 6).astype(np.int64), bit
+
+
+_ONES = np.ones(1 << 16, dtype=np.uint64)
+
+
+def _ones(count: int) -> U64:
+    global _ONES
+    if _ONES.size < count:
+        _ONES = np.ones(2 * count, dtype=np.uint64)
+    return _ONES[:count]
 
 
 def change_lanes(
@@ -406,31 +527,29 @@ def change_lanes(
     lanes the block must end with (at least its current count when adding, at most when
     removing). Lane ``forbidden[rows[u]]`` (if given) is cleared after every round, so it
     never counts. Draws per round: for each unit still off target, in unit order, as many
-    32-bit values as it is off, all from one run of words (low half first); value v is
-    lane ``(v * size) >> 32`` of the block, or void when ``(v * size) mod 2**32`` is below
-    ``2**32 mod size`` (Lemire's exact rule; never void for a power-of-two size). All of
-    a round's candidates are applied; a void one, one already in (adding) or out
+    candidates as it is off (:func:`_candidate_lanes`, one run of values). All of a
+    round's candidates are applied; a void one, one already in (adding) or out
     (removing), and a repeat change nothing.
     """
     width = packed.shape[1]
     flat = packed.reshape(-1)
+    whole_rows = _whole_rows(packed, rows, starts, sizes)
     forbid_lane = None if forbidden is None else rows * (64 * width) + forbidden[rows]
     have = _block_counts(packed, rows, starts, sizes)
     gap = (have - target) if remove else (target - have)
     active = np.flatnonzero(gap > 0)
     need = gap[active]
     while active.size:
-        values = _halves(words, int(need.sum()))
         owner = np.repeat(active, need)
-        lane, valid = _lemire(values, sizes, owner)
-        lane += rows[owner] * (64 * width) + starts[owner]
-        bit = _POW2[lane & 63]
-        if valid is not None:
-            bit *= valid
-        if remove:
-            np.bitwise_and.at(flat, lane >> 6, ~bit)
+        offset, bit = _candidate_bits(words, sizes, owner)
+        if whole_rows:  # unit u is row u, block = the row: no gathers
+            offset += owner * width
         else:
-            np.bitwise_or.at(flat, lane >> 6, bit)
+            offset += rows[owner] * width + (starts[owner] >> 6)
+        if remove:
+            np.bitwise_and.at(flat, offset, ~bit)
+        else:
+            np.bitwise_or.at(flat, offset, bit)
         if forbid_lane is not None:
             f = forbid_lane[active]
             flat[f >> 6] &= ~_POW2[f & 63]
@@ -454,38 +573,81 @@ def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
 # --- plans ------------------------------------------------------------------------------
 
 
-def plan_unary(probability: float, lanes: int) -> tuple[int, int, int]:
-    """How to draw lanes that are 1 w.p. ``probability`` (rounded up to a dyadic), fastest.
+class UnaryPlan(NamedTuple):
+    """How :func:`unary_lanes` draws lanes that are 1 w.p. q (see its docstring)."""
 
-    Returns ``(m, a, c)``. ``m < 0`` means :func:`threshold_lanes` with ``count = c``
-    (``c = ceil(2**64 probability)``). Otherwise lanes are the OR of :func:`dense_lanes`
-    with rate ``a / 2**m`` (``a = floor(2**m probability)``) and a sparse part with rate
-    ``c / 2**64``, ``c = ceil(2**64 (q - a') / (1 - a'))`` with ``a' = a / 2**m``: a lane
-    is 1 w.p. ``a' + (1 - a') c / 2**64``, at least ``probability`` and less than
-    ``2**-64`` above it. The choice changes the draws, never more than that.
+    kind: str  # "threshold", "or" or "and"
+    bits: int  # m: fair words per 64 lanes of the dense part ("or", "and")
+    dense: int  # a: the dense part's rate is a / 2**m
+    sparse: int  # c: the threshold's or the sparse part's rate is c / 2**64
+    block: int  # lanes per binomial count of the sparse part
+
+    def probability(self) -> Fraction:
+        """The realized probability q' of a lane, exactly."""
+        rate = Fraction(self.sparse, 1 << 64)
+        if self.kind == "threshold":
+            return rate
+        dense = Fraction(self.dense, 1 << self.bits)
+        return dense + (1 - dense) * rate if self.kind == "or" else dense * (1 - rate)
+
+
+def split_plan(probability: float, kind: str, bits: int, block: int) -> UnaryPlan | None:
+    """The "or" or "and" plan with an m-bit dense part (None if its sparse rate would
+    exceed :data:`MAX_SPARSE_RATE` or the dense part is empty for "and")."""
+    q = Fraction(probability)
+    if kind == "or":
+        a = math.floor(q * (1 << bits))
+        dense = Fraction(a, 1 << bits)
+        rest = (q - dense) / (1 - dense)
+        c = math.ceil(rest * (1 << 64))
+    else:
+        a = math.ceil(q * (1 << bits))
+        if a == 0:
+            return None
+        dense = Fraction(a, 1 << bits)
+        rest = 1 - q / dense
+        c = math.floor(rest * (1 << 64))
+    if rest > MAX_SPARSE_RATE:
+        return None
+    return UnaryPlan(kind, bits, a, c, block)
+
+
+def plan_unary(probability: float, lanes: int) -> UnaryPlan:
+    """The cheapest exact plan (by the cost model above) for lanes 1 w.p. ``probability``.
+
+    Every plan realizes ``q'`` with ``q <= q' < q + 2**-64``: the threshold ``c =
+    ceil(2**64 q)``; "or" with ``a = floor(2**m q)`` and ``c = ceil(2**64 (q - A) / (1 -
+    A))``, ``A = a / 2**m``; "and" with ``a = ceil(2**m q)`` and ``c = floor(2**64 (1 - q /
+    A))``. The choice changes the draws, never the law beyond that.
     """
     q = Fraction(probability)
     width = words_per_row(lanes)
-    blocks = -(-lanes // BLOCK)
-    block = min(lanes, BLOCK)
     lazy_count = min((1 << 64) - 1, math.ceil(q * (1 << 64)))
-    best = (_NS_PER_DENSE_WORD * LAZY_WORDS_PER_WORD * width, -1, 0, lazy_count)
+    best_cost = _NS_PER_THRESHOLD_WORD * width
+    best = UnaryPlan("threshold", 0, 0, lazy_count, BLOCK)
+    if q <= 0 or q >= 1:
+        return best
     for m in range(MAX_SPLIT_BITS + 1):
-        a = nearest_dyadic(probability, m, below=True)
-        dense = Fraction(a, 1 << m)
-        rest = (q - dense) / (1 - dense)
-        if rest > MAX_SPARSE_RATE:
-            continue
-        c = math.ceil(rest * (1 << 64))
-        per_block = block * float(rest)
-        # A block redraws all its lanes unless they are distinct: about e^(K^2 / 2 size) tries.
-        tries = math.exp(min(per_block * per_block / (2 * block), 50.0))
-        cost = _NS_PER_DENSE_WORD * m * width
-        if c:
-            cost += blocks * (_NS_PER_COUNT + _NS_PER_SPARSE_LANE * per_block * tries)
-        if cost < best[0]:
-            best = (cost, m, a, c)
-    return best[1], best[2], best[3]
+        for kind in ("or", "and"):
+            plan = split_plan(probability, kind, m, BLOCK)
+            if plan is None:
+                continue
+            rate = plan.sparse / 2.0**64
+            for size in SPARSE_BLOCKS:
+                block = min(size, 64 * width)
+                cost = _NS_PER_DENSE_WORD * m * width
+                if plan.sparse:
+                    per_block = block * rate
+                    # A block draws all its lanes again unless they are distinct: about
+                    # e^(K^2 / 2 size) tries.
+                    tries = math.exp(min(per_block * per_block / (2 * block), 50.0))
+                    blocks = -(-lanes // block)
+                    cost += blocks * (_NS_PER_COUNT + _NS_PER_SPARSE_LANE * per_block * tries)
+                if cost < best_cost:
+                    best_cost, best = cost, plan._replace(block=block)
+                if not plan.sparse:
+                    break
+    return best
 
 
 def plan_subset(size: int, lanes: int) -> tuple[int, int]:
@@ -633,19 +795,33 @@ def dense_row(queue: WordQueue, width: int, bits: int, numerator: int) -> list[i
     return _split(less, width)
 
 
-def _row_halves(queue: WordQueue, count: int) -> list[int]:
-    out = [h for w in queue.take((count + 1) // 2) for h in (w & 0xFFFFFFFF, w >> 32)]
-    return out[:count]
+def _row_values(queue: WordQueue, count: int, bits: int) -> list[int]:
+    """:func:`_candidate_lanes`'s ``count`` values of ``bits`` bits, lowest bits first."""
+    per_word, low = 64 // bits, (1 << bits) - 1
+    words = queue.take((count + per_word - 1) // per_word)
+    return [(w >> (bits * i)) & low for w in words for i in range(per_word)][:count]
 
 
-def _row_lemire(value: int, size: int) -> int | None:
-    t = value * size
-    return None if (t & 0xFFFFFFFF) < (1 << 32) % size else t >> 32
+def _row_lemire(values: list[int], size: int, bits: int) -> list[int | None]:
+    """Lemire's rule on ``values`` for a block of ``size`` lanes (None: void)."""
+    if size & (size - 1) == 0:  # power of two: a shift, never void
+        shift = bits - (size.bit_length() - 1)
+        return [v >> shift for v in values]
+    low, floor = (1 << bits) - 1, (1 << bits) % size
+    return [None if (v * size) & low < floor else (v * size) >> bits for v in values]
 
 
-def sparse_row(queue: WordQueue, row: list[int], lanes: int, numerator: int) -> None:
-    """:func:`block_binomials` then :func:`distinct_lanes` for one row (ORed into ``row``)."""
-    sizes = [min(BLOCK, lanes - start) for start in range(0, lanes, BLOCK)]
+def _row_lanes(queue: WordQueue, count: int, size: int) -> list[int | None]:
+    """:func:`_candidate_lanes` for ``count`` candidates over one block of ``size`` lanes."""
+    bits = 16 if size <= SMALL_BLOCK else 32
+    return _row_lemire(_row_values(queue, count, bits), size, bits)
+
+
+def sparse_row(queue: WordQueue, lanes: int, numerator: int, block: int) -> list[int]:
+    """:func:`sparse_lanes` for one row (its words)."""
+    width = words_per_row(lanes)
+    block = min(block, 64 * width)
+    sizes = [min(block, lanes - start) for start in range(0, lanes, block)]
     counts = []
     for size, u in zip(sizes, queue.take(len(sizes)), strict=True):
         prefixes = _prefix_list(size, numerator)
@@ -653,27 +829,45 @@ def sparse_row(queue: WordQueue, row: list[int], lanes: int, numerator: int) -> 
         if k < size and prefixes[k] == u:
             k = _resolve_tie(queue.source, size, numerator, u, k)
         counts.append(k)
+    row = 0  # the row as one integer, lane j = bit j
+    bits = 16 if max(sizes) <= SMALL_BLOCK else 32
     pending = [b for b, k in enumerate(counts) if k > 0]
     while pending:
-        values = _row_halves(queue, sum(counts[b] for b in pending))
+        values = _row_values(queue, sum(counts[b] for b in pending), bits)
         failed = []
+        at = 0
         for b in pending:
-            mine, values = values[: counts[b]], values[counts[b] :]
-            lanes_b = [_row_lemire(v, sizes[b]) for v in mine]
-            if None in lanes_b or len(set(lanes_b)) < len(lanes_b):
+            mine = _row_lemire(values[at : at + counts[b]], sizes[b], bits)
+            at += counts[b]
+            if None in mine or len(set(mine)) < len(mine):
                 failed.append(b)
                 continue
-            for lane in lanes_b:
+            for lane in mine:
                 assert lane is not None
-                j = b * BLOCK + lane
-                row[j >> 6] |= 1 << (j & 63)
+                row |= 1 << (b * block + lane)
         pending = failed
+    return _split(row, width)
+
+
+def unary_row(queue: WordQueue, lanes: int, plan: UnaryPlan) -> list[int]:
+    """:func:`unary_lanes` for one row."""
+    width = words_per_row(lanes)
+    if plan.kind == "threshold":
+        return threshold_row(queue, width, plan.sparse)
+    row = dense_row(queue, width, plan.bits, plan.dense)
+    if plan.sparse:
+        sparse = sparse_row(queue, lanes, plan.sparse, plan.block)
+        if plan.kind == "or":
+            row = [w | v for w, v in zip(row, sparse, strict=True)]
+        else:
+            row = [w & ~v & _ALL for w, v in zip(row, sparse, strict=True)]
+    return row
 
 
 def distinct_row(queue: WordQueue, row: list[int], lanes: int, count: int, forbidden: int) -> None:
     """:func:`distinct_lanes` for one row with one block of all ``lanes`` lanes."""
     while count:
-        picked = [_row_lemire(v, lanes) for v in _row_halves(queue, count)]
+        picked = _row_lanes(queue, count, lanes)
         if None in picked or forbidden in picked or len(set(picked)) < count:
             continue
         for lane in picked:
@@ -691,8 +885,7 @@ def change_row(
         gap = have - target if remove else target - have
         if gap <= 0:
             return
-        for v in _row_halves(queue, gap):
-            lane = _row_lemire(v, lanes)
+        for lane in _row_lanes(queue, gap, lanes):
             if lane is None:
                 continue
             if remove:

@@ -31,7 +31,8 @@ of fair words; m and ``a / 2^m <= k / (d - 1)`` chosen once per (eps, d) by
 ``_lanes.plan_subset``), bit x and the padding cleared; a report whose start has more than
 ``k'`` others draws its start again. Then, while the count is below ``k'``, every report
 short of it draws as many candidates as it lacks, uniform over the d items (Lemire's rule
-on 32-bit values), and ORs them in, clearing bit x again. When the dense start is empty
+on 16-bit values, 32-bit ones beyond d = 65536; see ``_lanes``), and ORs them in,
+clearing bit x again. When the dense start is empty
 (``a = 0``, small k) the ``k'`` others are drawn at once instead: ``k'`` candidates, kept
 iff all are valid, distinct and not x, else all drawn again. Nothing in this treats one of
 the d - 1 other items differently from another (redrawing a start that is too full only
@@ -48,8 +49,8 @@ The draws, for one batch (``perturb`` splits n reports into batches of
 ``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
 per report for the coin; m rounds of ``ceil(d / 64)`` words per report for the dense start,
 and again for the reports whose start was too full (in order) until none is; then rounds
-of additions, each drawing, for the reports still short in order, as many 32-bit values as
-they lack (low half of each word first); or, with ``a = 0``, rounds in which every report
+of additions, each drawing, for the reports still short in order, as many candidate values
+as they lack (lowest bits of each word first); or, with ``a = 0``, rounds in which every report
 not yet done draws ``k'`` values.
 
 References

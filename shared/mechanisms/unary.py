@@ -19,21 +19,24 @@ the padding bits are zero.
 
 Sampling
 --------
-The non-true bits are drawn 64 at a time (``_lanes``) in one of two exact ways, whichever
-``_lanes.plan_unary`` expects to be faster for (eps, d); ``sampling_plan`` says which:
+The non-true bits are drawn 64 at a time (``_lanes``) by one of three exact plans,
+whichever ``_lanes.plan_unary`` expects to be fastest for (eps, d); ``sampling_plan``
+says which (kind, m, a, c, block):
 
-- threshold (``m < 0``): bit j is 1 iff its own 64-bit uniform ``v_j`` (bit ``j % 64`` of
-  successive words drawn for word ``j // 64``, most significant first) is at least
-  ``2^64 - c``, ``c = ceil(q 2^64)``; the comparison stops at the first differing bit
-  and a word is drawn only while one of its 64 bits is undecided (about 7 words per 64
-  bits). Realized: ``q' = c / 2^64``.
-- split (``m >= 0``): the OR of a dense part, 1 w.p. ``a / 2^m`` (an m-bit comparison, m
-  words per 64 bits, ``a = floor(q 2^m)``), and a sparse part, 1 w.p. ``b = c / 2^64``
-  with ``c = ceil(2^64 (q - a/2^m) / (1 - a/2^m))``: an exact ``Binomial(n, b)`` count per
-  block of ``n <= 1024`` bits (inversion of the exact CDF, integers only), then that many
-  distinct uniform positions. Realized: ``q' = a/2^m + (1 - a/2^m) c / 2^64``.
+- threshold: bit j is 1 iff its own 64-bit uniform ``v_j`` (bit ``j % 64`` of successive
+  words drawn for word ``j // 64``, most significant first) is at least ``2^64 - c``,
+  ``c = ceil(q 2^64)``; the comparison stops at the first differing bit and a word is
+  drawn only while one of its 64 bits is undecided (about 7 words per 64 bits).
+  Realized: ``q' = c / 2^64``.
+- or: a dense part, 1 w.p. ``A = a / 2^m`` (an m-bit comparison, m words per 64 bits,
+  ``a = floor(q 2^m)``), ORed with a sparse part, 1 w.p. ``b = c / 2^64`` with
+  ``c = ceil(2^64 (q - A) / (1 - A))``: an exact ``Binomial(n, b)`` count per block of
+  ``n <= block`` bits (inversion of the exact CDF, integers only), then that many distinct
+  uniform positions. Realized: ``q' = A + (1 - A) b``.
+- and: the same with ``a = ceil(q 2^m)``, the sparse bits cleared from the dense ones,
+  ``c = floor(2^64 (1 - q / A))``. Realized: ``q' = A (1 - b)``.
 
-Either way ``q <= q' < q + 2^-64`` exactly, every bit reads its own randomness, so the
+Each way ``q <= q' < q + 2^-64`` exactly, every bit reads its own randomness, so the
 d bits are independent, and the true bit x is then replaced by a separate coin
 ``w < floor(p 2^64)`` on a fresh word w: ``p' = floor(p 2^64) / 2^64``,
 ``p - 2^-64 < p' <= p``. ``realized_probabilities`` returns (p', q').
@@ -47,9 +50,9 @@ realized ones by under ``2^-64``.
 
 The draws, for one batch (``perturb`` splits n reports into batches of
 ``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
-per report for the true bit; then the non-true bits (``_lanes.threshold_lanes``, or
-``dense_lanes`` then ``block_binomials`` then ``distinct_lanes``), each step for all
-reports of the batch in order before the next. Bits at and beyond d (the last byte's
+per report for the true bit; then the non-true bits (``_lanes.unary_lanes``: the
+threshold, or ``dense_lanes`` then ``sparse_lanes``), each step for all reports of the
+batch in order before the next. Bits at and beyond d (the last byte's
 padding) are cleared. ``perturb_words`` runs the rule on any word source, for test
 vectors.
 
@@ -67,7 +70,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
@@ -77,8 +79,8 @@ from ..errors import ParameterError
 from . import _bits, _lanes
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
-# 64-bit words of report per perturb step (2 MB): bounds the working set.
-_CHUNK_WORDS = 1 << 18
+# 64-bit words of report per perturb step (512 kB): keeps the working set in cache.
+_CHUNK_WORDS = 1 << 16
 # output_probabilities enumerates 2^d vectors; refuse beyond this.
 MAX_ENUMERATED_BITS = 16
 
@@ -96,19 +98,14 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         )
 
     @functools.cached_property
-    def sampling_plan(self) -> tuple[int, int, int]:
-        """``(m, a, c)`` of ``_lanes.plan_unary``: how the non-true bits are drawn."""
+    def sampling_plan(self) -> _lanes.UnaryPlan:
+        """``_lanes.plan_unary``'s plan: how the non-true bits are drawn."""
         return _lanes.plan_unary(self.q, self.domain_size)
 
     @property
     def realized_probabilities(self) -> tuple[float, float]:
         """``(p', q')``: the sampler's exact probabilities (as floats, for display)."""
-        m, a, c = self.sampling_plan
-        q_real = Fraction(c, 1 << 64)
-        if m >= 0:
-            dense = Fraction(a, 1 << m)
-            q_real = dense + (1 - dense) * q_real
-        return _bits.threshold64_floor(self.p) / 2**64, float(q_real)
+        return _bits.threshold64_floor(self.p) / 2**64, float(self.sampling_plan.probability())
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         if values.size == 1:  # a device's report: the same rule, in Python integers
@@ -118,15 +115,8 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
     def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
         """:meth:`perturb_words` for a single value (same words, same report), faster."""
         d = self.domain_size
-        width = _lanes.words_per_row(d)
         true_bit = queue.take(1)[0] < _bits.threshold64_floor(self.p)
-        m, a, c = self.sampling_plan
-        if m < 0:
-            row = _lanes.threshold_row(queue, width, c)
-        else:
-            row = _lanes.dense_row(queue, width, m, a)
-            if c:
-                _lanes.sparse_row(queue, row, d, c)
+        row = _lanes.unary_row(queue, d, self.sampling_plan)
         return _lanes.finish_row(row, d, value, true_bit)
 
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
@@ -140,32 +130,14 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
         true_threshold = np.uint64(_bits.threshold64_floor(self.p))
         rows_per_step = max(1, _CHUNK_WORDS // width)
-        m, a, c = self.sampling_plan
-        blocks = -(-d // _lanes.BLOCK)
-        block_sizes = np.minimum(_lanes.BLOCK, d - _lanes.BLOCK * np.arange(blocks))
+        plan = self.sampling_plan
         for start in range(0, values.size, rows_per_step):
             x = values[start : start + rows_per_step]
-            r = x.size
-            true_bit = words(r) < true_threshold
-            if m < 0:
-                packed = _lanes.threshold_lanes(words, r, width, c)
-            else:
-                packed = _lanes.dense_lanes(words, r, width, m, a)
-                if c:
-                    counts = _lanes.block_binomials(words, r, block_sizes, c).reshape(-1)
-                    sparse = np.zeros_like(packed)
-                    _lanes.distinct_lanes(
-                        words,
-                        sparse,
-                        np.repeat(np.arange(r, dtype=np.int64), blocks),
-                        np.tile(_lanes.BLOCK * np.arange(blocks, dtype=np.int64), r),
-                        np.tile(block_sizes, r),
-                        counts,
-                    )
-                    packed |= sparse
+            true_bit = words(x.size) < true_threshold
+            packed = _lanes.unary_lanes(words, x.size, d, plan)
             _lanes.clear_padding(packed, d)
             _lanes.set_lanes(packed, x, true_bit)
-            out[start : start + r] = _lanes.to_report_bytes(packed, d)
+            out[start : start + x.size] = _lanes.to_report_bytes(packed, d)
         return out
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:

@@ -79,14 +79,16 @@ def reference_threshold_lanes(
     return out
 
 
-def reference_halves(stream: Stream, count: int) -> list[int]:
-    words = stream((count + 1) // 2).tolist()
-    return [half for w in words for half in (w & 0xFFFFFFFF, w >> 32)][:count]
+def reference_values(stream: Stream, count: int, bits: int) -> list[int]:
+    """count values of ``bits`` bits, the lowest bits of each word first."""
+    per_word = 64 // bits
+    words = stream(-(-count // per_word)).tolist()
+    return [(w >> (bits * i)) % 2**bits for w in words for i in range(per_word)][:count]
 
 
-def reference_lemire(value: int, size: int) -> int | None:
+def reference_lemire(value: int, size: int, bits: int) -> int | None:
     t = value * size
-    return None if t % 2**32 < 2**32 % size else t >> 32
+    return None if t % 2**bits < 2**bits % size else t >> bits
 
 
 def reference_unary(m: Any, values: list[int], stream: Stream) -> npt.NDArray[np.uint8]:
@@ -94,18 +96,21 @@ def reference_unary(m: Any, values: list[int], stream: Stream) -> npt.NDArray[np
     d, rows = m.domain_size, len(values)
     width = -(-d // 64)
     true_words = stream(rows).tolist()
-    bits_m, a, c = m.sampling_plan
-    if bits_m < 0:
-        assert c == math.ceil(Fraction(m.q) * 2**64)
-        lanes = reference_threshold_lanes(stream, rows, width, c)[:, :d]
+    plan = m.sampling_plan
+    assert plan.probability() >= Fraction(m.q)
+    if plan.kind == "threshold":
+        assert plan.sparse == math.ceil(Fraction(m.q) * 2**64)
+        lanes = reference_threshold_lanes(stream, rows, width, plan.sparse)[:, :d]
     else:
-        dense = [stream(rows * width).reshape(rows, width) for _ in range(bits_m)]
+        dense = [stream(rows * width).reshape(rows, width) for _ in range(plan.bits)]
         u = np.zeros((rows, 64 * width), dtype=np.int64)
         for words in dense:
             u = 2 * u + lane_bits(words, 64 * width)
-        lanes = (u < a)[:, :d]
+        lanes = (u < plan.dense)[:, :d]
+        c, block = plan.sparse, min(plan.block, 64 * width)
         if c:
-            sizes = [min(_lanes.BLOCK, d - start) for start in range(0, d, _lanes.BLOCK)]
+            sparse = np.zeros((rows, d), dtype=bool)
+            sizes = [min(block, d - start) for start in range(0, d, block)]
             units = [(r, i) for r in range(rows) for i in range(len(sizes))]
             counts = {}
             for unit, word in zip(units, stream(len(units)).tolist(), strict=True):
@@ -120,18 +125,19 @@ def reference_unary(m: Any, values: list[int], stream: Stream) -> npt.NDArray[np
                 counts[unit] = k
             pending = [u for u in units if counts[u] > 0]
             while pending:
-                draws = reference_halves(stream, sum(counts[u] for u in pending))
+                draws = reference_values(stream, sum(counts[u] for u in pending), 16)
                 failed = []
                 for r, i in pending:
                     mine, draws = draws[: counts[r, i]], draws[counts[r, i] :]
-                    pos = [reference_lemire(v, sizes[i]) for v in mine]
+                    pos = [reference_lemire(v, sizes[i], 16) for v in mine]
                     if None in pos or len(set(pos)) < len(pos):
                         failed.append((r, i))
                         continue
                     for p in pos:
                         assert p is not None
-                        lanes[r, i * _lanes.BLOCK + p] = True
+                        sparse[r, i * block + p] = True
                 pending = failed
+            lanes = lanes | sparse if plan.kind == "or" else lanes & ~sparse
     p_threshold = _bits.threshold64_floor(m.p)
     for r, x in enumerate(values):
         lanes[r, x] = true_words[r] < p_threshold
@@ -302,6 +308,57 @@ def test_unary_follows_its_written_rule(name: str, epsilon: float, d: int) -> No
     assert fast.used == slow.used
 
 
+SPLITS = [
+    ("oue", 1.0, "or", 2, 64, 150),
+    ("sue", 4.0, "and", 3, 64, 130),
+    ("oue", 4.0, "or", 0, 128, 200),
+    ("oue", 1.0, "and", 5, 64, 64),
+]
+
+
+@pytest.mark.parametrize(("name", "epsilon", "kind", "bits", "block", "d"), SPLITS)
+def test_split_plans_follow_their_written_rule(
+    name: str, epsilon: float, kind: str, bits: int, block: int, d: int
+) -> None:
+    """Plans the planner may not pick at these sizes, forced: several blocks, a short last one."""
+    m: Any = ldpkit.mechanism(name, epsilon=epsilon, domain_size=d)
+    plan = _lanes.split_plan(m.q, kind, bits, block)
+    assert plan is not None and plan.sparse
+    m.__dict__["sampling_plan"] = plan
+    values = [0, d - 1, d // 2, 7]
+    fast, slow = random_stream(d + bits), random_stream(d + bits)
+    got = m.perturb_words(np.array(values), fast)
+    np.testing.assert_array_equal(got, reference_unary(m, values, slow))
+    assert fast.used == slow.used
+    for seed in range(4):  # the device's one-value path gives the batch rule
+        batch = m.perturb_words(np.array([seed]), random_stream(seed, 20_000))
+        one = m.perturb_one(seed, _lanes.WordQueue(random_stream(seed, 20_000)))
+        np.testing.assert_array_equal(one, batch)
+
+
+@pytest.mark.parametrize(("kind", "bits", "block"), [("or", 4, 64), ("and", 3, 128)])
+def test_split_plans_marginals_and_pairs(kind: str, bits: int, block: int) -> None:
+    q = 0.119  # "or" at m = 4 adds 6% of lanes; "and" at m = 3 clears 5% of the dense ones
+    plan = _lanes.split_plan(q, kind, bits, block)
+    assert plan is not None and plan.sparse
+    assert Fraction(q) <= plan.probability() < Fraction(q) + Fraction(1, 2**63)
+    rate = float(plan.probability())
+    rows, lanes = 40_000, 150
+    rng = np.random.default_rng(bits)
+    bits_ = lane_bits(_lanes.unary_lanes(_lanes.rng_words(rng), rows, lanes, plan), lanes)
+    z = (bits_.mean(axis=0) - rate) / math.sqrt(rate * (1 - rate) / rows)
+    assert np.abs(z).max() < 5, z
+    expected = rows * np.array([(1 - rate) ** 2, rate * (1 - rate), rate * (1 - rate), rate**2])
+    for a, b in [(0, 1), (63, 64), (5, 130), (127, 128), (140, 149)]:
+        cells = 2 * bits_[:, a] + bits_[:, b]
+        observed = np.bincount(cells.astype(np.int64), minlength=4)
+        assert stats.chisquare(observed, expected).pvalue > ALPHA, (a, b, observed)
+    ones = bits_.sum(axis=1)  # the count of set lanes is Binomial(lanes, rate)
+    z_count = (ones.mean() - lanes * rate) / math.sqrt(lanes * rate * (1 - rate) / rows)
+    assert abs(z_count) < 5
+    assert abs(ones.var() / (lanes * rate * (1 - rate)) - 1) < 5 * math.sqrt(2 / rows)
+
+
 @pytest.mark.parametrize("name", ["sue", "oue", "ss"])
 def test_same_words_same_reports(name: str) -> None:
     m = ldpkit.mechanism(name, epsilon=2.0, domain_size=1024)
@@ -400,6 +457,21 @@ def test_block_binomials_break_ties_exactly() -> None:
     # A word strictly between prefixes needs no second word.
     stream = Stream(np.array([first + 1], dtype=np.uint64))
     assert int(binomial_counts(stream, trials, numerator, 1)[0]) == k + 1
+
+
+def test_block_binomials_lookup_agrees_with_a_search() -> None:
+    """The top-16-bit table gives the same counts as a search of the prefixes, also for
+    words next to a prefix and at the ends of the range."""
+    trials, numerator = 1024, 331787012026708160
+    prefixes = _lanes.cdf_prefixes(trials, numerator).astype(object)
+    near = [int(p) + d for p in prefixes[::7] for d in (-1, 1) if 0 <= int(p) + d < 2**64]
+    ends = [0, 1, 2**48 - 1, 2**48, 2**64 - 1]
+    rand = np.random.default_rng(5).integers(0, 2**64, 20_000, dtype=np.uint64).tolist()
+    exact = set(prefixes.tolist())  # a word equal to a prefix draws more words (tested above)
+    words = np.array([w for w in near + ends + rand if w not in exact], dtype=np.uint64)
+    got = binomial_counts(Stream(words), trials, numerator, words.size)
+    want = np.searchsorted(_lanes.cdf_prefixes(trials, numerator), words, side="left")
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("size", [6, 8])
