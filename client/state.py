@@ -460,37 +460,33 @@ class ReporterState:
             now = self.store.ledger_time(self.clock())
             for name, codec in sorted(self._codecs.items()):
                 d = codec.definition
-                start, end = period_window(d.budget_period, now)
-                spent, _ = self._spent(name, codec.budget_seconds, start, d.effective_budget)
                 metrics[name] = MetricBudget(
                     name,
                     d.effective_budget,
-                    spent,
-                    left_of(spent, d.effective_budget),
-                    d.budget_period,
-                    start,
-                    end,
-                    delta_spent=self.store.spent(delta_key(name), codec.budget_seconds, start),
+                    *self._usage(name, d.budget_period, d.effective_budget, now),
                     delta_budget=d.effective_budget / d.epsilon * d.delta,
                 )
             total: TotalBudget | None = None
-            start, end = period_window(self.total_period, now)
-            spent, _ = self._spent(TOTAL_KEY, self._total_seconds, start, self.total_budget)
             if self.total_budget is not None:
                 total = TotalBudget(
                     self.total_budget,
-                    spent,
-                    left_of(spent, self.total_budget),
-                    self.total_period,
-                    start,
-                    end,
-                    delta_spent=self.store.spent(delta_key(TOTAL_KEY), self._total_seconds, start),
+                    *self._usage(TOTAL_KEY, self.total_period, self.total_budget, now),
                 )
             loss = self.store.ledger_lost()
             longest = max([self._total_seconds, *(c.budget_seconds for c in self._codecs.values())])
             if loss is not None and loss.at < period_window(longest, now)[0]:
                 loss = None  # every period current at the loss has ended
         return BudgetStatus(metrics, total, loss)
+
+    def _usage(
+        self, key: str, period: Period, budget: float, now: float
+    ) -> tuple[float, float, Period, int, int, float]:
+        """The fields a budget's status shares, metric or total: spent, left, period, its
+        start and end, and delta spent."""
+        start, end = period_window(period, now)
+        spent, _ = self._spent(key, period.seconds, start, budget)
+        delta_spent = self.store.spent(delta_key(key), period.seconds, start)
+        return spent, left_of(spent, budget), period, start, end, delta_spent
 
     def pending(self) -> int:
         with self.lock:

@@ -99,6 +99,22 @@ def check_seconds(value: object, name: str, *, zero: bool = False) -> float:
     return seconds
 
 
+def check_delta(delta: object) -> float:
+    """The delta a metric allows: 0 (pure epsilon-LDP) or a number in (0, 1)."""
+    if isinstance(delta, bool) or not isinstance(delta, int | float):
+        raise ParameterError(f"delta must be a number, got {shown(delta)}")
+    if not (delta == 0.0 or 0.0 < delta < 1.0):
+        raise ParameterError(f"delta must be 0 or in (0, 1), got {float(delta)!r}")
+    return float(delta)
+
+
+def check_positive(value: object, name: str) -> float:
+    """A finite number > 0 (an int or a float, not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ParameterError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
 def check_count(n: object, name: str = "n") -> int:
     if isinstance(n, bool) or not isinstance(n, Integral) or int(n) < 1:
         raise ParameterError(f"{name} must be a positive integer, got {shown(n)}")

@@ -402,14 +402,42 @@ class RangeEstimate:
 
     def to_dict(self, level: float = 0.95) -> dict[str, Any]:
         low, high = self.ci(level)
-        return {
-            "lower": self.lower,
-            "upper": self.upper,
-            "estimate": finite_or_none(self.estimate),
-            "stderr": finite_or_none(self.stderr),
-            "low": finite_or_none(float(low)),
-            "high": finite_or_none(float(high)),
-        }
+        return _range_dict(
+            self.lower, self.upper, self.estimate, self.stderr, float(low), float(high)
+        )
+
+
+def _range_dict(
+    lower: float, upper: float, estimate: float, stderr: float, low: float, high: float
+) -> dict[str, Any]:
+    """A range's or a bin's fields in an answer."""
+    return {
+        "lower": float(lower),
+        "upper": float(upper),
+        "estimate": finite_or_none(estimate),
+        "stderr": finite_or_none(stderr),
+        "low": finite_or_none(low),
+        "high": finite_or_none(high),
+    }
+
+
+def _range_estimates(
+    ranges: Sequence[tuple[float, float]], r: dict[str, FloatArray]
+) -> list[RangeEstimate]:
+    """The :class:`RangeEstimate` of each ``(lower, upper)`` from the arrays ``r`` of
+    :meth:`DistributionEstimate._ranges`."""
+    return [
+        RangeEstimate(
+            lower=a,
+            upper=b,
+            estimate=float(r["estimate"][i]),
+            stderr=float(r["stderr"][i]),
+            inner=(float(r["inner"][i, 0]), float(r["inner"][i, 1])),
+            outer=(float(r["outer"][i, 0]), float(r["outer"][i, 1])),
+            method=WALD_WIDENED if bool(r["cut"][i]) else WALD,
+        )
+        for i, (a, b) in enumerate(ranges)
+    ]
 
 
 @dataclass(frozen=True, eq=False)
@@ -451,17 +479,9 @@ class HistogramEstimate:
     def items(self, level: float = 0.95) -> list[dict[str, Any]]:
         """One plain dict per bin: lower, upper, estimate, stderr, low, high."""
         low, high = self.ci(level)
-        return [
-            {
-                "lower": float(self.edges[i]),
-                "upper": float(self.edges[i + 1]),
-                "estimate": finite_or_none(float(self.estimates[i])),
-                "stderr": finite_or_none(float(self.stderr[i])),
-                "low": finite_or_none(float(np.asarray(low)[i])),
-                "high": finite_or_none(float(np.asarray(high)[i])),
-            }
-            for i in range(self.estimates.size)
-        ]
+        columns = (self.lower, self.upper, self.estimates, self.stderr, low, high)
+        rows = zip(*(np.asarray(c).tolist() for c in columns), strict=True)
+        return [_range_dict(*row) for row in rows]
 
 
 @dataclass(frozen=True)
@@ -667,19 +687,7 @@ class DistributionEstimate:
         if not pairs:
             return []
         ends = np.array(pairs)
-        r = self._ranges(ends[:, 0], ends[:, 1])
-        return [
-            RangeEstimate(
-                lower=a,
-                upper=b,
-                estimate=float(r["estimate"][i]),
-                stderr=float(r["stderr"][i]),
-                inner=(float(r["inner"][i, 0]), float(r["inner"][i, 1])),
-                outer=(float(r["outer"][i, 0]), float(r["outer"][i, 1])),
-                method=WALD_WIDENED if bool(r["cut"][i]) else WALD,
-            )
-            for i, (a, b) in enumerate(pairs)
-        ]
+        return _range_estimates(pairs, self._ranges(ends[:, 0], ends[:, 1]))
 
     def histogram(
         self, bins: int | None = None, *, edges: Sequence[float] | npt.ArrayLike | None = None
@@ -733,18 +741,7 @@ class DistributionEstimate:
             raise ParameterError("cdf points must be finite numbers")
         points = np.clip(values, lo, hi)
         r = self._ranges(np.full(points.shape, lo), points)
-        out = [
-            RangeEstimate(
-                lower=lo,
-                upper=float(values[i]),
-                estimate=float(r["estimate"][i]),
-                stderr=float(r["stderr"][i]),
-                inner=(float(r["inner"][i, 0]), float(r["inner"][i, 1])),
-                outer=(float(r["outer"][i, 0]), float(r["outer"][i, 1])),
-                method=WALD_WIDENED if bool(r["cut"][i]) else WALD,
-            )
-            for i in range(points.size)
-        ]
+        out = _range_estimates([(lo, float(v)) for v in values], r)
         return out[0] if np.ndim(x) == 0 else out
 
     def _edge_cdf(self) -> FloatArray:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import check_bounds, check_count, check_epsilon, check_level
+from ._validation import check_bounds, check_count, check_epsilon, check_level, check_positive
 from .distribution import DistributionEstimate
 from .errors import ParameterError
 from .estimates import normal_quantile
@@ -159,8 +159,7 @@ def required_n_distribution(
     range_: tuple[float, float] | None = None,
 ) -> DistributionPlan:
     """The smallest n whose range-fraction half-width is at most ``half_width`` for any data."""
-    if not (isinstance(half_width, (int, float)) and math.isfinite(half_width) and half_width > 0):
-        raise ParameterError(f"half_width must be a finite number > 0, got {half_width!r}")
+    half_width = check_positive(half_width, "half_width")
     epsilon = check_epsilon(epsilon)
     bounds = check_bounds(bounds)
     level = check_level(level)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ._validation import check_bounds, shown
+from ._validation import check_bounds, check_delta, shown
 from .aggregate import Aggregate
 from .errors import ParameterError, QueryError, ReportError
 from .mechanisms import Mechanism, choose
@@ -245,12 +245,10 @@ class Categorical(KindSpec):
 class Numeric(KindSpec):
     def build(self, definition: MetricDefinition) -> Mechanism:
         bounds = _bounds(definition)
-        delta = definition.delta
-        if isinstance(delta, bool) or not isinstance(delta, int | float):
-            raise _fail(definition, f"delta must be a number, got {shown(delta)}")
-        delta = float(delta)
-        if not (delta == 0.0 or 0.0 < delta < 1.0):
-            raise _fail(definition, f"delta must be 0 or in (0, 1), got {delta!r}")
+        try:
+            delta = check_delta(definition.delta)
+        except ParameterError as exc:
+            raise _fail(definition, str(exc)) from None
         _set(definition, "delta", delta)
         name = definition.mechanism
         if name == "auto":

@@ -362,15 +362,11 @@ class MetricDefinition:
             "epsilon": self.epsilon,
             "bucket": self.bucket.value,
         }
-        if self.categories is not None:
-            params["categories"] = list(self.categories)
-        if self.bounds is not None:
-            params["bounds"] = list(self.bounds)
-        if self.delta:
-            params["delta"] = self.delta
-        if self.dimensions is not None:
-            # As pairs: the order numbers the cells, and the canonical JSON sorts object keys.
-            params["dimensions"] = [[name, list(cats)] for name, cats in self.dimensions]
+        # Dimensions as pairs: their order numbers the cells, and the canonical JSON sorts
+        # object keys.
+        for key in ("categories", "bounds", "delta", "dimensions"):
+            if getattr(self, key) != _UNSET[key]:
+                params[key] = _plain(getattr(self, key))
         if self.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
             # Everything the mechanism was built with (resolution, tree, oracles, k, ...).
             params["mechanism_params"] = self._mechanism.params()
@@ -401,28 +397,17 @@ class MetricDefinition:
         if self.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
             # The fingerprint's own input, so that a client can check the fingerprint.
             data["mechanism_params"] = self._mechanism.params()
-        if self.categories is not None:
-            data["categories"] = list(self.categories)
-        if self.bounds is not None:
-            data["bounds"] = list(self.bounds)
-        if self.delta:
-            data["delta"] = self.delta
-        if self.resolution is not None:
-            data["resolution"] = self.resolution
-        if self.separator is not None:
-            data["separator"] = self.separator
-        if self.dimensions is not None:  # pairs: a stored JSON object would be key-sorted
-            data["dimensions"] = [[name, list(cats)] for name, cats in self.dimensions]
-        if self.focus is not None:
-            data["focus"] = list(self.focus)
-        if self.oracle is not None:
-            data["oracle"] = self.oracle if isinstance(self.oracle, str) else list(self.oracle)
-        if self.resolved_oracle:
-            data["resolved_oracle"] = list(self.resolved_oracle)
-        if self.max_length is not None:
-            data["max_length"] = self.max_length
-        if self.k is not None:
-            data["k"] = self.k
-        if self.description:
-            data["description"] = self.description
+        # The kind's keys it was given, in KIND_KEYS order (no kind has both an oracle and
+        # max_length or k, so resolved_oracle still follows oracle).
+        unset = {**_UNSET, "resolved_oracle": (), "description": ""}
+        for key, default in unset.items():
+            value = getattr(self, key)
+            if value != default:
+                data[key] = _plain(value)
         return data
+
+
+def _plain(value: Any) -> Any:
+    """A definition's field as JSON: tuples, nested ones too, as lists (``dimensions`` stay
+    pairs: a stored JSON object would be key-sorted)."""
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value

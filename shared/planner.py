@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import check_count, check_level
+from ._validation import check_count, check_level, check_positive
 from .errors import ParameterError
 from .intervals import KNOWN_VARIANCE, binomial_interval, normal_quantile, support_interval
 from .intervals import support_distribution as _support_distribution
@@ -244,13 +244,7 @@ def required_n(
     wobble of discrete counts); whatever n it returns meets the target exactly, since
     :func:`plan` computes the same figure.
     """
-    if (
-        isinstance(half_width, bool)
-        or not isinstance(half_width, int | float)
-        or not math.isfinite(half_width)
-        or half_width <= 0
-    ):
-        raise ParameterError(f"half_width must be a finite number > 0, got {half_width!r}")
+    half_width = check_positive(half_width, "half_width")
     m = _resolve(name, epsilon, domain_size, bounds)
     level = check_level(level)
     frequency = _check_frequency(frequency)

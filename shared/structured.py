@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._validation import check_count, check_epsilon, check_level
+from ._validation import check_count, check_epsilon, check_level, check_positive
 from .domains import Table, Tree
 from .errors import ParameterError
 from .estimates import normal_quantile
@@ -93,10 +93,14 @@ class StructuredChoice:
         return "\n".join(lines)
 
 
-def _score(
-    candidates: dict[str, StructuredMechanism], variances: dict[str, dict[str, float]]
-) -> tuple[str, dict[str, float]]:
-    targets = next(iter(variances.values())).keys()
+def _choice(
+    candidates: dict[str, StructuredMechanism],
+    variances: dict[str, dict[str, float]],
+    notes: list[str],
+) -> StructuredChoice:
+    """The candidate whose variances, each relative to the least at its target, are the
+    smallest on average (the first listed of equals)."""
+    targets = tuple(next(iter(variances.values())))
     best = {t: min(v[t] for v in variances.values()) for t in targets}
     scores = {
         c: float(np.mean([v[t] / best[t] if best[t] > 0 else 1.0 for t in targets]))
@@ -104,7 +108,10 @@ def _score(
     }
     low = min(scores.values())
     chosen = next(c for c, s in scores.items() if s <= low * (1 + 1e-9))
-    return chosen, scores
+    design = candidates[chosen]
+    assert isinstance(design, ViewSampling)
+    oracle = ",".join(v.oracle.name for v in design.views)
+    return StructuredChoice(design.name, oracle, targets, variances, scores, chosen, tuple(notes))
 
 
 def _tree(leaves: Tree | Sequence[str], separator: str) -> Tree:
@@ -172,19 +179,7 @@ def choose_hierarchy(
         assert isinstance(cand, HierarchyMechanism)
         per_depth = cand.variance()
         variances[label] = {f"depth {d}": float(np.mean(per_depth[d - 1])) for d in depths}
-    chosen, scores = _score(candidates, variances)
-    best = candidates[chosen]
-    assert isinstance(best, ViewSampling)
-    oracle = ",".join(v.oracle.name for v in best.views)
-    return StructuredChoice(
-        best.name,
-        oracle,
-        tuple(f"depth {d}" for d in depths),
-        variances,
-        scores,
-        chosen,
-        tuple(notes),
-    )
+    return _choice(candidates, variances, notes)
 
 
 def choose_table(
@@ -210,7 +205,6 @@ def choose_table(
         assert isinstance(cand, TableMechanism)
         var = cand.variance()
         variances[label] = {t: float(np.mean(var[t])) for t in targets}
-    chosen, scores = _score(candidates, variances)
     split = SplitMarginals(epsilon=epsilon, table=table)
     split_var = split.variance()
     notes.append(
@@ -218,12 +212,7 @@ def choose_table(
         "marginals only, never chosen): "
         + ", ".join(f"{a} {float(np.mean(v)):.6g}" for a, v in split_var.items())
     )
-    best = candidates[chosen]
-    assert isinstance(best, ViewSampling)
-    oracle = ",".join(v.oracle.name for v in best.views)
-    return StructuredChoice(
-        best.name, oracle, tuple(targets), variances, scores, chosen, tuple(notes)
-    )
+    return _choice(candidates, variances, notes)
 
 
 DESIGNS: dict[str, Callable[..., StructuredMechanism]] = {
@@ -434,8 +423,7 @@ def required_n_structured(
 ) -> StructuredPlan:
     """The smallest n whose expected half-width is at most ``half_width`` at every target
     in ``targets`` (default: all); the plan at that n, for every target."""
-    if not (isinstance(half_width, int | float) and math.isfinite(half_width) and half_width > 0):
-        raise ParameterError(f"half_width must be a finite number > 0, got {half_width!r}")
+    half_width = check_positive(half_width, "half_width")
     level = check_level(level)
     z = normal_quantile(level)
     per_target = _per_user_variances(m, fractions)

@@ -100,22 +100,7 @@ def encode_sealed_batch(batch_id: bytes, blocks: Sequence[Block]) -> bytes:
     """The msgpack bytes of a v2 batch (``batch_id``: 16 random bytes)."""
     if len(batch_id) != ID_SIZE:
         raise ProtocolError(f"a batch id is {ID_SIZE} bytes, got {len(batch_id)}")
-    payload = {
-        "v": VERSION,
-        "batch": bytes(batch_id),
-        "blocks": [
-            {
-                "metric": b.metric,
-                "fp": b.fingerprint,
-                "bucket": b.bucket,
-                "n": b.n,
-                "reports": b.reports,
-            }
-            for b in blocks
-        ],
-    }
-    packed: bytes = msgpack.packb(payload, use_bin_type=True)
-    return packed
+    return _pack({"v": VERSION, "batch": bytes(batch_id)}, blocks, "n")
 
 
 def make_block(
@@ -132,20 +117,23 @@ def make_block(
 
 def encode_batch(blocks: Sequence[Block]) -> bytes:
     """The msgpack bytes of a v1 batch (deprecated: per-report ids)."""
-    payload = {
-        "v": LEGACY_VERSION,
-        "blocks": [
-            {
-                "metric": b.metric,
-                "fp": b.fingerprint,
-                "bucket": b.bucket,
-                "ids": b.ids,
-                "reports": b.reports,
-            }
-            for b in blocks
-        ],
-    }
-    packed: bytes = msgpack.packb(payload, use_bin_type=True)
+    return _pack({"v": LEGACY_VERSION}, blocks, "ids")
+
+
+def _pack(head: dict[str, Any], blocks: Sequence[Block], own: str) -> bytes:
+    """msgpack of ``head`` and the blocks; ``own`` is the version's own field ("n" or
+    "ids"), fourth in each block (the key order is part of the bytes)."""
+    rows = [
+        {
+            "metric": b.metric,
+            "fp": b.fingerprint,
+            "bucket": b.bucket,
+            own: getattr(b, own),
+            "reports": b.reports,
+        }
+        for b in blocks
+    ]
+    packed: bytes = msgpack.packb({**head, "blocks": rows}, use_bin_type=True)
     return packed
 
 

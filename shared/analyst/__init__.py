@@ -18,8 +18,8 @@ import io
 import json
 import os
 import urllib.parse
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Container, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -359,17 +359,22 @@ class EstimateResult(ServedEstimate):
                 self.kind, set()
             )
         text = [{k: _cell(k, v) for k, v in r.items() if k not in hidden} for r in rows]
-        columns = [c for c in rows[0] if c not in hidden]
-        widths = {c: max(len(c), *(len(t[c]) for t in text)) for c in columns}
-        left = {"bucket", "category", *(name for name, _ in self.dimensions)}
+        return aligned_lines(text, left={"bucket", "category", *(n for n, _ in self.dimensions)})
 
-        def line(cells: dict[str, str]) -> str:
-            return "  ".join(
-                cells[c].ljust(widths[c]) if c in left else cells[c].rjust(widths[c])
-                for c in columns
-            ).rstrip()
 
-        return [line({c: c for c in columns}), *(line(t) for t in text)]
+def aligned_lines(rows: list[dict[str, str]], left: Container[str] | None = None) -> list[str]:
+    """A header row and the rows in columns; the ``left`` columns (all if None) are
+    left-aligned, the others (numbers) right-aligned."""
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+
+    def line(cells: dict[str, str]) -> str:
+        return "  ".join(
+            cells[c].ljust(widths[c]) if left is None or c in left else cells[c].rjust(widths[c])
+            for c in columns
+        ).rstrip()
+
+    return [line({c: c for c in columns}), *(line(r) for r in rows)]
 
 
 def _cell(key: str, value: Any) -> str:
@@ -421,18 +426,13 @@ def _item(data: dict[str, Any]) -> ItemEstimate:
         label = f"[{data['lower']:g}, {data['upper']:g})"
     else:
         label = ""
+    # Every other field is the answer's field of the same name, if given.
+    named = [f.name for f in fields(ItemEstimate) if f.name not in ("category", "cell")]
+    served = {name: data.get(name) for name in named}
     return ItemEstimate(
         category=label,
-        estimate=data.get("estimate"),
-        stderr=data.get("stderr"),
-        low=data.get("low"),
-        high=data.get("high"),
-        consistent=data.get("consistent"),
-        interval=data.get("interval"),
-        lower=data.get("lower"),
-        upper=data.get("upper"),
         cell={str(k): str(v) for k, v in cell.items()} if isinstance(cell, dict) else None,
-        hex=data.get("hex"),
+        **served,
     )
 
 

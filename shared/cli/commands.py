@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import plan as plan_campaign
 from .. import required_n
-from ..analyst import TOKEN_ENV, Analyst
+from ..analyst import TOKEN_ENV, Analyst, aligned_lines
 from ..errors import ParameterError
 from ..kinds import PlanTarget
 from ..mechanisms import NAMES, Choice, choose
@@ -207,18 +207,12 @@ def versions(args: argparse.Namespace) -> int:
             )
         )
     elif args.format == "csv":
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+        _print_csv(rows)
     else:
-        print(
-            _text_table(
-                [
-                    {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in r.items()}
-                    for r in rows
-                ]
-            )
-        )
+        text = [
+            {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in r.items()} for r in rows
+        ]
+        print("\n".join(aligned_lines(text)))
         print(f"\nestimate one: ldpkit estimates {args.metric} --version FINGERPRINT")
     return 0
 
@@ -244,9 +238,7 @@ def metrics(args: argparse.Namespace) -> int:
         for d in definitions
     ]
     if args.format == "csv":
-        writer = csv.DictWriter(sys.stdout, fieldnames=METRIC_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+        _print_csv(rows, METRIC_COLUMNS)
         return 0
     if not definitions:
         print("no metrics defined yet (PUT /v1/metrics/NAME with an admin token, or the config)")
@@ -259,7 +251,7 @@ def metrics(args: argparse.Namespace) -> int:
         }
         for r, d in zip(rows, definitions, strict=True)
     ]
-    print(_text_table(table))
+    print("\n".join(aligned_lines(table)))
     return 0
 
 
@@ -295,15 +287,6 @@ METRIC_COLUMNS = [
     "high",
     "version",
 ]
-
-
-def _text_table(rows: list[dict[str, str]]) -> str:
-    """Left-aligned columns under a header row."""
-    columns = list(rows[0])
-    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
-    lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
-    lines += ["  ".join(r[c].ljust(widths[c]) for c in columns).rstrip() for r in rows]
-    return "\n".join(lines)
 
 
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -419,10 +402,7 @@ def plan(args: argparse.Namespace) -> int:
             )
         )
     elif args.format == "csv":
-        rows = [_plan_dict(g, p) for g, p in plans]
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({k: _csv_cell(v) for k, v in row.items()} for row in rows)
+        _print_csv([_plan_dict(g, p) for g, p in plans])
     else:
         if choice is not None:
             print(choice.explain())
@@ -498,9 +478,7 @@ def _plan_kind(args: argparse.Namespace, definition: MetricDefinition) -> int:
     if args.format == "json":
         print(json.dumps({"kind": definition.kind.value, "plan": data}, indent=2))
     elif args.format == "csv":
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(data), lineterminator="\n")
-        writer.writeheader()
-        writer.writerow({k: _csv_cell(v) for k, v in data.items()})
+        _print_csv([data])
     else:
         name = f"metric {definition.name}, " if args.metric else ""
         print(f"{name}{definition.kind.value}, mechanism {definition.resolved_mechanism}")
@@ -522,6 +500,13 @@ def _choice_dict(choice: Choice | None) -> dict[str, Any] | None:
         "report_bytes": choice.report_bytes,
         "collector_cost": choice.collector_cost,
     }
+
+
+def _print_csv(rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
+    """CSV on stdout; a cell that is neither a number nor text is written as JSON."""
+    writer = csv.DictWriter(sys.stdout, fieldnames=columns or list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: _csv_cell(v) for k, v in row.items()} for row in rows)
 
 
 def _csv_cell(value: Any) -> Any:

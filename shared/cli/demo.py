@@ -327,20 +327,25 @@ def _print_categorical(analyst: Analyst, metric: str, values: np.ndarray) -> Non
     _say(f"  {'category':<10} {'truth':>7} {'estimate':>9} {'95% interval':>20}")
     for item in est.items:
         truth = float(np.mean(values == item.category))
-        _say(
-            f"  {item.category:<10} {truth:7.3f} {item.estimate or 0:9.3f} "
-            f"  [{item.low or 0:7.3f}, {item.high or 0:7.3f}] "
-            f"{_covers(item.low, item.high, truth)}"
-        )
+        _say(_row(item.category, truth, item.estimate, item.low, item.high, width=10))
     _say("")
 
 
 def _row(
-    label: str, truth: float, estimate: float | None, low: float | None, high: float | None
+    label: str,
+    truth: float,
+    estimate: float | None,
+    low: float | None,
+    high: float | None,
+    *,
+    width: int = 22,
+    digits: int = 3,
 ) -> str:
+    """One line: the truth, the estimate and its interval, and whether it covers the truth."""
+    f = f".{digits}f"
     return (
-        f"  {label:<22} {truth:7.3f} {estimate or 0:9.3f}   [{low or 0:7.3f}, {high or 0:7.3f}] "
-        f"{_covers(low, high, truth)}"
+        f"  {label:<{width}} {truth:7{f}} {estimate or 0:9{f}}   "
+        f"[{low or 0:7{f}}, {high or 0:7{f}}] {_covers(low, high, truth)}"
     )
 
 
@@ -365,15 +370,8 @@ def _print_distribution(analyst: Analyst, minutes: np.ndarray) -> None:
         )
     for q in est.quantiles:
         truth = float(np.quantile(minutes, q.q))
-        _say(
-            f"  {f'quantile {q.q:g}':<22} {truth:7.1f} {q.value:9.1f}   "
-            f"[{q.low:7.1f}, {q.high:7.1f}] {_covers(q.low, q.high, truth)}"
-        )
-    mean = float(minutes.mean())
-    _say(
-        f"  {'mean':<22} {mean:7.1f} {est.mean or 0:9.1f}   [{est.low or 0:7.1f}, "
-        f"{est.high or 0:7.1f}] {_covers(est.low, est.high, mean)}"
-    )
+        _say(_row(f"quantile {q.q:g}", truth, q.value, q.low, q.high, digits=1))
+    _say(_row("mean", float(minutes.mean()), est.mean, est.low, est.high, digits=1))
     _say("")
 
 

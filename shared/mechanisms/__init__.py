@@ -9,7 +9,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._validation import check_bounds, check_domain_size, check_epsilon, shown
+from .._validation import check_bounds, check_delta, check_domain_size, check_epsilon, shown
 from ..errors import ParameterError
 from .base import FrequencyOracle, Mechanism, NumericMechanism
 
@@ -196,7 +196,7 @@ def choose(
             variances[name] = m.expected(1.0).fraction(lo_hi[0], middle).stderr ** 2  # type: ignore[attr-defined]
     else:
         lo_hi = check_bounds(bounds)
-        approximate = _check_allowed_delta(delta) > 0
+        approximate = check_delta(delta) > 0
         for name in NUMERIC + (APPROXIMATE if approximate else ()):
             cls = mechanism_class(name)
             extra = {"delta": delta} if name in APPROXIMATE else {}
@@ -215,18 +215,6 @@ def choose(
         key=lambda k: (sizes[k], round(variances[k] / best, 9), costs[k], order[k]),
     )
     return Choice(chosen, variances, sizes, costs, epsilon, d, lo_hi)
-
-
-def _check_allowed_delta(delta: object) -> float:
-    """The delta a metric allows: 0 (pure epsilon-LDP) or a number in (0, 1)."""
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-        raise ParameterError(f"delta must be a number, got {delta!r}")
-    value = float(delta)
-    if value == 0.0:
-        return 0.0
-    if not 0.0 < value < 1.0:
-        raise ParameterError(f"delta must be 0 or in (0, 1), got {delta!r}")
-    return value
 
 
 def mechanism(

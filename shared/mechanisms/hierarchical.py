@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_bounds, check_epsilon
+from .._validation import check_bounds, check_epsilon, check_positive
 from ..aggregate import Aggregate
 from ..distribution import DistributionEstimate, LevelNoise, Tree, TreeSmoother, leaf_index
 from ..errors import ParameterError
@@ -305,8 +305,7 @@ class HierarchicalHistogram(Mechanism):
         expected ``n / height`` reports, and the variance formulas are evaluated at the
         truth: what planning and the benchmarks compare the measured errors with.
         """
-        if not (isinstance(n, (int, float)) and math.isfinite(n) and n > 0):
-            raise ParameterError(f"n must be a finite number > 0, got {n!r}")
+        n = check_positive(n, "n")
         if fractions is None:
             leaves = np.full(self.resolution, 1.0 / self.resolution)
         else:
