@@ -276,17 +276,6 @@ def build_catalog(
     return Catalog(now, found, frozenset(retired), origins)
 
 
-def new_report_mask(ids: npt.NDArray[Any], existing: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
-    """Which of ``ids`` to store: first occurrences within ``ids`` that are not in ``existing``."""
-    mask = np.zeros(ids.shape[0], dtype=bool)
-    if ids.shape[0]:
-        _, first = np.unique(ids, return_index=True)
-        mask[first] = True
-    if existing.shape[0]:
-        mask &= ~np.isin(ids, existing)
-    return mask
-
-
 def aggregate_blocks(
     blocks: Sequence[CheckedReports], new: npt.NDArray[np.bool_] | None
 ) -> dict[tuple[str, int], Aggregate]:

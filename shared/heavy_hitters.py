@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -272,28 +271,6 @@ class HeavyHitters:
 
 
 # --- detection model -------------------------------------------------------------------
-_NORMAL = NormalDist()
-
-
-def detection_probability(
-    frequency: float,
-    length: int,
-    sigmas: Sequence[float],
-    cutoffs: Sequence[float],
-    prefilter: float,
-    find_z: float,
-) -> float:
-    """Probability that a string of ``length`` bytes and true ``frequency`` is found.
-
-    The worst case: each prefix has the string's own frequency (no other string shares
-    it). ``sigmas[t - 1]`` and ``cutoffs[t - 1]`` are the null standard error and the
-    estimate a prefix needed to stay in the beam at level t (1 .. max_length); a complete
-    string must then clear ``prefilter`` standard errors at its own level and ``find_z``
-    pooled standard errors over the levels from its own to the last.
-    """
-    return _DetectionModel(sigmas, cutoffs, prefilter, find_z).probability(frequency, length)
-
-
 def _normal_cdf(x: float) -> float:
     """``NormalDist().cdf(x)``, the same arithmetic without the method call."""
     return 0.5 * (1.0 + math.erf(x / _SQRT2))
@@ -303,7 +280,14 @@ _SQRT2 = math.sqrt(2.0)
 
 
 class _DetectionModel:
-    """:func:`detection_probability` with the per-length constants computed once."""
+    """The probability that a string of a given length and true frequency is found.
+
+    The worst case: each prefix has the string's own frequency (no other string shares
+    it). ``sigmas[t - 1]`` and ``cutoffs[t - 1]`` are the null standard error and the
+    estimate a prefix needed to stay in the beam at level t (1 .. max_length); a complete
+    string must then clear ``prefilter`` standard errors at its own level and ``find_z``
+    pooled standard errors over the levels from its own to the last.
+    """
 
     def __init__(
         self, sigmas: Sequence[float], cutoffs: Sequence[float], prefilter: float, find_z: float

@@ -20,7 +20,6 @@ from ldpkit.collector.store import (
     PutOutcome,
     StoreClosed,
     StoreError,
-    new_report_mask,
     open_store,
     pack_sums,
     unpack_sums,
@@ -177,12 +176,6 @@ def test_open_store_picks_the_backend(tmp_path: Path) -> None:
     if importlib.util.find_spec("ldpkit.collector.postgres_store") is None:
         with pytest.raises(ConfigError, match="PostgreSQL"):
             open_store("postgresql://user@localhost/db")
-
-
-def test_new_report_mask() -> None:
-    ids = np.frombuffer(b"".join(bytes([i]) * 16 for i in [1, 2, 1, 3, 2, 4]), ID_DTYPE)
-    existing = np.frombuffer(bytes([3]) * 16, ID_DTYPE)
-    assert new_report_mask(ids, existing).tolist() == [True, True, False, False, False, True]
 
 
 # --- compact partial sums ------------------------------------------------------------------
