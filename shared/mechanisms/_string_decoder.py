@@ -17,15 +17,17 @@ variance, floored at the random-hashing formula. A key that shares a bucket with
 key in some rows also inherits the spread of that key's row counts, which the decoys'
 average does not hold: :meth:`_Level.collision_var` adds it per key.
 
-The walk (module docstring of :mod:`.strings`) keeps a beam of ``beam_width(k)``
-prefixes, each at least ``Z_KEEP`` null standard errors above 0; complete strings that
-clear ``Z_PREFILTER`` at their own level are followed through every later level, and
+The walk (module docstring of :mod:`.strings`; :func:`walk_scaled` for the ``"scaled"``
+cut, :func:`walk` for the first rule) keeps a beam of ``beam_width(k)`` prefixes, each
+at least ``Z_KEEP`` null standard errors above 0; complete strings that clear
+``Z_PREFILTER`` are pooled over the levels that see them whole, and
 their inverse-variance pooled estimate must clear a Bonferroni cutoff over the complete
 strings a null walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds
 are expected in an answer. The estimation sketch then removes the found strings'
 collisions (the same solve) and estimates them and any named string. The answer lists
-the first k found strings (in the walk's order) that the estimation sketch confirms
-above the threshold, by :func:`above_threshold`.
+the first k found strings that the estimation sketch confirms above the threshold, by
+:func:`above_threshold` (under the scaled cut ranked by the walk's and the estimation
+sketch's estimates combined; under the first rule in the walk's order).
 """
 
 from __future__ import annotations
@@ -642,7 +644,9 @@ def walk_scaled(m: PrefixSketch, levels: list[_Level], prior: KeyArray | None = 
     finished = _Finished.empty(width)
     known = np.zeros((0, width), np.uint8) if prior is None else prior
     known_bytes = known[:, 0].astype(np.int64)
-    level_sigmas = [math.inf] * big_m
+    # Measured at each level the walk evaluates; the formula's (random hashing) where it
+    # evaluates none (say level M when no beam prefix has length M).
+    level_sigmas = [math.sqrt(levels[t].formula_var) for t in range(1, big_m + 1)]
     step_z: list[float] = []
     beam = np.zeros((0, width), np.uint8)
     first = _first_level_keys(big_m)
