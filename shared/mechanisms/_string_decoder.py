@@ -672,7 +672,8 @@ def walk_scaled(
             size = len(first)
         else:
             if len(prefixes) == 0:
-                step_z.append(math.inf)
+                # Nothing of these lengths stood out: the beam did not cut (as in walk).
+                step_z.append(Z_KEEP)
                 continue
             parents_length = prefixes[:, 0].astype(np.int64)
             size = len(prefixes) * 256
