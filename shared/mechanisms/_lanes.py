@@ -161,18 +161,33 @@ def dense_lanes(words: WordSource, rows: int, width: int, bits: int, numerator: 
         return np.zeros(shape, dtype=np.uint64)
     if numerator >= 1 << bits:
         return np.full(shape, np.uint64(0xFFFFFFFFFFFFFFFF))
-    less = np.zeros(shape, dtype=np.uint64)  # lanes with u < numerator decided so far
-    equal = np.full(shape, np.uint64(0xFFFFFFFFFFFFFFFF))  # lanes whose prefix equals it
+    # Round 0 starts the comparison without an all-ones "tied" array, "less" is allocated
+    # when first set, and the last round does not update the ties (a lane still tied has
+    # u == numerator: not less).
+    less: U64 | None = None  # lanes with u < numerator decided so far (None: no lane yet)
+    if (numerator >> (bits - 1)) & 1:
+        less = np.invert(drawn[0])  # u's first bit 0 < numerator's 1
+        equal = drawn[0].copy() if bits > 1 else drawn[0]  # prefix equals numerator's
+    else:
+        equal = np.invert(drawn[0])
     scratch = np.empty(shape, dtype=np.uint64)
-    for i in range(bits):
+    for i in range(1, bits):
         r = drawn[i]
+        last = i == bits - 1
         if (numerator >> (bits - 1 - i)) & 1:
             # numerator's bit is 1: u's bit 0 decides "less"; 1 keeps the tie.
-            np.bitwise_and(equal, np.invert(r, out=scratch), out=scratch)
-            less |= scratch
-            equal &= r
-        else:
+            if less is None:
+                less = np.bitwise_and(equal, np.invert(r, out=scratch), out=scratch)
+                if not last:
+                    scratch = np.empty(shape, dtype=np.uint64)
+            else:
+                np.bitwise_and(equal, np.invert(r, out=scratch), out=scratch)
+                less |= scratch
+            if not last:
+                equal &= r
+        elif not last:  # numerator's bit is 0: u's bit 1 decides "greater"; 0 keeps the tie
             np.bitwise_and(equal, np.invert(r, out=scratch), out=equal)
+    assert less is not None  # 0 < numerator: some bit of it is 1
     return less
 
 

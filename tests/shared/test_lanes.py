@@ -228,7 +228,9 @@ def test_threshold_lanes_extremes() -> None:
 # --- dense_lanes ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("bits", "numerator"), [(1, 1), (2, 1), (3, 3), (6, 17), (8, 255)])
+@pytest.mark.parametrize(
+    ("bits", "numerator"), [(1, 1), (2, 1), (2, 2), (3, 3), (3, 4), (4, 10), (6, 17), (8, 255)]
+)
 def test_dense_lanes_rate_and_draws(bits: int, numerator: int) -> None:
     stream = random_stream(5, 400_000)
     rows, width = 3000, 2
