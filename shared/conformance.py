@@ -137,7 +137,9 @@ def _kind_metrics() -> list[tuple[MetricDefinition, list[Any]]]:
         spec = {"kind": "table", "dimensions": dims, "epsilon": 1.5, "mechanism": mech}
         cells = [{"type": "Compact", "origin": "USA"}, {"type": "Sporty", "origin": "non-USA"}]
         out.append((MetricDefinition.from_dict(mech.replace("_", "-"), spec), cells))
-    spec = {"kind": "strings", "max_length": 5, "k": 5, "epsilon": 4.0}
+    # Strings shorter than max_length, so that the prefix levels' cut (ceil(t m / M) bytes)
+    # differs from the first rule's (t bytes) at several levels: "été" (5 bytes) at 4 of 8.
+    spec = {"kind": "strings", "max_length": 8, "k": 5, "epsilon": 4.0}
     out.append((MetricDefinition.from_dict("prefix-sketch", spec), ["été", "ab", "x"]))
     return out
 

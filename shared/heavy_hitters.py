@@ -324,9 +324,71 @@ def detection_thresholds(
     """For each length 0 .. max_length, the frequency found with ``probability`` (<= 1)."""
     if not all(math.isfinite(s) and s > 0 for s in sigmas):
         return tuple(1.0 for _ in range(len(sigmas) + 1))
-    model = _DetectionModel(sigmas, cutoffs, prefilter, find_z)
+    return _solve_thresholds(
+        _DetectionModel(sigmas, cutoffs, prefilter, find_z), len(sigmas), probability
+    )
+
+
+class _ScaledDetectionModel:
+    """:class:`_DetectionModel` for the ``"scaled"`` cut: a prefix of j bytes of a string of
+    L bytes is pooled over the levels that cut it there (``level_sigmas[t - 1]``) and needs
+    ``step_z[j - 1]`` pooled standard errors to stay in the beam; the complete string is
+    pooled over the levels that see it whole."""
+
+    def __init__(
+        self,
+        level_sigmas: Sequence[float],
+        step_z: Sequence[float],
+        prefilter: float,
+        find_z: float,
+    ) -> None:
+        from .mechanisms._string_decoder import scaled_levels
+
+        self.step_z, self.prefilter, self.find_z = list(step_z), prefilter, find_z
+        big_m = len(level_sigmas)
+        self.pooled: list[list[float]] = []  # [length][j - 1]
+        for length in range(big_m + 1):
+            row = []
+            for j in range(1, max(length, 1) + 1):
+                ts = scaled_levels(big_m, length, j)
+                precision = sum(1.0 / level_sigmas[t - 1] ** 2 for t in ts)
+                row.append(1.0 / math.sqrt(precision) if precision > 0 else math.inf)
+            self.pooled.append(row)
+
+    def probability(self, f: float, length: int) -> float:
+        cdf = _normal_cdf
+        row = self.pooled[length]
+        prob = 1.0
+        for j in range(1, len(row)):
+            prob *= cdf((f - self.step_z[j - 1] * row[j - 1]) / row[j - 1])
+        own = row[-1]
+        prob *= cdf((f - self.prefilter * own) / own)
+        prob *= cdf((f - self.find_z * own) / own)
+        return prob
+
+
+def scaled_detection_thresholds(
+    level_sigmas: Sequence[float],
+    step_z: Sequence[float],
+    prefilter: float,
+    find_z: float,
+    probability: float = 0.5,
+) -> tuple[float, ...]:
+    """:func:`detection_thresholds` under the ``"scaled"`` cut (:class:`_ScaledDetectionModel`)."""
+    if not all(math.isfinite(s) and s > 0 for s in level_sigmas):
+        return tuple(1.0 for _ in range(len(level_sigmas) + 1))
+    return _solve_thresholds(
+        _ScaledDetectionModel(level_sigmas, step_z, prefilter, find_z),
+        len(level_sigmas),
+        probability,
+    )
+
+
+def _solve_thresholds(
+    model: _DetectionModel | _ScaledDetectionModel, max_length: int, probability: float
+) -> tuple[float, ...]:
     out = []
-    for length in range(len(sigmas) + 1):
+    for length in range(max_length + 1):
         if model.probability(1.0, length) < probability:
             out.append(1.0)
             continue
@@ -367,11 +429,17 @@ class StringPlan:
 
 def _unit_thresholds(m: PrefixSketch, probability: float) -> tuple[float, ...]:
     """Thresholds at n = 1 under random hashing: they scale as 1 / sqrt(n)."""
-    from .mechanisms._string_decoder import null_cutoffs
+    from .mechanisms._string_decoder import null_cutoffs, scaled_null_cutoffs
 
-    sigmas, cutoffs, prefilter, find_z = null_cutoffs(m, n=1.0)
     # Solved on a scaled problem (frequencies may exceed 1 at n = 1): scale to n = 1e12.
     scale = 1e6
+    if m.cut == "scaled":
+        sigmas, step_z, prefilter, find_z = scaled_null_cutoffs(m, n=1.0)
+        found = scaled_detection_thresholds(
+            [s / scale for s in sigmas], step_z, prefilter, find_z, probability
+        )
+        return tuple(t * scale if t < 1.0 else math.inf for t in found)
+    sigmas, cutoffs, prefilter, find_z = null_cutoffs(m, n=1.0)
     scaled = detection_thresholds(
         [s / scale for s in sigmas], [c / scale for c in cutoffs], prefilter, find_z, probability
     )

@@ -114,6 +114,7 @@ def derived_parameters(m: Mechanism) -> dict[str, Any]:
             "seed": hex64(m.seed),  # type: ignore[attr-defined]
             "weights": [int(x) for x in m.weights],  # type: ignore[attr-defined]
             "keep": hex64(threshold64_floor(m.p)),  # type: ignore[attr-defined]
+            "cut": m.cut,  # type: ignore[attr-defined]
         }
     raise ParameterError(f"no portable sampling rule for mechanism {name!r}")
 
@@ -562,7 +563,9 @@ def _prefix_sketch(p: Mapping[str, Any], raw: bytes, w: Words) -> bytes:
     row = w.below(rows_e if sketch == 0 else rows)
     at = row if sketch == 0 else rows_e + (sketch - 1) * rows + row  # the global row
     key = bytes([len(raw)]) + raw + bytes(m - len(raw))
-    keep = m if sketch == 0 else sketch  # bytes 0..keep of the key are kept
+    # bytes 0..keep of the key are kept: ceil(t len / m) at level t ("scaled"), or t ("prefix")
+    scaled = p.get("cut", "prefix") == "scaled"
+    keep = m if sketch == 0 else (-(-sketch * len(raw) // m) if scaled else sketch)
     cut = key[: keep + 1] + bytes(m - keep)
     nwords = -(-(m + 1) // 4)
     padded = cut + bytes(4 * nwords - len(cut))

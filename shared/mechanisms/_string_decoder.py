@@ -17,15 +17,17 @@ variance, floored at the random-hashing formula. A key that shares a bucket with
 key in some rows also inherits the spread of that key's row counts, which the decoys'
 average does not hold: :meth:`_Level.collision_var` adds it per key.
 
-The walk (module docstring of :mod:`.strings`) keeps a beam of ``beam_width(k)``
-prefixes, each at least ``Z_KEEP`` null standard errors above 0; complete strings that
-clear ``Z_PREFILTER`` at their own level are followed through every later level, and
+The walk (module docstring of :mod:`.strings`; :func:`walk_scaled` for the ``"scaled"``
+cut, :func:`walk` for the first rule) keeps a beam of ``beam_width(k)`` prefixes, each
+at least ``Z_KEEP`` null standard errors above 0; complete strings that clear
+``Z_PREFILTER`` are pooled over the levels that see them whole, and
 their inverse-variance pooled estimate must clear a Bonferroni cutoff over the complete
 strings a null walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds
 are expected in an answer. The estimation sketch then removes the found strings'
 collisions (the same solve) and estimates them and any named string. The answer lists
-the first k found strings (in the walk's order) that the estimation sketch confirms
-above the threshold, by :func:`above_threshold`.
+the first k found strings that the estimation sketch confirms above the threshold, by
+:func:`above_threshold` (under the scaled cut ranked by the walk's and the estimation
+sketch's estimates combined; under the first rule in the walk's order).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import cached_property, lru_cache, partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,6 +48,7 @@ from ..heavy_hitters import (
     StringEstimate,
     VarianceModel,
     detection_thresholds,
+    scaled_detection_thresholds,
 )
 from .strings import (
     DECOYS,
@@ -131,6 +134,11 @@ class _Level:
     def rows(self) -> int:
         return int(self.counts.shape[0])
 
+    @cached_property
+    def decoy_flat(self) -> IntArray:
+        """:meth:`flat` of the decoys, hashed once (the walk evaluates a level many times)."""
+        return self.flat(_decoys(self.m, self.sketch))
+
     def __post_init__(self) -> None:
         self.row_n = self.counts.sum(axis=1)
         self.n = float(self.row_n.sum())
@@ -205,7 +213,6 @@ class _Level:
     ) -> FloatArray:
         """Corrected estimates of the candidates whose cells are ``flat``; ``take(index)``
         gives their keys. ``heavy`` (indices) is fixed, or chosen from the data."""
-        m = self.m
         none = np.zeros(0, np.int64)
         if self.n == 0:
             self.null_var = math.inf
@@ -238,7 +245,7 @@ class _Level:
                 if np.array_equal(np.sort(again), np.sort(heavy)):
                     break
                 heavy = again
-        decoys = self._from_residual(self.flat(_decoys(m, self.sketch)))
+        decoys = self._from_residual(self.decoy_flat)
         self.null_var = max(float(np.mean(decoys * decoys)), self.formula_var)
         return est
 
@@ -322,13 +329,38 @@ def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> Fl
     return out.reshape(size_a, size_b)
 
 
-def solve_small(a: FloatArray, b: FloatArray) -> FloatArray:
-    """``a x = b`` by Gaussian elimination with partial pivoting, in plain numpy.
+SOLVE_BLOCK = 64
+"""Largest system given to LAPACK at once: larger ones start OpenBLAS's threads, which
+cost ten to a hundred times the work on a busy machine (128 unknowns: 6 ms against 0.04)."""
 
-    The systems here are small (at most ``MAX_HEAVY`` unknowns) and close to the
-    identity; LAPACK's threads can cost a hundred times the work on a busy machine.
-    A singular system (keys alike in every row) gets least-squares-like zeros.
-    """
+
+def solve_small(a: FloatArray, b: FloatArray) -> FloatArray:
+    """``a x = b`` for the small systems here (at most ``MAX_HEAVY`` unknowns, close to the
+    identity): LAPACK on blocks of at most ``SOLVE_BLOCK`` unknowns (by the Schur
+    complement), or, for a singular system (keys alike in every row), elimination that
+    gives least-squares-like zeros (:func:`_eliminate`)."""
+    try:
+        x = _solve_blocked(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+    except np.linalg.LinAlgError:
+        return _eliminate(a, b)
+    return x if bool(np.all(np.isfinite(x))) else _eliminate(a, b)
+
+
+def _solve_blocked(a: FloatArray, b: FloatArray) -> FloatArray:
+    size = b.shape[0]
+    if size <= SOLVE_BLOCK:
+        return np.asarray(np.linalg.solve(a, b), dtype=np.float64)
+    half = size // 2
+    top, right, left, bottom = a[:half, :half], a[:half, half:], a[half:, :half], a[half:, half:]
+    solved = np.linalg.solve(top, np.column_stack([right, b[:half]]))
+    lower = _solve_blocked(bottom - left @ solved[:, :-1], b[half:] - left @ solved[:, -1])
+    upper = solved[:, -1] - solved[:, :-1] @ lower
+    return np.concatenate([upper, lower])
+
+
+def _eliminate(a: FloatArray, b: FloatArray) -> FloatArray:
+    """``a x = b`` by Gaussian elimination with partial pivoting, in plain numpy; a column
+    with no pivot left gets a zero."""
     size = b.shape[0]
     aug = np.concatenate([a, b[:, None]], axis=1).astype(np.float64)
     for col in range(size):
@@ -573,20 +605,200 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
     return Walk(finished, sigmas, cutoffs)
 
 
+# --- the "scaled" cut: a walk by prefix length over pooled levels ----------------------------
+def scaled_levels(max_length: int, length: int, bytes_known: int) -> list[int]:
+    """Prefix levels t that cut a string of ``length`` bytes after ``bytes_known`` bytes
+    (``ceil(t length / M) = bytes_known``); the empty string: every level, at step 1."""
+    if length == 0:
+        return list(range(1, max_length + 1)) if bytes_known == 1 else []
+    return [t for t in range(1, max_length + 1) if -(-t * length // max_length) == bytes_known]
+
+
+def _cut_keys(keys: KeyArray, kept: IntArray) -> KeyArray:
+    """Keys with bytes after ``kept`` (per key) zeroed."""
+    positions = np.arange(keys.shape[1])[None, :]
+    out: KeyArray = np.where(positions <= kept[:, None], keys, 0).astype(np.uint8)
+    return out
+
+
+def _unique_rows(keys: KeyArray) -> KeyArray:
+    """Distinct keys (rows), by their bytes (``np.unique(axis=0)`` is ten times slower)."""
+    rows = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).reshape(-1)
+    _, first = np.unique(rows, return_index=True)
+    out: KeyArray = keys[np.sort(first)]
+    return out
+
+
+@dataclass
+class ScaledWalk:
+    finished: _Finished
+    level_sigmas: list[float]  # per level 1 .. M
+    step_z: list[float]  # per step j = 1 .. M: the z a prefix needed to stay in the beam
+
+
+FIRST_WALK_BEAM = 16
+"""Beam of the first walk under the scaled cut, which only looks for the heavy strings
+(``Z_HEAVY`` standard errors up) to correct for in the second: their prefixes are near
+the top of every step, and a narrow beam makes that walk cheap."""
+
+
+def walk_scaled(
+    m: PrefixSketch, levels: list[_Level], prior: KeyArray | None = None, beam: int = 0
+) -> ScaledWalk:
+    """Find complete strings under the ``"scaled"`` cut, by prefix length j = 1 .. M.
+
+    A candidate (length L, bytes 1..j) is estimated at every level that cuts length-L
+    strings after j bytes and pooled by inverse variance; the beam keeps the ``beam_width``
+    open prefixes of largest pooled z (their sd depends on L). A level holds cuts of
+    strings of every length, so the heavy-key correction at a level also fixes the heavy
+    strings already known (``prior``, and those found so far), cut where that level cuts
+    them. A complete string (j = L) is pooled over the levels that see it whole.
+    """
+    big_m = m.max_length
+    width = big_m + 1
+    k_beam = beam or beam_width(m.k)
+    finished = _Finished.empty(width)
+    known = np.zeros((0, width), np.uint8) if prior is None else prior
+    known_bytes = known[:, 0].astype(np.int64)
+    # Measured at each level the walk evaluates; the formula's (random hashing) where it
+    # evaluates none (say level M when no beam prefix has length M).
+    level_sigmas = [math.sqrt(levels[t].formula_var) for t in range(1, big_m + 1)]
+    step_z: list[float] = []
+    prefixes = np.zeros((0, width), np.uint8)
+    first = _first_level_keys(big_m)
+    for j in range(1, big_m + 1):
+        if j == 1:
+            parents_length = first[:, 0].astype(np.int64)
+            size = len(first)
+        else:
+            if len(prefixes) == 0:
+                # Nothing of these lengths stood out: the beam did not cut (as in walk).
+                step_z.append(Z_KEEP)
+                continue
+            parents_length = prefixes[:, 0].astype(np.int64)
+            size = len(prefixes) * 256
+        weighted, precision = np.zeros(size), np.zeros(size)
+        excess, null_mean, null_var = np.zeros(size), np.zeros(size), np.zeros(size)
+        known_length = known[:, 0].astype(np.int64)
+        for t in range(1, big_m + 1):
+            # parents (j > 1) or candidates (j = 1) whose length this level cuts after j bytes
+            kept = m.kept_bytes(t, parents_length)
+            if j == 1:
+                member = np.flatnonzero((kept == 1) | (parents_length == 0))
+            else:
+                member = np.flatnonzero(kept == j)
+            if member.size == 0:
+                continue
+            level = levels[t]
+            cut_known = m.kept_bytes(t, known_length)
+            usable = np.flatnonzero((cut_known <= known_bytes) & (cut_known != j))
+            extra = known[usable]
+            if len(extra):
+                extra = _unique_rows(_cut_keys(extra, cut_known[usable]))
+            if j == 1:
+                group = member
+                sub = first[member]
+                flat = level.flat(np.concatenate([sub, extra]))
+                group_keys = partial(_take_rows, sub)
+            else:
+                parents = prefixes[member]
+                group = (member[:, None] * 256 + np.arange(256)[None, :]).reshape(-1)
+                flat = level.children_flat(parents, j, extra)
+                group_keys = partial(_take_children, parents, j)
+            n_group = group.size
+
+            def take(
+                index: IntArray,
+                n_group: int = n_group,
+                extra: KeyArray = extra,
+                group_keys: Callable[[IntArray], KeyArray] = group_keys,
+            ) -> KeyArray:
+                out = np.empty((index.size, width), dtype=np.uint8)
+                young = index < n_group
+                out[young] = group_keys(index[young])
+                out[~young] = extra[index[~young] - n_group]
+                return out
+
+            est = level.evaluate(flat, take)[:n_group]
+            if not math.isfinite(level.null_var):
+                continue
+            level_sigmas[t - 1] = math.sqrt(level.null_var)
+            stats = level.stats()
+            weighted[group] += est / stats.var
+            precision[group] += 1.0 / stats.var
+            excess[group] += est * stats.scale
+            null_mean[group] += stats.null_mean
+            null_var[group] += stats.null_mean * stats.dispersion
+        seen = precision > 0
+        z = np.where(seen, weighted / np.sqrt(np.where(seen, precision, 1.0)), -math.inf)
+        length = first[:, 0] if j == 1 else np.repeat(prefixes[:, 0], 256)
+        complete = length <= j
+
+        def keys_of(
+            index: IntArray, j: int = j, prefixes: KeyArray = prefixes, first: KeyArray = first
+        ) -> KeyArray:
+            return _take_rows(first, index) if j == 1 else _take_children(prefixes, j, index)
+
+        new = np.flatnonzero(complete & (z > Z_PREFILTER))
+        size_before = len(finished.keys)
+        finished.extend(keys_of(new), np.zeros(new.size), _LevelStats(1.0, 0.0, 0.0, 1.0))
+        into = np.arange(size_before, size_before + new.size)
+        finished.weighted[into] = weighted[new]
+        finished.precision[into] = precision[new]
+        finished.excess[into] = excess[new]
+        finished.null_mean[into] = null_mean[new]
+        finished.null_var[into] = null_var[new]
+        open_ = np.flatnonzero(~complete & (z > Z_KEEP))
+        keep = open_[_top(z[open_], k_beam, -math.inf)]
+        step_z.append(float(np.min(z[keep])) if open_.size > k_beam else Z_KEEP)
+        heavy = np.concatenate([keep[z[keep] > Z_HEAVY], new[z[new] > Z_HEAVY]])
+        known = np.concatenate([known, keys_of(heavy)])
+        known_bytes = np.concatenate([known_bytes, np.full(heavy.size, j, dtype=np.int64)])
+        prefixes = keys_of(keep)
+        if len(finished.keys) > 4 * k_beam:
+            zf = finished.estimate / finished.sd
+            finished.keep(np.argsort(-zf, kind="stable")[: 4 * k_beam])
+    return ScaledWalk(finished, level_sigmas, step_z)
+
+
+def scaled_null_cutoffs(m: PrefixSketch, n: float) -> tuple[list[float], list[float], float, float]:
+    """Per level the null sigma, per step the beam's null z cutoff (as :func:`null_cutoffs`)."""
+    width = beam_width(m.k)
+    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
+    step_z = []
+    for j in range(1, m.max_length + 1):
+        candidates = 256 * m.max_length + 1 if j == 1 else 256 * width
+        z = normal_upper(width / candidates) if width < candidates else Z_KEEP
+        step_z.append(max(Z_KEEP, z))
+    return [sigma] * m.max_length, step_z, Z_PREFILTER, find_z(m)
+
+
 def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     levels = [
         _Level(m, s, agg.sums[m.sketch_slice(s)].reshape(m.rows_of(s), m.g))
         for s in range(m.sketches)
     ]
-    found = walk(m, levels)
     z_find = find_z(m)
-    fin = found.finished
+    if m.cut == "scaled":
+        # Walk twice: the second walk corrects every level for the heavy strings the first
+        # found, cut where that level cuts them (a level mixes the cuts of all lengths).
+        first = walk_scaled(m, levels, beam=FIRST_WALK_BEAM).finished
+        strong = np.flatnonzero(first.estimate / first.sd > Z_HEAVY)
+        strong = strong[np.argsort(-first.estimate[strong], kind="stable")][:MAX_HEAVY]
+        found_scaled = walk_scaled(m, levels, prior=first.keys[strong])
+        fin = found_scaled.finished
+        thresholds = scaled_detection_thresholds(
+            found_scaled.level_sigmas, found_scaled.step_z, Z_PREFILTER, z_find
+        )
+    else:
+        found = walk(m, levels)
+        fin = found.finished
+        thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
     pooled = fin.estimate
     alpha = FALSE_FIND_RATE / model_tests(m)
     selected = np.flatnonzero(fin.significant(alpha)) if len(fin.keys) else np.zeros(0, np.int64)
     selected = selected[np.argsort(-pooled[selected], kind="stable")]
     heavy = selected[:MAX_HEAVY]
-    thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
     threshold = min(thresholds)
 
     estimation = levels[0]
@@ -606,6 +818,15 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     # k found strings, in the walk's order, that the estimation sketch (devices that took
     # no part in finding them) confirms above the threshold.
     kept = np.flatnonzero(above_threshold(sel_est, model.stderr(threshold, extra), threshold))
+    if m.cut == "scaled":
+        # A complete key is pooled over fewer levels under this cut: the first k by the
+        # inverse-variance combination of the walk's estimate and the estimation sketch's.
+        var_e = model.stderr(sel_est[kept], extra[kept]) ** 2
+        var_w = fin.sd[selected[kept]] ** 2
+        combined = (pooled[selected[kept]] / var_w + sel_est[kept] / var_e) / (
+            1 / var_w + 1 / var_e
+        )
+        kept = kept[np.argsort(-combined, kind="stable")]
     kept = kept[: m.k]  # positions in ``selected``
     kept = kept[np.argsort(-sel_est[kept], kind="stable")]  # by decreasing estimate
     listed, top_est, top_extra = selected[kept], sel_est[kept], extra[kept]

@@ -6,8 +6,10 @@ A string ``x`` of ``m <= M`` bytes (UTF-8 for text; ``M = max_length``) becomes 
 ``M + 1`` bytes: the length ``m``, then the bytes of ``x``, then zeros. Every device
 reports once, to one of ``M + 1`` *sketches* chosen at random and independently of ``x``:
 
-- sketch ``t`` in ``1 .. M`` (a *prefix level*) sees the key cut after byte ``t``
-  (bytes ``t + 1 ..`` zeroed): the length and the first ``t`` bytes of ``x``;
+- sketch ``t`` in ``1 .. M`` (a *prefix level*) sees the key cut after byte
+  ``c = ceil(t m / M)`` (bytes ``c + 1 ..`` zeroed): the length and the first ``c`` bytes
+  of ``x`` (the ``"scaled"`` cut; the first protocol's ``"prefix"`` cut keeps ``t`` bytes,
+  see :meth:`PrefixSketch.kept_bytes`), so every level works on a short string's search;
 - sketch ``0`` (the *estimation* sketch) sees the whole key.
 
 Within the sketch the device picks one of its public hash functions (*rows*) uniformly:
@@ -16,10 +18,11 @@ into ``g`` buckets and sends the bucket through g-ary randomized response: optim
 hashing (Wang et al. 2017) with a finite, public hash family, so that the collector keeps
 only the count of every (sketch, row, bucket) cell: an aggregate of ``(R_E + M R) g``
 sums, whatever n. The collector then walks the prefix tree level by level
-(as PEM, Wang et al. 2021, but from the sketches and not from raw reports): at level ``t``
-it extends the kept prefixes by every byte, estimates each child from sketch ``t`` and
-keeps the best; a child whose length byte says it is complete is a *finished string*,
-whose later levels (which see the same whole key) are pooled. The finished strings that
+(as PEM, Wang et al. 2021, but from the sketches and not from raw reports) by prefix
+length: at step ``j`` it extends the kept prefixes by every byte, estimates each child
+(length L, j bytes) from every level that cuts length-L strings after j bytes, pooled,
+and keeps the best by z; a child whose length byte says it is complete is a *finished
+string*. The finished strings that
 stand out are *found*; their frequencies, and those of any string an analyst names,
 come from the estimation sketch, which took no part in finding them (no winner's curse).
 A found string is *listed* in the answer when the estimation sketch confirms it above
@@ -156,6 +159,9 @@ FALSE_FIND_RATE = 0.1
 """Expected number of strings no one holds in the answer, at most (Bonferroni)."""
 LIST_FDR = 0.1
 """False discovery rate of listing a found string as above the threshold (the listing rule)."""
+CUTS = ("prefix", "scaled")
+"""Cut rules of the prefix levels: level t keeps ``t`` bytes of the string (``"prefix"``, the
+first protocol) or ``ceil(t m / M)`` of a string of m bytes (``"scaled"``, the default)."""
 
 
 def splitmix64(seed: int, count: int) -> npt.NDArray[np.uint64]:
@@ -322,6 +328,7 @@ class PrefixSketch(Mechanism):
     k: int = 20
     seed: int = 0
     estimation_share: float = DEFAULT_ESTIMATION_SHARE
+    cut: str = "scaled"
     g: int = field(init=False)
     rows: int = field(init=False)
     estimation_rows: int = field(init=False)
@@ -345,6 +352,8 @@ class PrefixSketch(Mechanism):
             ):
                 raise ParameterError(f"{label} must be an integer in [{lo}, {hi}], got {value!r}")
             object.__setattr__(self, label, int(value))
+        if self.cut not in CUTS:
+            raise ParameterError(f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
         share = self.estimation_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share < 1:
             raise ParameterError(f"estimation_share must be a number in (0, 1), got {share!r}")
@@ -418,7 +427,24 @@ class PrefixSketch(Mechanism):
             "rows": self.rows,
             "estimation_rows": self.estimation_rows,
             "estimation_weight": self.estimation_weight,
+            # Absent for the first rule, so that its metrics keep their fingerprints; any
+            # other rule changes the fingerprint, and reports of two rules never mix.
+            **({} if self.cut == "prefix" else {"cut": self.cut}),
         }
+
+    def kept_bytes(self, sketch: Any, length: Any) -> npt.NDArray[np.int64]:
+        """Bytes of a string of ``length`` bytes that ``sketch`` keeps (elementwise).
+
+        The estimation sketch keeps all; prefix level t keeps ``min(t, length)`` bytes under
+        the ``"prefix"`` rule and ``ceil(t length / M)`` under ``"scaled"``: every level then
+        sees a share of the string, so each prefix length of a short string is seen by about
+        ``M / length`` levels (docs/protocol.md, "Sampling").
+        """
+        s = np.asarray(sketch, dtype=np.int64)
+        m = np.asarray(length, dtype=np.int64)
+        kept = -(-(s * m) // self.max_length) if self.cut == "scaled" else np.minimum(s, m)
+        out: npt.NDArray[np.int64] = np.where(s == 0, m, kept)
+        return out
 
     @cached_property
     def hash_keys(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
@@ -463,8 +489,8 @@ class PrefixSketch(Mechanism):
         # The estimation sketch's rows are drawn apart (R_E of them), as uniformly.
         row[est] = rng.integers(0, self.estimation_rows, size=int(np.count_nonzero(est)))
         global_row = np.where(est, row, self.estimation_rows + (sketch - 1) * self.rows + row)
-        # Prefix level t keeps the length byte and bytes 1..t; the estimation sketch all.
-        keep = np.where(sketch == 0, self.max_length, sketch)
+        # The length byte and the first kept_bytes bytes stay, the rest is zeroed.
+        keep = self.kept_bytes(sketch, keys[:, 0])
         cut = np.where(np.arange(keys.shape[1])[None, :] <= keep[:, None], keys, 0)
         words = key_words(cut.astype(np.uint8))
         a, b = self.hash_keys
@@ -506,7 +532,7 @@ class PrefixSketch(Mechanism):
         out = np.empty(self.total_rows, dtype=np.int64)
         for s in range(self.sketches):
             cut = keys.copy()
-            cut[:, (self.max_length if s == 0 else s) + 1 :] = 0
+            cut[:, int(self.kept_bytes(s, keys[0, 0])) + 1 :] = 0
             out[self.first_row(s) : self.first_row(s) + self.rows_of(s)] = self.buckets(
                 s, key_words(cut)
             )[0]

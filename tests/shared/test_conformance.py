@@ -133,8 +133,13 @@ def _other_seed(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> A
 
 @pytest.mark.parametrize(
     ("mechanism", "override"),
-    [("hh", _off_by_one_leaf), ("prefix_sketch", _other_seed)],
-    ids=["hh-leaf-off-by-one", "prefix-sketch-other-hash-seed"],
+    [
+        ("hh", _off_by_one_leaf),
+        ("prefix_sketch", _other_seed),
+        # a client still on the first cut rule (level t keeps t bytes, not ceil(t m / M))
+        ("prefix_sketch", _other("prefix_sketch", cut="prefix")),
+    ],
+    ids=["hh-leaf-off-by-one", "prefix-sketch-other-hash-seed", "prefix-sketch-old-cut"],
 )
 def test_silent_bugs_of_the_other_kinds_fail(
     plan_path: Path, mechanism: str, override: Any

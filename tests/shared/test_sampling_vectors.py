@@ -240,7 +240,9 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[int] | None]] = [
     (
         "prefix_sketch",
         {"kind": "strings", "max_length": 8, "k": 3, "epsilon": 4.0},
-        ["météo", "ab"],
+        # Shorter than max_length, so that the prefix levels' cut (ceil(t m / M) bytes,
+        # not t) shows in the reports.
+        ["abcd", "ab", "abcdefg", "xyz", "météo", "météo"],
         None,
     ),
 ]

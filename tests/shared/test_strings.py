@@ -19,6 +19,7 @@ from ldpkit.errors import ParameterError, ReportError
 from ldpkit.heavy_hitters import VarianceModel, as_text, printable
 from ldpkit.mechanisms._string_decoder import above_threshold, poisson_upper_tail
 from ldpkit.mechanisms.strings import PrefixSketch, encode_strings, splitmix64
+from ldpkit.metrics import MetricDefinition
 from tests.stats import chi2_ratio_bounds, coverage_bounds
 
 # --- parameters and registry -------------------------------------------------------------
@@ -42,6 +43,7 @@ def test_made_by_name_and_auto() -> None:
         ({"max_length": 4, "k": 0}, "k"),
         ({"max_length": 4, "seed": -1}, "seed"),
         ({"max_length": 4, "estimation_share": 1.0}, "estimation_share"),
+        ({"max_length": 4, "cut": "suffix"}, "cut"),
     ],
 )
 def test_bad_parameters_are_refused(kwargs: dict[str, object], words: str) -> None:
@@ -139,11 +141,52 @@ def test_hash_family_vector() -> None:
 # --- privacy ---------------------------------------------------------------------------------
 
 
+def test_scaled_cut_spreads_each_prefix_length_over_levels() -> None:
+    m = PrefixSketch(epsilon=2.0, max_length=16)
+    levels = np.arange(1, 17)
+    # A 5-byte string: prefix lengths 1..5 seen by 3, 3, 3, 3, 4 levels (ceil(t 5 / 16)).
+    assert np.bincount(m.kept_bytes(levels, 5), minlength=6)[1:].tolist() == [3, 3, 3, 3, 4]
+    assert m.kept_bytes(levels, 16).tolist() == levels.tolist()  # max_length: as before
+    assert m.kept_bytes(levels, 0).tolist() == [0] * 16
+    assert m.kept_bytes(0, 5).tolist() == 5  # the estimation sketch keeps it all
+    old = PrefixSketch(epsilon=2.0, max_length=16, cut="prefix")
+    assert old.kept_bytes(levels, 5).tolist() == np.minimum(levels, 5).tolist()
+    # The hashed keys follow the rule: "abcde" at level 2 is cut like "a" (one byte kept).
+    first_row = m.first_row(2)
+    buckets = m.true_buckets("abcde")[first_row : first_row + m.rows]
+    assert buckets.tolist() == m.true_buckets("axxxx")[first_row : first_row + m.rows].tolist()
+
+
+def test_cut_rule_is_in_the_fingerprint() -> None:
+    """Reports of the two cut rules never share a fingerprint; the first keeps its own."""
+    new = PrefixSketch(epsilon=2.0, max_length=8)
+    old = PrefixSketch(epsilon=2.0, max_length=8, cut="prefix")
+    assert new.params()["cut"] == "scaled"
+    assert "cut" not in old.params()  # the fingerprints of metrics made before stay
+    spec = {"kind": "strings", "max_length": 8, "k": 20, "epsilon": 2.0}
+    built = MetricDefinition.from_dict("s", spec).mechanism_instance
+    assert built.params() == new.params()
+
+
+@pytest.mark.parametrize("cut", ["prefix", "scaled"])
+def test_both_cut_rules_decode(cut: str) -> None:
+    """The first rule keeps its own walk, so a stored metric of that rule still answers."""
+    rng = np.random.default_rng(5)
+    words = [b"abc", b"wxyz", b"q"] + [bytes([97 + i, 98 + i % 7]) for i in range(20)]
+    probs = np.array([0.3, 0.2, 0.1] + [0.4 / 20] * 20)
+    m = PrefixSketch(epsilon=4.0, max_length=5, k=3, seed=3, cut=cut)
+    users = rng.choice(len(words), size=20_000, p=probs)
+    result = m.estimate(m.aggregate(m.perturb(np.array(words, dtype=object)[users], rng=rng)))
+    # Each is 30-90 null sds above the threshold (~0.02 here): always found and listed.
+    assert set(result.strings) == {b"abc", b"wxyz", b"q"}
+
+
+@pytest.mark.parametrize("cut", ["prefix", "scaled"])
 @pytest.mark.parametrize("epsilon", [0.5, 2.0, 5.0])
-def test_whole_report_is_epsilon_ldp_by_enumeration(epsilon: float) -> None:
+def test_whole_report_is_epsilon_ldp_by_enumeration(epsilon: float, cut: str) -> None:
     """Every cell's probability, for strings of every length, within e^eps of every other's."""
-    m = PrefixSketch(epsilon=epsilon, max_length=3)
-    values: list[str | bytes] = ["", "a", "b", "ab", "abc", "abd", "zzz", b"\xff\x00\x01"]
+    m = PrefixSketch(epsilon=epsilon, max_length=5, cut=cut)
+    values: list[str | bytes] = ["", "a", "b", "ab", "abc", "abd", "zzz", b"\xff\x00\x01", "abcde"]
     table = np.array([m.output_probabilities(v) for v in values])
     assert np.allclose(table.sum(axis=1), 1.0)
     assert bool(np.all(table > 0))

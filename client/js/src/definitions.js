@@ -65,6 +65,7 @@ function checkMechanismParams(def) {
       break;
     case "prefix_sketch":
       for (const key of ["max_length", "g", "rows", "estimation_rows"]) same(mp[key], p[key], key);
+      same(mp.cut ?? "prefix", p.cut ?? "prefix", "cut");
       break;
   }
 }
@@ -108,6 +109,7 @@ export function checkDerived(def) {
       integer(p.rows, 1, 1 << 16, "rows", def.name);
       integer(p.estimation_rows, 1, 1 << 16, "estimation_rows", def.name);
       if (!/^[0-9a-f]{16}$/.test(p.seed)) throw new DefinitionError(`metric ${def.name}: bad seed`);
+      if (!["prefix", "scaled"].includes(p.cut ?? "prefix")) throw new DefinitionError(`metric ${def.name}: unknown cut rule ${p.cut}`);
       if (!Array.isArray(p.weights) || p.weights.length !== p.max_length + 1 || !p.weights.every((x) => Number.isSafeInteger(x) && x > 0)) {
         throw new DefinitionError(`metric ${def.name}: bad sketch weights`);
       }

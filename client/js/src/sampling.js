@@ -386,6 +386,7 @@ function sketchSampler(p) {
   const seed = BigInt(`0x${p.seed}`);
   const total = p.weights.reduce((a, b) => a + b, 0);
   const keep = threshold(p.keep);
+  const scaled = (p.cut ?? "prefix") === "scaled";
   return (bytes, w) => {
     if (bytes.length > m) throw new RangeError(`a string of ${bytes.length} bytes is longer than max_length ${m}`);
     let slot = below(w, total);
@@ -396,7 +397,8 @@ function sketchSampler(p) {
     const key = new Uint8Array(4 * nwords);
     key[0] = bytes.length;
     key.set(bytes, 1);
-    const kept = sketch === 0 ? m : sketch; // bytes 0 .. kept of the key
+    // bytes 0 .. kept of the key: level t keeps ceil(t len / m) bytes ("scaled"), or t ("prefix")
+    const kept = sketch === 0 ? m : scaled ? Math.floor((sketch * bytes.length + m - 1) / m) : sketch;
     key.fill(0, kept + 1);
     const view = new DataView(key.buffer);
     const start = at * (nwords + 1);
