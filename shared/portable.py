@@ -404,15 +404,25 @@ def geometric(p: Mapping[str, Any], w: Words) -> int:
     return g
 
 
-def _laplace(p: Mapping[str, Any], lo: float, hi: float, x: float, w: Words) -> bytes:
+def _on_grid(p: Mapping[str, Any], lo: float, hi: float, x: float, w: Words) -> int:
+    """x on the grid of ``grid_steps`` steps, rounded stochastically (one ``uniform()``)."""
     steps = int(p["grid_steps"])
-    cap = int(p["cap"])
     u = min(max((x - lo) / (hi - lo) * steps, 0.0), float(steps))
     m = math.floor(u)
     if w.uniform() < u - m:
         m += 1
-    y = m + geometric(p, w) - geometric(p, w)
+    return m
+
+
+def _clamped(p: Mapping[str, Any], y: int) -> bytes:
+    """A noisy grid value clamped to ``-cap .. grid_steps + cap``, as an int64 report."""
+    cap, steps = int(p["cap"]), int(p["grid_steps"])
     return int(min(max(y, -cap), steps + cap)).to_bytes(8, "little", signed=True)
+
+
+def _laplace(p: Mapping[str, Any], lo: float, hi: float, x: float, w: Words) -> bytes:
+    m = _on_grid(p, lo, hi, x, w)
+    return _clamped(p, m + geometric(p, w) - geometric(p, w))
 
 
 def below_any(w: Words, n: int) -> int:
@@ -487,14 +497,8 @@ def discrete_gaussian(t: int, m: int, w: Words) -> int:
 
 
 def _gaussian(p: Mapping[str, Any], lo: float, hi: float, x: float, w: Words) -> bytes:
-    steps = int(p["grid_steps"])
-    cap = int(p["cap"])
-    u = min(max((x - lo) / (hi - lo) * steps, 0.0), float(steps))
-    m = math.floor(u)
-    if w.uniform() < u - m:
-        m += 1
-    y = m + discrete_gaussian(int(p["t"]), int(p["m"]), w)
-    return int(min(max(y, -cap), steps + cap)).to_bytes(8, "little", signed=True)
+    m = _on_grid(p, lo, hi, x, w)
+    return _clamped(p, m + discrete_gaussian(int(p["t"]), int(p["m"]), w))
 
 
 def _oracle(p: Mapping[str, Any], x: int, w: Words) -> bytes:

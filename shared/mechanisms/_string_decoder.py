@@ -539,6 +539,22 @@ def _take_children(beam: KeyArray, position: int, index: IntArray) -> KeyArray:
     return keys
 
 
+def _key_taker(
+    n_young: int, young_keys: Callable[[IntArray], KeyArray], old_keys: KeyArray, width: int
+) -> Callable[[IntArray], KeyArray]:
+    """The keys of candidate indices: the first ``n_young`` are new keys built on demand by
+    ``young_keys``, the rest index ``old_keys``."""
+
+    def take(index: IntArray) -> KeyArray:
+        out = np.empty((index.size, width), dtype=np.uint8)
+        young = index < n_young
+        out[young] = young_keys(index[young])
+        out[~young] = old_keys[index[~young] - n_young]
+        return out
+
+    return take
+
+
 def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
     """Find complete strings that stand out, level by level (see the module docstring)."""
     width = m.max_length + 1
@@ -565,19 +581,7 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
             n_children = len(beam) * 256
             flat = level.children_flat(beam, t, old_keys)
 
-        def take(
-            index: IntArray,
-            n_children: int = n_children,
-            old_keys: KeyArray = old_keys,
-            child_keys: Callable[[IntArray], KeyArray] = child_keys,
-        ) -> KeyArray:
-            out = np.empty((index.size, width), dtype=np.uint8)
-            young = index < n_children
-            out[young] = child_keys(index[young])
-            out[~young] = old_keys[index[~young] - n_children]
-            return out
-
-        est = level.evaluate(flat, take)
+        est = level.evaluate(flat, _key_taker(n_children, child_keys, old_keys, width))
         var = level.null_var
         sd = math.sqrt(var)
         sigmas.append(sd)
@@ -707,19 +711,7 @@ def walk_scaled(
                 group_keys = partial(_take_children, parents, j)
             n_group = group.size
 
-            def take(
-                index: IntArray,
-                n_group: int = n_group,
-                extra: KeyArray = extra,
-                group_keys: Callable[[IntArray], KeyArray] = group_keys,
-            ) -> KeyArray:
-                out = np.empty((index.size, width), dtype=np.uint8)
-                young = index < n_group
-                out[young] = group_keys(index[young])
-                out[~young] = extra[index[~young] - n_group]
-                return out
-
-            est = level.evaluate(flat, take)[:n_group]
+            est = level.evaluate(flat, _key_taker(n_group, group_keys, extra, width))[:n_group]
             if not math.isfinite(level.null_var):
                 continue
             level_sigmas[t - 1] = math.sqrt(level.null_var)
