@@ -322,10 +322,8 @@ def detection_thresholds(
     probability: float = 0.5,
 ) -> tuple[float, ...]:
     """For each length 0 .. max_length, the frequency found with ``probability`` (<= 1)."""
-    if not all(math.isfinite(s) and s > 0 for s in sigmas):
-        return tuple(1.0 for _ in range(len(sigmas) + 1))
     return _solve_thresholds(
-        _DetectionModel(sigmas, cutoffs, prefilter, find_z), len(sigmas), probability
+        sigmas, lambda: _DetectionModel(sigmas, cutoffs, prefilter, find_z), probability
     )
 
 
@@ -375,18 +373,24 @@ def scaled_detection_thresholds(
     probability: float = 0.5,
 ) -> tuple[float, ...]:
     """:func:`detection_thresholds` under the ``"scaled"`` cut (:class:`_ScaledDetectionModel`)."""
-    if not all(math.isfinite(s) and s > 0 for s in level_sigmas):
-        return tuple(1.0 for _ in range(len(level_sigmas) + 1))
     return _solve_thresholds(
-        _ScaledDetectionModel(level_sigmas, step_z, prefilter, find_z),
-        len(level_sigmas),
+        level_sigmas,
+        lambda: _ScaledDetectionModel(level_sigmas, step_z, prefilter, find_z),
         probability,
     )
 
 
 def _solve_thresholds(
-    model: _DetectionModel | _ScaledDetectionModel, max_length: int, probability: float
+    sigmas: Sequence[float],
+    model_of: Callable[[], _DetectionModel | _ScaledDetectionModel],
+    probability: float,
 ) -> tuple[float, ...]:
+    """Bisect each length's threshold; all 1 (nothing findable) if a level's sigma is not
+    a finite positive number (too few reports to model)."""
+    max_length = len(sigmas)
+    if not all(math.isfinite(s) and s > 0 for s in sigmas):
+        return tuple(1.0 for _ in range(max_length + 1))
+    model = model_of()
     out = []
     for length in range(max_length + 1):
         if model.probability(1.0, length) < probability:
