@@ -21,10 +21,13 @@ The walk (module docstring of :mod:`.strings`; :func:`walk_scaled` for the ``"sc
 cut, :func:`walk` for the first rule) keeps a beam of ``beam_width(k)`` prefixes, each
 at least ``Z_KEEP`` null standard errors above 0; complete strings that clear
 ``Z_PREFILTER`` are pooled over the levels that see them whole, and
-their inverse-variance pooled estimate must clear a Bonferroni cutoff over the complete
-strings a null walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds
-are expected in an answer. The estimation sketch then removes the found strings'
-collisions (the same solve) and estimates them and any named string. The answer lists
+their pooled support must clear a Bonferroni cutoff over the complete strings a null
+walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds are expected
+in an answer. The estimation sketch removes the collisions of the strings significant
+in the walk (the same solve) and estimates every complete string and any named one;
+under the scaled cut a complete string is found when the walk's levels and the
+estimation sketch together clear the same cutoff (:meth:`_Finished.joined`), under the
+first rule when the walk's levels do. The answer lists
 the first k found strings that the estimation sketch confirms above the threshold, by
 :func:`above_threshold` (under the scaled cut ranked by the walk's and the estimation
 sketch's estimates combined; under the first rule in the walk's order).
@@ -130,6 +133,7 @@ class _Level:
     null_var: float = math.nan
 
     _heavy_of: tuple[Callable[[IntArray], KeyArray], IntArray] | None = None
+    _first_cells: IntArray | None = None
 
     @property
     def rows(self) -> int:
@@ -169,6 +173,17 @@ class _Level:
     def flat(self, keys: KeyArray) -> IntArray:
         """Cell index (row offset + bucket) of each key in every row: (n, R)."""
         return self._flat(self.m.accumulators(self.sketch, key_words(keys)))
+
+    def first_flat(self, keys: KeyArray, others: KeyArray) -> IntArray:
+        """:meth:`flat` of the first step's candidates ``keys`` (those of
+        :func:`_first_level_keys` this level cuts after one byte: the same in both walks,
+        hashed once), followed by that of ``others``."""
+        if self._first_cells is None:
+            self._first_cells = self.flat(keys)
+        cached = self._first_cells
+        if not len(others):
+            return cached
+        return np.concatenate([cached, self.flat(others)])
 
     def children_flat(self, parents: KeyArray, position: int, others: KeyArray) -> IntArray:
         """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally,
@@ -494,6 +509,20 @@ class _Finished:
         self.keys = np.concatenate([self.keys, keys])
         self.add(est, stats, np.arange(size, size + len(keys)))
 
+    def joined(self, est: FloatArray, stats: _LevelStats, extra: FloatArray) -> _Finished:
+        """These strings' statistics with another sketch's estimates ``est`` of them added
+        (a level's ``stats``, and ``extra`` the variance each string's own collisions with
+        the heavy strings add there, see :meth:`_Level.collision_var`)."""
+        var = stats.var + extra
+        return _Finished(
+            self.keys,
+            self.weighted + est / var,
+            self.precision + 1.0 / var,
+            self.excess + est * stats.scale,
+            self.null_mean + stats.null_mean,
+            self.null_var + stats.null_mean * stats.dispersion + extra * stats.scale**2,
+        )
+
     def keep(self, index: IntArray) -> None:
         for name in ("keys", "weighted", "precision", "excess", "null_mean", "null_var"):
             setattr(self, name, getattr(self, name)[index])
@@ -818,6 +847,8 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
         for s in range(m.sketches)
     ]
     z_find = find_z(m)
+    estimation = levels[0]
+    n_e = estimation.n
     if m.cut == "scaled":
         # Walk twice: the second walk corrects every level for the heavy strings the first
         # found, cut where that level cuts them (a level mixes the cuts of all lengths).
@@ -826,33 +857,38 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
         strong = strong[np.argsort(-first.estimate[strong], kind="stable")][:MAX_HEAVY]
         found_scaled = walk_scaled(m, levels, prior=first.keys[strong])
         fin = found_scaled.finished
-        thresholds = scaled_detection_thresholds(
-            found_scaled.level_sigmas, found_scaled.step_z, Z_PREFILTER, z_find
-        )
     else:
         found = walk(m, levels)
         fin = found.finished
         thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
     pooled = fin.estimate
     alpha = FALSE_FIND_RATE / model_tests(m)
-    selected = np.flatnonzero(fin.significant(alpha)) if len(fin.keys) else np.zeros(0, np.int64)
-    selected = selected[np.argsort(-pooled[selected], kind="stable")]
-    heavy = selected[:MAX_HEAVY]
-    threshold = min(thresholds)
-
-    estimation = levels[0]
-    n_e = estimation.n
     keys = fin.keys
-    est_all = estimation.evaluate(estimation.flat(keys), lambda i: keys[i], heavy=heavy)
+    selected = np.flatnonzero(fin.significant(alpha)) if len(keys) else np.zeros(0, np.int64)
+    selected = selected[np.argsort(-pooled[selected], kind="stable")]
+    # The strings significant on the walk alone are the heavy ones of the estimation sketch.
+    heavy = selected[:MAX_HEAVY]
+    flat_all = estimation.flat(keys)
+    est_all = estimation.evaluate(flat_all, lambda i: keys[i], heavy=heavy)
+    own_all = np.full(len(keys), -1, dtype=np.int64)
+    own_all[heavy] = np.arange(heavy.size)
+    extra_all = estimation.collision_var(flat_all, own_all) if len(keys) else np.zeros(0)
+    if m.cut == "scaled":
+        # Finding tests the walk's evidence and the estimation sketch's together (their
+        # devices are disjoint): the same Bonferroni level over the same tests, the complete
+        # key's few levels joined by a quarter of the devices (docs/statistics.md, "Found").
+        sigma_e = math.sqrt(estimation.null_var) if n_e > 0 else math.inf
+        if len(keys) and math.isfinite(sigma_e):
+            both = fin.joined(est_all, estimation.stats(), extra_all)
+            selected = np.flatnonzero(both.significant(alpha))
+            selected = selected[np.argsort(-pooled[selected], kind="stable")]
+        thresholds = scaled_detection_thresholds(
+            found_scaled.level_sigmas, found_scaled.step_z, Z_PREFILTER, z_find, sigma_e
+        )
+    threshold = min(thresholds)
     model = variance_model(m, estimation, agg.n)
-    position = {int(h): j for j, h in enumerate(heavy)}
-    own = np.array([position.get(int(i), -1) for i in selected], dtype=np.int64)
     sel_est = est_all[selected]
-    extra = (
-        estimation.collision_var(estimation.flat(keys[selected]), own)
-        if len(selected)
-        else np.zeros(0)
-    )
+    extra = extra_all[selected]
     # The listing rule (docs/statistics.md, "Which found strings are listed"): the first
     # k found strings, in the walk's order, that the estimation sketch (devices that took
     # no part in finding them) confirms above the threshold.
