@@ -746,6 +746,8 @@ def walk_scaled(
     step_z: list[float] = []
     prefixes = np.zeros((0, width), np.uint8)
     first = _first_level_keys(big_m)
+    # kept[t, L]: the bytes level t keeps of a string of L bytes (looked up, not recomputed)
+    kept_table = m.kept_bytes(np.arange(big_m + 1)[:, None], np.arange(width)[None, :])
     for j in range(1, big_m + 1):
         if j == 1:
             parents_length = first[:, 0].astype(np.int64)
@@ -757,12 +759,15 @@ def walk_scaled(
                 continue
             parents_length = prefixes[:, 0].astype(np.int64)
             size = len(prefixes) * 256
-        weighted, precision = np.zeros(size), np.zeros(size)
-        excess, null_mean, null_var = np.zeros(size), np.zeros(size), np.zeros(size)
+        weighted, excess = np.zeros(size), np.zeros(size)
+        # What a level adds to every child of a parent alike is summed per parent (j > 1)
+        # and spread over its 256 children after the levels (the same sums, in order).
+        per = size if j == 1 else len(prefixes)
+        precision, null_mean, null_var = np.zeros(per), np.zeros(per), np.zeros(per)
         known_length = known[:, 0].astype(np.int64)
         for t in range(1, big_m + 1):
             # parents (j > 1) or candidates (j = 1) whose length this level cuts after j bytes
-            kept = m.kept_bytes(t, parents_length)
+            kept = kept_table[t, parents_length]
             if j == 1:
                 member = np.flatnonzero((kept == 1) | (parents_length == 0))
             else:
@@ -770,7 +775,7 @@ def walk_scaled(
             if member.size == 0:
                 continue
             level = levels[t]
-            cut_known = m.kept_bytes(t, known_length)
+            cut_known = kept_table[t, known_length]
             usable = np.flatnonzero((cut_known <= known_bytes) & (cut_known != j))
             extra = known[usable]
             if len(extra):
@@ -778,7 +783,7 @@ def walk_scaled(
             if j == 1:
                 group = member
                 sub = first[member]
-                flat = level.flat(np.concatenate([sub, extra]))
+                flat = level.first_flat(sub, extra)
                 group_keys = partial(_take_rows, sub)
             else:
                 parents = prefixes[member]
@@ -793,10 +798,14 @@ def walk_scaled(
             level_sigmas[t - 1] = math.sqrt(level.null_var)
             stats = level.stats()
             weighted[group] += est / stats.var
-            precision[group] += 1.0 / stats.var
             excess[group] += est * stats.scale
-            null_mean[group] += stats.null_mean
-            null_var[group] += stats.null_mean * stats.dispersion
+            precision[member] += 1.0 / stats.var
+            null_mean[member] += stats.null_mean
+            null_var[member] += stats.null_mean * stats.dispersion
+        if j > 1:
+            precision, null_mean, null_var = (
+                np.repeat(a, 256) for a in (precision, null_mean, null_var)
+            )
         seen = precision > 0
         z = np.where(seen, weighted / np.sqrt(np.where(seen, precision, 1.0)), -math.inf)
         length = first[:, 0] if j == 1 else np.repeat(prefixes[:, 0], 256)
