@@ -881,19 +881,33 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     est_all = estimation.evaluate(flat_all, lambda i: keys[i], heavy=heavy)
     own_all = np.full(len(keys), -1, dtype=np.int64)
     own_all[heavy] = np.arange(heavy.size)
-    extra_all = estimation.collision_var(flat_all, own_all) if len(keys) else np.zeros(0)
+    extra_all = np.zeros(len(keys))  # each string's collision variance, where needed
+
+    def collisions(index: IntArray) -> None:
+        if len(index):
+            extra_all[index] = estimation.collision_var(flat_all[index], own_all[index])
+
     if m.cut == "scaled":
         # Finding tests the walk's evidence and the estimation sketch's together (their
         # devices are disjoint): the same Bonferroni level over the same tests, the complete
         # key's few levels joined by a quarter of the devices (docs/statistics.md, "Found").
         sigma_e = math.sqrt(estimation.null_var) if n_e > 0 else math.inf
         if len(keys) and math.isfinite(sigma_e):
-            both = fin.joined(est_all, estimation.stats(), extra_all)
-            selected = np.flatnonzero(both.significant(alpha))
+            stats_e = estimation.stats()
+            # A string's collision term only adds variance: those that fail without it
+            # fail with it, and it is computed for the others.
+            maybe = np.flatnonzero(fin.joined(est_all, stats_e, extra_all).significant(alpha))
+            collisions(maybe)
+            both = fin.joined(est_all, stats_e, extra_all)
+            selected = maybe[both.significant(alpha)[maybe]]
             selected = selected[np.argsort(-pooled[selected], kind="stable")]
+        else:
+            collisions(selected)
         thresholds = scaled_detection_thresholds(
             found_scaled.level_sigmas, found_scaled.step_z, Z_PREFILTER, z_find, sigma_e
         )
+    else:
+        collisions(selected)
     threshold = min(thresholds)
     model = variance_model(m, estimation, agg.n)
     sel_est = est_all[selected]
