@@ -716,7 +716,7 @@ class ScaledWalk:
     step_z: list[float]  # per step j = 1 .. M: the z a prefix needed to stay in the beam
 
 
-FIRST_WALK_BEAM = 16
+FIRST_WALK_BEAM = 8
 """Beam of the first walk under the scaled cut, which only looks for the heavy strings
 (``Z_HEAVY`` standard errors up) to correct for in the second: their prefixes are near
 the top of every step, and a narrow beam makes that walk cheap."""
