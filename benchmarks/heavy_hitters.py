@@ -34,7 +34,8 @@ ldpkit runs ``--repeats`` campaigns per setting (fresh users and randomness; the
 is the data the peers get): the head-to-head table shows the first, the summary pools
 all of them. All campaigns share one public hash family unless ``--fresh-families``
 (then coverage is averaged over families too, which is what the intervals promise; see
-docs/statistics.md).
+docs/statistics.md). ``--list-fdr 1`` lists every found string (up to k), turning the
+listing rule off: an experiment (docs/statistics.md, "Which found strings are listed").
 
 Targets (flagged ``!``): recall of the true top-10 at eps = 4, n = 10^6 at least 0.9;
 ldpkit at least as good as the best peer in precision, recall and NCR at every setting;
@@ -352,6 +353,12 @@ def main() -> None:
         help="peer outputs by (protocol, eps, users, seed), reused; '' for none",
     )
     parser.add_argument(
+        "--list-fdr",
+        type=float,
+        default=None,
+        help="an experiment: the listing rule's false discovery rate (1 lists every found string)",
+    )
+    parser.add_argument(
         "--fresh-families",
         action="store_true",
         help="a new public hash family (seed) per ldpkit campaign: coverage over families",
@@ -360,6 +367,11 @@ def main() -> None:
     if args.quick:
         args.epsilons, args.ns, args.ks, args.repeats = "4", "2e4", "10", 1
         args.protocols = "PEM"
+    if args.list_fdr is not None:
+        import ldpkit.mechanisms._string_decoder as decoder
+
+        decoder.LIST_FDR = args.list_fdr
+        print(f"listing rule at false discovery rate {args.list_fdr:g} (an experiment)")
     epsilons = [float(e) for e in args.epsilons.split(",")]
     ns = [int(float(v)) for v in args.ns.split(",")]
     ks = [int(k) for k in args.ks.split(",")]

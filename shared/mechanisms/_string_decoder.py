@@ -367,10 +367,11 @@ def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> Fl
     size_a, rows = flat_a.shape
     size_b = flat_b.shape[0]
     if size_a * size_b * rows <= DENSE_MATCHES:
-        # Small (the heavy solve, a few keys): compare every pair in every row. cumsum adds
-        # along the rows in order, the same sums as the bincount below (bit for bit).
-        matched = np.where(flat_a[:, None, :] == flat_b[None, :, :], weights, 0.0)
-        dense: FloatArray = np.cumsum(matched, axis=2)[:, :, -1] if rows else matched.sum(2)
+        # Small (the heavy solve, a few keys): compare every pair in every row; the matches
+        # come by pair, then row, as below, so bincount makes the same sums bit for bit.
+        a, b, row = np.nonzero(flat_a[:, None, :] == flat_b[None, :, :])
+        sums = np.bincount(a * size_b + b, weights=weights[row], minlength=size_a * size_b)
+        dense: FloatArray = np.asarray(sums, dtype=np.float64).reshape(size_a, size_b)
         return dense
     out = np.zeros(size_a * size_b)
     if size_a == 0 or size_b == 0:
