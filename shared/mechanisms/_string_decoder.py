@@ -235,7 +235,11 @@ class _Level:
         return residual
 
     def evaluate(
-        self, flat: IntArray, take: Callable[[IntArray], KeyArray], heavy: IntArray | None = None
+        self,
+        flat: IntArray,
+        take: Callable[[IntArray], KeyArray],
+        heavy: IntArray | None = None,
+        rounds: int = 2,
     ) -> FloatArray:
         """Corrected estimates of the candidates whose cells are ``flat``; ``take(index)``
         gives their keys. ``heavy`` (indices) is fixed, or chosen from the data."""
@@ -252,7 +256,7 @@ class _Level:
         est = raw
         self.residual, self.heavy_total = self.counts, 0.0
         self._heavy_of, self.heavy_est, self.heavy_flat = (take, none), np.zeros(0), None
-        for rnd in range(2 if chosen else 1):
+        for rnd in range(rounds if chosen else 1):
             if heavy.size == 0:
                 self.residual, self.heavy_total = self.counts, 0.0
                 self._heavy_of, self.heavy_est = (take, none), np.zeros(0)
@@ -264,7 +268,7 @@ class _Level:
             self.heavy_total = float(f_h.sum())
             self._heavy_of, self.heavy_est = (take, heavy), f_h
             self.heavy_flat = flat[heavy]
-            if chosen and rnd == 0:
+            if chosen and rnd < rounds - 1:
                 # Which candidates are heavy after the correction: only those the
                 # correction could lift over the floor need their corrected estimates
                 # (the same values and choice as estimating all; see _could_pass).
@@ -793,7 +797,9 @@ def walk_scaled(
                 group_keys = partial(_take_children, parents, j)
             n_group = group.size
 
-            est = level.evaluate(flat, _key_taker(n_group, group_keys, extra, width))[:n_group]
+            est = level.evaluate(
+                flat, _key_taker(n_group, group_keys, extra, width), rounds=1 if beam else 2
+            )[:n_group]
             if not math.isfinite(level.null_var):
                 continue
             level_sigmas[t - 1] = math.sqrt(level.null_var)
