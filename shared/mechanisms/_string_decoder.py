@@ -242,7 +242,8 @@ class _Level:
         rounds: int = 2,
     ) -> FloatArray:
         """Corrected estimates of the candidates whose cells are ``flat``; ``take(index)``
-        gives their keys. ``heavy`` (indices) is fixed, or chosen from the data."""
+        gives their keys. ``heavy`` (indices) is fixed, or chosen from the data: from the
+        raw estimates, then (``rounds = 2``) again from the corrected ones."""
         none = np.zeros(0, np.int64)
         if self.n == 0:
             self.null_var = math.inf
