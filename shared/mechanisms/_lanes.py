@@ -9,7 +9,8 @@ Lanes and words
 A report's d bits ("lanes") live in ``W = ceil(d / 64)`` 64-bit words: lane j is bit
 ``j % 64`` of word ``j // 64``. Read as little-endian bytes this is the wire layout
 (``_bits``), so nothing is repacked. All randomness is consumed as raw 64-bit words from a
-:data:`WordSource` (``rng.bit_generator.random_raw`` in production; any fixed list of
+:data:`WordSource` (:func:`rng_words`: in production the AES-128-CTR keystream of a
+:class:`~ldpkit.randomness.KeyedGenerator`; any fixed list of
 words in a test). These rules are ldpkit's own: they give the laws of the portable rules
 of ``ldpkit.portable`` (docs/protocol.md), not their bytes.
 
@@ -43,7 +44,8 @@ fastest for (q, d): the threshold sampler; "or", a dense part of rate ``A = a / 
 ``b <= 1 - q / A`` cleared. Every bit of each part reads its own randomness and the parts
 are independent, so the lanes stay independent with rate ``A + (1 - A) b`` or
 ``A (1 - b)``: at least q and less than ``q + 2**-64``. Most of the time goes into raw
-words (about 4.4 ns each for Philox), so the plans trade dense words (m per 64 lanes)
+words (about 1.0 ns each from the AES keystream, 4.4 from Philox), so the plans trade dense
+words (m per 64 lanes)
 against sparse lanes (about 11 ns each, counts included).
 
 Uniform subsets of exact size (:func:`change_lanes`, :func:`distinct_lanes`)
@@ -90,7 +92,7 @@ WordSource = Callable[[int], U64]
 MAX_DENSE_BITS = 8
 """Largest m (fair words per 64 lanes) the subset planner uses for its dense start."""
 
-MAX_SPLIT_BITS = 6
+MAX_SPLIT_BITS = 8
 """Largest m of a dense part beside a sparse part (:func:`plan_unary`)."""
 
 SPARSE_BLOCKS = (64, 128, 256, 512, 1024)
@@ -101,16 +103,17 @@ FULL_ROUNDS = 7
 about 7 rounds most words still have an undecided lane (a lane is undecided after r
 rounds w.p. 2**-r), so drawing for all of them is cheaper than finding the others."""
 
-# Planner's cost model (nanoseconds per report row, measured with Philox words on the
-# reference machine, medians of CPU time): a dense word costs a raw word (about 4.4 ns)
-# plus its share of the bit operations; threshold_lanes about 55 ns per word of lanes (7.4
-# words and its compaction rounds); a sparse block's binomial count about 45 ns; a
-# sparse lane about 11 ns per draw. Only the choice of plan depends on these.
-_NS_PER_DENSE_WORD = 5.6
-_NS_PER_THRESHOLD_WORD = 55.0
-_NS_PER_CANDIDATE = 12.0
-_NS_PER_SPARSE_LANE = 11.0
-_NS_PER_COUNT = 45.0
+# Planner's cost model (nanoseconds per report row, measured with production's AES
+# keystream words, about 1.0 ns each, on the reference machine, medians of CPU time): a
+# dense word about 2.0 ns (the raw word and its share of the bit operations);
+# threshold_lanes about 28.5 ns per word of lanes (7.4 words and its compaction rounds);
+# a sparse block's binomial count about 50 ns; a sparse lane about 9.5 ns per draw; a
+# candidate of change_lanes about 10 ns. Only the choice of plan depends on these.
+_NS_PER_DENSE_WORD = 2.0
+_NS_PER_THRESHOLD_WORD = 28.5
+_NS_PER_CANDIDATE = 10.0
+_NS_PER_SPARSE_LANE = 9.5
+_NS_PER_COUNT = 50.0
 LAZY_WORDS_PER_WORD = 7.4
 """Expected words :func:`threshold_lanes` draws per word of lanes (rounds until all 64
 lanes of a word are decided)."""
@@ -129,16 +132,6 @@ _ONE = np.uint64(1)
 _POW2 = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))  # bit j's mask (a table
 # lookup: numpy's scalar << array is several times slower than a gather)
 _SHIFT32 = np.uint64(32)
-
-
-def rng_words(rng: np.random.Generator) -> WordSource:
-    """The raw 64-bit words of ``rng``'s bit generator (fast, exact)."""
-    raw = rng.bit_generator.random_raw
-
-    def words(count: int) -> U64:
-        return np.asarray(raw(count), dtype=np.uint64)
-
-    return words
 
 
 def words_per_row(lanes: int) -> int:
@@ -526,52 +519,78 @@ def _ones(count: int) -> U64:
 def change_lanes(
     words: WordSource,
     packed: U64,
-    rows: I64,
-    starts: I64,
-    sizes: I64,
+    lanes: int,
     target: I64,
     *,
     remove: bool = False,
     forbidden: I64 | None = None,
 ) -> None:
-    """Add (OR) or remove (AND-NOT) uniform lanes until each unit has ``target`` lanes set.
+    """Add (OR) or remove (AND-NOT) uniform lanes until row i has ``target[i]`` lanes set.
 
-    A unit is the block of lanes ``starts[u] .. starts[u] + sizes[u] - 1`` of row
-    ``rows[u]`` of ``packed`` (rows x W words, changed in place); a block starts on a word
-    boundary and blocks of one row do not share a word. ``target[u]`` is the number of set
-    lanes the block must end with (at least its current count when adding, at most when
-    removing). Lane ``forbidden[rows[u]]`` (if given) is cleared after every round, so it
-    never counts. Draws per round: for each unit still off target, in unit order, as many
-    candidates as it is off (:func:`_candidate_lanes`, one run of values). All of a
-    round's candidates are applied; a void one, one already in (adding) or out
-    (removing), and a repeat change nothing.
+    ``packed`` is rows x W words (changed in place) of ``lanes`` lanes each; ``target[i]``
+    is at least row i's count when adding, at most when removing. Lane ``forbidden[i]``
+    (if given) must be clear on entry and is never set. Draws per round: for each row
+    still off target, in row order, as many candidates as it is off
+    (:func:`_candidate_lanes`, one run of values). All of a round's candidates are applied;
+    a void one, the forbidden lane, one already in (adding) or out (removing), and a
+    repeat change nothing.
+
+    They are applied by integer addition (removal: subtraction) of their bits, which
+    ``numpy.add.at`` does five times faster than ``bitwise_or.at``. Distinct bits, none of
+    them set (removal: all set), add exactly like OR and the count moves by their number.
+    A repeat carries (borrows), and ``popcount(x + y) <= popcount(x) + popcount(y)``, with
+    equality iff nothing carries, so the count then moves by less: such a row's round is
+    undone (the inverse operation is exact, modulo 2**64) and applied again with OR
+    (AND-NOT). Only rows drawing two or more candidates can repeat one.
     """
-    width = packed.shape[1]
+    rows, width = packed.shape
     flat = packed.reshape(-1)
-    whole_rows = _whole_rows(packed, rows, starts, sizes)
-    forbid_lane = None if forbidden is None else rows * (64 * width) + forbidden[rows]
-    have = _block_counts(packed, rows, starts, sizes)
+    if forbidden is not None and not remove:
+        # While adding, the forbidden lane counts as already in: a candidate naming it is void.
+        set_lanes(packed, forbidden, np.ones(rows, dtype=np.bool_))
+        target = target + 1
+    have = np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
     gap = (have - target) if remove else (target - have)
     active = np.flatnonzero(gap > 0)
-    need = gap[active]
+    need, have = gap[active], have[active]
+    size = np.array([lanes], dtype=np.int64)
+    apply, undo = (np.subtract.at, np.add.at) if remove else (np.add.at, np.subtract.at)
     while active.size:
-        owner = np.repeat(active, need)
-        offset, bit = _candidate_bits(words, sizes, owner)
-        if whole_rows:  # unit u is row u, block = the row: no gathers
-            offset += owner * width
-        else:
-            offset += rows[owner] * width + (starts[owner] >> 6)
-        if remove:
-            np.bitwise_and.at(flat, offset, ~bit)
-        else:
-            np.bitwise_or.at(flat, offset, bit)
-        if forbid_lane is not None:
-            f = forbid_lane[active]
-            flat[f >> 6] &= ~_POW2[f & 63]
-        have = _block_counts(packed, rows[active], starts[active], sizes[active])
+        offset = np.repeat(active * width, need)
+        lane, valid = _candidate_lanes(words, size, offset)
+        step = lane >> 6
+        offset += step.astype(np.int64) if step.dtype == np.uint64 else step
+        bit = _POW2[lane & 63]
+        if valid is not None:
+            bit *= valid
+        current = flat[offset]
+        bit &= current if remove else ~current  # already out (in): changes nothing
+        apply(flat, offset, bit)
+        starts = np.cumsum(need) - need
+        moved = np.add.reduceat((bit != 0).view(np.int8), starts, dtype=np.int64)
+        have = have - moved if remove else have + moved
+        several = np.flatnonzero(need > 1)
+        if several.size:
+            counted = np.bitwise_count(packed[active[several]]).sum(axis=1, dtype=np.int64)
+            carried = several[counted != have[several]]
+            if carried.size:
+                mask = np.zeros(active.size, dtype=np.bool_)
+                mask[carried] = True
+                back = np.repeat(mask, need)
+                offset, bit = offset[back], bit[back]
+                undo(flat, offset, bit)
+                if remove:
+                    np.bitwise_and.at(flat, offset, ~bit)
+                else:
+                    np.bitwise_or.at(flat, offset, bit)
+                have[carried] = np.bitwise_count(packed[active[carried]]).sum(
+                    axis=1, dtype=np.int64
+                )
         gap = (have - target[active]) if remove else (target[active] - have)
         keep = gap > 0
-        active, need = active[keep], gap[keep]
+        active, need, have = active[keep], gap[keep], have[keep]
+    if forbidden is not None and not remove:
+        set_lanes(packed, forbidden, np.zeros(rows, dtype=np.bool_))
 
 
 def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
@@ -901,13 +920,12 @@ def change_row(
         if gap <= 0:
             return
         for lane in _row_lanes(queue, gap, lanes):
-            if lane is None:
+            if lane is None or lane == forbidden:
                 continue
             if remove:
                 row[lane >> 6] &= ~(1 << (lane & 63)) & _ALL
             else:
                 row[lane >> 6] |= 1 << (lane & 63)
-        row[forbidden >> 6] &= ~(1 << (forbidden & 63)) & _ALL
 
 
 def finish_row(row: list[int], lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:

@@ -152,8 +152,8 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         if values.size == 1:  # a device's report: the same rule, in Python integers
-            return self.perturb_one(int(values[0]), _lanes.WordQueue(_lanes.rng_words(rng)))
-        return self.perturb_words(values, _lanes.rng_words(rng))
+            return self.perturb_one(int(values[0]), _lanes.WordQueue(_bits.rng_words(rng)))
+        return self.perturb_words(values, _bits.rng_words(rng))
 
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
         """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.
@@ -179,7 +179,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             if a == 0:  # empty dense start: all k' others at once
                 _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
             else:
-                _lanes.change_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
+                _lanes.change_lanes(words, packed, d, target, forbidden=x)
             _lanes.set_lanes(packed, x, inside)
             out[start : start + r] = _lanes.to_report_bytes(packed, d)
         return out
