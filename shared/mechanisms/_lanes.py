@@ -53,11 +53,12 @@ Uniform subsets of exact size (:func:`change_lanes`, :func:`distinct_lanes`)
 Subset selection needs a set of exactly k' lanes among the d - 1 lanes other than the
 true item, uniform over all such sets. Any procedure whose law is unchanged by permuting
 those lanes and that stops at exactly k' lanes gives that law. It starts from
-:func:`dense_lanes` (rate at most k' / d; a start with too many lanes is drawn again),
-clears the true lane and the padding, and then ORs in uniform candidates in rounds, as
-many per round as the count is short, until the count is k'. A candidate that is void,
-repeated, already in or the true lane changes nothing and is made up in the next round.
-With no dense start (small k'), :func:`distinct_lanes` draws all k' at once instead.
+:func:`dense_lanes` (rate at most k' / d), clears the padding and sets the true lane, so
+that it counts as in and no addition picks it (a start with more than k' others is drawn
+again), and then ORs in uniform candidates, one per row per step, until the count is
+k' + 1; the coin then sets the true lane. A candidate that is void or already in changes
+nothing. With no dense start (small k'), :func:`distinct_lanes` draws all k' at once
+instead.
 
 Candidates
 ----------
@@ -473,8 +474,9 @@ def value_bits(sizes: I64) -> int:
     return 16 if not sizes.size or int(sizes.max()) <= SMALL_BLOCK else 32
 
 
-def _candidate_lanes(words: WordSource, sizes: I64, owner: Any) -> tuple[Any, Any]:
-    """One uniform candidate lane for each entry of ``owner`` (a unit, ``sizes[owner]`` lanes).
+def _candidate_lanes(words: WordSource, sizes: I64 | int, owner: Any) -> tuple[Any, Any]:
+    """One uniform candidate lane for each entry of ``owner`` (a unit, ``sizes[owner]`` lanes;
+    ``sizes`` may be one int for all).
 
     Draws ``owner.size`` values of :func:`value_bits` bits (lowest bits of each word first,
     one run of words). A b-bit value v is lane ``(v * size) >> b`` of its unit's block
@@ -482,16 +484,19 @@ def _candidate_lanes(words: WordSource, sizes: I64, owner: Any) -> tuple[Any, An
     a power-of-two size). Returns the lanes (an unsigned array) and which are valid (a
     boolean array, None when all are).
     """
-    bits = value_bits(sizes)
+    if isinstance(sizes, int):
+        size, bits = sizes, 16 if sizes <= SMALL_BLOCK else 32
+    else:
+        bits = value_bits(sizes)
+        size = int(sizes[0]) if sizes.size and int(sizes.min()) == int(sizes.max()) else 0
     n = owner.size
     per_word = 64 // bits
     drawn = words((n + per_word - 1) // per_word)
     v: Any = np.ascontiguousarray(drawn, dtype="<u8").view("<u2" if bits == 16 else "<u4")[:n]
-    size = int(sizes[0]) if sizes.size and int(sizes.min()) == int(sizes.max()) else 0
     if size and size & (size - 1) == 0:  # power of two: a shift, never void
         return v >> (bits - (size.bit_length() - 1)), None
     wide = np.uint32 if bits == 16 else np.uint64
-    s: Any = wide(size) if size else sizes.astype(wide)[owner]
+    s: Any = wide(size) if size else np.asarray(sizes).astype(wide)[owner]
     t = v.astype(wide) * s
     valid = (t & wide((1 << bits) - 1)) >= wide(1 << bits) % s
     return t >> wide(bits), valid
@@ -517,80 +522,43 @@ def _ones(count: int) -> U64:
 
 
 def change_lanes(
-    words: WordSource,
-    packed: U64,
-    lanes: int,
-    target: I64,
-    *,
-    remove: bool = False,
-    forbidden: I64 | None = None,
+    words: WordSource, packed: U64, lanes: int, target: I64, *, remove: bool = False
 ) -> None:
     """Add (OR) or remove (AND-NOT) uniform lanes until row i has ``target[i]`` lanes set.
 
     ``packed`` is rows x W words (changed in place) of ``lanes`` lanes each; ``target[i]``
-    is at least row i's count when adding, at most when removing. Lane ``forbidden[i]``
-    (if given) must be clear on entry and is never set. Draws per round: for each row
-    still off target, in row order, as many candidates as it is off
-    (:func:`_candidate_lanes`, one run of values). All of a round's candidates are applied;
-    a void one, the forbidden lane, one already in (adding) or out (removing), and a
-    repeat change nothing.
-
-    They are applied by integer addition (removal: subtraction) of their bits, which
-    ``numpy.add.at`` does five times faster than ``bitwise_or.at``. Distinct bits, none of
-    them set (removal: all set), add exactly like OR and the count moves by their number.
-    A repeat carries (borrows), and ``popcount(x + y) <= popcount(x) + popcount(y)``, with
-    equality iff nothing carries, so the count then moves by less: such a row's round is
-    undone (the inverse operation is exact, modulo 2**64) and applied again with OR
-    (AND-NOT). Only rows drawing two or more candidates can repeat one.
+    is at least row i's count when adding, at most when removing. The rows still off
+    target draw one candidate each per step, in row order (:func:`_candidate_lanes`, one
+    run of values); a void candidate and one already in (adding) or out (removing) change
+    nothing. (To keep a lane out of the additions, set it first, so that it counts as in,
+    and clear it after.) Every eighth step drops the rows that are done; until then they
+    draw too, changing nothing. With one candidate per row a step touches each word at
+    most once, so it is a plain gather and scatter: no ``ufunc.at``, no repeats.
     """
-    rows, width = packed.shape
+    width = packed.shape[1]
     flat = packed.reshape(-1)
-    if forbidden is not None and not remove:
-        # While adding, the forbidden lane counts as already in: a candidate naming it is void.
-        set_lanes(packed, forbidden, np.ones(rows, dtype=np.bool_))
-        target = target + 1
     have = np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
     gap = (have - target) if remove else (target - have)
     active = np.flatnonzero(gap > 0)
-    need, have = gap[active], have[active]
-    size = np.array([lanes], dtype=np.int64)
-    apply, undo = (np.subtract.at, np.add.at) if remove else (np.add.at, np.subtract.at)
+    gap = gap[active]
+    base = active * width
+    steps = 0
     while active.size:
-        offset = np.repeat(active * width, need)
-        lane, valid = _candidate_lanes(words, size, offset)
+        lane, valid = _candidate_lanes(words, lanes, active)
         step = lane >> 6
-        offset += step.astype(np.int64) if step.dtype == np.uint64 else step
+        offset = base + (step.astype(np.int64) if step.dtype == np.uint64 else step)
         bit = _POW2[lane & 63]
         if valid is not None:
             bit *= valid
+        bit *= gap > 0
         current = flat[offset]
-        bit &= current if remove else ~current  # already out (in): changes nothing
-        apply(flat, offset, bit)
-        starts = np.cumsum(need) - need
-        moved = np.add.reduceat((bit != 0).view(np.int8), starts, dtype=np.int64)
-        have = have - moved if remove else have + moved
-        several = np.flatnonzero(need > 1)
-        if several.size:
-            counted = np.bitwise_count(packed[active[several]]).sum(axis=1, dtype=np.int64)
-            carried = several[counted != have[several]]
-            if carried.size:
-                mask = np.zeros(active.size, dtype=np.bool_)
-                mask[carried] = True
-                back = np.repeat(mask, need)
-                offset, bit = offset[back], bit[back]
-                undo(flat, offset, bit)
-                if remove:
-                    np.bitwise_and.at(flat, offset, ~bit)
-                else:
-                    np.bitwise_or.at(flat, offset, bit)
-                have[carried] = np.bitwise_count(packed[active[carried]]).sum(
-                    axis=1, dtype=np.int64
-                )
-        gap = (have - target[active]) if remove else (target[active] - have)
-        keep = gap > 0
-        active, need, have = active[keep], gap[keep], have[keep]
-    if forbidden is not None and not remove:
-        set_lanes(packed, forbidden, np.zeros(rows, dtype=np.bool_))
+        changed = current & ~bit if remove else current | bit
+        flat[offset] = changed
+        gap -= changed != current
+        steps += 1
+        if steps % 8 == 0:
+            keep = np.flatnonzero(gap)
+            active, gap, base = active[keep], gap[keep], base[keep]
 
 
 def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
@@ -910,22 +878,18 @@ def distinct_row(queue: WordQueue, row: list[int], lanes: int, count: int, forbi
         return
 
 
-def change_row(
-    queue: WordQueue, row: list[int], lanes: int, target: int, *, remove: bool, forbidden: int
-) -> None:
-    """:func:`change_lanes` for one row whose single block is all ``lanes`` lanes."""
-    while True:
-        have = sum(w.bit_count() for w in row)
-        gap = have - target if remove else target - have
-        if gap <= 0:
-            return
-        for lane in _row_lanes(queue, gap, lanes):
-            if lane is None or lane == forbidden:
-                continue
-            if remove:
-                row[lane >> 6] &= ~(1 << (lane & 63)) & _ALL
-            else:
-                row[lane >> 6] |= 1 << (lane & 63)
+def change_row(queue: WordQueue, row: list[int], lanes: int, target: int, *, remove: bool) -> None:
+    """:func:`change_lanes` for one row (the same report from the same words; the draws a
+    batch makes for a row already done change nothing, so they are not made here)."""
+    have = sum(w.bit_count() for w in row)
+    while (have - target if remove else target - have) > 0:
+        (lane,) = _row_lanes(queue, 1, lanes)
+        if lane is None:
+            continue
+        word, mask = lane >> 6, 1 << (lane & 63)
+        if bool(row[word] & mask) == remove:
+            row[word] ^= mask
+            have += -1 if remove else 1
 
 
 def finish_row(row: list[int], lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:

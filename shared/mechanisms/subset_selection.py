@@ -28,11 +28,12 @@ Whether x is in the set is a coin ``w < floor(p 2^64)`` on a fresh word w. The o
 ``k' = k - [x in]`` members are chosen among the d - 1 other items (``_lanes``): a
 dense start sets each bit independently with probability ``a / 2^m`` (an m-bit comparison
 of fair words; m and ``a / 2^m <= k / (d - 1)`` chosen once per (eps, d) by
-``_lanes.plan_subset``), bit x and the padding cleared; a report whose start has more than
-``k'`` others draws its start again. Then, while the count is below ``k'``, every report
-short of it draws as many candidates as it lacks, uniform over the d items (Lemire's rule
-on 16-bit values, 32-bit ones beyond d = 65536; see ``_lanes``), and ORs them in,
-clearing bit x again. When the dense start is empty
+``_lanes.plan_subset``), the padding cleared and bit x set, so that it counts as in and
+no addition picks it; a report whose start has more than ``k'`` others draws its start
+again. Then, in steps, every report short of ``k' + 1`` set bits draws one candidate,
+uniform over the d items (Lemire's rule on 16-bit values, 32-bit ones beyond d = 65536;
+see ``_lanes``), and ORs it in; every eighth step the reports done stop drawing. The coin
+then sets bit x. When the dense start is empty
 (``a = 0``, small k) the ``k'`` others are drawn at once instead: ``k'`` candidates, kept
 iff all are valid, distinct and not x, else all drawn again. Nothing in this treats one of
 the d - 1 other items differently from another (redrawing a start that is too full only
@@ -48,10 +49,10 @@ error in p): rounding the coin down never adds privacy loss.
 The draws, for one batch (``perturb`` splits n reports into batches of
 ``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
 per report for the coin; m rounds of ``ceil(d / 64)`` words per report for the dense start,
-and again for the reports whose start was too full (in order) until none is; then rounds
-of additions, each drawing, for the reports still short in order, as many candidate values
-as they lack (lowest bits of each word first); or, with ``a = 0``, rounds in which every report
-not yet done draws ``k'`` values.
+and again for the reports whose start was too full (in order) until none is; then steps of
+additions, each drawing one candidate value for each report still drawing, in order
+(lowest bits of each word first); or, with ``a = 0``, rounds in which every report not yet
+done draws ``k'`` values.
 
 References
 ----------
@@ -173,19 +174,21 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             inside = words(r) < threshold
             target = k - inside.astype(np.int64)
             packed = self._dense_start(words, x, target)
-            rows = np.arange(r, dtype=np.int64)
-            starts = np.zeros(r, dtype=np.int64)
-            sizes = np.full(r, d, dtype=np.int64)
             if a == 0:  # empty dense start: all k' others at once
+                _lanes.set_lanes(packed, x, np.zeros(r, dtype=np.bool_))
+                rows = np.arange(r, dtype=np.int64)
+                starts = np.zeros(r, dtype=np.int64)
+                sizes = np.full(r, d, dtype=np.int64)
                 _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
-            else:
-                _lanes.change_lanes(words, packed, d, target, forbidden=x)
+            else:  # bit x counts as one of the target + 1 until the coin sets it
+                _lanes.change_lanes(words, packed, d, target + 1)
             _lanes.set_lanes(packed, x, inside)
             out[start : start + r] = _lanes.to_report_bytes(packed, d)
         return out
 
     def _dense_start(self, words: _lanes.WordSource, x: IntArray, target: IntArray) -> Any:
-        """Dense start for each report, drawn again while it has more than target others."""
+        """Dense start for each report with bit x set (so that additions never pick x),
+        drawn again while it has more than target others."""
         d = self.domain_size
         m, a = self.sampling_plan
         width = _lanes.words_per_row(d)
@@ -194,9 +197,9 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         while todo.size:
             fresh = _lanes.dense_lanes(words, todo.size, width, m, a)
             _lanes.clear_padding(fresh, d)
-            _lanes.set_lanes(fresh, x[todo], np.zeros(todo.size, dtype=np.bool_))
+            _lanes.set_lanes(fresh, x[todo], np.ones(todo.size, dtype=np.bool_))
             packed[todo] = fresh
-            over = np.bitwise_count(fresh).sum(axis=1, dtype=np.int64) > target[todo]
+            over = np.bitwise_count(fresh).sum(axis=1, dtype=np.int64) > target[todo] + 1
             todo = todo[over]
         return packed
 
@@ -208,17 +211,19 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         m, a = self.sampling_plan
         width = _lanes.words_per_row(d)
         spare = 64 * width - d
+        mask = 1 << (value & 63)
         while True:
             row = _lanes.dense_row(queue, width, m, a)
             if spare:
                 row[-1] &= (1 << (64 - spare)) - 1
-            row[value >> 6] &= ~(1 << (value & 63)) & ((1 << 64) - 1)
-            if sum(w.bit_count() for w in row) <= target:
+            row[value >> 6] |= mask  # counts as in: additions never pick it
+            if sum(w.bit_count() for w in row) <= target + 1:
                 break
         if a == 0:
+            row[value >> 6] &= ~mask
             _lanes.distinct_row(queue, row, d, target, value)
         else:
-            _lanes.change_row(queue, row, d, target, remove=False, forbidden=value)
+            _lanes.change_row(queue, row, d, target + 1, remove=False)
         return _lanes.finish_row(row, d, value, inside)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
