@@ -29,17 +29,18 @@ Whether x is in the set is a coin ``w < floor(p 2^64)`` on a fresh word w. The o
 dense start sets each bit independently with probability ``a / 2^m`` (an m-bit comparison
 of fair words; m and ``a / 2^m <= k / (d - 1)`` chosen once per (eps, d) by
 ``_lanes.plan_subset``), the padding cleared and bit x set, so that it counts as in and
-no addition picks it; a report whose start has more than ``k'`` others draws its start
+no addition picks it; a report whose start has more than ``k'`` others, or fewer than
+``k' - G`` (``start_window``: about one sd below the start's mean count), draws its start
 again. Then, in steps, every report short of ``k' + 1`` set bits draws one candidate,
 uniform over the d items (Lemire's rule on 16-bit values, 32-bit ones beyond d = 65536;
 see ``_lanes``), and ORs it in; every eighth step the reports done stop drawing. The coin
-then sets bit x. When the dense start is empty
-(``a = 0``, small k) the ``k'`` others are drawn at once instead: ``k'`` candidates, kept
-iff all are valid, distinct and not x, else all drawn again. Nothing in this treats one of
-the d - 1 other items differently from another (redrawing a start that is too full only
-conditions on its size), and it stops at exactly ``k'`` members, so the others form a
-uniformly random ``k'``-subset, exactly; with the coin, every k-subset with x has
-probability ``p' / C(d - 1, k - 1)`` and every one without, ``(1 - p') / C(d - 1, k)``,
+then sets bit x. When the dense start is empty (``a = 0``, small k) the ``k'`` others are
+drawn at once instead: ``k'`` candidates, kept iff all are valid, distinct and not x, else
+all drawn again. Nothing in this treats one of the d - 1 other items differently from
+another (redrawing a start that is too full or too empty only conditions on its size), and
+it stops at exactly ``k'`` members, so the others form a uniformly random ``k'``-subset,
+exactly; with the coin, every k-subset with x has probability ``p' / C(d - 1, k - 1)`` and
+every one without, ``(1 - p') / C(d - 1, k)``,
 where ``p' = floor(p 2^64) / 2^64`` (``p - 2^-64 < p' <= p``).
 
 Privacy (the realized epsilon): the ratio of those two probabilities over all inputs is
@@ -151,6 +152,22 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         """``(m, a)``: the dense start sets bits w.p. ``a / 2^m`` (sets the draws, not the law)."""
         return _lanes.plan_subset(self.k, self.domain_size - 1)
 
+    @functools.cached_property
+    def start_window(self) -> int:
+        """G: a dense start is kept iff it has between ``k' - G`` and ``k'`` others.
+
+        ``ceil(k - mean + sd)`` of the start's count of others: starts far below k' cost
+        many steps of additions for a few rows, so they are drawn again (about one in six),
+        which shortens the longest run of steps by about half. Sets the draws, not the law.
+        """
+        m, a = self.sampling_plan
+        lanes = self.domain_size - 1
+        if a == 0:  # no start: every start is kept
+            return lanes
+        rate = a / (1 << m)
+        mean, sd = lanes * rate, math.sqrt(lanes * rate * (1.0 - rate))
+        return max(1, math.ceil(self.k - mean + sd))
+
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         if values.size == 1:  # a device's report: the same rule, in Python integers
             return self.perturb_one(int(values[0]), _lanes.WordQueue(_bits.rng_words(rng)))
@@ -188,10 +205,11 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
 
     def _dense_start(self, words: _lanes.WordSource, x: IntArray, target: IntArray) -> Any:
         """Dense start for each report with bit x set (so that additions never pick x),
-        drawn again while it has more than target others."""
+        drawn again while its count of others is outside ``[target - G, target]``."""
         d = self.domain_size
         m, a = self.sampling_plan
         width = _lanes.words_per_row(d)
+        window = self.start_window
         packed = np.empty((x.size, width), dtype=np.uint64)
         todo = np.arange(x.size)
         while todo.size:
@@ -199,8 +217,8 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             _lanes.clear_padding(fresh, d)
             _lanes.set_lanes(fresh, x[todo], np.ones(todo.size, dtype=np.bool_))
             packed[todo] = fresh
-            over = np.bitwise_count(fresh).sum(axis=1, dtype=np.int64) > target[todo] + 1
-            todo = todo[over]
+            short = target[todo] + 1 - np.bitwise_count(fresh).sum(axis=1, dtype=np.int64)
+            todo = todo[(short < 0) | (short > window)]
         return packed
 
     def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
@@ -217,7 +235,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             if spare:
                 row[-1] &= (1 << (64 - spare)) - 1
             row[value >> 6] |= mask  # counts as in: additions never pick it
-            if sum(w.bit_count() for w in row) <= target + 1:
+            if 0 <= target + 1 - sum(w.bit_count() for w in row) <= self.start_window:
                 break
         if a == 0:
             row[value >> 6] &= ~mask
