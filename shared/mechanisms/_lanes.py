@@ -652,16 +652,28 @@ def plan_unary(probability: float, lanes: int) -> UnaryPlan:
     return best
 
 
-def plan_subset(size: int, lanes: int) -> tuple[int, int]:
-    """``(m, a)`` of the dense start for a uniform ``size``-subset of ``lanes`` lanes.
+class SubsetPlan(NamedTuple):
+    """How subset selection draws its dense start (see :func:`plan_subset`)."""
 
-    The start's rate ``a / 2**m`` is at most ``size / lanes`` (a start that overshoots is
-    drawn again, so it should rarely overshoot); the remaining lanes are added uniformly.
-    ``a = 0`` means no start: all lanes drawn at once until distinct.
+    bits: int  # m: fair words per 64 lanes
+    dense: int  # a: each lane of the start is set w.p. a / 2**m; 0: no start
+    window: int  # G: a start is kept iff it lacks between 0 and G lanes
+
+
+def plan_subset(size: int, lanes: int) -> SubsetPlan:
+    """The dense start for a uniform ``size``-subset of ``lanes`` lanes.
+
+    The start's rate ``a / 2**m`` is at most ``size / lanes``; the remaining lanes are
+    added uniformly, one per row per step. A start that overshoots is drawn again, and so
+    is one that lacks more than G lanes, ``G = ceil(size - mean + sd)`` of its count: the
+    longest run of addition steps, which every row of a batch waits for, about halves,
+    for about one start in six drawn again. ``a = 0`` means no start: all lanes drawn at
+    once until distinct.
     """
     width = words_per_row(lanes)
     target = size / lanes
-    best = (_NS_PER_SPARSE_LANE * size * math.exp(min(size * size / (2 * lanes), 50.0)), 0, 0)
+    cost = _NS_PER_SPARSE_LANE * size * math.exp(min(size * size / (2 * lanes), 50.0))
+    best = (cost, SubsetPlan(0, 0, lanes))
     for m in range(1, MAX_DENSE_BITS + 1):
         a = nearest_dyadic(target, m, below=True)
         if a == 0:
@@ -677,8 +689,8 @@ def plan_subset(size: int, lanes: int) -> tuple[int, int]:
         adds = (size - mean + 0.8 * sd) / max(1.0 - target, 1e-3)
         cost = dense + _NS_PER_CANDIDATE * adds
         if cost < best[0]:
-            best = (cost, m, a)
-    return best[1], best[2]
+            best = (cost, SubsetPlan(m, a, max(1, math.ceil(size - mean + sd))))
+    return best[1]
 
 
 def clear_padding(packed: U64, lanes: int) -> None:

@@ -30,7 +30,7 @@ dense start sets each bit independently with probability ``a / 2^m`` (an m-bit c
 of fair words; m and ``a / 2^m <= k / (d - 1)`` chosen once per (eps, d) by
 ``_lanes.plan_subset``), the padding cleared and bit x set, so that it counts as in and
 no addition picks it; a report whose start has more than ``k'`` others, or fewer than
-``k' - G`` (``start_window``: about one sd below the start's mean count), draws its start
+``k' - G`` (about one sd below the start's mean count), draws its start
 again. Then, in steps, every report short of ``k' + 1`` set bits draws one candidate,
 uniform over the d items (Lemire's rule on 16-bit values, 32-bit ones beyond d = 65536;
 see ``_lanes``), and ORs it in; every eighth step the reports done stop drawing. The coin
@@ -148,25 +148,10 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         )
 
     @functools.cached_property
-    def sampling_plan(self) -> tuple[int, int]:
-        """``(m, a)``: the dense start sets bits w.p. ``a / 2^m`` (sets the draws, not the law)."""
+    def sampling_plan(self) -> _lanes.SubsetPlan:
+        """The dense start: bits set w.p. ``a / 2^m``, kept iff it lacks at most G others
+        (``_lanes.plan_subset``; sets the draws, not the law)."""
         return _lanes.plan_subset(self.k, self.domain_size - 1)
-
-    @functools.cached_property
-    def start_window(self) -> int:
-        """G: a dense start is kept iff it has between ``k' - G`` and ``k'`` others.
-
-        ``ceil(k - mean + sd)`` of the start's count of others: starts far below k' cost
-        many steps of additions for a few rows, so they are drawn again (about one in six),
-        which shortens the longest run of steps by about half. Sets the draws, not the law.
-        """
-        m, a = self.sampling_plan
-        lanes = self.domain_size - 1
-        if a == 0:  # no start: every start is kept
-            return lanes
-        rate = a / (1 << m)
-        mean, sd = lanes * rate, math.sqrt(lanes * rate * (1.0 - rate))
-        return max(1, math.ceil(self.k - mean + sd))
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         if values.size == 1:  # a device's report: the same rule, in Python integers
@@ -183,7 +168,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         width = _lanes.words_per_row(d)
         out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
         threshold = np.uint64(_bits.threshold64_floor(self.p))
-        _, a = self.sampling_plan
+        a = self.sampling_plan.dense
         rows_per_step = max(1, _CHUNK_WORDS // width)
         for start in range(0, values.size, rows_per_step):
             x = values[start : start + rows_per_step]
@@ -207,9 +192,8 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         """Dense start for each report with bit x set (so that additions never pick x),
         drawn again while its count of others is outside ``[target - G, target]``."""
         d = self.domain_size
-        m, a = self.sampling_plan
+        m, a, window = self.sampling_plan
         width = _lanes.words_per_row(d)
-        window = self.start_window
         packed = np.empty((x.size, width), dtype=np.uint64)
         todo = np.arange(x.size)
         while todo.size:
@@ -226,7 +210,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         d, k = self.domain_size, self.k
         inside = queue.take(1)[0] < _bits.threshold64_floor(self.p)
         target = k - inside
-        m, a = self.sampling_plan
+        m, a, window = self.sampling_plan
         width = _lanes.words_per_row(d)
         spare = 64 * width - d
         mask = 1 << (value & 63)
@@ -235,7 +219,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             if spare:
                 row[-1] &= (1 << (64 - spare)) - 1
             row[value >> 6] |= mask  # counts as in: additions never pick it
-            if 0 <= target + 1 - sum(w.bit_count() for w in row) <= self.start_window:
+            if 0 <= target + 1 - sum(w.bit_count() for w in row) <= window:
                 break
         if a == 0:
             row[value >> 6] &= ~mask
