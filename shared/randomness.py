@@ -4,12 +4,13 @@ On a device, perturbation must be unpredictable to anyone who sees the report. B
 default every call draws fresh keys from the operating system's CSPRNG
 (:func:`os.urandom`) into a :class:`KeyedGenerator`: numpy's ``Generator`` over Philox (a
 keyed bijection in the style of a block cipher) for numpy's distributions, and the
-AES-128 keystream in counter mode for the raw 64-bit words that the bit-vector samplers
-of unary encoding and subset selection consume (``mechanisms._lanes``). AES-CTR under a
-secret key is a standard CSPRNG construction (NIST SP 800-90A's CTR_DRBG is built on it),
-and with AES instructions (OpenSSL, through the ``cryptography`` package) it gives a word
-in about 1.1 ns where Philox takes 4.4 to 6.7 (``benchmarks/mechanisms.py
---word-sources``). A fresh key per call means no state is shared between calls.
+AES-128 keystream in counter mode for the raw 64-bit words the samplers consume
+(``mechanisms._bits.rng_words``: the bit vectors of unary encoding and subset selection,
+and the coins and hashes of the other categorical mechanisms). AES-CTR under a secret key
+is a standard CSPRNG construction (NIST SP 800-90A's CTR_DRBG is built on it), and with
+AES instructions (OpenSSL, through the ``cryptography`` package) it gives a word in about
+1.0 ns where Philox takes about 4.4 (``benchmarks/mechanisms.py --word-sources``). A fresh
+key per call means no state is shared between calls.
 
 Tests and simulations pass their own seeded :class:`numpy.random.Generator` instead, so
 that results are reproducible. Nothing in ldpkit uses a global random state.
