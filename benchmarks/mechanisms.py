@@ -3,7 +3,8 @@
 For each mechanism, epsilon in {1, 4} and (categorical) d in {16, 1024}:
 
 - perturb rate: reports per second of ``perturb`` on n values (median of runs), with the
-  production bit generator (Philox), seeded so runs are reproducible;
+  production generator (``ldpkit.randomness.KeyedGenerator``: Philox, and the AES-128-CTR
+  keystream for the bit-vector samplers) under a fixed key, so runs are reproducible;
 - aggregate + estimate: seconds to aggregate n reports and estimate (median of runs),
   and the same per report beside ``aggregate_cost`` (the counters the collector updates
   per report: the model ``choose()`` shows as the collector's cost);
@@ -37,6 +38,10 @@ never dependencies of ldpkit. Make their virtual environment once::
 The table is skipped, with a message, when ``--peers`` (default
 ``/tmp/peers-venv/bin/python``) does not exist; ``--no-peers`` skips it too.
 
+``--word-sources`` prints what a raw 64-bit word costs from each source a sampler could
+read: numpy's Philox (``random_raw``), the AES-128-CTR keystream production uses, and
+``os.urandom`` itself.
+
 Run: ``.venv/bin/python benchmarks/mechanisms.py [--n 1000000] [--mechanisms grr,olh]
 [--quick] [--peers PYTHON | --no-peers]``; only the perturb-alone table:
 ``--mechanisms sue,oue,ss --perturb-only [--domains 1024]``.
@@ -47,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import time
@@ -60,6 +66,7 @@ import numpy.typing as npt
 
 import ldpkit
 from ldpkit.mechanisms import CATEGORICAL, NUMERIC, FrequencyOracle, NumericMechanism
+from ldpkit.randomness import KEY_SIZE, KeyedGenerator, KeystreamWords
 
 EPSILONS = (1.0, 4.0)
 DOMAINS = (16, 1024)
@@ -102,8 +109,27 @@ class Row:
 
 
 def generator(seed: int) -> np.random.Generator:
-    """The production bit generator (Philox), with a fixed key."""
-    return np.random.Generator(np.random.Philox(key=seed))
+    """The production generator (:class:`KeyedGenerator`), with a fixed key."""
+    return KeyedGenerator(seed.to_bytes(KEY_SIZE, "little"))
+
+
+def word_sources(words: int, runs: int) -> None:
+    """ns per raw 64-bit word from each source (median of runs, CPU time)."""
+    philox = np.random.Philox(key=1)
+    sources: dict[str, Callable[[int], Any]] = {
+        "numpy Philox random_raw": philox.random_raw,
+        "AES-128-CTR keystream (production)": KeystreamWords(bytes(16)),
+        "os.urandom": lambda count: np.frombuffer(os.urandom(8 * count), dtype=np.uint64),
+    }
+    print(f"raw 64-bit words, {words:,} per call, median of {runs} (CPU ns per word)")
+    for label, draw in sources.items():
+        draw(1024)
+        times = []
+        for _ in range(runs):
+            start = time.process_time()
+            draw(words)
+            times.append(time.process_time() - start)
+        print(f"  {label:<36} {statistics.median(times) / words * 1e9:6.2f}")
 
 
 def median_time(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
@@ -306,8 +332,14 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(map(str, BITMAP_DOMAINS)),
         help="domain sizes of the perturb-alone table (default: 16,1024,65536)",
     )
+    parser.add_argument(
+        "--word-sources", action="store_true", help="only the cost of a raw word per source"
+    )
     args = parser.parse_args(argv)
     n, runs = (min(args.n, 100_000), 1) if args.quick else (args.n, args.runs)
+    if args.word_sources:
+        word_sources(1 << 20, max(runs, 5))
+        return 0
     names = [s.strip() for s in args.mechanisms.split(",") if s.strip()]
 
     print(f"n = {n:,} reports, median of {runs} run(s)\n")

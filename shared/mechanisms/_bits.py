@@ -11,18 +11,22 @@ place with SWAR ("SIMD within a register"): rows are viewed as 64-bit words (nar
 for short rows); for each bit position ``j`` in 0..7, ``(w >> j) & 0x0101010101010101``
 leaves one bit per byte lane, and summing at most 255 rows of that cannot carry from
 one lane into the next. Each lane of the sum then holds the count of bit ``j`` of its
-byte over those rows. Perturbation draws its uniform integers straight from the bit
-generator (``random_raw``), faster than ``Generator.random`` or ``integers``; the samplers
-that fill these vectors are in ``_lanes``.
+byte over those rows. Perturbation draws its uniform integers as raw 64-bit words
+(:func:`rng_words`: the AES keystream of production's generator, else the bit generator's
+``random_raw``), faster than ``Generator.random`` or ``integers``; the samplers that fill
+these vectors are in ``_lanes``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from ..randomness import KeyedGenerator
 
 BitMatrix = npt.NDArray[np.uint8]
 
@@ -182,6 +186,19 @@ def threshold64_floor(probability: float) -> int:
     return max(0, min(2**64 - 1, math.floor(probability * 2**64)))
 
 
+def rng_words(rng: np.random.Generator) -> Callable[[int], npt.NDArray[np.uint64]]:
+    """``rng``'s raw 64-bit words, ``words(count)``: a :class:`~ldpkit.randomness.KeyedGenerator`'s
+    AES keystream, else the words of its bit generator (fast, exact)."""
+    if isinstance(rng, KeyedGenerator):
+        return rng.words
+    raw = rng.bit_generator.random_raw
+
+    def words(count: int) -> npt.NDArray[np.uint64]:
+        return np.asarray(raw(count), dtype=np.uint64)
+
+    return words
+
+
 def uniform_u64(rng: np.random.Generator, count: int) -> npt.NDArray[np.uint64]:
-    """``count`` uniform 64-bit integers, straight from the bit generator."""
-    return np.asarray(rng.bit_generator.random_raw(count), dtype=np.uint64)
+    """``count`` uniform 64-bit integers: the next ``count`` of :func:`rng_words`."""
+    return rng_words(rng)(count)

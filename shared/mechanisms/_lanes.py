@@ -9,7 +9,8 @@ Lanes and words
 A report's d bits ("lanes") live in ``W = ceil(d / 64)`` 64-bit words: lane j is bit
 ``j % 64`` of word ``j // 64``. Read as little-endian bytes this is the wire layout
 (``_bits``), so nothing is repacked. All randomness is consumed as raw 64-bit words from a
-:data:`WordSource` (``rng.bit_generator.random_raw`` in production; any fixed list of
+:data:`WordSource` (:func:`rng_words`: in production the AES-128-CTR keystream of a
+:class:`~ldpkit.randomness.KeyedGenerator`; any fixed list of
 words in a test). These rules are ldpkit's own: they give the laws of the portable rules
 of ``ldpkit.portable`` (docs/protocol.md), not their bytes.
 
@@ -43,7 +44,8 @@ fastest for (q, d): the threshold sampler; "or", a dense part of rate ``A = a / 
 ``b <= 1 - q / A`` cleared. Every bit of each part reads its own randomness and the parts
 are independent, so the lanes stay independent with rate ``A + (1 - A) b`` or
 ``A (1 - b)``: at least q and less than ``q + 2**-64``. Most of the time goes into raw
-words (about 4.4 ns each for Philox), so the plans trade dense words (m per 64 lanes)
+words (about 1.0 ns each from the AES keystream, 4.4 from Philox), so the plans trade dense
+words (m per 64 lanes)
 against sparse lanes (about 11 ns each, counts included).
 
 Uniform subsets of exact size (:func:`change_lanes`, :func:`distinct_lanes`)
@@ -51,11 +53,12 @@ Uniform subsets of exact size (:func:`change_lanes`, :func:`distinct_lanes`)
 Subset selection needs a set of exactly k' lanes among the d - 1 lanes other than the
 true item, uniform over all such sets. Any procedure whose law is unchanged by permuting
 those lanes and that stops at exactly k' lanes gives that law. It starts from
-:func:`dense_lanes` (rate at most k' / d; a start with too many lanes is drawn again),
-clears the true lane and the padding, and then ORs in uniform candidates in rounds, as
-many per round as the count is short, until the count is k'. A candidate that is void,
-repeated, already in or the true lane changes nothing and is made up in the next round.
-With no dense start (small k'), :func:`distinct_lanes` draws all k' at once instead.
+:func:`dense_lanes` (rate at most k' / d), clears the padding and sets the true lane, so
+that it counts as in and no addition picks it (a start with more than k' others is drawn
+again), and then ORs in uniform candidates, one per row per step, until the count is
+k' + 1; the coin then sets the true lane. A candidate that is void or already in changes
+nothing. With no dense start (small k'), :func:`distinct_lanes` draws all k' at once
+instead.
 
 Candidates
 ----------
@@ -90,7 +93,7 @@ WordSource = Callable[[int], U64]
 MAX_DENSE_BITS = 8
 """Largest m (fair words per 64 lanes) the subset planner uses for its dense start."""
 
-MAX_SPLIT_BITS = 6
+MAX_SPLIT_BITS = 8
 """Largest m of a dense part beside a sparse part (:func:`plan_unary`)."""
 
 SPARSE_BLOCKS = (64, 128, 256, 512, 1024)
@@ -101,16 +104,17 @@ FULL_ROUNDS = 7
 about 7 rounds most words still have an undecided lane (a lane is undecided after r
 rounds w.p. 2**-r), so drawing for all of them is cheaper than finding the others."""
 
-# Planner's cost model (nanoseconds per report row, measured with Philox words on the
-# reference machine, medians of CPU time): a dense word costs a raw word (about 4.4 ns)
-# plus its share of the bit operations; threshold_lanes about 55 ns per word of lanes (7.4
-# words and its compaction rounds); a sparse block's binomial count about 45 ns; a
-# sparse lane about 11 ns per draw. Only the choice of plan depends on these.
-_NS_PER_DENSE_WORD = 5.6
-_NS_PER_THRESHOLD_WORD = 55.0
-_NS_PER_CANDIDATE = 12.0
-_NS_PER_SPARSE_LANE = 11.0
-_NS_PER_COUNT = 45.0
+# Planner's cost model (nanoseconds per report row, measured with production's AES
+# keystream words, about 1.0 ns each, on the reference machine, medians of CPU time): a
+# dense word about 2.0 ns (the raw word and its share of the bit operations);
+# threshold_lanes about 28.5 ns per word of lanes (7.4 words and its compaction rounds);
+# a sparse block's binomial count about 50 ns; a sparse lane about 9.5 ns per draw; a
+# candidate of change_lanes about 10 ns. Only the choice of plan depends on these.
+_NS_PER_DENSE_WORD = 2.0
+_NS_PER_THRESHOLD_WORD = 28.5
+_NS_PER_CANDIDATE = 10.0
+_NS_PER_SPARSE_LANE = 9.5
+_NS_PER_COUNT = 50.0
 LAZY_WORDS_PER_WORD = 7.4
 """Expected words :func:`threshold_lanes` draws per word of lanes (rounds until all 64
 lanes of a word are decided)."""
@@ -129,16 +133,6 @@ _ONE = np.uint64(1)
 _POW2 = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))  # bit j's mask (a table
 # lookup: numpy's scalar << array is several times slower than a gather)
 _SHIFT32 = np.uint64(32)
-
-
-def rng_words(rng: np.random.Generator) -> WordSource:
-    """The raw 64-bit words of ``rng``'s bit generator (fast, exact)."""
-    raw = rng.bit_generator.random_raw
-
-    def words(count: int) -> U64:
-        return np.asarray(raw(count), dtype=np.uint64)
-
-    return words
 
 
 def words_per_row(lanes: int) -> int:
@@ -480,8 +474,9 @@ def value_bits(sizes: I64) -> int:
     return 16 if not sizes.size or int(sizes.max()) <= SMALL_BLOCK else 32
 
 
-def _candidate_lanes(words: WordSource, sizes: I64, owner: Any) -> tuple[Any, Any]:
-    """One uniform candidate lane for each entry of ``owner`` (a unit, ``sizes[owner]`` lanes).
+def _candidate_lanes(words: WordSource, sizes: I64 | int, owner: Any) -> tuple[Any, Any]:
+    """One uniform candidate lane for each entry of ``owner`` (a unit, ``sizes[owner]`` lanes;
+    ``sizes`` may be one int for all).
 
     Draws ``owner.size`` values of :func:`value_bits` bits (lowest bits of each word first,
     one run of words). A b-bit value v is lane ``(v * size) >> b`` of its unit's block
@@ -489,16 +484,19 @@ def _candidate_lanes(words: WordSource, sizes: I64, owner: Any) -> tuple[Any, An
     a power-of-two size). Returns the lanes (an unsigned array) and which are valid (a
     boolean array, None when all are).
     """
-    bits = value_bits(sizes)
+    if isinstance(sizes, int):
+        size, bits = sizes, 16 if sizes <= SMALL_BLOCK else 32
+    else:
+        bits = value_bits(sizes)
+        size = int(sizes[0]) if sizes.size and int(sizes.min()) == int(sizes.max()) else 0
     n = owner.size
     per_word = 64 // bits
     drawn = words((n + per_word - 1) // per_word)
     v: Any = np.ascontiguousarray(drawn, dtype="<u8").view("<u2" if bits == 16 else "<u4")[:n]
-    size = int(sizes[0]) if sizes.size and int(sizes.min()) == int(sizes.max()) else 0
     if size and size & (size - 1) == 0:  # power of two: a shift, never void
         return v >> (bits - (size.bit_length() - 1)), None
     wide = np.uint32 if bits == 16 else np.uint64
-    s: Any = wide(size) if size else sizes.astype(wide)[owner]
+    s: Any = wide(size) if size else np.asarray(sizes).astype(wide)[owner]
     t = v.astype(wide) * s
     valid = (t & wide((1 << bits) - 1)) >= wide(1 << bits) % s
     return t >> wide(bits), valid
@@ -524,54 +522,43 @@ def _ones(count: int) -> U64:
 
 
 def change_lanes(
-    words: WordSource,
-    packed: U64,
-    rows: I64,
-    starts: I64,
-    sizes: I64,
-    target: I64,
-    *,
-    remove: bool = False,
-    forbidden: I64 | None = None,
+    words: WordSource, packed: U64, lanes: int, target: I64, *, remove: bool = False
 ) -> None:
-    """Add (OR) or remove (AND-NOT) uniform lanes until each unit has ``target`` lanes set.
+    """Add (OR) or remove (AND-NOT) uniform lanes until row i has ``target[i]`` lanes set.
 
-    A unit is the block of lanes ``starts[u] .. starts[u] + sizes[u] - 1`` of row
-    ``rows[u]`` of ``packed`` (rows x W words, changed in place); a block starts on a word
-    boundary and blocks of one row do not share a word. ``target[u]`` is the number of set
-    lanes the block must end with (at least its current count when adding, at most when
-    removing). Lane ``forbidden[rows[u]]`` (if given) is cleared after every round, so it
-    never counts. Draws per round: for each unit still off target, in unit order, as many
-    candidates as it is off (:func:`_candidate_lanes`, one run of values). All of a
-    round's candidates are applied; a void one, one already in (adding) or out
-    (removing), and a repeat change nothing.
+    ``packed`` is rows x W words (changed in place) of ``lanes`` lanes each; ``target[i]``
+    is at least row i's count when adding, at most when removing. The rows still off
+    target draw one candidate each per step, in row order (:func:`_candidate_lanes`, one
+    run of values); a void candidate and one already in (adding) or out (removing) change
+    nothing. (To keep a lane out of the additions, set it first, so that it counts as in,
+    and clear it after.) Every eighth step drops the rows that are done; until then they
+    draw too, changing nothing. With one candidate per row a step touches each word at
+    most once, so it is a plain gather and scatter: no ``ufunc.at``, no repeats.
     """
     width = packed.shape[1]
     flat = packed.reshape(-1)
-    whole_rows = _whole_rows(packed, rows, starts, sizes)
-    forbid_lane = None if forbidden is None else rows * (64 * width) + forbidden[rows]
-    have = _block_counts(packed, rows, starts, sizes)
+    have = np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
     gap = (have - target) if remove else (target - have)
     active = np.flatnonzero(gap > 0)
-    need = gap[active]
+    gap = gap[active]
+    base = active * width
+    steps = 0
     while active.size:
-        owner = np.repeat(active, need)
-        offset, bit = _candidate_bits(words, sizes, owner)
-        if whole_rows:  # unit u is row u, block = the row: no gathers
-            offset += owner * width
-        else:
-            offset += rows[owner] * width + (starts[owner] >> 6)
-        if remove:
-            np.bitwise_and.at(flat, offset, ~bit)
-        else:
-            np.bitwise_or.at(flat, offset, bit)
-        if forbid_lane is not None:
-            f = forbid_lane[active]
-            flat[f >> 6] &= ~_POW2[f & 63]
-        have = _block_counts(packed, rows[active], starts[active], sizes[active])
-        gap = (have - target[active]) if remove else (target[active] - have)
-        keep = gap > 0
-        active, need = active[keep], gap[keep]
+        lane, valid = _candidate_lanes(words, lanes, active)
+        step = lane >> 6
+        offset = base + (step.astype(np.int64) if step.dtype == np.uint64 else step)
+        bit = _POW2[lane & 63]
+        if valid is not None:
+            bit *= valid
+        bit *= gap > 0
+        current = flat[offset]
+        changed = current & ~bit if remove else current | bit
+        flat[offset] = changed
+        gap -= changed != current
+        steps += 1
+        if steps % 8 == 0:
+            keep = np.flatnonzero(gap)
+            active, gap, base = active[keep], gap[keep], base[keep]
 
 
 def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
@@ -665,16 +652,28 @@ def plan_unary(probability: float, lanes: int) -> UnaryPlan:
     return best
 
 
-def plan_subset(size: int, lanes: int) -> tuple[int, int]:
-    """``(m, a)`` of the dense start for a uniform ``size``-subset of ``lanes`` lanes.
+class SubsetPlan(NamedTuple):
+    """How subset selection draws its dense start (see :func:`plan_subset`)."""
 
-    The start's rate ``a / 2**m`` is at most ``size / lanes`` (a start that overshoots is
-    drawn again, so it should rarely overshoot); the remaining lanes are added uniformly.
-    ``a = 0`` means no start: all lanes drawn at once until distinct.
+    bits: int  # m: fair words per 64 lanes
+    dense: int  # a: each lane of the start is set w.p. a / 2**m; 0: no start
+    window: int  # G: a start is kept iff it lacks between 0 and G lanes
+
+
+def plan_subset(size: int, lanes: int) -> SubsetPlan:
+    """The dense start for a uniform ``size``-subset of ``lanes`` lanes.
+
+    The start's rate ``a / 2**m`` is at most ``size / lanes``; the remaining lanes are
+    added uniformly, one per row per step. A start that overshoots is drawn again, and so
+    is one that lacks more than G lanes, ``G = ceil(size - mean + sd)`` of its count: the
+    longest run of addition steps, which every row of a batch waits for, about halves,
+    for about one start in six drawn again. ``a = 0`` means no start: all lanes drawn at
+    once until distinct.
     """
     width = words_per_row(lanes)
     target = size / lanes
-    best = (_NS_PER_SPARSE_LANE * size * math.exp(min(size * size / (2 * lanes), 50.0)), 0, 0)
+    cost = _NS_PER_SPARSE_LANE * size * math.exp(min(size * size / (2 * lanes), 50.0))
+    best = (cost, SubsetPlan(0, 0, lanes))
     for m in range(1, MAX_DENSE_BITS + 1):
         a = nearest_dyadic(target, m, below=True)
         if a == 0:
@@ -690,8 +689,8 @@ def plan_subset(size: int, lanes: int) -> tuple[int, int]:
         adds = (size - mean + 0.8 * sd) / max(1.0 - target, 1e-3)
         cost = dense + _NS_PER_CANDIDATE * adds
         if cost < best[0]:
-            best = (cost, m, a)
-    return best[1], best[2]
+            best = (cost, SubsetPlan(m, a, max(1, math.ceil(size - mean + sd))))
+    return best[1]
 
 
 def clear_padding(packed: U64, lanes: int) -> None:
@@ -891,23 +890,18 @@ def distinct_row(queue: WordQueue, row: list[int], lanes: int, count: int, forbi
         return
 
 
-def change_row(
-    queue: WordQueue, row: list[int], lanes: int, target: int, *, remove: bool, forbidden: int
-) -> None:
-    """:func:`change_lanes` for one row whose single block is all ``lanes`` lanes."""
-    while True:
-        have = sum(w.bit_count() for w in row)
-        gap = have - target if remove else target - have
-        if gap <= 0:
-            return
-        for lane in _row_lanes(queue, gap, lanes):
-            if lane is None:
-                continue
-            if remove:
-                row[lane >> 6] &= ~(1 << (lane & 63)) & _ALL
-            else:
-                row[lane >> 6] |= 1 << (lane & 63)
-        row[forbidden >> 6] &= ~(1 << (forbidden & 63)) & _ALL
+def change_row(queue: WordQueue, row: list[int], lanes: int, target: int, *, remove: bool) -> None:
+    """:func:`change_lanes` for one row (the same report from the same words; the draws a
+    batch makes for a row already done change nothing, so they are not made here)."""
+    have = sum(w.bit_count() for w in row)
+    while (have - target if remove else target - have) > 0:
+        (lane,) = _row_lanes(queue, 1, lanes)
+        if lane is None:
+            continue
+        word, mask = lane >> 6, 1 << (lane & 63)
+        if bool(row[word] & mask) == remove:
+            row[word] ^= mask
+            have += -1 if remove else 1
 
 
 def finish_row(row: list[int], lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:

@@ -28,17 +28,19 @@ Whether x is in the set is a coin ``w < floor(p 2^64)`` on a fresh word w. The o
 ``k' = k - [x in]`` members are chosen among the d - 1 other items (``_lanes``): a
 dense start sets each bit independently with probability ``a / 2^m`` (an m-bit comparison
 of fair words; m and ``a / 2^m <= k / (d - 1)`` chosen once per (eps, d) by
-``_lanes.plan_subset``), bit x and the padding cleared; a report whose start has more than
-``k'`` others draws its start again. Then, while the count is below ``k'``, every report
-short of it draws as many candidates as it lacks, uniform over the d items (Lemire's rule
-on 16-bit values, 32-bit ones beyond d = 65536; see ``_lanes``), and ORs them in,
-clearing bit x again. When the dense start is empty
-(``a = 0``, small k) the ``k'`` others are drawn at once instead: ``k'`` candidates, kept
-iff all are valid, distinct and not x, else all drawn again. Nothing in this treats one of
-the d - 1 other items differently from another (redrawing a start that is too full only
-conditions on its size), and it stops at exactly ``k'`` members, so the others form a
-uniformly random ``k'``-subset, exactly; with the coin, every k-subset with x has
-probability ``p' / C(d - 1, k - 1)`` and every one without, ``(1 - p') / C(d - 1, k)``,
+``_lanes.plan_subset``), the padding cleared and bit x set, so that it counts as in and
+no addition picks it; a report whose start has more than ``k'`` others, or fewer than
+``k' - G`` (about one sd below the start's mean count), draws its start
+again. Then, in steps, every report short of ``k' + 1`` set bits draws one candidate,
+uniform over the d items (Lemire's rule on 16-bit values, 32-bit ones beyond d = 65536;
+see ``_lanes``), and ORs it in; every eighth step the reports done stop drawing. The coin
+then sets bit x. When the dense start is empty (``a = 0``, small k) the ``k'`` others are
+drawn at once instead: ``k'`` candidates, kept iff all are valid, distinct and not x, else
+all drawn again. Nothing in this treats one of the d - 1 other items differently from
+another (redrawing a start that is too full or too empty only conditions on its size), and
+it stops at exactly ``k'`` members, so the others form a uniformly random ``k'``-subset,
+exactly; with the coin, every k-subset with x has probability ``p' / C(d - 1, k - 1)`` and
+every one without, ``(1 - p') / C(d - 1, k)``,
 where ``p' = floor(p 2^64) / 2^64`` (``p - 2^-64 < p' <= p``).
 
 Privacy (the realized epsilon): the ratio of those two probabilities over all inputs is
@@ -48,10 +50,10 @@ error in p): rounding the coin down never adds privacy loss.
 The draws, for one batch (``perturb`` splits n reports into batches of
 ``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
 per report for the coin; m rounds of ``ceil(d / 64)`` words per report for the dense start,
-and again for the reports whose start was too full (in order) until none is; then rounds
-of additions, each drawing, for the reports still short in order, as many candidate values
-as they lack (lowest bits of each word first); or, with ``a = 0``, rounds in which every report
-not yet done draws ``k'`` values.
+and again for the reports whose start was too full (in order) until none is; then steps of
+additions, each drawing one candidate value for each report still drawing, in order
+(lowest bits of each word first); or, with ``a = 0``, rounds in which every report not yet
+done draws ``k'`` values.
 
 References
 ----------
@@ -146,14 +148,15 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         )
 
     @functools.cached_property
-    def sampling_plan(self) -> tuple[int, int]:
-        """``(m, a)``: the dense start sets bits w.p. ``a / 2^m`` (sets the draws, not the law)."""
+    def sampling_plan(self) -> _lanes.SubsetPlan:
+        """The dense start: bits set w.p. ``a / 2^m``, kept iff it lacks at most G others
+        (``_lanes.plan_subset``; sets the draws, not the law)."""
         return _lanes.plan_subset(self.k, self.domain_size - 1)
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         if values.size == 1:  # a device's report: the same rule, in Python integers
-            return self.perturb_one(int(values[0]), _lanes.WordQueue(_lanes.rng_words(rng)))
-        return self.perturb_words(values, _lanes.rng_words(rng))
+            return self.perturb_one(int(values[0]), _lanes.WordQueue(_bits.rng_words(rng)))
+        return self.perturb_words(values, _bits.rng_words(rng))
 
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
         """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.
@@ -165,7 +168,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         width = _lanes.words_per_row(d)
         out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
         threshold = np.uint64(_bits.threshold64_floor(self.p))
-        _, a = self.sampling_plan
+        a = self.sampling_plan.dense
         rows_per_step = max(1, _CHUNK_WORDS // width)
         for start in range(0, values.size, rows_per_step):
             x = values[start : start + rows_per_step]
@@ -173,31 +176,33 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             inside = words(r) < threshold
             target = k - inside.astype(np.int64)
             packed = self._dense_start(words, x, target)
-            rows = np.arange(r, dtype=np.int64)
-            starts = np.zeros(r, dtype=np.int64)
-            sizes = np.full(r, d, dtype=np.int64)
             if a == 0:  # empty dense start: all k' others at once
+                _lanes.set_lanes(packed, x, np.zeros(r, dtype=np.bool_))
+                rows = np.arange(r, dtype=np.int64)
+                starts = np.zeros(r, dtype=np.int64)
+                sizes = np.full(r, d, dtype=np.int64)
                 _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
-            else:
-                _lanes.change_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
+            else:  # bit x counts as one of the target + 1 until the coin sets it
+                _lanes.change_lanes(words, packed, d, target + 1)
             _lanes.set_lanes(packed, x, inside)
             out[start : start + r] = _lanes.to_report_bytes(packed, d)
         return out
 
     def _dense_start(self, words: _lanes.WordSource, x: IntArray, target: IntArray) -> Any:
-        """Dense start for each report, drawn again while it has more than target others."""
+        """Dense start for each report with bit x set (so that additions never pick x),
+        drawn again while its count of others is outside ``[target - G, target]``."""
         d = self.domain_size
-        m, a = self.sampling_plan
+        m, a, window = self.sampling_plan
         width = _lanes.words_per_row(d)
         packed = np.empty((x.size, width), dtype=np.uint64)
         todo = np.arange(x.size)
         while todo.size:
             fresh = _lanes.dense_lanes(words, todo.size, width, m, a)
             _lanes.clear_padding(fresh, d)
-            _lanes.set_lanes(fresh, x[todo], np.zeros(todo.size, dtype=np.bool_))
+            _lanes.set_lanes(fresh, x[todo], np.ones(todo.size, dtype=np.bool_))
             packed[todo] = fresh
-            over = np.bitwise_count(fresh).sum(axis=1, dtype=np.int64) > target[todo]
-            todo = todo[over]
+            short = target[todo] + 1 - np.bitwise_count(fresh).sum(axis=1, dtype=np.int64)
+            todo = todo[(short < 0) | (short > window)]
         return packed
 
     def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
@@ -205,20 +210,22 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         d, k = self.domain_size, self.k
         inside = queue.take(1)[0] < _bits.threshold64_floor(self.p)
         target = k - inside
-        m, a = self.sampling_plan
+        m, a, window = self.sampling_plan
         width = _lanes.words_per_row(d)
         spare = 64 * width - d
+        mask = 1 << (value & 63)
         while True:
             row = _lanes.dense_row(queue, width, m, a)
             if spare:
                 row[-1] &= (1 << (64 - spare)) - 1
-            row[value >> 6] &= ~(1 << (value & 63)) & ((1 << 64) - 1)
-            if sum(w.bit_count() for w in row) <= target:
+            row[value >> 6] |= mask  # counts as in: additions never pick it
+            if 0 <= target + 1 - sum(w.bit_count() for w in row) <= window:
                 break
         if a == 0:
+            row[value >> 6] &= ~mask
             _lanes.distinct_row(queue, row, d, target, value)
         else:
-            _lanes.change_row(queue, row, d, target, remove=False, forbidden=value)
+            _lanes.change_row(queue, row, d, target + 1, remove=False)
         return _lanes.finish_row(row, d, value, inside)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:

@@ -109,8 +109,8 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         if values.size == 1:  # a device's report: the same rule, in Python integers
-            return self.perturb_one(int(values[0]), _lanes.WordQueue(_lanes.rng_words(rng)))
-        return self.perturb_words(values, _lanes.rng_words(rng))
+            return self.perturb_one(int(values[0]), _lanes.WordQueue(_bits.rng_words(rng)))
+        return self.perturb_words(values, _bits.rng_words(rng))
 
     def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
         """:meth:`perturb_words` for a single value (same words, same report), faster."""

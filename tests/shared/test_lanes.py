@@ -186,7 +186,7 @@ def test_threshold_lanes_marginals_and_pairs(name: str) -> None:
     q = count / 2**64
     rows, width = 40_000, 2
     rng = np.random.default_rng(7)
-    bits = lane_bits(_lanes.threshold_lanes(_lanes.rng_words(rng), rows, width, count), 128)
+    bits = lane_bits(_lanes.threshold_lanes(_bits.rng_words(rng), rows, width, count), 128)
     # Each lane is 1 w.p. q: within 5 binomial standard errors (128 lanes, fixed seed).
     z = (bits.mean(axis=0) - q) / math.sqrt(q * (1 - q) / rows)
     assert np.abs(z).max() < 5, z
@@ -205,7 +205,7 @@ def test_threshold_lanes_count_is_binomial(name: str) -> None:
     q = count / 2**64
     lanes, rows = 100, 30_000
     rng = np.random.default_rng(11)
-    bits = lane_bits(_lanes.threshold_lanes(_lanes.rng_words(rng), rows, 2, count), 128)
+    bits = lane_bits(_lanes.threshold_lanes(_bits.rng_words(rng), rows, 2, count), 128)
     ones = bits[:, :lanes].sum(axis=1)
     expected = rows * stats.binom.pmf(np.arange(lanes + 1), lanes, q)
     keep = expected >= 5  # pool the thin tails into their neighbours
@@ -219,9 +219,9 @@ def test_threshold_lanes_count_is_binomial(name: str) -> None:
 
 def test_threshold_lanes_extremes() -> None:
     rng = np.random.default_rng(3)
-    tiny = _lanes.threshold_lanes(_lanes.rng_words(rng), 1000, 4, 1)  # 2**-64
+    tiny = _lanes.threshold_lanes(_bits.rng_words(rng), 1000, 4, 1)  # 2**-64
     assert not tiny.any()
-    almost = _lanes.threshold_lanes(_lanes.rng_words(rng), 1000, 4, 2**64 - 1)
+    almost = _lanes.threshold_lanes(_bits.rng_words(rng), 1000, 4, 2**64 - 1)
     assert (almost == np.uint64(2**64 - 1)).all()
 
 
@@ -249,17 +249,18 @@ def test_dense_lanes_rate_and_draws(bits: int, numerator: int) -> None:
 
 @pytest.mark.parametrize("start_rate", [(0, 0), (2, 3), (1, 1)])
 def test_change_lanes_gives_uniform_subsets(start_rate: tuple[int, int]) -> None:
-    """From a start below, above or around k', the others form a uniform k'-subset."""
+    """From a start below, above or around k', the others form a uniform k'-subset (lane
+    x is kept out of the additions by counting it as in, as subset selection does)."""
     d, k, x, rows = 6, 2, 4, 60_000
     rng = np.random.default_rng(sum(start_rate))
-    words = _lanes.rng_words(rng)
+    words = _bits.rng_words(rng)
     packed = _lanes.dense_lanes(words, rows, 1, *start_rate)
     _lanes.clear_padding(packed, d)
     xs = np.full(rows, x, dtype=np.int64)
+    _lanes.set_lanes(packed, xs, np.ones(rows, dtype=bool))
+    _lanes.change_lanes(words, packed, d, np.full(rows, k + 1))  # adds, around x
     _lanes.set_lanes(packed, xs, np.zeros(rows, dtype=bool))
-    args = (np.arange(rows), np.zeros(rows, np.int64), np.full(rows, d), np.full(rows, k))
-    for remove in (False, True):
-        _lanes.change_lanes(words, packed, *args, remove=remove, forbidden=xs)
+    _lanes.change_lanes(words, packed, d, np.full(rows, k), remove=True)  # x is out already
     bits = lane_bits(packed, d)
     assert (bits.sum(axis=1) == k).all() and not bits[:, x].any()
     codes = (bits * (1 << np.arange(d))).sum(axis=1)
@@ -267,6 +268,24 @@ def test_change_lanes_gives_uniform_subsets(start_rate: tuple[int, int]) -> None
     observed = np.array([np.count_nonzero(codes == c) for c in subsets])
     assert observed.sum() == rows
     assert stats.chisquare(observed).pvalue > ALPHA, observed
+
+
+@pytest.mark.parametrize("remove", [False, True])
+def test_change_lanes_steps_on_fixed_words(remove: bool) -> None:
+    """One candidate per step; one already in (adding) or out (removing) changes nothing;
+    the batch and the one-row path agree."""
+    lanes = 64  # a 16-bit value v names lane v >> 10; each step reads a word's low 16 bits
+    start = 0xFFFF_FFFF_FFFF_FFFF if remove else 1 << 62
+    goal = 64 - 3 if remove else 4
+    named = [5, 5, 62 if not remove else 5, 7, 9, 11, 12, 13]
+    stream = np.array([lane << 10 for lane in named], dtype=np.uint64)
+    packed = np.array([[start]], dtype=np.uint64)
+    _lanes.change_lanes(Stream(stream), packed, lanes, np.array([goal]), remove=remove)
+    expected = start ^ ((1 << 5) | (1 << 7) | (1 << 9))
+    assert int(packed[0, 0]) == expected
+    row = [start]
+    _lanes.change_row(_lanes.WordQueue(Stream(stream), block=1), row, lanes, goal, remove=remove)
+    assert row == [expected]
 
 
 @pytest.mark.parametrize(("epsilon", "d"), [(1.0, 40), (0.2, 30), (6.0, 100)])
@@ -347,7 +366,7 @@ def test_split_plans_marginals_and_pairs(kind: str, bits: int, block: int) -> No
     rate = float(plan.probability())
     rows, lanes = 40_000, 150
     rng = np.random.default_rng(bits)
-    bits_ = lane_bits(_lanes.unary_lanes(_lanes.rng_words(rng), rows, lanes, plan), lanes)
+    bits_ = lane_bits(_lanes.unary_lanes(_bits.rng_words(rng), rows, lanes, plan), lanes)
     z = (bits_.mean(axis=0) - rate) / math.sqrt(rate * (1 - rate) / rows)
     assert np.abs(z).max() < 5, z
     expected = rows * np.array([(1 - rate) ** 2, rate * (1 - rate), rate * (1 - rate), rate**2])
@@ -429,7 +448,7 @@ def test_block_binomials_follow_the_binomial_law(trials: int, numerator: int) ->
     b = numerator / 2**64
     rows = 40_000
     counts = binomial_counts(
-        _lanes.rng_words(np.random.default_rng(trials)), trials, numerator, rows
+        _bits.rng_words(np.random.default_rng(trials)), trials, numerator, rows
     )
     pmf = stats.binom.pmf(np.arange(trials + 1), trials, b)
     expected = rows * pmf
@@ -480,7 +499,7 @@ def test_block_binomials_lookup_agrees_with_a_search() -> None:
 def test_distinct_lanes_gives_uniform_subsets(size: int) -> None:
     rows, count = 30_000, 2
     packed = np.zeros((rows, 1), dtype=np.uint64)
-    words = _lanes.rng_words(np.random.default_rng(size))
+    words = _bits.rng_words(np.random.default_rng(size))
     _lanes.distinct_lanes(
         words,
         packed,
