@@ -34,7 +34,8 @@ ldpkit runs ``--repeats`` campaigns per setting (fresh users and randomness; the
 is the data the peers get): the head-to-head table shows the first, the summary pools
 all of them. All campaigns share one public hash family unless ``--fresh-families``
 (then coverage is averaged over families too, which is what the intervals promise; see
-docs/statistics.md).
+docs/statistics.md). ``--list-fdr 1`` lists every found string (up to k), turning the
+listing rule off: an experiment (docs/statistics.md, "Which found strings are listed").
 
 Targets (flagged ``!``): recall of the true top-10 at eps = 4, n = 10^6 at least 0.9;
 ldpkit at least as good as the best peer in precision, recall and NCR at every setting;
@@ -352,6 +353,12 @@ def main() -> None:
         help="peer outputs by (protocol, eps, users, seed), reused; '' for none",
     )
     parser.add_argument(
+        "--list-fdr",
+        type=float,
+        default=None,
+        help="an experiment: the listing rule's false discovery rate (1 lists every found string)",
+    )
+    parser.add_argument(
         "--fresh-families",
         action="store_true",
         help="a new public hash family (seed) per ldpkit campaign: coverage over families",
@@ -360,6 +367,11 @@ def main() -> None:
     if args.quick:
         args.epsilons, args.ns, args.ks, args.repeats = "4", "2e4", "10", 1
         args.protocols = "PEM"
+    if args.list_fdr is not None:
+        import ldpkit.mechanisms._string_decoder as decoder
+
+        decoder.LIST_FDR = args.list_fdr
+        print(f"listing rule at false discovery rate {args.list_fdr:g} (an experiment)")
     epsilons = [float(e) for e in args.epsilons.split(",")]
     ns = [int(float(v)) for v in args.ns.split(",")]
     ks = [int(k) for k in args.ks.split(",")]
@@ -437,10 +449,13 @@ def main() -> None:
                 print(table([r for r in head_to_head if r[0] == eps and r[1] == n]), flush=True)
     print("\nHead to head (same users; ldpkit's first campaign):")
     print(table(head_to_head))
-    print(f"\nldpkit over {args.repeats} campaigns per setting (mean; coverage pooled):")
     print(
-        f"{'eps':>4} {'n':>8} {'k':>3}  {'recall':>6} {'prec':>5} {'NCR':>5} {'relerr':>6} "
-        f"{'cover':>9} {'decode_s':>8}"
+        f"\nldpkit over {args.repeats} campaigns per setting (mean; coverage pooled; "
+        "nobody: listed strings no user holds, all campaigns):"
+    )
+    print(
+        f"{'eps':>4} {'n':>8} {'k':>3}  {'recall':>6} {'prec':>6} {'NCR':>6} {'relerr':>6} "
+        f"{'cover':>9} {'nobody':>6} {'decode_s':>8}"
     )
     covered = total = 0
     for (eps, n, k), scores in pooled.items():
@@ -448,11 +463,12 @@ def main() -> None:
         t = sum(s.coverage[1] for s in scores if s.coverage)
         covered, total = covered + c, total + t
         print(
-            f"{eps:>4g} {n:>8d} {k:>3d}  {np.mean([s.recall for s in scores]):>6.2f} "
-            f"{np.nanmean([s.precision for s in scores]):>5.2f} "
-            f"{np.mean([s.ncr for s in scores]):>5.2f} "
+            f"{eps:>4g} {n:>8d} {k:>3d}  {np.mean([s.recall for s in scores]):>6.3f} "
+            f"{np.nanmean([s.precision for s in scores]):>6.3f} "
+            f"{np.mean([s.ncr for s in scores]):>6.3f} "
             f"{np.nanmean([s.rel_error for s in scores]):>6.3f} "
-            f"{f'{c}/{t}':>9} {np.median([s.decode_s for s in scores]):>8.2f}"
+            f"{f'{c}/{t}':>9} {sum(s.nobody for s in scores):>6d} "
+            f"{np.median([s.decode_s for s in scores]):>8.2f}"
         )
         if eps == 4 and n == 10**6 and k == 10 and np.mean([s.recall for s in scores]) < 0.9:
             misses.append("recall of the top-10 at eps=4, n=1e6 below 0.9")

@@ -170,7 +170,7 @@ class HeavyHitters:
     mechanism, epsilon, n, k, max_length : what produced the answer.
     items : the strings found and confirmed above ``threshold`` by the estimation sketch
         (Benjamini-Hochberg at 10%; at most k), by decreasing estimate. Their estimates
-        come from the estimation sketch, whose devices took no part in finding them.
+        come from the estimation sketch, whose devices took no part in the walk.
     threshold : a string less frequent than this is found with probability below 1/2,
         whatever its length (nothing below it can be found at this epsilon and n). An
         empty ``items`` means no string stood out above the noise, not that none is
@@ -331,7 +331,8 @@ class _ScaledDetectionModel:
     """:class:`_DetectionModel` for the ``"scaled"`` cut: a prefix of j bytes of a string of
     L bytes is pooled over the levels that cut it there (``level_sigmas[t - 1]``) and needs
     ``step_z[j - 1]`` pooled standard errors to stay in the beam; the complete string is
-    pooled over the levels that see it whole."""
+    pooled over the levels that see it whole, must clear ``prefilter`` there, and ``find_z``
+    pooled with the estimation sketch (null standard error ``estimation_sigma``)."""
 
     def __init__(
         self,
@@ -339,6 +340,7 @@ class _ScaledDetectionModel:
         step_z: Sequence[float],
         prefilter: float,
         find_z: float,
+        estimation_sigma: float = math.inf,
     ) -> None:
         from .mechanisms._string_decoder import scaled_levels
 
@@ -352,6 +354,13 @@ class _ScaledDetectionModel:
                 precision = sum(1.0 / level_sigmas[t - 1] ** 2 for t in ts)
                 row.append(1.0 / math.sqrt(precision) if precision > 0 else math.inf)
             self.pooled.append(row)
+        with_estimation = 1.0 / estimation_sigma**2
+        self.found = [
+            1.0 / math.sqrt(1.0 / row[-1] ** 2 + with_estimation)
+            if row[-1] < math.inf
+            else math.inf
+            for row in self.pooled
+        ]
 
     def probability(self, f: float, length: int) -> float:
         cdf = _normal_cdf
@@ -359,9 +368,9 @@ class _ScaledDetectionModel:
         prob = 1.0
         for j in range(1, len(row)):
             prob *= cdf((f - self.step_z[j - 1] * row[j - 1]) / row[j - 1])
-        own = row[-1]
+        own, found = row[-1], self.found[length]
         prob *= cdf((f - self.prefilter * own) / own)
-        prob *= cdf((f - self.find_z * own) / own)
+        prob *= cdf((f - self.find_z * found) / found)
         return prob
 
 
@@ -370,12 +379,13 @@ def scaled_detection_thresholds(
     step_z: Sequence[float],
     prefilter: float,
     find_z: float,
+    estimation_sigma: float = math.inf,
     probability: float = 0.5,
 ) -> tuple[float, ...]:
     """:func:`detection_thresholds` under the ``"scaled"`` cut (:class:`_ScaledDetectionModel`)."""
     return _solve_thresholds(
         level_sigmas,
-        lambda: _ScaledDetectionModel(level_sigmas, step_z, prefilter, find_z),
+        lambda: _ScaledDetectionModel(level_sigmas, step_z, prefilter, find_z, estimation_sigma),
         probability,
     )
 
@@ -439,8 +449,9 @@ def _unit_thresholds(m: PrefixSketch, probability: float) -> tuple[float, ...]:
     scale = 1e6
     if m.cut == "scaled":
         sigmas, step_z, prefilter, find_z = scaled_null_cutoffs(m, n=1.0)
+        sigma_e = math.sqrt(m.variance(0.0, 1)) / scale
         found = scaled_detection_thresholds(
-            [s / scale for s in sigmas], step_z, prefilter, find_z, probability
+            [s / scale for s in sigmas], step_z, prefilter, find_z, sigma_e, probability
         )
         return tuple(t * scale if t < 1.0 else math.inf for t in found)
     sigmas, cutoffs, prefilter, find_z = null_cutoffs(m, n=1.0)

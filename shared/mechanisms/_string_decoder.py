@@ -21,10 +21,13 @@ The walk (module docstring of :mod:`.strings`; :func:`walk_scaled` for the ``"sc
 cut, :func:`walk` for the first rule) keeps a beam of ``beam_width(k)`` prefixes, each
 at least ``Z_KEEP`` null standard errors above 0; complete strings that clear
 ``Z_PREFILTER`` are pooled over the levels that see them whole, and
-their inverse-variance pooled estimate must clear a Bonferroni cutoff over the complete
-strings a null walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds
-are expected in an answer. The estimation sketch then removes the found strings'
-collisions (the same solve) and estimates them and any named string. The answer lists
+their pooled support must clear a Bonferroni cutoff over the complete strings a null
+walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds are expected
+in an answer. The estimation sketch removes the collisions of the strings significant
+in the walk (the same solve) and estimates every complete string and any named one;
+under the scaled cut a complete string is found when the walk's levels and the
+estimation sketch together clear the same cutoff (:meth:`_Finished.joined`), under the
+first rule when the walk's levels do. The answer lists
 the first k found strings that the estimation sketch confirms above the threshold, by
 :func:`above_threshold` (under the scaled cut ranked by the walk's and the estimation
 sketch's estimates combined; under the first rule in the walk's order).
@@ -125,14 +128,25 @@ class _Level:
     n: float = field(init=False)
     residual: FloatArray = field(init=False)
     heavy_total: float = 0.0
-    heavy_keys: KeyArray | None = None
     heavy_est: FloatArray | None = None
     heavy_flat: IntArray | None = None
     null_var: float = math.nan
 
+    _heavy_of: tuple[Callable[[IntArray], KeyArray], IntArray] | None = None
+    _first_cells: IntArray | None = None
+
     @property
     def rows(self) -> int:
         return int(self.counts.shape[0])
+
+    @property
+    def heavy_keys(self) -> KeyArray | None:
+        """Keys of the heavy candidates of the last :meth:`evaluate`, built on demand (only
+        the estimation sketch's queries ask; the walk evaluates a level many times)."""
+        if self._heavy_of is None:
+            return None
+        take, heavy = self._heavy_of
+        return take(heavy)
 
     @cached_property
     def decoy_flat(self) -> IntArray:
@@ -160,6 +174,17 @@ class _Level:
         """Cell index (row offset + bucket) of each key in every row: (n, R)."""
         return self._flat(self.m.accumulators(self.sketch, key_words(keys)))
 
+    def first_flat(self, keys: KeyArray, others: KeyArray) -> IntArray:
+        """:meth:`flat` of the first step's candidates ``keys`` (those of
+        :func:`_first_level_keys` this level cuts after one byte: the same in both walks,
+        hashed once), followed by that of ``others``."""
+        if self._first_cells is None:
+            self._first_cells = self.flat(keys)
+        cached = self._first_cells
+        if not len(others):
+            return cached
+        return np.concatenate([cached, self.flat(others)])
+
     def children_flat(self, parents: KeyArray, position: int, others: KeyArray) -> IntArray:
         """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally,
         followed by :meth:`flat` of ``others`` (in one array: no copy of the children's).
@@ -186,8 +211,9 @@ class _Level:
 
     def support(self, counts: FloatArray, flat: IntArray) -> FloatArray:
         # einsum sums a row about 2.5x faster than ndarray.sum (no pairwise blocking);
-        # the rows are short (R terms), so the rounding is as good.
-        out: FloatArray = np.einsum("ij->i", np.take(counts.reshape(-1), flat))
+        # the rows are short (R terms), so the rounding is as good. The cells are in range
+        # by construction: mode="clip" skips take's bounds check (a third of its time).
+        out: FloatArray = np.einsum("ij->i", np.take(counts.reshape(-1), flat, mode="clip"))
         return out
 
     def debias(self, support: FloatArray) -> FloatArray:
@@ -209,14 +235,19 @@ class _Level:
         return residual
 
     def evaluate(
-        self, flat: IntArray, take: Callable[[IntArray], KeyArray], heavy: IntArray | None = None
+        self,
+        flat: IntArray,
+        take: Callable[[IntArray], KeyArray],
+        heavy: IntArray | None = None,
+        rounds: int = 2,
     ) -> FloatArray:
         """Corrected estimates of the candidates whose cells are ``flat``; ``take(index)``
-        gives their keys. ``heavy`` (indices) is fixed, or chosen from the data."""
+        gives their keys. ``heavy`` (indices) is fixed, or chosen from the data: from the
+        raw estimates, then (``rounds = 2``) again from the corrected ones."""
         none = np.zeros(0, np.int64)
         if self.n == 0:
             self.null_var = math.inf
-            self.heavy_keys, self.heavy_est = take(none), np.zeros(0)
+            self._heavy_of, self.heavy_est = (take, none), np.zeros(0)
             return np.full(flat.shape[0], np.nan)
         raw = self.debias(self.support(self.counts, flat))
         sd0 = math.sqrt(self.formula_var)
@@ -225,26 +256,36 @@ class _Level:
             heavy = _top(raw, MAX_HEAVY, Z_HEAVY * sd0)
         est = raw
         self.residual, self.heavy_total = self.counts, 0.0
-        self.heavy_keys, self.heavy_est, self.heavy_flat = take(none), np.zeros(0), None
-        for rnd in range(2 if chosen else 1):
+        self._heavy_of, self.heavy_est, self.heavy_flat = (take, none), np.zeros(0), None
+        for rnd in range(rounds if chosen else 1):
             if heavy.size == 0:
                 self.residual, self.heavy_total = self.counts, 0.0
-                self.heavy_keys, self.heavy_est = take(none), np.zeros(0)
+                self._heavy_of, self.heavy_est = (take, none), np.zeros(0)
                 self.heavy_flat = None
                 est = raw
                 break
             f_h = self._solve(flat[heavy], raw[heavy])
             self.residual = self._residual(flat[heavy], f_h)
             self.heavy_total = float(f_h.sum())
+            self._heavy_of, self.heavy_est = (take, heavy), f_h
+            self.heavy_flat = flat[heavy]
+            if chosen and rnd < rounds - 1:
+                # Which candidates are heavy after the correction: only those the
+                # correction could lift over the floor need their corrected estimates
+                # (the same values and choice as estimating all; see _could_pass).
+                floor = Z_HEAVY * sd0
+                could = self._could_pass(raw, floor)
+                could[heavy] = True
+                maybe = np.flatnonzero(could)
+                part = self._from_residual(flat[maybe])
+                part[np.searchsorted(maybe, heavy)] = f_h
+                again = maybe[_top(part, MAX_HEAVY, floor)]
+                if not np.array_equal(np.sort(again), np.sort(heavy)):
+                    heavy = again
+                    continue
             est = self._from_residual(flat)
             est[heavy] = f_h
-            self.heavy_keys, self.heavy_est = take(heavy), f_h
-            self.heavy_flat = flat[heavy]
-            if chosen and rnd == 0:
-                again = _top(est, MAX_HEAVY, Z_HEAVY * sd0)
-                if np.array_equal(np.sort(again), np.sort(heavy)):
-                    break
-                heavy = again
+            break
         decoys = self._from_residual(self.decoy_flat)
         self.null_var = max(float(np.mean(decoys * decoys)), self.formula_var)
         return est
@@ -259,6 +300,21 @@ class _Level:
         poisson = max(null_mean, 1e-300) / scale**2  # the estimate's variance if Poisson
         return _LevelStats(self.null_var, scale, null_mean, max(1.0, self.null_var / poisson))
 
+    def _could_pass(self, raw: FloatArray, floor: float) -> BoolArray:
+        """Candidates whose estimate from the current residual may exceed ``floor``.
+
+        That estimate is ``raw`` less the correction's cells summed over the candidate's
+        rows (scaled) plus ``heavy_total q / (1 - q)``; a row can raise it by at most the
+        largest amount the correction added to any of its cells (0 if it only removed),
+        so candidates below ``floor`` by more than that sum cannot pass (with a margin
+        for rounding).
+        """
+        m = self.m
+        added = np.max(self.residual - self.counts, axis=1, initial=0.0)
+        lift = float(added.sum()) / (self.n * (m.p - m.q)) + self.heavy_total * m.q / (1 - m.q)
+        out: BoolArray = raw + lift > floor - 1e-9 * (1.0 + abs(floor))
+        return out
+
     def _from_residual(self, flat: IntArray) -> FloatArray:
         q = self.m.q
         return self.debias(self.support(self.residual, flat)) + self.heavy_total * q / (1 - q)
@@ -269,8 +325,9 @@ class _Level:
         flat = self.flat(keys)
         est = self._from_residual(flat)
         own = np.full(len(keys), -1, dtype=np.int64)
-        if self.heavy_keys is not None and self.heavy_est is not None and len(self.heavy_keys):
-            index = {bytes(k): i for i, k in enumerate(self.heavy_keys)}
+        heavy_keys = self.heavy_keys
+        if heavy_keys is not None and self.heavy_est is not None and len(heavy_keys):
+            index = {bytes(k): i for i, k in enumerate(heavy_keys)}
             for row, key in enumerate(keys):
                 i = index.get(bytes(key))
                 if i is not None:
@@ -300,6 +357,10 @@ class _Level:
         return extra
 
 
+DENSE_MATCHES = 1 << 16
+"""Up to this many (key, key, row) triples :func:`shared_weight` compares them all."""
+
+
 def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> FloatArray:
     """``W[i, j] = sum_r weights[r] [flat_a[i, r] == flat_b[j, r]]``: the weight of the rows
     where key i of a and key j of b share a bucket.
@@ -310,6 +371,13 @@ def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> Fl
     """
     size_a, rows = flat_a.shape
     size_b = flat_b.shape[0]
+    if size_a * size_b * rows <= DENSE_MATCHES:
+        # Small (the heavy solve, a few keys): compare every pair in every row; the matches
+        # come by pair, then row, as below, so bincount makes the same sums bit for bit.
+        a, b, row = np.nonzero(flat_a[:, None, :] == flat_b[None, :, :])
+        sums = np.bincount(a * size_b + b, weights=weights[row], minlength=size_a * size_b)
+        dense: FloatArray = np.asarray(sums, dtype=np.float64).reshape(size_a, size_b)
+        return dense
     out = np.zeros(size_a * size_b)
     if size_a == 0 or size_b == 0:
         return out.reshape(size_a, size_b)
@@ -446,6 +514,20 @@ class _Finished:
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros(len(keys))]))
         self.keys = np.concatenate([self.keys, keys])
         self.add(est, stats, np.arange(size, size + len(keys)))
+
+    def joined(self, est: FloatArray, stats: _LevelStats, extra: FloatArray) -> _Finished:
+        """These strings' statistics with another sketch's estimates ``est`` of them added
+        (a level's ``stats``, and ``extra`` the variance each string's own collisions with
+        the heavy strings add there, see :meth:`_Level.collision_var`)."""
+        var = stats.var + extra
+        return _Finished(
+            self.keys,
+            self.weighted + est / var,
+            self.precision + 1.0 / var,
+            self.excess + est * stats.scale,
+            self.null_mean + stats.null_mean,
+            self.null_var + stats.null_mean * stats.dispersion + extra * stats.scale**2,
+        )
 
     def keep(self, index: IntArray) -> None:
         for name in ("keys", "weighted", "precision", "excess", "null_mean", "null_var"):
@@ -640,7 +722,7 @@ class ScaledWalk:
     step_z: list[float]  # per step j = 1 .. M: the z a prefix needed to stay in the beam
 
 
-FIRST_WALK_BEAM = 16
+FIRST_WALK_BEAM = 8
 """Beam of the first walk under the scaled cut, which only looks for the heavy strings
 (``Z_HEAVY`` standard errors up) to correct for in the second: their prefixes are near
 the top of every step, and a narrow beam makes that walk cheap."""
@@ -670,6 +752,8 @@ def walk_scaled(
     step_z: list[float] = []
     prefixes = np.zeros((0, width), np.uint8)
     first = _first_level_keys(big_m)
+    # kept[t, L]: the bytes level t keeps of a string of L bytes (looked up, not recomputed)
+    kept_table = m.kept_bytes(np.arange(big_m + 1)[:, None], np.arange(width)[None, :])
     for j in range(1, big_m + 1):
         if j == 1:
             parents_length = first[:, 0].astype(np.int64)
@@ -681,12 +765,15 @@ def walk_scaled(
                 continue
             parents_length = prefixes[:, 0].astype(np.int64)
             size = len(prefixes) * 256
-        weighted, precision = np.zeros(size), np.zeros(size)
-        excess, null_mean, null_var = np.zeros(size), np.zeros(size), np.zeros(size)
+        weighted, excess = np.zeros(size), np.zeros(size)
+        # What a level adds to every child of a parent alike is summed per parent (j > 1)
+        # and spread over its 256 children after the levels (the same sums, in order).
+        per = size if j == 1 else len(prefixes)
+        precision, null_mean, null_var = np.zeros(per), np.zeros(per), np.zeros(per)
         known_length = known[:, 0].astype(np.int64)
         for t in range(1, big_m + 1):
             # parents (j > 1) or candidates (j = 1) whose length this level cuts after j bytes
-            kept = m.kept_bytes(t, parents_length)
+            kept = kept_table[t, parents_length]
             if j == 1:
                 member = np.flatnonzero((kept == 1) | (parents_length == 0))
             else:
@@ -694,7 +781,7 @@ def walk_scaled(
             if member.size == 0:
                 continue
             level = levels[t]
-            cut_known = m.kept_bytes(t, known_length)
+            cut_known = kept_table[t, known_length]
             usable = np.flatnonzero((cut_known <= known_bytes) & (cut_known != j))
             extra = known[usable]
             if len(extra):
@@ -702,7 +789,7 @@ def walk_scaled(
             if j == 1:
                 group = member
                 sub = first[member]
-                flat = level.flat(np.concatenate([sub, extra]))
+                flat = level.first_flat(sub, extra)
                 group_keys = partial(_take_rows, sub)
             else:
                 parents = prefixes[member]
@@ -711,16 +798,22 @@ def walk_scaled(
                 group_keys = partial(_take_children, parents, j)
             n_group = group.size
 
-            est = level.evaluate(flat, _key_taker(n_group, group_keys, extra, width))[:n_group]
+            est = level.evaluate(
+                flat, _key_taker(n_group, group_keys, extra, width), rounds=1 if beam else 2
+            )[:n_group]
             if not math.isfinite(level.null_var):
                 continue
             level_sigmas[t - 1] = math.sqrt(level.null_var)
             stats = level.stats()
             weighted[group] += est / stats.var
-            precision[group] += 1.0 / stats.var
             excess[group] += est * stats.scale
-            null_mean[group] += stats.null_mean
-            null_var[group] += stats.null_mean * stats.dispersion
+            precision[member] += 1.0 / stats.var
+            null_mean[member] += stats.null_mean
+            null_var[member] += stats.null_mean * stats.dispersion
+        if j > 1:
+            precision, null_mean, null_var = (
+                np.repeat(a, 256) for a in (precision, null_mean, null_var)
+            )
         seen = precision > 0
         z = np.where(seen, weighted / np.sqrt(np.where(seen, precision, 1.0)), -math.inf)
         length = first[:, 0] if j == 1 else np.repeat(prefixes[:, 0], 256)
@@ -771,6 +864,8 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
         for s in range(m.sketches)
     ]
     z_find = find_z(m)
+    estimation = levels[0]
+    n_e = estimation.n
     if m.cut == "scaled":
         # Walk twice: the second walk corrects every level for the heavy strings the first
         # found, cut where that level cuts them (a level mixes the cuts of all lengths).
@@ -779,33 +874,52 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
         strong = strong[np.argsort(-first.estimate[strong], kind="stable")][:MAX_HEAVY]
         found_scaled = walk_scaled(m, levels, prior=first.keys[strong])
         fin = found_scaled.finished
-        thresholds = scaled_detection_thresholds(
-            found_scaled.level_sigmas, found_scaled.step_z, Z_PREFILTER, z_find
-        )
     else:
         found = walk(m, levels)
         fin = found.finished
         thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
     pooled = fin.estimate
     alpha = FALSE_FIND_RATE / model_tests(m)
-    selected = np.flatnonzero(fin.significant(alpha)) if len(fin.keys) else np.zeros(0, np.int64)
-    selected = selected[np.argsort(-pooled[selected], kind="stable")]
-    heavy = selected[:MAX_HEAVY]
-    threshold = min(thresholds)
-
-    estimation = levels[0]
-    n_e = estimation.n
     keys = fin.keys
-    est_all = estimation.evaluate(estimation.flat(keys), lambda i: keys[i], heavy=heavy)
+    selected = np.flatnonzero(fin.significant(alpha)) if len(keys) else np.zeros(0, np.int64)
+    selected = selected[np.argsort(-pooled[selected], kind="stable")]
+    # The strings significant on the walk alone are the heavy ones of the estimation sketch.
+    heavy = selected[:MAX_HEAVY]
+    flat_all = estimation.flat(keys)
+    est_all = estimation.evaluate(flat_all, lambda i: keys[i], heavy=heavy)
+    own_all = np.full(len(keys), -1, dtype=np.int64)
+    own_all[heavy] = np.arange(heavy.size)
+    extra_all = np.zeros(len(keys))  # each string's collision variance, where needed
+
+    def collisions(index: IntArray) -> None:
+        if len(index):
+            extra_all[index] = estimation.collision_var(flat_all[index], own_all[index])
+
+    if m.cut == "scaled":
+        # Finding tests the walk's evidence and the estimation sketch's together (their
+        # devices are disjoint): the same Bonferroni level over the same tests, the complete
+        # key's few levels joined by a quarter of the devices (docs/statistics.md, "Found").
+        sigma_e = math.sqrt(estimation.null_var) if n_e > 0 else math.inf
+        if len(keys) and math.isfinite(sigma_e):
+            stats_e = estimation.stats()
+            # A string's collision term only adds variance: those that fail without it
+            # fail with it, and it is computed for the others.
+            maybe = np.flatnonzero(fin.joined(est_all, stats_e, extra_all).significant(alpha))
+            collisions(maybe)
+            both = fin.joined(est_all, stats_e, extra_all)
+            selected = maybe[both.significant(alpha)[maybe]]
+            selected = selected[np.argsort(-pooled[selected], kind="stable")]
+        else:
+            collisions(selected)
+        thresholds = scaled_detection_thresholds(
+            found_scaled.level_sigmas, found_scaled.step_z, Z_PREFILTER, z_find, sigma_e
+        )
+    else:
+        collisions(selected)
+    threshold = min(thresholds)
     model = variance_model(m, estimation, agg.n)
-    position = {int(h): j for j, h in enumerate(heavy)}
-    own = np.array([position.get(int(i), -1) for i in selected], dtype=np.int64)
     sel_est = est_all[selected]
-    extra = (
-        estimation.collision_var(estimation.flat(keys[selected]), own)
-        if len(selected)
-        else np.zeros(0)
-    )
+    extra = extra_all[selected]
     # The listing rule (docs/statistics.md, "Which found strings are listed"): the first
     # k found strings, in the walk's order, that the estimation sketch (devices that took
     # no part in finding them) confirms above the threshold.

@@ -22,9 +22,11 @@ sums, whatever n. The collector then walks the prefix tree level by level
 length: at step ``j`` it extends the kept prefixes by every byte, estimates each child
 (length L, j bytes) from every level that cuts length-L strings after j bytes, pooled,
 and keeps the best by z; a child whose length byte says it is complete is a *finished
-string*. The finished strings that
-stand out are *found*; their frequencies, and those of any string an analyst names,
-come from the estimation sketch, which took no part in finding them (no winner's curse).
+string*. The finished strings that stand out, in the walk's levels and the estimation
+sketch pooled (under the ``"scaled"`` cut; the walk's levels alone under the first rule),
+are *found*; their frequencies, and those of any string an analyst names, come from the
+estimation sketch, whose devices took no part in the walk (they join only the test of a
+complete string, so the winner's curse of the search does not reach the estimates).
 A found string is *listed* in the answer when the estimation sketch confirms it above
 the answer's threshold (Benjamini-Hochberg at ``LIST_FDR``; docs/statistics.md).
 

@@ -460,6 +460,39 @@ def test_plan_and_required_n_are_inverse() -> None:
         ldpkit.required_n_strings(epsilon=4.0, max_length=16, frequency=0.0)
 
 
+def test_find_test_joins_the_estimation_sketch() -> None:
+    """A complete string's find test pools the walk's levels and the estimation sketch: by
+    inverse variance for the estimate, by adding for the support counts (disjoint devices),
+    with the string's own collision variance in the estimation sketch's share."""
+    from ldpkit.mechanisms._string_decoder import _Finished, _LevelStats
+
+    walk = _Finished.empty(3)
+    walk.extend(np.zeros((2, 3), np.uint8), np.array([0.02, 0.0]), _LevelStats(4e-6, 5e4, 6e3, 1.5))
+    stats = _LevelStats(1e-6, 2e4, 2.5e3, 1.2)
+    both = walk.joined(np.array([0.03, -0.001]), stats, np.array([0.0, 1e-6]))
+    assert both.estimate[0] == pytest.approx((0.02 / 4e-6 + 0.03 / 1e-6) / (1 / 4e-6 + 1 / 1e-6))
+    assert both.estimate[1] == pytest.approx((-0.001 / 2e-6) / (1 / 4e-6 + 1 / 2e-6))
+    assert both.excess.tolist() == pytest.approx([0.02 * 5e4 + 0.03 * 2e4, -0.001 * 2e4])
+    assert both.null_mean.tolist() == pytest.approx([8.5e3, 8.5e3])
+    assert both.null_var.tolist() == pytest.approx([9e3 + 3e3, 9e3 + 3e3 + 1e-6 * 2e4**2])
+    assert walk.estimate[0] == pytest.approx(0.02)  # the walk's own statistics unchanged
+
+
+def test_joined_find_test_lowers_the_threshold_as_pooling_says() -> None:
+    """A one-byte string is seen whole by every level (pooled sd s): with an estimation
+    sketch of the same sd the find test's sd is s / sqrt(2), so where that test decides
+    (find_z = 4.7 against a prefilter of 0.5) the threshold falls by sqrt(2)."""
+    from ldpkit.heavy_hitters import scaled_detection_thresholds
+
+    sigmas = [1e-3] * 16
+    own = 1e-3 / 4.0
+    alone = scaled_detection_thresholds(sigmas, [2.0] * 16, 0.5, 4.7)
+    joined = scaled_detection_thresholds(sigmas, [2.0] * 16, 0.5, 4.7, own)
+    assert alone[1] == pytest.approx(4.7 * own, rel=0.01)
+    assert joined[1] == pytest.approx(4.7 * own / math.sqrt(2.0), rel=0.01)
+    assert all(j <= a for j, a in zip(joined, alone, strict=True))
+
+
 def test_plan_agrees_with_the_decoder(moderate: list[dict[str, object]]) -> None:
     result = moderate[0]["result"]
     plan = ldpkit.plan_strings(epsilon=2.0, max_length=2, k=3, n=result.n)  # type: ignore[attr-defined]
