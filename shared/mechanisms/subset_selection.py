@@ -85,6 +85,9 @@ from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
 # 64-bit words of report per perturb step (2 MB): bounds the working set.
 _CHUNK_WORDS = 1 << 18
+_MIN_CHUNK_ROWS = 4096  # the additions take one step per missing lane, whatever the batch's
+# size: wide rows (d = 65536: 64 rows per 2**18 words) would pay each step's fixed cost for
+# a handful of reports
 # output_probabilities lists every k-subset; refuse beyond this many.
 MAX_ENUMERATED_SUBSETS = 1 << 16
 
@@ -169,20 +172,20 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
         threshold = np.uint64(_bits.threshold64_floor(self.p))
         a = self.sampling_plan.dense
-        rows_per_step = max(1, _CHUNK_WORDS // width)
+        rows_per_step = max(_MIN_CHUNK_ROWS, _CHUNK_WORDS // width)
         for start in range(0, values.size, rows_per_step):
             x = values[start : start + rows_per_step]
             r = x.size
             inside = words(r) < threshold
             target = k - inside.astype(np.int64)
-            packed = self._dense_start(words, x, target)
-            if a == 0:  # empty dense start: all k' others at once
-                _lanes.set_lanes(packed, x, np.zeros(r, dtype=np.bool_))
+            if a == 0:  # no dense start: all k' others at once
+                packed = np.zeros((r, width), dtype=np.uint64)
                 rows = np.arange(r, dtype=np.int64)
                 starts = np.zeros(r, dtype=np.int64)
                 sizes = np.full(r, d, dtype=np.int64)
                 _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
             else:  # bit x counts as one of the target + 1 until the coin sets it
+                packed = self._dense_start(words, x, target)
                 _lanes.change_lanes(words, packed, d, target + 1)
             _lanes.set_lanes(packed, x, inside)
             out[start : start + r] = _lanes.to_report_bytes(packed, d)
@@ -213,6 +216,10 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         m, a, window = self.sampling_plan
         width = _lanes.words_per_row(d)
         spare = 64 * width - d
+        if a == 0:  # no dense start
+            row = [0] * width
+            _lanes.distinct_row(queue, row, d, target, value)
+            return _lanes.finish_row(row, d, value, inside)
         mask = 1 << (value & 63)
         while True:
             row = _lanes.dense_row(queue, width, m, a)
@@ -221,11 +228,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             row[value >> 6] |= mask  # counts as in: additions never pick it
             if 0 <= target + 1 - sum(w.bit_count() for w in row) <= window:
                 break
-        if a == 0:
-            row[value >> 6] &= ~mask
-            _lanes.distinct_row(queue, row, d, target, value)
-        else:
-            _lanes.change_row(queue, row, d, target + 1, remove=False)
+        _lanes.change_row(queue, row, d, target + 1, remove=False)
         return _lanes.finish_row(row, d, value, inside)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
