@@ -302,16 +302,31 @@ class _DetectionModel:
         ]
 
     def probability(self, f: float, length: int) -> float:
-        cdf = _normal_cdf
         own = max(length, 1)
-        prob = 1.0
-        for t in range(1, own):
-            prob *= cdf((f - self.cutoffs[t - 1]) / self.sigmas[t - 1])
-        s_own = self.sigmas[own - 1]
-        prob *= cdf((f - self.prefilter * s_own) / s_own)
-        pooled = self.pooled[own - 1]
-        prob *= cdf((f - self.find_z * pooled) / pooled)
-        return prob
+        steps = zip(self.cutoffs[: own - 1], self.sigmas[: own - 1], strict=True)
+        return _walk_probability(
+            f, steps, self.sigmas[own - 1], self.prefilter, self.pooled[own - 1], self.find_z
+        )
+
+
+def _walk_probability(
+    f: float,
+    steps: Iterable[tuple[float, float]],
+    own: float,
+    prefilter: float,
+    found: float,
+    find_z: float,
+) -> float:
+    """Probability that a string of frequency f passes every step of the walk (each a
+    ``(cut, sigma)``: its prefix's estimate above ``cut``), its own level's prefilter
+    (``prefilter`` sds of ``own``) and the find test (``find_z`` sds of ``found``), the
+    estimates independent and normal."""
+    prob = 1.0
+    for cut, sigma in steps:
+        prob *= _normal_cdf((f - cut) / sigma)
+    prob *= _normal_cdf((f - prefilter * own) / own)
+    prob *= _normal_cdf((f - find_z * found) / found)
+    return prob
 
 
 def detection_thresholds(
@@ -363,15 +378,9 @@ class _ScaledDetectionModel:
         ]
 
     def probability(self, f: float, length: int) -> float:
-        cdf = _normal_cdf
         row = self.pooled[length]
-        prob = 1.0
-        for j in range(1, len(row)):
-            prob *= cdf((f - self.step_z[j - 1] * row[j - 1]) / row[j - 1])
-        own, found = row[-1], self.found[length]
-        prob *= cdf((f - self.prefilter * own) / own)
-        prob *= cdf((f - self.find_z * found) / found)
-        return prob
+        steps = ((z * sigma, sigma) for z, sigma in zip(self.step_z, row[:-1], strict=False))
+        return _walk_probability(f, steps, row[-1], self.prefilter, self.found[length], self.find_z)
 
 
 def scaled_detection_thresholds(
