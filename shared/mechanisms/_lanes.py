@@ -521,24 +521,20 @@ def _ones(count: int) -> U64:
     return _ONES[:count]
 
 
-def change_lanes(
-    words: WordSource, packed: U64, lanes: int, target: I64, *, remove: bool = False
-) -> None:
-    """Add (OR) or remove (AND-NOT) uniform lanes until row i has ``target[i]`` lanes set.
+def change_lanes(words: WordSource, packed: U64, lanes: int, target: I64) -> None:
+    """OR in uniform lanes until row i has ``target[i]`` lanes set (at least its count).
 
-    ``packed`` is rows x W words (changed in place) of ``lanes`` lanes each; ``target[i]``
-    is at least row i's count when adding, at most when removing. The rows still off
-    target draw one candidate each per step, in row order (:func:`_candidate_lanes`, one
-    run of values); a void candidate and one already in (adding) or out (removing) change
-    nothing. (To keep a lane out of the additions, set it first, so that it counts as in,
-    and clear it after.) Every eighth step drops the rows that are done; until then they
-    draw too, changing nothing. With one candidate per row a step touches each word at
-    most once, so it is a plain gather and scatter: no ``ufunc.at``, no repeats.
+    ``packed`` is rows x W words (changed in place) of ``lanes`` lanes each. The rows still
+    short draw one candidate each per step, in row order (:func:`_candidate_lanes`, one
+    run of values); a void candidate and one already in change nothing. (To keep a lane
+    out, set it first, so that it counts as in, and clear it after.) Every eighth step
+    drops the rows that are done; until then they draw too, changing nothing. With one
+    candidate per row a step touches each word at most once, so it is a plain gather and
+    scatter: no ``ufunc.at``, no repeats.
     """
     width = packed.shape[1]
     flat = packed.reshape(-1)
-    have = np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
-    gap = (have - target) if remove else (target - have)
+    gap = target - np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
     active = np.flatnonzero(gap > 0)
     gap = gap[active]
     base = active * width
@@ -552,7 +548,7 @@ def change_lanes(
             bit *= valid
         bit *= gap > 0
         current = flat[offset]
-        changed = current & ~bit if remove else current | bit
+        changed = current | bit
         flat[offset] = changed
         gap -= changed != current
         steps += 1
@@ -890,18 +886,18 @@ def distinct_row(queue: WordQueue, row: list[int], lanes: int, count: int, forbi
         return
 
 
-def change_row(queue: WordQueue, row: list[int], lanes: int, target: int, *, remove: bool) -> None:
+def change_row(queue: WordQueue, row: list[int], lanes: int, target: int) -> None:
     """:func:`change_lanes` for one row (the same report from the same words; the draws a
     batch makes for a row already done change nothing, so they are not made here)."""
     have = sum(w.bit_count() for w in row)
-    while (have - target if remove else target - have) > 0:
+    while have < target:
         (lane,) = _row_lanes(queue, 1, lanes)
         if lane is None:
             continue
         word, mask = lane >> 6, 1 << (lane & 63)
-        if bool(row[word] & mask) == remove:
-            row[word] ^= mask
-            have += -1 if remove else 1
+        if not row[word] & mask:
+            row[word] |= mask
+            have += 1
 
 
 def finish_row(row: list[int], lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:

@@ -228,7 +228,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             row[value >> 6] |= mask  # counts as in: additions never pick it
             if 0 <= target + 1 - sum(w.bit_count() for w in row) <= window:
                 break
-        _lanes.change_row(queue, row, d, target + 1, remove=False)
+        _lanes.change_row(queue, row, d, target + 1)
         return _lanes.finish_row(row, d, value, inside)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
