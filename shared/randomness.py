@@ -50,9 +50,11 @@ class KeystreamWords:
         self._lock = threading.Lock()
 
     def __call__(self, count: int) -> npt.NDArray[np.uint64]:
-        nbytes = 8 * count
+        if not isinstance(count, (int, np.integer)) or count < 0:
+            raise ParameterError(f"count must be a non-negative integer, got {count!r}")
+        nbytes = 8 * int(count)
         # update_into wants room for one block more than it writes.
-        out = np.empty(count + 2, dtype=np.uint64)
+        out = np.empty(int(count) + 2, dtype=np.uint64)
         with self._lock:
             if nbytes > len(self._zeros):
                 self._zeros = bytes(nbytes)
@@ -60,7 +62,7 @@ class KeystreamWords:
             self._encryptor.update_into(
                 memoryview(self._zeros)[:nbytes], cast(Any, out.view(np.uint8))
             )
-        return out[:count]
+        return out[: int(count)]
 
 
 class KeyedGenerator(np.random.Generator):

@@ -28,6 +28,14 @@ def test_keystream_continues_across_calls() -> None:
     np.testing.assert_array_equal(pieces, KeystreamWords(key)(70_008))
 
 
+def test_word_counts_are_checked() -> None:
+    words = KeystreamWords(bytes(16))
+    for bad in (-1, 2.5, "3"):
+        with pytest.raises(ParameterError, match="non-negative integer"):
+            words(bad)  # type: ignore[arg-type]
+    assert words(np.int64(2)).size == 2 and words(0).size == 0
+
+
 def test_keys_are_checked() -> None:
     with pytest.raises(ParameterError, match="16 bytes"):
         KeystreamWords(bytes(15))
