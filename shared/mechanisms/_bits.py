@@ -97,12 +97,16 @@ def _word_view(packed: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
     return rows
 
 
-def row_popcounts(packed: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
-    """Number of set bits in each row."""
+def row_popcounts(packed: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """Number of set bits in each row of a 2-D unsigned array (packed bytes or words)."""
     if packed.shape[1] == 0:
         return np.zeros(packed.shape[0], dtype=np.int64)
-    counts: npt.NDArray[np.int64] = np.bitwise_count(_word_view(packed)).sum(axis=1, dtype=np.int64)
-    return counts
+    words = _word_view(packed) if packed.dtype == np.uint8 else packed
+    most = 8 * words.dtype.itemsize * words.shape[1]  # bits in a row
+    wide = np.uint16 if most < 1 << 16 else np.uint32 if most < 1 << 32 else np.int64
+    # einsum sums a row's byte counts several times faster than sum(axis=1).
+    counts: Any = np.einsum("ij->i", np.bitwise_count(words), dtype=wide)
+    return np.asarray(counts, dtype=np.int64)
 
 
 def column_counts(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.int64]:

@@ -56,9 +56,11 @@ those lanes and that stops at exactly k' lanes gives that law. It starts from
 :func:`dense_lanes` (rate at most k' / d), clears the padding and sets the true lane, so
 that it counts as in and no addition picks it (a start with more than k' others is drawn
 again), and then ORs in uniform candidates, one per row per step, until the count is
-k' + 1; the coin then sets the true lane. A candidate that is void or already in changes
-nothing. With no dense start (small k'), :func:`distinct_lanes` draws all k' at once
-instead.
+k' + 1; the coin then sets the true lane. The steps are numpy passes over the rows still
+short; they come in blocks of :data:`CHANGE_BLOCK`, whose values are drawn at once and
+whose buffers are reused (a fresh large array costs page faults). A candidate that is
+void or already in changes nothing. With no dense start (small k'), :func:`distinct_lanes`
+draws all k' at once instead.
 
 Candidates
 ----------
@@ -69,7 +71,8 @@ first); a b-bit value v is lane ``(v * size) >> b``, or void when ``(v * size) m
 is below ``2**b mod size``.
 
 Inside a batch every step draws, for all rows of the batch in order, before the next step
-starts; the mechanisms cut large inputs into batches of at most ``2**18`` words.
+starts (:func:`change_lanes` draws a block of :data:`CHANGE_BLOCK` steps at once, step-major);
+the mechanisms cut large inputs into batches of at most ``2**18`` words.
 """
 
 from __future__ import annotations
@@ -85,10 +88,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from . import _bits
+
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 WordSource = Callable[[int], U64]
-"""``words(count)``: the next ``count`` raw 64-bit words of the random stream."""
+"""``words(count)``: the next ``count`` raw 64-bit words of the random stream, as a fresh
+array the caller may overwrite (:func:`dense_lanes` works in it)."""
 
 MAX_DENSE_BITS = 8
 """Largest m (fair words per 64 lanes) the subset planner uses for its dense start."""
@@ -155,32 +161,30 @@ def dense_lanes(words: WordSource, rows: int, width: int, bits: int, numerator: 
         return np.zeros(shape, dtype=np.uint64)
     if numerator >= 1 << bits:
         return np.full(shape, np.uint64(0xFFFFFFFFFFFFFFFF))
-    # Round 0 starts the comparison without an all-ones "tied" array, "less" is allocated
-    # when first set, and the last round does not update the ties (a lane still tied has
-    # u == numerator: not less).
+    # Each round's words are overwritten in place (a word source hands out fresh arrays):
+    # no temporaries. Round 0 starts the comparison without an all-ones "tied" array, and
+    # the last round does not update the ties (a lane still tied has u == numerator: not
+    # less).
     less: U64 | None = None  # lanes with u < numerator decided so far (None: no lane yet)
     if (numerator >> (bits - 1)) & 1:
         less = np.invert(drawn[0])  # u's first bit 0 < numerator's 1
-        equal = drawn[0].copy() if bits > 1 else drawn[0]  # prefix equals numerator's
+        equal = drawn[0]  # prefix equals numerator's
     else:
-        equal = np.invert(drawn[0])
-    scratch = np.empty(shape, dtype=np.uint64)
+        equal = np.invert(drawn[0], out=drawn[0])
     for i in range(1, bits):
         r = drawn[i]
         last = i == bits - 1
         if (numerator >> (bits - 1 - i)) & 1:
             # numerator's bit is 1: u's bit 0 decides "less"; 1 keeps the tie.
-            if less is None:
-                less = np.bitwise_and(equal, np.invert(r, out=scratch), out=scratch)
-                if not last:
-                    scratch = np.empty(shape, dtype=np.uint64)
-            else:
-                np.bitwise_and(equal, np.invert(r, out=scratch), out=scratch)
-                less |= scratch
+            decided = np.bitwise_and(equal, np.invert(r, out=r), out=r)
             if not last:
-                equal &= r
+                equal ^= decided  # (decided lies inside equal: equal & u's bit)
+            if less is None:
+                less = decided
+            else:
+                less |= decided
         elif not last:  # numerator's bit is 0: u's bit 1 decides "greater"; 0 keeps the tie
-            np.bitwise_and(equal, np.invert(r, out=scratch), out=equal)
+            equal &= np.invert(r, out=r)
     assert less is not None  # 0 < numerator: some bit of it is 1
     return less
 
@@ -369,10 +373,10 @@ def sparse_lanes(words: WordSource, rows: int, lanes: int, numerator: int, block
         # holds K set lanes iff its K draws were valid and distinct.
         np.add.at(flat, owner * np.int32(unit_width) + (lane >> 6).astype(np.int32), bit)
         if first:  # every block drew: count them all without gathering
-            pending = np.flatnonzero(np.bitwise_count(packed).sum(axis=1) != counts)
+            pending = np.flatnonzero(_bits.row_popcounts(packed) != counts)
             first = False
         else:
-            pending = pending[np.bitwise_count(packed[pending]).sum(axis=1) != need]
+            pending = pending[_bits.row_popcounts(packed[pending]) != need]
         packed[pending] = 0
     return packed.reshape(rows, blocks * unit_width)[:, :width]
 
@@ -521,40 +525,74 @@ def _ones(count: int) -> U64:
     return _ONES[:count]
 
 
-def change_lanes(words: WordSource, packed: U64, lanes: int, target: I64) -> None:
+CHANGE_BLOCK = 8
+"""Steps of :func:`change_lanes` drawn at once: the rows still short draw this many
+candidates each (step-major), and the rows done are dropped after each such block."""
+
+
+def change_lanes(
+    words: WordSource, packed: U64, lanes: int, target: I64, *, have: I64 | None = None
+) -> None:
     """OR in uniform lanes until row i has ``target[i]`` lanes set (at least its count).
 
-    ``packed`` is rows x W words (changed in place) of ``lanes`` lanes each. The rows still
-    short draw one candidate each per step, in row order (:func:`_candidate_lanes`, one
-    run of values); a void candidate and one already in change nothing. (To keep a lane
-    out, set it first, so that it counts as in, and clear it after.) Every eighth step
-    drops the rows that are done; until then they draw too, changing nothing. With one
-    candidate per row a step touches each word at most once, so it is a plain gather and
-    scatter: no ``ufunc.at``, no repeats.
+    ``packed`` is rows x W words (changed in place) of ``lanes`` lanes each; ``have`` is
+    each row's count of set lanes if the caller knows it. The rows still short draw, in
+    blocks of :data:`CHANGE_BLOCK` steps, one candidate each per step: a block's values
+    are drawn at once, step-major (step s, row i is value ``s * A + i`` of the block, A
+    the rows drawing; :func:`_candidate_lanes`, one run of values). A void candidate, one
+    already in, and any candidate of a row already done change nothing. (To keep a lane
+    out, set it first, so that it counts as in, and clear it after.) After each block the
+    rows done stop drawing. With one candidate per row a step touches each word at most
+    once, so it is a plain gather and scatter: no ``ufunc.at``, no repeats.
     """
     width = packed.shape[1]
     flat = packed.reshape(-1)
-    gap = target - np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
-    active = np.flatnonzero(gap > 0)
-    gap = gap[active]
+    short = target - (_bits.row_popcounts(packed) if have is None else have)
+    active = np.flatnonzero(short > 0)
+    # The narrowest type that holds every gap: the steps below are a few passes over it.
+    most = int(short.max(initial=0))
+    gap = short[active].astype(np.uint8 if most < 256 else np.uint16 if most < 65536 else np.int64)
     base = active * width
-    steps = 0
+    # Every block reuses the first block's buffers (fresh large arrays cost page faults).
+    room = CHANGE_BLOCK * active.size
+    offset_buffer = np.empty(room, dtype=np.int64)
+    bit_buffer = np.empty(room, dtype=np.uint64)
+    position: Any = None  # (the candidates' dtype: uint16 up to 65536 lanes)
+    current_buffer = np.empty(active.size, dtype=np.uint64)
+    changed_buffer = np.empty(active.size, dtype=np.uint64)
+    flag_buffer = np.empty(active.size, dtype=np.bool_)
     while active.size:
-        lane, valid = _candidate_lanes(words, lanes, active)
-        step = lane >> 6
-        offset = base + (step.astype(np.int64) if step.dtype == np.uint64 else step)
-        bit = _POW2[lane & 63]
+        count = active.size
+        size = CHANGE_BLOCK * count
+        lane, valid = _candidate_lanes(words, lanes, offset_buffer[:size])
+        if lane.dtype == np.uint64:  # (32-bit values: lanes < 2**32; uint64 + int64 is float)
+            lane = lane.view(np.int64)
+        if position is None:
+            position = np.empty(room, dtype=lane.dtype)
+        part = position[:size]
+        np.right_shift(lane, 6, out=part)
+        offsets = offset_buffer[:size].reshape(CHANGE_BLOCK, count)
+        np.add(part.reshape(CHANGE_BLOCK, count), base, out=offsets)
+        np.bitwise_and(lane, 63, out=part)
+        bits = bit_buffer[:size]
+        shift = part.view(np.uint64) if part.dtype == np.int64 else part
+        np.left_shift(_ones(size), shift, out=bits, casting="unsafe")
         if valid is not None:
-            bit *= valid
-        bit *= gap > 0
-        current = flat[offset]
-        changed = current | bit
-        flat[offset] = changed
-        gap -= changed != current
-        steps += 1
-        if steps % 8 == 0:
-            keep = np.flatnonzero(gap)
-            active, gap, base = active[keep], gap[keep], base[keep]
+            bits *= valid
+        bits = bits.reshape(CHANGE_BLOCK, count)
+        current, changed = current_buffer[:count], changed_buffer[:count]
+        flag = flag_buffer[:count]
+        for step in range(CHANGE_BLOCK):
+            offset = offsets[step]
+            np.take(flat, offset, out=current, mode="clip")  # (in range: faster than [])
+            np.greater(gap, 0, out=flag)
+            np.multiply(bits[step], flag, out=changed)
+            changed |= current
+            flat[offset] = changed
+            np.not_equal(changed, current, out=flag)
+            np.subtract(gap, flag, out=gap, casting="unsafe")
+        keep = np.flatnonzero(gap)
+        active, gap, base = active[keep], gap[keep], base[keep]
 
 
 def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
@@ -562,7 +600,7 @@ def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
     width = packed.shape[1]
     if starts.size and int(starts.max()) == 0 and int(sizes.min()) > 64 * (width - 1):
         # One block per row: the whole row.
-        return np.asarray(np.bitwise_count(packed[rows]).sum(axis=1, dtype=np.int64))
+        return _bits.row_popcounts(packed[rows])
     counts = np.bitwise_count(packed).astype(np.int64)
     cum = np.concatenate([np.zeros((counts.shape[0], 1), np.int64), counts.cumsum(axis=1)], axis=1)
     return np.asarray(cum[rows, (starts + sizes + 63) >> 6] - cum[rows, starts >> 6])
@@ -697,18 +735,28 @@ def clear_padding(packed: U64, lanes: int) -> None:
 
 
 def set_lanes(packed: U64, lanes: I64, bits: npt.NDArray[np.bool_]) -> None:
-    """Set lane ``lanes[i]`` of row i to ``bits[i]``."""
-    rows = np.arange(packed.shape[0])
-    word = lanes >> 6
+    """Set lane ``lanes[i]`` of row i to ``bits[i]`` (``packed``: C-contiguous rows, as
+    every sampler here makes them; a flat view of anything else would be a copy)."""
+    if not packed.flags.c_contiguous:
+        raise ValueError("set_lanes changes rows in place: they must be C-contiguous")
+    flat = packed.reshape(-1)
+    index = np.arange(0, flat.size, packed.shape[1]) + (lanes >> 6)
     mask = _POW2[lanes & 63]
-    packed[rows, word] = (packed[rows, word] & ~mask) | (mask * bits.astype(np.uint64))
+    current = flat[index]
+    flat[index] = (current & ~mask) | (mask * bits)
+
+
+def report_bytes_view(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
+    """Rows of words as the wire's packed bytes, ``ceil(lanes / 8)`` per row, little end:
+    a view of ``packed`` where it can be (copy it, or assign it into a buffer)."""
+    nbytes = (lanes + 7) // 8
+    as_bytes = np.ascontiguousarray(packed, dtype="<u8").view(np.uint8)
+    return as_bytes.reshape(packed.shape[0], -1)[:, :nbytes]
 
 
 def to_report_bytes(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
     """Rows of words as the wire's packed bytes: ``ceil(lanes / 8)`` per row, little end."""
-    nbytes = (lanes + 7) // 8
-    as_bytes = np.ascontiguousarray(packed, dtype="<u8").view(np.uint8)
-    return np.ascontiguousarray(as_bytes.reshape(packed.shape[0], -1)[:, :nbytes])
+    return np.ascontiguousarray(report_bytes_view(packed, lanes))
 
 
 # --- one report at a time, in Python integers (the device's path) -------------------------
@@ -887,17 +935,17 @@ def distinct_row(queue: WordQueue, row: list[int], lanes: int, count: int, forbi
 
 
 def change_row(queue: WordQueue, row: list[int], lanes: int, target: int) -> None:
-    """:func:`change_lanes` for one row (the same report from the same words; the draws a
-    batch makes for a row already done change nothing, so they are not made here)."""
+    """:func:`change_lanes` for one row (the same report from the same words: a block's
+    values drawn at once, those after the row is done unused)."""
     have = sum(w.bit_count() for w in row)
     while have < target:
-        (lane,) = _row_lanes(queue, 1, lanes)
-        if lane is None:
-            continue
-        word, mask = lane >> 6, 1 << (lane & 63)
-        if not row[word] & mask:
-            row[word] |= mask
-            have += 1
+        for lane in _row_lanes(queue, CHANGE_BLOCK, lanes):
+            if lane is None or have == target:
+                continue
+            word, mask = lane >> 6, 1 << (lane & 63)
+            if not row[word] & mask:
+                row[word] |= mask
+                have += 1
 
 
 def finish_row(row: list[int], lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:

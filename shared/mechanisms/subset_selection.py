@@ -33,7 +33,8 @@ no addition picks it; a report whose start has more than ``k'`` others, or fewer
 ``k' - G`` (about one sd below the start's mean count), draws its start
 again. Then, in steps, every report short of ``k' + 1`` set bits draws one candidate,
 uniform over the d items (Lemire's rule on 16-bit values, 32-bit ones beyond d = 65536;
-see ``_lanes``), and ORs it in; every eighth step the reports done stop drawing. The coin
+see ``_lanes``), and ORs it in while it is short; the steps come in blocks of eight, and
+after each block the reports done stop drawing. The coin
 then sets bit x. When the dense start is empty (``a = 0``, small k) the ``k'`` others are
 drawn at once instead: ``k'`` candidates, kept iff all are valid, distinct and not x, else
 all drawn again. Nothing in this treats one of the d - 1 other items differently from
@@ -48,11 +49,13 @@ Privacy (the realized epsilon): the ratio of those two probabilities over all in
 error in p): rounding the coin down never adds privacy loss.
 
 The draws, for one batch (``perturb`` splits n reports into batches of
-``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
+``max(_MIN_CHUNK_ROWS, _CHUNK_WORDS // ceil(d / 64))`` reports, each drawn in full before
+the next): one word
 per report for the coin; m rounds of ``ceil(d / 64)`` words per report for the dense start,
-and again for the reports whose start was too full (in order) until none is; then steps of
-additions, each drawing one candidate value for each report still drawing, in order
-(lowest bits of each word first); or, with ``a = 0``, rounds in which every report not yet
+and again for the reports whose start was too full or too empty (in order) until none is;
+then blocks of additions, each drawing eight candidate values for each report still
+drawing, step-major (of the A reports drawing, step s of the i-th is value ``s A + i``; lowest
+bits of each word first); or, with ``a = 0``, rounds in which every report not yet
 done draws ``k'`` values.
 
 References
@@ -85,9 +88,10 @@ from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
 # 64-bit words of report per perturb step (2 MB): bounds the working set.
 _CHUNK_WORDS = 1 << 18
-_MIN_CHUNK_ROWS = 4096  # the additions take one step per missing lane, whatever the batch's
+_MIN_CHUNK_ROWS = 2048  # the additions take one step per missing lane, whatever the batch's
 # size: wide rows (d = 65536: 64 rows per 2**18 words) would pay each step's fixed cost for
-# a handful of reports
+# a handful of reports; more rows than this, and each candidate's word misses the cache
+# (d = 65536, eps = 1: 31.2k reports/s at 1024 rows, 32.6k at 2048, 28.7k at 4096)
 # output_probabilities lists every k-subset; refuse beyond this many.
 MAX_ENUMERATED_SUBSETS = 1 << 16
 
@@ -165,7 +169,8 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.
 
         This is the sampling rule of the module docstring: the same words in give the
-        same reports out, whatever produced them.
+        same reports out, whatever produced them. ``words`` must hand out a fresh array
+        each call (the samplers work inside it; :data:`_lanes.WordSource`).
         """
         d, k = self.domain_size, self.k
         width = _lanes.words_per_row(d)
@@ -185,28 +190,37 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
                 sizes = np.full(r, d, dtype=np.int64)
                 _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
             else:  # bit x counts as one of the target + 1 until the coin sets it
-                packed = self._dense_start(words, x, target)
-                _lanes.change_lanes(words, packed, d, target + 1)
+                packed, have = self._dense_start(words, x, target)
+                _lanes.change_lanes(words, packed, d, target + 1, have=have)
             _lanes.set_lanes(packed, x, inside)
-            out[start : start + r] = _lanes.to_report_bytes(packed, d)
+            out[start : start + r] = _lanes.report_bytes_view(packed, d)
         return out
 
-    def _dense_start(self, words: _lanes.WordSource, x: IntArray, target: IntArray) -> Any:
+    def _dense_start(
+        self, words: _lanes.WordSource, x: IntArray, target: IntArray
+    ) -> tuple[Any, IntArray]:
         """Dense start for each report with bit x set (so that additions never pick x),
-        drawn again while its count of others is outside ``[target - G, target]``."""
+        drawn again while its count of others is outside ``[target - G, target]``; and
+        each row's count of set lanes."""
         d = self.domain_size
         m, a, window = self.sampling_plan
         width = _lanes.words_per_row(d)
-        packed = np.empty((x.size, width), dtype=np.uint64)
+        packed = _lanes.dense_lanes(words, x.size, width, m, a)
+        have = np.empty(x.size, dtype=np.int64)
         todo = np.arange(x.size)
-        while todo.size:
-            fresh = _lanes.dense_lanes(words, todo.size, width, m, a)
+        fresh = packed
+        while True:
             _lanes.clear_padding(fresh, d)
             _lanes.set_lanes(fresh, x[todo], np.ones(todo.size, dtype=np.bool_))
-            packed[todo] = fresh
-            short = target[todo] + 1 - np.bitwise_count(fresh).sum(axis=1, dtype=np.int64)
+            counts = _bits.row_popcounts(fresh)
+            if fresh is not packed:
+                packed[todo] = fresh
+            have[todo] = counts
+            short = target[todo] + 1 - counts
             todo = todo[(short < 0) | (short > window)]
-        return packed
+            if not todo.size:
+                return packed, have
+            fresh = _lanes.dense_lanes(words, todo.size, width, m, a)
 
     def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
         """:meth:`perturb_words` for a single value (same words, same report), faster."""

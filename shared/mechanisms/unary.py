@@ -123,7 +123,8 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.
 
         This is the sampling rule of the module docstring: the same words in give the
-        same reports out, whatever produced them.
+        same reports out, whatever produced them. ``words`` must hand out a fresh array
+        each call (the samplers work inside it; :data:`_lanes.WordSource`).
         """
         d = self.domain_size
         width = _lanes.words_per_row(d)

@@ -243,7 +243,8 @@ def test_ss_subset_size(epsilon: float, d: int) -> None:
     target = d / (math.exp(epsilon) + 1)
     candidates = {min(d - 1, max(1, c)) for c in (math.floor(target), math.ceil(target))}
     assert m.k in candidates
-    for k in candidates:
+    assert m.variance(0.0) == pytest.approx(subset_selection._variance_at_zero(epsilon, d, m.k))
+    for k in candidates - {m.k}:  # the other of floor and ceil, when there is one
         assert m.variance(0.0) <= subset_selection._variance_at_zero(epsilon, d, k) * (1 + 1e-12)
     k = m.k
     p = k * math.exp(epsilon) / (k * math.exp(epsilon) + d - k)

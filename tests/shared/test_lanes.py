@@ -271,24 +271,57 @@ def test_change_lanes_gives_uniform_subsets(start_rate: tuple[int, int]) -> None
     assert stats.chisquare(observed).pvalue > ALPHA, observed
 
 
-def test_change_lanes_steps_on_fixed_words() -> None:
-    """One candidate per step; one already in changes nothing; the batch and the one-row
-    path agree."""
-    lanes = 64  # a 16-bit value v names lane v >> 10; each step reads a word's low 16 bits
-    start, goal = 1 << 62, 4
-    named = [5, 5, 62, 7, 9, 11, 12, 13]
-    stream = np.array([lane << 10 for lane in named], dtype=np.uint64)
+def _pack16(values: list[int]) -> npt.NDArray[np.uint64]:
+    """16-bit values four to a word, lowest bits first (as candidates are read)."""
+    assert len(values) % 4 == 0
+    groups = [values[j : j + 4] for j in range(0, len(values), 4)]
+    return np.array([sum(v << (16 * i) for i, v in enumerate(g)) for g in groups], np.uint64)
+
+
+@pytest.mark.parametrize(
+    ("goal", "expected_lanes"), [(4, [5, 7, 9]), (8, [5, 7, 9, 11, 12, 13, 40])]
+)
+def test_change_lanes_steps_on_fixed_words(goal: int, expected_lanes: list[int]) -> None:
+    """One candidate per step, a block of CHANGE_BLOCK steps drawn at once; one already in
+    changes nothing; the rest of a block is unused once the row is done; the batch and the
+    one-row path agree."""
+    assert _lanes.CHANGE_BLOCK == 8
+    lanes = 64  # a 16-bit value v names lane v >> 10
+    start = 1 << 62
+    named = [5, 5, 62, 7, 9, 11, 12, 13, 40, 40, 41, 42, 43, 44, 45, 46]  # two blocks
+    stream = _pack16([lane << 10 for lane in named])
+    expected = start | sum(1 << lane for lane in expected_lanes)
     packed = np.array([[start]], dtype=np.uint64)
     _lanes.change_lanes(Stream(stream), packed, lanes, np.array([goal]))
-    expected = start | (1 << 5) | (1 << 7) | (1 << 9)
     assert int(packed[0, 0]) == expected
     row = [start]
     _lanes.change_row(_lanes.WordQueue(Stream(stream), block=1), row, lanes, goal)
     assert row == [expected]
 
 
-@pytest.mark.parametrize(("epsilon", "d"), [(1.0, 40), (0.2, 30), (6.0, 100)])
+def test_change_lanes_rows_share_each_block_step_major() -> None:
+    """Two rows: step s of a block gives row i value ``s * 2 + i``; a row done early
+    leaves its later values unused while the other goes on."""
+    lanes = 64
+    # step:   0       1       2       3 ...
+    values = [1, 2, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]  # the first block
+    values += [20, 21, 22, 23, 24, 25, 26, 27]  # the second block: row 1 alone
+    packed = np.zeros((2, 1), dtype=np.uint64)
+    stream = Stream(_pack16([v << 10 for v in values]))
+    _lanes.change_lanes(stream, packed, lanes, np.array([2, 10]))
+    assert int(packed[0, 0]) == (1 << 1) | (1 << 4)  # 1, 1 (in), 4; then 6 .. 14 unused
+    row1 = (2, 3, 5, 7, 9, 11, 13, 15, 20, 21)
+    assert stream.used == 6  # two blocks of 16 values, then one of 8
+    assert int(packed[1, 0]) == sum(1 << v for v in row1)
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "d"), [(1.0, 40), (0.2, 30), (6.0, 100), (1.0, 1024), (1.0, 1000)]
+)
 def test_ss_counts_in_a_fixed_set_are_hypergeometric(epsilon: float, d: int) -> None:
+    """(1, 1024) is the production shape: 16 words a row, a dense start and additions in
+    blocks; (1, 1000) the same with padding and void candidates (Lemire's rule on 1000
+    lanes); the others are 30, 40 (one word, dense start) and 100 (no start)."""
     m = ldpkit.mechanism("ss", epsilon=epsilon, domain_size=d)
     rows, x = 40_000, 3
     rng = np.random.default_rng(d)
@@ -311,6 +344,14 @@ def test_ss_counts_in_a_fixed_set_are_hypergeometric(epsilon: float, d: int) -> 
     if exp[-1] == 0:
         obs, exp = obs[:-1], exp[:-1]
     assert stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > ALPHA
+    # And every other item is a member equally often. A member count is
+    # Binomial(N, pi), pi = k / (d - 1), with covariance -N pi (1 - pi) / (d - 2) between
+    # items (k fixed per report): the sum of squared standardized deviations is
+    # (d - 1) / (d - 2) times a chi-square with d - 2 degrees of freedom.
+    counts = np.delete(others.sum(axis=0), x)
+    pi, n_others = k / (d - 1), len(others)
+    spread = ((counts - n_others * pi) ** 2).sum() / (n_others * pi * (1 - pi))
+    assert stats.chi2.sf(spread * (d - 2) / (d - 1), d - 2) > ALPHA
 
 
 # --- the mechanisms' rules on fixed words -----------------------------------------------
