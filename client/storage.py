@@ -35,6 +35,7 @@ storage first. A power loss can therefore only lose reports that never left the 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import sqlite3
@@ -218,6 +219,37 @@ def device_known(directory: Path) -> bool:
         return False
 
 
+class LedgerWindows:
+    """Epsilon (or delta) spent per budget window of one ledger key.
+
+    Kept by window length, each length's window starts sorted, so that :meth:`overlapping`
+    costs a binary search per length (a device has one or a few), not a scan of every
+    window the outbox still holds (a device offline for weeks holds thousands).
+    """
+
+    __slots__ = ("_by_length",)
+
+    def __init__(self) -> None:
+        self._by_length: dict[int, tuple[list[int], dict[int, float]]] = {}
+
+    def add(self, length: int, start: int, amount: float) -> None:
+        starts, spent = self._by_length.setdefault(length, ([], {}))
+        if start not in spent:
+            bisect.insort(starts, start)
+            spent[start] = 0.0
+        spent[start] += amount
+
+    def overlapping(self, start: int, seconds: int) -> float:
+        """The sum over windows that overlap ``[start, start + seconds)``."""
+        end, total = start + seconds, 0.0
+        for length, (starts, spent) in self._by_length.items():
+            # A window [s, s + length) overlaps iff start - length < s < end.
+            first = bisect.bisect_right(starts, start - length)
+            for s in starts[first : bisect.bisect_left(starts, end)]:
+                total += spent[s]
+        return total
+
+
 class DeviceStore:
     """The SQLite state. Not thread-safe by itself: the caller serializes access (one
     connection, the reporter's lock). Several processes may share a state_dir: every
@@ -239,8 +271,8 @@ class DeviceStore:
         self._closed = False
         self._version: int | None = None
         self._rows = 0
-        # key -> {(window seconds, window start): epsilon spent}
-        self._ledger: dict[str, dict[tuple[int, int], float]] = {}
+        # key (a metric, the total, or their delta_key) -> what it spent per window
+        self._ledger: dict[str, LedgerWindows] = {}
         self._memo: dict[bytes, set[int]] = {}  # tag -> the buckets it was queued for
         self._high_water = 0  # the latest time the ledger has seen (unix seconds)
         self._lost: StateLoss | None = None
@@ -327,27 +359,30 @@ class DeviceStore:
         self._rows = int(
             db.execute("SELECT count(*) FROM reports WHERE report IS NOT NULL").fetchone()[0]
         )
-        ledger: dict[str, dict[tuple[int, int], float]] = {}
+        ledger: dict[str, LedgerWindows] = {}
         for metric, seconds, start, spent in db.execute(
             "SELECT metric, budget_seconds, window_start, sum(epsilon) FROM reports "
             "WHERE epsilon > 0 GROUP BY metric, budget_seconds, window_start"
         ):
-            ledger.setdefault(metric, {})[(int(seconds), int(start))] = float(spent)
+            ledger.setdefault(metric, LedgerWindows()).add(int(seconds), int(start), float(spent))
         for seconds, start, spent in db.execute(
             "SELECT total_seconds, total_start, sum(epsilon) FROM reports "
             "WHERE epsilon > 0 GROUP BY total_seconds, total_start"
         ):
-            ledger.setdefault(TOTAL_KEY, {})[(int(seconds), int(start))] = float(spent)
+            windows = ledger.setdefault(TOTAL_KEY, LedgerWindows())
+            windows.add(int(seconds), int(start), float(spent))
         for metric, seconds, start, spent in db.execute(
             "SELECT metric, budget_seconds, window_start, sum(delta) FROM reports "
             "WHERE delta > 0 GROUP BY metric, budget_seconds, window_start"
         ):
-            ledger.setdefault(delta_key(metric), {})[(int(seconds), int(start))] = float(spent)
+            windows = ledger.setdefault(delta_key(metric), LedgerWindows())
+            windows.add(int(seconds), int(start), float(spent))
         for seconds, start, spent in db.execute(
             "SELECT total_seconds, total_start, sum(delta) FROM reports "
             "WHERE delta > 0 GROUP BY total_seconds, total_start"
         ):
-            ledger.setdefault(delta_key(TOTAL_KEY), {})[(int(seconds), int(start))] = float(spent)
+            windows = ledger.setdefault(delta_key(TOTAL_KEY), LedgerWindows())
+            windows.add(int(seconds), int(start), float(spent))
         self._ledger = ledger
         memo: dict[bytes, set[int]] = {}
         for tag, bucket in db.execute(
@@ -430,12 +465,8 @@ class DeviceStore:
         ``window_start``: spending recorded under another period length (the definition
         changed, day to week say) counts wherever it overlaps."""
         self._fresh()
-        end = window_start + seconds
-        return sum(
-            epsilon
-            for (length, start), epsilon in self._ledger.get(key, {}).items()
-            if start < end and window_start < start + length
-        )
+        windows = self._ledger.get(key)
+        return windows.overlapping(window_start, seconds) if windows is not None else 0.0
 
     def memo_buckets(self, tag: bytes) -> set[int] | None:
         """The buckets a report with this memo tag was queued for, or None if none."""
@@ -516,8 +547,7 @@ class DeviceStore:
                 (metric, (budget_seconds, window_start)),
                 (TOTAL_KEY, (total_seconds, total_start)),
             ):
-                windows = self._ledger.setdefault(wrap(key), {})
-                windows[window] = windows.get(window, 0.0) + amount
+                self._ledger.setdefault(wrap(key), LedgerWindows()).add(*window, amount)
         if tag is not None:
             self._memo.setdefault(tag, set()).add(bucket)
 

@@ -37,6 +37,7 @@ TAIL_CAP = 48.0
 """A report is valid if it lies within ``TAIL_CAP / lambda`` grid steps of the grid
 (lambda = epsilon / D): genuine noise goes further with probability ``2 e^-48 < 1e-20``,
 and the device clamps it there anyway (post-processing)."""
+_JOINT_DIGIT_WORDS = 1 << 16  # up to this many digit words, drawn in one call
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,9 +122,19 @@ class LocalLaplace(GridMechanism):
     # --- sampling ----------------------------------------------------------------------
     def _geometric(self, rng: np.random.Generator, n: int) -> IntArray:
         """n draws of G with ``Pr[G = g] = (1 - a) a^g``, g = 0, 1, ... (see class doc)."""
-        g = np.zeros(n, dtype=np.int64)
-        for j, threshold in enumerate(self.digit_thresholds):
-            g |= (uniform_u64(rng, n) < np.uint64(threshold)).astype(np.int64) << j
+        digits = len(self.digit_thresholds)
+        if digits * n <= _JOINT_DIGIT_WORDS:
+            # Few draws (a device's report): every digit's words in one call, the same
+            # words in the same order as the loop below (digit j reads words j n .. j n + n
+            # - 1); about 17 numpy calls fewer per report.
+            words = uniform_u64(rng, digits * n).reshape(digits, n)
+            below = words < np.array(self.digit_thresholds, dtype=np.uint64)[:, None]
+            shifted = below.astype(np.int64) << np.arange(digits, dtype=np.int64)[:, None]
+            g: IntArray = shifted.sum(axis=0, dtype=np.int64)
+        else:
+            g = np.zeros(n, dtype=np.int64)
+            for j, threshold in enumerate(self.digit_thresholds):
+                g |= (uniform_u64(rng, n) < np.uint64(threshold)).astype(np.int64) << j
         block = np.int64(1) << len(self.digit_thresholds)
         active = np.arange(n)
         while active.size:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ldpkit.client.storage import DATABASE_FILE, SCHEMA_VERSION, TOTAL_KEY, DeviceStore, delta_key
@@ -63,3 +64,51 @@ def test_a_schema_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / DATABASE_FILE)
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     db.close()
+
+
+def test_spent_sums_every_overlapping_window_of_every_length(tmp_path: Path) -> None:
+    """Spending under several period lengths (a definition changed, hour to day to week),
+    at arbitrary starts: ``spent`` is the sum over the windows that overlap the asked one,
+    in memory as added and as read back from the database, against a plain scan."""
+    rng = np.random.default_rng(5)
+    store = DeviceStore(tmp_path, durable_reports=True, known_device=False)
+    windows: list[tuple[int, int, float]] = []
+    with store.transaction():
+        for i in range(600):
+            length = int(rng.choice([3600, 86400, 7 * 86400]))
+            start = int(rng.integers(0, 60 * 86400))
+            epsilon = float(rng.choice([0.25, 0.5, 1.0]))
+            windows.append((length, start, epsilon))
+            store.add_report(
+                i.to_bytes(16, "little"),
+                "spend",
+                "0" * 16,
+                0,
+                b"r",
+                tag=None,
+                epsilon=epsilon,
+                budget_seconds=length,
+                window_start=start,
+                total_seconds=length,
+                total_start=start,
+                delta=0.0,
+            )
+
+    def scan(seconds: int, start: int) -> float:
+        end = start + seconds
+        return sum(e for length, s, e in windows if s < end and start < s + length)
+
+    lengths = rng.choice([3600, 86400, 7 * 86400], size=200)
+    starts = rng.integers(-86400, 62 * 86400, 200)
+    asked = [(int(n), int(s)) for n, s in zip(lengths, starts, strict=True)]
+    # and windows meeting the stored ones edge to edge
+    asked += [(3600, s + length) for length, s, _ in windows[:50]]
+    asked += [(86400, s - 86400) for _, s, _ in windows[:50]]
+    for seconds, start in asked:
+        assert store.spent("spend", seconds, start) == pytest.approx(scan(seconds, start))
+    store.close()
+    again = DeviceStore(tmp_path, durable_reports=True, known_device=True)
+    for seconds, start in asked:
+        assert again.spent(TOTAL_KEY, seconds, start) == pytest.approx(scan(seconds, start))
+    assert again.spent("spend", 3600, -7200) == 0.0  # (ends before every window)
+    again.close()

@@ -317,6 +317,24 @@ def test_laplace_geometric_sampler_goodness_of_fit(epsilon: float) -> None:
     assert abs(g.mean() - a / (1 - a)) < 5 * math.sqrt(a) / (1 - a) / math.sqrt(n)
 
 
+@pytest.mark.parametrize("epsilon", [0.01, 1.0, 50.0])
+def test_laplace_geometric_draws_its_digits_jointly_or_in_turn_alike(
+    epsilon: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small draws (a device's report) read every digit's words in one call; large ones,
+    one call per digit: the same words in the same order, so the same draws."""
+    from ldpkit.mechanisms import laplace
+
+    m = make("laplace", epsilon)
+    assert isinstance(m, LocalLaplace)
+    for n in (1, 7, 1000):
+        joint = m._geometric(np.random.default_rng(n), n)
+        monkeypatch.setattr(laplace, "_JOINT_DIGIT_WORDS", 0)
+        in_turn = m._geometric(np.random.default_rng(n), n)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(joint, in_turn)
+
+
 def test_laplace_outputs_do_not_leak_through_floating_point() -> None:
     m = make("laplace", 1.0)
     assert isinstance(m, LocalLaplace)
