@@ -412,9 +412,9 @@ def _categorical_tests(
         z2 = (ones - n / 2.0) ** 2 / (n / 4.0)
         out.append(("hash key bits", float(z2.sum()), 128, "each of the 128 bits of (a, b) fair"))
         return out
+    # SUE, OUE and SS alike: bit x set w.p. p, every other w.p. q (SS's exactly-k bits are
+    # checked with the reports' validity, by check_reports).
     bits = unpack_rows(reports.reshape(len(reports), -1), m.domain_size)
-    if name == "ss":
-        return _bit_tests(m, bits, x, m.p, m.q)
     return _bit_tests(m, bits, x, m.p, m.q)
 
 

@@ -132,8 +132,15 @@ class KindSpec:
         return data
 
     def fields(self, definition: MetricDefinition, estimate: Any, q: Question) -> dict[str, Any]:
-        """The answer's fields from ``estimate`` (its result object's ``to_dict``)."""
-        raise NotImplementedError
+        """The answer's fields from ``estimate`` (its result object's ``to_dict``).
+
+        Categorical and numeric metrics have none here: the collector answers them on its
+        own fast path, and ``definition.mechanism_instance.estimate(aggregate)`` gives
+        their result object (``.ci``, ``.to_dict``)."""
+        raise ParameterError(
+            f"{self.name} metrics are answered by the collector's estimate path; "
+            "definition.mechanism_instance.estimate(aggregate) gives their result object"
+        )
 
     def answer_items(self, definition: MetricDefinition, options: Mapping[str, Any]) -> int:
         return 1

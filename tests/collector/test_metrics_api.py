@@ -49,9 +49,10 @@ async def test_list_serves_config_definitions(client: TestClient) -> None:
 
 
 async def test_client_parses_the_listing(client: TestClient) -> None:
-    core = pytest.importorskip("ldpkit.client.protocol")
+    from ldpkit.client.protocol import parse_definitions
+
     resp = await client.get("/v1/metrics", headers=auth("ingest"))
-    parsed, warnings = core.parse_definitions(await resp.read())
+    parsed, warnings = parse_definitions(await resp.read())
     assert warnings == []
     assert {name: d.fingerprint for name, d in parsed.items()} == {
         name: definition(name).fingerprint for name in METRICS

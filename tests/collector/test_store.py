@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import sqlite3
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -171,11 +171,16 @@ async def test_durability_settings(tmp_path: Path) -> None:
         await store.close()
 
 
-def test_open_store_picks_the_backend(tmp_path: Path) -> None:
+def test_open_store_picks_the_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(open_store(str(tmp_path / "x.db")), SQLiteStore)
-    if importlib.util.find_spec("ldpkit.collector.postgres_store") is None:
-        with pytest.raises(ConfigError, match="PostgreSQL"):
-            open_store("postgresql://user@localhost/db")
+    from ldpkit.collector.postgres_store import PostgresStore
+
+    store = open_store("postgresql://user@localhost/db")  # (opens nothing yet)
+    assert isinstance(store, PostgresStore)
+    # Without the PostgreSQL extra (psycopg missing): a clear error naming it, not a trace.
+    monkeypatch.setitem(sys.modules, "ldpkit.collector.postgres_store", None)
+    with pytest.raises(ConfigError, match="PostgreSQL store is not available"):
+        open_store("postgresql://user@localhost/db")
 
 
 # --- compact partial sums ------------------------------------------------------------------

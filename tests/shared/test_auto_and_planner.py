@@ -3,7 +3,6 @@ figures hold in simulation."""
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import numpy as np
@@ -12,7 +11,6 @@ import pytest
 
 import ldpkit
 from ldpkit.mechanisms import (
-    _REGISTRY,
     AUTO_VARIANCE_TOLERANCE,
     CATEGORICAL,
     NUMERIC,
@@ -23,16 +21,6 @@ from ldpkit.planner import Plan
 from tests.stats import run_campaigns
 
 BOUNDS = (0.0, 10.0)
-
-
-def require_categorical() -> None:
-    """Skip when another engineer's categorical module is not written yet."""
-    for name in CATEGORICAL:
-        module = _REGISTRY[name][0]
-        try:
-            importlib.import_module(f"ldpkit.mechanisms.{module}")
-        except ModuleNotFoundError:
-            pytest.skip(f"categorical mechanism module {module!r} is not available yet")
 
 
 def preferred_minimum(choice: ldpkit.Choice) -> str:
@@ -85,7 +73,6 @@ def test_auto_numeric_at_epsilon_4() -> None:
     [(2, 1.0), (4, 4.0), (4, 0.5), (8, 1.0), (64, 1.0), (1024, 1.0), (1024, 4.0), (5000, 0.5)],
 )
 def test_auto_categorical_picks_the_smallest_variance(domain_size: int, epsilon: float) -> None:
-    require_categorical()
     choice = ldpkit.choose(epsilon=epsilon, domain_size=domain_size)
     assert tuple(choice.variances) == CATEGORICAL
     for name, var in choice.variances.items():
@@ -99,7 +86,6 @@ def test_auto_categorical_picks_the_smallest_variance(domain_size: int, epsilon:
 
 
 def test_auto_categorical_regimes() -> None:
-    require_categorical()
     # Small domain, large epsilon: direct randomized response wins. Subset selection
     # then picks k = 1 and is the same mechanism; its packed report is smaller at d = 4
     # (1 byte against 4) and larger at d = 64 (8 against 4).
@@ -158,7 +144,6 @@ def check_planned(widths: npt.NDArray[np.float64], plan: Plan) -> None:
 def test_plan_is_the_mean_half_width_of_real_intervals(
     name: str, epsilon: float, d: int, frequency: float, users: int
 ) -> None:
-    require_categorical()
     plan = ldpkit.plan(name, n=users, epsilon=epsilon, domain_size=d, frequency=frequency)
     m = ldpkit.mechanism(name, epsilon=epsilon, domain_size=d)
     assert plan.mechanism == m.name and plan.frequency == frequency

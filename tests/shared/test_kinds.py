@@ -247,3 +247,22 @@ def test_strings_answer_small_campaigns(n: int) -> None:
     answer = d.kind_spec.answer(d, m.aggregate(m.perturb(values, rng=rng)), Question())
     assert answer["n"] == n and 0.0 < answer["threshold"] <= 1.0
     assert all(item["category"] in words for item in answer["items"])
+
+
+@pytest.mark.parametrize(
+    "definition",
+    [
+        {"kind": "categorical", "categories": ["a", "b", "c"], "epsilon": 1.0},
+        {"kind": "numeric", "bounds": [0.0, 1.0], "epsilon": 1.0},
+    ],
+)
+def test_kinds_answered_by_the_collector_say_so(definition: dict[str, Any]) -> None:
+    """Categorical and numeric metrics keep the collector's own answer path: asking their
+    kind for an answer is a clear ParameterError naming where the estimate is, not a bare
+    NotImplementedError."""
+    d = MetricDefinition.from_dict("m", definition)
+    m = d.mechanism_instance
+    aggregate = m.aggregate(m.perturb([0, 1] if d.kind_spec.name == "categorical" else [0.5]))
+    with pytest.raises(ParameterError, match=r"mechanism_instance\.estimate"):
+        d.kind_spec.answer(d, aggregate, Question())
+    assert m.estimate(aggregate).n >= 1  # (which works)

@@ -161,9 +161,8 @@ def test_intervals_hold_where_they_are_hardest(
     m = build(name, epsilon=epsilon)
     result = campaigns(m, counts, 1000, seed=31)
     coverage = result.covered.mean(axis=0)
+    # Every cell, the empty one (ZERO_CELL, Large / non-USA: nobody) included.
     assert np.all(coverage >= 0.93), coverage
-    if hasattr(m, "table"):
-        assert coverage[ZERO_CELL] >= 0.93  # Large / non-USA: nobody, n of them reported
     assert result.worst_violation <= VIOLATION
 
 

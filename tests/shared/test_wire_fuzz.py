@@ -336,8 +336,18 @@ def test_version_must_be_the_integer_1() -> None:
     assert check(pack({"blocks": []})) is None
 
 
-def test_zz_count_inputs(capsys: pytest.CaptureFixture[str]) -> None:
-    """Last in the module: how many inputs the decoder was given (run with -s to see)."""
+def test_zz_count_inputs(
+    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Last in the module: how many inputs the decoder was given (run with -s to see), at
+    least 100 for each property test of the module that ran (each asks for 200 or more
+    examples): fewer means hypothesis's settings no longer fuzz."""
     with capsys.disabled():
         print(f"\nwire fuzz: {TRIED:,} inputs given to decode_batch")
-    assert TRIED >= 0
+    fuzzers = [
+        item
+        for item in request.session.items
+        if getattr(item, "module", None) is request.module
+        and hasattr(getattr(item, "obj", None), "hypothesis")
+    ]
+    assert 100 * len(fuzzers) <= TRIED, (TRIED, len(fuzzers))
