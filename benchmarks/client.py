@@ -26,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -109,7 +110,7 @@ def run_latency(n: int) -> list[dict[str, object]]:
     print(f"{'mechanism':<16}{'p50':>9}{'p99':>9}{'perturb':>9}{'client':>9}")
     for label, definition, value in cases:
         fig = latency(definition, value, n)
-        flag = "" if fig["p50_us"] < TARGET_P50_US else "   over target"
+        flag = "" if fig["p50_us"] < TARGET_P50_US else "   ! over target"
         print(
             f"{label:<16}{fig['p50_us']:>9.1f}{fig['p99_us']:>9.1f}{fig['perturb_p50_us']:>9.1f}"
             f"{fig['p50_us'] - fig['perturb_p50_us']:>9.1f}{flag}",
@@ -212,7 +213,7 @@ def run_delivery(total: int, batch_size: int) -> dict[str, object] | None:
             proc.wait(10)
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=3000, help="reports per latency case")
     parser.add_argument("--delivery-reports", type=int, default=100_000)
@@ -221,12 +222,17 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     out: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
-    out["latency"] = run_latency(args.n)
+    latency = run_latency(args.n)
+    out["latency"] = latency
     if not args.no_delivery:
         out["delivery"] = run_delivery(args.delivery_reports, args.batch_size)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
+    slow = [str(row["case"]) for row in latency if cast(float, row["p50_us"]) >= TARGET_P50_US]
+    if slow:
+        print(f"\n! report() p50 at or over {TARGET_P50_US:g} us: {', '.join(slow)}")
+    return 1 if slow else 0  # a missed target fails the run
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -571,10 +571,10 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     every = rows + real_rows
+    failed = [r for r in every if flag(r) != "ok"]
     if every:
-        failed = [r for r in every if flag(r) != "ok"]
         print(f"\n{len(every) - len(failed)} of {len(every)} rows meet every target")
-    return 0
+    return 1 if failed else 0  # a missed target fails the run
 
 
 if __name__ == "__main__":
