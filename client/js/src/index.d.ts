@@ -87,6 +87,12 @@ export interface ReporterOptions {
   clock?: () => number;
   /** The same value in the same budget window gives the same report, spending nothing more (default true). */
   memoize?: boolean;
+  /**
+   * Fills a typed array with random bytes, in place (default: `crypto.getRandomValues`).
+   * It draws the device secret and un-memoized reports; batch ids always come from the
+   * platform CSPRNG. Only tests and simulations pass a seeded one.
+   */
+  random?: (bytes: Uint8Array | Uint32Array) => unknown;
   /** Epsilon all metrics together may spend per `totalPeriod` (default: no total budget). */
   totalBudget?: number | null;
   totalPeriod?: Period;

@@ -4,7 +4,7 @@
 
 import { DefinitionError, PERIODS, encodeValue, prepare } from "./definitions.js";
 import { ChaChaWords } from "./chacha.js";
-import { CryptoWords } from "./sampling.js";
+import { CryptoWords, cryptoRandom } from "./sampling.js";
 import { defaultStore } from "./store.js";
 import { CONTENT_TYPE, ID_SIZE, encodeSealedBatch, fromHex, toHex } from "./wire.js";
 
@@ -82,12 +82,13 @@ async function hmac(key, message) {
 export class Reporter {
   constructor(url, options = {}) {
     if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`the collector URL must be http(s)://..., got ${String(url)}`);
-    const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000, flushEveryMs = null } = options;
+    const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000, flushEveryMs = null, random = cryptoRandom } = options;
     if (flushEveryMs !== null && !(Number.isSafeInteger(flushEveryMs) && flushEveryMs >= 100)) throw new TypeError("flushEveryMs must be null or an integer >= 100");
     if (typeof token !== "string" || !token) throw new TypeError("token (the collector's ingest token) is required");
     if (!globalThis.crypto?.subtle || !globalThis.crypto.getRandomValues) {
       throw new LdpkitError("ldpkit needs WebCrypto (crypto.subtle): serve the page over https (or from localhost)");
     }
+    if (typeof random !== "function") throw new TypeError("random must be a function that fills a typed array with random bytes");
     if (totalBudget !== null && !(totalBudget > 0)) throw new TypeError("totalBudget must be a positive number or null");
     if (!(totalPeriod in PERIODS)) throw new TypeError(`totalPeriod must be one of ${Object.keys(PERIODS).join(", ")}`);
     for (const [name, value] of Object.entries({ batchSize, maxOutbox, timeoutMs, retries: retries + 1, backoffMs, maxBackoffMs })) {
@@ -99,6 +100,7 @@ export class Reporter {
     this.fetch = fetch ?? globalThis.fetch.bind(globalThis);
     this.clock = clock ?? (() => Date.now() / 1000);
     this.memoize = memoize;
+    this.random = random; // the device secret and un-memoized reports (never batch ids)
     this.totalBudget = totalBudget;
     this.totalSeconds = PERIODS[totalPeriod];
     this.settings = { batchSize, maxOutbox, timeoutMs, retries, backoffMs, maxBackoffMs, maxRetryAfterMs };
@@ -133,7 +135,9 @@ export class Reporter {
     if (this.state) return;
     const state = await this.store.load();
     if (!state.secret) {
-      state.secret = toHex(globalThis.crypto.getRandomValues(new Uint8Array(32)));
+      const secret = new Uint8Array(32);
+      this.random(secret);
+      state.secret = toHex(secret);
       await this.store.save(state);
     }
     this.secretKey = await hmacKey(state.secret); // imported once: HMACs per report are cheap
@@ -233,7 +237,7 @@ export class Reporter {
   }
 
   sample(def, input, key) {
-    return def.sample(input, key ? new ChaChaWords(key) : new CryptoWords(64));
+    return def.sample(input, key ? new ChaChaWords(key) : new CryptoWords(64, this.random));
   }
 
   /**

@@ -13,15 +13,19 @@ export const MECHANISMS = Object.freeze([
 export const VIEW_MECHANISMS = new Set(["rollup", "levels", "joint", "joint_marginals"]);
 export const CATEGORICAL = new Set(["grr", "rr", "sue", "oue", "olh", "ss", "hr"]);
 
-/** Words from the platform CSPRNG (crypto.getRandomValues), buffered. */
+/** The platform CSPRNG: fills `bytes` (a typed array) in place. */
+export const cryptoRandom = (bytes) => globalThis.crypto.getRandomValues(bytes);
+
+/** Words from a random source (default: the platform CSPRNG), buffered. */
 export class CryptoWords {
-  constructor(size = 1024) {
+  constructor(size = 1024, random = cryptoRandom) {
     this.buffer = new Uint32Array(size);
     this.pos = size;
+    this.random = random;
   }
   word() {
     if (this.pos >= this.buffer.length) {
-      globalThis.crypto.getRandomValues(this.buffer);
+      this.random(this.buffer);
       this.pos = 0;
     }
     return this.buffer[this.pos++];
