@@ -47,7 +47,7 @@ from .errors import ParameterError, ProtocolError
 from .mechanisms import Mechanism
 from .mechanisms._bits import unpack_rows
 from .metrics import MetricDefinition, MetricKind
-from .randomness import os_generator, resolve_rng
+from .randomness import KEY_SIZE, KeyedGenerator, os_generator, resolve_rng
 
 PLAN_FORMAT = 1
 DEFAULT_REPORTS = 4000
@@ -216,11 +216,16 @@ def respond(
     used instead of the mechanism's own sampler. By default each metric's values are
     perturbed in one vectorised call under ``rng`` (``Reporter.simulate``'s path);
     ``one_at_a_time=True`` makes every report as ``Reporter.report`` does, alone under a
-    generator of its own keyed from the OS CSPRNG (the samplers' single-report paths;
-    about 100 µs a report).
+    generator of its own keyed from the OS CSPRNG, or from ``rng``'s bytes when given (the
+    samplers' single-report paths; about 100 µs a report).
     """
     plan = _load_plan(plan_path)
+    seeded = rng is not None
     generator = resolve_rng(rng)
+
+    def one_key() -> np.random.Generator:  # a report's own generator
+        return KeyedGenerator(generator.bytes(KEY_SIZE)) if seeded else os_generator()
+
     overrides = dict(perturb_override or {})
     blocks = []
     for name, definition in plan.definitions.items():
@@ -239,10 +244,7 @@ def respond(
             reports = fn(m, array, generator)
         elif one_at_a_time:
             reports = np.concatenate(
-                [
-                    np.atleast_1d(m.perturb(array[i : i + 1], os_generator()))
-                    for i in range(len(array))
-                ]
+                [np.atleast_1d(m.perturb(array[i : i + 1], one_key())) for i in range(len(array))]
             )
         else:
             reports = m.perturb(array, generator)

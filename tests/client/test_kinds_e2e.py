@@ -258,7 +258,7 @@ def test_hierarchy_every_level_matches_the_truth_and_adds_up(
 # --- tables (issue 16) ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cars(live: LiveCollector, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
-    """The seed's Cars93 table scaled by SCALE (3,720 cars), delivered."""
+    """The seed's Cars93 table, 5 x SCALE users a car (18,600), and one real report, delivered."""
     values = [
         {"type": t, "origin": origin}
         for t, counts in CARS93.items()

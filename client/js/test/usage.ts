@@ -17,3 +17,8 @@ export async function example(token: string): Promise<FlushResult> {
   await r.close();
   return result;
 }
+
+// A simulation's devices: seeded randomness (tests only; a device uses the platform CSPRNG).
+export function simulated(token: string, fill: (bytes: Uint8Array | Uint32Array) => void): Reporter {
+  return new Reporter("https://collector.example", { token, memoize: false, random: fill });
+}
