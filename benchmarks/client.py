@@ -30,6 +30,10 @@ from typing import cast
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _host import yardstick
+
 from ldpkit.client import MetricDefinition, Reporter
 from ldpkit.client.codec import keyed_generator
 from ldpkit.mechanisms import CATEGORICAL, NUMERIC
@@ -107,6 +111,7 @@ def run_latency(n: int) -> list[dict[str, object]]:
         f"report() latency, {n} fresh reports each, microseconds (target p50 < {TARGET_P50_US:g});"
     )
     print("'perturb' is the mechanism's own perturb() of one value, 'client' the rest (p50s)")
+    print(yardstick())
     print(f"{'mechanism':<16}{'p50':>9}{'p99':>9}{'perturb':>9}{'client':>9}")
     for label, definition, value in cases:
         fig = latency(definition, value, n)

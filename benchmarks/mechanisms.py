@@ -55,6 +55,7 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +64,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _host import ns_per_word, yardstick
 
 import ldpkit
 from ldpkit.mechanisms import CATEGORICAL, NUMERIC, FrequencyOracle, NumericMechanism
@@ -111,17 +116,6 @@ class Row:
 def generator(seed: int) -> np.random.Generator:
     """The production generator (:class:`KeyedGenerator`), with a fixed key."""
     return KeyedGenerator(seed.to_bytes(KEY_SIZE, "little"))
-
-
-def ns_per_word(draw: Callable[[int], Any], words: int = 1 << 20, runs: int = 5) -> float:
-    """CPU ns per raw word of ``draw(count)``: median of runs, after one warm-up call."""
-    draw(1024)
-    times = []
-    for _ in range(runs):
-        start = time.process_time()
-        draw(words)
-        times.append(time.process_time() - start)
-    return statistics.median(times) / words * 1e9
 
 
 def word_sources(words: int, runs: int) -> None:
@@ -217,11 +211,7 @@ def bench_bitmap_table(names: list[str], n: int, runs: int, domains: tuple[int, 
         f"\nperturb alone (reports/s, median of {runs}); target at d = {target_d}: "
         f">= {target_rate:,.0f}/s by wall clock"
     )
-    print(
-        "host yardstick: an AES keystream word costs "
-        f"{ns_per_word(KeystreamWords(bytes(16))):.2f} ns of CPU now "
-        "(about 1.0 on the reference machine when quiet)"
-    )
+    print(yardstick())
     header = f"{'mechanism':<10} {'eps':>4} {'d':>6} {'n':>9} {'wall':>12} {'CPU':>12}  target"
     print(header)
     print("-" * len(header))
