@@ -53,17 +53,6 @@ mechanism = "hybrid"
 SCRIPT = """
 async ([url, token, devices]) => {
   const ldp = await import("/ldpkit-js/index.js");
-  const { ChaChaWords } = await import("/ldpkit-js/chacha.js");
-  const seeded = (seed) => {  // the ChaCha20 keystream under a key holding `seed`
-    const key = new Uint8Array(32);
-    new DataView(key.buffer).setUint32(0, seed, true);
-    const words = new ChaChaWords(key);
-    return (bytes) => {
-      const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-      for (let i = 0; i < bytes.byteLength; i += 4) view.setUint32(i, words.word(), true);
-      return bytes;
-    };
-  };
   // One device: the default store (IndexedDB), WebCrypto, fetch.
   const r = new ldp.Reporter(url, { token });
   const receipt = await r.report("theme", "dark");
@@ -75,7 +64,7 @@ async ([url, token, devices]) => {
   let sum = 0;
   for (let i = 0; i < devices; i++) {
     const store = new ldp.MemoryStore({ definitions });
-    const d = new ldp.Reporter(url, { token, store, memoize: false, random: seeded(i) });
+    const d = new ldp.Reporter(url, { token, store, memoize: false, random: ldp.seededRandom(i) });
     const theme = i % 5 < 3 ? "dark" : i % 5 === 3 ? "light" : "système";
     if (theme === "dark") truth++;
     await d.report("theme", theme);

@@ -51,3 +51,26 @@ export class ChaChaWords {
     return this.block[this.pos++];
   }
 }
+
+/**
+ * A seeded random source for the reporter's `random` option (tests and simulations, never
+ * a real device): fills a typed array of whole 32-bit words in place from the ChaCha20
+ * keystream under a 32-byte key, or under the key holding `seed` (an integer below 2^32)
+ * in its first four bytes.
+ */
+export function seededRandom(seed) {
+  let key = seed;
+  if (Number.isInteger(seed) && seed >= 0 && seed < 4294967296) {
+    key = new Uint8Array(32);
+    new DataView(key.buffer).setUint32(0, seed, true);
+  } else if (!(seed instanceof Uint8Array) || seed.length !== 32) {
+    throw new TypeError("seededRandom takes an integer in [0, 2^32) or a 32-byte key");
+  }
+  const words = new ChaChaWords(key);
+  return (bytes) => {
+    if (bytes.byteLength % 4) throw new RangeError("seededRandom fills whole 32-bit words");
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    for (let i = 0; i < bytes.byteLength; i += 4) view.setUint32(i, words.word(), true);
+    return bytes;
+  };
+}

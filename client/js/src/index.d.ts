@@ -200,6 +200,8 @@ export declare class ListWords implements Words {
 /** The report bytes for a mechanism input (a category index or a clipped number). */
 export declare function sampler(definition: Definition): (input: number | Uint8Array, words: Words) => Uint8Array;
 export declare function olhBucket(v: number, a: bigint, b: bigint, g: number): number;
+/** A seeded `random` for tests and simulations: the ChaCha20 keystream under a 32-byte key or an integer seed. */
+export declare function seededRandom(seed: number | Uint8Array): (bytes: Uint8Array | Uint32Array) => Uint8Array | Uint32Array;
 export declare function checkDerived(definition: Definition): void;
 export declare function prepare(raw: unknown): Promise<Definition & { sample: (input: number | Uint8Array, words: Words) => Uint8Array }>;
 export declare function encodeValue(definition: Definition, value: Value): { input: number | Uint8Array; clipped: boolean };

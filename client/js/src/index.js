@@ -5,3 +5,4 @@ export { CryptoWords, ListWords, MECHANISMS, olhBucket, sampler } from "./sampli
 export { canonicalParameters, fingerprint } from "./canonical.js";
 export { CONTENT_TYPE, encodeSealedBatch } from "./wire.js";
 export { FileStore, IndexedDBStore, MemoryStore } from "./store.js";
+export { seededRandom } from "./chacha.js";

@@ -7,8 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { encodeValue, prepare } from "../src/definitions.js";
-import { ChaChaWords } from "../src/chacha.js";
-import { MECHANISMS, sampler } from "../src/sampling.js";
+import { seededRandom } from "../src/chacha.js";
+import { CryptoWords, MECHANISMS, sampler } from "../src/sampling.js";
 import { encodeSealedBatch, ID_SIZE } from "../src/wire.js";
 import { ldpkit } from "./python.js";
 
@@ -17,11 +17,7 @@ const planPath = join(dir, "plan.json");
 
 // Seeded words (a ChaCha20 keystream): at the kit's alpha of 1e-4 a correct client fails
 // one check in 10,000, so each batch here is fixed and so is its verdict.
-function seededWords(seed) {
-  const key = new Uint8Array(32);
-  new DataView(key.buffer).setUint32(0, seed, true);
-  return new ChaChaWords(key);
-}
+const seededWords = (seed) => new CryptoWords(1024, seededRandom(seed));
 
 /** A uniform double in [0, 1) from two words. */
 const uniform = (words) => (words.word() * 2097152 + (words.word() >>> 11)) / 2 ** 53;

@@ -6,8 +6,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { BudgetExceeded, MemoryStore, Reporter, UnknownMetric } from "../src/index.js";
-import { ChaChaWords } from "../src/chacha.js";
+import { BudgetExceeded, MemoryStore, Reporter, UnknownMetric, seededRandom } from "../src/index.js";
 import { INGEST, startCollector } from "./collector.js";
 
 const THEMES = ["light", "dark", "système"];
@@ -18,18 +17,6 @@ const DEVICES = 1500;
 // give the same verdict each time (unseeded, a correct run would fail about once in 125).
 const LEVEL = "level=0.999";
 
-/** A seeded random source: the ChaCha20 keystream under a key holding `seed`. */
-function seeded(seed) {
-  const key = new Uint8Array(32);
-  new DataView(key.buffer).setUint32(0, seed, true);
-  const words = new ChaChaWords(key);
-  return (bytes) => {
-    // The reporter asks for whole words (a 32-byte secret, Uint32Array buffers).
-    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    for (let i = 0; i < bytes.byteLength; i += 4) view.setUint32(i, words.word(), true);
-    return bytes;
-  };
-}
 let collector;
 
 before(async () => {
@@ -81,7 +68,7 @@ test("devices report through a real collector and the estimates cover the truth"
   let pages = 0;
   for (let i = 0; i < DEVICES; i++) {
     const store = new MemoryStore({ definitions });
-    const device = new Reporter(collector.url, { token: INGEST, store, memoize: false, random: seeded(i) });
+    const device = new Reporter(collector.url, { token: INGEST, store, memoize: false, random: seededRandom(i) });
     const theme = THEMES[i < TRUTH[0] * DEVICES ? 0 : i < (TRUTH[0] + TRUTH[1]) * DEVICES ? 1 : 2];
     await device.report("theme", theme);
     const page = i % 4 === 0 ? "p7" : `p${i % 40}`;
@@ -234,6 +221,9 @@ test("a sealed batch is sent again byte for byte and counted once when an answer
 
 test("a seeded random source repeats its reports; batch ids still come from the CSPRNG", async () => {
   assert.throws(() => new Reporter(collector.url, { token: INGEST, random: 7 }), /random must be a function/);
+  assert.throws(() => seededRandom(-1), TypeError);
+  assert.throws(() => seededRandom(new Uint8Array(16)), TypeError);
+  assert.throws(() => seededRandom(1)(new Uint8Array(3)), RangeError);
   const seen = [];
   const bodies = [];
   const recording = async (url, init) => {
@@ -242,7 +232,7 @@ test("a seeded random source repeats its reports; batch ids still come from the 
   };
   for (const memoize of [false, false, true, true]) {
     const store = new MemoryStore();
-    const r = new Reporter(collector.url, { token: INGEST, store, memoize, random: seeded(99), fetch: recording });
+    const r = new Reporter(collector.url, { token: INGEST, store, memoize, random: seededRandom(99), fetch: recording });
     await r.report("theme", "dark");
     await r.report("minutes", 12.5);
     await r.report("search", "météo");

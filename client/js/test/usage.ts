@@ -1,5 +1,5 @@
 // Type-checked by `npm test` (tsc --noEmit): the README's usage against the declarations.
-import { BudgetExceeded, Reporter, type FlushResult } from "../src/index.js";
+import { BudgetExceeded, Reporter, seededRandom, type FlushResult } from "../src/index.js";
 
 export async function example(token: string): Promise<FlushResult> {
   const r = new Reporter("https://collector.example", { token, stateDir: "./ldpkit-state" });
@@ -19,6 +19,6 @@ export async function example(token: string): Promise<FlushResult> {
 }
 
 // A simulation's devices: seeded randomness (tests only; a device uses the platform CSPRNG).
-export function simulated(token: string, fill: (bytes: Uint8Array | Uint32Array) => void): Reporter {
-  return new Reporter("https://collector.example", { token, memoize: false, random: fill });
+export function simulated(token: string, device: number): Reporter {
+  return new Reporter("https://collector.example", { token, memoize: false, random: seededRandom(device) });
 }
