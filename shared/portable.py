@@ -543,9 +543,11 @@ def _views(p: Mapping[str, Any], cell: int, w: Words) -> bytes:
     return bytes([k]) + body + bytes(int(p["payload"]) - len(body))
 
 
-def splitmix64(seed: int, count: int) -> list[int]:
+def splitmix64(seed: int, count: int, first: int = 0) -> list[int]:
+    """Outputs ``first .. first + count - 1`` of SplitMix64 from ``seed`` (output i alone
+    depends on i, so a row's words need not compute the rows before it)."""
     out = []
-    for i in range(count):
+    for i in range(first, first + count):
         z = (seed + (i + 1) * 0x9E3779B97F4A7C15) % TWO64
         z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % TWO64
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % TWO64
@@ -575,7 +577,7 @@ def _prefix_sketch(p: Mapping[str, Any], raw: bytes, w: Words) -> bytes:
     padded = cut + bytes(4 * nwords - len(cut))
     words = [int.from_bytes(padded[4 * i : 4 * i + 4], "little") for i in range(nwords)]
     start = at * (nwords + 1)
-    stream = splitmix64(int(p["seed"], 16), start + nwords + 1)[start:]
+    stream = splitmix64(int(p["seed"], 16), nwords + 1, start)
     acc = stream[0]
     for a, x in zip(stream[1:], words, strict=True):
         acc = (acc + a * x) % TWO64

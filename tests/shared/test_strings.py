@@ -118,6 +118,18 @@ def test_splitmix64_reference_values() -> None:
     ]
 
 
+def test_portable_splitmix64_from_any_output() -> None:
+    """The portable rules' SplitMix64 (Python integers) from output ``first`` on equals the
+    mechanism's (numpy) stream from the start, sliced."""
+    from ldpkit import portable
+
+    seed = 0x0123456789ABCDEF
+    full = [int(x) for x in splitmix64(seed, 40)]
+    assert portable.splitmix64(seed, 40) == full
+    assert portable.splitmix64(seed, 9, 31) == full[31:]
+    assert portable.splitmix64(seed, 0, 5) == []
+
+
 def test_hash_family_vector() -> None:
     """Protocol test vector: buckets of fixed keys under seed 0 (other clients check this)."""
     m = PrefixSketch(epsilon=1.0, max_length=3)  # g = 4, R = 64, R_E = 2048
