@@ -188,8 +188,9 @@ export declare class DefinitionError extends Error {}
 export interface Words {
   word(): number;
 }
+/** Words from a random source (default: the platform CSPRNG), `size` at a time. */
 export declare class CryptoWords implements Words {
-  constructor(size?: number);
+  constructor(size?: number, random?: (bytes: Uint32Array) => unknown);
   word(): number;
 }
 export declare class ListWords implements Words {
