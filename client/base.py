@@ -22,7 +22,7 @@ import numpy.typing as npt
 from ..errors import CollectorRejected, CollectorUnavailable, LdpkitError
 from ..http import NetworkError, Timeout
 from ..metrics import MetricDefinition, Period
-from .flush import Done, FlushRun, Send, background_failed
+from .flush import FlushPlan, background_failed
 from .policies import BackgroundSchedule, Clock, RetryPolicy, ShellSettings
 from .results import BudgetStatus, FlushResult, ReportReceipt
 from .state import DEFAULT_BATCH_SIZE, DEFAULT_MAX_OUTBOX, ReporterState
@@ -173,36 +173,13 @@ class ReporterBase(Generic[TransportT]):
         return result
 
     def _flushing(self, max_attempts: int | None) -> Steps[FlushResult]:
-        return (yield from self._delivering(self._begin(max_attempts, everything=False)))
+        found = yield from self._state.delivery(self._plan(max_attempts, everything=False))
+        return self._state.settle(found)
 
-    def _begin(self, max_attempts: int | None, *, everything: bool) -> FlushRun:
-        return self._state.begin_flush(
-            policy=self.retry,
-            batch_size=self.batch_size,
-            max_attempts=max_attempts,
-            everything=everything,
-        )
-
-    def _delivering(self, run: FlushRun) -> Steps[FlushResult]:
+    def _plan(self, max_attempts: int | None, *, everything: bool) -> FlushPlan:
+        attempts = max_attempts if max_attempts is not None else self.retry.max_attempts
         headers = self._settings.report_headers
-        while True:
-            action = yield Disk(run.next)
-            if isinstance(action, Done):
-                return action.result
-            if isinstance(action, Send):
-                try:
-                    answer = yield Request(
-                        "POST",
-                        "/v1/reports",
-                        action.batch.body,
-                        {**headers, "Content-Type": action.batch.content_type},
-                    )
-                except NetworkError as exc:
-                    run.failed(exc)
-                else:
-                    yield Disk(partial(run.answered, answer))
-            else:
-                yield action
+        return FlushPlan(self.retry, self.batch_size, attempts, everything, headers, self.url)
 
     def _last_delivery(self) -> Steps[None]:
         """At close: one attempt to deliver what is queued."""
@@ -240,11 +217,12 @@ class ReporterBase(Generic[TransportT]):
     def _background_pass(self, schedule: BackgroundSchedule) -> Steps[None]:
         """One flush; whatever it raises only sets when the next one starts (the outbox
         keeps everything: the background never dies)."""
-        run: FlushRun | None = None
+        retry_after: float | None = None
         try:
-            run = self._begin(1, everything=True)
-            yield from self._delivering(run)
+            found = yield from self._state.delivery(self._plan(1, everything=True))
+            retry_after = found.retry_after
+            self._state.settle(found)
         except Exception as exc:
-            background_failed(schedule, time.monotonic(), exc, run)
+            background_failed(schedule, time.monotonic(), exc, retry_after)
         else:
             schedule.flushed(time.monotonic())

@@ -1,56 +1,61 @@
-"""The delivery loop as a state machine, shared by both reporters.
+"""Delivery as steps (:mod:`ldpkit.client.steps`), shared by both reporters.
 
-:class:`FlushRun` says what to do next (send this batch, sleep this long, done) and is
-told what happened, so the synchronous and the asynchronous reporter drive the same
-logic with their own transport and their own way of sleeping. :func:`background_failed`
-applies a failed background pass to the :class:`~ldpkit.client.policies.BackgroundSchedule`.
+:func:`flushing` sends what is queued, batch after batch, retrying by the policy, and
+returns what it found (:class:`Found`: the counts, the refusals kept for later, why it
+gave up and with which Retry-After, whether the definitions went stale); it writes
+nothing into the reporter's state, the reporter applies what it found
+(``ReporterState.settle``). Its disk work is :class:`Outbox`'s, asked for as
+:class:`~ldpkit.client.steps.Disk` steps. :func:`background_failed` applies a failed
+background pass to the :class:`~ldpkit.client.policies.BackgroundSchedule`.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
 
-from .._validation import check_count
-from ..errors import (
-    CollectorRejected,
-    CollectorUnavailable,
-)
-from ..http import HttpAnswer
+from ..errors import CollectorRejected, CollectorUnavailable
+from ..http import NetworkError
 from ..wire import ID_SIZE
-from .policies import (
-    BackgroundSchedule,
-    RetryPolicy,
-)
+from .policies import BackgroundSchedule, Clock, RetryPolicy
 from .protocol import (
     Delivered,
     Fatal,
     OutboxRow,
     OutgoingBatch,
+    Refusal,
     Retry,
     TooLarge,
     build_batch,
     interpret_batch_answer,
 )
 from .results import FlushResult
-
-if TYPE_CHECKING:
-    from .state import ReporterState
+from .steps import Disk, Request, Sleep, Steps
+from .storage import DeviceStore
 
 log = logging.getLogger("ldpkit.client")
 
+DEFAULT_MAX_BATCH_BYTES = 1_000_000
+SEAL_AHEAD = 64
+"""Batches sealed in one transaction (and made durable by one fsync) when none is waiting."""
 STALE_DEFINITIONS = ("unknown_metric", "unknown_version", "retired_metric")
 """Refusals that mean the definitions changed: the reporter fetches them again."""
+UNKNOWN_VERSION_GRACE = 600.0
+"""Reports refused as ``unknown_version`` are kept and sent again for this long (seconds
+since the first refusal): a replica may not know a version defined a moment ago on
+another one. Past it they are dropped, as other refusals are."""
 
 
 def background_failed(
-    schedule: BackgroundSchedule, now: float, error: Exception, run: FlushRun | None
+    schedule: BackgroundSchedule, now: float, error: Exception, retry_after: float | None
 ) -> None:
-    """Tell ``schedule`` that a background pass raised ``error`` (while driving ``run``,
-    None if it never began) and log it with the wait before the next pass."""
+    """Tell ``schedule`` that a background pass raised ``error`` (``retry_after``: the
+    collector's on the pass's last failed attempt) and log it with the wait before the
+    next pass."""
     if isinstance(error, CollectorUnavailable):
-        retry_after = run.last_retry_after if run is not None else None
         wait = schedule.unavailable(now, retry_after)
         log.info("background flush: %s; next try in %.1fs", error, wait)
     elif isinstance(error, CollectorRejected):
@@ -61,197 +66,255 @@ def background_failed(
         log.error("background flush failed; next try in %.1fs", wait, exc_info=error)
 
 
-SEAL_AHEAD = 64
-"""Batches sealed in one transaction (and made durable by one fsync) when none is waiting."""
-
-
 @dataclass(frozen=True)
-class Send:
-    batch: OutgoingBatch
+class FlushPlan:
+    """What one flush is asked to do: ``everything`` queued, also while it runs, or only
+    what is queued when it starts; ``source`` names the collector in messages."""
+
+    policy: RetryPolicy
+    batch_size: int
+    max_attempts: int
+    everything: bool
+    headers: Mapping[str, str]
+    source: str
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
 
 
-@dataclass(frozen=True)
-class Sleep:
-    seconds: float
+@dataclass
+class Found:
+    """What a flush found, filled in as it goes, for the reporter to apply.
 
-
-@dataclass(frozen=True)
-class Done:
-    result: FlushResult
-
-
-Action = Send | Sleep | Done
-
-
-class FlushRun:
-    """One flush: batches out, answers in, retries by the policy.
-
-    Drive it with ``action = run.next()``: on :class:`Send` post ``action.batch.body``
-    and call :meth:`answered` or :meth:`failed`; on :class:`Sleep` wait; on
-    :class:`Done` stop. ``next()`` raises CollectorUnavailable once ``max_attempts``
-    attempts at one batch failed, or CollectorRejected on a 4xx that retrying will not
-    fix; rows are never removed except on an answer that accounts for them.
+    ``deferred``: seq -> first ``unknown_version`` refusal (clock) of the reports kept,
+    after the flush; ``answered``: a batch was answered for (any delivery problem is
+    over); ``problem``: why it gave up; ``retry_after``: the last failed attempt's;
+    ``error``: what ended it early, raised by the reporter once the rest is applied.
     """
 
-    def __init__(
-        self,
-        state: ReporterState,
-        *,
-        policy: RetryPolicy,
-        batch_size: int,
-        max_batch_bytes: int,
-        max_attempts: int,
-        upto: int | None,
-    ) -> None:
-        self.state = state
-        self.policy = policy
-        self.batch_size = check_count(batch_size, "batch_size")
-        self.max_batch_bytes = max_batch_bytes
-        self.max_attempts = max_attempts
-        self.upto = upto
-        self.failures = 0
-        self.result = FlushResult()
-        self.last_retry_after: float | None = None
-        self.after = 0  # every row up to this seq has been answered for
-        self._batch: OutgoingBatch | None = None
-        self._sleep: float | None = None
-        self._error: Exception | None = None
+    deferred: dict[int, float]
+    result: FlushResult = field(default_factory=FlushResult)
+    answered: bool = False
+    problem: str | None = None
+    stale_definitions: bool = False
+    retry_after: float | None = None
+    error: Exception | None = None
 
-    def next(self) -> Action:
-        if self._error is not None:
-            raise self._error
-        if self._sleep is not None:
-            seconds, self._sleep = self._sleep, None
-            return Sleep(seconds)
-        if self._batch is None:
-            state = self.state
-            with state.lock:
-                self._batch = self._next_batch()
-                if self._batch is None:
-                    remaining = state.store.outbox_rows()
-                    return Done(
-                        FlushResult(
-                            self.result.sent,
-                            self.result.duplicates,
-                            self.result.rejected,
-                            remaining,
-                            self.result.deferred,
-                        )
-                    )
-                # Nothing leaves the device before it (its budget spend, and a sealed
-                # batch with the exact reports it holds) is fsynced.
-                state.store.make_durable()
-        return Send(self._batch)
 
-    def _next_batch(self) -> OutgoingBatch | None:
+class Outbox:
+    """The outbox's disk work a flush asks for, each call under the reporter's lock (the
+    store is shared with ``report()``)."""
+
+    def __init__(self, store: DeviceStore, lock: threading.RLock) -> None:
+        self.store = store
+        self.lock = lock
+
+    def last_seq(self) -> int:
+        with self.lock:
+            return self.store.max_seq()
+
+    def pending(self) -> int:
+        with self.lock:
+            return self.store.outbox_rows()
+
+    def next_batch(
+        self, size: int, max_bytes: int, *, after: int, upto: int | None
+    ) -> OutgoingBatch | int:
+        """The next batch to send (of rows ``after < seq <= upto``), made durable, or
+        when there is none the number of reports still queued."""
+        with self.lock:
+            batch = self._next(size, max_bytes, after, upto)
+            if batch is None:
+                return self.store.outbox_rows()
+            # Nothing leaves the device before it (its budget spend, and a sealed
+            # batch with the exact reports it holds) is fsynced.
+            self.store.make_durable()
+            return batch
+
+    def _next(
+        self, size: int, max_bytes: int, after: int, upto: int | None
+    ) -> OutgoingBatch | None:
         """Reports queued before sealed batches first (as v1, with their report ids, so a
         batch sent before the upgrade counts once); then a sealed batch not answered yet,
         resent byte for byte; else the next reports, sealed into new batches (up to
         SEAL_AHEAD at once: one fsync covers them all)."""
-        store = self.state.store
-        legacy = store.oldest(self.batch_size, after=self.after, upto=self.upto, legacy=True)
+        store = self.store
+        legacy = store.oldest(size, after=after, upto=upto, legacy=True)
         if legacy:
-            return build_batch(self._fit(legacy, ID_SIZE))
+            return build_batch(_fit(legacy, ID_SIZE, max_bytes))
         sealed = store.sealed_batch()
         if sealed is not None:
             return sealed
-        rows = store.oldest(self.batch_size * SEAL_AHEAD, after=self.after, upto=self.upto)
+        rows = store.oldest(size * SEAL_AHEAD, after=after, upto=upto)
         if not rows:
             return None
         chunks = []
         while rows:
-            chunk = self._fit(rows[: self.batch_size], 0)
+            chunk = _fit(rows[:size], 0, max_bytes)
             chunks.append(chunk)
             rows = rows[len(chunk) :]
         store.seal(chunks)
         return store.sealed_batch()
 
-    def _fit(self, rows: list[OutboxRow], per_row: int) -> list[OutboxRow]:
-        """The first rows whose reports (and ``per_row`` bytes each) fit in
-        ``max_batch_bytes`` (one at least)."""
-        size, keep = 0, 0
-        for row in rows:
-            size += len(row.report) + per_row
-            if keep and size > self.max_batch_bytes:
-                break
-            keep += 1
-        return rows[:keep]
-
-    def answered(self, answer: HttpAnswer) -> None:
-        batch = self._batch
-        assert batch is not None, "answered() without a Send"
-        now = self.state.clock()
-        outcome = interpret_batch_answer(batch, answer, now)
-        if isinstance(outcome, Delivered):
-            kept = {r.seq for r in outcome.rejected if self.state.keep_refused(r, now)}
-            with self.state.lock:
-                if batch.batch_id is not None and not kept:  # the whole sealed batch
-                    self.state.store.acknowledge_batch(batch.batch_id)
-                else:
-                    self.state.store.acknowledge(
-                        [k for k in outcome.keys if k[0] not in kept], batch_id=batch.batch_id
-                    )
-            self.state.delivered(k[0] for k in outcome.keys if k[0] not in kept)
-            for r in outcome.rejected:
-                if r.seq in kept:
-                    continue
-                log.warning(
-                    "collector rejected a report for good (dropped): %s %s", r.error, r.detail
-                )
-            if kept:
-                log.info(
-                    "collector does not know the version of %d report(s) yet (unknown_version): "
-                    "kept, sent again at the next flush",
-                    len(kept),
-                )
-            if any(r.error in STALE_DEFINITIONS for r in outcome.rejected):
-                self.state.definitions_stale = True  # the background refetches them
-            self.result = FlushResult(
-                self.result.sent + outcome.accepted,
-                self.result.duplicates + outcome.duplicates,
-                self.result.rejected + len(outcome.rejected) - len(kept),
-                0,
-                self.result.deferred + len(kept),
-            )
-            self.after = max(self.after, *batch.seqs)
-            self._batch = None
-            self.failures = 0
-            self.state.delivery_problem = None
-        elif isinstance(outcome, TooLarge):
-            if batch.n == 1:
-                self._error = CollectorRejected(413, "too_large", outcome.reason)
+    def acknowledge(
+        self, batch_id: bytes | None, keys: tuple[tuple[int, bytes], ...], kept: set[int]
+    ) -> None:
+        """The answered rows (``keys``) leave the outbox, but those ``kept``."""
+        with self.lock:
+            if batch_id is not None and not kept:  # the whole sealed batch
+                self.store.acknowledge_batch(batch_id)
             else:
-                if batch.batch_id is not None:
-                    # Refused whole: nothing of it was stored. (Were the limit lowered
-                    # between two sends of this batch, an earlier one may have been
-                    # stored: docs/protocol.md.)
-                    with self.state.lock:
-                        self.state.store.unseal(batch.batch_id)
-                self.batch_size = max(1, batch.n // 2)
-                self.max_batch_bytes = max(1, len(batch.body) // 2)
-                self._batch = None
-                log.info("%s; sending %d reports per batch", outcome.reason, self.batch_size)
-        elif isinstance(outcome, Fatal):
-            self._error = outcome.error
-            self.state.delivery_problem = str(outcome.error)
-        else:
-            self._retry(outcome)
+                self.store.acknowledge([k for k in keys if k[0] not in kept], batch_id=batch_id)
 
-    def failed(self, error: BaseException) -> None:
-        """The request did not get an answer (connection refused, timeout, ...)."""
-        assert self._batch is not None, "failed() without a Send"
-        self._retry(Retry(f"network error: {type(error).__name__}: {error}"))
+    def unseal(self, batch_id: bytes) -> None:
+        with self.lock:
+            self.store.unseal(batch_id)
 
-    def _retry(self, retry: Retry) -> None:
+
+def _fit(rows: list[OutboxRow], per_row: int, max_bytes: int) -> list[OutboxRow]:
+    """The first rows whose reports (and ``per_row`` bytes each) fit in ``max_bytes``
+    (one at least)."""
+    size, keep = 0, 0
+    for row in rows:
+        size += len(row.report) + per_row
+        if keep and size > max_bytes:
+            break
+        keep += 1
+    return rows[:keep]
+
+
+def _kept(refusal: Refusal, now: float, first_refused: dict[int, float]) -> bool:
+    """Whether to keep a report the collector refused: ``unknown_version`` within
+    UNKNOWN_VERSION_GRACE of its first refusal (a replica that has not seen a version
+    defined a moment ago elsewhere); every other refusal is final."""
+    if refusal.error != "unknown_version":
+        return False
+    first = first_refused.setdefault(refusal.seq, now)
+    if now - first < UNKNOWN_VERSION_GRACE:
+        return True
+    del first_refused[refusal.seq]
+    return False
+
+
+def _log_refusals(rejected: tuple[Refusal, ...], kept: set[int]) -> None:
+    for r in rejected:
+        if r.seq not in kept:
+            log.warning("collector rejected a report for good (dropped): %s %s", r.error, r.detail)
+    if kept:
+        log.info(
+            "collector does not know the version of %d report(s) yet (unknown_version): "
+            "kept, sent again at the next flush",
+            len(kept),
+        )
+
+
+def flushing(
+    outbox: Outbox, plan: FlushPlan, deferred: Mapping[int, float], clock: Clock
+) -> Steps[Found]:
+    """One flush by ``plan``: batches out, answers in, retries by the policy; returns
+    what it found (``deferred``: the reporter's kept refusals, see :class:`Found`).
+
+    It ends early (``Found.error``) with CollectorUnavailable once ``max_attempts``
+    attempts at one batch failed, or CollectorRejected on a 4xx that retrying will not
+    fix; rows never leave the outbox but on an answer that accounts for them.
+    """
+    return (yield from _Flush(outbox, plan, deferred, clock).steps())
+
+
+class _Flush:
+    """The state of one :func:`flushing` run, and its steps."""
+
+    def __init__(
+        self, outbox: Outbox, plan: FlushPlan, deferred: Mapping[int, float], clock: Clock
+    ) -> None:
+        self.outbox = outbox
+        self.plan = plan
+        self.clock = clock
+        self.found = Found(dict(deferred))
+        self.batch_size = plan.batch_size
+        self.max_batch_bytes = plan.max_batch_bytes
+        self.upto: int | None = None
+        self.after = 0  # every row up to this seq has been answered for
+        self.failures = 0
+
+    def steps(self) -> Steps[Found]:
+        try:
+            if not self.plan.everything:
+                self.upto = yield Disk(self.outbox.last_seq)
+            while isinstance(batch := (yield Disk(self._next_batch)), OutgoingBatch):
+                yield from self._send(batch)
+            self.found.result = self.found.result.plus(FlushResult(remaining=batch))
+        except Exception as exc:  # the reporter raises it once it applied the rest
+            self.found.error = exc
+        return self.found
+
+    def _next_batch(self) -> OutgoingBatch | int:
+        return self.outbox.next_batch(
+            self.batch_size, self.max_batch_bytes, after=self.after, upto=self.upto
+        )
+
+    def _send(self, batch: OutgoingBatch) -> Steps[None]:
+        """Send ``batch`` until it is answered for or split (413); raise to give up."""
+        headers = {**self.plan.headers, "Content-Type": batch.content_type}
+        while True:
+            try:
+                answer = yield Request("POST", "/v1/reports", batch.body, headers)
+            except NetworkError as exc:
+                failure = Retry(f"network error: {type(exc).__name__}: {exc}")
+            else:
+                now = self.clock()
+                outcome = interpret_batch_answer(batch, answer, now)
+                if isinstance(outcome, Delivered):
+                    yield from self._delivered(batch, outcome, now)
+                    return
+                if isinstance(outcome, TooLarge):
+                    yield from self._too_large(batch, outcome)
+                    return
+                if isinstance(outcome, Fatal):
+                    self.found.problem = str(outcome.error)
+                    raise outcome.error
+                failure = outcome
+            yield from self._back_off(failure)
+
+    def _delivered(self, batch: OutgoingBatch, outcome: Delivered, now: float) -> Steps[None]:
+        found = self.found
+        kept = {r.seq for r in outcome.rejected if _kept(r, now, found.deferred)}
+        yield Disk(partial(self.outbox.acknowledge, batch.batch_id, outcome.keys, kept))
+        if found.deferred:  # these rows left the outbox: forget their refusals
+            for seq, _ in outcome.keys:
+                if seq not in kept:
+                    found.deferred.pop(seq, None)
+        _log_refusals(outcome.rejected, kept)
+        if any(r.error in STALE_DEFINITIONS for r in outcome.rejected):
+            found.stale_definitions = True  # the background refetches them
+        refused = len(outcome.rejected) - len(kept)
+        answer = FlushResult(outcome.accepted, outcome.duplicates, refused, 0, len(kept))
+        found.result = found.result.plus(answer)
+        found.answered = True
+        self.after = max(self.after, *batch.seqs)
+        self.failures = 0
+
+    def _too_large(self, batch: OutgoingBatch, outcome: TooLarge) -> Steps[None]:
+        if batch.n == 1:
+            raise CollectorRejected(413, "too_large", outcome.reason)
+        if batch.batch_id is not None:
+            # Refused whole: nothing of it was stored. (Were the limit lowered between two
+            # sends of this batch, an earlier one may have been stored: docs/protocol.md.)
+            yield Disk(partial(self.outbox.unseal, batch.batch_id))
+        self.batch_size = max(1, batch.n // 2)
+        self.max_batch_bytes = max(1, len(batch.body) // 2)
+        log.info("%s; sending %d reports per batch", outcome.reason, self.batch_size)
+
+    def _back_off(self, retry: Retry) -> Steps[None]:
+        """An attempt failed: wait the policy's delay (or Retry-After) before the next one,
+        or give up once ``max_attempts`` failed."""
         self.failures += 1
-        self.last_retry_after = retry.retry_after
-        if self.failures >= self.max_attempts:
-            pending = self.state.pending()
-            self._error = CollectorUnavailable(
-                f"could not deliver to {self.state.source} after {self.failures} attempt(s): "
+        self.found.retry_after = retry.retry_after
+        if self.failures >= self.plan.max_attempts:
+            pending = yield Disk(self.outbox.pending)
+            self.found.problem = retry.reason
+            raise CollectorUnavailable(
+                f"could not deliver to {self.plan.source} after {self.failures} attempt(s): "
                 f"{retry.reason}; {pending} report(s) stay queued and will be retried"
             )
-            self.state.delivery_problem = retry.reason
-            return
-        self._sleep = self.policy.delay(self.failures, retry.retry_after)
-        log.info("%s; retrying in %.2fs", retry.reason, self._sleep)
+        delay = self.plan.policy.delay(self.failures, retry.retry_after)
+        log.info("%s; retrying in %.2fs", retry.reason, delay)
+        yield Sleep(delay)

@@ -2,7 +2,8 @@
 
 :class:`ReporterState` is the part of a reporter that does no network I/O: it checks and
 perturbs values, keeps the budget ledger and the memo, queues reports in the outbox and
-installs metric definitions. The delivery loop is :mod:`ldpkit.client.flush`.
+installs metric definitions. A delivery run is :mod:`ldpkit.client.flush`'s steps; the
+state applies what it found (:meth:`ReporterState.settle`).
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ from ..metrics import MetricDefinition, Period, check_period, window_start
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
 from .codec import MetricCodec, keyed_generator, memo_generator, memo_message, memo_tag
-from .flush import FlushRun
+from .flush import FlushPlan, Found, Outbox, flushing
 from .policies import (
     Clock,
-    RetryPolicy,
     ShellSettings,
     budget_decision,
     fits,
@@ -42,11 +42,11 @@ from .policies import (
 )
 from .protocol import (
     Fatal,
-    Refusal,
     classify_failure,
     parse_definitions,
 )
-from .results import BudgetStatus, MetricBudget, ReportReceipt, TotalBudget
+from .results import BudgetStatus, FlushResult, MetricBudget, ReportReceipt, TotalBudget
+from .steps import Steps
 from .storage import (
     TOTAL_KEY,
     DeviceStore,
@@ -61,13 +61,8 @@ log = logging.getLogger("ldpkit.client")
 
 DEFAULT_MAX_OUTBOX = 100_000
 DEFAULT_BATCH_SIZE = 500
-DEFAULT_MAX_BATCH_BYTES = 1_000_000
 UNKNOWN_METRIC_REFRESH = 60.0
 """An unknown metric triggers a definitions refresh at most this often (seconds)."""
-UNKNOWN_VERSION_GRACE = 600.0
-"""Reports refused as ``unknown_version`` are kept and sent again for this long (seconds
-since the first refusal): a replica may not know a version defined a moment ago on
-another one. Past it they are dropped, as other refusals are."""
 
 
 class ReporterState:
@@ -107,6 +102,7 @@ class ReporterState:
         self.store = DeviceStore(
             self.directory, durable_reports=durable_reports, known_device=known, now=clock()
         )
+        self.outbox = Outbox(self.store, self.lock)
         self._deferred: dict[int, float] = {}  # seq -> first unknown_version refusal (clock)
         loss = self.store.ledger_lost()
         if loss is not None and loss.fresh:
@@ -356,24 +352,6 @@ class ReporterState:
             c.name, c.fingerprint, bucket, report, report_id, spent, memoized, True, clipped
         )
 
-    def keep_refused(self, rejection: Refusal, now: float) -> bool:
-        """Whether to keep a report the collector refused: ``unknown_version`` within
-        UNKNOWN_VERSION_GRACE of its first refusal (a replica that has not seen a version
-        defined a moment ago elsewhere); every other refusal is final."""
-        if rejection.error != "unknown_version":
-            return False
-        first = self._deferred.setdefault(rejection.seq, now)
-        if now - first < UNKNOWN_VERSION_GRACE:
-            return True
-        del self._deferred[rejection.seq]
-        return False
-
-    def delivered(self, seqs: Iterable[int]) -> None:
-        """These rows left the outbox: forget their refusals."""
-        if self._deferred:
-            for seq in seqs:
-                self._deferred.pop(seq, None)
-
     def _check_room(self, rows: int, adding: int) -> None:
         if rows + adding <= self.max_outbox:
             return
@@ -489,8 +467,7 @@ class ReporterState:
         return spent, left_of(spent, budget), period, start, end, delta_spent
 
     def pending(self) -> int:
-        with self.lock:
-            return self.store.outbox_rows()
+        return self.outbox.pending()
 
     def prune(self) -> None:
         with self.lock:
@@ -501,24 +478,21 @@ class ReporterState:
             self.store.close()
 
     # --- delivery ---------------------------------------------------------------------
-    def begin_flush(
-        self,
-        *,
-        policy: RetryPolicy,
-        batch_size: int,
-        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-        max_attempts: int | None = None,
-        everything: bool = False,
-    ) -> FlushRun:
-        """A delivery run over what is queued now (``everything``: also what is queued
-        while it runs)."""
-        with self.lock:
-            upto = None if everything else self.store.max_seq()
-        return FlushRun(
-            self,
-            policy=policy,
-            batch_size=batch_size,
-            max_batch_bytes=max_batch_bytes,
-            max_attempts=max_attempts if max_attempts is not None else policy.max_attempts,
-            upto=upto,
-        )
+    def delivery(self, plan: FlushPlan) -> Steps[Found]:
+        """A delivery run by ``plan`` (:func:`~ldpkit.client.flush.flushing`; the caller
+        holds the shell's send lock until it has applied what the run found with
+        :meth:`settle`)."""
+        return flushing(self.outbox, plan, self._deferred, self.clock)
+
+    def settle(self, found: Found) -> FlushResult:
+        """Apply what a delivery run found; raise what ended it early, if anything did."""
+        self._deferred = found.deferred
+        if found.stale_definitions:
+            self.definitions_stale = True  # the background refetches them
+        if found.problem is not None:
+            self.delivery_problem = found.problem
+        elif found.answered:
+            self.delivery_problem = None
+        if found.error is not None:
+            raise found.error
+        return found.result

@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from .flush import Sleep
-
 R = TypeVar("R")
 
 
@@ -28,6 +26,13 @@ class Request:
     path: str
     body: bytes | None
     headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Sleep ``seconds`` (a backoff before the next attempt)."""
+
+    seconds: float
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ldpkit.client import BudgetExceeded, Reporter, RetryPolicy
-from ldpkit.client.state import UNKNOWN_VERSION_GRACE
+from ldpkit.client.flush import UNKNOWN_VERSION_GRACE
 
 from .conftest import FakeClock, FakeCollector, theme
 

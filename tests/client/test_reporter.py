@@ -7,6 +7,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from ldpkit.client import (
     Reporter,
     RetryPolicy,
 )
+from ldpkit.client.policies import BackgroundSchedule
 from ldpkit.http import NetworkError
 
 from .conftest import FakeClock, FakeCollector, answer, minutes, theme
@@ -335,11 +337,21 @@ def test_server_errors_and_429_are_retried(state_dir: Path, clock: FakeClock) ->
     fake = FakeCollector(script=[answer(429, headers={"retry-after": "0.2"})])
     with make(state_dir.with_name("b"), clock, fake) as r:
         r.report("theme", "dark")
-        import time
-
         t0 = time.monotonic()
         assert r.flush().sent == 1
         assert time.monotonic() - t0 >= 0.2  # Retry-After honoured, not the tiny backoff
+
+
+def test_a_background_pass_backs_off_by_the_retry_after(state_dir: Path, clock: FakeClock) -> None:
+    fake = FakeCollector(script=[answer(429, headers={"retry-after": "7"})])
+    with make(state_dir, clock, fake) as r:
+        r.report("theme", "dark")
+        schedule = BackgroundSchedule(flush_interval=30.0, retry=FAST, now=0.0)
+        r._do(r._background_pass(schedule))  # one attempt: the 429, then it gives up
+        assert schedule.failures == 1 and r.pending == 1
+        assert schedule.not_before - time.monotonic() == pytest.approx(7.0, abs=1.0)
+        r._do(r._background_pass(schedule))
+        assert schedule.failures == 0 and r.pending == 0 and len(fake.seen) == 1
 
 
 def test_client_errors_are_not_retried_and_keep_rows(state_dir: Path, clock: FakeClock) -> None:
