@@ -22,7 +22,14 @@ from typing import Protocol, Self
 
 import aiohttp
 
-from ..http import MAX_ANSWER_BYTES, HttpAnswer, NetworkError, Timeout, split_url, too_large
+from ..http import (
+    MAX_ANSWER_BYTES,
+    CollectorUrl,
+    HttpAnswer,
+    NetworkError,
+    Timeout,
+    too_large,
+)
 from .base import Generator, ReporterBase, Values
 from .results import FlushResult, ReportReceipt
 from .steps import Disk, Locked, Op, R, Request, Stepper, Steps, Wait
@@ -53,9 +60,10 @@ class AsyncTransport(Protocol):
 class AiohttpTransport:
     """aiohttp with one session (connection pool), created on first use in the loop."""
 
-    def __init__(self, url: str, timeout: Timeout, ssl_context: ssl.SSLContext | None = None):
-        split_url(url)
-        self.url = url.rstrip("/")
+    def __init__(
+        self, url: CollectorUrl | str, timeout: Timeout, ssl_context: ssl.SSLContext | None = None
+    ):
+        self.url = CollectorUrl.of(url).base
         self.timeout = timeout
         self.ssl_context = ssl_context
         self._session: aiohttp.ClientSession | None = None
@@ -107,7 +115,7 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
     """
 
     def _http_transport(self) -> AsyncTransport:
-        return AiohttpTransport(self.url, self.timeout)
+        return AiohttpTransport(self._settings.collector, self.timeout)
 
     def _open(self) -> None:
         # asyncio objects belong to a running loop: made in start(), not here.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .. import __version__
 from .._validation import check_count, check_seconds
 from ..errors import BudgetExceeded, ParameterError
-from ..http import Timeout, split_url
+from ..http import CollectorUrl, Timeout
 from ..metrics import Period, window_start
 from ..wire import CONTENT_TYPE
 from .results import utc
@@ -74,13 +74,14 @@ class RetryPolicy:
 # --- the shells' settings and background schedule -------------------------------------
 @dataclass(frozen=True)
 class ShellSettings:
-    """What a reporter (sync or async) derives from its arguments, checked once.
+    """What a reporter (sync or async) derives from its arguments, checked once and
+    passed on checked (the transports take ``collector`` as it is).
 
     ``headers`` go on every request (User-Agent and, with a token, the Bearer
     authorization); ``report_headers`` on ``POST /v1/reports``.
     """
 
-    url: str
+    collector: CollectorUrl
     flush_interval: float
     batch_size: int
     timeout: Timeout
@@ -101,7 +102,7 @@ class ShellSettings:
         definitions_ttl: float,
     ) -> ShellSettings:
         """Check the reporter's arguments (ParameterError on the first bad one)."""
-        split_url(url)
+        collector = CollectorUrl.of(url)
         check_count(batch_size, "batch_size")
         interval = check_seconds(flush_interval, "flush_interval")
         coerced = Timeout.coerce(timeout)
@@ -112,7 +113,11 @@ class ShellSettings:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         ttl = check_seconds(definitions_ttl, "definitions_ttl")
-        return cls(url.rstrip("/"), interval, batch_size, coerced, policy, headers, ttl)
+        return cls(collector, interval, batch_size, coerced, policy, headers, ttl)
+
+    @property
+    def url(self) -> str:
+        return self.collector.base
 
     @property
     def report_headers(self) -> dict[str, str]:

@@ -195,6 +195,32 @@ def _count(value: object, what: str, most: int) -> int:
     return value
 
 
+def _refusal(item: object, seqs: tuple[int, ...]) -> Refusal:
+    """One ``rejected`` entry of a batch answer, naming a row of ``seqs``."""
+    if not isinstance(item, dict):
+        raise ValueError("a rejected entry is not an object")
+    index = _count(item.get("index"), "rejected index", len(seqs) - 1)
+    error, detail = item.get("error"), item.get("detail", "")
+    if not isinstance(error, str) or not isinstance(detail, str):
+        raise ValueError("a rejected entry's error and detail must be strings")
+    return Refusal(seqs[index], error[:100], detail[:500])
+
+
+def _counts(body: bytes, batch: OutgoingBatch) -> tuple[int, int, list[Refusal]]:
+    """(accepted, duplicates, refusals) of a 200 answer's body; ValueError if it is not
+    a batch answer within the batch's size."""
+    n = batch.n
+    data = loads_bounded(body)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    accepted = _count(data.get("accepted"), "accepted", n)
+    duplicates = _count(data.get("duplicates"), "duplicates", n)
+    rejected = data.get("rejected", [])
+    if not isinstance(rejected, list) or len(rejected) > n:
+        raise ValueError(f"rejected must be a list of at most {n} entries")
+    return accepted, duplicates, [_refusal(item, batch.seqs) for item in rejected]
+
+
 def interpret_batch_answer(batch: OutgoingBatch, answer: HttpAnswer, now: float) -> BatchOutcome:
     """Read the collector's answer to ``batch`` (``docs/protocol.md``, "The answer").
 
@@ -205,23 +231,7 @@ def interpret_batch_answer(batch: OutgoingBatch, answer: HttpAnswer, now: float)
         return classify_failure(answer, now)
     n = batch.n
     try:
-        data = loads_bounded(answer.body)
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        accepted = _count(data.get("accepted"), "accepted", n)
-        duplicates = _count(data.get("duplicates"), "duplicates", n)
-        rejected_raw = data.get("rejected", [])
-        if not isinstance(rejected_raw, list) or len(rejected_raw) > n:
-            raise ValueError(f"rejected must be a list of at most {n} entries")
-        rejected: list[Refusal] = []
-        for item in rejected_raw:
-            if not isinstance(item, dict):
-                raise ValueError("a rejected entry is not an object")
-            index = _count(item.get("index"), "rejected index", n - 1)
-            error, detail = item.get("error"), item.get("detail", "")
-            if not isinstance(error, str) or not isinstance(detail, str):
-                raise ValueError("a rejected entry's error and detail must be strings")
-            rejected.append(Refusal(batch.seqs[index], error[:100], detail[:500]))
+        accepted, duplicates, rejected = _counts(answer.body, batch)
     except ValueError as exc:  # ProtocolError included
         return Retry(f"collector's answer is not a valid batch answer: {exc}")
     if accepted + duplicates + len(rejected) != n or len({r.seq for r in rejected}) != len(

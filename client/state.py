@@ -308,30 +308,7 @@ class ReporterState:
             self._check_room(store.outbox_rows(), 1)
             spent = 0.0
             if not memoized:
-                metric_spent, note = self._spent(c.name, c.budget_seconds, w_start, c.budget)
-                total_spent, total_note = self._spent(
-                    TOTAL_KEY, self._total_seconds, t_start, self.total_budget
-                )
-                if not (
-                    fits(metric_spent, c.epsilon, c.budget)
-                    and (
-                        self.total_budget is None or fits(total_spent, c.epsilon, self.total_budget)
-                    )
-                ):
-                    error = budget_decision(
-                        metric=c.name,
-                        needed=c.epsilon,
-                        metric_spent=metric_spent,
-                        metric_budget=c.budget,
-                        metric_period=c.definition.budget_period,
-                        total_spent=total_spent,
-                        total_budget=self.total_budget,
-                        total_period=self.total_period,
-                        now=ledger_now,
-                        note=note or total_note,
-                    )
-                    assert error is not None
-                    raise error
+                self._check_budget(c, w_start, t_start, ledger_now)
                 spent = c.epsilon
             store.saw(now)
             store.add_report(
@@ -351,6 +328,32 @@ class ReporterState:
         return ReportReceipt(
             c.name, c.fingerprint, bucket, report, report_id, spent, memoized, True, clipped
         )
+
+    def _check_budget(self, c: MetricCodec, w_start: int, t_start: int, ledger_now: float) -> None:
+        """Raise BudgetExceeded unless a report of ``c`` fits its budget window starting
+        at ``w_start`` and the total's at ``t_start``."""
+        metric_spent, note = self._spent(c.name, c.budget_seconds, w_start, c.budget)
+        total_spent, total_note = self._spent(
+            TOTAL_KEY, self._total_seconds, t_start, self.total_budget
+        )
+        if fits(metric_spent, c.epsilon, c.budget) and (
+            self.total_budget is None or fits(total_spent, c.epsilon, self.total_budget)
+        ):
+            return
+        error = budget_decision(
+            metric=c.name,
+            needed=c.epsilon,
+            metric_spent=metric_spent,
+            metric_budget=c.budget,
+            metric_period=c.definition.budget_period,
+            total_spent=total_spent,
+            total_budget=self.total_budget,
+            total_period=self.total_period,
+            now=ledger_now,
+            note=note or total_note,
+        )
+        assert error is not None
+        raise error
 
     def _check_room(self, rows: int, adding: int) -> None:
         if rows + adding <= self.max_outbox:

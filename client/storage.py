@@ -41,7 +41,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -250,6 +250,74 @@ class LedgerWindows:
         return total
 
 
+def _create_private(path: Path) -> None:
+    """A new database file (or one that lost its content) made private before SQLite
+    writes to it."""
+    if not path.exists() or path.stat().st_size == 0:
+        path.unlink(missing_ok=True)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def _upgrade(db: sqlite3.Connection, path: Path) -> str:
+    """The statements that bring an older database to SCHEMA_VERSION (StateError if it
+    is newer)."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise StateError(
+            f"{path} has schema version {version}, newer than this client's "
+            f"{SCHEMA_VERSION}; upgrade ldpkit"
+        )
+    columns = {row[1] for row in db.execute("PRAGMA table_info(reports)")}
+    upgrade = ""
+    if columns and "delta" not in columns:  # a schema 1 database
+        upgrade += "ALTER TABLE reports ADD COLUMN delta REAL NOT NULL DEFAULT 0;"
+    if columns and "sealed" not in columns:  # schema 1 or 2: reports sent as v1
+        upgrade += (
+            "ALTER TABLE reports ADD COLUMN sealed BLOB;"
+            "ALTER TABLE reports ADD COLUMN legacy INTEGER NOT NULL DEFAULT 0;"
+            "UPDATE reports SET legacy = 1 WHERE report IS NOT NULL;"
+        )
+    return upgrade
+
+
+_LEDGER_SUMS: tuple[tuple[Callable[[str], str], str], ...] = (
+    # (the ledger key of a row's first column, the sums of one amount per window)
+    (
+        str,
+        "SELECT metric, budget_seconds, window_start, sum(epsilon) FROM reports "
+        "WHERE epsilon > 0 GROUP BY metric, budget_seconds, window_start",
+    ),
+    (
+        str,
+        f"SELECT '{TOTAL_KEY}', total_seconds, total_start, sum(epsilon) FROM reports "
+        "WHERE epsilon > 0 GROUP BY total_seconds, total_start",
+    ),
+    (
+        delta_key,
+        "SELECT metric, budget_seconds, window_start, sum(delta) FROM reports "
+        "WHERE delta > 0 GROUP BY metric, budget_seconds, window_start",
+    ),
+    (
+        delta_key,
+        f"SELECT '{TOTAL_KEY}', total_seconds, total_start, sum(delta) FROM reports "
+        "WHERE delta > 0 GROUP BY total_seconds, total_start",
+    ),
+)
+
+
+def _read_ledger(db: sqlite3.Connection) -> dict[str, LedgerWindows]:
+    """Epsilon and delta spent per window, per metric and in total (the ledger's cache)."""
+    ledger: dict[str, LedgerWindows] = {}
+    for key_of, query in _LEDGER_SUMS:
+        for key, seconds, start, spent in db.execute(query):
+            windows = ledger.setdefault(key_of(key), LedgerWindows())
+            windows.add(int(seconds), int(start), float(spent))
+    return ledger
+
+
 class DeviceStore:
     """The SQLite state. Not thread-safe by itself: the caller serializes access (one
     connection, the reporter's lock). Several processes may share a state_dir: every
@@ -308,38 +376,17 @@ class DeviceStore:
             self._lost = StateLoss(at, loss, moved_to, lost_reports, fresh=True)
 
     def _open(self) -> sqlite3.Connection:
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            # A new file (or one that lost its content): made private before SQLite writes.
-            self.path.unlink(missing_ok=True)
-            for suffix in ("-wal", "-shm"):
-                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-            with contextlib.suppress(FileExistsError):
-                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        _create_private(self.path)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         try:
             # Small pages: a commit appends one WAL frame per page it touches.
             db.execute("PRAGMA page_size=1024")  # only takes effect on a new file
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={'FULL' if self.durable_reports else 'NORMAL'}")
-            version = int(db.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise StateError(
-                    f"{self.path} has schema version {version}, newer than this client's "
-                    f"{SCHEMA_VERSION}; upgrade ldpkit"
-                )
-            columns = {row[1] for row in db.execute("PRAGMA table_info(reports)")}
-            upgrade = ""
-            if columns and "delta" not in columns:  # a schema 1 database
-                upgrade += "ALTER TABLE reports ADD COLUMN delta REAL NOT NULL DEFAULT 0;"
-            if columns and "sealed" not in columns:  # schema 1 or 2: reports sent as v1
-                upgrade += (
-                    "ALTER TABLE reports ADD COLUMN sealed BLOB;"
-                    "ALTER TABLE reports ADD COLUMN legacy INTEGER NOT NULL DEFAULT 0;"
-                    "UPDATE reports SET legacy = 1 WHERE report IS NOT NULL;"
-                )
             # The reports table is altered before _SCHEMA creates what is missing.
             db.executescript(
-                f"BEGIN IMMEDIATE;{upgrade}{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+                f"BEGIN IMMEDIATE;{_upgrade(db, self.path)}{_SCHEMA}"
+                f"PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
             )
             db.execute("SELECT count(*) FROM reports").fetchone()  # readable at all?
         except BaseException:
@@ -352,6 +399,7 @@ class DeviceStore:
         return int(self.db.execute("PRAGMA data_version").fetchone()[0])
 
     def _validate(self) -> None:
+        """Reload the caches if another connection committed since they were read."""
         version = self._data_version()
         if version == self._version:
             return
@@ -359,37 +407,18 @@ class DeviceStore:
         self._rows = int(
             db.execute("SELECT count(*) FROM reports WHERE report IS NOT NULL").fetchone()[0]
         )
-        ledger: dict[str, LedgerWindows] = {}
-        for metric, seconds, start, spent in db.execute(
-            "SELECT metric, budget_seconds, window_start, sum(epsilon) FROM reports "
-            "WHERE epsilon > 0 GROUP BY metric, budget_seconds, window_start"
-        ):
-            ledger.setdefault(metric, LedgerWindows()).add(int(seconds), int(start), float(spent))
-        for seconds, start, spent in db.execute(
-            "SELECT total_seconds, total_start, sum(epsilon) FROM reports "
-            "WHERE epsilon > 0 GROUP BY total_seconds, total_start"
-        ):
-            windows = ledger.setdefault(TOTAL_KEY, LedgerWindows())
-            windows.add(int(seconds), int(start), float(spent))
-        for metric, seconds, start, spent in db.execute(
-            "SELECT metric, budget_seconds, window_start, sum(delta) FROM reports "
-            "WHERE delta > 0 GROUP BY metric, budget_seconds, window_start"
-        ):
-            windows = ledger.setdefault(delta_key(metric), LedgerWindows())
-            windows.add(int(seconds), int(start), float(spent))
-        for seconds, start, spent in db.execute(
-            "SELECT total_seconds, total_start, sum(delta) FROM reports "
-            "WHERE delta > 0 GROUP BY total_seconds, total_start"
-        ):
-            windows = ledger.setdefault(delta_key(TOTAL_KEY), LedgerWindows())
-            windows.add(int(seconds), int(start), float(spent))
-        self._ledger = ledger
+        self._ledger = _read_ledger(db)
         memo: dict[bytes, set[int]] = {}
         for tag, bucket in db.execute(
             "SELECT DISTINCT tag, bucket FROM reports WHERE tag IS NOT NULL"
         ):
             memo.setdefault(bytes(tag), set()).add(int(bucket))
         self._memo = memo
+        self._read_meta(db)
+        self._version = version
+
+    def _read_meta(self, db: sqlite3.Connection) -> None:
+        """The ledger's latest time and how it was lost, if it was."""
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         latest = db.execute(
             "SELECT max(max(coalesce(window_start, 0), coalesce(total_start, 0))) FROM reports"
@@ -399,7 +428,6 @@ class DeviceStore:
             code = int(meta.get(LOST_REASON, 0))
             reason = LOSS_REASONS[code] if 0 <= code < len(LOSS_REASONS) else "lost"
             self._lost = StateLoss(int(meta[LOST_AT]), reason, None, None, fresh=False)
-        self._version = version
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

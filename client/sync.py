@@ -57,7 +57,7 @@ class Reporter(ReporterBase[SyncTransport]):
     """
 
     def _http_transport(self) -> SyncTransport:
-        return HttpTransport(self.url, self.timeout)
+        return HttpTransport(self._settings.collector, self.timeout)
 
     def _open(self) -> None:
         self._locks = {"send": threading.Lock(), "definitions": threading.Lock()}

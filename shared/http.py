@@ -81,15 +81,39 @@ class AnswerTooLarge(OSError):
     """The collector's answer is larger than MAX_ANSWER_BYTES."""
 
 
-def split_url(url: str) -> tuple[str, str, int, str]:
-    """(scheme, host, port, path prefix) of a collector base URL."""
-    if not isinstance(url, str):
-        raise ParameterError(f"collector URL must be a string, got {url!r}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ParameterError(f"collector URL must be http(s)://host[:port][/prefix], got {url!r}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
+@dataclass(frozen=True)
+class CollectorUrl:
+    """A collector's base URL, checked once (:meth:`of`) and passed on as this type:
+    ``base`` as given without its trailing ``/``, and the parts a connection needs."""
+
+    base: str
+    scheme: str
+    host: str
+    port: int
+    prefix: str
+
+    @classmethod
+    def of(cls, url: CollectorUrl | str) -> CollectorUrl:
+        """``url`` checked: ParameterError unless it is ``http(s)://host[:port][/prefix]``
+        (a CollectorUrl is returned as it is: it was checked when it was made)."""
+        if isinstance(url, CollectorUrl):
+            return url
+        if not isinstance(url, str):
+            raise ParameterError(f"collector URL must be a string, got {url!r}")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ParameterError(
+                f"collector URL must be http(s)://host[:port][/prefix], got {url!r}"
+            )
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(url.rstrip("/"), parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+
+def split_url(url: CollectorUrl | str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, path prefix) of a collector base URL (checked unless it is
+    a :class:`CollectorUrl` already)."""
+    checked = CollectorUrl.of(url)
+    return checked.scheme, checked.host, checked.port, checked.prefix
 
 
 @dataclass(frozen=True)
@@ -151,10 +175,17 @@ def _read_bounded(response: http.client.HTTPResponse) -> bytes:
     return data
 
 
+def _stale(exc: Exception) -> bool:
+    """Whether ``exc`` says the server closed the connection before it got the request."""
+    return isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError)
+
+
 class HttpTransport:
     """Blocking HTTP/1.1 over one kept-alive connection (``http.client``)."""
 
-    def __init__(self, url: str, timeout: Timeout, ssl_context: ssl.SSLContext | None = None):
+    def __init__(
+        self, url: CollectorUrl | str, timeout: Timeout, ssl_context: ssl.SSLContext | None = None
+    ):
         self.scheme, self.host, self.port, self.prefix = split_url(url)
         self.timeout = timeout
         self.ssl_context = ssl_context
@@ -186,43 +217,54 @@ class HttpTransport:
             for attempt in range(2):
                 reused = self._conn is not None
                 expired = threading.Event()
-                watchdog: threading.Timer | None = None
                 try:
-                    conn = self._conn if self._conn is not None else self._connect()
-                    self._conn = conn
-                    watchdog = threading.Timer(
-                        max(0.0, deadline - time.monotonic()), self._expire, (conn, expired)
-                    )
-                    watchdog.daemon = True
-                    watchdog.start()
-                    conn.request(method, self.prefix + path, body=body, headers=headers)
-                    response = conn.getresponse()
-                    data = _read_bounded(response)
-                    if expired.is_set():
-                        raise TimeoutError("the deadline passed")
+                    return self._exchange(method, path, body, headers, deadline, expired)
                 except (http.client.HTTPException, OSError) as exc:
                     self._drop()
-                    if expired.is_set():
-                        raise NetworkError(
-                            f"no complete answer within the {self.timeout.total_seconds:g} s "
-                            "deadline (Timeout.total)"
-                        ) from exc
-                    stale = isinstance(
-                        exc,
-                        http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError,
-                    )
-                    if reused and stale and attempt == 0:
-                        continue  # the server closed an idle kept-alive connection
-                    raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
-                finally:
-                    if watchdog is not None:
-                        watchdog.cancel()
-                if response.will_close:
-                    self._drop()
-                return HttpAnswer(
-                    response.status, {k.lower(): v for k, v in response.getheaders()}, data
-                )
+                    # Once more when the server closed an idle kept-alive connection.
+                    if not (reused and attempt == 0 and _stale(exc) and not expired.is_set()):
+                        raise self._failure(exc, expired) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        deadline: float,
+        expired: threading.Event,
+    ) -> HttpAnswer:
+        """One attempt, on the kept-alive connection (a new one if none); a watchdog sets
+        ``expired`` and ends it at ``deadline``."""
+        watchdog: threading.Timer | None = None
+        try:
+            conn = self._conn if self._conn is not None else self._connect()
+            self._conn = conn
+            watchdog = threading.Timer(
+                max(0.0, deadline - time.monotonic()), self._expire, (conn, expired)
+            )
+            watchdog.daemon = True
+            watchdog.start()
+            conn.request(method, self.prefix + path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = _read_bounded(response)
+            if expired.is_set():
+                raise TimeoutError("the deadline passed")
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+        if response.will_close:
+            self._drop()
+        return HttpAnswer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
+
+    def _failure(self, exc: Exception, expired: threading.Event) -> NetworkError:
+        if expired.is_set():
+            return NetworkError(
+                f"no complete answer within the {self.timeout.total_seconds:g} s "
+                "deadline (Timeout.total)"
+            )
+        return NetworkError(f"{type(exc).__name__}: {exc}")
 
     @staticmethod
     def _expire(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
