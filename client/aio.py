@@ -22,14 +22,7 @@ from typing import Protocol, Self
 
 import aiohttp
 
-from ..http import (
-    MAX_ANSWER_BYTES,
-    CollectorUrl,
-    HttpAnswer,
-    NetworkError,
-    Timeout,
-    too_large,
-)
+from ..http import MAX_ANSWER_BYTES, CollectorUrl, HttpAnswer, NetworkError, Timeout, too_large
 from .base import Generator, ReporterBase, Values
 from .results import FlushResult, ReportReceipt
 from .steps import Disk, Locked, Op, R, Request, Stepper, Steps, Wait

@@ -1,10 +1,10 @@
 """Delivery as steps (:mod:`ldpkit.client.steps`), shared by both reporters.
 
-:func:`flushing` sends what is queued, batch after batch, retrying by the policy, and
+:class:`Flush` sends what is queued, batch after batch, retrying by the policy, and
 returns what it found (:class:`Found`: the counts, the refusals kept for later, why it
 gave up and with which Retry-After, whether the definitions went stale); it writes
 nothing into the reporter's state, the reporter applies what it found
-(``ReporterState.settle``). Its disk work is :class:`Outbox`'s, asked for as
+(``ReporterState.settle``); its disk work is asked for as
 :class:`~ldpkit.client.steps.Disk` steps. :func:`background_failed` applies a failed
 background pass to the :class:`~ldpkit.client.policies.BackgroundSchedule`.
 """
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TypeVar
 
 from ..errors import CollectorRejected, CollectorUnavailable
 from ..http import NetworkError
@@ -37,6 +38,7 @@ from .steps import Disk, Request, Sleep, Steps
 from .storage import DeviceStore
 
 log = logging.getLogger("ldpkit.client")
+T = TypeVar("T")
 
 DEFAULT_MAX_BATCH_BYTES = 1_000_000
 SEAL_AHEAD = 64
@@ -99,76 +101,6 @@ class Found:
     error: Exception | None = None
 
 
-class Outbox:
-    """The outbox's disk work a flush asks for, each call under the reporter's lock (the
-    store is shared with ``report()``)."""
-
-    def __init__(self, store: DeviceStore, lock: threading.RLock) -> None:
-        self.store = store
-        self.lock = lock
-
-    def last_seq(self) -> int:
-        with self.lock:
-            return self.store.max_seq()
-
-    def pending(self) -> int:
-        with self.lock:
-            return self.store.outbox_rows()
-
-    def next_batch(
-        self, size: int, max_bytes: int, *, after: int, upto: int | None
-    ) -> OutgoingBatch | int:
-        """The next batch to send (of rows ``after < seq <= upto``), made durable, or
-        when there is none the number of reports still queued."""
-        with self.lock:
-            batch = self._next(size, max_bytes, after, upto)
-            if batch is None:
-                return self.store.outbox_rows()
-            # Nothing leaves the device before it (its budget spend, and a sealed
-            # batch with the exact reports it holds) is fsynced.
-            self.store.make_durable()
-            return batch
-
-    def _next(
-        self, size: int, max_bytes: int, after: int, upto: int | None
-    ) -> OutgoingBatch | None:
-        """Reports queued before sealed batches first (as v1, with their report ids, so a
-        batch sent before the upgrade counts once); then a sealed batch not answered yet,
-        resent byte for byte; else the next reports, sealed into new batches (up to
-        SEAL_AHEAD at once: one fsync covers them all)."""
-        store = self.store
-        legacy = store.oldest(size, after=after, upto=upto, legacy=True)
-        if legacy:
-            return build_batch(_fit(legacy, ID_SIZE, max_bytes))
-        sealed = store.sealed_batch()
-        if sealed is not None:
-            return sealed
-        rows = store.oldest(size * SEAL_AHEAD, after=after, upto=upto)
-        if not rows:
-            return None
-        chunks = []
-        while rows:
-            chunk = _fit(rows[:size], 0, max_bytes)
-            chunks.append(chunk)
-            rows = rows[len(chunk) :]
-        store.seal(chunks)
-        return store.sealed_batch()
-
-    def acknowledge(
-        self, batch_id: bytes | None, keys: tuple[tuple[int, bytes], ...], kept: set[int]
-    ) -> None:
-        """The answered rows (``keys``) leave the outbox, but those ``kept``."""
-        with self.lock:
-            if batch_id is not None and not kept:  # the whole sealed batch
-                self.store.acknowledge_batch(batch_id)
-            else:
-                self.store.acknowledge([k for k in keys if k[0] not in kept], batch_id=batch_id)
-
-    def unseal(self, batch_id: bytes) -> None:
-        with self.lock:
-            self.store.unseal(batch_id)
-
-
 def _fit(rows: list[OutboxRow], per_row: int, max_bytes: int) -> list[OutboxRow]:
     """The first rows whose reports (and ``per_row`` bytes each) fit in ``max_bytes``
     (one at least)."""
@@ -206,28 +138,25 @@ def _log_refusals(rejected: tuple[Refusal, ...], kept: set[int]) -> None:
         )
 
 
-def flushing(
-    outbox: Outbox, plan: FlushPlan, deferred: Mapping[int, float], clock: Clock
-) -> Steps[Found]:
-    """One flush by ``plan``: batches out, answers in, retries by the policy; returns
-    what it found (``deferred``: the reporter's kept refusals, see :class:`Found`).
+class Flush:
+    """One flush by ``plan``: batches out, answers in, retries by the policy. Its
+    :meth:`steps` return what it found (``deferred``: the reporter's kept refusals, see
+    :class:`Found`); its disk work holds ``lock`` (the store is shared with ``report()``).
 
     It ends early (``Found.error``) with CollectorUnavailable once ``max_attempts``
     attempts at one batch failed, or CollectorRejected on a 4xx that retrying will not
     fix; rows never leave the outbox but on an answer that accounts for them.
     """
-    return (yield from _Flush(outbox, plan, deferred, clock).steps())
-
-
-class _Flush:
-    """The state of one :func:`flushing` run, and its steps."""
 
     def __init__(
-        self, outbox: Outbox, plan: FlushPlan, deferred: Mapping[int, float], clock: Clock
+        self,
+        store: DeviceStore,
+        lock: threading.RLock,
+        plan: FlushPlan,
+        deferred: Mapping[int, float],
+        clock: Clock,
     ) -> None:
-        self.outbox = outbox
-        self.plan = plan
-        self.clock = clock
+        self.store, self.lock, self.plan, self.clock = store, lock, plan, clock
         self.found = Found(dict(deferred))
         self.batch_size = plan.batch_size
         self.max_batch_bytes = plan.max_batch_bytes
@@ -238,7 +167,7 @@ class _Flush:
     def steps(self) -> Steps[Found]:
         try:
             if not self.plan.everything:
-                self.upto = yield Disk(self.outbox.last_seq)
+                self.upto = yield Disk(partial(self._locked, self.store.max_seq))
             while isinstance(batch := (yield Disk(self._next_batch)), OutgoingBatch):
                 yield from self._send(batch)
             self.found.result = self.found.result.plus(FlushResult(remaining=batch))
@@ -246,10 +175,43 @@ class _Flush:
             self.found.error = exc
         return self.found
 
+    def _locked(self, call: Callable[..., T], *args: object) -> T:
+        with self.lock:
+            return call(*args)
+
     def _next_batch(self) -> OutgoingBatch | int:
-        return self.outbox.next_batch(
-            self.batch_size, self.max_batch_bytes, after=self.after, upto=self.upto
-        )
+        """The next batch to send, made durable, or (none left) the reports still queued."""
+        with self.lock:
+            batch = self._unsent()
+            if batch is None:
+                return self.store.outbox_rows()
+            # Nothing leaves the device before it (its budget spend, and a sealed
+            # batch with the exact reports it holds) is fsynced.
+            self.store.make_durable()
+            return batch
+
+    def _unsent(self) -> OutgoingBatch | None:
+        """Reports queued before sealed batches first (as v1, with their report ids, so a
+        batch sent before the upgrade counts once); then a sealed batch not answered yet,
+        resent byte for byte; else the next reports, sealed into new batches (up to
+        SEAL_AHEAD at once: one fsync covers them all)."""
+        store, size, after, upto = self.store, self.batch_size, self.after, self.upto
+        legacy = store.oldest(size, after=after, upto=upto, legacy=True)
+        if legacy:
+            return build_batch(_fit(legacy, ID_SIZE, self.max_batch_bytes))
+        sealed = store.sealed_batch()
+        if sealed is not None:
+            return sealed
+        rows = store.oldest(size * SEAL_AHEAD, after=after, upto=upto)
+        if not rows:
+            return None
+        chunks = []
+        while rows:
+            chunk = _fit(rows[:size], 0, self.max_batch_bytes)
+            chunks.append(chunk)
+            rows = rows[len(chunk) :]
+        store.seal(chunks)
+        return store.sealed_batch()
 
     def _send(self, batch: OutgoingBatch) -> Steps[None]:
         """Send ``batch`` until it is answered for or split (413); raise to give up."""
@@ -277,7 +239,7 @@ class _Flush:
     def _delivered(self, batch: OutgoingBatch, outcome: Delivered, now: float) -> Steps[None]:
         found = self.found
         kept = {r.seq for r in outcome.rejected if _kept(r, now, found.deferred)}
-        yield Disk(partial(self.outbox.acknowledge, batch.batch_id, outcome.keys, kept))
+        yield Disk(partial(self._acknowledge, batch.batch_id, outcome.keys, kept))
         if found.deferred:  # these rows left the outbox: forget their refusals
             for seq, _ in outcome.keys:
                 if seq not in kept:
@@ -292,13 +254,22 @@ class _Flush:
         self.after = max(self.after, *batch.seqs)
         self.failures = 0
 
+    def _acknowledge(
+        self, batch_id: bytes | None, keys: tuple[tuple[int, bytes], ...], kept: set[int]
+    ) -> None:
+        with self.lock:
+            if batch_id is not None and not kept:  # the whole sealed batch
+                self.store.acknowledge_batch(batch_id)
+            else:
+                self.store.acknowledge([k for k in keys if k[0] not in kept], batch_id=batch_id)
+
     def _too_large(self, batch: OutgoingBatch, outcome: TooLarge) -> Steps[None]:
         if batch.n == 1:
             raise CollectorRejected(413, "too_large", outcome.reason)
         if batch.batch_id is not None:
             # Refused whole: nothing of it was stored. (Were the limit lowered between two
             # sends of this batch, an earlier one may have been stored: docs/protocol.md.)
-            yield Disk(partial(self.outbox.unseal, batch.batch_id))
+            yield Disk(partial(self._locked, self.store.unseal, batch.batch_id))
         self.batch_size = max(1, batch.n // 2)
         self.max_batch_bytes = max(1, len(batch.body) // 2)
         log.info("%s; sending %d reports per batch", outcome.reason, self.batch_size)
@@ -309,7 +280,7 @@ class _Flush:
         self.failures += 1
         self.found.retry_after = retry.retry_after
         if self.failures >= self.plan.max_attempts:
-            pending = yield Disk(self.outbox.pending)
+            pending = yield Disk(partial(self._locked, self.store.outbox_rows))
             self.found.problem = retry.reason
             raise CollectorUnavailable(
                 f"could not deliver to {self.plan.source} after {self.failures} attempt(s): "

@@ -14,11 +14,7 @@ from typing import NamedTuple
 
 from .._json import loads_bounded
 from .._validation import shown
-from ..errors import (
-    CollectorRejected,
-    LdpkitError,
-    ProtocolError,
-)
+from ..errors import CollectorRejected, LdpkitError, ProtocolError
 from ..http import HttpAnswer, error_of, transient
 from ..metrics import MetricDefinition
 from ..wire import (
@@ -69,50 +65,44 @@ class OutgoingBatch:
     def n(self) -> int:
         return len(self.seqs)
 
+    @classmethod
+    def of(
+        cls, body: bytes, blocks: list[Block], rows: list[OutboxRow], batch_id: bytes | None = None
+    ) -> OutgoingBatch:
+        seqs, report_ids = tuple(r.seq for r in rows), tuple(r.report_id for r in rows)
+        return cls(body, seqs, len(blocks), report_ids, batch_id)
 
-def _groups(rows: Iterable[OutboxRow]) -> dict[tuple[str, str, int], list[OutboxRow]]:
+
+def _blocks(rows: Iterable[OutboxRow], *, ids: bool) -> tuple[list[Block], list[OutboxRow]]:
+    """Rows grouped per (metric, fingerprint, bucket) into wire blocks (``ids``: v1, with
+    their report ids), oldest group first, and the rows in that order: the answer's
+    ``rejected[].index`` counts reports through the blocks in order."""
     groups: dict[tuple[str, str, int], list[OutboxRow]] = {}
     for row in rows:
         groups.setdefault((row.metric, row.fingerprint, row.bucket), []).append(row)
-    return groups
+    blocks: list[Block] = []
+    ordered: list[OutboxRow] = []
+    for (metric, fp, bucket), members in groups.items():
+        block_ids = b"".join(r.report_id for r in members) if ids else b""
+        if ids and len(block_ids) != ID_SIZE * len(members):
+            raise ProtocolError(f"outbox row of metric {metric!r} has a malformed report id")
+        reports = b"".join(r.report for r in members)
+        blocks.append(Block(metric, fp, bucket, block_ids, reports, None if ids else len(members)))
+        ordered.extend(members)
+    return blocks, ordered
 
 
 def seal_batch(rows: Iterable[OutboxRow], batch_id: bytes) -> OutgoingBatch:
-    """A sealed (v2) batch of ``rows`` under ``batch_id``, grouped as :func:`build_batch`."""
-    blocks: list[Block] = []
-    members_in_order: list[OutboxRow] = []
-    for (metric, fp, bucket), members in _groups(rows).items():
-        reports = b"".join(r.report for r in members)
-        blocks.append(Block(metric, fp, bucket, b"", reports, len(members)))
-        members_in_order.extend(members)
-    return OutgoingBatch(
-        encode_sealed_batch(batch_id, blocks),
-        tuple(r.seq for r in members_in_order),
-        len(blocks),
-        tuple(r.report_id for r in members_in_order),
-        batch_id,
-    )
+    """A sealed (v2) batch of ``rows`` under ``batch_id``."""
+    blocks, ordered = _blocks(rows, ids=False)
+    body = encode_sealed_batch(batch_id, blocks)
+    return OutgoingBatch.of(body, blocks, ordered, batch_id)
 
 
 def build_batch(rows: Iterable[OutboxRow]) -> OutgoingBatch:
-    """Group rows per (metric, fingerprint, bucket) into v1 wire blocks, oldest group first.
-
-    The answer's ``rejected[].index`` counts reports through the blocks in order, so the
-    batch keeps the outbox sequence numbers in that same order.
-    """
-    groups = _groups(rows)
-    blocks: list[Block] = []
-    seqs: list[int] = []
-    report_ids: list[bytes] = []
-    for (metric, fp, bucket), members in groups.items():
-        ids = b"".join(r.report_id for r in members)
-        reports = b"".join(r.report for r in members)
-        if len(ids) != ID_SIZE * len(members):
-            raise ProtocolError(f"outbox row of metric {metric!r} has a malformed report id")
-        blocks.append(Block(metric, fp, bucket, ids, reports))
-        seqs.extend(r.seq for r in members)
-        report_ids.extend(r.report_id for r in members)
-    return OutgoingBatch(encode_batch(blocks), tuple(seqs), len(blocks), tuple(report_ids))
+    """A v1 batch of ``rows`` (reports queued before sealed batches, with their ids)."""
+    blocks, ordered = _blocks(rows, ids=True)
+    return OutgoingBatch.of(encode_batch(blocks), blocks, ordered)
 
 
 # --- answers and retry decisions ------------------------------------------------------

@@ -31,20 +31,9 @@ from ..metrics import MetricDefinition, Period, check_period, window_start
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
 from .codec import MetricCodec, keyed_generator, memo_generator, memo_message, memo_tag
-from .flush import FlushPlan, Found, Outbox, flushing
-from .policies import (
-    Clock,
-    ShellSettings,
-    budget_decision,
-    fits,
-    left_of,
-    period_window,
-)
-from .protocol import (
-    Fatal,
-    classify_failure,
-    parse_definitions,
-)
+from .flush import Flush, FlushPlan, Found
+from .policies import Clock, ShellSettings, budget_decision, fits, left_of, period_window
+from .protocol import Fatal, classify_failure, parse_definitions
 from .results import BudgetStatus, FlushResult, MetricBudget, ReportReceipt, TotalBudget
 from .steps import Steps
 from .storage import (
@@ -102,7 +91,6 @@ class ReporterState:
         self.store = DeviceStore(
             self.directory, durable_reports=durable_reports, known_device=known, now=clock()
         )
-        self.outbox = Outbox(self.store, self.lock)
         self._deferred: dict[int, float] = {}  # seq -> first unknown_version refusal (clock)
         loss = self.store.ledger_lost()
         if loss is not None and loss.fresh:
@@ -470,7 +458,8 @@ class ReporterState:
         return spent, left_of(spent, budget), period, start, end, delta_spent
 
     def pending(self) -> int:
-        return self.outbox.pending()
+        with self.lock:
+            return self.store.outbox_rows()
 
     def prune(self) -> None:
         with self.lock:
@@ -482,10 +471,10 @@ class ReporterState:
 
     # --- delivery ---------------------------------------------------------------------
     def delivery(self, plan: FlushPlan) -> Steps[Found]:
-        """A delivery run by ``plan`` (:func:`~ldpkit.client.flush.flushing`; the caller
-        holds the shell's send lock until it has applied what the run found with
-        :meth:`settle`)."""
-        return flushing(self.outbox, plan, self._deferred, self.clock)
+        """A delivery run by ``plan`` (:class:`~ldpkit.client.flush.Flush`); the caller
+        holds the shell's send lock from here until it applied what the run found
+        (:meth:`settle`)."""
+        return Flush(self.store, self.lock, plan, self._deferred, self.clock).steps()
 
     def settle(self, found: Found) -> FlushResult:
         """Apply what a delivery run found; raise what ended it early, if anything did."""

@@ -41,7 +41,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -283,38 +283,24 @@ def _upgrade(db: sqlite3.Connection, path: Path) -> str:
     return upgrade
 
 
-_LEDGER_SUMS: tuple[tuple[Callable[[str], str], str], ...] = (
-    # (the ledger key of a row's first column, the sums of one amount per window)
-    (
-        str,
-        "SELECT metric, budget_seconds, window_start, sum(epsilon) FROM reports "
-        "WHERE epsilon > 0 GROUP BY metric, budget_seconds, window_start",
-    ),
-    (
-        str,
-        f"SELECT '{TOTAL_KEY}', total_seconds, total_start, sum(epsilon) FROM reports "
-        "WHERE epsilon > 0 GROUP BY total_seconds, total_start",
-    ),
-    (
-        delta_key,
-        "SELECT metric, budget_seconds, window_start, sum(delta) FROM reports "
-        "WHERE delta > 0 GROUP BY metric, budget_seconds, window_start",
-    ),
-    (
-        delta_key,
-        f"SELECT '{TOTAL_KEY}', total_seconds, total_start, sum(delta) FROM reports "
-        "WHERE delta > 0 GROUP BY total_seconds, total_start",
-    ),
+_LEDGER_GROUPS = (  # (a ledger key and window, what groups it): per metric, in total
+    ("metric, budget_seconds, window_start", "metric, budget_seconds, window_start"),
+    (f"'{TOTAL_KEY}', total_seconds, total_start", "total_seconds, total_start"),
 )
 
 
 def _read_ledger(db: sqlite3.Connection) -> dict[str, LedgerWindows]:
-    """Epsilon and delta spent per window, per metric and in total (the ledger's cache)."""
+    """The ledger's cache: epsilon spent per budget window, per metric and in total, and
+    delta beside it (under delta_key)."""
     ledger: dict[str, LedgerWindows] = {}
-    for key_of, query in _LEDGER_SUMS:
-        for key, seconds, start, spent in db.execute(query):
-            windows = ledger.setdefault(key_of(key), LedgerWindows())
-            windows.add(int(seconds), int(start), float(spent))
+    for amount, key_of in (("epsilon", str), ("delta", delta_key)):
+        for columns, group in _LEDGER_GROUPS:
+            query = (
+                f"SELECT {columns}, sum({amount}) FROM reports WHERE {amount} > 0 GROUP BY {group}"
+            )
+            for key, seconds, start, spent in db.execute(query):
+                windows = ledger.setdefault(key_of(key), LedgerWindows())
+                windows.add(int(seconds), int(start), float(spent))
     return ledger
 
 

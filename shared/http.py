@@ -175,9 +175,8 @@ def _read_bounded(response: http.client.HTTPResponse) -> bytes:
     return data
 
 
-def _stale(exc: Exception) -> bool:
-    """Whether ``exc`` says the server closed the connection before it got the request."""
-    return isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError)
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+"""What a request on a kept-alive connection the server closed while idle fails with."""
 
 
 class HttpTransport:
@@ -221,9 +220,13 @@ class HttpTransport:
                     return self._exchange(method, path, body, headers, deadline, expired)
                 except (http.client.HTTPException, OSError) as exc:
                     self._drop()
-                    # Once more when the server closed an idle kept-alive connection.
-                    if not (reused and attempt == 0 and _stale(exc) and not expired.is_set()):
-                        raise self._failure(exc, expired) from exc
+                    if expired.is_set():
+                        raise NetworkError(
+                            f"no complete answer within the {self.timeout.total_seconds:g} s "
+                            "deadline (Timeout.total)"
+                        ) from exc
+                    if not (reused and attempt == 0 and isinstance(exc, _STALE)):
+                        raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _exchange(
@@ -257,14 +260,6 @@ class HttpTransport:
         if response.will_close:
             self._drop()
         return HttpAnswer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
-
-    def _failure(self, exc: Exception, expired: threading.Event) -> NetworkError:
-        if expired.is_set():
-            return NetworkError(
-                f"no complete answer within the {self.timeout.total_seconds:g} s "
-                "deadline (Timeout.total)"
-            )
-        return NetworkError(f"{type(exc).__name__}: {exc}")
 
     @staticmethod
     def _expire(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
