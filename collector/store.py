@@ -23,13 +23,12 @@ few partial rows compaction has not reached).
 :meth:`Store.ingest` stores a batch atomically: it answers only after the commit that
 holds the batch, so an acknowledged report is durable; the same batch id (or v1 report
 id) twice is counted once. Implementations run their blocking work off the event loop.
-:func:`open_store` picks the implementation from the database string (a path: SQLite;
-``postgresql://...``: PostgreSQL, when that module exists).
+:func:`~ldpkit.collector.backends.open_store` picks the implementation from the database
+string.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -42,13 +41,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..aggregate import Aggregate
-from ..errors import ConfigError, LdpkitError
+from ..errors import LdpkitError
 from ..errors import StoreClosed as StoreClosed  # their home is ldpkit.errors
 from ..errors import StoreError as StoreError
 from ..mechanisms import Mechanism
 from ..metrics import MetricDefinition
 from ..wire import ID_SIZE
-from .config import POSTGRES_PREFIXES
 
 log = logging.getLogger("ldpkit.collector.store")
 
@@ -407,20 +405,3 @@ class Store(ABC):
     @abstractmethod
     async def pruned_before(self) -> int | None:
         """The highest ``before_bucket`` ids were pruned to (by any process), or None."""
-
-
-def open_store(
-    database: str, *, synchronous: str = "full", pool_size: int = 8, sqlite_cache_mib: int = 256
-) -> Store:
-    """The store for ``database``: a SQLite file path, or a PostgreSQL URL (``pool_size``:
-    that store's connections per process)."""
-    if database.startswith(POSTGRES_PREFIXES):
-        try:
-            module = importlib.import_module(f"{__package__}.postgres_store")
-        except ImportError as exc:
-            raise ConfigError(f"the PostgreSQL store is not available: {exc}") from None
-        store: Store = module.PostgresStore(database, pool_size=pool_size)
-        return store
-    from .sqlite_store import SQLiteStore
-
-    return SQLiteStore(database, synchronous=synchronous, cache_mib=sqlite_cache_mib)
