@@ -291,25 +291,25 @@ def _tokens(table: object, source: str, environ: Mapping[str, str]) -> Tokens:
             f"{source}: unknown key(s) in [tokens]: {', '.join(unknown)} "
             f"(known: {', '.join(TOKEN_KINDS)})"
         )
-    lists: dict[str, tuple[str, ...]] = {}
-    for kind in TOKEN_KINDS:
-        env_name = TOKEN_ENV[kind]
-        env_value = environ.get(env_name, "").strip()
-        if env_value:
-            items = [t.strip() for t in env_value.split(",") if t.strip()]
-            lists[kind] = tuple(
-                _check_token(t, f"environment variable {env_name}", i) for i, t in enumerate(items)
-            )
-            continue
-        raw = table.get(kind, [])
-        if isinstance(raw, str):
-            raw = [raw]
-        if not isinstance(raw, list):
-            raise ConfigError(f"{source}: [tokens] {kind} must be a list of strings")
-        lists[kind] = tuple(
-            _check_token(t, f"{source}: [tokens] {kind}", i) for i, t in enumerate(raw)
-        )
-    return Tokens(**lists)
+    return Tokens(**{kind: _kind_tokens(kind, table, source, environ) for kind in TOKEN_KINDS})
+
+
+def _kind_tokens(
+    kind: str, table: dict[str, object], source: str, environ: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The tokens of ``kind``: its environment variable's when set, else the table's."""
+    env_name = TOKEN_ENV[kind]
+    env_value = environ.get(env_name, "").strip()
+    if env_value:
+        items = [t.strip() for t in env_value.split(",") if t.strip()]
+        where = f"environment variable {env_name}"
+        return tuple(_check_token(t, where, i) for i, t in enumerate(items))
+    raw = table.get(kind, [])
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise ConfigError(f"{source}: [tokens] {kind} must be a list of strings")
+    return tuple(_check_token(t, f"{source}: [tokens] {kind}", i) for i, t in enumerate(raw))
 
 
 def _metrics(table: object, source: str) -> dict[str, MetricDefinition]:

@@ -271,11 +271,15 @@ class Collector:
             return False
         await self.refresh_catalog()
         missing = {fp for fp, _, _ in found if fp not in self._fp_names}
-        if missing:  # stored, but this ldpkit cannot load them: do not look them up again
+        self._unloadable_found(missing)
+        return len(missing) < len(found)
+
+    def _unloadable_found(self, missing: set[str]) -> None:
+        """Versions stored that this ldpkit cannot load: not looked up again."""
+        if missing:
             if len(self._unloadable) > MAX_UNLOADABLE:
                 self._unloadable.clear()
             self._unloadable.update(missing)
-        return len(missing) < len(found)
 
     def metrics_list(self) -> Serialized:
         return self._metrics_body
