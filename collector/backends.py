@@ -7,12 +7,16 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ConfigError
-from .config import POSTGRES_PREFIXES
+from .config import POSTGRES_PREFIXES, Synchronous
 from .store import Store
 
 
 def open_store(
-    database: str, *, synchronous: str = "full", pool_size: int = 8, sqlite_cache_mib: int = 256
+    database: str,
+    *,
+    synchronous: Synchronous = Synchronous.FULL,
+    pool_size: int = 8,
+    sqlite_cache_mib: int = 256,
 ) -> Store:
     """The store for ``database``: a SQLite file path, or a PostgreSQL URL (``pool_size``:
     that store's connections per process)."""
