@@ -1,12 +1,8 @@
-"""Admission of batches (``POST /v1/reports``): what the collector holds, and who may send.
-
-One :class:`Admission` per collector counts the batches received and not yet answered
-(``max_pending_batches`` at most) and the bytes of request bodies held (a
-:class:`~ldpkit.collector.uploads.BodyPool` of ``max_pending_bytes``), keeps the
-per-token rate limits (:class:`~ldpkit.collector.limits.IngestLimiter`) and counts each
-batch's outcome in the telemetry. The ingest route holds a batch in :meth:`Admission.batch`
-from its headers to its answer; whatever way it leaves, what it held is released.
-"""
+"""Admission of batches (``POST /v1/reports``): one :class:`Admission` per collector
+counts the batches received and not yet answered, the bytes of request bodies held
+(uploads.py), keeps the per-token rate limits (limits.py) and counts each batch's outcome.
+The ingest route holds a batch in :meth:`Admission.batch` until answered; whatever way it
+leaves, what it held is released."""
 
 from __future__ import annotations
 
@@ -72,8 +68,8 @@ class Admission:
         )
 
     def busy(self) -> ApiError:
-        retry = {"Retry-After": str(self.config.retry_after)}
-        return ApiError(429, "too_many_requests", "the store is behind; retry later", headers=retry)
+        detail, retry = "the store is behind; retry later", str(self.config.retry_after)
+        return ApiError(429, "too_many_requests", detail, headers={"Retry-After": retry})
 
     @asynccontextmanager
     async def batch(self, token: bytes, announced: int | None) -> AsyncIterator[Ticket]:

@@ -408,7 +408,11 @@ class GroupCommitStore(Store):
             failed = {id(job) for job, _, _ in outcomes}
             done = [(job, None, error) for job in group if id(job) not in failed]
         outcomes.extend(done)
-        self._tell_commit(time.perf_counter() - started, group)
+        elapsed = time.perf_counter() - started
+        if (listener := self.commit_listener) is not None:
+            with contextlib.suppress(Exception):
+                batches = sum(j.blocks is not None for j in group)
+                listener(elapsed, batches, sum(j.reports for j in group))
         self._call_soon(self._settle_group, outcomes)
         return conn
 
@@ -439,13 +443,6 @@ class GroupCommitStore(Store):
                 self._x(conn, "ROLLBACK")
         broken = conn is not None and not self._writer_usable(conn)
         return self._retryable(exc) or broken
-
-    def _tell_commit(self, elapsed: float, group: list[_Job]) -> None:
-        listener = self.commit_listener
-        if listener is not None:
-            with contextlib.suppress(Exception):
-                batches = sum(j.blocks is not None for j in group)
-                listener(elapsed, batches, sum(j.reports for j in group))
 
     def _transaction(self, conn: Conn, group: list[_Job], prepared: _Prepared) -> list[Outcome]:
         """The group's transaction: calls (each in a savepoint), then the batches; COMMIT."""

@@ -86,9 +86,6 @@ class Catalog:
     retired: frozenset[str] = frozenset()
     origins: dict[str, Origin] = field(default_factory=dict)
 
-    def version(self, name: str, fingerprint: str) -> MetricDefinition | None:
-        return self.versions.get(name, {}).get(fingerprint)
-
 
 @dataclass(frozen=True)
 class BucketAggregate:
