@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..errors import ConfigError
     from .app import create_app
+    from .backends import open_store
     from .config import CollectorConfig, Tokens, load_config
-    from .store import Store, open_store
+    from .store import Store
 
 # Loaded on first use, so that importing a submodule (``ldpkit.collector.config``,
 # ``ldpkit.collector.launcher``) does not load aiohttp, prometheus_client and the stores.
@@ -28,7 +29,7 @@ _HOMES = {
     "Tokens": ".config",
     "load_config": ".config",
     "Store": ".store",
-    "open_store": ".store",
+    "open_store": ".backends",
 }
 
 

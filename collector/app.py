@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from .auth import TokenRegistry
+from .backends import open_store
 from .config import CollectorConfig
 from .keys import COLLECTOR, CONFIG, TELEMETRY, TOKENS
 from .middlewares import (
@@ -17,7 +18,7 @@ from .middlewares import (
 )
 from .routes import setup_routes
 from .service import Collector
-from .store import Store, open_store
+from .store import Store
 from .telemetry import Telemetry
 
 

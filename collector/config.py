@@ -48,6 +48,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +59,16 @@ from ..metrics import MetricDefinition, check_definition_size
 DEFAULT_PORT = 8787
 TOKEN_KINDS = ("ingest", "read", "admin")
 TOKEN_ENV = {kind: f"LDPKIT_{kind.upper()}_TOKENS" for kind in TOKEN_KINDS}
-SYNCHRONOUS_MODES = ("full", "extra", "normal")
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 HASH_PREFIX = "sha256:"  # a token given as its SHA-256 (see ldpkit.collector.auth)
+
+
+class Synchronous(StrEnum):
+    """SQLite's durability setting (``PRAGMA synchronous``; see docs/deployment.md)."""
+
+    FULL = "full"
+    EXTRA = "extra"
+    NORMAL = "normal"
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ class CollectorConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     database: str = "ldpkit.sqlite3"
-    synchronous: str = "full"
+    synchronous: Synchronous = Synchronous.FULL
     sqlite_cache_mib: int = 256
     pool_size: int = 8
     report_id_retention_days: int = 30
@@ -119,14 +127,12 @@ class CollectorConfig:
     source: str = "<defaults>"
 
     def with_overrides(self, **changes: Any) -> CollectorConfig:
-        """A copy with some fields replaced (``None`` values are ignored), re-validated."""
+        """A copy with some fields replaced (``None`` values are ignored); the new values
+        are checked (the others were)."""
         kept = {k: v for k, v in changes.items() if v is not None}
         if not kept:
             return self
-        data = {k: getattr(self, k) for k in _COLLECTOR_KEYS}
-        data.update(kept)
-        checked = _check_collector(data, self.source, base_dir=None)
-        return replace(self, **{k: checked[k] for k in kept})
+        return replace(self, **_check_collector(kept, self.source, base_dir=None))
 
 
 # key -> (type check, description) for the [collector] table
@@ -179,10 +185,10 @@ def _is_origins(v: object) -> bool:
 
 
 def _is_sync(v: object) -> bool:
-    return isinstance(v, str) and v.lower() in SYNCHRONOUS_MODES
+    return isinstance(v, str) and v.lower() in tuple(Synchronous)
 
 
-_is_sync.__doc__ = "one of " + ", ".join(f'"{m}"' for m in SYNCHRONOUS_MODES)
+_is_sync.__doc__ = "one of " + ", ".join(f'"{m}"' for m in Synchronous)
 
 _COLLECTOR_KEYS: dict[str, Any] = {
     "host": _is_str,
@@ -231,7 +237,7 @@ def _check_collector(
             raise ConfigError(f"{source}: [collector] {key} must be {check.__doc__}, got {value!r}")
         out[key] = value
     if "synchronous" in out:
-        out["synchronous"] = out["synchronous"].lower()
+        out["synchronous"] = Synchronous(out["synchronous"].lower())
     if "cors_origins" in out:
         out["cors_origins"] = tuple(out["cors_origins"])
     for key in (
@@ -291,25 +297,25 @@ def _tokens(table: object, source: str, environ: Mapping[str, str]) -> Tokens:
             f"{source}: unknown key(s) in [tokens]: {', '.join(unknown)} "
             f"(known: {', '.join(TOKEN_KINDS)})"
         )
-    lists: dict[str, tuple[str, ...]] = {}
-    for kind in TOKEN_KINDS:
-        env_name = TOKEN_ENV[kind]
-        env_value = environ.get(env_name, "").strip()
-        if env_value:
-            items = [t.strip() for t in env_value.split(",") if t.strip()]
-            lists[kind] = tuple(
-                _check_token(t, f"environment variable {env_name}", i) for i, t in enumerate(items)
-            )
-            continue
-        raw = table.get(kind, [])
-        if isinstance(raw, str):
-            raw = [raw]
-        if not isinstance(raw, list):
-            raise ConfigError(f"{source}: [tokens] {kind} must be a list of strings")
-        lists[kind] = tuple(
-            _check_token(t, f"{source}: [tokens] {kind}", i) for i, t in enumerate(raw)
-        )
-    return Tokens(**lists)
+    return Tokens(**{kind: _kind_tokens(kind, table, source, environ) for kind in TOKEN_KINDS})
+
+
+def _kind_tokens(
+    kind: str, table: dict[str, object], source: str, environ: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The tokens of ``kind``: its environment variable's when set, else the table's."""
+    env_name = TOKEN_ENV[kind]
+    env_value = environ.get(env_name, "").strip()
+    if env_value:
+        items = [t.strip() for t in env_value.split(",") if t.strip()]
+        where = f"environment variable {env_name}"
+        return tuple(_check_token(t, where, i) for i, t in enumerate(items))
+    raw = table.get(kind, [])
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise ConfigError(f"{source}: [tokens] {kind} must be a list of strings")
+    return tuple(_check_token(t, f"{source}: [tokens] {kind}", i) for i, t in enumerate(raw))
 
 
 def _metrics(table: object, source: str) -> dict[str, MetricDefinition]:

@@ -120,10 +120,19 @@ def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[Outcome]]:
             failed.append((job, None, as_store_error(exc)))
             continue
         kept.append(job)
+    legacy, buckets, bounds = _legacy_ids(kept)
+    return _Prepared(kept, deltas, legacy, bounds, buckets), failed
+
+
+def _legacy_ids(
+    jobs: Sequence[_Job],
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], list[int]]:
+    """The v1 report ids of ``jobs`` in job order, their buckets, and where each job's
+    start and end in them."""
     ids: list[npt.NDArray[Any]] = []
     buckets: list[npt.NDArray[np.int64]] = []
     bounds = [0]
-    for job in kept:
+    for job in jobs:
         for b in job.blocks or ():
             if b.ids is not None:
                 ids.append(b.ids)
@@ -131,7 +140,7 @@ def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[Outcome]]:
         bounds.append(bounds[-1] + (job.reports if job.batch_id is None else 0))
     legacy = np.concatenate(ids) if ids else np.zeros(0, ID_DTYPE)
     legacy_buckets = np.concatenate(buckets) if buckets else np.zeros(0, np.int64)
-    return _Prepared(kept, deltas, legacy, bounds, legacy_buckets), failed
+    return legacy, legacy_buckets, bounds
 
 
 def as_store_error(exc: BaseException) -> BaseException:
@@ -147,6 +156,64 @@ def _settle_future(future: asyncio.Future[Any], result: Any, exc: BaseException 
         future.set_exception(exc)
     else:
         future.set_result(result)
+
+
+@dataclass
+class _Claims:
+    """What the sealed batches of a group found: per batch id, its latest bucket and the
+    bitmap of its blocks; the ids claimed now; the bitmaps stored with the others."""
+
+    sealed: dict[bytes, tuple[int, bytes]]
+    claimed: set[bytes]
+    stored: dict[bytes, bytes]
+
+    def repeat(self, batch_id: bytes, blocks: Sequence[CheckedReports]) -> IngestResult | None:
+        """None for the copy of ``batch_id`` that counts now, else the answer to a repeat:
+        the blocks counted before are duplicates, the others refused."""
+        if batch_id in self.claimed:
+            self.claimed.discard(batch_id)  # a later copy in the group is a repeat
+            return None
+        bitmap = self.stored.get(batch_id, self.sealed[batch_id][1])
+        counted = [b for b in blocks if in_bitmap(bitmap, b.index)]
+        refused = tuple(b.index for b in blocks if not in_bitmap(bitmap, b.index))
+        return IngestResult(0, sum(b.n for b in counted), {}, refused)
+
+
+def _sealed_ids(jobs: Sequence[_Job]) -> dict[bytes, tuple[int, bytes]]:
+    """The batch ids of the sealed batches of ``jobs``, each with its first copy's latest
+    bucket and the bitmap of its blocks."""
+    sealed: dict[bytes, tuple[int, bytes]] = {}
+    for job in jobs:
+        if job.batch_id is not None and job.batch_id not in sealed:
+            blocks = job.blocks or []
+            bitmap = block_bitmap(b.index for b in blocks)
+            sealed[job.batch_id] = (max(b.bucket for b in blocks), bitmap)
+    return sealed
+
+
+def _legacy_counted(
+    job: _Job, prepared: _Prepared, i: int, new: npt.NDArray[np.bool_] | None
+) -> tuple[int, Deltas]:
+    """The new reports of v1 batch ``i``: how many, and their sums (aggregated again when
+    some were duplicates)."""
+    lo, hi = prepared.legacy_bounds[i], prepared.legacy_bounds[i + 1]
+    deltas = prepared.deltas[i]
+    if new is None:
+        return hi - lo, deltas
+    keep = new[lo:hi]
+    accepted = int(keep.sum())
+    if accepted != hi - lo:
+        deltas = aggregate_blocks(job.blocks or [], keep)
+    return accepted, deltas
+
+
+def _add_deltas(total: Deltas, deltas: Deltas) -> dict[str, int]:
+    """Add ``deltas`` to ``total``; the reports they count, by fingerprint."""
+    by_fp: dict[str, int] = {}
+    for key, agg in deltas.items():
+        by_fp[key[0]] = by_fp.get(key[0], 0) + agg.n
+        total[key] = total[key] + agg if key in total else agg
+    return by_fp
 
 
 class GroupCommitStore(Store):
@@ -277,14 +344,9 @@ class GroupCommitStore(Store):
             self._loop.call_soon_threadsafe(fn, *args)
 
     def _writer_main(self, ready: asyncio.Future[None]) -> None:
-        conn: Conn | None
-        try:
-            conn = self._connect_writer()
-        except Exception as exc:
-            error = exc if isinstance(exc, StoreError) else StoreError(f"{self!r}: {exc}")
-            self._call_soon(_settle_future, ready, None, error)
+        conn: Conn | None = self._first_connection(ready)
+        if conn is None:
             return
-        self._call_soon(_settle_future, ready, None, None)
         stop: _Stop | None = None
         try:
             while stop is None:
@@ -292,18 +354,7 @@ class GroupCommitStore(Store):
                 if isinstance(item, _Stop):
                     stop = item
                     break
-                group = [item]
-                reports = item.reports
-                while len(group) < self.max_group_batches and reports < self.max_group_reports:
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if isinstance(nxt, _Stop):
-                        stop = nxt
-                        break
-                    group.append(nxt)
-                    reports += nxt.reports
+                group, stop = self._gather(item)
                 conn = self._run_group(conn, group)
         finally:
             if conn is not None:
@@ -312,6 +363,34 @@ class GroupCommitStore(Store):
             if stop is not None:
                 self._call_soon(_settle_future, stop.done, None, None)
 
+    def _first_connection(self, ready: asyncio.Future[None]) -> Conn | None:
+        """The writer's connection, ``ready`` told of it (None: it failed, ``ready`` holds
+        the error)."""
+        try:
+            conn = self._connect_writer()
+        except Exception as exc:
+            error = exc if isinstance(exc, StoreError) else StoreError(f"{self!r}: {exc}")
+            self._call_soon(_settle_future, ready, None, error)
+            return None
+        self._call_soon(_settle_future, ready, None, None)
+        return conn
+
+    def _gather(self, first: _Job) -> tuple[list[_Job], _Stop | None]:
+        """A group: ``first`` and the jobs waiting after it, within the group's bounds; and
+        the stop met among them, if any."""
+        group = [first]
+        reports = first.reports
+        while len(group) < self.max_group_batches and reports < self.max_group_reports:
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(nxt, _Stop):
+                return group, nxt
+            group.append(nxt)
+            reports += nxt.reports
+        return group, None
+
     def _reconnect(self, conn: Conn | None) -> Conn:
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -319,41 +398,51 @@ class GroupCommitStore(Store):
         return self._connect_writer()
 
     def _run_group(self, conn: Conn | None, group: list[_Job]) -> Conn | None:
-        """Run one group (retried after a deadlock or on a new connection when the one it
-        ran on broke: a retry is safe, as ids make the group count once); answer its jobs.
-        The writer connection to use next."""
+        """Run one group and answer its jobs; the writer connection to use next."""
         started = time.perf_counter()
         prepared, outcomes = _prepare([job for job in group if job.blocks is not None])
-        failed = {id(job) for job, _, _ in outcomes}
-        attempt = 0
-        while True:
-            try:
-                if conn is None or not self._writer_usable(conn):
-                    conn = self._reconnect(conn)
-                done = self._transaction(conn, group, prepared)
-                break
-            except Exception as exc:
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        self._x(conn, "ROLLBACK")
-                broken = conn is not None and not self._writer_usable(conn)
-                if (self._retryable(exc) or broken) and attempt < 3:
-                    attempt += 1
-                    log.warning("group transaction retried after: %s", exc)
-                    continue
-                log.error("store transaction failed (%d jobs not stored): %s", len(group), exc)
-                error = as_store_error(exc)
-                done = [(job, None, error) for job in group if id(job) not in failed]
-                break
+        conn, done = self._attempts(conn, group, prepared)
+        if isinstance(done, BaseException):
+            log.error("store transaction failed (%d jobs not stored): %s", len(group), done)
+            error = as_store_error(done)
+            failed = {id(job) for job, _, _ in outcomes}
+            done = [(job, None, error) for job in group if id(job) not in failed]
         outcomes.extend(done)
         elapsed = time.perf_counter() - started
-        listener = self.commit_listener
-        if listener is not None:
+        if (listener := self.commit_listener) is not None:
             with contextlib.suppress(Exception):
                 batches = sum(j.blocks is not None for j in group)
                 listener(elapsed, batches, sum(j.reports for j in group))
         self._call_soon(self._settle_group, outcomes)
         return conn
+
+    def _attempts(
+        self, conn: Conn | None, group: list[_Job], prepared: _Prepared
+    ) -> tuple[Conn | None, list[Outcome] | Exception]:
+        """The group's transaction, run again (3 times at most) after a deadlock or on a
+        new connection when the one it ran on broke (a retry is safe, as ids make the group
+        count once). The connection to use next, and the outcomes or the last error."""
+        attempt = 0
+        while True:
+            try:
+                if conn is None or not self._writer_usable(conn):
+                    conn = self._reconnect(conn)
+                return conn, self._transaction(conn, group, prepared)
+            except Exception as exc:
+                retry = self._rolled_back(conn, exc)
+                if not retry or attempt == 3:
+                    return conn, exc
+                attempt += 1
+                log.warning("group transaction retried after: %s", exc)
+
+    def _rolled_back(self, conn: Conn | None, exc: Exception) -> bool:
+        """Roll a failed transaction back; whether it may run again (after a deadlock, or
+        on a new connection when ``conn`` broke)."""
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                self._x(conn, "ROLLBACK")
+        broken = conn is not None and not self._writer_usable(conn)
+        return self._retryable(exc) or broken
 
     def _transaction(self, conn: Conn, group: list[_Job], prepared: _Prepared) -> list[Outcome]:
         """The group's transaction: calls (each in a savepoint), then the batches; COMMIT."""
@@ -391,62 +480,52 @@ class GroupCommitStore(Store):
     def _store_batches(self, conn: Conn, prepared: _Prepared) -> tuple[list[IngestResult], Deltas]:
         """Claim batch ids and insert v1 report ids; each batch's answer and the sums of
         what the group counts."""
-        # Sealed batches: the first occurrence of an id not stored before counts.
-        sealed: dict[bytes, tuple[int, bytes]] = {}
-        for job in prepared.jobs:
-            if job.batch_id is not None and job.batch_id not in sealed:
-                blocks = job.blocks or []
-                bitmap = block_bitmap(b.index for b in blocks)
-                sealed[job.batch_id] = (max(b.bucket for b in blocks), bitmap)
-        claimed: set[bytes] = set()
-        stored: dict[bytes, bytes] = {}
-        if sealed:
-            order = sorted(sealed)  # one lock order for every transaction
-            claimed = self._claim_batches(conn, [(i, *sealed[i]) for i in order])
-            before = [i for i in order if i not in claimed]
-            if before:
-                marks = ",".join("?" * len(before))
-                keys = [self._batch_key(i) for i in before]
-                cur = self._x(conn, f"SELECT id, blocks FROM batches WHERE id IN ({marks})", keys)
-                stored = {self._batch_id(r[0]): bytes(r[1]) for r in cur.fetchall()}
-        # v1 batches: report ids, the first occurrence of each new one counts.
-        new: npt.NDArray[np.bool_] | None = None
-        if prepared.legacy_ids.shape[0]:
-            uniq, first = np.unique(prepared.legacy_ids, return_index=True)
-            inserted = self._insert_report_ids(conn, uniq, prepared.legacy_buckets[first])
-            if inserted is not None or first.shape[0] != prepared.legacy_ids.shape[0]:
-                new = np.zeros(prepared.legacy_ids.shape[0], dtype=bool)
-                new[first if inserted is None else first[inserted]] = True
+        claims = self._claim_sealed(conn, prepared.jobs)
+        new = self._new_report_ids(conn, prepared)
         results: list[IngestResult] = []
         total: Deltas = {}
         for i, job in enumerate(prepared.jobs):
-            blocks = job.blocks or []
-            deltas = prepared.deltas[i]
-            if job.batch_id is not None:
-                if job.batch_id in claimed:
-                    claimed.discard(job.batch_id)  # a later copy in the group is a repeat
-                else:
-                    bitmap = stored.get(job.batch_id, sealed[job.batch_id][1])
-                    counted = [b for b in blocks if in_bitmap(bitmap, b.index)]
-                    refused = tuple(b.index for b in blocks if not in_bitmap(bitmap, b.index))
-                    dup = sum(b.n for b in counted)
-                    results.append(IngestResult(0, dup, {}, refused))
-                    continue
-                accepted = job.reports
+            if job.batch_id is None:
+                accepted, deltas = _legacy_counted(job, prepared, i, new)
+            elif (repeat := claims.repeat(job.batch_id, job.blocks or [])) is not None:
+                results.append(repeat)
+                continue
             else:
-                lo, hi = prepared.legacy_bounds[i], prepared.legacy_bounds[i + 1]
-                accepted = hi - lo
-                if new is not None:
-                    keep = new[lo:hi]
-                    accepted = int(keep.sum())
-                    if accepted != hi - lo:
-                        deltas = aggregate_blocks(blocks, keep)
-            by_fp: dict[str, int] = {}
-            for key, agg in deltas.items():
-                by_fp[key[0]] = by_fp.get(key[0], 0) + agg.n
-                total[key] = total[key] + agg if key in total else agg
+                accepted, deltas = job.reports, prepared.deltas[i]
+            by_fp = _add_deltas(total, deltas)
             results.append(IngestResult(accepted, job.reports - accepted, by_fp))
         return results, total
+
+    def _claim_sealed(self, conn: Conn, jobs: list[_Job]) -> _Claims:
+        """Sealed batches: the first occurrence of an id not stored before counts."""
+        sealed = _sealed_ids(jobs)
+        if not sealed:
+            return _Claims(sealed, set(), {})
+        order = sorted(sealed)  # one lock order for every transaction
+        claimed = self._claim_batches(conn, [(i, *sealed[i]) for i in order])
+        before = [i for i in order if i not in claimed]
+        return _Claims(sealed, claimed, self._stored_bitmaps(conn, before) if before else {})
+
+    def _stored_bitmaps(self, conn: Conn, ids: list[bytes]) -> dict[bytes, bytes]:
+        """The bitmaps of the blocks counted, of batch ``ids`` stored before."""
+        marks = ",".join("?" * len(ids))
+        keys = [self._batch_key(i) for i in ids]
+        cur = self._x(conn, f"SELECT id, blocks FROM batches WHERE id IN ({marks})", keys)
+        return {self._batch_id(r[0]): bytes(r[1]) for r in cur.fetchall()}
+
+    def _new_report_ids(self, conn: Conn, prepared: _Prepared) -> npt.NDArray[np.bool_] | None:
+        """v1 batches: insert their report ids; which of ``prepared.legacy_ids`` are new
+        (the first occurrence of an id not stored before), None: every one."""
+        ids = prepared.legacy_ids
+        if not ids.shape[0]:
+            return None
+        uniq, first = np.unique(ids, return_index=True)
+        inserted = self._insert_report_ids(conn, uniq, prepared.legacy_buckets[first])
+        if inserted is None and first.shape[0] == ids.shape[0]:
+            return None
+        new = np.zeros(ids.shape[0], dtype=bool)
+        new[first if inserted is None else first[inserted]] = True
+        return new
 
     def _batch_key(self, batch_id: bytes) -> Any:
         """A batch id as a query parameter."""
@@ -530,34 +609,16 @@ class GroupCommitStore(Store):
     def _put_metric(self, conn: Conn, definition: MetricDefinition, origin: Origin) -> PutOutcome:
         fp, name, text = definition.fingerprint, definition.name, definition_json(definition)
         self._lock_catalog(conn)
-        current = self._x(
+        row = self._x(
             conn, "SELECT fingerprint, origin, retired_at FROM metrics WHERE name = ?", (name,)
         ).fetchone()
-        retired = current is not None and current[2] is not None
+        current, was_origin, retired_at = (None, None, None) if row is None else row
+        retired = retired_at is not None
         if retired and origin is Origin.CONFIG:
             return PutOutcome.RETIRED
-        version = self._x(
-            conn, "SELECT definition FROM metric_versions WHERE fingerprint = ?", (fp,)
-        ).fetchone()
-        if version is None:
-            self._x(
-                conn,
-                "INSERT INTO metric_versions (fingerprint, name, definition, seq) "
-                "SELECT ?, ?, ?, COALESCE(MAX(seq), 0) + 1 FROM metric_versions",
-                (fp, name, text),
-            )
-        elif version[0] != text:
-            self._x(
-                conn, "UPDATE metric_versions SET definition = ? WHERE fingerprint = ?", (text, fp)
-            )
-        outcome = put_outcome(
-            current[0] if current is not None else None,
-            fp,
-            version[0] if version is not None else None,
-            text,
-            retired,
-        )
-        if outcome is not PutOutcome.UNCHANGED or current is None or current[1] != origin:
+        stored = self._store_version(conn, fp, name, text)
+        outcome = put_outcome(current, fp, stored, text, retired)
+        if outcome is not PutOutcome.UNCHANGED or was_origin != origin:
             self._x(
                 conn,
                 "INSERT INTO metrics (name, fingerprint, origin, retired_at) "
@@ -568,6 +629,27 @@ class GroupCommitStore(Store):
         if outcome is not PutOutcome.UNCHANGED:
             self._catalog_written(conn, name)
         return outcome
+
+    def _store_version(self, conn: Conn, fp: str, name: str, text: str) -> str | None:
+        """Store version ``fp``'s definition JSON (new, or a changed description or
+        budget); the JSON stored before (None: a new version)."""
+        row = self._x(
+            conn, "SELECT definition FROM metric_versions WHERE fingerprint = ?", (fp,)
+        ).fetchone()
+        if row is None:
+            self._x(
+                conn,
+                "INSERT INTO metric_versions (fingerprint, name, definition, seq) "
+                "SELECT ?, ?, ?, COALESCE(MAX(seq), 0) + 1 FROM metric_versions",
+                (fp, name, text),
+            )
+            return None
+        stored: str = row[0]
+        if stored != text:
+            self._x(
+                conn, "UPDATE metric_versions SET definition = ? WHERE fingerprint = ?", (text, fp)
+            )
+        return stored
 
     async def retire_metric(self, name: str) -> bool | None:
         def retire(conn: Conn) -> bool | None:

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from ..errors import LdpkitError
 from ..mechanisms import Mechanism
 from ..mechanisms.local_hashing import OptimizedLocalHashing
+from ..metrics import MetricDefinition, Period
 from ..wire import Block
 from .store import ID_DTYPE, Catalog, CheckedReports
 
@@ -111,6 +112,15 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class _Refused(Exception):
+    """A whole block refused: ``error`` (a code of docs/protocol.md) and ``detail``."""
+
+    def __init__(self, error: str, detail: str) -> None:
+        super().__init__(detail)
+        self.error = error
+        self.detail = detail
+
+
 def check_batch(
     blocks: Sequence[Block], catalog: Catalog, now: float, *, oldest: int | None = None
 ) -> BatchVerdict:
@@ -119,97 +129,103 @@ def check_batch(
     out = BatchVerdict()
     offset = 0
     for index, block in enumerate(blocks):
-        n = block.n
         start = offset
-        offset += n
-        out.total += n
-        if n == 0:
+        offset += block.n
+        out.total += block.n
+        if block.n == 0:
             continue
-
-        def refuse(error: str, detail: str, start: int = start, n: int = n) -> None:
-            out.rejected.append(
-                RefusedReports(np.arange(start, start + n, dtype=np.int64), error, detail)
-            )
-
-        versions = catalog.versions.get(block.metric)
-        if versions is None:
-            out.unknown.add(block.fingerprint)
-            refuse(UNKNOWN_METRIC, f"no metric named {_short(block.metric)!r}")
-            continue
-        if block.metric in catalog.retired:
-            refuse(
-                RETIRED_METRIC,
-                f"metric {block.metric!r} is retired: it takes no more reports; stop sending "
-                "them (and refresh the definitions)",
-            )
-            continue
-        definition = versions.get(block.fingerprint)
-        if definition is None:
-            out.unknown.add(block.fingerprint)
-            current = catalog.current.get(block.metric)
-            hint = f" (current: {current.fingerprint})" if current is not None else ""
-            refuse(
-                UNKNOWN_VERSION,
-                f"metric {block.metric!r} has no version {_short(block.fingerprint, 20)!r}{hint}; "
-                "refresh the definitions",
-            )
-            continue
-        period = definition.bucket
-        if block.bucket % period.seconds:
-            refuse(
-                INVALID_BUCKET,
-                f"bucket {block.bucket} is not the start of a {period.value} "
-                f"(a multiple of {period.seconds})",
-            )
-            continue
-        latest = period.start(now) + period.seconds
-        if block.bucket > latest:
-            refuse(
-                INVALID_BUCKET,
-                f"bucket {block.bucket} is more than one {period.value} in the future "
-                f"(latest accepted: {latest})",
-            )
-            continue
-        if oldest is not None and block.bucket < oldest:
-            first = -(-oldest // period.seconds) * period.seconds
-            refuse(
-                INVALID_BUCKET,
-                f"bucket {block.bucket} is too old: reports are kept for deduplication "
-                f"{(int(now) - oldest) / DAY:g} days after their bucket starts "
-                f"(oldest accepted now: {first})",
-            )
-            continue
-        mechanism = definition.mechanism_instance
-        dtype = mechanism.report_dtype
-        if len(block.reports) != n * dtype.itemsize:
-            refuse(
-                INVALID_REPORT,
-                f"{mechanism.name} reports of metric {block.metric!r} are {dtype.itemsize} bytes "
-                f"each, got {len(block.reports)} bytes for {n} reports",
-            )
-            continue
-        reports = np.frombuffer(block.reports, dtype=dtype)
         try:
-            valid = np.asarray(mechanism.check_reports(reports), dtype=bool)
-        except (LdpkitError, ValueError, TypeError) as exc:
-            refuse(INVALID_REPORT, f"reports do not fit {mechanism.name}: {exc}")
+            definition = _definition(block, catalog, out.unknown)
+            _check_bucket(block.bucket, definition.bucket, now, oldest)
+            mechanism = definition.mechanism_instance
+            checked = _check_reports(block, mechanism, start, index, out.rejected)
+        except _Refused as refused:
+            indexes = np.arange(start, start + block.n, dtype=np.int64)
+            out.rejected.append(RefusedReports(indexes, refused.error, refused.detail))
             continue
-        ids = np.frombuffer(block.ids, dtype=ID_DTYPE) if block.count is None else None
-        if not valid.all():
-            bad = np.flatnonzero(~valid).astype(np.int64) + start
-            out.rejected.append(
-                RefusedReports(
-                    bad,
-                    INVALID_REPORT,
-                    f"not a valid {mechanism.name} report of metric {block.metric!r}: "
-                    f"expected {mechanism.report_rule}",
-                )
-            )
-            ids = ids[valid] if ids is not None else None
-            reports = reports[valid]
-            if reports.shape[0] == 0:
-                continue
-        out.blocks.append(
-            CheckedReports(block.fingerprint, block.bucket, mechanism, ids, reports, index=index)
-        )
+        if checked is not None:
+            out.blocks.append(checked)
     return out
+
+
+def _definition(block: Block, catalog: Catalog, unknown: set[str]) -> MetricDefinition:
+    """The version of a known metric in service that the block names; a version the
+    catalog lacks goes in ``unknown`` (it may be defined through another replica)."""
+    versions = catalog.versions.get(block.metric)
+    if versions is None:
+        unknown.add(block.fingerprint)
+        raise _Refused(UNKNOWN_METRIC, f"no metric named {_short(block.metric)!r}")
+    if block.metric in catalog.retired:
+        raise _Refused(
+            RETIRED_METRIC,
+            f"metric {block.metric!r} is retired: it takes no more reports; stop sending "
+            "them (and refresh the definitions)",
+        )
+    definition = versions.get(block.fingerprint)
+    if definition is None:
+        unknown.add(block.fingerprint)
+        current = catalog.current.get(block.metric)
+        hint = f" (current: {current.fingerprint})" if current is not None else ""
+        raise _Refused(
+            UNKNOWN_VERSION,
+            f"metric {block.metric!r} has no version {_short(block.fingerprint, 20)!r}{hint}; "
+            "refresh the definitions",
+        )
+    return definition
+
+
+def _check_bucket(bucket: int, period: Period, now: float, oldest: int | None) -> None:
+    """The start of a ``period``, at most one ahead of ``now``'s, not before ``oldest``."""
+    if bucket % period.seconds:
+        raise _Refused(
+            INVALID_BUCKET,
+            f"bucket {bucket} is not the start of a {period.value} "
+            f"(a multiple of {period.seconds})",
+        )
+    latest = period.start(now) + period.seconds
+    if bucket > latest:
+        raise _Refused(
+            INVALID_BUCKET,
+            f"bucket {bucket} is more than one {period.value} in the future "
+            f"(latest accepted: {latest})",
+        )
+    if oldest is not None and bucket < oldest:
+        first = -(-oldest // period.seconds) * period.seconds
+        raise _Refused(
+            INVALID_BUCKET,
+            f"bucket {bucket} is too old: reports are kept for deduplication "
+            f"{(int(now) - oldest) / DAY:g} days after their bucket starts "
+            f"(oldest accepted now: {first})",
+        )
+
+
+def _check_reports(
+    block: Block, mechanism: Mechanism, start: int, index: int, rejected: list[RefusedReports]
+) -> CheckedReports | None:
+    """The valid reports of block ``index`` (None: not one); the invalid ones go in
+    ``rejected``, by their index in the batch (the block's first is ``start``)."""
+    n, dtype = block.n, mechanism.report_dtype
+    if len(block.reports) != n * dtype.itemsize:
+        raise _Refused(
+            INVALID_REPORT,
+            f"{mechanism.name} reports of metric {block.metric!r} are {dtype.itemsize} bytes "
+            f"each, got {len(block.reports)} bytes for {n} reports",
+        )
+    reports = np.frombuffer(block.reports, dtype=dtype)
+    try:
+        valid = np.asarray(mechanism.check_reports(reports), dtype=bool)
+    except (LdpkitError, ValueError, TypeError) as exc:
+        raise _Refused(INVALID_REPORT, f"reports do not fit {mechanism.name}: {exc}") from None
+    ids = np.frombuffer(block.ids, dtype=ID_DTYPE) if block.count is None else None
+    if not valid.all():
+        bad = np.flatnonzero(~valid).astype(np.int64) + start
+        detail = (
+            f"not a valid {mechanism.name} report of metric {block.metric!r}: "
+            f"expected {mechanism.report_rule}"
+        )
+        rejected.append(RefusedReports(bad, INVALID_REPORT, detail))
+        ids = ids[valid] if ids is not None else None
+        reports = reports[valid]
+        if reports.shape[0] == 0:
+            return None
+    return CheckedReports(block.fingerprint, block.bucket, mechanism, ids, reports, index=index)

@@ -9,7 +9,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
-from ..errors import LdpkitError, StoreError
+from ..errors import LdpkitError, StoreClosed, StoreError
 from .auth import bearer_token, required_scopes
 from .keys import CONFIG, TELEMETRY, TOKENS
 from .responses import (
@@ -17,7 +17,7 @@ from .responses import (
     STATUS_CODES,
     ApiError,
     api_error_response,
-    domain_error,
+    error_answer,
     error_response,
 )
 from .uploads import ClientGone
@@ -105,33 +105,42 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     A client that went away is no error (nothing is answered or logged)."""
     try:
         return await handler(request)
-    except ApiError as exc:
-        response = api_error_response(exc)
-        if exc.close and not request.content.is_eof():
-            return await _closing(request, response)
-        return response
-    except LdpkitError as exc:
-        api = domain_error(exc, request.app[CONFIG].retry_after)
-        if api is None:
-            return _unexpected(request)
-        if isinstance(exc, StoreError):
-            log.error("%s %s: %s", request.method, request.path, exc)
-        return api_error_response(api)
+    except (ApiError, LdpkitError) as exc:
+        return await _error_answer(request, exc)
     except (ClientGone, ConnectionError):
         log.debug("client closed the connection: %s %s", request.method, request.path)
         return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        headers = {k: exc.headers[k] for k in KEPT_HEADERS if k in exc.headers}
-        detail = exc.text if exc.text and exc.text != f"{exc.status}: {exc.reason}" else exc.reason
-        return error_response(
-            exc.status, STATUS_CODES.get(exc.status, f"http_{exc.status}"), detail, headers=headers
-        )
+        return _http_exception_answer(exc)
     except asyncio.CancelledError:
         raise
     except Exception:
         return _unexpected(request)
+
+
+async def _error_answer(request: web.Request, exc: ApiError | LdpkitError) -> web.StreamResponse:
+    """An ApiError's answer, or a domain error's (mapped in responses.py; unmapped: 500).
+    A store's failure is logged (its closing, at shutdown, is no failure)."""
+    api = error_answer(exc, request.app[CONFIG].retry_after)
+    if api is None:
+        return _unexpected(request)
+    if isinstance(exc, StoreError) and not isinstance(exc, StoreClosed):
+        log.error("%s %s: %s", request.method, request.path, exc)
+    response = api_error_response(api)
+    if api.close and not request.content.is_eof():
+        return await _closing(request, response)
+    return response
+
+
+def _http_exception_answer(exc: web.HTTPException) -> web.Response:
+    """aiohttp's own errors (unknown route, wrong method...) as JSON errors too."""
+    headers = {k: exc.headers[k] for k in KEPT_HEADERS if k in exc.headers}
+    detail = exc.text if exc.text and exc.text != f"{exc.status}: {exc.reason}" else exc.reason
+    return error_response(
+        exc.status, STATUS_CODES.get(exc.status, f"http_{exc.status}"), detail, headers=headers
+    )
 
 
 def _unexpected(request: web.Request) -> web.Response:

@@ -9,7 +9,17 @@ from typing import Any
 
 from aiohttp import web
 
-from ..errors import LdpkitError, ProtocolError, QueryError, StoreClosed, StoreError, UnknownMetric
+from ..errors import (
+    BatchNotStored,
+    LdpkitError,
+    ProtocolError,
+    QueryError,
+    RateLimited,
+    StoreClosed,
+    StoreError,
+    UnknownMetric,
+    UnsupportedVersion,
+)
 
 JSON = "application/json"
 
@@ -70,13 +80,32 @@ def domain_error(exc: LdpkitError, retry_after: int) -> ApiError | None:
     if isinstance(exc, QueryError):
         return ApiError(400, "invalid_parameter", str(exc), param=exc.param)
     if isinstance(exc, ProtocolError):
-        return ApiError(400, "bad_request", str(exc))
-    retry = {"Retry-After": str(retry_after)}
+        error = "unsupported_version" if isinstance(exc, UnsupportedVersion) else "bad_request"
+        return ApiError(400, error, str(exc))
+    if isinstance(exc, RateLimited):
+        return ApiError(
+            429, "rate_limited", str(exc), headers={"Retry-After": str(exc.retry_after)}
+        )
+    return _store_error(exc, {"Retry-After": str(retry_after)})
+
+
+def _store_error(exc: LdpkitError, retry: dict[str, str]) -> ApiError | None:
     if isinstance(exc, StoreClosed):
         return ApiError(503, "unavailable", "the collector is shutting down", headers=retry)
+    if isinstance(exc, BatchNotStored):  # its cause is logged, not told
+        detail = "the store failed; the batch was not stored"
+        return ApiError(503, "store_unavailable", detail, headers=retry)
     if isinstance(exc, StoreError):
         return ApiError(503, "store_unavailable", f"the store failed: {exc}", headers=retry)
     return None
+
+
+def error_answer(exc: BaseException, retry_after: int) -> ApiError | None:
+    """The HTTP answer to ``exc``: an ApiError is one, a domain error is mapped by
+    :func:`domain_error`; None for anything else."""
+    if isinstance(exc, ApiError):
+        return exc
+    return domain_error(exc, retry_after) if isinstance(exc, LdpkitError) else None
 
 
 def dumps(data: Any) -> bytes:

@@ -65,69 +65,16 @@ def _cached(request: web.Request, body: bytes, etag: str) -> web.Response:
 
 
 # --- reports ---------------------------------------------------------------------------
-def _rate_limited(wait: int) -> ApiError:
-    return ApiError(
-        429,
-        "rate_limited",
-        "this token is over its ingest rate limit; retry later",
-        headers={"Retry-After": str(wait)},
-    )
-
-
-def _busy(retry_after: int, detail: str = "the store is behind; retry later") -> ApiError:
-    return ApiError(429, "too_many_requests", detail, headers={"Retry-After": str(retry_after)})
-
-
 @requires(Scope.INGEST)
 async def post_reports(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR]
-    telemetry = request.app[TELEMETRY]
-    cfg = collector.config
-    _check_body(request, BATCH_CONTENT_TYPES, cfg.max_body_bytes)
-    limiter = collector.limiter
+    limit = collector.config.max_body_bytes
+    _check_body(request, BATCH_CONTENT_TYPES, limit)
     token = token_id(request.headers.get("Authorization"))
-    if (wait := limiter.blocked(token)) is not None:
-        telemetry.batches.labels("rate_limited").inc()
-        raise _rate_limited(wait)
-    # Admission: refused before the body is read. A body then holds what has arrived
-    # (see uploads.py), so its announced size only decides whether it may start.
-    if collector.overloaded(request.content_length or 1):
-        telemetry.throttled.inc()
-        telemetry.batches.labels("throttled").inc()
-        raise _busy(cfg.retry_after)
-
-    def charge(reports: int) -> None:
-        if (wait := limiter.take(token, reports)) is not None:
-            telemetry.batches.labels("rate_limited").inc()
-            raise _rate_limited(wait)
-
-    async with collector.bodies.hold() as held:
-        try:
-            body = await _read(request, held, cfg.max_body_bytes)
-        except ApiError as exc:
-            if exc.status == 429:
-                telemetry.throttled.inc()
-                telemetry.batches.labels("throttled").inc()
-            else:
-                telemetry.batches.labels("bad_request" if exc.status < 500 else "error").inc()
-            raise
-        if collector.admitted >= cfg.max_pending_batches:  # filled while this body arrived
-            telemetry.throttled.inc()
-            telemetry.batches.labels("throttled").inc()
-            raise _busy(cfg.retry_after)
-        collector.admitted += 1  # received, until answered
-        started = time.perf_counter()
-        try:
-            answer = await collector.ingest(body, token=token, charge=charge)
-        except ApiError as exc:
-            if exc.status != 429:
-                telemetry.batches.labels("bad_request" if exc.status == 400 else "error").inc()
-            raise
-        finally:
-            collector.admitted -= 1
-            del body
-    telemetry.batch_seconds.observe(time.perf_counter() - started)
-    telemetry.batches.labels("ok").inc()
+    async with collector.admission.batch(token, request.content_length) as ticket:
+        body = await _read(request, ticket.held, limit)
+        ticket.received()
+        answer = await collector.ingest(body, token=token, charge=ticket.charge)
     return json_response(answer)
 
 
@@ -160,7 +107,7 @@ async def put_metric(request: web.Request) -> web.Response:
         if exc.status == 413:
             exc.detail += " (max_definition_bytes)"
         raise
-    async with collector.bodies.hold() as held:
+    async with collector.admission.bodies.hold() as held:
         try:
             raw = await _read(request, held, limit)
         except ApiError as exc:

@@ -28,12 +28,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..errors import ProtocolError, QueryError, UnknownMetric
+from ..errors import BatchNotStored, QueryError, UnknownMetric, UnsupportedVersion
 from ..metrics import MetricDefinition, MetricKind
-from ..wire import FINGERPRINT_PATTERN, LEGACY_VERSION, decode
+from ..wire import FINGERPRINT_PATTERN, LEGACY_VERSION, Batch, Block, decode
+from .admission import Admission
 from .config import CollectorConfig
 from .fairness import EXPENSIVE_SECONDS, FairLane
 from .ingest import (
+    BatchVerdict,
     RefusedReports,
     aggregation_seconds,
     check_batch,
@@ -42,9 +44,8 @@ from .ingest import (
     refused_again,
     rejections_json,
 )
-from .limits import IngestLimiter
 from .queries import EstimateQuery, estimate_body, with_options
-from .responses import ApiError, dumps, etag_of
+from .responses import dumps, etag_of
 from .store import (
     Catalog,
     CheckedReports,
@@ -56,7 +57,6 @@ from .store import (
     StoreError,
 )
 from .telemetry import Telemetry
-from .uploads import BodyPool
 
 log = logging.getLogger("ldpkit.collector")
 
@@ -93,10 +93,8 @@ class Collector:
         self.catalog = Catalog()
         self.ready = False
         self.draining = False
-        self.admitted = 0  # POST /v1/reports received (body read) and not yet answered
-        self.bodies = BodyPool(config.max_pending_bytes)  # request bodies held, by bytes
+        self.admission = Admission(config, store, telemetry)  # POST /v1/reports held
         self.store_failed_at: float | None = None  # monotonic time of the last failed batch
-        self.limiter = IngestLimiter(config.ingest_reports_per_second, config.ingest_burst)
         self._metrics_body = _serialized({"metrics": []})
         self._metric_bodies: dict[str, Serialized] = {}
         self._fp_names: dict[str, str] = {}
@@ -273,11 +271,15 @@ class Collector:
             return False
         await self.refresh_catalog()
         missing = {fp for fp, _, _ in found if fp not in self._fp_names}
-        if missing:  # stored, but this ldpkit cannot load them: do not look them up again
+        self._unloadable_found(missing)
+        return len(missing) < len(found)
+
+    def _unloadable_found(self, missing: set[str]) -> None:
+        """Versions stored that this ldpkit cannot load: not looked up again."""
+        if missing:
             if len(self._unloadable) > MAX_UNLOADABLE:
                 self._unloadable.clear()
             self._unloadable.update(missing)
-        return len(missing) < len(found)
 
     def metrics_list(self) -> Serialized:
         return self._metrics_body
@@ -321,46 +323,36 @@ class Collector:
         return outcome, previous.fingerprint if previous is not None else None
 
     # --- ingest --------------------------------------------------------------------------
-    def overloaded(self, incoming_bytes: int = 0) -> bool:
-        """Whether to refuse a new batch: ``max_pending_batches`` batches are received and
-        not yet answered, or wait for the store; a body of ``incoming_bytes`` would not fit
-        in ``max_pending_bytes`` beside the bodies held (one body alone always fits); or
-        the store's queue holds ``max_pending_reports``. Bodies still arriving count only
-        by the bytes that arrived (see uploads.py)."""
-        limit = self.config.max_pending_batches
-        return (
-            self.admitted >= limit
-            or self.bodies.full_for(incoming_bytes)
-            or self.store.pending_batches >= limit
-            or self.store.pending_reports >= self.config.max_pending_reports
-        )
-
     async def readiness(self) -> str | None:
         """None when ready for batches, else why not (``/readyz`` answers 503 with it)."""
         if not self.ready or self.draining:
             return "starting up or shutting down"
         failed = self.store_failed_at
-        if failed is not None:
-            # Batches failed (a full disk, say). Not ready for READY_HOLD seconds, so a load
-            # balancer takes this replica out; then a small write decides (it may pass
-            # while batches still fail: the next failure holds again).
-            if time.monotonic() - failed < READY_HOLD:
-                return "the store failed to store the last batch"
-            try:
-                await asyncio.wait_for(self.store.probe_write(), timeout=READY_TIMEOUT)
-            except (StoreError, TimeoutError) as exc:
-                return f"the store fails to write: {exc or type(exc).__name__}"
-            if self.store_failed_at == failed:
-                self.store_failed_at = None
+        if failed is not None and (reason := await self._writes_fail(failed)) is not None:
+            return reason
         try:
             await asyncio.wait_for(self.store.ping(), timeout=READY_TIMEOUT)
         except (StoreError, TimeoutError) as exc:
             return f"the store does not answer: {exc or type(exc).__name__}"
-        if self.overloaded(self.config.max_pending_bytes // 4):
+        if self.admission.overloaded(self.config.max_pending_bytes // 4):
             return (
                 "the store is behind, or the collector holds nearly as many batches (or "
                 "bytes of them) as it may"
             )
+        return None
+
+    async def _writes_fail(self, failed: float) -> str | None:
+        """Batches failed in the store (a full disk, say) at ``failed``: not ready for
+        READY_HOLD seconds, so a load balancer takes this replica out; then a small write
+        decides (it may pass while batches still fail: the next failure holds again)."""
+        if time.monotonic() - failed < READY_HOLD:
+            return "the store failed to store the last batch"
+        try:
+            await asyncio.wait_for(self.store.probe_write(), timeout=READY_TIMEOUT)
+        except (StoreError, TimeoutError) as exc:
+            return f"the store fails to write: {exc or type(exc).__name__}"
+        if self.store_failed_at == failed:
+            self.store_failed_at = None
         return None
 
     async def ingest(
@@ -371,58 +363,17 @@ class Collector:
         charge: Callable[[int], None] | None = None,
     ) -> dict[str, object]:
         """Check and store one batch; the answer of ``POST /v1/reports``. ``charge`` is
-        called with the number of reports once the batch is decoded (it may raise an
-        ApiError to refuse the batch: nothing is stored). ``token`` (the sender's token
-        digest) is whom costly work is charged to."""
-        cfg = self.config
-        try:
-            batch = decode(
-                body, max_reports=cfg.max_reports_per_batch, max_blocks=cfg.max_blocks_per_batch
-            )
-        except ProtocolError as exc:
-            raise ApiError(400, "bad_request", str(exc)) from None
-        if batch.version == LEGACY_VERSION and not cfg.accept_v1:
-            raise ApiError(
-                400,
-                "unsupported_version",
-                "wire format v1 (a report id per report) is no longer accepted by this "
-                "collector: send sealed v2 batches (upgrade the ldpkit client)",
-            )
+        called with the number of reports once the batch is decoded (it may raise to refuse
+        the batch: nothing is stored). ``token`` (the sender's token digest) is whom costly
+        work is charged to. Raises ProtocolError (UnsupportedVersion), StoreClosed and
+        BatchNotStored."""
+        batch = self._decode(body)
         blocks = batch.blocks
         if charge is not None:
             charge(sum(b.n for b in blocks))
-        oldest = oldest_bucket(time.time(), cfg.report_id_retention_days)
-        if self._pruned_before is not None:
-            oldest = max(oldest, self._pruned_before)
-        checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
-        if checked.unknown and await self._learn_versions(checked.unknown):
-            checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
-        result = IngestResult(0, 0)
-        valid = checked.blocks
-        if valid and sum(aggregation_seconds(b.mechanism, b.n) for b in valid) > EXPENSIVE_SECONDS:
-            # Costly to aggregate: done here, in the sender's turn of the fair lane, not in
-            # the store's writer where every other batch would wait for it.
-            valid = await self.lane.run(token, lambda: _with_aggregates(checked.blocks))
-        if valid:
-            try:
-                result = await self.store.ingest(valid, batch_id=batch.batch_id)
-                self.store_failed_at = None
-            except StoreClosed:
-                raise ApiError(
-                    503,
-                    "unavailable",
-                    "the collector is shutting down",
-                    headers={"Retry-After": str(cfg.retry_after)},
-                ) from None
-            except StoreError as exc:
-                log.error("batch not stored: %s", exc)
-                self.store_failed_at = time.monotonic()
-                raise ApiError(
-                    503,
-                    "store_unavailable",
-                    "the store failed; the batch was not stored",
-                    headers={"Retry-After": str(cfg.retry_after)},
-                ) from None
+        checked = await self._check(blocks)
+        valid = await self._aggregate_costly(token, checked.blocks)
+        result = await self._store(valid, batch.batch_id) if valid else IngestResult(0, 0)
         rejected = checked.rejected
         if result.refused_before:
             rejected = rejected + refused_again(blocks, rejected, result.refused_before)
@@ -433,6 +384,52 @@ class Collector:
             "duplicates": result.duplicates,
             "rejected": rejections_json(rejected),
         }
+
+    def _decode(self, body: bytes | bytearray) -> Batch:
+        cfg = self.config
+        batch = decode(
+            body, max_reports=cfg.max_reports_per_batch, max_blocks=cfg.max_blocks_per_batch
+        )
+        if batch.version == LEGACY_VERSION and not cfg.accept_v1:
+            raise UnsupportedVersion(
+                "wire format v1 (a report id per report) is no longer accepted by this "
+                "collector: send sealed v2 batches (upgrade the ldpkit client)"
+            )
+        return batch
+
+    async def _check(self, blocks: Sequence[Block]) -> BatchVerdict:
+        """The batch checked against the catalog (learning the versions it lacks) and the
+        acceptance window."""
+        oldest = oldest_bucket(time.time(), self.config.report_id_retention_days)
+        if self._pruned_before is not None:
+            oldest = max(oldest, self._pruned_before)
+        checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
+        if checked.unknown and await self._learn_versions(checked.unknown):
+            checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
+        return checked
+
+    async def _aggregate_costly(
+        self, token: bytes, blocks: list[CheckedReports]
+    ) -> list[CheckedReports]:
+        """Blocks costly to aggregate are aggregated here, in the sender's turn of the fair
+        lane, not in the store's writer where every other batch would wait for them."""
+        if (
+            blocks
+            and sum(aggregation_seconds(b.mechanism, b.n) for b in blocks) > EXPENSIVE_SECONDS
+        ):
+            return await self.lane.run(token, lambda: _with_aggregates(blocks))
+        return blocks
+
+    async def _store(self, blocks: list[CheckedReports], batch_id: bytes | None) -> IngestResult:
+        try:
+            result = await self.store.ingest(blocks, batch_id=batch_id)
+        except StoreClosed:
+            raise
+        except StoreError as exc:
+            self.store_failed_at = time.monotonic()
+            raise BatchNotStored(f"batch not stored: {exc}") from None
+        self.store_failed_at = None
+        return result
 
     def _count(self, result: IngestResult, rejected: Sequence[RefusedReports]) -> None:
         t = self.telemetry

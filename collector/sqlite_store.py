@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..aggregate import Aggregate
+from .config import Synchronous
 from .group_commit import PRUNED_KEY, GroupCommitStore, PartialRow
 from .store import ID_DTYPE, SUMS_DTYPE, StoreClosed, StoreError
 
@@ -115,7 +116,7 @@ class SQLiteStore(GroupCommitStore):
         self,
         path: str | Path,
         *,
-        synchronous: str = "full",
+        synchronous: Synchronous | str = Synchronous.FULL,
         max_group_batches: int = 256,
         max_group_reports: int = 500_000,
         cache_mib: int = 256,
@@ -125,15 +126,13 @@ class SQLiteStore(GroupCommitStore):
             max_group_batches=max_group_batches, max_group_reports=max_group_reports, writers=1
         )
         self.path = Path(path)
-        self.synchronous = synchronous.upper()
-        if self.synchronous not in ("FULL", "EXTRA", "NORMAL"):
-            raise ValueError(f"synchronous must be full, extra or normal, got {synchronous!r}")
+        self.synchronous = Synchronous(synchronous.lower())  # ValueError for another
         self.cache_mib = cache_mib
         self.wal_autocheckpoint = wal_autocheckpoint
         self._reader_conn: sqlite3.Connection | None = None
 
     def __repr__(self) -> str:
-        return f"SQLiteStore({str(self.path)!r}, synchronous={self.synchronous})"
+        return f"SQLiteStore({str(self.path)!r}, synchronous={self.synchronous.upper()})"
 
     # --- connections ---------------------------------------------------------------------
     def _connect(self, *, writer: bool) -> sqlite3.Connection:
@@ -147,7 +146,7 @@ class SQLiteStore(GroupCommitStore):
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.execute("PRAGMA temp_store = MEMORY")
             if writer:
                 conn.execute(f"PRAGMA cache_size = {-1024 * self.cache_mib}")

@@ -23,13 +23,12 @@ few partial rows compaction has not reached).
 :meth:`Store.ingest` stores a batch atomically: it answers only after the commit that
 holds the batch, so an acknowledged report is durable; the same batch id (or v1 report
 id) twice is counted once. Implementations run their blocking work off the event loop.
-:func:`open_store` picks the implementation from the database string (a path: SQLite;
-``postgresql://...``: PostgreSQL, when that module exists).
+:func:`~ldpkit.collector.backends.open_store` picks the implementation from the database
+string.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -42,13 +41,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..aggregate import Aggregate
-from ..errors import ConfigError, LdpkitError
+from ..errors import LdpkitError
 from ..errors import StoreClosed as StoreClosed  # their home is ldpkit.errors
 from ..errors import StoreError as StoreError
 from ..mechanisms import Mechanism
 from ..metrics import MetricDefinition
 from ..wire import ID_SIZE
-from .config import POSTGRES_PREFIXES
 
 log = logging.getLogger("ldpkit.collector.store")
 
@@ -87,9 +85,6 @@ class Catalog:
     versions: dict[str, dict[str, MetricDefinition]] = field(default_factory=dict)
     retired: frozenset[str] = frozenset()
     origins: dict[str, Origin] = field(default_factory=dict)
-
-    def version(self, name: str, fingerprint: str) -> MetricDefinition | None:
-        return self.versions.get(name, {}).get(fingerprint)
 
 
 @dataclass(frozen=True)
@@ -150,6 +145,7 @@ def in_bitmap(bitmap: bytes, index: int) -> bool:
 # most mechanisms (counts), often few of them non-zero. The smallest exact form wins:
 # tag byte, then little-endian values.
 _F8, _I2, _I4, _SPARSE = 0, 1, 2, 3
+_PAIRS = np.dtype([("i", "<u4"), ("v", "<i4")])  # sparse: (index, value)
 
 
 def pack_sums(sums: npt.NDArray[Any]) -> bytes:
@@ -162,7 +158,7 @@ def pack_sums(sums: npt.NDArray[Any]) -> bytes:
         ints = values.astype(np.int64)
         nonzero = np.flatnonzero(ints)
         if 2 * nonzero.size < values.size:
-            pairs = np.empty(nonzero.size, dtype=[("i", "<u4"), ("v", "<i4")])
+            pairs = np.empty(nonzero.size, dtype=_PAIRS)
             pairs["i"], pairs["v"] = nonzero, ints[nonzero]
             return bytes([_SPARSE]) + values.size.to_bytes(4, "little") + pairs.tobytes()
         if np.all(np.abs(ints) < 2**15):
@@ -178,24 +174,36 @@ def unpack_sums(blob: bytes, size: int | None = None) -> npt.NDArray[np.float64]
     """The float64 sums vector :func:`pack_sums` packed; StoreError if it is malformed or
     (``size`` given) does not hold ``size`` sums."""
     tag, body = (blob[0], memoryview(blob)[1:]) if blob else (-1, memoryview(b""))
-    if tag == _SPARSE and len(body) >= 4 and (len(body) - 4) % 8 == 0:
-        held = int.from_bytes(body[:4], "little")
-        pairs = np.frombuffer(body[4:], dtype=[("i", "<u4"), ("v", "<i4")])
-        if (size is None or held == size) and not (pairs.size and int(pairs["i"].max()) >= held):
-            out = np.zeros(held, dtype=SUMS_DTYPE)
-            out[pairs["i"]] = pairs["v"]
-            return out
+    sums = _unpack_sparse(body, size) if tag == _SPARSE else _unpack_dense(tag, body, size)
+    if sums is None:
+        raise StoreError(
+            "a partial aggregate is malformed" + (f" or does not hold {size} sums" if size else "")
+        )
+    return sums
+
+
+def _unpack_sparse(body: memoryview, size: int | None) -> npt.NDArray[np.float64] | None:
+    """The sums of a sparse form (held size, then pairs), or None if it is malformed."""
+    if len(body) < 4 or (len(body) - 4) % _PAIRS.itemsize:
+        return None
+    held = int.from_bytes(body[:4], "little")
+    pairs = np.frombuffer(body[4:], dtype=_PAIRS)
+    if (size is not None and held != size) or (pairs.size and int(pairs["i"].max()) >= held):
+        return None
+    out = np.zeros(held, dtype=SUMS_DTYPE)
+    out[pairs["i"]] = pairs["v"]
+    return out
+
+
+def _unpack_dense(tag: int, body: memoryview, size: int | None) -> npt.NDArray[np.float64] | None:
+    """The sums of a dense form, or None if it is malformed (or an unknown ``tag``)."""
     dtype = _DENSE.get(tag)
-    if (
-        dtype is not None
-        and len(body) % dtype.itemsize == 0
-        and (size is None or len(body) == size * dtype.itemsize)
-    ):
-        dense: npt.NDArray[np.float64] = np.frombuffer(body, dtype=dtype).astype(SUMS_DTYPE)
-        return dense
-    raise StoreError(
-        "a partial aggregate is malformed" + (f" or does not hold {size} sums" if size else "")
-    )
+    if dtype is None or len(body) % dtype.itemsize:
+        return None
+    if size is not None and len(body) != size * dtype.itemsize:
+        return None
+    dense: npt.NDArray[np.float64] = np.frombuffer(body, dtype=dtype).astype(SUMS_DTYPE)
+    return dense
 
 
 def fold_rows(
@@ -407,20 +415,3 @@ class Store(ABC):
     @abstractmethod
     async def pruned_before(self) -> int | None:
         """The highest ``before_bucket`` ids were pruned to (by any process), or None."""
-
-
-def open_store(
-    database: str, *, synchronous: str = "full", pool_size: int = 8, sqlite_cache_mib: int = 256
-) -> Store:
-    """The store for ``database``: a SQLite file path, or a PostgreSQL URL (``pool_size``:
-    that store's connections per process)."""
-    if database.startswith(POSTGRES_PREFIXES):
-        try:
-            module = importlib.import_module(f"{__package__}.postgres_store")
-        except ImportError as exc:
-            raise ConfigError(f"the PostgreSQL store is not available: {exc}") from None
-        store: Store = module.PostgresStore(database, pool_size=pool_size)
-        return store
-    from .sqlite_store import SQLiteStore
-
-    return SQLiteStore(database, synchronous=synchronous, cache_mib=sqlite_cache_mib)

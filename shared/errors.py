@@ -12,12 +12,15 @@ or ``TypeError`` so that ordinary Python code handles them the usual way.
     ├── ConfigError (ValueError)          the collector's configuration is invalid
     ├── ReportError (ValueError)          a value or report does not fit its mechanism
     ├── ProtocolError (ValueError)        bytes on the wire do not follow protocol v1
+    │   └── UnsupportedVersion            a wire format the collector no longer accepts
     ├── BudgetExceeded                    a report would overspend the privacy budget
     ├── OutboxFull                        the client's outbox is at its bound; nothing recorded
     ├── StateError                        the client's state directory cannot be used
     ├── UnknownMetric (LookupError)       the collector has no such metric (or version)
+    ├── RateLimited                       an ingest token is over its rate; retry later
     ├── StoreError                        the collector's store failed; nothing was stored
-    │   └── StoreClosed                   the store is closing and takes no more work
+    │   ├── StoreClosed                   the store is closing and takes no more work
+    │   └── BatchNotStored                a batch of reports failed in the store
     └── TransportError                    the collector could not be reached or refused
         ├── CollectorUnavailable          network failure or 5xx after every retry
         └── CollectorRejected             4xx: bad token, unknown metric, bad request
@@ -52,6 +55,11 @@ class ReportError(LdpkitError, ValueError):
 
 class ProtocolError(LdpkitError, ValueError):
     """Bytes on the wire do not follow the ldpkit protocol."""
+
+
+class UnsupportedVersion(ProtocolError):
+    """A batch in a wire format version the collector no longer accepts (v1, when
+    ``accept_v1`` is off)."""
 
 
 class BudgetExceeded(LdpkitError):
@@ -111,12 +119,26 @@ class UnknownMetric(LdpkitError, LookupError):
         self.param = param
 
 
+class RateLimited(LdpkitError):
+    """An ingest token is over its rate limit: nothing of its batch was stored; it may
+    send again in ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__("this token is over its ingest rate limit; retry later")
+        self.retry_after = retry_after
+
+
 class StoreError(LdpkitError):
     """The store failed (I/O error, database unavailable); the batch was not stored."""
 
 
 class StoreClosed(StoreError):
     """The store is closed or closing and takes no more work."""
+
+
+class BatchNotStored(StoreError):
+    """A batch of reports failed in the store (the message says why; the sender is only
+    told that it was not stored)."""
 
 
 class TransportError(LdpkitError):

@@ -428,7 +428,7 @@ def test_ingest_rate_limit_per_token(tmp_path: Path) -> None:
     )
     clock = Clock()
     with ThreadedCollector(config) as s:
-        limiter = s.collector.limiter
+        limiter = s.collector.admission.limiter
         assert limiter.enabled and limiter.rate == 100.0 and limiter.burst == 300
         limiter._clock = clock
 

@@ -75,7 +75,7 @@ async def test_slow_store_gets_429_and_bounded_queue(tmp_path: Path) -> None:
     reports = 25_000  # 400 KB of ids + 100 KB of reports per batch
     async with running(config, store=store) as client:
         collector = client.app[COLLECTOR]  # type: ignore[index]
-        admitted = Peak(lambda: collector.admitted)
+        admitted = Peak(lambda: collector.admission.admitted)
         sent: list[tuple[bytes, int, dict[str, object] | None, str | None]] = []
 
         async def one() -> None:
@@ -102,7 +102,7 @@ async def test_slow_store_gets_429_and_bounded_queue(tmp_path: Path) -> None:
         assert all(retry == "2" for _, _, _, retry in throttled)
         # Never more than the limit admitted, or waiting in (or for) the store.
         assert peak_admitted <= limit and store.peak <= limit, (peak_admitted, store.peak)
-        assert collector.admitted == 0 and store.pending_batches == 0
+        assert collector.admission.admitted == 0 and store.pending_batches == 0
 
         # Every acknowledged report is stored, nothing of a refused batch.
         acknowledged = [ids for ids, status, _, _ in sent if status == 200]
@@ -142,17 +142,17 @@ async def test_bodies_being_read_hold_their_bytes_not_a_batch_slot(tmp_path: Pat
 
         slow = [asyncio.create_task(slow_post(body, 10)) for _ in range(5)]  # 5 > 4 slots
         for _ in range(500):
-            if collector.bodies.receiving == 5 and collector.bodies.held == 50:
+            if collector.admission.bodies.receiving == 5 and collector.admission.bodies.held == 50:
                 break
             await asyncio.sleep(0.01)
-        assert collector.bodies.receiving == 5 and collector.bodies.held == 50
-        assert collector.admitted == 0  # no batch slot taken
+        assert collector.admission.bodies.receiving == 5 and collector.admission.bodies.held == 50
+        assert collector.admission.admitted == 0  # no batch slot taken
         assert await _post_now(client, body) == (200, None)
         assert (await client.get("/readyz")).status == 200
         # A body that did send 49,000 bytes holds them: now a batch of 12 KB does not fit.
         slow.append(asyncio.create_task(slow_post(big, 49_000)))
         for _ in range(500):
-            if collector.bodies.held >= 49_000:
+            if collector.admission.bodies.held >= 49_000:
                 break
             await asyncio.sleep(0.01)
         medium = batch(block_of("theme", grr_reports(np.arange(600) % 4)))
@@ -162,7 +162,7 @@ async def test_bodies_being_read_hold_their_bytes_not_a_batch_slot(tmp_path: Pat
         statuses = await asyncio.gather(*slow)  # 6 bodies end at once for 4 slots
         assert statuses.count(200) >= 4 and set(statuses) <= {200, 429}, statuses
         assert (await _post_now(client, medium))[0] == 200
-        assert collector.admitted == 0 and collector.bodies.held == 0
+        assert collector.admission.admitted == 0 and collector.admission.bodies.held == 0
 
 
 async def _post_now(client: TestClient, body: bytes) -> tuple[int, str | None]:
@@ -184,7 +184,7 @@ async def test_request_bodies_held_at_once_stay_under_max_pending_bytes(tmp_path
     store = SlowStore(database, delay=0.02)
     async with running(config, store=store) as client:
         collector = client.app[COLLECTOR]  # type: ignore[index]
-        held = Peak(lambda: collector.bodies.held)
+        held = Peak(lambda: collector.admission.bodies.held)
         statuses: list[int] = []
         acknowledged = 0
 
@@ -207,5 +207,5 @@ async def test_request_bodies_held_at_once_stay_under_max_pending_bytes(tmp_path
         held.stop()
         assert set(statuses) == {200, 429}, statuses
         assert 0 < held.value <= budget, held.value
-        assert collector.bodies.held == 0
+        assert collector.admission.bodies.held == 0
         assert await store.report_count() == acknowledged

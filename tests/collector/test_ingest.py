@@ -328,3 +328,72 @@ async def test_costly_batches_count_once_through_the_fair_lane(database: Path) -
         expected = mech.estimate(mech.aggregate(reports)).frequencies  # type: ignore[attr-defined]
         got = np.array([item["estimate"] for item in est["items"]])
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+
+
+class FailingStore(SQLiteStore):
+    """A SQLite store whose ingest raises ``failure`` when it is set."""
+
+    failure: Exception | None = None
+
+    async def ingest(
+        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
+    ) -> IngestResult:
+        if self.failure is not None:
+            raise self.failure
+        return await super().ingest(blocks, batch_id=batch_id)
+
+
+async def test_refused_batches_answer_and_count_by_their_error(database: Path) -> None:
+    """The service raises domain errors; their answers (status, JSON, Retry-After) and the
+    ``ldpkit_batches_total`` outcomes they count under."""
+    from ldpkit.errors import StoreClosed, StoreError
+
+    config = make_config(database, accept_v1=False, retry_after=7)
+    store = FailingStore(database)
+    sealed = wire.encode_sealed_batch(
+        new_ids(1),
+        [wire.sealed_block("theme", definition("theme").fingerprint, today(), grr_reports([1]))],
+    )
+    async with running(config, store=store) as client:
+        status, answer = await post_batch(client, batch(block_of("theme", grr_reports([1]))))
+        assert (status, answer) == (
+            400,
+            {
+                "error": "unsupported_version",
+                "detail": "wire format v1 (a report id per report) is no longer accepted by "
+                "this collector: send sealed v2 batches (upgrade the ldpkit client)",
+            },
+        )
+        status, answer = await post_batch(client, b"\xc1")
+        assert status == 400 and answer["error"] == "bad_request"
+        store.failure = StoreError("disk full")
+        resp = await client.post(
+            "/v1/reports",
+            data=sealed,
+            headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+        )
+        assert resp.status == 503 and resp.headers["Retry-After"] == "7"
+        assert await resp.json() == {
+            "error": "store_unavailable",
+            "detail": "the store failed; the batch was not stored",
+        }
+        ready = await client.get("/readyz")
+        assert ready.status == 503
+        assert (await ready.json())["detail"] == "the store failed to store the last batch"
+        store.failure = StoreClosed("the store is closed")
+        resp = await client.post(
+            "/v1/reports",
+            data=sealed,
+            headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+        )
+        assert resp.status == 503 and resp.headers["Retry-After"] == "7"
+        assert await resp.json() == {
+            "error": "unavailable",
+            "detail": "the collector is shutting down",
+        }
+        store.failure = None
+        assert (await post_batch(client, sealed))[0] == 200
+        text = await (await client.get("/metrics")).text()
+    for outcome, count in (("bad_request", 2), ("error", 2), ("ok", 1)):
+        assert f'ldpkit_batches_total{{outcome="{outcome}"}} {count}.0' in text
+    assert "ldpkit_batch_seconds_count 1.0" in text

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import ldpkit
+from ldpkit.collector.backends import open_store
 from ldpkit.collector.config import ConfigError
 from ldpkit.collector.sqlite_store import SQLiteStore
 from ldpkit.collector.store import (
@@ -20,7 +21,6 @@ from ldpkit.collector.store import (
     PutOutcome,
     StoreClosed,
     StoreError,
-    open_store,
     pack_sums,
     unpack_sums,
 )

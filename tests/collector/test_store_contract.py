@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import ldpkit
+from ldpkit.collector.backends import open_store
 from ldpkit.collector.ingest import oldest_bucket, prune_before
 from ldpkit.collector.store import (
     ID_DTYPE,
@@ -27,7 +28,6 @@ from ldpkit.collector.store import (
     PutOutcome,
     Store,
     StoreError,
-    open_store,
 )
 from ldpkit.metrics import MetricDefinition, Period
 
