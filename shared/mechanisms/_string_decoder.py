@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -47,81 +47,71 @@ import numpy.typing as npt
 from .._special import regularized_gamma
 from ..aggregate import Aggregate
 from ..heavy_hitters import (
-    HeavyHitters,
-    StringEstimate,
-    VarianceModel,
-    detection_thresholds,
-    scaled_detection_thresholds,
-)
-from .strings import (
-    DECOYS,
     FALSE_FIND_RATE,
-    LIST_FDR,
-    MAX_HEAVY,
-    Z_HEAVY,
     Z_KEEP,
     Z_PREFILTER,
-    encode_strings,
-    key_words,
-    normal_upper,
+    HeavyHitters,
+    StringEstimate,
+    StringSketch,
+    VarianceModel,
+    beam_width,
+    detection_thresholds,
+    find_z,
+    model_tests,
     oracle_variance,
+    scaled_detection_thresholds,
 )
-
-if TYPE_CHECKING:
-    from .strings import PrefixSketch
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 KeyArray = npt.NDArray[np.uint8]
 BoolArray = npt.NDArray[np.bool_]
 
+U64Array = npt.NDArray[np.uint64]
+
 LEVEL = 0.95
 """Confidence level of the items' intervals in an answer."""
+DECOYS = 1024
+"""Keys no device holds, estimated at every level to measure the null variance."""
+MAX_HEAVY = 128
+"""Largest set of heavy keys whose collisions are removed jointly at one level."""
+Z_HEAVY = 4.0
+"""A candidate this many null standard errors above 0 counts as heavy for the correction."""
+LIST_FDR = 0.1
+"""False discovery rate of listing a found string as above the threshold (the listing rule)."""
 
 
-def beam_width(k: int) -> int:
-    """Prefixes kept per level."""
-    return max(64, 4 * k)
+class SketchFamily(StringSketch, Protocol):
+    """What decoding reads of the mechanism (``PrefixSketch``): its parameters and its
+    public hash family (the decoder imports nothing of the mechanism's module)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def g(self) -> int: ...
+    @property
+    def p(self) -> float: ...
+    @property
+    def q(self) -> float: ...
+    @property
+    def sketches(self) -> int: ...
+    def rows_of(self, sketch: int) -> int: ...
+    def sketch_slice(self, sketch: int) -> slice: ...
+    def kept_bytes(self, sketch: Any, length: Any) -> IntArray: ...
+    def sketch_keys(self, sketch: int) -> tuple[U64Array, U64Array]: ...
+    def key_accumulators(self, sketch: int, keys: KeyArray) -> U64Array: ...
+    def to_buckets(self, acc: U64Array) -> U64Array: ...
 
 
-def model_tests(m: PrefixSketch) -> float:
-    """Complete strings a walk tests when only noise fills the beam (Bonferroni count).
-
-    A null beam's prefixes have lengths spread over the levels left, so about
-    ``1 / (M - t + 1)`` of its ``K`` prefixes complete at level t, each with 256 children.
-    """
-    width = beam_width(m.k)
-    harmonic = sum(1.0 / i for i in range(1, m.max_length + 1))
-    return 256.0 * (1.0 + width * harmonic)
-
-
-def find_z(m: PrefixSketch) -> float:
-    return normal_upper(FALSE_FIND_RATE / model_tests(m))
-
-
-def null_cutoffs(m: PrefixSketch, n: float) -> tuple[list[float], list[float], float, float]:
-    """Per prefix level the null sigma and beam cutoff under random hashing, at n devices.
-
-    At level 1 the beam competes among all ``(M + 1) 256`` (length, first byte) pairs,
-    deeper among 256 children of each of K prefixes: the cutoff is the estimate the K-th
-    largest of that many null candidates reaches (at least ``Z_KEEP`` sigmas).
-    """
-    width = beam_width(m.k)
-    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
-    sigmas, cutoffs = [], []
-    for t in range(1, m.max_length + 1):
-        candidates = 256 * m.max_length + 1 if t == 1 else 256 * width
-        z = normal_upper(width / candidates) if width < candidates else Z_KEEP
-        sigmas.append(sigma)
-        cutoffs.append(max(Z_KEEP, z) * sigma)
-    return sigmas, cutoffs, Z_PREFILTER, find_z(m)
+Encoder = Callable[[Sequence[bytes]], KeyArray]
+"""Strings -> their keys: how the answer estimates strings an analyst names."""
 
 
 @dataclass
 class _Level:
     """One sketch's counts and the heavy-string correction (see the module docstring)."""
 
-    m: PrefixSketch
+    m: SketchFamily
     sketch: int
     counts: FloatArray  # (R, g)
     row_n: FloatArray = field(init=False)
@@ -172,7 +162,7 @@ class _Level:
 
     def flat(self, keys: KeyArray) -> IntArray:
         """Cell index (row offset + bucket) of each key in every row: (n, R)."""
-        return self._flat(self.m.accumulators(self.sketch, key_words(keys)))
+        return self._flat(self.m.key_accumulators(self.sketch, keys))
 
     def first_flat(self, keys: KeyArray, others: KeyArray) -> IntArray:
         """:meth:`flat` of the first step's candidates ``keys`` (those of
@@ -195,7 +185,7 @@ class _Level:
         """
         m = self.m
         a, _ = m.sketch_keys(self.sketch)
-        parent = m.accumulators(self.sketch, key_words(parents))
+        parent = m.key_accumulators(self.sketch, parents)
         shifted = (np.arange(256, dtype=np.uint64) << np.uint64(8 * (position % 4)))[:, None]
         n_children = parent.shape[0] * 256
         acc = np.empty((n_children + len(others), self.rows), dtype=np.uint64)
@@ -206,7 +196,7 @@ class _Level:
                 step[None, :, :],
                 out=acc[:n_children].reshape(parent.shape[0], 256, self.rows),
             )
-        acc[n_children:] = m.accumulators(self.sketch, key_words(others))
+        acc[n_children:] = m.key_accumulators(self.sketch, others)
         return self._flat(acc)
 
     def support(self, counts: FloatArray, flat: IntArray) -> FloatArray:
@@ -456,7 +446,7 @@ def _top(values: FloatArray, count: int, floor: float) -> IntArray:
     return above.astype(np.int64)
 
 
-def _decoys(m: PrefixSketch, sketch: int) -> KeyArray:
+def _decoys(m: SketchFamily, sketch: int) -> KeyArray:
     """Distinct random keys of impossible lengths (> max_length): no device holds them.
 
     Only their first word is nonzero (a length byte above max_length, three random
@@ -637,7 +627,7 @@ def _key_taker(
     return take
 
 
-def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
+def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
     """Find complete strings that stand out, level by level (see the module docstring)."""
     width = m.max_length + 1
     k_beam = beam_width(m.k)
@@ -692,14 +682,6 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
 
 
 # --- the "scaled" cut: a walk by prefix length over pooled levels ----------------------------
-def scaled_levels(max_length: int, length: int, bytes_known: int) -> list[int]:
-    """Prefix levels t that cut a string of ``length`` bytes after ``bytes_known`` bytes
-    (``ceil(t length / M) = bytes_known``); the empty string: every level, at step 1."""
-    if length == 0:
-        return list(range(1, max_length + 1)) if bytes_known == 1 else []
-    return [t for t in range(1, max_length + 1) if -(-t * length // max_length) == bytes_known]
-
-
 def _cut_keys(keys: KeyArray, kept: IntArray) -> KeyArray:
     """Keys with bytes after ``kept`` (per key) zeroed."""
     positions = np.arange(keys.shape[1])[None, :]
@@ -729,7 +711,7 @@ the top of every step, and a narrow beam makes that walk cheap."""
 
 
 def walk_scaled(
-    m: PrefixSketch, levels: list[_Level], prior: KeyArray | None = None, beam: int = 0
+    m: SketchFamily, levels: list[_Level], prior: KeyArray | None = None, beam: int = 0
 ) -> ScaledWalk:
     """Find complete strings under the ``"scaled"`` cut, by prefix length j = 1 .. M.
 
@@ -846,19 +828,7 @@ def walk_scaled(
     return ScaledWalk(finished, level_sigmas, step_z)
 
 
-def scaled_null_cutoffs(m: PrefixSketch, n: float) -> tuple[list[float], list[float], float, float]:
-    """Per level the null sigma, per step the beam's null z cutoff (as :func:`null_cutoffs`)."""
-    width = beam_width(m.k)
-    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
-    step_z = []
-    for j in range(1, m.max_length + 1):
-        candidates = 256 * m.max_length + 1 if j == 1 else 256 * width
-        z = normal_upper(width / candidates) if width < candidates else Z_KEEP
-        step_z.append(max(Z_KEEP, z))
-    return [sigma] * m.max_length, step_z, Z_PREFILTER, find_z(m)
-
-
-def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
+def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
     levels = [
         _Level(m, s, agg.sums[m.sketch_slice(s)].reshape(m.rows_of(s), m.g))
         for s in range(m.sketches)
@@ -944,8 +914,7 @@ def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
     )
 
     def estimate_values(values: Sequence[bytes]) -> tuple[FloatArray, FloatArray]:
-        keys, _ = encode_strings(np.array(list(values), dtype=object), m.max_length)
-        return estimation.estimate_keys(keys)
+        return estimation.estimate_keys(encode(values))
 
     return HeavyHitters(
         mechanism=m.name,
@@ -990,7 +959,7 @@ def above_threshold(estimate: FloatArray, null_sd: FloatArray, threshold: float)
     return keep
 
 
-def variance_model(m: PrefixSketch, estimation: _Level, n: int) -> VarianceModel:
+def variance_model(m: SketchFamily, estimation: _Level, n: int) -> VarianceModel:
     """``V(f) = v0 + v1 f - v2 f^2`` for estimates from the estimation sketch."""
     n_e = estimation.n
     if n_e <= 0:
