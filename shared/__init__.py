@@ -74,52 +74,24 @@ if TYPE_CHECKING:  # the names below load on first use (__getattr__), for mypy h
     from .structured_estimates import GroupEstimate, HierarchyEstimate, TableEstimate
 
 
-# Public names by module, loaded on first use: `import ldpkit` loads only ldpkit.errors,
-# so a device or a script pays for the mechanisms, distributions, structured designs and
-# strings decoding it uses, not for all of them.
+# Public names by module (space-separated), loaded on first use: `import ldpkit` loads
+# only ldpkit.errors, so a device or a script pays for the mechanisms, distributions,
+# structured designs and strings decoding it uses, not for all of them.
 _LAZY = {
-    "aggregate": ("Aggregate",),
-    "distribution": (
-        "DistributionEstimate",
-        "DistributionMean",
-        "HistogramEstimate",
-        "QuantileEstimate",
-        "RangeEstimate",
-    ),
-    "domains": ("Table", "Tree"),
-    "estimates": ("ConfidenceInterval", "FrequencyEstimate", "MeanEstimate", "norm_sub"),
-    "heavy_hitters": (
-        "HeavyHitters",
-        "StringEstimate",
-        "StringPlan",
-        "plan_strings",
-        "required_n_strings",
-    ),
-    "mechanisms": (
-        "CATEGORICAL",
-        "DISTRIBUTION",
-        "NUMERIC",
-        "Choice",
-        "FrequencyOracle",
-        "Mechanism",
-        "NumericMechanism",
-        "choose",
-        "mechanism",
-    ),
-    "planner": ("Plan", "plan", "required_n"),
-    "structured": (
-        "StructuredChoice",
-        "StructuredPlan",
-        "choose_hierarchy",
-        "choose_table",
-        "hierarchy",
-        "plan_structured",
-        "required_n_structured",
-        "table",
-    ),
-    "structured_estimates": ("GroupEstimate", "HierarchyEstimate", "TableEstimate"),
+    "aggregate": "Aggregate",
+    "distribution": "DistributionEstimate DistributionMean HistogramEstimate QuantileEstimate "
+    "RangeEstimate",
+    "domains": "Table Tree",
+    "estimates": "ConfidenceInterval FrequencyEstimate MeanEstimate norm_sub",
+    "heavy_hitters": "HeavyHitters StringEstimate StringPlan plan_strings required_n_strings",
+    "mechanisms": "CATEGORICAL DISTRIBUTION NUMERIC Choice FrequencyOracle Mechanism "
+    "NumericMechanism choose mechanism",
+    "planner": "Plan plan required_n",
+    "structured": "StructuredChoice StructuredPlan choose_hierarchy choose_table hierarchy "
+    "plan_structured required_n_structured table",
+    "structured_estimates": "GroupEstimate HierarchyEstimate TableEstimate",
 }
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names.split()}
 
 __version__ = "0.1.0"
 

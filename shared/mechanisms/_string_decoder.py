@@ -710,13 +710,6 @@ def _unique_rows(keys: KeyArray) -> KeyArray:
     return out
 
 
-@dataclass
-class ScaledWalk:
-    finished: _Finished
-    level_sigmas: list[float]  # per level 1 .. M
-    step_z: list[float]  # per step j = 1 .. M: the z a prefix needed to stay in the beam
-
-
 FIRST_WALK_BEAM = 8
 """Beam of the first walk under the scaled cut, which only looks for the heavy strings
 (``Z_HEAVY`` standard errors up) to correct for in the second: their prefixes are near
@@ -774,20 +767,22 @@ def walk_scaled(
     strings already known (``prior``, and those found so far), cut where that level cuts
     them. A complete string (j = L) is pooled over the levels that see it whole.
     """
-    walker = _ScaledWalker(m, levels, prior, beam)
+    walked = ScaledWalk(m, levels, prior, beam)
     for j in range(1, m.max_length + 1):
-        if j > 1 and len(walker.prefixes) == 0:
+        if j > 1 and len(walked.prefixes) == 0:
             # Nothing of these lengths stood out: the beam did not cut (as in walk).
-            walker.step_z.append(Z_KEEP)
+            walked.step_z.append(Z_KEEP)
             continue
-        walker.step(j)
-    return ScaledWalk(walker.finished, walker.level_sigmas, walker.step_z)
+        walked.step(j)
+    return walked
 
 
-class _ScaledWalker:
-    """The state of :func:`walk_scaled` between steps: the beam (``prefixes``), the heavy
-    strings known so far (``known``, ``known_bytes`` of each: its length or the step that
-    found its prefix), the finished strings, and what the null model needs."""
+class ScaledWalk:
+    """:func:`walk_scaled`'s state between steps and its result: the beam (``prefixes``),
+    the heavy strings known so far (``known``, ``known_bytes`` of each: its length or the
+    step that found its prefix), the ``finished`` strings, and for the null model the
+    measured ``level_sigmas`` (per level 1 .. M) and ``step_z`` (per step j = 1 .. M: the
+    z a prefix needed to stay in the beam)."""
 
     def __init__(
         self, m: SketchFamily, levels: list[_Level], prior: KeyArray | None, beam: int
