@@ -4,7 +4,9 @@
 returns: the top-k strings found, each with an estimate, a standard error and an
 interval; the *threshold* below which nothing can be found at this epsilon and n; and
 :meth:`HeavyHitters.query` for strings an analyst names. :func:`plan_strings` and
-:func:`required_n_strings` say what a campaign can find before it runs.
+:func:`required_n_strings` say what a campaign can find before it runs. The find rule
+and the walk's null model live here, shared by the plans and by the decoder
+(:mod:`ldpkit.mechanisms._string_decoder`), which imports this module and never the reverse.
 
 Estimand: the fraction of the n reporting devices that hold the string.
 
