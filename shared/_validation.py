@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from numbers import Integral, Real
 
 from .errors import ParameterError
@@ -25,7 +26,7 @@ def _as_float(value: Real) -> float:
     try:
         return float(value)
     except OverflowError:  # an integer beyond the float range
-        return math.inf if int(value) > 0 else -math.inf  # type: ignore[call-overload]
+        return -math.inf if value < 0 else math.inf
 
 
 def check_epsilon(epsilon: object) -> float:
@@ -53,9 +54,9 @@ def check_domain_size(domain_size: object, *, minimum: int = 2) -> int:
 
 def check_bounds(bounds: object) -> tuple[float, float]:
     try:
-        pair: tuple[object, ...] = tuple(bounds)  # type: ignore[arg-type]
-    except TypeError:
-        raise ParameterError(f"bounds must be a pair (lo, hi), got {shown(bounds)}") from None
+        pair = tuple(bounds) if isinstance(bounds, Iterable) else ()
+    except TypeError:  # raised while iterating
+        pair = ()
     if len(pair) != 2:
         raise ParameterError(f"bounds must be a pair (lo, hi), got {shown(bounds)}")
     ends: list[float] = []

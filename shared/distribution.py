@@ -205,42 +205,13 @@ class TreeSmoother:
                 raise ParameterError(f"variances must be > 0 (inf for no data), got {v!r}")
         self.tree = tree
         self.variances = tuple(s)
-        observed = [math.isfinite(v) for v in s]
         # informed[t]: some depth >= t was observed (else the subtree is split uniformly).
         informed = [False] * (h + 2)
         for t in range(h, 0, -1):
-            informed[t] = informed[t + 1] or observed[t]
+            informed[t] = informed[t + 1] or math.isfinite(s[t])
         self.informed = tuple(informed[: h + 1])
-        alpha: list[FloatArray] = [np.zeros(1)] * (h + 1)
-        beta: list[FloatArray] = [np.zeros(1)] * (h + 1)
-        var: list[FloatArray] = [np.zeros(1)] * (h + 1)
-        alpha[h] = np.full(tree.counts[h], 1.0 if observed[h] else 0.0)
-        var[h] = np.full(tree.counts[h], s[h])
-        for t in range(h - 1, 0, -1):
-            n_t = tree.counts[t]
-            if informed[t + 1]:
-                w = np.add.reduceat(var[t + 1], tree.child_starts(t))
-                if observed[t]:
-                    alpha[t] = w / (s[t] + w)
-                    beta[t] = s[t] / (s[t] + w)
-                    var[t] = s[t] * w / (s[t] + w)
-                else:
-                    alpha[t], beta[t], var[t] = np.zeros(n_t), np.ones(n_t), w
-            else:
-                alpha[t] = np.full(n_t, 1.0 if observed[t] else 0.0)
-                beta[t] = np.zeros(n_t)
-                var[t] = np.full(n_t, s[t])
-        gamma: list[FloatArray] = [np.zeros(1)] * (h + 1)
-        for t in range(1, h + 1):
-            parent = tree.parents(t)
-            if informed[t]:
-                w = np.add.reduceat(var[t], tree.child_starts(t - 1))
-                gamma[t] = var[t] / w[parent]
-            else:
-                leaves = tree.leaf_counts(t).astype(np.float64)
-                gamma[t] = leaves / tree.leaf_counts(t - 1)[parent]
-        self.alpha, self.beta, self.gamma = alpha, beta, gamma
-        self.subtree_variance = var
+        self.alpha, self.beta, self.subtree_variance = _bottom_up(tree, s, self.informed)
+        self.gamma = _shares(tree, self.subtree_variance, self.informed)
 
     def forward(self, estimates: Sequence[FloatArray], root: float = 1.0) -> FloatArray:
         """Consistent leaf values from per-depth estimates (depths 1..height).
@@ -293,6 +264,80 @@ class TreeSmoother:
             gz[t + 1] = gz[t + 1] + (_col(self.beta[t], gz[t]) * gz[t])[tree.parents(t + 1)]
         gx[h] = _col(self.alpha[h], gz[h]) * gz[h]
         return gx
+
+
+def _bottom_up(
+    tree: Tree, s: list[float], informed: tuple[bool, ...]
+) -> tuple[list[FloatArray], list[FloatArray], list[FloatArray]]:
+    """Per depth, :class:`TreeSmoother`'s ``alpha``, ``beta`` and subtree variances, from
+    the depth variances ``s`` (index 0, the root: unobserved)."""
+    h = tree.height
+    alpha: list[FloatArray] = [np.zeros(1)] * (h + 1)
+    beta: list[FloatArray] = [np.zeros(1)] * (h + 1)
+    var: list[FloatArray] = [np.zeros(1)] * (h + 1)
+    alpha[h] = np.full(tree.counts[h], 1.0 if math.isfinite(s[h]) else 0.0)
+    var[h] = np.full(tree.counts[h], s[h])
+    for t in range(h - 1, 0, -1):
+        n_t = tree.counts[t]
+        if not informed[t + 1]:
+            alpha[t] = np.full(n_t, 1.0 if math.isfinite(s[t]) else 0.0)
+            beta[t] = np.zeros(n_t)
+            var[t] = np.full(n_t, s[t])
+            continue
+        w = np.add.reduceat(var[t + 1], tree.child_starts(t))
+        if math.isfinite(s[t]):
+            alpha[t] = w / (s[t] + w)
+            beta[t] = s[t] / (s[t] + w)
+            var[t] = s[t] * w / (s[t] + w)
+        else:
+            alpha[t], beta[t], var[t] = np.zeros(n_t), np.ones(n_t), w
+    return alpha, beta, var
+
+
+def _shares(tree: Tree, var: list[FloatArray], informed: tuple[bool, ...]) -> list[FloatArray]:
+    """Per depth, each node's share ``gamma`` of its parent's residual (top-down)."""
+    gamma: list[FloatArray] = [np.zeros(1)] * (tree.height + 1)
+    for t in range(1, tree.height + 1):
+        parent = tree.parents(t)
+        if informed[t]:
+            w = np.add.reduceat(var[t], tree.child_starts(t - 1))
+            gamma[t] = var[t] / w[parent]
+        else:
+            leaves = tree.leaf_counts(t).astype(np.float64)
+            gamma[t] = leaves / tree.leaf_counts(t - 1)[parent]
+    return gamma
+
+
+def _around(
+    values: FloatArray, first: IntArray, node: IntArray, last: IntArray
+) -> tuple[FloatArray, FloatArray]:
+    """Sums of ``values`` over the siblings before ``node`` (from ``first``) and after it
+    (to ``last``, excluded)."""
+    c = np.concatenate([[0.0], np.cumsum(values)])
+    return c[node] - c[first], c[last] - c[node + 1]
+
+
+def _checked_edges(
+    edges: Sequence[float] | npt.ArrayLike, bounds: tuple[float, float]
+) -> FloatArray:
+    """Histogram edges: 2 .. MAX_BINS + 1 numbers, increasing strictly, within the bounds."""
+    lo, hi = bounds
+    e = np.asarray(edges, dtype=object if not isinstance(edges, np.ndarray) else None)
+    try:
+        cuts = np.array([_check_number(v, "every edge") for v in np.ravel(e)])
+    except TypeError:
+        raise ParameterError(f"edges must be a sequence of numbers, got {edges!r}") from None
+    if cuts.size < 2 or cuts.size > MAX_BINS + 1:
+        raise ParameterError(
+            f"edges must hold between 2 and {MAX_BINS + 1} numbers, got {cuts.size}"
+        )
+    if not bool(np.all(np.diff(cuts) > 0)):
+        raise ParameterError("edges must increase strictly")
+    if cuts[0] < lo or cuts[-1] > hi:
+        raise ParameterError(
+            f"edges must lie within the bounds [{lo}, {hi}], got {cuts[0]}..{cuts[-1]}"
+        )
+    return cuts
 
 
 # --- the noise of one depth -------------------------------------------------------------
@@ -698,28 +743,12 @@ class DistributionEstimate:
         whose edges are leaf edges get unbiased estimates and Wald intervals; others are
         read uniformly within the leaves they cut (see :class:`RangeEstimate`).
         """
-        lo, hi = self.bounds
+        if edges is not None and bins is not None:
+            raise ParameterError("give bins or edges, not both")
         if edges is not None:
-            if bins is not None:
-                raise ParameterError("give bins or edges, not both")
-            e = np.asarray(edges, dtype=object if not isinstance(edges, np.ndarray) else None)
-            try:
-                cuts = np.array([_check_number(v, "every edge") for v in np.ravel(e)])
-            except TypeError:
-                raise ParameterError(
-                    f"edges must be a sequence of numbers, got {edges!r}"
-                ) from None
-            if cuts.size < 2 or cuts.size > MAX_BINS + 1:
-                raise ParameterError(
-                    f"edges must hold between 2 and {MAX_BINS + 1} numbers, got {cuts.size}"
-                )
-            if not bool(np.all(np.diff(cuts) > 0)):
-                raise ParameterError("edges must increase strictly")
-            if cuts[0] < lo or cuts[-1] > hi:
-                raise ParameterError(
-                    f"edges must lie within the bounds [{lo}, {hi}], got {cuts[0]}..{cuts[-1]}"
-                )
+            cuts = _checked_edges(edges, self.bounds)
         else:
+            lo, hi = self.bounds
             count = 16 if bins is None else _check_int(bins, "bins", 1, MAX_BINS)
             cuts = lo + (hi - lo) * np.arange(count + 1) / count
             cuts[-1] = hi
@@ -802,21 +831,18 @@ class DistributionEstimate:
         of ``G R``. The tests compare it with the dense adjoint.
         """
         js = np.asarray(at, dtype=np.int64)
+        inside = (js > 0) & (js < self.tree.resolution)
+        out = self._prefix_variance(np.where(inside, js, 1))
+        return np.where(inside, np.maximum(out, 0.0), 0.0)
+
+    def _prefix_variance(self, j: IntArray) -> FloatArray:
         tree, sm = self.tree, self.smoother
-        h, L = tree.height, tree.resolution
+        h = tree.height
         Q, R = self._subtree_sums()
-        inside = (js > 0) & (js < L)
-        j = np.where(inside, js, 1)
         # S[t]: index of the depth-t node holding leaf j (the root at t = 0).
         S = [j // tree.sizes[t] for t in range(h + 1)]
-        first = [S[t - 1] * tree.branching if t > 0 else S[0] for t in range(h + 1)]
-        # r[t]: the top-down adjoint at S[t] (the share of S[t] below j, after gammas).
-        r: list[FloatArray] = [np.zeros(j.size)] * (h + 1)
-        for t in range(h - 1, -1, -1):
-            g = sm.gamma[t + 1]
-            cum = np.concatenate([[0.0], np.cumsum(g)])
-            before = cum[S[t + 1]] - cum[first[t + 1]]  # gammas of S's siblings before it
-            r[t] = before + g[S[t + 1]] * r[t + 1]
+        first = [S[0], *(S[t - 1] * tree.branching for t in range(1, h + 1))]
+        r = self._path_shares(S, first)
         square = np.zeros(j.size)
         linear = {t: np.zeros(j.size) for t in range(1, h + 1)}
         g_path = np.zeros(j.size)  # total adjoint at S[t - 1] (0 at the root)
@@ -825,22 +851,30 @@ class DistributionEstimate:
             g_before = 1.0 - r[m - 1] + incoming
             g_after = -r[m - 1] + incoming
             g_path = r[m] - r[m - 1] + incoming
-            cq = np.concatenate([[0.0], np.cumsum(Q[m])])
             last = np.minimum(first[m] + tree.branching, tree.counts[m])
-            q_before = cq[S[m]] - cq[first[m]]
-            q_after = cq[last] - cq[S[m] + 1]
+            q_before, q_after = _around(Q[m], first[m], S[m], last)
             own = self._cache["own"][m][S[m]]  # the path node alone: its children follow
             square += g_before**2 * q_before + g_after**2 * q_after + g_path**2 * own
             for t in range(m, h + 1):
-                cr = np.concatenate([[0.0], np.cumsum(R[m][t])])
-                r_before = cr[S[m]] - cr[first[m]]
-                r_after = cr[last] - cr[S[m] + 1]
+                r_before, r_after = _around(R[m][t], first[m], S[m], last)
                 term = g_before * r_before + g_after * r_after
                 if t == m:
                     term = term + g_path * R[m][m][S[m]]
                 linear[t] += term
         out: FloatArray = square - sum(v * v for v in linear.values())
-        return np.where(inside, np.maximum(out, 0.0), 0.0)
+        return out
+
+    def _path_shares(self, S: list[IntArray], first: list[IntArray]) -> list[FloatArray]:
+        """``r[t]``: the top-down adjoint at ``S[t]`` (the share of S[t] below j, after
+        the gammas), for t = height .. 0."""
+        h = self.tree.height
+        r: list[FloatArray] = [np.zeros(S[0].size)] * (h + 1)
+        for t in range(h - 1, -1, -1):
+            g = self.smoother.gamma[t + 1]
+            cum = np.concatenate([[0.0], np.cumsum(g)])
+            before = cum[S[t + 1]] - cum[first[t + 1]]  # gammas of S's siblings before it
+            r[t] = before + g[S[t + 1]] * r[t + 1]
+        return r
 
     def edge_band(self) -> tuple[FloatArray, FloatArray]:
         """``P(X < e)`` and its standard error at every leaf edge."""

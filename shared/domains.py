@@ -56,10 +56,11 @@ def _check_names(values: object, what: str, *, minimum: int) -> tuple[str, ...]:
             raise ParameterError(f"{what} must be non-empty strings, got {v!r}")
     if len(items) < minimum:
         raise ParameterError(f"{what} must hold at least {minimum} items, got {len(items)}")
-    if len(set(items)) != len(items):
-        seen: set[str] = set()
-        dup = next(v for v in items if v in seen or seen.add(v))  # type: ignore[func-returns-value]
-        raise ParameterError(f"{what} must be distinct; {dup!r} appears more than once")
+    seen: set[str] = set()
+    for v in items:
+        if v in seen:
+            raise ParameterError(f"{what} must be distinct; {v!r} appears more than once")
+        seen.add(v)
     return items
 
 
@@ -106,52 +107,19 @@ class Tree:
         leaves = _check_names(self.leaves, "leaves", minimum=2)
         if len(leaves) > MAX_LEAVES:
             raise ParameterError(f"a tree holds at most {MAX_LEAVES} leaves, got {len(leaves)}")
-        segments = []
-        for leaf in leaves:
-            parts = leaf.split(sep)
-            if any(not s for s in parts):
-                raise ParameterError(
-                    f"leaf {leaf!r} has an empty segment (a separator {sep!r} at its start or "
-                    "end, or two in a row)"
-                )
-            segments.append(parts)
+        segments = _segments(leaves, sep)
         depth = max(len(s) for s in segments)
         if depth > MAX_DEPTH:
             raise ParameterError(f"a tree is at most {MAX_DEPTH} levels deep, got {depth}")
-        leaf_set = set(leaves)
-        for parts in segments:
-            for d in range(1, len(parts)):
-                prefix = sep.join(parts[:d])
-                if prefix in leaf_set:
-                    raise ParameterError(
-                        f"{prefix!r} is a leaf and also the parent of {sep.join(parts)!r}; a "
-                        "category is either a leaf or a group of leaves"
-                    )
-        paths: list[tuple[str, ...]] = []
-        labels: list[IntArray] = []
-        parents: list[IntArray] = []
-        previous = np.zeros(len(leaves), dtype=np.int64)
-        for d in range(1, depth + 1):
-            index: dict[str, int] = {}
-            label = np.empty(len(leaves), dtype=np.int64)
-            for j, parts in enumerate(segments):
-                path = sep.join(parts[: min(d, len(parts))])
-                label[j] = index.setdefault(path, len(index))
-            parent = np.zeros(len(index), dtype=np.int64)
-            parent[label] = previous
-            paths.append(tuple(index))
-            labels.append(label)
-            parents.append(parent)
-            previous = label
-        for array in (*labels, *parents):
-            array.flags.writeable = False
+        paths, labels, parents = _levels(segments, depth, sep)
         leaf_depths = np.array([len(s) for s in segments], dtype=np.int64)
-        leaf_depths.flags.writeable = False
+        for array in (*labels, *parents, leaf_depths):
+            array.flags.writeable = False
         object.__setattr__(self, "leaves", leaves)
         object.__setattr__(self, "depth", depth)
-        object.__setattr__(self, "paths", tuple(paths))
-        object.__setattr__(self, "labels", tuple(labels))
-        object.__setattr__(self, "parents", tuple(parents))
+        object.__setattr__(self, "paths", paths)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "parents", parents)
         object.__setattr__(self, "leaf_depths", leaf_depths)
 
     @property
@@ -220,6 +188,52 @@ class Tree:
         return {"categories": list(self.leaves), "separator": self.separator}
 
 
+def _segments(leaves: tuple[str, ...], sep: str) -> list[list[str]]:
+    """Each leaf's path segments; no segment empty, no leaf the parent of another."""
+    segments = []
+    for leaf in leaves:
+        parts = leaf.split(sep)
+        if any(not s for s in parts):
+            raise ParameterError(
+                f"leaf {leaf!r} has an empty segment (a separator {sep!r} at its start or "
+                "end, or two in a row)"
+            )
+        segments.append(parts)
+    leaf_set = set(leaves)
+    for parts in segments:
+        for d in range(1, len(parts)):
+            prefix = sep.join(parts[:d])
+            if prefix in leaf_set:
+                raise ParameterError(
+                    f"{prefix!r} is a leaf and also the parent of {sep.join(parts)!r}; a "
+                    "category is either a leaf or a group of leaves"
+                )
+    return segments
+
+
+def _levels(
+    segments: list[list[str]], depth: int, sep: str
+) -> tuple[tuple[tuple[str, ...], ...], tuple[IntArray, ...], tuple[IntArray, ...]]:
+    """Per depth 1 .. ``depth``: the nodes' paths, each leaf's node, each node's parent."""
+    paths: list[tuple[str, ...]] = []
+    labels: list[IntArray] = []
+    parents: list[IntArray] = []
+    previous = np.zeros(len(segments), dtype=np.int64)
+    for d in range(1, depth + 1):
+        index: dict[str, int] = {}
+        label = np.empty(len(segments), dtype=np.int64)
+        for j, parts in enumerate(segments):
+            path = sep.join(parts[: min(d, len(parts))])
+            label[j] = index.setdefault(path, len(index))
+        parent = np.zeros(len(index), dtype=np.int64)
+        parent[label] = previous
+        paths.append(tuple(index))
+        labels.append(label)
+        parents.append(parent)
+        previous = label
+    return tuple(paths), tuple(labels), tuple(parents)
+
+
 @dataclass(frozen=True, eq=False)
 class Table:
     """The product domain of several categorical attributes.
@@ -282,40 +296,50 @@ class Table:
         Raises ReportError naming what is wrong (a missing or unknown attribute, a
         category that is not one of its attribute's).
         """
-        if isinstance(cell, Mapping):
-            missing = [a for a in self.names if a not in cell]
-            extra = [str(a) for a in cell if a not in self.dimensions]
-            if missing or extra:
-                parts = []
-                if missing:
-                    parts.append(f"missing {', '.join(missing)}")
-                if extra:
-                    parts.append(f"unknown {', '.join(extra)}")
-                raise ReportError(
-                    f"a table value needs one category for each of {', '.join(self.names)} "
-                    f"({'; '.join(parts)})"
-                )
-            values = [cell[a] for a in self.names]
-        elif isinstance(cell, tuple | list) and len(cell) == len(self.shape):
-            values = list(cell)
-        else:
+        values = self._cell_values(cell)
+        indices = tuple(
+            self._category_index(name, value)
+            for name, value in zip(self.names, values, strict=True)
+        )
+        return int(np.ravel_multi_index(indices, self.shape))
+
+    def _cell_values(self, cell: object) -> list[Any]:
+        """A cell's category per attribute, in the attributes' order."""
+        if isinstance(cell, tuple | list) and len(cell) == len(self.shape):
+            return list(cell)
+        if not isinstance(cell, Mapping):
             raise ReportError(
                 f"a table value is a mapping {{attribute: category}} over "
                 f"{', '.join(self.names)}, got {cell!r}"
             )
-        indices = []
-        for name, value in zip(self.names, values, strict=True):
-            categories = self.dimensions[name]
-            if not isinstance(value, str):
-                raise ReportError(f"{name} must be one of its categories (a string), got {value!r}")
-            try:
-                indices.append(categories.index(value))
-            except ValueError:
-                raise ReportError(
-                    f"{value!r} is not a category of {name}; expected one of "
-                    f"{', '.join(categories[:20])}" + ("..." if len(categories) > 20 else "")
-                ) from None
-        return int(np.ravel_multi_index(tuple(indices), self.shape))
+        self._check_attributes(cell)
+        return [cell[a] for a in self.names]
+
+    def _check_attributes(self, cell: Mapping[Any, Any]) -> None:
+        missing = [a for a in self.names if a not in cell]
+        extra = [str(a) for a in cell if a not in self.dimensions]
+        if missing or extra:
+            parts = [
+                f"{what} {', '.join(v)}"
+                for what, v in (("missing", missing), ("unknown", extra))
+                if v
+            ]
+            raise ReportError(
+                f"a table value needs one category for each of {', '.join(self.names)} "
+                f"({'; '.join(parts)})"
+            )
+
+    def _category_index(self, name: str, value: object) -> int:
+        categories = self.dimensions[name]
+        if not isinstance(value, str):
+            raise ReportError(f"{name} must be one of its categories (a string), got {value!r}")
+        try:
+            return categories.index(value)
+        except ValueError:
+            raise ReportError(
+                f"{value!r} is not a category of {name}; expected one of "
+                f"{', '.join(categories[:20])}" + ("..." if len(categories) > 20 else "")
+            ) from None
 
     def encode(self, columns: Mapping[str, npt.ArrayLike]) -> IntArray:
         """Flat cell indices from per-attribute category indices (vectorized).

@@ -4,7 +4,9 @@
 returns: the top-k strings found, each with an estimate, a standard error and an
 interval; the *threshold* below which nothing can be found at this epsilon and n; and
 :meth:`HeavyHitters.query` for strings an analyst names. :func:`plan_strings` and
-:func:`required_n_strings` say what a campaign can find before it runs.
+:func:`required_n_strings` say what a campaign can find before it runs. The find rule
+and the walk's null model live here, shared by the plans and by the decoder
+(:mod:`ldpkit.mechanisms._string_decoder`), which imports this module and never the reverse.
 
 Estimand: the fraction of the n reporting devices that hold the string.
 
@@ -27,7 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from statistics import NormalDist
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -35,9 +38,7 @@ import numpy.typing as npt
 from ._validation import check_count, check_level
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
-
-if TYPE_CHECKING:
-    from .mechanisms.strings import PrefixSketch
+from .mechanisms import STRINGS, mechanism
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -46,6 +47,33 @@ KeyEstimator = Callable[[Sequence[bytes]], tuple[FloatArray, FloatArray]]
 
 INTERVAL_METHOD = "score"
 """Name of the interval construction (see the module docstring)."""
+
+# The find rule, shared by the decoder and the plans (not part of the protocol; see
+# docs/statistics.md).
+Z_KEEP = 1.0
+"""A prefix must be this many standard errors above 0 to be extended (and in the beam)."""
+Z_PREFILTER = 0.5
+"""A complete string must be this many standard errors above 0 to be followed further."""
+FALSE_FIND_RATE = 0.1
+"""Expected number of strings no one holds in the answer, at most (Bonferroni)."""
+
+
+@runtime_checkable
+class StringSketch(Protocol):
+    """What planning and the null model read of a strings mechanism (``PrefixSketch``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def epsilon(self) -> float: ...
+    @property
+    def max_length(self) -> int: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def cut(self) -> str: ...
+    def variance(self, frequency: float = 0.0, n: int = 1) -> Any: ...
+    def level_variance(self, frequency: float = 0.0, n: int = 1) -> Any: ...
 
 
 def as_text(value: bytes) -> tuple[str, bool]:
@@ -270,6 +298,74 @@ class HeavyHitters:
         return data
 
 
+# --- the walk's null model -------------------------------------------------------------
+def oracle_variance(f: Any, n: float, p: float, q: float) -> Any:
+    """The pure-oracle variance ``(f p(1-p) + (1-f) q(1-q)) / (n (p-q)^2)``."""
+    return (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
+
+
+def normal_upper(alpha: float) -> float:
+    """The one-sided upper normal quantile ``z`` with ``P(Z > z) = alpha``."""
+    return NormalDist().inv_cdf(1.0 - alpha)
+
+
+def beam_width(k: int) -> int:
+    """Prefixes kept per level."""
+    return max(64, 4 * k)
+
+
+def model_tests(m: StringSketch) -> float:
+    """Complete strings a walk tests when only noise fills the beam (Bonferroni count).
+
+    A null beam's prefixes have lengths spread over the levels left, so about
+    ``1 / (M - t + 1)`` of its ``K`` prefixes complete at level t, each with 256 children.
+    """
+    width = beam_width(m.k)
+    harmonic = sum(1.0 / i for i in range(1, m.max_length + 1))
+    return 256.0 * (1.0 + width * harmonic)
+
+
+def find_z(m: StringSketch) -> float:
+    return normal_upper(FALSE_FIND_RATE / model_tests(m))
+
+
+def _null_step_z(m: StringSketch) -> list[float]:
+    """Per step the z a null candidate needs to stay in the beam (at least ``Z_KEEP``).
+
+    At step 1 the beam competes among all ``(M + 1) 256`` (length, first byte) pairs,
+    deeper among 256 children of each of K prefixes: the cutoff is the z the K-th
+    largest of that many null candidates reaches.
+    """
+    width = beam_width(m.k)
+    out = []
+    for j in range(1, m.max_length + 1):
+        candidates = 256 * m.max_length + 1 if j == 1 else 256 * width
+        z = normal_upper(width / candidates) if width < candidates else Z_KEEP
+        out.append(max(Z_KEEP, z))
+    return out
+
+
+def null_cutoffs(m: StringSketch, n: float) -> tuple[list[float], list[float], float, float]:
+    """Per prefix level the null sigma and beam cutoff under random hashing, at n devices."""
+    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
+    cutoffs = [z * sigma for z in _null_step_z(m)]
+    return [sigma] * m.max_length, cutoffs, Z_PREFILTER, find_z(m)
+
+
+def scaled_null_cutoffs(m: StringSketch, n: float) -> tuple[list[float], list[float], float, float]:
+    """Per level the null sigma, per step the beam's null z cutoff (as :func:`null_cutoffs`)."""
+    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
+    return [sigma] * m.max_length, _null_step_z(m), Z_PREFILTER, find_z(m)
+
+
+def scaled_levels(max_length: int, length: int, bytes_known: int) -> list[int]:
+    """Prefix levels t that cut a string of ``length`` bytes after ``bytes_known`` bytes
+    (``ceil(t length / M) = bytes_known``); the empty string: every level, at step 1."""
+    if length == 0:
+        return list(range(1, max_length + 1)) if bytes_known == 1 else []
+    return [t for t in range(1, max_length + 1) if -(-t * length // max_length) == bytes_known]
+
+
 # --- detection model -------------------------------------------------------------------
 def _normal_cdf(x: float) -> float:
     """``NormalDist().cdf(x)``, the same arithmetic without the method call."""
@@ -357,8 +453,6 @@ class _ScaledDetectionModel:
         find_z: float,
         estimation_sigma: float = math.inf,
     ) -> None:
-        from .mechanisms._string_decoder import scaled_levels
-
         self.step_z, self.prefilter, self.find_z = list(step_z), prefilter, find_z
         big_m = len(level_sigmas)
         self.pooled: list[list[float]] = []  # [length][j - 1]
@@ -450,10 +544,8 @@ class StringPlan:
         return self.thresholds[-1]
 
 
-def _unit_thresholds(m: PrefixSketch, probability: float) -> tuple[float, ...]:
+def _unit_thresholds(m: StringSketch, probability: float) -> tuple[float, ...]:
     """Thresholds at n = 1 under random hashing: they scale as 1 / sqrt(n)."""
-    from .mechanisms._string_decoder import null_cutoffs, scaled_null_cutoffs
-
     # Solved on a scaled problem (frequencies may exceed 1 at n = 1): scale to n = 1e12.
     scale = 1e6
     if m.cut == "scaled":
@@ -478,10 +570,12 @@ def _check_probability(probability: float) -> float:
     return float(probability)
 
 
-def _string_mechanism(epsilon: float, max_length: int, k: int) -> PrefixSketch:
-    from .mechanisms.strings import PrefixSketch
-
-    return PrefixSketch(epsilon=epsilon, max_length=max_length, k=k)
+def _string_mechanism(epsilon: float, max_length: int, k: int) -> StringSketch:
+    """The strings mechanism, from the registry (its module imports this one)."""
+    m = mechanism(STRINGS[0], epsilon=epsilon, max_length=max_length, k=k)
+    if not isinstance(m, StringSketch):  # the registry's strings mechanism is one
+        raise TypeError(f"{m.name!r} is not a strings mechanism")
+    return m
 
 
 def plan_strings(

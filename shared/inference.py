@@ -151,6 +151,14 @@ def _partition(labels: npt.ArrayLike, m: int, what: str) -> tuple[IntArray, int]
     return array.astype(np.int64), size
 
 
+def _partitions(
+    partitions: Sequence[npt.ArrayLike], m: int, what: str
+) -> tuple[list[IntArray], list[int]]:
+    """Labels and group counts of each partition (:func:`_partition`)."""
+    parsed = [_partition(labels, m, what) for labels in partitions]
+    return [p[0] for p in parsed], [p[1] for p in parsed]
+
+
 @dataclass(frozen=True)
 class Quadratic:
     """Per output: variance ``v0 + v1 theta + v2 theta^2`` along the path of its value,
@@ -215,14 +223,10 @@ class LinearViews:
         if not (len(views) == len(weights) == len(noises)) or not views:
             raise ParameterError("each view needs a weight and a noise model")
         self.m = m
-        parsed = [_partition(v, m, "a view") for v in views]
-        self.view_labels = [p[0] for p in parsed]
-        self.view_sizes = [p[1] for p in parsed]
+        self.view_labels, self.view_sizes = _partitions(views, m, "a view")
         self.weights = np.asarray(weights, dtype=np.float64)
         self.noises = list(noises)
-        out = [_partition(o, m, "an output") for o in outputs]
-        self.output_labels = [o[0] for o in out]
-        self.output_sizes = [o[1] for o in out]
+        self.output_labels, self.output_sizes = _partitions(outputs, m, "an output")
         self.output_offsets = np.concatenate([[0], np.cumsum(self.output_sizes)]).astype(int)
         self.n_outputs = int(self.output_offsets[-1])
         self.view_offsets = np.concatenate([[0], np.cumsum(self.view_sizes)]).astype(int)
@@ -479,7 +483,8 @@ class LinearViews:
         inv_n = (1.0 / n)[:, None]
         pi_pairs = pi[:, self.pair_cols]
 
-        per_view = [pi @ static[2 * v][1] for v in range(len(self.view_labels))]  # type: ignore[operator]
+        # Each view's two matrices map base cells to its columns (G's, last, need not).
+        per_view = [pi @ onehot for _, onehot, *_ in static[::2] if onehot is not None]
 
         def functional(k: int) -> tuple[FloatArray, FloatArray]:
             # Linear functional k at pi: (value at theta = 0, slope) along each output's path.

@@ -334,49 +334,63 @@ def _exact_bound(
 ) -> FloatArray:
     """The bound from the exact tests, searched over the parameter (vectorized)."""
     tail = alpha / 2.0
-    rows = count.size
     if isinstance(family, _Support):
         return _exact_support_bound(family, count, start, z, tail, upper)
-    # Over a continuous theta (Clopper-Pearson): Newton's method on the logarithm of the
-    # tail probability, whose derivative in theta is a binomial pmf (n b(c; n - 1, theta)
-    # for the upper tail), from the score bound; steps that leave the bracket are halved.
-    assert isinstance(family, _Binomial)
-    n = float(family.n)
-    done = (count >= n) if upper else (count <= 0)  # the bound is the end itself
-    kept = np.clip(count / n, 0.0, 1.0)  # the estimate is always kept
-    other = np.ones(rows) if upper else np.zeros(rows)
-    theta = np.clip(start, 0.0, 1.0)
-    best = kept.copy()  # the kept iterate nearest the root so far
-    for _ in range(60):
-        rows_open = np.flatnonzero(~done)
-        if not rows_open.size:
-            break
-        th, c = theta[rows_open], count[rows_open]
-        le, ge = family.tails(c, th)
+    return _ClopperPearson(family, count, tail, upper).search(start)
+
+
+class _ClopperPearson:
+    """Over a continuous theta: Newton's method on the logarithm of the tail probability,
+    whose derivative in theta is a binomial pmf (n b(c; n - 1, theta) for the upper
+    tail), from the score bound; steps that leave the bracket are halved. Per row it
+    keeps the bracket (``kept``, ``other``) and the kept iterate nearest the root."""
+
+    def __init__(self, family: _Binomial, count: FloatArray, tail: float, upper: bool) -> None:
+        self.family, self.count, self.tail, self.upper = family, count, tail, upper
+        self.n = float(family.n)
+        self.kept = np.clip(count / self.n, 0.0, 1.0)  # the estimate is always kept
+        self.other = np.ones(count.size) if upper else np.zeros(count.size)
+        self.best = self.kept.copy()
+
+    def search(self, start: FloatArray) -> FloatArray:
+        count, n, upper = self.count, self.n, self.upper
+        at_end = (count >= n) if upper else (count <= 0)  # the bound is the end itself
+        done = at_end.copy()
+        theta = np.clip(start, 0.0, 1.0)
+        for _ in range(60):
+            rows = np.flatnonzero(~done)
+            if not rows.size:
+                break
+            theta[rows], converged = self._step(rows, theta[rows])
+            done[rows] |= converged
+        result = np.where(at_end, 1.0 if upper else 0.0, self.best)
+        return np.asarray(result, dtype=np.float64)
+
+    def _step(self, rows: npt.NDArray[np.intp], th: FloatArray) -> tuple[FloatArray, BoolArray]:
+        """The next thetas of the open ``rows`` (now at ``th``), and which converged."""
+        c, kept, other, upper = self.count[rows], self.kept, self.other, self.upper
+        le, ge = self.family.tails(c, th)
         tail_at = np.maximum(le if upper else ge, 1e-300)
-        g = np.log(tail_at) - math.log(tail)
+        g = np.log(tail_at) - math.log(self.tail)
         keep = g > 0
-        kept[rows_open] = np.where(keep, th, kept[rows_open])
-        other[rows_open] = np.where(keep, other[rows_open], th)
-        best[rows_open] = np.where(keep, th, best[rows_open])
+        kept[rows] = np.where(keep, th, kept[rows])
+        other[rows] = np.where(keep, other[rows], th)
+        self.best[rows] = np.where(keep, th, self.best[rows])
         # d log(tail) / d theta = -+ n b(c or c - 1; n - 1, theta) / tail
-        k = c if upper else c - 1.0
-        density = n * _binom_pmf(k, np.full_like(th, n - 1.0), th)
+        density = self.n * _binom_pmf(c if upper else c - 1.0, np.full_like(th, self.n - 1.0), th)
         slope = (-density if upper else density) / tail_at
         with np.errstate(divide="ignore", invalid="ignore"):
             step = th - g / slope
-        lo_b = np.minimum(kept[rows_open], other[rows_open])
-        hi_b = np.maximum(kept[rows_open], other[rows_open])
+        lo_b = np.minimum(kept[rows], other[rows])
+        hi_b = np.maximum(kept[rows], other[rows])
         inside = np.isfinite(step) & (step > lo_b) & (step < hi_b)
-        nxt = np.where(inside, step, (kept[rows_open] + other[rows_open]) / 2.0)
+        nxt = np.where(inside, step, (kept[rows] + other[rows]) / 2.0)
         tolerance = 1e-13 * np.maximum(th, 1e-12)
         converged = (np.isfinite(step) & (np.abs(step - th) <= tolerance)) | (hi_b - lo_b <= 1e-15)
-        done[rows_open] |= converged & keep
         # Converged on the rejected side: step just past the root, onto the kept side.
-        toward_kept = np.sign(kept[rows_open] - th)
-        theta[rows_open] = np.where(converged & ~keep, th + toward_kept * 4.0 * tolerance, nxt)
-    result = np.where((count >= n) if upper else (count <= 0), 1.0 if upper else 0.0, best)
-    return np.asarray(result, dtype=np.float64)
+        toward_kept = np.sign(kept[rows] - th)
+        ahead = np.where(converged & ~keep, th + toward_kept * 4.0 * tolerance, nxt)
+        return ahead, converged & keep
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ variance along the path from the uniform population, maximized over [0, 1]); pas
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -240,10 +241,7 @@ def _design(
     name = canonical_name(mechanism)
     oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
     if name == "auto":
-        choose: Callable[..., StructuredChoice] = choose_hierarchy if tree else choose_table
-        choice = choose(domain, epsilon=epsilon, focus=focus)
-        name, oracle_arg = choice.mechanism, tuple(choice.oracle.split(","))
-        oracle_arg = oracle_arg[0] if name == names[0] else oracle_arg
+        name, oracle_arg = _auto_design(domain, epsilon, focus, names)
     given = {key: tuple(value) for key, value in extras.items() if value is not None}
     if name == names[0] and given:
         raise ParameterError(f"{' and '.join(extras)} apply to the {names[1]!r} design only")
@@ -253,6 +251,17 @@ def _design(
         )
     where = {"tree" if tree else "table": domain}
     return DESIGNS[name](epsilon=epsilon, oracle=oracle_arg, **where, **given)
+
+
+def _auto_design(
+    domain: Tree | Table, epsilon: float, focus: Sequence[Any] | None, names: tuple[str, ...]
+) -> tuple[str, str | tuple[str, ...]]:
+    """What ``auto`` picks: the design, and its oracle (one, or one per view)."""
+    tree = isinstance(domain, Tree)
+    choose: Callable[..., StructuredChoice] = choose_hierarchy if tree else choose_table
+    choice = choose(domain, epsilon=epsilon, focus=focus)
+    oracles = tuple(choice.oracle.split(","))
+    return choice.mechanism, oracles[0] if choice.mechanism == names[0] else oracles
 
 
 def hierarchy(
@@ -345,42 +354,49 @@ def _per_user_variances(
     m: StructuredMechanism, fractions: npt.ArrayLike | None
 ) -> list[tuple[str, int, float]]:
     """(target, groups, worst per-user variance) for every target of ``m``."""
-    rows: list[tuple[str, int, float]] = []
     if isinstance(m, HierarchyMechanism):
-        if fractions is None:
-            worst = m.variance_quadratic().worst()
-            per_depth = [
-                worst[a:b]
-                for a, b in zip(
-                    m.engine.output_offsets[:-1], m.engine.output_offsets[1:], strict=True
-                )
-            ]
-        else:
-            per_depth = m.variance(fractions)
-        for d, var in enumerate(per_depth, start=1):
-            if m.tree.width(d) > 1:
-                rows.append((f"depth {d}", m.tree.width(d), float(np.max(var))))
-        return rows
+        return _hierarchy_variances(m, fractions)
     if isinstance(m, TableMechanism):
+        groups = m.variance(fractions) if fractions is not None else _table_worst(m)
+    else:
+        assert isinstance(m, SplitMarginals)
         if fractions is None:
-            worst = m.variance_quadratic().worst()
-            off = m.engine.output_offsets
-            groups = {
-                t: worst[off[k] : off[k + 1]] for k, t in enumerate(["cells", *m.table.names])
-            }
-        else:
-            groups = m.variance(fractions)
-        return [(t, len(v), float(np.max(v))) for t, v in groups.items()]
-    assert isinstance(m, SplitMarginals)
+            return _split_worst(m)
+        groups = m.variance(fractions)
+    return [(t, len(v), float(np.max(v))) for t, v in groups.items()]
+
+
+def _hierarchy_variances(
+    m: HierarchyMechanism, fractions: npt.ArrayLike | None
+) -> list[tuple[str, int, float]]:
+    """Per depth with more than one node (the worst one, or at ``fractions``)."""
     if fractions is None:
-        out = []
-        for name, engine in zip(m.table.names, m.engines, strict=True):
-            d = engine.m
-            uniform = np.full((1, d), 1.0 / d)
-            worst = engine.variance_quadratic(uniform, np.ones((1, 1)), np.ones(1)).worst()[0]
-            out.append((name, d, float(np.max(worst))))
-        return out
-    return [(t, len(v), float(np.max(v))) for t, v in m.variance(fractions).items()]
+        worst = m.variance_quadratic().worst()
+        offsets = m.engine.output_offsets
+        per_depth = [worst[a:b] for a, b in itertools.pairwise(offsets)]
+    else:
+        per_depth = m.variance(fractions)
+    return [
+        (f"depth {d}", m.tree.width(d), float(np.max(var)))
+        for d, var in enumerate(per_depth, start=1)
+        if m.tree.width(d) > 1
+    ]
+
+
+def _table_worst(m: TableMechanism) -> dict[str, npt.NDArray[np.float64]]:
+    worst = m.variance_quadratic().worst()
+    off = m.engine.output_offsets
+    return {t: worst[off[k] : off[k + 1]] for k, t in enumerate(["cells", *m.table.names])}
+
+
+def _split_worst(m: SplitMarginals) -> list[tuple[str, int, float]]:
+    out = []
+    for name, engine in zip(m.table.names, m.engines, strict=True):
+        d = engine.m
+        uniform = np.full((1, d), 1.0 / d)
+        worst = engine.variance_quadratic(uniform, np.ones((1, 1)), np.ones(1)).worst()[0]
+        out.append((name, d, float(np.max(worst))))
+    return out
 
 
 def _assumption(fractions: npt.ArrayLike | None) -> str:

@@ -176,12 +176,27 @@ def decode(
     Raises ProtocolError, saying what was wrong, for anything that is not a v1 or v2
     batch (a map holding a key twice included).
     """
+    obj = _unpack(data, max_blocks)
+    version, batch_id, blocks_raw = _head(obj)
+    sealed = version == VERSION
+    blocks: list[Block] = []
+    total = 0
+    for i, raw in enumerate(blocks_raw):
+        block = _block(raw, i, sealed, max_reports)
+        total += block.n
+        if total > max_reports:
+            raise ProtocolError(f"batch holds more than {max_reports} reports")
+        blocks.append(block)
+    return Batch(version, batch_id, blocks)
+
+
+def _unpack(data: bytes | bytearray | memoryview, max_blocks: int) -> Any:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ProtocolError(f"a batch must be bytes, got {type(data).__name__}")
     if isinstance(data, memoryview) and data.itemsize != 1:
         data = data.tobytes()  # msgpack refuses views of multi-byte items (BufferError)
     try:
-        obj = msgpack.unpackb(
+        return msgpack.unpackb(
             data,
             raw=False,
             strict_map_key=True,
@@ -195,6 +210,10 @@ def decode(
         raise ProtocolError("trailing bytes after the msgpack batch") from None
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
         raise ProtocolError(f"body is not valid msgpack: {exc}") from None
+
+
+def _head(obj: Any) -> tuple[int, bytes | None, list[Any]]:
+    """A batch map's version, batch id (v2) and raw blocks."""
     if not isinstance(obj, dict):
         raise ProtocolError(f"a batch must be a msgpack map, got {type(obj).__name__}")
     version = obj.get("v")
@@ -206,52 +225,68 @@ def decode(
     blocks_raw = obj.get("blocks")
     if not isinstance(blocks_raw, list):
         raise ProtocolError("field 'blocks' must be an array of blocks")
-    fields = ("v", "batch", "blocks") if sealed else ("v", "blocks")
-    unknown = sorted(str(k) for k in obj if k not in fields)
+    unknown = _unknown(obj, _BATCH_FIELDS[sealed])
     if unknown:
-        raise ProtocolError(f"unknown batch fields: {', '.join(unknown)}")
-    batch_id: bytes | None = None
+        raise ProtocolError(f"unknown batch fields: {unknown}")
+    if not sealed:
+        return version, None, blocks_raw
+    batch_id = obj.get("batch")
+    if not isinstance(batch_id, bytes) or len(batch_id) != ID_SIZE:
+        raise ProtocolError(f"a v2 batch needs field 'batch': its {ID_SIZE}-byte batch id")
+    return version, batch_id, blocks_raw
+
+
+def _block(raw: Any, i: int, sealed: bool, max_reports: int) -> Block:
+    """Block ``i`` of a v2 (``sealed``) or v1 batch."""
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"block {i}: must be a map, got {type(raw).__name__}")
+    unknown = _unknown(raw, _BLOCK_FIELDS[sealed])
+    if unknown:
+        raise ProtocolError(f"block {i}: unknown fields {unknown}")
+    metric = _field(raw, "metric", str, i)
+    fp = _field(raw, "fp", str, i)
+    bucket = _field(raw, "bucket", int, i)
+    reports = _field(raw, "reports", bytes, i)
+    if not 0 <= bucket < MAX_BUCKET:
+        raise ProtocolError(f"block {i}: bucket {bucket} is out of range")
     if sealed:
-        batch_id = obj.get("batch")
-        if not isinstance(batch_id, bytes) or len(batch_id) != ID_SIZE:
-            raise ProtocolError(f"a v2 batch needs field 'batch': its {ID_SIZE}-byte batch id")
-    count_field = "n" if sealed else "ids"
-    block_fields = ("metric", "fp", "bucket", count_field, "reports")
-    blocks: list[Block] = []
-    total = 0
-    for i, raw in enumerate(blocks_raw):
-        if not isinstance(raw, dict):
-            raise ProtocolError(f"block {i}: must be a map, got {type(raw).__name__}")
-        extra = sorted(str(k) for k in raw if k not in block_fields)
-        if extra:
-            raise ProtocolError(f"block {i}: unknown fields {', '.join(extra)}")
-        metric = _field(raw, "metric", str, i)
-        fp = _field(raw, "fp", str, i)
-        bucket = _field(raw, "bucket", int, i)
-        reports = _field(raw, "reports", bytes, i)
-        if not 0 <= bucket < MAX_BUCKET:
-            raise ProtocolError(f"block {i}: bucket {bucket} is out of range")
-        ids = b""
-        count: int | None = None
-        if sealed:
-            n = count = _field(raw, "n", int, i)
-            if not 0 <= n <= max_reports:
-                raise ProtocolError(f"block {i}: n = {n} is out of range")
-        else:
-            ids = _field(raw, "ids", bytes, i)
-            if len(ids) % ID_SIZE:
-                raise ProtocolError(
-                    f"block {i}: ids length {len(ids)} is not a multiple of {ID_SIZE}"
-                )
-            n = len(ids) // ID_SIZE
-        if n and len(reports) % n:
-            raise ProtocolError(
-                f"block {i}: {len(reports)} bytes of reports do not split into {n} equal reports"
-            )
-        if not n and reports:
-            raise ProtocolError(f"block {i}: reports without {'a count' if sealed else 'ids'}")
-        total += n
-        if total > max_reports:
-            raise ProtocolError(f"batch holds more than {max_reports} reports")
-        blocks.append(Block(metric, fp, bucket, ids, reports, count))
-    return Batch(version, batch_id, blocks)
+        ids, count = b"", _count(raw, i, max_reports)
+        n = count
+    else:
+        ids, count = _ids(raw, i), None
+        n = len(ids) // ID_SIZE
+    if n and len(reports) % n:
+        raise ProtocolError(
+            f"block {i}: {len(reports)} bytes of reports do not split into {n} equal reports"
+        )
+    if not n and reports:
+        raise ProtocolError(f"block {i}: reports without {'a count' if sealed else 'ids'}")
+    return Block(metric, fp, bucket, ids, reports, count)
+
+
+# A map's fields by whether the batch is sealed (v2): the batch's, a block's.
+_BATCH_FIELDS = {True: frozenset(("v", "batch", "blocks")), False: frozenset(("v", "blocks"))}
+_BLOCK_FIELDS = {
+    sealed: frozenset(("metric", "fp", "bucket", "n" if sealed else "ids", "reports"))
+    for sealed in (True, False)
+}
+
+
+def _unknown(fields: dict[Any, Any], known: frozenset[str]) -> str:
+    """The fields of a map not in ``known``, sorted and joined ("" if none)."""
+    extra = fields.keys() - known
+    return ", ".join(sorted(str(k) for k in extra)) if extra else ""
+
+
+def _count(raw: dict[Any, Any], i: int, max_reports: int) -> int:  # v2
+    n: int = _field(raw, "n", int, i)
+    if not 0 <= n <= max_reports:
+        raise ProtocolError(f"block {i}: n = {n} is out of range")
+    return n
+
+
+def _ids(raw: dict[Any, Any], i: int) -> bytes:  # v1
+    ids: bytes = _field(raw, "ids", bytes, i)
+    if len(ids) % ID_SIZE:
+        raise ProtocolError(f"block {i}: ids length {len(ids)} is not a multiple of {ID_SIZE}")
+    return ids

@@ -204,6 +204,20 @@ class _Candidate:
     cells: npt.NDArray[np.int64]
 
 
+@dataclass(frozen=True)
+class _Sample:
+    """The inputs, the pairs compared (indices into ``inputs``) and each input's reports:
+    ``selection`` chooses the events, ``counting`` (drawn after) counts them."""
+
+    inputs: list[Any]
+    pairs: list[tuple[int, int]]
+    selection: list[npt.NDArray[Any]]
+    counting: list[npt.NDArray[Any]]
+    delta: float
+    n_select: int
+    n_count: int
+
+
 def audit(
     mechanism: Mechanism,
     *,
@@ -248,6 +262,46 @@ def audit(
     AuditResult
     """
     started = time.perf_counter()
+    _check_arguments(mechanism, samples, confidence, selection_fraction, max_events, bins)
+    n_select = max(10, int(samples * selection_fraction))
+    sample = _draw(mechanism, input_pairs, n_select, samples - n_select, resolve_rng(rng))
+    # Partition per pair, fitted on the selection reports only.
+    partitions = [_partition(mechanism, events, sample, i, j, bins) for i, j in sample.pairs]
+    # Candidate events: level sets of the empirical likelihood ratio, scored by the
+    # bound each is predicted to give on the counting sample.
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / (2 * max_events))
+    candidates = [
+        candidate
+        for index, partition in enumerate(partitions)
+        for candidate in _candidates(sample, index, partition, z, max_events)
+    ]
+    candidates.sort(key=lambda c: -c.score)
+    results = _count(sample, partitions, candidates[:max_events], confidence)
+    best = results[0] if results else None
+    return AuditResult(
+        mechanism=mechanism.name,
+        claimed_epsilon=float(mechanism.epsilon),
+        epsilon_lower_bound=max(0.0, best.epsilon_bound) if best is not None else 0.0,
+        witness=(best.x, best.x_prime) if best is not None else None,
+        event=best.event if best is not None else None,
+        samples=sample.n_select + sample.n_count,
+        counting_samples=sample.n_count,
+        inputs=tuple(sample.inputs),
+        confidence=confidence,
+        bounds=tuple(results),
+        seconds=time.perf_counter() - started,
+        claimed_delta=sample.delta,
+    )
+
+
+def _check_arguments(
+    mechanism: Mechanism,
+    samples: int,
+    confidence: float,
+    selection_fraction: float,
+    max_events: int,
+    bins: int,
+) -> None:
     if not isinstance(mechanism, Mechanism):
         raise ParameterError(f"audit needs an ldpkit Mechanism, got {type(mechanism).__name__}")
     if not 0.0 < confidence < 1.0:
@@ -258,107 +312,135 @@ def audit(
         raise ParameterError(f"samples must be an integer >= 20, got {samples!r}")
     if max_events < 1 or bins < 2:
         raise ParameterError("max_events must be >= 1 and bins >= 2")
-    generator = resolve_rng(rng)
-    delta = float(getattr(mechanism, "delta", 0.0) or 0.0)  # (epsilon, delta) mechanisms
-    n_select = max(10, int(samples * selection_fraction))
-    n_count = samples - n_select
 
-    # Inputs and pairs (unordered; both directions are tested).
+
+def _draw(
+    mechanism: Mechanism,
+    input_pairs: Sequence[tuple[Any, Any]] | None,
+    n_select: int,
+    n_count: int,
+    rng: np.random.Generator,
+) -> _Sample:
+    """The inputs and pairs (unordered; both directions are tested), and their reports."""
     if input_pairs is None:
         inputs = _default_inputs(mechanism)
         pairs = [(i, j) for i in range(len(inputs)) for j in range(i + 1, len(inputs))]
     else:
-        inputs = []
-        pairs = []
-        for x, y in input_pairs:
-            ij = []
-            for v in (x, y):
-                if v not in inputs:
-                    inputs.append(v)
-                ij.append(inputs.index(v))
-            if ij[0] == ij[1]:
-                raise ParameterError(f"input pair ({x!r}, {y!r}) compares an input with itself")
-            pairs.append((ij[0], ij[1]))
+        inputs, pairs = _given_pairs(input_pairs)
     if not pairs:
         raise ParameterError("need at least one pair of distinct inputs")
 
     def draw(v: Any, n: int) -> npt.NDArray[Any]:
-        reports: npt.NDArray[Any] = mechanism.perturb(np.full(n, v), rng=generator)
+        reports: npt.NDArray[Any] = mechanism.perturb(np.full(n, v), rng=rng)
         return reports
 
     selection = [draw(v, n_select) for v in inputs]
     counting = [draw(v, n_count) for v in inputs]
+    delta = float(getattr(mechanism, "delta", 0.0) or 0.0)  # (epsilon, delta) mechanisms
+    return _Sample(inputs, pairs, selection, counting, delta, n_select, n_count)
 
-    # Partition per pair, fitted on the selection reports only.
-    partitions: list[Partition] = []
-    for i, j in pairs:
-        x, y = inputs[i], inputs[j]
-        partition: Partition | None = None
-        if events is not None:
-            fn = events
-            first = np.asarray(fn(selection[i], x, y))
-            if first.dtype.kind == "f":
-                pooled = np.concatenate([first, np.asarray(fn(selection[j], x, y))])
 
-                def as_float(r: npt.NDArray[Any], fn: EventMap = fn, x: Any = x, y: Any = y) -> Any:
-                    return np.asarray(fn(r, x, y), dtype=np.float64)
+def _given_pairs(input_pairs: Sequence[tuple[Any, Any]]) -> tuple[list[Any], list[tuple[int, int]]]:
+    inputs: list[Any] = []
+    pairs = []
+    for x, y in input_pairs:
+        for v in (x, y):
+            if v not in inputs:
+                inputs.append(v)
+        i, j = inputs.index(x), inputs.index(y)
+        if i == j:
+            raise ParameterError(f"input pair ({x!r}, {y!r}) compares an input with itself")
+        pairs.append((i, j))
+    return inputs, pairs
 
-                partition = binned_partition(as_float, pooled.astype(np.float64), bins, "key")
-            elif first.dtype.kind in "iub":
 
-                def as_int(r: npt.NDArray[Any], fn: EventMap = fn, x: Any = x, y: Any = y) -> Any:
-                    return np.asarray(fn(r, x, y)).astype(np.int64)
+def _describe_keys(cells: npt.NDArray[Any]) -> str:
+    return list_description(cells, str, "key")
 
-                partition = Partition(as_int, lambda c: list_description(c, str, "key"))
-            else:
-                raise ParameterError(f"events must return integer or float keys, got {first.dtype}")
-        elif isinstance(mechanism, NumericMechanism):
-            pooled = np.concatenate(
-                [mechanism.debias(selection[i]), mechanism.debias(selection[j])]
-            )
-            partition = binned_partition(mechanism.debias, pooled, bins, "debiased")
-        else:
-            partition = default_partition(mechanism, x, y)
-            if partition is None:
-                partition = Partition(generic_keys, lambda c: list_description(c, str, "key"))
-        partitions.append(partition)
 
-    # Candidate events: level sets of the empirical likelihood ratio, scored by the
-    # bound each is predicted to give on the counting sample.
-    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / (2 * max_events))
-    candidates: list[_Candidate] = []
-    for p_index, (i, j) in enumerate(pairs):
-        part = partitions[p_index]
-        ki, kj = part.keys(selection[i]), part.keys(selection[j])
-        cells = np.unique(np.concatenate([ki, kj]))
-        if cells.size > MAX_CELLS:
-            raise ParameterError(
-                f"{cells.size} distinct cells (more than {MAX_CELLS}); give coarser events="
-            )
-        ci = np.bincount(np.searchsorted(cells, ki), minlength=cells.size)
-        cj = np.bincount(np.searchsorted(cells, kj), minlength=cells.size)
-        for forward, (num, den) in ((True, (ci, cj)), (False, (cj, ci))):
-            sets = _candidate_sets(num, den, part.ordered)
-            p_num = (sets @ num) / n_select
-            p_den = (sets @ den) / n_select
-            lower = p_num - z * np.sqrt(p_num * (1 - p_num) / n_count) - delta
-            upper = p_den + z * np.sqrt(p_den * (1 - p_den) / n_count) + 1.0 / n_count
-            with np.errstate(divide="ignore", invalid="ignore"):
-                scores = np.where(lower > 0, np.log(lower / upper), -np.inf)
-            for row in np.argsort(-scores, kind="stable")[:max_events]:
-                candidates.append(
-                    _Candidate(float(scores[row]), p_index, forward, cells[sets[row]])
-                )
-    candidates.sort(key=lambda c: -c.score)
-    chosen = candidates[:max_events]
+def _partition(
+    mechanism: Mechanism, events: EventMap | None, sample: _Sample, i: int, j: int, bins: int
+) -> Partition:
+    """The cells of reports for the pair (inputs i, j), fitted on the selection reports."""
+    x, y = sample.inputs[i], sample.inputs[j]
+    if events is not None:
+        return _event_partition(events, sample.selection[i], sample.selection[j], x, y, bins)
+    if isinstance(mechanism, NumericMechanism):
+        pooled = np.concatenate(
+            [mechanism.debias(sample.selection[i]), mechanism.debias(sample.selection[j])]
+        )
+        return binned_partition(mechanism.debias, pooled, bins, "debiased")
+    partition = default_partition(mechanism, x, y)
+    return partition if partition is not None else Partition(generic_keys, _describe_keys)
 
-    # Count the chosen events on the fresh reports; Bonferroni over 2 bounds per event.
-    # (No candidate at all means every report fell in one cell: nothing to test.)
+
+def _event_partition(
+    fn: EventMap,
+    first_reports: npt.NDArray[Any],
+    second_reports: npt.NDArray[Any],
+    x: Any,
+    y: Any,
+    bins: int,
+) -> Partition:
+    """Cells of the keys ``events`` gives: integer keys as they are, float keys binned."""
+    first = np.asarray(fn(first_reports, x, y))
+    if first.dtype.kind == "f":
+        pooled = np.concatenate([first, np.asarray(fn(second_reports, x, y))])
+
+        def as_float(r: npt.NDArray[Any]) -> Any:
+            return np.asarray(fn(r, x, y), dtype=np.float64)
+
+        return binned_partition(as_float, pooled.astype(np.float64), bins, "key")
+    if first.dtype.kind in "iub":
+
+        def as_int(r: npt.NDArray[Any]) -> Any:
+            return np.asarray(fn(r, x, y)).astype(np.int64)
+
+        return Partition(as_int, _describe_keys)
+    raise ParameterError(f"events must return integer or float keys, got {first.dtype}")
+
+
+def _candidates(
+    sample: _Sample, index: int, part: Partition, z: float, max_events: int
+) -> list[_Candidate]:
+    """The pair's best ``max_events`` events each way, by the bound they are predicted to
+    give (the selection sample's shares, less ``z`` standard errors of the counting's)."""
+    i, j = sample.pairs[index]
+    ki, kj = part.keys(sample.selection[i]), part.keys(sample.selection[j])
+    cells = np.unique(np.concatenate([ki, kj]))
+    if cells.size > MAX_CELLS:
+        raise ParameterError(
+            f"{cells.size} distinct cells (more than {MAX_CELLS}); give coarser events="
+        )
+    ci = np.bincount(np.searchsorted(cells, ki), minlength=cells.size)
+    cj = np.bincount(np.searchsorted(cells, kj), minlength=cells.size)
+    n_select, n_count = sample.n_select, sample.n_count
+    out = []
+    for forward, (num, den) in ((True, (ci, cj)), (False, (cj, ci))):
+        sets = _candidate_sets(num, den, part.ordered)
+        p_num = (sets @ num) / n_select
+        p_den = (sets @ den) / n_select
+        lower = p_num - z * np.sqrt(p_num * (1 - p_num) / n_count) - sample.delta
+        upper = p_den + z * np.sqrt(p_den * (1 - p_den) / n_count) + 1.0 / n_count
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scores = np.where(lower > 0, np.log(lower / upper), -np.inf)
+        for row in np.argsort(-scores, kind="stable")[:max_events]:
+            out.append(_Candidate(float(scores[row]), index, forward, cells[sets[row]]))
+    return out
+
+
+def _count(
+    sample: _Sample, partitions: list[Partition], chosen: list[_Candidate], confidence: float
+) -> list[EventBound]:
+    """The chosen events counted on the fresh reports, strongest first; Bonferroni over 2
+    bounds per event. (No candidate at all means every report fell in one cell: nothing
+    to test.)"""
     alpha = (1.0 - confidence) / (2 * max(1, len(chosen)))
     count_keys: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
     results: list[EventBound] = []
+    n_count = sample.n_count
     for cand in chosen:
-        i, j = pairs[cand.pair]
+        i, j = sample.pairs[cand.pair]
         if not cand.forward:
             i, j = j, i
         part = partitions[cand.pair]
@@ -366,35 +448,20 @@ def audit(
         for side in (i, j):
             key = (cand.pair, side)
             if key not in count_keys:
-                count_keys[key] = part.keys(counting[side])
+                count_keys[key] = part.keys(sample.counting[side])
             hits.append(int(np.count_nonzero(np.isin(count_keys[key], cand.cells))))
         results.append(
             EventBound(
-                x=inputs[i],
-                x_prime=inputs[j],
+                x=sample.inputs[i],
+                x_prime=sample.inputs[j],
                 event=part.describe(cand.cells),
                 count_x=hits[0],
                 count_x_prime=hits[1],
                 n=n_count,
                 p_lower=clopper_pearson_lower(hits[0], n_count, alpha),
                 p_upper=clopper_pearson_upper(hits[1], n_count, alpha),
-                delta=delta,
+                delta=sample.delta,
             )
         )
     results.sort(key=lambda b: -b.epsilon_bound)
-    best = results[0] if results else None
-    bound = max(0.0, best.epsilon_bound) if best is not None else 0.0
-    return AuditResult(
-        mechanism=mechanism.name,
-        claimed_epsilon=float(mechanism.epsilon),
-        epsilon_lower_bound=bound,
-        witness=(best.x, best.x_prime) if best is not None else None,
-        event=best.event if best is not None else None,
-        samples=n_select + n_count,
-        counting_samples=n_count,
-        inputs=tuple(inputs),
-        confidence=confidence,
-        bounds=tuple(results),
-        seconds=time.perf_counter() - started,
-        claimed_delta=delta,
-    )
+    return results

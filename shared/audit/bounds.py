@@ -115,9 +115,14 @@ def _bisect(decreasing: Callable[[float], float], target: float, lower: bool) ->
 
 
 def _check_count(k: object, n: object, alpha: float) -> tuple[int, int]:
-    if not all(isinstance(v, Integral) and not isinstance(v, bool) for v in (k, n)):
+    if (
+        isinstance(k, bool)
+        or isinstance(n, bool)
+        or not isinstance(k, Integral)
+        or not isinstance(n, Integral)
+    ):
         raise ParameterError(f"k and n must be integers, got k={k!r}, n={n!r}")
-    kk, nn = int(k), int(n)  # type: ignore[call-overload]
+    kk, nn = int(k), int(n)
     if not 0 <= kk <= nn or nn == 0:
         raise ParameterError(f"need 0 <= k <= n and n > 0, got k={kk}, n={nn}")
     if not 0.0 < alpha < 1.0:

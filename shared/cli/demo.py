@@ -200,8 +200,6 @@ def run_demo(
 
 
 def _run(*, users: int, seed: int | None, port: int, serve: bool) -> int:
-    from ..client import Reporter  # the demo plays the devices too
-
     rng = np.random.default_rng(seed)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ldpkit-demo-") as tmp:
@@ -222,77 +220,10 @@ def _run(*, users: int, seed: int | None, port: int, serve: bool) -> int:
         with running_collector(config, port=port, env=environment_without_tokens()) as collector:
             url = collector.url
             _say(f"      listening on {url}")
-
-            # The simulated population: the truth only this process knows.
-            theme_values = rng.choice(THEMES[0], size=users, p=THEMES[1])
-            weights = 1.0 / np.arange(1, len(COUNTRIES) + 1) ** 1.1
-            country_values = rng.choice(COUNTRIES, size=users, p=weights / weights.sum())
-            minutes = np.clip(rng.gamma(shape=2.0, scale=18.0, size=users), 0, 240)
-            shares = np.array(list(REGIONS.values()), dtype=float)
-            regions = rng.choice(list(REGIONS), size=users, p=shares / shares.sum())
-            cells = [(t, o) for t in CARS93 for o in ("USA", "non-USA")]
-            counts = np.array([c for pair in CARS93.values() for c in pair], dtype=float)
-            drawn = rng.choice(len(cells), size=users, p=counts / counts.sum())
-            cars = np.array([{"type": cells[i][0], "origin": cells[i][1]} for i in drawn])
-            zipf = 1.0 / np.arange(1, len(SEARCHES) + 1) ** 1.1
-            searches = rng.choice(SEARCHES, size=users, p=zipf / zipf.sum())
-            population = (
-                ("theme", theme_values),
-                ("country", country_values),
-                ("session_minutes", minutes),
-                ("session_minutes_dist", minutes),
-                ("region", regions),
-                ("car", cars),
-                ("search_term", searches),
-            )
-
-            _say(
-                f"[2/4] {users:,} simulated users perturb their values on the device "
-                f"({', '.join(name for name, _ in population)})"
-            )
-            _say(
-                f"[3/4] delivering {len(population) * users:,} reports over HTTP in batches "
-                f"of {BATCH:,}, {min(users, CHUNK):,} users at a time"
-            )
-            sent = duplicates = rejected = 0
-            progress = _Progress(users)
-            with Reporter(
-                url,
-                token=INGEST,
-                state_dir=workdir / "device",
-                background=False,
-                batch_size=BATCH,
-                max_outbox=len(population) * CHUNK,
-            ) as reporter:
-                for lo in range(0, users, CHUNK):
-                    hi = min(users, lo + CHUNK)
-                    for metric, values in population:
-                        reporter.simulate(metric, values[lo:hi].tolist(), rng=rng)
-                    result = reporter.flush()
-                    sent += result.sent
-                    duplicates += result.duplicates
-                    rejected += result.rejected
-                    progress.update(hi, sent + duplicates + rejected)
-            _say(f"      accepted {sent:,}, duplicates {duplicates}, rejected {rejected}")
-
+            population = _population(rng, users)
+            _deliver(url, workdir, population, rng)
             _say("[4/4] estimates from the collector (it never saw a true value):\n")
-            analyst = Analyst(url, READ)
-            for metric, values in population[:2]:
-                _print_categorical(analyst, metric, values)
-            est = analyst.estimates("session_minutes", level=0.95)
-            truth_mean = float(minutes.mean())
-            _say(
-                f"session_minutes: n={est.n:,}, mechanism={est.mechanism}, epsilon={est.epsilon:g}"
-            )
-            _say(
-                f"  truth {truth_mean:.2f}  estimate {est.mean or 0:.2f}  "
-                f"95% interval [{est.low or 0:.2f}, {est.high or 0:.2f}] "
-                f"{_covers(est.low, est.high, truth_mean)}"
-            )
-            _print_distribution(analyst, minutes)
-            _print_hierarchy(analyst, regions)
-            _print_table(analyst, cars)
-            _print_strings(analyst, searches)
+            _print_estimates(Analyst(url, READ), population)
             _say(
                 f"\nDone in {time.monotonic() - started:.1f} s. About 1 interval in 20 may "
                 "miss the truth: that is what 95% means."
@@ -304,17 +235,95 @@ def _run(*, users: int, seed: int | None, port: int, serve: bool) -> int:
                 with contextlib.suppress(KeyboardInterrupt):
                     collector.process.wait()
             else:
-                _say("\nNext:")
-                _say("  ldpkit demo --serve          keep the collector running; dashboard at /ui")
-                _say(
-                    "  ldpkit serve --config collector.toml   run a collector for real "
-                    "(README: Operators)"
-                )
-                _say(
-                    "  ldpkit plan --epsilon 1 --domain-size 16 --half-width 0.01   "
-                    "how many users a campaign needs"
-                )
+                _say(NEXT)
     return 0
+
+
+NEXT = """
+Next:
+  ldpkit demo --serve          keep the collector running; dashboard at /ui
+  ldpkit serve --config collector.toml   run a collector for real (README: Operators)
+  ldpkit plan --epsilon 1 --domain-size 16 --half-width 0.01   how many users a campaign needs"""
+
+
+def _population(rng: np.random.Generator, users: int) -> dict[str, np.ndarray]:
+    """The simulated users' values by metric: the truth only this process knows."""
+    theme = rng.choice(THEMES[0], size=users, p=THEMES[1])
+    weights = 1.0 / np.arange(1, len(COUNTRIES) + 1) ** 1.1
+    country = rng.choice(COUNTRIES, size=users, p=weights / weights.sum())
+    minutes = np.clip(rng.gamma(shape=2.0, scale=18.0, size=users), 0, 240)
+    shares = np.array(list(REGIONS.values()), dtype=float)
+    regions = rng.choice(list(REGIONS), size=users, p=shares / shares.sum())
+    cells = [(t, o) for t in CARS93 for o in ("USA", "non-USA")]
+    counts = np.array([c for pair in CARS93.values() for c in pair], dtype=float)
+    drawn = rng.choice(len(cells), size=users, p=counts / counts.sum())
+    cars = np.array([{"type": cells[i][0], "origin": cells[i][1]} for i in drawn])
+    zipf = 1.0 / np.arange(1, len(SEARCHES) + 1) ** 1.1
+    searches = rng.choice(SEARCHES, size=users, p=zipf / zipf.sum())
+    return {
+        "theme": theme,
+        "country": country,
+        "session_minutes": minutes,
+        "session_minutes_dist": minutes,
+        "region": regions,
+        "car": cars,
+        "search_term": searches,
+    }
+
+
+def _deliver(
+    url: str, workdir: Path, population: dict[str, np.ndarray], rng: np.random.Generator
+) -> None:
+    """Every user's values perturbed by the client SDK and sent, ``CHUNK`` users a round."""
+    from ..client import Reporter  # the demo plays the devices too
+
+    users = len(population["theme"])
+    _say(
+        f"[2/4] {users:,} simulated users perturb their values on the device "
+        f"({', '.join(population)})"
+    )
+    _say(
+        f"[3/4] delivering {len(population) * users:,} reports over HTTP in batches "
+        f"of {BATCH:,}, {min(users, CHUNK):,} users at a time"
+    )
+    sent = duplicates = rejected = 0
+    progress = _Progress(users)
+    with Reporter(
+        url,
+        token=INGEST,
+        state_dir=workdir / "device",
+        background=False,
+        batch_size=BATCH,
+        max_outbox=len(population) * CHUNK,
+    ) as reporter:
+        for lo in range(0, users, CHUNK):
+            hi = min(users, lo + CHUNK)
+            for metric, values in population.items():
+                reporter.simulate(metric, values[lo:hi].tolist(), rng=rng)
+            result = reporter.flush()
+            sent += result.sent
+            duplicates += result.duplicates
+            rejected += result.rejected
+            progress.update(hi, sent + duplicates + rejected)
+    _say(f"      accepted {sent:,}, duplicates {duplicates}, rejected {rejected}")
+
+
+def _print_estimates(analyst: Analyst, population: dict[str, np.ndarray]) -> None:
+    for metric in ("theme", "country"):
+        _print_categorical(analyst, metric, population[metric])
+    minutes = population["session_minutes"]
+    est = analyst.estimates("session_minutes", level=0.95)
+    truth_mean = float(minutes.mean())
+    _say(f"session_minutes: n={est.n:,}, mechanism={est.mechanism}, epsilon={est.epsilon:g}")
+    _say(
+        f"  truth {truth_mean:.2f}  estimate {est.mean or 0:.2f}  "
+        f"95% interval [{est.low or 0:.2f}, {est.high or 0:.2f}] "
+        f"{_covers(est.low, est.high, truth_mean)}"
+    )
+    _print_distribution(analyst, minutes)
+    _print_hierarchy(analyst, population["region"])
+    _print_table(analyst, population["car"])
+    _print_strings(analyst, population["search_term"])
 
 
 def _covers(low: float | None, high: float | None, truth: float) -> str:

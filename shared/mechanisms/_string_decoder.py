@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -47,81 +47,71 @@ import numpy.typing as npt
 from .._special import regularized_gamma
 from ..aggregate import Aggregate
 from ..heavy_hitters import (
-    HeavyHitters,
-    StringEstimate,
-    VarianceModel,
-    detection_thresholds,
-    scaled_detection_thresholds,
-)
-from .strings import (
-    DECOYS,
     FALSE_FIND_RATE,
-    LIST_FDR,
-    MAX_HEAVY,
-    Z_HEAVY,
     Z_KEEP,
     Z_PREFILTER,
-    encode_strings,
-    key_words,
-    normal_upper,
+    HeavyHitters,
+    StringEstimate,
+    StringSketch,
+    VarianceModel,
+    beam_width,
+    detection_thresholds,
+    find_z,
+    model_tests,
     oracle_variance,
+    scaled_detection_thresholds,
 )
-
-if TYPE_CHECKING:
-    from .strings import PrefixSketch
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 KeyArray = npt.NDArray[np.uint8]
 BoolArray = npt.NDArray[np.bool_]
 
+U64Array = npt.NDArray[np.uint64]
+
 LEVEL = 0.95
 """Confidence level of the items' intervals in an answer."""
+DECOYS = 1024
+"""Keys no device holds, estimated at every level to measure the null variance."""
+MAX_HEAVY = 128
+"""Largest set of heavy keys whose collisions are removed jointly at one level."""
+Z_HEAVY = 4.0
+"""A candidate this many null standard errors above 0 counts as heavy for the correction."""
+LIST_FDR = 0.1
+"""False discovery rate of listing a found string as above the threshold (the listing rule)."""
 
 
-def beam_width(k: int) -> int:
-    """Prefixes kept per level."""
-    return max(64, 4 * k)
+class SketchFamily(StringSketch, Protocol):
+    """What decoding reads of the mechanism (``PrefixSketch``): its parameters and its
+    public hash family (the decoder imports nothing of the mechanism's module)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def g(self) -> int: ...
+    @property
+    def p(self) -> float: ...
+    @property
+    def q(self) -> float: ...
+    @property
+    def sketches(self) -> int: ...
+    def rows_of(self, sketch: int) -> int: ...
+    def sketch_slice(self, sketch: int) -> slice: ...
+    def kept_bytes(self, sketch: Any, length: Any) -> IntArray: ...
+    def sketch_keys(self, sketch: int) -> tuple[U64Array, U64Array]: ...
+    def key_accumulators(self, sketch: int, keys: KeyArray) -> U64Array: ...
+    def to_buckets(self, acc: U64Array) -> U64Array: ...
 
 
-def model_tests(m: PrefixSketch) -> float:
-    """Complete strings a walk tests when only noise fills the beam (Bonferroni count).
-
-    A null beam's prefixes have lengths spread over the levels left, so about
-    ``1 / (M - t + 1)`` of its ``K`` prefixes complete at level t, each with 256 children.
-    """
-    width = beam_width(m.k)
-    harmonic = sum(1.0 / i for i in range(1, m.max_length + 1))
-    return 256.0 * (1.0 + width * harmonic)
-
-
-def find_z(m: PrefixSketch) -> float:
-    return normal_upper(FALSE_FIND_RATE / model_tests(m))
-
-
-def null_cutoffs(m: PrefixSketch, n: float) -> tuple[list[float], list[float], float, float]:
-    """Per prefix level the null sigma and beam cutoff under random hashing, at n devices.
-
-    At level 1 the beam competes among all ``(M + 1) 256`` (length, first byte) pairs,
-    deeper among 256 children of each of K prefixes: the cutoff is the estimate the K-th
-    largest of that many null candidates reaches (at least ``Z_KEEP`` sigmas).
-    """
-    width = beam_width(m.k)
-    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
-    sigmas, cutoffs = [], []
-    for t in range(1, m.max_length + 1):
-        candidates = 256 * m.max_length + 1 if t == 1 else 256 * width
-        z = normal_upper(width / candidates) if width < candidates else Z_KEEP
-        sigmas.append(sigma)
-        cutoffs.append(max(Z_KEEP, z) * sigma)
-    return sigmas, cutoffs, Z_PREFILTER, find_z(m)
+Encoder = Callable[[Sequence[bytes]], KeyArray]
+"""Strings -> their keys: how the answer estimates strings an analyst names."""
 
 
 @dataclass
 class _Level:
     """One sketch's counts and the heavy-string correction (see the module docstring)."""
 
-    m: PrefixSketch
+    m: SketchFamily
     sketch: int
     counts: FloatArray  # (R, g)
     row_n: FloatArray = field(init=False)
@@ -172,7 +162,7 @@ class _Level:
 
     def flat(self, keys: KeyArray) -> IntArray:
         """Cell index (row offset + bucket) of each key in every row: (n, R)."""
-        return self._flat(self.m.accumulators(self.sketch, key_words(keys)))
+        return self._flat(self.m.key_accumulators(self.sketch, keys))
 
     def first_flat(self, keys: KeyArray, others: KeyArray) -> IntArray:
         """:meth:`flat` of the first step's candidates ``keys`` (those of
@@ -195,7 +185,7 @@ class _Level:
         """
         m = self.m
         a, _ = m.sketch_keys(self.sketch)
-        parent = m.accumulators(self.sketch, key_words(parents))
+        parent = m.key_accumulators(self.sketch, parents)
         shifted = (np.arange(256, dtype=np.uint64) << np.uint64(8 * (position % 4)))[:, None]
         n_children = parent.shape[0] * 256
         acc = np.empty((n_children + len(others), self.rows), dtype=np.uint64)
@@ -206,7 +196,7 @@ class _Level:
                 step[None, :, :],
                 out=acc[:n_children].reshape(parent.shape[0], 256, self.rows),
             )
-        acc[n_children:] = m.accumulators(self.sketch, key_words(others))
+        acc[n_children:] = m.key_accumulators(self.sketch, others)
         return self._flat(acc)
 
     def support(self, counts: FloatArray, flat: IntArray) -> FloatArray:
@@ -456,7 +446,7 @@ def _top(values: FloatArray, count: int, floor: float) -> IntArray:
     return above.astype(np.int64)
 
 
-def _decoys(m: PrefixSketch, sketch: int) -> KeyArray:
+def _decoys(m: SketchFamily, sketch: int) -> KeyArray:
     """Distinct random keys of impossible lengths (> max_length): no device holds them.
 
     Only their first word is nonzero (a length byte above max_length, three random
@@ -477,6 +467,9 @@ def _decoy_keys(seed: int, max_length: int, sketch: int) -> KeyArray:
         keys[:, i] = (low >> (8 * (i - 1))) & 0xFF
     keys.flags.writeable = False
     return keys
+
+
+_SUMS = ("weighted", "precision", "excess", "null_mean", "null_var")
 
 
 @dataclass
@@ -510,10 +503,16 @@ class _Finished:
 
     def extend(self, keys: KeyArray, est: FloatArray, stats: _LevelStats) -> None:
         size = len(self.keys)
-        for name in ("weighted", "precision", "excess", "null_mean", "null_var"):
+        for name in _SUMS:
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros(len(keys))]))
         self.keys = np.concatenate([self.keys, keys])
         self.add(est, stats, np.arange(size, size + len(keys)))
+
+    def append(self, keys: KeyArray, sums: _Pooled, index: IntArray) -> None:
+        """Add strings ``keys`` with the pooled sums of candidates ``index``."""
+        for name in _SUMS:
+            setattr(self, name, np.concatenate([getattr(self, name), getattr(sums, name)[index]]))
+        self.keys = np.concatenate([self.keys, keys])
 
     def joined(self, est: FloatArray, stats: _LevelStats, extra: FloatArray) -> _Finished:
         """These strings' statistics with another sketch's estimates ``est`` of them added
@@ -530,8 +529,14 @@ class _Finished:
         )
 
     def keep(self, index: IntArray) -> None:
-        for name in ("keys", "weighted", "precision", "excess", "null_mean", "null_var"):
+        for name in ("keys", *_SUMS):
             setattr(self, name, getattr(self, name)[index])
+
+    def keep_best(self, count: int) -> None:
+        """Keep the ``count`` strings of largest pooled z (all if there are no more)."""
+        if len(self.keys) > count:
+            z = self.estimate / self.sd
+            self.keep(np.argsort(-z, kind="stable")[:count])
 
     @property
     def estimate(self) -> FloatArray:
@@ -637,7 +642,7 @@ def _key_taker(
     return take
 
 
-def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
+def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
     """Find complete strings that stand out, level by level (see the module docstring)."""
     width = m.max_length + 1
     k_beam = beam_width(m.k)
@@ -685,21 +690,11 @@ def walk(m: PrefixSketch, levels: list[_Level]) -> Walk:
             cutoff = float(np.min(child_est[keep]))
         cutoffs.append(cutoff)
         beam = child_keys(keep)
-        if len(finished.keys) > 4 * k_beam:
-            z = finished.estimate / finished.sd
-            finished.keep(np.argsort(-z, kind="stable")[: 4 * k_beam])
+        finished.keep_best(4 * k_beam)
     return Walk(finished, sigmas, cutoffs)
 
 
 # --- the "scaled" cut: a walk by prefix length over pooled levels ----------------------------
-def scaled_levels(max_length: int, length: int, bytes_known: int) -> list[int]:
-    """Prefix levels t that cut a string of ``length`` bytes after ``bytes_known`` bytes
-    (``ceil(t length / M) = bytes_known``); the empty string: every level, at step 1."""
-    if length == 0:
-        return list(range(1, max_length + 1)) if bytes_known == 1 else []
-    return [t for t in range(1, max_length + 1) if -(-t * length // max_length) == bytes_known]
-
-
 def _cut_keys(keys: KeyArray, kept: IntArray) -> KeyArray:
     """Keys with bytes after ``kept`` (per key) zeroed."""
     positions = np.arange(keys.shape[1])[None, :]
@@ -715,21 +710,53 @@ def _unique_rows(keys: KeyArray) -> KeyArray:
     return out
 
 
-@dataclass
-class ScaledWalk:
-    finished: _Finished
-    level_sigmas: list[float]  # per level 1 .. M
-    step_z: list[float]  # per step j = 1 .. M: the z a prefix needed to stay in the beam
-
-
 FIRST_WALK_BEAM = 8
 """Beam of the first walk under the scaled cut, which only looks for the heavy strings
 (``Z_HEAVY`` standard errors up) to correct for in the second: their prefixes are near
 the top of every step, and a narrow beam makes that walk cheap."""
 
 
+@dataclass
+class _Pooled:
+    """One step's candidates pooled over the levels that cut them there: as
+    :class:`_Finished`'s sums, ``weighted`` and ``excess`` per candidate, the others per
+    group (a candidate at step 1, a parent later: a level adds to its 256 children alike,
+    so that is summed per parent and spread after the levels, the same sums in order)."""
+
+    weighted: FloatArray
+    excess: FloatArray
+    precision: FloatArray
+    null_mean: FloatArray
+    null_var: FloatArray
+
+    @classmethod
+    def zeros(cls, size: int, groups: int) -> _Pooled:
+        return cls(np.zeros(size), np.zeros(size), *(np.zeros(groups) for _ in range(3)))
+
+    def add(self, group: IntArray, member: IntArray, est: FloatArray, stats: _LevelStats) -> None:
+        self.weighted[group] += est / stats.var
+        self.excess[group] += est * stats.scale
+        self.precision[member] += 1.0 / stats.var
+        self.null_mean[member] += stats.null_mean
+        self.null_var[member] += stats.null_mean * stats.dispersion
+
+    def spread(self) -> None:
+        """Per-parent sums to each of its 256 children."""
+        for name in ("precision", "null_mean", "null_var"):
+            setattr(self, name, np.repeat(getattr(self, name), 256))
+
+    @property
+    def z(self) -> FloatArray:
+        """Pooled z of each candidate (-inf where no level saw it)."""
+        seen = self.precision > 0
+        out: FloatArray = np.where(
+            seen, self.weighted / np.sqrt(np.where(seen, self.precision, 1.0)), -math.inf
+        )
+        return out
+
+
 def walk_scaled(
-    m: PrefixSketch, levels: list[_Level], prior: KeyArray | None = None, beam: int = 0
+    m: SketchFamily, levels: list[_Level], prior: KeyArray | None = None, beam: int = 0
 ) -> ScaledWalk:
     """Find complete strings under the ``"scaled"`` cut, by prefix length j = 1 .. M.
 
@@ -740,227 +767,245 @@ def walk_scaled(
     strings already known (``prior``, and those found so far), cut where that level cuts
     them. A complete string (j = L) is pooled over the levels that see it whole.
     """
-    big_m = m.max_length
-    width = big_m + 1
-    k_beam = beam or beam_width(m.k)
-    finished = _Finished.empty(width)
-    known = np.zeros((0, width), np.uint8) if prior is None else prior
-    known_bytes = known[:, 0].astype(np.int64)
-    # Measured at each level the walk evaluates; the formula's (random hashing) where it
-    # evaluates none (say level M when no beam prefix has length M).
-    level_sigmas = [math.sqrt(levels[t].formula_var) for t in range(1, big_m + 1)]
-    step_z: list[float] = []
-    prefixes = np.zeros((0, width), np.uint8)
-    first = _first_level_keys(big_m)
-    # kept[t, L]: the bytes level t keeps of a string of L bytes (looked up, not recomputed)
-    kept_table = m.kept_bytes(np.arange(big_m + 1)[:, None], np.arange(width)[None, :])
-    for j in range(1, big_m + 1):
+    walked = ScaledWalk(m, levels, prior, beam)
+    for j in range(1, m.max_length + 1):
+        if j > 1 and len(walked.prefixes) == 0:
+            # Nothing of these lengths stood out: the beam did not cut (as in walk).
+            walked.step_z.append(Z_KEEP)
+            continue
+        walked.step(j)
+    return walked
+
+
+class ScaledWalk:
+    """:func:`walk_scaled`'s state between steps and its result: the beam (``prefixes``),
+    the heavy strings known so far (``known``, ``known_bytes`` of each: its length or the
+    step that found its prefix), the ``finished`` strings, and for the null model the
+    measured ``level_sigmas`` (per level 1 .. M) and ``step_z`` (per step j = 1 .. M: the
+    z a prefix needed to stay in the beam)."""
+
+    def __init__(
+        self, m: SketchFamily, levels: list[_Level], prior: KeyArray | None, beam: int
+    ) -> None:
+        big_m = m.max_length
+        self.levels, self.width, self.rounds = levels, big_m + 1, 1 if beam else 2
+        self.k_beam = beam or beam_width(m.k)
+        self.finished = _Finished.empty(self.width)
+        self.known = np.zeros((0, self.width), np.uint8) if prior is None else prior
+        self.known_bytes = self.known[:, 0].astype(np.int64)
+        # Measured at each level the walk evaluates; the formula's (random hashing) where
+        # it evaluates none (say level M when no beam prefix has length M).
+        self.level_sigmas = [math.sqrt(levels[t].formula_var) for t in range(1, big_m + 1)]
+        self.step_z: list[float] = []
+        self.prefixes = np.zeros((0, self.width), np.uint8)
+        self.first = _first_level_keys(big_m)
+        # kept[t, L]: the bytes level t keeps of a string of L bytes (looked up, not recomputed)
+        self.kept = m.kept_bytes(np.arange(big_m + 1)[:, None], np.arange(self.width)[None, :])
+
+    def step(self, j: int) -> None:
+        """Extend the beam by byte j: finish the complete candidates, keep the best open."""
+        sums = self._pool(j)
+        z = sums.z
+        length = self.first[:, 0] if j == 1 else np.repeat(self.prefixes[:, 0], 256)
+        complete = length <= j
+        keys_of = (
+            partial(_take_rows, self.first) if j == 1 else partial(_take_children, self.prefixes, j)
+        )
+        new = np.flatnonzero(complete & (z > Z_PREFILTER))
+        self.finished.append(keys_of(new), sums, new)
+        open_ = np.flatnonzero(~complete & (z > Z_KEEP))
+        keep = open_[_top(z[open_], self.k_beam, -math.inf)]
+        self.step_z.append(float(np.min(z[keep])) if open_.size > self.k_beam else Z_KEEP)
+        heavy = np.concatenate([keep[z[keep] > Z_HEAVY], new[z[new] > Z_HEAVY]])
+        self.known = np.concatenate([self.known, keys_of(heavy)])
+        self.known_bytes = np.concatenate([self.known_bytes, np.full(heavy.size, j, np.int64)])
+        self.prefixes = keys_of(keep)
+        self.finished.keep_best(4 * self.k_beam)
+
+    def _pool(self, j: int) -> _Pooled:
+        """Step j's candidates (every first byte at j = 1, else the beam's children)
+        estimated at every level that cuts their length after j bytes, pooled."""
         if j == 1:
-            parents_length = first[:, 0].astype(np.int64)
-            size = len(first)
+            parents_length = self.first[:, 0].astype(np.int64)
+            sums = _Pooled.zeros(len(self.first), len(self.first))
         else:
-            if len(prefixes) == 0:
-                # Nothing of these lengths stood out: the beam did not cut (as in walk).
-                step_z.append(Z_KEEP)
-                continue
-            parents_length = prefixes[:, 0].astype(np.int64)
-            size = len(prefixes) * 256
-        weighted, excess = np.zeros(size), np.zeros(size)
-        # What a level adds to every child of a parent alike is summed per parent (j > 1)
-        # and spread over its 256 children after the levels (the same sums, in order).
-        per = size if j == 1 else len(prefixes)
-        precision, null_mean, null_var = np.zeros(per), np.zeros(per), np.zeros(per)
-        known_length = known[:, 0].astype(np.int64)
-        for t in range(1, big_m + 1):
+            parents_length = self.prefixes[:, 0].astype(np.int64)
+            sums = _Pooled.zeros(len(self.prefixes) * 256, len(self.prefixes))
+        known_length = self.known[:, 0].astype(np.int64)
+        for t in range(1, len(self.levels)):
             # parents (j > 1) or candidates (j = 1) whose length this level cuts after j bytes
-            kept = kept_table[t, parents_length]
+            kept = self.kept[t, parents_length]
             if j == 1:
                 member = np.flatnonzero((kept == 1) | (parents_length == 0))
             else:
                 member = np.flatnonzero(kept == j)
-            if member.size == 0:
-                continue
-            level = levels[t]
-            cut_known = kept_table[t, known_length]
-            usable = np.flatnonzero((cut_known <= known_bytes) & (cut_known != j))
-            extra = known[usable]
-            if len(extra):
-                extra = _unique_rows(_cut_keys(extra, cut_known[usable]))
-            if j == 1:
-                group = member
-                sub = first[member]
-                flat = level.first_flat(sub, extra)
-                group_keys = partial(_take_rows, sub)
-            else:
-                parents = prefixes[member]
-                group = (member[:, None] * 256 + np.arange(256)[None, :]).reshape(-1)
-                flat = level.children_flat(parents, j, extra)
-                group_keys = partial(_take_children, parents, j)
-            n_group = group.size
-
-            est = level.evaluate(
-                flat, _key_taker(n_group, group_keys, extra, width), rounds=1 if beam else 2
-            )[:n_group]
-            if not math.isfinite(level.null_var):
-                continue
-            level_sigmas[t - 1] = math.sqrt(level.null_var)
-            stats = level.stats()
-            weighted[group] += est / stats.var
-            excess[group] += est * stats.scale
-            precision[member] += 1.0 / stats.var
-            null_mean[member] += stats.null_mean
-            null_var[member] += stats.null_mean * stats.dispersion
+            if member.size:
+                self._pool_level(t, j, member, self._known_cuts(t, j, known_length), sums)
         if j > 1:
-            precision, null_mean, null_var = (
-                np.repeat(a, 256) for a in (precision, null_mean, null_var)
-            )
-        seen = precision > 0
-        z = np.where(seen, weighted / np.sqrt(np.where(seen, precision, 1.0)), -math.inf)
-        length = first[:, 0] if j == 1 else np.repeat(prefixes[:, 0], 256)
-        complete = length <= j
+            sums.spread()
+        return sums
 
-        def keys_of(
-            index: IntArray, j: int = j, prefixes: KeyArray = prefixes, first: KeyArray = first
-        ) -> KeyArray:
-            return _take_rows(first, index) if j == 1 else _take_children(prefixes, j, index)
+    def _known_cuts(self, t: int, j: int, known_length: IntArray) -> KeyArray:
+        """The known heavy strings as level t cuts them, where their bytes are known and
+        they are not among this step's candidates (corrected at t alongside them)."""
+        cut = self.kept[t, known_length]
+        usable = np.flatnonzero((cut <= self.known_bytes) & (cut != j))
+        extra = self.known[usable]
+        return _unique_rows(_cut_keys(extra, cut[usable])) if len(extra) else extra
 
-        new = np.flatnonzero(complete & (z > Z_PREFILTER))
-        size_before = len(finished.keys)
-        finished.extend(keys_of(new), np.zeros(new.size), _LevelStats(1.0, 0.0, 0.0, 1.0))
-        into = np.arange(size_before, size_before + new.size)
-        finished.weighted[into] = weighted[new]
-        finished.precision[into] = precision[new]
-        finished.excess[into] = excess[new]
-        finished.null_mean[into] = null_mean[new]
-        finished.null_var[into] = null_var[new]
-        open_ = np.flatnonzero(~complete & (z > Z_KEEP))
-        keep = open_[_top(z[open_], k_beam, -math.inf)]
-        step_z.append(float(np.min(z[keep])) if open_.size > k_beam else Z_KEEP)
-        heavy = np.concatenate([keep[z[keep] > Z_HEAVY], new[z[new] > Z_HEAVY]])
-        known = np.concatenate([known, keys_of(heavy)])
-        known_bytes = np.concatenate([known_bytes, np.full(heavy.size, j, dtype=np.int64)])
-        prefixes = keys_of(keep)
-        if len(finished.keys) > 4 * k_beam:
-            zf = finished.estimate / finished.sd
-            finished.keep(np.argsort(-zf, kind="stable")[: 4 * k_beam])
-    return ScaledWalk(finished, level_sigmas, step_z)
+    def _pool_level(self, t: int, j: int, member: IntArray, extra: KeyArray, sums: _Pooled) -> None:
+        """Add level t's estimates of the ``member`` candidates (j = 1) or parents' children."""
+        level = self.levels[t]
+        group_keys: Callable[[IntArray], KeyArray]
+        if j == 1:
+            group = member
+            sub = self.first[member]
+            flat = level.first_flat(sub, extra)
+            group_keys = partial(_take_rows, sub)
+        else:
+            parents = self.prefixes[member]
+            group = (member[:, None] * 256 + np.arange(256)[None, :]).reshape(-1)
+            flat = level.children_flat(parents, j, extra)
+            group_keys = partial(_take_children, parents, j)
+        take = _key_taker(group.size, group_keys, extra, self.width)
+        est = level.evaluate(flat, take, rounds=self.rounds)[: group.size]
+        if math.isfinite(level.null_var):
+            self.level_sigmas[t - 1] = math.sqrt(level.null_var)
+            sums.add(group, member, est, level.stats())
 
 
-def scaled_null_cutoffs(m: PrefixSketch, n: float) -> tuple[list[float], list[float], float, float]:
-    """Per level the null sigma, per step the beam's null z cutoff (as :func:`null_cutoffs`)."""
-    width = beam_width(m.k)
-    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
-    step_z = []
-    for j in range(1, m.max_length + 1):
-        candidates = 256 * m.max_length + 1 if j == 1 else 256 * width
-        z = normal_upper(width / candidates) if width < candidates else Z_KEEP
-        step_z.append(max(Z_KEEP, z))
-    return [sigma] * m.max_length, step_z, Z_PREFILTER, find_z(m)
-
-
-def decode(m: PrefixSketch, agg: Aggregate) -> HeavyHitters:
+def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
+    """The answer from an aggregate (the module docstring); ``encode`` gives the keys of
+    strings an analyst names."""
     levels = [
         _Level(m, s, agg.sums[m.sketch_slice(s)].reshape(m.rows_of(s), m.g))
         for s in range(m.sketches)
     ]
-    z_find = find_z(m)
     estimation = levels[0]
-    n_e = estimation.n
-    if m.cut == "scaled":
-        # Walk twice: the second walk corrects every level for the heavy strings the first
-        # found, cut where that level cuts them (a level mixes the cuts of all lengths).
-        first = walk_scaled(m, levels, beam=FIRST_WALK_BEAM).finished
-        strong = np.flatnonzero(first.estimate / first.sd > Z_HEAVY)
-        strong = strong[np.argsort(-first.estimate[strong], kind="stable")][:MAX_HEAVY]
-        found_scaled = walk_scaled(m, levels, prior=first.keys[strong])
-        fin = found_scaled.finished
-    else:
-        found = walk(m, levels)
-        fin = found.finished
-        thresholds = detection_thresholds(found.sigmas, found.cutoffs, Z_PREFILTER, z_find)
-    pooled = fin.estimate
     alpha = FALSE_FIND_RATE / model_tests(m)
-    keys = fin.keys
-    selected = np.flatnonzero(fin.significant(alpha)) if len(keys) else np.zeros(0, np.int64)
-    selected = selected[np.argsort(-pooled[selected], kind="stable")]
-    # The strings significant on the walk alone are the heavy ones of the estimation sketch.
-    heavy = selected[:MAX_HEAVY]
-    flat_all = estimation.flat(keys)
-    est_all = estimation.evaluate(flat_all, lambda i: keys[i], heavy=heavy)
-    own_all = np.full(len(keys), -1, dtype=np.int64)
-    own_all[heavy] = np.arange(heavy.size)
-    extra_all = np.zeros(len(keys))  # each string's collision variance, where needed
-
-    def collisions(index: IntArray) -> None:
-        if len(index):
-            extra_all[index] = estimation.collision_var(flat_all[index], own_all[index])
-
     if m.cut == "scaled":
-        # Finding tests the walk's evidence and the estimation sketch's together (their
-        # devices are disjoint): the same Bonferroni level over the same tests, the complete
-        # key's few levels joined by a quarter of the devices (docs/statistics.md, "Found").
-        sigma_e = math.sqrt(estimation.null_var) if n_e > 0 else math.inf
-        if len(keys) and math.isfinite(sigma_e):
-            stats_e = estimation.stats()
-            # A string's collision term only adds variance: those that fail without it
-            # fail with it, and it is computed for the others.
-            maybe = np.flatnonzero(fin.joined(est_all, stats_e, extra_all).significant(alpha))
-            collisions(maybe)
-            both = fin.joined(est_all, stats_e, extra_all)
-            selected = maybe[both.significant(alpha)[maybe]]
-            selected = selected[np.argsort(-pooled[selected], kind="stable")]
-        else:
-            collisions(selected)
+        found = _walk_twice(m, levels)
+        fin = found.finished
+    else:
+        first_rule = walk(m, levels)
+        fin = first_rule.finished
+    # The strings significant on the walk alone are the heavy ones of the estimation sketch.
+    selected = np.flatnonzero(fin.significant(alpha))
+    selected = selected[np.argsort(-fin.estimate[selected], kind="stable")]
+    confirm = _Confirmation(estimation, fin.keys, selected[:MAX_HEAVY])
+    if m.cut == "scaled":
+        selected, sigma_e = _found_jointly(fin, confirm, selected, alpha)
         thresholds = scaled_detection_thresholds(
-            found_scaled.level_sigmas, found_scaled.step_z, Z_PREFILTER, z_find, sigma_e
+            found.level_sigmas, found.step_z, Z_PREFILTER, find_z(m), sigma_e
         )
     else:
-        collisions(selected)
-    threshold = min(thresholds)
-    model = variance_model(m, estimation, agg.n)
-    sel_est = est_all[selected]
-    extra = extra_all[selected]
-    # The listing rule (docs/statistics.md, "Which found strings are listed"): the first
-    # k found strings, in the walk's order, that the estimation sketch (devices that took
-    # no part in finding them) confirms above the threshold.
-    kept = np.flatnonzero(above_threshold(sel_est, model.stderr(threshold, extra), threshold))
-    if m.cut == "scaled":
-        # A complete key is pooled over fewer levels under this cut: the first k by the
-        # inverse-variance combination of the walk's estimate and the estimation sketch's.
-        var_e = model.stderr(sel_est[kept], extra[kept]) ** 2
-        var_w = fin.sd[selected[kept]] ** 2
-        combined = (pooled[selected[kept]] / var_w + sel_est[kept] / var_e) / (
-            1 / var_w + 1 / var_e
+        confirm.add_collisions(selected)
+        thresholds = detection_thresholds(
+            first_rule.sigmas, first_rule.cutoffs, Z_PREFILTER, find_z(m)
         )
-        kept = kept[np.argsort(-combined, kind="stable")]
-    kept = kept[: m.k]  # positions in ``selected``
-    kept = kept[np.argsort(-sel_est[kept], kind="stable")]  # by decreasing estimate
-    listed, top_est, top_extra = selected[kept], sel_est[kept], extra[kept]
-    low, high = model.interval(top_est, LEVEL, top_extra)
-    se = model.stderr(top_est, top_extra)
-    items = tuple(
-        StringEstimate(_key_bytes(keys[i]), float(e), float(s), float(lo), float(hi))
-        for i, e, s, lo, hi in zip(listed, top_est, se, low, high, strict=True)
-    )
-
-    def estimate_values(values: Sequence[bytes]) -> tuple[FloatArray, FloatArray]:
-        keys, _ = encode_strings(np.array(list(values), dtype=object), m.max_length)
-        return estimation.estimate_keys(keys)
-
+    model = variance_model(m, estimation, agg.n)
+    listed = _listed(m, fin, confirm, selected, model, min(thresholds))
     return HeavyHitters(
         mechanism=m.name,
         epsilon=m.epsilon,
         n=agg.n,
         k=m.k,
         max_length=m.max_length,
-        items=items,
-        threshold=threshold,
+        items=confirm.items(listed, model),
+        threshold=min(thresholds),
         thresholds=thresholds,
         level=LEVEL,
-        n_estimation=int(n_e),
+        n_estimation=int(estimation.n),
         variance_model=model,
-        _estimate_keys=estimate_values if n_e > 0 else None,
+        _estimate_keys=(lambda values: estimation.estimate_keys(encode(values)))
+        if estimation.n > 0
+        else None,
     )
+
+
+def _walk_twice(m: SketchFamily, levels: list[_Level]) -> ScaledWalk:
+    """Under the scaled cut, walk twice: the second walk corrects every level for the
+    heavy strings the first found, cut where that level cuts them (a level mixes the cuts
+    of all lengths)."""
+    first = walk_scaled(m, levels, beam=FIRST_WALK_BEAM).finished
+    strong = np.flatnonzero(first.estimate / first.sd > Z_HEAVY)
+    strong = strong[np.argsort(-first.estimate[strong], kind="stable")][:MAX_HEAVY]
+    return walk_scaled(m, levels, prior=first.keys[strong])
+
+
+class _Confirmation:
+    """The estimation sketch's estimates of the walk's complete strings (``heavy``, those
+    significant on the walk alone, solved for), and the variance each string's collisions
+    with them add (:meth:`_Level.collision_var`), computed where needed."""
+
+    def __init__(self, level: _Level, keys: KeyArray, heavy: IntArray) -> None:
+        self.level, self.keys = level, keys
+        self.flat = level.flat(keys)
+        self.est = level.evaluate(self.flat, lambda i: keys[i], heavy=heavy)
+        self.own = np.full(len(keys), -1, dtype=np.int64)
+        self.own[heavy] = np.arange(heavy.size)
+        self.extra = np.zeros(len(keys))
+
+    def add_collisions(self, index: IntArray) -> None:
+        if len(index):
+            self.extra[index] = self.level.collision_var(self.flat[index], self.own[index])
+
+    def items(self, listed: IntArray, model: VarianceModel) -> tuple[StringEstimate, ...]:
+        est, extra = self.est[listed], self.extra[listed]
+        low, high = model.interval(est, LEVEL, extra)
+        se = model.stderr(est, extra)
+        return tuple(
+            StringEstimate(_key_bytes(self.keys[i]), float(e), float(s), float(lo), float(hi))
+            for i, e, s, lo, hi in zip(listed, est, se, low, high, strict=True)
+        )
+
+
+def _found_jointly(
+    fin: _Finished, confirm: _Confirmation, selected: IntArray, alpha: float
+) -> tuple[IntArray, float]:
+    """Under the scaled cut, the found strings (by decreasing pooled estimate) and the
+    estimation sketch's null sigma. Finding tests the walk's evidence and the estimation
+    sketch's together (their devices are disjoint): the same Bonferroni level over the
+    same tests, the complete key's few levels joined by a quarter of the devices
+    (docs/statistics.md, "Found")."""
+    level = confirm.level
+    sigma_e = math.sqrt(level.null_var) if level.n > 0 else math.inf
+    if not (len(fin.keys) and math.isfinite(sigma_e)):
+        confirm.add_collisions(selected)
+        return selected, sigma_e
+    stats = level.stats()
+    # A string's collision term only adds variance: those that fail without it fail with
+    # it, and it is computed for the others.
+    maybe = np.flatnonzero(fin.joined(confirm.est, stats, confirm.extra).significant(alpha))
+    confirm.add_collisions(maybe)
+    both = fin.joined(confirm.est, stats, confirm.extra)
+    found = maybe[both.significant(alpha)[maybe]]
+    return found[np.argsort(-fin.estimate[found], kind="stable")], sigma_e
+
+
+def _listed(
+    m: SketchFamily,
+    fin: _Finished,
+    confirm: _Confirmation,
+    selected: IntArray,
+    model: VarianceModel,
+    threshold: float,
+) -> IntArray:
+    """The listing rule (docs/statistics.md, "Which found strings are listed"): the first
+    k found strings, in the walk's order, that the estimation sketch (devices that took
+    no part in finding them) confirms above the threshold; by decreasing estimate."""
+    est, extra = confirm.est[selected], confirm.extra[selected]
+    kept = np.flatnonzero(above_threshold(est, model.stderr(threshold, extra), threshold))
+    if m.cut == "scaled":
+        # A complete key is pooled over fewer levels under this cut: the first k by the
+        # inverse-variance combination of the walk's estimate and the estimation sketch's.
+        var_e = model.stderr(est[kept], extra[kept]) ** 2
+        var_w = fin.sd[selected[kept]] ** 2
+        walked = fin.estimate[selected[kept]]
+        combined = (walked / var_w + est[kept] / var_e) / (1 / var_w + 1 / var_e)
+        kept = kept[np.argsort(-combined, kind="stable")]
+    kept = kept[: m.k]  # positions in ``selected``
+    return selected[kept[np.argsort(-est[kept], kind="stable")]]
 
 
 def above_threshold(estimate: FloatArray, null_sd: FloatArray, threshold: float) -> BoolArray:
@@ -990,7 +1035,7 @@ def above_threshold(estimate: FloatArray, null_sd: FloatArray, threshold: float)
     return keep
 
 
-def variance_model(m: PrefixSketch, estimation: _Level, n: int) -> VarianceModel:
+def variance_model(m: SketchFamily, estimation: _Level, n: int) -> VarianceModel:
     """``V(f) = v0 + v1 f - v2 f^2`` for estimates from the estimation sketch."""
     n_e = estimation.n
     if n_e <= 0:

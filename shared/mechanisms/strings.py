@@ -98,7 +98,6 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Integral
-from statistics import NormalDist
 from typing import Any, ClassVar
 
 import numpy as np
@@ -107,7 +106,7 @@ import numpy.typing as npt
 from .._validation import check_epsilon
 from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
-from ..heavy_hitters import HeavyHitters
+from ..heavy_hitters import HeavyHitters, oracle_variance
 from ..randomness import resolve_rng
 from . import _bits
 from ._dyadic import check_min_epsilon
@@ -146,21 +145,6 @@ _U32 = np.uint64(32)
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
-# Decoding (not part of the protocol; see docs/statistics.md).
-DECOYS = 1024
-"""Keys no device holds, estimated at every level to measure the null variance."""
-MAX_HEAVY = 128
-"""Largest set of heavy keys whose collisions are removed jointly at one level."""
-Z_HEAVY = 4.0
-"""A candidate this many null standard errors above 0 counts as heavy for the correction."""
-Z_KEEP = 1.0
-"""A prefix must be this many standard errors above 0 to be extended (and in the beam)."""
-Z_PREFILTER = 0.5
-"""A complete string must be this many standard errors above 0 to be followed further."""
-FALSE_FIND_RATE = 0.1
-"""Expected number of strings no one holds in the answer, at most (Bonferroni)."""
-LIST_FDR = 0.1
-"""False discovery rate of listing a found string as above the threshold (the listing rule)."""
 CUTS = ("prefix", "scaled")
 """Cut rules of the prefix levels: level t keeps ``t`` bytes of the string (``"prefix"``, the
 first protocol) or ``ceil(t m / M)`` of a string of m bytes (``"scaled"``, the default)."""
@@ -571,6 +555,10 @@ class PrefixSketch(Mechanism):
         acc >>= _U32
         return acc
 
+    def key_accumulators(self, sketch: int, keys: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint64]:
+        """:meth:`accumulators` of keys (as :func:`encode_strings` makes them)."""
+        return self.accumulators(sketch, key_words(keys))
+
     def buckets(self, sketch: int, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
         """Bucket of each key (as words) in every row of ``sketch``: shape (n, rows)."""
         return self.to_buckets(self.accumulators(sketch, words)).view(np.int64)
@@ -580,7 +568,7 @@ class PrefixSketch(Mechanism):
         from ._string_decoder import decode
 
         agg = self._checked_aggregate(aggregate)
-        return decode(self, agg)
+        return decode(self, agg, lambda values: encode_strings(values, self.max_length)[0])
 
     def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
         """Variance of a string's estimated fraction from the estimation sketch.
@@ -599,13 +587,3 @@ class PrefixSketch(Mechanism):
         f = np.asarray(frequency, dtype=np.float64)
         var = oracle_variance(f, n * self.share(1), self.p, self.q)
         return float(var) if var.ndim == 0 else var
-
-
-def oracle_variance(f: Any, n: float, p: float, q: float) -> Any:
-    """The pure-oracle variance ``(f p(1-p) + (1-f) q(1-q)) / (n (p-q)^2)``."""
-    return (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
-
-
-def normal_upper(alpha: float) -> float:
-    """The one-sided upper normal quantile ``z`` with ``P(Z > z) = alpha``."""
-    return NormalDist().inv_cdf(1.0 - alpha)
