@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -30,12 +31,21 @@ from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
+from ._conformance import LawTest, PlanCase
 from ._dyadic import check_min_epsilon
+from ._portable import Derived, Words, bounded
 from ._values import check_numbers
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+
+
+@runtime_checkable
+class Enumerable(Protocol):
+    """A mechanism that lists every report of an input with its exact probability."""
+
+    def output_probabilities(self, value: int) -> tuple[npt.NDArray[Any], FloatArray]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +115,45 @@ class Mechanism(ABC):
         reports each describe one of several layers; None for the others."""
         return None
 
+    # --- the cross-language contract (ldpkit.portable, ldpkit.conformance) -------------
+    portable: ClassVar[bool] = False
+    """Whether a client in any language can sample this mechanism: it has a portable rule
+    (:meth:`portable_report`, docs/protocol.md) and serves its constants."""
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = ()
+    """The conformance plan's metrics for this mechanism (``ldpkit conformance plan``)."""
+
+    def served_constants(self) -> dict[str, Any] | None:
+        """What a client needs beyond the definition to sample the portable rule exactly
+        (``derived`` in a served definition; None without a portable rule). Every 64-bit
+        threshold is an exact integer (16 hex digits); floats are the doubles the Python
+        implementation uses (JSON numbers round-trip them exactly)."""
+        return None
+
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        """One report's bytes by the portable rule, from the served ``definition`` (with
+        its ``derived``) and the mechanism input ``value`` (an item or cell index, a
+        number, a string), drawing from ``words``."""
+        raise ParameterError(f"no portable sampling rule for mechanism {cls.name!r}")
+
+    def conformance_tests(
+        self, reports: npt.NDArray[Any], value: Any, derived: Derived
+    ) -> list[LawTest]:
+        """Goodness-of-fit tests of ``reports``, all made for the mechanism input ``value``,
+        against this mechanism's exact output law (``derived``: its served constants)."""
+        raise NotImplementedError(f"{self.name} has no conformance law")
+
+    def auto_variance(self) -> float:
+        """The variance ``auto`` weighs this mechanism by (see :class:`ldpkit.Choice`)."""
+        raise NotImplementedError(f"{self.name} is not a candidate of auto")
+
+    def conformance_support(
+        self, reports: npt.NDArray[Any], value: Any
+    ) -> tuple[int, float] | None:
+        """How many ``reports`` made for ``value`` support it, and the probability each
+        should: the kit pools this over a metric's inputs (frequency oracles; else None)."""
+        return None
+
     # --- shared behaviour --------------------------------------------------------------
     def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
         """Randomize true values; ``rng`` defaults to a generator fed by the OS CSPRNG."""
@@ -129,41 +178,47 @@ class Mechanism(ABC):
         """View ``reports`` as an array of ``report_dtype`` (one row per report)."""
         dtype = self.report_dtype
         array = np.asarray(reports)
-        if dtype.fields is not None or dtype.subdtype is not None:
-            if dtype.subdtype is not None:
-                base, shape = dtype.subdtype
-                if array.ndim == 1 and array.shape == shape:
-                    array = array.reshape((1, *shape))
-                if array.dtype != base or array.shape[1:] != shape or array.ndim != 2:
-                    raise ReportError(
-                        f"{self.name} reports must be an array of shape (n, {shape[0]}) "
-                        f"and dtype {base}, got {array.shape} {array.dtype}"
-                    )
-                return array
-            if array.ndim == 0:
-                array = array.reshape(1)
+        if dtype.subdtype is not None:
+            return self._coerce_rows(array, dtype.subdtype)
+        if array.ndim == 0:
+            array = array.reshape(1)
+        if dtype.fields is not None:
             if array.dtype != dtype:
                 raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
             return array
-        if array.ndim == 0:
-            array = array.reshape(1)
         if array.ndim != 1:
             raise ReportError(f"{self.name} reports must be 1-D, got shape {array.shape}")
-        if array.dtype != dtype:
-            if array.dtype.kind in "iu" and dtype.kind in "iu":
-                # Integers of another width or sign are fine when they fit; astype would
-                # wrap around silently (257 -> 1 for int8), so refuse those that don't.
-                info = np.iinfo(dtype)
-                outside = (array < info.min) | (array > info.max)
-                if bool(np.any(outside)):
-                    i = int(np.argmax(outside))
-                    raise ReportError(
-                        f"report {i} ({array[i]}) does not fit {self.name}'s report dtype {dtype}"
-                    )
-            elif array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
-                raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
-            array = array.astype(dtype)
+        return array if array.dtype == dtype else self._cast_reports(array, dtype)
+
+    def _coerce_rows(
+        self, array: npt.NDArray[Any], subdtype: tuple[np.dtype[Any], tuple[int, ...]]
+    ) -> npt.NDArray[Any]:
+        """Reports that are rows of bytes (a packed bitmap): an (n, size) array."""
+        base, shape = subdtype
+        if array.ndim == 1 and array.shape == shape:
+            array = array.reshape((1, *shape))
+        if array.dtype != base or array.shape[1:] != shape or array.ndim != 2:
+            raise ReportError(
+                f"{self.name} reports must be an array of shape (n, {shape[0]}) "
+                f"and dtype {base}, got {array.shape} {array.dtype}"
+            )
         return array
+
+    def _cast_reports(self, array: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """Scalar reports of another dtype, as ``dtype`` when they fit it."""
+        if array.dtype.kind in "iu" and dtype.kind in "iu":
+            # Integers of another width or sign are fine when they fit; astype would
+            # wrap around silently (257 -> 1 for int8), so refuse those that don't.
+            info = np.iinfo(dtype)
+            outside = (array < info.min) | (array > info.max)
+            if bool(np.any(outside)):
+                i = int(np.argmax(outside))
+                raise ReportError(
+                    f"report {i} ({array[i]}) does not fit {self.name}'s report dtype {dtype}"
+                )
+        elif array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
+            raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
+        return array.astype(dtype)
 
     def check_reports(self, reports: npt.ArrayLike) -> BoolArray:
         """A boolean mask: which reports are well-formed (see ``report_rule``)."""
@@ -251,6 +306,39 @@ class FrequencyOracle(Mechanism):
     def params(self) -> dict[str, Any]:
         return {"mechanism": self.name, "epsilon": self.epsilon, "domain_size": self.domain_size}
 
+    # --- the portable rule and the conformance law -------------------------------------
+    portable: ClassVar[bool] = True
+
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        d = len(definition["categories"])
+        x = int(value)
+        if not 0 <= x < d:
+            raise ParameterError(f"item {x} is outside 0..{d - 1}")
+        return cls.portable_item(definition["derived"], d, x, words)
+
+    @abstractmethod
+    def served_constants(self) -> dict[str, Any]: ...
+
+    @classmethod
+    @abstractmethod
+    def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
+        """The report of item ``x`` of ``d`` by the portable rule (also a nested oracle's,
+        with the constants it serves in ``derived``)."""
+
+    @abstractmethod
+    def conformance_tests(
+        self, reports: npt.NDArray[Any], value: Any, derived: Derived
+    ) -> list[LawTest]:
+        """The law of the reports of item ``value`` (it needs none of ``derived``)."""
+
+    def conformance_support(self, reports: npt.NDArray[Any], value: Any) -> tuple[int, float]:
+        return int(np.count_nonzero(self.supports(value, reports))), self.p
+
+    def auto_variance(self) -> float:
+        """One item's variance at frequency 0 from one report."""
+        return float(self.variance(0.0))
+
     def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
         if values.dtype.kind not in "iu":
             if (
@@ -335,6 +423,30 @@ class NumericMechanism(Mechanism):
 
     def params(self) -> dict[str, Any]:
         return {"mechanism": self.name, "epsilon": self.epsilon, "bounds": list(self.bounds)}
+
+    # --- the portable rule and the conformance law -------------------------------------
+    portable: ClassVar[bool] = True
+
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        lo, hi, x = bounded(definition, value)
+        return cls.portable_number(definition["derived"], lo, hi, x, words)
+
+    @classmethod
+    @abstractmethod
+    def portable_number(
+        cls, derived: Derived, lo: float, hi: float, x: float, words: Words
+    ) -> bytes:
+        """The report of the number ``x``, clipped to ``[lo, hi]``, by the portable rule."""
+
+    def auto_variance(self) -> float:
+        """The worst case of one report's variance over the bounds."""
+        return self.worst_case_variance()
+
+    def clipped(self, value: Any) -> float:
+        """A number clipped to the bounds, as the device clips it."""
+        lo, hi = self.bounds
+        return min(max(float(value), lo), hi)
 
     def _check_values(self, values: npt.NDArray[Any]) -> FloatArray:
         return check_numbers(values, self.bounds)

@@ -18,7 +18,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from ._conformance import LawTest, PlanCase, chi2, numeric_case
 from ._dyadic import check_min_epsilon, realized_at_least
+from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, NumericMechanism
 
 REPORT_DTYPE = np.dtype("i1")
@@ -48,6 +50,26 @@ def duchi_signs(t: FloatArray, threshold: float, rng: np.random.Generator) -> np
     upper = rng.random(n) < (t + 1.0) * 0.5
     flip = rng.random(n) < threshold
     return np.where(upper != flip, 1, -1).astype(REPORT_DTYPE)
+
+
+def duchi_sign(flip: str, t: float, words: Words) -> int:
+    """The portable rule's ±1 for unit value t: the +1 extreme if ``uniform() < (t + 1) / 2``,
+    flipped if ``coin(flip)``."""
+    upper = words.uniform() < (t + 1.0) * 0.5
+    return 1 if upper != words.coin(flip) else -1
+
+
+def sign_test(reports: npt.NDArray[Any], t: float, flip: str, atom: int) -> LawTest:
+    """The law of Duchi's reports ``±atom`` for unit value t (served ``flip`` threshold)."""
+    values = reports.astype(np.int64)
+    f = int(flip, 16) / 2.0**64
+    upper = (t + 1.0) * 0.5
+    plus = upper * (1.0 - f) + (1.0 - upper) * f
+    counts = [int((values == -atom).sum()), int((values == atom).sum())]
+    stat, dof = chi2(counts, [1.0 - plus, plus])
+    if len(values) != sum(counts):
+        stat = math.inf
+    return ("sign", stat, dof, "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +105,10 @@ class Duchi(NumericMechanism):
     """
 
     name: ClassVar[str] = "duchi"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
+        numeric_case("duchi", 0.5),
+        numeric_case("duchi", 2.0),
+    )
 
     C: float = field(init=False, repr=False)
     flip_probability: float = field(init=False, repr=False)
@@ -129,3 +155,19 @@ class Duchi(NumericMechanism):
     def worst_case_variance(self) -> float:
         """``C^2`` (at the midpoint of the bounds), in the metric's units."""
         return self.C * self.C * self.half_range**2
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {"flip": hex64(dyadic53(self.flip_probability)), "scale": self.C}
+
+    @classmethod
+    def portable_number(
+        cls, derived: Derived, lo: float, hi: float, x: float, words: Words
+    ) -> bytes:
+        sign = duchi_sign(derived["flip"], unit(lo, hi, x), words)
+        return sign.to_bytes(1, "little", signed=True)
+
+    def conformance_tests(
+        self, reports: npt.NDArray[Any], value: Any, derived: Derived
+    ) -> list[LawTest]:
+        return [sign_test(reports, unit(*self.bounds, self.clipped(value)), derived["flip"], 1)]

@@ -95,6 +95,7 @@ generators, scrambled", ACM TOMS 2016 (SplitMix64).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Integral
@@ -109,7 +110,8 @@ from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..heavy_hitters import HeavyHitters
 from ..randomness import resolve_rng
-from . import _bits
+from . import _bits, _portable
+from ._conformance import LawTest, PlanCase, chi2, rr_probabilities
 from ._dyadic import check_min_epsilon
 from .base import BoolArray, FloatArray, Mechanism
 from .local_hashing import optimal_buckets
@@ -325,6 +327,16 @@ class PrefixSketch(Mechanism):
 
     name: ClassVar[str] = "prefix_sketch"
     kind: ClassVar[str] = "strings"
+    portable: ClassVar[bool] = True
+    # Strings shorter than max_length, so that the prefix levels' cut (ceil(t m / M) bytes)
+    # differs from the first rule's (t bytes) at several levels: "été" (5 bytes) at 4 of 8.
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
+        PlanCase(
+            "prefix-sketch",
+            {"kind": "strings", "max_length": 8, "k": 5, "epsilon": 4.0},
+            ("été", "ab", "x"),
+        ),
+    )
 
     max_length: int
     k: int = 20
@@ -599,6 +611,92 @@ class PrefixSketch(Mechanism):
         f = np.asarray(frequency, dtype=np.float64)
         var = oracle_variance(f, n * self.share(1), self.p, self.q)
         return float(var) if var.ndim == 0 else var
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {
+            "max_length": self.max_length,
+            "rows": self.rows,
+            "estimation_rows": self.estimation_rows,
+            "g": self.g,
+            "seed": _portable.hex64(self.seed),
+            "weights": [int(x) for x in self.weights],
+            "keep": _portable.hex64(_bits.threshold64_floor(self.p)),
+            "cut": self.cut,
+        }
+
+    @classmethod
+    def portable_report(
+        cls, definition: Mapping[str, Any], value: Any, words: _portable.Words
+    ) -> bytes:
+        """A sketch by its weight and a row in it (``below``), the string's bucket in that
+        global row, then g-ary randomized response: the cell ``G g + y`` as a uint32."""
+        derived = definition["derived"]
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        m = int(derived["max_length"])
+        if len(raw) > m:
+            raise ParameterError(f"a string of {len(raw)} bytes is longer than max_length {m}")
+        g = int(derived["g"])
+        sketch, at = cls._portable_row(derived, words)
+        true = cls._portable_bucket(derived, raw, sketch, at)
+        y = _portable.rr_item(derived["keep"], g, true, words)
+        return (at * g + y).to_bytes(4, "little")
+
+    @staticmethod
+    def _portable_row(derived: _portable.Derived, words: _portable.Words) -> tuple[int, int]:
+        """The sketch (by its weight) and the global row (uniform within the sketch)."""
+        rows, rows_e = int(derived["rows"]), int(derived["estimation_rows"])
+        weights = [int(x) for x in derived["weights"]]
+        slot = words.below(sum(weights))
+        sketch = 0
+        while slot >= weights[sketch]:
+            slot -= weights[sketch]
+            sketch += 1
+        row = words.below(rows_e if sketch == 0 else rows)
+        return sketch, row if sketch == 0 else rows_e + (sketch - 1) * rows + row
+
+    @staticmethod
+    def _portable_bucket(derived: _portable.Derived, raw: bytes, sketch: int, at: int) -> int:
+        """The bucket of the string's key, cut as ``sketch`` cuts it, in global row ``at``."""
+        m, g = int(derived["max_length"]), int(derived["g"])
+        key = bytes([len(raw)]) + raw + bytes(m - len(raw))
+        # bytes 0..keep of the key are kept: ceil(t len / m) at level t ("scaled"), or t ("prefix")
+        scaled = derived.get("cut", "prefix") == "scaled"
+        keep = m if sketch == 0 else (-(-sketch * len(raw) // m) if scaled else sketch)
+        cut = key[: keep + 1] + bytes(m - keep)
+        nwords = -(-(m + 1) // 4)
+        padded = cut + bytes(4 * nwords - len(cut))
+        key_words = [int.from_bytes(padded[4 * i : 4 * i + 4], "little") for i in range(nwords)]
+        stream = _portable.splitmix64(int(derived["seed"], 16), nwords + 1, at * (nwords + 1))
+        acc = stream[0]
+        for a, x in zip(stream[1:], key_words, strict=True):
+            acc = (acc + a * x) % _portable.TWO64
+        return ((acc >> 32) * g) >> 32
+
+    def conformance_tests(
+        self, reports: npt.NDArray[Any], value: Any, derived: _portable.Derived
+    ) -> list[LawTest]:
+        """cell = G g + y with G the global row (the estimation sketch's R_E rows first,
+        then R per level): the sketch by its weights, the row uniform within it (the
+        estimation sketch's folded onto R by R_E / R, which a client drawing only R of
+        them fails), and y relative to the value's bucket in that row as g-ary RR."""
+        g, rows, rows_e = self.g, self.rows, self.estimation_rows
+        cell = reports.astype(np.int64)
+        y, at = cell % g, cell // g
+        level = at >= rows_e
+        sketch = np.where(level, 1 + (at - rows_e) // rows, 0)
+        row = np.where(level, (at - rows_e) % rows, at // max(1, rows_e // rows))
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        shift = (y - np.asarray(self.true_buckets(raw))[at]) % g
+        return [
+            ("sketch", *chi2(np.bincount(sketch, minlength=self.sketches), self.weights), ""),
+            ("row", *chi2(np.bincount(row, minlength=rows), np.ones(rows)), ""),
+            (
+                "bucket vs hash",
+                *chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p)),
+                "",
+            ),
+        ]
 
 
 def oracle_variance(f: Any, n: float, p: float, q: float) -> Any:
