@@ -66,6 +66,11 @@ HIERARCHY = ("rollup", "levels")
 """Designs for a hierarchy (``tree=``); ``ldpkit.structured.choose_hierarchy`` weighs them."""
 TABLE = ("joint", "joint_marginals", "split")
 """Designs for a table (``table=``); ``split`` estimates marginals only."""
+STRUCTURED_ORACLES = ("grr", "sue", "oue", "ss")
+"""Oracles a view of a hierarchy or a table may use (their items' covariance is
+exchangeable and derived: :meth:`FrequencyOracle.pair_support`)."""
+AUTO_ORACLES = ("grr", "oue", "ss")
+"""Candidates for a view's oracle under ``"auto"`` (SUE is never better than OUE)."""
 REGISTERED = tuple(_REGISTRY)
 """Every mechanism's canonical name, in registration order."""
 NAMES = (*REGISTERED, "auto")
@@ -88,6 +93,27 @@ def oracle_class(name: str) -> type[FrequencyOracle]:
     if not issubclass(cls, FrequencyOracle):
         raise ParameterError(f"{name!r} is not a frequency oracle")
     return cls
+
+
+def make_oracle(name: str, epsilon: float, size: int) -> FrequencyOracle:
+    """The oracle ``name`` (or the best of :data:`AUTO_ORACLES` for ``"auto"``) over
+    ``size`` items, for a view of a structured metric.
+
+    ``"auto"`` takes the smallest variance of an item at frequency 0, the rule of
+    :func:`choose`, among the oracles whose covariance is known.
+    """
+    key = canonical_name(name)
+    if key == "auto":
+        candidates = [oracle_class(c)(epsilon=epsilon, domain_size=size) for c in AUTO_ORACLES]
+        variances = [c.auto_variance() for c in candidates]
+        best = min(variances)
+        return next(c for c, v in zip(candidates, variances, strict=True) if v <= best * (1 + 1e-9))
+    if key not in STRUCTURED_ORACLES:
+        raise ParameterError(
+            f"oracle {name!r} cannot serve a structured metric; use one of "
+            f"{', '.join(STRUCTURED_ORACLES)} or 'auto'"
+        )
+    return oracle_class(key)(epsilon=epsilon, domain_size=size)
 
 
 def canonical_name(name: object) -> str:
@@ -325,6 +351,7 @@ def _bounds(canonical: str, domain_size: object, bounds: object) -> object:
 __all__ = [
     "ALIASES",
     "APPROXIMATE",
+    "AUTO_ORACLES",
     "AUTO_VARIANCE_TOLERANCE",
     "CATEGORICAL",
     "DISTRIBUTION",
@@ -332,6 +359,7 @@ __all__ = [
     "NAMES",
     "NUMERIC",
     "STRINGS",
+    "STRUCTURED_ORACLES",
     "TABLE",
     "Choice",
     "FrequencyOracle",
@@ -339,6 +367,7 @@ __all__ = [
     "NumericMechanism",
     "canonical_name",
     "choose",
+    "make_oracle",
     "mechanism",
     "mechanism_class",
     "oracle_class",

@@ -54,72 +54,33 @@ from .._validation import check_epsilon
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, NoiseModel, Quadratic
 from ..structured_estimates import OutputArrays
+from . import AUTO_ORACLES, STRUCTURED_ORACLES, make_oracle, oracle_class
 from ._conformance import LawTest, chi2, prefixed
 from ._dyadic import check_min_epsilon
 from ._portable import TWO64, Derived, Words, hex64
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism
-from .randomized_response import GeneralizedRR
-from .subset_selection import SubsetSelection
-from .unary import _UnaryEncoding
 
-STRUCTURED_ORACLES = ("grr", "sue", "oue", "ss")
-"""Oracles a view may use (their item covariance is exchangeable and derived)."""
-AUTO_ORACLES = ("grr", "oue", "ss")
-"""Candidates for a view's oracle under ``"auto"`` (SUE is never better than OUE)."""
+__all__ = [
+    "AUTO_ORACLES",
+    "STRUCTURED_ORACLES",
+    "View",
+    "ViewSampling",
+    "make_oracle",
+    "noise_model",
+]
 
 
 def noise_model(oracle: FrequencyOracle) -> NoiseModel:
-    """The per-user covariance structure of ``oracle``'s debiased support vector.
-
-    ``r1``: a report supports two given items one of which is the true item; ``r0``:
-    neither is. GRR supports one item only (``r1 = r0 = 0``); unary encoding flips bits
-    independently (``r1 = p q``, ``r0 = q^2``); subset selection puts the true item in
-    with probability p and fills the set without replacement, so
-    ``r1 = p (k - 1) / (d - 1)`` and
-    ``r0 = (p (k - 1)(k - 2) + (1 - p) k (k - 1)) / ((d - 1)(d - 2))``.
-    """
-    p, q = oracle.p, oracle.q
-    if isinstance(oracle, GeneralizedRR):
-        return NoiseModel(p, q, 0.0, 0.0)
-    if isinstance(oracle, _UnaryEncoding):
-        return NoiseModel(p, q, p * q, q * q)
-    if isinstance(oracle, SubsetSelection):
-        d, k = oracle.domain_size, oracle.k
-        r1 = p * (k - 1) / (d - 1)
-        r0 = (p * (k - 1) * (k - 2) + (1 - p) * k * (k - 1)) / ((d - 1) * (d - 2)) if d > 2 else 0.0
-        return NoiseModel(p, q, r1, r0)
-    raise ParameterError(
-        f"{oracle.name!r} cannot serve a structured metric (its items' covariance is not "
-        f"exchangeable); use one of {', '.join(STRUCTURED_ORACLES)}"
-    )
-
-
-def make_oracle(name: str, epsilon: float, size: int) -> FrequencyOracle:
-    """The oracle ``name`` (or the best of ``AUTO_ORACLES`` for ``"auto"``) over ``size`` items.
-
-    ``"auto"`` takes the smallest variance of an item at frequency 0, the rule of
-    :func:`ldpkit.choose`, among the oracles whose covariance is known.
-    """
-    from . import canonical_name, mechanism  # the package imports this module: no cycle at load
-
-    key = canonical_name(name)
-    if key == "auto":
-        candidates = [mechanism(c, epsilon=epsilon, domain_size=size) for c in AUTO_ORACLES]
-        variances = [c.auto_variance() for c in candidates]
-        best = min(variances)
-        chosen = next(
-            c for c, v in zip(candidates, variances, strict=True) if v <= best * (1 + 1e-9)
-        )
-        assert isinstance(chosen, FrequencyOracle)
-        return chosen
-    if key not in STRUCTURED_ORACLES:
+    """The per-user covariance structure of ``oracle``'s debiased support vector: its p, q
+    and :meth:`~ldpkit.mechanisms.FrequencyOracle.pair_support` (``r1``: a report supports
+    two given items one of which is the true item; ``r0``: neither is)."""
+    pair = oracle.pair_support()
+    if pair is None:
         raise ParameterError(
-            f"oracle {name!r} cannot serve a structured metric; use one of "
-            f"{', '.join(STRUCTURED_ORACLES)} or 'auto'"
+            f"{oracle.name!r} cannot serve a structured metric (its items' covariance is not "
+            f"exchangeable); use one of {', '.join(STRUCTURED_ORACLES)}"
         )
-    m = mechanism(key, epsilon=epsilon, domain_size=size)
-    assert isinstance(m, FrequencyOracle)
-    return m
+    return NoiseModel(oracle.p, oracle.q, *pair)
 
 
 @dataclass(frozen=True)
@@ -388,8 +349,6 @@ class ViewSampling(Mechanism):
     def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
         """A view by one ``u64()``; the cell's group in it reported by the view's oracle, in
         the record (view, payload) zero-padded."""
-        from . import oracle_class  # the registry finds a view's oracle by its served name
-
         derived = definition["derived"]
         cell = int(value)
         draw = words.u64()

@@ -371,6 +371,12 @@ class FrequencyOracle(Mechanism):
         var = (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
         return float(var) if var.ndim == 0 else var
 
+    def pair_support(self) -> tuple[float, float] | None:
+        """``(r1, r0)``: the probability that one report supports two given items, one of
+        them the true item (r1) or neither (r0), when it is the same for every pair (what
+        a structured metric's estimator needs); None when it depends on the items."""
+        return None
+
     def estimate(self, aggregate: Aggregate) -> FrequencyEstimate:
         """Unbiased fractions; intervals from each item's support count (see estimates)."""
         agg = self._checked_aggregate(aggregate)

@@ -85,6 +85,10 @@ class GeneralizedRR(FrequencyOracle):
         probs[value] = self.p
         return np.arange(self.domain_size, dtype=REPORT_DTYPE), probs
 
+    def pair_support(self) -> tuple[float, float]:
+        """A report supports one item only."""
+        return 0.0, 0.0
+
     # --- the portable rule and the conformance law -------------------------------------
     def served_constants(self) -> dict[str, Any]:
         return {"keep": hex64(_bits.threshold64_floor(self.p))}

@@ -286,6 +286,15 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         )
         return _bits.pack_rows(bits), probs
 
+    def pair_support(self) -> tuple[float, float]:
+        """The true item is in w.p. p and the set filled without replacement:
+        ``r1 = p (k - 1) / (d - 1)``, ``r0 = (p (k - 1)(k - 2) + (1 - p) k (k - 1)) /
+        ((d - 1)(d - 2))``."""
+        p, d, k = self.p, self.domain_size, self.k
+        r1 = p * (k - 1) / (d - 1)
+        r0 = (p * (k - 1) * (k - 2) + (1 - p) * k * (k - 1)) / ((d - 1) * (d - 2)) if d > 2 else 0.0
+        return r1, r0
+
     # --- the portable rule and the conformance law -------------------------------------
     def served_constants(self) -> dict[str, Any]:
         return {"k": self.k, "in": hex64(_bits.threshold64_floor(self.p))}

@@ -174,6 +174,10 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         probs = np.prod(np.where(bits, one, 1.0 - one), axis=1)
         return _bits.pack_rows(bits), probs
 
+    def pair_support(self) -> tuple[float, float]:
+        """Bits are flipped independently: ``(p q, q^2)``."""
+        return self.p * self.q, self.q * self.q
+
     # --- the portable rule and the conformance law -------------------------------------
     def served_constants(self) -> dict[str, Any]:
         return {"p": hex64(_bits.threshold64_floor(self.p)), "q": hex64(ceil64(self.q))}
