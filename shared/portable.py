@@ -72,7 +72,8 @@ def perturb_many(
 
 @cache
 def _portable() -> tuple[str, ...]:
-    return tuple(name for name in REGISTERED if mechanism_class(name).portable)
+    base = Mechanism.served_constants  # a mechanism that overrides it has a portable rule
+    return tuple(n for n in REGISTERED if mechanism_class(n).served_constants is not base)
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,8 @@ from ..errors import ParameterError
 LawTest = tuple[str, float, int, str]
 """One test of one input's reports: (test name, chi-square statistic, dof, detail)."""
 Cdf = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
+Reports = npt.NDArray[Any]
+"""Reports of one mechanism, as the collector decodes them (``report_dtype``)."""
 
 
 class PlanCase(NamedTuple):

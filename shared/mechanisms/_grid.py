@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ._conformance import Cdf, LawTest, binned
+from ._conformance import Cdf, LawTest, Reports, binned
 from ._portable import Derived, Words
 from .base import BoolArray, FloatArray, IntArray, NumericMechanism
 
@@ -90,11 +90,9 @@ class GridMechanism(NumericMechanism):
 
     # --- the portable rule and the conformance law -------------------------------------
     @classmethod
-    def portable_number(
-        cls, derived: Derived, lo: float, hi: float, x: float, words: Words
-    ) -> bytes:
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
         """x on the grid plus the noise, clamped to ``-cap .. grid_steps + cap``: an int64."""
-        y = on_grid(derived, lo, hi, x, words) + cls.portable_noise(derived, words)
+        y = on_grid(derived, lo, hi, x, w) + cls.portable_noise(derived, w)
         cap, steps = int(derived["cap"]), int(derived["grid_steps"])
         return int(min(max(y, -cap), steps + cap)).to_bytes(8, "little", signed=True)
 
@@ -107,9 +105,7 @@ class GridMechanism(NumericMechanism):
     def noise_cdf(self, derived: Derived) -> Cdf:
         """``Pr[Z <= z]`` of the noise (its served constants in ``derived``)."""
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """The report ``M + Z`` binned at the quantiles of its law: M the stochastic
         rounding of u, Z the noise."""
         lo, hi = self.bounds

@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Real
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -55,7 +55,7 @@ from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, NoiseModel, Quadratic
 from ..structured_estimates import OutputArrays
 from . import AUTO_ORACLES, STRUCTURED_ORACLES, make_oracle, oracle_class
-from ._conformance import LawTest, chi2, prefixed
+from ._conformance import LawTest, Reports, chi2, prefixed
 from ._dyadic import check_min_epsilon
 from ._portable import TWO64, Derived, Words, hex64
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism
@@ -319,8 +319,6 @@ class ViewSampling(Mechanism):
         return np.concatenate(records), np.concatenate(probs)
 
     # --- the portable rule and the conformance law -------------------------------------
-    portable: ClassVar[bool] = True
-
     def served_constants(self) -> dict[str, Any]:
         """The payload size, and each view's name, oracle, size, share (the first view
         whose ``until`` exceeds one u64 is drawn), labels (None: identity) and constants."""
@@ -359,9 +357,7 @@ class ViewSampling(Mechanism):
         body = oracle_class(view["oracle"]).portable_item(view, int(view["size"]), item, words)
         return bytes([k]) + body + bytes(int(derived["payload"]) - len(body))
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """The view, by its weight; and given it, the view oracle's law for the cell's group."""
         view = reports["view"].astype(np.int64)
         weights = [v.weight for v in self.views]

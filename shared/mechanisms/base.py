@@ -31,7 +31,7 @@ from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
-from ._conformance import LawTest, PlanCase
+from ._conformance import LawTest, PlanCase, Reports
 from ._dyadic import check_min_epsilon
 from ._portable import Derived, Words, bounded
 from ._values import check_numbers
@@ -99,6 +99,10 @@ class Mechanism(ABC):
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         """The sufficient statistics of valid reports."""
 
+    def auto_variance(self) -> float:
+        """The variance ``auto`` weighs this mechanism by (see :class:`ldpkit.Choice`)."""
+        raise NotImplementedError(f"{self.name} is not a candidate of auto")
+
     # --- what one report says about one input (the privacy audit's events) -------------
     @property
     def distinct_reports(self) -> int | None:
@@ -116,17 +120,15 @@ class Mechanism(ABC):
         return None
 
     # --- the cross-language contract (ldpkit.portable, ldpkit.conformance) -------------
-    portable: ClassVar[bool] = False
-    """Whether a client in any language can sample this mechanism: it has a portable rule
-    (:meth:`portable_report`, docs/protocol.md) and serves its constants."""
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = ()
     """The conformance plan's metrics for this mechanism (``ldpkit conformance plan``)."""
 
     def served_constants(self) -> dict[str, Any] | None:
         """What a client needs beyond the definition to sample the portable rule exactly
-        (``derived`` in a served definition; None without a portable rule). Every 64-bit
-        threshold is an exact integer (16 hex digits); floats are the doubles the Python
-        implementation uses (JSON numbers round-trip them exactly)."""
+        (``derived`` in a served definition). Every 64-bit threshold is an exact integer
+        (16 hex digits); floats are the doubles the Python implementation uses (JSON
+        numbers round-trip them exactly). A mechanism has a portable rule (a client in any
+        language can sample it) iff it overrides this and :meth:`portable_report`."""
         return None
 
     @classmethod
@@ -136,20 +138,12 @@ class Mechanism(ABC):
         number, a string), drawing from ``words``."""
         raise ParameterError(f"no portable sampling rule for mechanism {cls.name!r}")
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """Goodness-of-fit tests of ``reports``, all made for the mechanism input ``value``,
         against this mechanism's exact output law (``derived``: its served constants)."""
         raise NotImplementedError(f"{self.name} has no conformance law")
 
-    def auto_variance(self) -> float:
-        """The variance ``auto`` weighs this mechanism by (see :class:`ldpkit.Choice`)."""
-        raise NotImplementedError(f"{self.name} is not a candidate of auto")
-
-    def conformance_support(
-        self, reports: npt.NDArray[Any], value: Any
-    ) -> tuple[int, float] | None:
+    def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float] | None:
         """How many ``reports`` made for ``value`` support it, and the probability each
         should: the kit pools this over a metric's inputs (frequency oracles; else None)."""
         return None
@@ -307,8 +301,6 @@ class FrequencyOracle(Mechanism):
         return {"mechanism": self.name, "epsilon": self.epsilon, "domain_size": self.domain_size}
 
     # --- the portable rule and the conformance law -------------------------------------
-    portable: ClassVar[bool] = True
-
     @classmethod
     def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
         d = len(definition["categories"])
@@ -327,12 +319,10 @@ class FrequencyOracle(Mechanism):
         with the constants it serves in ``derived``)."""
 
     @abstractmethod
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """The law of the reports of item ``value`` (it needs none of ``derived``)."""
 
-    def conformance_support(self, reports: npt.NDArray[Any], value: Any) -> tuple[int, float]:
+    def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float]:
         return int(np.count_nonzero(self.supports(value, reports))), self.p
 
     def auto_variance(self) -> float:
@@ -431,8 +421,6 @@ class NumericMechanism(Mechanism):
         return {"mechanism": self.name, "epsilon": self.epsilon, "bounds": list(self.bounds)}
 
     # --- the portable rule and the conformance law -------------------------------------
-    portable: ClassVar[bool] = True
-
     @classmethod
     def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
         lo, hi, x = bounded(definition, value)
@@ -440,9 +428,7 @@ class NumericMechanism(Mechanism):
 
     @classmethod
     @abstractmethod
-    def portable_number(
-        cls, derived: Derived, lo: float, hi: float, x: float, words: Words
-    ) -> bytes:
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
         """The report of the number ``x``, clipped to ``[lo, hi]``, by the portable rule."""
 
     def auto_variance(self) -> float:

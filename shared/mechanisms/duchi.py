@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ._conformance import LawTest, PlanCase, chi2, numeric_case
+from ._conformance import LawTest, PlanCase, Reports, chi2, numeric_case
 from ._dyadic import check_min_epsilon, realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, NumericMechanism
@@ -59,12 +59,17 @@ def duchi_sign(flip: str, t: float, words: Words) -> int:
     return 1 if upper != words.coin(flip) else -1
 
 
+def plus_probability(t: float, flip: str) -> float:
+    """``Pr[+1]`` at unit value t, with the served ``flip`` threshold."""
+    f = int(flip, 16) / 2.0**64
+    upper = (t + 1.0) * 0.5
+    return upper * (1.0 - f) + (1.0 - upper) * f
+
+
 def sign_test(reports: npt.NDArray[Any], t: float, flip: str, atom: int) -> LawTest:
     """The law of Duchi's reports ``±atom`` for unit value t (served ``flip`` threshold)."""
     values = reports.astype(np.int64)
-    f = int(flip, 16) / 2.0**64
-    upper = (t + 1.0) * 0.5
-    plus = upper * (1.0 - f) + (1.0 - upper) * f
+    plus = plus_probability(t, flip)
     counts = [int((values == -atom).sum()), int((values == atom).sum())]
     stat, dof = chi2(counts, [1.0 - plus, plus])
     if len(values) != sum(counts):
@@ -161,13 +166,9 @@ class Duchi(NumericMechanism):
         return {"flip": hex64(dyadic53(self.flip_probability)), "scale": self.C}
 
     @classmethod
-    def portable_number(
-        cls, derived: Derived, lo: float, hi: float, x: float, words: Words
-    ) -> bytes:
-        sign = duchi_sign(derived["flip"], unit(lo, hi, x), words)
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
+        sign = duchi_sign(derived["flip"], unit(lo, hi, x), w)
         return sign.to_bytes(1, "little", signed=True)
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         return [sign_test(reports, unit(*self.bounds, self.clipped(value)), derived["flip"], 1)]

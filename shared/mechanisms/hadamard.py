@@ -46,7 +46,7 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits
-from ._conformance import LawTest, PlanCase, categorical_cases, chi2
+from ._conformance import LawTest, PlanCase, Reports, categorical_cases, chi2
 from ._portable import Derived, Words, hex64
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
@@ -193,9 +193,7 @@ class HadamardResponse(FrequencyOracle):
             c ^= row & -row
         return c.to_bytes(4, "little")
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """Every column's count against its probability."""
         _, probs = self.output_probabilities(int(value))
         counts = np.bincount(reports.astype(np.int64), minlength=self.K)

@@ -25,7 +25,7 @@ from ..aggregate import Aggregate
 from ..distribution import DistributionEstimate, LevelNoise, Tree, TreeSmoother, leaf_index
 from ..errors import ParameterError
 from . import oracle_class
-from ._conformance import NUMERIC_BOUNDS, LawTest, PlanCase, case_name, chi2, prefixed
+from ._conformance import NUMERIC_BOUNDS, LawTest, PlanCase, Reports, case_name, chi2, prefixed
 from ._dyadic import check_min_epsilon
 from ._portable import Derived, Words, bounded
 from ._values import check_numbers
@@ -119,7 +119,6 @@ class HierarchicalHistogram(Mechanism):
 
     name: ClassVar[str] = "hh"
     kind: ClassVar[str] = "distribution"
-    portable: ClassVar[bool] = True
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case(1.0), _plan_case(3.0))
 
     bounds: tuple[float, float]
@@ -426,9 +425,7 @@ class HierarchicalHistogram(Mechanism):
         body = oracle_class(depth["oracle"]).portable_item(depth, int(depth["nodes"]), node, words)
         return bytes([t + 1]) + bytes(REPORT_DTYPE.itemsize - 1 - len(body)) + body
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """The depth, uniform; and given it, the depth oracle's law for the value's node."""
         leaf = int(leaf_index(np.array([float(value)]), self.bounds, self.resolution)[0])
         depth = reports["depth"].astype(np.int64)

@@ -80,7 +80,7 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits
-from ._conformance import LawTest, PlanCase, categorical_cases, chi2, rr_probabilities
+from ._conformance import LawTest, PlanCase, Reports, categorical_cases, chi2, rr_probabilities
 from ._portable import TWO64, Derived, Words, hex64, rr_item
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
@@ -301,9 +301,7 @@ class OptimizedLocalHashing(FrequencyOracle):
         y = rr_item(derived["keep"], g, olh_bucket(x, a, b, g), words)
         return a.to_bytes(8, "little") + b.to_bytes(8, "little") + y.to_bytes(4, "little")
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """The reported bucket relative to the value's under the report's own key, as
         g-ary randomized response; and each of the 128 bits of the keys (a, b) fair."""
         g = self.g

@@ -24,11 +24,11 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ._conformance import Cdf, LawTest, PlanCase, binned, numeric_case
+from ._conformance import Cdf, LawTest, PlanCase, Reports, binned, numeric_case
 from ._dyadic import check_min_epsilon, realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, NumericMechanism
-from .duchi import duchi_constants, duchi_sign, duchi_signs, sign_test
+from .duchi import duchi_constants, duchi_sign, duchi_signs, plus_probability, sign_test
 
 REPORT_DTYPE = np.dtype("<i4")
 
@@ -325,14 +325,10 @@ class Piecewise(NumericMechanism):
         return {**pm_constants(self._grid), "scale": self.step}
 
     @classmethod
-    def portable_number(
-        cls, derived: Derived, lo: float, hi: float, x: float, words: Words
-    ) -> bytes:
-        return pm_index(derived, unit(lo, hi, x), words).to_bytes(4, "little", signed=True)
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
+        return pm_index(derived, unit(lo, hi, x), w).to_bytes(4, "little", signed=True)
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """The grid index binned at the quantiles of its exact law."""
         pm = pm_cdf(derived, unit(*self.bounds, self.clipped(value)))
         bound = int(derived["bound"])
@@ -509,29 +505,23 @@ class Hybrid(NumericMechanism):
         }
 
     @classmethod
-    def portable_number(
-        cls, derived: Derived, lo: float, hi: float, x: float, words: Words
-    ) -> bytes:
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
         """PM's index if ``coin(pm)``, else Duchi's sign times ``duchi_index``."""
         t = unit(lo, hi, x)
-        if words.coin(derived["pm"]):
-            index = pm_index(derived, t, words)
+        if w.coin(derived["pm"]):
+            index = pm_index(derived, t, w)
         else:
-            index = duchi_sign(derived["flip"], t, words) * int(derived["duchi_index"])
+            index = duchi_sign(derived["flip"], t, w) * int(derived["duchi_index"])
         return index.to_bytes(4, "little", signed=True)
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """Duchi's sign law at eps <= 0.61; above, the mixture's index binned."""
         t = unit(*self.bounds, self.clipped(value))
         if self.alpha == 0.0:
             return [sign_test(reports, t, derived["flip"], self.duchi_index)]
         pm = pm_cdf(derived, t)
         alpha = int(derived["pm"], 16) / 2.0**64
-        flip = int(derived["flip"], 16) / 2.0**64
-        upper = (t + 1.0) * 0.5
-        plus = upper * (1.0 - flip) + (1.0 - upper) * flip
+        plus = plus_probability(t, derived["flip"])
         atom = self.duchi_index
 
         def mixture(k: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

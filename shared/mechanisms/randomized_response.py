@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits
-from ._conformance import CATEGORIES, LawTest, PlanCase, categorical_cases, chi2
+from ._conformance import CATEGORIES, LawTest, PlanCase, Reports, categorical_cases, chi2
 from ._portable import Derived, Words, hex64, rr_item
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
@@ -98,9 +98,7 @@ class GeneralizedRR(FrequencyOracle):
         """x if ``coin(keep)``, else ``below(d - 1)`` skipping x: a uint32."""
         return rr_item(derived["keep"], d, x, words).to_bytes(4, "little")
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """Every item's count against its probability."""
         _, probs = self.output_probabilities(int(value))
         counts = np.bincount(reports.astype(np.int64), minlength=self.domain_size)

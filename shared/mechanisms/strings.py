@@ -111,8 +111,9 @@ from ..errors import ParameterError, ReportError
 from ..heavy_hitters import HeavyHitters
 from ..randomness import resolve_rng
 from . import _bits, _portable
-from ._conformance import LawTest, PlanCase, chi2, rr_probabilities
+from ._conformance import LawTest, PlanCase, Reports, chi2, rr_probabilities
 from ._dyadic import check_min_epsilon
+from ._portable import Derived, Words
 from .base import BoolArray, FloatArray, Mechanism
 from .local_hashing import optimal_buckets
 
@@ -205,13 +206,7 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
     array works too, but numpy drops trailing NUL characters from its strings: pass a
     list to keep them.
     """
-    array = values
-    if isinstance(values, (str, bytes, bytearray)):
-        array = np.array([values], dtype=object)
-    elif not isinstance(values, np.ndarray):
-        array = np.array(list(values), dtype=object) if values is not None else None
-    if not isinstance(array, np.ndarray) or array.ndim != 1:
-        raise ReportError("string values must be a string, bytes, or a 1-D sequence of them")
+    array = _string_array(values)
     n = array.shape[0]
     width = max_length + 1
     if array.dtype.kind == "U":
@@ -220,14 +215,7 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
         except UnicodeEncodeError as exc:
             raise ReportError(f"a value cannot be encoded as UTF-8: {exc}") from None
     if array.dtype.kind == "S":
-        lengths = np.char.str_len(array).astype(np.int64)
-        raw = np.ascontiguousarray(array).view(np.uint8).reshape(n, array.dtype.itemsize)
-        _check_lengths(lengths, max_length, array)
-        keys = np.zeros((n, width), dtype=np.uint8)
-        take = min(max_length, raw.shape[1])
-        keys[:, 1 : 1 + take] = raw[:, :take]
-        keys[:, 0] = lengths
-        return keys, array
+        return _fixed_width_keys(array, max_length), array
     if array.dtype.kind != "O":
         raise ReportError(
             f"string values must be str or bytes, got an array of dtype {array.dtype}"
@@ -245,6 +233,31 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
         shift = np.arange(n, dtype=np.int64) * width + 1 - starts
         keys.reshape(-1)[np.arange(flat.size) + np.repeat(shift, lengths)] = flat
     return keys, array
+
+
+def _string_array(values: Any) -> npt.NDArray[Any]:
+    """The values as a 1-D array (a string or bytes: one value)."""
+    array = values
+    if isinstance(values, (str, bytes, bytearray)):
+        array = np.array([values], dtype=object)
+    elif not isinstance(values, np.ndarray):
+        array = np.array(list(values), dtype=object) if values is not None else None
+    if not isinstance(array, np.ndarray) or array.ndim != 1:
+        raise ReportError("string values must be a string, bytes, or a 1-D sequence of them")
+    return array
+
+
+def _fixed_width_keys(array: npt.NDArray[Any], max_length: int) -> npt.NDArray[np.uint8]:
+    """The keys of a numpy ``S`` array (its strings end at their first trailing NUL)."""
+    n = array.shape[0]
+    lengths = np.char.str_len(array).astype(np.int64)
+    raw = np.ascontiguousarray(array).view(np.uint8).reshape(n, array.dtype.itemsize)
+    _check_lengths(lengths, max_length, array)
+    keys = np.zeros((n, max_length + 1), dtype=np.uint8)
+    take = min(max_length, raw.shape[1])
+    keys[:, 1 : 1 + take] = raw[:, :take]
+    keys[:, 0] = lengths
+    return keys
 
 
 def _encoded(array: npt.NDArray[Any]) -> list[bytes]:
@@ -327,7 +340,6 @@ class PrefixSketch(Mechanism):
 
     name: ClassVar[str] = "prefix_sketch"
     kind: ClassVar[str] = "strings"
-    portable: ClassVar[bool] = True
     # Strings shorter than max_length, so that the prefix levels' cut (ceil(t m / M) bytes)
     # differs from the first rule's (t bytes) at several levels: "été" (5 bytes) at 4 of 8.
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
@@ -626,9 +638,7 @@ class PrefixSketch(Mechanism):
         }
 
     @classmethod
-    def portable_report(
-        cls, definition: Mapping[str, Any], value: Any, words: _portable.Words
-    ) -> bytes:
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
         """A sketch by its weight and a row in it (``below``), the string's bucket in that
         global row, then g-ary randomized response: the cell ``G g + y`` as a uint32."""
         derived = definition["derived"]
@@ -643,7 +653,7 @@ class PrefixSketch(Mechanism):
         return (at * g + y).to_bytes(4, "little")
 
     @staticmethod
-    def _portable_row(derived: _portable.Derived, words: _portable.Words) -> tuple[int, int]:
+    def _portable_row(derived: Derived, words: Words) -> tuple[int, int]:
         """The sketch (by its weight) and the global row (uniform within the sketch)."""
         rows, rows_e = int(derived["rows"]), int(derived["estimation_rows"])
         weights = [int(x) for x in derived["weights"]]
@@ -656,7 +666,7 @@ class PrefixSketch(Mechanism):
         return sketch, row if sketch == 0 else rows_e + (sketch - 1) * rows + row
 
     @staticmethod
-    def _portable_bucket(derived: _portable.Derived, raw: bytes, sketch: int, at: int) -> int:
+    def _portable_bucket(derived: Derived, raw: bytes, sketch: int, at: int) -> int:
         """The bucket of the string's key, cut as ``sketch`` cuts it, in global row ``at``."""
         m, g = int(derived["max_length"]), int(derived["g"])
         key = bytes([len(raw)]) + raw + bytes(m - len(raw))
@@ -673,9 +683,7 @@ class PrefixSketch(Mechanism):
             acc = (acc + a * x) % _portable.TWO64
         return ((acc >> 32) * g) >> 32
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: _portable.Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """cell = G g + y with G the global row (the estimation sketch's R_E rows first,
         then R per level): the sketch by its weights, the row uniform within it (the
         estimation sketch's folded onto R by R_E / R, which a client drawing only R of

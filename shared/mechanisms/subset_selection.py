@@ -84,7 +84,7 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits, _lanes
-from ._conformance import LawTest, PlanCase, bit_tests, categorical_cases
+from ._conformance import LawTest, PlanCase, Reports, bit_tests, categorical_cases
 from ._portable import Derived, Words, bitmap, hex64
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
@@ -316,9 +316,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             bits[i + (i >= x)] = True
         return bitmap(bits)
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """Bit x set w.p. p, every other w.p. q (the exactly-k bits are checked with the
         reports' validity, by check_reports)."""
         return bit_tests(self.report_bits(reports), int(value), self.p, self.q)

@@ -77,7 +77,7 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits, _lanes
-from ._conformance import LawTest, PlanCase, bit_tests, categorical_cases, chi2
+from ._conformance import LawTest, PlanCase, Reports, bit_tests, categorical_cases, chi2
 from ._portable import Derived, Words, bitmap, ceil64, hex64
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
 
@@ -192,9 +192,7 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
                 bits[j] = words.coin(derived["q"])
         return bitmap(bits)
 
-    def conformance_tests(
-        self, reports: npt.NDArray[Any], value: Any, derived: Derived
-    ) -> list[LawTest]:
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """Each bit's count, and the number of bits set: Bernoulli(p) + Binomial(d - 1, q),
         exactly."""
         bits = self.report_bits(reports)
