@@ -11,27 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .._special import regularized_gamma
 from ..errors import ParameterError
+from .base import LawTest, PlanCase
 
-LawTest = tuple[str, float, int, str]
-"""One test of one input's reports: (test name, chi-square statistic, dof, detail)."""
 Cdf = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
-Reports = npt.NDArray[Any]
-"""Reports of one mechanism, as the collector decodes them (``report_dtype``)."""
-
-
-class PlanCase(NamedTuple):
-    """One metric of the plan: its name, its definition and the inputs to report."""
-
-    metric: str
-    spec: dict[str, Any]
-    inputs: tuple[Any, ...]
 
 
 # Categories with non-ASCII characters, a quote and a backslash: the fingerprints of

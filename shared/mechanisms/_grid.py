@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ._conformance import Cdf, LawTest, Reports, binned
+from ._conformance import Cdf, binned
 from ._portable import Derived, Words
-from .base import BoolArray, FloatArray, IntArray, NumericMechanism
+from .base import BoolArray, FloatArray, IntArray, LawTest, NumericMechanism, Reports
 
 REPORT_DTYPE = np.dtype("<i8")
 GRID_STEPS = 2**16

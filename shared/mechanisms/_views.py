@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Real
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -55,10 +55,20 @@ from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, NoiseModel, Quadratic
 from ..structured_estimates import OutputArrays
 from . import AUTO_ORACLES, STRUCTURED_ORACLES, make_oracle, oracle_class
-from ._conformance import LawTest, Reports, chi2, prefixed
 from ._dyadic import check_min_epsilon
-from ._portable import TWO64, Derived, Words, hex64
-from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism
+from .base import (
+    BoolArray,
+    Enumerable,
+    FloatArray,
+    FrequencyOracle,
+    IntArray,
+    LawTest,
+    Mechanism,
+    Reports,
+)
+
+if TYPE_CHECKING:
+    from ._portable import Derived, Words
 
 __all__ = [
     "AUTO_ORACLES",
@@ -322,6 +332,8 @@ class ViewSampling(Mechanism):
     def served_constants(self) -> dict[str, Any]:
         """The payload size, and each view's name, oracle, size, share (the first view
         whose ``until`` exceeds one u64 is drawn), labels (None: identity) and constants."""
+        from ._portable import TWO64, hex64
+
         views = []
         cumulative = 0.0
         for k, v in enumerate(self.views):
@@ -359,6 +371,8 @@ class ViewSampling(Mechanism):
 
     def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """The view, by its weight; and given it, the view oracle's law for the cell's group."""
+        from ._conformance import chi2, prefixed
+
         view = reports["view"].astype(np.int64)
         weights = [v.weight for v in self.views]
         out = [("view", *chi2(np.bincount(view, minlength=len(weights)), weights), "")]

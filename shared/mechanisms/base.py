@@ -21,7 +21,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -31,14 +31,29 @@ from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
-from ._conformance import LawTest, PlanCase, Reports
 from ._dyadic import check_min_epsilon
-from ._portable import Derived, Words, bounded
 from ._values import check_numbers
+
+if TYPE_CHECKING:  # the portable rules load with the mechanisms that use them
+    from ._portable import Derived, Words
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+Reports = npt.NDArray[Any]
+"""Reports of one mechanism, as the collector decodes them (``report_dtype``)."""
+LawTest = tuple[str, float, int, str]
+"""One conformance test of one input's reports: (test name, chi-square statistic, dof,
+detail)."""
+
+
+class PlanCase(NamedTuple):
+    """One metric of the conformance plan: its name, its definition (as
+    ``MetricDefinition.from_dict`` takes it) and the inputs to report."""
+
+    metric: str
+    spec: dict[str, Any]
+    inputs: tuple[Any, ...]
 
 
 @runtime_checkable
@@ -423,6 +438,8 @@ class NumericMechanism(Mechanism):
     # --- the portable rule and the conformance law -------------------------------------
     @classmethod
     def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        from ._portable import bounded
+
         lo, hi, x = bounded(definition, value)
         return cls.portable_number(definition["derived"], lo, hi, x, words)
 

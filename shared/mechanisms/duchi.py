@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ._conformance import LawTest, PlanCase, Reports, chi2, numeric_case
+from ._conformance import chi2, numeric_case
 from ._dyadic import check_min_epsilon, realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
-from .base import BoolArray, FloatArray, NumericMechanism
+from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
 
 REPORT_DTYPE = np.dtype("i1")
 

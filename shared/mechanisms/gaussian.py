@@ -24,13 +24,13 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _portable
-from ._conformance import Cdf, PlanCase, numeric_case
+from ._conformance import Cdf, numeric_case
 from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: as for Laplace; part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
 from ._grid import GridMechanism
 from ._portable import Derived, Words
-from .base import BoolArray, FloatArray, IntArray
+from .base import BoolArray, FloatArray, IntArray, PlanCase
 
 TAIL_SIGMAS = 40.0
 """A report is valid if it lies within ``TAIL_SIGMAS`` noise standard deviations of the

@@ -46,9 +46,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits
-from ._conformance import LawTest, PlanCase, Reports, categorical_cases, chi2
+from ._conformance import categorical_cases, chi2
 from ._portable import Derived, Words, hex64
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 REPORT_DTYPE = np.dtype("<u4")
 # output_probabilities lists all K columns; refuse beyond this.

@@ -25,11 +25,20 @@ from ..aggregate import Aggregate
 from ..distribution import DistributionEstimate, LevelNoise, Tree, TreeSmoother, leaf_index
 from ..errors import ParameterError
 from . import oracle_class
-from ._conformance import NUMERIC_BOUNDS, LawTest, PlanCase, Reports, case_name, chi2, prefixed
+from ._conformance import NUMERIC_BOUNDS, case_name, chi2, prefixed
 from ._dyadic import check_min_epsilon
 from ._portable import Derived, Words, bounded
 from ._values import check_numbers
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism
+from .base import (
+    BoolArray,
+    FloatArray,
+    FrequencyOracle,
+    IntArray,
+    LawTest,
+    Mechanism,
+    PlanCase,
+    Reports,
+)
 from .local_hashing import REPORT_DTYPE as OLH_DTYPE
 from .local_hashing import OptimizedLocalHashing
 from .randomized_response import GeneralizedRR

@@ -48,9 +48,8 @@ from ..domains import Tree
 from ..errors import ParameterError
 from ..inference import Quadratic, tree_consistent
 from ..structured_estimates import HierarchyEstimate, OutputArrays
-from ._conformance import PlanCase
 from ._views import ViewSampling, _check_weights
-from .base import FloatArray, IntArray
+from .base import FloatArray, IntArray, PlanCase
 
 _REGION = (
     "MX/Jalisco/Guadalajara",

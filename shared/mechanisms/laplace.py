@@ -22,13 +22,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ._bits import uniform_u64
-from ._conformance import Cdf, PlanCase, numeric_case
+from ._conformance import Cdf, numeric_case
 from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
 from ._grid import GridMechanism
 from ._portable import Derived, Words, hex64
-from .base import IntArray
+from .base import IntArray, PlanCase
 
 
 def _threshold(probability: float) -> int:

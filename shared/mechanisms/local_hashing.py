@@ -80,9 +80,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits
-from ._conformance import LawTest, PlanCase, Reports, categorical_cases, chi2, rr_probabilities
+from ._conformance import categorical_cases, chi2, rr_probabilities
 from ._portable import TWO64, Derived, Words, hex64, rr_item
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 REPORT_DTYPE = np.dtype([("a", "<u8"), ("b", "<u8"), ("y", "<u4")])
 """One OLH report: the hash key (a, b) and the reported bucket y (20 bytes, packed)."""

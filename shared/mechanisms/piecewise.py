@@ -24,10 +24,10 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ._conformance import Cdf, LawTest, PlanCase, Reports, binned, numeric_case
+from ._conformance import Cdf, binned, numeric_case
 from ._dyadic import check_min_epsilon, realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
-from .base import BoolArray, FloatArray, NumericMechanism
+from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
 from .duchi import duchi_constants, duchi_sign, duchi_signs, plus_probability, sign_test
 
 REPORT_DTYPE = np.dtype("<i4")

@@ -18,9 +18,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits
-from ._conformance import CATEGORIES, LawTest, PlanCase, Reports, categorical_cases, chi2
+from ._conformance import CATEGORIES, categorical_cases, chi2
 from ._portable import Derived, Words, hex64, rr_item
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 REPORT_DTYPE = np.dtype("<u4")
 

@@ -111,10 +111,10 @@ from ..errors import ParameterError, ReportError
 from ..heavy_hitters import HeavyHitters
 from ..randomness import resolve_rng
 from . import _bits, _portable
-from ._conformance import LawTest, PlanCase, Reports, chi2, rr_probabilities
+from ._conformance import chi2, rr_probabilities
 from ._dyadic import check_min_epsilon
 from ._portable import Derived, Words
-from .base import BoolArray, FloatArray, Mechanism
+from .base import BoolArray, FloatArray, LawTest, Mechanism, PlanCase, Reports
 from .local_hashing import optimal_buckets
 
 REPORT_DTYPE = np.dtype("<u4")

@@ -84,9 +84,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits, _lanes
-from ._conformance import LawTest, PlanCase, Reports, bit_tests, categorical_cases
+from ._conformance import bit_tests, categorical_cases
 from ._portable import Derived, Words, bitmap, hex64
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 # 64-bit words of report per perturb step (2 MB): bounds the working set.
 _CHUNK_WORDS = 1 << 18

@@ -77,9 +77,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits, _lanes
-from ._conformance import LawTest, PlanCase, Reports, bit_tests, categorical_cases, chi2
+from ._conformance import bit_tests, categorical_cases, chi2
 from ._portable import Derived, Words, bitmap, ceil64, hex64
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 # 64-bit words of report per perturb step (512 kB): keeps the working set in cache.
 _CHUNK_WORDS = 1 << 16
