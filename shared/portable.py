@@ -1,20 +1,15 @@
 """The portable sampling rules of docs/protocol.md: one report from a stream of words.
 
 A client in another language cannot reproduce numpy's vectorised samplers, and need not:
-what the protocol fixes is each report's *law*, and how exactly a client must realize
-it. Each mechanism states that law as a procedure any language can run, one report at a
-time, on a stream of uniform 32-bit words, using only integer arithmetic, IEEE-754
-double ``+ - * /``, ``floor`` and comparisons (no ``exp``/``log``: every constant that
-needs them is computed once, by the mechanism's ``served_constants``, and served in the
-metric definition under ``"derived"``): its :meth:`~ldpkit.mechanisms.Mechanism.portable_report`,
-on the primitives of ``ldpkit.mechanisms._portable`` (``Words``: ``u64``, ``coin``,
-``uniform``, ``below``). This module runs them. The same words in give the same report
-bytes out in every language; docs/protocol.md holds test vectors made by this module, and
-``tests/shared/test_sampling_vectors.py`` checks them.
-
-ldpkit's own Python client samples the same laws with vectorised numpy code (and
-different word orders): its reports have the same distribution, not the same bytes.
-``ldpkit.conformance`` checks any client's reports against those laws.
+the protocol fixes each report's *law* and a procedure any language can run to realize it
+exactly, one report at a time on uniform 32-bit words (``ldpkit.mechanisms._portable``),
+with the constants that need ``exp``/``log`` served in the definition (``"derived"``).
+Each mechanism states its own (:meth:`~ldpkit.mechanisms.Mechanism.served_constants`,
+:meth:`~ldpkit.mechanisms.Mechanism.portable_report`); this module runs them. The same
+words give the same bytes in every language: docs/protocol.md holds vectors made here
+(``tests/shared/test_sampling_vectors.py``). ldpkit's own client samples the same laws
+with numpy (same distribution, not the same bytes); ``ldpkit.conformance`` checks any
+client's reports against them.
 """
 
 from __future__ import annotations

@@ -52,12 +52,21 @@ def categorical_cases(
     )  # fmt: skip
 
 
-def numeric_case(mechanism: str, epsilon: float, **extra: Any) -> PlanCase:
-    """A numeric metric over :data:`NUMERIC_BOUNDS`, reporting both ends, a point within
-    and one beyond (clipped)."""
+def numeric_cases(
+    mechanism: str, epsilons: Sequence[float] = (0.5, 2.0), **extra: Any
+) -> tuple[PlanCase, ...]:
+    """A numeric metric over :data:`NUMERIC_BOUNDS` per epsilon (``extra``: a value of
+    each key per epsilon), reporting both ends, a point within and one beyond (clipped)."""
     lo, hi = NUMERIC_BOUNDS
-    spec = {"kind": "numeric", "bounds": [lo, hi], "epsilon": epsilon, "mechanism": mechanism}
-    return PlanCase(case_name(mechanism, epsilon), {**spec, **extra}, (lo, 0.123456789, hi, 100.0))
+    return tuple(
+        PlanCase(
+            case_name(mechanism, eps),
+            {"kind": "numeric", "bounds": [lo, hi], "epsilon": eps, "mechanism": mechanism}
+            | {key: values[i] for key, values in extra.items()},
+            (lo, 0.123456789, hi, 100.0),
+        )
+        for i, eps in enumerate(epsilons)
+    )
 
 
 # --- statistics ----------------------------------------------------------------------------

@@ -54,30 +54,14 @@ from .._validation import check_epsilon
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, NoiseModel, Quadratic
 from ..structured_estimates import OutputArrays
-from . import AUTO_ORACLES, STRUCTURED_ORACLES, make_oracle, oracle_class
+from . import AUTO_ORACLES as AUTO_ORACLES  # re-exported for ldpkit.structured
+from . import STRUCTURED_ORACLES, make_oracle, oracle_class
 from ._dyadic import check_min_epsilon
-from .base import (
-    BoolArray,
-    Enumerable,
-    FloatArray,
-    FrequencyOracle,
-    IntArray,
-    LawTest,
-    Mechanism,
-    Reports,
-)
+from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism
 
 if TYPE_CHECKING:
     from ._portable import Derived, Words
-
-__all__ = [
-    "AUTO_ORACLES",
-    "STRUCTURED_ORACLES",
-    "View",
-    "ViewSampling",
-    "make_oracle",
-    "noise_model",
-]
+    from .base import LawTest, Reports
 
 
 def noise_model(oracle: FrequencyOracle) -> NoiseModel:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ._conformance import chi2, numeric_case
+from ._conformance import chi2, numeric_cases
 from ._dyadic import check_min_epsilon, realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
@@ -110,10 +110,7 @@ class Duchi(NumericMechanism):
     """
 
     name: ClassVar[str] = "duchi"
-    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
-        numeric_case("duchi", 0.5),
-        numeric_case("duchi", 2.0),
-    )
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("duchi")
 
     C: float = field(init=False, repr=False)
     flip_probability: float = field(init=False, repr=False)

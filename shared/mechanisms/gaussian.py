@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _portable
-from ._conformance import Cdf, numeric_case
+from ._conformance import Cdf, numeric_cases
 from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: as for Laplace; part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
@@ -194,9 +194,9 @@ class LocalGaussian(GridMechanism):
     """
 
     name: ClassVar[str] = "gaussian"
-    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (  # a strict delta at the small epsilon
-        numeric_case("gaussian", 0.5, delta=1e-9),
-        numeric_case("gaussian", 2.0, delta=1e-3),
+    # a strict delta at the small epsilon
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases(
+        "gaussian", delta=(1e-9, 1e-3)
     )
     delta: float | None = None
     sigma: float = field(init=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -29,19 +29,13 @@ from ._conformance import NUMERIC_BOUNDS, case_name, chi2, prefixed
 from ._dyadic import check_min_epsilon
 from ._portable import Derived, Words, bounded
 from ._values import check_numbers
-from .base import (
-    BoolArray,
-    FloatArray,
-    FrequencyOracle,
-    IntArray,
-    LawTest,
-    Mechanism,
-    PlanCase,
-    Reports,
-)
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
 from .local_hashing import REPORT_DTYPE as OLH_DTYPE
 from .local_hashing import OptimizedLocalHashing
 from .randomized_response import GeneralizedRR
+
+if TYPE_CHECKING:
+    from .base import LawTest, Reports
 
 REPORT_DTYPE = np.dtype([("depth", "u1"), ("a", "<u8"), ("b", "<u8"), ("y", "<u4")])
 """One report (21 bytes, packed, little-endian): the depth reported and that depth's

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._bits import uniform_u64
-from ._conformance import Cdf, numeric_case
+from ._conformance import Cdf, numeric_cases
 from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
@@ -115,10 +115,7 @@ class LocalLaplace(GridMechanism):
     """
 
     name: ClassVar[str] = "laplace"
-    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
-        numeric_case("laplace", 0.5),
-        numeric_case("laplace", 2.0),
-    )
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("laplace")
     decay: float = field(init=False, repr=False)
     """``a = exp(-eps / D)``: the geometric's ratio."""
     digit_thresholds: tuple[int, ...] = field(init=False, repr=False)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ._conformance import Cdf, binned, numeric_case
+from ._conformance import Cdf, binned, numeric_cases
 from ._dyadic import check_min_epsilon, realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
@@ -165,13 +165,18 @@ def pm_constants(grid: _PMGrid) -> dict[str, Any]:
     }
 
 
+def _inside_start(derived: Derived, t: float) -> float:
+    """PM's ``l(t)`` in grid steps, within ``[-c, c - w_in]``."""
+    lo = (0.5 * derived["c_plus_1"] * t - 0.5 * derived["c_minus_1"]) / derived["step"]
+    return float(min(max(lo, -derived["c"]), derived["c"] - derived["w_in"]))
+
+
 def pm_index(derived: Derived, t: float, words: Words) -> int:
     """The portable rule of PM: its grid index for unit value t (see :class:`Piecewise`)."""
-    c, w_in, w_out, step = derived["c"], derived["w_in"], derived["w_out"], derived["step"]
+    c, w_in, w_out = derived["c"], derived["w_in"], derived["w_out"]
     outside = words.coin(derived["outside"])
     u = words.uniform()
-    lo = (0.5 * derived["c_plus_1"] * t - 0.5 * derived["c_minus_1"]) / step
-    lo = min(max(lo, -c), c - w_in)
+    lo = _inside_start(derived, t)
     if outside:
         along = u * w_out
         left = lo + c
@@ -186,10 +191,9 @@ def pm_index(derived: Derived, t: float, words: Words) -> int:
 
 def pm_cdf(derived: Derived, t: float) -> Cdf:
     """``Pr[index <= k]`` of PM on its grid (stochastic rounding of the continuous output)."""
-    c, w_in, w_out, step = derived["c"], derived["w_in"], derived["w_out"], derived["step"]
+    c, w_in, w_out = derived["c"], derived["w_in"], derived["w_out"]
     q = int(derived["outside"], 16) / 2.0**64
-    lo = (0.5 * derived["c_plus_1"] * t - 0.5 * derived["c_minus_1"]) / step
-    lo = min(max(lo, -c), c - w_in)
+    lo = _inside_start(derived, t)
     pieces = [
         (-c, lo, q * (lo + c) / w_out),
         (lo, lo + w_in, 1.0 - q),
@@ -259,10 +263,7 @@ class Piecewise(NumericMechanism):
     """
 
     name: ClassVar[str] = "piecewise"
-    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
-        numeric_case("piecewise", 0.5),
-        numeric_case("piecewise", 2.0),
-    )
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("piecewise")
 
     C: float = field(init=False, repr=False)
     step: float = field(init=False, repr=False)
@@ -378,10 +379,7 @@ class Hybrid(NumericMechanism):
     """
 
     name: ClassVar[str] = "hybrid"
-    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
-        numeric_case("hybrid", 0.5),
-        numeric_case("hybrid", 2.0),
-    )
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("hybrid")
 
     alpha: float = field(init=False, repr=False)
     """Probability of the PM branch: ``1 - e^{-eps/2}`` above eps = 0.61, else 0."""

@@ -49,8 +49,9 @@ from ..domains import Table
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, Quadratic, grouped_norm_sub, ipf
 from ..structured_estimates import OutputArrays, TableEstimate
+from . import make_oracle
 from ._dyadic import check_min_epsilon
-from ._views import ViewSampling, _check_weights, make_oracle, noise_model
+from ._views import ViewSampling, _check_weights, noise_model
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
 
 SEED_FLOOR = 1e-9
