@@ -21,7 +21,6 @@ from ._validation import check_epsilon, shown
 from .errors import ParameterError
 from .kinds import KIND_KEYS, KINDS, KindSpec, kind_spec
 from .mechanisms import Mechanism, canonical_name
-from .portable import PORTABLE_MECHANISMS, derived_parameters
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 """A metric name; matched against the *whole* name (``fullmatch``: ``$`` alone would let a
@@ -392,8 +391,9 @@ class MetricDefinition:
             "fingerprint": self.fingerprint,
             "report_size": self._mechanism.report_dtype.itemsize,
         }
-        if self._mechanism.name in PORTABLE_MECHANISMS:
-            data["derived"] = derived_parameters(self._mechanism)
+        derived = self._mechanism.served_constants()
+        if derived is not None:
+            data["derived"] = derived
         if self.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
             # The fingerprint's own input, so that a client can check the fingerprint.
             data["mechanism_params"] = self._mechanism.params()

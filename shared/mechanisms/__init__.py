@@ -13,27 +13,27 @@ from .._validation import check_bounds, check_delta, check_domain_size, check_ep
 from ..errors import ParameterError
 from .base import FrequencyOracle, Mechanism, NumericMechanism
 
-# canonical name -> (module, class)
+# canonical name -> (module, class), in the order of the conformance plan
 _REGISTRY: dict[str, tuple[str, str]] = {
-    "rr": ("randomized_response", "BinaryRR"),
     "grr": ("randomized_response", "GeneralizedRR"),
+    "rr": ("randomized_response", "BinaryRR"),
     "sue": ("unary", "SymmetricUnaryEncoding"),
     "oue": ("unary", "OptimizedUnaryEncoding"),
     "olh": ("local_hashing", "OptimizedLocalHashing"),
     "ss": ("subset_selection", "SubsetSelection"),
     "hr": ("hadamard", "HadamardResponse"),
-    "laplace": ("laplace", "LocalLaplace"),
     "duchi": ("duchi", "Duchi"),
     "piecewise": ("piecewise", "Piecewise"),
     "hybrid": ("piecewise", "Hybrid"),
-    "prefix_sketch": ("strings", "PrefixSketch"),
+    "laplace": ("laplace", "LocalLaplace"),
+    "gaussian": ("gaussian", "LocalGaussian"),
+    "hh": ("hierarchical", "HierarchicalHistogram"),
     "rollup": ("hierarchy", "LeafRollup"),
     "levels": ("hierarchy", "LevelSampling"),
     "joint": ("table", "JointTable"),
     "joint_marginals": ("table", "JointMarginals"),
     "split": ("table", "SplitMarginals"),
-    "gaussian": ("gaussian", "LocalGaussian"),
-    "hh": ("hierarchical", "HierarchicalHistogram"),
+    "prefix_sketch": ("strings", "PrefixSketch"),
 }
 
 ALIASES: dict[str, str] = {
@@ -66,7 +66,14 @@ HIERARCHY = ("rollup", "levels")
 """Designs for a hierarchy (``tree=``); ``ldpkit.structured.choose_hierarchy`` weighs them."""
 TABLE = ("joint", "joint_marginals", "split")
 """Designs for a table (``table=``); ``split`` estimates marginals only."""
-NAMES = (*_REGISTRY, "auto")
+STRUCTURED_ORACLES = ("grr", "sue", "oue", "ss")
+"""Oracles a view of a hierarchy or a table may use (their items' covariance is
+exchangeable and derived: :meth:`FrequencyOracle.pair_support`)."""
+AUTO_ORACLES = ("grr", "oue", "ss")
+"""Candidates for a view's oracle under ``"auto"`` (SUE is never better than OUE)."""
+REGISTERED = tuple(_REGISTRY)
+"""Every mechanism's canonical name, in registration order."""
+NAMES = (*REGISTERED, "auto")
 
 
 def mechanism_class(name: str) -> type[Mechanism]:
@@ -78,6 +85,35 @@ def mechanism_class(name: str) -> type[Mechanism]:
     module = importlib.import_module(f"{__name__}.{module_name}")
     cls: type[Mechanism] = getattr(module, class_name)
     return cls
+
+
+def oracle_class(name: str) -> type[FrequencyOracle]:
+    """The frequency oracle registered under ``name`` (a nested oracle's, served by name)."""
+    cls = mechanism_class(name)
+    if not issubclass(cls, FrequencyOracle):
+        raise ParameterError(f"{name!r} is not a frequency oracle")
+    return cls
+
+
+def make_oracle(name: str, epsilon: float, size: int) -> FrequencyOracle:
+    """The oracle ``name`` (or the best of :data:`AUTO_ORACLES` for ``"auto"``) over
+    ``size`` items, for a view of a structured metric.
+
+    ``"auto"`` takes the smallest variance of an item at frequency 0, the rule of
+    :func:`choose`, among the oracles whose covariance is known.
+    """
+    key = canonical_name(name)
+    if key == "auto":
+        candidates = [oracle_class(c)(epsilon=epsilon, domain_size=size) for c in AUTO_ORACLES]
+        variances = [c.auto_variance() for c in candidates]
+        best = min(variances)
+        return next(c for c, v in zip(candidates, variances, strict=True) if v <= best * (1 + 1e-9))
+    if key not in STRUCTURED_ORACLES:
+        raise ParameterError(
+            f"oracle {name!r} cannot serve a structured metric; use one of "
+            f"{', '.join(STRUCTURED_ORACLES)} or 'auto'"
+        )
+    return oracle_class(key)(epsilon=epsilon, domain_size=size)
 
 
 def canonical_name(name: object) -> str:
@@ -121,14 +157,7 @@ class Choice:
     def explain(self) -> str:
         """A table of the candidates, lowest variance first, with the rule that picked."""
         best = min(self.variances.values())
-        if self.domain_size is not None:
-            what = f"d={self.domain_size} categories"
-            unit = "of one item's fraction at frequency 0, per report (divide by n)"
-        elif self.bounds is not None:
-            what = f"bounds [{self.bounds[0]:g}, {self.bounds[1]:g}]"
-            unit = "worst case of the mean, per report, in the metric's units squared"
-        else:
-            what, unit = "", "variance per report"
+        what, unit = self._scope()
         eps = f"epsilon={self.epsilon:g}" if self.epsilon is not None else ""
         lines = [
             f"auto for {', '.join(x for x in (eps, what) if x)}: the smallest report",
@@ -137,17 +166,34 @@ class Choice:
             f"{'collector counters/report':>26}",
         ]
         for name, var in sorted(self.variances.items(), key=lambda kv: kv[1]):
-            size = self.report_bytes.get(name)
-            cost = self.collector_cost.get(name)
-            lines.append(
-                f"  {name:<10} {var:>10.5g} {var / best:>7.3f}x "
-                f"{'-' if size is None else size:>13} {'-' if cost is None else cost:>26}"
-                + ("  <- chosen" if name == self.name else "")
-            )
+            lines.append(self._row(name, var, best))
         lines.append(f"  variance: {unit}")
         lines.append("  collector counters/report: updated by the collector per report as it")
         lines.append("    aggregates (a model of its work; benchmarks/mechanisms.py times it)")
         return "\n".join(lines)
+
+    def _scope(self) -> tuple[str, str]:
+        """What the candidates were weighed for, and the unit of their variances."""
+        if self.domain_size is not None:
+            return (
+                f"d={self.domain_size} categories",
+                "of one item's fraction at frequency 0, per report (divide by n)",
+            )
+        if self.bounds is not None:
+            return (
+                f"bounds [{self.bounds[0]:g}, {self.bounds[1]:g}]",
+                "worst case of the mean, per report, in the metric's units squared",
+            )
+        return "", "variance per report"
+
+    def _row(self, name: str, variance: float, best: float) -> str:
+        size = self.report_bytes.get(name)
+        cost = self.collector_cost.get(name)
+        return (
+            f"  {name:<10} {variance:>10.5g} {variance / best:>7.3f}x "
+            f"{'-' if size is None else size:>13} {'-' if cost is None else cost:>26}"
+            + ("  <- chosen" if name == self.name else "")
+        )
 
 
 def choose(
@@ -172,38 +218,34 @@ def choose(
     if (domain_size is None) == (bounds is None):
         raise ParameterError("give exactly one of domain_size (categorical) or bounds (numeric)")
     epsilon = check_epsilon(epsilon)
-    candidates: dict[str, Mechanism] = {}
-    variances: dict[str, float] = {}
-    d: int | None = None
-    lo_hi: tuple[float, float] | None = None
     if domain_size is not None:
         if resolution is not None:
             raise ParameterError("resolution is for distribution metrics (with bounds)")
         d = check_domain_size(domain_size)
-        for name in CATEGORICAL:
-            cls = mechanism_class(name)
-            m = cls(epsilon=epsilon, domain_size=d)  # type: ignore[call-arg]
-            assert isinstance(m, FrequencyOracle)
-            candidates[name] = m
-            variances[name] = float(m.variance(0.0))
-    elif resolution is not None:
-        lo_hi = check_bounds(bounds)
-        for name in DISTRIBUTION:
-            cls = mechanism_class(name)
-            m = cls(epsilon=epsilon, bounds=lo_hi, resolution=resolution)  # type: ignore[call-arg]
-            candidates[name] = m
-            middle = (lo_hi[0] + lo_hi[1]) / 2.0
-            variances[name] = m.expected(1.0).fraction(lo_hi[0], middle).stderr ** 2  # type: ignore[attr-defined]
-    else:
-        lo_hi = check_bounds(bounds)
-        approximate = check_delta(delta) > 0
-        for name in NUMERIC + (APPROXIMATE if approximate else ()):
-            cls = mechanism_class(name)
-            extra = {"delta": delta} if name in APPROXIMATE else {}
-            m = cls(epsilon=epsilon, bounds=lo_hi, **extra)  # type: ignore[call-arg]
-            assert isinstance(m, NumericMechanism)
-            candidates[name] = m
-            variances[name] = m.worst_case_variance()
+        return _choice(_made(CATEGORICAL, epsilon, domain_size=d), epsilon, d, None)
+    lo_hi = check_bounds(bounds)
+    if resolution is not None:
+        made = _made(DISTRIBUTION, epsilon, bounds=lo_hi, resolution=resolution)
+        return _choice(made, epsilon, None, lo_hi)
+    approximate = check_delta(delta) > 0
+    made = _made(NUMERIC, epsilon, bounds=lo_hi)
+    if approximate:
+        made.update(_made(APPROXIMATE, epsilon, bounds=lo_hi, delta=delta))
+    return _choice(made, epsilon, None, lo_hi)
+
+
+def _made(names: tuple[str, ...], epsilon: float, **options: Any) -> dict[str, Mechanism]:
+    return {name: mechanism_class(name)(epsilon=epsilon, **options) for name in names}
+
+
+def _choice(
+    candidates: dict[str, Mechanism],
+    epsilon: float,
+    d: int | None,
+    lo_hi: tuple[float, float] | None,
+) -> Choice:
+    """The rule of :func:`choose` over the candidates made, in order of preference."""
+    variances = {name: m.auto_variance() for name, m in candidates.items()}
     sizes = {name: m.report_dtype.itemsize for name, m in candidates.items()}
     costs = {name: m.aggregate_cost for name, m in candidates.items()}
     best = min(variances.values())
@@ -242,49 +284,74 @@ def mechanism(
             raise ParameterError(
                 "string mechanisms take max_length (bytes), not domain_size or bounds"
             )
-        canonical = STRINGS[0] if canonical == "auto" else canonical
-        if canonical not in STRINGS:
-            raise ParameterError(f"{canonical!r} is not a mechanism for strings")
-        return mechanism_class(canonical)(epsilon=epsilon, max_length=max_length, **options)  # type: ignore[call-arg]
+        return _string_mechanism(canonical, epsilon, max_length, options)
     if canonical == "auto":
-        resolution = options.get("resolution")
-        delta = options.get("delta", 0.0)
-        canonical = choose(
-            epsilon=epsilon,
-            domain_size=domain_size,
-            bounds=bounds,
-            resolution=resolution,
-            delta=delta,
-        ).name
-        if canonical not in APPROXIMATE:
-            options.pop("delta", None)
+        canonical = _auto(epsilon, domain_size, bounds, options)
     cls = mechanism_class(canonical)
     if canonical in HIERARCHY or canonical in TABLE:
-        if domain_size is not None or bounds is not None:
-            what = "tree=" if canonical in HIERARCHY else "table="
-            raise ParameterError(
-                f"{canonical!r} is structured: give {what}, not domain_size/bounds"
-            )
+        _check_structured(canonical, domain_size, bounds)
         return cls(epsilon=epsilon, **options)
     if issubclass(cls, FrequencyOracle):
-        if bounds is not None:
-            raise ParameterError(f"{canonical!r} is categorical: give domain_size, not bounds")
-        if domain_size is None:
-            if canonical == "rr":
-                domain_size = 2
-            else:
-                raise ParameterError(f"{canonical!r} needs domain_size (number of categories)")
-        return cls(epsilon=epsilon, domain_size=domain_size, **options)
+        size = _domain_size(canonical, domain_size, bounds)
+        return cls(epsilon=epsilon, domain_size=size, **options)
+    numeric: dict[str, Any] = {"bounds": _bounds(canonical, domain_size, bounds)}
+    return cls(epsilon=epsilon, **numeric, **options)
+
+
+def _string_mechanism(
+    canonical: str, epsilon: float, max_length: int, options: dict[str, Any]
+) -> Mechanism:
+    canonical = STRINGS[0] if canonical == "auto" else canonical
+    if canonical not in STRINGS:
+        raise ParameterError(f"{canonical!r} is not a mechanism for strings")
+    return _made((canonical,), epsilon, max_length=max_length, **options)[canonical]
+
+
+def _check_structured(canonical: str, domain_size: object, bounds: object) -> None:
+    if domain_size is not None or bounds is not None:
+        what = "tree=" if canonical in HIERARCHY else "table="
+        raise ParameterError(f"{canonical!r} is structured: give {what}, not domain_size/bounds")
+
+
+def _auto(
+    epsilon: float,
+    domain_size: int | None,
+    bounds: tuple[float, float] | None,
+    options: dict[str, Any],
+) -> str:
+    """What ``auto`` resolves to; a delta the chosen mechanism takes not leaves ``options``."""
+    resolution = options.get("resolution")
+    delta = options.get("delta", 0.0)
+    name = choose(
+        epsilon=epsilon, domain_size=domain_size, bounds=bounds, resolution=resolution, delta=delta
+    ).name
+    if name not in APPROXIMATE:
+        options.pop("delta", None)
+    return name
+
+
+def _domain_size(canonical: str, domain_size: int | None, bounds: object) -> int:
+    if bounds is not None:
+        raise ParameterError(f"{canonical!r} is categorical: give domain_size, not bounds")
+    if domain_size is not None:
+        return domain_size
+    if canonical == "rr":
+        return 2
+    raise ParameterError(f"{canonical!r} needs domain_size (number of categories)")
+
+
+def _bounds(canonical: str, domain_size: object, bounds: object) -> object:
     if domain_size is not None:
         raise ParameterError(f"{canonical!r} is numeric: give bounds=(lo, hi), not domain_size")
     if bounds is None:
         raise ParameterError(f"{canonical!r} needs bounds=(lo, hi)")
-    return cls(epsilon=epsilon, bounds=bounds, **options)  # type: ignore[call-arg]
+    return bounds
 
 
 __all__ = [
     "ALIASES",
     "APPROXIMATE",
+    "AUTO_ORACLES",
     "AUTO_VARIANCE_TOLERANCE",
     "CATEGORICAL",
     "DISTRIBUTION",
@@ -292,6 +359,7 @@ __all__ = [
     "NAMES",
     "NUMERIC",
     "STRINGS",
+    "STRUCTURED_ORACLES",
     "TABLE",
     "Choice",
     "FrequencyOracle",
@@ -299,6 +367,8 @@ __all__ = [
     "NumericMechanism",
     "canonical_name",
     "choose",
+    "make_oracle",
     "mechanism",
     "mechanism_class",
+    "oracle_class",
 ]

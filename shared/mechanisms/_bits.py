@@ -73,6 +73,10 @@ class BitmapReports:
     def supports(self, value: Any, reports: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         return bit(np.asarray(reports), int(value))
 
+    def report_bits(self, reports: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+        """The reports as an (n, d) boolean matrix."""
+        return unpack_rows(reports.reshape(len(reports), -1), self.domain_size)
+
     def _sums(self, reports: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
         return column_counts(reports, self.domain_size).astype(np.float64)
 

@@ -7,6 +7,7 @@ here, once."""
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -14,7 +15,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .base import BoolArray, FloatArray, IntArray, NumericMechanism
+from ._conformance import Cdf, binned
+from ._portable import Derived, Words
+from .base import BoolArray, FloatArray, IntArray, LawTest, NumericMechanism, Reports
 
 REPORT_DTYPE = np.dtype("<i8")
 GRID_STEPS = 2**16
@@ -84,3 +87,48 @@ class GridMechanism(NumericMechanism):
         """Exact maximum over the bounds (rounding variance 1/4 at a half step)."""
         d = self.grid_steps
         return (2.0 / d) ** 2 * (0.25 + self.grid_noise_variance()) * self.half_range**2
+
+    # --- the portable rule and the conformance law -------------------------------------
+    @classmethod
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
+        """x on the grid plus the noise, clamped to ``-cap .. grid_steps + cap``: an int64."""
+        y = on_grid(derived, lo, hi, x, w) + cls.portable_noise(derived, w)
+        cap, steps = int(derived["cap"]), int(derived["grid_steps"])
+        return int(min(max(y, -cap), steps + cap)).to_bytes(8, "little", signed=True)
+
+    @classmethod
+    @abstractmethod
+    def portable_noise(cls, derived: Derived, words: Words) -> int:
+        """One draw of the integer noise by the portable rule."""
+
+    @abstractmethod
+    def noise_cdf(self, derived: Derived) -> Cdf:
+        """``Pr[Z <= z]`` of the noise (its served constants in ``derived``)."""
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """The report ``M + Z`` binned at the quantiles of its law: M the stochastic
+        rounding of u, Z the noise."""
+        lo, hi = self.bounds
+        steps = self.grid_steps
+        u = min(max((self.clipped(value) - lo) / (hi - lo) * steps, 0.0), float(steps))
+        m0 = math.floor(u)
+        f = u - m0
+        z_cdf = self.noise_cdf(derived)
+
+        def cdf(y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+            out: npt.NDArray[np.float64] = (1.0 - f) * z_cdf(y - m0) + f * z_cdf(y - m0 - 1.0)
+            return out
+
+        values = reports.astype(np.int64)
+        test = binned(values, cdf, -self.noise_cap, steps + self.noise_cap)
+        return [("value (binned)", *test, "")]
+
+
+def on_grid(derived: Derived, lo: float, hi: float, x: float, words: Words) -> int:
+    """x on the grid of ``grid_steps`` steps, rounded stochastically (one ``uniform()``)."""
+    steps = int(derived["grid_steps"])
+    u = min(max((x - lo) / (hi - lo) * steps, 0.0), float(steps))
+    m = math.floor(u)
+    if words.uniform() < u - m:
+        m += 1
+    return m

@@ -41,11 +41,11 @@ variance than OUE (OLH's best case equals OUE's; HR's ``(e^eps + 1)^2`` exceeds 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Real
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -54,70 +54,27 @@ from .._validation import check_epsilon
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, NoiseModel, Quadratic
 from ..structured_estimates import OutputArrays
+from . import AUTO_ORACLES as AUTO_ORACLES  # re-exported for ldpkit.structured
+from . import STRUCTURED_ORACLES, make_oracle, oracle_class
 from ._dyadic import check_min_epsilon
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism
-from .randomized_response import GeneralizedRR
-from .subset_selection import SubsetSelection
-from .unary import _UnaryEncoding
+from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism
 
-STRUCTURED_ORACLES = ("grr", "sue", "oue", "ss")
-"""Oracles a view may use (their item covariance is exchangeable and derived)."""
-AUTO_ORACLES = ("grr", "oue", "ss")
-"""Candidates for a view's oracle under ``"auto"`` (SUE is never better than OUE)."""
+if TYPE_CHECKING:
+    from ._portable import Derived, Words
+    from .base import LawTest, Reports
 
 
 def noise_model(oracle: FrequencyOracle) -> NoiseModel:
-    """The per-user covariance structure of ``oracle``'s debiased support vector.
-
-    ``r1``: a report supports two given items one of which is the true item; ``r0``:
-    neither is. GRR supports one item only (``r1 = r0 = 0``); unary encoding flips bits
-    independently (``r1 = p q``, ``r0 = q^2``); subset selection puts the true item in
-    with probability p and fills the set without replacement, so
-    ``r1 = p (k - 1) / (d - 1)`` and
-    ``r0 = (p (k - 1)(k - 2) + (1 - p) k (k - 1)) / ((d - 1)(d - 2))``.
-    """
-    p, q = oracle.p, oracle.q
-    if isinstance(oracle, GeneralizedRR):
-        return NoiseModel(p, q, 0.0, 0.0)
-    if isinstance(oracle, _UnaryEncoding):
-        return NoiseModel(p, q, p * q, q * q)
-    if isinstance(oracle, SubsetSelection):
-        d, k = oracle.domain_size, oracle.k
-        r1 = p * (k - 1) / (d - 1)
-        r0 = (p * (k - 1) * (k - 2) + (1 - p) * k * (k - 1)) / ((d - 1) * (d - 2)) if d > 2 else 0.0
-        return NoiseModel(p, q, r1, r0)
-    raise ParameterError(
-        f"{oracle.name!r} cannot serve a structured metric (its items' covariance is not "
-        f"exchangeable); use one of {', '.join(STRUCTURED_ORACLES)}"
-    )
-
-
-def make_oracle(name: str, epsilon: float, size: int) -> FrequencyOracle:
-    """The oracle ``name`` (or the best of ``AUTO_ORACLES`` for ``"auto"``) over ``size`` items.
-
-    ``"auto"`` takes the smallest variance of an item at frequency 0, the rule of
-    :func:`ldpkit.choose`, among the oracles whose covariance is known.
-    """
-    from . import canonical_name, mechanism  # the package imports this module: no cycle at load
-
-    key = canonical_name(name)
-    if key == "auto":
-        candidates = [mechanism(c, epsilon=epsilon, domain_size=size) for c in AUTO_ORACLES]
-        variances = [float(c.variance(0.0)) for c in candidates]  # type: ignore[attr-defined]
-        best = min(variances)
-        chosen = next(
-            c for c, v in zip(candidates, variances, strict=True) if v <= best * (1 + 1e-9)
-        )
-        assert isinstance(chosen, FrequencyOracle)
-        return chosen
-    if key not in STRUCTURED_ORACLES:
+    """The per-user covariance structure of ``oracle``'s debiased support vector: its p, q
+    and :meth:`~ldpkit.mechanisms.FrequencyOracle.pair_support` (``r1``: a report supports
+    two given items one of which is the true item; ``r0``: neither is)."""
+    pair = oracle.pair_support()
+    if pair is None:
         raise ParameterError(
-            f"oracle {name!r} cannot serve a structured metric; use one of "
-            f"{', '.join(STRUCTURED_ORACLES)} or 'auto'"
+            f"{oracle.name!r} cannot serve a structured metric (its items' covariance is not "
+            f"exchangeable); use one of {', '.join(STRUCTURED_ORACLES)}"
         )
-    m = mechanism(key, epsilon=epsilon, domain_size=size)
-    assert isinstance(m, FrequencyOracle)
-    return m
+    return NoiseModel(oracle.p, oracle.q, *pair)
 
 
 @dataclass(frozen=True)
@@ -141,10 +98,14 @@ def _check_weights(weights: object, count: int) -> tuple[float, ...]:
     if len(values) != count:
         raise ParameterError(f"weights must hold {count} numbers (one per view), got {len(values)}")
     for w in values:
-        if isinstance(w, bool) or not isinstance(w, Real) or not np.isfinite(float(w)) or w <= 0:
-            raise ParameterError(f"weights must be finite numbers > 0, got {w!r}")
+        _check_weight(w)
     total = float(sum(float(w) for w in values))
     return tuple(float(w) / total for w in values)
+
+
+def _check_weight(w: object) -> None:
+    if isinstance(w, bool) or not isinstance(w, Real) or not np.isfinite(float(w)) or w <= 0:
+        raise ParameterError(f"weights must be finite numbers > 0, got {w!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -339,7 +300,9 @@ class ViewSampling(Mechanism):
         x = int(self._check_values(np.asarray([value]))[0])
         records, probs = [], []
         for k, v in enumerate(self.views):
-            reports, p = v.oracle.output_probabilities(int(v.labels[x]))  # type: ignore[attr-defined]
+            oracle = v.oracle
+            assert isinstance(oracle, Enumerable)  # every structured oracle lists its reports
+            reports, p = oracle.output_probabilities(int(v.labels[x]))
             reports = np.ascontiguousarray(reports)
             size = v.oracle.report_dtype.itemsize
             rec = np.zeros(len(p), dtype=self.report_dtype)
@@ -348,6 +311,65 @@ class ViewSampling(Mechanism):
             records.append(rec)
             probs.append(v.weight * np.asarray(p))
         return np.concatenate(records), np.concatenate(probs)
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        """The payload size, and each view's name, oracle, size, share (the first view
+        whose ``until`` exceeds one u64 is drawn), labels (None: identity) and constants."""
+        from ._portable import TWO64, hex64
+
+        views = []
+        cumulative = 0.0
+        for k, v in enumerate(self.views):
+            cumulative += v.weight
+            until = (
+                TWO64 - 1 if k == len(self.views) - 1 else min(TWO64 - 1, round(cumulative * TWO64))
+            )
+            labels = np.asarray(v.labels)
+            identity = labels.size == v.size and bool(np.all(labels == np.arange(labels.size)))
+            views.append(
+                {
+                    "name": v.name,
+                    "oracle": v.oracle.name,
+                    "size": v.size,
+                    "until": hex64(until),
+                    "labels": None if identity else [int(x) for x in labels],
+                    **v.oracle.served_constants(),
+                }
+            )
+        return {"payload": int(self._payload_size), "views": views}
+
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        """A view by one ``u64()``; the cell's group in it reported by the view's oracle, in
+        the record (view, payload) zero-padded."""
+        derived = definition["derived"]
+        cell = int(value)
+        draw = words.u64()
+        views = derived["views"]
+        k = next((i for i, v in enumerate(views) if draw < int(v["until"], 16)), len(views) - 1)
+        view = views[k]
+        item = cell if view["labels"] is None else int(view["labels"][cell])
+        body = oracle_class(view["oracle"]).portable_item(view, int(view["size"]), item, words)
+        return bytes([k]) + body + bytes(int(derived["payload"]) - len(body))
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """The view, by its weight; and given it, the view oracle's law for the cell's group."""
+        from ._conformance import chi2, prefixed
+
+        view = reports["view"].astype(np.int64)
+        weights = [v.weight for v in self.views]
+        out = [("view", *chi2(np.bincount(view, minlength=len(weights)), weights), "")]
+        for k, v in enumerate(self.views):
+            rows = reports["payload"][view == k]
+            if len(rows) < 20:
+                continue
+            group = int(v.labels[int(value)])
+            law = v.oracle.conformance_tests(
+                self._payload_reports(k, rows), group, derived["views"][k]
+            )
+            out += prefixed(f"view {v.name}", law)
+        return out
 
     # --- estimation ------------------------------------------------------------------------
     def _batch(

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -33,9 +34,33 @@ from ..randomness import resolve_rng
 from ._dyadic import check_min_epsilon
 from ._values import check_numbers
 
+if TYPE_CHECKING:  # the portable rules load with the mechanisms that use them
+    from ._portable import Derived, Words
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+Reports = npt.NDArray[Any]
+"""Reports of one mechanism, as the collector decodes them (``report_dtype``)."""
+LawTest = tuple[str, float, int, str]
+"""One conformance test of one input's reports: (test name, chi-square statistic, dof,
+detail)."""
+
+
+class PlanCase(NamedTuple):
+    """One metric of the conformance plan: its name, its definition (as
+    ``MetricDefinition.from_dict`` takes it) and the inputs to report."""
+
+    metric: str
+    spec: dict[str, Any]
+    inputs: tuple[Any, ...]
+
+
+@runtime_checkable
+class Enumerable(Protocol):
+    """A mechanism that lists every report of an input with its exact probability."""
+
+    def output_probabilities(self, value: int) -> tuple[npt.NDArray[Any], FloatArray]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +114,10 @@ class Mechanism(ABC):
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         """The sufficient statistics of valid reports."""
 
+    def auto_variance(self) -> float:
+        """The variance ``auto`` weighs this mechanism by (see :class:`ldpkit.Choice`)."""
+        raise NotImplementedError(f"{self.name} is not a candidate of auto")
+
     # --- what one report says about one input (the privacy audit's events) -------------
     @property
     def distinct_reports(self) -> int | None:
@@ -103,6 +132,35 @@ class Mechanism(ABC):
     def report_layer(self, reports: npt.ArrayLike) -> IntArray | None:
         """The layer each report speaks about (a tree's depth), for mechanisms whose
         reports each describe one of several layers; None for the others."""
+        return None
+
+    # --- the cross-language contract (ldpkit.portable, ldpkit.conformance) -------------
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = ()
+    """The conformance plan's metrics for this mechanism (``ldpkit conformance plan``)."""
+
+    def served_constants(self) -> dict[str, Any] | None:
+        """What a client needs beyond the definition to sample the portable rule exactly
+        (``derived`` in a served definition). Every 64-bit threshold is an exact integer
+        (16 hex digits); floats are the doubles the Python implementation uses (JSON
+        numbers round-trip them exactly). A mechanism has a portable rule (a client in any
+        language can sample it) iff it overrides this and :meth:`portable_report`."""
+        return None
+
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        """One report's bytes by the portable rule, from the served ``definition`` (with
+        its ``derived``) and the mechanism input ``value`` (an item or cell index, a
+        number, a string), drawing from ``words``."""
+        raise ParameterError(f"no portable sampling rule for mechanism {cls.name!r}")
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """Goodness-of-fit tests of ``reports``, all made for the mechanism input ``value``,
+        against this mechanism's exact output law (``derived``: its served constants)."""
+        raise NotImplementedError(f"{self.name} has no conformance law")
+
+    def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float] | None:
+        """How many ``reports`` made for ``value`` support it, and the probability each
+        should: the kit pools this over a metric's inputs (frequency oracles; else None)."""
         return None
 
     # --- shared behaviour --------------------------------------------------------------
@@ -129,41 +187,47 @@ class Mechanism(ABC):
         """View ``reports`` as an array of ``report_dtype`` (one row per report)."""
         dtype = self.report_dtype
         array = np.asarray(reports)
-        if dtype.fields is not None or dtype.subdtype is not None:
-            if dtype.subdtype is not None:
-                base, shape = dtype.subdtype
-                if array.ndim == 1 and array.shape == shape:
-                    array = array.reshape((1, *shape))
-                if array.dtype != base or array.shape[1:] != shape or array.ndim != 2:
-                    raise ReportError(
-                        f"{self.name} reports must be an array of shape (n, {shape[0]}) "
-                        f"and dtype {base}, got {array.shape} {array.dtype}"
-                    )
-                return array
-            if array.ndim == 0:
-                array = array.reshape(1)
+        if dtype.subdtype is not None:
+            return self._coerce_rows(array, dtype.subdtype)
+        if array.ndim == 0:
+            array = array.reshape(1)
+        if dtype.fields is not None:
             if array.dtype != dtype:
                 raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
             return array
-        if array.ndim == 0:
-            array = array.reshape(1)
         if array.ndim != 1:
             raise ReportError(f"{self.name} reports must be 1-D, got shape {array.shape}")
-        if array.dtype != dtype:
-            if array.dtype.kind in "iu" and dtype.kind in "iu":
-                # Integers of another width or sign are fine when they fit; astype would
-                # wrap around silently (257 -> 1 for int8), so refuse those that don't.
-                info = np.iinfo(dtype)
-                outside = (array < info.min) | (array > info.max)
-                if bool(np.any(outside)):
-                    i = int(np.argmax(outside))
-                    raise ReportError(
-                        f"report {i} ({array[i]}) does not fit {self.name}'s report dtype {dtype}"
-                    )
-            elif array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
-                raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
-            array = array.astype(dtype)
+        return array if array.dtype == dtype else self._cast_reports(array, dtype)
+
+    def _coerce_rows(
+        self, array: npt.NDArray[Any], subdtype: tuple[np.dtype[Any], tuple[int, ...]]
+    ) -> npt.NDArray[Any]:
+        """Reports that are rows of bytes (a packed bitmap): an (n, size) array."""
+        base, shape = subdtype
+        if array.ndim == 1 and array.shape == shape:
+            array = array.reshape((1, *shape))
+        if array.dtype != base or array.shape[1:] != shape or array.ndim != 2:
+            raise ReportError(
+                f"{self.name} reports must be an array of shape (n, {shape[0]}) "
+                f"and dtype {base}, got {array.shape} {array.dtype}"
+            )
         return array
+
+    def _cast_reports(self, array: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """Scalar reports of another dtype, as ``dtype`` when they fit it."""
+        if array.dtype.kind in "iu" and dtype.kind in "iu":
+            # Integers of another width or sign are fine when they fit; astype would
+            # wrap around silently (257 -> 1 for int8), so refuse those that don't.
+            info = np.iinfo(dtype)
+            outside = (array < info.min) | (array > info.max)
+            if bool(np.any(outside)):
+                i = int(np.argmax(outside))
+                raise ReportError(
+                    f"report {i} ({array[i]}) does not fit {self.name}'s report dtype {dtype}"
+                )
+        elif array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
+            raise ReportError(f"{self.name} reports must have dtype {dtype}, got {array.dtype}")
+        return array.astype(dtype)
 
     def check_reports(self, reports: npt.ArrayLike) -> BoolArray:
         """A boolean mask: which reports are well-formed (see ``report_rule``)."""
@@ -251,6 +315,35 @@ class FrequencyOracle(Mechanism):
     def params(self) -> dict[str, Any]:
         return {"mechanism": self.name, "epsilon": self.epsilon, "domain_size": self.domain_size}
 
+    # --- the portable rule and the conformance law -------------------------------------
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        d = len(definition["categories"])
+        x = int(value)
+        if not 0 <= x < d:
+            raise ParameterError(f"item {x} is outside 0..{d - 1}")
+        return cls.portable_item(definition["derived"], d, x, words)
+
+    @abstractmethod
+    def served_constants(self) -> dict[str, Any]: ...
+
+    @classmethod
+    @abstractmethod
+    def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
+        """The report of item ``x`` of ``d`` by the portable rule (also a nested oracle's,
+        with the constants it serves in ``derived``)."""
+
+    @abstractmethod
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """The law of the reports of item ``value`` (it needs none of ``derived``)."""
+
+    def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float]:
+        return int(np.count_nonzero(self.supports(value, reports))), self.p
+
+    def auto_variance(self) -> float:
+        """One item's variance at frequency 0 from one report."""
+        return float(self.variance(0.0))
+
     def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
         if values.dtype.kind not in "iu":
             if (
@@ -282,6 +375,12 @@ class FrequencyOracle(Mechanism):
         p, q = self.p, self.q
         var = (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
         return float(var) if var.ndim == 0 else var
+
+    def pair_support(self) -> tuple[float, float] | None:
+        """``(r1, r0)``: the probability that one report supports two given items, one of
+        them the true item (r1) or neither (r0), when it is the same for every pair (what
+        a structured metric's estimator needs); None when it depends on the items."""
+        return None
 
     def estimate(self, aggregate: Aggregate) -> FrequencyEstimate:
         """Unbiased fractions; intervals from each item's support count (see estimates)."""
@@ -335,6 +434,28 @@ class NumericMechanism(Mechanism):
 
     def params(self) -> dict[str, Any]:
         return {"mechanism": self.name, "epsilon": self.epsilon, "bounds": list(self.bounds)}
+
+    # --- the portable rule and the conformance law -------------------------------------
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        from ._portable import bounded
+
+        lo, hi, x = bounded(definition, value)
+        return cls.portable_number(definition["derived"], lo, hi, x, words)
+
+    @classmethod
+    @abstractmethod
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
+        """The report of the number ``x``, clipped to ``[lo, hi]``, by the portable rule."""
+
+    def auto_variance(self) -> float:
+        """The worst case of one report's variance over the bounds."""
+        return self.worst_case_variance()
+
+    def clipped(self, value: Any) -> float:
+        """A number clipped to the bounds, as the device clips it."""
+        lo, hi = self.bounds
+        return min(max(float(value), lo), hi)
 
     def _check_values(self, values: npt.NDArray[Any]) -> FloatArray:
         return check_numbers(values, self.bounds)

@@ -18,8 +18,10 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from ._conformance import chi2, numeric_cases
 from ._dyadic import check_min_epsilon, realized_at_least
-from .base import BoolArray, FloatArray, NumericMechanism
+from ._portable import Derived, Words, dyadic53, hex64, unit
+from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
 
 REPORT_DTYPE = np.dtype("i1")
 
@@ -48,6 +50,31 @@ def duchi_signs(t: FloatArray, threshold: float, rng: np.random.Generator) -> np
     upper = rng.random(n) < (t + 1.0) * 0.5
     flip = rng.random(n) < threshold
     return np.where(upper != flip, 1, -1).astype(REPORT_DTYPE)
+
+
+def duchi_sign(flip: str, t: float, words: Words) -> int:
+    """The portable rule's ±1 for unit value t: the +1 extreme if ``uniform() < (t + 1) / 2``,
+    flipped if ``coin(flip)``."""
+    upper = words.uniform() < (t + 1.0) * 0.5
+    return 1 if upper != words.coin(flip) else -1
+
+
+def plus_probability(t: float, flip: str) -> float:
+    """``Pr[+1]`` at unit value t, with the served ``flip`` threshold."""
+    f = int(flip, 16) / 2.0**64
+    upper = (t + 1.0) * 0.5
+    return upper * (1.0 - f) + (1.0 - upper) * f
+
+
+def sign_test(reports: npt.NDArray[Any], t: float, flip: str, atom: int) -> LawTest:
+    """The law of Duchi's reports ``±atom`` for unit value t (served ``flip`` threshold)."""
+    values = reports.astype(np.int64)
+    plus = plus_probability(t, flip)
+    counts = [int((values == -atom).sum()), int((values == atom).sum())]
+    stat, dof = chi2(counts, [1.0 - plus, plus])
+    if len(values) != sum(counts):
+        stat = math.inf
+    return ("sign", stat, dof, "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +110,7 @@ class Duchi(NumericMechanism):
     """
 
     name: ClassVar[str] = "duchi"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("duchi")
 
     C: float = field(init=False, repr=False)
     flip_probability: float = field(init=False, repr=False)
@@ -129,3 +157,15 @@ class Duchi(NumericMechanism):
     def worst_case_variance(self) -> float:
         """``C^2`` (at the midpoint of the bounds), in the metric's units."""
         return self.C * self.C * self.half_range**2
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {"flip": hex64(dyadic53(self.flip_probability)), "scale": self.C}
+
+    @classmethod
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
+        sign = duchi_sign(derived["flip"], unit(lo, hi, x), w)
+        return sign.to_bytes(1, "little", signed=True)
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        return [sign_test(reports, unit(*self.bounds, self.clipped(value)), derived["flip"], 1)]

@@ -20,13 +20,17 @@ from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import ParameterError
+from . import _portable
+from ._conformance import Cdf, numeric_cases
 from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: as for Laplace; part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
 from ._grid import GridMechanism
-from .base import BoolArray, FloatArray, IntArray
+from ._portable import Derived, Words
+from .base import BoolArray, FloatArray, IntArray, PlanCase
 
 TAIL_SIGMAS = 40.0
 """A report is valid if it lies within ``TAIL_SIGMAS`` noise standard deviations of the
@@ -190,6 +194,10 @@ class LocalGaussian(GridMechanism):
     """
 
     name: ClassVar[str] = "gaussian"
+    # a strict delta at the small epsilon
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases(
+        "gaussian", delta=(1e-9, 1e-3)
+    )
     delta: float | None = None
     sigma: float = field(init=False)
     """The noise's parameter in the metric's units: ``sqrt(sigma2) (hi - lo) / D``."""
@@ -238,8 +246,6 @@ class LocalGaussian(GridMechanism):
         t, m = self.laplace_scale, self.sigma2_over_t
         if n > _FEW:
             return discrete_gaussian(rng, t, m, n)
-        from .. import portable  # here: portable imports the mechanisms
-
         block = rng.integers(0, 1 << 32, size=64 * n, dtype=np.uint64).tolist()
 
         def word() -> int:
@@ -247,8 +253,8 @@ class LocalGaussian(GridMechanism):
                 block.extend(rng.integers(0, 1 << 32, size=64, dtype=np.uint64).tolist())
             return int(block.pop())
 
-        words = portable.Words(word)
-        return np.array([portable.discrete_gaussian(t, m, words) for _ in range(n)], np.int64)
+        words = Words(word)
+        return np.array([_portable.discrete_gaussian(t, m, words) for _ in range(n)], np.int64)
 
     def grid_noise_variance(self) -> float:
         return self._noise_variance
@@ -262,6 +268,53 @@ class LocalGaussian(GridMechanism):
         must be at most ``delta``; work is proportional to s (a fraction of a second).
         """
         return discrete_gaussian_delta(self.epsilon, self.grid_sigma, self.grid_steps)
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {
+            "grid_steps": self.grid_steps,
+            "cap": self.noise_cap,
+            "t": self.laplace_scale,
+            "m": self.sigma2_over_t,
+        }
+
+    @classmethod
+    def portable_noise(cls, derived: Derived, words: Words) -> int:
+        """The discrete Gaussian of variance parameter ``t m`` (CKS Algorithm 3)."""
+        return _portable.discrete_gaussian(int(derived["t"]), int(derived["m"]), words)
+
+    def noise_cdf(self, derived: Derived) -> Cdf:
+        """Z's law from the served ``t m``: its pmf summed exactly below
+        :data:`_EXACT_GAUSSIAN_REACH`, else the normal law with a continuity correction."""
+        sigma2 = int(derived["t"]) * int(derived["m"])
+        sigma = math.sqrt(sigma2)
+        if sigma >= _EXACT_GAUSSIAN_REACH:
+            # Pr[Z <= k] = Phi((k + 1/2) / sigma) to within 1 / (24 sigma^2) (the midpoint
+            # rule's error on the Gaussian), far below what any sample size here can see.
+            erfc = np.vectorize(math.erfc, otypes=[np.float64])
+
+            def normal(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+                out: npt.NDArray[np.float64] = 0.5 * erfc(
+                    -(np.floor(z) + 0.5) / (sigma * math.sqrt(2.0))
+                )
+                return out
+
+            return normal
+        reach = math.ceil(40.0 * sigma) + 2
+        support = np.arange(-reach, reach + 1, dtype=np.float64)
+        pmf = np.exp(-(support * support) / (2.0 * sigma2))
+        cumulative = np.cumsum(pmf / pmf.sum())
+
+        def exact(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+            at = np.clip(np.floor(z) + reach, -1, 2 * reach).astype(np.int64)
+            out: npt.NDArray[np.float64] = np.where(at < 0, 0.0, cumulative[np.maximum(at, 0)])
+            return out
+
+        return exact
+
+
+_EXACT_GAUSSIAN_REACH = 64
+"""Below this noise parameter the conformance law sums the discrete Gaussian's pmf exactly."""
 
 
 def exact_noise_parameter(s: float) -> tuple[int, int]:

@@ -46,7 +46,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from ._conformance import categorical_cases, chi2
+from ._portable import Derived, Words, hex64
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 REPORT_DTYPE = np.dtype("<u4")
 # output_probabilities lists all K columns; refuse beyond this.
@@ -104,6 +106,7 @@ class HadamardResponse(FrequencyOracle):
     """
 
     name: ClassVar[str] = "hr"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("hr")
 
     K: int = field(init=False)
 
@@ -173,3 +176,25 @@ class HadamardResponse(FrequencyOracle):
         inside = (np.bitwise_count(np.uint64(x + 1) & columns) & np.uint8(1)) == 0
         probs = np.where(inside, 2.0 * self.p / self.K, 2.0 * (1.0 - self.p) / self.K)
         return columns.astype(REPORT_DTYPE), probs
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {"K": self.K, "keep": hex64(_bits.threshold64_floor(self.p))}
+
+    @classmethod
+    def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
+        """``c = below(K)``; if ``coin(keep)`` disagrees with c being in ``C_x``, flip
+        ``c ^= lowbit(x + 1)``: a uint32."""
+        row = x + 1
+        c = words.below(int(derived["K"]))
+        keep = words.coin(derived["keep"])
+        inside = (row & c).bit_count() % 2 == 0
+        if inside != keep:
+            c ^= row & -row
+        return c.to_bytes(4, "little")
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """Every column's count against its probability."""
+        _, probs = self.output_probabilities(int(value))
+        counts = np.bincount(reports.astype(np.int64), minlength=self.K)
+        return [("column", *chi2(counts, probs), "")]

@@ -13,8 +13,9 @@ frequency estimation", USENIX Security 2017 (GRR and OLH, and when each is bette
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -23,12 +24,18 @@ from .._validation import check_bounds, check_epsilon, check_positive
 from ..aggregate import Aggregate
 from ..distribution import DistributionEstimate, LevelNoise, Tree, TreeSmoother, leaf_index
 from ..errors import ParameterError
+from . import oracle_class
+from ._conformance import NUMERIC_BOUNDS, case_name, chi2, prefixed
 from ._dyadic import check_min_epsilon
+from ._portable import Derived, Words, bounded
 from ._values import check_numbers
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
 from .local_hashing import REPORT_DTYPE as OLH_DTYPE
 from .local_hashing import OptimizedLocalHashing
 from .randomized_response import GeneralizedRR
+
+if TYPE_CHECKING:
+    from .base import LawTest, Reports
 
 REPORT_DTYPE = np.dtype([("depth", "u1"), ("a", "<u8"), ("b", "<u8"), ("y", "<u4")])
 """One report (21 bytes, packed, little-endian): the depth reported and that depth's
@@ -38,6 +45,37 @@ local-hashing depths use the whole ``(a, b, y)`` record of :mod:`.local_hashing`
 DEFAULT_RESOLUTION = 1024
 DEFAULT_BRANCHING = 4
 """Fan-out of the tree unless given (see docs/statistics.md for the measured choice)."""
+
+
+def leaf_of(x: float, lo: float, hi: float, resolution: int) -> int:
+    """The portable rule's leaf of a clipped value: edges ``lo + ((hi - lo) * k) / R``
+    (the last: hi)."""
+
+    def edge(k: int) -> float:
+        return hi if k == resolution else lo + ((hi - lo) * k) / resolution
+
+    k = min(max(math.floor((x - lo) / (hi - lo) * resolution), 0), resolution - 1)
+    if k < resolution - 1 and x >= edge(k + 1):
+        k += 1
+    if x < edge(k):
+        k -= 1
+    return k
+
+
+def _oracle_reports(oracle: FrequencyOracle, rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """One depth's reports as its oracle's: local hashing's (a, b, y), else the item y."""
+    if isinstance(oracle, OptimizedLocalHashing):
+        records = np.empty(rows.size, dtype=OLH_DTYPE)
+        for key in ("a", "b", "y"):
+            records[key] = rows[key]
+        return records
+    return rows["y"].astype(oracle.report_dtype)
+
+
+def _plan_case(epsilon: float) -> PlanCase:
+    lo, hi = NUMERIC_BOUNDS
+    spec = {"kind": "distribution", "bounds": [lo, hi], "resolution": 64, "epsilon": epsilon}
+    return PlanCase(case_name("hh", epsilon), spec, (lo, 0.123456789, hi))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +122,7 @@ class HierarchicalHistogram(Mechanism):
 
     name: ClassVar[str] = "hh"
     kind: ClassVar[str] = "distribution"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case(1.0), _plan_case(3.0))
 
     bounds: tuple[float, float]
     resolution: int = DEFAULT_RESOLUTION
@@ -161,6 +200,12 @@ class HierarchicalHistogram(Mechanism):
             "branching": self.branching,
         }
 
+    def auto_variance(self) -> float:
+        """The variance of the fraction below the middle of the bounds, for uniform values
+        and one report."""
+        lo, hi = self.bounds
+        return float(self.expected(1.0).fraction(lo, (lo + hi) / 2.0).stderr ** 2)
+
     def depth_oracles(self) -> dict[int, str]:
         """Which oracle each depth uses, by name."""
         return {t: o.name for t, o in enumerate(self.oracles, start=1)}
@@ -224,10 +269,7 @@ class HierarchicalHistogram(Mechanism):
         for t, oracle in enumerate(self.oracles, start=1):
             chosen = reports[depth == t]
             if isinstance(oracle, OptimizedLocalHashing):
-                records = np.empty(chosen.size, dtype=OLH_DTYPE)
-                for key in ("a", "b", "y"):
-                    records[key] = chosen[key]
-                out.append(oracle.aggregate(records).sums)
+                out.append(oracle.aggregate(_oracle_reports(oracle, chosen)).sums)
             else:
                 out.append(np.bincount(chosen["y"], minlength=tree.counts[t]).astype(float))
         return np.concatenate(out)
@@ -356,3 +398,48 @@ class HierarchicalHistogram(Mechanism):
             records.append(part)
             probs.append(p / self.height)
         return np.concatenate(records), np.concatenate(probs)
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        """The resolution, and each depth's leaves per node, nodes, oracle and its constants."""
+        depths = [
+            {
+                "leaves_per_node": int(self.tree.sizes[t]),
+                "nodes": int(self.tree.counts[t]),
+                "oracle": oracle.name,
+                **oracle.served_constants(),
+            }
+            for t, oracle in enumerate(self.oracles, start=1)
+        ]
+        return {"resolution": self.resolution, "depths": depths}
+
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        """The leaf of the clipped number; a depth t = ``below(height)`` + 1; the report of
+        the leaf's node there by the depth's oracle, in the record (depth, a, b, y) (a GRR
+        depth's item is y, with a = b = 0)."""
+        lo, hi, x = bounded(definition, value)
+        derived = definition["derived"]
+        leaf = leaf_of(x, lo, hi, int(derived["resolution"]))
+        depths = derived["depths"]
+        t = words.below(len(depths))
+        depth = depths[t]
+        node = leaf // int(depth["leaves_per_node"])
+        body = oracle_class(depth["oracle"]).portable_item(depth, int(depth["nodes"]), node, words)
+        return bytes([t + 1]) + bytes(REPORT_DTYPE.itemsize - 1 - len(body)) + body
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """The depth, uniform; and given it, the depth oracle's law for the value's node."""
+        leaf = int(leaf_index(np.array([float(value)]), self.bounds, self.resolution)[0])
+        depth = reports["depth"].astype(np.int64)
+        counts = np.bincount(depth, minlength=self.height + 1)[1:]
+        out = [("depth", *chi2(counts, np.ones(self.height)), "")]
+        for t, oracle in enumerate(self.oracles, start=1):
+            rows = reports[depth == t]
+            if len(rows) < 20:
+                continue
+            node = int(self.tree.node_of_leaf(np.array([leaf]), t)[0])
+            own = derived["depths"][t - 1]
+            law = oracle.conformance_tests(_oracle_reports(oracle, rows), node, own)
+            out += prefixed(f"depth {t}", law)
+        return out

@@ -49,7 +49,27 @@ from ..errors import ParameterError
 from ..inference import Quadratic, tree_consistent
 from ..structured_estimates import HierarchyEstimate, OutputArrays
 from ._views import ViewSampling, _check_weights
-from .base import FloatArray, IntArray
+from .base import FloatArray, IntArray, PlanCase
+
+_REGION = (
+    "MX/Jalisco/Guadalajara",
+    "MX/Jalisco/Zapopan",
+    "MX/Sonora/Hermosillo",
+    "US/Texas",
+    "Perú",
+)
+"""The conformance plan's tree: leaves at depths 3, 2 and 1."""
+
+
+def _plan_case(mechanism: str, oracle: str) -> PlanCase:
+    spec = {
+        "kind": "hierarchy",
+        "categories": list(_REGION),
+        "epsilon": 1.5,
+        "mechanism": mechanism,
+        "oracle": oracle,
+    }
+    return PlanCase(mechanism, spec, (_REGION[0], _REGION[3], _REGION[4]))
 
 
 def refining_depths(tree: Tree) -> list[int]:
@@ -166,6 +186,7 @@ class LeafRollup(HierarchyMechanism):
     """
 
     name: ClassVar[str] = "rollup"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case("rollup", "oue"),)
 
     def _view_specs(self) -> list[tuple[str, IntArray]]:
         d = self.tree.depth
@@ -195,31 +216,32 @@ class LevelSampling(HierarchyMechanism):
     """
 
     name: ClassVar[str] = "levels"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case("levels", "auto"),)
 
     levels: tuple[int, ...] | None = None
     weights: tuple[float, ...] | None = None
 
     def _view_specs(self) -> list[tuple[str, IntArray]]:
-        default = refining_depths(self.tree)
-        if self.levels is None:
-            depths = default
-        else:
-            given: object = self.levels  # from TOML/JSON it may be anything
-            if isinstance(given, str) or not isinstance(given, Sequence):
-                raise ParameterError(f"levels must be a list of depths, got {self.levels!r}")
-            depths = sorted({self.tree.check_depth(d) for d in given})
-            widths = [self.tree.width(d) for d in depths]
-            if widths[-1] != self.tree.size:
-                raise ParameterError(
-                    "levels must include a depth that separates every leaf (the leaves' depth)"
-                )
-            if any(w < 2 for w in widths) or len(set(widths)) != len(widths):
-                raise ParameterError(
-                    f"levels must be depths with at least 2 nodes and distinct partitions; "
-                    f"the default is {default}"
-                )
+        depths = refining_depths(self.tree) if self.levels is None else self._given_levels()
         object.__setattr__(self, "levels", tuple(depths))
         return [(f"depth {d}", self.tree.labels[d - 1]) for d in depths]
+
+    def _given_levels(self) -> list[int]:
+        given: object = self.levels  # from TOML/JSON it may be anything
+        if isinstance(given, str) or not isinstance(given, Sequence):
+            raise ParameterError(f"levels must be a list of depths, got {self.levels!r}")
+        depths = sorted({self.tree.check_depth(d) for d in given})
+        widths = [self.tree.width(d) for d in depths]
+        if widths[-1] != self.tree.size:
+            raise ParameterError(
+                "levels must include a depth that separates every leaf (the leaves' depth)"
+            )
+        if any(w < 2 for w in widths) or len(set(widths)) != len(widths):
+            raise ParameterError(
+                f"levels must be depths with at least 2 nodes and distinct partitions; "
+                f"the default is {refining_depths(self.tree)}"
+            )
+        return depths
 
     def _weights(self, count: int) -> tuple[float, ...]:
         if self.weights is None:

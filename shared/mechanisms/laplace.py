@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from ._bits import uniform_u64
+from ._conformance import Cdf, numeric_cases
 from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
 from ._grid import GridMechanism
-from .base import IntArray
+from ._portable import Derived, Words, hex64
+from .base import IntArray, PlanCase
 
 
 def _threshold(probability: float) -> int:
@@ -38,6 +41,19 @@ TAIL_CAP = 48.0
 (lambda = epsilon / D): genuine noise goes further with probability ``2 e^-48 < 1e-20``,
 and the device clamps it there anyway (post-processing)."""
 _JOINT_DIGIT_WORDS = 1 << 16  # up to this many digit words, drawn in one call
+
+
+def geometric(derived: Derived, words: Words) -> int:
+    """The portable rule of ``Pr[G = g] = (1 - a) a^g``: its binary digits (a coin of
+    each ``digits`` threshold), then its block count (coins of ``block`` until one fails)."""
+    g = 0
+    digits = derived["digits"]
+    for j, threshold in enumerate(digits):
+        if words.coin(threshold):
+            g += 1 << j
+    while words.coin(derived["block"]):
+        g += 1 << len(digits)
+    return g
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +115,7 @@ class LocalLaplace(GridMechanism):
     """
 
     name: ClassVar[str] = "laplace"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("laplace")
     decay: float = field(init=False, repr=False)
     """``a = exp(-eps / D)``: the geometric's ratio."""
     digit_thresholds: tuple[int, ...] = field(init=False, repr=False)
@@ -151,3 +168,29 @@ class LocalLaplace(GridMechanism):
     def grid_noise_variance(self) -> float:
         """``2 a / (1 - a)^2 = 1 / (2 sinh^2(lambda / 2))``: Var Z in grid steps squared."""
         return 0.5 / math.sinh(self._lam / 2.0) ** 2
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {
+            "grid_steps": self.grid_steps,
+            "cap": self.noise_cap,
+            "digits": [hex64(t) for t in self.digit_thresholds],
+            "block": hex64(self.block_threshold),
+        }
+
+    @classmethod
+    def portable_noise(cls, derived: Derived, words: Words) -> int:
+        """The difference of two geometrics, the first drawn first."""
+        return geometric(derived, words) - geometric(derived, words)
+
+    def noise_cdf(self, derived: Derived) -> Cdf:
+        lam = self._lam
+        one_plus_a = 1.0 + math.exp(-lam)
+
+        def z_cdf(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+            neg = np.exp(np.minimum(z, 0.0) * lam) / one_plus_a
+            pos = 1.0 - np.exp(-(np.maximum(z, 0.0) + 1.0) * lam) / one_plus_a
+            out: npt.NDArray[np.float64] = np.where(z < 0, neg, pos)
+            return out
+
+        return z_cdf

@@ -80,7 +80,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from ._conformance import categorical_cases, chi2, rr_probabilities
+from ._portable import TWO64, Derived, Words, hex64, rr_item
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 REPORT_DTYPE = np.dtype([("a", "<u8"), ("b", "<u8"), ("y", "<u4")])
 """One OLH report: the hash key (a, b) and the reported bucket y (20 bytes, packed)."""
@@ -116,6 +118,12 @@ def bucket(values: npt.ArrayLike, a: npt.ArrayLike, b: npt.ArrayLike, g: int) ->
     b64 = np.atleast_1d(np.asarray(b, dtype=np.uint64))
     h = (a64 * v + b64) >> _U32
     return (h * np.uint64(g)) >> _U32
+
+
+def olh_bucket(v: int, a: int, b: int, g: int) -> int:
+    """:func:`bucket` of one item, in Python integers (the portable rule)."""
+    h = ((a * v + b) % TWO64) >> 32
+    return (h * g) >> 32
 
 
 def bucket_bounds(
@@ -168,6 +176,7 @@ class OptimizedLocalHashing(FrequencyOracle):
     """
 
     name: ClassVar[str] = "olh"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("olh", (0.5, 1.5, 2.0))
 
     g: int = field(init=False)
 
@@ -277,3 +286,39 @@ class OptimizedLocalHashing(FrequencyOracle):
         reports["b"] = b
         reports["y"] = np.arange(self.g)
         return reports, probs
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {"g": self.g, "keep": hex64(_bits.threshold64_floor(self.p))}
+
+    @classmethod
+    def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
+        """``a = u64()``, ``b = u64()``, then g-ary randomized response on x's bucket:
+        the record (a, b, y)."""
+        g = int(derived["g"])
+        a = words.u64()
+        b = words.u64()
+        y = rr_item(derived["keep"], g, olh_bucket(x, a, b, g), words)
+        return a.to_bytes(8, "little") + b.to_bytes(8, "little") + y.to_bytes(4, "little")
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """The reported bucket relative to the value's under the report's own key, as
+        g-ary randomized response; and each of the 128 bits of the keys (a, b) fair."""
+        g = self.g
+        a = reports["a"].astype(np.uint64)
+        b = reports["b"].astype(np.uint64)
+        true = bucket(int(value), a, b, g)
+        shift = (reports["y"].astype(np.int64) - true.astype(np.int64)) % g
+        out = [
+            (
+                "bucket vs hash",
+                *chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p)),
+                "",
+            )
+        ]
+        n = len(reports)
+        keys = np.stack([a, b], axis=1).view(np.uint8).reshape(n, 16)
+        ones = np.unpackbits(keys, axis=1).sum(axis=0).astype(np.float64)
+        z2 = (ones - n / 2.0) ** 2 / (n / 4.0)
+        out.append(("hash key bits", float(z2.sum()), 128, "each of the 128 bits of (a, b) fair"))
+        return out

@@ -24,9 +24,11 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from ._conformance import Cdf, binned, numeric_cases
 from ._dyadic import check_min_epsilon, realized_at_least
-from .base import BoolArray, FloatArray, NumericMechanism
-from .duchi import duchi_constants, duchi_signs
+from ._portable import Derived, Words, dyadic53, hex64, unit
+from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
+from .duchi import duchi_constants, duchi_sign, duchi_signs, plus_probability, sign_test
 
 REPORT_DTYPE = np.dtype("<i4")
 
@@ -145,6 +147,78 @@ class _PMGrid:
         return result
 
 
+def pm_constants(grid: _PMGrid) -> dict[str, Any]:
+    """What the portable rule of PM needs of its grid (``derived``)."""
+    _, outside = realized_at_least(grid.outside_probability)
+    c_plus_1 = 2.0 / -math.expm1(-grid.epsilon / 2.0)
+    c_minus_1 = 2.0 / math.expm1(grid.epsilon / 2.0)
+    w_in, w_out = grid.widths
+    return {
+        "outside": hex64(dyadic53(outside)),
+        "c_plus_1": c_plus_1,
+        "c_minus_1": c_minus_1,
+        "step": grid.step,
+        "c": grid.C / grid.step,
+        "w_in": w_in,
+        "w_out": w_out,
+        "bound": grid.bound,
+    }
+
+
+def _inside_start(derived: Derived, t: float) -> float:
+    """PM's ``l(t)`` in grid steps, within ``[-c, c - w_in]``."""
+    lo = (0.5 * derived["c_plus_1"] * t - 0.5 * derived["c_minus_1"]) / derived["step"]
+    return float(min(max(lo, -derived["c"]), derived["c"] - derived["w_in"]))
+
+
+def pm_index(derived: Derived, t: float, words: Words) -> int:
+    """The portable rule of PM: its grid index for unit value t (see :class:`Piecewise`)."""
+    c, w_in, w_out = derived["c"], derived["w_in"], derived["w_out"]
+    outside = words.coin(derived["outside"])
+    u = words.uniform()
+    lo = _inside_start(derived, t)
+    if outside:
+        along = u * w_out
+        left = lo + c
+        start, offset = (-c, along) if along < left else (lo + w_in, along - left)
+    else:
+        start, offset = lo, u * w_in
+    anchor = math.floor(start)
+    index = anchor + math.floor((start - anchor) + offset + words.uniform())
+    bound = int(derived["bound"])
+    return int(min(max(index, -bound), bound))
+
+
+def pm_cdf(derived: Derived, t: float) -> Cdf:
+    """``Pr[index <= k]`` of PM on its grid (stochastic rounding of the continuous output)."""
+    c, w_in, w_out = derived["c"], derived["w_in"], derived["w_out"]
+    q = int(derived["outside"], 16) / 2.0**64
+    lo = _inside_start(derived, t)
+    pieces = [
+        (-c, lo, q * (lo + c) / w_out),
+        (lo, lo + w_in, 1.0 - q),
+        (lo + w_in, c, q * (c - lo - w_in) / w_out),
+    ]
+
+    def excess(s: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        # E[(s - v)^+], v the continuous output: piecewise quadratic.
+        total = np.zeros_like(s)
+        for a, b, mass in pieces:
+            if mass <= 0 or b <= a:
+                continue
+            inside = (s - a) ** 2 / (2.0 * (b - a))
+            after = s - (a + b) / 2.0
+            total += mass * np.where(s <= a, 0.0, np.where(s >= b, after, inside))
+        return total
+
+    def cdf(k: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        # floor(v + U) <= k iff v + U < k + 1: Pr = ∫_k^{k+1} F_v(s) ds.
+        out = excess(k + 1.0) - excess(k)
+        return np.clip(out, 0.0, 1.0)
+
+    return cdf
+
+
 @dataclass(frozen=True, kw_only=True)
 class Piecewise(NumericMechanism):
     """Wang et al.'s Piecewise Mechanism (PM), snapped to a grid of ``2**20`` cells.
@@ -189,6 +263,7 @@ class Piecewise(NumericMechanism):
     """
 
     name: ClassVar[str] = "piecewise"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("piecewise")
 
     C: float = field(init=False, repr=False)
     step: float = field(init=False, repr=False)
@@ -246,6 +321,20 @@ class Piecewise(NumericMechanism):
         unit = float(self._grid.base_variance(one)[0]) + self.step**2 / 4.0
         return unit * self.half_range**2
 
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {**pm_constants(self._grid), "scale": self.step}
+
+    @classmethod
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
+        return pm_index(derived, unit(lo, hi, x), w).to_bytes(4, "little", signed=True)
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """The grid index binned at the quantiles of its exact law."""
+        pm = pm_cdf(derived, unit(*self.bounds, self.clipped(value)))
+        bound = int(derived["bound"])
+        return [("index (binned)", *binned(reports.astype(np.int64), pm, -bound - 1, bound), "")]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Hybrid(NumericMechanism):
@@ -290,6 +379,7 @@ class Hybrid(NumericMechanism):
     """
 
     name: ClassVar[str] = "hybrid"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("hybrid")
 
     alpha: float = field(init=False, repr=False)
     """Probability of the PM branch: ``1 - e^{-eps/2}`` above eps = 0.61, else 0."""
@@ -401,3 +491,41 @@ class Hybrid(NumericMechanism):
         else:
             unit = self.C_duchi**2
         return unit * self.half_range**2
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {
+            **pm_constants(self._grid),
+            "pm": hex64(dyadic53(self.alpha)),
+            "flip": hex64(dyadic53(duchi_constants(self.epsilon)[1])),
+            "duchi_index": self.duchi_index,
+            "scale": self.step,
+        }
+
+    @classmethod
+    def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
+        """PM's index if ``coin(pm)``, else Duchi's sign times ``duchi_index``."""
+        t = unit(lo, hi, x)
+        if w.coin(derived["pm"]):
+            index = pm_index(derived, t, w)
+        else:
+            index = duchi_sign(derived["flip"], t, w) * int(derived["duchi_index"])
+        return index.to_bytes(4, "little", signed=True)
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """Duchi's sign law at eps <= 0.61; above, the mixture's index binned."""
+        t = unit(*self.bounds, self.clipped(value))
+        if self.alpha == 0.0:
+            return [sign_test(reports, t, derived["flip"], self.duchi_index)]
+        pm = pm_cdf(derived, t)
+        alpha = int(derived["pm"], 16) / 2.0**64
+        plus = plus_probability(t, derived["flip"])
+        atom = self.duchi_index
+
+        def mixture(k: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+            duchi = np.where(k >= atom, 1.0, np.where(k >= -atom, 1.0 - plus, 0.0))
+            return alpha * pm(k) + (1.0 - alpha) * duchi
+
+        bound = int(derived["bound"])
+        values = reports.astype(np.int64)
+        return [("index (binned)", *binned(values, mixture, -bound - 1, bound), "")]

@@ -18,7 +18,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from ._conformance import CATEGORIES, categorical_cases, chi2
+from ._portable import Derived, Words, hex64, rr_item
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 REPORT_DTYPE = np.dtype("<u4")
 
@@ -33,6 +35,7 @@ class GeneralizedRR(FrequencyOracle):
     """
 
     name: ClassVar[str] = "grr"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("grr")
 
     def _support_probabilities(self) -> tuple[float, float]:
         # Written as 1 / (1 + (d - 1) e^-eps) to stay exact for large epsilon.
@@ -82,6 +85,25 @@ class GeneralizedRR(FrequencyOracle):
         probs[value] = self.p
         return np.arange(self.domain_size, dtype=REPORT_DTYPE), probs
 
+    def pair_support(self) -> tuple[float, float]:
+        """A report supports one item only."""
+        return 0.0, 0.0
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {"keep": hex64(_bits.threshold64_floor(self.p))}
+
+    @classmethod
+    def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
+        """x if ``coin(keep)``, else ``below(d - 1)`` skipping x: a uint32."""
+        return rr_item(derived["keep"], d, x, words).to_bytes(4, "little")
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """Every item's count against its probability."""
+        _, probs = self.output_probabilities(int(value))
+        counts = np.bincount(reports.astype(np.int64), minlength=self.domain_size)
+        return [("item", *chi2(counts, probs), "")]
+
 
 @dataclass(frozen=True, kw_only=True)
 class BinaryRR(GeneralizedRR):
@@ -91,6 +113,9 @@ class BinaryRR(GeneralizedRR):
     """
 
     name: ClassVar[str] = "rr"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases(
+        "rr", categories=CATEGORIES[:2], inputs=(0, -1)
+    )
     domain_size: int = 2
 
     def __post_init__(self) -> None:

@@ -95,6 +95,7 @@ generators, scrambled", ACM TOMS 2016 (SplitMix64).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Integral
@@ -108,9 +109,11 @@ from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..heavy_hitters import HeavyHitters, oracle_variance
 from ..randomness import resolve_rng
-from . import _bits
+from . import _bits, _portable
+from ._conformance import chi2, rr_probabilities
 from ._dyadic import check_min_epsilon
-from .base import BoolArray, FloatArray, Mechanism
+from ._portable import Derived, Words
+from .base import BoolArray, FloatArray, LawTest, Mechanism, PlanCase, Reports
 from .local_hashing import optimal_buckets
 
 REPORT_DTYPE = np.dtype("<u4")
@@ -187,13 +190,7 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
     array works too, but numpy drops trailing NUL characters from its strings: pass a
     list to keep them.
     """
-    array = values
-    if isinstance(values, (str, bytes, bytearray)):
-        array = np.array([values], dtype=object)
-    elif not isinstance(values, np.ndarray):
-        array = np.array(list(values), dtype=object) if values is not None else None
-    if not isinstance(array, np.ndarray) or array.ndim != 1:
-        raise ReportError("string values must be a string, bytes, or a 1-D sequence of them")
+    array = _string_array(values)
     n = array.shape[0]
     width = max_length + 1
     if array.dtype.kind == "U":
@@ -202,14 +199,7 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
         except UnicodeEncodeError as exc:
             raise ReportError(f"a value cannot be encoded as UTF-8: {exc}") from None
     if array.dtype.kind == "S":
-        lengths = np.char.str_len(array).astype(np.int64)
-        raw = np.ascontiguousarray(array).view(np.uint8).reshape(n, array.dtype.itemsize)
-        _check_lengths(lengths, max_length, array)
-        keys = np.zeros((n, width), dtype=np.uint8)
-        take = min(max_length, raw.shape[1])
-        keys[:, 1 : 1 + take] = raw[:, :take]
-        keys[:, 0] = lengths
-        return keys, array
+        return _fixed_width_keys(array, max_length), array
     if array.dtype.kind != "O":
         raise ReportError(
             f"string values must be str or bytes, got an array of dtype {array.dtype}"
@@ -227,6 +217,31 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
         shift = np.arange(n, dtype=np.int64) * width + 1 - starts
         keys.reshape(-1)[np.arange(flat.size) + np.repeat(shift, lengths)] = flat
     return keys, array
+
+
+def _string_array(values: Any) -> npt.NDArray[Any]:
+    """The values as a 1-D array (a string or bytes: one value)."""
+    array = values
+    if isinstance(values, (str, bytes, bytearray)):
+        array = np.array([values], dtype=object)
+    elif not isinstance(values, np.ndarray):
+        array = np.array(list(values), dtype=object) if values is not None else None
+    if not isinstance(array, np.ndarray) or array.ndim != 1:
+        raise ReportError("string values must be a string, bytes, or a 1-D sequence of them")
+    return array
+
+
+def _fixed_width_keys(array: npt.NDArray[Any], max_length: int) -> npt.NDArray[np.uint8]:
+    """The keys of a numpy ``S`` array (its strings end at their first trailing NUL)."""
+    n = array.shape[0]
+    lengths = np.char.str_len(array).astype(np.int64)
+    raw = np.ascontiguousarray(array).view(np.uint8).reshape(n, array.dtype.itemsize)
+    _check_lengths(lengths, max_length, array)
+    keys = np.zeros((n, max_length + 1), dtype=np.uint8)
+    take = min(max_length, raw.shape[1])
+    keys[:, 1 : 1 + take] = raw[:, :take]
+    keys[:, 0] = lengths
+    return keys
 
 
 def _encoded(array: npt.NDArray[Any]) -> list[bytes]:
@@ -309,6 +324,15 @@ class PrefixSketch(Mechanism):
 
     name: ClassVar[str] = "prefix_sketch"
     kind: ClassVar[str] = "strings"
+    # Strings shorter than max_length, so that the prefix levels' cut (ceil(t m / M) bytes)
+    # differs from the first rule's (t bytes) at several levels: "été" (5 bytes) at 4 of 8.
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
+        PlanCase(
+            "prefix-sketch",
+            {"kind": "strings", "max_length": 8, "k": 5, "epsilon": 4.0},
+            ("été", "ab", "x"),
+        ),
+    )
 
     max_length: int
     k: int = 20
@@ -587,3 +611,85 @@ class PrefixSketch(Mechanism):
         f = np.asarray(frequency, dtype=np.float64)
         var = oracle_variance(f, n * self.share(1), self.p, self.q)
         return float(var) if var.ndim == 0 else var
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {
+            "max_length": self.max_length,
+            "rows": self.rows,
+            "estimation_rows": self.estimation_rows,
+            "g": self.g,
+            "seed": _portable.hex64(self.seed),
+            "weights": [int(x) for x in self.weights],
+            "keep": _portable.hex64(_bits.threshold64_floor(self.p)),
+            "cut": self.cut,
+        }
+
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        """A sketch by its weight and a row in it (``below``), the string's bucket in that
+        global row, then g-ary randomized response: the cell ``G g + y`` as a uint32."""
+        derived = definition["derived"]
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        m = int(derived["max_length"])
+        if len(raw) > m:
+            raise ParameterError(f"a string of {len(raw)} bytes is longer than max_length {m}")
+        g = int(derived["g"])
+        sketch, at = cls._portable_row(derived, words)
+        true = cls._portable_bucket(derived, raw, sketch, at)
+        y = _portable.rr_item(derived["keep"], g, true, words)
+        return (at * g + y).to_bytes(4, "little")
+
+    @staticmethod
+    def _portable_row(derived: Derived, words: Words) -> tuple[int, int]:
+        """The sketch (by its weight) and the global row (uniform within the sketch)."""
+        rows, rows_e = int(derived["rows"]), int(derived["estimation_rows"])
+        weights = [int(x) for x in derived["weights"]]
+        slot = words.below(sum(weights))
+        sketch = 0
+        while slot >= weights[sketch]:
+            slot -= weights[sketch]
+            sketch += 1
+        row = words.below(rows_e if sketch == 0 else rows)
+        return sketch, row if sketch == 0 else rows_e + (sketch - 1) * rows + row
+
+    @staticmethod
+    def _portable_bucket(derived: Derived, raw: bytes, sketch: int, at: int) -> int:
+        """The bucket of the string's key, cut as ``sketch`` cuts it, in global row ``at``."""
+        m, g = int(derived["max_length"]), int(derived["g"])
+        key = bytes([len(raw)]) + raw + bytes(m - len(raw))
+        # bytes 0..keep of the key are kept: ceil(t len / m) at level t ("scaled"), or t ("prefix")
+        scaled = derived.get("cut", "prefix") == "scaled"
+        keep = m if sketch == 0 else (-(-sketch * len(raw) // m) if scaled else sketch)
+        cut = key[: keep + 1] + bytes(m - keep)
+        nwords = -(-(m + 1) // 4)
+        padded = cut + bytes(4 * nwords - len(cut))
+        key_words = [int.from_bytes(padded[4 * i : 4 * i + 4], "little") for i in range(nwords)]
+        stream = _portable.splitmix64(int(derived["seed"], 16), nwords + 1, at * (nwords + 1))
+        acc = stream[0]
+        for a, x in zip(stream[1:], key_words, strict=True):
+            acc = (acc + a * x) % _portable.TWO64
+        return ((acc >> 32) * g) >> 32
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """cell = G g + y with G the global row (the estimation sketch's R_E rows first,
+        then R per level): the sketch by its weights, the row uniform within it (the
+        estimation sketch's folded onto R by R_E / R, which a client drawing only R of
+        them fails), and y relative to the value's bucket in that row as g-ary RR."""
+        g, rows, rows_e = self.g, self.rows, self.estimation_rows
+        cell = reports.astype(np.int64)
+        y, at = cell % g, cell // g
+        level = at >= rows_e
+        sketch = np.where(level, 1 + (at - rows_e) // rows, 0)
+        row = np.where(level, (at - rows_e) % rows, at // max(1, rows_e // rows))
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        shift = (y - np.asarray(self.true_buckets(raw))[at]) % g
+        return [
+            ("sketch", *chi2(np.bincount(sketch, minlength=self.sketches), self.weights), ""),
+            ("row", *chi2(np.bincount(row, minlength=rows), np.ones(rows)), ""),
+            (
+                "bucket vs hash",
+                *chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p)),
+                "",
+            ),
+        ]

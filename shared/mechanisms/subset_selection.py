@@ -84,7 +84,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits, _lanes
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from ._conformance import bit_tests, categorical_cases
+from ._portable import Derived, Words, bitmap, hex64
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 # 64-bit words of report per perturb step (2 MB): bounds the working set.
 _CHUNK_WORDS = 1 << 18
@@ -138,6 +140,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
     """
 
     name: ClassVar[str] = "ss"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("ss")
 
     k: int = field(init=False)
 
@@ -282,3 +285,38 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             (1.0 - self.p) / math.comb(d - 1, k),
         )
         return _bits.pack_rows(bits), probs
+
+    def pair_support(self) -> tuple[float, float]:
+        """The true item is in w.p. p and the set filled without replacement:
+        ``r1 = p (k - 1) / (d - 1)``, ``r0 = (p (k - 1)(k - 2) + (1 - p) k (k - 1)) /
+        ((d - 1)(d - 2))``."""
+        p, d, k = self.p, self.domain_size, self.k
+        r1 = p * (k - 1) / (d - 1)
+        r0 = (p * (k - 1) * (k - 2) + (1 - p) * k * (k - 1)) / ((d - 1) * (d - 2)) if d > 2 else 0.0
+        return r1, r0
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {"k": self.k, "in": hex64(_bits.threshold64_floor(self.p))}
+
+    @classmethod
+    def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
+        """x is in iff ``coin(in)``; the others are a uniform subset of the d - 1 other
+        items, by Floyd's algorithm: a bitmap of k bits set."""
+        inside = words.coin(derived["in"])
+        others = int(derived["k"]) - int(inside)
+        # The d - 1 items other than x are numbered 0 .. d - 2 (number i: item i + (i >= x)).
+        chosen: set[int] = set()
+        for j in range(d - 1 - others, d - 1):
+            t = words.below(j + 1)
+            chosen.add(j if t in chosen else t)
+        bits = [False] * d
+        bits[x] = inside
+        for i in chosen:
+            bits[i + (i >= x)] = True
+        return bitmap(bits)
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """Bit x set w.p. p, every other w.p. q (the exactly-k bits are checked with the
+        reports' validity, by check_reports)."""
+        return bit_tests(self.report_bits(reports), int(value), self.p, self.q)

@@ -49,12 +49,21 @@ from ..domains import Table
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, Quadratic, grouped_norm_sub, ipf
 from ..structured_estimates import OutputArrays, TableEstimate
+from . import make_oracle
 from ._dyadic import check_min_epsilon
-from ._views import ViewSampling, _check_weights, make_oracle, noise_model
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism
+from ._views import ViewSampling, _check_weights, noise_model
+from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
 
 SEED_FLOOR = 1e-9
 """IPF seeds: unbiased cells at or below this are raised to it (a zero cannot be scaled)."""
+
+
+def _plan_case(mechanism: str) -> PlanCase:
+    """The conformance plan's table (3 x 2 cells) and two of its cells."""
+    dims = {"type": ["Compact", "Van", "Sporty"], "origin": ["USA", "non-USA"]}
+    spec = {"kind": "table", "dimensions": dims, "epsilon": 1.5, "mechanism": mechanism}
+    cells = ({"type": "Compact", "origin": "USA"}, {"type": "Sporty", "origin": "non-USA"})
+    return PlanCase(mechanism.replace("_", "-"), spec, cells)
 
 
 def _population(table: Table, fractions: npt.ArrayLike | None) -> FloatArray:
@@ -167,6 +176,7 @@ class JointTable(TableMechanism):
     """
 
     name: ClassVar[str] = "joint"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case("joint"),)
 
     def _view_specs(self) -> list[tuple[str, IntArray]]:
         return [("cells", np.arange(self.table.size))]
@@ -187,6 +197,7 @@ class JointMarginals(TableMechanism):
     """
 
     name: ClassVar[str] = "joint_marginals"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case("joint_marginals"),)
 
     weights: tuple[float, ...] | None = None
 
@@ -321,7 +332,8 @@ class SplitMarginals(Mechanism):
         records = np.zeros(1, dtype=self.report_dtype)
         probs = np.ones(1)
         for a, o in enumerate(self.oracles):
-            reports, p = o.output_probabilities(int(per[a]))  # type: ignore[attr-defined]
+            assert isinstance(o, Enumerable)  # every structured oracle lists its reports
+            reports, p = o.output_probabilities(int(per[a]))
             raw = np.ascontiguousarray(reports).view(np.uint8).reshape(len(p), -1)
             lo, hi = int(self._offsets[a]), int(self._offsets[a + 1])
             records = np.repeat(records, len(p))

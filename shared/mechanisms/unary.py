@@ -77,7 +77,9 @@ import numpy.typing as npt
 
 from ..errors import ParameterError
 from . import _bits, _lanes
-from .base import BoolArray, FloatArray, FrequencyOracle, IntArray
+from ._conformance import bit_tests, categorical_cases, chi2
+from ._portable import Derived, Words, bitmap, ceil64, hex64
+from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, LawTest, PlanCase, Reports
 
 # 64-bit words of report per perturb step (512 kB): keeps the working set in cache.
 _CHUNK_WORDS = 1 << 16
@@ -172,6 +174,35 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         probs = np.prod(np.where(bits, one, 1.0 - one), axis=1)
         return _bits.pack_rows(bits), probs
 
+    def pair_support(self) -> tuple[float, float]:
+        """Bits are flipped independently: ``(p q, q^2)``."""
+        return self.p * self.q, self.q * self.q
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {"p": hex64(_bits.threshold64_floor(self.p)), "q": hex64(ceil64(self.q))}
+
+    @classmethod
+    def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
+        """Bit x is ``coin(p)``, then every other bit in order ``coin(q)``: a bitmap."""
+        bits = [False] * d
+        bits[x] = words.coin(derived["p"])
+        for j in range(d):
+            if j != x:
+                bits[j] = words.coin(derived["q"])
+        return bitmap(bits)
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """Each bit's count, and the number of bits set: Bernoulli(p) + Binomial(d - 1, q),
+        exactly."""
+        bits = self.report_bits(reports)
+        d, p, q = self.domain_size, self.p, self.q
+        law = np.array([1.0 - p, p])
+        others = np.array([math.comb(d - 1, j) * q**j * (1 - q) ** (d - 1 - j) for j in range(d)])
+        counts = np.bincount(bits.sum(axis=1), minlength=d + 1)
+        set_test = ("bits set", *chi2(counts, np.convolve(law, others)), "")
+        return [*bit_tests(bits, int(value), p, q), set_test]
+
 
 @dataclass(frozen=True, kw_only=True)
 class SymmetricUnaryEncoding(_UnaryEncoding):
@@ -193,6 +224,7 @@ class SymmetricUnaryEncoding(_UnaryEncoding):
     """
 
     name: ClassVar[str] = "sue"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("sue")
 
     def _support_probabilities(self) -> tuple[float, float]:
         half = math.exp(-self.epsilon / 2.0)
@@ -223,6 +255,7 @@ class OptimizedUnaryEncoding(_UnaryEncoding):
     """
 
     name: ClassVar[str] = "oue"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("oue")
 
     def _support_probabilities(self) -> tuple[float, float]:
         return 0.5, 1.0 / (math.exp(self.epsilon) + 1.0)
