@@ -1,0 +1,139 @@
+"""Metric kinds, one module per kind, found by name through :func:`kind_spec`.
+
+A kind's module holds everything about it (:class:`~ldpkit.kinds.base.KindSpec`): its
+definition keys and their checks, its mechanism (``auto`` resolved), the device's encoding
+of a value, its query parameters and the fields of its estimates answer, its plan, and how
+the analyst's API, its plots and the CLI show it. Every layer asks :func:`kind_spec`;
+nothing outside a kind's module branches on its name. Modules are imported on first use,
+so a device that reports one kind loads one. The collector keeps only each mechanism's
+sufficient statistics (``Aggregate``): the store and the wire need nothing per kind.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping
+from enum import StrEnum
+from typing import Any
+
+from .._validation import shown
+from ..errors import ParameterError, QueryError
+from .base import Built, Campaign, Definition, KindPlan, KindSpec, PlanTarget, Question
+
+
+class MetricKind(StrEnum):
+    """The kinds: each is the module of this package of the same name."""
+
+    CATEGORICAL = "categorical"
+    NUMERIC = "numeric"
+    DISTRIBUTION = "distribution"
+    HIERARCHY = "hierarchy"
+    TABLE = "table"
+    STRINGS = "strings"
+
+
+KIND_KEYS = (
+    "categories",
+    "bounds",
+    "delta",
+    "resolution",
+    "separator",
+    "dimensions",
+    "focus",
+    "oracle",
+    "max_length",
+    "k",
+)
+"""Every kind-specific definition key (each kind takes the ones in its ``keys``)."""
+
+_LOADED: dict[str, KindSpec] = {}
+
+
+def kind_spec(name: object) -> KindSpec:
+    """The kind registered as ``name``; ParameterError lists the kinds otherwise."""
+    spec = _LOADED.get(name) if isinstance(name, str) else None
+    if spec is not None:
+        return spec
+    if not isinstance(name, str) or name not in KINDS:
+        raise ParameterError(f"kind must be one of {', '.join(KINDS)}, got {shown(name)}")
+    found: KindSpec = importlib.import_module(f"{__name__}.{name}").SPEC
+    return register(found)
+
+
+def register(spec: KindSpec) -> KindSpec:
+    _LOADED[spec.name] = spec
+    return spec
+
+
+class _Kinds(Mapping[str, KindSpec]):
+    """Every kind by name (its module imported when it is looked up)."""
+
+    def __getitem__(self, name: str) -> KindSpec:
+        if name not in self:
+            raise KeyError(name)
+        return kind_spec(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (
+            name in _LOADED or name in MetricKind.__members__.values()
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*MetricKind, *_LOADED]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys([*MetricKind, *_LOADED]))
+
+
+KINDS: Mapping[str, KindSpec] = _Kinds()
+
+
+def legacy_kind(categorical: bool) -> MetricKind:
+    """The kind of a definition or an answer that names none (written before kinds): a
+    categorical metric's (with categories, or items) or a numeric one's."""
+    return MetricKind.CATEGORICAL if categorical else MetricKind.NUMERIC
+
+
+def kind_or_default(kind: str) -> KindSpec:
+    """The kind ``kind``; for one this version does not know (a newer collector's answer),
+    the plain :class:`KindSpec`, which renders items as a categorical answer's."""
+    return KINDS[kind] if kind in KINDS else KindSpec(kind, ())
+
+
+def query_params() -> tuple[str, ...]:
+    """Every kind's own query parameters (each kind accepts only its own)."""
+    return tuple(dict.fromkeys(p for spec in KINDS.values() for p in spec.params))
+
+
+def checked_options(definition: Definition, query: Mapping[str, str]) -> dict[str, Any]:
+    """The kind's options of an estimates query; QueryError for another kind's parameter."""
+    spec = kind_spec(definition.kind)
+    others = query_params()
+    for key in query:
+        if key in others and key not in spec.params:
+            accepted = ", ".join(spec.params) or "none"
+            raise QueryError(
+                key,
+                f"not a parameter of a {spec.name} metric (its own parameters: {accepted})",
+            )
+    return spec.parse_options(query)
+
+
+__all__ = [
+    "KINDS",
+    "KIND_KEYS",
+    "Built",
+    "Campaign",
+    "Definition",
+    "KindPlan",
+    "KindSpec",
+    "MetricKind",
+    "PlanTarget",
+    "Question",
+    "checked_options",
+    "kind_or_default",
+    "kind_spec",
+    "legacy_kind",
+    "query_params",
+    "register",
+]
