@@ -21,6 +21,7 @@ from ..aggregate import Aggregate
 from ..errors import ParameterError
 from ..errors import QueryError as QueryError  # its home is ldpkit.errors
 from ..kinds import Question, checked_options, query_params
+from ..kinds.base import Level
 from ..kinds.base import RawJSON as RawJSON  # an answer's parts already JSON
 from ..metrics import MetricDefinition
 from ..wire import FINGERPRINT_PATTERN
@@ -95,7 +96,7 @@ def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
     return EstimateQuery(
         start=start,
         end=end,
-        level=_level(query["level"]) if "level" in query else 0.95,
+        level=_level(query["level"]) if "level" in query else Level(0.95),
         version=_version(query.get("version") or None),
         consistent=_parse_bool(query.get("consistent", "false"), "consistent"),
         per_bucket=_parse_bool(query.get("per_bucket", "false"), "per_bucket"),
@@ -112,9 +113,9 @@ def _check_keys(keys: Sequence[str]) -> None:
             raise QueryError(k, "given more than once")
 
 
-def _level(text: str) -> float:
+def _level(text: str) -> Level:
     try:
-        return check_level(float(text))
+        return Level(check_level(float(text)))
     except (ValueError, ParameterError):
         raise QueryError(
             "level", f"expected a number in (0, 1) such as 0.95, got {text[:40]!r}"

@@ -12,7 +12,7 @@ import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, NewType, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,9 @@ MAX_CATEGORIES = 65536
 MAX_CATEGORY_LENGTH = 200
 
 P = TypeVar("P")
+Level = NewType("Level", float)
+"""An interval level in (0, 1), checked where it was given (a query's ``level``): the
+kinds, and the estimators they pass it to, are given it checked."""
 
 
 class Definition(Protocol):
@@ -107,11 +110,11 @@ class KindPlan:
 @dataclass(frozen=True)
 class Question:
     """What an estimates query asks of a kind: its own ``options`` (from
-    :meth:`KindSpec.parse_options`), the intervals' ``level`` (checked where it was
-    given: the kinds pass it on), and whether to add the ``consistent`` estimates."""
+    :meth:`KindSpec.parse_options`), the intervals' ``level``, and whether to add the
+    ``consistent`` estimates."""
 
     options: Mapping[str, Any] = field(default_factory=dict)
-    level: float = 0.95
+    level: Level = Level(0.95)
     consistent: bool = False
 
 
@@ -242,7 +245,9 @@ class KindSpec:
     def plan(self, definition: Definition, target: PlanTarget) -> KindPlan:
         """What n reports give (``n``), or the n a target needs (``half_width``; for
         strings, the ``frequency`` to find), for this metric."""
-        raise ParameterError(f"{self.name} metrics are planned with ldpkit.plan")
+        raise ParameterError(
+            f"{self.name} metrics are planned with ldpkit.plan (domain_size or bounds)"
+        )
 
     # --- rendering: the analyst's EstimateResult (``result``; itself or one of its
     # buckets: ``part``), ldpkit.analyst.plots and the CLI ------------------------------
