@@ -19,7 +19,7 @@ from typing import Any
 
 from ._validation import check_epsilon, shown
 from .errors import ParameterError
-from .kinds import KIND_KEYS, KINDS, KindSpec, kind_spec, legacy_kind
+from .kinds import KIND_KEYS, NAMES, KindSpec, kind_spec, legacy_kind
 from .kinds import MetricKind as MetricKind  # its home is ldpkit.kinds
 from .kinds.base import MAX_CATEGORIES as MAX_CATEGORIES  # a definition's limits too
 from .kinds.base import MAX_CATEGORY_LENGTH as MAX_CATEGORY_LENGTH
@@ -211,7 +211,7 @@ class MetricDefinition:
             kind = MetricKind(self.kind)
         except ValueError:
             raise ParameterError(
-                f"metric {self.name}: kind must be one of {', '.join(KINDS)}, "
+                f"metric {self.name}: kind must be one of {', '.join(NAMES)}, "
                 f"got {shown(self.kind)}"
             ) from None
         object.__setattr__(self, "kind", kind)

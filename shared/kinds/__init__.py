@@ -12,7 +12,7 @@ sufficient statistics (``Aggregate``): the store and the wire need nothing per k
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -46,18 +46,18 @@ KIND_KEYS = (
 )
 """Every kind-specific definition key (each kind takes the ones in its ``keys``)."""
 
+NAMES = tuple(kind.value for kind in MetricKind)
 _LOADED: dict[str, KindSpec] = {}
 
 
 def kind_spec(name: object) -> KindSpec:
     """The kind registered as ``name``; ParameterError lists the kinds otherwise."""
     spec = _LOADED.get(name) if isinstance(name, str) else None
-    if spec is not None:
-        return spec
-    if not isinstance(name, str) or name not in KINDS:
-        raise ParameterError(f"kind must be one of {', '.join(KINDS)}, got {shown(name)}")
-    found: KindSpec = importlib.import_module(f"{__name__}.{name}").SPEC
-    return register(found)
+    if spec is None:
+        if name not in NAMES:
+            raise ParameterError(f"kind must be one of {', '.join(NAMES)}, got {shown(name)}")
+        spec = register(importlib.import_module(f"{__name__}.{name}").SPEC)
+    return spec
 
 
 def register(spec: KindSpec) -> KindSpec:
@@ -65,27 +65,11 @@ def register(spec: KindSpec) -> KindSpec:
     return spec
 
 
-class _Kinds(Mapping[str, KindSpec]):
-    """Every kind by name (its module imported when it is looked up)."""
-
-    def __getitem__(self, name: str) -> KindSpec:
-        if name not in self:
-            raise KeyError(name)
-        return kind_spec(name)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (
-            name in _LOADED or name in MetricKind.__members__.values()
-        )
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys([*MetricKind, *_LOADED]))
-
-    def __len__(self) -> int:
-        return len(dict.fromkeys([*MetricKind, *_LOADED]))
-
-
-KINDS: Mapping[str, KindSpec] = _Kinds()
+def __getattr__(name: str) -> dict[str, KindSpec]:
+    """``KINDS``: every kind by name (their modules imported: each is imported on first use)."""
+    if name != "KINDS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return {kind: kind_spec(kind) for kind in dict.fromkeys([*NAMES, *_LOADED])}
 
 
 def legacy_kind(categorical: bool) -> MetricKind:
@@ -97,12 +81,12 @@ def legacy_kind(categorical: bool) -> MetricKind:
 def kind_or_default(kind: str) -> KindSpec:
     """The kind ``kind``; for one this version does not know (a newer collector's answer),
     the plain :class:`KindSpec`, which renders items as a categorical answer's."""
-    return KINDS[kind] if kind in KINDS else KindSpec(kind, ())
+    return kind_spec(kind) if kind in NAMES or kind in _LOADED else KindSpec(kind, ())
 
 
 def query_params() -> tuple[str, ...]:
     """Every kind's own query parameters (each kind accepts only its own)."""
-    return tuple(dict.fromkeys(p for spec in KINDS.values() for p in spec.params))
+    return tuple(dict.fromkeys(p for name in NAMES for p in kind_spec(name).params))
 
 
 def checked_options(definition: Definition, query: Mapping[str, str]) -> dict[str, Any]:
@@ -122,6 +106,7 @@ def checked_options(definition: Definition, query: Mapping[str, str]) -> dict[st
 __all__ = [
     "KINDS",
     "KIND_KEYS",
+    "NAMES",
     "Built",
     "Campaign",
     "Definition",
