@@ -18,7 +18,7 @@ import io
 import json
 import os
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any
@@ -470,9 +470,9 @@ def _quoted(metric: object) -> str:
 def _joined(values: object, name: str) -> str | None:
     if values is None:
         return None
-    if isinstance(values, str):
-        raise ParameterError(f"{name} must be a list of numbers, got {values!r}")
     try:
-        return ",".join(repr(float(v)) for v in values)  # type: ignore[attr-defined]
+        if isinstance(values, str) or not isinstance(values, Iterable):
+            raise TypeError
+        return ",".join(repr(float(v)) for v in values)
     except (TypeError, ValueError):
         raise ParameterError(f"{name} must be a list of numbers, got {values!r}") from None
