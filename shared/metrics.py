@@ -19,7 +19,7 @@ from typing import Any
 
 from ._validation import check_epsilon, shown
 from .errors import ParameterError
-from .kinds import KIND_KEYS, NAMES, KindSpec, kind_spec, legacy_kind
+from .kinds import KIND_DEFAULTS, KIND_KEYS, NAMES, KindSpec, kind_spec, legacy_kind
 from .kinds import MetricKind as MetricKind  # its home is ldpkit.kinds
 from .kinds.base import MAX_CATEGORIES as MAX_CATEGORIES  # a definition's limits too
 from .kinds.base import MAX_CATEGORY_LENGTH as MAX_CATEGORY_LENGTH
@@ -55,21 +55,6 @@ DEFINITION_KEYS = (
     "mechanism_params",
 )
 """The keys a metric definition may have (TOML table, JSON object)."""
-
-
-_UNSET: dict[str, Any] = {
-    "categories": None,
-    "bounds": None,
-    "delta": 0.0,
-    "resolution": None,
-    "separator": None,
-    "dimensions": None,
-    "focus": None,
-    "oracle": None,
-    "max_length": None,
-    "k": None,
-}
-"""The value of each kind-specific field when a definition does not give it."""
 
 
 def window_start(seconds: int, unix_seconds: float) -> int:
@@ -187,7 +172,7 @@ class MetricDefinition:
         kind = self._check_common()
         spec = kind_spec(kind.value)
         for key in KIND_KEYS:
-            if key not in spec.keys and getattr(self, key) != _UNSET[key]:
+            if key not in spec.keys and getattr(self, key) != KIND_DEFAULTS[key]:
                 raise ParameterError(f"metric {self.name}: {kind.value} metrics take no {key}")
         object.__setattr__(self, "mechanism", self._checked(canonical_name, self.mechanism))
         built = spec.build(self)
@@ -329,7 +314,7 @@ class MetricDefinition:
         # Dimensions as pairs: their order numbers the cells, and the canonical JSON sorts
         # object keys.
         for key in ("categories", "bounds", "delta", "dimensions"):
-            if getattr(self, key) != _UNSET[key]:
+            if getattr(self, key) != KIND_DEFAULTS[key]:
                 params[key] = _plain(getattr(self, key))
         if self.kind_spec.mechanism_params:
             # Everything the mechanism was built with (resolution, tree, oracles, k, ...).
@@ -363,7 +348,7 @@ class MetricDefinition:
             data["mechanism_params"] = self._mechanism.params()
         # The kind's keys it was given, in KIND_KEYS order (no kind has both an oracle and
         # max_length or k, so resolved_oracle still follows oracle).
-        unset = {**_UNSET, "resolved_oracle": (), "description": ""}
+        unset = {**KIND_DEFAULTS, "resolved_oracle": (), "description": ""}
         for key, default in unset.items():
             value = getattr(self, key)
             if value != default:

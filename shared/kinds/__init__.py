@@ -32,19 +32,21 @@ class MetricKind(StrEnum):
     STRINGS = "strings"
 
 
-KIND_KEYS = (
-    "categories",
-    "bounds",
-    "delta",
-    "resolution",
-    "separator",
-    "dimensions",
-    "focus",
-    "oracle",
-    "max_length",
-    "k",
-)
-"""Every kind-specific definition key (each kind takes the ones in its ``keys``)."""
+KIND_DEFAULTS: dict[str, Any] = {
+    "categories": None,
+    "bounds": None,
+    "delta": 0.0,
+    "resolution": None,
+    "separator": None,
+    "dimensions": None,
+    "focus": None,
+    "oracle": None,
+    "max_length": None,
+    "k": None,
+}
+"""Every kind-specific definition key (each kind takes the ones in its ``keys``), and its
+value when a definition does not give it."""
+KIND_KEYS = tuple(KIND_DEFAULTS)
 
 NAMES = tuple(kind.value for kind in MetricKind)
 _LOADED: dict[str, KindSpec] = {}
@@ -105,6 +107,7 @@ def checked_options(definition: Definition, query: Mapping[str, str]) -> dict[st
 
 __all__ = [
     "KINDS",
+    "KIND_DEFAULTS",
     "KIND_KEYS",
     "NAMES",
     "Built",
