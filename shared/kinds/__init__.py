@@ -32,21 +32,21 @@ class MetricKind(StrEnum):
     STRINGS = "strings"
 
 
-KIND_DEFAULTS: dict[str, Any] = {
-    "categories": None,
-    "bounds": None,
-    "delta": 0.0,
-    "resolution": None,
-    "separator": None,
-    "dimensions": None,
-    "focus": None,
-    "oracle": None,
-    "max_length": None,
-    "k": None,
-}
-"""Every kind-specific definition key (each kind takes the ones in its ``keys``), and its
-value when a definition does not give it."""
-KIND_KEYS = tuple(KIND_DEFAULTS)
+KIND_KEYS = (
+    "categories",
+    "bounds",
+    "delta",
+    "resolution",
+    "separator",
+    "dimensions",
+    "focus",
+    "oracle",
+    "max_length",
+    "k",
+)
+"""Every kind-specific definition key (each kind takes the ones in its ``keys``)."""
+KIND_DEFAULTS: dict[str, Any] = {**dict.fromkeys(KIND_KEYS), "delta": 0.0}
+"""Each kind-specific key's value when a definition does not give it."""
 
 NAMES = tuple(kind.value for kind in MetricKind)
 _LOADED: dict[str, KindSpec] = {}
