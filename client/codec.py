@@ -4,7 +4,6 @@ permanent (memoized) randomness. No I/O."""
 from __future__ import annotations
 
 import hmac
-import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..kinds import KindSpec
-from ..metrics import MetricDefinition, MetricKind
+from ..metrics import MetricDefinition
 
 
 # --- metric codecs: values in, reports out --------------------------------------------
@@ -27,7 +26,10 @@ class MetricCodec:
     spec: KindSpec = field(repr=False)
     # Plain copies of what report() reads, so the hot path touches no enum properties.
     name: str = ""
-    categorical: bool = True
+    checked: bool = True
+    """Whether :meth:`encode` checks a value completely (categories and numbers), so that
+    the mechanism need not check it again; other kinds' values are also checked by their
+    mechanism."""
     epsilon: float = 0.0
     budget: float = 0.0
     bucket_seconds: int = 0
@@ -41,20 +43,13 @@ class MetricCodec:
             definition.fingerprint,
             definition.kind_spec,
             name=definition.name,
-            categorical=definition.kind is MetricKind.CATEGORICAL,
+            checked=definition.kind_spec.checks_values,
             epsilon=definition.epsilon,
             budget=definition.effective_budget,
             bucket_seconds=definition.bucket.seconds,
             budget_period=definition.budget_period.value,
             budget_seconds=definition.budget_period.seconds,
         )
-
-    @property
-    def checked(self) -> bool:
-        """Whether :meth:`encode` checks a value completely (categories and numbers), so
-        that the mechanism need not check it again; other kinds' values are also checked
-        by their mechanism."""
-        return self.categorical or self.definition.bounds is not None
 
     def encode(self, value: object) -> tuple[int | float, bool]:
         """The mechanism's input for ``value`` and whether it was clipped: the device's one
@@ -74,14 +69,12 @@ class MetricCodec:
 
     def value_key(self, encoded: int | float) -> bytes:
         """A fixed-width byte form of an encoded value (the memo key's input)."""
-        if self.categorical:
-            return struct.pack("<Q", int(encoded))
-        return self.definition.kind_spec.value_key(encoded)
+        return self.spec.value_key(encoded)
 
     def perturb(self, encoded: int | float, rng: np.random.Generator) -> bytes:
         """One perturbed report's bytes."""
         m = self.definition.mechanism_instance
-        array = self.definition.kind_spec.as_array([encoded])
+        array = self.spec.as_array([encoded])
         reports = m.perturb_checked(array, rng) if self.checked else m.perturb(array, rng=rng)
         return bytes(np.ascontiguousarray(reports).tobytes())
 

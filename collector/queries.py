@@ -6,7 +6,6 @@ Aggregates of the chosen version are summed over the buckets whose start lies in
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -16,22 +15,21 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from .._json import finite_or_none
 from .._validation import check_level
 from ..aggregate import Aggregate
 from ..errors import ParameterError
 from ..errors import QueryError as QueryError  # its home is ldpkit.errors
-from ..estimates import FrequencyEstimate, MeanEstimate
 from ..kinds import Question, checked_options, query_params
-from ..mechanisms import FrequencyOracle, NumericMechanism
-from ..metrics import MetricDefinition, MetricKind
+from ..kinds.base import Level
+from ..kinds.base import RawJSON as RawJSON  # an answer's parts already JSON
+from ..metrics import MetricDefinition
 from ..wire import FINGERPRINT_PATTERN
 from .store import BucketAggregate
 
 COMMON_PARAMS = ("from", "to", "level", "consistent", "version", "per_bucket")
-PARAMS = (*COMMON_PARAMS, *query_params())
+KIND_PARAMS = query_params()
+PARAMS = (*COMMON_PARAMS, *KIND_PARAMS)
 """Every query parameter: the common ones and each kind's own (see ldpkit.kinds)."""
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
@@ -88,47 +86,52 @@ def _parse_bool(value: str, param: str) -> bool:
 
 
 def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
-    """Check the query string (``keys``: every key given, to catch repeats and typos)."""
+    """Check the query string (``keys``: every key given, to catch repeats and typos): the
+    collector's one check of each value; the kinds and the estimators are given them checked."""
+    _check_keys(keys)
+    start = parse_time(query["from"], "from") if query.get("from") else None
+    end = parse_time(query["to"], "to") if query.get("to") else None
+    if start is not None and end is not None and end < start:
+        raise QueryError("to", f"must not be before from ({end} < {start})")
+    return EstimateQuery(
+        start=start,
+        end=end,
+        level=_level(query["level"]) if "level" in query else Level(0.95),
+        version=_version(query.get("version") or None),
+        consistent=_parse_bool(query.get("consistent", "false"), "consistent"),
+        per_bucket=_parse_bool(query.get("per_bucket", "false"), "per_bucket"),
+        raw_options={k: query[k] for k in KIND_PARAMS if k in query},
+    )
+
+
+def _check_keys(keys: Sequence[str]) -> None:
     unknown = sorted({k for k in keys if k not in PARAMS})
     if unknown:
         raise QueryError(unknown[0], f"unknown parameter (known: {', '.join(PARAMS)})")
     for k in PARAMS:
         if list(keys).count(k) > 1:
             raise QueryError(k, "given more than once")
-    start = parse_time(query["from"], "from") if query.get("from") else None
-    end = parse_time(query["to"], "to") if query.get("to") else None
-    if start is not None and end is not None and end < start:
-        raise QueryError("to", f"must not be before from ({end} < {start})")
-    level = 0.95
-    if "level" in query:
-        try:
-            level = check_level(float(query["level"]))
-        except (ValueError, ParameterError):
-            raise QueryError(
-                "level", f"expected a number in (0, 1) such as 0.95, got {query['level'][:40]!r}"
-            ) from None
-    version = query.get("version") or None
+
+
+def _level(text: str) -> Level:
+    try:
+        return Level(check_level(float(text)))
+    except (ValueError, ParameterError):
+        raise QueryError(
+            "level", f"expected a number in (0, 1) such as 0.95, got {text[:40]!r}"
+        ) from None
+
+
+def _version(version: str | None) -> str | None:
     if version is not None and not FINGERPRINT_PATTERN.fullmatch(version):
         raise QueryError("version", f"expected 16 lowercase hex digits, got {version[:40]!r}")
-    return EstimateQuery(
-        start=start,
-        end=end,
-        level=level,
-        consistent=_parse_bool(query.get("consistent", "false"), "consistent"),
-        version=version,
-        per_bucket=_parse_bool(query.get("per_bucket", "false"), "per_bucket"),
-        raw_options={k: query[k] for k in query_params() if k in query},
-    )
+    return version
 
 
 def with_options(definition: MetricDefinition, q: EstimateQuery) -> EstimateQuery:
     """``q`` with the metric kind's own parameters parsed; QueryError names a bad one
     (or one that belongs to another kind)."""
     return replace(q, options=checked_options(definition, q.raw_options))
-
-
-class RawJSON(str):
-    """Text that is already JSON (spliced into the answer as is)."""
 
 
 def to_json(obj: Any) -> str:
@@ -140,104 +143,6 @@ def to_json(obj: Any) -> str:
     if isinstance(obj, list):
         return "[" + ",".join(map(to_json, obj)) + "]"
     return json.dumps(obj, allow_nan=False)
-
-
-@functools.lru_cache(maxsize=256)
-def _quoted(categories: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(json.dumps(c) for c in categories)
-
-
-def _numbers(values: npt.NDArray[np.float64]) -> list[str]:
-    """Each value as JSON (shortest round-trip form, as ``json`` writes it), null if not finite."""
-    out = list(map(float.__repr__, values.tolist()))
-    bad = ~np.isfinite(values)
-    if bad.any():
-        for i in np.flatnonzero(bad).tolist():
-            out[i] = "null"
-    return out
-
-
-def _items(
-    cats: tuple[str, ...],
-    columns: Sequence[npt.NDArray[np.float64]],
-    methods: npt.NDArray[np.str_] | None = None,
-) -> RawJSON:
-    """The ``items`` list, built as text: at d = 1024 this is most of an answer, and
-    formatting it directly is several times faster than dicts through ``json.dumps``.
-
-    ``columns`` are estimate, stderr, low, high and optionally consistent; ``methods``
-    names each item's interval method."""
-    quoted = _quoted(cats)
-    cols = [_numbers(c) for c in columns]
-    tails = (
-        [f',"interval":"{m}"}}' for m in methods.tolist()]
-        if methods is not None
-        else ["}"] * len(cats)
-    )
-    consistent = [f',"consistent":{k}' for k in cols[4]] if len(cols) == 5 else [""] * len(cats)
-    parts = [
-        f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi}{k}{t}'
-        for c, e, s, lo, hi, k, t in zip(quoted, *cols[:4], consistent, tails, strict=True)
-    ]
-    return RawJSON("[" + ",".join(parts) + "]")
-
-
-def _sums(agg: Aggregate) -> RawJSON:
-    return RawJSON("[" + ",".join(_numbers(np.asarray(agg.sums, dtype=np.float64))) + "]")
-
-
-def _fields(definition: MetricDefinition, agg: Aggregate, q: EstimateQuery) -> dict[str, Any]:
-    """``n`` and the estimate fields of one aggregate, with its sufficient statistics
-    (``sums``: the analyst rebuilds the core's estimate from them) except a strings
-    metric's: its sketches hold 10^5 and more counts, far more than its answer."""
-    if definition.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
-        fields = definition.kind_spec.answer(definition, agg, q)
-        for key in ("mechanism", "epsilon", "level"):  # the answer's own fields say these
-            fields.pop(key, None)
-        if definition.kind is not MetricKind.STRINGS:
-            fields["sums"] = _sums(agg)
-        return fields
-    mechanism = definition.mechanism_instance
-    assert isinstance(mechanism, FrequencyOracle | NumericMechanism)
-    estimate = mechanism.estimate(agg)
-    sums = _sums(agg)
-    if isinstance(estimate, MeanEstimate):
-        low, high = estimate.ci(q.level)
-        return {
-            "n": estimate.n,
-            "sums": sums,
-            "interval": estimate.interval_method(q.level) if estimate.n else None,
-            "mean": finite_or_none(estimate.mean),
-            "clamped_mean": finite_or_none(estimate.clamped_mean),
-            "stderr": finite_or_none(estimate.stderr),
-            "low": finite_or_none(float(low)),
-            "high": finite_or_none(float(high)),
-        }
-    assert isinstance(estimate, FrequencyEstimate)
-    assert definition.categories is not None
-    if estimate.n == 0:
-        nan = np.full(len(definition.categories), np.nan)
-        return {
-            "n": 0,
-            "sums": sums,
-            "interval": None,
-            "items": _items(definition.categories, [nan] * (5 if q.consistent else 4)),
-        }
-    low, high = estimate.ci(q.level)
-    columns = [
-        np.asarray(estimate.frequencies, dtype=np.float64),
-        np.asarray(estimate.stderr, dtype=np.float64),
-        np.asarray(low, dtype=np.float64),
-        np.asarray(high, dtype=np.float64),
-    ]
-    if q.consistent:
-        columns.append(np.asarray(estimate.consistent(), dtype=np.float64))
-    return {
-        "n": estimate.n,
-        "sums": sums,
-        "interval": estimate.interval_method(q.level),
-        "items": _items(definition.categories, columns, estimate.interval_methods(q.level)),
-    }
 
 
 def estimate_answer(
@@ -255,7 +160,8 @@ def estimate_answer(
             sum(b.aggregate.n for b in buckets),
             np.sum([b.aggregate.sums for b in buckets], axis=0),
         )
-    fields = _fields(definition, total, q)
+    spec = definition.kind_spec
+    fields = spec.answer(definition, total, q)
     answer: dict[str, Any] = {
         "metric": definition.name,
         "kind": definition.kind.value,
@@ -271,7 +177,7 @@ def estimate_answer(
     }
     if q.per_bucket:
         answer["buckets"] = [
-            {"bucket": b.bucket, **_fields(definition, b.aggregate, q)} for b in buckets
+            {"bucket": b.bucket, **spec.answer(definition, b.aggregate, q)} for b in buckets
         ]
     return answer
 

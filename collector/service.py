@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import BatchNotStored, QueryError, UnknownMetric, UnsupportedVersion
-from ..metrics import MetricDefinition, MetricKind
+from ..metrics import MetricDefinition
 from ..wire import FINGERPRINT_PATTERN, LEGACY_VERSION, Batch, Block, decode
 from .admission import Admission
 from .config import CollectorConfig
@@ -448,10 +448,7 @@ class Collector:
         category (a numeric metric: one), in the total and, with ``per_bucket``, in each
         bucket. The answer's size (about 130 bytes an item) and the time to build it, on a
         thread that shares the interpreter with every other request, grow with it."""
-        if definition.kind in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
-            per_answer = len(definition.categories or ()) or 1
-        else:
-            per_answer = definition.kind_spec.answer_items(definition, query.options)
+        per_answer = definition.kind_spec.answer_items(definition, query.options)
         items = per_answer * (1 + (buckets if query.per_bucket else 0))
         limit = self.config.max_estimate_items
         if items > limit:

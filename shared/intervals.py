@@ -406,8 +406,8 @@ class Bounds:
 
 
 def _interval(family: _Family, counts: npt.ArrayLike, level: float, comparisons: int) -> Bounds:
-    z = normal_quantile(level, comparisons=comparisons)
-    alpha = (1.0 - check_level(level)) / comparisons
+    z = normal_quantile(level, comparisons=comparisons)  # checks level: not again here
+    alpha = (1.0 - float(level)) / comparisons
     c = np.rint(np.asarray(counts, dtype=np.float64))
     flat = c.ravel()
     unique, inverse = np.unique(flat, return_inverse=True)

@@ -19,14 +19,15 @@ from typing import Any
 
 from ._validation import check_epsilon, shown
 from .errors import ParameterError
-from .kinds import KIND_KEYS, KINDS, KindSpec, kind_spec
+from .kinds import KIND_DEFAULTS, KIND_KEYS, NAMES, KindSpec, kind_spec, legacy_kind
+from .kinds import MetricKind as MetricKind  # its home is ldpkit.kinds
+from .kinds.base import MAX_CATEGORIES as MAX_CATEGORIES  # a definition's limits too
+from .kinds.base import MAX_CATEGORY_LENGTH as MAX_CATEGORY_LENGTH
 from .mechanisms import Mechanism, canonical_name
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 """A metric name; matched against the *whole* name (``fullmatch``: ``$`` alone would let a
 final newline through)."""
-MAX_CATEGORIES = 65536
-MAX_CATEGORY_LENGTH = 200
 MAX_CATEGORY_CHARACTERS = 1 << 20
 """Size limits of a definition given to a collector (``PUT /v1/metrics``, a config file):
 every app downloads every definition in ``GET /v1/metrics``. The categories' characters
@@ -53,32 +54,6 @@ DEFINITION_KEYS = (
     "mechanism_params",
 )
 """The keys a metric definition may have (TOML table, JSON object)."""
-
-
-_UNSET: dict[str, Any] = {
-    "categories": None,
-    "bounds": None,
-    "delta": 0.0,
-    "resolution": None,
-    "separator": None,
-    "dimensions": None,
-    "focus": None,
-    "oracle": None,
-    "max_length": None,
-    "k": None,
-}
-"""The value of each kind-specific field when a definition does not give it."""
-
-
-class MetricKind(StrEnum):
-    """The kinds of :mod:`ldpkit.kinds` (each says what its definition and values hold)."""
-
-    CATEGORICAL = "categorical"
-    NUMERIC = "numeric"
-    DISTRIBUTION = "distribution"
-    HIERARCHY = "hierarchy"
-    TABLE = "table"
-    STRINGS = "strings"
 
 
 def window_start(seconds: int, unix_seconds: float) -> int:
@@ -193,6 +168,24 @@ class MetricDefinition:
         return kind_spec(self.kind.value)
 
     def __post_init__(self) -> None:
+        kind = self._check_common()
+        spec = kind_spec(kind.value)
+        for key in KIND_KEYS:
+            if key not in spec.keys and getattr(self, key) != KIND_DEFAULTS[key]:
+                raise ParameterError(f"metric {self.name}: {kind.value} metrics take no {key}")
+        object.__setattr__(self, "mechanism", self._checked(canonical_name, self.mechanism))
+        built = spec.build(self)
+        if built.mechanism.kind != kind.value:
+            raise ParameterError(
+                f"metric {self.name}: mechanism {built.mechanism.name!r} does not fit a "
+                f"{kind.value} metric"
+            )
+        for key, value in built.fields.items():  # what the kind normalised
+            object.__setattr__(self, key, value)
+        object.__setattr__(self, "_mechanism", built.mechanism)
+
+    def _check_common(self) -> MetricKind:
+        """Check (and normalise) the fields every kind has; the kind."""
         if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
             raise ParameterError(
                 f"metric name must match {NAME_PATTERN.pattern} (lowercase, <= 64 chars), "
@@ -202,41 +195,28 @@ class MetricDefinition:
             kind = MetricKind(self.kind)
         except ValueError:
             raise ParameterError(
-                f"metric {self.name}: kind must be one of {', '.join(KINDS)}, "
+                f"metric {self.name}: kind must be one of {', '.join(NAMES)}, "
                 f"got {shown(self.kind)}"
             ) from None
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "epsilon", self._checked(check_epsilon, self.epsilon))
-        object.__setattr__(self, "bucket", check_period(self.bucket, f"metric {self.name}: bucket"))
-        object.__setattr__(
-            self,
-            "budget_period",
-            check_period(self.budget_period, f"metric {self.name}: budget_period"),
-        )
+        for period in ("bucket", "budget_period"):
+            checked = check_period(getattr(self, period), f"metric {self.name}: {period}")
+            object.__setattr__(self, period, checked)
         if self.budget is not None:
-            budget = self._checked(check_epsilon, self.budget, what="budget")
-            if budget < self.epsilon:
-                raise ParameterError(
-                    f"metric {self.name}: budget ({budget:g}) is smaller than the epsilon of "
-                    f"one report ({self.epsilon:g})"
-                )
-            object.__setattr__(self, "budget", budget)
+            object.__setattr__(self, "budget", self._checked_budget(self.budget))
         if not isinstance(self.description, str):
             raise ParameterError(f"metric {self.name}: description must be a string")
-        spec = kind_spec(kind.value)
-        for key in KIND_KEYS:
-            if key not in spec.keys and getattr(self, key) != _UNSET[key]:
-                raise ParameterError(f"metric {self.name}: {kind.value} metrics take no {key}")
-        try:
-            object.__setattr__(self, "mechanism", canonical_name(self.mechanism))
-        except ParameterError as exc:
-            raise ParameterError(f"metric {self.name}: {exc}") from None
-        m = spec.build(self)
-        if m.kind != kind.value:
+        return kind
+
+    def _checked_budget(self, given: object) -> float:
+        budget: float = self._checked(check_epsilon, given, what="budget")
+        if budget < self.epsilon:
             raise ParameterError(
-                f"metric {self.name}: mechanism {m.name!r} does not fit a {kind.value} metric"
+                f"metric {self.name}: budget ({budget:g}) is smaller than the epsilon of "
+                f"one report ({self.epsilon:g})"
             )
-        object.__setattr__(self, "_mechanism", m)
+        return budget
 
     def _checked(self, check: Any, value: object, what: str = "") -> Any:
         try:
@@ -244,28 +224,6 @@ class MetricDefinition:
         except ParameterError as exc:
             message = f"{what}: {exc}" if what else str(exc)
             raise ParameterError(f"metric {self.name}: {message}") from None
-
-    def _check_categories(self) -> None:
-        given: object = self.categories  # from TOML/JSON it may be anything
-        if given is None or isinstance(given, str) or not isinstance(given, list | tuple):
-            raise ParameterError(
-                f"metric {self.name}: categorical metrics need a list of categories"
-            )
-        cats = tuple(given)
-        if len(cats) < 2 or len(cats) > MAX_CATEGORIES:
-            raise ParameterError(
-                f"metric {self.name}: categories must hold 2 to {MAX_CATEGORIES} items, "
-                f"got {len(cats)}"
-            )
-        for c in cats:
-            if not isinstance(c, str) or not c or len(c) > MAX_CATEGORY_LENGTH:
-                raise ParameterError(
-                    f"metric {self.name}: each category must be a non-empty string of at most "
-                    f"{MAX_CATEGORY_LENGTH} characters, got {shown(c)}"
-                )
-        if len(set(cats)) != len(cats):
-            raise ParameterError(f"metric {self.name}: categories must be distinct")
-        object.__setattr__(self, "categories", cats)
 
     # --- constructors ------------------------------------------------------------------
     @classmethod
@@ -289,27 +247,18 @@ class MetricDefinition:
     @classmethod
     def from_dict(cls, name: str, data: dict[str, Any]) -> MetricDefinition:
         """From a TOML table or JSON object (the keys of :meth:`to_dict`, less derived ones)."""
-        if not isinstance(data, dict):
-            raise ParameterError(f"metric {name}: definition must be a table/object")
-        unknown = sorted(set(data) - set(DEFINITION_KEYS))
-        if unknown:
-            raise ParameterError(f"metric {name}: unknown keys {', '.join(unknown)}")
-        if "name" in data and data["name"] != name:
-            raise ParameterError(f"metric {name}: name in body {shown(data['name'])} differs")
-        if "epsilon" not in data:
-            raise ParameterError(f"metric {name}: epsilon is required")
+        _check_keys(name, data)
         cats = data.get("categories")
-        bounds = data.get("bounds")
         kind_keys = {
             k: data[k] for k in KIND_KEYS if k not in ("categories", "bounds") if k in data
         }
         return cls(
             name=name,
-            kind=data.get("kind", "categorical" if cats is not None else "numeric"),
+            kind=data.get("kind", legacy_kind(cats is not None)),
             epsilon=data["epsilon"],
             mechanism=data.get("mechanism", "auto"),
-            categories=tuple(cats) if isinstance(cats, list | tuple) else cats,
-            bounds=tuple(bounds) if isinstance(bounds, list | tuple) else bounds,
+            categories=_tuple(cats),
+            bounds=_tuple(data.get("bounds")),
             **kind_keys,
             bucket=data.get("bucket", "day"),
             budget=data.get("budget"),
@@ -364,9 +313,9 @@ class MetricDefinition:
         # Dimensions as pairs: their order numbers the cells, and the canonical JSON sorts
         # object keys.
         for key in ("categories", "bounds", "delta", "dimensions"):
-            if getattr(self, key) != _UNSET[key]:
+            if getattr(self, key) != KIND_DEFAULTS[key]:
                 params[key] = _plain(getattr(self, key))
-        if self.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
+        if self.kind_spec.mechanism_params:
             # Everything the mechanism was built with (resolution, tree, oracles, k, ...).
             params["mechanism_params"] = self._mechanism.params()
         return params
@@ -394,12 +343,12 @@ class MetricDefinition:
         derived = self._mechanism.served_constants()
         if derived is not None:
             data["derived"] = derived
-        if self.kind not in (MetricKind.CATEGORICAL, MetricKind.NUMERIC):
+        if self.kind_spec.mechanism_params:
             # The fingerprint's own input, so that a client can check the fingerprint.
             data["mechanism_params"] = self._mechanism.params()
         # The kind's keys it was given, in KIND_KEYS order (no kind has both an oracle and
         # max_length or k, so resolved_oracle still follows oracle).
-        unset = {**_UNSET, "resolved_oracle": (), "description": ""}
+        unset = {**KIND_DEFAULTS, "resolved_oracle": (), "description": ""}
         for key, default in unset.items():
             value = getattr(self, key)
             if value != default:
@@ -411,3 +360,20 @@ def _plain(value: Any) -> Any:
     """A definition's field as JSON: tuples, nested ones too, as lists (``dimensions`` stay
     pairs: a stored JSON object would be key-sorted)."""
     return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _tuple(value: Any) -> Any:
+    """A list (TOML, JSON) as a tuple, as a definition holds it; anything else as given."""
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
+def _check_keys(name: str, data: object) -> None:
+    if not isinstance(data, dict):
+        raise ParameterError(f"metric {name}: definition must be a table/object")
+    unknown = sorted(set(data) - set(DEFINITION_KEYS))
+    if unknown:
+        raise ParameterError(f"metric {name}: unknown keys {', '.join(unknown)}")
+    if "name" in data and data["name"] != name:
+        raise ParameterError(f"metric {name}: name in body {shown(data['name'])} differs")
+    if "epsilon" not in data:
+        raise ParameterError(f"metric {name}: epsilon is required")

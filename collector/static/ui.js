@@ -112,13 +112,10 @@ function kindControls(metric) {
   const box = $("kind-controls");
   box.replaceChildren();
   state.subtree = null;
-  const kind = metric ? metric.kind : null;
+  const kind = LDPK_VIEWS.kind(metric ? metric.kind : null);
   // How each kind makes its consistent estimates (docs/statistics.md).
-  $("consistent-label").textContent = {
-    table: "consistent (IPF to the marginals)",
-    hierarchy: "consistent (top-down Norm-Sub)",
-  }[kind] || "consistent (Norm-Sub)";
-  $("consistent").disabled = kind === "distribution" || kind === "strings" || kind === "numeric";
+  $("consistent-label").textContent = kind.label;
+  $("consistent").disabled = !kind.consistent;
   const select = (id, label, options, chosen) => {
     const s = el("select", { id });
     for (const [value, text] of options) {
@@ -138,21 +135,13 @@ function kindControls(metric) {
     l.appendChild(input);
     box.appendChild(l);
   };
-  if (kind === "distribution") {
-    select("bins", "Bins", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
-    text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");
-  } else if (kind === "hierarchy") {
-    const sep = metric.separator || "/";
-    const depth = Math.max(...metric.categories.map((c) => c.split(sep).length));
-    const options = [];
-    for (let d = 1; d <= depth; d++) options.push([String(d), d === depth ? `${d} (leaves)` : String(d)]);
-    select("depth", "Depth", options, "1");
-    const top = el("button", { type: "button", id: "tree-top" }, "whole level");
-    top.addEventListener("click", () => { state.subtree = null; refresh(); });
-    box.appendChild(top);
-  } else if (kind === "strings") {
-    text("candidates", "Candidates", "", "word,another");
-  }
+  const button = (id, label, onClick) => {
+    const b = el("button", { type: "button", id }, label);
+    b.addEventListener("click", onClick);
+    box.appendChild(b);
+  };
+  const open = (path) => { state.subtree = path; refresh(); };
+  if (kind.controls) kind.controls(metric, { select, text, button, open });
 }
 
 function kindParams(params) {
@@ -267,27 +256,17 @@ function renderTable(data) {
   const table = $("table");
   table.replaceChildren();
   if (data.items) {
-    const head = [{ distribution: "bin", table: "cell", strings: "string" }[data.kind] || "category",
-      "estimate", "stderr", "low", "high"];
-    const consistent = data.consistent && data.kind !== "distribution" && data.kind !== "strings";
+    const kind = LDPK_VIEWS.kind(data.kind);
+    const head = [kind.item, "estimate", "stderr", "low", "high"];
+    const consistent = data.consistent && kind.consistent;
     if (consistent) head.push("consistent");
     table.appendChild(row("th", head));
-    const lines = [...data.items];
-    for (const [name, items] of Object.entries(data.marginals || {})) {
-      for (const i of items) lines.push({ ...i, category: `${name}=${i.category} (marginal)` });
-    }
-    for (const i of data.candidates || []) lines.push({ ...i, category: `${i.category} (asked)` });
-    for (const i of lines) {
+    for (const i of [...data.items, ...(kind.more ? kind.more(data) : [])]) {
       const cells = [LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.stderr), fmt(i.low), fmt(i.high)];
       if (consistent) cells.push(fmt(i.consistent));
       table.appendChild(row("td", cells));
     }
-    for (const q of data.quantiles || []) {
-      table.appendChild(row("td", [`quantile ${q.q}`, fmt(q.value), "", fmt(q.low), fmt(q.high)]));
-    }
-    if (data.kind === "distribution" && data.mean !== undefined) {
-      table.appendChild(row("td", ["mean", fmt(data.mean), fmt(data.mean_stderr), fmt(data.mean_low), fmt(data.mean_high)]));
-    }
+    for (const cells of kind.extra ? kind.extra(data, fmt) : []) table.appendChild(row("td", cells));
   } else {
     table.appendChild(row("th", ["mean", "stderr", "low", "high"]));
     table.appendChild(row("td", [fmt(data.mean), fmt(data.stderr), fmt(data.low), fmt(data.high)]));

@@ -4,10 +4,10 @@
 // GET /v1/estimates/{metric} and ctx = { metric (its definition), width, overTime }.
 // draw() returns { node, figures } — the element to show, and the Plot figures in it
 // (tests read their scales to check what is drawn against the API's values).
-// The first view whose applies() is true draws: one per metric kind (data.kind) — a
-// histogram with whiskers and marked quantiles, a tree opened level by level, a two-way
-// table as a heat map with its marginals, a ranked list of strings with intervals — then
-// bars for categories, the mean, and estimates over time for every kind.
+// A kind (data.kind) names its own view in KINDS — a histogram with whiskers and marked
+// quantiles, a tree opened level by level, a two-way table as a heat map with its
+// marginals, a ranked list of strings with intervals; otherwise the first view whose
+// applies() is true draws: bars for categories, the mean, estimates over time.
 "use strict";
 
 const LDPK_VIEWS = (() => {
@@ -15,7 +15,53 @@ const LDPK_VIEWS = (() => {
   const BAR = "#4C78A8", WHISKER = "#222", CONSISTENT = "#F58518";
 
   function register(view) { views.push(view); }
-  function pick(data, ctx) { return views.find((v) => v.applies(data, ctx)); }
+  function pick(data, ctx) {
+    const own = !ctx.overTime && kind(data.kind).view;
+    return views.find((v) => (own ? v.name === own : v.applies && v.applies(data, ctx)));
+  }
+
+  // Everything the page does per metric kind: its own `view` (else bars or the mean), what
+  // an `item` is in the table, its consistent estimates (`consistent`: false for none), its
+  // own query `controls` and the table's rows beside the items (`more`, `extra`).
+  const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true };
+  const KINDS = {
+    categorical: CATEGORICAL,
+    numeric: { ...CATEGORICAL, consistent: false },
+    distribution: {
+      ...CATEGORICAL, view: "histogram", item: "bin", consistent: false,
+      controls(metric, ui) {
+        ui.select("bins", "Bins", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
+        ui.text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");
+      },
+      extra: (data, fmt) => [
+        ...(data.quantiles || []).map((q) => [`quantile ${q.q}`, fmt(q.value), "", fmt(q.low), fmt(q.high)]),
+        ...(data.mean !== undefined ? [["mean", fmt(data.mean), fmt(data.mean_stderr), fmt(data.mean_low), fmt(data.mean_high)]] : []),
+      ],
+    },
+    hierarchy: {
+      ...CATEGORICAL, view: "tree", label: "consistent (top-down Norm-Sub)",
+      controls(metric, ui) {
+        const sep = metric.separator || "/";
+        const depth = Math.max(...metric.categories.map((c) => c.split(sep).length));
+        const options = [];
+        for (let d = 1; d <= depth; d++) options.push([String(d), d === depth ? `${d} (leaves)` : String(d)]);
+        ui.select("depth", "Depth", options, "1");
+        ui.button("tree-top", "whole level", () => ui.open(null));
+      },
+    },
+    table: {
+      ...CATEGORICAL, view: "heatmap", item: "cell", label: "consistent (IPF to the marginals)",
+      more: (data) => Object.entries(data.marginals || {}).flatMap(([name, items]) =>
+        items.map((i) => ({ ...i, category: `${name}=${i.category} (marginal)` }))),
+    },
+    strings: {
+      ...CATEGORICAL, view: "ranked", item: "string", consistent: false,
+      controls(metric, ui) { ui.text("candidates", "Candidates", "", "word,another"); },
+      more: (data) => (data.candidates || []).map((i) => ({ ...i, category: `${i.category} (asked)` })),
+    },
+  };
+  // A kind this page does not know (a newer collector's) shows its items as categories.
+  function kind(name) { return KINDS[name] || CATEGORICAL; }
 
   const pct = (level) => `${Math.round(level * 100)}%`;
   const num = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
@@ -100,7 +146,6 @@ const LDPK_VIEWS = (() => {
   // --- distribution: a histogram on the bounds with whiskers, quantiles marked ---------
   register({
     name: "histogram",
-    applies: (data, ctx) => data.kind === "distribution" && !ctx.overTime,
     draw(data, ctx) {
       const node = html("div", { id: "histogram" });
       if (!hasData(data)) return empty(node);
@@ -144,7 +189,6 @@ const LDPK_VIEWS = (() => {
   // --- hierarchy: the nodes of one level; click a bar to open it ------------------------
   register({
     name: "tree",
-    applies: (data, ctx) => data.kind === "hierarchy" && !ctx.overTime,
     draw(data, ctx) {
       const node = html("div", { id: "tree" });
       const where = data.subtree ? `under ${data.subtree}, depth ${data.depth}` : `depth ${data.depth}`;
@@ -172,7 +216,6 @@ const LDPK_VIEWS = (() => {
   // --- table: a heat map of the cells, and each marginal as bars ------------------------
   register({
     name: "heatmap",
-    applies: (data, ctx) => data.kind === "table" && !ctx.overTime,
     draw(data, ctx) {
       const node = html("div", { id: "heatmap" });
       if (!hasData(data) && !(data.n > 0)) return empty(node);
@@ -222,7 +265,6 @@ const LDPK_VIEWS = (() => {
   // --- strings: the top-k found, ranked, with intervals and the threshold ---------------
   register({
     name: "ranked",
-    applies: (data, ctx) => data.kind === "strings" && !ctx.overTime,
     draw(data, ctx) {
       const node = html("div", { id: "ranked" });
       node.appendChild(html("p", { id: "threshold" },
@@ -416,5 +458,5 @@ const LDPK_VIEWS = (() => {
     },
   });
 
-  return { register, pick, views, label };
+  return { register, pick, views, label, kind };
 })();

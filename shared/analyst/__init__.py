@@ -18,8 +18,8 @@ import io
 import json
 import os
 import urllib.parse
-from collections.abc import Container, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -33,6 +33,9 @@ from ..errors import CollectorUnavailable, ParameterError, ProtocolError
 from ..estimates import FrequencyEstimate, MeanEstimate
 from ..heavy_hitters import StringEstimate
 from ..http import HttpTransport, NetworkError, Timeout, http_error
+from ..kinds import KindSpec, kind_or_default, legacy_kind
+from ..kinds.render import aligned_lines as aligned_lines  # the CLI's tables too
+from ..kinds.render import text_table
 from ..metrics import MetricDefinition
 from ..structured_estimates import HierarchyEstimate, TableEstimate
 
@@ -127,52 +130,26 @@ class EstimateResult(ServedEstimate):
     ) -> EstimateResult:
         """From the collector's JSON; with the version's ``definition``, ``estimate`` (and
         each bucket's) is the core's estimate rebuilt from the served ``sums``."""
-        kind = str(data.get("kind") or ("categorical" if "items" in data else "numeric"))
-        level = float(data.get("level", 0.95))
-        rng = data.get("range")
+        kind = str(data.get("kind") or legacy_kind("items" in data))
+        served = _served(data, definition)
+        buckets = tuple(
+            BucketEstimate(
+                start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC), **_served(b, definition)
+            )
+            for b in data.get("buckets") or ()
+        )
         return cls(
-            **_served(data, definition),
+            **served,
             metric=str(data["metric"]),
             kind=kind,
             version=str(data.get("version", "")),
             mechanism=str(data.get("mechanism", "")),
             epsilon=float(data.get("epsilon", float("nan"))),
-            level=level,
+            level=float(data.get("level", 0.95)),
             consistent=bool(data.get("consistent", False)),
-            buckets=tuple(
-                BucketEstimate(
-                    start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
-                    **_served(b, definition),
-                )
-                for b in data.get("buckets") or ()
-            ),
+            buckets=buckets,
             raw=data,
-            quantiles=tuple(
-                QuantileEstimate(
-                    float(q["q"]),
-                    _nan(q.get("value")),
-                    _nan(q.get("low")),
-                    _nan(q.get("high")),
-                    level,
-                )
-                for q in data.get("quantiles") or ()
-            ),
-            range=_item(rng) if isinstance(rng, dict) else None,
-            bounds=(float(data["bounds"][0]), float(data["bounds"][1]))
-            if data.get("bounds")
-            else None,
-            depth=data.get("depth"),
-            subtree=data.get("subtree"),
-            marginals={
-                str(name): tuple(_item(i) for i in group)
-                for name, group in (data.get("marginals") or {}).items()
-            },
-            dimensions=tuple(
-                (str(name), tuple(str(c) for c in cats))
-                for name, cats in data.get("dimensions") or ()
-            ),
-            threshold=data.get("threshold"),
-            candidates=tuple(_item(i) for i in data.get("candidates") or ()),
+            **kind_or_default(kind).served_fields(data, _item),
         )
 
     def strings(self) -> list[StringEstimate]:
@@ -202,18 +179,16 @@ class EstimateResult(ServedEstimate):
             out.extend({**head, **row} for row in self._rows(b))
         return out
 
-    def _rows(self, part: ServedEstimate) -> list[dict[str, Any]]:
-        if self.kind == "numeric":
-            return [{c: getattr(part, c) for c in self._columns()}]
-        return self._item_rows(part.items)
+    @property
+    def _kind(self) -> KindSpec:
+        return kind_or_default(self.kind)
 
-    def _item_rows(self, items: tuple[ItemEstimate, ...]) -> list[dict[str, Any]]:
-        columns = self._columns()
-        rows = []
-        for item in items:
-            row = {**asdict(item), **(item.cell or {})}
-            rows.append({c: row.get(c) for c in columns})
-        return rows
+    @property
+    def _dimensions(self) -> list[str]:
+        return [name for name, _ in self.dimensions]
+
+    def _rows(self, part: ServedEstimate) -> list[dict[str, Any]]:
+        return self._kind.rows(part, self._columns())
 
     def _per_bucket(self, per_bucket: bool | None) -> bool:
         if per_bucket is None:
@@ -223,17 +198,7 @@ class EstimateResult(ServedEstimate):
         return per_bucket
 
     def _columns(self) -> list[str]:
-        if self.kind == "numeric":
-            return ["mean", "clamped_mean", "stderr", "low", "high", "interval"]
-        numbers = ["estimate", "stderr", "low", "high"]
-        consistent = ["consistent"] if self.consistent else []
-        if self.kind == "distribution":
-            return ["category", "lower", "upper", *numbers]
-        if self.kind == "table":
-            return ["category", *(name for name, _ in self.dimensions), *numbers, *consistent]
-        if self.kind in ("hierarchy", "strings"):
-            return ["category", *numbers, *consistent]
-        return ["category", *numbers, *consistent, "interval"]
+        return self._kind.columns(self.consistent, self._dimensions)
 
     def to_pandas(self, *, per_bucket: bool | None = None) -> Any:
         """A pandas DataFrame (pandas is an optional dependency).
@@ -247,22 +212,13 @@ class EstimateResult(ServedEstimate):
         except ImportError:
             raise ImportError("to_pandas() needs pandas: pip install 'ldpkit[pandas]'") from None
         # The index: what an item is about (a table's cells by their attributes).
-        keys = [name for name, _ in self.dimensions] if self.kind == "table" else ["category"]
         if self._per_bucket(per_bucket):
             frame = pd.DataFrame(self.bucket_rows(), columns=["bucket", "n", *self._columns()])
             frame["bucket"] = pd.to_datetime(frame["bucket"], utc=True)
-            frame = frame.set_index(["bucket", *keys] if self.kind != "numeric" else ["bucket"])
+            frame = frame.set_index(["bucket", *self._kind.index(self._dimensions)])
         else:
             frame = pd.DataFrame(self.rows(), columns=self._columns())
-            if self.kind == "distribution":
-                frame.index = pd.IntervalIndex.from_arrays(
-                    frame["lower"], frame["upper"], closed="left", name="bin"
-                )
-                frame = frame.drop(columns=["category"])
-            elif self.kind == "table":
-                frame = frame.drop(columns=["category"]).set_index(keys)
-            elif self.kind != "numeric":
-                frame = frame.set_index("category")
+            frame = self._kind.frame(frame, self._dimensions)
         frame.attrs.update(
             metric=self.metric,
             n=self.n,
@@ -293,96 +249,15 @@ class EstimateResult(ServedEstimate):
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
             f"{pct} intervals ({self.interval or 'method not given'})"
         )
-        lines = [head]
-        if self.kind == "hierarchy":
-            where = f" under {self.subtree}" if self.subtree else ""
-            lines.append(f"depth {self.depth}{where} (every parent is the sum of its children)")
-        lines.extend(self._table(self.rows()))
-        lines.extend(self._kind_lines())
+        lines = [head, *self._kind.text(self, self._table(self.rows()))]
         if self.buckets:
             lines.append("")
             lines.append("per time bucket (bucket start, UTC):")
             lines.extend(self._table(self.bucket_rows()))
         return "\n".join(lines)
 
-    def _kind_lines(self) -> list[str]:
-        """What a kind answers beside its items: a distribution's mean, quantiles and
-        range; a table's marginals; a strings metric's threshold and candidates."""
-        lines: list[str] = []
-        pct = f"{self.level:.0%}"
-        if self.kind == "distribution":
-            lines.append("")
-            lines.append(
-                f"mean {_fmt(self.mean)} (stderr {_fmt(self.stderr)}), {pct} interval "
-                f"[{_fmt(self.low)}, {_fmt(self.high)}]"
-            )
-            for q in self.quantiles:
-                lines.append(
-                    f"quantile {q.q:g}: {q.value:.4g}, {pct} interval [{q.low:.4g}, {q.high:.4g}]"
-                )
-            if self.range is not None:
-                r = self.range
-                lines.append(
-                    f"fraction in {r.category}: {_fmt(r.estimate)} (stderr {_fmt(r.stderr)}), "
-                    f"{pct} interval [{_fmt(r.low)}, {_fmt(r.high)}]"
-                )
-        columns = ["estimate", "stderr", "low", "high"] + (
-            ["consistent"] if self.consistent else []
-        )
-        for name, group in self.marginals.items():
-            lines.append("")
-            lines.append(f"marginal of {name}:")
-            rows = [{name: i.category, **{c: getattr(i, c) for c in columns}} for i in group]
-            lines.extend(self._table(rows, hidden=set()))
-        if self.kind == "strings":
-            lines.append("")
-            lines.append(
-                f"threshold {_fmt(self.threshold)}: no string less frequent than this can be "
-                f"found at epsilon={self.epsilon:g} and n={self.n}"
-                + (
-                    ""
-                    if self.items
-                    else " (nothing stood out: it does not mean nothing is popular)"
-                )
-            )
-            if self.candidates:
-                lines.append("named candidates:")
-                lines.extend(self._table(self._item_rows(self.candidates)))
-        return lines
-
-    def _table(self, rows: list[dict[str, Any]], hidden: set[str] | None = None) -> list[str]:
-        if not rows:
-            return ["(no buckets in this range)"]
-        # On a terminal an item is named once: a bin by "[a, b)", a cell by its attributes.
-        if hidden is None:
-            hidden = {"distribution": {"lower", "upper"}, "table": {"category"}}.get(
-                self.kind, set()
-            )
-        text = [{k: _cell(k, v) for k, v in r.items() if k not in hidden} for r in rows]
-        return aligned_lines(text, left={"bucket", "category", *(n for n, _ in self.dimensions)})
-
-
-def aligned_lines(rows: list[dict[str, str]], left: Container[str] | None = None) -> list[str]:
-    """A header row and the rows in columns; the ``left`` columns (all if None) are
-    left-aligned, the others (numbers) right-aligned."""
-    columns = list(rows[0])
-    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
-
-    def line(cells: dict[str, str]) -> str:
-        return "  ".join(
-            cells[c].ljust(widths[c]) if left is None or c in left else cells[c].rjust(widths[c])
-            for c in columns
-        ).rstrip()
-
-    return [line({c: c for c in columns}), *(line(r) for r in rows)]
-
-
-def _cell(key: str, value: Any) -> str:
-    if key == "bucket":  # 2025-11-21T10:00:00Z -> 2025-11-21 10:00
-        return str(value).replace("T", " ").removesuffix(":00Z")
-    if key in ("category", "n", "interval") or isinstance(value, str):
-        return "-" if value is None else str(value)
-    return _fmt(value)
+    def _table(self, rows: list[dict[str, Any]]) -> list[str]:
+        return text_table(rows, self._kind.hidden, self._dimensions)
 
 
 @dataclass(frozen=True)
@@ -400,9 +275,8 @@ def _served(part: dict[str, Any], definition: MetricDefinition | None) -> dict[s
     mean_ = "mean_" if "mean_stderr" in part else ""  # a distribution's mean
     estimate = None
     if definition is not None and "sums" in part:
-        mechanism: Any = definition.mechanism_instance
         sums = np.asarray(part["sums"], dtype=np.float64)
-        estimate = mechanism.estimate(Aggregate(int(part["n"]), sums))
+        estimate = definition.kind_spec.estimate(definition, Aggregate(int(part["n"]), sums))
     return {
         "n": int(part.get("n", 0)),
         "items": tuple(_item(i) for i in part.get("items") or ()),
@@ -438,10 +312,6 @@ def _item(data: dict[str, Any]) -> ItemEstimate:
 
 def _nan(value: float | None) -> float:
     return float("nan") if value is None else float(value)
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
 
 
 def _time_param(value: str | int | float | date | datetime | None, name: str) -> str | None:
@@ -600,9 +470,9 @@ def _quoted(metric: object) -> str:
 def _joined(values: object, name: str) -> str | None:
     if values is None:
         return None
-    if isinstance(values, str):
-        raise ParameterError(f"{name} must be a list of numbers, got {values!r}")
     try:
-        return ",".join(repr(float(v)) for v in values)  # type: ignore[attr-defined]
+        if isinstance(values, str) or not isinstance(values, Iterable):
+            raise TypeError
+        return ",".join(repr(float(v)) for v in values)
     except (TypeError, ValueError):
         raise ParameterError(f"{name} must be a list of numbers, got {values!r}") from None

@@ -55,6 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ParameterError
+from ..kinds import kind_or_default
 from ..mechanisms import FrequencyOracle, Mechanism, NumericMechanism
 from ..randomness import resolve_rng
 from .bounds import clopper_pearson_lower, clopper_pearson_upper
@@ -164,8 +165,8 @@ def _default_inputs(mechanism: Mechanism) -> list[Any]:
     if bounds is not None:
         lo, hi = bounds
         return [lo, hi, (lo + hi) / 2.0]
-    if mechanism.kind == "strings":
-        return ["", "a", "b"]  # every max_length allows these; lengths 0 and 1 differ too
+    if inputs := kind_or_default(mechanism.kind).audit_inputs:  # strings: "", "a", "b"
+        return list(inputs)
     raise ParameterError(f"give input_pairs for a mechanism of kind {mechanism.kind!r}")
 
 

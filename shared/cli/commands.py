@@ -20,7 +20,7 @@ from .. import plan as plan_campaign
 from .. import required_n
 from ..analyst import TOKEN_ENV, Analyst, aligned_lines
 from ..errors import ParameterError
-from ..kinds import PlanTarget
+from ..kinds import Campaign, PlanTarget
 from ..mechanisms import NAMES, Choice, choose
 from ..metrics import MetricDefinition
 from ..planner import Plan
@@ -223,20 +223,7 @@ def metrics(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([d.to_dict() for d in definitions], indent=2))
         return 0
-    rows = [
-        {
-            "name": d.name,
-            "kind": d.kind.value,
-            "mechanism": d.resolved_mechanism,
-            "epsilon": f"{d.epsilon:g}",
-            "bucket": d.bucket.value,
-            "categories": "|".join(d.categories) if d.categories is not None else "",
-            "low": f"{d.bounds[0]:g}" if d.bounds is not None else "",
-            "high": f"{d.bounds[1]:g}" if d.bounds is not None else "",
-            "version": d.fingerprint,
-        }
-        for d in definitions
-    ]
+    rows = [_metric_row(d) for d in definitions]
     if args.format == "csv":
         _print_csv(rows, METRIC_COLUMNS)
         return 0
@@ -246,7 +233,7 @@ def metrics(args: argparse.Namespace) -> int:
     table = [
         {
             **{k: r[k] for k in ("name", "kind", "mechanism", "epsilon", "bucket")},
-            "domain": _domain(d),
+            "domain": d.kind_spec.describe(d),  # what its values are, in a few words
             "version": r["version"],
         }
         for r, d in zip(rows, definitions, strict=True)
@@ -255,25 +242,19 @@ def metrics(args: argparse.Namespace) -> int:
     return 0
 
 
-def _domain(d: MetricDefinition) -> str:
-    """What a metric's values are, in a few words, for the metrics table."""
-    kind = d.kind.value
-    if kind == "hierarchy":
-        separator = d.separator or "/"
-        depth = max(c.count(separator) + 1 for c in d.categories or ())
-        return f"{len(d.categories or ())} leaves, {depth} levels"
-    if kind == "table" and d.dimensions is not None:
-        shape = " x ".join(str(len(c)) for _, c in d.dimensions)
-        return f"{shape} cells ({' x '.join(n for n, _ in d.dimensions)})"
-    if kind == "strings":
-        return f"strings <= {d.max_length} bytes, top {d.k}"
-    if d.categories is not None:
-        return f"{len(d.categories)} categories"
-    assert d.bounds is not None
-    span = f"[{d.bounds[0]:g}, {d.bounds[1]:g}]"
-    if kind == "distribution":
-        return f"{span}, {d.resolution} leaves"
-    return span + (f", delta {d.delta:g}" if d.delta else "")
+def _metric_row(d: MetricDefinition) -> dict[str, str]:
+    low, high = (f"{b:g}" for b in d.bounds) if d.bounds is not None else ("", "")
+    return {
+        "name": d.name,
+        "kind": d.kind.value,
+        "mechanism": d.resolved_mechanism,
+        "epsilon": f"{d.epsilon:g}",
+        "bucket": d.bucket.value,
+        "categories": "|".join(d.categories) if d.categories is not None else "",
+        "low": low,
+        "high": high,
+        "version": d.fingerprint,
+    }
 
 
 METRIC_COLUMNS = [
@@ -360,40 +341,26 @@ def plan(args: argparse.Namespace) -> int:
     if args.epsilon is None and args.metric is None:
         raise ParameterError("give --epsilon (the epsilon of one report), or --metric NAME")
     definition = _plan_definition(args)
-    if definition is not None and definition.kind.value not in ("categorical", "numeric"):
-        return _plan_kind(args, definition)
-    if definition is not None:  # a categorical or numeric metric of the collector
-        args.mechanism = definition.resolved_mechanism
-        args.epsilon = definition.epsilon
-        args.domain_size = len(definition.categories) if definition.categories else None
-        args.bounds = list(definition.bounds) if definition.bounds else None
+    if definition is None:  # --domain-size or --bounds: a mechanism's campaign
+        bounds = tuple(args.bounds) if args.bounds else None
+        return _plan_campaign(
+            args, Campaign(args.mechanism, args.epsilon, args.domain_size, bounds)
+        )
+    campaign = definition.kind_spec.campaign(definition)
+    if campaign is not None:  # a categorical or numeric metric of the collector
+        return _plan_campaign(args, campaign)
+    return _plan_kind(args, definition)
+
+
+_IN_SENTENCE = {"given", "mechanism", "epsilon", "n", "level", "half_width"}
+
+
+def _plan_campaign(args: argparse.Namespace, c: Campaign) -> int:
+    """Plan ``c`` with :func:`ldpkit.plan` (for ``--n``) and :func:`ldpkit.required_n`
+    (for ``--half-width``), both if both are given."""
     if args.n is None and args.half_width is None:
         raise ParameterError("give --n (to get the half-width) and/or --half-width (to get n)")
-    bounds = tuple(args.bounds) if args.bounds else None
-    common = dict(
-        epsilon=args.epsilon,
-        domain_size=args.domain_size,
-        bounds=bounds,
-        level=args.level,
-        frequency=args.frequency,
-    )
-    # Everything is computed before anything is printed: an error leaves no half output.
-    try:
-        choice = (
-            choose(epsilon=args.epsilon, domain_size=args.domain_size, bounds=bounds)
-            if args.mechanism == "auto"
-            else None
-        )
-        for_n = plan_campaign(args.mechanism, n=args.n, **common) if args.n is not None else None
-        for_width = (
-            required_n(args.mechanism, half_width=args.half_width, **common)
-            if args.half_width is not None
-            else None
-        )
-    except ParameterError as exc:
-        raise _in_flags(exc) from None
-    plans = [("n", p) for p in (for_n,) if p is not None]
-    plans += [("half_width", p) for p in (for_width,) if p is not None]
+    choice, plans = _campaign_plans(args, c)
     if args.format == "json":
         print(
             json.dumps(
@@ -407,37 +374,67 @@ def plan(args: argparse.Namespace) -> int:
         if choice is not None:
             print(choice.explain())
             print()
-        what = "fraction" if args.domain_size is not None else "mean"
+        what = "fraction" if c.domain_size is not None else "mean"
         for given, p in plans:
-            if given == "n":
-                print(
-                    f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
-                    f"half-width of the {what} {p.half_width:.6g}"
-                )
-            else:
-                print(
-                    f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a "
-                    f"{p.level:.0%} half-width of {args.half_width:g}"
-                )
-            if p.frequency is not None:
-                print(
-                    "  assumed: "
-                    + (
-                        f"the worst case over item frequencies (an item held by {p.frequency:.1%})"
-                        if args.frequency is None
-                        else f"an item held by {p.frequency:.1%} of users"
-                    )
-                )
-            elif what == "mean":
-                print("  assumed: the mechanism's worst noise over the bounds")
-            # Every other field of the Plan, whatever the planner adds: no rework here.
-            for name, value in _plan_dict(given, p).items():
-                if name not in _IN_SENTENCE:
-                    print(f"  {name.replace('_', ' ')}: {_table_cell(value)}")
+            print("\n".join(_campaign_lines(args, given, p, what)))
     return 0
 
 
-_IN_SENTENCE = {"given", "mechanism", "epsilon", "n", "level", "half_width"}
+def _campaign_plans(
+    args: argparse.Namespace, c: Campaign
+) -> tuple[Choice | None, list[tuple[str, Plan]]]:
+    """What ``auto`` chose and the plans, all computed before anything is printed (an error
+    leaves no half output), errors in the flags' names."""
+    common = dict(
+        epsilon=c.epsilon,
+        domain_size=c.domain_size,
+        bounds=c.bounds,
+        level=args.level,
+        frequency=args.frequency,
+    )
+    try:
+        choice = (
+            choose(epsilon=c.epsilon, domain_size=c.domain_size, bounds=c.bounds)
+            if c.mechanism == "auto"
+            else None
+        )
+        plans = (
+            [("n", plan_campaign(c.mechanism, n=args.n, **common))] if args.n is not None else []
+        )
+        if args.half_width is not None:
+            for_width = required_n(c.mechanism, half_width=args.half_width, **common)
+            plans.append(("half_width", for_width))
+    except ParameterError as exc:
+        raise _in_flags(exc) from None
+    return choice, plans
+
+
+def _campaign_lines(args: argparse.Namespace, given: str, p: Plan, what: str) -> list[str]:
+    if given == "n":
+        head = (
+            f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n}: expected {p.level:.0%} "
+            f"half-width of the {what} {p.half_width:.6g}"
+        )
+    else:
+        head = (
+            f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n} reports for a "
+            f"{p.level:.0%} half-width of {args.half_width:g}"
+        )
+    lines = [head]
+    if p.frequency is not None:
+        held = (
+            f"the worst case over item frequencies (an item held by {p.frequency:.1%})"
+            if args.frequency is None
+            else f"an item held by {p.frequency:.1%} of users"
+        )
+        lines.append(f"  assumed: {held}")
+    elif what == "mean":
+        lines.append("  assumed: the mechanism's worst noise over the bounds")
+    # Every other field of the Plan, whatever the planner adds: no rework here.
+    for name, value in _plan_dict(given, p).items():
+        if name not in _IN_SENTENCE:
+            lines.append(f"  {name.replace('_', ' ')}: {_table_cell(value)}")
+    return lines
 
 
 def _plan_definition(args: argparse.Namespace) -> MetricDefinition | None:
@@ -456,13 +453,7 @@ def _plan_definition(args: argparse.Namespace) -> MetricDefinition | None:
     elif args.leaves is not None:
         data.update(kind="hierarchy", categories=args.leaves.split(","), separator=args.separator)
     elif args.dimension is not None:
-        dims: dict[str, list[str]] = {}
-        for given in args.dimension:
-            name, sep, cats = given.partition("=")
-            if not sep or not name:
-                raise ParameterError(f"--dimension takes NAME=A,B,..., got {given!r}")
-            dims[name] = cats.split(",")
-        data.update(kind="table", dimensions=dims)
+        data.update(kind="table", dimensions=_dimensions(args.dimension))
     elif args.max_length is not None:
         data.update(kind="strings", max_length=args.max_length, k=args.k)
     else:
@@ -470,8 +461,18 @@ def _plan_definition(args: argparse.Namespace) -> MetricDefinition | None:
     return MetricDefinition.from_dict("plan", data)
 
 
+def _dimensions(flags: list[str]) -> dict[str, list[str]]:
+    dims: dict[str, list[str]] = {}
+    for given in flags:
+        name, sep, cats = given.partition("=")
+        if not sep or not name:
+            raise ParameterError(f"--dimension takes NAME=A,B,..., got {given!r}")
+        dims[name] = cats.split(",")
+    return dims
+
+
 def _plan_kind(args: argparse.Namespace, definition: MetricDefinition) -> int:
-    """Plan a distribution, hierarchy, table or strings metric (the kind's own planner)."""
+    """Plan a metric with its kind's own planner (a distribution, hierarchy, table, strings)."""
     target = PlanTarget(args.n, args.half_width, args.frequency, args.level)
     planned = definition.kind_spec.plan(definition, target)
     data = dataclasses.asdict(planned.plan)

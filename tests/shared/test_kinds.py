@@ -256,13 +256,17 @@ def test_strings_answer_small_campaigns(n: int) -> None:
         {"kind": "numeric", "bounds": [0.0, 1.0], "epsilon": 1.0},
     ],
 )
-def test_kinds_answered_by_the_collector_say_so(definition: dict[str, Any]) -> None:
-    """Categorical and numeric metrics keep the collector's own answer path: asking their
-    kind for an answer is a clear ParameterError naming where the estimate is, not a bare
-    NotImplementedError."""
+def test_categorical_and_numeric_answer_through_their_kind(definition: dict[str, Any]) -> None:
+    """Categorical and numeric metrics are answered by their kind like every other (the
+    collector's former fast path): the fields of the core's estimate, with the sums."""
+    import json
+
     d = MetricDefinition.from_dict("m", definition)
     m = d.mechanism_instance
     aggregate = m.aggregate(m.perturb([0, 1] if d.kind_spec.name == "categorical" else [0.5]))
-    with pytest.raises(ParameterError, match=r"mechanism_instance\.estimate"):
-        d.kind_spec.answer(d, aggregate, Question())
-    assert m.estimate(aggregate).n >= 1  # (which works)
+    answer = d.kind_spec.answer(d, aggregate, Question(level=0.9))
+    estimate = m.estimate(aggregate)
+    assert answer["n"] == estimate.n == 2 - (d.kind_spec.name == "numeric")
+    assert json.loads(answer["sums"]) == list(aggregate.sums)  # JSON text, spliced as is
+    low = [i["low"] for i in json.loads(answer["items"])] if "items" in answer else answer["low"]
+    assert low == (list(estimate.ci(0.9)[0]) if "items" in answer else estimate.ci(0.9)[0])

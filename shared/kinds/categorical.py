@@ -1,0 +1,134 @@
+"""Categorical metrics: one of a list of categories; answered with each one's fraction."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ..aggregate import Aggregate
+from ..errors import ParameterError
+from ..estimates import FrequencyEstimate
+from ..mechanisms import choose
+from .base import (
+    Built,
+    Campaign,
+    Definition,
+    KindSpec,
+    Question,
+    RawJSON,
+    check_categories,
+    json_numbers,
+    make,
+    refuse,
+    sums_json,
+)
+
+
+class Categorical(KindSpec):
+    checks_values: ClassVar[bool] = True
+    mechanism_params: ClassVar[bool] = False
+
+    def build(self, definition: Definition) -> Built:
+        categories = check_categories(definition)
+        d = len(categories)
+        name = definition.mechanism
+        if name == "auto":
+            name = choose(epsilon=definition.epsilon, domain_size=d).name
+        return Built(make(definition, name, domain_size=d), {"categories": categories})
+
+    def encode(self, definition: Definition, value: object) -> tuple[Any, bool]:
+        i = definition.category_index.get(value) if isinstance(value, str) else None
+        if i is not None:
+            return i, False
+        if not isinstance(value, str):
+            raise ParameterError(
+                f"metric {definition.name} takes one of its categories (a string), got {value!r}"
+            )
+        cats = definition.categories or ()
+        raise ParameterError(
+            f"{value!r} is not a category of metric {definition.name}; expected one of "
+            + ", ".join(cats[:20])
+            + ("..." if len(cats) > 20 else "")
+        )
+
+    def encode_many(self, definition: Definition, values: Any) -> npt.NDArray[Any]:
+        index = definition.category_index
+        found = [index.get(v) if isinstance(v, str) else None for v in values]
+        if None in found:
+            refuse(self, definition, values, found.index(None))
+        return np.array(found, dtype=np.int64)
+
+    def answer(self, definition: Definition, aggregate: Aggregate, q: Question) -> dict[str, Any]:
+        """The answer, its ``items`` written as JSON text directly: at d = 1024 they are
+        most of it, several times faster so than dicts through ``json.dumps``."""
+        mechanism: Any = definition.mechanism_instance
+        estimate = mechanism.estimate(aggregate)
+        assert isinstance(estimate, FrequencyEstimate) and definition.categories is not None
+        if estimate.n == 0:
+            nan = np.full(len(definition.categories), np.nan)
+            columns, interval, methods = [nan] * (5 if q.consistent else 4), None, None
+        else:
+            columns = _columns(estimate, q)
+            interval = estimate.interval_method(q.level)
+            methods = estimate.interval_methods(q.level)
+        return {
+            "n": estimate.n,
+            "sums": sums_json(aggregate),
+            "interval": interval,
+            "items": _items(definition.categories, columns, methods),
+        }
+
+    def campaign(self, definition: Definition) -> Campaign:
+        return Campaign(
+            definition.resolved_mechanism,
+            definition.epsilon,
+            domain_size=len(definition.categories or ()),
+        )
+
+
+def _columns(estimate: FrequencyEstimate, q: Question) -> list[npt.NDArray[np.float64]]:
+    """Estimate, stderr, low, high and, if asked, the consistent estimates."""
+    low, high = estimate.ci(q.level)
+    columns = [
+        np.asarray(estimate.frequencies, dtype=np.float64),
+        np.asarray(estimate.stderr, dtype=np.float64),
+        np.asarray(low, dtype=np.float64),
+        np.asarray(high, dtype=np.float64),
+    ]
+    if q.consistent:
+        columns.append(np.asarray(estimate.consistent(), dtype=np.float64))
+    return columns
+
+
+@functools.lru_cache(maxsize=256)
+def _quoted(categories: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(json.dumps(c) for c in categories)
+
+
+def _items(
+    cats: tuple[str, ...],
+    columns: Sequence[npt.NDArray[np.float64]],
+    methods: npt.NDArray[np.str_] | None = None,
+) -> RawJSON:
+    """The ``items`` list as JSON text; ``methods`` names each item's interval method."""
+    quoted = _quoted(cats)
+    cols = [json_numbers(c) for c in columns]
+    tails = (
+        [f',"interval":"{m}"}}' for m in methods.tolist()]
+        if methods is not None
+        else ["}"] * len(cats)
+    )
+    consistent = [f',"consistent":{k}' for k in cols[4]] if len(cols) == 5 else [""] * len(cats)
+    parts = [
+        f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi}{k}{t}'
+        for c, e, s, lo, hi, k, t in zip(quoted, *cols[:4], consistent, tails, strict=True)
+    ]
+    return RawJSON("[" + ",".join(parts) + "]")
+
+
+SPEC = Categorical("categorical", ("categories",))

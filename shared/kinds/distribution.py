@@ -1,0 +1,214 @@
+"""Distribution metrics (issue 15): a number whose answer is its distribution (a
+hierarchical histogram): bins, quantiles, a range's fraction and the mean."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from numbers import Integral
+from typing import Any, ClassVar
+
+from .._validation import shown
+from ..errors import ParameterError, QueryError
+from ..mechanisms import choose
+from . import render
+from .base import (
+    Built,
+    Definition,
+    KindPlan,
+    PlanTarget,
+    Question,
+    fail,
+    make,
+    param_of,
+    query_integer,
+    query_numbers,
+)
+from .numeric import Numbers, checked_bounds, span
+
+DEFAULT_RESOLUTION = 1024
+
+
+class Distribution(Numbers):
+    hidden: ClassVar[frozenset[str]] = frozenset({"lower", "upper"})  # a bin reads "[a, b)"
+
+    def build(self, definition: Definition) -> Built:
+        bounds = checked_bounds(definition)
+        resolution: object = definition.resolution  # from TOML/JSON it may be anything
+        if resolution is None:
+            resolution = DEFAULT_RESOLUTION
+        if isinstance(resolution, bool) or not isinstance(resolution, Integral):
+            raise fail(definition, f"resolution must be an integer, got {shown(resolution)}")
+        leaves = int(resolution)
+        name = definition.mechanism
+        if name == "auto":
+            try:
+                name = choose(epsilon=definition.epsilon, bounds=bounds, resolution=leaves).name
+            except ParameterError as exc:
+                raise fail(definition, str(exc)) from None
+        mechanism = make(definition, name, bounds=bounds, resolution=leaves)
+        return Built(mechanism, {"bounds": bounds, "resolution": leaves})
+
+    def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if query.get("bins"):
+            out["bins"] = query_integer(query["bins"], "bins")
+        if query.get("edges"):
+            if "bins" in out:
+                raise QueryError("edges", "give bins or edges, not both")
+            out["edges"] = query_numbers(query["edges"], "edges", minimum=2)
+        if query.get("quantiles"):
+            out["quantiles"] = query_numbers(query["quantiles"], "quantiles")
+        if query.get("range"):
+            pair = query_numbers(query["range"], "range", minimum=2)
+            if len(pair) != 2:
+                raise QueryError("range", "expected two numbers: lower,upper")
+            out["range_"] = (pair[0], pair[1])
+        return out
+
+    def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = estimate.to_dict(q.level, **q.options)
+        except ParameterError as exc:
+            param = param_of(str(exc), ("edges", "bins", "range", "q"))
+            raise QueryError("quantiles" if param == "q" else param, str(exc)) from None
+        data["interval"] = data["methods"]["items"]
+        return data
+
+    def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
+        edges = options.get("edges")
+        return len(edges) - 1 if edges else int(options.get("bins") or 16)
+
+    def plan(self, definition: Definition, target: PlanTarget) -> KindPlan:
+        from ..distribution_plan import plan_distribution, required_n_distribution
+
+        assert definition.bounds is not None and definition.resolution is not None
+        common: dict[str, Any] = {
+            "epsilon": definition.epsilon,
+            "bounds": definition.bounds,
+            "resolution": definition.resolution,
+            "level": target.level,
+        }
+        p = target.by(
+            lambda n: plan_distribution(n=n, **common),
+            lambda half_width: required_n_distribution(half_width=half_width, **common),
+        )
+        lo, hi = definition.bounds
+        head = (
+            f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n:,}"
+            if target.n is not None
+            else f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n:,} reports for a range "
+            f"half-width of {target.half_width:g}"
+        )
+        lines = (
+            f"distribution over [{lo:g}, {hi:g}], {p.resolution} leaves (fan-out {p.branching})",
+            head,
+            f"  range fraction: {p.level:.0%} half-width <= {p.half_width:.4g} whatever the data "
+            f"(typical {p.typical_half_width:.4g}, values spread evenly)",
+            f"  quantile {p.quantile:g}: half-width about {p.quantile_half_width:.4g} "
+            f"(units of the metric, values spread evenly)",
+        )
+        return KindPlan(lines, p)
+
+    # --- rendering: bins (the items), quantiles, a range, the mean ------------------------
+    def describe(self, definition: Definition) -> str:
+        return f"{span(definition)}, {definition.resolution} leaves"
+
+    def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
+        level = float(data.get("level", 0.95))
+        found = data.get("range")
+        bounds = data.get("bounds")
+        return {
+            "quantiles": tuple(_quantile(q, level) for q in data.get("quantiles") or ()),
+            "range": item(found) if isinstance(found, dict) else None,
+            "bounds": (float(bounds[0]), float(bounds[1])) if bounds else None,
+        }
+
+    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
+        return ["category", "lower", "upper", *render.NUMBERS]
+
+    def frame(self, frame: Any, dimensions: Sequence[str]) -> Any:
+        import pandas as pd
+
+        frame.index = pd.IntervalIndex.from_arrays(
+            frame["lower"], frame["upper"], closed="left", name="bin"
+        )
+        return frame.drop(columns=["category"])
+
+    def text(self, result: Any, table: list[str]) -> list[str]:
+        pct, fmt = f"{result.level:.0%}", render.fmt
+        lines = [
+            *table,
+            "",
+            f"mean {fmt(result.mean)} (stderr {fmt(result.stderr)}), {pct} interval "
+            f"[{fmt(result.low)}, {fmt(result.high)}]",
+        ]
+        for q in result.quantiles:
+            lines.append(
+                f"quantile {q.q:g}: {q.value:.4g}, {pct} interval [{q.low:.4g}, {q.high:.4g}]"
+            )
+        if result.range is not None:
+            r = result.range
+            lines.append(
+                f"fraction in {r.category}: {fmt(r.estimate)} (stderr {fmt(r.stderr)}), "
+                f"{pct} interval [{fmt(r.low)}, {fmt(r.high)}]"
+            )
+        return lines
+
+    def plot(self, result: Any, plt: Any) -> Any:
+        """The bins as bars on the bounds axis, whiskers at their middles, the quantiles as
+        lines with their intervals shaded, the mean in the title."""
+        fig, ax = plt.subplots(figsize=(8, 4))
+        _bins(ax, result)
+        for q in result.quantiles:
+            ax.axvspan(q.low, q.high, color="#F58518", alpha=0.12, zorder=0)
+            ax.axvline(q.value, color="#F58518", linewidth=2)
+            ax.annotate(
+                f"p{q.q * 100:g}",
+                (q.value, 1.0),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                va="bottom",
+                color="#F58518",
+                fontsize="small",
+            )
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+        if result.bounds is not None:
+            ax.set_xlim(*result.bounds)
+        ax.set_xlabel(result.metric)
+        ax.set_ylabel("fraction of users")
+        ax.legend(loc="upper right", fontsize="small")
+        mean = ""
+        if result.mean is not None and result.low is not None and result.high is not None:
+            mean = f"\nmean {result.mean:.4g} [{result.low:.4g}, {result.high:.4g}]"
+        ax.set_title(render.title(result) + mean, fontsize="medium", pad=14)  # room for "p50"
+        return fig
+
+
+def _quantile(data: Mapping[str, Any], level: float) -> Any:
+    from ..distribution import QuantileEstimate
+
+    value, low, high = render.nan([data.get("value"), data.get("low"), data.get("high")])
+    return QuantileEstimate(float(data["q"]), value, low, high, level)
+
+
+def _bins(ax: Any, result: Any) -> None:
+    bins = [i for i in result.items if i.lower is not None and i.upper is not None]
+    lower = [float(i.lower) for i in bins]
+    width = [float(i.upper) - float(i.lower) for i in bins]
+    values = [i.estimate if i.estimate is not None else 0.0 for i in bins]
+    ax.bar(
+        lower,
+        values,
+        width=width,
+        align="edge",
+        color="#4C78A8",
+        edgecolor="white",
+        label="fraction in the bin",
+    )
+    middles = [lo + w / 2 for lo, w in zip(lower, width, strict=True)]
+    render.whiskers(ax, middles, bins, label=f"{result.level:.0%} interval")
+
+
+SPEC = Distribution(
+    "distribution", ("bounds", "resolution"), ("bins", "edges", "quantiles", "range")
+)

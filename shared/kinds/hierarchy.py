@@ -1,0 +1,84 @@
+"""Hierarchy metrics (issue 16): categories in a tree (leaf paths); answered at any depth
+and for any subtree."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .._validation import shown
+from ..errors import ParameterError, QueryError
+from . import render
+from ._structured import Structured, focus, made
+from .base import Built, Definition, Question, check_categories, fail, query_integer
+
+
+class Hierarchy(Structured):
+    def build(self, definition: Definition) -> Built:
+        from ..structured import hierarchy
+
+        leaves = check_categories(definition)
+        separator: object = definition.separator
+        if separator is None:
+            separator = "/"
+        if not isinstance(separator, str) or not separator:
+            raise fail(definition, f"separator must be a non-empty string, got {shown(separator)}")
+        fields: dict[str, Any] = {"categories": leaves, "separator": separator}
+        depths = focus(definition, int)
+        return made(definition, hierarchy, list(leaves), depths, fields, separator=separator)
+
+    def _domain_encode(self, definition: Definition, value: object) -> int:
+        m: Any = definition.mechanism_instance
+        return int(m.tree.leaf_index(value))
+
+    def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if query.get("depth"):
+            out["depth"] = query_integer(query["depth"], "depth")
+        if query.get("subtree"):
+            out["subtree"] = query["subtree"]
+        return out
+
+    def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
+        depth = q.options.get("depth")
+        try:
+            if "subtree" in q.options:
+                return _subtree(estimate, q.options["subtree"], depth, q)
+            return dict(estimate.to_dict(depth, q.level, consistent=q.consistent))
+        except ParameterError as exc:
+            raise QueryError("subtree" if "subtree" in q.options else "depth", str(exc)) from None
+
+    def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
+        m: Any = definition.mechanism_instance
+        return int(m.tree.size)
+
+    # --- rendering: the nodes of one depth (the items) ------------------------------------
+    def describe(self, definition: Definition) -> str:
+        separator = definition.separator or "/"
+        depth = max(c.count(separator) + 1 for c in definition.categories or ())
+        return f"{len(definition.categories or ())} leaves, {depth} levels"
+
+    def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
+        return {"depth": data.get("depth"), "subtree": data.get("subtree")}
+
+    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
+        return ["category", *render.NUMBERS, *(["consistent"] if consistent else [])]
+
+    def text(self, result: Any, table: list[str]) -> list[str]:
+        where = f" under {result.subtree}" if result.subtree else ""
+        return [f"depth {result.depth}{where} (every parent is the sum of its children)", *table]
+
+
+def _subtree(estimate: Any, path: str, depth: int | None, q: Question) -> dict[str, Any]:
+    group = estimate.subtree(path, depth)
+    return {
+        "mechanism": estimate.mechanism,
+        "n": estimate.n,
+        "depth": estimate.tree.locate(group.keys[0])[0] if len(group) else depth,
+        "subtree": path,
+        "interval": estimate.interval,
+        "items": group.items(q.level, consistent=q.consistent),
+    }
+
+
+SPEC = Hierarchy("hierarchy", ("categories", "separator", "focus", "oracle"), ("depth", "subtree"))

@@ -1,0 +1,125 @@
+"""What the kinds share to show an answer: text tables (the analyst's ``to_table``, the CLI)
+and matplotlib pieces (``ldpkit.analyst.plots`` passes matplotlib in: nothing here imports
+it). A ``result`` is an ``ldpkit.analyst.EstimateResult``, an item its ``ItemEstimate``."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Container, Sequence
+from dataclasses import asdict
+from typing import Any
+
+NUMBERS = ["estimate", "stderr", "low", "high"]
+
+
+def item_rows(items: Sequence[Any], columns: Sequence[str]) -> list[dict[str, Any]]:
+    """One row of ``columns`` per item (a table's cell also by its attributes)."""
+    rows = []
+    for item in items:
+        row = {**asdict(item), **(item.cell or {})}
+        rows.append({c: row.get(c) for c in columns})
+    return rows
+
+
+def text_table(
+    rows: list[dict[str, Any]], hidden: Collection[str] = (), dimensions: Sequence[str] = ()
+) -> list[str]:
+    """``rows`` in aligned columns, less the ``hidden`` ones: what names an item
+    (``bucket``, ``category``, a table's ``dimensions``) left-aligned, numbers right."""
+    if not rows:
+        return ["(no buckets in this range)"]
+    text = [{k: cell(k, v) for k, v in r.items() if k not in hidden} for r in rows]
+    return aligned_lines(text, left={"bucket", "category", *dimensions})
+
+
+def aligned_lines(rows: list[dict[str, str]], left: Container[str] | None = None) -> list[str]:
+    """A header row and the rows in columns; the ``left`` columns (all if None) are
+    left-aligned, the others (numbers) right-aligned."""
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+
+    def line(cells: dict[str, str]) -> str:
+        return "  ".join(
+            cells[c].ljust(widths[c]) if left is None or c in left else cells[c].rjust(widths[c])
+            for c in columns
+        ).rstrip()
+
+    return [line({c: c for c in columns}), *(line(r) for r in rows)]
+
+
+def cell(key: str, value: Any) -> str:
+    if key == "bucket":  # 2025-11-21T10:00:00Z -> 2025-11-21 10:00
+        return str(value).replace("T", " ").removesuffix(":00Z")
+    if key in ("category", "n", "interval") or isinstance(value, str):
+        return "-" if value is None else str(value)
+    return fmt(value)
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def nan(values: Sequence[float | None]) -> list[float]:
+    return [float("nan") if v is None else float(v) for v in values]
+
+
+# --- plots ------------------------------------------------------------------------------
+def title(result: Any) -> str:
+    return (
+        f"{result.metric}  (n={result.n}, {result.mechanism}, ε={result.epsilon:g}, "
+        f"{result.level:.0%} intervals)"
+    )
+
+
+def whiskers(ax: Any, x: Sequence[float], items: Any, label: str) -> None:
+    shown = [(p, i.low, i.high) for p, i in zip(x, items, strict=True) if i.low is not None]
+    if not shown:
+        return
+    xs, lows, highs = zip(*shown, strict=True)
+    ax.vlines(xs, lows, highs, color="black", linewidth=1.5, label=label, zorder=3)
+    ax.scatter(xs + xs, lows + highs, marker="_", s=60, color="black", zorder=3)
+
+
+def bars(result: Any, plt: Any) -> Any:
+    """One bar per item, whiskers from ``low`` to ``high`` (an unbiased estimate may lie
+    outside its interval, which is clipped to [0, 1]: below 0, say)."""
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(result.items) + 2), 4))
+    names = [i.category for i in result.items]
+    x = list(range(len(names)))
+    values = [i.estimate if i.estimate is not None else 0.0 for i in result.items]
+    ax.bar(x, values, color="#4C78A8", label="unbiased estimate")
+    whiskers(ax, x, result.items, label=f"{result.level:.0%} interval")
+    if result.consistent:
+        ax.scatter(
+            x,
+            [i.consistent for i in result.items],
+            marker="_",
+            s=300,
+            color="#F58518",
+            label="consistent",
+            zorder=3,
+        )
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xticks(x, names)
+    ax.set_ylabel("fraction of users")
+    ax.legend(loc="best", fontsize="small")
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    ax.set_title(title(result), fontsize="medium")
+    return fig
+
+
+def lines_over_time(result: Any, ax: Any) -> None:
+    """One line per item across the buckets, its interval as a band."""
+    categories = [i.category for i in result.items] or (
+        [i.category for i in result.buckets[0].items] if result.buckets else []
+    )
+    times = [b.start for b in result.buckets]
+    for index, category in enumerate(categories):
+        line = ax.plot(times, _series(result, index, "estimate"), marker="o", label=category)[0]
+        low, high = _series(result, index, "low"), _series(result, index, "high")
+        ax.fill_between(times, low, high, alpha=0.15, color=line.get_color())
+    ax.set_ylabel("fraction of users")
+    ax.legend(loc="best", fontsize="small", ncol=2)
+
+
+def _series(result: Any, index: int, name: str) -> list[float]:
+    return nan([getattr(b.items[index], name) if b.items else None for b in result.buckets])

@@ -1,0 +1,189 @@
+"""Strings metrics (issue 17): any string up to ``max_length`` bytes; answered with the
+top-k strings found and named candidates."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from .._validation import shown
+from ..aggregate import Aggregate
+from ..errors import ParameterError, QueryError
+from . import render
+from .base import (
+    MAX_QUERY_NUMBERS,
+    Built,
+    Definition,
+    KindPlan,
+    KindSpec,
+    PlanTarget,
+    Question,
+    fail,
+    make,
+)
+
+DEFAULT_K = 20
+DECODED_CACHE = 32
+"""Decoded answers kept (per process): decoding a strings metric takes seconds at 10^6
+reports, so the next query of the same data (candidates, another level) reuses it."""
+
+
+@dataclass(frozen=True)
+class Strings(KindSpec):
+    serves_sums: ClassVar[bool] = False  # its sketches hold 10^5 and more counts
+    audit_inputs: ClassVar[tuple[Any, ...]] = ("", "a", "b")  # any max_length; lengths 0 and 1
+    _decoded: OrderedDict[tuple[str, int, bytes], Any] = field(
+        default_factory=OrderedDict, init=False, repr=False, compare=False
+    )
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
+
+    def build(self, definition: Definition) -> Built:
+        if definition.max_length is None:
+            raise fail(definition, "strings metrics need max_length (bytes, UTF-8)")
+        k: object = DEFAULT_K if definition.k is None else definition.k
+        name = definition.mechanism
+        m = make(
+            definition,
+            "prefix_sketch" if name == "auto" else name,
+            max_length=definition.max_length,
+            k=k,
+        )
+        return Built(m, {"k": k})
+
+    def encode(self, definition: Definition, value: object) -> tuple[Any, bool]:
+        if not isinstance(value, str):
+            raise fail(definition, f"takes a string, got {shown(value)}")
+        try:
+            data = value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise fail(definition, f"{shown(value)} cannot be encoded as UTF-8: {exc}") from None
+        limit = definition.max_length or 0
+        if len(data) > limit:
+            raise fail(
+                definition,
+                f"{shown(value)} is {len(data)} bytes in UTF-8, longer than max_length = "
+                f"{limit}; nothing was recorded",
+            )
+        return data, False
+
+    def as_array(self, encoded: Sequence[Any]) -> npt.NDArray[Any]:
+        out = np.empty(len(encoded), dtype=object)
+        out[:] = list(encoded)
+        return out
+
+    def value_key(self, encoded: Any) -> bytes:
+        return struct.pack("<I", len(encoded)) + bytes(encoded)
+
+    def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
+        if not query.get("candidates"):
+            return {}
+        names = query["candidates"].split(",")
+        if len(names) > MAX_QUERY_NUMBERS:
+            raise QueryError("candidates", f"at most {MAX_QUERY_NUMBERS} strings")
+        return {"candidates": names}
+
+    def estimate(self, definition: Definition, aggregate: Aggregate) -> Any:
+        """The mechanism's answer for ``aggregate``, decoded once per distinct aggregate
+        of a metric version (keyed by the fingerprint, n and a digest of the sums)."""
+        key = (
+            definition.fingerprint,
+            aggregate.n,
+            hashlib.sha256(np.ascontiguousarray(aggregate.sums).tobytes()).digest(),
+        )
+        with self._lock:
+            found = self._decoded.get(key)
+            if found is not None:
+                self._decoded.move_to_end(key)
+                return found
+        m: Any = definition.mechanism_instance
+        result = m.estimate(aggregate)
+        with self._lock:
+            self._decoded[key] = result
+            while len(self._decoded) > DECODED_CACHE:
+                self._decoded.popitem(last=False)
+        return result
+
+    def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = estimate.to_dict(q.options.get("candidates"), q.level)
+        except ParameterError as exc:
+            raise QueryError("candidates", str(exc)) from None
+        data["interval"] = data.pop("interval_method")
+        return data
+
+    def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
+        return (definition.k or DEFAULT_K) + len(options.get("candidates", ()))
+
+    def plan(self, definition: Definition, target: PlanTarget) -> KindPlan:
+        from ..heavy_hitters import plan_strings, required_n_strings
+
+        n, frequency, by_n = target.n, target.frequency, target.half_width is None
+        common: dict[str, Any] = {
+            "epsilon": definition.epsilon,
+            "max_length": definition.max_length,
+            "k": definition.k or DEFAULT_K,
+        }
+        if by_n and n is not None and frequency is None:
+            p = plan_strings(n=n, **common)
+            head = f"{p.mechanism}, epsilon={p.epsilon:g}, n={p.n:,}, k={p.k}"
+        elif by_n and frequency is not None and n is None:
+            p = required_n_strings(frequency=frequency, **common)
+            head = (
+                f"{p.mechanism}, epsilon={p.epsilon:g}: n >= {p.n:,} reports find a string of "
+                f"{p.max_length} bytes held by {frequency:.2%} of users half the time"
+            )
+        else:
+            raise ParameterError(
+                "a strings metric is planned by n (the frequency found) or by frequency "
+                "(the n that finds it), not by a half-width"
+            )
+        by_length = ", ".join(
+            f"{length} bytes {t:.3%}" for length, t in enumerate(p.thresholds) if length
+        )
+        lines = (
+            head,
+            f"  found with probability {p.probability:g} from a frequency of {p.threshold:.3%} "
+            f"(the most favourable length); {p.max_length_threshold:.3%} at {p.max_length} bytes",
+            f"  by length: {by_length}",
+        )
+        return KindPlan(lines, p)
+
+    # --- rendering: the strings found (the items), the threshold, named candidates --------
+    def describe(self, definition: Definition) -> str:
+        return f"strings <= {definition.max_length} bytes, top {definition.k}"
+
+    def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
+        return {
+            "threshold": data.get("threshold"),
+            "candidates": tuple(item(i) for i in data.get("candidates") or ()),
+        }
+
+    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
+        return ["category", *render.NUMBERS, *(["consistent"] if consistent else [])]
+
+    def text(self, result: Any, table: list[str]) -> list[str]:
+        lines = [
+            *table,
+            "",
+            f"threshold {render.fmt(result.threshold)}: no string less frequent than this can "
+            f"be found at epsilon={result.epsilon:g} and n={result.n}"
+            + ("" if result.items else " (nothing stood out: it does not mean nothing is popular)"),
+        ]
+        if result.candidates:
+            lines.append("named candidates:")
+            columns = self.columns(result.consistent, ())
+            lines.extend(render.text_table(render.item_rows(result.candidates, columns)))
+        return lines
+
+
+SPEC = Strings("strings", ("max_length", "k"), ("candidates",))

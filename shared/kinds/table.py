@@ -1,0 +1,108 @@
+"""Table metrics (issue 16): several categorical attributes reported together; answered
+with the cells and each attribute's marginal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from .._validation import shown
+from . import render
+from ._structured import Structured, focus, made
+from .base import Built, Definition, Question, check_category, fail
+
+
+class Table(Structured):
+    hidden: ClassVar[frozenset[str]] = frozenset({"category"})  # a cell reads by its attributes
+
+    def build(self, definition: Definition) -> Built:
+        from ..structured import table
+
+        dimensions = _dimensions(definition)
+        fields: dict[str, Any] = {"dimensions": tuple((n, tuple(c)) for n, c in dimensions.items())}
+        return made(definition, table, dimensions, focus(definition, str), fields)
+
+    def _domain_encode(self, definition: Definition, value: object) -> int:
+        m: Any = definition.mechanism_instance
+        return int(m.table.index(value))
+
+    def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
+        data: dict[str, Any] = estimate.to_dict(q.level, consistent=q.consistent)
+        data["dimensions"] = [[n, list(c)] for n, c in definition.dimensions or ()]
+        return data
+
+    def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
+        m: Any = definition.mechanism_instance
+        return int(m.table.size + sum(m.table.shape))
+
+    # --- rendering: the cells (the items) and the marginals -------------------------------
+    def describe(self, definition: Definition) -> str:
+        dimensions = definition.dimensions or ()
+        shape = " x ".join(str(len(c)) for _, c in dimensions)
+        return f"{shape} cells ({' x '.join(n for n, _ in dimensions)})"
+
+    def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
+        return {
+            "marginals": {
+                str(name): tuple(item(i) for i in group)
+                for name, group in (data.get("marginals") or {}).items()
+            },
+            "dimensions": tuple(
+                (str(name), tuple(str(c) for c in cats))
+                for name, cats in data.get("dimensions") or ()
+            ),
+        }
+
+    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
+        consistent_ = ["consistent"] if consistent else []
+        return ["category", *dimensions, *render.NUMBERS, *consistent_]
+
+    def index(self, dimensions: Sequence[str]) -> list[str]:
+        return list(dimensions)
+
+    def frame(self, frame: Any, dimensions: Sequence[str]) -> Any:
+        return frame.drop(columns=["category"]).set_index(list(dimensions))
+
+    def text(self, result: Any, table: list[str]) -> list[str]:
+        lines = list(table)
+        columns = [*render.NUMBERS, *(["consistent"] if result.consistent else [])]
+        dimensions = [n for n, _ in result.dimensions]
+        for name, group in result.marginals.items():
+            lines.append("")
+            lines.append(f"marginal of {name}:")
+            rows = [{name: i.category, **{c: getattr(i, c) for c in columns}} for i in group]
+            lines.extend(render.text_table(rows, (), dimensions))
+        return lines
+
+
+def _dimensions(definition: Definition) -> dict[str, list[str]]:
+    """A table's dimensions from a mapping (TOML, JSON object) or a list of [name, categories]
+    pairs (the stored form: JSON objects may lose their order)."""
+    out: dict[str, list[str]] = {}
+    for name, cats in _pairs(definition):
+        if not isinstance(name, str) or name in out:
+            raise fail(definition, f"dimension names must be distinct strings, got {shown(name)}")
+        if isinstance(cats, str) or not isinstance(cats, list | tuple):
+            raise fail(definition, f"dimension {name!r} needs a list of categories")
+        for c in cats:
+            check_category(definition, c)
+        out[name] = list(cats)
+    return out
+
+
+def _pairs(definition: Definition) -> list[tuple[Any, Any]]:
+    given: object = definition.dimensions
+    if isinstance(given, Mapping):
+        return list(given.items())
+    if isinstance(given, list | tuple) and all(
+        isinstance(p, list | tuple) and len(p) == 2 for p in given
+    ):
+        return [(p[0], p[1]) for p in given]
+    raise fail(
+        definition,
+        "table metrics need dimensions: a table of attribute = [categories] (or a list of "
+        f"[name, [categories]] pairs), got {shown(given)}",
+    )
+
+
+SPEC = Table("table", ("dimensions", "focus", "oracle"))
