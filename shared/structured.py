@@ -49,14 +49,10 @@ from .domains import Table, Tree
 from .errors import ParameterError
 from .estimates import normal_quantile
 from .inference import MAX_DENSE_CELLS
-from .mechanisms import canonical_name
+from .mechanisms import HIERARCHY, TABLE_DESIGNS, canonical_name, mechanism_class
 from .mechanisms._views import AUTO_ORACLES, ViewSampling
 from .mechanisms.hierarchy import HierarchyMechanism, LeafRollup, LevelSampling, refining_depths
 from .mechanisms.table import JointMarginals, JointTable, SplitMarginals, TableMechanism
-
-HIERARCHY_DESIGNS = ("rollup", "levels")
-TABLE_DESIGNS = ("joint", "joint_marginals")
-"""Designs a table metric may use (``split`` estimates marginals only)."""
 
 StructuredMechanism = HierarchyMechanism | TableMechanism | SplitMarginals
 
@@ -216,14 +212,6 @@ def choose_table(
     return _choice(candidates, variances, notes)
 
 
-DESIGNS: dict[str, Callable[..., StructuredMechanism]] = {
-    "rollup": LeafRollup,
-    "levels": LevelSampling,
-    "joint": JointTable,
-    "joint_marginals": JointMarginals,
-}
-
-
 def _design(
     domain: Tree | Table,
     mechanism: str,
@@ -237,7 +225,7 @@ def _design(
     oracle and none of the ``extras`` (the second's own parameters), the second one oracle
     per view."""
     tree = isinstance(domain, Tree)
-    kind, names = ("hierarchy", HIERARCHY_DESIGNS) if tree else ("table", TABLE_DESIGNS)
+    kind, names = ("hierarchy", HIERARCHY) if tree else ("table", TABLE_DESIGNS)
     name = canonical_name(mechanism)
     oracle_arg = oracle if isinstance(oracle, str) else tuple(oracle)
     if name == "auto":
@@ -250,7 +238,8 @@ def _design(
             f"a {kind} takes mechanism 'auto', {', '.join(map(repr, names))}; got {mechanism!r}"
         )
     where = {"tree" if tree else "table": domain}
-    return DESIGNS[name](epsilon=epsilon, oracle=oracle_arg, **where, **given)
+    design: Callable[..., Any] = mechanism_class(name)
+    return design(epsilon=epsilon, oracle=oracle_arg, **where, **given)
 
 
 def _auto_design(

@@ -64,7 +64,9 @@ STRINGS = ("prefix_sketch",)
 """Mechanisms for open-domain strings (``max_length``); ``auto`` takes the first."""
 HIERARCHY = ("rollup", "levels")
 """Designs for a hierarchy (``tree=``); ``ldpkit.structured.choose_hierarchy`` weighs them."""
-TABLE = ("joint", "joint_marginals", "split")
+TABLE_DESIGNS = ("joint", "joint_marginals")
+"""Designs a table metric may use; ``ldpkit.structured.choose_table`` weighs them."""
+TABLE = (*TABLE_DESIGNS, "split")
 """Designs for a table (``table=``); ``split`` estimates marginals only."""
 STRUCTURED_ORACLES = ("grr", "sue", "oue", "ss")
 """Oracles a view of a hierarchy or a table may use (their items' covariance is
@@ -361,6 +363,7 @@ __all__ = [
     "STRINGS",
     "STRUCTURED_ORACLES",
     "TABLE",
+    "TABLE_DESIGNS",
     "Choice",
     "FrequencyOracle",
     "Mechanism",
