@@ -14,10 +14,9 @@ Layers (``ldpkit.*`` by folder, see pyproject's package-dir):
 One HTTP client stack: only ``ldpkit.http`` (the blocking transport of the sync Reporter
 and the Analyst) imports a blocking HTTP client (the async reporter's shell is aiohttp).
 
-Every import counts for the layers, also one inside a function (a lazy import is still a
-dependency). Cycles are looked for among imports that run when a module is imported
-(module level, outside ``if TYPE_CHECKING``). ``__main__`` modules are entry points that
-nothing imports.
+Every import counts, for the layers and for cycles: one inside a function (a lazy import
+is still a dependency) and one under ``if TYPE_CHECKING`` (a type is knowledge of the
+other module too). ``__main__`` modules are entry points that nothing imports.
 """
 
 from __future__ import annotations
@@ -104,21 +103,22 @@ def _deepest(name: str, known: set[str]) -> str:
 
 
 def graph() -> tuple[dict[str, set[str]], list[str]]:
+    """Every module's imports of project modules (all of them: lazy and for types too),
+    and the imports the layers forbid."""
     found = modules()
     known = set(found)
-    eager: dict[str, set[str]] = {m: set() for m in found}
+    edges: dict[str, set[str]] = {m: set() for m in found}
     forbidden = []
     for module, path in found.items():
         if module.endswith(".__main__"):
             continue
-        for target, at_import in imports(module, path, known):
+        for target, _ in imports(module, path, known):
             if target == module:
                 continue
-            if at_import:
-                eager[module].add(target)
+            edges[module].add(target)
             if layer(target) not in ALLOWED[layer(module)] and (module, target) not in SHIMS:
                 forbidden.append(f"{module} ({layer(module)}) imports {target} ({layer(target)})")
-    return eager, forbidden
+    return edges, forbidden
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
