@@ -23,29 +23,10 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .intervals import (
-    EXACT,
-    KNOWN_VARIANCE,
-    SCORE,
-    Bounds,
-    binomial_interval,
-    normal_quantile,
-    support_interval,
-)
+from .intervals import EXACT, KNOWN_VARIANCE, SCORE, Bounds, binomial_interval, support_interval
+from .intervals import normal_quantile as normal_quantile  # the estimators' modules import it
 
 FloatArray = npt.NDArray[np.float64]
-
-__all__ = [
-    "EXACT",
-    "KNOWN_VARIANCE",
-    "SCORE",
-    "BinaryCounts",
-    "ConfidenceInterval",
-    "FrequencyEstimate",
-    "MeanEstimate",
-    "norm_sub",
-    "normal_quantile",
-]
 
 
 class ConfidenceInterval(NamedTuple):

@@ -4,7 +4,7 @@ cell), the mechanism a structured design with its oracles, the plan per target."
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from .._validation import shown
 from ..errors import ParameterError, ReportError
@@ -13,6 +13,8 @@ from .base import Built, Definition, KindPlan, KindSpec, PlanTarget, fail
 
 
 class Structured(KindSpec):
+    item_intervals: ClassVar[bool] = False
+
     def _domain_encode(self, definition: Definition, value: object) -> int:
         raise NotImplementedError
 

@@ -12,7 +12,7 @@ import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NewType, Protocol, TypeVar
+from typing import Any, ClassVar, NewType, NoReturn, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -177,6 +177,8 @@ class KindSpec:
     domain or bounds do not give them."""
     hidden: ClassVar[frozenset[str]] = frozenset()
     """Columns a terminal table leaves out (an item is named once there)."""
+    item_intervals: ClassVar[bool] = True
+    """Whether a row names how its interval was made (an ``interval`` column)."""
 
     # --- the definition ----------------------------------------------------------------
     def build(self, definition: Definition) -> Built:
@@ -262,7 +264,9 @@ class KindSpec:
 
     def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
         """The columns of a result's rows (CSV, pandas, the terminal table)."""
-        return ["category", *render.NUMBERS, *(["consistent"] if consistent else []), "interval"]
+        consistent_ = ["consistent"] if consistent else []
+        interval = ["interval"] if self.item_intervals else []
+        return ["category", *dimensions, *render.NUMBERS, *consistent_, *interval]
 
     def rows(self, part: Any, columns: Sequence[str]) -> list[dict[str, Any]]:
         """One row per item of ``part``."""
@@ -273,8 +277,9 @@ class KindSpec:
         return ["category"]
 
     def frame(self, frame: Any, dimensions: Sequence[str]) -> Any:
-        """The totals' pandas DataFrame, indexed by what a row is about."""
-        return frame.set_index(self.index(dimensions))
+        """The totals' pandas DataFrame, indexed by what a row is about (if anything)."""
+        index = self.index(dimensions)
+        return frame.set_index(index) if index else frame
 
     def text(self, result: Any, table: list[str]) -> list[str]:
         """The terminal lines of ``result`` around its items' ``table``."""
@@ -302,23 +307,14 @@ def make(definition: Definition, name: str, **options: Any) -> Mechanism:
         raise fail(definition, str(exc)) from None
 
 
-def refuse(
-    spec: KindSpec,
-    definition: Definition,
-    values: Any,
-    k: int,
-    *,
-    position: int | None = None,
-    only_if_bad: bool = False,
-) -> None:
-    """Raise :meth:`KindSpec.encode`'s message for ``values[k]``, prefixed with its
-    position: one wording for a bad value, alone or in an array."""
+def refuse(spec: KindSpec, definition: Definition, values: Any, k: int) -> NoReturn:
+    """Raise :meth:`KindSpec.encode`'s message for the bad ``values[k]``, prefixed with its
+    position, as :meth:`KindSpec.encode_many` words it."""
     try:
         spec.encode(definition, values[k])
     except ParameterError as exc:
-        raise ParameterError(f"value {k if position is None else position}: {exc}") from None
-    if not only_if_bad:
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise ParameterError(f"value {k}: {exc}") from None
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def check_category(definition: Definition, category: object) -> None:

@@ -94,15 +94,10 @@ class Categorical(KindSpec):
 def _columns(estimate: FrequencyEstimate, q: Question) -> list[npt.NDArray[np.float64]]:
     """Estimate, stderr, low, high and, if asked, the consistent estimates."""
     low, high = estimate.ci(q.level)
-    columns = [
-        np.asarray(estimate.frequencies, dtype=np.float64),
-        np.asarray(estimate.stderr, dtype=np.float64),
-        np.asarray(low, dtype=np.float64),
-        np.asarray(high, dtype=np.float64),
-    ]
+    columns = [estimate.frequencies, estimate.stderr, low, high]
     if q.consistent:
-        columns.append(np.asarray(estimate.consistent(), dtype=np.float64))
-    return columns
+        columns.append(estimate.consistent())
+    return [np.asarray(c, dtype=np.float64) for c in columns]
 
 
 @functools.lru_cache(maxsize=256)

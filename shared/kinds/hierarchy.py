@@ -3,12 +3,11 @@ and for any subtree."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._validation import shown
 from ..errors import ParameterError, QueryError
-from . import render
 from ._structured import Structured, focus, made
 from .base import Built, Definition, Question, check_categories, fail, query_integer
 
@@ -60,9 +59,6 @@ class Hierarchy(Structured):
 
     def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
         return {"depth": data.get("depth"), "subtree": data.get("subtree")}
-
-    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
-        return ["category", *render.NUMBERS, *(["consistent"] if consistent else [])]
 
     def text(self, result: Any, table: list[str]) -> list[str]:
         where = f" under {result.subtree}" if result.subtree else ""

@@ -46,9 +46,8 @@ class Numbers(KindSpec):
             raise ParameterError(
                 f"metric {definition.name} takes a 1-D array of numbers, got {array.shape}"
             )
-        if array.dtype.kind not in "iuf":  # name the first value encode() refuses
-            for k, v in enumerate(array.tolist()):
-                refuse(self, definition, [v], 0, position=k, only_if_bad=True)
+        if array.dtype.kind not in "iuf":  # encode() names the first value it refuses
+            return super().encode_many(definition, array.tolist())
         x = array.astype(np.float64)
         bad = ~np.isfinite(x)
         if bool(np.any(bad)):
@@ -133,9 +132,6 @@ class Numeric(Numbers):
 
     def index(self, dimensions: Sequence[str]) -> list[str]:
         return []
-
-    def frame(self, frame: Any, dimensions: Sequence[str]) -> Any:
-        return frame
 
     def plot(self, result: Any, plt: Any) -> Any:
         """The mean as a point with its interval."""

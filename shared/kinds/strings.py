@@ -39,6 +39,7 @@ reports, so the next query of the same data (candidates, another level) reuses i
 @dataclass(frozen=True)
 class Strings(KindSpec):
     serves_sums: ClassVar[bool] = False  # its sketches hold 10^5 and more counts
+    item_intervals: ClassVar[bool] = False
     audit_inputs: ClassVar[tuple[Any, ...]] = ("", "a", "b")  # any max_length; lengths 0 and 1
     _decoded: OrderedDict[tuple[str, int, bytes], Any] = field(
         default_factory=OrderedDict, init=False, repr=False, compare=False
@@ -167,9 +168,6 @@ class Strings(KindSpec):
             "threshold": data.get("threshold"),
             "candidates": tuple(item(i) for i in data.get("candidates") or ()),
         }
-
-    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
-        return ["category", *render.NUMBERS, *(["consistent"] if consistent else [])]
 
     def text(self, result: Any, table: list[str]) -> list[str]:
         lines = [

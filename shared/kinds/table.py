@@ -53,10 +53,6 @@ class Table(Structured):
             ),
         }
 
-    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
-        consistent_ = ["consistent"] if consistent else []
-        return ["category", *dimensions, *render.NUMBERS, *consistent_]
-
     def index(self, dimensions: Sequence[str]) -> list[str]:
         return list(dimensions)
 
