@@ -16,7 +16,6 @@ from ..kinds import KindSpec
 from ..metrics import MetricDefinition
 
 
-# --- metric codecs: values in, reports out --------------------------------------------
 @dataclass(frozen=True, eq=False)
 class MetricCodec:
     """A definition with what the hot path needs precomputed (its kind, its fingerprint)."""
@@ -26,14 +25,10 @@ class MetricCodec:
     spec: KindSpec = field(repr=False)
     # Plain copies of what report() reads, so the hot path touches no enum properties.
     name: str = ""
-    checked: bool = True
-    """Whether :meth:`encode` checks a value completely (categories and numbers), so that
-    the mechanism need not check it again; other kinds' values are also checked by their
-    mechanism."""
+    checked: bool = True  # the kind's KindSpec.checks_values: the mechanism need not again
     epsilon: float = 0.0
     budget: float = 0.0
     bucket_seconds: int = 0
-    budget_period: str = ""
     budget_seconds: int = 0
 
     @classmethod
@@ -47,19 +42,12 @@ class MetricCodec:
             epsilon=definition.epsilon,
             budget=definition.effective_budget,
             bucket_seconds=definition.bucket.seconds,
-            budget_period=definition.budget_period.value,
             budget_seconds=definition.budget_period.seconds,
         )
 
     def encode(self, value: object) -> tuple[int | float, bool]:
         """The mechanism's input for ``value`` and whether it was clipped: the device's one
-        check of a value, by its kind (:mod:`ldpkit.kinds`).
-
-        Categorical: the category's index (ParameterError for an unknown category or a
-        non-string). Numeric and distribution: the number clipped to the bounds
-        (ParameterError for a non-number, NaN or infinity). Other kinds: a leaf's index,
-        a cell's, a string's bytes.
-        """
+        check of a value, by its kind (:meth:`ldpkit.kinds.KindSpec.encode`)."""
         encoded: tuple[int | float, bool] = self.spec.encode(self.definition, value)
         return encoded
 
@@ -88,7 +76,6 @@ class MetricCodec:
         return [raw[i : i + size] for i in range(0, len(raw), size)]
 
 
-# --- memoization ----------------------------------------------------------------------
 _TAG_CONTEXT = b"ldpkit/memo-tag/v1\x00"
 _RNG_CONTEXT = b"ldpkit/memo-rng/v1\x00"
 

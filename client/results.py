@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from ..metrics import Period
 
 
-# --- results --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReportReceipt:
     """What :meth:`Reporter.report` recorded (never the raw value).

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from .._validation import check_count
 from ..errors import (
+    BudgetExceeded,
     CollectorRejected,
     CollectorUnavailable,
     OutboxFull,
@@ -328,20 +329,27 @@ class ReporterState:
             self.total_budget is None or fits(total_spent, c.epsilon, self.total_budget)
         ):
             return
-        error = budget_decision(
-            metric=c.name,
-            needed=c.epsilon,
-            metric_spent=metric_spent,
-            metric_budget=c.budget,
-            metric_period=c.definition.budget_period,
+        note = note or total_note
+        error = self._over_budget(c.definition, metric_spent, total_spent, ledger_now, note)
+        assert error is not None
+        raise error
+
+    def _over_budget(
+        self, d: MetricDefinition, spent: float, total_spent: float, now: float, note: str = ""
+    ) -> BudgetExceeded | None:
+        """:func:`budget_decision` on a report of ``d`` (None if it fits)."""
+        return budget_decision(
+            metric=d.name,
+            needed=d.epsilon,
+            metric_spent=spent,
+            metric_budget=d.effective_budget,
+            metric_period=d.budget_period,
             total_spent=total_spent,
             total_budget=self.total_budget,
             total_period=self.total_period,
-            now=ledger_now,
-            note=note or total_note,
+            now=now,
+            note=note,
         )
-        assert error is not None
-        raise error
 
     def _check_room(self, rows: int, adding: int) -> None:
         if rows + adding <= self.max_outbox:
@@ -395,17 +403,7 @@ class ReporterState:
             return 0
         d = codec.definition
         now = self.clock()
-        error = budget_decision(
-            metric=d.name,
-            needed=d.epsilon,
-            metric_spent=0.0,
-            metric_budget=d.effective_budget,
-            metric_period=d.budget_period,
-            total_spent=0.0,
-            total_budget=self.total_budget,
-            total_period=self.total_period,
-            now=now,
-        )
+        error = self._over_budget(d, 0.0, 0.0, now)
         if error is not None:
             raise error
         reports = codec.perturb_many(encoded, resolve_rng(rng))

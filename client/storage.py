@@ -133,18 +133,13 @@ def _missing_or_empty(path: Path) -> str | None:
 
 def _count_outbox(path: Path) -> int | None:
     """Best effort: how many undelivered reports an unreadable database still shows."""
+    read_only = f"file:{path}?mode=ro"
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+        with contextlib.closing(sqlite3.connect(read_only, uri=True, timeout=1.0)) as db:
+            row = db.execute("SELECT count(*) FROM reports WHERE report IS NOT NULL").fetchone()
     except sqlite3.Error:
         return None
-    try:
-        return int(
-            db.execute("SELECT count(*) FROM reports WHERE report IS NOT NULL").fetchone()[0]
-        )
-    except sqlite3.Error:
-        return None
-    finally:
-        db.close()
+    return int(row[0])
 
 
 def _move_aside(path: Path) -> str:
@@ -423,15 +418,9 @@ class DeviceStore:
         try:
             self._validate()
             yield self.db
-        except BaseException:
-            self._version = None  # the caches may hold what was rolled back
-            with contextlib.suppress(sqlite3.Error):
-                self.db.execute("ROLLBACK")
-            raise
-        try:
             self.db.execute("COMMIT")
-        except BaseException:
-            self._version = None
+        except BaseException:  # the body's exception, or the COMMIT's
+            self._version = None  # the caches may hold what was rolled back
             with contextlib.suppress(sqlite3.Error):
                 self.db.execute("ROLLBACK")
             raise

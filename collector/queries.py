@@ -157,8 +157,7 @@ def estimate_answer(
     total = mechanism.empty_aggregate()
     if buckets:
         total = Aggregate(
-            sum(b.aggregate.n for b in buckets),
-            np.sum([b.aggregate.sums for b in buckets], axis=0),
+            sum(b.aggregate.n for b in buckets), np.sum([b.aggregate.sums for b in buckets], axis=0)
         )
     spec = definition.kind_spec
     fields = spec.answer(definition, total, q)

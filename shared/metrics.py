@@ -21,8 +21,6 @@ from ._validation import check_epsilon, shown
 from .errors import ParameterError
 from .kinds import KIND_DEFAULTS, KIND_KEYS, NAMES, KindSpec, kind_spec, legacy_kind
 from .kinds import MetricKind as MetricKind  # its home is ldpkit.kinds
-from .kinds.base import MAX_CATEGORIES as MAX_CATEGORIES  # a definition's limits too
-from .kinds.base import MAX_CATEGORY_LENGTH as MAX_CATEGORY_LENGTH
 from .mechanisms import Mechanism, canonical_name
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -91,8 +89,8 @@ def check_period(value: object, what: str) -> Period:
 def check_definition_size(definition: MetricDefinition) -> MetricDefinition:
     """Raise ParameterError if ``definition`` is larger than a collector accepts: a
     description over ``MAX_DESCRIPTION_LENGTH`` characters or categories over
-    ``MAX_CATEGORY_CHARACTERS`` characters in all (each category is already at most
-    ``MAX_CATEGORY_LENGTH``, and there are at most ``MAX_CATEGORIES``). Applied to new
+    ``MAX_CATEGORY_CHARACTERS`` characters in all (the kinds bound each category's length
+    and their number: ``ldpkit.kinds.base``). Applied to new
     definitions only (PUT, config files), so versions stored before these limits load."""
     if len(definition.description) > MAX_DESCRIPTION_LENGTH:
         raise ParameterError(
@@ -225,7 +223,6 @@ class MetricDefinition:
             message = f"{what}: {exc}" if what else str(exc)
             raise ParameterError(f"metric {self.name}: {message}") from None
 
-    # --- constructors ------------------------------------------------------------------
     @classmethod
     def categorical(
         cls, name: str, categories: list[str] | tuple[str, ...], *, epsilon: float, **kw: Any
@@ -286,7 +283,6 @@ class MetricDefinition:
             definition = cls.from_dict(name, spec)
         return definition
 
-    # --- derived -----------------------------------------------------------------------
     @property
     def mechanism_instance(self) -> Mechanism:
         """The mechanism both sides build from this definition."""

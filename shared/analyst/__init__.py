@@ -35,7 +35,7 @@ from ..heavy_hitters import StringEstimate
 from ..http import HttpTransport, NetworkError, Timeout, http_error
 from ..kinds import KindSpec, kind_or_default, legacy_kind
 from ..kinds.render import aligned_lines as aligned_lines  # the CLI's tables too
-from ..kinds.render import text_table
+from ..kinds.render import nan, text_table
 from ..metrics import MetricDefinition
 from ..structured_estimates import HierarchyEstimate, TableEstimate
 
@@ -157,10 +157,7 @@ class EstimateResult(ServedEstimate):
         return [
             StringEstimate(
                 bytes.fromhex(i.hex) if i.hex is not None else i.category.encode(),
-                _nan(i.estimate),
-                _nan(i.stderr),
-                _nan(i.low),
-                _nan(i.high),
+                *nan([i.estimate, i.stderr, i.low, i.high]),
             )
             for i in (*self.items, *self.candidates)
         ]
@@ -308,10 +305,6 @@ def _item(data: dict[str, Any]) -> ItemEstimate:
         cell={str(k): str(v) for k, v in cell.items()} if isinstance(cell, dict) else None,
         **served,
     )
-
-
-def _nan(value: float | None) -> float:
-    return float("nan") if value is None else float(value)
 
 
 def _time_param(value: str | int | float | date | datetime | None, name: str) -> str | None:

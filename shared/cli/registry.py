@@ -48,10 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ldpkit {__version__}")
     parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=LOG_LEVELS,
-        help="logging level (default: INFO)",
+        "--log-level", default="INFO", choices=LOG_LEVELS, help="logging level (default: INFO)"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for cmd in COMMANDS.values():

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from ..collector.config import CollectorConfig
 
 
-# --- serve -----------------------------------------------------------------------------
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", help="collector TOML file (default: built-in defaults)")
     parser.add_argument("--host", help="address to listen on (overrides [collector] host)")
@@ -54,7 +53,6 @@ def serve(args: argparse.Namespace) -> int:
     )
 
 
-# --- hash-token ------------------------------------------------------------------------
 def _hash_token_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--new", action="store_true", help="make a new random token; print it and its hash"

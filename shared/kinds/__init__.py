@@ -18,7 +18,13 @@ from typing import Any
 
 from .._validation import shown
 from ..errors import ParameterError, QueryError
-from .base import Built, Campaign, Definition, KindPlan, KindSpec, PlanTarget, Question
+from .base import Built as Built
+from .base import Campaign as Campaign
+from .base import Definition as Definition
+from .base import KindPlan as KindPlan
+from .base import KindSpec as KindSpec
+from .base import PlanTarget as PlanTarget
+from .base import Question as Question
 
 
 class MetricKind(StrEnum):
@@ -99,29 +105,6 @@ def checked_options(definition: Definition, query: Mapping[str, str]) -> dict[st
         if key in others and key not in spec.params:
             accepted = ", ".join(spec.params) or "none"
             raise QueryError(
-                key,
-                f"not a parameter of a {spec.name} metric (its own parameters: {accepted})",
+                key, f"not a parameter of a {spec.name} metric (its own parameters: {accepted})"
             )
     return spec.parse_options(query)
-
-
-__all__ = [
-    "KINDS",
-    "KIND_DEFAULTS",
-    "KIND_KEYS",
-    "NAMES",
-    "Built",
-    "Campaign",
-    "Definition",
-    "KindPlan",
-    "KindSpec",
-    "MetricKind",
-    "PlanTarget",
-    "Question",
-    "checked_options",
-    "kind_or_default",
-    "kind_spec",
-    "legacy_kind",
-    "query_params",
-    "register",
-]
