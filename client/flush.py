@@ -1,12 +1,9 @@
 """Delivery as steps (:mod:`ldpkit.client.steps`), shared by both reporters.
 
 :class:`Flush` sends what is queued, batch after batch, retrying by the policy, and
-returns what it found (:class:`Found`: the counts, the refusals kept for later, why it
-gave up and with which Retry-After, whether the definitions went stale); it writes
-nothing into the reporter's state, the reporter applies what it found
-(``ReporterState.settle``); its disk work is asked for as
-:class:`~ldpkit.client.steps.Disk` steps. :func:`background_failed` applies a failed
-background pass to the :class:`~ldpkit.client.policies.BackgroundSchedule`.
+returns what it found (:class:`Found`); it writes nothing into the reporter's state, the
+reporter applies what it found (``ReporterState.settle``). :func:`background_failed`
+applies a failed background pass to the :class:`~ldpkit.client.policies.BackgroundSchedule`.
 """
 
 from __future__ import annotations

@@ -257,8 +257,7 @@ def _create_private(path: Path) -> None:
 
 
 def _upgrade(db: sqlite3.Connection, path: Path) -> str:
-    """The statements that bring an older database to SCHEMA_VERSION (StateError if it
-    is newer)."""
+    """The statements that bring an older database to SCHEMA_VERSION (StateError if newer)."""
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
     if version > SCHEMA_VERSION:
         raise StateError(

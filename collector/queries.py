@@ -18,11 +18,9 @@ import numpy as np
 
 from .._validation import check_level
 from ..aggregate import Aggregate
-from ..errors import ParameterError
-from ..errors import QueryError as QueryError  # its home is ldpkit.errors
+from ..errors import ParameterError, QueryError
 from ..kinds import Question, checked_options, query_params
-from ..kinds.base import Level
-from ..kinds.base import RawJSON as RawJSON  # an answer's parts already JSON
+from ..kinds.base import Level, RawJSON
 from ..metrics import MetricDefinition
 from ..wire import FINGERPRINT_PATTERN
 from .store import BucketAggregate

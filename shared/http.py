@@ -30,8 +30,6 @@ MAX_ANSWER_BYTES = 16 * 2**20
 """The largest answer read (a batch answer is a few KiB; the metric list of a collector,
 whose definitions are limited in size, rarely more than a few MiB)."""
 
-DEFAULT_TOTAL = 60.0
-
 
 @dataclass(frozen=True)
 class Timeout:
@@ -49,7 +47,7 @@ class Timeout:
         connect = check_seconds(self.connect, "Timeout.connect")
         read = connect if self.read is None else check_seconds(self.read, "Timeout.read")
         total = self.total
-        total = max(DEFAULT_TOTAL, connect + read) if total is None else total
+        total = max(60.0, connect + read) if total is None else total
         object.__setattr__(self, "connect", connect)
         object.__setattr__(self, "read", read)
         object.__setattr__(self, "total", check_seconds(total, "Timeout.total"))

@@ -34,7 +34,6 @@ from ..estimates import FrequencyEstimate, MeanEstimate
 from ..heavy_hitters import StringEstimate
 from ..http import HttpTransport, NetworkError, Timeout, http_error
 from ..kinds import KindSpec, kind_or_default, legacy_kind
-from ..kinds.render import aligned_lines as aligned_lines  # the CLI's tables too
 from ..kinds.render import nan, text_table
 from ..metrics import MetricDefinition
 from ..structured_estimates import HierarchyEstimate, TableEstimate
@@ -216,13 +215,8 @@ class EstimateResult(ServedEstimate):
         else:
             frame = pd.DataFrame(self.rows(), columns=self._columns())
             frame = self._kind.frame(frame, self._dimensions)
-        frame.attrs.update(
-            metric=self.metric,
-            n=self.n,
-            level=self.level,
-            mechanism=self.mechanism,
-            epsilon=self.epsilon,
-        )
+        about = ("metric", "n", "level", "mechanism", "epsilon")
+        frame.attrs.update({k: getattr(self, k) for k in about})
         return frame
 
     def to_csv(self, *, per_bucket: bool | None = None) -> str:
@@ -230,8 +224,7 @@ class EstimateResult(ServedEstimate):
         them, else of the totals; ``per_bucket`` picks one explicitly."""
         rows = self.bucket_rows() if self._per_bucket(per_bucket) else self.rows()
         out = io.StringIO()
-        columns = self._columns()
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else columns)
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else self._columns())
         writer.writeheader()
         writer.writerows(rows)
         return out.getvalue()

@@ -42,7 +42,6 @@ def plot_estimate(result: EstimateResult, path: str | Path | None = None) -> Any
 
 
 def _done(fig: Any, path: str | Path | None) -> Any:
-    """The figure, laid out, and written to ``path`` when given."""
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)

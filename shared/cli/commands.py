@@ -18,9 +18,10 @@ from typing import Any
 
 from .. import plan as plan_campaign
 from .. import required_n
-from ..analyst import TOKEN_ENV, Analyst, aligned_lines
+from ..analyst import TOKEN_ENV, Analyst
 from ..errors import ParameterError
 from ..kinds import Campaign, PlanTarget
+from ..kinds.render import aligned_lines
 from ..mechanisms import NAMES, Choice, choose
 from ..metrics import MetricDefinition
 from ..planner import Plan
@@ -49,9 +50,13 @@ def _analyst(args: argparse.Namespace) -> Analyst:
     return Analyst(args.collector, token)
 
 
-def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
+def _metric_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("metric", help="metric name")
     _connection_arguments(parser)
+
+
+def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
+    _metric_arguments(parser)
     parser.add_argument("--from", dest="start", help="first bucket: ISO date/time or unix seconds")
     parser.add_argument("--to", dest="end", help="end (exclusive): ISO date/time or unix seconds")
     parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
@@ -177,15 +182,10 @@ def _note_older_versions(analyst: Analyst, metric: str) -> None:
     )
 
 
-def _versions_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("metric", help="metric name")
-    _connection_arguments(parser)
-
-
 @command(
     "versions",
     "list a metric's versions (one per change of its parameters) with their reports",
-    _versions_arguments,
+    _metric_arguments,
 )
 def versions(args: argparse.Namespace) -> int:
     found = _analyst(args).versions(args.metric)
@@ -201,11 +201,8 @@ def versions(args: argparse.Namespace) -> int:
         for v in found
     ]
     if args.format == "json":
-        print(
-            json.dumps(
-                [{**r, "current": v.current} for r, v in zip(rows, found, strict=True)], indent=2
-            )
-        )
+        listed = [{**r, "current": v.current} for r, v in zip(rows, found, strict=True)]
+        print(json.dumps(listed, indent=2))
     elif args.format == "csv":
         _print_csv(rows)
     else:
@@ -362,12 +359,8 @@ def _plan_campaign(args: argparse.Namespace, c: Campaign) -> int:
         raise ParameterError("give --n (to get the half-width) and/or --half-width (to get n)")
     choice, plans = _campaign_plans(args, c)
     if args.format == "json":
-        print(
-            json.dumps(
-                {"choice": _choice_dict(choice), "plans": [_plan_dict(g, p) for g, p in plans]},
-                indent=2,
-            )
-        )
+        data = {"choice": _choice_dict(choice), "plans": [_plan_dict(g, p) for g, p in plans]}
+        print(json.dumps(data, indent=2))
     elif args.format == "csv":
         _print_csv([_plan_dict(g, p) for g, p in plans])
     else:
@@ -494,13 +487,8 @@ def _plan_dict(given: str, p: Plan) -> dict[str, Any]:
 def _choice_dict(choice: Choice | None) -> dict[str, Any] | None:
     if choice is None:
         return None
-    return {
-        "name": choice.name,
-        "tolerance": choice.tolerance,
-        "variances": choice.variances,
-        "report_bytes": choice.report_bytes,
-        "collector_cost": choice.collector_cost,
-    }
+    keys = ("name", "tolerance", "variances", "report_bytes", "collector_cost")
+    return {k: getattr(choice, k) for k in keys}
 
 
 def _print_csv(rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:

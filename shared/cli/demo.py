@@ -372,11 +372,8 @@ def _print_distribution(analyst: Analyst, minutes: np.ndarray) -> None:
         inside = (minutes >= item.lower) & (
             (minutes < item.upper) if item.upper < 240 else (minutes <= item.upper)
         )
-        _say(
-            _row(
-                f"minutes {item.category}", float(inside.mean()), item.estimate, item.low, item.high
-            )
-        )
+        label = f"minutes {item.category}"
+        _say(_row(label, float(inside.mean()), item.estimate, item.low, item.high))
     for q in est.quantiles:
         truth = float(np.quantile(minutes, q.q))
         _say(_row(f"quantile {q.q:g}", truth, q.value, q.low, q.high, digits=1))
