@@ -367,9 +367,3 @@ def query_integer(text: str, param: str) -> int:
         return int(text.strip())
     except ValueError:
         raise QueryError(param, f"expected an integer, got {text[:40]!r}") from None
-
-
-def param_of(message: str, names: Sequence[str]) -> str:
-    """The query parameter an error message is about (the first named in it)."""
-    found = [(message.find(n), n) for n in names if n in message]
-    return min(found)[1] if found else names[0]

@@ -19,7 +19,6 @@ from .base import (
     Question,
     fail,
     make,
-    param_of,
     query_integer,
     query_numbers,
 )
@@ -68,9 +67,11 @@ class Distribution(Numbers):
     def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
         try:
             data: dict[str, Any] = estimate.to_dict(q.level, **q.options)
-        except ParameterError as exc:
-            param = param_of(str(exc), ("edges", "bins", "range", "q"))
-            raise QueryError("quantiles" if param == "q" else param, str(exc)) from None
+        except ParameterError as exc:  # blame the parameter the message names first
+            message = str(exc)
+            named = [(message.find(p), p) for p in ("edges", "bins", "range", "q") if p in message]
+            param = min(named)[1] if named else "edges"
+            raise QueryError("quantiles" if param == "q" else param, message) from None
         data["interval"] = data["methods"]["items"]
         return data
 
