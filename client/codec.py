@@ -48,8 +48,7 @@ class MetricCodec:
     def encode(self, value: object) -> tuple[int | float, bool]:
         """The mechanism's input for ``value`` and whether it was clipped: the device's one
         check of a value, by its kind (:meth:`ldpkit.kinds.KindSpec.encode`)."""
-        encoded: tuple[int | float, bool] = self.spec.encode(self.definition, value)
-        return encoded
+        return self.spec.encode(self.definition, value)
 
     def encode_many(self, values: Sequence[object] | npt.ArrayLike) -> npt.NDArray[Any]:
         """Vectorized :meth:`encode` (a bad value is named by its message and position)."""

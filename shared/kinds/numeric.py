@@ -53,8 +53,7 @@ class Numbers(KindSpec):
         if bool(np.any(bad)):
             refuse(self, definition, x, int(np.argmax(bad)))
         assert definition.bounds is not None
-        out: npt.NDArray[Any] = np.clip(x, *definition.bounds) + 0.0
-        return out
+        return np.clip(x, *definition.bounds) + 0.0
 
     def as_array(self, encoded: Sequence[Any]) -> npt.NDArray[Any]:
         return np.asarray(encoded, dtype=np.float64)
