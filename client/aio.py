@@ -213,6 +213,3 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
     def _wake_flusher(self) -> None:
         if self._wake is not None:
             self._wake.set()
-
-
-__all__ = ["AiohttpTransport", "AsyncReporter", "AsyncTransport"]

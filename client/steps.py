@@ -87,6 +87,3 @@ class Stepper(Generic[R]):
             yield
         except Exception as exc:
             self._error = exc
-
-
-__all__ = ["Disk", "Locked", "Op", "Request", "Sleep", "Stepper", "Steps", "Wait"]
