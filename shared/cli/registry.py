@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from .. import __version__
 from ..errors import LdpkitError
 
-log = logging.getLogger("ldpkit.collector")
-
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 Configure = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace], int]
