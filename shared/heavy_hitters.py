@@ -345,19 +345,6 @@ def _null_step_z(m: StringSketch) -> list[float]:
     return out
 
 
-def null_cutoffs(m: StringSketch, n: float) -> tuple[list[float], list[float], float, float]:
-    """Per prefix level the null sigma and beam cutoff under random hashing, at n devices."""
-    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
-    cutoffs = [z * sigma for z in _null_step_z(m)]
-    return [sigma] * m.max_length, cutoffs, Z_PREFILTER, find_z(m)
-
-
-def scaled_null_cutoffs(m: StringSketch, n: float) -> tuple[list[float], list[float], float, float]:
-    """Per level the null sigma, per step the beam's null z cutoff (as :func:`null_cutoffs`)."""
-    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
-    return [sigma] * m.max_length, _null_step_z(m), Z_PREFILTER, find_z(m)
-
-
 def scaled_levels(max_length: int, length: int, bytes_known: int) -> list[int]:
     """Prefix levels t that cut a string of ``length`` bytes after ``bytes_known`` bytes
     (``ceil(t length / M) = bytes_known``); the empty string: every level, at step 1."""
@@ -545,29 +532,31 @@ class StringPlan:
 
 
 def _unit_thresholds(m: StringSketch, probability: float) -> tuple[float, ...]:
-    """Thresholds at n = 1 under random hashing: they scale as 1 / sqrt(n)."""
+    """Thresholds at n = 1 under random hashing (the walk's null model): they scale as
+    1 / sqrt(n)."""
     # Solved on a scaled problem (frequencies may exceed 1 at n = 1): scale to n = 1e12.
     scale = 1e6
+    sigma = math.sqrt(m.level_variance(0.0, 1))
+    sigmas = [sigma / scale] * m.max_length
     if m.cut == "scaled":
-        sigmas, step_z, prefilter, find_z = scaled_null_cutoffs(m, n=1.0)
         sigma_e = math.sqrt(m.variance(0.0, 1)) / scale
         found = scaled_detection_thresholds(
-            [s / scale for s in sigmas], step_z, prefilter, find_z, sigma_e, probability
+            sigmas, _null_step_z(m), Z_PREFILTER, find_z(m), sigma_e, probability
         )
-        return tuple(t * scale if t < 1.0 else math.inf for t in found)
-    sigmas, cutoffs, prefilter, find_z = null_cutoffs(m, n=1.0)
-    scaled = detection_thresholds(
-        [s / scale for s in sigmas], [c / scale for c in cutoffs], prefilter, find_z, probability
-    )
-    return tuple(t * scale if t < 1.0 else math.inf for t in scaled)
+    else:
+        cutoffs = [z * sigma / scale for z in _null_step_z(m)]
+        found = detection_thresholds(sigmas, cutoffs, Z_PREFILTER, find_z(m), probability)
+    return tuple(t * scale if t < 1.0 else math.inf for t in found)
 
 
-def _check_probability(probability: float) -> float:
-    if isinstance(probability, bool) or not isinstance(probability, int | float):
-        raise ParameterError(f"probability must be a number in (0, 1), got {probability!r}")
-    if not 0.0 < probability < 1.0:
-        raise ParameterError(f"probability must be in (0, 1), got {probability!r}")
-    return float(probability)
+def _check_fraction(value: float, name: str, *, closed: bool = False) -> float:
+    """``value`` in (0, 1), or in (0, 1] if ``closed``."""
+    where = "(0, 1]" if closed else "(0, 1)"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ParameterError(f"{name} must be a number in {where}, got {value!r}")
+    if not (0.0 < value <= 1.0 if closed else 0.0 < value < 1.0):
+        raise ParameterError(f"{name} must be in {where}, got {value!r}")
+    return float(value)
 
 
 def _string_mechanism(epsilon: float, max_length: int, k: int) -> StringSketch:
@@ -589,7 +578,7 @@ def plan_strings(
     """
     m = _string_mechanism(epsilon, max_length, k)
     n = check_count(n)
-    probability = _check_probability(probability)
+    probability = _check_fraction(probability, "probability")
     unit = _unit_thresholds(m, probability)
     scaled = tuple(min(1.0, t / math.sqrt(n)) for t in unit)
     return StringPlan(m.name, m.epsilon, m.max_length, m.k, n, probability, min(scaled), scaled)
@@ -609,15 +598,12 @@ def required_n_strings(
     ``length`` is the string's length in bytes; by default max_length (the hardest).
     """
     m = _string_mechanism(epsilon, max_length, k)
-    if isinstance(frequency, bool) or not isinstance(frequency, int | float):
-        raise ParameterError(f"frequency must be a number in (0, 1], got {frequency!r}")
-    if not 0.0 < frequency <= 1.0:
-        raise ParameterError(f"frequency must be in (0, 1], got {frequency!r}")
+    frequency = _check_fraction(frequency, "frequency", closed=True)
     if length is None:
         length = m.max_length
     if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= max_length:
         raise ParameterError(f"length must be an integer in [0, {max_length}], got {length!r}")
-    probability = _check_probability(probability)
+    probability = _check_fraction(probability, "probability")
     unit = _unit_thresholds(m, probability)
     n = max(1, math.ceil((unit[length] / frequency) ** 2))
     return plan_strings(epsilon=epsilon, max_length=max_length, n=n, k=k, probability=probability)

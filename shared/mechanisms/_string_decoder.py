@@ -66,7 +66,6 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 KeyArray = npt.NDArray[np.uint8]
 BoolArray = npt.NDArray[np.bool_]
-
 U64Array = npt.NDArray[np.uint64]
 
 LEVEL = 0.95
@@ -141,7 +140,7 @@ class _Level:
     @cached_property
     def decoy_flat(self) -> IntArray:
         """:meth:`flat` of the decoys, hashed once (the walk evaluates a level many times)."""
-        return self.flat(_decoys(self.m, self.sketch))
+        return self.flat(_decoy_keys(self.m.seed, self.m.max_length, self.sketch))
 
     def __post_init__(self) -> None:
         self.row_n = self.counts.sum(axis=1)
@@ -153,7 +152,7 @@ class _Level:
         m = self.m
         return float(oracle_variance(0.0, self.n, m.p, m.q)) if self.n > 0 else math.inf
 
-    def _flat(self, acc: npt.NDArray[np.uint64]) -> IntArray:
+    def _flat(self, acc: U64Array) -> IntArray:
         """Buckets from accumulators, offset by row: indices into the flattened counts."""
         m = self.m
         m.to_buckets(acc)
@@ -234,10 +233,9 @@ class _Level:
         """Corrected estimates of the candidates whose cells are ``flat``; ``take(index)``
         gives their keys. ``heavy`` (indices) is fixed, or chosen from the data: from the
         raw estimates, then (``rounds = 2``) again from the corrected ones."""
-        none = np.zeros(0, np.int64)
+        self._no_heavy(take)
         if self.n == 0:
             self.null_var = math.inf
-            self._heavy_of, self.heavy_est = (take, none), np.zeros(0)
             return np.full(flat.shape[0], np.nan)
         raw = self.debias(self.support(self.counts, flat))
         sd0 = math.sqrt(self.formula_var)
@@ -245,20 +243,14 @@ class _Level:
         if heavy is None:
             heavy = _top(raw, MAX_HEAVY, Z_HEAVY * sd0)
         est = raw
-        self.residual, self.heavy_total = self.counts, 0.0
-        self._heavy_of, self.heavy_est, self.heavy_flat = (take, none), np.zeros(0), None
         for rnd in range(rounds if chosen else 1):
             if heavy.size == 0:
-                self.residual, self.heavy_total = self.counts, 0.0
-                self._heavy_of, self.heavy_est = (take, none), np.zeros(0)
-                self.heavy_flat = None
+                self._no_heavy(take)
                 est = raw
                 break
             f_h = self._solve(flat[heavy], raw[heavy])
-            self.residual = self._residual(flat[heavy], f_h)
-            self.heavy_total = float(f_h.sum())
-            self._heavy_of, self.heavy_est = (take, heavy), f_h
-            self.heavy_flat = flat[heavy]
+            self.residual, self.heavy_total = self._residual(flat[heavy], f_h), float(f_h.sum())
+            self._heavy_of, self.heavy_est, self.heavy_flat = (take, heavy), f_h, flat[heavy]
             if chosen and rnd < rounds - 1:
                 # Which candidates are heavy after the correction: only those the
                 # correction could lift over the floor need their corrected estimates
@@ -279,6 +271,10 @@ class _Level:
         decoys = self._from_residual(self.decoy_flat)
         self.null_var = max(float(np.mean(decoys * decoys)), self.formula_var)
         return est
+
+    def _no_heavy(self, take: Callable[[IntArray], KeyArray]) -> None:
+        self.residual, self.heavy_total, self.heavy_flat = self.counts, 0.0, None
+        self._heavy_of, self.heavy_est = (take, np.zeros(0, np.int64)), np.zeros(0)
 
     def stats(self) -> _LevelStats:
         """Pooling statistics of this level after :meth:`evaluate`."""
@@ -446,7 +442,8 @@ def _top(values: FloatArray, count: int, floor: float) -> IntArray:
     return above.astype(np.int64)
 
 
-def _decoys(m: SketchFamily, sketch: int) -> KeyArray:
+@lru_cache(maxsize=256)
+def _decoy_keys(seed: int, max_length: int, sketch: int) -> KeyArray:
     """Distinct random keys of impossible lengths (> max_length): no device holds them.
 
     Only their first word is nonzero (a length byte above max_length, three random
@@ -454,11 +451,6 @@ def _decoys(m: SketchFamily, sketch: int) -> KeyArray:
     buckets are as random as any key's. They depend only on public parameters, so they
     are drawn once per (seed, max_length, sketch) and reused (read-only).
     """
-    return _decoy_keys(m.seed, m.max_length, sketch)
-
-
-@lru_cache(maxsize=256)
-def _decoy_keys(seed: int, max_length: int, sketch: int) -> KeyArray:
     rng = np.random.Generator(np.random.Philox(key=[seed & (2**64 - 1), 0x5EED + sketch]))
     low = np.unique(rng.integers(0, 1 << 24, size=2 * DECOYS))[:DECOYS]  # distinct
     keys = np.zeros((DECOYS, max_length + 1), dtype=np.uint8)
@@ -586,12 +578,8 @@ class _LevelStats:
 
 
 def poisson_upper_tail(count: float, mean: float) -> float:
-    """``P(X >= count)`` for ``X ~ Poisson(mean)``, continuous in ``count`` (> 0).
-
-    It is the regularized lower incomplete gamma function ``P(count, mean)``: by its
-    series when ``mean < count + 1`` (where the tail is small and must be accurate),
-    else one minus its continued fraction (Numerical Recipes, 6.2).
-    """
+    """``P(X >= count)`` for ``X ~ Poisson(mean)``, continuous in ``count`` (> 0): the
+    regularized lower incomplete gamma function ``P(count, mean)``."""
     if count <= 0:
         return 1.0
     return regularized_gamma(count, mean)[0]
@@ -606,13 +594,6 @@ def _first_level_keys(max_length: int) -> KeyArray:
     keys[1:, 0] = lengths
     keys[1:, 1] = firsts
     return keys
-
-
-@dataclass
-class Walk:
-    finished: _Finished
-    sigmas: list[float]
-    cutoffs: list[float]
 
 
 def _take_rows(keys: KeyArray, index: IntArray) -> KeyArray:
@@ -642,8 +623,9 @@ def _key_taker(
     return take
 
 
-def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
-    """Find complete strings that stand out, level by level (see the module docstring)."""
+def walk(m: SketchFamily, levels: list[_Level]) -> tuple[_Finished, list[float], list[float]]:
+    """Find complete strings that stand out, level by level (see the module docstring):
+    those strings, and per level the null sigma and the beam's cutoff."""
     width = m.max_length + 1
     k_beam = beam_width(m.k)
     finished = _Finished.empty(width)
@@ -653,24 +635,20 @@ def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
     for t in range(1, m.max_length + 1):
         level = levels[t]
         child_keys: Callable[[IntArray], KeyArray]
+        old_keys = finished.keys
         if t == 1:
             first = _first_level_keys(m.max_length)
             child_length = first[:, 0]
             child_keys = partial(_take_rows, first)
-        else:
-            child_length = np.repeat(beam[:, 0], 256)
-            child_keys = partial(_take_children, beam, t)
-        old_keys = finished.keys
-        if t == 1:
             n_children = len(first)
             flat = level.flat(np.concatenate([first, old_keys]))
         else:
+            child_length = np.repeat(beam[:, 0], 256)
+            child_keys = partial(_take_children, beam, t)
             n_children = len(beam) * 256
             flat = level.children_flat(beam, t, old_keys)
-
         est = level.evaluate(flat, _key_taker(n_children, child_keys, old_keys, width))
-        var = level.null_var
-        sd = math.sqrt(var)
+        sd = math.sqrt(level.null_var)
         sigmas.append(sd)
         if not math.isfinite(sd):
             cutoffs.append(math.inf)
@@ -684,14 +662,11 @@ def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
         finished.extend(child_keys(new), child_est[new], stats)
         open_ = np.flatnonzero(~complete)
         keep = open_[_top(child_est[open_], k_beam, Z_KEEP * sd)]
-        cutoff = Z_KEEP * sd
         passing = int(np.count_nonzero(child_est[open_] > Z_KEEP * sd))
-        if passing > k_beam:
-            cutoff = float(np.min(child_est[keep]))
-        cutoffs.append(cutoff)
+        cutoffs.append(float(np.min(child_est[keep])) if passing > k_beam else Z_KEEP * sd)
         beam = child_keys(keep)
         finished.keep_best(4 * k_beam)
-    return Walk(finished, sigmas, cutoffs)
+    return finished, sigmas, cutoffs
 
 
 # --- the "scaled" cut: a walk by prefix length over pooled levels ----------------------------
@@ -887,8 +862,7 @@ def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
         found = _walk_twice(m, levels)
         fin = found.finished
     else:
-        first_rule = walk(m, levels)
-        fin = first_rule.finished
+        fin, sigmas, cutoffs = walk(m, levels)
     # The strings significant on the walk alone are the heavy ones of the estimation sketch.
     selected = np.flatnonzero(fin.significant(alpha))
     selected = selected[np.argsort(-fin.estimate[selected], kind="stable")]
@@ -900,9 +874,7 @@ def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
         )
     else:
         confirm.add_collisions(selected)
-        thresholds = detection_thresholds(
-            first_rule.sigmas, first_rule.cutoffs, Z_PREFILTER, find_z(m)
-        )
+        thresholds = detection_thresholds(sigmas, cutoffs, Z_PREFILTER, find_z(m))
     model = variance_model(m, estimation, agg.n)
     listed = _listed(m, fin, confirm, selected, model, min(thresholds))
     return HeavyHitters(
