@@ -116,8 +116,7 @@ class Tree:
         """Leaves under each node at ``depth``."""
         size = self.sizes[depth]
         starts = np.arange(self.counts[depth], dtype=np.int64) * size
-        out: IntArray = np.minimum(starts + size, self.resolution) - starts
-        return out
+        return np.minimum(starts + size, self.resolution) - starts
 
     def child_starts(self, depth: int) -> IntArray:
         """Index at ``depth + 1`` of each depth-``depth`` node's first child."""
@@ -129,14 +128,12 @@ class Tree:
 
     def node_of_leaf(self, leaves: npt.ArrayLike, depth: int) -> IntArray:
         """The node at ``depth`` holding each leaf."""
-        out: IntArray = np.asarray(leaves, dtype=np.int64) // self.sizes[depth]
-        return out
+        return np.asarray(leaves, dtype=np.int64) // self.sizes[depth]
 
     def aggregate_leaves(self, leaves: FloatArray, depth: int) -> FloatArray:
         """Sum leaf values (shape (resolution,) or (resolution, k)) into the nodes at depth."""
         starts = np.arange(self.counts[depth], dtype=np.int64) * self.sizes[depth]
-        out: FloatArray = np.add.reduceat(leaves, starts, axis=0)
-        return out
+        return np.add.reduceat(leaves, starts, axis=0)
 
 
 def leaf_edges(bounds: tuple[float, float], resolution: int) -> FloatArray:
@@ -655,8 +652,7 @@ class DistributionEstimate:
         """Values as positions in leaf units, clipped to [0, resolution]."""
         lo, hi = self.bounds
         pos = (np.asarray(x, dtype=np.float64) - lo) / (hi - lo) * self.resolution
-        out: FloatArray = np.clip(pos, 0.0, float(self.resolution))
-        return out
+        return np.clip(pos, 0.0, float(self.resolution))
 
     def _range_queries(self, start: FloatArray, stop: FloatArray) -> FloatArray:
         """(L, k): the share of each leaf inside each [start, stop) in leaf units."""
@@ -861,8 +857,7 @@ class DistributionEstimate:
                 if t == m:
                     term = term + g_path * R[m][m][S[m]]
                 linear[t] += term
-        out: FloatArray = square - sum(v * v for v in linear.values())
-        return out
+        return square - sum(v * v for v in linear.values())
 
     def _path_shares(self, S: list[IntArray], first: list[IntArray]) -> list[FloatArray]:
         """``r[t]``: the top-down adjoint at ``S[t]`` (the share of S[t] below j, after

@@ -171,8 +171,7 @@ class Quadratic:
     correction: FloatArray | None = None
 
     def at(self, theta: FloatArray) -> FloatArray:
-        out: FloatArray = self.v0 + theta * (self.v1 + theta * self.v2)
-        return out
+        return self.v0 + theta * (self.v1 + theta * self.v2)
 
     def take(self, index: IntArray | slice) -> Quadratic:
         """The outputs at ``index`` (the last axis)."""
@@ -190,8 +189,7 @@ class Quadratic:
         with np.errstate(divide="ignore", invalid="ignore"):
             vertex = np.where(self.v2 < 0, -self.v1 / (2 * self.v2), -1.0)
         inside = (vertex > 0) & (vertex < 1)
-        out: FloatArray = np.where(inside, np.maximum(ends, self.at(np.clip(vertex, 0, 1))), ends)
-        return out
+        return np.where(inside, np.maximum(ends, self.at(np.clip(vertex, 0, 1))), ends)
 
 
 class LinearViews:
@@ -302,20 +300,17 @@ class LinearViews:
     def sum_outputs(self, base: FloatArray) -> FloatArray:
         """(R, outputs): every output's sum of the base-cell values in ``base`` (R, m)."""
         order, starts = self._pairs_sorted
-        out: FloatArray = np.add.reduceat(base[:, self.pair_cols[order]], starts, axis=1)
-        return out
+        return np.add.reduceat(base[:, self.pair_cols[order]], starts, axis=1)
 
     def _sum_pairs(self, values: FloatArray) -> FloatArray:
         """(R, outputs): per output, the sum of ``values`` (R, pairs) over its pairs."""
         order, starts = self._pairs_sorted
-        out: FloatArray = np.add.reduceat(values[:, order], starts, axis=1)
-        return out
+        return np.add.reduceat(values[:, order], starts, axis=1)
 
     @cached_property
     def whole(self) -> npt.NDArray[np.bool_]:
         """Outputs holding every base cell: everyone, whose fraction is 1 exactly."""
-        out: npt.NDArray[np.bool_] = self.output_members >= self.m
-        return out
+        return self.output_members >= self.m
 
     def split(self, sums: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(sizes (R, views), counts (R, obs)) from aggregate sums laid out per view as
@@ -350,8 +345,7 @@ class LinearViews:
     def base_of(self, outputs: FloatArray, partition: int) -> FloatArray:
         """(R, m): base-cell values from an output partition that is a bijection of them."""
         labels = self.output_labels[partition]
-        out: FloatArray = outputs[:, self.output_offsets[partition] + labels]
-        return out
+        return outputs[:, self.output_offsets[partition] + labels]
 
     # --- variances ---------------------------------------------------------------------
     def variance_quadratic(self, pi: FloatArray, sizes: FloatArray, n: FloatArray) -> Quadratic:
@@ -713,5 +707,4 @@ def ipf(
     work = np.divide(work, total, out=work, where=total > 0)
     out = np.full(cells.shape, np.nan)
     out[ok] = work
-    result: FloatArray = out[0] if one else out
-    return result
+    return out[0] if one else out

@@ -99,8 +99,7 @@ def log_factorial(k: npt.ArrayLike) -> FloatArray:
     kk = np.asarray(k, dtype=np.float64)
     table = _log_factorial_table()
     if kk.size and float(kk.max()) < _FACTORIAL_TABLE:
-        result: FloatArray = table[kk.astype(np.int64)]
-        return result
+        return table[kk.astype(np.int64)]
     small = kk < _FACTORIAL_TABLE
     out = np.empty_like(kk)
     out[small] = table[kk[small].astype(np.int64)]
@@ -193,8 +192,7 @@ class _Support:
         k = z * z / (n * r * r)
         big_b = 2.0 * g + k * (a - b)
         disc = np.maximum(big_b * big_b - 4.0 * (g * g - k * b), 0.0)
-        root: FloatArray = (big_b + (1.0 if upper else -1.0) * np.sqrt(disc)) / 2.0
-        return root
+        return (big_b + (1.0 if upper else -1.0) * np.sqrt(disc)) / 2.0
 
     def tails(self, count: FloatArray, f: FloatArray) -> tuple[FloatArray, FloatArray]:
         m = np.rint(f * self.n)
@@ -222,10 +220,7 @@ class _Binomial:
         g = count / n
         k = z * z / n
         disc = np.maximum((2.0 * g + k) ** 2 - 4.0 * (1.0 + k) * g * g, 0.0)
-        root: FloatArray = (2.0 * g + k + (1.0 if upper else -1.0) * np.sqrt(disc)) / (
-            2.0 * (1.0 + k)
-        )
-        return root
+        return (2.0 * g + k + (1.0 if upper else -1.0) * np.sqrt(disc)) / (2.0 * (1.0 + k))
 
     def tails(self, count: FloatArray, theta: FloatArray) -> tuple[FloatArray, FloatArray]:
         zero = np.zeros_like(theta)
@@ -325,8 +320,7 @@ def _exact_support_bound(
         kept[rows] = _accepts(family, count[rows], mid[rows] / n, z, tail, upper)
         inside = np.where(open_ & kept, mid, inside)
         outside = np.where(open_ & ~kept, mid, outside)
-    result: FloatArray = np.clip(inside, 0.0, n) / n
-    return result
+    return np.clip(inside, 0.0, n) / n
 
 
 def _exact_bound(

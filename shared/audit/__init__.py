@@ -186,15 +186,11 @@ def _candidate_sets(
         proper = (stop - start) < size
         start, stop = start[proper], stop[proper]
         index = np.arange(size)
-        runs: npt.NDArray[np.bool_] = (index[None, :] >= start[:, None]) & (
-            index[None, :] < stop[:, None]
-        )
-        return runs
+        return (index[None, :] >= start[:, None]) & (index[None, :] < stop[:, None])
     order = np.argsort(-(num + 0.5) / (den + 0.5), kind="stable")
     rank = np.empty(size, dtype=np.int64)
     rank[order] = np.arange(size)
-    levels: npt.NDArray[np.bool_] = rank[None, :] <= np.arange(size - 1)[:, None]
-    return levels
+    return rank[None, :] <= np.arange(size - 1)[:, None]
 
 
 @dataclass

@@ -207,8 +207,7 @@ class _Level:
 
     def debias(self, support: FloatArray) -> FloatArray:
         m = self.m
-        out: FloatArray = (support / self.n - m.q) / (m.p - m.q)
-        return out
+        return (support / self.n - m.q) / (m.p - m.q)
 
     def _solve(self, flat_h: IntArray, raw_h: FloatArray) -> FloatArray:
         m = self.m
@@ -298,8 +297,7 @@ class _Level:
         m = self.m
         added = np.max(self.residual - self.counts, axis=1, initial=0.0)
         lift = float(added.sum()) / (self.n * (m.p - m.q)) + self.heavy_total * m.q / (1 - m.q)
-        out: BoolArray = raw + lift > floor - 1e-9 * (1.0 + abs(floor))
-        return out
+        return raw + lift > floor - 1e-9 * (1.0 + abs(floor))
 
     def _from_residual(self, flat: IntArray) -> FloatArray:
         q = self.m.q
@@ -362,8 +360,7 @@ def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> Fl
         # come by pair, then row, as below, so bincount makes the same sums bit for bit.
         a, b, row = np.nonzero(flat_a[:, None, :] == flat_b[None, :, :])
         sums = np.bincount(a * size_b + b, weights=weights[row], minlength=size_a * size_b)
-        dense: FloatArray = np.asarray(sums, dtype=np.float64).reshape(size_a, size_b)
-        return dense
+        return np.asarray(sums, dtype=np.float64).reshape(size_a, size_b)
     out = np.zeros(size_a * size_b)
     if size_a == 0 or size_b == 0:
         return out.reshape(size_a, size_b)
@@ -532,13 +529,11 @@ class _Finished:
 
     @property
     def estimate(self) -> FloatArray:
-        out: FloatArray = self.weighted / self.precision
-        return out
+        return self.weighted / self.precision
 
     @property
     def sd(self) -> FloatArray:
-        out: FloatArray = 1.0 / np.sqrt(self.precision)
-        return out
+        return 1.0 / np.sqrt(self.precision)
 
     def significant(self, alpha: float) -> BoolArray:
         """Whether each string's pooled support has a null tail probability (quasi-Poisson,
@@ -673,16 +668,14 @@ def walk(m: SketchFamily, levels: list[_Level]) -> tuple[_Finished, list[float],
 def _cut_keys(keys: KeyArray, kept: IntArray) -> KeyArray:
     """Keys with bytes after ``kept`` (per key) zeroed."""
     positions = np.arange(keys.shape[1])[None, :]
-    out: KeyArray = np.where(positions <= kept[:, None], keys, 0).astype(np.uint8)
-    return out
+    return np.where(positions <= kept[:, None], keys, 0).astype(np.uint8)
 
 
 def _unique_rows(keys: KeyArray) -> KeyArray:
     """Distinct keys (rows), by their bytes (``np.unique(axis=0)`` is ten times slower)."""
     rows = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).reshape(-1)
     _, first = np.unique(rows, return_index=True)
-    out: KeyArray = keys[np.sort(first)]
-    return out
+    return keys[np.sort(first)]
 
 
 FIRST_WALK_BEAM = 8
@@ -724,10 +717,9 @@ class _Pooled:
     def z(self) -> FloatArray:
         """Pooled z of each candidate (-inf where no level saw it)."""
         seen = self.precision > 0
-        out: FloatArray = np.where(
+        return np.where(
             seen, self.weighted / np.sqrt(np.where(seen, self.precision, 1.0)), -math.inf
         )
-        return out
 
 
 def walk_scaled(
