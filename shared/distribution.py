@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from numbers import Integral, Real
 from typing import Any
 
@@ -610,15 +611,14 @@ class DistributionEstimate:
     depth_counts: tuple[int, ...]
     levels: tuple[LevelNoise, ...]
     smoother: TreeSmoother = field(repr=False)
-    _plug: list[FloatArray] = field(default_factory=list, repr=False)
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def __post_init__(self) -> None:
-        if not self._plug:
-            # Node fractions plugged into the variance formulas: the consistent estimate.
-            for t in range(1, self.tree.height + 1):
-                node = self.tree.aggregate_leaves(self.leaves, t)
-                self._plug.append(np.clip(np.nan_to_num(node), 0.0, 1.0))
+    @cached_property
+    def _plug(self) -> list[FloatArray]:
+        """Node fractions plugged into the variance formulas: the consistent estimate."""
+        return [
+            np.clip(np.nan_to_num(self.tree.aggregate_leaves(self.leaves, t)), 0.0, 1.0)
+            for t in range(1, self.tree.height + 1)
+        ]
 
     # --- basics ----------------------------------------------------------------------
     @property
@@ -769,50 +769,51 @@ class DistributionEstimate:
         out = _range_estimates([(lo, float(v)) for v in values], r)
         return out[0] if np.ndim(x) == 0 else out
 
+    @cached_property
     def _edge_cdf(self) -> FloatArray:
         """``P(X < e)`` at every leaf edge (1 at hi)."""
-        if "cdf" not in self._cache:
-            cdf = np.concatenate([[0.0], np.cumsum(self.leaves)])
-            cdf[-1] = 1.0
-            self._cache["cdf"] = cdf
-        out: FloatArray = self._cache["cdf"]
-        return out
+        cdf = np.concatenate([[0.0], np.cumsum(self.leaves)])
+        cdf[-1] = 1.0
+        return cdf
+
+    @cached_property
+    def _edge_se(self) -> FloatArray:
+        """The standard error of ``P(X < e)`` at every leaf edge, NaN until computed."""
+        return np.full(self.resolution + 1, np.nan)
 
     def _edge_stderr(self, at: IntArray) -> FloatArray:
         """Standard error of ``P(X < e)`` at the leaf edges ``at`` (computed once each)."""
-        if "se" not in self._cache:
-            self._cache["se"] = np.full(self.resolution + 1, np.nan)
-        se = self._cache["se"]
+        se = self._edge_se
         todo = np.unique(at[np.isnan(se[at])])
         if todo.size:
             se[todo] = np.sqrt(self.prefix_variance(todo))
-        out: FloatArray = se[at]
-        return out
+        return se[at]
 
-    def _subtree_sums(self) -> tuple[list[FloatArray], list[dict[int, FloatArray]]]:
-        """Per node w: Q(w) and R_t(w) for t >= depth(w) (see :meth:`prefix_variance`)."""
-        if "Q" not in self._cache:
-            tree, sm = self.tree, self.smoother
-            h = tree.height
-            A, B = [np.zeros(1)], [np.zeros(1)]
-            for t, noise in enumerate(self.levels, start=1):
-                a, b = noise.terms(self._plug[t - 1])
-                A.append(a)
-                B.append(b)
-            Q: list[FloatArray] = [np.zeros(1)] * (h + 1)
-            R: list[dict[int, FloatArray]] = [{} for _ in range(h + 1)]
-            self._cache["own"] = [sm.alpha[t] ** 2 * A[t] for t in range(h + 1)]
-            Q[h] = sm.alpha[h] ** 2 * A[h]
-            R[h][h] = sm.alpha[h] * B[h]
-            for m in range(h - 1, 0, -1):
-                starts = tree.child_starts(m)
-                Q[m] = sm.alpha[m] ** 2 * A[m] + sm.beta[m] ** 2 * np.add.reduceat(Q[m + 1], starts)
-                R[m][m] = sm.alpha[m] * B[m]
-                for t in range(m + 1, h + 1):
-                    R[m][t] = sm.beta[m] * np.add.reduceat(R[m + 1][t], starts)
-            self._cache["Q"] = Q
-            self._cache["R"] = R
-        return self._cache["Q"], self._cache["R"]
+    @cached_property
+    def _subtree_sums(
+        self,
+    ) -> tuple[list[FloatArray], list[dict[int, FloatArray]], list[FloatArray]]:
+        """Per node w: Q(w) and R_t(w) for t >= depth(w) (see :meth:`prefix_variance`), and
+        its own ``alpha^2 A``."""
+        tree, sm = self.tree, self.smoother
+        h = tree.height
+        A, B = [np.zeros(1)], [np.zeros(1)]
+        for t, noise in enumerate(self.levels, start=1):
+            a, b = noise.terms(self._plug[t - 1])
+            A.append(a)
+            B.append(b)
+        Q: list[FloatArray] = [np.zeros(1)] * (h + 1)
+        R: list[dict[int, FloatArray]] = [{} for _ in range(h + 1)]
+        own = [sm.alpha[t] ** 2 * A[t] for t in range(h + 1)]
+        Q[h] = sm.alpha[h] ** 2 * A[h]
+        R[h][h] = sm.alpha[h] * B[h]
+        for m in range(h - 1, 0, -1):
+            starts = tree.child_starts(m)
+            Q[m] = sm.alpha[m] ** 2 * A[m] + sm.beta[m] ** 2 * np.add.reduceat(Q[m + 1], starts)
+            R[m][m] = sm.alpha[m] * B[m]
+            for t in range(m + 1, h + 1):
+                R[m][t] = sm.beta[m] * np.add.reduceat(R[m + 1][t], starts)
+        return Q, R, own
 
     def prefix_variance(self, at: npt.ArrayLike) -> FloatArray:
         """Variance of ``P(X < e_j)`` for leaf edges j, in O(height^2) each.
@@ -834,7 +835,7 @@ class DistributionEstimate:
     def _prefix_variance(self, j: IntArray) -> FloatArray:
         tree, sm = self.tree, self.smoother
         h = tree.height
-        Q, R = self._subtree_sums()
+        Q, R, own_part = self._subtree_sums
         # S[t]: index of the depth-t node holding leaf j (the root at t = 0).
         S = [j // tree.sizes[t] for t in range(h + 1)]
         first = [S[0], *(S[t - 1] * tree.branching for t in range(1, h + 1))]
@@ -849,7 +850,7 @@ class DistributionEstimate:
             g_path = r[m] - r[m - 1] + incoming
             last = np.minimum(first[m] + tree.branching, tree.counts[m])
             q_before, q_after = _around(Q[m], first[m], S[m], last)
-            own = self._cache["own"][m][S[m]]  # the path node alone: its children follow
+            own = own_part[m][S[m]]  # the path node alone: its children follow
             square += g_before**2 * q_before + g_after**2 * q_after + g_path**2 * own
             for t in range(m, h + 1):
                 r_before, r_after = _around(R[m][t], first[m], S[m], last)
@@ -873,7 +874,7 @@ class DistributionEstimate:
 
     def edge_band(self) -> tuple[FloatArray, FloatArray]:
         """``P(X < e)`` and its standard error at every leaf edge."""
-        return self._edge_cdf(), self._edge_stderr(np.arange(self.resolution + 1))
+        return self._edge_cdf, self._edge_stderr(np.arange(self.resolution + 1))
 
     def quantile(self, q: float, level: float = 0.95) -> QuantileEstimate:
         """The ``q``-quantile (0 < q < 1) with its ``level`` interval (see QuantileEstimate)."""

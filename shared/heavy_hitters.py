@@ -21,7 +21,7 @@ than the estimate, so it stays honest at small counts.
 Strings are bytes. ``text`` is the UTF-8 decoding when the bytes are valid UTF-8 (control
 characters included: JSON escapes them); otherwise each invalid byte is shown as ``\\xNN``
 (Python's ``backslashreplace``) and ``utf8`` is False. ``hex`` is always the exact bytes,
-so an item is never ambiguous; :func:`printable` escapes what a terminal should not print.
+so an item is never ambiguous.
 """
 
 from __future__ import annotations
@@ -82,14 +82,6 @@ def as_text(value: bytes) -> tuple[str, bool]:
         return value.decode("utf-8"), True
     except UnicodeDecodeError:
         return value.decode("utf-8", errors="backslashreplace"), False
-
-
-def printable(value: bytes) -> str:
-    """A one-line form for terminals: non-printable characters escaped, as ``repr`` does."""
-    text, _ = as_text(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def to_bytes(value: str | bytes) -> bytes:

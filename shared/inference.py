@@ -76,6 +76,7 @@ frequency estimation with consistency", NDSS 2020 (Norm-Sub).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -92,15 +93,7 @@ MAX_DENSE_CELLS = 1024
 """Designs with several views keep dense (outputs x observations) coefficient matrices;
 they are limited to this many base cells (about 10 MB). One view scales to any size."""
 
-Path = Callable[
-    [
-        npt.NDArray[np.float64],
-        npt.NDArray[np.float64],
-        npt.NDArray[np.float64],
-        npt.NDArray[np.float64],
-    ],
-    tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
-]
+Path = Callable[[FloatArray, FloatArray, FloatArray, FloatArray], tuple[FloatArray, FloatArray]]
 """(full, inner, inner_uniform, total) -> (value at theta = 0, slope) of a linear functional."""
 
 IPF_TOLERANCE = 1e-12
@@ -396,13 +389,7 @@ class LinearViews:
         times n_v (p - q)). One view: 1 (a count moves the output by 1 / (n (p - q)))."""
         if self.single:
             return np.ones((1, self.n_outputs))
-        B, _, _ = self._dense
-        return np.array(
-            [
-                np.ptp(B[:, lo:hi], axis=1)
-                for lo, hi in zip(self.view_offsets[:-1], self.view_offsets[1:], strict=True)
-            ]
-        )
+        return np.array([np.ptp(b, axis=1) for b in self._blocks])
 
     def _with_correction(self, quadratic: Quadratic, sizes: FloatArray) -> Quadratic:
         delta = np.array([nm.p - nm.q for nm in self.noises])
@@ -447,12 +434,11 @@ class LinearViews:
         coordinates), X at every membership pair, the mean of X over each output's
         members, and each row's sum over base cells.
         """
-        B, _, G = self._dense
+        G = self._dense[2]
         rows, cols = self.pair_rows, self.pair_cols
         out: list[tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]] = []
         matrices: list[tuple[FloatArray, IntArray | None]] = []
-        for v, view in enumerate(self.view_labels):
-            Bv = B[:, self.view_offsets[v] : self.view_offsets[v + 1]]
+        for Bv, view in zip(self._blocks, self.view_labels, strict=True):
             matrices += [(Bv * Bv, view), (Bv, view)]
         matrices += [(G * G, None), (G, None)]
         for X, labels in matrices:
@@ -495,8 +481,7 @@ class LinearViews:
         for v in range(len(self.view_labels)):
             noise = self.noises[v]
             inv_v = 1.0 / sizes[:, v : v + 1]
-            k1 = self._k1[v]
-            bsum = self._bsum[v]
+            k1, bsum = self._view_sums[v]
             a1, b1 = functional(2 * v)  # sum_u B^2 f_u
             a2, b2 = functional(2 * v + 1)  # sum_u B f_u
             # noise: [delta0 k1 + delta1 P1 + kappa b^2 + 2 lambda b P2] / n_v
@@ -516,20 +501,15 @@ class LinearViews:
         return Quadratic(q0, q1, q2)
 
     @cached_property
-    def _k1(self) -> list[FloatArray]:
-        B, _, _ = self._dense
-        return [
-            (B[:, lo:hi] ** 2).sum(axis=1)
-            for lo, hi in zip(self.view_offsets[:-1], self.view_offsets[1:], strict=True)
-        ]
+    def _blocks(self) -> list[FloatArray]:
+        """``B``'s columns of each view."""
+        B = self._dense[0]
+        return [B[:, lo:hi] for lo, hi in itertools.pairwise(self.view_offsets)]
 
     @cached_property
-    def _bsum(self) -> list[FloatArray]:
-        B, _, _ = self._dense
-        return [
-            B[:, lo:hi].sum(axis=1)
-            for lo, hi in zip(self.view_offsets[:-1], self.view_offsets[1:], strict=True)
-        ]
+    def _view_sums(self) -> list[tuple[FloatArray, FloatArray]]:
+        """Per view, each output's sum of its squared coefficients, and of its coefficients."""
+        return [((b**2).sum(axis=1), b.sum(axis=1)) for b in self._blocks]
 
 
 # --- intervals -------------------------------------------------------------------------
