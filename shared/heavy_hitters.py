@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from ._json import finite_or_none
 from ._validation import check_count, check_level
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
@@ -96,10 +97,6 @@ def to_bytes(value: str | bytes) -> bytes:
     raise ParameterError(f"a candidate must be a str or bytes, got {value!r}")
 
 
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
 @dataclass(frozen=True)
 class StringEstimate:
     """One string's estimated fraction, standard error and interval (at the answer's level)."""
@@ -130,10 +127,10 @@ class StringEstimate:
             "category": text,
             "hex": self.value.hex(),
             "utf8": utf8,
-            "estimate": _finite(self.estimate),
-            "stderr": _finite(self.stderr),
-            "low": _finite(self.low),
-            "high": _finite(self.high),
+            "estimate": finite_or_none(self.estimate),
+            "stderr": finite_or_none(self.stderr),
+            "low": finite_or_none(self.low),
+            "high": finite_or_none(self.high),
         }
 
 
@@ -281,8 +278,8 @@ class HeavyHitters:
             "max_length": self.max_length,
             "level": lvl,
             "interval_method": self.interval_method,
-            "threshold": _finite(self.threshold),
-            "thresholds_by_length": [_finite(t) for t in self.thresholds],
+            "threshold": finite_or_none(self.threshold),
+            "thresholds_by_length": [finite_or_none(t) for t in self.thresholds],
             "items": [item.to_dict() for item in items],
         }
         if candidates is not None:

@@ -91,7 +91,7 @@ class StructuredChoice:
 
 
 def _choice(
-    candidates: dict[str, StructuredMechanism],
+    candidates: Mapping[str, StructuredMechanism],
     variances: dict[str, dict[str, float]],
     notes: list[str],
 ) -> StructuredChoice:
@@ -109,20 +109,6 @@ def _choice(
     assert isinstance(design, ViewSampling)
     oracle = ",".join(v.oracle.name for v in design.views)
     return StructuredChoice(design.name, oracle, targets, variances, scores, chosen, tuple(notes))
-
-
-def _tree(leaves: Tree | Sequence[str], separator: str) -> Tree:
-    return leaves if isinstance(leaves, Tree) else Tree(tuple(leaves), separator)
-
-
-def _table(dimensions: Table | Mapping[str, Sequence[str]]) -> Table:
-    if isinstance(dimensions, Table):
-        return dimensions
-    if not isinstance(dimensions, Mapping):
-        raise ParameterError(
-            f"dimensions must be a mapping of name to categories, got {dimensions!r}"
-        )
-    return Table({k: tuple(v) for k, v in dimensions.items()})
 
 
 def hierarchy_focus(tree: Tree, focus: Sequence[int] | None) -> list[int]:
@@ -162,7 +148,7 @@ def choose_hierarchy(
     """The hierarchy design of least variance at the ``focus`` depths (see module)."""
     epsilon = check_epsilon(epsilon)
     depths = hierarchy_focus(tree, focus)
-    candidates: dict[str, StructuredMechanism] = {}
+    candidates: dict[str, HierarchyMechanism] = {}
     for o in AUTO_ORACLES:
         candidates[f"rollup ({o})"] = LeafRollup(epsilon=epsilon, tree=tree, oracle=o)
     notes = []
@@ -173,7 +159,6 @@ def choose_hierarchy(
         notes.append(f"levels not weighed: more than {MAX_DENSE_CELLS} leaves")
     variances: dict[str, dict[str, float]] = {}
     for label, cand in candidates.items():
-        assert isinstance(cand, HierarchyMechanism)
         per_depth = cand.variance()
         variances[label] = {f"depth {d}": float(np.mean(per_depth[d - 1])) for d in depths}
     return _choice(candidates, variances, notes)
@@ -188,7 +173,7 @@ def choose_table(
     """
     epsilon = check_epsilon(epsilon)
     targets = table_focus(table, focus)
-    candidates: dict[str, StructuredMechanism] = {}
+    candidates: dict[str, TableMechanism] = {}
     for o in AUTO_ORACLES:
         candidates[f"joint ({o})"] = JointTable(epsilon=epsilon, table=table, oracle=o)
     notes = []
@@ -199,7 +184,6 @@ def choose_table(
         notes.append(f"joint_marginals not weighed: more than {MAX_DENSE_CELLS} cells")
     variances: dict[str, dict[str, float]] = {}
     for label, cand in candidates.items():
-        assert isinstance(cand, TableMechanism)
         var = cand.variance()
         variances[label] = {t: float(np.mean(var[t])) for t in targets}
     split = SplitMarginals(epsilon=epsilon, table=table)
@@ -270,7 +254,7 @@ def hierarchy(
     matter), ``"rollup"`` or ``"levels"``; ``oracle``, ``levels`` and ``weights`` pass to
     the design (see :class:`~ldpkit.mechanisms.hierarchy.LevelSampling`).
     """
-    tree = _tree(leaves, separator)
+    tree = leaves if isinstance(leaves, Tree) else Tree(tuple(leaves), separator)
     extras = {"levels": levels, "weights": weights}
     built: HierarchyMechanism = _design(tree, mechanism, oracle, focus, extras, epsilon)
     return built
@@ -291,7 +275,14 @@ def table(
     and/or dimension names), ``"joint"`` or ``"joint_marginals"``. For the marginals-only
     comparison design build :class:`~ldpkit.mechanisms.table.SplitMarginals` directly.
     """
-    tab = _table(dimensions)
+    if isinstance(dimensions, Table):
+        tab = dimensions
+    elif isinstance(dimensions, Mapping):
+        tab = Table({k: tuple(v) for k, v in dimensions.items()})
+    else:
+        raise ParameterError(
+            f"dimensions must be a mapping of name to categories, got {dimensions!r}"
+        )
     built: TableMechanism = _design(tab, mechanism, oracle, focus, {"weights": weights}, epsilon)
     return built
 
@@ -345,13 +336,12 @@ def _per_user_variances(
     """(target, groups, worst per-user variance) for every target of ``m``."""
     if isinstance(m, HierarchyMechanism):
         return _hierarchy_variances(m, fractions)
-    if isinstance(m, TableMechanism):
-        groups = m.variance(fractions) if fractions is not None else _table_worst(m)
-    else:
-        assert isinstance(m, SplitMarginals)
-        if fractions is None:
-            return _split_worst(m)
+    if fractions is not None:
         groups = m.variance(fractions)
+    elif isinstance(m, TableMechanism):
+        groups = _table_worst(m)
+    else:
+        return _split_worst(m)
     return [(t, len(v), float(np.max(v))) for t, v in groups.items()]
 
 
@@ -388,14 +378,6 @@ def _split_worst(m: SplitMarginals) -> list[tuple[str, int, float]]:
     return out
 
 
-def _assumption(fractions: npt.ArrayLike | None) -> str:
-    return (
-        "worst group, worst value of it; the rest spread uniformly"
-        if fractions is None
-        else "at the given fractions"
-    )
-
-
 def plan_structured(
     m: StructuredMechanism,
     *,
@@ -415,7 +397,10 @@ def plan_structured(
     rows = tuple(
         PlanRow(t, g, v, z * math.sqrt(v / n)) for t, g, v in _per_user_variances(m, fractions)
     )
-    return StructuredPlan(m.name, m.epsilon, n, level, _assumption(fractions), rows)
+    assumption = "at the given fractions"
+    if fractions is None:
+        assumption = "worst group, worst value of it; the rest spread uniformly"
+    return StructuredPlan(m.name, m.epsilon, n, level, assumption, rows)
 
 
 def required_n_structured(

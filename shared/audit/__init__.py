@@ -327,12 +327,8 @@ def _draw(
     if not pairs:
         raise ParameterError("need at least one pair of distinct inputs")
 
-    def draw(v: Any, n: int) -> npt.NDArray[Any]:
-        reports: npt.NDArray[Any] = mechanism.perturb(np.full(n, v), rng=rng)
-        return reports
-
-    selection = [draw(v, n_select) for v in inputs]
-    counting = [draw(v, n_count) for v in inputs]
+    selection = [mechanism.perturb(np.full(n_select, v), rng=rng) for v in inputs]
+    counting = [mechanism.perturb(np.full(n_count, v), rng=rng) for v in inputs]
     delta = float(getattr(mechanism, "delta", 0.0) or 0.0)  # (epsilon, delta) mechanisms
     return _Sample(inputs, pairs, selection, counting, delta, n_select, n_count)
 
@@ -361,7 +357,7 @@ def _partition(
     """The cells of reports for the pair (inputs i, j), fitted on the selection reports."""
     x, y = sample.inputs[i], sample.inputs[j]
     if events is not None:
-        return _event_partition(events, sample.selection[i], sample.selection[j], x, y, bins)
+        return _event_partition(events, sample, i, j, bins)
     if isinstance(mechanism, NumericMechanism):
         pooled = np.concatenate(
             [mechanism.debias(sample.selection[i]), mechanism.debias(sample.selection[j])]
@@ -371,29 +367,17 @@ def _partition(
     return partition if partition is not None else Partition(generic_keys, _describe_keys)
 
 
-def _event_partition(
-    fn: EventMap,
-    first_reports: npt.NDArray[Any],
-    second_reports: npt.NDArray[Any],
-    x: Any,
-    y: Any,
-    bins: int,
-) -> Partition:
+def _event_partition(fn: EventMap, sample: _Sample, i: int, j: int, bins: int) -> Partition:
     """Cells of the keys ``events`` gives: integer keys as they are, float keys binned."""
-    first = np.asarray(fn(first_reports, x, y))
+    x, y = sample.inputs[i], sample.inputs[j]
+    first = np.asarray(fn(sample.selection[i], x, y))
     if first.dtype.kind == "f":
-        pooled = np.concatenate([first, np.asarray(fn(second_reports, x, y))])
-
-        def as_float(r: npt.NDArray[Any]) -> Any:
-            return np.asarray(fn(r, x, y), dtype=np.float64)
-
-        return binned_partition(as_float, pooled.astype(np.float64), bins, "key")
+        pooled = np.concatenate([first, np.asarray(fn(sample.selection[j], x, y))]).astype(
+            np.float64
+        )
+        return binned_partition(lambda r: np.asarray(fn(r, x, y), np.float64), pooled, bins, "key")
     if first.dtype.kind in "iub":
-
-        def as_int(r: npt.NDArray[Any]) -> Any:
-            return np.asarray(fn(r, x, y)).astype(np.int64)
-
-        return Partition(as_int, _describe_keys)
+        return Partition(lambda r: np.asarray(fn(r, x, y)).astype(np.int64), _describe_keys)
     raise ParameterError(f"events must return integer or float keys, got {first.dtype}")
 
 
