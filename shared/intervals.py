@@ -462,13 +462,7 @@ def support_distribution(n: int, m: int, p: float, q: float) -> tuple[int, Float
 
 
 def support_coverage(
-    n: int,
-    m: int,
-    p: float,
-    q: float,
-    *,
-    level: float,
-    comparisons: int = 1,
+    n: int, m: int, p: float, q: float, *, level: float, comparisons: int = 1
 ) -> float:
     """Exact probability that :func:`support_interval` covers ``m / n``.
 

@@ -78,10 +78,7 @@ class StructuredChoice:
         targets = self.focus
         width = max(len(c) for c in self.variances) + 2
         head = f"{'candidate':<{width}}" + "".join(f"{t:>14}" for t in targets) + f"{'score':>9}"
-        lines = [
-            f"focus: {', '.join(targets)} (mean per-user variance, uniform population)",
-            head,
-        ]
+        lines = [f"focus: {', '.join(targets)} (mean per-user variance, uniform population)", head]
         for cand, row in sorted(self.variances.items(), key=lambda kv: self.scores[kv[0]]):
             cells = "".join(f"{row[t]:>14.6g}" for t in targets)
             mark = "  <- chosen" if cand == self.chosen else ""
@@ -333,39 +330,28 @@ class StructuredPlan:
 def _per_user_variances(
     m: StructuredMechanism, fractions: npt.ArrayLike | None
 ) -> list[tuple[str, int, float]]:
-    """(target, groups, worst per-user variance) for every target of ``m``."""
+    """(target, groups, worst per-user variance) for every target of ``m`` (a hierarchy's
+    depths with more than one node), at its worst value or at ``fractions``."""
     if isinstance(m, HierarchyMechanism):
-        return _hierarchy_variances(m, fractions)
+        per_depth = _worst_parts(m) if fractions is None else m.variance(fractions)
+        return [
+            (f"depth {d}", m.tree.width(d), float(np.max(var)))
+            for d, var in enumerate(per_depth, start=1)
+            if m.tree.width(d) > 1
+        ]
     if fractions is not None:
         groups = m.variance(fractions)
     elif isinstance(m, TableMechanism):
-        groups = _table_worst(m)
+        groups = dict(zip(["cells", *m.table.names], _worst_parts(m), strict=True))
     else:
         return _split_worst(m)
     return [(t, len(v), float(np.max(v))) for t, v in groups.items()]
 
 
-def _hierarchy_variances(
-    m: HierarchyMechanism, fractions: npt.ArrayLike | None
-) -> list[tuple[str, int, float]]:
-    """Per depth with more than one node (the worst one, or at ``fractions``)."""
-    if fractions is None:
-        worst = m.variance_quadratic().worst()
-        offsets = m.engine.output_offsets
-        per_depth = [worst[a:b] for a, b in itertools.pairwise(offsets)]
-    else:
-        per_depth = m.variance(fractions)
-    return [
-        (f"depth {d}", m.tree.width(d), float(np.max(var)))
-        for d, var in enumerate(per_depth, start=1)
-        if m.tree.width(d) > 1
-    ]
-
-
-def _table_worst(m: TableMechanism) -> dict[str, npt.NDArray[np.float64]]:
+def _worst_parts(m: HierarchyMechanism | TableMechanism) -> list[npt.NDArray[np.float64]]:
+    """Per output partition, each group's largest variance along the path of its value."""
     worst = m.variance_quadratic().worst()
-    off = m.engine.output_offsets
-    return {t: worst[off[k] : off[k + 1]] for k, t in enumerate(["cells", *m.table.names])}
+    return [worst[a:b] for a, b in itertools.pairwise(m.engine.output_offsets)]
 
 
 def _split_worst(m: SplitMarginals) -> list[tuple[str, int, float]]:
@@ -379,11 +365,7 @@ def _split_worst(m: SplitMarginals) -> list[tuple[str, int, float]]:
 
 
 def plan_structured(
-    m: StructuredMechanism,
-    *,
-    n: int,
-    level: float = 0.95,
-    fractions: npt.ArrayLike | None = None,
+    m: StructuredMechanism, *, n: int, level: float = 0.95, fractions: npt.ArrayLike | None = None
 ) -> StructuredPlan:
     """Expected half-width of a ``level`` interval after ``n`` reports, per target.
 

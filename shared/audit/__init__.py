@@ -61,13 +61,7 @@ from ..randomness import resolve_rng
 from .bounds import clopper_pearson_lower, clopper_pearson_upper
 from .cells import Partition, binned_partition, default_partition, generic_keys, list_description
 
-__all__ = [
-    "AuditResult",
-    "EventBound",
-    "audit",
-    "clopper_pearson_lower",
-    "clopper_pearson_upper",
-]
+__all__ = ["AuditResult", "EventBound", "audit", "clopper_pearson_lower", "clopper_pearson_upper"]
 
 EventMap = Callable[[npt.NDArray[Any], Any, Any], npt.NDArray[Any]]
 """``events(reports, x, x_prime) -> keys``: one key per report. Integer keys are the
