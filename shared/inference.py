@@ -348,9 +348,7 @@ class LinearViews:
         consistent estimate); ``sizes`` (R, views) the users of each view; ``n`` (R,)
         their total.
         """
-        pi = np.asarray(pi, dtype=np.float64)
-        sizes = np.asarray(sizes, dtype=np.float64)
-        n = np.asarray(n, dtype=np.float64)
+        pi, sizes, n = (np.asarray(a, dtype=np.float64) for a in (pi, sizes, n))
         if self.single:
             single = self._single_quadratic(sizes[:, 0])
             return self._known_total(self._with_correction(single, sizes))
@@ -399,19 +397,12 @@ class LinearViews:
 
     def variances_at(self, pi: FloatArray, sizes: FloatArray, n: FloatArray) -> FloatArray:
         """(R, outputs): each output's variance when the population is exactly ``pi``."""
-        pi = np.asarray(pi, dtype=np.float64)
-        sizes = np.asarray(sizes, dtype=np.float64)
-        n = np.asarray(n, dtype=np.float64)
+        pi, sizes, n = (np.asarray(a, dtype=np.float64) for a in (pi, sizes, n))
         if self.single:
             single = self._known_total(self._single_quadratic(sizes[:, 0]))
             return single.at(self.sum_outputs(pi))
-
-        def fixed(
-            full: FloatArray, inner: FloatArray, inner_unif: FloatArray, total: FloatArray
-        ) -> tuple[FloatArray, FloatArray]:
-            return full, np.zeros_like(full)
-
-        return self._known_total(self._assemble(pi, sizes, n, fixed)).v0
+        quadratic = self._assemble(pi, sizes, n, lambda full, *_: (full, np.zeros_like(full)))
+        return self._known_total(quadratic).v0
 
     def _single_quadratic(self, n: FloatArray) -> Quadratic:
         # b = 1_i - (s/m) 1 sums to zero, so only the diagonal part of the noise counts:
