@@ -294,10 +294,9 @@ class Table:
         Raises ReportError naming what is wrong (a missing or unknown attribute, a
         category that is not one of its attribute's).
         """
-        values = self._cell_values(cell)
         indices = tuple(
             self._category_index(name, value)
-            for name, value in zip(self.names, values, strict=True)
+            for name, value in zip(self.names, self._cell_values(cell), strict=True)
         )
         return int(np.ravel_multi_index(indices, self.shape))
 

@@ -320,11 +320,9 @@ def find_z(m: StringSketch) -> float:
 
 def _null_step_z(m: StringSketch) -> list[float]:
     """Per step the z a null candidate needs to stay in the beam (at least ``Z_KEEP``).
-
     At step 1 the beam competes among all ``(M + 1) 256`` (length, first byte) pairs,
     deeper among 256 children of each of K prefixes: the cutoff is the z the K-th
-    largest of that many null candidates reaches.
-    """
+    largest of that many null candidates reaches."""
     width = beam_width(m.k)
     out = []
     for j in range(1, m.max_length + 1):
@@ -353,13 +351,11 @@ _SQRT2 = math.sqrt(2.0)
 
 class _DetectionModel:
     """The probability that a string of a given length and true frequency is found.
-
     The worst case: each prefix has the string's own frequency (no other string shares
     it). ``sigmas[t - 1]`` and ``cutoffs[t - 1]`` are the null standard error and the
     estimate a prefix needed to stay in the beam at level t (1 .. max_length); a complete
     string must then clear ``prefilter`` standard errors at its own level and ``find_z``
-    pooled standard errors over the levels from its own to the last.
-    """
+    pooled standard errors over the levels from its own to the last."""
 
     def __init__(
         self, sigmas: Sequence[float], cutoffs: Sequence[float], prefilter: float, find_z: float
@@ -568,8 +564,7 @@ def plan_strings(
     m = _string_mechanism(epsilon, max_length, k)
     n = check_count(n)
     probability = _check_fraction(probability, "probability")
-    unit = _unit_thresholds(m, probability)
-    scaled = tuple(min(1.0, t / math.sqrt(n)) for t in unit)
+    scaled = tuple(min(1.0, t / math.sqrt(n)) for t in _unit_thresholds(m, probability))
     return StringPlan(m.name, m.epsilon, m.max_length, m.k, n, probability, min(scaled), scaled)
 
 
@@ -593,6 +588,5 @@ def required_n_strings(
     if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= max_length:
         raise ParameterError(f"length must be an integer in [0, {max_length}], got {length!r}")
     probability = _check_fraction(probability, "probability")
-    unit = _unit_thresholds(m, probability)
-    n = max(1, math.ceil((unit[length] / frequency) ** 2))
+    n = max(1, math.ceil((_unit_thresholds(m, probability)[length] / frequency) ** 2))
     return plan_strings(epsilon=epsilon, max_length=max_length, n=n, k=k, probability=probability)

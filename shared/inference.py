@@ -337,8 +337,7 @@ class LinearViews:
 
     def base_of(self, outputs: FloatArray, partition: int) -> FloatArray:
         """(R, m): base-cell values from an output partition that is a bijection of them."""
-        labels = self.output_labels[partition]
-        return outputs[:, self.output_offsets[partition] + labels]
+        return outputs[:, self.output_offsets[partition] + self.output_labels[partition]]
 
     # --- variances ---------------------------------------------------------------------
     def variance_quadratic(self, pi: FloatArray, sizes: FloatArray, n: FloatArray) -> Quadratic:
@@ -369,8 +368,7 @@ class LinearViews:
             at_o = np.where(outside_empty, outside_unif, (full - inner) / outside_share)
             return at_o, at_u - at_o
 
-        quadratic = self._assemble(pi, sizes, n, path)
-        return self._known_total(self._with_correction(quadratic, sizes))
+        return self._known_total(self._with_correction(self._assemble(pi, sizes, n, path), sizes))
 
     def _known_total(self, quadratic: Quadratic) -> Quadratic:
         # An output holding every base cell is everyone: its fraction is 1, exactly.
@@ -419,12 +417,10 @@ class LinearViews:
         self,
     ) -> list[tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]]:
         """Data-independent parts of every linear functional the variance needs.
-
         For each matrix X (per view: B_v^2 and B_v; then G^2 and G), in view or base-cell
         coordinates: X, the one-hot map from base cells to X's columns (None for base
         coordinates), X at every membership pair, the mean of X over each output's
-        members, and each row's sum over base cells.
-        """
+        members, and each row's sum over base cells."""
         G = self._dense[2]
         rows, cols = self.pair_rows, self.pair_cols
         out: list[tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]] = []

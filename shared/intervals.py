@@ -72,8 +72,7 @@ def normal_quantile(level: float, *, comparisons: int = 1) -> float:
     Computed from the lower tail, so levels within a few ulps of 1 still give a finite z.
     """
     level = check_level(level)
-    alpha = (1.0 - level) / comparisons
-    return -NormalDist().inv_cdf(alpha / 2.0)
+    return -NormalDist().inv_cdf((1.0 - level) / comparisons / 2.0)
 
 
 def exact_variance_limit(z: float) -> float:
@@ -138,10 +137,8 @@ def _sum_tails(
     c: FloatArray, mx: FloatArray, px: FloatArray, my: FloatArray, py: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
     """``(P[X + Y <= c], P[X + Y >= c])`` for X ~ Bin(mx, px), Y ~ Bin(my, py), per row.
-
     Both tails are summed directly (not as 1 - the other), so tiny tail probabilities
-    keep their precision.
-    """
+    keep their precision."""
     x0, x1 = _window(mx, px)
     y0, y1 = _window(my, py)
     width_x = int(np.max(x1 - x0)) + 1 if c.size else 1
@@ -270,10 +267,8 @@ def _exact_support_bound(
     family: _Support, count: FloatArray, start: FloatArray, z: float, tail: float, upper: bool
 ) -> FloatArray:
     """Over the integer m: the largest (upper) or smallest (lower) m the tests keep.
-
     Gallops from ``start`` (the score bound, usually a few units away) in doubling steps
-    until the decision flips, then bisects; all rows in lockstep.
-    """
+    until the decision flips, then bisects; all rows in lockstep."""
     n = float(family.n)
     x = np.clip(np.rint(start * n), 0.0, n)
     keep = _accepts(family, count, x / n, z, tail, upper)
@@ -403,8 +398,7 @@ def _interval(family: _Family, counts: npt.ArrayLike, level: float, comparisons:
     z = normal_quantile(level, comparisons=comparisons)  # checks level: not again here
     alpha = (1.0 - float(level)) / comparisons
     c = np.rint(np.asarray(counts, dtype=np.float64))
-    flat = c.ravel()
-    unique, inverse = np.unique(flat, return_inverse=True)
+    unique, inverse = np.unique(c.ravel(), return_inverse=True)
     limit = exact_variance_limit(z)
     lows = _score_bound(family, unique, z, upper=False)
     highs = _score_bound(family, unique, z, upper=True)

@@ -184,11 +184,10 @@ def choose_table(
         var = cand.variance()
         variances[label] = {t: float(np.mean(var[t])) for t in targets}
     split = SplitMarginals(epsilon=epsilon, table=table)
-    split_var = split.variance()
     notes.append(
         f"split ({','.join(o.name for o in split.oracles)}, epsilon/{len(table.shape)} each; "
         "marginals only, never chosen): "
-        + ", ".join(f"{a} {float(np.mean(v)):.6g}" for a, v in split_var.items())
+        + ", ".join(f"{a} {float(np.mean(v)):.6g}" for a, v in split.variance().items())
     )
     return _choice(candidates, variances, notes)
 

@@ -168,12 +168,10 @@ def _candidate_sets(
     num: npt.NDArray[np.int64], den: npt.NDArray[np.int64], ordered: bool
 ) -> npt.NDArray[np.bool_]:
     """Candidate events as rows of cell masks (the full set and the empty set excluded).
-
     Unordered cells: the level sets of the smoothed empirical ratio ``num / den`` (its
     top 1, 2, ... cells). Ordered cells (bins of a number): every run of adjacent cells,
     tails and intervals; level sets of many small bins would chase the selection
-    sample's noise.
-    """
+    sample's noise."""
     size = num.size
     if ordered and size > 2:
         start, stop = np.triu_indices(size + 1, k=1)

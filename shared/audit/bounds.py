@@ -58,12 +58,10 @@ def _stirling_correction(x: float) -> float:
 
 def _log_front(a: float, b: float, x: float) -> float:
     """``log(x^a (1 - x)^b / B(a, b))`` without the cancellation of lgamma differences.
-
     With ``s = a + b`` and ``d = x s - a`` it equals
     ``a log(1 + d / a) + b log(1 - d / b) + log(a b / s) / 2 - log(2 pi) / 2`` plus the
     Stirling corrections; near the mean, where the bounds are, d is small and each term
-    keeps its precision (plain lgamma loses ~1e-8 relative at n = 1e7).
-    """
+    keeps its precision (plain lgamma loses ~1e-8 relative at n = 1e7)."""
     s = a + b
     d = x * s - a
     first = a * math.log1p(d / a) if abs(d) < 0.5 * a else a * math.log(x * s / a)

@@ -177,11 +177,9 @@ class _Level:
     def children_flat(self, parents: KeyArray, position: int, others: KeyArray) -> IntArray:
         """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally,
         followed by :meth:`flat` of ``others`` (in one array: no copy of the children's).
-
         A child differs from its parent (zero there) only in byte ``position``, so its
         accumulator is the parent's plus ``a_i (byte << 8 (position mod 4))`` for the word
-        ``i = position // 4`` holding it.
-        """
+        ``i = position // 4`` holding it."""
         m = self.m
         a, _ = m.sketch_keys(self.sketch)
         parent = m.key_accumulators(self.sketch, parents)
@@ -287,13 +285,11 @@ class _Level:
 
     def _could_pass(self, raw: FloatArray, floor: float) -> BoolArray:
         """Candidates whose estimate from the current residual may exceed ``floor``.
-
         That estimate is ``raw`` less the correction's cells summed over the candidate's
         rows (scaled) plus ``heavy_total q / (1 - q)``; a row can raise it by at most the
         largest amount the correction added to any of its cells (0 if it only removed),
         so candidates below ``floor`` by more than that sum cannot pass (with a margin
-        for rounding).
-        """
+        for rounding)."""
         m = self.m
         added = np.max(self.residual - self.counts, axis=1, initial=0.0)
         lift = float(added.sum()) / (self.n * (m.p - m.q)) + self.heavy_total * m.q / (1 - m.q)
@@ -321,15 +317,13 @@ class _Level:
 
     def collision_var(self, flat: IntArray, own: IntArray) -> FloatArray:
         """Variance a key's collisions with the heavy keys add beyond the decoys' average.
-
         In a row where key v shares x's bucket, all of x's devices in that row support v.
         Their number is random (devices pick rows at random), about Binomial with mean
         ``n_j f_x``; the correction removes the mean, the spread stays: variance
         ``f_x W(v, x) / n`` in estimate units, with ``W`` the share of reports in rows where
         they collide. Random hashing would give ``W = q`` on average, which the decoys'
         null variance already holds, so only the excess over ``q`` is added. ``own[i]``
-        is the heavy index of key i itself (its own column is skipped), or -1.
-        """
+        is the heavy index of key i itself (its own column is skipped), or -1."""
         out = np.zeros(flat.shape[0])
         if self.heavy_flat is None or self.heavy_est is None or not len(self.heavy_est):
             return out
@@ -348,11 +342,9 @@ DENSE_MATCHES = 1 << 16
 def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> FloatArray:
     """``W[i, j] = sum_r weights[r] [flat_a[i, r] == flat_b[j, r]]``: the weight of the rows
     where key i of a and key j of b share a bucket.
-
     A cell index holds its row, so equal cells are matches in one row: b's cells are
     sorted once and each of a's looked up (collisions are rare, about one row in g), in
-    blocks of a that bound the matches held at once.
-    """
+    blocks of a that bound the matches held at once."""
     size_a, rows = flat_a.shape
     size_b = flat_b.shape[0]
     if size_a * size_b * rows <= DENSE_MATCHES:
@@ -442,12 +434,10 @@ def _top(values: FloatArray, count: int, floor: float) -> IntArray:
 @lru_cache(maxsize=256)
 def _decoy_keys(seed: int, max_length: int, sketch: int) -> KeyArray:
     """Distinct random keys of impossible lengths (> max_length): no device holds them.
-
     Only their first word is nonzero (a length byte above max_length, three random
     bytes), which makes them cheap to hash; the family is strongly universal, so their
     buckets are as random as any key's. They depend only on public parameters, so they
-    are drawn once per (seed, max_length, sketch) and reused (read-only).
-    """
+    are drawn once per (seed, max_length, sketch) and reused (read-only)."""
     rng = np.random.Generator(np.random.Philox(key=[seed & (2**64 - 1), 0x5EED + sketch]))
     low = np.unique(rng.integers(0, 1 << 24, size=2 * DECOYS))[:DECOYS]  # distinct
     keys = np.zeros((DECOYS, max_length + 1), dtype=np.uint8)
@@ -464,11 +454,9 @@ _SUMS = ("weighted", "precision", "excess", "null_mean", "null_var")
 @dataclass
 class _Finished:
     """Complete strings followed through the levels from their own on.
-
     Besides the inverse-variance pooled estimate (for ranking), each keeps the excess of
     its support over the null, ``sum_t n_t (p - q) est_t``, and the null's mean and
-    variance of the support: the test of :func:`poisson_upper_tail` needs counts.
-    """
+    variance of the support: the test of :func:`poisson_upper_tail` needs counts."""
 
     keys: KeyArray
     weighted: FloatArray  # sum of est_t / var_t
@@ -538,12 +526,10 @@ class _Finished:
     def significant(self, alpha: float) -> BoolArray:
         """Whether each string's pooled support has a null tail probability (quasi-Poisson,
         :func:`poisson_upper_tail`) of at most ``alpha``.
-
         The tail ``P(a, x)`` (regularized lower incomplete gamma, ``a`` the count and ``x``
         the mean) is at least the first term of its series, ``x^a e^-x / Gamma(a + 1)``:
         when that bound is above ``alpha`` the string is not significant and the series is
-        not summed (most of the walk's complete strings are noise).
-        """
+        not summed (most of the walk's complete strings are noise)."""
         out = np.zeros(len(self.keys), dtype=bool)
         log_alpha = math.log(alpha)
         for i in range(len(self.keys)):
@@ -726,14 +712,12 @@ def walk_scaled(
     m: SketchFamily, levels: list[_Level], prior: KeyArray | None = None, beam: int = 0
 ) -> ScaledWalk:
     """Find complete strings under the ``"scaled"`` cut, by prefix length j = 1 .. M.
-
     A candidate (length L, bytes 1..j) is estimated at every level that cuts length-L
     strings after j bytes and pooled by inverse variance; the beam keeps the ``beam_width``
     open prefixes of largest pooled z (their sd depends on L). A level holds cuts of
     strings of every length, so the heavy-key correction at a level also fixes the heavy
     strings already known (``prior``, and those found so far), cut where that level cuts
-    them. A complete string (j = L) is pooled over the levels that see it whole.
-    """
+    them. A complete string (j = L) is pooled over the levels that see it whole."""
     walked = ScaledWalk(m, levels, prior, beam)
     for j in range(1, m.max_length + 1):
         if j > 1 and len(walked.prefixes) == 0:
@@ -974,13 +958,11 @@ def _listed(
 
 def above_threshold(estimate: FloatArray, null_sd: FloatArray, threshold: float) -> BoolArray:
     """Which found strings the data show to be above ``threshold``: Benjamini-Hochberg.
-
     Each string tests ``f <= threshold`` one-sidedly, ``z = (estimate - threshold) /
     null_sd`` with the standard error at the threshold (as a score test); the strings
     rejected at false discovery rate ``LIST_FDR`` are kept: among those kept, the expected
     share whose frequency is at or below the threshold is at most ``LIST_FDR``. NaN
-    estimates (no estimation data) are never kept.
-    """
+    estimates (no estimation data) are never kept."""
     size = len(estimate)
     keep = np.zeros(size, dtype=bool)
     if size == 0:
