@@ -69,7 +69,6 @@ MAX_BINS = 4096
 _BAND_CHUNK = 512
 
 
-# --- geometry ----------------------------------------------------------------------------
 def _check_int(value: object, name: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ParameterError(f"{name} must be an integer, got {value!r}")
@@ -162,7 +161,6 @@ def leaf_index(values: FloatArray, bounds: tuple[float, float], resolution: int)
     return k
 
 
-# --- consistent inference ----------------------------------------------------------------
 def _col(v: FloatArray, like: FloatArray) -> FloatArray:
     """``v`` shaped to broadcast against ``like`` along its first axis."""
     return v if like.ndim == 1 else v[:, None]
@@ -338,7 +336,6 @@ def _checked_edges(
     return cuts
 
 
-# --- the noise of one depth -------------------------------------------------------------
 @dataclass(frozen=True)
 class LevelNoise:
     """How one depth's node estimates vary: its oracle's (p, q), its reports n, its kind.
@@ -394,7 +391,6 @@ class LevelNoise:
         return out
 
 
-# --- answers -----------------------------------------------------------------------------
 def _check_number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
         raise ParameterError(f"{name} must be a finite number, got {value!r}")
@@ -620,7 +616,6 @@ class DistributionEstimate:
             for t in range(1, self.tree.height + 1)
         ]
 
-    # --- basics ----------------------------------------------------------------------
     @property
     def resolution(self) -> int:
         return self.tree.resolution
@@ -700,7 +695,6 @@ class DistributionEstimate:
             "cut": cut,
         }
 
-    # --- answers ---------------------------------------------------------------------
     def fraction(self, lower: float, upper: float) -> RangeEstimate:
         """The fraction of values in ``[lower, upper)`` (``upper >= hi`` includes ``hi``)."""
         return self.fractions([(lower, upper)])[0]

@@ -287,7 +287,6 @@ class HeavyHitters:
         return data
 
 
-# --- the walk's null model -------------------------------------------------------------
 def oracle_variance(f: Any, n: float, p: float, q: float) -> Any:
     """The pure-oracle variance ``(f p(1-p) + (1-f) q(1-q)) / (n (p-q)^2)``."""
     return (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
@@ -340,7 +339,6 @@ def scaled_levels(max_length: int, length: int, bytes_known: int) -> list[int]:
     return [t for t in range(1, max_length + 1) if -(-t * length // max_length) == bytes_known]
 
 
-# --- detection model -------------------------------------------------------------------
 def _normal_cdf(x: float) -> float:
     """``NormalDist().cdf(x)``, the same arithmetic without the method call."""
     return 0.5 * (1.0 + math.erf(x / _SQRT2))
@@ -492,7 +490,6 @@ def _solve_thresholds(
     return tuple(out)
 
 
-# --- planning --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StringPlan:
     """What a strings campaign of n devices can find.

@@ -339,7 +339,6 @@ class LinearViews:
         """(R, m): base-cell values from an output partition that is a bijection of them."""
         return outputs[:, self.output_offsets[partition] + self.output_labels[partition]]
 
-    # --- variances ---------------------------------------------------------------------
     def variance_quadratic(self, pi: FloatArray, sizes: FloatArray, n: FloatArray) -> Quadratic:
         """(R, outputs): each output's variance along the path of its value, around ``pi``.
 
@@ -499,7 +498,6 @@ class LinearViews:
         return [((b**2).sum(axis=1), b.sum(axis=1)) for b in self._blocks]
 
 
-# --- intervals -------------------------------------------------------------------------
 def _score_roots(
     estimate: FloatArray, quadratic: Quadratic, z: float
 ) -> tuple[FloatArray, FloatArray]:
@@ -550,7 +548,6 @@ def score_interval(
     return np.where(bad, np.nan, low), np.where(bad, np.nan, high)
 
 
-# --- consistency -------------------------------------------------------------------------
 def grouped_norm_sub(values: FloatArray, groups: IntArray, targets: FloatArray) -> FloatArray:
     """Norm-Sub within each group: ``max(v - delta_g, 0)`` summing exactly to ``targets[g]``.
 

@@ -85,7 +85,6 @@ def exact_variance_limit(z: float) -> float:
     return max(40.0, 8.0 * z * z)
 
 
-# --- binomial pieces -----------------------------------------------------------------------
 @functools.cache
 def _log_factorial_table() -> FloatArray:
     table = np.zeros(_FACTORIAL_TABLE, dtype=np.float64)
@@ -160,7 +159,6 @@ def _sum_tails(
     return np.sum(pmf_x * cdf_at, axis=1), np.sum(pmf_x * sf_at, axis=1)
 
 
-# --- the two families ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Support:
     """Support counts: C ~ Bin(m, p) + Bin(n - m, q); parameter f = m / n."""

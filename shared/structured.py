@@ -283,7 +283,6 @@ def table(
     return built
 
 
-# --- planning ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PlanRow:
     """One target of a plan: the nodes at a depth, the cells, or a marginal."""

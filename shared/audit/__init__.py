@@ -71,7 +71,6 @@ MAX_CELLS = 4096
 """Refuse partitions with more distinct cells than this in the selection sample."""
 
 
-# --- results ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EventBound:
     """One tested event: its counts and the bounds they give."""
@@ -148,7 +147,6 @@ class AuditResult:
         )
 
 
-# --- the audit -------------------------------------------------------------------------
 def _default_inputs(mechanism: Mechanism) -> list[Any]:
     if isinstance(mechanism, FrequencyOracle):
         d = mechanism.domain_size
