@@ -149,8 +149,7 @@ class _Level:
 
     @property
     def formula_var(self) -> float:
-        m = self.m
-        return float(oracle_variance(0.0, self.n, m.p, m.q)) if self.n > 0 else math.inf
+        return float(oracle_variance(0.0, self.n, self.m.p, self.m.q)) if self.n > 0 else math.inf
 
     def _flat(self, acc: U64Array) -> IntArray:
         """Buckets from accumulators, offset by row: indices into the flattened counts."""
@@ -169,10 +168,9 @@ class _Level:
         hashed once), followed by that of ``others``."""
         if self._first_cells is None:
             self._first_cells = self.flat(keys)
-        cached = self._first_cells
         if not len(others):
-            return cached
-        return np.concatenate([cached, self.flat(others)])
+            return self._first_cells
+        return np.concatenate([self._first_cells, self.flat(others)])
 
     def children_flat(self, parents: KeyArray, position: int, others: KeyArray) -> IntArray:
         """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally,
@@ -235,15 +233,14 @@ class _Level:
             self.null_var = math.inf
             return np.full(flat.shape[0], np.nan)
         raw = self.debias(self.support(self.counts, flat))
-        sd0 = math.sqrt(self.formula_var)
+        floor = Z_HEAVY * math.sqrt(self.formula_var)
         chosen = heavy is None
         if heavy is None:
-            heavy = _top(raw, MAX_HEAVY, Z_HEAVY * sd0)
+            heavy = _top(raw, MAX_HEAVY, floor)
         est = raw
         for rnd in range(rounds if chosen else 1):
             if heavy.size == 0:
                 self._no_heavy(take)
-                est = raw
                 break
             f_h = self._solve(flat[heavy], raw[heavy])
             self.residual, self.heavy_total = self._residual(flat[heavy], f_h), float(f_h.sum())
@@ -252,7 +249,6 @@ class _Level:
                 # Which candidates are heavy after the correction: only those the
                 # correction could lift over the floor need their corrected estimates
                 # (the same values and choice as estimating all; see _could_pass).
-                floor = Z_HEAVY * sd0
                 could = self._could_pass(raw, floor)
                 could[heavy] = True
                 maybe = np.flatnonzero(could)
@@ -776,12 +772,9 @@ class ScaledWalk:
     def _pool(self, j: int) -> _Pooled:
         """Step j's candidates (every first byte at j = 1, else the beam's children)
         estimated at every level that cuts their length after j bytes, pooled."""
-        if j == 1:
-            parents_length = self.first[:, 0].astype(np.int64)
-            sums = _Pooled.zeros(len(self.first), len(self.first))
-        else:
-            parents_length = self.prefixes[:, 0].astype(np.int64)
-            sums = _Pooled.zeros(len(self.prefixes) * 256, len(self.prefixes))
+        parents = self.first if j == 1 else self.prefixes
+        parents_length = parents[:, 0].astype(np.int64)
+        sums = _Pooled.zeros(len(parents) * (1 if j == 1 else 256), len(parents))
         known_length = self.known[:, 0].astype(np.int64)
         for t in range(1, len(self.levels)):
             # parents (j > 1) or candidates (j = 1) whose length this level cuts after j bytes
