@@ -95,6 +95,7 @@ they are limited to this many base cells (about 10 MB). One view scales to any s
 
 Path = Callable[[FloatArray, FloatArray, FloatArray, FloatArray], tuple[FloatArray, FloatArray]]
 """(full, inner, inner_uniform, total) -> (value at theta = 0, slope) of a linear functional."""
+_Functional = tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]
 
 IPF_TOLERANCE = 1e-12
 IPF_MAX_ITERATIONS = 2000
@@ -172,7 +173,6 @@ class Quadratic:
         return Quadratic(self.v0[..., index], self.v1[..., index], self.v2[..., index], c)
 
     def row(self, r: int) -> Quadratic:
-        """Row ``r`` of a batch."""
         c = None if self.correction is None else self.correction[r]
         return Quadratic(self.v0[r], self.v1[r], self.v2[r], c)
 
@@ -412,9 +412,7 @@ class LinearViews:
         return Quadratic(v0, v1, np.zeros_like(v0))
 
     @cached_property
-    def _static(
-        self,
-    ) -> list[tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]]:
+    def _static(self) -> list[_Functional]:
         """Data-independent parts of every linear functional the variance needs.
         For each matrix X (per view: B_v^2 and B_v; then G^2 and G), in view or base-cell
         coordinates: X, the one-hot map from base cells to X's columns (None for base
@@ -422,7 +420,7 @@ class LinearViews:
         members, and each row's sum over base cells."""
         G = self._dense[2]
         rows, cols = self.pair_rows, self.pair_cols
-        out: list[tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]] = []
+        out: list[_Functional] = []
         matrices: list[tuple[FloatArray, IntArray | None]] = []
         for Bv, view in zip(self._blocks, self.view_labels, strict=True):
             matrices += [(Bv * Bv, view), (Bv, view)]

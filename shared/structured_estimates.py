@@ -64,7 +64,6 @@ class OutputArrays:
         return ConfidenceInterval(low, high)
 
     def group(self, row: int, part: slice, keys: tuple[Any, ...], key_name: str) -> GroupEstimate:
-        """Row ``row``'s outputs in ``part`` as a GroupEstimate."""
         return GroupEstimate(
             keys,
             key_name,
