@@ -771,17 +771,9 @@ class DistributionEstimate:
         return cdf
 
     @cached_property
-    def _edge_se(self) -> FloatArray:
-        """The standard error of ``P(X < e)`` at every leaf edge, NaN until computed."""
-        return np.full(self.resolution + 1, np.nan)
-
-    def _edge_stderr(self, at: IntArray) -> FloatArray:
-        """Standard error of ``P(X < e)`` at the leaf edges ``at`` (computed once each)."""
-        se = self._edge_se
-        todo = np.unique(at[np.isnan(se[at])])
-        if todo.size:
-            se[todo] = np.sqrt(self.prefix_variance(todo))
-        return se[at]
+    def _edge_stderr(self) -> FloatArray:
+        """Standard error of ``P(X < e)`` at every leaf edge, all in one pass."""
+        return np.sqrt(self.prefix_variance(np.arange(self.resolution + 1)))
 
     @cached_property
     def _subtree_sums(
@@ -868,7 +860,7 @@ class DistributionEstimate:
 
     def edge_band(self) -> tuple[FloatArray, FloatArray]:
         """``P(X < e)`` and its standard error at every leaf edge."""
-        return self._edge_cdf, self._edge_stderr(np.arange(self.resolution + 1))
+        return self._edge_cdf, self._edge_stderr.copy()
 
     def quantile(self, q: float, level: float = 0.95) -> QuantileEstimate:
         """The ``q``-quantile (0 < q < 1) with its ``level`` interval (see QuantileEstimate)."""
