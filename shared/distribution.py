@@ -879,8 +879,7 @@ class DistributionEstimate:
         for t in range(1, tree.height + 1):
             # The depth-t nodes inside [j, k] (j and k are edges of depth t - 1 nodes).
             size = tree.sizes[t]
-            at = np.minimum(np.arange(j, k + size, size), k)
-            at = np.unique(at)
+            at = np.unique(np.minimum(np.arange(j, k + size, size), k))
             se, c = band[at], cdf[at]
             # Node m can hold the quantile iff P(X < start) <= q <= P(X < end): keep the
             # nodes where neither side is rejected. The last node whose start is not

@@ -46,9 +46,6 @@ FloatArray = npt.NDArray[np.float64]
 KeyEstimator = Callable[[Sequence[bytes]], tuple[FloatArray, FloatArray]]
 """Strings -> (estimates, extra variances): how an answer estimates named strings."""
 
-INTERVAL_METHOD = "score"
-"""Name of the interval construction (see the module docstring)."""
-
 # The find rule, shared by the decoder and the plans (not part of the protocol; see
 # docs/statistics.md).
 Z_KEEP = 1.0
@@ -210,7 +207,7 @@ class HeavyHitters:
     level: float
     n_estimation: int
     variance_model: VarianceModel
-    interval_method: str = INTERVAL_METHOD
+    interval_method: str = "score"  # the interval construction (see the module docstring)
     _estimate_keys: KeyEstimator | None = field(default=None, repr=False)
 
     @property
