@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from numbers import Integral, Real
 from typing import Any
 
@@ -68,7 +69,6 @@ MAX_BINS = 4096
 _BAND_CHUNK = 512
 
 
-# --- geometry ----------------------------------------------------------------------------
 def _check_int(value: object, name: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ParameterError(f"{name} must be an integer, got {value!r}")
@@ -116,8 +116,7 @@ class Tree:
         """Leaves under each node at ``depth``."""
         size = self.sizes[depth]
         starts = np.arange(self.counts[depth], dtype=np.int64) * size
-        out: IntArray = np.minimum(starts + size, self.resolution) - starts
-        return out
+        return np.minimum(starts + size, self.resolution) - starts
 
     def child_starts(self, depth: int) -> IntArray:
         """Index at ``depth + 1`` of each depth-``depth`` node's first child."""
@@ -129,14 +128,12 @@ class Tree:
 
     def node_of_leaf(self, leaves: npt.ArrayLike, depth: int) -> IntArray:
         """The node at ``depth`` holding each leaf."""
-        out: IntArray = np.asarray(leaves, dtype=np.int64) // self.sizes[depth]
-        return out
+        return np.asarray(leaves, dtype=np.int64) // self.sizes[depth]
 
     def aggregate_leaves(self, leaves: FloatArray, depth: int) -> FloatArray:
         """Sum leaf values (shape (resolution,) or (resolution, k)) into the nodes at depth."""
         starts = np.arange(self.counts[depth], dtype=np.int64) * self.sizes[depth]
-        out: FloatArray = np.add.reduceat(leaves, starts, axis=0)
-        return out
+        return np.add.reduceat(leaves, starts, axis=0)
 
 
 def leaf_edges(bounds: tuple[float, float], resolution: int) -> FloatArray:
@@ -164,7 +161,6 @@ def leaf_index(values: FloatArray, bounds: tuple[float, float], resolution: int)
     return k
 
 
-# --- consistent inference ----------------------------------------------------------------
 def _col(v: FloatArray, like: FloatArray) -> FloatArray:
     """``v`` shaped to broadcast against ``like`` along its first axis."""
     return v if like.ndim == 1 else v[:, None]
@@ -340,7 +336,6 @@ def _checked_edges(
     return cuts
 
 
-# --- the noise of one depth -------------------------------------------------------------
 @dataclass(frozen=True)
 class LevelNoise:
     """How one depth's node estimates vary: its oracle's (p, q), its reports n, its kind.
@@ -396,7 +391,6 @@ class LevelNoise:
         return out
 
 
-# --- answers -----------------------------------------------------------------------------
 def _check_number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
         raise ParameterError(f"{name} must be a finite number, got {value!r}")
@@ -613,17 +607,15 @@ class DistributionEstimate:
     depth_counts: tuple[int, ...]
     levels: tuple[LevelNoise, ...]
     smoother: TreeSmoother = field(repr=False)
-    _plug: list[FloatArray] = field(default_factory=list, repr=False)
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def __post_init__(self) -> None:
-        if not self._plug:
-            # Node fractions plugged into the variance formulas: the consistent estimate.
-            for t in range(1, self.tree.height + 1):
-                node = self.tree.aggregate_leaves(self.leaves, t)
-                self._plug.append(np.clip(np.nan_to_num(node), 0.0, 1.0))
+    @cached_property
+    def _plug(self) -> list[FloatArray]:
+        """Node fractions plugged into the variance formulas: the consistent estimate."""
+        return [
+            np.clip(np.nan_to_num(self.tree.aggregate_leaves(self.leaves, t)), 0.0, 1.0)
+            for t in range(1, self.tree.height + 1)
+        ]
 
-    # --- basics ----------------------------------------------------------------------
     @property
     def resolution(self) -> int:
         return self.tree.resolution
@@ -655,8 +647,7 @@ class DistributionEstimate:
         """Values as positions in leaf units, clipped to [0, resolution]."""
         lo, hi = self.bounds
         pos = (np.asarray(x, dtype=np.float64) - lo) / (hi - lo) * self.resolution
-        out: FloatArray = np.clip(pos, 0.0, float(self.resolution))
-        return out
+        return np.clip(pos, 0.0, float(self.resolution))
 
     def _range_queries(self, start: FloatArray, stop: FloatArray) -> FloatArray:
         """(L, k): the share of each leaf inside each [start, stop) in leaf units."""
@@ -704,7 +695,6 @@ class DistributionEstimate:
             "cut": cut,
         }
 
-    # --- answers ---------------------------------------------------------------------
     def fraction(self, lower: float, upper: float) -> RangeEstimate:
         """The fraction of values in ``[lower, upper)`` (``upper >= hi`` includes ``hi``)."""
         return self.fractions([(lower, upper)])[0]
@@ -773,50 +763,43 @@ class DistributionEstimate:
         out = _range_estimates([(lo, float(v)) for v in values], r)
         return out[0] if np.ndim(x) == 0 else out
 
+    @cached_property
     def _edge_cdf(self) -> FloatArray:
         """``P(X < e)`` at every leaf edge (1 at hi)."""
-        if "cdf" not in self._cache:
-            cdf = np.concatenate([[0.0], np.cumsum(self.leaves)])
-            cdf[-1] = 1.0
-            self._cache["cdf"] = cdf
-        out: FloatArray = self._cache["cdf"]
-        return out
+        cdf = np.concatenate([[0.0], np.cumsum(self.leaves)])
+        cdf[-1] = 1.0
+        return cdf
 
-    def _edge_stderr(self, at: IntArray) -> FloatArray:
-        """Standard error of ``P(X < e)`` at the leaf edges ``at`` (computed once each)."""
-        if "se" not in self._cache:
-            self._cache["se"] = np.full(self.resolution + 1, np.nan)
-        se = self._cache["se"]
-        todo = np.unique(at[np.isnan(se[at])])
-        if todo.size:
-            se[todo] = np.sqrt(self.prefix_variance(todo))
-        out: FloatArray = se[at]
-        return out
+    @cached_property
+    def _edge_stderr(self) -> FloatArray:
+        """Standard error of ``P(X < e)`` at every leaf edge, all in one pass."""
+        return np.sqrt(self.prefix_variance(np.arange(self.resolution + 1)))
 
-    def _subtree_sums(self) -> tuple[list[FloatArray], list[dict[int, FloatArray]]]:
-        """Per node w: Q(w) and R_t(w) for t >= depth(w) (see :meth:`prefix_variance`)."""
-        if "Q" not in self._cache:
-            tree, sm = self.tree, self.smoother
-            h = tree.height
-            A, B = [np.zeros(1)], [np.zeros(1)]
-            for t, noise in enumerate(self.levels, start=1):
-                a, b = noise.terms(self._plug[t - 1])
-                A.append(a)
-                B.append(b)
-            Q: list[FloatArray] = [np.zeros(1)] * (h + 1)
-            R: list[dict[int, FloatArray]] = [{} for _ in range(h + 1)]
-            self._cache["own"] = [sm.alpha[t] ** 2 * A[t] for t in range(h + 1)]
-            Q[h] = sm.alpha[h] ** 2 * A[h]
-            R[h][h] = sm.alpha[h] * B[h]
-            for m in range(h - 1, 0, -1):
-                starts = tree.child_starts(m)
-                Q[m] = sm.alpha[m] ** 2 * A[m] + sm.beta[m] ** 2 * np.add.reduceat(Q[m + 1], starts)
-                R[m][m] = sm.alpha[m] * B[m]
-                for t in range(m + 1, h + 1):
-                    R[m][t] = sm.beta[m] * np.add.reduceat(R[m + 1][t], starts)
-            self._cache["Q"] = Q
-            self._cache["R"] = R
-        return self._cache["Q"], self._cache["R"]
+    @cached_property
+    def _subtree_sums(
+        self,
+    ) -> tuple[list[FloatArray], list[dict[int, FloatArray]], list[FloatArray]]:
+        """Per node w: Q(w) and R_t(w) for t >= depth(w) (see :meth:`prefix_variance`), and
+        its own ``alpha^2 A``."""
+        tree, sm = self.tree, self.smoother
+        h = tree.height
+        A, B = [np.zeros(1)], [np.zeros(1)]
+        for t, noise in enumerate(self.levels, start=1):
+            a, b = noise.terms(self._plug[t - 1])
+            A.append(a)
+            B.append(b)
+        Q: list[FloatArray] = [np.zeros(1)] * (h + 1)
+        R: list[dict[int, FloatArray]] = [{} for _ in range(h + 1)]
+        own = [sm.alpha[t] ** 2 * A[t] for t in range(h + 1)]
+        Q[h] = sm.alpha[h] ** 2 * A[h]
+        R[h][h] = sm.alpha[h] * B[h]
+        for m in range(h - 1, 0, -1):
+            starts = tree.child_starts(m)
+            Q[m] = sm.alpha[m] ** 2 * A[m] + sm.beta[m] ** 2 * np.add.reduceat(Q[m + 1], starts)
+            R[m][m] = sm.alpha[m] * B[m]
+            for t in range(m + 1, h + 1):
+                R[m][t] = sm.beta[m] * np.add.reduceat(R[m + 1][t], starts)
+        return Q, R, own
 
     def prefix_variance(self, at: npt.ArrayLike) -> FloatArray:
         """Variance of ``P(X < e_j)`` for leaf edges j, in O(height^2) each.
@@ -838,7 +821,7 @@ class DistributionEstimate:
     def _prefix_variance(self, j: IntArray) -> FloatArray:
         tree, sm = self.tree, self.smoother
         h = tree.height
-        Q, R = self._subtree_sums()
+        Q, R, own_part = self._subtree_sums
         # S[t]: index of the depth-t node holding leaf j (the root at t = 0).
         S = [j // tree.sizes[t] for t in range(h + 1)]
         first = [S[0], *(S[t - 1] * tree.branching for t in range(1, h + 1))]
@@ -853,7 +836,7 @@ class DistributionEstimate:
             g_path = r[m] - r[m - 1] + incoming
             last = np.minimum(first[m] + tree.branching, tree.counts[m])
             q_before, q_after = _around(Q[m], first[m], S[m], last)
-            own = self._cache["own"][m][S[m]]  # the path node alone: its children follow
+            own = own_part[m][S[m]]  # the path node alone: its children follow
             square += g_before**2 * q_before + g_after**2 * q_after + g_path**2 * own
             for t in range(m, h + 1):
                 r_before, r_after = _around(R[m][t], first[m], S[m], last)
@@ -861,8 +844,7 @@ class DistributionEstimate:
                 if t == m:
                     term = term + g_path * R[m][m][S[m]]
                 linear[t] += term
-        out: FloatArray = square - sum(v * v for v in linear.values())
-        return out
+        return square - sum(v * v for v in linear.values())
 
     def _path_shares(self, S: list[IntArray], first: list[IntArray]) -> list[FloatArray]:
         """``r[t]``: the top-down adjoint at ``S[t]`` (the share of S[t] below j, after
@@ -878,7 +860,7 @@ class DistributionEstimate:
 
     def edge_band(self) -> tuple[FloatArray, FloatArray]:
         """``P(X < e)`` and its standard error at every leaf edge."""
-        return self._edge_cdf(), self._edge_stderr(np.arange(self.resolution + 1))
+        return self._edge_cdf, self._edge_stderr.copy()
 
     def quantile(self, q: float, level: float = 0.95) -> QuantileEstimate:
         """The ``q``-quantile (0 < q < 1) with its ``level`` interval (see QuantileEstimate)."""
@@ -897,8 +879,7 @@ class DistributionEstimate:
         for t in range(1, tree.height + 1):
             # The depth-t nodes inside [j, k] (j and k are edges of depth t - 1 nodes).
             size = tree.sizes[t]
-            at = np.minimum(np.arange(j, k + size, size), k)
-            at = np.unique(at)
+            at = np.unique(np.minimum(np.arange(j, k + size, size), k))
             se, c = band[at], cdf[at]
             # Node m can hold the quantile iff P(X < start) <= q <= P(X < end): keep the
             # nodes where neither side is rejected. The last node whose start is not

@@ -109,8 +109,7 @@ def _per_user_variances(
         v, k = noise.bound_terms()
         c2 = coef[t] ** 2
         bound += (v * c2.sum(axis=0) + k * c2.max(axis=0)) / noise.n
-    typical = est.variance(queries)
-    return float(bound.max()), float(typical.max())
+    return float(bound.max()), float(est.variance(queries).max())
 
 
 def plan_distribution(
@@ -166,11 +165,10 @@ def required_n_distribution(
     m = _model(epsilon, bounds, resolution, branching)
     bound, _ = _per_user_variances(m, range_)
     z = normal_quantile(level)
-    n = max(1, math.ceil(z * z * bound / (half_width * half_width)))
     return plan_distribution(
         epsilon=epsilon,
         bounds=bounds,
-        n=n,
+        n=max(1, math.ceil(z * z * bound / (half_width * half_width))),
         resolution=m.resolution,
         branching=m.branching,
         level=level,

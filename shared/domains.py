@@ -167,8 +167,7 @@ class Tree:
         if target < d0:
             raise ParameterError(f"depth {target} is above {path!r} (at depth {d0})")
         members = self.labels[d0 - 1] == i0
-        out: IntArray = np.unique(self.labels[target - 1][members])
-        return out
+        return np.unique(self.labels[target - 1][members])
 
     def leaf_index(self, value: object) -> int:
         """The index of a leaf given by its path; ReportError if it is not a leaf."""
@@ -287,8 +286,7 @@ class Table:
     def labels(self, name: str) -> IntArray:
         """For every cell, the index of its category of attribute ``name`` (a partition)."""
         axis = self.axis(name)
-        out: IntArray = np.unravel_index(np.arange(self.size), self.shape)[axis].astype(np.int64)
-        return out
+        return np.unravel_index(np.arange(self.size), self.shape)[axis].astype(np.int64)
 
     def index(self, cell: object) -> int:
         """The flat index of a cell given as ``{name: category}`` or a tuple of categories.
@@ -296,10 +294,9 @@ class Table:
         Raises ReportError naming what is wrong (a missing or unknown attribute, a
         category that is not one of its attribute's).
         """
-        values = self._cell_values(cell)
         indices = tuple(
             self._category_index(name, value)
-            for name, value in zip(self.names, values, strict=True)
+            for name, value in zip(self.names, self._cell_values(cell), strict=True)
         )
         return int(np.ravel_multi_index(indices, self.shape))
 
@@ -356,8 +353,7 @@ class Table:
             if a.size and (a.min() < 0 or a.max() >= size):
                 raise ReportError(f"indices of {name} must lie in 0..{size - 1}")
             arrays.append(a.astype(np.int64))
-        out: IntArray = np.ravel_multi_index(tuple(arrays), self.shape).astype(np.int64)
-        return out
+        return np.ravel_multi_index(tuple(arrays), self.shape).astype(np.int64)
 
     def cell(self, index: int) -> dict[str, str]:
         """The cell with flat ``index`` as ``{attribute: category}``."""

@@ -21,7 +21,7 @@ than the estimate, so it stays honest at small counts.
 Strings are bytes. ``text`` is the UTF-8 decoding when the bytes are valid UTF-8 (control
 characters included: JSON escapes them); otherwise each invalid byte is shown as ``\\xNN``
 (Python's ``backslashreplace``) and ``utf8`` is False. ``hex`` is always the exact bytes,
-so an item is never ambiguous; :func:`printable` escapes what a terminal should not print.
+so an item is never ambiguous.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from ._json import finite_or_none
 from ._validation import check_count, check_level
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
@@ -44,9 +45,6 @@ FloatArray = npt.NDArray[np.float64]
 
 KeyEstimator = Callable[[Sequence[bytes]], tuple[FloatArray, FloatArray]]
 """Strings -> (estimates, extra variances): how an answer estimates named strings."""
-
-INTERVAL_METHOD = "score"
-"""Name of the interval construction (see the module docstring)."""
 
 # The find rule, shared by the decoder and the plans (not part of the protocol; see
 # docs/statistics.md).
@@ -84,14 +82,6 @@ def as_text(value: bytes) -> tuple[str, bool]:
         return value.decode("utf-8", errors="backslashreplace"), False
 
 
-def printable(value: bytes) -> str:
-    """A one-line form for terminals: non-printable characters escaped, as ``repr`` does."""
-    text, _ = as_text(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def to_bytes(value: str | bytes) -> bytes:
     """A candidate as bytes: ``str`` in UTF-8, ``bytes`` as they are."""
     if isinstance(value, str):
@@ -102,10 +92,6 @@ def to_bytes(value: str | bytes) -> bytes:
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
     raise ParameterError(f"a candidate must be a str or bytes, got {value!r}")
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
 
 
 @dataclass(frozen=True)
@@ -138,10 +124,10 @@ class StringEstimate:
             "category": text,
             "hex": self.value.hex(),
             "utf8": utf8,
-            "estimate": _finite(self.estimate),
-            "stderr": _finite(self.stderr),
-            "low": _finite(self.low),
-            "high": _finite(self.high),
+            "estimate": finite_or_none(self.estimate),
+            "stderr": finite_or_none(self.stderr),
+            "low": finite_or_none(self.low),
+            "high": finite_or_none(self.high),
         }
 
 
@@ -221,7 +207,7 @@ class HeavyHitters:
     level: float
     n_estimation: int
     variance_model: VarianceModel
-    interval_method: str = INTERVAL_METHOD
+    interval_method: str = "score"  # the interval construction (see the module docstring)
     _estimate_keys: KeyEstimator | None = field(default=None, repr=False)
 
     @property
@@ -289,8 +275,8 @@ class HeavyHitters:
             "max_length": self.max_length,
             "level": lvl,
             "interval_method": self.interval_method,
-            "threshold": _finite(self.threshold),
-            "thresholds_by_length": [_finite(t) for t in self.thresholds],
+            "threshold": finite_or_none(self.threshold),
+            "thresholds_by_length": [finite_or_none(t) for t in self.thresholds],
             "items": [item.to_dict() for item in items],
         }
         if candidates is not None:
@@ -298,7 +284,6 @@ class HeavyHitters:
         return data
 
 
-# --- the walk's null model -------------------------------------------------------------
 def oracle_variance(f: Any, n: float, p: float, q: float) -> Any:
     """The pure-oracle variance ``(f p(1-p) + (1-f) q(1-q)) / (n (p-q)^2)``."""
     return (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
@@ -331,11 +316,9 @@ def find_z(m: StringSketch) -> float:
 
 def _null_step_z(m: StringSketch) -> list[float]:
     """Per step the z a null candidate needs to stay in the beam (at least ``Z_KEEP``).
-
     At step 1 the beam competes among all ``(M + 1) 256`` (length, first byte) pairs,
     deeper among 256 children of each of K prefixes: the cutoff is the z the K-th
-    largest of that many null candidates reaches.
-    """
+    largest of that many null candidates reaches."""
     width = beam_width(m.k)
     out = []
     for j in range(1, m.max_length + 1):
@@ -343,19 +326,6 @@ def _null_step_z(m: StringSketch) -> list[float]:
         z = normal_upper(width / candidates) if width < candidates else Z_KEEP
         out.append(max(Z_KEEP, z))
     return out
-
-
-def null_cutoffs(m: StringSketch, n: float) -> tuple[list[float], list[float], float, float]:
-    """Per prefix level the null sigma and beam cutoff under random hashing, at n devices."""
-    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
-    cutoffs = [z * sigma for z in _null_step_z(m)]
-    return [sigma] * m.max_length, cutoffs, Z_PREFILTER, find_z(m)
-
-
-def scaled_null_cutoffs(m: StringSketch, n: float) -> tuple[list[float], list[float], float, float]:
-    """Per level the null sigma, per step the beam's null z cutoff (as :func:`null_cutoffs`)."""
-    sigma = math.sqrt(m.level_variance(0.0, 1) / n) if n > 0 else math.inf
-    return [sigma] * m.max_length, _null_step_z(m), Z_PREFILTER, find_z(m)
 
 
 def scaled_levels(max_length: int, length: int, bytes_known: int) -> list[int]:
@@ -366,7 +336,6 @@ def scaled_levels(max_length: int, length: int, bytes_known: int) -> list[int]:
     return [t for t in range(1, max_length + 1) if -(-t * length // max_length) == bytes_known]
 
 
-# --- detection model -------------------------------------------------------------------
 def _normal_cdf(x: float) -> float:
     """``NormalDist().cdf(x)``, the same arithmetic without the method call."""
     return 0.5 * (1.0 + math.erf(x / _SQRT2))
@@ -377,13 +346,11 @@ _SQRT2 = math.sqrt(2.0)
 
 class _DetectionModel:
     """The probability that a string of a given length and true frequency is found.
-
     The worst case: each prefix has the string's own frequency (no other string shares
     it). ``sigmas[t - 1]`` and ``cutoffs[t - 1]`` are the null standard error and the
     estimate a prefix needed to stay in the beam at level t (1 .. max_length); a complete
     string must then clear ``prefilter`` standard errors at its own level and ``find_z``
-    pooled standard errors over the levels from its own to the last.
-    """
+    pooled standard errors over the levels from its own to the last."""
 
     def __init__(
         self, sigmas: Sequence[float], cutoffs: Sequence[float], prefilter: float, find_z: float
@@ -520,7 +487,6 @@ def _solve_thresholds(
     return tuple(out)
 
 
-# --- planning --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StringPlan:
     """What a strings campaign of n devices can find.
@@ -545,29 +511,31 @@ class StringPlan:
 
 
 def _unit_thresholds(m: StringSketch, probability: float) -> tuple[float, ...]:
-    """Thresholds at n = 1 under random hashing: they scale as 1 / sqrt(n)."""
+    """Thresholds at n = 1 under random hashing (the walk's null model): they scale as
+    1 / sqrt(n)."""
     # Solved on a scaled problem (frequencies may exceed 1 at n = 1): scale to n = 1e12.
     scale = 1e6
+    sigma = math.sqrt(m.level_variance(0.0, 1))
+    sigmas = [sigma / scale] * m.max_length
     if m.cut == "scaled":
-        sigmas, step_z, prefilter, find_z = scaled_null_cutoffs(m, n=1.0)
         sigma_e = math.sqrt(m.variance(0.0, 1)) / scale
         found = scaled_detection_thresholds(
-            [s / scale for s in sigmas], step_z, prefilter, find_z, sigma_e, probability
+            sigmas, _null_step_z(m), Z_PREFILTER, find_z(m), sigma_e, probability
         )
-        return tuple(t * scale if t < 1.0 else math.inf for t in found)
-    sigmas, cutoffs, prefilter, find_z = null_cutoffs(m, n=1.0)
-    scaled = detection_thresholds(
-        [s / scale for s in sigmas], [c / scale for c in cutoffs], prefilter, find_z, probability
-    )
-    return tuple(t * scale if t < 1.0 else math.inf for t in scaled)
+    else:
+        cutoffs = [z * sigma / scale for z in _null_step_z(m)]
+        found = detection_thresholds(sigmas, cutoffs, Z_PREFILTER, find_z(m), probability)
+    return tuple(t * scale if t < 1.0 else math.inf for t in found)
 
 
-def _check_probability(probability: float) -> float:
-    if isinstance(probability, bool) or not isinstance(probability, int | float):
-        raise ParameterError(f"probability must be a number in (0, 1), got {probability!r}")
-    if not 0.0 < probability < 1.0:
-        raise ParameterError(f"probability must be in (0, 1), got {probability!r}")
-    return float(probability)
+def _check_fraction(value: float, name: str, *, closed: bool = False) -> float:
+    """``value`` in (0, 1), or in (0, 1] if ``closed``."""
+    where = "(0, 1]" if closed else "(0, 1)"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ParameterError(f"{name} must be a number in {where}, got {value!r}")
+    if not (0.0 < value <= 1.0 if closed else 0.0 < value < 1.0):
+        raise ParameterError(f"{name} must be in {where}, got {value!r}")
+    return float(value)
 
 
 def _string_mechanism(epsilon: float, max_length: int, k: int) -> StringSketch:
@@ -589,9 +557,8 @@ def plan_strings(
     """
     m = _string_mechanism(epsilon, max_length, k)
     n = check_count(n)
-    probability = _check_probability(probability)
-    unit = _unit_thresholds(m, probability)
-    scaled = tuple(min(1.0, t / math.sqrt(n)) for t in unit)
+    probability = _check_fraction(probability, "probability")
+    scaled = tuple(min(1.0, t / math.sqrt(n)) for t in _unit_thresholds(m, probability))
     return StringPlan(m.name, m.epsilon, m.max_length, m.k, n, probability, min(scaled), scaled)
 
 
@@ -609,15 +576,11 @@ def required_n_strings(
     ``length`` is the string's length in bytes; by default max_length (the hardest).
     """
     m = _string_mechanism(epsilon, max_length, k)
-    if isinstance(frequency, bool) or not isinstance(frequency, int | float):
-        raise ParameterError(f"frequency must be a number in (0, 1], got {frequency!r}")
-    if not 0.0 < frequency <= 1.0:
-        raise ParameterError(f"frequency must be in (0, 1], got {frequency!r}")
+    frequency = _check_fraction(frequency, "frequency", closed=True)
     if length is None:
         length = m.max_length
     if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= max_length:
         raise ParameterError(f"length must be an integer in [0, {max_length}], got {length!r}")
-    probability = _check_probability(probability)
-    unit = _unit_thresholds(m, probability)
-    n = max(1, math.ceil((unit[length] / frequency) ** 2))
+    probability = _check_fraction(probability, "probability")
+    n = max(1, math.ceil((_unit_thresholds(m, probability)[length] / frequency) ** 2))
     return plan_strings(epsilon=epsilon, max_length=max_length, n=n, k=k, probability=probability)

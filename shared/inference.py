@@ -76,6 +76,7 @@ frequency estimation with consistency", NDSS 2020 (Norm-Sub).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -92,16 +93,9 @@ MAX_DENSE_CELLS = 1024
 """Designs with several views keep dense (outputs x observations) coefficient matrices;
 they are limited to this many base cells (about 10 MB). One view scales to any size."""
 
-Path = Callable[
-    [
-        npt.NDArray[np.float64],
-        npt.NDArray[np.float64],
-        npt.NDArray[np.float64],
-        npt.NDArray[np.float64],
-    ],
-    tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
-]
+Path = Callable[[FloatArray, FloatArray, FloatArray, FloatArray], tuple[FloatArray, FloatArray]]
 """(full, inner, inner_uniform, total) -> (value at theta = 0, slope) of a linear functional."""
+_Functional = tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]
 
 IPF_TOLERANCE = 1e-12
 IPF_MAX_ITERATIONS = 2000
@@ -171,8 +165,7 @@ class Quadratic:
     correction: FloatArray | None = None
 
     def at(self, theta: FloatArray) -> FloatArray:
-        out: FloatArray = self.v0 + theta * (self.v1 + theta * self.v2)
-        return out
+        return self.v0 + theta * (self.v1 + theta * self.v2)
 
     def take(self, index: IntArray | slice) -> Quadratic:
         """The outputs at ``index`` (the last axis)."""
@@ -180,7 +173,6 @@ class Quadratic:
         return Quadratic(self.v0[..., index], self.v1[..., index], self.v2[..., index], c)
 
     def row(self, r: int) -> Quadratic:
-        """Row ``r`` of a batch."""
         c = None if self.correction is None else self.correction[r]
         return Quadratic(self.v0[r], self.v1[r], self.v2[r], c)
 
@@ -190,8 +182,7 @@ class Quadratic:
         with np.errstate(divide="ignore", invalid="ignore"):
             vertex = np.where(self.v2 < 0, -self.v1 / (2 * self.v2), -1.0)
         inside = (vertex > 0) & (vertex < 1)
-        out: FloatArray = np.where(inside, np.maximum(ends, self.at(np.clip(vertex, 0, 1))), ends)
-        return out
+        return np.where(inside, np.maximum(ends, self.at(np.clip(vertex, 0, 1))), ends)
 
 
 class LinearViews:
@@ -302,20 +293,17 @@ class LinearViews:
     def sum_outputs(self, base: FloatArray) -> FloatArray:
         """(R, outputs): every output's sum of the base-cell values in ``base`` (R, m)."""
         order, starts = self._pairs_sorted
-        out: FloatArray = np.add.reduceat(base[:, self.pair_cols[order]], starts, axis=1)
-        return out
+        return np.add.reduceat(base[:, self.pair_cols[order]], starts, axis=1)
 
     def _sum_pairs(self, values: FloatArray) -> FloatArray:
         """(R, outputs): per output, the sum of ``values`` (R, pairs) over its pairs."""
         order, starts = self._pairs_sorted
-        out: FloatArray = np.add.reduceat(values[:, order], starts, axis=1)
-        return out
+        return np.add.reduceat(values[:, order], starts, axis=1)
 
     @cached_property
     def whole(self) -> npt.NDArray[np.bool_]:
         """Outputs holding every base cell: everyone, whose fraction is 1 exactly."""
-        out: npt.NDArray[np.bool_] = self.output_members >= self.m
-        return out
+        return self.output_members >= self.m
 
     def split(self, sums: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(sizes (R, views), counts (R, obs)) from aggregate sums laid out per view as
@@ -349,11 +337,8 @@ class LinearViews:
 
     def base_of(self, outputs: FloatArray, partition: int) -> FloatArray:
         """(R, m): base-cell values from an output partition that is a bijection of them."""
-        labels = self.output_labels[partition]
-        out: FloatArray = outputs[:, self.output_offsets[partition] + labels]
-        return out
+        return outputs[:, self.output_offsets[partition] + self.output_labels[partition]]
 
-    # --- variances ---------------------------------------------------------------------
     def variance_quadratic(self, pi: FloatArray, sizes: FloatArray, n: FloatArray) -> Quadratic:
         """(R, outputs): each output's variance along the path of its value, around ``pi``.
 
@@ -361,9 +346,7 @@ class LinearViews:
         consistent estimate); ``sizes`` (R, views) the users of each view; ``n`` (R,)
         their total.
         """
-        pi = np.asarray(pi, dtype=np.float64)
-        sizes = np.asarray(sizes, dtype=np.float64)
-        n = np.asarray(n, dtype=np.float64)
+        pi, sizes, n = (np.asarray(a, dtype=np.float64) for a in (pi, sizes, n))
         if self.single:
             single = self._single_quadratic(sizes[:, 0])
             return self._known_total(self._with_correction(single, sizes))
@@ -384,8 +367,7 @@ class LinearViews:
             at_o = np.where(outside_empty, outside_unif, (full - inner) / outside_share)
             return at_o, at_u - at_o
 
-        quadratic = self._assemble(pi, sizes, n, path)
-        return self._known_total(self._with_correction(quadratic, sizes))
+        return self._known_total(self._with_correction(self._assemble(pi, sizes, n, path), sizes))
 
     def _known_total(self, quadratic: Quadratic) -> Quadratic:
         # An output holding every base cell is everyone: its fraction is 1, exactly.
@@ -402,13 +384,7 @@ class LinearViews:
         times n_v (p - q)). One view: 1 (a count moves the output by 1 / (n (p - q)))."""
         if self.single:
             return np.ones((1, self.n_outputs))
-        B, _, _ = self._dense
-        return np.array(
-            [
-                np.ptp(B[:, lo:hi], axis=1)
-                for lo, hi in zip(self.view_offsets[:-1], self.view_offsets[1:], strict=True)
-            ]
-        )
+        return np.array([np.ptp(b, axis=1) for b in self._blocks])
 
     def _with_correction(self, quadratic: Quadratic, sizes: FloatArray) -> Quadratic:
         delta = np.array([nm.p - nm.q for nm in self.noises])
@@ -418,19 +394,12 @@ class LinearViews:
 
     def variances_at(self, pi: FloatArray, sizes: FloatArray, n: FloatArray) -> FloatArray:
         """(R, outputs): each output's variance when the population is exactly ``pi``."""
-        pi = np.asarray(pi, dtype=np.float64)
-        sizes = np.asarray(sizes, dtype=np.float64)
-        n = np.asarray(n, dtype=np.float64)
+        pi, sizes, n = (np.asarray(a, dtype=np.float64) for a in (pi, sizes, n))
         if self.single:
             single = self._known_total(self._single_quadratic(sizes[:, 0]))
             return single.at(self.sum_outputs(pi))
-
-        def fixed(
-            full: FloatArray, inner: FloatArray, inner_unif: FloatArray, total: FloatArray
-        ) -> tuple[FloatArray, FloatArray]:
-            return full, np.zeros_like(full)
-
-        return self._known_total(self._assemble(pi, sizes, n, fixed)).v0
+        quadratic = self._assemble(pi, sizes, n, lambda full, *_: (full, np.zeros_like(full)))
+        return self._known_total(quadratic).v0
 
     def _single_quadratic(self, n: FloatArray) -> Quadratic:
         # b = 1_i - (s/m) 1 sums to zero, so only the diagonal part of the noise counts:
@@ -443,22 +412,17 @@ class LinearViews:
         return Quadratic(v0, v1, np.zeros_like(v0))
 
     @cached_property
-    def _static(
-        self,
-    ) -> list[tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]]:
+    def _static(self) -> list[_Functional]:
         """Data-independent parts of every linear functional the variance needs.
-
         For each matrix X (per view: B_v^2 and B_v; then G^2 and G), in view or base-cell
         coordinates: X, the one-hot map from base cells to X's columns (None for base
         coordinates), X at every membership pair, the mean of X over each output's
-        members, and each row's sum over base cells.
-        """
-        B, _, G = self._dense
+        members, and each row's sum over base cells."""
+        G = self._dense[2]
         rows, cols = self.pair_rows, self.pair_cols
-        out: list[tuple[FloatArray, FloatArray | None, FloatArray, FloatArray, FloatArray]] = []
+        out: list[_Functional] = []
         matrices: list[tuple[FloatArray, IntArray | None]] = []
-        for v, view in enumerate(self.view_labels):
-            Bv = B[:, self.view_offsets[v] : self.view_offsets[v + 1]]
+        for Bv, view in zip(self._blocks, self.view_labels, strict=True):
             matrices += [(Bv * Bv, view), (Bv, view)]
         matrices += [(G * G, None), (G, None)]
         for X, labels in matrices:
@@ -501,8 +465,7 @@ class LinearViews:
         for v in range(len(self.view_labels)):
             noise = self.noises[v]
             inv_v = 1.0 / sizes[:, v : v + 1]
-            k1 = self._k1[v]
-            bsum = self._bsum[v]
+            k1, bsum = self._view_sums[v]
             a1, b1 = functional(2 * v)  # sum_u B^2 f_u
             a2, b2 = functional(2 * v + 1)  # sum_u B f_u
             # noise: [delta0 k1 + delta1 P1 + kappa b^2 + 2 lambda b P2] / n_v
@@ -522,23 +485,17 @@ class LinearViews:
         return Quadratic(q0, q1, q2)
 
     @cached_property
-    def _k1(self) -> list[FloatArray]:
-        B, _, _ = self._dense
-        return [
-            (B[:, lo:hi] ** 2).sum(axis=1)
-            for lo, hi in zip(self.view_offsets[:-1], self.view_offsets[1:], strict=True)
-        ]
+    def _blocks(self) -> list[FloatArray]:
+        """``B``'s columns of each view."""
+        B = self._dense[0]
+        return [B[:, lo:hi] for lo, hi in itertools.pairwise(self.view_offsets)]
 
     @cached_property
-    def _bsum(self) -> list[FloatArray]:
-        B, _, _ = self._dense
-        return [
-            B[:, lo:hi].sum(axis=1)
-            for lo, hi in zip(self.view_offsets[:-1], self.view_offsets[1:], strict=True)
-        ]
+    def _view_sums(self) -> list[tuple[FloatArray, FloatArray]]:
+        """Per view, each output's sum of its squared coefficients, and of its coefficients."""
+        return [((b**2).sum(axis=1), b.sum(axis=1)) for b in self._blocks]
 
 
-# --- intervals -------------------------------------------------------------------------
 def _score_roots(
     estimate: FloatArray, quadratic: Quadratic, z: float
 ) -> tuple[FloatArray, FloatArray]:
@@ -589,7 +546,6 @@ def score_interval(
     return np.where(bad, np.nan, low), np.where(bad, np.nan, high)
 
 
-# --- consistency -------------------------------------------------------------------------
 def grouped_norm_sub(values: FloatArray, groups: IntArray, targets: FloatArray) -> FloatArray:
     """Norm-Sub within each group: ``max(v - delta_g, 0)`` summing exactly to ``targets[g]``.
 
@@ -713,5 +669,4 @@ def ipf(
     work = np.divide(work, total, out=work, where=total > 0)
     out = np.full(cells.shape, np.nan)
     out[ok] = work
-    result: FloatArray = out[0] if one else out
-    return result
+    return out[0] if one else out

@@ -72,8 +72,7 @@ def normal_quantile(level: float, *, comparisons: int = 1) -> float:
     Computed from the lower tail, so levels within a few ulps of 1 still give a finite z.
     """
     level = check_level(level)
-    alpha = (1.0 - level) / comparisons
-    return -NormalDist().inv_cdf(alpha / 2.0)
+    return -NormalDist().inv_cdf((1.0 - level) / comparisons / 2.0)
 
 
 def exact_variance_limit(z: float) -> float:
@@ -86,7 +85,6 @@ def exact_variance_limit(z: float) -> float:
     return max(40.0, 8.0 * z * z)
 
 
-# --- binomial pieces -----------------------------------------------------------------------
 @functools.cache
 def _log_factorial_table() -> FloatArray:
     table = np.zeros(_FACTORIAL_TABLE, dtype=np.float64)
@@ -99,8 +97,7 @@ def log_factorial(k: npt.ArrayLike) -> FloatArray:
     kk = np.asarray(k, dtype=np.float64)
     table = _log_factorial_table()
     if kk.size and float(kk.max()) < _FACTORIAL_TABLE:
-        result: FloatArray = table[kk.astype(np.int64)]
-        return result
+        return table[kk.astype(np.int64)]
     small = kk < _FACTORIAL_TABLE
     out = np.empty_like(kk)
     out[small] = table[kk[small].astype(np.int64)]
@@ -139,10 +136,8 @@ def _sum_tails(
     c: FloatArray, mx: FloatArray, px: FloatArray, my: FloatArray, py: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
     """``(P[X + Y <= c], P[X + Y >= c])`` for X ~ Bin(mx, px), Y ~ Bin(my, py), per row.
-
     Both tails are summed directly (not as 1 - the other), so tiny tail probabilities
-    keep their precision.
-    """
+    keep their precision."""
     x0, x1 = _window(mx, px)
     y0, y1 = _window(my, py)
     width_x = int(np.max(x1 - x0)) + 1 if c.size else 1
@@ -164,7 +159,6 @@ def _sum_tails(
     return np.sum(pmf_x * cdf_at, axis=1), np.sum(pmf_x * sf_at, axis=1)
 
 
-# --- the two families ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Support:
     """Support counts: C ~ Bin(m, p) + Bin(n - m, q); parameter f = m / n."""
@@ -193,8 +187,7 @@ class _Support:
         k = z * z / (n * r * r)
         big_b = 2.0 * g + k * (a - b)
         disc = np.maximum(big_b * big_b - 4.0 * (g * g - k * b), 0.0)
-        root: FloatArray = (big_b + (1.0 if upper else -1.0) * np.sqrt(disc)) / 2.0
-        return root
+        return (big_b + (1.0 if upper else -1.0) * np.sqrt(disc)) / 2.0
 
     def tails(self, count: FloatArray, f: FloatArray) -> tuple[FloatArray, FloatArray]:
         m = np.rint(f * self.n)
@@ -222,10 +215,7 @@ class _Binomial:
         g = count / n
         k = z * z / n
         disc = np.maximum((2.0 * g + k) ** 2 - 4.0 * (1.0 + k) * g * g, 0.0)
-        root: FloatArray = (2.0 * g + k + (1.0 if upper else -1.0) * np.sqrt(disc)) / (
-            2.0 * (1.0 + k)
-        )
-        return root
+        return (2.0 * g + k + (1.0 if upper else -1.0) * np.sqrt(disc)) / (2.0 * (1.0 + k))
 
     def tails(self, count: FloatArray, theta: FloatArray) -> tuple[FloatArray, FloatArray]:
         zero = np.zeros_like(theta)
@@ -275,10 +265,8 @@ def _exact_support_bound(
     family: _Support, count: FloatArray, start: FloatArray, z: float, tail: float, upper: bool
 ) -> FloatArray:
     """Over the integer m: the largest (upper) or smallest (lower) m the tests keep.
-
     Gallops from ``start`` (the score bound, usually a few units away) in doubling steps
-    until the decision flips, then bisects; all rows in lockstep.
-    """
+    until the decision flips, then bisects; all rows in lockstep."""
     n = float(family.n)
     x = np.clip(np.rint(start * n), 0.0, n)
     keep = _accepts(family, count, x / n, z, tail, upper)
@@ -325,8 +313,7 @@ def _exact_support_bound(
         kept[rows] = _accepts(family, count[rows], mid[rows] / n, z, tail, upper)
         inside = np.where(open_ & kept, mid, inside)
         outside = np.where(open_ & ~kept, mid, outside)
-    result: FloatArray = np.clip(inside, 0.0, n) / n
-    return result
+    return np.clip(inside, 0.0, n) / n
 
 
 def _exact_bound(
@@ -409,8 +396,7 @@ def _interval(family: _Family, counts: npt.ArrayLike, level: float, comparisons:
     z = normal_quantile(level, comparisons=comparisons)  # checks level: not again here
     alpha = (1.0 - float(level)) / comparisons
     c = np.rint(np.asarray(counts, dtype=np.float64))
-    flat = c.ravel()
-    unique, inverse = np.unique(flat, return_inverse=True)
+    unique, inverse = np.unique(c.ravel(), return_inverse=True)
     limit = exact_variance_limit(z)
     lows = _score_bound(family, unique, z, upper=False)
     highs = _score_bound(family, unique, z, upper=True)
@@ -468,13 +454,7 @@ def support_distribution(n: int, m: int, p: float, q: float) -> tuple[int, Float
 
 
 def support_coverage(
-    n: int,
-    m: int,
-    p: float,
-    q: float,
-    *,
-    level: float,
-    comparisons: int = 1,
+    n: int, m: int, p: float, q: float, *, level: float, comparisons: int = 1
 ) -> float:
     """Exact probability that :func:`support_interval` covers ``m / n``.
 

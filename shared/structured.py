@@ -78,10 +78,7 @@ class StructuredChoice:
         targets = self.focus
         width = max(len(c) for c in self.variances) + 2
         head = f"{'candidate':<{width}}" + "".join(f"{t:>14}" for t in targets) + f"{'score':>9}"
-        lines = [
-            f"focus: {', '.join(targets)} (mean per-user variance, uniform population)",
-            head,
-        ]
+        lines = [f"focus: {', '.join(targets)} (mean per-user variance, uniform population)", head]
         for cand, row in sorted(self.variances.items(), key=lambda kv: self.scores[kv[0]]):
             cells = "".join(f"{row[t]:>14.6g}" for t in targets)
             mark = "  <- chosen" if cand == self.chosen else ""
@@ -91,7 +88,7 @@ class StructuredChoice:
 
 
 def _choice(
-    candidates: dict[str, StructuredMechanism],
+    candidates: Mapping[str, StructuredMechanism],
     variances: dict[str, dict[str, float]],
     notes: list[str],
 ) -> StructuredChoice:
@@ -109,20 +106,6 @@ def _choice(
     assert isinstance(design, ViewSampling)
     oracle = ",".join(v.oracle.name for v in design.views)
     return StructuredChoice(design.name, oracle, targets, variances, scores, chosen, tuple(notes))
-
-
-def _tree(leaves: Tree | Sequence[str], separator: str) -> Tree:
-    return leaves if isinstance(leaves, Tree) else Tree(tuple(leaves), separator)
-
-
-def _table(dimensions: Table | Mapping[str, Sequence[str]]) -> Table:
-    if isinstance(dimensions, Table):
-        return dimensions
-    if not isinstance(dimensions, Mapping):
-        raise ParameterError(
-            f"dimensions must be a mapping of name to categories, got {dimensions!r}"
-        )
-    return Table({k: tuple(v) for k, v in dimensions.items()})
 
 
 def hierarchy_focus(tree: Tree, focus: Sequence[int] | None) -> list[int]:
@@ -162,7 +145,7 @@ def choose_hierarchy(
     """The hierarchy design of least variance at the ``focus`` depths (see module)."""
     epsilon = check_epsilon(epsilon)
     depths = hierarchy_focus(tree, focus)
-    candidates: dict[str, StructuredMechanism] = {}
+    candidates: dict[str, HierarchyMechanism] = {}
     for o in AUTO_ORACLES:
         candidates[f"rollup ({o})"] = LeafRollup(epsilon=epsilon, tree=tree, oracle=o)
     notes = []
@@ -173,7 +156,6 @@ def choose_hierarchy(
         notes.append(f"levels not weighed: more than {MAX_DENSE_CELLS} leaves")
     variances: dict[str, dict[str, float]] = {}
     for label, cand in candidates.items():
-        assert isinstance(cand, HierarchyMechanism)
         per_depth = cand.variance()
         variances[label] = {f"depth {d}": float(np.mean(per_depth[d - 1])) for d in depths}
     return _choice(candidates, variances, notes)
@@ -188,7 +170,7 @@ def choose_table(
     """
     epsilon = check_epsilon(epsilon)
     targets = table_focus(table, focus)
-    candidates: dict[str, StructuredMechanism] = {}
+    candidates: dict[str, TableMechanism] = {}
     for o in AUTO_ORACLES:
         candidates[f"joint ({o})"] = JointTable(epsilon=epsilon, table=table, oracle=o)
     notes = []
@@ -199,15 +181,13 @@ def choose_table(
         notes.append(f"joint_marginals not weighed: more than {MAX_DENSE_CELLS} cells")
     variances: dict[str, dict[str, float]] = {}
     for label, cand in candidates.items():
-        assert isinstance(cand, TableMechanism)
         var = cand.variance()
         variances[label] = {t: float(np.mean(var[t])) for t in targets}
     split = SplitMarginals(epsilon=epsilon, table=table)
-    split_var = split.variance()
     notes.append(
         f"split ({','.join(o.name for o in split.oracles)}, epsilon/{len(table.shape)} each; "
         "marginals only, never chosen): "
-        + ", ".join(f"{a} {float(np.mean(v)):.6g}" for a, v in split_var.items())
+        + ", ".join(f"{a} {float(np.mean(v)):.6g}" for a, v in split.variance().items())
     )
     return _choice(candidates, variances, notes)
 
@@ -270,7 +250,7 @@ def hierarchy(
     matter), ``"rollup"`` or ``"levels"``; ``oracle``, ``levels`` and ``weights`` pass to
     the design (see :class:`~ldpkit.mechanisms.hierarchy.LevelSampling`).
     """
-    tree = _tree(leaves, separator)
+    tree = leaves if isinstance(leaves, Tree) else Tree(tuple(leaves), separator)
     extras = {"levels": levels, "weights": weights}
     built: HierarchyMechanism = _design(tree, mechanism, oracle, focus, extras, epsilon)
     return built
@@ -291,12 +271,18 @@ def table(
     and/or dimension names), ``"joint"`` or ``"joint_marginals"``. For the marginals-only
     comparison design build :class:`~ldpkit.mechanisms.table.SplitMarginals` directly.
     """
-    tab = _table(dimensions)
+    if isinstance(dimensions, Table):
+        tab = dimensions
+    elif isinstance(dimensions, Mapping):
+        tab = Table({k: tuple(v) for k, v in dimensions.items()})
+    else:
+        raise ParameterError(
+            f"dimensions must be a mapping of name to categories, got {dimensions!r}"
+        )
     built: TableMechanism = _design(tab, mechanism, oracle, focus, {"weights": weights}, epsilon)
     return built
 
 
-# --- planning ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PlanRow:
     """One target of a plan: the nodes at a depth, the cells, or a marginal."""
@@ -342,40 +328,28 @@ class StructuredPlan:
 def _per_user_variances(
     m: StructuredMechanism, fractions: npt.ArrayLike | None
 ) -> list[tuple[str, int, float]]:
-    """(target, groups, worst per-user variance) for every target of ``m``."""
+    """(target, groups, worst per-user variance) for every target of ``m`` (a hierarchy's
+    depths with more than one node), at its worst value or at ``fractions``."""
     if isinstance(m, HierarchyMechanism):
-        return _hierarchy_variances(m, fractions)
-    if isinstance(m, TableMechanism):
-        groups = m.variance(fractions) if fractions is not None else _table_worst(m)
-    else:
-        assert isinstance(m, SplitMarginals)
-        if fractions is None:
-            return _split_worst(m)
+        per_depth = _worst_parts(m) if fractions is None else m.variance(fractions)
+        return [
+            (f"depth {d}", m.tree.width(d), float(np.max(var)))
+            for d, var in enumerate(per_depth, start=1)
+            if m.tree.width(d) > 1
+        ]
+    if fractions is not None:
         groups = m.variance(fractions)
+    elif isinstance(m, TableMechanism):
+        groups = dict(zip(["cells", *m.table.names], _worst_parts(m), strict=True))
+    else:
+        return _split_worst(m)
     return [(t, len(v), float(np.max(v))) for t, v in groups.items()]
 
 
-def _hierarchy_variances(
-    m: HierarchyMechanism, fractions: npt.ArrayLike | None
-) -> list[tuple[str, int, float]]:
-    """Per depth with more than one node (the worst one, or at ``fractions``)."""
-    if fractions is None:
-        worst = m.variance_quadratic().worst()
-        offsets = m.engine.output_offsets
-        per_depth = [worst[a:b] for a, b in itertools.pairwise(offsets)]
-    else:
-        per_depth = m.variance(fractions)
-    return [
-        (f"depth {d}", m.tree.width(d), float(np.max(var)))
-        for d, var in enumerate(per_depth, start=1)
-        if m.tree.width(d) > 1
-    ]
-
-
-def _table_worst(m: TableMechanism) -> dict[str, npt.NDArray[np.float64]]:
+def _worst_parts(m: HierarchyMechanism | TableMechanism) -> list[npt.NDArray[np.float64]]:
+    """Per output partition, each group's largest variance along the path of its value."""
     worst = m.variance_quadratic().worst()
-    off = m.engine.output_offsets
-    return {t: worst[off[k] : off[k + 1]] for k, t in enumerate(["cells", *m.table.names])}
+    return [worst[a:b] for a, b in itertools.pairwise(m.engine.output_offsets)]
 
 
 def _split_worst(m: SplitMarginals) -> list[tuple[str, int, float]]:
@@ -388,20 +362,8 @@ def _split_worst(m: SplitMarginals) -> list[tuple[str, int, float]]:
     return out
 
 
-def _assumption(fractions: npt.ArrayLike | None) -> str:
-    return (
-        "worst group, worst value of it; the rest spread uniformly"
-        if fractions is None
-        else "at the given fractions"
-    )
-
-
 def plan_structured(
-    m: StructuredMechanism,
-    *,
-    n: int,
-    level: float = 0.95,
-    fractions: npt.ArrayLike | None = None,
+    m: StructuredMechanism, *, n: int, level: float = 0.95, fractions: npt.ArrayLike | None = None
 ) -> StructuredPlan:
     """Expected half-width of a ``level`` interval after ``n`` reports, per target.
 
@@ -415,7 +377,10 @@ def plan_structured(
     rows = tuple(
         PlanRow(t, g, v, z * math.sqrt(v / n)) for t, g, v in _per_user_variances(m, fractions)
     )
-    return StructuredPlan(m.name, m.epsilon, n, level, _assumption(fractions), rows)
+    assumption = "at the given fractions"
+    if fractions is None:
+        assumption = "worst group, worst value of it; the rest spread uniformly"
+    return StructuredPlan(m.name, m.epsilon, n, level, assumption, rows)
 
 
 def required_n_structured(

@@ -64,9 +64,6 @@ class OutputArrays:
         return ConfidenceInterval(low, high)
 
     def group(self, row: int, part: slice, keys: tuple[Any, ...], key_name: str) -> GroupEstimate:
-        """Row ``row``'s outputs in ``part`` as a GroupEstimate."""
-        quad = self.quadratic
-        correction = None if quad.correction is None else quad.correction[row, part]
         return GroupEstimate(
             keys,
             key_name,
@@ -74,7 +71,7 @@ class OutputArrays:
             self.estimates[row, part],
             self.stderr[row, part],
             self.consistent[row, part],
-            Quadratic(quad.v0[row, part], quad.v1[row, part], quad.v2[row, part], correction),
+            self.quadratic.row(row).take(part),
             self.interval,
         )
 

@@ -61,13 +61,7 @@ from ..randomness import resolve_rng
 from .bounds import clopper_pearson_lower, clopper_pearson_upper
 from .cells import Partition, binned_partition, default_partition, generic_keys, list_description
 
-__all__ = [
-    "AuditResult",
-    "EventBound",
-    "audit",
-    "clopper_pearson_lower",
-    "clopper_pearson_upper",
-]
+__all__ = ["AuditResult", "EventBound", "audit", "clopper_pearson_lower", "clopper_pearson_upper"]
 
 EventMap = Callable[[npt.NDArray[Any], Any, Any], npt.NDArray[Any]]
 """``events(reports, x, x_prime) -> keys``: one key per report. Integer keys are the
@@ -77,7 +71,6 @@ MAX_CELLS = 4096
 """Refuse partitions with more distinct cells than this in the selection sample."""
 
 
-# --- results ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EventBound:
     """One tested event: its counts and the bounds they give."""
@@ -154,7 +147,6 @@ class AuditResult:
         )
 
 
-# --- the audit -------------------------------------------------------------------------
 def _default_inputs(mechanism: Mechanism) -> list[Any]:
     if isinstance(mechanism, FrequencyOracle):
         d = mechanism.domain_size
@@ -174,27 +166,21 @@ def _candidate_sets(
     num: npt.NDArray[np.int64], den: npt.NDArray[np.int64], ordered: bool
 ) -> npt.NDArray[np.bool_]:
     """Candidate events as rows of cell masks (the full set and the empty set excluded).
-
     Unordered cells: the level sets of the smoothed empirical ratio ``num / den`` (its
     top 1, 2, ... cells). Ordered cells (bins of a number): every run of adjacent cells,
     tails and intervals; level sets of many small bins would chase the selection
-    sample's noise.
-    """
+    sample's noise."""
     size = num.size
     if ordered and size > 2:
         start, stop = np.triu_indices(size + 1, k=1)
         proper = (stop - start) < size
         start, stop = start[proper], stop[proper]
         index = np.arange(size)
-        runs: npt.NDArray[np.bool_] = (index[None, :] >= start[:, None]) & (
-            index[None, :] < stop[:, None]
-        )
-        return runs
+        return (index[None, :] >= start[:, None]) & (index[None, :] < stop[:, None])
     order = np.argsort(-(num + 0.5) / (den + 0.5), kind="stable")
     rank = np.empty(size, dtype=np.int64)
     rank[order] = np.arange(size)
-    levels: npt.NDArray[np.bool_] = rank[None, :] <= np.arange(size - 1)[:, None]
-    return levels
+    return rank[None, :] <= np.arange(size - 1)[:, None]
 
 
 @dataclass
@@ -331,12 +317,8 @@ def _draw(
     if not pairs:
         raise ParameterError("need at least one pair of distinct inputs")
 
-    def draw(v: Any, n: int) -> npt.NDArray[Any]:
-        reports: npt.NDArray[Any] = mechanism.perturb(np.full(n, v), rng=rng)
-        return reports
-
-    selection = [draw(v, n_select) for v in inputs]
-    counting = [draw(v, n_count) for v in inputs]
+    selection = [mechanism.perturb(np.full(n_select, v), rng=rng) for v in inputs]
+    counting = [mechanism.perturb(np.full(n_count, v), rng=rng) for v in inputs]
     delta = float(getattr(mechanism, "delta", 0.0) or 0.0)  # (epsilon, delta) mechanisms
     return _Sample(inputs, pairs, selection, counting, delta, n_select, n_count)
 
@@ -365,7 +347,7 @@ def _partition(
     """The cells of reports for the pair (inputs i, j), fitted on the selection reports."""
     x, y = sample.inputs[i], sample.inputs[j]
     if events is not None:
-        return _event_partition(events, sample.selection[i], sample.selection[j], x, y, bins)
+        return _event_partition(events, sample, i, j, bins)
     if isinstance(mechanism, NumericMechanism):
         pooled = np.concatenate(
             [mechanism.debias(sample.selection[i]), mechanism.debias(sample.selection[j])]
@@ -375,29 +357,17 @@ def _partition(
     return partition if partition is not None else Partition(generic_keys, _describe_keys)
 
 
-def _event_partition(
-    fn: EventMap,
-    first_reports: npt.NDArray[Any],
-    second_reports: npt.NDArray[Any],
-    x: Any,
-    y: Any,
-    bins: int,
-) -> Partition:
+def _event_partition(fn: EventMap, sample: _Sample, i: int, j: int, bins: int) -> Partition:
     """Cells of the keys ``events`` gives: integer keys as they are, float keys binned."""
-    first = np.asarray(fn(first_reports, x, y))
+    x, y = sample.inputs[i], sample.inputs[j]
+    first = np.asarray(fn(sample.selection[i], x, y))
     if first.dtype.kind == "f":
-        pooled = np.concatenate([first, np.asarray(fn(second_reports, x, y))])
-
-        def as_float(r: npt.NDArray[Any]) -> Any:
-            return np.asarray(fn(r, x, y), dtype=np.float64)
-
-        return binned_partition(as_float, pooled.astype(np.float64), bins, "key")
+        pooled = np.concatenate([first, np.asarray(fn(sample.selection[j], x, y))]).astype(
+            np.float64
+        )
+        return binned_partition(lambda r: np.asarray(fn(r, x, y), np.float64), pooled, bins, "key")
     if first.dtype.kind in "iub":
-
-        def as_int(r: npt.NDArray[Any]) -> Any:
-            return np.asarray(fn(r, x, y)).astype(np.int64)
-
-        return Partition(as_int, _describe_keys)
+        return Partition(lambda r: np.asarray(fn(r, x, y)).astype(np.int64), _describe_keys)
     raise ParameterError(f"events must return integer or float keys, got {first.dtype}")
 
 

@@ -32,19 +32,14 @@ def _betacf(a: float, b: float, x: float, y: float) -> float:
     h = d
     for m in range(1, 100_000):
         m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
+        even = m * (b - m) * x / ((qam + m2) * (a + m2))
+        for aa in (even, -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            delta = d * c
+            h *= delta
         if abs(delta - 1.0) < 1e-15:
             return h
     raise ArithmeticError(f"incomplete beta continued fraction did not converge ({a}, {b}, {x})")
@@ -63,12 +58,10 @@ def _stirling_correction(x: float) -> float:
 
 def _log_front(a: float, b: float, x: float) -> float:
     """``log(x^a (1 - x)^b / B(a, b))`` without the cancellation of lgamma differences.
-
     With ``s = a + b`` and ``d = x s - a`` it equals
     ``a log(1 + d / a) + b log(1 - d / b) + log(a b / s) / 2 - log(2 pi) / 2`` plus the
     Stirling corrections; near the mean, where the bounds are, d is small and each term
-    keeps its precision (plain lgamma loses ~1e-8 relative at n = 1e7).
-    """
+    keeps its precision (plain lgamma loses ~1e-8 relative at n = 1e7)."""
     s = a + b
     d = x * s - a
     first = a * math.log1p(d / a) if abs(d) < 0.5 * a else a * math.log(x * s / a)

@@ -81,8 +81,7 @@ def default_partition(mechanism: Mechanism, x: Any, y: Any) -> Partition | None:
         dtype = mechanism.report_dtype
         if dtype.subdtype is None:  # one number per report: the report is the cell
             return Partition(
-                lambda r: np.asarray(r).astype(np.int64),
-                lambda cells: list_description(cells, str),
+                lambda r: np.asarray(r).astype(np.int64), lambda cells: list_description(cells, str)
             )
         bits = 8 * dtype.itemsize  # a bitmap: shown as its bits
 

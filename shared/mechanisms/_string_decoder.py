@@ -66,7 +66,6 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 KeyArray = npt.NDArray[np.uint8]
 BoolArray = npt.NDArray[np.bool_]
-
 U64Array = npt.NDArray[np.uint64]
 
 LEVEL = 0.95
@@ -141,7 +140,7 @@ class _Level:
     @cached_property
     def decoy_flat(self) -> IntArray:
         """:meth:`flat` of the decoys, hashed once (the walk evaluates a level many times)."""
-        return self.flat(_decoys(self.m, self.sketch))
+        return self.flat(_decoy_keys(self.m.seed, self.m.max_length, self.sketch))
 
     def __post_init__(self) -> None:
         self.row_n = self.counts.sum(axis=1)
@@ -150,10 +149,9 @@ class _Level:
 
     @property
     def formula_var(self) -> float:
-        m = self.m
-        return float(oracle_variance(0.0, self.n, m.p, m.q)) if self.n > 0 else math.inf
+        return float(oracle_variance(0.0, self.n, self.m.p, self.m.q)) if self.n > 0 else math.inf
 
-    def _flat(self, acc: npt.NDArray[np.uint64]) -> IntArray:
+    def _flat(self, acc: U64Array) -> IntArray:
         """Buckets from accumulators, offset by row: indices into the flattened counts."""
         m = self.m
         m.to_buckets(acc)
@@ -170,19 +168,16 @@ class _Level:
         hashed once), followed by that of ``others``."""
         if self._first_cells is None:
             self._first_cells = self.flat(keys)
-        cached = self._first_cells
         if not len(others):
-            return cached
-        return np.concatenate([cached, self.flat(others)])
+            return self._first_cells
+        return np.concatenate([self._first_cells, self.flat(others)])
 
     def children_flat(self, parents: KeyArray, position: int, others: KeyArray) -> IntArray:
         """:meth:`flat` of :func:`_children` ``(parents, position)``, hashed incrementally,
         followed by :meth:`flat` of ``others`` (in one array: no copy of the children's).
-
         A child differs from its parent (zero there) only in byte ``position``, so its
         accumulator is the parent's plus ``a_i (byte << 8 (position mod 4))`` for the word
-        ``i = position // 4`` holding it.
-        """
+        ``i = position // 4`` holding it."""
         m = self.m
         a, _ = m.sketch_keys(self.sketch)
         parent = m.key_accumulators(self.sketch, parents)
@@ -208,8 +203,7 @@ class _Level:
 
     def debias(self, support: FloatArray) -> FloatArray:
         m = self.m
-        out: FloatArray = (support / self.n - m.q) / (m.p - m.q)
-        return out
+        return (support / self.n - m.q) / (m.p - m.q)
 
     def _solve(self, flat_h: IntArray, raw_h: FloatArray) -> FloatArray:
         m = self.m
@@ -234,36 +228,27 @@ class _Level:
         """Corrected estimates of the candidates whose cells are ``flat``; ``take(index)``
         gives their keys. ``heavy`` (indices) is fixed, or chosen from the data: from the
         raw estimates, then (``rounds = 2``) again from the corrected ones."""
-        none = np.zeros(0, np.int64)
+        self._no_heavy(take)
         if self.n == 0:
             self.null_var = math.inf
-            self._heavy_of, self.heavy_est = (take, none), np.zeros(0)
             return np.full(flat.shape[0], np.nan)
         raw = self.debias(self.support(self.counts, flat))
-        sd0 = math.sqrt(self.formula_var)
+        floor = Z_HEAVY * math.sqrt(self.formula_var)
         chosen = heavy is None
         if heavy is None:
-            heavy = _top(raw, MAX_HEAVY, Z_HEAVY * sd0)
+            heavy = _top(raw, MAX_HEAVY, floor)
         est = raw
-        self.residual, self.heavy_total = self.counts, 0.0
-        self._heavy_of, self.heavy_est, self.heavy_flat = (take, none), np.zeros(0), None
         for rnd in range(rounds if chosen else 1):
             if heavy.size == 0:
-                self.residual, self.heavy_total = self.counts, 0.0
-                self._heavy_of, self.heavy_est = (take, none), np.zeros(0)
-                self.heavy_flat = None
-                est = raw
+                self._no_heavy(take)
                 break
             f_h = self._solve(flat[heavy], raw[heavy])
-            self.residual = self._residual(flat[heavy], f_h)
-            self.heavy_total = float(f_h.sum())
-            self._heavy_of, self.heavy_est = (take, heavy), f_h
-            self.heavy_flat = flat[heavy]
+            self.residual, self.heavy_total = self._residual(flat[heavy], f_h), float(f_h.sum())
+            self._heavy_of, self.heavy_est, self.heavy_flat = (take, heavy), f_h, flat[heavy]
             if chosen and rnd < rounds - 1:
                 # Which candidates are heavy after the correction: only those the
                 # correction could lift over the floor need their corrected estimates
                 # (the same values and choice as estimating all; see _could_pass).
-                floor = Z_HEAVY * sd0
                 could = self._could_pass(raw, floor)
                 could[heavy] = True
                 maybe = np.flatnonzero(could)
@@ -280,6 +265,10 @@ class _Level:
         self.null_var = max(float(np.mean(decoys * decoys)), self.formula_var)
         return est
 
+    def _no_heavy(self, take: Callable[[IntArray], KeyArray]) -> None:
+        self.residual, self.heavy_total, self.heavy_flat = self.counts, 0.0, None
+        self._heavy_of, self.heavy_est = (take, np.zeros(0, np.int64)), np.zeros(0)
+
     def stats(self) -> _LevelStats:
         """Pooling statistics of this level after :meth:`evaluate`."""
         m = self.m
@@ -292,18 +281,15 @@ class _Level:
 
     def _could_pass(self, raw: FloatArray, floor: float) -> BoolArray:
         """Candidates whose estimate from the current residual may exceed ``floor``.
-
         That estimate is ``raw`` less the correction's cells summed over the candidate's
         rows (scaled) plus ``heavy_total q / (1 - q)``; a row can raise it by at most the
         largest amount the correction added to any of its cells (0 if it only removed),
         so candidates below ``floor`` by more than that sum cannot pass (with a margin
-        for rounding).
-        """
+        for rounding)."""
         m = self.m
         added = np.max(self.residual - self.counts, axis=1, initial=0.0)
         lift = float(added.sum()) / (self.n * (m.p - m.q)) + self.heavy_total * m.q / (1 - m.q)
-        out: BoolArray = raw + lift > floor - 1e-9 * (1.0 + abs(floor))
-        return out
+        return raw + lift > floor - 1e-9 * (1.0 + abs(floor))
 
     def _from_residual(self, flat: IntArray) -> FloatArray:
         q = self.m.q
@@ -327,15 +313,13 @@ class _Level:
 
     def collision_var(self, flat: IntArray, own: IntArray) -> FloatArray:
         """Variance a key's collisions with the heavy keys add beyond the decoys' average.
-
         In a row where key v shares x's bucket, all of x's devices in that row support v.
         Their number is random (devices pick rows at random), about Binomial with mean
         ``n_j f_x``; the correction removes the mean, the spread stays: variance
         ``f_x W(v, x) / n`` in estimate units, with ``W`` the share of reports in rows where
         they collide. Random hashing would give ``W = q`` on average, which the decoys'
         null variance already holds, so only the excess over ``q`` is added. ``own[i]``
-        is the heavy index of key i itself (its own column is skipped), or -1.
-        """
+        is the heavy index of key i itself (its own column is skipped), or -1."""
         out = np.zeros(flat.shape[0])
         if self.heavy_flat is None or self.heavy_est is None or not len(self.heavy_est):
             return out
@@ -354,11 +338,9 @@ DENSE_MATCHES = 1 << 16
 def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> FloatArray:
     """``W[i, j] = sum_r weights[r] [flat_a[i, r] == flat_b[j, r]]``: the weight of the rows
     where key i of a and key j of b share a bucket.
-
     A cell index holds its row, so equal cells are matches in one row: b's cells are
     sorted once and each of a's looked up (collisions are rare, about one row in g), in
-    blocks of a that bound the matches held at once.
-    """
+    blocks of a that bound the matches held at once."""
     size_a, rows = flat_a.shape
     size_b = flat_b.shape[0]
     if size_a * size_b * rows <= DENSE_MATCHES:
@@ -366,8 +348,7 @@ def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> Fl
         # come by pair, then row, as below, so bincount makes the same sums bit for bit.
         a, b, row = np.nonzero(flat_a[:, None, :] == flat_b[None, :, :])
         sums = np.bincount(a * size_b + b, weights=weights[row], minlength=size_a * size_b)
-        dense: FloatArray = np.asarray(sums, dtype=np.float64).reshape(size_a, size_b)
-        return dense
+        return np.asarray(sums, dtype=np.float64).reshape(size_a, size_b)
     out = np.zeros(size_a * size_b)
     if size_a == 0 or size_b == 0:
         return out.reshape(size_a, size_b)
@@ -446,19 +427,13 @@ def _top(values: FloatArray, count: int, floor: float) -> IntArray:
     return above.astype(np.int64)
 
 
-def _decoys(m: SketchFamily, sketch: int) -> KeyArray:
+@lru_cache(maxsize=256)
+def _decoy_keys(seed: int, max_length: int, sketch: int) -> KeyArray:
     """Distinct random keys of impossible lengths (> max_length): no device holds them.
-
     Only their first word is nonzero (a length byte above max_length, three random
     bytes), which makes them cheap to hash; the family is strongly universal, so their
     buckets are as random as any key's. They depend only on public parameters, so they
-    are drawn once per (seed, max_length, sketch) and reused (read-only).
-    """
-    return _decoy_keys(m.seed, m.max_length, sketch)
-
-
-@lru_cache(maxsize=256)
-def _decoy_keys(seed: int, max_length: int, sketch: int) -> KeyArray:
+    are drawn once per (seed, max_length, sketch) and reused (read-only)."""
     rng = np.random.Generator(np.random.Philox(key=[seed & (2**64 - 1), 0x5EED + sketch]))
     low = np.unique(rng.integers(0, 1 << 24, size=2 * DECOYS))[:DECOYS]  # distinct
     keys = np.zeros((DECOYS, max_length + 1), dtype=np.uint8)
@@ -475,11 +450,9 @@ _SUMS = ("weighted", "precision", "excess", "null_mean", "null_var")
 @dataclass
 class _Finished:
     """Complete strings followed through the levels from their own on.
-
     Besides the inverse-variance pooled estimate (for ranking), each keeps the excess of
     its support over the null, ``sum_t n_t (p - q) est_t``, and the null's mean and
-    variance of the support: the test of :func:`poisson_upper_tail` needs counts.
-    """
+    variance of the support: the test of :func:`poisson_upper_tail` needs counts."""
 
     keys: KeyArray
     weighted: FloatArray  # sum of est_t / var_t
@@ -540,23 +513,19 @@ class _Finished:
 
     @property
     def estimate(self) -> FloatArray:
-        out: FloatArray = self.weighted / self.precision
-        return out
+        return self.weighted / self.precision
 
     @property
     def sd(self) -> FloatArray:
-        out: FloatArray = 1.0 / np.sqrt(self.precision)
-        return out
+        return 1.0 / np.sqrt(self.precision)
 
     def significant(self, alpha: float) -> BoolArray:
         """Whether each string's pooled support has a null tail probability (quasi-Poisson,
         :func:`poisson_upper_tail`) of at most ``alpha``.
-
         The tail ``P(a, x)`` (regularized lower incomplete gamma, ``a`` the count and ``x``
         the mean) is at least the first term of its series, ``x^a e^-x / Gamma(a + 1)``:
         when that bound is above ``alpha`` the string is not significant and the series is
-        not summed (most of the walk's complete strings are noise).
-        """
+        not summed (most of the walk's complete strings are noise)."""
         out = np.zeros(len(self.keys), dtype=bool)
         log_alpha = math.log(alpha)
         for i in range(len(self.keys)):
@@ -586,12 +555,8 @@ class _LevelStats:
 
 
 def poisson_upper_tail(count: float, mean: float) -> float:
-    """``P(X >= count)`` for ``X ~ Poisson(mean)``, continuous in ``count`` (> 0).
-
-    It is the regularized lower incomplete gamma function ``P(count, mean)``: by its
-    series when ``mean < count + 1`` (where the tail is small and must be accurate),
-    else one minus its continued fraction (Numerical Recipes, 6.2).
-    """
+    """``P(X >= count)`` for ``X ~ Poisson(mean)``, continuous in ``count`` (> 0): the
+    regularized lower incomplete gamma function ``P(count, mean)``."""
     if count <= 0:
         return 1.0
     return regularized_gamma(count, mean)[0]
@@ -606,13 +571,6 @@ def _first_level_keys(max_length: int) -> KeyArray:
     keys[1:, 0] = lengths
     keys[1:, 1] = firsts
     return keys
-
-
-@dataclass
-class Walk:
-    finished: _Finished
-    sigmas: list[float]
-    cutoffs: list[float]
 
 
 def _take_rows(keys: KeyArray, index: IntArray) -> KeyArray:
@@ -642,8 +600,9 @@ def _key_taker(
     return take
 
 
-def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
-    """Find complete strings that stand out, level by level (see the module docstring)."""
+def walk(m: SketchFamily, levels: list[_Level]) -> tuple[_Finished, list[float], list[float]]:
+    """Find complete strings that stand out, level by level (see the module docstring):
+    those strings, and per level the null sigma and the beam's cutoff."""
     width = m.max_length + 1
     k_beam = beam_width(m.k)
     finished = _Finished.empty(width)
@@ -653,24 +612,20 @@ def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
     for t in range(1, m.max_length + 1):
         level = levels[t]
         child_keys: Callable[[IntArray], KeyArray]
+        old_keys = finished.keys
         if t == 1:
             first = _first_level_keys(m.max_length)
             child_length = first[:, 0]
             child_keys = partial(_take_rows, first)
-        else:
-            child_length = np.repeat(beam[:, 0], 256)
-            child_keys = partial(_take_children, beam, t)
-        old_keys = finished.keys
-        if t == 1:
             n_children = len(first)
             flat = level.flat(np.concatenate([first, old_keys]))
         else:
+            child_length = np.repeat(beam[:, 0], 256)
+            child_keys = partial(_take_children, beam, t)
             n_children = len(beam) * 256
             flat = level.children_flat(beam, t, old_keys)
-
         est = level.evaluate(flat, _key_taker(n_children, child_keys, old_keys, width))
-        var = level.null_var
-        sd = math.sqrt(var)
+        sd = math.sqrt(level.null_var)
         sigmas.append(sd)
         if not math.isfinite(sd):
             cutoffs.append(math.inf)
@@ -684,30 +639,25 @@ def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
         finished.extend(child_keys(new), child_est[new], stats)
         open_ = np.flatnonzero(~complete)
         keep = open_[_top(child_est[open_], k_beam, Z_KEEP * sd)]
-        cutoff = Z_KEEP * sd
         passing = int(np.count_nonzero(child_est[open_] > Z_KEEP * sd))
-        if passing > k_beam:
-            cutoff = float(np.min(child_est[keep]))
-        cutoffs.append(cutoff)
+        cutoffs.append(float(np.min(child_est[keep])) if passing > k_beam else Z_KEEP * sd)
         beam = child_keys(keep)
         finished.keep_best(4 * k_beam)
-    return Walk(finished, sigmas, cutoffs)
+    return finished, sigmas, cutoffs
 
 
 # --- the "scaled" cut: a walk by prefix length over pooled levels ----------------------------
 def _cut_keys(keys: KeyArray, kept: IntArray) -> KeyArray:
     """Keys with bytes after ``kept`` (per key) zeroed."""
     positions = np.arange(keys.shape[1])[None, :]
-    out: KeyArray = np.where(positions <= kept[:, None], keys, 0).astype(np.uint8)
-    return out
+    return np.where(positions <= kept[:, None], keys, 0).astype(np.uint8)
 
 
 def _unique_rows(keys: KeyArray) -> KeyArray:
     """Distinct keys (rows), by their bytes (``np.unique(axis=0)`` is ten times slower)."""
     rows = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).reshape(-1)
     _, first = np.unique(rows, return_index=True)
-    out: KeyArray = keys[np.sort(first)]
-    return out
+    return keys[np.sort(first)]
 
 
 FIRST_WALK_BEAM = 8
@@ -749,24 +699,21 @@ class _Pooled:
     def z(self) -> FloatArray:
         """Pooled z of each candidate (-inf where no level saw it)."""
         seen = self.precision > 0
-        out: FloatArray = np.where(
+        return np.where(
             seen, self.weighted / np.sqrt(np.where(seen, self.precision, 1.0)), -math.inf
         )
-        return out
 
 
 def walk_scaled(
     m: SketchFamily, levels: list[_Level], prior: KeyArray | None = None, beam: int = 0
 ) -> ScaledWalk:
     """Find complete strings under the ``"scaled"`` cut, by prefix length j = 1 .. M.
-
     A candidate (length L, bytes 1..j) is estimated at every level that cuts length-L
     strings after j bytes and pooled by inverse variance; the beam keeps the ``beam_width``
     open prefixes of largest pooled z (their sd depends on L). A level holds cuts of
     strings of every length, so the heavy-key correction at a level also fixes the heavy
     strings already known (``prior``, and those found so far), cut where that level cuts
-    them. A complete string (j = L) is pooled over the levels that see it whole.
-    """
+    them. A complete string (j = L) is pooled over the levels that see it whole."""
     walked = ScaledWalk(m, levels, prior, beam)
     for j in range(1, m.max_length + 1):
         if j > 1 and len(walked.prefixes) == 0:
@@ -825,12 +772,9 @@ class ScaledWalk:
     def _pool(self, j: int) -> _Pooled:
         """Step j's candidates (every first byte at j = 1, else the beam's children)
         estimated at every level that cuts their length after j bytes, pooled."""
-        if j == 1:
-            parents_length = self.first[:, 0].astype(np.int64)
-            sums = _Pooled.zeros(len(self.first), len(self.first))
-        else:
-            parents_length = self.prefixes[:, 0].astype(np.int64)
-            sums = _Pooled.zeros(len(self.prefixes) * 256, len(self.prefixes))
+        parents = self.first if j == 1 else self.prefixes
+        parents_length = parents[:, 0].astype(np.int64)
+        sums = _Pooled.zeros(len(parents) * (1 if j == 1 else 256), len(parents))
         known_length = self.known[:, 0].astype(np.int64)
         for t in range(1, len(self.levels)):
             # parents (j > 1) or candidates (j = 1) whose length this level cuts after j bytes
@@ -887,8 +831,7 @@ def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
         found = _walk_twice(m, levels)
         fin = found.finished
     else:
-        first_rule = walk(m, levels)
-        fin = first_rule.finished
+        fin, sigmas, cutoffs = walk(m, levels)
     # The strings significant on the walk alone are the heavy ones of the estimation sketch.
     selected = np.flatnonzero(fin.significant(alpha))
     selected = selected[np.argsort(-fin.estimate[selected], kind="stable")]
@@ -900,9 +843,7 @@ def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
         )
     else:
         confirm.add_collisions(selected)
-        thresholds = detection_thresholds(
-            first_rule.sigmas, first_rule.cutoffs, Z_PREFILTER, find_z(m)
-        )
+        thresholds = detection_thresholds(sigmas, cutoffs, Z_PREFILTER, find_z(m))
     model = variance_model(m, estimation, agg.n)
     listed = _listed(m, fin, confirm, selected, model, min(thresholds))
     return HeavyHitters(
@@ -1010,13 +951,11 @@ def _listed(
 
 def above_threshold(estimate: FloatArray, null_sd: FloatArray, threshold: float) -> BoolArray:
     """Which found strings the data show to be above ``threshold``: Benjamini-Hochberg.
-
     Each string tests ``f <= threshold`` one-sidedly, ``z = (estimate - threshold) /
     null_sd`` with the standard error at the threshold (as a score test); the strings
     rejected at false discovery rate ``LIST_FDR`` are kept: among those kept, the expected
     share whose frequency is at or below the threshold is at most ``LIST_FDR``. NaN
-    estimates (no estimation data) are never kept.
-    """
+    estimates (no estimation data) are never kept."""
     size = len(estimate)
     keep = np.zeros(size, dtype=bool)
     if size == 0:
