@@ -77,7 +77,6 @@ Deltas = dict[tuple[str, int], Aggregate]
 PartialRow = tuple[str, int, int, bytes]  # fingerprint, bucket, n, packed sums
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 PRUNED_KEY = "report_ids_pruned_before"
-PROBE_KEY = "write_probe"  # written by probe_write
 
 
 @dataclass(eq=False)
@@ -127,8 +126,7 @@ def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[Outcome]]:
 def _legacy_ids(
     jobs: Sequence[_Job],
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], list[int]]:
-    """The v1 report ids of ``jobs`` in job order, their buckets, and where each job's
-    start and end in them."""
+    """The v1 report ids of ``jobs`` in job order, their buckets, and each job's bounds."""
     ids: list[npt.NDArray[Any]] = []
     buckets: list[npt.NDArray[np.int64]] = []
     bounds = [0]
@@ -222,8 +220,6 @@ class GroupCommitStore(Store):
     Subclasses implement the connection and dialect hooks (the ``_``-prefixed abstract
     methods); SQL here is written with ``?`` placeholders, which :meth:`_x` adapts."""
 
-    writers = 1
-
     def __init__(self, *, max_group_batches: int, max_group_reports: int, writers: int) -> None:
         self.max_group_batches = max_group_batches
         self.max_group_reports = max_group_reports
@@ -245,19 +241,16 @@ class GroupCommitStore(Store):
         """False when ``conn`` broke and a new one is needed."""
         return True
 
-    @abstractmethod
-    def _close_writer(self, conn: Conn) -> None: ...
+    def _close_writer(self, conn: Conn) -> None:
+        conn.close()
 
     @abstractmethod
     def _x(self, conn: Conn, sql: str, params: Sequence[Any] = ()) -> Any:
         """Execute ``sql`` (``?`` placeholders) on ``conn``; the cursor."""
 
-    @abstractmethod
-    def _begin(self, conn: Conn) -> None: ...
-
-    @abstractmethod
     def _retryable(self, exc: BaseException) -> bool:
         """Whether a failed group transaction may simply run again (a deadlock)."""
+        return False
 
     @abstractmethod
     def _claim_batches(self, conn: Conn, rows: list[tuple[bytes, int, bytes]]) -> set[bytes]:
@@ -287,6 +280,7 @@ class GroupCommitStore(Store):
     def _parse_compacted(self, value: Any) -> npt.NDArray[np.float64]:
         """The sums of an aggregate row as the read query returns them."""
 
+    group_begin = "BEGIN"  # starts a group's transaction
     sums_column = "sums"  # how the read query selects an aggregate row's sums
     snapshot_begin = "BEGIN"  # starts a read transaction that sees one snapshot
 
@@ -447,7 +441,7 @@ class GroupCommitStore(Store):
     def _transaction(self, conn: Conn, group: list[_Job], prepared: _Prepared) -> list[Outcome]:
         """The group's transaction: calls (each in a savepoint), then the batches; COMMIT."""
         done: list[Outcome] = []
-        self._begin(conn)
+        self._x(conn, self.group_begin)
         for job in group:
             if job.fn is None:
                 continue
@@ -670,41 +664,27 @@ class GroupCommitStore(Store):
         return retired
 
     async def probe_write(self) -> None:
-        await self._submit(lambda conn: self._set_state(conn, PROBE_KEY, int(time.time())))
-
-    def _set_state(self, conn: Conn, key: str, value: int, *, keep_max: bool = False) -> None:
-        new = "CASE WHEN store_state.value > excluded.value THEN store_state.value "
-        new += "ELSE excluded.value END" if keep_max else ""
-        self._x(
-            conn,
-            "INSERT INTO store_state (key, value) VALUES (?, ?) ON CONFLICT (key) "
-            f"DO UPDATE SET value = {new if keep_max else 'excluded.value'}",
-            (key, value),
+        sql = (
+            "INSERT INTO store_state (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
         )
+        await self._submit(lambda conn: self._x(conn, sql, ("write_probe", int(time.time()))))
 
     async def load_catalog(self) -> Catalog:
         def read(conn: Conn) -> Catalog:
-            versions = self._x(
-                conn, "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
-            ).fetchall()
-            current = self._x(
-                conn, "SELECT name, fingerprint, origin, retired_at FROM metrics"
-            ).fetchall()
-            return build_catalog(versions, current)
-
-        return await self._read(self._snapshot(read))
-
-    def _snapshot(self, fn: Callable[[Conn], T]) -> Callable[[Conn], T]:
-        """``fn`` run in one read transaction (one snapshot for all its statements)."""
-
-        def run(conn: Conn) -> T:
-            self._x(conn, self.snapshot_begin)
+            self._x(conn, self.snapshot_begin)  # one snapshot for both statements
             try:
-                return fn(conn)
+                versions = self._x(
+                    conn, "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
+                ).fetchall()
+                current = self._x(
+                    conn, "SELECT name, fingerprint, origin, retired_at FROM metrics"
+                ).fetchall()
             finally:
                 self._x(conn, "COMMIT")
+            return build_catalog(versions, current)
 
-        return run
+        return await self._read(read)
 
     async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
         wanted = list(fingerprints)
@@ -780,8 +760,3 @@ class GroupCommitStore(Store):
             return None if row is None else int(row[0])
 
         return await self._read(read)
-
-    async def _mark_pruned(self, before_bucket: int) -> None:
-        await self._submit(
-            lambda conn: self._set_state(conn, PRUNED_KEY, before_bucket, keep_max=True)
-        )

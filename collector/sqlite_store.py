@@ -112,6 +112,8 @@ PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer j
 class SQLiteStore(GroupCommitStore):
     """A :class:`Store` in one SQLite file (WAL mode)."""
 
+    group_begin = "BEGIN IMMEDIATE"
+
     def __init__(
         self,
         path: str | Path,
@@ -190,11 +192,10 @@ class SQLiteStore(GroupCommitStore):
             raise StoreError(f"{self.path}: {exc}") from None
         try:
             self._create_schema(conn)
-        except sqlite3.Error as exc:
+        except BaseException as exc:
             conn.close()
-            raise StoreError(f"{self.path}: {exc}") from None
-        except BaseException:
-            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"{self.path}: {exc}") from None
             raise
         return conn
 
@@ -250,12 +251,6 @@ class SQLiteStore(GroupCommitStore):
     # --- the dialect ---------------------------------------------------------------------
     def _x(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(sql, params)
-
-    def _begin(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-
-    def _retryable(self, exc: BaseException) -> bool:
-        return False  # one writer: nothing to deadlock with
 
     def _claim_batches(
         self, conn: sqlite3.Connection, rows: list[tuple[bytes, int, bytes]]
@@ -369,7 +364,13 @@ class SQLiteStore(GroupCommitStore):
                     return int(conn.execute(f"DELETE FROM {table} WHERE {where}", params).rowcount)
 
                 deleted += await self._submit(prune)
-        await self._mark_pruned(before_bucket)
+        await self._submit(
+            lambda conn: conn.execute(
+                "INSERT INTO store_state (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
+                (PRUNED_KEY, before_bucket),
+            )
+        )
         if deleted:
             log.info("pruned %d batch and report ids of buckets before %d", deleted, before_bucket)
         return deleted
