@@ -47,7 +47,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -221,6 +221,9 @@ _COLLECTOR_KEYS: dict[str, Any] = {
 }
 
 
+_FLOATS = {f.name for f in fields(CollectorConfig) if f.type == "float"}
+
+
 def _check_collector(
     table: Mapping[str, Any], source: str, base_dir: Path | None
 ) -> dict[str, Any]:
@@ -235,20 +238,11 @@ def _check_collector(
         check = _COLLECTOR_KEYS[key]
         if not check(value):
             raise ConfigError(f"{source}: [collector] {key} must be {check.__doc__}, got {value!r}")
-        out[key] = value
+        out[key] = float(value) if key in _FLOATS else value
     if "synchronous" in out:
         out["synchronous"] = Synchronous(out["synchronous"].lower())
     if "cors_origins" in out:
         out["cors_origins"] = tuple(out["cors_origins"])
-    for key in (
-        "shutdown_timeout",
-        "catalog_refresh_seconds",
-        "ingest_reports_per_second",
-        "header_timeout",
-        "upload_grace",
-    ):
-        if key in out:
-            out[key] = float(out[key])
     if "database" in out:
         out["database"] = _database_path(out["database"], source, base_dir)
     return out

@@ -81,7 +81,7 @@ async def post_reports(request: web.Request) -> web.Response:
 # --- metric definitions ----------------------------------------------------------------
 @requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
 async def get_metrics(request: web.Request) -> web.Response:
-    listing = request.app[COLLECTOR].metrics_list()
+    listing = request.app[COLLECTOR].metrics_body
     return _cached(request, listing.body, listing.etag)
 
 
@@ -103,21 +103,15 @@ async def put_metric(request: web.Request) -> web.Response:
     limit = collector.config.max_definition_bytes
     try:
         _check_body(request, JSON, limit)
+        async with collector.admission.bodies.hold() as held:
+            raw = await _read(request, held, limit)
+            data = loads_bounded(raw)
+    except ProtocolError as exc:
+        raise ApiError(400, "bad_request", f"body is not valid JSON: {exc}") from None
     except ApiError as exc:
         if exc.status == 413:
             exc.detail += " (max_definition_bytes)"
         raise
-    async with collector.admission.bodies.hold() as held:
-        try:
-            raw = await _read(request, held, limit)
-        except ApiError as exc:
-            if exc.status == 413:
-                exc.detail += " (max_definition_bytes)"
-            raise
-        try:
-            data = loads_bounded(raw)
-        except ProtocolError as exc:
-            raise ApiError(400, "bad_request", f"body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "bad_request", "body must be a JSON object (a metric definition)")
     try:
@@ -125,7 +119,6 @@ async def put_metric(request: web.Request) -> web.Response:
         check_definition_size(definition)
     except (LdpkitError, ValueError, TypeError, ImportError) as exc:
         raise ApiError(400, "invalid_definition", str(exc)) from None
-    collector = request.app[COLLECTOR]
     outcome, previous = await collector.put_metric(definition)  # StoreError: 503 (middleware)
     created = outcome in (PutOutcome.CREATED, PutOutcome.NEW_VERSION)
     return json_response(

@@ -69,11 +69,6 @@ READY_TIMEOUT = 2.0  # seconds the store may take to answer /readyz
 READY_HOLD = 10.0  # seconds /readyz answers 503 after a batch failed in the store
 
 
-def _with_aggregates(blocks: Sequence[CheckedReports]) -> list[CheckedReports]:
-    """``blocks`` with their aggregates computed (checked reports: they aggregate)."""
-    return [replace(b, aggregate=b.mechanism.aggregate_checked(b.reports)) for b in blocks]
-
-
 @dataclass(frozen=True)
 class Serialized:
     body: bytes
@@ -95,7 +90,7 @@ class Collector:
         self.draining = False
         self.admission = Admission(config, store, telemetry)  # POST /v1/reports held
         self.store_failed_at: float | None = None  # monotonic time of the last failed batch
-        self._metrics_body = _serialized({"metrics": []})
+        self.metrics_body = _serialized({"metrics": []})
         self._metric_bodies: dict[str, Serialized] = {}
         self._fp_names: dict[str, str] = {}
         self._last_refresh = 0.0
@@ -111,7 +106,7 @@ class Collector:
         store = self.store
         store.commit_listener = self.telemetry.on_commit
         store.catalog_listener = self._catalog_changed
-        self.telemetry.watch_queue(lambda: store.pending_batches)
+        self.telemetry.queue_batches.set_function(lambda: store.pending_batches)
         await store.open()
         try:
             await self._apply_config_metrics()
@@ -127,9 +122,8 @@ class Collector:
             asyncio.create_task(self._prune_loop(), name="ldpkit-prune"),
             asyncio.create_task(self._compact_loop(), name="ldpkit-compact"),
         ]
-        counts = {k: len(v) for k, v in self.config.tokens.by_kind().items()}
-        for kind, count in counts.items():
-            if not count:
+        for kind, tokens in self.config.tokens.by_kind().items():
+            if not tokens:
                 log.warning("no %s token configured: %s requests will be refused", kind, kind)
 
     async def _apply_config_metrics(self) -> None:
@@ -225,7 +219,7 @@ class Collector:
         self.catalog = catalog
         current = sorted(catalog.current.values(), key=lambda d: d.name)
         listed = [d.to_dict() for d in current if d.name not in catalog.retired]
-        self._metrics_body = _serialized({"metrics": listed})
+        self.metrics_body = _serialized({"metrics": listed})
         self._metric_bodies = {
             d.name: _serialized(
                 dict(d.to_dict(), retired=True) if d.name in catalog.retired else d.to_dict()
@@ -280,9 +274,6 @@ class Collector:
             if len(self._unloadable) > MAX_UNLOADABLE:
                 self._unloadable.clear()
             self._unloadable.update(missing)
-
-    def metrics_list(self) -> Serialized:
-        return self._metrics_body
 
     def metric(self, name: str) -> Serialized:
         found = self._metric_bodies.get(name)
@@ -413,12 +404,14 @@ class Collector:
     ) -> list[CheckedReports]:
         """Blocks costly to aggregate are aggregated here, in the sender's turn of the fair
         lane, not in the store's writer where every other batch would wait for them."""
-        if (
-            blocks
-            and sum(aggregation_seconds(b.mechanism, b.n) for b in blocks) > EXPENSIVE_SECONDS
-        ):
-            return await self.lane.run(token, lambda: _with_aggregates(blocks))
-        return blocks
+        if sum(aggregation_seconds(b.mechanism, b.n) for b in blocks) <= EXPENSIVE_SECONDS:
+            return blocks
+        return await self.lane.run(
+            token,
+            lambda: [
+                replace(b, aggregate=b.mechanism.aggregate_checked(b.reports)) for b in blocks
+            ],
+        )
 
     async def _store(self, blocks: list[CheckedReports], batch_id: bytes | None) -> IngestResult:
         try:
