@@ -281,8 +281,7 @@ def _check_token(token: object, where: str, index: int) -> str:
 
 
 def _tokens(table: object, source: str, environ: Mapping[str, str]) -> Tokens:
-    if table is None:
-        table = {}
+    table = {} if table is None else table
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [tokens] must be a table")
     unknown = sorted(set(table) - set(TOKEN_KINDS))
@@ -336,8 +335,7 @@ def config_from_dict(
     environ: Mapping[str, str] | None = None,
 ) -> CollectorConfig:
     """A config from parsed TOML (or any mapping of the same shape)."""
-    if environ is None:
-        environ = os.environ
+    environ = os.environ if environ is None else environ
     unknown = sorted(set(data) - {"collector", "tokens", "metrics"})
     if unknown:
         raise ConfigError(

@@ -178,8 +178,7 @@ class _Claims:
 
 
 def _sealed_ids(jobs: Sequence[_Job]) -> dict[bytes, tuple[int, bytes]]:
-    """The batch ids of the sealed batches of ``jobs``, each with its first copy's latest
-    bucket and the bitmap of its blocks."""
+    """Each sealed batch id of ``jobs``: its first copy's latest bucket and block bitmap."""
     sealed: dict[bytes, tuple[int, bytes]] = {}
     for job in jobs:
         if job.batch_id is not None and job.batch_id not in sealed:
@@ -192,8 +191,7 @@ def _sealed_ids(jobs: Sequence[_Job]) -> dict[bytes, tuple[int, bytes]]:
 def _legacy_counted(
     job: _Job, prepared: _Prepared, i: int, new: npt.NDArray[np.bool_] | None
 ) -> tuple[int, Deltas]:
-    """The new reports of v1 batch ``i``: how many, and their sums (aggregated again when
-    some were duplicates)."""
+    """How many reports of v1 batch ``i`` are new, and their sums (again if not all are)."""
     lo, hi = prepared.legacy_bounds[i], prepared.legacy_bounds[i + 1]
     deltas = prepared.deltas[i]
     if new is None:
@@ -254,15 +252,13 @@ class GroupCommitStore(Store):
 
     @abstractmethod
     def _claim_batches(self, conn: Conn, rows: list[tuple[bytes, int, bytes]]) -> set[bytes]:
-        """Insert (batch id, bucket, block bitmap) rows whose id is not stored (ids are
-        unique and sorted); the ids inserted."""
+        """Insert the (id, bucket, bitmap) rows (sorted) whose id is new; the ids inserted."""
 
     @abstractmethod
     def _insert_report_ids(
         self, conn: Conn, ids: npt.NDArray[Any], buckets: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.bool_] | None:
-        """Insert the v1 report ids (unique, sorted) not stored yet; which were inserted
-        (None: every one)."""
+        """Insert the new v1 report ids (unique, sorted); which were (None: every one)."""
 
     @abstractmethod
     def _append_partials(self, conn: Conn, rows: list[PartialRow]) -> None: ...
@@ -358,8 +354,7 @@ class GroupCommitStore(Store):
                 self._call_soon(_settle_future, stop.done, None, None)
 
     def _first_connection(self, ready: asyncio.Future[None]) -> Conn | None:
-        """The writer's connection, ``ready`` told of it (None: it failed, ``ready`` holds
-        the error)."""
+        """The writer's connection (None: it failed); ``ready`` is told either way."""
         try:
             conn = self._connect_writer()
         except Exception as exc:
@@ -370,8 +365,7 @@ class GroupCommitStore(Store):
         return conn
 
     def _gather(self, first: _Job) -> tuple[list[_Job], _Stop | None]:
-        """A group: ``first`` and the jobs waiting after it, within the group's bounds; and
-        the stop met among them, if any."""
+        """A group: ``first`` and the jobs queued after it, within bounds; a stop met."""
         group = [first]
         reports = first.reports
         while len(group) < self.max_group_batches and reports < self.max_group_reports:
@@ -472,8 +466,7 @@ class GroupCommitStore(Store):
         return done
 
     def _store_batches(self, conn: Conn, prepared: _Prepared) -> tuple[list[IngestResult], Deltas]:
-        """Claim batch ids and insert v1 report ids; each batch's answer and the sums of
-        what the group counts."""
+        """Claim batch ids and insert v1 report ids; each batch's answer, the group's sums."""
         claims = self._claim_sealed(conn, prepared.jobs)
         new = self._new_report_ids(conn, prepared)
         results: list[IngestResult] = []
@@ -501,7 +494,6 @@ class GroupCommitStore(Store):
         return _Claims(sealed, claimed, self._stored_bitmaps(conn, before) if before else {})
 
     def _stored_bitmaps(self, conn: Conn, ids: list[bytes]) -> dict[bytes, bytes]:
-        """The bitmaps of the blocks counted, of batch ``ids`` stored before."""
         marks = ",".join("?" * len(ids))
         keys = [self._batch_key(i) for i in ids]
         cur = self._x(conn, f"SELECT id, blocks FROM batches WHERE id IN ({marks})", keys)
@@ -521,13 +513,11 @@ class GroupCommitStore(Store):
         new[first if inserted is None else first[inserted]] = True
         return new
 
-    def _batch_key(self, batch_id: bytes) -> Any:
-        """A batch id as a query parameter."""
+    def _batch_key(self, batch_id: bytes) -> Any:  # as a query parameter
         return batch_id
 
     @staticmethod
-    def _batch_id(value: Any) -> bytes:
-        """A batch id as the database returns it (bytes, or a uuid)."""
+    def _batch_id(value: Any) -> bytes:  # as the database returns it: bytes, or a uuid
         return value.bytes if hasattr(value, "bytes") else bytes(value)
 
     def _settle_group(self, outcomes: list[Outcome]) -> None:
@@ -540,14 +530,14 @@ class GroupCommitStore(Store):
     # --- submitting work -----------------------------------------------------------------
     def _submit(
         self,
-        fn: Callable[[Conn], Any] | None,
+        fn: Callable[[Conn], T] | None,
         *,
         blocks: list[CheckedReports] | None = None,
         batch_id: bytes | None = None,
-    ) -> asyncio.Future[Any]:
+    ) -> asyncio.Future[T]:
         if self._closing or self._loop is None:
             raise StoreClosed("the store is closed")
-        future: asyncio.Future[Any] = self._loop.create_future()
+        future: asyncio.Future[T] = self._loop.create_future()
         reports = 0
         if blocks is not None:
             reports = sum(b.n for b in blocks)
@@ -572,8 +562,7 @@ class GroupCommitStore(Store):
             return IngestResult(0, 0)
         if batch_id is None and any(b.ids is None for b in blocks):
             raise ValueError("a batch without a batch id needs report ids in every block")
-        result: IngestResult = await self._submit(None, blocks=blocks, batch_id=batch_id)
-        return result
+        return await self._submit(None, blocks=blocks, batch_id=batch_id)
 
     async def compact(self, limit: int = 20_000) -> int:
         def fold(conn: Conn) -> int:
@@ -588,17 +577,13 @@ class GroupCommitStore(Store):
                 self._add_to_aggregates(conn, folded)
             return len(rows)
 
-        count: int = await self._submit(fold)
-        return count
+        return await self._submit(fold)
 
     # --- the catalog ---------------------------------------------------------------------
     async def put_metric(
         self, definition: MetricDefinition, *, origin: Origin = Origin.API
     ) -> PutOutcome:
-        outcome: PutOutcome = await self._submit(
-            lambda conn: self._put_metric(conn, definition, origin)
-        )
-        return outcome
+        return await self._submit(lambda conn: self._put_metric(conn, definition, origin))
 
     def _put_metric(self, conn: Conn, definition: MetricDefinition, origin: Origin) -> PutOutcome:
         fp, name, text = definition.fingerprint, definition.name, definition_json(definition)
@@ -660,15 +645,20 @@ class GroupCommitStore(Store):
             self._catalog_written(conn, name)
             return True
 
-        retired: bool | None = await self._submit(retire)
-        return retired
+        return await self._submit(retire)
 
     async def probe_write(self) -> None:
-        sql = (
-            "INSERT INTO store_state (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        await self._submit(lambda conn: self._raise_state(conn, "write_probe", int(time.time())))
+
+    def _raise_state(self, conn: Conn, key: str, value: int) -> None:
+        """Set ``key`` of ``store_state`` to ``value``, unless it holds more already."""
+        self._x(
+            conn,
+            "INSERT INTO store_state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+            "SET value = CASE WHEN store_state.value > excluded.value THEN store_state.value "
+            "ELSE excluded.value END",
+            (key, value),
         )
-        await self._submit(lambda conn: self._x(conn, sql, ("write_probe", int(time.time()))))
 
     async def load_catalog(self) -> Catalog:
         def read(conn: Conn) -> Catalog:
@@ -753,10 +743,9 @@ class GroupCommitStore(Store):
         return await self._read(read)
 
     async def pruned_before(self) -> int | None:
-        def read(conn: Conn) -> int | None:
-            row = self._x(
-                conn, "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,)
-            ).fetchone()
-            return None if row is None else int(row[0])
+        return await self._read(self._pruned_mark)
 
-        return await self._read(read)
+    def _pruned_mark(self, conn: Conn) -> int | None:
+        row = self._x(conn, "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,))
+        found = row.fetchone()
+        return None if found is None else int(found[0])

@@ -243,8 +243,7 @@ class _ArrayDumper(Dumper):
             self.oid = cls.oid
 
     def dump(self, obj: Any) -> bytes:
-        data: bytes = obj.data
-        return data
+        return bytes(obj.data)
 
 
 def redacted(url: str) -> str:
@@ -531,10 +530,8 @@ class PostgresStore(GroupCommitStore):
                 return None  # another process is pruning
             deleted = 0
             try:
-                done = conn.execute(
-                    "SELECT value FROM store_state WHERE key = %s", (PRUNED_KEY,)
-                ).fetchone()
-                if done is not None and int(done[0]) >= before_bucket:
+                done = self._pruned_mark(conn)
+                if done is not None and done >= before_bucket:
                     return None
                 for table in ("batches", "report_ids"):
                     row = conn.execute(
@@ -550,11 +547,7 @@ class PostgresStore(GroupCommitStore):
                         deleted += max(cur.rowcount, 0)
                 # Marked here, under the pruning lock, in its own short transaction: not
                 # in a writer's group, where two processes would wait on this one row.
-                conn.execute(
-                    "INSERT INTO store_state (key, value) VALUES (%s, %s) ON CONFLICT (key) "
-                    "DO UPDATE SET value = greatest(store_state.value, excluded.value)",
-                    (PRUNED_KEY, before_bucket),
-                )
+                self._raise_state(conn, PRUNED_KEY, before_bucket)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (PRUNE_LOCK,))
             return deleted

@@ -334,10 +334,8 @@ class SQLiteStore(GroupCommitStore):
         50,000 ids each), so batches commit in between; skipped if already done."""
 
         def count(conn: sqlite3.Connection) -> dict[str, int] | None:
-            done = conn.execute(
-                "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,)
-            ).fetchone()
-            if done is not None and done[0] >= before_bucket:
+            done = self._pruned_mark(conn)
+            if done is not None and done >= before_bucket:
                 return None
             return {
                 table: conn.execute(
@@ -364,13 +362,7 @@ class SQLiteStore(GroupCommitStore):
                     return int(conn.execute(f"DELETE FROM {table} WHERE {where}", params).rowcount)
 
                 deleted += await self._submit(prune)
-        await self._submit(
-            lambda conn: conn.execute(
-                "INSERT INTO store_state (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
-                (PRUNED_KEY, before_bucket),
-            )
-        )
+        await self._submit(lambda conn: self._raise_state(conn, PRUNED_KEY, before_bucket))
         if deleted:
             log.info("pruned %d batch and report ids of buckets before %d", deleted, before_bucket)
         return deleted

@@ -69,5 +69,4 @@ class Telemetry:
             self.commit_batches.observe(batches)
 
     def exposition(self) -> bytes:
-        data: bytes = generate_latest(self.registry)
-        return data
+        return generate_latest(self.registry)
