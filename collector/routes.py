@@ -16,6 +16,7 @@ from .auth import Scope, requires, token_id
 from .keys import COLLECTOR, CONFIG, TELEMETRY
 from .queries import parse_query
 from .responses import JSON, ApiError, etag_matches, json_response
+from .service import Serialized
 from .store import PutOutcome
 from .telemetry import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .uploads import Held, check_encoding, read_body
@@ -57,11 +58,11 @@ async def _read(request: web.Request, held: Held, limit: int) -> bytearray:
     )
 
 
-def _cached(request: web.Request, body: bytes, etag: str) -> web.Response:
-    headers = {"ETag": etag, "Cache-Control": "no-cache"}
-    if etag_matches(request.headers.get("If-None-Match"), etag):
+def _cached(request: web.Request, found: Serialized) -> web.Response:
+    headers = {"ETag": found.etag, "Cache-Control": "no-cache"}
+    if etag_matches(request.headers.get("If-None-Match"), found.etag):
         return web.Response(status=304, headers=headers)
-    return web.Response(body=body, content_type=JSON, headers=headers)
+    return web.Response(body=found.body, content_type=JSON, headers=headers)
 
 
 # --- reports ---------------------------------------------------------------------------
@@ -81,14 +82,12 @@ async def post_reports(request: web.Request) -> web.Response:
 # --- metric definitions ----------------------------------------------------------------
 @requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
 async def get_metrics(request: web.Request) -> web.Response:
-    listing = request.app[COLLECTOR].metrics_body
-    return _cached(request, listing.body, listing.etag)
+    return _cached(request, request.app[COLLECTOR].metrics_body)
 
 
 @requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
 async def get_metric(request: web.Request) -> web.Response:
-    found = request.app[COLLECTOR].metric(request.match_info["name"])
-    return _cached(request, found.body, found.etag)
+    return _cached(request, request.app[COLLECTOR].metric(request.match_info["name"]))
 
 
 @requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
