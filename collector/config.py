@@ -135,7 +135,7 @@ class CollectorConfig:
         return replace(self, **_check_collector(kept, self.source, base_dir=None))
 
 
-# key -> (type check, description) for the [collector] table
+# The checks of the [collector] table's keys; a check's docstring says what it wants.
 def _int_in(lo: int, hi: int) -> Any:
     def check(v: object) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi

@@ -66,15 +66,13 @@ def running_collector(
 
     threading.Thread(target=pump, daemon=True).start()
     try:
-        seen: list[str] = []
         while True:
             try:
                 line = lines.get(timeout=startup_timeout)
             except Empty:
                 raise LdpkitError(
-                    f"the collector did not start within {startup_timeout:g} s: {''.join(seen)}"
+                    f"the collector did not start within {startup_timeout:g} s: {''.join(log)}"
                 ) from None
-            seen.append(line)
             if match := LISTENING.search(line):
                 break
         yield RunningCollector(process, match.group(1), log)

@@ -137,14 +137,13 @@ def _pack(head: dict[str, Any], blocks: Sequence[Block], own: str) -> bytes:
     return packed
 
 
-def _field(block: dict[Any, Any], key: str, kind: type | tuple[type, ...], index: int) -> Any:
+def _field(block: dict[Any, Any], key: str, kind: type, index: int) -> Any:
     if key not in block:
         raise ProtocolError(f"block {index}: missing field {key!r}")
     value = block[key]
     if not isinstance(value, kind) or isinstance(value, bool):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise ProtocolError(
-            f"block {index}: field {key!r} must be {names}, got {type(value).__name__}"
+            f"block {index}: field {key!r} must be {kind.__name__}, got {type(value).__name__}"
         )
     return value
 
