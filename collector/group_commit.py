@@ -123,9 +123,7 @@ def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[Outcome]]:
     return _Prepared(kept, deltas, legacy, bounds, buckets), failed
 
 
-def _legacy_ids(
-    jobs: Sequence[_Job],
-) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], list[int]]:
+def _legacy_ids(jobs: Sequence[_Job]) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], list[int]]:
     """The v1 report ids of ``jobs`` in job order, their buckets, and each job's bounds."""
     ids: list[npt.NDArray[Any]] = []
     buckets: list[npt.NDArray[np.int64]] = []
@@ -424,8 +422,7 @@ class GroupCommitStore(Store):
                 log.warning("group transaction retried after: %s", exc)
 
     def _rolled_back(self, conn: Conn | None, exc: Exception) -> bool:
-        """Roll a failed transaction back; whether it may run again (after a deadlock, or
-        on a new connection when ``conn`` broke)."""
+        """Roll back; whether to run again (after a deadlock, or on a new connection)."""
         if conn is not None:
             with contextlib.suppress(Exception):
                 self._x(conn, "ROLLBACK")
@@ -500,8 +497,7 @@ class GroupCommitStore(Store):
         return {self._batch_id(r[0]): bytes(r[1]) for r in cur.fetchall()}
 
     def _new_report_ids(self, conn: Conn, prepared: _Prepared) -> npt.NDArray[np.bool_] | None:
-        """v1 batches: insert their report ids; which of ``prepared.legacy_ids`` are new
-        (the first occurrence of an id not stored before), None: every one."""
+        """Insert the v1 report ids; which of ``prepared.legacy_ids`` are new (None: all)."""
         ids = prepared.legacy_ids
         if not ids.shape[0]:
             return None
@@ -610,8 +606,7 @@ class GroupCommitStore(Store):
         return outcome
 
     def _store_version(self, conn: Conn, fp: str, name: str, text: str) -> str | None:
-        """Store version ``fp``'s definition JSON (new, or a changed description or
-        budget); the JSON stored before (None: a new version)."""
+        """Store version ``fp``'s JSON (new, or changed); the JSON stored before (None: new)."""
         row = self._x(
             conn, "SELECT definition FROM metric_versions WHERE fingerprint = ?", (fp,)
         ).fetchone()

@@ -12,13 +12,7 @@ from aiohttp.typedefs import Handler
 from ..errors import LdpkitError, StoreClosed, StoreError
 from .auth import bearer_token, required_scopes
 from .keys import CONFIG, TELEMETRY, TOKENS
-from .responses import (
-    KEPT_HEADERS,
-    STATUS_CODES,
-    ApiError,
-    domain_error,
-    error_response,
-)
+from .responses import KEPT_HEADERS, STATUS_CODES, ApiError, domain_error, error_response
 from .uploads import ClientGone
 
 log = logging.getLogger("ldpkit.collector")

@@ -113,12 +113,7 @@ def json_response(
 
 
 def error_response(
-    status: int,
-    error: str,
-    detail: str,
-    *,
-    headers: Mapping[str, str] | None = None,
-    **extra: Any,
+    status: int, error: str, detail: str, *, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> web.Response:
     return json_response(
         {"error": error, "detail": detail, **extra}, status=status, headers=headers

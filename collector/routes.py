@@ -32,17 +32,13 @@ def _check_body(request: web.Request, accepted: frozenset[str] | str, limit: int
     types = {accepted} if isinstance(accepted, str) else accepted
     if request.content_type not in types:
         raise ApiError(
-            415,
-            "unsupported_media_type",
-            f"Content-Type must be {' or '.join(sorted(types))}",
+            415, "unsupported_media_type", f"Content-Type must be {' or '.join(sorted(types))}"
         )
     check_encoding(request)
     length = request.content_length
     if length is not None and length > limit:
         raise ApiError(
-            413,
-            "payload_too_large",
-            f"body of {length} bytes is over the limit of {limit} bytes",
+            413, "payload_too_large", f"body of {length} bytes is over the limit of {limit} bytes"
         )
 
 

@@ -389,8 +389,7 @@ class Collector:
         return batch
 
     async def _check(self, blocks: Sequence[Block]) -> BatchVerdict:
-        """The batch checked against the catalog (learning the versions it lacks) and the
-        acceptance window."""
+        """The batch checked against the catalog (learning what it lacks) and the window."""
         oldest = oldest_bucket(time.time(), self.config.report_id_retention_days)
         if self._pruned_before is not None:
             oldest = max(oldest, self._pruned_before)

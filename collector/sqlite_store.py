@@ -295,8 +295,7 @@ class SQLiteStore(GroupCommitStore):
 
     def _take_partials(self, conn: sqlite3.Connection, limit: int) -> list[PartialRow]:
         rows = conn.execute(
-            "SELECT seq, fingerprint, bucket, n, sums FROM partials ORDER BY seq LIMIT ?",
-            (limit,),
+            "SELECT seq, fingerprint, bucket, n, sums FROM partials ORDER BY seq LIMIT ?", (limit,)
         ).fetchall()
         if rows:
             conn.execute("DELETE FROM partials WHERE seq <= ?", (rows[-1][0],))
