@@ -123,9 +123,8 @@ def serve(
     asyncio.set_event_loop(loop)
     main = loop.create_task(_serve(app, sock, config, options, announce), name="ldpkit-serve")
     try:
-        loop.run_until_complete(main)
-    except (web.GracefulExit, KeyboardInterrupt):
-        pass
+        with contextlib.suppress(web.GracefulExit, KeyboardInterrupt):
+            loop.run_until_complete(main)
     finally:
         main.cancel()
         with contextlib.suppress(asyncio.CancelledError, web.GracefulExit, KeyboardInterrupt):

@@ -1,12 +1,9 @@
 """SQLite store: WAL mode, one writer thread with group commit, one reader thread.
 
-The group-commit writer and everything above the SQL dialect are shared with the
-PostgreSQL store (:mod:`ldpkit.collector.group_commit`); this module opens the file,
-keeps its schema, and supplies the few statements that differ.
-
-**Threads.** The event loop never touches SQLite. Writes go through a queue to one writer
-thread that owns the only write connection; reads run on one reader thread with its own
-connection, which WAL lets read committed data while the writer writes.
+The group-commit writer (:mod:`ldpkit.collector.group_commit`, shared with PostgreSQL)
+owns the only write connection; the reader thread's own connection reads committed data
+while the writer writes (WAL). This module opens the file, keeps its schema, and supplies
+the few statements that differ.
 
 **v1 report ids** go in with ``INSERT OR IGNORE ... RETURNING id`` statements of 2048 rows
 (one ``sqlite3_step`` per row returned, the GIL dropped once per chunk rather than per
