@@ -126,14 +126,5 @@ def etag_of(body: bytes) -> str:
 
 def etag_matches(if_none_match: str | None, etag: str) -> bool:
     """Whether an ``If-None-Match`` header names ``etag`` (weak comparison, or ``*``)."""
-    if not if_none_match:
-        return False
-    for candidate in if_none_match.split(","):
-        tag = candidate.strip()
-        if tag == "*":
-            return True
-        if tag.startswith("W/"):
-            tag = tag[2:]
-        if tag == etag:
-            return True
-    return False
+    tags = [tag.strip() for tag in (if_none_match or "").split(",")]
+    return "*" in tags or any(tag.removeprefix("W/") == etag for tag in tags)
