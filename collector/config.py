@@ -203,8 +203,7 @@ _FLOATS = {f.name for f in fields(CollectorConfig) if f.type == "float"}
 def _check_collector(
     table: Mapping[str, Any], source: str, base_dir: Path | None
 ) -> dict[str, Any]:
-    unknown = sorted(set(table) - set(_COLLECTOR_KEYS))
-    if unknown:
+    if unknown := sorted(set(table) - set(_COLLECTOR_KEYS)):
         raise ConfigError(
             f"{source}: unknown key(s) in [collector]: {', '.join(unknown)} "
             f"(known: {', '.join(_COLLECTOR_KEYS)})"
@@ -260,8 +259,7 @@ def _tokens(table: object, source: str, environ: Mapping[str, str]) -> Tokens:
     table = {} if table is None else table
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [tokens] must be a table")
-    unknown = sorted(set(table) - set(TOKEN_KINDS))
-    if unknown:
+    if unknown := sorted(set(table) - set(TOKEN_KINDS)):
         raise ConfigError(
             f"{source}: unknown key(s) in [tokens]: {', '.join(unknown)} "
             f"(known: {', '.join(TOKEN_KINDS)})"
@@ -312,8 +310,7 @@ def config_from_dict(
 ) -> CollectorConfig:
     """A config from parsed TOML (or any mapping of the same shape)."""
     environ = os.environ if environ is None else environ
-    unknown = sorted(set(data) - {"collector", "tokens", "metrics"})
-    if unknown:
+    if unknown := sorted(set(data) - {"collector", "tokens", "metrics"}):
         raise ConfigError(
             f"{source}: unknown table(s) {', '.join(unknown)} (known: collector, tokens, metrics)"
         )

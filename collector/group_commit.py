@@ -228,7 +228,6 @@ class GroupCommitStore(Store):
         self._pending_batches = 0
         self._pending_reports = 0
 
-    # --- what a store provides -----------------------------------------------------------
     @abstractmethod
     def _connect_writer(self) -> Conn:
         """A write connection (in the writer thread that uses it; the schema is ready)."""
@@ -288,7 +287,6 @@ class GroupCommitStore(Store):
     async def _read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn(conn)`` on a reader thread with a read connection."""
 
-    # --- lifecycle -----------------------------------------------------------------------
     async def _start_writers(self) -> None:
         """Start the writer threads; returns when each has its connection."""
         loop = asyncio.get_running_loop()
@@ -325,7 +323,6 @@ class GroupCommitStore(Store):
         await asyncio.gather(*dones)
         self._threads = []
 
-    # --- the writer threads --------------------------------------------------------------
     def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
@@ -523,7 +520,6 @@ class GroupCommitStore(Store):
                 self._pending_reports -= job.reports
             _settle_future(job.future, result, exc)
 
-    # --- submitting work -----------------------------------------------------------------
     def _submit(
         self,
         fn: Callable[[Conn], T] | None,
@@ -575,7 +571,6 @@ class GroupCommitStore(Store):
 
         return await self._submit(fold)
 
-    # --- the catalog ---------------------------------------------------------------------
     async def put_metric(
         self, definition: MetricDefinition, *, origin: Origin = Origin.API
     ) -> PutOutcome:
@@ -688,7 +683,6 @@ class GroupCommitStore(Store):
 
         return await self._read(read)
 
-    # --- reads ---------------------------------------------------------------------------
     async def ping(self) -> None:
         await self._read(lambda conn: self._x(conn, "SELECT 1").fetchone())
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from aiohttp import web
@@ -102,17 +101,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         return _http_exception_answer(exc)
-    except asyncio.CancelledError:
-        raise
-    except Exception:
+    except Exception:  # a CancelledError (a BaseException) passes
         return _unexpected(request)
 
 
 async def _error_answer(request: web.Request, exc: ApiError | LdpkitError) -> web.StreamResponse:
     """An ApiError's answer, or a domain error's (mapped in responses.py; unmapped: 500).
     A store's failure is logged (its closing, at shutdown, is no failure)."""
-    api = domain_error(exc, request.app[CONFIG].retry_after)
-    if api is None:
+    if (api := domain_error(exc, request.app[CONFIG].retry_after)) is None:
         return _unexpected(request)
     if isinstance(exc, StoreError) and not isinstance(exc, StoreClosed):
         log.error("%s %s: %s", request.method, request.path, exc)

@@ -290,7 +290,6 @@ class PostgresStore(GroupCommitStore):
     def __repr__(self) -> str:
         return f"PostgresStore({redacted(self.url)!r}, pool_size={self.pool_size})"
 
-    # --- connections ---------------------------------------------------------------------
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
         for cls in (_UuidArray, _Int8Array, _Float8Array):
@@ -312,7 +311,6 @@ class PostgresStore(GroupCommitStore):
     def _writer_usable(self, conn: psycopg.Connection[Any]) -> bool:
         return not conn.closed and not conn.broken
 
-    # --- lifecycle -----------------------------------------------------------------------
     async def open(self) -> None:
         if self._pool is not None:
             return
@@ -425,7 +423,6 @@ class PostgresStore(GroupCommitStore):
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"{type(exc).__name__}: {exc}") from None
 
-    # --- catalog notifications -----------------------------------------------------------
     async def _listen(self) -> None:
         """LISTEN for catalog changes made by any process; reconnect with backoff."""
         delay = 1.0
@@ -440,22 +437,18 @@ class PostgresStore(GroupCommitStore):
                     self._catalog_changed()  # missed while not listening?
                     async for _ in conn.notifies():
                         self._catalog_changed()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
+            except Exception as exc:  # not a CancelledError (a BaseException)
                 log.warning("catalog notifications interrupted (%s); retrying in %gs", exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
 
     def _catalog_changed(self) -> None:
-        listener = self.catalog_listener
-        if listener is not None:
+        if (listener := self.catalog_listener) is not None:
             try:
                 listener()
             except Exception:
                 log.exception("catalog listener failed")
 
-    # --- the dialect ---------------------------------------------------------------------
     def _x(self, conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(sql.replace("?", "%s"), params)
 
@@ -517,7 +510,6 @@ class PostgresStore(GroupCommitStore):
     def _catalog_written(self, conn: psycopg.Connection[Any], name: str) -> None:
         conn.execute("SELECT pg_notify(%s, %s)", (CATALOG_CHANNEL, name))
 
-    # --- pruning -------------------------------------------------------------------------
     async def prune_report_ids(self, before_bucket: int) -> int:
         """Delete batch ids and v1 report ids of buckets ``< before_bucket`` in short
         transactions, one range of ``PRUNE_CHUNK_PAGES`` heap pages (a TID range scan)

@@ -151,8 +151,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    reason = await request.app[COLLECTOR].readiness()
-    if reason is not None:
+    if (reason := await request.app[COLLECTOR].readiness()) is not None:
         raise ApiError(503, "not_ready", reason)
     return json_response({"status": "ready"})
 

@@ -101,7 +101,6 @@ class Collector:
         self.lane = FairLane()  # costly aggregations, round-robin between senders
         self._notified: asyncio.Task[None] | None = None
 
-    # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         store = self.store
         store.commit_listener = self.telemetry.on_commit
@@ -170,7 +169,6 @@ class Collector:
         await self.lane.stop()
         await self.store.close()
 
-    # --- background tasks ----------------------------------------------------------------
     def _catalog_changed(self) -> None:
         """The store saw another process change the catalog: reload it soon (once)."""
         if self._notified is None or self._notified.done():
@@ -214,7 +212,6 @@ class Collector:
             if folded < COMPACT_ROWS:
                 await asyncio.sleep(self.config.compact_seconds)
 
-    # --- catalog -------------------------------------------------------------------------
     def _set_catalog(self, catalog: Catalog) -> None:
         self.catalog = catalog
         current = sorted(catalog.current.values(), key=lambda d: d.name)
@@ -276,8 +273,7 @@ class Collector:
             self._unloadable.update(missing)
 
     def metric(self, name: str) -> Serialized:
-        found = self._metric_bodies.get(name)
-        if found is None:
+        if (found := self._metric_bodies.get(name)) is None:
             raise UnknownMetric(f"no metric named {name[:80]!r}")
         return found
 
@@ -313,7 +309,6 @@ class Collector:
         )
         return outcome, previous.fingerprint if previous is not None else None
 
-    # --- ingest --------------------------------------------------------------------------
     async def readiness(self) -> str | None:
         """None when ready for batches, else why not (``/readyz`` answers 503 with it)."""
         if not self.ready or self.draining:
@@ -432,7 +427,6 @@ class Collector:
         for r in rejected:
             t.reports_rejected.labels(r.error).inc(int(r.indexes.size))
 
-    # --- estimates -----------------------------------------------------------------------
     def _check_answer_size(
         self, definition: MetricDefinition, buckets: int, query: EstimateQuery
     ) -> None:

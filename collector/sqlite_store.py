@@ -133,7 +133,6 @@ class SQLiteStore(GroupCommitStore):
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r}, synchronous={self.synchronous.upper()})"
 
-    # --- connections ---------------------------------------------------------------------
     def _connect(self, *, writer: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=30.0
@@ -201,7 +200,6 @@ class SQLiteStore(GroupCommitStore):
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         conn.close()
 
-    # --- lifecycle -----------------------------------------------------------------------
     async def open(self) -> None:
         if self._threads:
             return
@@ -245,7 +243,6 @@ class SQLiteStore(GroupCommitStore):
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {exc}") from None
 
-    # --- the dialect ---------------------------------------------------------------------
     def _x(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(sql, params)
 
@@ -323,7 +320,6 @@ class SQLiteStore(GroupCommitStore):
     def _parse_compacted(self, value: Any) -> npt.NDArray[np.float64]:
         return np.frombuffer(value, dtype=SUMS_DTYPE)
 
-    # --- pruning -------------------------------------------------------------------------
     async def prune_report_ids(self, before_bucket: int) -> int:
         """Delete batch ids and v1 report ids of buckets ``< before_bucket``: counted first
         on the reader, then deleted by writer jobs over ranges of ids (by first byte, about

@@ -224,8 +224,7 @@ def _head(obj: Any) -> tuple[int, bytes | None, list[Any]]:
     blocks_raw = obj.get("blocks")
     if not isinstance(blocks_raw, list):
         raise ProtocolError("field 'blocks' must be an array of blocks")
-    unknown = _unknown(obj, _BATCH_FIELDS[sealed])
-    if unknown:
+    if unknown := _unknown(obj, _BATCH_FIELDS[sealed]):
         raise ProtocolError(f"unknown batch fields: {unknown}")
     if not sealed:
         return version, None, blocks_raw
@@ -239,8 +238,7 @@ def _block(raw: Any, i: int, sealed: bool, max_reports: int) -> Block:
     """Block ``i`` of a v2 (``sealed``) or v1 batch."""
     if not isinstance(raw, dict):
         raise ProtocolError(f"block {i}: must be a map, got {type(raw).__name__}")
-    unknown = _unknown(raw, _BLOCK_FIELDS[sealed])
-    if unknown:
+    if unknown := _unknown(raw, _BLOCK_FIELDS[sealed]):
         raise ProtocolError(f"block {i}: unknown fields {unknown}")
     metric = _field(raw, "metric", str, i)
     fp = _field(raw, "fp", str, i)
