@@ -544,8 +544,7 @@ class PostgresStore(GroupCommitStore):
                 conn.execute("SELECT pg_advisory_unlock(%s)", (PRUNE_LOCK,))
             return deleted
 
-        deleted = await self._read(prune)
-        if deleted is None:
+        if (deleted := await self._read(prune)) is None:
             return 0
         if deleted:
             log.info("pruned %d batch and report ids of buckets before %d", deleted, before_bucket)

@@ -336,8 +336,7 @@ class SQLiteStore(GroupCommitStore):
                 for table in ("batches", "report_ids")
             }
 
-        old = await self._read(count)
-        if old is None:
+        if (old := await self._read(count)) is None:
             return 0
         deleted = 0
         for table, found in old.items():
