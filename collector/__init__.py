@@ -14,11 +14,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..errors import ConfigError
-    from .app import create_app
-    from .backends import open_store
-    from .config import CollectorConfig, Tokens, load_config
-    from .store import Store
+    from ..errors import ConfigError as ConfigError
+    from .app import create_app as create_app
+    from .backends import open_store as open_store
+    from .config import CollectorConfig as CollectorConfig
+    from .config import Tokens as Tokens
+    from .config import load_config as load_config
+    from .store import Store as Store
 
 # Loaded on first use, so that importing a submodule (``ldpkit.collector.config``,
 # ``ldpkit.collector.launcher``) does not load aiohttp, prometheus_client and the stores.
@@ -39,12 +41,4 @@ def __getattr__(name: str) -> Any:
     return getattr(import_module(_HOMES[name], __name__), name)
 
 
-__all__ = [
-    "CollectorConfig",
-    "ConfigError",
-    "Store",
-    "Tokens",
-    "create_app",
-    "load_config",
-    "open_store",
-]
+__all__ = sorted(_HOMES)

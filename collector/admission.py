@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..errors import RateLimited
 from .config import CollectorConfig
 from .limits import IngestLimiter
-from .responses import ApiError, error_answer
+from .responses import ApiError, domain_error
 from .store import Store
 from .telemetry import Telemetry
 from .uploads import BodyPool, Held
@@ -100,8 +100,7 @@ class Admission:
     def _count_refusal(self, exc: BaseException) -> None:
         """Count a batch answered with an error, by its answer (a client gone, or a bug
         answered 500, is not counted)."""
-        answer = error_answer(exc, self.config.retry_after)
-        if answer is None:
+        if (answer := domain_error(exc, self.config.retry_after)) is None:
             return
         if answer.error == "rate_limited":
             outcome = answer.error

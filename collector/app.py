@@ -10,12 +10,7 @@ from .auth import TokenRegistry
 from .backends import open_store
 from .config import CollectorConfig
 from .keys import COLLECTOR, CONFIG, TELEMETRY, TOKENS
-from .middlewares import (
-    auth_middleware,
-    cors_middleware,
-    error_middleware,
-    telemetry_middleware,
-)
+from .middlewares import auth_middleware, cors_middleware, error_middleware, telemetry_middleware
 from .routes import setup_routes
 from .service import Collector
 from .store import Store
@@ -23,8 +18,7 @@ from .telemetry import Telemetry
 
 
 async def _collector_context(app: web.Application) -> AsyncIterator[None]:
-    """Open the store (and apply the config's metrics) at startup; at cleanup, after the
-    in-flight requests are done, commit what is queued and close it."""
+    """Open the store at startup; at cleanup (requests done) commit what is queued, close."""
     collector = app[COLLECTOR]
     await collector.start()
     yield

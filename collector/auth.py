@@ -48,12 +48,8 @@ def required_scopes(handler: object) -> frozenset[Scope] | None:
 
 def bearer_token(header: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header, else None."""
-    if not header:
-        return None
-    scheme, _, value = header.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return value.strip() or None
+    scheme, _, value = (header or "").strip().partition(" ")
+    return (value.strip() or None) if scheme.lower() == "bearer" else None
 
 
 def digest(token: str) -> bytes:
@@ -98,8 +94,4 @@ class TokenRegistry:
     def scopes(self, presented: str) -> frozenset[Scope]:
         """The kinds of ``presented`` (empty if unknown)."""
         given = digest(presented)
-        found: set[Scope] = set()
-        for token, scope in self._entries:
-            if hmac.compare_digest(token, given):
-                found.add(scope)
-        return frozenset(found)
+        return frozenset(s for token, s in self._entries if hmac.compare_digest(token, given))

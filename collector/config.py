@@ -46,11 +46,11 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ConfigError as ConfigError  # its home is ldpkit.errors
 from ..errors import LdpkitError
@@ -61,6 +61,7 @@ TOKEN_KINDS = ("ingest", "read", "admin")
 TOKEN_ENV = {kind: f"LDPKIT_{kind.upper()}_TOKENS" for kind in TOKEN_KINDS}
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 HASH_PREFIX = "sha256:"  # a token given as its SHA-256 (see ldpkit.collector.auth)
+T = TypeVar("T")
 
 
 class Synchronous(StrEnum):
@@ -88,54 +89,6 @@ class Tokens:
         return f"Tokens({counts})"
 
 
-@dataclass(frozen=True)
-class CollectorConfig:
-    """Everything ``create_app`` needs. Build it with :func:`load_config` or directly."""
-
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    database: str = "ldpkit.sqlite3"
-    synchronous: Synchronous = Synchronous.FULL
-    sqlite_cache_mib: int = 256
-    pool_size: int = 8
-    report_id_retention_days: int = 30
-    accept_v1: bool = True
-    compact_seconds: float = 1.0
-    catalog_refresh_seconds: float = 10.0
-    max_body_bytes: int = 16 * 2**20
-    max_definition_bytes: int = 2 * 2**20
-    max_reports_per_batch: int = 100_000
-    max_blocks_per_batch: int = 1000
-    max_pending_batches: int = 256
-    max_pending_reports: int = 2_000_000
-    max_pending_bytes: int = 256 * 2**20
-    header_timeout: float = 30.0
-    upload_grace: float = 10.0
-    min_upload_rate: int = 4096
-    max_estimate_items: int = 250_000
-    retry_after: int = 1
-    ingest_reports_per_second: float = 0.0
-    ingest_burst: int = 100_000
-    log_addresses: bool = False
-    cors_origins: tuple[str, ...] = ()
-    """Origins (``https://app.example``, or ``"*"``) whose pages may call the ingest
-    routes (``POST /v1/reports``, ``GET /v1/metrics...``) from a browser: CORS headers
-    and preflight answers for them; empty (the default) answers no CORS at all."""
-    shutdown_timeout: float = 30.0
-    tokens: Tokens = field(default_factory=Tokens)
-    metrics: Mapping[str, MetricDefinition] = field(default_factory=dict)
-    source: str = "<defaults>"
-
-    def with_overrides(self, **changes: Any) -> CollectorConfig:
-        """A copy with some fields replaced (``None`` values are ignored); the new values
-        are checked (the others were)."""
-        kept = {k: v for k, v in changes.items() if v is not None}
-        if not kept:
-            return self
-        return replace(self, **_check_collector(kept, self.source, base_dir=None))
-
-
-# key -> (type check, description) for the [collector] table
 def _int_in(lo: int, hi: int) -> Any:
     def check(v: object) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
@@ -190,42 +143,67 @@ def _is_sync(v: object) -> bool:
 
 _is_sync.__doc__ = "one of " + ", ".join(f'"{m}"' for m in Synchronous)
 
-_COLLECTOR_KEYS: dict[str, Any] = {
-    "host": _is_str,
-    "port": _int_in(0, 65535),
-    "database": _is_str,
-    "synchronous": _is_sync,
-    "sqlite_cache_mib": _int_in(1, 65536),
-    "pool_size": _int_in(2, 1000),
-    "report_id_retention_days": _int_in(1, 3650),
-    "accept_v1": _is_bool,
-    "compact_seconds": _is_positive_seconds,
-    "catalog_refresh_seconds": _is_positive_seconds,
-    "max_body_bytes": _int_in(1024, 2**31),
-    "max_definition_bytes": _int_in(1024, 2**30),
-    "max_reports_per_batch": _int_in(1, 10_000_000),
-    "max_blocks_per_batch": _int_in(1, 100_000),
-    "max_pending_batches": _int_in(1, 1_000_000),
-    "max_pending_reports": _int_in(1, 10**9),
-    "max_pending_bytes": _int_in(1024, 2**40),
-    "header_timeout": _is_positive_seconds,
-    "upload_grace": _is_seconds,
-    "min_upload_rate": _int_in(1, 2**40),
-    "max_estimate_items": _int_in(1, 10**9),
-    "retry_after": _int_in(1, 3600),
-    "ingest_reports_per_second": _is_rate,
-    "ingest_burst": _int_in(1, 10**9),
-    "log_addresses": _is_bool,
-    "cors_origins": _is_origins,
-    "shutdown_timeout": _is_seconds,
-}
+
+def _key(default: T, check: Callable[[object], bool]) -> T:
+    """A [collector] key: its default and its check, whose docstring says what it wants."""
+    return field(default=default, metadata={"check": check})
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """Everything ``create_app`` needs. Build it with :func:`load_config` or directly."""
+
+    host: str = _key("127.0.0.1", _is_str)
+    port: int = _key(DEFAULT_PORT, _int_in(0, 65535))
+    database: str = _key("ldpkit.sqlite3", _is_str)
+    synchronous: Synchronous = _key(Synchronous.FULL, _is_sync)  # noqa: RUF009 - an enum member
+    sqlite_cache_mib: int = _key(256, _int_in(1, 65536))
+    pool_size: int = _key(8, _int_in(2, 1000))
+    report_id_retention_days: int = _key(30, _int_in(1, 3650))
+    accept_v1: bool = _key(True, _is_bool)
+    compact_seconds: float = _key(1.0, _is_positive_seconds)
+    catalog_refresh_seconds: float = _key(10.0, _is_positive_seconds)
+    max_body_bytes: int = _key(16 * 2**20, _int_in(1024, 2**31))
+    max_definition_bytes: int = _key(2 * 2**20, _int_in(1024, 2**30))
+    max_reports_per_batch: int = _key(100_000, _int_in(1, 10_000_000))
+    max_blocks_per_batch: int = _key(1000, _int_in(1, 100_000))
+    max_pending_batches: int = _key(256, _int_in(1, 1_000_000))
+    max_pending_reports: int = _key(2_000_000, _int_in(1, 10**9))
+    max_pending_bytes: int = _key(256 * 2**20, _int_in(1024, 2**40))
+    header_timeout: float = _key(30.0, _is_positive_seconds)
+    upload_grace: float = _key(10.0, _is_seconds)
+    min_upload_rate: int = _key(4096, _int_in(1, 2**40))
+    max_estimate_items: int = _key(250_000, _int_in(1, 10**9))
+    retry_after: int = _key(1, _int_in(1, 3600))
+    ingest_reports_per_second: float = _key(0.0, _is_rate)
+    ingest_burst: int = _key(100_000, _int_in(1, 10**9))
+    log_addresses: bool = _key(False, _is_bool)
+    cors_origins: tuple[str, ...] = _key((), _is_origins)
+    """Origins (``https://app.example``, or ``"*"``) whose pages may call the ingest
+    routes (``POST /v1/reports``, ``GET /v1/metrics...``) from a browser: CORS headers
+    and preflight answers for them; empty (the default) answers no CORS at all."""
+    shutdown_timeout: float = _key(30.0, _is_seconds)
+    tokens: Tokens = field(default_factory=Tokens)
+    metrics: Mapping[str, MetricDefinition] = field(default_factory=dict)
+    source: str = "<defaults>"
+
+    def with_overrides(self, **changes: Any) -> CollectorConfig:
+        """A copy with some fields replaced (``None`` values are ignored); the new values
+        are checked (the others were)."""
+        kept = {k: v for k, v in changes.items() if v is not None}
+        if not kept:
+            return self
+        return replace(self, **_check_collector(kept, self.source, base_dir=None))
+
+
+_COLLECTOR_KEYS = {f.name: f.metadata["check"] for f in fields(CollectorConfig) if f.metadata}
+_FLOATS = {f.name for f in fields(CollectorConfig) if f.type == "float"}
 
 
 def _check_collector(
     table: Mapping[str, Any], source: str, base_dir: Path | None
 ) -> dict[str, Any]:
-    unknown = sorted(set(table) - set(_COLLECTOR_KEYS))
-    if unknown:
+    if unknown := sorted(set(table) - set(_COLLECTOR_KEYS)):
         raise ConfigError(
             f"{source}: unknown key(s) in [collector]: {', '.join(unknown)} "
             f"(known: {', '.join(_COLLECTOR_KEYS)})"
@@ -235,20 +213,11 @@ def _check_collector(
         check = _COLLECTOR_KEYS[key]
         if not check(value):
             raise ConfigError(f"{source}: [collector] {key} must be {check.__doc__}, got {value!r}")
-        out[key] = value
+        out[key] = float(value) if key in _FLOATS else value
     if "synchronous" in out:
         out["synchronous"] = Synchronous(out["synchronous"].lower())
     if "cors_origins" in out:
         out["cors_origins"] = tuple(out["cors_origins"])
-    for key in (
-        "shutdown_timeout",
-        "catalog_refresh_seconds",
-        "ingest_reports_per_second",
-        "header_timeout",
-        "upload_grace",
-    ):
-        if key in out:
-            out[key] = float(out[key])
     if "database" in out:
         out["database"] = _database_path(out["database"], source, base_dir)
     return out
@@ -287,12 +256,10 @@ def _check_token(token: object, where: str, index: int) -> str:
 
 
 def _tokens(table: object, source: str, environ: Mapping[str, str]) -> Tokens:
-    if table is None:
-        table = {}
+    table = {} if table is None else table
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [tokens] must be a table")
-    unknown = sorted(set(table) - set(TOKEN_KINDS))
-    if unknown:
+    if unknown := sorted(set(table) - set(TOKEN_KINDS)):
         raise ConfigError(
             f"{source}: unknown key(s) in [tokens]: {', '.join(unknown)} "
             f"(known: {', '.join(TOKEN_KINDS)})"
@@ -342,10 +309,8 @@ def config_from_dict(
     environ: Mapping[str, str] | None = None,
 ) -> CollectorConfig:
     """A config from parsed TOML (or any mapping of the same shape)."""
-    if environ is None:
-        environ = os.environ
-    unknown = sorted(set(data) - {"collector", "tokens", "metrics"})
-    if unknown:
+    environ = os.environ if environ is None else environ
+    if unknown := sorted(set(data) - {"collector", "tokens", "metrics"}):
         raise ConfigError(
             f"{source}: unknown table(s) {', '.join(unknown)} (known: collector, tokens, metrics)"
         )

@@ -58,10 +58,6 @@ class FairLane:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    @property
-    def waiting(self) -> int:
-        return sum(len(q) for q in self._queues.values())
-
     async def run(self, key: bytes, job: Callable[[], T]) -> T:
         """``job()`` on the lane's thread, in ``key``'s turn."""
         if self._wake is None:
@@ -91,11 +87,8 @@ class FairLane:
                 del self._queues[key]
             if future.done():  # the request went away
                 continue
-            try:
-                result = await loop.run_in_executor(self._executor, job)
-            except Exception as exc:
-                if not future.done():
+            with contextlib.suppress(asyncio.InvalidStateError):  # it went away meanwhile
+                try:
+                    future.set_result(await loop.run_in_executor(self._executor, job))
+                except Exception as exc:
                     future.set_exception(exc)
-            else:
-                if not future.done():
-                    future.set_result(result)

@@ -77,7 +77,6 @@ Deltas = dict[tuple[str, int], Aggregate]
 PartialRow = tuple[str, int, int, bytes]  # fingerprint, bucket, n, packed sums
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 PRUNED_KEY = "report_ids_pruned_before"
-PROBE_KEY = "write_probe"  # written by probe_write
 
 
 @dataclass(eq=False)
@@ -124,11 +123,8 @@ def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[Outcome]]:
     return _Prepared(kept, deltas, legacy, bounds, buckets), failed
 
 
-def _legacy_ids(
-    jobs: Sequence[_Job],
-) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], list[int]]:
-    """The v1 report ids of ``jobs`` in job order, their buckets, and where each job's
-    start and end in them."""
+def _legacy_ids(jobs: Sequence[_Job]) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], list[int]]:
+    """The v1 report ids of ``jobs`` in job order, their buckets, and each job's bounds."""
     ids: list[npt.NDArray[Any]] = []
     buckets: list[npt.NDArray[np.int64]] = []
     bounds = [0]
@@ -180,8 +176,7 @@ class _Claims:
 
 
 def _sealed_ids(jobs: Sequence[_Job]) -> dict[bytes, tuple[int, bytes]]:
-    """The batch ids of the sealed batches of ``jobs``, each with its first copy's latest
-    bucket and the bitmap of its blocks."""
+    """Each sealed batch id of ``jobs``: its first copy's latest bucket and block bitmap."""
     sealed: dict[bytes, tuple[int, bytes]] = {}
     for job in jobs:
         if job.batch_id is not None and job.batch_id not in sealed:
@@ -194,8 +189,7 @@ def _sealed_ids(jobs: Sequence[_Job]) -> dict[bytes, tuple[int, bytes]]:
 def _legacy_counted(
     job: _Job, prepared: _Prepared, i: int, new: npt.NDArray[np.bool_] | None
 ) -> tuple[int, Deltas]:
-    """The new reports of v1 batch ``i``: how many, and their sums (aggregated again when
-    some were duplicates)."""
+    """How many reports of v1 batch ``i`` are new, and their sums (again if not all are)."""
     lo, hi = prepared.legacy_bounds[i], prepared.legacy_bounds[i + 1]
     deltas = prepared.deltas[i]
     if new is None:
@@ -222,8 +216,6 @@ class GroupCommitStore(Store):
     Subclasses implement the connection and dialect hooks (the ``_``-prefixed abstract
     methods); SQL here is written with ``?`` placeholders, which :meth:`_x` adapts."""
 
-    writers = 1
-
     def __init__(self, *, max_group_batches: int, max_group_reports: int, writers: int) -> None:
         self.max_group_batches = max_group_batches
         self.max_group_reports = max_group_reports
@@ -236,7 +228,6 @@ class GroupCommitStore(Store):
         self._pending_batches = 0
         self._pending_reports = 0
 
-    # --- what a store provides -----------------------------------------------------------
     @abstractmethod
     def _connect_writer(self) -> Conn:
         """A write connection (in the writer thread that uses it; the schema is ready)."""
@@ -245,31 +236,26 @@ class GroupCommitStore(Store):
         """False when ``conn`` broke and a new one is needed."""
         return True
 
-    @abstractmethod
-    def _close_writer(self, conn: Conn) -> None: ...
+    def _close_writer(self, conn: Conn) -> None:
+        conn.close()
 
     @abstractmethod
     def _x(self, conn: Conn, sql: str, params: Sequence[Any] = ()) -> Any:
         """Execute ``sql`` (``?`` placeholders) on ``conn``; the cursor."""
 
-    @abstractmethod
-    def _begin(self, conn: Conn) -> None: ...
-
-    @abstractmethod
     def _retryable(self, exc: BaseException) -> bool:
         """Whether a failed group transaction may simply run again (a deadlock)."""
+        return False
 
     @abstractmethod
     def _claim_batches(self, conn: Conn, rows: list[tuple[bytes, int, bytes]]) -> set[bytes]:
-        """Insert (batch id, bucket, block bitmap) rows whose id is not stored (ids are
-        unique and sorted); the ids inserted."""
+        """Insert the (id, bucket, bitmap) rows (sorted) whose id is new; the ids inserted."""
 
     @abstractmethod
     def _insert_report_ids(
         self, conn: Conn, ids: npt.NDArray[Any], buckets: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.bool_] | None:
-        """Insert the v1 report ids (unique, sorted) not stored yet; which were inserted
-        (None: every one)."""
+        """Insert the new v1 report ids (unique, sorted); which were (None: every one)."""
 
     @abstractmethod
     def _append_partials(self, conn: Conn, rows: list[PartialRow]) -> None: ...
@@ -287,6 +273,7 @@ class GroupCommitStore(Store):
     def _parse_compacted(self, value: Any) -> npt.NDArray[np.float64]:
         """The sums of an aggregate row as the read query returns them."""
 
+    group_begin = "BEGIN"  # starts a group's transaction
     sums_column = "sums"  # how the read query selects an aggregate row's sums
     snapshot_begin = "BEGIN"  # starts a read transaction that sees one snapshot
 
@@ -300,7 +287,6 @@ class GroupCommitStore(Store):
     async def _read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn(conn)`` on a reader thread with a read connection."""
 
-    # --- lifecycle -----------------------------------------------------------------------
     async def _start_writers(self) -> None:
         """Start the writer threads; returns when each has its connection."""
         loop = asyncio.get_running_loop()
@@ -337,7 +323,6 @@ class GroupCommitStore(Store):
         await asyncio.gather(*dones)
         self._threads = []
 
-    # --- the writer threads --------------------------------------------------------------
     def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
@@ -364,8 +349,7 @@ class GroupCommitStore(Store):
                 self._call_soon(_settle_future, stop.done, None, None)
 
     def _first_connection(self, ready: asyncio.Future[None]) -> Conn | None:
-        """The writer's connection, ``ready`` told of it (None: it failed, ``ready`` holds
-        the error)."""
+        """The writer's connection (None: it failed); ``ready`` is told either way."""
         try:
             conn = self._connect_writer()
         except Exception as exc:
@@ -376,8 +360,7 @@ class GroupCommitStore(Store):
         return conn
 
     def _gather(self, first: _Job) -> tuple[list[_Job], _Stop | None]:
-        """A group: ``first`` and the jobs waiting after it, within the group's bounds; and
-        the stop met among them, if any."""
+        """A group: ``first`` and the jobs queued after it, within bounds; a stop met."""
         group = [first]
         reports = first.reports
         while len(group) < self.max_group_batches and reports < self.max_group_reports:
@@ -436,8 +419,7 @@ class GroupCommitStore(Store):
                 log.warning("group transaction retried after: %s", exc)
 
     def _rolled_back(self, conn: Conn | None, exc: Exception) -> bool:
-        """Roll a failed transaction back; whether it may run again (after a deadlock, or
-        on a new connection when ``conn`` broke)."""
+        """Roll back; whether to run again (after a deadlock, or on a new connection)."""
         if conn is not None:
             with contextlib.suppress(Exception):
                 self._x(conn, "ROLLBACK")
@@ -447,7 +429,7 @@ class GroupCommitStore(Store):
     def _transaction(self, conn: Conn, group: list[_Job], prepared: _Prepared) -> list[Outcome]:
         """The group's transaction: calls (each in a savepoint), then the batches; COMMIT."""
         done: list[Outcome] = []
-        self._begin(conn)
+        self._x(conn, self.group_begin)
         for job in group:
             if job.fn is None:
                 continue
@@ -478,8 +460,7 @@ class GroupCommitStore(Store):
         return done
 
     def _store_batches(self, conn: Conn, prepared: _Prepared) -> tuple[list[IngestResult], Deltas]:
-        """Claim batch ids and insert v1 report ids; each batch's answer and the sums of
-        what the group counts."""
+        """Claim batch ids and insert v1 report ids; each batch's answer, the group's sums."""
         claims = self._claim_sealed(conn, prepared.jobs)
         new = self._new_report_ids(conn, prepared)
         results: list[IngestResult] = []
@@ -507,15 +488,13 @@ class GroupCommitStore(Store):
         return _Claims(sealed, claimed, self._stored_bitmaps(conn, before) if before else {})
 
     def _stored_bitmaps(self, conn: Conn, ids: list[bytes]) -> dict[bytes, bytes]:
-        """The bitmaps of the blocks counted, of batch ``ids`` stored before."""
         marks = ",".join("?" * len(ids))
         keys = [self._batch_key(i) for i in ids]
         cur = self._x(conn, f"SELECT id, blocks FROM batches WHERE id IN ({marks})", keys)
         return {self._batch_id(r[0]): bytes(r[1]) for r in cur.fetchall()}
 
     def _new_report_ids(self, conn: Conn, prepared: _Prepared) -> npt.NDArray[np.bool_] | None:
-        """v1 batches: insert their report ids; which of ``prepared.legacy_ids`` are new
-        (the first occurrence of an id not stored before), None: every one."""
+        """Insert the v1 report ids; which of ``prepared.legacy_ids`` are new (None: all)."""
         ids = prepared.legacy_ids
         if not ids.shape[0]:
             return None
@@ -527,13 +506,11 @@ class GroupCommitStore(Store):
         new[first if inserted is None else first[inserted]] = True
         return new
 
-    def _batch_key(self, batch_id: bytes) -> Any:
-        """A batch id as a query parameter."""
+    def _batch_key(self, batch_id: bytes) -> Any:  # as a query parameter
         return batch_id
 
     @staticmethod
-    def _batch_id(value: Any) -> bytes:
-        """A batch id as the database returns it (bytes, or a uuid)."""
+    def _batch_id(value: Any) -> bytes:  # as the database returns it: bytes, or a uuid
         return value.bytes if hasattr(value, "bytes") else bytes(value)
 
     def _settle_group(self, outcomes: list[Outcome]) -> None:
@@ -543,17 +520,16 @@ class GroupCommitStore(Store):
                 self._pending_reports -= job.reports
             _settle_future(job.future, result, exc)
 
-    # --- submitting work -----------------------------------------------------------------
     def _submit(
         self,
-        fn: Callable[[Conn], Any] | None,
+        fn: Callable[[Conn], T] | None,
         *,
         blocks: list[CheckedReports] | None = None,
         batch_id: bytes | None = None,
-    ) -> asyncio.Future[Any]:
+    ) -> asyncio.Future[T]:
         if self._closing or self._loop is None:
             raise StoreClosed("the store is closed")
-        future: asyncio.Future[Any] = self._loop.create_future()
+        future: asyncio.Future[T] = self._loop.create_future()
         reports = 0
         if blocks is not None:
             reports = sum(b.n for b in blocks)
@@ -578,8 +554,7 @@ class GroupCommitStore(Store):
             return IngestResult(0, 0)
         if batch_id is None and any(b.ids is None for b in blocks):
             raise ValueError("a batch without a batch id needs report ids in every block")
-        result: IngestResult = await self._submit(None, blocks=blocks, batch_id=batch_id)
-        return result
+        return await self._submit(None, blocks=blocks, batch_id=batch_id)
 
     async def compact(self, limit: int = 20_000) -> int:
         def fold(conn: Conn) -> int:
@@ -594,17 +569,12 @@ class GroupCommitStore(Store):
                 self._add_to_aggregates(conn, folded)
             return len(rows)
 
-        count: int = await self._submit(fold)
-        return count
+        return await self._submit(fold)
 
-    # --- the catalog ---------------------------------------------------------------------
     async def put_metric(
         self, definition: MetricDefinition, *, origin: Origin = Origin.API
     ) -> PutOutcome:
-        outcome: PutOutcome = await self._submit(
-            lambda conn: self._put_metric(conn, definition, origin)
-        )
-        return outcome
+        return await self._submit(lambda conn: self._put_metric(conn, definition, origin))
 
     def _put_metric(self, conn: Conn, definition: MetricDefinition, origin: Origin) -> PutOutcome:
         fp, name, text = definition.fingerprint, definition.name, definition_json(definition)
@@ -631,8 +601,7 @@ class GroupCommitStore(Store):
         return outcome
 
     def _store_version(self, conn: Conn, fp: str, name: str, text: str) -> str | None:
-        """Store version ``fp``'s definition JSON (new, or a changed description or
-        budget); the JSON stored before (None: a new version)."""
+        """Store version ``fp``'s JSON (new, or changed); the JSON stored before (None: new)."""
         row = self._x(
             conn, "SELECT definition FROM metric_versions WHERE fingerprint = ?", (fp,)
         ).fetchone()
@@ -666,45 +635,36 @@ class GroupCommitStore(Store):
             self._catalog_written(conn, name)
             return True
 
-        retired: bool | None = await self._submit(retire)
-        return retired
+        return await self._submit(retire)
 
     async def probe_write(self) -> None:
-        await self._submit(lambda conn: self._set_state(conn, PROBE_KEY, int(time.time())))
+        await self._submit(lambda conn: self._raise_state(conn, "write_probe", int(time.time())))
 
-    def _set_state(self, conn: Conn, key: str, value: int, *, keep_max: bool = False) -> None:
-        new = "CASE WHEN store_state.value > excluded.value THEN store_state.value "
-        new += "ELSE excluded.value END" if keep_max else ""
+    def _raise_state(self, conn: Conn, key: str, value: int) -> None:
+        """Set ``key`` of ``store_state`` to ``value``, unless it holds more already."""
         self._x(
             conn,
-            "INSERT INTO store_state (key, value) VALUES (?, ?) ON CONFLICT (key) "
-            f"DO UPDATE SET value = {new if keep_max else 'excluded.value'}",
+            "INSERT INTO store_state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+            "SET value = CASE WHEN store_state.value > excluded.value THEN store_state.value "
+            "ELSE excluded.value END",
             (key, value),
         )
 
     async def load_catalog(self) -> Catalog:
         def read(conn: Conn) -> Catalog:
-            versions = self._x(
-                conn, "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
-            ).fetchall()
-            current = self._x(
-                conn, "SELECT name, fingerprint, origin, retired_at FROM metrics"
-            ).fetchall()
-            return build_catalog(versions, current)
-
-        return await self._read(self._snapshot(read))
-
-    def _snapshot(self, fn: Callable[[Conn], T]) -> Callable[[Conn], T]:
-        """``fn`` run in one read transaction (one snapshot for all its statements)."""
-
-        def run(conn: Conn) -> T:
-            self._x(conn, self.snapshot_begin)
+            self._x(conn, self.snapshot_begin)  # one snapshot for both statements
             try:
-                return fn(conn)
+                versions = self._x(
+                    conn, "SELECT fingerprint, name, definition FROM metric_versions ORDER BY seq"
+                ).fetchall()
+                current = self._x(
+                    conn, "SELECT name, fingerprint, origin, retired_at FROM metrics"
+                ).fetchall()
             finally:
                 self._x(conn, "COMMIT")
+            return build_catalog(versions, current)
 
-        return run
+        return await self._read(read)
 
     async def find_versions(self, fingerprints: Sequence[str]) -> list[tuple[str, str, str]]:
         wanted = list(fingerprints)
@@ -723,7 +683,6 @@ class GroupCommitStore(Store):
 
         return await self._read(read)
 
-    # --- reads ---------------------------------------------------------------------------
     async def ping(self) -> None:
         await self._read(lambda conn: self._x(conn, "SELECT 1").fetchone())
 
@@ -773,15 +732,9 @@ class GroupCommitStore(Store):
         return await self._read(read)
 
     async def pruned_before(self) -> int | None:
-        def read(conn: Conn) -> int | None:
-            row = self._x(
-                conn, "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,)
-            ).fetchone()
-            return None if row is None else int(row[0])
+        return await self._read(self._pruned_mark)
 
-        return await self._read(read)
-
-    async def _mark_pruned(self, before_bucket: int) -> None:
-        await self._submit(
-            lambda conn: self._set_state(conn, PRUNED_KEY, before_bucket, keep_max=True)
-        )
+    def _pruned_mark(self, conn: Conn) -> int | None:
+        row = self._x(conn, "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,))
+        found = row.fetchone()
+        return None if found is None else int(found[0])

@@ -112,13 +112,12 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+@dataclass(eq=False)
 class _Refused(Exception):
     """A whole block refused: ``error`` (a code of docs/protocol.md) and ``detail``."""
 
-    def __init__(self, error: str, detail: str) -> None:
-        super().__init__(detail)
-        self.error = error
-        self.detail = detail
+    error: str
+    detail: str
 
 
 def check_batch(

@@ -45,18 +45,9 @@ def running_collector(
     this interpreter; tests also try the installed console script). ``access_log``: log
     one line per request (off by default).
     """
+    args = [*command, "serve", "--host", "127.0.0.1", "--config", str(config), "--port", str(port)]
     process = subprocess.Popen(
-        [
-            *command,
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--config",
-            str(config),
-            "--port",
-            str(port),
-            *([] if access_log else ["--no-access-log"]),
-        ],
+        args if access_log else [*args, "--no-access-log"],
         cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -75,15 +66,13 @@ def running_collector(
 
     threading.Thread(target=pump, daemon=True).start()
     try:
-        seen: list[str] = []
         while True:
             try:
                 line = lines.get(timeout=startup_timeout)
             except Empty:
                 raise LdpkitError(
-                    f"the collector did not start within {startup_timeout:g} s: {''.join(seen)}"
+                    f"the collector did not start within {startup_timeout:g} s: {''.join(log)}"
                 ) from None
-            seen.append(line)
             if match := LISTENING.search(line):
                 break
         yield RunningCollector(process, match.group(1), log)

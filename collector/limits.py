@@ -43,13 +43,10 @@ class IngestLimiter:
 
     def _bucket(self, key: bytes) -> _Bucket:
         now = self._clock()
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = _Bucket(float(self.burst), now)
-        else:
-            elapsed = max(0.0, now - bucket.updated)
-            bucket.level = min(float(self.burst), bucket.level + elapsed * self.rate)
-            bucket.updated = now
+        bucket = self._buckets.setdefault(key, _Bucket(float(self.burst), now))
+        elapsed = max(0.0, now - bucket.updated)
+        bucket.level = min(float(self.burst), bucket.level + elapsed * self.rate)
+        bucket.updated = now
         return bucket
 
     def _wait(self, bucket: _Bucket, needed: float) -> int | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from aiohttp import web
@@ -12,23 +11,10 @@ from aiohttp.typedefs import Handler
 from ..errors import LdpkitError, StoreClosed, StoreError
 from .auth import bearer_token, required_scopes
 from .keys import CONFIG, TELEMETRY, TOKENS
-from .responses import (
-    KEPT_HEADERS,
-    STATUS_CODES,
-    ApiError,
-    api_error_response,
-    error_answer,
-    error_response,
-)
+from .responses import KEPT_HEADERS, STATUS_CODES, ApiError, domain_error, error_response
 from .uploads import ClientGone
 
 log = logging.getLogger("ldpkit.collector")
-
-
-def _route_label(request: web.Request) -> str:
-    route = request.match_info.route
-    resource = route.resource if route is not None else None
-    return resource.canonical if resource is not None else "unmatched"
 
 
 CLIENT_CLOSED = 499
@@ -39,9 +25,10 @@ it is never sent (there is nobody to send it to), only counted and logged."""
 @web.middleware
 async def telemetry_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     response = await handler(request)
-    request.app[TELEMETRY].requests.labels(
-        _route_label(request), request.method, str(response.status)
-    ).inc()
+    route = request.match_info.route
+    resource = route.resource if route is not None else None
+    label = resource.canonical if resource is not None else "unmatched"
+    request.app[TELEMETRY].requests.labels(label, request.method, str(response.status)).inc()
     return response
 
 
@@ -114,21 +101,18 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         return _http_exception_answer(exc)
-    except asyncio.CancelledError:
-        raise
-    except Exception:
+    except Exception:  # a CancelledError (a BaseException) passes
         return _unexpected(request)
 
 
 async def _error_answer(request: web.Request, exc: ApiError | LdpkitError) -> web.StreamResponse:
     """An ApiError's answer, or a domain error's (mapped in responses.py; unmapped: 500).
     A store's failure is logged (its closing, at shutdown, is no failure)."""
-    api = error_answer(exc, request.app[CONFIG].retry_after)
-    if api is None:
+    if (api := domain_error(exc, request.app[CONFIG].retry_after)) is None:
         return _unexpected(request)
     if isinstance(exc, StoreError) and not isinstance(exc, StoreClosed):
         log.error("%s %s: %s", request.method, request.path, exc)
-    response = api_error_response(api)
+    response = error_response(api.status, api.error, api.detail, headers=api.headers, **api.extra)
     if api.close and not request.content.is_eof():
         return await _closing(request, response)
     return response

@@ -49,12 +49,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.abc import AdaptContext
 from psycopg.adapt import Dumper
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import Format
@@ -183,51 +184,40 @@ DO UPDATE SET n = a.n + excluded.n, sums = ldpkit_add_sums(a.sums, excluded.sums
 
 
 # --- binary arrays built with numpy ------------------------------------------------------
+FLOAT8_OID = 701
+
+
 @dataclass(frozen=True)
 class _BinaryArray:
-    """A PostgreSQL array in binary wire format (built by :func:`_array`)."""
+    """A PostgreSQL array (one dimension, no NULLs) in binary wire format, built by numpy
+    in one piece; a subclass names its array type's oid and its element's oid and dtype."""
 
     data: bytes
+    oid: ClassVar[int]
+    element: ClassVar[tuple[int, str]]
+
+    @classmethod
+    def of(cls, values: npt.NDArray[Any]) -> Self:
+        elem_oid, wire_dtype = cls.element
+        n = int(values.shape[0])
+        if n == 0:
+            return cls(struct.pack(">iiI", 0, 0, elem_oid))
+        rec = np.empty(n, dtype=[("len", ">i4"), ("value", wire_dtype)])
+        rec["len"] = np.dtype(wire_dtype).itemsize
+        rec["value"] = values
+        return cls(struct.pack(">iiIii", 1, 0, elem_oid, n, 1) + rec.tobytes())
 
 
 class _UuidArray(_BinaryArray):
-    pass
+    oid, element = 2951, (2950, "V16")  # uuid[], uuid
 
 
 class _Int8Array(_BinaryArray):
-    pass
+    oid, element = 1016, (20, ">i8")  # int8[], int8
 
 
 class _Float8Array(_BinaryArray):
-    pass
-
-
-UUID_OID, UUID_ARRAY_OID = 2950, 2951
-INT8_OID, INT8_ARRAY_OID = 20, 1016
-FLOAT8_OID, FLOAT8_ARRAY_OID = 701, 1022
-
-
-def _array(values: npt.NDArray[Any], elem_oid: int, wire_dtype: str, size: int) -> bytes:
-    """Binary array (one dimension, no NULLs) of ``values`` as ``wire_dtype`` elements."""
-    n = int(values.shape[0])
-    if n == 0:
-        return struct.pack(">iiI", 0, 0, elem_oid)
-    rec = np.empty(n, dtype=[("len", ">i4"), ("value", wire_dtype)])
-    rec["len"] = size
-    rec["value"] = values
-    return struct.pack(">iiIii", 1, 0, elem_oid, n, 1) + rec.tobytes()
-
-
-def uuid_array(ids: npt.NDArray[Any]) -> _UuidArray:
-    return _UuidArray(_array(ids, UUID_OID, "V16", 16))
-
-
-def int8_array(values: npt.NDArray[Any]) -> _Int8Array:
-    return _Int8Array(_array(values, INT8_OID, ">i8", 8))
-
-
-def float8_array(values: npt.NDArray[Any]) -> _Float8Array:
-    return _Float8Array(_array(values, FLOAT8_OID, ">f8", 8))
+    oid, element = 1022, (FLOAT8_OID, ">f8")  # float8[], float8
 
 
 def parse_float8_array(data: bytes) -> npt.NDArray[np.float64]:
@@ -244,23 +234,16 @@ def parse_float8_array(data: bytes) -> npt.NDArray[np.float64]:
     return rec["value"].astype(SUMS_DTYPE)
 
 
-def _dumper(cls_oid: int) -> type[Dumper]:
-    class ArrayDumper(Dumper):
-        format = Format.BINARY
-        oid = cls_oid
+class _ArrayDumper(Dumper):
+    format = Format.BINARY
 
-        def dump(self, obj: Any) -> bytes:
-            data: bytes = obj.data
-            return data
+    def __init__(self, cls: type, context: AdaptContext | None = None) -> None:
+        super().__init__(cls, context)
+        if issubclass(cls, _BinaryArray):
+            self.oid = cls.oid
 
-    return ArrayDumper
-
-
-_DUMPERS: tuple[tuple[type[_BinaryArray], type[Dumper]], ...] = (
-    (_UuidArray, _dumper(UUID_ARRAY_OID)),
-    (_Int8Array, _dumper(INT8_ARRAY_OID)),
-    (_Float8Array, _dumper(FLOAT8_ARRAY_OID)),
-)
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj.data)
 
 
 def redacted(url: str) -> str:
@@ -307,11 +290,10 @@ class PostgresStore(GroupCommitStore):
     def __repr__(self) -> str:
         return f"PostgresStore({redacted(self.url)!r}, pool_size={self.pool_size})"
 
-    # --- connections ---------------------------------------------------------------------
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
-        for cls, dumper in _DUMPERS:
-            conn.adapters.register_dumper(cls, dumper)
+        for cls in (_UuidArray, _Int8Array, _Float8Array):
+            conn.adapters.register_dumper(cls, _ArrayDumper)
 
     def _connect_writer(self) -> psycopg.Connection[Any]:
         try:
@@ -329,10 +311,6 @@ class PostgresStore(GroupCommitStore):
     def _writer_usable(self, conn: psycopg.Connection[Any]) -> bool:
         return not conn.closed and not conn.broken
 
-    def _close_writer(self, conn: psycopg.Connection[Any]) -> None:
-        conn.close()
-
-    # --- lifecycle -----------------------------------------------------------------------
     async def open(self) -> None:
         if self._pool is not None:
             return
@@ -445,7 +423,6 @@ class PostgresStore(GroupCommitStore):
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"{type(exc).__name__}: {exc}") from None
 
-    # --- catalog notifications -----------------------------------------------------------
     async def _listen(self) -> None:
         """LISTEN for catalog changes made by any process; reconnect with backoff."""
         delay = 1.0
@@ -460,27 +437,20 @@ class PostgresStore(GroupCommitStore):
                     self._catalog_changed()  # missed while not listening?
                     async for _ in conn.notifies():
                         self._catalog_changed()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
+            except Exception as exc:  # not a CancelledError (a BaseException)
                 log.warning("catalog notifications interrupted (%s); retrying in %gs", exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
 
     def _catalog_changed(self) -> None:
-        listener = self.catalog_listener
-        if listener is not None:
+        if (listener := self.catalog_listener) is not None:
             try:
                 listener()
             except Exception:
                 log.exception("catalog listener failed")
 
-    # --- the dialect ---------------------------------------------------------------------
     def _x(self, conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(sql.replace("?", "%s"), params)
-
-    def _begin(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute("BEGIN")
 
     def _retryable(self, exc: BaseException) -> bool:
         return isinstance(exc, pg_errors.DeadlockDetected | pg_errors.SerializationFailure)
@@ -498,7 +468,9 @@ class PostgresStore(GroupCommitStore):
     def _insert_report_ids(
         self, conn: psycopg.Connection[Any], ids: npt.NDArray[Any], buckets: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.bool_] | None:
-        row = conn.execute(INSERT_IDS_DEDUPE, (uuid_array(ids), int8_array(buckets))).fetchone()
+        row = conn.execute(
+            INSERT_IDS_DEDUPE, (_UuidArray.of(ids), _Int8Array.of(buckets))
+        ).fetchone()
         positions = np.asarray(row[0] if row is not None else [], dtype=np.intp) - 1
         if not positions.size:
             return None
@@ -523,7 +495,7 @@ class PostgresStore(GroupCommitStore):
         self, conn: psycopg.Connection[Any], folded: dict[tuple[str, int], Aggregate]
     ) -> None:
         rows = [
-            (fp, bucket, folded[fp, bucket].n, float8_array(folded[fp, bucket].sums))
+            (fp, bucket, folded[fp, bucket].n, _Float8Array.of(folded[fp, bucket].sums))
             for fp, bucket in sorted(folded)
         ]
         with conn.cursor() as cur:
@@ -538,7 +510,6 @@ class PostgresStore(GroupCommitStore):
     def _catalog_written(self, conn: psycopg.Connection[Any], name: str) -> None:
         conn.execute("SELECT pg_notify(%s, %s)", (CATALOG_CHANNEL, name))
 
-    # --- pruning -------------------------------------------------------------------------
     async def prune_report_ids(self, before_bucket: int) -> int:
         """Delete batch ids and v1 report ids of buckets ``< before_bucket`` in short
         transactions, one range of ``PRUNE_CHUNK_PAGES`` heap pages (a TID range scan)
@@ -551,10 +522,8 @@ class PostgresStore(GroupCommitStore):
                 return None  # another process is pruning
             deleted = 0
             try:
-                done = conn.execute(
-                    "SELECT value FROM store_state WHERE key = %s", (PRUNED_KEY,)
-                ).fetchone()
-                if done is not None and int(done[0]) >= before_bucket:
+                done = self._pruned_mark(conn)
+                if done is not None and done >= before_bucket:
                     return None
                 for table in ("batches", "report_ids"):
                     row = conn.execute(
@@ -570,17 +539,12 @@ class PostgresStore(GroupCommitStore):
                         deleted += max(cur.rowcount, 0)
                 # Marked here, under the pruning lock, in its own short transaction: not
                 # in a writer's group, where two processes would wait on this one row.
-                conn.execute(
-                    "INSERT INTO store_state (key, value) VALUES (%s, %s) ON CONFLICT (key) "
-                    "DO UPDATE SET value = greatest(store_state.value, excluded.value)",
-                    (PRUNED_KEY, before_bucket),
-                )
+                self._raise_state(conn, PRUNED_KEY, before_bucket)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (PRUNE_LOCK,))
             return deleted
 
-        deleted = await self._read(prune)
-        if deleted is None:
+        if (deleted := await self._read(prune)) is None:
             return 0
         if deleted:
             log.info("pruned %d batch and report ids of buckets before %d", deleted, before_bucket)

@@ -11,7 +11,6 @@ from aiohttp import web
 
 from ..errors import (
     BatchNotStored,
-    LdpkitError,
     ProtocolError,
     QueryError,
     RateLimited,
@@ -71,9 +70,12 @@ class ApiError(Exception):
         self.extra = extra
 
 
-def domain_error(exc: LdpkitError, retry_after: int) -> ApiError | None:
-    """The HTTP answer to an error of the service's domain, the one place they are mapped
-    (the error middleware calls it); None for an error that is a bug, answered 500."""
+def domain_error(exc: BaseException, retry_after: int) -> ApiError | None:
+    """The HTTP answer to ``exc``: an ApiError is one; an error of the service's domain is
+    mapped here, the one place they are (for the error middleware and the admission's
+    count); None for anything else, a bug answered 500."""
+    if isinstance(exc, ApiError):
+        return exc
     if isinstance(exc, UnknownMetric):
         extra: dict[str, Any] = {"param": exc.param} if exc.param else {}
         return ApiError(404, exc.error, str(exc), **extra)
@@ -89,7 +91,7 @@ def domain_error(exc: LdpkitError, retry_after: int) -> ApiError | None:
     return _store_error(exc, {"Retry-After": str(retry_after)})
 
 
-def _store_error(exc: LdpkitError, retry: dict[str, str]) -> ApiError | None:
+def _store_error(exc: BaseException, retry: dict[str, str]) -> ApiError | None:
     if isinstance(exc, StoreClosed):
         return ApiError(503, "unavailable", "the collector is shutting down", headers=retry)
     if isinstance(exc, BatchNotStored):  # its cause is logged, not told
@@ -98,14 +100,6 @@ def _store_error(exc: LdpkitError, retry: dict[str, str]) -> ApiError | None:
     if isinstance(exc, StoreError):
         return ApiError(503, "store_unavailable", f"the store failed: {exc}", headers=retry)
     return None
-
-
-def error_answer(exc: BaseException, retry_after: int) -> ApiError | None:
-    """The HTTP answer to ``exc``: an ApiError is one, a domain error is mapped by
-    :func:`domain_error`; None for anything else."""
-    if isinstance(exc, ApiError):
-        return exc
-    return domain_error(exc, retry_after) if isinstance(exc, LdpkitError) else None
 
 
 def dumps(data: Any) -> bytes:
@@ -119,20 +113,11 @@ def json_response(
 
 
 def error_response(
-    status: int,
-    error: str,
-    detail: str,
-    *,
-    headers: Mapping[str, str] | None = None,
-    **extra: Any,
+    status: int, error: str, detail: str, *, headers: Mapping[str, str] | None = None, **extra: Any
 ) -> web.Response:
     return json_response(
         {"error": error, "detail": detail, **extra}, status=status, headers=headers
     )
-
-
-def api_error_response(exc: ApiError) -> web.Response:
-    return error_response(exc.status, exc.error, exc.detail, headers=exc.headers, **exc.extra)
 
 
 def etag_of(body: bytes) -> str:
@@ -141,14 +126,5 @@ def etag_of(body: bytes) -> str:
 
 def etag_matches(if_none_match: str | None, etag: str) -> bool:
     """Whether an ``If-None-Match`` header names ``etag`` (weak comparison, or ``*``)."""
-    if not if_none_match:
-        return False
-    for candidate in if_none_match.split(","):
-        tag = candidate.strip()
-        if tag == "*":
-            return True
-        if tag.startswith("W/"):
-            tag = tag[2:]
-        if tag == etag:
-            return True
-    return False
+    tags = [tag.strip() for tag in (if_none_match or "").split(",")]
+    return "*" in tags or any(tag.removeprefix("W/") == etag for tag in tags)

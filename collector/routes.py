@@ -16,6 +16,7 @@ from .auth import Scope, requires, token_id
 from .keys import COLLECTOR, CONFIG, TELEMETRY
 from .queries import parse_query
 from .responses import JSON, ApiError, etag_matches, json_response
+from .service import Serialized
 from .store import PutOutcome
 from .telemetry import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .uploads import Held, check_encoding, read_body
@@ -31,17 +32,13 @@ def _check_body(request: web.Request, accepted: frozenset[str] | str, limit: int
     types = {accepted} if isinstance(accepted, str) else accepted
     if request.content_type not in types:
         raise ApiError(
-            415,
-            "unsupported_media_type",
-            f"Content-Type must be {' or '.join(sorted(types))}",
+            415, "unsupported_media_type", f"Content-Type must be {' or '.join(sorted(types))}"
         )
     check_encoding(request)
     length = request.content_length
     if length is not None and length > limit:
         raise ApiError(
-            413,
-            "payload_too_large",
-            f"body of {length} bytes is over the limit of {limit} bytes",
+            413, "payload_too_large", f"body of {length} bytes is over the limit of {limit} bytes"
         )
 
 
@@ -57,11 +54,11 @@ async def _read(request: web.Request, held: Held, limit: int) -> bytearray:
     )
 
 
-def _cached(request: web.Request, body: bytes, etag: str) -> web.Response:
-    headers = {"ETag": etag, "Cache-Control": "no-cache"}
-    if etag_matches(request.headers.get("If-None-Match"), etag):
+def _cached(request: web.Request, found: Serialized) -> web.Response:
+    headers = {"ETag": found.etag, "Cache-Control": "no-cache"}
+    if etag_matches(request.headers.get("If-None-Match"), found.etag):
         return web.Response(status=304, headers=headers)
-    return web.Response(body=body, content_type=JSON, headers=headers)
+    return web.Response(body=found.body, content_type=JSON, headers=headers)
 
 
 # --- reports ---------------------------------------------------------------------------
@@ -81,14 +78,12 @@ async def post_reports(request: web.Request) -> web.Response:
 # --- metric definitions ----------------------------------------------------------------
 @requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
 async def get_metrics(request: web.Request) -> web.Response:
-    listing = request.app[COLLECTOR].metrics_list()
-    return _cached(request, listing.body, listing.etag)
+    return _cached(request, request.app[COLLECTOR].metrics_body)
 
 
 @requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
 async def get_metric(request: web.Request) -> web.Response:
-    found = request.app[COLLECTOR].metric(request.match_info["name"])
-    return _cached(request, found.body, found.etag)
+    return _cached(request, request.app[COLLECTOR].metric(request.match_info["name"]))
 
 
 @requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
@@ -103,21 +98,15 @@ async def put_metric(request: web.Request) -> web.Response:
     limit = collector.config.max_definition_bytes
     try:
         _check_body(request, JSON, limit)
+        async with collector.admission.bodies.hold() as held:
+            raw = await _read(request, held, limit)
+            data = loads_bounded(raw)
+    except ProtocolError as exc:
+        raise ApiError(400, "bad_request", f"body is not valid JSON: {exc}") from None
     except ApiError as exc:
         if exc.status == 413:
             exc.detail += " (max_definition_bytes)"
         raise
-    async with collector.admission.bodies.hold() as held:
-        try:
-            raw = await _read(request, held, limit)
-        except ApiError as exc:
-            if exc.status == 413:
-                exc.detail += " (max_definition_bytes)"
-            raise
-        try:
-            data = loads_bounded(raw)
-        except ProtocolError as exc:
-            raise ApiError(400, "bad_request", f"body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "bad_request", "body must be a JSON object (a metric definition)")
     try:
@@ -125,7 +114,6 @@ async def put_metric(request: web.Request) -> web.Response:
         check_definition_size(definition)
     except (LdpkitError, ValueError, TypeError, ImportError) as exc:
         raise ApiError(400, "invalid_definition", str(exc)) from None
-    collector = request.app[COLLECTOR]
     outcome, previous = await collector.put_metric(definition)  # StoreError: 503 (middleware)
     created = outcome in (PutOutcome.CREATED, PutOutcome.NEW_VERSION)
     return json_response(
@@ -163,8 +151,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    reason = await request.app[COLLECTOR].readiness()
-    if reason is not None:
+    if (reason := await request.app[COLLECTOR].readiness()) is not None:
         raise ApiError(503, "not_ready", reason)
     return json_response({"status": "ready"})
 

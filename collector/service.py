@@ -69,11 +69,6 @@ READY_TIMEOUT = 2.0  # seconds the store may take to answer /readyz
 READY_HOLD = 10.0  # seconds /readyz answers 503 after a batch failed in the store
 
 
-def _with_aggregates(blocks: Sequence[CheckedReports]) -> list[CheckedReports]:
-    """``blocks`` with their aggregates computed (checked reports: they aggregate)."""
-    return [replace(b, aggregate=b.mechanism.aggregate_checked(b.reports)) for b in blocks]
-
-
 @dataclass(frozen=True)
 class Serialized:
     body: bytes
@@ -95,7 +90,7 @@ class Collector:
         self.draining = False
         self.admission = Admission(config, store, telemetry)  # POST /v1/reports held
         self.store_failed_at: float | None = None  # monotonic time of the last failed batch
-        self._metrics_body = _serialized({"metrics": []})
+        self.metrics_body = _serialized({"metrics": []})
         self._metric_bodies: dict[str, Serialized] = {}
         self._fp_names: dict[str, str] = {}
         self._last_refresh = 0.0
@@ -106,12 +101,11 @@ class Collector:
         self.lane = FairLane()  # costly aggregations, round-robin between senders
         self._notified: asyncio.Task[None] | None = None
 
-    # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         store = self.store
         store.commit_listener = self.telemetry.on_commit
         store.catalog_listener = self._catalog_changed
-        self.telemetry.watch_queue(lambda: store.pending_batches)
+        self.telemetry.queue_batches.set_function(lambda: store.pending_batches)
         await store.open()
         try:
             await self._apply_config_metrics()
@@ -127,9 +121,8 @@ class Collector:
             asyncio.create_task(self._prune_loop(), name="ldpkit-prune"),
             asyncio.create_task(self._compact_loop(), name="ldpkit-compact"),
         ]
-        counts = {k: len(v) for k, v in self.config.tokens.by_kind().items()}
-        for kind, count in counts.items():
-            if not count:
+        for kind, tokens in self.config.tokens.by_kind().items():
+            if not tokens:
                 log.warning("no %s token configured: %s requests will be refused", kind, kind)
 
     async def _apply_config_metrics(self) -> None:
@@ -176,7 +169,6 @@ class Collector:
         await self.lane.stop()
         await self.store.close()
 
-    # --- background tasks ----------------------------------------------------------------
     def _catalog_changed(self) -> None:
         """The store saw another process change the catalog: reload it soon (once)."""
         if self._notified is None or self._notified.done():
@@ -220,12 +212,11 @@ class Collector:
             if folded < COMPACT_ROWS:
                 await asyncio.sleep(self.config.compact_seconds)
 
-    # --- catalog -------------------------------------------------------------------------
     def _set_catalog(self, catalog: Catalog) -> None:
         self.catalog = catalog
         current = sorted(catalog.current.values(), key=lambda d: d.name)
         listed = [d.to_dict() for d in current if d.name not in catalog.retired]
-        self._metrics_body = _serialized({"metrics": listed})
+        self.metrics_body = _serialized({"metrics": listed})
         self._metric_bodies = {
             d.name: _serialized(
                 dict(d.to_dict(), retired=True) if d.name in catalog.retired else d.to_dict()
@@ -281,12 +272,8 @@ class Collector:
                 self._unloadable.clear()
             self._unloadable.update(missing)
 
-    def metrics_list(self) -> Serialized:
-        return self._metrics_body
-
     def metric(self, name: str) -> Serialized:
-        found = self._metric_bodies.get(name)
-        if found is None:
+        if (found := self._metric_bodies.get(name)) is None:
             raise UnknownMetric(f"no metric named {name[:80]!r}")
         return found
 
@@ -322,7 +309,6 @@ class Collector:
         )
         return outcome, previous.fingerprint if previous is not None else None
 
-    # --- ingest --------------------------------------------------------------------------
     async def readiness(self) -> str | None:
         """None when ready for batches, else why not (``/readyz`` answers 503 with it)."""
         if not self.ready or self.draining:
@@ -398,8 +384,7 @@ class Collector:
         return batch
 
     async def _check(self, blocks: Sequence[Block]) -> BatchVerdict:
-        """The batch checked against the catalog (learning the versions it lacks) and the
-        acceptance window."""
+        """The batch checked against the catalog (learning what it lacks) and the window."""
         oldest = oldest_bucket(time.time(), self.config.report_id_retention_days)
         if self._pruned_before is not None:
             oldest = max(oldest, self._pruned_before)
@@ -413,12 +398,14 @@ class Collector:
     ) -> list[CheckedReports]:
         """Blocks costly to aggregate are aggregated here, in the sender's turn of the fair
         lane, not in the store's writer where every other batch would wait for them."""
-        if (
-            blocks
-            and sum(aggregation_seconds(b.mechanism, b.n) for b in blocks) > EXPENSIVE_SECONDS
-        ):
-            return await self.lane.run(token, lambda: _with_aggregates(blocks))
-        return blocks
+        if sum(aggregation_seconds(b.mechanism, b.n) for b in blocks) <= EXPENSIVE_SECONDS:
+            return blocks
+        return await self.lane.run(
+            token,
+            lambda: [
+                replace(b, aggregate=b.mechanism.aggregate_checked(b.reports)) for b in blocks
+            ],
+        )
 
     async def _store(self, blocks: list[CheckedReports], batch_id: bytes | None) -> IngestResult:
         try:
@@ -440,7 +427,6 @@ class Collector:
         for r in rejected:
             t.reports_rejected.labels(r.error).inc(int(r.indexes.size))
 
-    # --- estimates -----------------------------------------------------------------------
     def _check_answer_size(
         self, definition: MetricDefinition, buckets: int, query: EstimateQuery
     ) -> None:

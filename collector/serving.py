@@ -55,10 +55,13 @@ class JsonErrorHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
+        error = STATUS_CODES.get(status, f"http_{status}")
+        detail = PARSER_DETAILS.get(status, "the request could not be handled")
         if status >= 500 and status != 501:
             # Unexpected (the app's middlewares answer its own errors): the parent logs
             # it with its traceback; its text answer is discarded.
             super().handle_error(request, status, exc, None)
+            error, detail = "internal_error", "unexpected error; see the collector's log"
         else:
             # A client's malformed request: one line at INFO, never the parser's message
             # (it quotes the request's bytes) nor, unless configured, the address.
@@ -70,10 +73,6 @@ class JsonErrorHandler(RequestHandler):
                 type(exc).__name__ if exc is not None else "error",
                 status,
             )
-        error = STATUS_CODES.get(status, f"http_{status}")
-        detail = PARSER_DETAILS.get(status, "the request could not be handled")
-        if status >= 500 and status != 501:
-            error, detail = "internal_error", "unexpected error; see the collector's log"
         response = error_response(status, error, detail)
         response.force_close()
         return response
@@ -110,15 +109,22 @@ def serve(
     """Serve ``app`` on ``sock`` until SIGTERM or SIGINT, then stop gracefully (answers in
     flight finish within ``shutdown_timeout``, the app's cleanup runs). Exceptions from
     the app's startup propagate."""
+    options: dict[str, Any] = {
+        "keepalive_timeout": config.header_timeout,
+        "access_log_class": AccessLog,
+        "access_log_format": access_log_format,
+        "lingering_time": min(10.0, max(1.0, config.upload_grace)),
+        # Compressed bodies are refused (uploads.py): never inflate them, not even the
+        # first buffer the parser would inflate before the app sees the request.
+        "auto_decompress": False,
+        "access_log": access_log,  # None: no access log
+    }
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    main = loop.create_task(
-        _serve(app, sock, config, access_log, access_log_format, announce), name="ldpkit-serve"
-    )
+    main = loop.create_task(_serve(app, sock, config, options, announce), name="ldpkit-serve")
     try:
-        loop.run_until_complete(main)
-    except (web.GracefulExit, KeyboardInterrupt):
-        pass
+        with contextlib.suppress(web.GracefulExit, KeyboardInterrupt):
+            loop.run_until_complete(main)
     finally:
         main.cancel()
         with contextlib.suppress(asyncio.CancelledError, web.GracefulExit, KeyboardInterrupt):
@@ -136,8 +142,7 @@ async def _serve(
     app: web.Application,
     sock: socket.socket,
     config: CollectorConfig,
-    access_log: logging.Logger | None,
-    access_log_format: str,
+    options: dict[str, Any],
     announce: Callable[[], None],
 ) -> None:
     runner = web.AppRunner(
@@ -147,16 +152,6 @@ async def _serve(
     loop = asyncio.get_running_loop()
     manager = runner.server
     assert manager is not None
-    options: dict[str, Any] = {
-        "keepalive_timeout": config.header_timeout,
-        "access_log_class": AccessLog,
-        "access_log_format": access_log_format,
-        "lingering_time": min(10.0, max(1.0, config.upload_grace)),
-        # Compressed bodies are refused (uploads.py): never inflate them, not even the
-        # first buffer the parser would inflate before the app sees the request.
-        "auto_decompress": False,
-        "access_log": access_log,  # None: no access log
-    }
 
     def connection() -> RequestHandler:
         return JsonErrorHandler(manager, loop=loop, **options)

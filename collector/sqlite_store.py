@@ -1,12 +1,9 @@
 """SQLite store: WAL mode, one writer thread with group commit, one reader thread.
 
-The group-commit writer and everything above the SQL dialect are shared with the
-PostgreSQL store (:mod:`ldpkit.collector.group_commit`); this module opens the file,
-keeps its schema, and supplies the few statements that differ.
-
-**Threads.** The event loop never touches SQLite. Writes go through a queue to one writer
-thread that owns the only write connection; reads run on one reader thread with its own
-connection, which WAL lets read committed data while the writer writes.
+The group-commit writer (:mod:`ldpkit.collector.group_commit`, shared with PostgreSQL)
+owns the only write connection; the reader thread's own connection reads committed data
+while the writer writes (WAL). This module opens the file, keeps its schema, and supplies
+the few statements that differ.
 
 **v1 report ids** go in with ``INSERT OR IGNORE ... RETURNING id`` statements of 2048 rows
 (one ``sqlite3_step`` per row returned, the GIL dropped once per chunk rather than per
@@ -112,6 +109,8 @@ PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer j
 class SQLiteStore(GroupCommitStore):
     """A :class:`Store` in one SQLite file (WAL mode)."""
 
+    group_begin = "BEGIN IMMEDIATE"
+
     def __init__(
         self,
         path: str | Path,
@@ -134,7 +133,6 @@ class SQLiteStore(GroupCommitStore):
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r}, synchronous={self.synchronous.upper()})"
 
-    # --- connections ---------------------------------------------------------------------
     def _connect(self, *, writer: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=30.0
@@ -190,11 +188,10 @@ class SQLiteStore(GroupCommitStore):
             raise StoreError(f"{self.path}: {exc}") from None
         try:
             self._create_schema(conn)
-        except sqlite3.Error as exc:
+        except BaseException as exc:
             conn.close()
-            raise StoreError(f"{self.path}: {exc}") from None
-        except BaseException:
-            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"{self.path}: {exc}") from None
             raise
         return conn
 
@@ -203,7 +200,6 @@ class SQLiteStore(GroupCommitStore):
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         conn.close()
 
-    # --- lifecycle -----------------------------------------------------------------------
     async def open(self) -> None:
         if self._threads:
             return
@@ -247,15 +243,8 @@ class SQLiteStore(GroupCommitStore):
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {exc}") from None
 
-    # --- the dialect ---------------------------------------------------------------------
     def _x(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(sql, params)
-
-    def _begin(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-
-    def _retryable(self, exc: BaseException) -> bool:
-        return False  # one writer: nothing to deadlock with
 
     def _claim_batches(
         self, conn: sqlite3.Connection, rows: list[tuple[bytes, int, bytes]]
@@ -300,8 +289,7 @@ class SQLiteStore(GroupCommitStore):
 
     def _take_partials(self, conn: sqlite3.Connection, limit: int) -> list[PartialRow]:
         rows = conn.execute(
-            "SELECT seq, fingerprint, bucket, n, sums FROM partials ORDER BY seq LIMIT ?",
-            (limit,),
+            "SELECT seq, fingerprint, bucket, n, sums FROM partials ORDER BY seq LIMIT ?", (limit,)
         ).fetchall()
         if rows:
             conn.execute("DELETE FROM partials WHERE seq <= ?", (rows[-1][0],))
@@ -332,17 +320,14 @@ class SQLiteStore(GroupCommitStore):
     def _parse_compacted(self, value: Any) -> npt.NDArray[np.float64]:
         return np.frombuffer(value, dtype=SUMS_DTYPE)
 
-    # --- pruning -------------------------------------------------------------------------
     async def prune_report_ids(self, before_bucket: int) -> int:
         """Delete batch ids and v1 report ids of buckets ``< before_bucket``: counted first
         on the reader, then deleted by writer jobs over ranges of ids (by first byte, about
         50,000 ids each), so batches commit in between; skipped if already done."""
 
         def count(conn: sqlite3.Connection) -> dict[str, int] | None:
-            done = conn.execute(
-                "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,)
-            ).fetchone()
-            if done is not None and done[0] >= before_bucket:
+            done = self._pruned_mark(conn)
+            if done is not None and done >= before_bucket:
                 return None
             return {
                 table: conn.execute(
@@ -351,8 +336,7 @@ class SQLiteStore(GroupCommitStore):
                 for table in ("batches", "report_ids")
             }
 
-        old = await self._read(count)
-        if old is None:
+        if (old := await self._read(count)) is None:
             return 0
         deleted = 0
         for table, found in old.items():
@@ -369,7 +353,7 @@ class SQLiteStore(GroupCommitStore):
                     return int(conn.execute(f"DELETE FROM {table} WHERE {where}", params).rowcount)
 
                 deleted += await self._submit(prune)
-        await self._mark_pruned(before_bucket)
+        await self._submit(lambda conn: self._raise_state(conn, PRUNED_KEY, before_bucket))
         if deleted:
             log.info("pruned %d batch and report ids of buckets before %d", deleted, before_bucket)
         return deleted

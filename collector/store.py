@@ -206,9 +206,7 @@ def _unpack_dense(tag: int, body: memoryview, size: int | None) -> npt.NDArray[n
     return dense
 
 
-def fold_rows(
-    rows: Iterable[tuple[int, int, npt.NDArray[np.float64]]],
-) -> list[BucketAggregate]:
+def fold_rows(rows: Iterable[tuple[int, int, npt.NDArray[np.float64]]]) -> list[BucketAggregate]:
     """Sum (bucket, n, sums) rows per bucket, in the order given; by bucket."""
     found: dict[int, tuple[int, npt.NDArray[np.float64]]] = {}
     for bucket, n, sums in rows:
@@ -260,8 +258,7 @@ def definition_from_json(fingerprint: str, name: str, text: str) -> MetricDefini
 
 
 def build_catalog(
-    versions: Iterable[tuple[str, str, str]],
-    current: Iterable[tuple[str, str, str, object]],
+    versions: Iterable[tuple[str, str, str]], current: Iterable[tuple[str, str, str, object]]
 ) -> Catalog:
     """A catalog from (fingerprint, name, definition JSON) rows and (name, fingerprint,
     origin, retired) rows (retired: a retirement time or None)."""

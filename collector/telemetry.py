@@ -7,7 +7,7 @@ metrics defined in the catalog.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -18,78 +18,49 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 class Telemetry:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.reports_accepted = Counter(
-            "ldpkit_reports_accepted", "Reports stored (new ids)", ["metric"], registry=r
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        counter = partial(Counter, namespace="ldpkit", registry=r)
+        gauge = partial(Gauge, namespace="ldpkit", registry=r)
+        histogram = partial(Histogram, namespace="ldpkit", registry=r)
+        latency = partial(histogram, buckets=LATENCY_BUCKETS)
+        self.reports_accepted = counter("reports_accepted", "Reports stored (new ids)", ["metric"])
+        self.reports_duplicate = counter(
+            "reports_duplicate", "Valid reports whose id was already stored"
         )
-        self.reports_duplicate = Counter(
-            "ldpkit_reports_duplicate", "Valid reports whose id was already stored", registry=r
+        self.reports_rejected = counter(
+            "reports_rejected", "Reports refused, by error code", ["reason"]
         )
-        self.reports_rejected = Counter(
-            "ldpkit_reports_rejected", "Reports refused, by error code", ["reason"], registry=r
+        self.batches = counter("batches", "POST /v1/reports requests by outcome", ["outcome"])
+        self.batch_seconds = latency(
+            "batch_seconds", "Time to check and durably store one batch (from body read to commit)"
         )
-        self.batches = Counter(
-            "ldpkit_batches", "POST /v1/reports requests by outcome", ["outcome"], registry=r
+        self.batch_reports = histogram(
+            "batch_reports", "Reports per batch", buckets=(1, 10, 100, 1000, 10_000, 100_000)
         )
-        self.batch_seconds = Histogram(
-            "ldpkit_batch_seconds",
-            "Time to check and durably store one batch (from body read to commit)",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.batch_reports = Histogram(
-            "ldpkit_batch_reports",
-            "Reports per batch",
-            buckets=(1, 10, 100, 1000, 10_000, 100_000),
-            registry=r,
-        )
-        self.commit_seconds = Histogram(
-            "ldpkit_store_commit_seconds",
+        self.commit_seconds = latency(
+            "store_commit_seconds",
             "Duration of one store transaction (a group of batches), commit included",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.commit_batches = Histogram(
-            "ldpkit_store_group_batches",
+        self.commit_batches = histogram(
+            "store_group_batches",
             "Batches committed together (group commit)",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
-            registry=r,
         )
-        self.queue_batches = Gauge(
-            "ldpkit_store_pending_batches", "Batches waiting for their commit", registry=r
-        )
-        self.throttled = Counter(
-            "ldpkit_throttled", "Batches answered 429 because the store is behind", registry=r
-        )
-        self.requests = Counter(
-            "ldpkit_http_requests",
+        self.queue_batches = gauge("store_pending_batches", "Batches waiting for their commit")
+        self.throttled = counter("throttled", "Batches answered 429 because the store is behind")
+        self.requests = counter(
+            "http_requests",
             "HTTP requests by route template, method and status",
             ["route", "method", "status"],
-            registry=r,
         )
-        self.estimate_seconds = Histogram(
-            "ldpkit_estimate_seconds",
-            "Time to answer an estimates query",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.estimate_seconds = latency("estimate_seconds", "Time to answer an estimates query")
+        self.catalog_reloads = counter(
+            "catalog_reloads", "Reloads of the whole metric catalog from the store"
         )
-        self.catalog_reloads = Counter(
-            "ldpkit_catalog_reloads",
-            "Reloads of the whole metric catalog from the store",
-            registry=r,
+        self.version_lookups = counter(
+            "version_lookups", "Lookups of metric versions a batch named and the catalog lacked"
         )
-        self.version_lookups = Counter(
-            "ldpkit_version_lookups",
-            "Lookups of metric versions a batch named and the catalog lacked",
-            registry=r,
-        )
-        self.metric_versions = Gauge(
-            "ldpkit_metric_versions", "Metric versions known to the collector", registry=r
-        )
-
-    def watch_queue(self, pending: Callable[[], float]) -> None:
-        self.queue_batches.set_function(pending)
+        self.metric_versions = gauge("metric_versions", "Metric versions known to the collector")
 
     def on_commit(self, seconds: float, batches: int, reports: int) -> None:
         """Store commit listener (called from the store's thread; prometheus is thread-safe)."""
@@ -98,5 +69,4 @@ class Telemetry:
             self.commit_batches.observe(batches)
 
     def exposition(self) -> bytes:
-        data: bytes = generate_latest(self.registry)
-        return data
+        return generate_latest(self.registry)

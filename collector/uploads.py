@@ -136,11 +136,7 @@ async def read_body(
             if not chunk:
                 break
             if len(body) + len(chunk) > limit:
-                raise ApiError(
-                    413,
-                    "payload_too_large",
-                    f"body is over the limit of {limit} bytes",
-                )
+                raise ApiError(413, "payload_too_large", f"body is over the limit of {limit} bytes")
             held.take(len(chunk), retry_after)
             body += chunk
     finally:

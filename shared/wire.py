@@ -137,14 +137,13 @@ def _pack(head: dict[str, Any], blocks: Sequence[Block], own: str) -> bytes:
     return packed
 
 
-def _field(block: dict[Any, Any], key: str, kind: type | tuple[type, ...], index: int) -> Any:
+def _field(block: dict[Any, Any], key: str, kind: type, index: int) -> Any:
     if key not in block:
         raise ProtocolError(f"block {index}: missing field {key!r}")
     value = block[key]
     if not isinstance(value, kind) or isinstance(value, bool):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise ProtocolError(
-            f"block {index}: field {key!r} must be {names}, got {type(value).__name__}"
+            f"block {index}: field {key!r} must be {kind.__name__}, got {type(value).__name__}"
         )
     return value
 
@@ -225,8 +224,7 @@ def _head(obj: Any) -> tuple[int, bytes | None, list[Any]]:
     blocks_raw = obj.get("blocks")
     if not isinstance(blocks_raw, list):
         raise ProtocolError("field 'blocks' must be an array of blocks")
-    unknown = _unknown(obj, _BATCH_FIELDS[sealed])
-    if unknown:
+    if unknown := _unknown(obj, _BATCH_FIELDS[sealed]):
         raise ProtocolError(f"unknown batch fields: {unknown}")
     if not sealed:
         return version, None, blocks_raw
@@ -240,8 +238,7 @@ def _block(raw: Any, i: int, sealed: bool, max_reports: int) -> Block:
     """Block ``i`` of a v2 (``sealed``) or v1 batch."""
     if not isinstance(raw, dict):
         raise ProtocolError(f"block {i}: must be a map, got {type(raw).__name__}")
-    unknown = _unknown(raw, _BLOCK_FIELDS[sealed])
-    if unknown:
+    if unknown := _unknown(raw, _BLOCK_FIELDS[sealed]):
         raise ProtocolError(f"block {i}: unknown fields {unknown}")
     metric = _field(raw, "metric", str, i)
     fp = _field(raw, "fp", str, i)
