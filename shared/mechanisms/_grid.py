@@ -26,6 +26,7 @@ GRID_STEPS = 2**16
 @dataclass(frozen=True, kw_only=True)
 class GridMechanism(NumericMechanism):
     grid_steps: ClassVar[int] = GRID_STEPS
+    report_dtype = REPORT_DTYPE
 
     noise_cap: int = field(init=False, repr=False)
     """Valid reports lie in ``-noise_cap .. D + noise_cap``."""
@@ -37,10 +38,6 @@ class GridMechanism(NumericMechanism):
     @abstractmethod
     def grid_noise_variance(self) -> float:
         """The noise's variance, in grid steps squared."""
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:

@@ -121,9 +121,6 @@ _NS_PER_THRESHOLD_WORD = 28.5
 _NS_PER_CANDIDATE = 10.0
 _NS_PER_SPARSE_LANE = 9.5
 _NS_PER_COUNT = 50.0
-LAZY_WORDS_PER_WORD = 7.4
-"""Expected words :func:`threshold_lanes` draws per word of lanes (rounds until all 64
-lanes of a word are decided)."""
 
 MAX_SPARSE_RATE = Fraction(1, 16)
 """Largest rate the planner gives the sparse part (so a block's count stays far below
@@ -134,11 +131,8 @@ BLOCK = 1024
 many lanes (the last may be shorter), each with its own count, which keeps the exact CDF
 tables small (integers of ``64 * BLOCK`` bits)."""
 
-_MASK32 = np.uint64(0xFFFFFFFF)
-_ONE = np.uint64(1)
 _POW2 = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))  # bit j's mask (a table
 # lookup: numpy's scalar << array is several times slower than a gather)
-_SHIFT32 = np.uint64(32)
 
 
 def words_per_row(lanes: int) -> int:

@@ -57,6 +57,7 @@ from ..structured_estimates import OutputArrays
 from . import AUTO_ORACLES as AUTO_ORACLES  # re-exported for ldpkit.structured
 from . import STRUCTURED_ORACLES, make_oracle, oracle_class
 from ._dyadic import check_min_epsilon
+from ._values import in_range
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism
 
 if TYPE_CHECKING:
@@ -215,7 +216,6 @@ class ViewSampling(Mechanism):
 
     # --- values and reports ------------------------------------------------------------------
     def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
-        m = self.base_size
         if values.dtype.kind not in "iu":
             if values.dtype.kind == "f" and (
                 not values.size
@@ -227,11 +227,7 @@ class ViewSampling(Mechanism):
                     f"{self.kind} values must be integer base-cell indices (see "
                     f"encode), got dtype {values.dtype}"
                 )
-        bad = (values < 0) | (values >= m)
-        if bool(np.any(bad)):
-            i = int(np.argmax(bad))
-            raise ReportError(f"value {values[i]!r} at index {i} is outside 0..{m - 1}")
-        return values.astype(np.int64, copy=False)
+        return in_range(values, self.base_size)
 
     def choose_views(self, count: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         """Each user's view, drawn with the views' weights (independent of the values)."""

@@ -32,7 +32,7 @@ from ..errors import ParameterError, ReportError
 from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
 from ._dyadic import check_min_epsilon
-from ._values import check_numbers
+from ._values import check_numbers, in_range
 
 if TYPE_CHECKING:  # the portable rules load with the mechanisms that use them
     from ._portable import Derived, Words
@@ -86,7 +86,10 @@ class Mechanism(ABC):
     @property
     def aggregate_cost(self) -> int:
         """Counters the collector updates per report when it aggregates a batch: a model
-        of its work per report (at most the size of the sums; subclasses refine it)."""
+        of its work per report, at most the size of the sums (unary and subset reports:
+        one per bit, d; OLH: one hash check per item, d; a numeric report: a sum and a sum
+        of squares; oracles whose report names one item override it with 1).
+        ``benchmarks/mechanisms.py`` prints the measured nanoseconds beside it."""
         return self.stats_size
 
     @property
@@ -304,14 +307,6 @@ class FrequencyOracle(Mechanism):
     def stats_size(self) -> int:
         return self.domain_size
 
-    @property
-    def aggregate_cost(self) -> int:
-        """Counters the collector updates per report when it aggregates a batch: a model
-        of its work per report (unary and subset reports: one per bit, d; OLH: one hash
-        check per item, d; oracles whose report names one item override it with 1).
-        ``benchmarks/mechanisms.py`` prints the measured nanoseconds beside it."""
-        return self.domain_size
-
     def params(self) -> dict[str, Any]:
         return {"mechanism": self.name, "epsilon": self.epsilon, "domain_size": self.domain_size}
 
@@ -359,13 +354,7 @@ class FrequencyOracle(Mechanism):
                 )
             else:
                 values = values.astype(np.int64)
-        bad = (values < 0) | (values >= self.domain_size)
-        if bool(np.any(bad)):
-            i = int(np.argmax(bad))
-            raise ReportError(
-                f"value {values[i]!r} at index {i} is outside the domain 0..{self.domain_size - 1}"
-            )
-        return values.astype(np.int64, copy=False)
+        return in_range(values, self.domain_size, "the domain ")
 
     def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
         """Variance of an item's estimated fraction from ``n`` reports (``n=1``: one
@@ -418,14 +407,7 @@ class NumericMechanism(Mechanism):
     def _derive(self) -> None:
         """Compute derived constants once (subclasses)."""
 
-    @property
-    def stats_size(self) -> int:
-        return 2
-
-    @property
-    def aggregate_cost(self) -> int:
-        """Counters the collector updates per report: a sum and a sum of squares."""
-        return 2
+    stats_size = 2  # a sum and a sum of squares
 
     @property
     def half_range(self) -> float:

@@ -111,6 +111,7 @@ class Duchi(NumericMechanism):
 
     name: ClassVar[str] = "duchi"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("duchi")
+    report_dtype = REPORT_DTYPE
 
     C: float = field(init=False, repr=False)
     flip_probability: float = field(init=False, repr=False)
@@ -122,10 +123,6 @@ class Duchi(NumericMechanism):
         object.__setattr__(self, "_threshold", threshold)
         object.__setattr__(self, "flip_probability", flip)
         object.__setattr__(self, "C", c)
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:

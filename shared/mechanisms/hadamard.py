@@ -107,21 +107,14 @@ class HadamardResponse(FrequencyOracle):
 
     name: ClassVar[str] = "hr"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("hr")
+    aggregate_cost = 1  # one counter per report: the report names one column
+    report_dtype = REPORT_DTYPE
 
     K: int = field(init=False)
 
     def _support_probabilities(self) -> tuple[float, float]:
         object.__setattr__(self, "K", 1 << self.domain_size.bit_length())
         return 1.0 / (1.0 + math.exp(-self.epsilon)), 0.5
-
-    @property
-    def aggregate_cost(self) -> int:
-        """One counter per report: the report names one item (or column)."""
-        return 1
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:

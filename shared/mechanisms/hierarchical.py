@@ -123,6 +123,7 @@ class HierarchicalHistogram(Mechanism):
     name: ClassVar[str] = "hh"
     kind: ClassVar[str] = "distribution"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case(1.0), _plan_case(3.0))
+    report_dtype = REPORT_DTYPE
 
     bounds: tuple[float, float]
     resolution: int = DEFAULT_RESOLUTION
@@ -169,10 +170,6 @@ class HierarchicalHistogram(Mechanism):
     @property
     def height(self) -> int:
         return self.tree.height
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def stats_size(self) -> int:

@@ -177,6 +177,7 @@ class OptimizedLocalHashing(FrequencyOracle):
 
     name: ClassVar[str] = "olh"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("olh", (0.5, 1.5, 2.0))
+    report_dtype = REPORT_DTYPE
 
     g: int = field(init=False)
 
@@ -185,10 +186,6 @@ class OptimizedLocalHashing(FrequencyOracle):
         object.__setattr__(self, "g", g)
         p = 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon))
         return p, 1.0 / g
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:

@@ -264,6 +264,7 @@ class Piecewise(NumericMechanism):
 
     name: ClassVar[str] = "piecewise"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("piecewise")
+    report_dtype = REPORT_DTYPE
 
     C: float = field(init=False, repr=False)
     step: float = field(init=False, repr=False)
@@ -277,10 +278,6 @@ class Piecewise(NumericMechanism):
         object.__setattr__(self, "C", c)
         object.__setattr__(self, "step", grid.step)
         object.__setattr__(self, "_grid", grid)
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:
@@ -380,6 +377,7 @@ class Hybrid(NumericMechanism):
 
     name: ClassVar[str] = "hybrid"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("hybrid")
+    report_dtype = REPORT_DTYPE
 
     alpha: float = field(init=False, repr=False)
     """Probability of the PM branch: ``1 - e^{-eps/2}`` above eps = 0.61, else 0."""
@@ -411,10 +409,6 @@ class Hybrid(NumericMechanism):
         object.__setattr__(self, "bound", bound)
         object.__setattr__(self, "_grid", _PMGrid(eps, step, bound))
         object.__setattr__(self, "_flip_threshold", flip_threshold)
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:

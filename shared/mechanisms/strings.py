@@ -324,6 +324,7 @@ class PrefixSketch(Mechanism):
 
     name: ClassVar[str] = "prefix_sketch"
     kind: ClassVar[str] = "strings"
+    report_dtype = REPORT_DTYPE
     # Strings shorter than max_length, so that the prefix levels' cut (ceil(t m / M) bytes)
     # differs from the first rule's (t bytes) at several levels: "été" (5 bytes) at 4 of 8.
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
@@ -404,10 +405,6 @@ class PrefixSketch(Mechanism):
     @property
     def stats_size(self) -> int:
         return self.total_rows * self.g
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:

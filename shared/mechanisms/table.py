@@ -51,6 +51,7 @@ from ..inference import LinearViews, Quadratic, grouped_norm_sub, ipf
 from ..structured_estimates import OutputArrays, TableEstimate
 from . import make_oracle
 from ._dyadic import check_min_epsilon
+from ._values import in_range
 from ._views import ViewSampling, _check_weights, noise_model
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
 
@@ -291,13 +292,7 @@ class SplitMarginals(Mechanism):
             raise ReportError(
                 f"table values must be integer cell indices, got dtype {values.dtype}"
             )
-        bad = (values < 0) | (values >= self.table.size)
-        if bool(np.any(bad)):
-            i = int(np.argmax(bad))
-            raise ReportError(
-                f"value {values[i]!r} at index {i} is outside 0..{self.table.size - 1}"
-            )
-        return values.astype(np.int64, copy=False)
+        return in_range(values, self.table.size)
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[Any]:
         out = np.zeros(values.size, dtype=self.report_dtype)
