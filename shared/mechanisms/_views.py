@@ -92,6 +92,35 @@ class View:
         return self.oracle.domain_size
 
 
+def population(size: int, fractions: npt.ArrayLike | None) -> FloatArray:
+    """The base cells' fractions (default uniform); ParameterError unless they are ``size``
+    numbers >= 0 summing to 1."""
+    if fractions is None:
+        return np.full(size, 1.0 / size)
+    pi = np.asarray(fractions, dtype=np.float64)
+    if pi.shape != (size,) or np.any(pi < 0) or not np.isclose(pi.sum(), 1.0):
+        raise ParameterError(f"fractions must be {size} non-negative numbers summing to 1")
+    return pi
+
+
+def batch_sums(n: npt.ArrayLike, sums: npt.ArrayLike, size: int) -> tuple[FloatArray, FloatArray]:
+    """``n`` (R,) and ``sums`` (R, size) of R aggregates, as float arrays."""
+    counts_n = np.atleast_1d(np.asarray(n, dtype=np.float64))
+    table = np.atleast_2d(np.asarray(sums, dtype=np.float64))
+    if table.shape != (counts_n.size, size):
+        raise ParameterError(
+            f"estimate_arrays needs n (R,) and sums (R, {size}), got "
+            f"{counts_n.shape} and {table.shape}"
+        )
+    return counts_n, table
+
+
+def as_reports(raw: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """Rows of report bytes as reports of ``dtype`` (a packed bitmap stays rows of bytes)."""
+    raw = np.ascontiguousarray(raw)
+    return raw if dtype.subdtype is not None else raw.view(dtype).reshape(raw.shape[0])
+
+
 def _check_weights(weights: object, count: int) -> tuple[float, ...]:
     if isinstance(weights, str) or not isinstance(weights, Sequence):
         raise ParameterError(f"weights must be a list of {count} positive numbers, got {weights!r}")
@@ -253,12 +282,7 @@ class ViewSampling(Mechanism):
     def _payload_reports(self, k: int, payload: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """View k's oracle reports from their payload rows."""
         dtype = self.views[k].oracle.report_dtype
-        size = dtype.itemsize
-        raw = np.ascontiguousarray(payload[:, :size])
-        if dtype.subdtype is not None:
-            return raw  # a packed bitmap: (rows, bytes) of uint8
-        out: npt.NDArray[Any] = raw.view(dtype).reshape(raw.shape[0])
-        return out
+        return as_reports(payload[:, : dtype.itemsize], dtype)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         view = reports["view"]
@@ -376,13 +400,7 @@ class ViewSampling(Mechanism):
         A row cannot be estimated when it holds no report, or none for some view (then
         a view's estimates are undefined and the design does not identify the cells).
         """
-        counts_n = np.atleast_1d(np.asarray(n, dtype=np.float64))
-        table = np.atleast_2d(np.asarray(sums, dtype=np.float64))
-        if table.shape != (counts_n.size, self.stats_size):
-            raise ParameterError(
-                f"estimate_arrays needs n (R,) and sums (R, {self.stats_size}), got "
-                f"{counts_n.shape} and {table.shape}"
-            )
+        counts_n, table = batch_sums(n, sums, self.stats_size)
         sizes, counts = self.engine.split(table)
         bad = (counts_n <= 0) | (sizes.min(axis=1) <= 0)
         safe = np.where(bad[:, None], 1.0, sizes)

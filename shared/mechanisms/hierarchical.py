@@ -72,6 +72,16 @@ def _oracle_reports(oracle: FrequencyOracle, rows: npt.NDArray[Any]) -> npt.NDAr
     return rows["y"].astype(oracle.report_dtype)
 
 
+def _put(out: npt.NDArray[Any], reports: npt.NDArray[Any], rows: Any = slice(None)) -> None:
+    """Write a depth's oracle reports into ``rows`` of the records ``out``: local hashing's
+    (a, b, y), else the item as y."""
+    if reports.dtype.names:
+        for key in ("a", "b", "y"):
+            out[key][rows] = reports[key]
+    else:
+        out["y"][rows] = reports
+
+
 def _plan_case(epsilon: float) -> PlanCase:
     lo, hi = NUMERIC_BOUNDS
     spec = {"kind": "distribution", "bounds": [lo, hi], "resolution": 64, "epsilon": epsilon}
@@ -226,13 +236,7 @@ class HierarchicalHistogram(Mechanism):
             idx = np.flatnonzero(depth == t)
             if idx.size == 0:
                 continue
-            reports = oracle.perturb(self.tree.node_of_leaf(leaf[idx], t), rng)
-            if isinstance(oracle, OptimizedLocalHashing):
-                out["a"][idx] = reports["a"]
-                out["b"][idx] = reports["b"]
-                out["y"][idx] = reports["y"]
-            else:
-                out["y"][idx] = reports
+            _put(out, oracle.perturb(self.tree.node_of_leaf(leaf[idx], t), rng), idx)
         return out
 
     # --- collector side --------------------------------------------------------------
@@ -282,11 +286,7 @@ class HierarchicalHistogram(Mechanism):
             raise ParameterError(
                 f"aggregate's reports per depth add up to {int(counts.sum())}, not n = {agg.n}"
             )
-        supports = []
-        offset = tree.height
-        for t in range(1, tree.height + 1):
-            supports.append(agg.sums[offset : offset + tree.counts[t]])
-            offset += tree.counts[t]
+        supports = np.split(agg.sums[tree.height :], np.cumsum(tree.counts[1:-1]))
         return counts.astype(np.int64), supports
 
     def _smoother(self, depth_counts: npt.ArrayLike) -> TreeSmoother:
@@ -325,17 +325,7 @@ class HierarchicalHistogram(Mechanism):
                     fractions.append(np.zeros(support.size))
             smoother = self._smoother(counts)
             leaves = smoother.forward(fractions).ravel()
-        return DistributionEstimate(
-            mechanism=self.name,
-            epsilon=self.epsilon,
-            n=n,
-            bounds=self.bounds,
-            tree=self.tree,
-            leaves=leaves,
-            depth_counts=tuple(int(c) for c in counts),
-            levels=self._levels(counts),
-            smoother=smoother,
-        )
+        return self._answer(n, leaves, counts, smoother)
 
     def expected(self, n: float, fractions: npt.ArrayLike | None = None) -> DistributionEstimate:
         """An estimate whose answers' standard errors are those expected from n reports.
@@ -354,16 +344,21 @@ class HierarchicalHistogram(Mechanism):
             if not math.isclose(float(leaves.sum()), 1.0, rel_tol=0, abs_tol=1e-9):
                 raise ParameterError(f"fractions must sum to 1, got {float(leaves.sum())!r}")
         counts = np.full(self.height, float(n) / self.height)
+        return self._answer(max(1, round(n)), leaves, counts, self._smoother(counts))
+
+    def _answer(
+        self, n: int, leaves: FloatArray, counts: npt.NDArray[Any], smoother: TreeSmoother
+    ) -> DistributionEstimate:
         return DistributionEstimate(
             mechanism=self.name,
             epsilon=self.epsilon,
-            n=max(1, round(n)),
+            n=n,
             bounds=self.bounds,
             tree=self.tree,
             leaves=leaves,
-            depth_counts=tuple(round(c) for c in counts),
+            depth_counts=tuple(round(float(c)) for c in counts),
             levels=self._levels(counts),
-            smoother=self._smoother(counts),
+            smoother=smoother,
         )
 
     # --- exact law -------------------------------------------------------------------
@@ -383,15 +378,12 @@ class HierarchicalHistogram(Mechanism):
             node = int(self.tree.node_of_leaf(leaf, t))
             if isinstance(oracle, OptimizedLocalHashing):
                 reports, p = oracle.output_probabilities(node, a=a, b=b)
-                part = np.zeros(reports.size, dtype=REPORT_DTYPE)
-                for key in ("a", "b", "y"):
-                    part[key] = reports[key]
             else:
                 assert isinstance(oracle, GeneralizedRR)
-                items, p = oracle.output_probabilities(node)
-                part = np.zeros(items.size, dtype=REPORT_DTYPE)
-                part["y"] = items
+                reports, p = oracle.output_probabilities(node)
+            part = np.zeros(len(p), dtype=REPORT_DTYPE)
             part["depth"] = t
+            _put(part, reports)
             records.append(part)
             probs.append(p / self.height)
         return np.concatenate(records), np.concatenate(probs)

@@ -48,7 +48,7 @@ from ..domains import Tree
 from ..errors import ParameterError
 from ..inference import Quadratic, tree_consistent
 from ..structured_estimates import HierarchyEstimate, OutputArrays
-from ._views import ViewSampling, _check_weights
+from ._views import ViewSampling, _check_weights, population
 from .base import FloatArray, IntArray, PlanCase
 
 _REGION = (
@@ -144,28 +144,19 @@ class HierarchyMechanism(ViewSampling):
         return HierarchyEstimate(self.name, self.epsilon, agg.n, self.tree, groups)
 
     # --- theory ------------------------------------------------------------------------
-    def _population(self, fractions: npt.ArrayLike | None) -> FloatArray:
-        m = self.tree.size
-        if fractions is None:
-            return np.full(m, 1.0 / m)
-        pi = np.asarray(fractions, dtype=np.float64)
-        if pi.shape != (m,) or np.any(pi < 0) or not np.isclose(pi.sum(), 1.0):
-            raise ParameterError(f"fractions must be {m} non-negative numbers summing to 1")
-        return pi
-
     def variance(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> list[FloatArray]:
         """Per depth, each node's variance for n users with leaf ``fractions``.
 
         ``fractions`` defaults to the uniform population; each view is taken to hold
         its expected share of the n users. With ``n = 1`` the figures are per user.
         """
-        pi = self._population(fractions)[None, :]
+        pi = population(self.tree.size, fractions)[None, :]
         var = self.engine.variances_at(pi, self.expected_sizes(n), np.array([float(n)]))
         return self._levels(var[0])
 
     def variance_quadratic(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> Quadratic:
         """Each node's variance along the path of its own value (see LinearViews)."""
-        pi = self._population(fractions)[None, :]
+        pi = population(self.tree.size, fractions)[None, :]
         quad = self.engine.variance_quadratic(pi, self.expected_sizes(n), np.array([float(n)]))
         return quad.row(0)
 

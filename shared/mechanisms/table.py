@@ -52,7 +52,7 @@ from ..structured_estimates import OutputArrays, TableEstimate
 from . import make_oracle
 from ._dyadic import check_min_epsilon
 from ._values import in_range
-from ._views import ViewSampling, _check_weights, noise_model
+from ._views import ViewSampling, _check_weights, as_reports, batch_sums, noise_model, population
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
 
 SEED_FLOOR = 1e-9
@@ -68,13 +68,7 @@ def _plan_case(mechanism: str) -> PlanCase:
 
 
 def _population(table: Table, fractions: npt.ArrayLike | None) -> FloatArray:
-    m = table.size
-    if fractions is None:
-        return np.full(m, 1.0 / m)
-    pi = np.asarray(fractions, dtype=np.float64).reshape(-1)
-    if pi.shape != (m,) or np.any(pi < 0) or not np.isclose(pi.sum(), 1.0):
-        raise ParameterError(f"fractions must be {m} non-negative numbers summing to 1")
-    return pi
+    return population(table.size, None if fractions is None else np.reshape(fractions, -1))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,9 +299,7 @@ class SplitMarginals(Mechanism):
 
     def _part(self, a: int, payload: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
         lo, hi = int(self._offsets[a]), int(self._offsets[a + 1])
-        raw = np.ascontiguousarray(payload[:, lo:hi])
-        dtype = self.oracles[a].report_dtype
-        return raw if dtype.subdtype is not None else raw.view(dtype).reshape(raw.shape[0])
+        return as_reports(payload[:, lo:hi], self.oracles[a].report_dtype)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         valid = np.ones(reports.shape[0], dtype=np.bool_)
@@ -338,13 +330,7 @@ class SplitMarginals(Mechanism):
 
     def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
         """Each attribute's categories for R aggregates at once, side by side."""
-        counts_n = np.atleast_1d(np.asarray(n, dtype=np.float64))
-        table = np.atleast_2d(np.asarray(sums, dtype=np.float64))
-        if table.shape != (counts_n.size, self.stats_size):
-            raise ParameterError(
-                f"estimate_arrays needs n (R,) and sums (R, {self.stats_size}), got "
-                f"{counts_n.shape} and {table.shape}"
-            )
+        counts_n, table = batch_sums(n, sums, self.stats_size)
         bad = counts_n <= 0
         safe = np.where(bad, 1.0, counts_n)[:, None]
         parts: list[list[FloatArray]] = [[], [], [], [], [], [], []]
