@@ -528,16 +528,6 @@ class NumericMechanism(Mechanism):
         variance_sum = n * (a + extra) + b * squares
         stderr = math.sqrt(max(variance_sum, 0.0)) / n * self.half_range
         scale = self.binary_scale()
-        binary = None
-        if scale is not None:
-            binary = BinaryCounts(round((s1 / scale + n) / 2.0), scale)
-        lo, _ = self.bounds
-        return MeanEstimate(
-            self.name,
-            self.epsilon,
-            n,
-            lo + (mean_t + 1.0) * self.half_range,
-            stderr,
-            self.bounds,
-            binary,
-        )
+        binary = None if scale is None else BinaryCounts(round((s1 / scale + n) / 2.0), scale)
+        mean = self.bounds[0] + (mean_t + 1.0) * self.half_range
+        return MeanEstimate(self.name, self.epsilon, n, mean, stderr, self.bounds, binary)

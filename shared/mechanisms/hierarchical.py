@@ -299,13 +299,7 @@ class HierarchicalHistogram(Mechanism):
     def _levels(self, depth_counts: npt.ArrayLike) -> tuple[LevelNoise, ...]:
         counts = np.asarray(depth_counts, dtype=np.float64)
         return tuple(
-            LevelNoise(
-                oracle=o.name,
-                p=o.p,
-                q=o.q,
-                exclusive=not isinstance(o, OptimizedLocalHashing),
-                n=float(c),
-            )
+            LevelNoise(o.name, o.p, o.q, not isinstance(o, OptimizedLocalHashing), float(c))
             for o, c in zip(self.oracles, counts, strict=True)
         )
 

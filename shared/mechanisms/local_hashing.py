@@ -306,13 +306,8 @@ class OptimizedLocalHashing(FrequencyOracle):
         b = reports["b"].astype(np.uint64)
         true = bucket(int(value), a, b, g)
         shift = (reports["y"].astype(np.int64) - true.astype(np.int64)) % g
-        out = [
-            (
-                "bucket vs hash",
-                *chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p)),
-                "",
-            )
-        ]
+        relative = chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p))
+        out = [("bucket vs hash", *relative, "")]
         n = len(reports)
         keys = np.stack([a, b], axis=1).view(np.uint8).reshape(n, 16)
         ones = np.unpackbits(keys, axis=1).sum(axis=0).astype(np.float64)

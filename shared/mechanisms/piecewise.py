@@ -82,18 +82,21 @@ class _PMGrid:
         """``1 / (e^{eps/2} + 1)``: the real-number formula."""
         return 1.0 / (1.0 + self.e_half)
 
+    @property
+    def c_plus_minus_1(self) -> tuple[float, float]:
+        """``(C + 1, C - 1)``: ``2 / (1 - e^{-eps/2})`` and ``2 / (e^{eps/2} - 1)``."""
+        return 2.0 / -math.expm1(-self.epsilon / 2.0), 2.0 / math.expm1(self.epsilon / 2.0)
+
     def inside_start(self, t: FloatArray) -> FloatArray:
         """``l(t) = (C + 1) / 2 * t - (C - 1) / 2``, in grid steps."""
-        c_plus_1 = 2.0 / -math.expm1(-self.epsilon / 2.0)
-        c_minus_1 = 2.0 / math.expm1(self.epsilon / 2.0)
+        c_plus_1, c_minus_1 = self.c_plus_minus_1
         result: FloatArray = (0.5 * c_plus_1 * t - 0.5 * c_minus_1) / self.step
         return result
 
     @property
     def widths(self) -> tuple[float, float]:
         """``(w_in, w_out) = ((C - 1) / step, (C + 1) / step)``, in grid steps."""
-        c_plus_1 = 2.0 / -math.expm1(-self.epsilon / 2.0)
-        c_minus_1 = 2.0 / math.expm1(self.epsilon / 2.0)
+        c_plus_1, c_minus_1 = self.c_plus_minus_1
         return c_minus_1 / self.step, c_plus_1 / self.step
 
     def sample(self, t: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int32]:
@@ -150,8 +153,7 @@ class _PMGrid:
 def pm_constants(grid: _PMGrid) -> dict[str, Any]:
     """What the portable rule of PM needs of its grid (``derived``)."""
     _, outside = realized_at_least(grid.outside_probability)
-    c_plus_1 = 2.0 / -math.expm1(-grid.epsilon / 2.0)
-    c_minus_1 = 2.0 / math.expm1(grid.epsilon / 2.0)
+    c_plus_1, c_minus_1 = grid.c_plus_minus_1
     w_in, w_out = grid.widths
     return {
         "outside": hex64(dyadic53(outside)),
@@ -437,16 +439,12 @@ class Hybrid(NumericMechanism):
     def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:
         return np.asarray(reports, dtype=np.float64) * self.step
 
-    def _pm_variance(self, t: FloatArray) -> FloatArray:
-        result: FloatArray = self._grid.base_variance(t) + self._grid.snap_variance(t)
-        return result
-
     def unit_variance(self, t: float | npt.ArrayLike) -> Any:
         """The mixture's variance (see the class doc), snapping included exactly."""
         tt = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
         var = (1.0 - self.alpha) * (self.C_duchi**2 - tt * tt)
         if self.alpha > 0.0:
-            var = var + self.alpha * self._pm_variance(tt)
+            var = var + self.alpha * (self._grid.base_variance(tt) + self._grid.snap_variance(tt))
         return float(var) if var.ndim == 0 else var
 
     def noise_terms(self) -> tuple[float, float, float]:

@@ -681,12 +681,9 @@ class PrefixSketch(Mechanism):
         row = np.where(level, (at - rows_e) % rows, at // max(1, rows_e // rows))
         raw = value.encode() if isinstance(value, str) else bytes(value)
         shift = (y - np.asarray(self.true_buckets(raw))[at]) % g
+        relative = chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p))
         return [
             ("sketch", *chi2(np.bincount(sketch, minlength=self.sketches), self.weights), ""),
             ("row", *chi2(np.bincount(row, minlength=rows), np.ones(rows)), ""),
-            (
-                "bucket vs hash",
-                *chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p)),
-                "",
-            ),
+            ("bucket vs hash", *relative, ""),
         ]
