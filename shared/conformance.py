@@ -169,7 +169,8 @@ def respond(
         if not values:
             continue
         m = definition.mechanism_instance
-        array = np.asarray(values) if not isinstance(values[0], bytes | str) else _objects(values)
+        # (an object array of strings: numpy's own would drop their trailing NULs)
+        array = np.array(values, dtype=object if isinstance(values[0], bytes | str) else None)
         fn = overrides.get(m.name)
         made = (
             fn(m, array, generator) if fn is not None else _perturbed(m, array, generator, one_key)
@@ -203,12 +204,6 @@ def _key_source(
         return KeyedGenerator(generator.bytes(KEY_SIZE)) if seeded else os_generator()
 
     return one_key
-
-
-def _objects(values: list[Any]) -> npt.NDArray[Any]:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
 
 
 # --- the verdict ---------------------------------------------------------------------------

@@ -75,8 +75,6 @@ def __getattr__(name: str) -> Any:
     # Found on first use: listing them loads every mechanism module.
     if name == "MECHANISMS":  # every mechanism with a portable rule, in registry order
         return _portable()
-    if name == "PORTABLE_MECHANISMS":  # the same, as a set
-        return frozenset(_portable())
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -61,12 +61,9 @@ from ..heavy_hitters import (
     oracle_variance,
     scaled_detection_thresholds,
 )
+from .base import BoolArray, FloatArray, IntArray
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 KeyArray = npt.NDArray[np.uint8]
-BoolArray = npt.NDArray[np.bool_]
-
 U64Array = npt.NDArray[np.uint64]
 
 LEVEL = 0.95
@@ -141,7 +138,7 @@ class _Level:
     @cached_property
     def decoy_flat(self) -> IntArray:
         """:meth:`flat` of the decoys, hashed once (the walk evaluates a level many times)."""
-        return self.flat(_decoys(self.m, self.sketch))
+        return self.flat(_decoys(self.m.seed, self.m.max_length, self.sketch))
 
     def __post_init__(self) -> None:
         self.row_n = self.counts.sum(axis=1)
@@ -245,8 +242,6 @@ class _Level:
         if heavy is None:
             heavy = _top(raw, MAX_HEAVY, Z_HEAVY * sd0)
         est = raw
-        self.residual, self.heavy_total = self.counts, 0.0
-        self._heavy_of, self.heavy_est, self.heavy_flat = (take, none), np.zeros(0), None
         for rnd in range(rounds if chosen else 1):
             if heavy.size == 0:
                 self.residual, self.heavy_total = self.counts, 0.0
@@ -446,7 +441,8 @@ def _top(values: FloatArray, count: int, floor: float) -> IntArray:
     return above.astype(np.int64)
 
 
-def _decoys(m: SketchFamily, sketch: int) -> KeyArray:
+@lru_cache(maxsize=256)
+def _decoys(seed: int, max_length: int, sketch: int) -> KeyArray:
     """Distinct random keys of impossible lengths (> max_length): no device holds them.
 
     Only their first word is nonzero (a length byte above max_length, three random
@@ -454,11 +450,6 @@ def _decoys(m: SketchFamily, sketch: int) -> KeyArray:
     buckets are as random as any key's. They depend only on public parameters, so they
     are drawn once per (seed, max_length, sketch) and reused (read-only).
     """
-    return _decoy_keys(m.seed, m.max_length, sketch)
-
-
-@lru_cache(maxsize=256)
-def _decoy_keys(seed: int, max_length: int, sketch: int) -> KeyArray:
     rng = np.random.Generator(np.random.Philox(key=[seed & (2**64 - 1), 0x5EED + sketch]))
     low = np.unique(rng.integers(0, 1 << 24, size=2 * DECOYS))[:DECOYS]  # distinct
     keys = np.zeros((DECOYS, max_length + 1), dtype=np.uint8)
@@ -652,19 +643,17 @@ def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
     cutoffs: list[float] = []
     for t in range(1, m.max_length + 1):
         level = levels[t]
+        old_keys = finished.keys
         child_keys: Callable[[IntArray], KeyArray]
         if t == 1:
             first = _first_level_keys(m.max_length)
             child_length = first[:, 0]
             child_keys = partial(_take_rows, first)
-        else:
-            child_length = np.repeat(beam[:, 0], 256)
-            child_keys = partial(_take_children, beam, t)
-        old_keys = finished.keys
-        if t == 1:
             n_children = len(first)
             flat = level.flat(np.concatenate([first, old_keys]))
         else:
+            child_length = np.repeat(beam[:, 0], 256)
+            child_keys = partial(_take_children, beam, t)
             n_children = len(beam) * 256
             flat = level.children_flat(beam, t, old_keys)
 
