@@ -14,61 +14,12 @@ A report's d bits ("lanes") live in ``W = ceil(d / 64)`` 64-bit words: lane j is
 words in a test). These rules are ldpkit's own: they give the laws of the portable rules
 of ``ldpkit.portable`` (docs/protocol.md), not their bytes.
 
-Independent lanes with probability ``count / 2**64`` (:func:`threshold_lanes`)
-----------------------------------------------------------------------------
-Each lane compares its own 64-bit uniform v with a bound, most significant bit first,
-one bit per round, each round's bits coming from one fresh word per word of lanes. A lane
-is decided at the first bit where v differs from the bound (after 2 bits on average); a
-word stops drawing once its 64 lanes are decided (after about 7 rounds on average, the
-maximum of 64 geometric variables). Each lane reads only its own bit of each word, so
-the lanes are independent, and each is 1 with probability exactly ``count / 2**64``.
-
-A fixed dyadic rate ``a / 2**m`` (:func:`dense_lanes`)
------------------------------------------------------
-The same comparison cut to m bits and evaluated for every lane: m words per 64 lanes.
-
-Sparse lanes: exact binomial counts, distinct positions (:func:`sparse_lanes`)
-------------------------------------------------------------------------------
-Lanes independently 1 with a small probability ``b = c / 2**64`` are, in law, a count
-``K ~ Binomial(n, b)`` per block of n lanes and a uniform K-subset of the block.
-:func:`block_binomials` draws K by inversion of the exact CDF (Python integers, no
-rounding); the K positions are drawn at once and kept only if they are distinct (else all
-K again).
-
-Unary encoding (:func:`plan_unary`, :func:`unary_lanes`)
--------------------------------------------------------
-Lanes 1 w.p. q come from one of three exact plans, whichever the cost model expects to be
-fastest for (q, d): the threshold sampler; "or", a dense part of rate ``A = a / 2**m``
-(``a = floor(2**m q)``) ORed with a sparse part of rate ``b >= (q - A) / (1 - A)``; or
-"and", a dense part with ``a = ceil(2**m q)`` with the lanes of a sparse part of rate
-``b <= 1 - q / A`` cleared. Every bit of each part reads its own randomness and the parts
-are independent, so the lanes stay independent with rate ``A + (1 - A) b`` or
-``A (1 - b)``: at least q and less than ``q + 2**-64``. Most of the time goes into raw
-words (about 1.0 ns each from the AES keystream, 4.4 from Philox), so the plans trade dense
-words (m per 64 lanes)
-against sparse lanes (about 11 ns each, counts included).
-
-Uniform subsets of exact size (:func:`change_lanes`, :func:`distinct_lanes`)
----------------------------------------------------------------------------
-Subset selection needs a set of exactly k' lanes among the d - 1 lanes other than the
-true item, uniform over all such sets. Any procedure whose law is unchanged by permuting
-those lanes and that stops at exactly k' lanes gives that law. It starts from
-:func:`dense_lanes` (rate at most k' / d), clears the padding and sets the true lane, so
-that it counts as in and no addition picks it (a start with more than k' others is drawn
-again), and then ORs in uniform candidates, one per row per step, until the count is
-k' + 1; the coin then sets the true lane. The steps are numpy passes over the rows still
-short; they come in blocks of :data:`CHANGE_BLOCK`, whose values are drawn at once and
-whose buffers are reused (a fresh large array costs page faults). A candidate that is
-void or already in changes nothing. With no dense start (small k'), :func:`distinct_lanes`
-draws all k' at once instead.
-
-Candidates
-----------
-A candidate lane of a block of ``size`` lanes comes from one value by Lemire's exact rule
-(:func:`_candidate_lanes`): 16-bit values (four per word, lowest bits first) when every
-block of the step has at most 65536 lanes, else 32-bit values (two per word, low half
-first); a b-bit value v is lane ``(v * size) >> b``, or void when ``(v * size) mod 2**b``
-is below ``2**b mod size``.
+The samplers (each docstring gives its rule and the order of its draws):
+:func:`threshold_lanes` (lanes 1 w.p. ``count / 2**64``), :func:`dense_lanes` (w.p.
+``a / 2**m``), :func:`sparse_lanes` (an exact binomial count per block, then distinct
+positions), combined for unary encoding by :func:`plan_unary` and :func:`unary_lanes`;
+for subset selection, :func:`change_lanes` (uniform additions up to an exact count) and
+:func:`distinct_lanes`, both on :func:`_candidate_lanes` (Lemire's exact rule).
 
 Inside a batch every step draws, for all rows of the batch in order, before the next step
 starts (:func:`change_lanes` draws a block of :data:`CHANGE_BLOCK` steps at once, step-major);
@@ -192,7 +143,9 @@ def threshold_lanes(words: WordSource, rows: int, width: int, count: int) -> U64
     differs from the bound, so words are drawn in rounds: in rounds 1 .. FULL_ROUNDS one
     word for every word of the batch (row-major); in later rounds one word for each word
     that still has an undecided lane, in the same order, until none is left (at most 64
-    rounds; a lane equal to the bound in all 64 bits is 1).
+    rounds; a lane equal to the bound in all 64 bits is 1). A lane is decided after 2 bits
+    on average, a word after about 7 rounds; each lane reads only its own bit of each word,
+    so the lanes are independent.
     """
     shape = (rows, width)
     if count <= 0:
@@ -343,7 +296,8 @@ def sparse_lanes(words: WordSource, rows: int, lanes: int, numerator: int, block
     binomial count K (:func:`block_binomials`) and then K distinct uniform lanes: in each
     round every block not yet done draws its K candidates (blocks in order, from one run
     of values, :func:`_candidate_bits`), keeps them iff all are valid and distinct, and otherwise
-    draws all K again in the next round.
+    draws all K again in the next round. (Independent lanes of rate b are, in law, a
+    ``Binomial(size, b)`` count per block and a uniform subset of the block of that size.)
     """
     width = words_per_row(lanes)
     block = min(block, 64 * width)
@@ -648,7 +602,8 @@ def plan_unary(probability: float, lanes: int) -> UnaryPlan:
     Every plan realizes ``q'`` with ``q <= q' < q + 2**-64``: the threshold ``c =
     ceil(2**64 q)``; "or" with ``a = floor(2**m q)`` and ``c = ceil(2**64 (q - A) / (1 -
     A))``, ``A = a / 2**m``; "and" with ``a = ceil(2**m q)`` and ``c = floor(2**64 (1 - q /
-    A))``. The choice changes the draws, never the law beyond that.
+    A))``. Every bit of each part reads its own randomness and the parts are independent,
+    so the lanes are too. The choice changes the draws, never the law beyond that.
     """
     q = Fraction(probability)
     width = words_per_row(lanes)
