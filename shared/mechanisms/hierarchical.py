@@ -187,12 +187,10 @@ class HierarchicalHistogram(Mechanism):
 
     @property
     def report_rule(self) -> str:
-        parts = []
-        for t, o in enumerate(self.oracles, start=1):
-            if isinstance(o, OptimizedLocalHashing):
-                parts.append(f"depth {t}: y < {o.g}")
-            else:
-                parts.append(f"depth {t}: y < {o.domain_size}, a = b = 0")
+        parts = [
+            f"depth {t}: y < {self._limits[t]}" + ("" if self._hashed[t] else ", a = b = 0")
+            for t in range(1, self.height + 1)
+        ]
         return (
             f"a record (depth: u1, a: u8, b: u8, y: u4) with depth in 1..{self.height} and "
             + "; ".join(parts)
