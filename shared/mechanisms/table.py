@@ -333,27 +333,21 @@ class SplitMarginals(Mechanism):
         counts_n, table = batch_sums(n, sums, self.stats_size)
         bad = counts_n <= 0
         safe = np.where(bad, 1.0, counts_n)[:, None]
-        parts: list[list[FloatArray]] = [[], [], [], [], [], [], []]
+        columns = []
         at = 0
         R = counts_n.size
         for o, engine in zip(self.oracles, self.engines, strict=True):
             d = o.domain_size
-            y = engine.debias(table[:, at : at + d], safe)
+            x = engine.point(engine.debias(table[:, at : at + d], safe))
             at += d
-            x = engine.point(y)
-            cons = grouped_norm_sub(x.ravel(), np.repeat(np.arange(R), d), np.ones(R)).reshape(
-                x.shape
-            )
-            quad = engine.variance_quadratic(
-                np.where(bad[:, None], 1.0 / d, cons), safe, safe[:, 0]
-            )
+            flat = grouped_norm_sub(x.ravel(), np.repeat(np.arange(R), d), np.ones(R))
+            cons = flat.reshape(x.shape)
+            at_truth = np.where(bad[:, None], 1.0 / d, cons)
+            quad = engine.variance_quadratic(at_truth, safe, safe[:, 0])
             se = np.sqrt(np.maximum(quad.at(cons), 0.0))
             assert quad.correction is not None
-            for part, value in zip(
-                parts, (x, se, cons, quad.v0, quad.v1, quad.v2, quad.correction), strict=True
-            ):
-                part.append(value)
-        x, se, cons, v0, v1, v2, corr = (np.concatenate(p, axis=1) for p in parts)
+            columns.append((x, se, cons, quad.v0, quad.v1, quad.v2, quad.correction))
+        x, se, cons, v0, v1, v2, corr = map(np.hstack, zip(*columns, strict=True))
         nan = np.where(bad[:, None], np.nan, 1.0)
         quad = Quadratic(v0 * nan, v1 * nan, v2 * nan, corr * nan)
         return OutputArrays(counts_n, x * nan, se * nan, cons * nan, quad)
@@ -377,7 +371,6 @@ class SplitMarginals(Mechanism):
         for a, (name, engine) in enumerate(zip(self.table.names, self.engines, strict=True)):
             axes = tuple(i for i in range(len(self.table.shape)) if i != a)
             marginal = pi.sum(axis=axes)[None, :]
-            out[name] = engine.variances_at(marginal, np.array([[float(n)]]), np.array([float(n)]))[
-                0
-            ]
+            var = engine.variances_at(marginal, np.array([[float(n)]]), np.array([float(n)]))
+            out[name] = var[0]
         return out
