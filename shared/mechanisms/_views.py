@@ -50,13 +50,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_epsilon
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, NoiseModel, Quadratic
 from ..structured_estimates import OutputArrays
 from . import AUTO_ORACLES as AUTO_ORACLES  # re-exported for ldpkit.structured
 from . import STRUCTURED_ORACLES, make_oracle, oracle_class
-from ._dyadic import check_min_epsilon
 from ._values import in_range
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism
 
@@ -159,8 +157,7 @@ class ViewSampling(Mechanism):
     views: tuple[View, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         self._check_structure()
         specs = self._view_specs()
         names = (

@@ -167,6 +167,12 @@ class Mechanism(ABC):
         return None
 
     # --- shared behaviour --------------------------------------------------------------
+    def _check_epsilon(self) -> None:
+        """Check epsilon, which must not be below ``MIN_EPSILON`` either: far below it
+        exp(epsilon) rounds to 1 (an oracle's p equals its q) and constants overflow."""
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_min_epsilon(self.name, self.epsilon)
+
     def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
         """Randomize true values; ``rng`` defaults to a generator fed by the OS CSPRNG."""
         generator = resolve_rng(rng)
@@ -291,9 +297,7 @@ class FrequencyOracle(Mechanism):
     q: float = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        # Far below it exp(epsilon) rounds to 1: p == q, and estimates divide by zero.
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         object.__setattr__(self, "domain_size", check_domain_size(self.domain_size))
         p, q = self._support_probabilities()
         object.__setattr__(self, "p", p)
@@ -402,6 +406,7 @@ class NumericMechanism(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         object.__setattr__(self, "bounds", check_bounds(self.bounds))
+        check_min_epsilon(self.name, self.epsilon)  # (after the bounds: their error comes first)
         self._derive()
 
     def _derive(self) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._conformance import chi2, numeric_cases
-from ._dyadic import check_min_epsilon, realized_at_least
+from ._dyadic import realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
 
@@ -118,7 +118,6 @@ class Duchi(NumericMechanism):
     _threshold: float = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         threshold, flip, c = duchi_constants(self.epsilon)
         object.__setattr__(self, "_threshold", threshold)
         object.__setattr__(self, "flip_probability", flip)

@@ -25,7 +25,6 @@ import numpy.typing as npt
 from ..errors import ParameterError
 from . import _portable
 from ._conformance import Cdf, numeric_cases
-from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: as for Laplace; part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
 from ._grid import GridMechanism
@@ -210,7 +209,6 @@ class LocalGaussian(GridMechanism):
     _noise_variance: float = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         delta = check_delta(self.delta)
         object.__setattr__(self, "delta", delta)
         lo, hi = self.bounds

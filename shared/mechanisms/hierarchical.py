@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_bounds, check_epsilon, check_positive
+from .._validation import check_bounds, check_positive
 from ..aggregate import Aggregate
 from ..distribution import DistributionEstimate, LevelNoise, Tree, TreeSmoother, leaf_index
 from ..errors import ParameterError
 from . import oracle_class
 from ._conformance import NUMERIC_BOUNDS, case_name, chi2, prefixed
-from ._dyadic import check_min_epsilon
 from ._portable import Derived, Words, bounded
 from ._values import check_numbers
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
@@ -146,8 +145,7 @@ class HierarchicalHistogram(Mechanism):
     _hashed: npt.NDArray[np.bool_] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         object.__setattr__(self, "bounds", check_bounds(self.bounds))
         tree = Tree(self.resolution, self.branching)
         object.__setattr__(self, "resolution", tree.resolution)

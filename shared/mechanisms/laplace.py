@@ -23,7 +23,6 @@ import numpy.typing as npt
 
 from ._bits import uniform_u64
 from ._conformance import Cdf, numeric_cases
-from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
 from ._grid import GridMechanism
@@ -125,7 +124,6 @@ class LocalLaplace(GridMechanism):
     _lam: float = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         lam = self.epsilon / self.grid_steps
         object.__setattr__(self, "_lam", lam)
         object.__setattr__(self, "decay", math.exp(-lam))

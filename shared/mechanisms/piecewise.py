@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._conformance import Cdf, binned, numeric_cases
-from ._dyadic import check_min_epsilon, realized_at_least
+from ._dyadic import realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
 from .duchi import duchi_constants, duchi_sign, duchi_signs, plus_probability, sign_test
@@ -274,7 +274,6 @@ class Piecewise(NumericMechanism):
     _grid: _PMGrid = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         c = 1.0 / math.tanh(self.epsilon / 4.0)
         grid = _PMGrid(self.epsilon, c / HALF_CELLS, HALF_CELLS)
         object.__setattr__(self, "C", c)
@@ -395,7 +394,6 @@ class Hybrid(NumericMechanism):
     _flip_threshold: float = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         eps = self.epsilon
         alpha = -math.expm1(-eps / 2.0) if eps > HYBRID_THRESHOLD else 0.0
         c_pm = 1.0 / math.tanh(eps / 4.0)

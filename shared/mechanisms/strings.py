@@ -104,14 +104,12 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_epsilon
 from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..heavy_hitters import HeavyHitters, oracle_variance
 from ..randomness import resolve_rng
 from . import _bits, _portable
 from ._conformance import chi2, rr_probabilities
-from ._dyadic import check_min_epsilon
 from ._portable import Derived, Words
 from .base import BoolArray, FloatArray, LawTest, Mechanism, PlanCase, Reports
 from .local_hashing import optimal_buckets
@@ -348,8 +346,7 @@ class PrefixSketch(Mechanism):
     q: float = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         checks: tuple[tuple[str, object, int, int], ...] = (
             ("max_length", self.max_length, 1, MAX_LENGTH),
             ("k", self.k, 1, MAX_K),

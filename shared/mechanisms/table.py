@@ -43,14 +43,12 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_epsilon
 from ..aggregate import Aggregate
 from ..domains import Table
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, Quadratic, grouped_norm_sub, ipf
 from ..structured_estimates import OutputArrays, TableEstimate
 from . import make_oracle
-from ._dyadic import check_min_epsilon
 from ._values import in_range
 from ._views import ViewSampling, _check_weights, as_reports, batch_sums, noise_model, population
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
@@ -226,8 +224,7 @@ class SplitMarginals(Mechanism):
     oracles: tuple[FrequencyOracle, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         if not isinstance(self.table, Table):
             raise ParameterError(f"table must be an ldpkit.domains.Table, got {self.table!r}")
         k = len(self.table.shape)
