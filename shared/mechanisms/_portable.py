@@ -74,11 +74,7 @@ class Words:
         return (self.u64() >> 11) / 2.0**53
 
     def below(self, n: int) -> int:
-        limit = TWO32 - TWO32 % n
-        while True:
-            w = self.word()
-            if w < limit:
-                return w % n
+        return below_any(self, n)  # one word a draw for n <= 2**32
 
 
 def word_list(words: list[int]) -> WordSource:

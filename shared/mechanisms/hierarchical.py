@@ -153,6 +153,8 @@ class HierarchicalHistogram(Mechanism):
         object.__setattr__(self, "tree", tree)
         oracles: list[FrequencyOracle] = []
         weights: list[float] = []
+        # By the depth byte: entries past the height are never valid.
+        limits, hashed = np.zeros(256, dtype=np.uint64), np.zeros(256, dtype=np.bool_)
         for t in range(1, tree.height + 1):
             d = tree.counts[t]
             grr = GeneralizedRR(epsilon=self.epsilon, domain_size=d)
@@ -160,19 +162,14 @@ class HierarchicalHistogram(Mechanism):
             f = 1.0 / d
             best: FrequencyOracle = olh if olh.variance(f) < grr.variance(f) else grr
             oracles.append(best)
+            hashed[t] = best is olh
+            limits[t] = olh.g if best is olh else d
             # Per-report variance of a node estimate at the average node, sampling included.
             weights.append(float(best.variance(f)) + f * (1.0 - f))
         object.__setattr__(self, "oracles", tuple(oracles))
         object.__setattr__(self, "_weights", tuple(weights))
-        limits = [0] + [
-            o.g if isinstance(o, OptimizedLocalHashing) else o.domain_size for o in oracles
-        ]
-        hashed = [False] + [isinstance(o, OptimizedLocalHashing) for o in oracles]
-        # Index by the depth byte: entries past the height are never valid.
-        object.__setattr__(
-            self, "_limits", np.array(limits + [0] * (256 - len(limits)), dtype=np.uint64)
-        )
-        object.__setattr__(self, "_hashed", np.array(hashed + [False] * (256 - len(hashed))))
+        object.__setattr__(self, "_limits", limits)
+        object.__setattr__(self, "_hashed", hashed)
 
     # --- description -----------------------------------------------------------------
     @property

@@ -176,11 +176,6 @@ def default_estimation_rows(g: int, rows: int) -> int:
     return min(MAX_ESTIMATION_ROWS, max(4 * rows, target))
 
 
-def string_buckets(epsilon: float) -> int:
-    """Buckets per row: OLH's optimum ``g ~ e^eps + 1``, at most ``MAX_BUCKETS``."""
-    return min(MAX_BUCKETS, optimal_buckets(epsilon))
-
-
 def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8], Any]:
     """Keys ``[length, bytes..., 0...]`` (n, max_length + 1) of strings or bytes.
 
@@ -365,7 +360,7 @@ class PrefixSketch(Mechanism):
         share = self.estimation_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share < 1:
             raise ParameterError(f"estimation_share must be a number in (0, 1), got {share!r}")
-        g = string_buckets(self.epsilon)
+        g = min(MAX_BUCKETS, optimal_buckets(self.epsilon))  # OLH's optimum, g ~ e^eps + 1
         object.__setattr__(self, "g", g)
         object.__setattr__(self, "rows", default_rows(g))
         object.__setattr__(self, "estimation_rows", default_estimation_rows(g, self.rows))
