@@ -102,11 +102,6 @@ class Duchi(NumericMechanism):
     matches the formula above to a relative 2**-47).
 
     Wire format (protocol v1): one signed byte per report, ``+1`` or ``-1``.
-
-    References
-    ----------
-    J. C. Duchi, M. I. Jordan, M. J. Wainwright, "Minimax optimal procedures for locally
-    private estimation", JASA 113(521), 2018.
     """
 
     name: ClassVar[str] = "duchi"

@@ -98,11 +98,6 @@ class HadamardResponse(FrequencyOracle):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d.
-
-    References
-    ----------
-    J. Acharya, Z. Sun, H. Zhang, "Hadamard response: estimating distributions
-    privately, efficiently, and with little communication", AISTATS 2019.
     """
 
     name: ClassVar[str] = "hr"

@@ -105,12 +105,6 @@ class LocalLaplace(GridMechanism):
 
     Wire format (protocol v1): one little-endian int64 per report. Valid reports lie in
     ``-cap .. D + cap`` with ``cap = ceil(TAIL_CAP * D / eps)``.
-
-    References
-    ----------
-    I. Mironov, "On significance of the least significant bits for differential privacy",
-    CCS 2012. A. Ghosh, T. Roughgarden, M. Sundararajan, "Universally
-    utility-maximizing privacy mechanisms", STOC 2009.
     """
 
     name: ClassVar[str] = "laplace"

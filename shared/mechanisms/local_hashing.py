@@ -168,11 +168,6 @@ class OptimizedLocalHashing(FrequencyOracle):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d (at most 2^31).
-
-    References
-    ----------
-    T. Wang, J. Blocki, N. Li, S. Jha, "Locally differentially private protocols for
-    frequency estimation", USENIX Security 2017.
     """
 
     name: ClassVar[str] = "olh"

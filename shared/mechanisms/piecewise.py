@@ -257,11 +257,6 @@ class Piecewise(NumericMechanism):
     eps = 21; past eps of about 30 (no meaningful privacy anyway) the bound is void.
 
     Wire format (protocol v1): one little-endian int32 per report, ``|k| <= 2**19``.
-
-    References
-    ----------
-    N. Wang et al., "Collecting and analyzing multidimensional data with local
-    differential privacy", ICDE 2019, Algorithm 2 and Lemma 1.
     """
 
     name: ClassVar[str] = "piecewise"
@@ -369,11 +364,6 @@ class Hybrid(NumericMechanism):
     Wire format (protocol v1): one little-endian int32 per report,
     ``|k| <= ceil(C_pm / h)`` (about ``2**19``); for ``eps <= 0.61`` (Duchi's branch alone)
     exactly ``±m``: any other index is no honest report and is refused.
-
-    References
-    ----------
-    N. Wang et al., "Collecting and analyzing multidimensional data with local
-    differential privacy", ICDE 2019, Sec. III-C and Eq. (6).
     """
 
     name: ClassVar[str] = "hybrid"

@@ -308,11 +308,6 @@ class PrefixSketch(Mechanism):
         Seed of the public hash family, in [0, 2^64).
     estimation_share : float
         About this fraction of devices report to the estimation sketch, in (0, 1).
-
-    References
-    ----------
-    T. Wang, N. Li, S. Jha, "Locally differentially private heavy hitter
-    identification", IEEE TDSC 2021; T. Wang et al., USENIX Security 2017.
     """
 
     name: ClassVar[str] = "prefix_sketch"

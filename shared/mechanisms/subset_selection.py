@@ -128,11 +128,6 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d; a report is ``ceil(d / 8)`` bytes with k bits set.
-
-    References
-    ----------
-    M. Ye, A. Barg, "Optimal schemes for discrete distribution estimation under locally
-    differential privacy", IEEE Trans. Inf. Theory 2018.
     """
 
     name: ClassVar[str] = "ss"

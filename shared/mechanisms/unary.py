@@ -53,7 +53,7 @@ U. Erlingsson, V. Pihur, A. Korolova, "RAPPOR: Randomized aggregatable
 privacy-preserving ordinal response", ACM CCS 2014.
 
 T. Wang, J. Blocki, N. Li, S. Jha, "Locally differentially private protocols for
-frequency estimation", USENIX Security 2017 (SUE and OUE, pure protocols).
+frequency estimation", USENIX Security 2017 (SUE and OUE, pure protocols; OUE: 4.4).
 """
 
 from __future__ import annotations
@@ -208,10 +208,6 @@ class SymmetricUnaryEncoding(_UnaryEncoding):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d; a report is ``ceil(d / 8)`` bytes.
-
-    References
-    ----------
-    U. Erlingsson, V. Pihur, A. Korolova, "RAPPOR", ACM CCS 2014.
     """
 
     name: ClassVar[str] = "sue"
@@ -238,11 +234,6 @@ class OptimizedUnaryEncoding(_UnaryEncoding):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d; a report is ``ceil(d / 8)`` bytes.
-
-    References
-    ----------
-    T. Wang, J. Blocki, N. Li, S. Jha, "Locally differentially private protocols for
-    frequency estimation", USENIX Security 2017, section 4.4.
     """
 
     name: ClassVar[str] = "oue"
