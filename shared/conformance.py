@@ -66,29 +66,19 @@ Override = Callable[[Mechanism, npt.NDArray[Any], np.random.Generator], npt.NDAr
 
 
 # --- the plan --------------------------------------------------------------------------
-def _plan_metrics() -> list[tuple[MetricDefinition, tuple[Any, ...]]]:
-    """Every registered mechanism's cases (:attr:`Mechanism.conformance_cases`), in order."""
-    return [
-        (
-            MetricDefinition.from_dict(case.metric, copy.deepcopy(case.spec)),
-            copy.deepcopy(case.inputs),
-        )
-        for name in REGISTERED
-        for case in mechanism_class(name).conformance_cases
-    ]
-
-
 def make_plan(reports_per_input: int = DEFAULT_REPORTS) -> dict[str, Any]:
-    """The plan: definitions as served, and the inputs to report, in order."""
+    """The plan: definitions as served, and the inputs to report, in order (every registered
+    mechanism's :attr:`~ldpkit.mechanisms.Mechanism.conformance_cases`)."""
     if isinstance(reports_per_input, bool) or not isinstance(reports_per_input, int):
         raise ParameterError("reports_per_input must be an integer")
     if not 200 <= reports_per_input <= 1_000_000:
         raise ParameterError(f"reports_per_input must be in 200..1000000, got {reports_per_input}")
     metrics = []
     inputs = []
-    for definition, values in _plan_metrics():
+    for case in (case for name in REGISTERED for case in mechanism_class(name).conformance_cases):
+        definition = MetricDefinition.from_dict(case.metric, copy.deepcopy(case.spec))
         metrics.append(definition.to_dict())
-        for v in values:
+        for v in copy.deepcopy(case.inputs):
             inputs.append({"metric": definition.name, "value": v, "count": reports_per_input})
     return {
         "ldpkit_conformance": PLAN_FORMAT,

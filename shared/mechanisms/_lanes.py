@@ -350,71 +350,38 @@ def unary_lanes(words: WordSource, rows: int, lanes: int, plan: UnaryPlan) -> U6
 
 
 def distinct_lanes(
-    words: WordSource,
-    packed: U64,
-    rows: I64,
-    starts: I64,
-    sizes: I64,
-    counts: I64,
-    *,
-    forbidden: I64 | None = None,
+    words: WordSource, packed: U64, lanes: int, counts: I64, *, forbidden: I64 | None = None
 ) -> None:
-    """Set ``counts[u]`` distinct uniform lanes in each unit's block (blocks start empty).
+    """Set ``counts[i]`` distinct uniform lanes among lanes ``0 .. lanes - 1`` of each row i
+    (the rows start empty).
 
-    A unit is the block ``starts[u] .. starts[u] + sizes[u] - 1`` of row ``rows[u]``
-    (word-aligned; blocks do not share words). In each round, every unit not yet done
-    draws ``counts[u]`` 32-bit values (units in order, from one run of words, low half
-    first), maps them to lanes by Lemire's rule, and keeps them iff all are valid and
-    distinct; otherwise it clears its block and draws all of them again in the next
-    round. The kept tuple is uniform over tuples of distinct lanes, so the set is a
-    uniform ``counts[u]``-subset. With ``forbidden``, a draw that includes lane
-    ``forbidden[rows[u]]`` fails too: the set is then uniform among those without it.
+    In each round, every row not yet done draws ``counts[i]`` values (rows in order, from
+    one run of words; :func:`_candidate_lanes`), maps them to lanes by Lemire's rule, and
+    keeps them iff all are valid and distinct; otherwise it clears its row and draws all
+    of them again in the next round. The kept tuple is uniform over tuples of distinct
+    lanes, so the set is a uniform ``counts[i]``-subset. With ``forbidden``, a draw that
+    includes lane ``forbidden[i]`` fails too: the set is then uniform among those without it.
     """
     width = packed.shape[1]
     flat = packed.reshape(-1)
-    whole_rows = _whole_rows(packed, rows, starts, sizes)
     pending = np.flatnonzero(counts > 0)
     while pending.size:
         need = counts[pending]
         owner = np.repeat(pending, need)
-        offset, bit = _candidate_bits(words, sizes, owner)
-        if whole_rows:  # unit u is row u, block = the row: no gathers
-            offset += owner * width
-        else:
-            offset += rows[owner] * width + (starts[owner] >> 6)
+        offset, bit = _candidate_bits(words, lanes, owner)
+        offset += owner * width
         # Adding distinct bits is OR-ing them; a repeat carries, a void adds nothing, so
-        # a block holds counts[u] bits iff its draws were valid and distinct.
+        # a row holds counts[i] bits iff its draws were valid and distinct.
         np.add.at(flat, offset, bit)
-        got = _block_counts(packed, rows[pending], starts[pending], sizes[pending])
-        bad = got != need
+        bad = _bits.row_popcounts(packed[pending]) != need
         if forbidden is not None:
-            f = forbidden[rows[pending]]
-            bad |= (packed[rows[pending], f >> 6] & _POW2[f & 63]) != 0
-        failed = pending[bad]
-        if whole_rows:
-            packed[failed] = 0
-        else:
-            _clear_blocks(packed, rows[failed], starts[failed], sizes[failed])
-        pending = failed
+            f = forbidden[pending]
+            bad |= (packed[pending, f >> 6] & _POW2[f & 63]) != 0
+        pending = pending[bad]
+        packed[pending] = 0
 
 
-def _whole_rows(packed: U64, rows: I64, starts: I64, sizes: I64) -> bool:
-    """Is unit u simply row u, its block all of the row's lanes?"""
-    return (
-        rows.size == packed.shape[0]
-        and bool(np.all(rows == np.arange(rows.size)))
-        and (not starts.size or int(starts.max()) == 0)
-        and (not sizes.size or int(sizes.min()) > 64 * (packed.shape[1] - 1))
-    )
-
-
-def _clear_blocks(packed: U64, rows: I64, starts: I64, sizes: I64) -> None:
-    for start, size in {(int(a), int(b)) for a, b in zip(starts, sizes, strict=True)}:
-        sel = (starts == start) & (sizes == size)
-        packed[rows[sel], start >> 6 : (start + size + 63) >> 6] = 0
-
-
-# --- adding and removing uniform lanes --------------------------------------------------
+# --- adding uniform lanes ---------------------------------------------------------------
 
 
 SMALL_BLOCK = 1 << 16
@@ -454,7 +421,7 @@ def _candidate_lanes(words: WordSource, sizes: I64 | int, owner: Any) -> tuple[A
     return t >> wide(bits), valid
 
 
-def _candidate_bits(words: WordSource, sizes: I64, owner: I64) -> tuple[I64, U64]:
+def _candidate_bits(words: WordSource, sizes: I64 | int, owner: I64) -> tuple[I64, U64]:
     """:func:`_candidate_lanes` as each lane's word within its block and its bit (0: void)."""
     lane, valid = _candidate_lanes(words, sizes, owner)
     bit = np.left_shift(_ones(owner.size), lane & 63)  # (a shift of ones beats a lookup)
@@ -541,17 +508,6 @@ def change_lanes(
             np.subtract(gap, flag, out=gap, casting="unsafe")
         keep = np.flatnonzero(gap)
         active, gap, base = active[keep], gap[keep], base[keep]
-
-
-def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
-    """Set lanes in each unit's block."""
-    width = packed.shape[1]
-    if starts.size and int(starts.max()) == 0 and int(sizes.min()) > 64 * (width - 1):
-        # One block per row: the whole row.
-        return _bits.row_popcounts(packed[rows])
-    counts = np.bitwise_count(packed).astype(np.int64)
-    cum = np.concatenate([np.zeros((counts.shape[0], 1), np.int64), counts.cumsum(axis=1)], axis=1)
-    return np.asarray(cum[rows, (starts + sizes + 63) >> 6] - cum[rows, starts >> 6])
 
 
 # --- plans ------------------------------------------------------------------------------

@@ -179,10 +179,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             target = k - inside.astype(np.int64)
             if a == 0:  # no dense start: all k' others at once
                 packed = np.zeros((r, width), dtype=np.uint64)
-                rows = np.arange(r, dtype=np.int64)
-                starts = np.zeros(r, dtype=np.int64)
-                sizes = np.full(r, d, dtype=np.int64)
-                _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
+                _lanes.distinct_lanes(words, packed, d, target, forbidden=x)
             else:  # bit x counts as one of the target + 1 until the coin sets it
                 packed, have = self._dense_start(words, x, target)
                 _lanes.change_lanes(words, packed, d, target + 1, have=have)
