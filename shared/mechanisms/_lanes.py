@@ -659,11 +659,6 @@ def report_bytes_view(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
     return as_bytes.reshape(packed.shape[0], -1)[:, :nbytes]
 
 
-def to_report_bytes(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
-    """Rows of words as the wire's packed bytes: ``ceil(lanes / 8)`` per row, little end."""
-    return np.ascontiguousarray(report_bytes_view(packed, lanes))
-
-
 # --- one report at a time, in Python integers (the device's path) -------------------------
 # The same rules as above for a batch of one report: a device perturbs one value per call,
 # where a dozen numpy calls per round would cost more than the arithmetic. Tests check that

@@ -131,7 +131,7 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
             packed = _lanes.unary_lanes(words, x.size, d, plan)
             _lanes.clear_padding(packed, d)
             _lanes.set_lanes(packed, x, true_bit)
-            out[start : start + x.size] = _lanes.to_report_bytes(packed, d)
+            out[start : start + x.size] = _lanes.report_bytes_view(packed, d)
         return out
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
