@@ -91,8 +91,6 @@ def words_per_row(lanes: int) -> int:
 
 
 # --- the dense part ---------------------------------------------------------------------
-
-
 def dense_lanes(words: WordSource, rows: int, width: int, bits: int, numerator: int) -> U64:
     """``rows x width`` words whose lanes are independently 1 w.p. ``numerator / 2**bits``.
 
@@ -192,8 +190,6 @@ def nearest_dyadic(target: float, bits: int, *, below: bool) -> int:
 
 
 # --- exact binomial counts --------------------------------------------------------------
-
-
 @functools.lru_cache(maxsize=16)
 def _cdf_numerators(trials: int, numerator: int) -> tuple[int, ...]:
     """``F(k) * 2**(64 trials)`` for k = 0 .. trials - 1, exactly (Python integers).
@@ -382,8 +378,6 @@ def distinct_lanes(
 
 
 # --- adding uniform lanes ---------------------------------------------------------------
-
-
 SMALL_BLOCK = 1 << 16
 """Blocks of at most this many lanes draw 16-bit candidate values, larger ones 32-bit."""
 
@@ -511,8 +505,6 @@ def change_lanes(
 
 
 # --- plans ------------------------------------------------------------------------------
-
-
 class UnaryPlan(NamedTuple):
     """How :func:`unary_lanes` draws lanes that are 1 w.p. q (see its docstring)."""
 
