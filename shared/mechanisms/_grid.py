@@ -54,8 +54,7 @@ class GridMechanism(NumericMechanism):
         m = np.floor(u)
         m += rng.random(n) < u - m  # stochastic rounding: E[M] = u
         y = m.astype(np.int64) + self.noise(rng, n)
-        out: IntArray = np.clip(y, -self.noise_cap, d + self.noise_cap)
-        return out
+        return np.asarray(np.clip(y, -self.noise_cap, d + self.noise_cap))
 
     # --- collector side ----------------------------------------------------------------
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
@@ -113,8 +112,7 @@ class GridMechanism(NumericMechanism):
         z_cdf = self.noise_cdf(derived)
 
         def cdf(y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-            out: npt.NDArray[np.float64] = (1.0 - f) * z_cdf(y - m0) + f * z_cdf(y - m0 - 1.0)
-            return out
+            return np.asarray((1.0 - f) * z_cdf(y - m0) + f * z_cdf(y - m0 - 1.0))
 
         values = reports.astype(np.int64)
         test = binned(values, cdf, -self.noise_cap, steps + self.noise_cap)

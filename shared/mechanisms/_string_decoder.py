@@ -200,13 +200,11 @@ class _Level:
         # einsum sums a row about 2.5x faster than ndarray.sum (no pairwise blocking);
         # the rows are short (R terms), so the rounding is as good. The cells are in range
         # by construction: mode="clip" skips take's bounds check (a third of its time).
-        out: FloatArray = np.einsum("ij->i", np.take(counts.reshape(-1), flat, mode="clip"))
-        return out
+        return np.asarray(np.einsum("ij->i", np.take(counts.reshape(-1), flat, mode="clip")))
 
     def debias(self, support: FloatArray) -> FloatArray:
         m = self.m
-        out: FloatArray = (support / self.n - m.q) / (m.p - m.q)
-        return out
+        return np.asarray((support / self.n - m.q) / (m.p - m.q))
 
     def _solve(self, flat_h: IntArray, raw_h: FloatArray) -> FloatArray:
         m = self.m
@@ -297,8 +295,7 @@ class _Level:
         m = self.m
         added = np.max(self.residual - self.counts, axis=1, initial=0.0)
         lift = float(added.sum()) / (self.n * (m.p - m.q)) + self.heavy_total * m.q / (1 - m.q)
-        out: BoolArray = raw + lift > floor - 1e-9 * (1.0 + abs(floor))
-        return out
+        return np.asarray(raw + lift > floor - 1e-9 * (1.0 + abs(floor)))
 
     def _from_residual(self, flat: IntArray) -> FloatArray:
         q = self.m.q
@@ -338,8 +335,7 @@ class _Level:
         share = shared_weight(flat, self.heavy_flat, self.row_n / self.n)
         rows = np.flatnonzero(own >= 0)
         share[rows, own[rows]] = 0.0
-        extra: FloatArray = (np.maximum(share - self.m.q, 0.0) * f_h).sum(axis=1) / self.n
-        return extra
+        return np.asarray((np.maximum(share - self.m.q, 0.0) * f_h).sum(axis=1) / self.n)
 
 
 DENSE_MATCHES = 1 << 16
@@ -361,8 +357,7 @@ def shared_weight(flat_a: IntArray, flat_b: IntArray, weights: FloatArray) -> Fl
         # come by pair, then row, as below, so bincount makes the same sums bit for bit.
         a, b, row = np.nonzero(flat_a[:, None, :] == flat_b[None, :, :])
         sums = np.bincount(a * size_b + b, weights=weights[row], minlength=size_a * size_b)
-        dense: FloatArray = np.asarray(sums, dtype=np.float64).reshape(size_a, size_b)
-        return dense
+        return np.asarray(sums, dtype=np.float64).reshape(size_a, size_b)
     out = np.zeros(size_a * size_b)
     if size_a == 0 or size_b == 0:
         return out.reshape(size_a, size_b)
@@ -531,13 +526,11 @@ class _Finished:
 
     @property
     def estimate(self) -> FloatArray:
-        out: FloatArray = self.weighted / self.precision
-        return out
+        return np.asarray(self.weighted / self.precision)
 
     @property
     def sd(self) -> FloatArray:
-        out: FloatArray = 1.0 / np.sqrt(self.precision)
-        return out
+        return np.asarray(1.0 / np.sqrt(self.precision))
 
     def significant(self, alpha: float) -> BoolArray:
         """Whether each string's pooled support has a null tail probability (quasi-Poisson,
@@ -687,16 +680,14 @@ def walk(m: SketchFamily, levels: list[_Level]) -> Walk:
 def _cut_keys(keys: KeyArray, kept: IntArray) -> KeyArray:
     """Keys with bytes after ``kept`` (per key) zeroed."""
     positions = np.arange(keys.shape[1])[None, :]
-    out: KeyArray = np.where(positions <= kept[:, None], keys, 0).astype(np.uint8)
-    return out
+    return np.asarray(np.where(positions <= kept[:, None], keys, 0).astype(np.uint8))
 
 
 def _unique_rows(keys: KeyArray) -> KeyArray:
     """Distinct keys (rows), by their bytes (``np.unique(axis=0)`` is ten times slower)."""
     rows = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).reshape(-1)
     _, first = np.unique(rows, return_index=True)
-    out: KeyArray = keys[np.sort(first)]
-    return out
+    return np.asarray(keys[np.sort(first)])
 
 
 FIRST_WALK_BEAM = 8

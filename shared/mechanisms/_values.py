@@ -34,8 +34,7 @@ def check_numbers(values: npt.NDArray[Any], bounds: tuple[float, float]) -> npt.
         i = int(np.argmax(bad))
         raise ReportError(f"value {x[i]!r} at index {i} is not a finite number")
     lo, hi = bounds
-    clipped: npt.NDArray[np.float64] = np.clip(x, lo, hi)
-    return clipped
+    return np.asarray(np.clip(x, lo, hi))
 
 
 def in_range(values: npt.NDArray[Any], size: int, domain: str = "") -> npt.NDArray[np.int64]:

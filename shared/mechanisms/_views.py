@@ -259,8 +259,7 @@ class ViewSampling(Mechanism):
         """Each user's view, drawn with the views' weights (independent of the values)."""
         cumulative = np.cumsum([v.weight for v in self.views])
         view = np.searchsorted(cumulative, rng.random(count) * cumulative[-1], side="right")
-        out: npt.NDArray[np.uint8] = np.minimum(view, len(self.views) - 1).astype(np.uint8)
-        return out
+        return np.asarray(np.minimum(view, len(self.views) - 1).astype(np.uint8))
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[Any]:
         n = values.size

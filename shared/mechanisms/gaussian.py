@@ -118,8 +118,7 @@ def discrete_gaussian_delta(epsilon: float, sigma: float, shift: int) -> float:
 
     def weights(lo: int, hi: int) -> FloatArray:
         y = np.arange(lo, hi, dtype=np.float64)
-        out: FloatArray = np.exp(-(y * y) / (2.0 * sigma * sigma))
-        return out
+        return np.asarray(np.exp(-(y * y) / (2.0 * sigma * sigma)))
 
     norm = math.fsum(
         float(weights(s, min(s + chunk, reach + 1)).sum()) for s in range(-reach, reach + 1, chunk)
@@ -305,8 +304,7 @@ class LocalGaussian(GridMechanism):
 
         def exact(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             at = np.clip(np.floor(z) + reach, -1, 2 * reach).astype(np.int64)
-            out: npt.NDArray[np.float64] = np.where(at < 0, 0.0, cumulative[np.maximum(at, 0)])
-            return out
+            return np.asarray(np.where(at < 0, 0.0, cumulative[np.maximum(at, 0)]))
 
         return exact
 

@@ -131,8 +131,7 @@ class HadamardResponse(FrequencyOracle):
         hist = np.bincount(reports, minlength=self.K).astype(np.int64)
         transformed: npt.NDArray[np.int64] = fwht(hist)
         n = reports.shape[0]
-        support: FloatArray = (n + transformed[1 : self.domain_size + 1]) / 2.0
-        return support
+        return np.asarray((n + transformed[1 : self.domain_size + 1]) / 2.0)
 
     @property
     def distinct_reports(self) -> int:

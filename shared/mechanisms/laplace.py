@@ -182,7 +182,6 @@ class LocalLaplace(GridMechanism):
         def z_cdf(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             neg = np.exp(np.minimum(z, 0.0) * lam) / one_plus_a
             pos = 1.0 - np.exp(-(np.maximum(z, 0.0) + 1.0) * lam) / one_plus_a
-            out: npt.NDArray[np.float64] = np.where(z < 0, neg, pos)
-            return out
+            return np.asarray(np.where(z < 0, neg, pos))
 
         return z_cdf

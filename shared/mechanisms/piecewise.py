@@ -90,8 +90,7 @@ class _PMGrid:
     def inside_start(self, t: FloatArray) -> FloatArray:
         """``l(t) = (C + 1) / 2 * t - (C - 1) / 2``, in grid steps."""
         c_plus_1, c_minus_1 = self.c_plus_minus_1
-        result: FloatArray = (0.5 * c_plus_1 * t - 0.5 * c_minus_1) / self.step
-        return result
+        return np.asarray((0.5 * c_plus_1 * t - 0.5 * c_minus_1) / self.step)
 
     @property
     def widths(self) -> tuple[float, float]:
@@ -126,8 +125,7 @@ class _PMGrid:
         """Var of PM's continuous output (Wang et al., Lemma 1), in t units."""
         e = self.e_half
         em1 = math.expm1(self.epsilon / 2.0)
-        result: FloatArray = t * t / em1 + (e + 3.0) / (3.0 * em1 * em1)
-        return result
+        return np.asarray(t * t / em1 + (e + 3.0) / (3.0 * em1 * em1))
 
     def snap_variance(self, t: FloatArray) -> FloatArray:
         """Exact variance added by the stochastic rounding, in t units.
@@ -146,8 +144,7 @@ class _PMGrid:
         moment = (1.0 - q) / w_in * _frac_moment(lo, hi) + q / w_out * (
             _frac_moment(edge_lo, lo) + _frac_moment(hi, edge_hi)
         )
-        result: FloatArray = moment * self.step**2
-        return result
+        return np.asarray(moment * self.step**2)
 
 
 def pm_constants(grid: _PMGrid) -> dict[str, Any]:

@@ -437,8 +437,7 @@ class PrefixSketch(Mechanism):
         s = np.asarray(sketch, dtype=np.int64)
         m = np.asarray(length, dtype=np.int64)
         kept = -(-(s * m) // self.max_length) if self.cut == "scaled" else np.minimum(s, m)
-        out: npt.NDArray[np.int64] = np.where(s == 0, m, kept)
-        return out
+        return np.asarray(np.where(s == 0, m, kept))
 
     @cached_property
     def hash_keys(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
@@ -498,8 +497,7 @@ class PrefixSketch(Mechanism):
         other += other >= true
         y = np.where(keep_true, true, other).astype(np.int64)
         cell = global_row * self.g + y
-        out: npt.NDArray[Any] = cell.astype(REPORT_DTYPE)
-        return out
+        return np.asarray(cell.astype(REPORT_DTYPE))
 
     def output_probabilities(self, value: str | bytes) -> FloatArray:
         """The exact probability of every report (cell) for ``value``: shape (stats_size,).
