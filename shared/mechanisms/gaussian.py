@@ -291,10 +291,7 @@ class LocalGaussian(GridMechanism):
             erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
             def normal(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-                out: npt.NDArray[np.float64] = 0.5 * erfc(
-                    -(np.floor(z) + 0.5) / (sigma * math.sqrt(2.0))
-                )
-                return out
+                return np.asarray(0.5 * erfc(-(np.floor(z) + 0.5) / (sigma * math.sqrt(2.0))))
 
             return normal
         reach = math.ceil(40.0 * sigma) + 2

@@ -48,10 +48,7 @@ def _frac_moment(a: FloatArray, b: FloatArray) -> FloatArray:
     """
     fa, fb = np.floor(a), np.floor(b)
     sa, sb = a - fa, b - fb
-    result: FloatArray = (
-        (fb - fa) / 6.0 + (sb * sb * (0.5 - sb / 3.0)) - (sa * sa * (0.5 - sa / 3.0))
-    )
-    return result
+    return np.asarray((fb - fa) / 6.0 + sb * sb * (0.5 - sb / 3.0) - sa * sa * (0.5 - sa / 3.0))
 
 
 @dataclass(frozen=True)

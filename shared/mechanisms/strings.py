@@ -158,8 +158,7 @@ def splitmix64(seed: int, count: int) -> npt.NDArray[np.uint64]:
         z = np.uint64(seed & _MASK64) + i * np.uint64(_GOLDEN)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        out: npt.NDArray[np.uint64] = z ^ (z >> np.uint64(31))
-    return out
+        return np.asarray(z ^ (z >> np.uint64(31)))
 
 
 def default_rows(g: int) -> int:
