@@ -211,6 +211,12 @@ class ViewSampling(Mechanism):
             self._output_partitions(),
         )
 
+    def _by_output(self, values: FloatArray) -> list[FloatArray]:
+        """``values`` (..., outputs) cut at the output partitions (a tree's depths; a table's
+        cells, then each attribute)."""
+        off = self.engine.output_offsets
+        return [values[..., off[k] : off[k + 1]] for k in range(len(off) - 1)]
+
     @cached_property
     def _payload_size(self) -> int:
         return max(v.oracle.report_dtype.itemsize for v in self.views)

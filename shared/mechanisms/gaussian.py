@@ -258,12 +258,9 @@ class LocalGaussian(GridMechanism):
 
     # --- the realized guarantee --------------------------------------------------------
     def realized_delta(self) -> float:
-        """The delta the sampler realizes at this epsilon (it is exact: no widening).
-
-        :func:`discrete_gaussian_delta` ``(epsilon, sqrt(sigma2), D)``: the exact
-        divergence of the discrete Gaussian for the worst pair of inputs (class doc). It
-        must be at most ``delta``; work is proportional to s (a fraction of a second).
-        """
+        """The delta the sampler realizes at this epsilon, exactly (at most ``delta``):
+        :func:`discrete_gaussian_delta` ``(epsilon, sqrt(sigma2), D)``, the worst pair of
+        inputs' divergence (class doc); a fraction of a second."""
         return discrete_gaussian_delta(self.epsilon, self.grid_sigma, self.grid_steps)
 
     # --- the portable rule and the conformance law -------------------------------------
@@ -311,12 +308,8 @@ _EXACT_GAUSSIAN_REACH = 64
 
 
 def exact_noise_parameter(s: float) -> tuple[int, int]:
-    """``(t, m)``: ``t = floor(s) + 1`` and the least m with ``t m >= s^2`` (exactly).
-
-    ``sigma2 = t m`` is the discrete Gaussian's variance parameter: an integer at least
-    ``s^2`` (never less noise than calibrated), with ``sigma2 / t`` an integer so that
-    the acceptance exponent of the sampler is a ratio of integers.
-    """
+    """``(t, m)``: ``t = floor(s) + 1`` and the least m with ``t m >= s^2``, exactly (the
+    variance parameter ``sigma2 = t m`` of :class:`LocalGaussian`)."""
     exact = Fraction(s)
     t = math.floor(exact) + 1
     m = math.ceil(exact * exact / t)

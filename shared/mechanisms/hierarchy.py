@@ -110,10 +110,6 @@ class HierarchyMechanism(ViewSampling):
         return self.tree.leaf_index(value)
 
     # --- estimation ------------------------------------------------------------------
-    def _levels(self, values: FloatArray) -> list[FloatArray]:
-        off = self.engine.output_offsets
-        return [values[..., off[d] : off[d + 1]] for d in range(self.tree.depth)]
-
     def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
         """Every node's numbers for R aggregates at once (``n`` (R,), ``sums`` (R, k)).
 
@@ -123,7 +119,7 @@ class HierarchyMechanism(ViewSampling):
         n_, sizes, y, bad = self._batch(n, sums)
         x = self.engine.point(y)
         x[bad] = 0.0
-        consistent = np.concatenate(tree_consistent(self._levels(x), self.tree.parents), axis=1)
+        consistent = np.concatenate(tree_consistent(self._by_output(x), self.tree.parents), axis=1)
         leaves = self.engine.base_of(consistent, self.tree.depth - 1)
         return self._finish(n_, sizes, x, consistent, leaves, bad)
 
@@ -152,7 +148,7 @@ class HierarchyMechanism(ViewSampling):
         """
         pi = population(self.tree.size, fractions)[None, :]
         var = self.engine.variances_at(pi, self.expected_sizes(n), np.array([float(n)]))
-        return self._levels(var[0])
+        return self._by_output(var[0])
 
     def variance_quadratic(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> Quadratic:
         """Each node's variance along the path of its own value (see LinearViews)."""

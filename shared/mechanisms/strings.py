@@ -36,11 +36,9 @@ string shifts the count of every string sharing its bucket in a row. The decoder
 linear solve over them), measures the variance of what remains (the tail's collisions
 plus the oracle's noise) on decoy keys that no one holds, and adds to each string the
 spread its own collisions with heavy strings bring, so standard errors include both.
-For one hash family the tail's collisions are a *fixed* offset per string (its sd falls
-as ``1/sqrt(R_E g)``): the estimation sketch has more rows than a prefix level (about
-``2^15`` cells, at least ``4 R`` rows, at most 2048) so that this offset stays a small
-part of a found string's standard error, and the intervals cover for the family a
-deployment uses, not only on average over families (docs/statistics.md).
+For one hash family the tail's collisions are a *fixed* offset per string: the
+estimation sketch has more rows than a prefix level (:data:`ESTIMATION_CELLS`) so that
+the intervals cover for the family a deployment uses, not only on average over families.
 
 Hash family (protocol v1)
 -------------------------

@@ -95,17 +95,13 @@ class TableMechanism(ViewSampling):
         """The value ``perturb`` takes for a cell ``{attribute: category}``."""
         return self.table.index(value)
 
-    def _groups(self, values: FloatArray) -> list[FloatArray]:
-        off = self.engine.output_offsets
-        return [values[..., off[k] : off[k + 1]] for k in range(len(off) - 1)]
-
     def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
         """Every output's numbers for R aggregates at once (``n`` (R,), ``sums`` (R, k)):
         the cells, then each attribute's categories, as (R, outputs) arrays."""
         n_, sizes, y, bad = self._batch(n, sums)
         x = self.engine.point(y)
         x[bad] = 0.0
-        groups = self._groups(x)
+        groups = self._by_output(x)
         partitions = [self.table.labels(a) for a in self.table.names]
         R = x.shape[0]
         targets = []
@@ -147,7 +143,7 @@ class TableMechanism(ViewSampling):
         n users with cell ``fractions`` (default uniform), each view at its expected share."""
         pi = _population(self.table, fractions)[None, :]
         var = self.engine.variances_at(pi, self.expected_sizes(n), np.array([float(n)]))[0]
-        groups = self._groups(var)
+        groups = self._by_output(var)
         return {"cells": groups[0], **dict(zip(self.table.names, groups[1:], strict=True))}
 
     def variance_quadratic(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> Quadratic:
