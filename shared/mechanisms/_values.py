@@ -37,6 +37,12 @@ def check_numbers(values: npt.NDArray[Any], bounds: tuple[float, float]) -> npt.
     return np.asarray(np.clip(x, lo, hi))
 
 
+def whole_floats(values: npt.NDArray[Any]) -> bool:
+    """Are ``values`` floats, every one a whole number (as an empty float array is)?"""
+    finite = values.dtype.kind == "f" and bool(np.all(np.isfinite(values)))
+    return finite and bool(np.all(values == np.floor(values)))
+
+
 def in_range(values: npt.NDArray[Any], size: int, domain: str = "") -> npt.NDArray[np.int64]:
     """Integer ``values`` as int64 if all lie in ``0 .. size - 1``; ReportError names the first
     that does not."""

@@ -55,7 +55,7 @@ from ..inference import LinearViews, NoiseModel, Quadratic
 from ..structured_estimates import OutputArrays
 from . import AUTO_ORACLES as AUTO_ORACLES  # re-exported for ldpkit.structured
 from . import STRUCTURED_ORACLES, make_oracle, oracle_class
-from ._values import in_range
+from ._values import in_range, whole_floats
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism
 
 if TYPE_CHECKING:
@@ -249,16 +249,12 @@ class ViewSampling(Mechanism):
     # --- values and reports ------------------------------------------------------------------
     def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
         if values.dtype.kind not in "iu":
-            if values.dtype.kind == "f" and (
-                not values.size
-                or (np.all(np.isfinite(values)) and np.all(values == np.floor(values)))
-            ):
-                values = values.astype(np.int64)
-            else:
+            if not whole_floats(values):
                 raise ReportError(
                     f"{self.kind} values must be integer base-cell indices (see "
                     f"encode), got dtype {values.dtype}"
                 )
+            values = values.astype(np.int64)
         return in_range(values, self.base_size)
 
     def choose_views(self, count: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:

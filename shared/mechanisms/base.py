@@ -32,7 +32,7 @@ from ..errors import ParameterError, ReportError
 from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
 from ._dyadic import check_min_epsilon
-from ._values import check_numbers, in_range
+from ._values import check_numbers, in_range, whole_floats
 
 if TYPE_CHECKING:  # the portable rules load with the mechanisms that use them
     from ._portable import Derived, Words
@@ -345,19 +345,11 @@ class FrequencyOracle(Mechanism):
 
     def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
         if values.dtype.kind not in "iu":
-            if (
-                values.dtype.kind == "f"
-                and values.size
-                and np.all(np.isfinite(values))
-                and np.all(values == np.floor(values))
-            ):
-                values = values.astype(np.int64)
-            elif values.size:
+            if values.size and not whole_floats(values):
                 raise ReportError(
                     f"categorical values must be integer item indices, got dtype {values.dtype}"
                 )
-            else:
-                values = values.astype(np.int64)
+            values = values.astype(np.int64)
         return in_range(values, self.domain_size, "the domain ")
 
     def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
