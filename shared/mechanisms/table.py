@@ -240,16 +240,9 @@ class SplitMarginals(Mechanism):
 
     @cached_property
     def engines(self) -> tuple[LinearViews, ...]:
-        return tuple(
-            LinearViews(
-                o.domain_size,
-                [np.arange(o.domain_size)],
-                [1.0],
-                [noise_model(o)],
-                [np.arange(o.domain_size)],
-            )
-            for o in self.oracles
-        )
+        # One view, the attribute's categories, which are also the outputs.
+        views = [(np.arange(o.domain_size), noise_model(o)) for o in self.oracles]
+        return tuple(LinearViews(len(ids), [ids], [1.0], [noise], [ids]) for ids, noise in views)
 
     @property
     def report_dtype(self) -> np.dtype[Any]:
