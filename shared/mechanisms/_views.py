@@ -120,6 +120,9 @@ def as_reports(raw: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
 
 
 def _check_weights(weights: object, count: int) -> tuple[float, ...]:
+    """The views' probabilities: ``weights`` scaled to sum to 1, or uniform for None."""
+    if weights is None:
+        return (1.0 / count,) * count
     if isinstance(weights, str) or not isinstance(weights, Sequence):
         raise ParameterError(f"weights must be a list of {count} positive numbers, got {weights!r}")
     values = tuple(weights)
@@ -191,7 +194,7 @@ class ViewSampling(Mechanism):
         raise NotImplementedError
 
     def _weights(self, count: int) -> tuple[float, ...]:
-        return (1.0 / count,) * count
+        return _check_weights(None, count)
 
     def _output_partitions(self) -> list[IntArray]:
         raise NotImplementedError

@@ -27,24 +27,17 @@ REPORT_DTYPE = np.dtype("i1")
 
 
 def duchi_constants(epsilon: float) -> tuple[float, float, float]:
-    """``(threshold, flip, C)`` of Duchi's mechanism as sampled here.
-
-    ``flip`` is the exact probability that ``rng.random() < threshold``; it is at least
-    ``1 / (e^eps + 1)``, so the realized likelihood ratio ``(1 - flip) / flip`` is at
-    most ``e^eps``. ``C = 1 / (1 - 2 flip)`` makes ``±C`` unbiased for that flip; it
-    equals ``(e^eps + 1) / (e^eps - 1)`` to within a relative 2**-47 or so.
-    """
+    """``(threshold, flip, C)`` of Duchi's mechanism as sampled here (:class:`Duchi`,
+    "Floating point"): ``flip`` is the exact probability that ``rng.random() < threshold``
+    and ``C = 1 / (1 - 2 flip)``."""
     threshold, flip = realized_at_least(1.0 / (1.0 + math.exp(epsilon)))
     return threshold, flip, 1.0 / (1.0 - 2.0 * flip)
 
 
 def duchi_signs(t: FloatArray, threshold: float, rng: np.random.Generator) -> npt.NDArray[np.int8]:
-    """Duchi's ±1 for unit values ``t`` in [-1, 1] (vectorized).
-
-    Written as "pick the extreme +1 with probability (1 + t) / 2, then flip it with
-    probability ``flip``": the same distribution as ``Pr[+1] = 1/2 + t / (2 C)``, but
-    each coin's realized probability is exact, and the flip coin, the only one privacy
-    rests on, does not depend on the input.
+    """Duchi's ±1 for unit values ``t`` in [-1, 1] (vectorized): the +1 extreme w.p.
+    ``(1 + t) / 2``, then flipped w.p. ``flip``, the same law as ``Pr[+1] = 1/2 + t / (2 C)``
+    with exact coins, the flip coin (the only one privacy rests on) independent of the input.
     """
     n = t.size
     upper = rng.random(n) < (t + 1.0) * 0.5

@@ -231,9 +231,6 @@ class LevelSampling(HierarchyMechanism):
         return depths
 
     def _weights(self, count: int) -> tuple[float, ...]:
-        if self.weights is None:
-            weights = super()._weights(count)
-        else:
-            weights = _check_weights(self.weights, count)
+        weights = _check_weights(self.weights, count)
         object.__setattr__(self, "weights", weights)
         return weights

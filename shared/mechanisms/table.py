@@ -195,9 +195,7 @@ class JointMarginals(TableMechanism):
         return specs + [(a, self.table.labels(a)) for a in self.table.names]
 
     def _weights(self, count: int) -> tuple[float, ...]:
-        weights = (
-            super()._weights(count) if self.weights is None else _check_weights(self.weights, count)
-        )
+        weights = _check_weights(self.weights, count)
         object.__setattr__(self, "weights", weights)
         return weights
 
