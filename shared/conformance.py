@@ -189,11 +189,7 @@ def _key_source(
     generator: np.random.Generator, *, seeded: bool
 ) -> Callable[[], np.random.Generator]:
     """Each report's own generator: keyed from ``generator``'s bytes, or the OS CSPRNG's."""
-
-    def one_key() -> np.random.Generator:
-        return KeyedGenerator(generator.bytes(KEY_SIZE)) if seeded else os_generator()
-
-    return one_key
+    return (lambda: KeyedGenerator(generator.bytes(KEY_SIZE))) if seeded else os_generator
 
 
 # --- the verdict ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ Primitives (``words`` yields uint32):
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -92,12 +93,7 @@ def word_list(words: list[int]) -> WordSource:
 
 def os_words() -> WordSource:
     """Words from the OS CSPRNG (how a device runs the rules)."""
-    import os
-
-    def take() -> int:
-        return int.from_bytes(os.urandom(4), "little")
-
-    return take
+    return lambda: int.from_bytes(os.urandom(4), "little")
 
 
 def bounded(definition: Mapping[str, Any], value: Any) -> tuple[float, float, float]:

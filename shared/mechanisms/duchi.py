@@ -100,6 +100,7 @@ class Duchi(NumericMechanism):
     name: ClassVar[str] = "duchi"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("duchi")
     report_dtype = REPORT_DTYPE
+    report_rule = "+1 or -1 (int8)"
 
     C: float = field(init=False, repr=False)
     flip_probability: float = field(init=False, repr=False)
@@ -110,10 +111,6 @@ class Duchi(NumericMechanism):
         object.__setattr__(self, "_threshold", threshold)
         object.__setattr__(self, "flip_probability", flip)
         object.__setattr__(self, "C", c)
-
-    @property
-    def report_rule(self) -> str:
-        return "+1 or -1 (int8)"
 
     def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int8]:
         return duchi_signs(self.to_unit(values), self._threshold, rng)

@@ -212,6 +212,7 @@ class SplitMarginals(Mechanism):
 
     name: ClassVar[str] = "split"
     kind: ClassVar[str] = "table"
+    report_rule = "one valid report per attribute's oracle, packed in dimension order"
 
     table: Table
     oracle: str | tuple[str, ...] = "auto"
@@ -249,10 +250,6 @@ class SplitMarginals(Mechanism):
     @property
     def stats_size(self) -> int:
         return sum(o.domain_size for o in self.oracles)
-
-    @property
-    def report_rule(self) -> str:
-        return "one valid report per attribute's oracle, packed in dimension order"
 
     def params(self) -> dict[str, Any]:
         return {
