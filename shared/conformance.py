@@ -66,29 +66,19 @@ Override = Callable[[Mechanism, npt.NDArray[Any], np.random.Generator], npt.NDAr
 
 
 # --- the plan --------------------------------------------------------------------------
-def _plan_metrics() -> list[tuple[MetricDefinition, tuple[Any, ...]]]:
-    """Every registered mechanism's cases (:attr:`Mechanism.conformance_cases`), in order."""
-    return [
-        (
-            MetricDefinition.from_dict(case.metric, copy.deepcopy(case.spec)),
-            copy.deepcopy(case.inputs),
-        )
-        for name in REGISTERED
-        for case in mechanism_class(name).conformance_cases
-    ]
-
-
 def make_plan(reports_per_input: int = DEFAULT_REPORTS) -> dict[str, Any]:
-    """The plan: definitions as served, and the inputs to report, in order."""
+    """The plan: definitions as served, and the inputs to report, in order (every registered
+    mechanism's :attr:`~ldpkit.mechanisms.Mechanism.conformance_cases`)."""
     if isinstance(reports_per_input, bool) or not isinstance(reports_per_input, int):
         raise ParameterError("reports_per_input must be an integer")
     if not 200 <= reports_per_input <= 1_000_000:
         raise ParameterError(f"reports_per_input must be in 200..1000000, got {reports_per_input}")
     metrics = []
     inputs = []
-    for definition, values in _plan_metrics():
+    for case in (case for name in REGISTERED for case in mechanism_class(name).conformance_cases):
+        definition = MetricDefinition.from_dict(case.metric, copy.deepcopy(case.spec))
         metrics.append(definition.to_dict())
-        for v in values:
+        for v in copy.deepcopy(case.inputs):
             inputs.append({"metric": definition.name, "value": v, "count": reports_per_input})
     return {
         "ldpkit_conformance": PLAN_FORMAT,
@@ -169,7 +159,8 @@ def respond(
         if not values:
             continue
         m = definition.mechanism_instance
-        array = np.asarray(values) if not isinstance(values[0], bytes | str) else _objects(values)
+        # (an object array of strings: numpy's own would drop their trailing NULs)
+        array = np.array(values, dtype=object if isinstance(values[0], bytes | str) else None)
         fn = overrides.get(m.name)
         made = (
             fn(m, array, generator) if fn is not None else _perturbed(m, array, generator, one_key)
@@ -198,17 +189,7 @@ def _key_source(
     generator: np.random.Generator, *, seeded: bool
 ) -> Callable[[], np.random.Generator]:
     """Each report's own generator: keyed from ``generator``'s bytes, or the OS CSPRNG's."""
-
-    def one_key() -> np.random.Generator:
-        return KeyedGenerator(generator.bytes(KEY_SIZE)) if seeded else os_generator()
-
-    return one_key
-
-
-def _objects(values: list[Any]) -> npt.NDArray[Any]:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
+    return (lambda: KeyedGenerator(generator.bytes(KEY_SIZE))) if seeded else os_generator
 
 
 # --- the verdict ---------------------------------------------------------------------------

@@ -20,13 +20,14 @@ meets the half-width asked for exactly.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.typing as npt
 
 from ._validation import check_count, check_level, check_positive
 from .errors import ParameterError
-from .intervals import KNOWN_VARIANCE, binomial_interval, normal_quantile, support_interval
+from .intervals import KNOWN_VARIANCE, Bounds, binomial_interval, normal_quantile, support_interval
 from .intervals import support_distribution as _support_distribution
 from .mechanisms import FrequencyOracle, Mechanism, NumericMechanism, mechanism
 
@@ -35,6 +36,7 @@ from .mechanisms import FrequencyOracle, Mechanism, NumericMechanism, mechanism
 _SMOOTH_VARIANCE = 1e5
 _FREQUENCY_GRID = (0.0, *np.linspace(0.05, 0.95, 19).tolist(), 1.0)
 _MAX_N = 10**12
+Floats = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,8 @@ def _frequency_half_width(m: FrequencyOracle, n: int, f: float, level: float) ->
         mean = n * (m.q + holders / n * (m.p - m.q))
         b = support_interval(np.array([mean]), n, m.p, m.q, level=level)
         return float(b.high[0] - b.low[0]) / 2.0, str(b.methods()[0])
-    start, pmf = _support_distribution(n, holders, m.p, m.q)
-    keep = pmf > 1e-12 * float(pmf.max())
-    counts = start + np.flatnonzero(keep).astype(np.float64)
-    weights = pmf[keep] / float(pmf[keep].sum())
-    b = support_interval(counts, n, m.p, m.q, level=level)
-    method = "exact" if float(np.sum(weights * b.exact)) >= 0.5 else "score"
-    return float(np.sum(weights * (b.high - b.low))) / 2.0, method
+    counts, weights = _likely_counts(n, holders, m.p, m.q)
+    return _expected_half_width(weights, support_interval(counts, n, m.p, m.q, level=level))
 
 
 def _numeric_half_width(m: NumericMechanism, n: int, level: float) -> tuple[float, str]:
@@ -95,14 +92,23 @@ def _numeric_half_width(m: NumericMechanism, n: int, level: float) -> tuple[floa
     if n / 4.0 >= _SMOOTH_VARIANCE:
         counts, weights = np.array([n / 2.0]), np.ones(1)
     else:
-        start, pmf = _support_distribution(n, n, 0.5, 0.5)  # Bin(n, 1/2) + Bin(0, 1/2)
-        keep = pmf > 1e-12 * float(pmf.max())
-        counts = start + np.flatnonzero(keep).astype(np.float64)
-        weights = pmf[keep] / float(pmf[keep].sum())
-    bounds = binomial_interval(counts, n, level=level)
-    theta_half = float(np.sum(weights * (bounds.high - bounds.low))) / 2.0
-    method = "exact" if float(np.sum(weights * bounds.exact)) >= 0.5 else "score"
+        counts, weights = _likely_counts(n, n, 0.5, 0.5)  # Bin(n, 1/2) + Bin(0, 1/2)
+    theta_half, method = _expected_half_width(weights, binomial_interval(counts, n, level=level))
     return 2.0 * scale * theta_half * m.half_range, method
+
+
+def _likely_counts(n: int, holders: int, p: float, q: float) -> tuple[Floats, Floats]:
+    """The support counts of non-negligible probability, and their probabilities."""
+    start, pmf = _support_distribution(n, holders, p, q)
+    keep = pmf > 1e-12 * float(pmf.max())
+    return start + np.flatnonzero(keep).astype(np.float64), pmf[keep] / float(pmf[keep].sum())
+
+
+def _expected_half_width(weights: Floats, bounds: Bounds) -> tuple[float, str]:
+    """The expected half-width of the ``bounds`` of counts of probability ``weights``, and
+    the method most of them use."""
+    method = "exact" if float(np.sum(weights * bounds.exact)) >= 0.5 else "score"
+    return float(np.sum(weights * (bounds.high - bounds.low))) / 2.0, method
 
 
 def _check_frequency(frequency: float | None) -> float | None:
@@ -249,9 +255,7 @@ def required_n(
     level = check_level(level)
     frequency = _check_frequency(frequency)
     found = _smallest_n(m, float(half_width), level, frequency)
-    if isinstance(m, FrequencyOracle) and frequency != 0.0:
-        rare = _smallest_n(m, float(half_width), level, 0.0)
-        return Plan(**{**found.__dict__, "rare_item_n": rare.n})
-    if isinstance(m, FrequencyOracle):
-        return Plan(**{**found.__dict__, "rare_item_n": found.n})
-    return found
+    if not isinstance(m, FrequencyOracle):
+        return found
+    rare = found if frequency == 0.0 else _smallest_n(m, float(half_width), level, 0.0)
+    return replace(found, rare_item_n=rare.n)

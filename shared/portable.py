@@ -15,7 +15,6 @@ client's reports against them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -65,19 +64,13 @@ def perturb_many(
     return b"".join(perturb(definition, v, source) for v in items)
 
 
-@cache
-def _portable() -> tuple[str, ...]:
+def __getattr__(name: str) -> Any:
+    # MECHANISMS, every mechanism with a portable rule in registry order, is found on use:
+    # listing them loads every mechanism module.
+    if name != "MECHANISMS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     base = Mechanism.served_constants  # a mechanism that overrides it has a portable rule
     return tuple(n for n in REGISTERED if mechanism_class(n).served_constants is not base)
-
-
-def __getattr__(name: str) -> Any:
-    # Found on first use: listing them loads every mechanism module.
-    if name == "MECHANISMS":  # every mechanism with a portable rule, in registry order
-        return _portable()
-    if name == "PORTABLE_MECHANISMS":  # the same, as a set
-        return frozenset(_portable())
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

@@ -66,7 +66,9 @@ class KeystreamWords:
 
 
 class KeyedGenerator(np.random.Generator):
-    """numpy's ``Generator`` (Philox) plus :attr:`words`, an AES-128-CTR keystream.
+    """numpy's ``Generator`` (Philox) plus :attr:`words`, an AES-128-CTR keystream keyed
+    independently: the raw words of the bit-vector samplers (``_bits.rng_words``), while
+    everything else (``random``, ``integers``, ...) draws from Philox.
 
     Parameters
     ----------
@@ -74,12 +76,6 @@ class KeyedGenerator(np.random.Generator):
         :data:`KEY_SIZE` bytes: the first 16 key Philox, the last 16 the keystream. Secret
         and fresh from the OS CSPRNG in production (:func:`os_generator`); fixed in
         benchmarks and tests that want a reproducible run.
-
-    Notes
-    -----
-    The bit-vector samplers read their raw words from :attr:`words` (``_bits.rng_words``);
-    everything else (``random``, ``integers``, ...) draws from Philox as with any
-    ``Generator``. The two streams are keyed independently.
     """
 
     def __init__(self, key: bytes) -> None:

@@ -11,7 +11,9 @@ from typing import Any
 
 from .._validation import check_bounds, check_delta, check_domain_size, check_epsilon, shown
 from ..errors import ParameterError
-from .base import FrequencyOracle, Mechanism, NumericMechanism
+from .base import FrequencyOracle as FrequencyOracle
+from .base import Mechanism as Mechanism
+from .base import NumericMechanism as NumericMechanism
 
 # canonical name -> (module, class), in the order of the conformance plan
 _REGISTRY: dict[str, tuple[str, str]] = {
@@ -348,30 +350,3 @@ def _bounds(canonical: str, domain_size: object, bounds: object) -> object:
     if bounds is None:
         raise ParameterError(f"{canonical!r} needs bounds=(lo, hi)")
     return bounds
-
-
-__all__ = [
-    "ALIASES",
-    "APPROXIMATE",
-    "AUTO_ORACLES",
-    "AUTO_VARIANCE_TOLERANCE",
-    "CATEGORICAL",
-    "DISTRIBUTION",
-    "HIERARCHY",
-    "NAMES",
-    "NUMERIC",
-    "STRINGS",
-    "STRUCTURED_ORACLES",
-    "TABLE",
-    "TABLE_DESIGNS",
-    "Choice",
-    "FrequencyOracle",
-    "Mechanism",
-    "NumericMechanism",
-    "canonical_name",
-    "choose",
-    "make_oracle",
-    "mechanism",
-    "mechanism_class",
-    "oracle_class",
-]

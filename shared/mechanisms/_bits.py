@@ -114,21 +114,9 @@ def row_popcounts(packed: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
 
 
 def column_counts(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.int64]:
-    """How many rows have each of bits ``0 .. bits - 1`` set (SWAR, no unpacking).
+    """How many of the rows ``packed`` (n, ceil(bits / 8), little bit order) have each of
+    bits ``0 .. bits - 1`` set (SWAR, no unpacking).
 
-    Parameters
-    ----------
-    packed : ndarray of uint8, shape (n, ceil(bits / 8))
-        Rows packed in little bit order (:func:`pack_rows`).
-    bits : int
-        The number of columns to count.
-
-    Returns
-    -------
-    ndarray of int64, shape (bits,)
-
-    Notes
-    -----
     Rows are viewed as the widest unsigned words dividing their length, and
     ``_LANE_WORDS`` words' worth of rows are laid side by side, 255 such layers deep,
     so that each sum runs down 255 rows along a long contiguous axis. The result does

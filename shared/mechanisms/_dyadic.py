@@ -29,20 +29,9 @@ around them err by a few units in the last place (2**-52 each), far below this."
 
 
 def realized_at_least(p: float) -> tuple[float, float]:
-    """A threshold ``c`` and the exact probability ``Pr[rng.random() < c] >= p``.
-
-    Parameters
-    ----------
-    p : float
-        The intended probability, computed in floating point (within a few ulps of the
-        true value), in (0, 1).
-
-    Returns
-    -------
-    threshold, realized : float, float
-        ``realized = ceil(threshold * 2**53) / 2**53`` is exactly representable and is
-        at least the true probability.
-    """
+    """``(c, realized)``: a threshold and the exact ``Pr[rng.random() < c]``,
+    ``ceil(c * 2**53) / 2**53``, at least the true probability that ``p`` (in (0, 1),
+    computed in floating point within a few ulps) approximates."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"probability must be in (0, 1), got {p!r}")
     threshold = min(p * (1.0 + _SAFETY), 1.0)

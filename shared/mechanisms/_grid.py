@@ -26,6 +26,7 @@ GRID_STEPS = 2**16
 @dataclass(frozen=True, kw_only=True)
 class GridMechanism(NumericMechanism):
     grid_steps: ClassVar[int] = GRID_STEPS
+    report_dtype = REPORT_DTYPE
 
     noise_cap: int = field(init=False, repr=False)
     """Valid reports lie in ``-noise_cap .. D + noise_cap``."""
@@ -37,10 +38,6 @@ class GridMechanism(NumericMechanism):
     @abstractmethod
     def grid_noise_variance(self) -> float:
         """The noise's variance, in grid steps squared."""
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:
@@ -57,8 +54,7 @@ class GridMechanism(NumericMechanism):
         m = np.floor(u)
         m += rng.random(n) < u - m  # stochastic rounding: E[M] = u
         y = m.astype(np.int64) + self.noise(rng, n)
-        out: IntArray = np.clip(y, -self.noise_cap, d + self.noise_cap)
-        return out
+        return np.asarray(np.clip(y, -self.noise_cap, d + self.noise_cap))
 
     # --- collector side ----------------------------------------------------------------
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
@@ -116,8 +112,7 @@ class GridMechanism(NumericMechanism):
         z_cdf = self.noise_cdf(derived)
 
         def cdf(y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-            out: npt.NDArray[np.float64] = (1.0 - f) * z_cdf(y - m0) + f * z_cdf(y - m0 - 1.0)
-            return out
+            return np.asarray((1.0 - f) * z_cdf(y - m0) + f * z_cdf(y - m0 - 1.0))
 
         values = reports.astype(np.int64)
         test = binned(values, cdf, -self.noise_cap, steps + self.noise_cap)

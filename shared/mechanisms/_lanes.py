@@ -14,61 +14,12 @@ A report's d bits ("lanes") live in ``W = ceil(d / 64)`` 64-bit words: lane j is
 words in a test). These rules are ldpkit's own: they give the laws of the portable rules
 of ``ldpkit.portable`` (docs/protocol.md), not their bytes.
 
-Independent lanes with probability ``count / 2**64`` (:func:`threshold_lanes`)
-----------------------------------------------------------------------------
-Each lane compares its own 64-bit uniform v with a bound, most significant bit first,
-one bit per round, each round's bits coming from one fresh word per word of lanes. A lane
-is decided at the first bit where v differs from the bound (after 2 bits on average); a
-word stops drawing once its 64 lanes are decided (after about 7 rounds on average, the
-maximum of 64 geometric variables). Each lane reads only its own bit of each word, so
-the lanes are independent, and each is 1 with probability exactly ``count / 2**64``.
-
-A fixed dyadic rate ``a / 2**m`` (:func:`dense_lanes`)
------------------------------------------------------
-The same comparison cut to m bits and evaluated for every lane: m words per 64 lanes.
-
-Sparse lanes: exact binomial counts, distinct positions (:func:`sparse_lanes`)
-------------------------------------------------------------------------------
-Lanes independently 1 with a small probability ``b = c / 2**64`` are, in law, a count
-``K ~ Binomial(n, b)`` per block of n lanes and a uniform K-subset of the block.
-:func:`block_binomials` draws K by inversion of the exact CDF (Python integers, no
-rounding); the K positions are drawn at once and kept only if they are distinct (else all
-K again).
-
-Unary encoding (:func:`plan_unary`, :func:`unary_lanes`)
--------------------------------------------------------
-Lanes 1 w.p. q come from one of three exact plans, whichever the cost model expects to be
-fastest for (q, d): the threshold sampler; "or", a dense part of rate ``A = a / 2**m``
-(``a = floor(2**m q)``) ORed with a sparse part of rate ``b >= (q - A) / (1 - A)``; or
-"and", a dense part with ``a = ceil(2**m q)`` with the lanes of a sparse part of rate
-``b <= 1 - q / A`` cleared. Every bit of each part reads its own randomness and the parts
-are independent, so the lanes stay independent with rate ``A + (1 - A) b`` or
-``A (1 - b)``: at least q and less than ``q + 2**-64``. Most of the time goes into raw
-words (about 1.0 ns each from the AES keystream, 4.4 from Philox), so the plans trade dense
-words (m per 64 lanes)
-against sparse lanes (about 11 ns each, counts included).
-
-Uniform subsets of exact size (:func:`change_lanes`, :func:`distinct_lanes`)
----------------------------------------------------------------------------
-Subset selection needs a set of exactly k' lanes among the d - 1 lanes other than the
-true item, uniform over all such sets. Any procedure whose law is unchanged by permuting
-those lanes and that stops at exactly k' lanes gives that law. It starts from
-:func:`dense_lanes` (rate at most k' / d), clears the padding and sets the true lane, so
-that it counts as in and no addition picks it (a start with more than k' others is drawn
-again), and then ORs in uniform candidates, one per row per step, until the count is
-k' + 1; the coin then sets the true lane. The steps are numpy passes over the rows still
-short; they come in blocks of :data:`CHANGE_BLOCK`, whose values are drawn at once and
-whose buffers are reused (a fresh large array costs page faults). A candidate that is
-void or already in changes nothing. With no dense start (small k'), :func:`distinct_lanes`
-draws all k' at once instead.
-
-Candidates
-----------
-A candidate lane of a block of ``size`` lanes comes from one value by Lemire's exact rule
-(:func:`_candidate_lanes`): 16-bit values (four per word, lowest bits first) when every
-block of the step has at most 65536 lanes, else 32-bit values (two per word, low half
-first); a b-bit value v is lane ``(v * size) >> b``, or void when ``(v * size) mod 2**b``
-is below ``2**b mod size``.
+The samplers (each docstring gives its rule and the order of its draws):
+:func:`threshold_lanes` (lanes 1 w.p. ``count / 2**64``), :func:`dense_lanes` (w.p.
+``a / 2**m``), :func:`sparse_lanes` (an exact binomial count per block, then distinct
+positions), combined for unary encoding by :func:`plan_unary` and :func:`unary_lanes`;
+for subset selection, :func:`change_lanes` (uniform additions up to an exact count) and
+:func:`distinct_lanes`, both on :func:`_candidate_lanes` (Lemire's exact rule).
 
 Inside a batch every step draws, for all rows of the batch in order, before the next step
 starts (:func:`change_lanes` draws a block of :data:`CHANGE_BLOCK` steps at once, step-major);
@@ -121,9 +72,6 @@ _NS_PER_THRESHOLD_WORD = 28.5
 _NS_PER_CANDIDATE = 10.0
 _NS_PER_SPARSE_LANE = 9.5
 _NS_PER_COUNT = 50.0
-LAZY_WORDS_PER_WORD = 7.4
-"""Expected words :func:`threshold_lanes` draws per word of lanes (rounds until all 64
-lanes of a word are decided)."""
 
 MAX_SPARSE_RATE = Fraction(1, 16)
 """Largest rate the planner gives the sparse part (so a block's count stays far below
@@ -134,11 +82,8 @@ BLOCK = 1024
 many lanes (the last may be shorter), each with its own count, which keeps the exact CDF
 tables small (integers of ``64 * BLOCK`` bits)."""
 
-_MASK32 = np.uint64(0xFFFFFFFF)
-_ONE = np.uint64(1)
 _POW2 = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))  # bit j's mask (a table
 # lookup: numpy's scalar << array is several times slower than a gather)
-_SHIFT32 = np.uint64(32)
 
 
 def words_per_row(lanes: int) -> int:
@@ -146,8 +91,6 @@ def words_per_row(lanes: int) -> int:
 
 
 # --- the dense part ---------------------------------------------------------------------
-
-
 def dense_lanes(words: WordSource, rows: int, width: int, bits: int, numerator: int) -> U64:
     """``rows x width`` words whose lanes are independently 1 w.p. ``numerator / 2**bits``.
 
@@ -198,7 +141,9 @@ def threshold_lanes(words: WordSource, rows: int, width: int, count: int) -> U64
     differs from the bound, so words are drawn in rounds: in rounds 1 .. FULL_ROUNDS one
     word for every word of the batch (row-major); in later rounds one word for each word
     that still has an undecided lane, in the same order, until none is left (at most 64
-    rounds; a lane equal to the bound in all 64 bits is 1).
+    rounds; a lane equal to the bound in all 64 bits is 1). A lane is decided after 2 bits
+    on average, a word after about 7 rounds; each lane reads only its own bit of each word,
+    so the lanes are independent.
     """
     shape = (rows, width)
     if count <= 0:
@@ -245,8 +190,6 @@ def nearest_dyadic(target: float, bits: int, *, below: bool) -> int:
 
 
 # --- exact binomial counts --------------------------------------------------------------
-
-
 @functools.lru_cache(maxsize=16)
 def _cdf_numerators(trials: int, numerator: int) -> tuple[int, ...]:
     """``F(k) * 2**(64 trials)`` for k = 0 .. trials - 1, exactly (Python integers).
@@ -349,7 +292,8 @@ def sparse_lanes(words: WordSource, rows: int, lanes: int, numerator: int, block
     binomial count K (:func:`block_binomials`) and then K distinct uniform lanes: in each
     round every block not yet done draws its K candidates (blocks in order, from one run
     of values, :func:`_candidate_bits`), keeps them iff all are valid and distinct, and otherwise
-    draws all K again in the next round.
+    draws all K again in the next round. (Independent lanes of rate b are, in law, a
+    ``Binomial(size, b)`` count per block and a uniform subset of the block of that size.)
     """
     width = words_per_row(lanes)
     block = min(block, 64 * width)
@@ -402,73 +346,38 @@ def unary_lanes(words: WordSource, rows: int, lanes: int, plan: UnaryPlan) -> U6
 
 
 def distinct_lanes(
-    words: WordSource,
-    packed: U64,
-    rows: I64,
-    starts: I64,
-    sizes: I64,
-    counts: I64,
-    *,
-    forbidden: I64 | None = None,
+    words: WordSource, packed: U64, lanes: int, counts: I64, *, forbidden: I64 | None = None
 ) -> None:
-    """Set ``counts[u]`` distinct uniform lanes in each unit's block (blocks start empty).
+    """Set ``counts[i]`` distinct uniform lanes among lanes ``0 .. lanes - 1`` of each row i
+    (the rows start empty).
 
-    A unit is the block ``starts[u] .. starts[u] + sizes[u] - 1`` of row ``rows[u]``
-    (word-aligned; blocks do not share words). In each round, every unit not yet done
-    draws ``counts[u]`` 32-bit values (units in order, from one run of words, low half
-    first), maps them to lanes by Lemire's rule, and keeps them iff all are valid and
-    distinct; otherwise it clears its block and draws all of them again in the next
-    round. The kept tuple is uniform over tuples of distinct lanes, so the set is a
-    uniform ``counts[u]``-subset. With ``forbidden``, a draw that includes lane
-    ``forbidden[rows[u]]`` fails too: the set is then uniform among those without it.
+    In each round, every row not yet done draws ``counts[i]`` values (rows in order, from
+    one run of words; :func:`_candidate_lanes`), maps them to lanes by Lemire's rule, and
+    keeps them iff all are valid and distinct; otherwise it clears its row and draws all
+    of them again in the next round. The kept tuple is uniform over tuples of distinct
+    lanes, so the set is a uniform ``counts[i]``-subset. With ``forbidden``, a draw that
+    includes lane ``forbidden[i]`` fails too: the set is then uniform among those without it.
     """
     width = packed.shape[1]
     flat = packed.reshape(-1)
-    whole_rows = _whole_rows(packed, rows, starts, sizes)
     pending = np.flatnonzero(counts > 0)
     while pending.size:
         need = counts[pending]
         owner = np.repeat(pending, need)
-        offset, bit = _candidate_bits(words, sizes, owner)
-        if whole_rows:  # unit u is row u, block = the row: no gathers
-            offset += owner * width
-        else:
-            offset += rows[owner] * width + (starts[owner] >> 6)
+        offset, bit = _candidate_bits(words, lanes, owner)
+        offset += owner * width
         # Adding distinct bits is OR-ing them; a repeat carries, a void adds nothing, so
-        # a block holds counts[u] bits iff its draws were valid and distinct.
+        # a row holds counts[i] bits iff its draws were valid and distinct.
         np.add.at(flat, offset, bit)
-        got = _block_counts(packed, rows[pending], starts[pending], sizes[pending])
-        bad = got != need
+        bad = _bits.row_popcounts(packed[pending]) != need
         if forbidden is not None:
-            f = forbidden[rows[pending]]
-            bad |= (packed[rows[pending], f >> 6] & _POW2[f & 63]) != 0
-        failed = pending[bad]
-        if whole_rows:
-            packed[failed] = 0
-        else:
-            _clear_blocks(packed, rows[failed], starts[failed], sizes[failed])
-        pending = failed
+            f = forbidden[pending]
+            bad |= (packed[pending, f >> 6] & _POW2[f & 63]) != 0
+        pending = pending[bad]
+        packed[pending] = 0
 
 
-def _whole_rows(packed: U64, rows: I64, starts: I64, sizes: I64) -> bool:
-    """Is unit u simply row u, its block all of the row's lanes?"""
-    return (
-        rows.size == packed.shape[0]
-        and bool(np.all(rows == np.arange(rows.size)))
-        and (not starts.size or int(starts.max()) == 0)
-        and (not sizes.size or int(sizes.min()) > 64 * (packed.shape[1] - 1))
-    )
-
-
-def _clear_blocks(packed: U64, rows: I64, starts: I64, sizes: I64) -> None:
-    for start, size in {(int(a), int(b)) for a, b in zip(starts, sizes, strict=True)}:
-        sel = (starts == start) & (sizes == size)
-        packed[rows[sel], start >> 6 : (start + size + 63) >> 6] = 0
-
-
-# --- adding and removing uniform lanes --------------------------------------------------
-
-
+# --- adding uniform lanes ---------------------------------------------------------------
 SMALL_BLOCK = 1 << 16
 """Blocks of at most this many lanes draw 16-bit candidate values, larger ones 32-bit."""
 
@@ -506,7 +415,7 @@ def _candidate_lanes(words: WordSource, sizes: I64 | int, owner: Any) -> tuple[A
     return t >> wide(bits), valid
 
 
-def _candidate_bits(words: WordSource, sizes: I64, owner: I64) -> tuple[I64, U64]:
+def _candidate_bits(words: WordSource, sizes: I64 | int, owner: I64) -> tuple[I64, U64]:
     """:func:`_candidate_lanes` as each lane's word within its block and its bit (0: void)."""
     lane, valid = _candidate_lanes(words, sizes, owner)
     bit = np.left_shift(_ones(owner.size), lane & 63)  # (a shift of ones beats a lookup)
@@ -595,20 +504,7 @@ def change_lanes(
         active, gap, base = active[keep], gap[keep], base[keep]
 
 
-def _block_counts(packed: U64, rows: I64, starts: I64, sizes: I64) -> I64:
-    """Set lanes in each unit's block."""
-    width = packed.shape[1]
-    if starts.size and int(starts.max()) == 0 and int(sizes.min()) > 64 * (width - 1):
-        # One block per row: the whole row.
-        return _bits.row_popcounts(packed[rows])
-    counts = np.bitwise_count(packed).astype(np.int64)
-    cum = np.concatenate([np.zeros((counts.shape[0], 1), np.int64), counts.cumsum(axis=1)], axis=1)
-    return np.asarray(cum[rows, (starts + sizes + 63) >> 6] - cum[rows, starts >> 6])
-
-
 # --- plans ------------------------------------------------------------------------------
-
-
 class UnaryPlan(NamedTuple):
     """How :func:`unary_lanes` draws lanes that are 1 w.p. q (see its docstring)."""
 
@@ -654,7 +550,8 @@ def plan_unary(probability: float, lanes: int) -> UnaryPlan:
     Every plan realizes ``q'`` with ``q <= q' < q + 2**-64``: the threshold ``c =
     ceil(2**64 q)``; "or" with ``a = floor(2**m q)`` and ``c = ceil(2**64 (q - A) / (1 -
     A))``, ``A = a / 2**m``; "and" with ``a = ceil(2**m q)`` and ``c = floor(2**64 (1 - q /
-    A))``. The choice changes the draws, never the law beyond that.
+    A))``. Every bit of each part reads its own randomness and the parts are independent,
+    so the lanes are too. The choice changes the draws, never the law beyond that.
     """
     q = Fraction(probability)
     width = words_per_row(lanes)
@@ -752,11 +649,6 @@ def report_bytes_view(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
     nbytes = (lanes + 7) // 8
     as_bytes = np.ascontiguousarray(packed, dtype="<u8").view(np.uint8)
     return as_bytes.reshape(packed.shape[0], -1)[:, :nbytes]
-
-
-def to_report_bytes(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
-    """Rows of words as the wire's packed bytes: ``ceil(lanes / 8)`` per row, little end."""
-    return np.ascontiguousarray(report_bytes_view(packed, lanes))
 
 
 # --- one report at a time, in Python integers (the device's path) -------------------------

@@ -19,6 +19,7 @@ Primitives (``words`` yields uint32):
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -74,11 +75,7 @@ class Words:
         return (self.u64() >> 11) / 2.0**53
 
     def below(self, n: int) -> int:
-        limit = TWO32 - TWO32 % n
-        while True:
-            w = self.word()
-            if w < limit:
-                return w % n
+        return below_any(self, n)  # one word a draw for n <= 2**32
 
 
 def word_list(words: list[int]) -> WordSource:
@@ -96,12 +93,7 @@ def word_list(words: list[int]) -> WordSource:
 
 def os_words() -> WordSource:
     """Words from the OS CSPRNG (how a device runs the rules)."""
-    import os
-
-    def take() -> int:
-        return int.from_bytes(os.urandom(4), "little")
-
-    return take
+    return lambda: int.from_bytes(os.urandom(4), "little")
 
 
 def bounded(definition: Mapping[str, Any], value: Any) -> tuple[float, float, float]:

@@ -61,11 +61,9 @@ from ..heavy_hitters import (
     oracle_variance,
     scaled_detection_thresholds,
 )
+from .base import BoolArray, FloatArray, IntArray
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 KeyArray = npt.NDArray[np.uint8]
-BoolArray = npt.NDArray[np.bool_]
 U64Array = npt.NDArray[np.uint64]
 
 LEVEL = 0.95
@@ -198,8 +196,7 @@ class _Level:
         # einsum sums a row about 2.5x faster than ndarray.sum (no pairwise blocking);
         # the rows are short (R terms), so the rounding is as good. The cells are in range
         # by construction: mode="clip" skips take's bounds check (a third of its time).
-        out: FloatArray = np.einsum("ij->i", np.take(counts.reshape(-1), flat, mode="clip"))
-        return out
+        return np.asarray(np.einsum("ij->i", np.take(counts.reshape(-1), flat, mode="clip")))
 
     def debias(self, support: FloatArray) -> FloatArray:
         m = self.m
@@ -327,8 +324,7 @@ class _Level:
         share = shared_weight(flat, self.heavy_flat, self.row_n / self.n)
         rows = np.flatnonzero(own >= 0)
         share[rows, own[rows]] = 0.0
-        extra: FloatArray = (np.maximum(share - self.m.q, 0.0) * f_h).sum(axis=1) / self.n
-        return extra
+        return np.asarray((np.maximum(share - self.m.q, 0.0) * f_h).sum(axis=1) / self.n)
 
 
 DENSE_MATCHES = 1 << 16
@@ -611,8 +607,8 @@ def walk(m: SketchFamily, levels: list[_Level]) -> tuple[_Finished, list[float],
     cutoffs: list[float] = []
     for t in range(1, m.max_length + 1):
         level = levels[t]
-        child_keys: Callable[[IntArray], KeyArray]
         old_keys = finished.keys
+        child_keys: Callable[[IntArray], KeyArray]
         if t == 1:
             first = _first_level_keys(m.max_length)
             child_length = first[:, 0]

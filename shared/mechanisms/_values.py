@@ -1,5 +1,6 @@
-"""Checks on true numbers before they are perturbed: one place for every mechanism of
-numbers (:class:`~ldpkit.mechanisms.base.NumericMechanism` and the distribution ones)."""
+"""Checks on true values before they are perturbed: numbers (one place for every mechanism
+of numbers, :class:`~ldpkit.mechanisms.base.NumericMechanism` and the distribution ones)
+and item or cell indices."""
 
 from __future__ import annotations
 
@@ -33,5 +34,20 @@ def check_numbers(values: npt.NDArray[Any], bounds: tuple[float, float]) -> npt.
         i = int(np.argmax(bad))
         raise ReportError(f"value {x[i]!r} at index {i} is not a finite number")
     lo, hi = bounds
-    clipped: npt.NDArray[np.float64] = np.clip(x, lo, hi)
-    return clipped
+    return np.asarray(np.clip(x, lo, hi))
+
+
+def whole_floats(values: npt.NDArray[Any]) -> bool:
+    """Are ``values`` floats, every one a whole number (as an empty float array is)?"""
+    finite = values.dtype.kind == "f" and bool(np.all(np.isfinite(values)))
+    return finite and bool(np.all(values == np.floor(values)))
+
+
+def in_range(values: npt.NDArray[Any], size: int, domain: str = "") -> npt.NDArray[np.int64]:
+    """Integer ``values`` as int64 if all lie in ``0 .. size - 1``; ReportError names the first
+    that does not."""
+    bad = (values < 0) | (values >= size)
+    if bool(np.any(bad)):
+        i = int(np.argmax(bad))
+        raise ReportError(f"value {values[i]!r} at index {i} is outside {domain}0..{size - 1}")
+    return values.astype(np.int64, copy=False)

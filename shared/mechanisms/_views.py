@@ -50,13 +50,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_epsilon
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, NoiseModel, Quadratic
 from ..structured_estimates import OutputArrays
 from . import AUTO_ORACLES as AUTO_ORACLES  # re-exported for ldpkit.structured
 from . import STRUCTURED_ORACLES, make_oracle, oracle_class
-from ._dyadic import check_min_epsilon
+from ._values import in_range, whole_floats
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism
 
 if TYPE_CHECKING:
@@ -91,7 +90,39 @@ class View:
         return self.oracle.domain_size
 
 
+def population(size: int, fractions: npt.ArrayLike | None) -> FloatArray:
+    """The base cells' fractions (default uniform); ParameterError unless they are ``size``
+    numbers >= 0 summing to 1."""
+    if fractions is None:
+        return np.full(size, 1.0 / size)
+    pi = np.asarray(fractions, dtype=np.float64)
+    if pi.shape != (size,) or np.any(pi < 0) or not np.isclose(pi.sum(), 1.0):
+        raise ParameterError(f"fractions must be {size} non-negative numbers summing to 1")
+    return pi
+
+
+def batch_sums(n: npt.ArrayLike, sums: npt.ArrayLike, size: int) -> tuple[FloatArray, FloatArray]:
+    """``n`` (R,) and ``sums`` (R, size) of R aggregates, as float arrays."""
+    counts_n = np.atleast_1d(np.asarray(n, dtype=np.float64))
+    table = np.atleast_2d(np.asarray(sums, dtype=np.float64))
+    if table.shape != (counts_n.size, size):
+        raise ParameterError(
+            f"estimate_arrays needs n (R,) and sums (R, {size}), got "
+            f"{counts_n.shape} and {table.shape}"
+        )
+    return counts_n, table
+
+
+def as_reports(raw: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """Rows of report bytes as reports of ``dtype`` (a packed bitmap stays rows of bytes)."""
+    raw = np.ascontiguousarray(raw)
+    return raw if dtype.subdtype is not None else raw.view(dtype).reshape(raw.shape[0])
+
+
 def _check_weights(weights: object, count: int) -> tuple[float, ...]:
+    """The views' probabilities: ``weights`` scaled to sum to 1, or uniform for None."""
+    if weights is None:
+        return (1.0 / count,) * count
     if isinstance(weights, str) or not isinstance(weights, Sequence):
         raise ParameterError(f"weights must be a list of {count} positive numbers, got {weights!r}")
     values = tuple(weights)
@@ -129,8 +160,7 @@ class ViewSampling(Mechanism):
     views: tuple[View, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         self._check_structure()
         specs = self._view_specs()
         names = (
@@ -164,7 +194,7 @@ class ViewSampling(Mechanism):
         raise NotImplementedError
 
     def _weights(self, count: int) -> tuple[float, ...]:
-        return (1.0 / count,) * count
+        return _check_weights(None, count)
 
     def _output_partitions(self) -> list[IntArray]:
         raise NotImplementedError
@@ -183,6 +213,12 @@ class ViewSampling(Mechanism):
             [noise_model(v.oracle) for v in self.views],
             self._output_partitions(),
         )
+
+    def _by_output(self, values: FloatArray) -> list[FloatArray]:
+        """``values`` (..., outputs) cut at the output partitions (a tree's depths; a table's
+        cells, then each attribute)."""
+        off = self.engine.output_offsets
+        return [values[..., off[k] : off[k + 1]] for k in range(len(off) - 1)]
 
     @cached_property
     def _payload_size(self) -> int:
@@ -215,30 +251,20 @@ class ViewSampling(Mechanism):
 
     # --- values and reports ------------------------------------------------------------------
     def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
-        m = self.base_size
         if values.dtype.kind not in "iu":
-            if values.dtype.kind == "f" and (
-                not values.size
-                or (np.all(np.isfinite(values)) and np.all(values == np.floor(values)))
-            ):
-                values = values.astype(np.int64)
-            else:
+            if not whole_floats(values):
                 raise ReportError(
                     f"{self.kind} values must be integer base-cell indices (see "
                     f"encode), got dtype {values.dtype}"
                 )
-        bad = (values < 0) | (values >= m)
-        if bool(np.any(bad)):
-            i = int(np.argmax(bad))
-            raise ReportError(f"value {values[i]!r} at index {i} is outside 0..{m - 1}")
-        return values.astype(np.int64, copy=False)
+            values = values.astype(np.int64)
+        return in_range(values, self.base_size)
 
     def choose_views(self, count: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         """Each user's view, drawn with the views' weights (independent of the values)."""
         cumulative = np.cumsum([v.weight for v in self.views])
         view = np.searchsorted(cumulative, rng.random(count) * cumulative[-1], side="right")
-        out: npt.NDArray[np.uint8] = np.minimum(view, len(self.views) - 1).astype(np.uint8)
-        return out
+        return np.asarray(np.minimum(view, len(self.views) - 1).astype(np.uint8))
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[Any]:
         n = values.size
@@ -257,12 +283,7 @@ class ViewSampling(Mechanism):
     def _payload_reports(self, k: int, payload: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """View k's oracle reports from their payload rows."""
         dtype = self.views[k].oracle.report_dtype
-        size = dtype.itemsize
-        raw = np.ascontiguousarray(payload[:, :size])
-        if dtype.subdtype is not None:
-            return raw  # a packed bitmap: (rows, bytes) of uint8
-        out: npt.NDArray[Any] = raw.view(dtype).reshape(raw.shape[0])
-        return out
+        return as_reports(payload[:, : dtype.itemsize], dtype)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         view = reports["view"]
@@ -380,13 +401,7 @@ class ViewSampling(Mechanism):
         A row cannot be estimated when it holds no report, or none for some view (then
         a view's estimates are undefined and the design does not identify the cells).
         """
-        counts_n = np.atleast_1d(np.asarray(n, dtype=np.float64))
-        table = np.atleast_2d(np.asarray(sums, dtype=np.float64))
-        if table.shape != (counts_n.size, self.stats_size):
-            raise ParameterError(
-                f"estimate_arrays needs n (R,) and sums (R, {self.stats_size}), got "
-                f"{counts_n.shape} and {table.shape}"
-            )
+        counts_n, table = batch_sums(n, sums, self.stats_size)
         sizes, counts = self.engine.split(table)
         bad = (counts_n <= 0) | (sizes.min(axis=1) <= 0)
         safe = np.where(bad[:, None], 1.0, sizes)

@@ -32,7 +32,7 @@ from ..errors import ParameterError, ReportError
 from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
 from ._dyadic import check_min_epsilon
-from ._values import check_numbers
+from ._values import check_numbers, in_range, whole_floats
 
 if TYPE_CHECKING:  # the portable rules load with the mechanisms that use them
     from ._portable import Derived, Words
@@ -86,7 +86,10 @@ class Mechanism(ABC):
     @property
     def aggregate_cost(self) -> int:
         """Counters the collector updates per report when it aggregates a batch: a model
-        of its work per report (at most the size of the sums; subclasses refine it)."""
+        of its work per report, at most the size of the sums (unary and subset reports:
+        one per bit, d; OLH: one hash check per item, d; a numeric report: a sum and a sum
+        of squares; oracles whose report names one item override it with 1).
+        ``benchmarks/mechanisms.py`` prints the measured nanoseconds beside it."""
         return self.stats_size
 
     @property
@@ -164,6 +167,12 @@ class Mechanism(ABC):
         return None
 
     # --- shared behaviour --------------------------------------------------------------
+    def _check_epsilon(self) -> None:
+        """Check epsilon, which must not be below ``MIN_EPSILON`` either: far below it
+        exp(epsilon) rounds to 1 (an oracle's p equals its q) and constants overflow."""
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_min_epsilon(self.name, self.epsilon)
+
     def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
         """Randomize true values; ``rng`` defaults to a generator fed by the OS CSPRNG."""
         generator = resolve_rng(rng)
@@ -288,9 +297,7 @@ class FrequencyOracle(Mechanism):
     q: float = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        # Far below it exp(epsilon) rounds to 1: p == q, and estimates divide by zero.
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         object.__setattr__(self, "domain_size", check_domain_size(self.domain_size))
         p, q = self._support_probabilities()
         object.__setattr__(self, "p", p)
@@ -302,14 +309,6 @@ class FrequencyOracle(Mechanism):
 
     @property
     def stats_size(self) -> int:
-        return self.domain_size
-
-    @property
-    def aggregate_cost(self) -> int:
-        """Counters the collector updates per report when it aggregates a batch: a model
-        of its work per report (unary and subset reports: one per bit, d; OLH: one hash
-        check per item, d; oracles whose report names one item override it with 1).
-        ``benchmarks/mechanisms.py`` prints the measured nanoseconds beside it."""
         return self.domain_size
 
     def params(self) -> dict[str, Any]:
@@ -346,26 +345,12 @@ class FrequencyOracle(Mechanism):
 
     def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
         if values.dtype.kind not in "iu":
-            if (
-                values.dtype.kind == "f"
-                and values.size
-                and np.all(np.isfinite(values))
-                and np.all(values == np.floor(values))
-            ):
-                values = values.astype(np.int64)
-            elif values.size:
+            if values.size and not whole_floats(values):
                 raise ReportError(
                     f"categorical values must be integer item indices, got dtype {values.dtype}"
                 )
-            else:
-                values = values.astype(np.int64)
-        bad = (values < 0) | (values >= self.domain_size)
-        if bool(np.any(bad)):
-            i = int(np.argmax(bad))
-            raise ReportError(
-                f"value {values[i]!r} at index {i} is outside the domain 0..{self.domain_size - 1}"
-            )
-        return values.astype(np.int64, copy=False)
+            values = values.astype(np.int64)
+        return in_range(values, self.domain_size, "the domain ")
 
     def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
         """Variance of an item's estimated fraction from ``n`` reports (``n=1``: one
@@ -413,19 +398,13 @@ class NumericMechanism(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         object.__setattr__(self, "bounds", check_bounds(self.bounds))
+        check_min_epsilon(self.name, self.epsilon)  # (after the bounds: their error comes first)
         self._derive()
 
     def _derive(self) -> None:
         """Compute derived constants once (subclasses)."""
 
-    @property
-    def stats_size(self) -> int:
-        return 2
-
-    @property
-    def aggregate_cost(self) -> int:
-        """Counters the collector updates per report: a sum and a sum of squares."""
-        return 2
+    stats_size = 2  # a sum and a sum of squares
 
     @property
     def half_range(self) -> float:
@@ -546,16 +525,6 @@ class NumericMechanism(Mechanism):
         variance_sum = n * (a + extra) + b * squares
         stderr = math.sqrt(max(variance_sum, 0.0)) / n * self.half_range
         scale = self.binary_scale()
-        binary = None
-        if scale is not None:
-            binary = BinaryCounts(round((s1 / scale + n) / 2.0), scale)
-        lo, _ = self.bounds
-        return MeanEstimate(
-            self.name,
-            self.epsilon,
-            n,
-            lo + (mean_t + 1.0) * self.half_range,
-            stderr,
-            self.bounds,
-            binary,
-        )
+        binary = None if scale is None else BinaryCounts(round((s1 / scale + n) / 2.0), scale)
+        mean = self.bounds[0] + (mean_t + 1.0) * self.half_range
+        return MeanEstimate(self.name, self.epsilon, n, mean, stderr, self.bounds, binary)

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._conformance import chi2, numeric_cases
-from ._dyadic import check_min_epsilon, realized_at_least
+from ._dyadic import realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
 
@@ -27,24 +27,17 @@ REPORT_DTYPE = np.dtype("i1")
 
 
 def duchi_constants(epsilon: float) -> tuple[float, float, float]:
-    """``(threshold, flip, C)`` of Duchi's mechanism as sampled here.
-
-    ``flip`` is the exact probability that ``rng.random() < threshold``; it is at least
-    ``1 / (e^eps + 1)``, so the realized likelihood ratio ``(1 - flip) / flip`` is at
-    most ``e^eps``. ``C = 1 / (1 - 2 flip)`` makes ``±C`` unbiased for that flip; it
-    equals ``(e^eps + 1) / (e^eps - 1)`` to within a relative 2**-47 or so.
-    """
+    """``(threshold, flip, C)`` of Duchi's mechanism as sampled here (:class:`Duchi`,
+    "Floating point"): ``flip`` is the exact probability that ``rng.random() < threshold``
+    and ``C = 1 / (1 - 2 flip)``."""
     threshold, flip = realized_at_least(1.0 / (1.0 + math.exp(epsilon)))
     return threshold, flip, 1.0 / (1.0 - 2.0 * flip)
 
 
 def duchi_signs(t: FloatArray, threshold: float, rng: np.random.Generator) -> npt.NDArray[np.int8]:
-    """Duchi's ±1 for unit values ``t`` in [-1, 1] (vectorized).
-
-    Written as "pick the extreme +1 with probability (1 + t) / 2, then flip it with
-    probability ``flip``": the same distribution as ``Pr[+1] = 1/2 + t / (2 C)``, but
-    each coin's realized probability is exact, and the flip coin, the only one privacy
-    rests on, does not depend on the input.
+    """Duchi's ±1 for unit values ``t`` in [-1, 1] (vectorized): the +1 extreme w.p.
+    ``(1 + t) / 2``, then flipped w.p. ``flip``, the same law as ``Pr[+1] = 1/2 + t / (2 C)``
+    with exact coins, the flip coin (the only one privacy rests on) independent of the input.
     """
     n = t.size
     upper = rng.random(n) < (t + 1.0) * 0.5
@@ -102,34 +95,22 @@ class Duchi(NumericMechanism):
     matches the formula above to a relative 2**-47).
 
     Wire format (protocol v1): one signed byte per report, ``+1`` or ``-1``.
-
-    References
-    ----------
-    J. C. Duchi, M. I. Jordan, M. J. Wainwright, "Minimax optimal procedures for locally
-    private estimation", JASA 113(521), 2018.
     """
 
     name: ClassVar[str] = "duchi"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("duchi")
+    report_dtype = REPORT_DTYPE
+    report_rule = "+1 or -1 (int8)"
 
     C: float = field(init=False, repr=False)
     flip_probability: float = field(init=False, repr=False)
     _threshold: float = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         threshold, flip, c = duchi_constants(self.epsilon)
         object.__setattr__(self, "_threshold", threshold)
         object.__setattr__(self, "flip_probability", flip)
         object.__setattr__(self, "C", c)
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
-
-    @property
-    def report_rule(self) -> str:
-        return "+1 or -1 (int8)"
 
     def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int8]:
         return duchi_signs(self.to_unit(values), self._threshold, rng)

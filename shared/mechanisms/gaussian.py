@@ -25,7 +25,6 @@ import numpy.typing as npt
 from ..errors import ParameterError
 from . import _portable
 from ._conformance import Cdf, numeric_cases
-from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: as for Laplace; part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
 from ._grid import GridMechanism
@@ -119,8 +118,7 @@ def discrete_gaussian_delta(epsilon: float, sigma: float, shift: int) -> float:
 
     def weights(lo: int, hi: int) -> FloatArray:
         y = np.arange(lo, hi, dtype=np.float64)
-        out: FloatArray = np.exp(-(y * y) / (2.0 * sigma * sigma))
-        return out
+        return np.asarray(np.exp(-(y * y) / (2.0 * sigma * sigma)))
 
     norm = math.fsum(
         float(weights(s, min(s + chunk, reach + 1)).sum()) for s in range(-reach, reach + 1, chunk)
@@ -210,7 +208,6 @@ class LocalGaussian(GridMechanism):
     _noise_variance: float = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         delta = check_delta(self.delta)
         object.__setattr__(self, "delta", delta)
         lo, hi = self.bounds
@@ -261,12 +258,9 @@ class LocalGaussian(GridMechanism):
 
     # --- the realized guarantee --------------------------------------------------------
     def realized_delta(self) -> float:
-        """The delta the sampler realizes at this epsilon (it is exact: no widening).
-
-        :func:`discrete_gaussian_delta` ``(epsilon, sqrt(sigma2), D)``: the exact
-        divergence of the discrete Gaussian for the worst pair of inputs (class doc). It
-        must be at most ``delta``; work is proportional to s (a fraction of a second).
-        """
+        """The delta the sampler realizes at this epsilon, exactly (at most ``delta``):
+        :func:`discrete_gaussian_delta` ``(epsilon, sqrt(sigma2), D)``, the worst pair of
+        inputs' divergence (class doc); a fraction of a second."""
         return discrete_gaussian_delta(self.epsilon, self.grid_sigma, self.grid_steps)
 
     # --- the portable rule and the conformance law -------------------------------------
@@ -294,10 +288,7 @@ class LocalGaussian(GridMechanism):
             erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
             def normal(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-                out: npt.NDArray[np.float64] = 0.5 * erfc(
-                    -(np.floor(z) + 0.5) / (sigma * math.sqrt(2.0))
-                )
-                return out
+                return np.asarray(0.5 * erfc(-(np.floor(z) + 0.5) / (sigma * math.sqrt(2.0))))
 
             return normal
         reach = math.ceil(40.0 * sigma) + 2
@@ -307,8 +298,7 @@ class LocalGaussian(GridMechanism):
 
         def exact(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             at = np.clip(np.floor(z) + reach, -1, 2 * reach).astype(np.int64)
-            out: npt.NDArray[np.float64] = np.where(at < 0, 0.0, cumulative[np.maximum(at, 0)])
-            return out
+            return np.asarray(np.where(at < 0, 0.0, cumulative[np.maximum(at, 0)]))
 
         return exact
 
@@ -318,12 +308,8 @@ _EXACT_GAUSSIAN_REACH = 64
 
 
 def exact_noise_parameter(s: float) -> tuple[int, int]:
-    """``(t, m)``: ``t = floor(s) + 1`` and the least m with ``t m >= s^2`` (exactly).
-
-    ``sigma2 = t m`` is the discrete Gaussian's variance parameter: an integer at least
-    ``s^2`` (never less noise than calibrated), with ``sigma2 / t`` an integer so that
-    the acceptance exponent of the sampler is a ratio of integers.
-    """
+    """``(t, m)``: ``t = floor(s) + 1`` and the least m with ``t m >= s^2``, exactly (the
+    variance parameter ``sigma2 = t m`` of :class:`LocalGaussian`)."""
     exact = Fraction(s)
     t = math.floor(exact) + 1
     m = math.ceil(exact * exact / t)

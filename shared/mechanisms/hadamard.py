@@ -98,30 +98,18 @@ class HadamardResponse(FrequencyOracle):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d.
-
-    References
-    ----------
-    J. Acharya, Z. Sun, H. Zhang, "Hadamard response: estimating distributions
-    privately, efficiently, and with little communication", AISTATS 2019.
     """
 
     name: ClassVar[str] = "hr"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("hr")
+    aggregate_cost = 1  # one counter per report: the report names one column
+    report_dtype = REPORT_DTYPE
 
     K: int = field(init=False)
 
     def _support_probabilities(self) -> tuple[float, float]:
         object.__setattr__(self, "K", 1 << self.domain_size.bit_length())
         return 1.0 / (1.0 + math.exp(-self.epsilon)), 0.5
-
-    @property
-    def aggregate_cost(self) -> int:
-        """One counter per report: the report names one item (or column)."""
-        return 1
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:
@@ -143,8 +131,7 @@ class HadamardResponse(FrequencyOracle):
         hist = np.bincount(reports, minlength=self.K).astype(np.int64)
         transformed: npt.NDArray[np.int64] = fwht(hist)
         n = reports.shape[0]
-        support: FloatArray = (n + transformed[1 : self.domain_size + 1]) / 2.0
-        return support
+        return np.asarray((n + transformed[1 : self.domain_size + 1]) / 2.0)
 
     @property
     def distinct_reports(self) -> int:

@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_bounds, check_epsilon, check_positive
+from .._validation import check_bounds, check_positive
 from ..aggregate import Aggregate
 from ..distribution import DistributionEstimate, LevelNoise, Tree, TreeSmoother, leaf_index
 from ..errors import ParameterError
 from . import oracle_class
 from ._conformance import NUMERIC_BOUNDS, case_name, chi2, prefixed
-from ._dyadic import check_min_epsilon
 from ._portable import Derived, Words, bounded
 from ._values import check_numbers
 from .base import BoolArray, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
@@ -70,6 +69,16 @@ def _oracle_reports(oracle: FrequencyOracle, rows: npt.NDArray[Any]) -> npt.NDAr
             records[key] = rows[key]
         return records
     return rows["y"].astype(oracle.report_dtype)
+
+
+def _put(out: npt.NDArray[Any], reports: npt.NDArray[Any], rows: Any = slice(None)) -> None:
+    """Write a depth's oracle reports into ``rows`` of the records ``out``: local hashing's
+    (a, b, y), else the item as y."""
+    if reports.dtype.names:
+        for key in ("a", "b", "y"):
+            out[key][rows] = reports[key]
+    else:
+        out["y"][rows] = reports
 
 
 def _plan_case(epsilon: float) -> PlanCase:
@@ -123,6 +132,7 @@ class HierarchicalHistogram(Mechanism):
     name: ClassVar[str] = "hh"
     kind: ClassVar[str] = "distribution"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case(1.0), _plan_case(3.0))
+    report_dtype = REPORT_DTYPE
 
     bounds: tuple[float, float]
     resolution: int = DEFAULT_RESOLUTION
@@ -135,8 +145,7 @@ class HierarchicalHistogram(Mechanism):
     _hashed: npt.NDArray[np.bool_] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         object.__setattr__(self, "bounds", check_bounds(self.bounds))
         tree = Tree(self.resolution, self.branching)
         object.__setattr__(self, "resolution", tree.resolution)
@@ -144,6 +153,8 @@ class HierarchicalHistogram(Mechanism):
         object.__setattr__(self, "tree", tree)
         oracles: list[FrequencyOracle] = []
         weights: list[float] = []
+        # By the depth byte: entries past the height are never valid.
+        limits, hashed = np.zeros(256, dtype=np.uint64), np.zeros(256, dtype=np.bool_)
         for t in range(1, tree.height + 1):
             d = tree.counts[t]
             grr = GeneralizedRR(epsilon=self.epsilon, domain_size=d)
@@ -151,19 +162,14 @@ class HierarchicalHistogram(Mechanism):
             f = 1.0 / d
             best: FrequencyOracle = olh if olh.variance(f) < grr.variance(f) else grr
             oracles.append(best)
+            hashed[t] = best is olh
+            limits[t] = olh.g if best is olh else d
             # Per-report variance of a node estimate at the average node, sampling included.
             weights.append(float(best.variance(f)) + f * (1.0 - f))
         object.__setattr__(self, "oracles", tuple(oracles))
         object.__setattr__(self, "_weights", tuple(weights))
-        limits = [0] + [
-            o.g if isinstance(o, OptimizedLocalHashing) else o.domain_size for o in oracles
-        ]
-        hashed = [False] + [isinstance(o, OptimizedLocalHashing) for o in oracles]
-        # Index by the depth byte: entries past the height are never valid.
-        object.__setattr__(
-            self, "_limits", np.array(limits + [0] * (256 - len(limits)), dtype=np.uint64)
-        )
-        object.__setattr__(self, "_hashed", np.array(hashed + [False] * (256 - len(hashed))))
+        object.__setattr__(self, "_limits", limits)
+        object.__setattr__(self, "_hashed", hashed)
 
     # --- description -----------------------------------------------------------------
     @property
@@ -171,21 +177,15 @@ class HierarchicalHistogram(Mechanism):
         return self.tree.height
 
     @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
-
-    @property
     def stats_size(self) -> int:
         return self.tree.height + self.tree.nodes
 
     @property
     def report_rule(self) -> str:
-        parts = []
-        for t, o in enumerate(self.oracles, start=1):
-            if isinstance(o, OptimizedLocalHashing):
-                parts.append(f"depth {t}: y < {o.g}")
-            else:
-                parts.append(f"depth {t}: y < {o.domain_size}, a = b = 0")
+        parts = [
+            f"depth {t}: y < {self._limits[t]}" + ("" if self._hashed[t] else ", a = b = 0")
+            for t in range(1, self.height + 1)
+        ]
         return (
             f"a record (depth: u1, a: u8, b: u8, y: u4) with depth in 1..{self.height} and "
             + "; ".join(parts)
@@ -229,13 +229,7 @@ class HierarchicalHistogram(Mechanism):
             idx = np.flatnonzero(depth == t)
             if idx.size == 0:
                 continue
-            reports = oracle.perturb(self.tree.node_of_leaf(leaf[idx], t), rng)
-            if isinstance(oracle, OptimizedLocalHashing):
-                out["a"][idx] = reports["a"]
-                out["b"][idx] = reports["b"]
-                out["y"][idx] = reports["y"]
-            else:
-                out["y"][idx] = reports
+            _put(out, oracle.perturb(self.tree.node_of_leaf(leaf[idx], t), rng), idx)
         return out
 
     # --- collector side --------------------------------------------------------------
@@ -285,11 +279,7 @@ class HierarchicalHistogram(Mechanism):
             raise ParameterError(
                 f"aggregate's reports per depth add up to {int(counts.sum())}, not n = {agg.n}"
             )
-        supports = []
-        offset = tree.height
-        for t in range(1, tree.height + 1):
-            supports.append(agg.sums[offset : offset + tree.counts[t]])
-            offset += tree.counts[t]
+        supports = np.split(agg.sums[tree.height :], np.cumsum(tree.counts[1:-1]))
         return counts.astype(np.int64), supports
 
     def _smoother(self, depth_counts: npt.ArrayLike) -> TreeSmoother:
@@ -302,13 +292,7 @@ class HierarchicalHistogram(Mechanism):
     def _levels(self, depth_counts: npt.ArrayLike) -> tuple[LevelNoise, ...]:
         counts = np.asarray(depth_counts, dtype=np.float64)
         return tuple(
-            LevelNoise(
-                oracle=o.name,
-                p=o.p,
-                q=o.q,
-                exclusive=not isinstance(o, OptimizedLocalHashing),
-                n=float(c),
-            )
+            LevelNoise(o.name, o.p, o.q, not isinstance(o, OptimizedLocalHashing), float(c))
             for o, c in zip(self.oracles, counts, strict=True)
         )
 
@@ -328,17 +312,7 @@ class HierarchicalHistogram(Mechanism):
                     fractions.append(np.zeros(support.size))
             smoother = self._smoother(counts)
             leaves = smoother.forward(fractions).ravel()
-        return DistributionEstimate(
-            mechanism=self.name,
-            epsilon=self.epsilon,
-            n=n,
-            bounds=self.bounds,
-            tree=self.tree,
-            leaves=leaves,
-            depth_counts=tuple(int(c) for c in counts),
-            levels=self._levels(counts),
-            smoother=smoother,
-        )
+        return self._answer(n, leaves, counts, smoother)
 
     def expected(self, n: float, fractions: npt.ArrayLike | None = None) -> DistributionEstimate:
         """An estimate whose answers' standard errors are those expected from n reports.
@@ -357,16 +331,21 @@ class HierarchicalHistogram(Mechanism):
             if not math.isclose(float(leaves.sum()), 1.0, rel_tol=0, abs_tol=1e-9):
                 raise ParameterError(f"fractions must sum to 1, got {float(leaves.sum())!r}")
         counts = np.full(self.height, float(n) / self.height)
+        return self._answer(max(1, round(n)), leaves, counts, self._smoother(counts))
+
+    def _answer(
+        self, n: int, leaves: FloatArray, counts: npt.NDArray[Any], smoother: TreeSmoother
+    ) -> DistributionEstimate:
         return DistributionEstimate(
             mechanism=self.name,
             epsilon=self.epsilon,
-            n=max(1, round(n)),
+            n=n,
             bounds=self.bounds,
             tree=self.tree,
             leaves=leaves,
-            depth_counts=tuple(round(c) for c in counts),
+            depth_counts=tuple(round(float(c)) for c in counts),
             levels=self._levels(counts),
-            smoother=self._smoother(counts),
+            smoother=smoother,
         )
 
     # --- exact law -------------------------------------------------------------------
@@ -386,15 +365,12 @@ class HierarchicalHistogram(Mechanism):
             node = int(self.tree.node_of_leaf(leaf, t))
             if isinstance(oracle, OptimizedLocalHashing):
                 reports, p = oracle.output_probabilities(node, a=a, b=b)
-                part = np.zeros(reports.size, dtype=REPORT_DTYPE)
-                for key in ("a", "b", "y"):
-                    part[key] = reports[key]
             else:
                 assert isinstance(oracle, GeneralizedRR)
-                items, p = oracle.output_probabilities(node)
-                part = np.zeros(items.size, dtype=REPORT_DTYPE)
-                part["y"] = items
+                reports, p = oracle.output_probabilities(node)
+            part = np.zeros(len(p), dtype=REPORT_DTYPE)
             part["depth"] = t
+            _put(part, reports)
             records.append(part)
             probs.append(p / self.height)
         return np.concatenate(records), np.concatenate(probs)

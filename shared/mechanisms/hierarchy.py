@@ -48,7 +48,7 @@ from ..domains import Tree
 from ..errors import ParameterError
 from ..inference import Quadratic, tree_consistent
 from ..structured_estimates import HierarchyEstimate, OutputArrays
-from ._views import ViewSampling, _check_weights
+from ._views import ViewSampling, _check_weights, population
 from .base import FloatArray, IntArray, PlanCase
 
 _REGION = (
@@ -110,10 +110,6 @@ class HierarchyMechanism(ViewSampling):
         return self.tree.leaf_index(value)
 
     # --- estimation ------------------------------------------------------------------
-    def _levels(self, values: FloatArray) -> list[FloatArray]:
-        off = self.engine.output_offsets
-        return [values[..., off[d] : off[d + 1]] for d in range(self.tree.depth)]
-
     def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
         """Every node's numbers for R aggregates at once (``n`` (R,), ``sums`` (R, k)).
 
@@ -123,7 +119,7 @@ class HierarchyMechanism(ViewSampling):
         n_, sizes, y, bad = self._batch(n, sums)
         x = self.engine.point(y)
         x[bad] = 0.0
-        consistent = np.concatenate(tree_consistent(self._levels(x), self.tree.parents), axis=1)
+        consistent = np.concatenate(tree_consistent(self._by_output(x), self.tree.parents), axis=1)
         leaves = self.engine.base_of(consistent, self.tree.depth - 1)
         return self._finish(n_, sizes, x, consistent, leaves, bad)
 
@@ -144,28 +140,19 @@ class HierarchyMechanism(ViewSampling):
         return HierarchyEstimate(self.name, self.epsilon, agg.n, self.tree, groups)
 
     # --- theory ------------------------------------------------------------------------
-    def _population(self, fractions: npt.ArrayLike | None) -> FloatArray:
-        m = self.tree.size
-        if fractions is None:
-            return np.full(m, 1.0 / m)
-        pi = np.asarray(fractions, dtype=np.float64)
-        if pi.shape != (m,) or np.any(pi < 0) or not np.isclose(pi.sum(), 1.0):
-            raise ParameterError(f"fractions must be {m} non-negative numbers summing to 1")
-        return pi
-
     def variance(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> list[FloatArray]:
         """Per depth, each node's variance for n users with leaf ``fractions``.
 
         ``fractions`` defaults to the uniform population; each view is taken to hold
         its expected share of the n users. With ``n = 1`` the figures are per user.
         """
-        pi = self._population(fractions)[None, :]
+        pi = population(self.tree.size, fractions)[None, :]
         var = self.engine.variances_at(pi, self.expected_sizes(n), np.array([float(n)]))
-        return self._levels(var[0])
+        return self._by_output(var[0])
 
     def variance_quadratic(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> Quadratic:
         """Each node's variance along the path of its own value (see LinearViews)."""
-        pi = self._population(fractions)[None, :]
+        pi = population(self.tree.size, fractions)[None, :]
         quad = self.engine.variance_quadratic(pi, self.expected_sizes(n), np.array([float(n)]))
         return quad.row(0)
 
@@ -244,9 +231,6 @@ class LevelSampling(HierarchyMechanism):
         return depths
 
     def _weights(self, count: int) -> tuple[float, ...]:
-        if self.weights is None:
-            weights = super()._weights(count)
-        else:
-            weights = _check_weights(self.weights, count)
+        weights = _check_weights(self.weights, count)
         object.__setattr__(self, "weights", weights)
         return weights

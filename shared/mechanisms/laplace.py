@@ -23,7 +23,6 @@ import numpy.typing as npt
 
 from ._bits import uniform_u64
 from ._conformance import Cdf, numeric_cases
-from ._dyadic import check_min_epsilon
 from ._grid import GRID_STEPS as GRID_STEPS  # D: part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
 from ._grid import GridMechanism
@@ -106,12 +105,6 @@ class LocalLaplace(GridMechanism):
 
     Wire format (protocol v1): one little-endian int64 per report. Valid reports lie in
     ``-cap .. D + cap`` with ``cap = ceil(TAIL_CAP * D / eps)``.
-
-    References
-    ----------
-    I. Mironov, "On significance of the least significant bits for differential privacy",
-    CCS 2012. A. Ghosh, T. Roughgarden, M. Sundararajan, "Universally
-    utility-maximizing privacy mechanisms", STOC 2009.
     """
 
     name: ClassVar[str] = "laplace"
@@ -125,7 +118,6 @@ class LocalLaplace(GridMechanism):
     _lam: float = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         lam = self.epsilon / self.grid_steps
         object.__setattr__(self, "_lam", lam)
         object.__setattr__(self, "decay", math.exp(-lam))
@@ -190,7 +182,6 @@ class LocalLaplace(GridMechanism):
         def z_cdf(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             neg = np.exp(np.minimum(z, 0.0) * lam) / one_plus_a
             pos = 1.0 - np.exp(-(np.maximum(z, 0.0) + 1.0) * lam) / one_plus_a
-            out: npt.NDArray[np.float64] = np.where(z < 0, neg, pos)
-            return out
+            return np.asarray(np.where(z < 0, neg, pos))
 
         return z_cdf

@@ -168,15 +168,11 @@ class OptimizedLocalHashing(FrequencyOracle):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d (at most 2^31).
-
-    References
-    ----------
-    T. Wang, J. Blocki, N. Li, S. Jha, "Locally differentially private protocols for
-    frequency estimation", USENIX Security 2017.
     """
 
     name: ClassVar[str] = "olh"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("olh", (0.5, 1.5, 2.0))
+    report_dtype = REPORT_DTYPE
 
     g: int = field(init=False)
 
@@ -185,10 +181,6 @@ class OptimizedLocalHashing(FrequencyOracle):
         object.__setattr__(self, "g", g)
         p = 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon))
         return p, 1.0 / g
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:
@@ -309,13 +301,8 @@ class OptimizedLocalHashing(FrequencyOracle):
         b = reports["b"].astype(np.uint64)
         true = bucket(int(value), a, b, g)
         shift = (reports["y"].astype(np.int64) - true.astype(np.int64)) % g
-        out = [
-            (
-                "bucket vs hash",
-                *chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p)),
-                "",
-            )
-        ]
+        relative = chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p))
+        out = [("bucket vs hash", *relative, "")]
         n = len(reports)
         keys = np.stack([a, b], axis=1).view(np.uint8).reshape(n, 16)
         ones = np.unpackbits(keys, axis=1).sum(axis=0).astype(np.float64)

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._conformance import Cdf, binned, numeric_cases
-from ._dyadic import check_min_epsilon, realized_at_least
+from ._dyadic import realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
 from .duchi import duchi_constants, duchi_sign, duchi_signs, plus_probability, sign_test
@@ -48,10 +48,7 @@ def _frac_moment(a: FloatArray, b: FloatArray) -> FloatArray:
     """
     fa, fb = np.floor(a), np.floor(b)
     sa, sb = a - fa, b - fb
-    result: FloatArray = (
-        (fb - fa) / 6.0 + (sb * sb * (0.5 - sb / 3.0)) - (sa * sa * (0.5 - sa / 3.0))
-    )
-    return result
+    return np.asarray((fb - fa) / 6.0 + sb * sb * (0.5 - sb / 3.0) - sa * sa * (0.5 - sa / 3.0))
 
 
 @dataclass(frozen=True)
@@ -82,18 +79,20 @@ class _PMGrid:
         """``1 / (e^{eps/2} + 1)``: the real-number formula."""
         return 1.0 / (1.0 + self.e_half)
 
+    @property
+    def c_plus_minus_1(self) -> tuple[float, float]:
+        """``(C + 1, C - 1)``: ``2 / (1 - e^{-eps/2})`` and ``2 / (e^{eps/2} - 1)``."""
+        return 2.0 / -math.expm1(-self.epsilon / 2.0), 2.0 / math.expm1(self.epsilon / 2.0)
+
     def inside_start(self, t: FloatArray) -> FloatArray:
         """``l(t) = (C + 1) / 2 * t - (C - 1) / 2``, in grid steps."""
-        c_plus_1 = 2.0 / -math.expm1(-self.epsilon / 2.0)
-        c_minus_1 = 2.0 / math.expm1(self.epsilon / 2.0)
-        result: FloatArray = (0.5 * c_plus_1 * t - 0.5 * c_minus_1) / self.step
-        return result
+        c_plus_1, c_minus_1 = self.c_plus_minus_1
+        return np.asarray((0.5 * c_plus_1 * t - 0.5 * c_minus_1) / self.step)
 
     @property
     def widths(self) -> tuple[float, float]:
         """``(w_in, w_out) = ((C - 1) / step, (C + 1) / step)``, in grid steps."""
-        c_plus_1 = 2.0 / -math.expm1(-self.epsilon / 2.0)
-        c_minus_1 = 2.0 / math.expm1(self.epsilon / 2.0)
+        c_plus_1, c_minus_1 = self.c_plus_minus_1
         return c_minus_1 / self.step, c_plus_1 / self.step
 
     def sample(self, t: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int32]:
@@ -123,8 +122,7 @@ class _PMGrid:
         """Var of PM's continuous output (Wang et al., Lemma 1), in t units."""
         e = self.e_half
         em1 = math.expm1(self.epsilon / 2.0)
-        result: FloatArray = t * t / em1 + (e + 3.0) / (3.0 * em1 * em1)
-        return result
+        return np.asarray(t * t / em1 + (e + 3.0) / (3.0 * em1 * em1))
 
     def snap_variance(self, t: FloatArray) -> FloatArray:
         """Exact variance added by the stochastic rounding, in t units.
@@ -143,15 +141,13 @@ class _PMGrid:
         moment = (1.0 - q) / w_in * _frac_moment(lo, hi) + q / w_out * (
             _frac_moment(edge_lo, lo) + _frac_moment(hi, edge_hi)
         )
-        result: FloatArray = moment * self.step**2
-        return result
+        return np.asarray(moment * self.step**2)
 
 
 def pm_constants(grid: _PMGrid) -> dict[str, Any]:
     """What the portable rule of PM needs of its grid (``derived``)."""
     _, outside = realized_at_least(grid.outside_probability)
-    c_plus_1 = 2.0 / -math.expm1(-grid.epsilon / 2.0)
-    c_minus_1 = 2.0 / math.expm1(grid.epsilon / 2.0)
+    c_plus_1, c_minus_1 = grid.c_plus_minus_1
     w_in, w_out = grid.widths
     return {
         "outside": hex64(dyadic53(outside)),
@@ -255,15 +251,11 @@ class Piecewise(NumericMechanism):
     eps = 21; past eps of about 30 (no meaningful privacy anyway) the bound is void.
 
     Wire format (protocol v1): one little-endian int32 per report, ``|k| <= 2**19``.
-
-    References
-    ----------
-    N. Wang et al., "Collecting and analyzing multidimensional data with local
-    differential privacy", ICDE 2019, Algorithm 2 and Lemma 1.
     """
 
     name: ClassVar[str] = "piecewise"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("piecewise")
+    report_dtype = REPORT_DTYPE
 
     C: float = field(init=False, repr=False)
     step: float = field(init=False, repr=False)
@@ -271,16 +263,11 @@ class Piecewise(NumericMechanism):
     _grid: _PMGrid = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         c = 1.0 / math.tanh(self.epsilon / 4.0)
         grid = _PMGrid(self.epsilon, c / HALF_CELLS, HALF_CELLS)
         object.__setattr__(self, "C", c)
         object.__setattr__(self, "step", grid.step)
         object.__setattr__(self, "_grid", grid)
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:
@@ -371,15 +358,11 @@ class Hybrid(NumericMechanism):
     Wire format (protocol v1): one little-endian int32 per report,
     ``|k| <= ceil(C_pm / h)`` (about ``2**19``); for ``eps <= 0.61`` (Duchi's branch alone)
     exactly ``±m``: any other index is no honest report and is refused.
-
-    References
-    ----------
-    N. Wang et al., "Collecting and analyzing multidimensional data with local
-    differential privacy", ICDE 2019, Sec. III-C and Eq. (6).
     """
 
     name: ClassVar[str] = "hybrid"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = numeric_cases("hybrid")
+    report_dtype = REPORT_DTYPE
 
     alpha: float = field(init=False, repr=False)
     """Probability of the PM branch: ``1 - e^{-eps/2}`` above eps = 0.61, else 0."""
@@ -395,7 +378,6 @@ class Hybrid(NumericMechanism):
     _flip_threshold: float = field(init=False, repr=False)
 
     def _derive(self) -> None:
-        check_min_epsilon(self.name, self.epsilon)
         eps = self.epsilon
         alpha = -math.expm1(-eps / 2.0) if eps > HYBRID_THRESHOLD else 0.0
         c_pm = 1.0 / math.tanh(eps / 4.0)
@@ -411,10 +393,6 @@ class Hybrid(NumericMechanism):
         object.__setattr__(self, "bound", bound)
         object.__setattr__(self, "_grid", _PMGrid(eps, step, bound))
         object.__setattr__(self, "_flip_threshold", flip_threshold)
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:
@@ -443,16 +421,12 @@ class Hybrid(NumericMechanism):
     def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:
         return np.asarray(reports, dtype=np.float64) * self.step
 
-    def _pm_variance(self, t: FloatArray) -> FloatArray:
-        result: FloatArray = self._grid.base_variance(t) + self._grid.snap_variance(t)
-        return result
-
     def unit_variance(self, t: float | npt.ArrayLike) -> Any:
         """The mixture's variance (see the class doc), snapping included exactly."""
         tt = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
         var = (1.0 - self.alpha) * (self.C_duchi**2 - tt * tt)
         if self.alpha > 0.0:
-            var = var + self.alpha * self._pm_variance(tt)
+            var = var + self.alpha * (self._grid.base_variance(tt) + self._grid.snap_variance(tt))
         return float(var) if var.ndim == 0 else var
 
     def noise_terms(self) -> tuple[float, float, float]:

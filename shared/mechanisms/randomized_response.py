@@ -36,6 +36,8 @@ class GeneralizedRR(FrequencyOracle):
 
     name: ClassVar[str] = "grr"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases("grr")
+    aggregate_cost = 1  # one counter per report: the report names one item
+    report_dtype = REPORT_DTYPE
 
     def _support_probabilities(self) -> tuple[float, float]:
         # Written as 1 / (1 + (d - 1) e^-eps) to stay exact for large epsilon.
@@ -43,15 +45,6 @@ class GeneralizedRR(FrequencyOracle):
         p = 1.0 / (1.0 + (d - 1) * math.exp(-self.epsilon))
         q = (1.0 - p) / (d - 1)
         return p, q
-
-    @property
-    def aggregate_cost(self) -> int:
-        """One counter per report: the report names one item (or column)."""
-        return 1
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:

@@ -36,11 +36,9 @@ string shifts the count of every string sharing its bucket in a row. The decoder
 linear solve over them), measures the variance of what remains (the tail's collisions
 plus the oracle's noise) on decoy keys that no one holds, and adds to each string the
 spread its own collisions with heavy strings bring, so standard errors include both.
-For one hash family the tail's collisions are a *fixed* offset per string (its sd falls
-as ``1/sqrt(R_E g)``): the estimation sketch has more rows than a prefix level (about
-``2^15`` cells, at least ``4 R`` rows, at most 2048) so that this offset stays a small
-part of a found string's standard error, and the intervals cover for the family a
-deployment uses, not only on average over families (docs/statistics.md).
+For one hash family the tail's collisions are a *fixed* offset per string: the
+estimation sketch has more rows than a prefix level (:data:`ESTIMATION_CELLS`) so that
+the intervals cover for the family a deployment uses, not only on average over families.
 
 Hash family (protocol v1)
 -------------------------
@@ -104,14 +102,12 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_epsilon
 from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..heavy_hitters import HeavyHitters, oracle_variance
 from ..randomness import resolve_rng
 from . import _bits, _portable
 from ._conformance import chi2, rr_probabilities
-from ._dyadic import check_min_epsilon
 from ._portable import Derived, Words
 from .base import BoolArray, FloatArray, LawTest, Mechanism, PlanCase, Reports
 from .local_hashing import optimal_buckets
@@ -160,8 +156,7 @@ def splitmix64(seed: int, count: int) -> npt.NDArray[np.uint64]:
         z = np.uint64(seed & _MASK64) + i * np.uint64(_GOLDEN)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        out: npt.NDArray[np.uint64] = z ^ (z >> np.uint64(31))
-    return out
+        return np.asarray(z ^ (z >> np.uint64(31)))
 
 
 def default_rows(g: int) -> int:
@@ -176,11 +171,6 @@ def default_estimation_rows(g: int, rows: int) -> int:
     [4 rows, MAX_ESTIMATION_ROWS]."""
     target = 1 << max(0, math.ceil(math.log2(ESTIMATION_CELLS / g)))
     return min(MAX_ESTIMATION_ROWS, max(4 * rows, target))
-
-
-def string_buckets(epsilon: float) -> int:
-    """Buckets per row: OLH's optimum ``g ~ e^eps + 1``, at most ``MAX_BUCKETS``."""
-    return min(MAX_BUCKETS, optimal_buckets(epsilon))
 
 
 def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8], Any]:
@@ -315,15 +305,11 @@ class PrefixSketch(Mechanism):
         Seed of the public hash family, in [0, 2^64).
     estimation_share : float
         About this fraction of devices report to the estimation sketch, in (0, 1).
-
-    References
-    ----------
-    T. Wang, N. Li, S. Jha, "Locally differentially private heavy hitter
-    identification", IEEE TDSC 2021; T. Wang et al., USENIX Security 2017.
     """
 
     name: ClassVar[str] = "prefix_sketch"
     kind: ClassVar[str] = "strings"
+    report_dtype = REPORT_DTYPE
     # Strings shorter than max_length, so that the prefix levels' cut (ceil(t m / M) bytes)
     # differs from the first rule's (t bytes) at several levels: "été" (5 bytes) at 4 of 8.
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
@@ -347,8 +333,7 @@ class PrefixSketch(Mechanism):
     q: float = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         checks: tuple[tuple[str, object, int, int], ...] = (
             ("max_length", self.max_length, 1, MAX_LENGTH),
             ("k", self.k, 1, MAX_K),
@@ -367,7 +352,7 @@ class PrefixSketch(Mechanism):
         share = self.estimation_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share < 1:
             raise ParameterError(f"estimation_share must be a number in (0, 1), got {share!r}")
-        g = string_buckets(self.epsilon)
+        g = min(MAX_BUCKETS, optimal_buckets(self.epsilon))  # OLH's optimum, g ~ e^eps + 1
         object.__setattr__(self, "g", g)
         object.__setattr__(self, "rows", default_rows(g))
         object.__setattr__(self, "estimation_rows", default_estimation_rows(g, self.rows))
@@ -404,10 +389,6 @@ class PrefixSketch(Mechanism):
     @property
     def stats_size(self) -> int:
         return self.total_rows * self.g
-
-    @property
-    def report_dtype(self) -> np.dtype[Any]:
-        return REPORT_DTYPE
 
     @property
     def report_rule(self) -> str:
@@ -453,8 +434,7 @@ class PrefixSketch(Mechanism):
         s = np.asarray(sketch, dtype=np.int64)
         m = np.asarray(length, dtype=np.int64)
         kept = -(-(s * m) // self.max_length) if self.cut == "scaled" else np.minimum(s, m)
-        out: npt.NDArray[np.int64] = np.where(s == 0, m, kept)
-        return out
+        return np.asarray(np.where(s == 0, m, kept))
 
     @cached_property
     def hash_keys(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
@@ -514,8 +494,7 @@ class PrefixSketch(Mechanism):
         other += other >= true
         y = np.where(keep_true, true, other).astype(np.int64)
         cell = global_row * self.g + y
-        out: npt.NDArray[Any] = cell.astype(REPORT_DTYPE)
-        return out
+        return np.asarray(cell.astype(REPORT_DTYPE))
 
     def output_probabilities(self, value: str | bytes) -> FloatArray:
         """The exact probability of every report (cell) for ``value``: shape (stats_size,).
@@ -684,12 +663,9 @@ class PrefixSketch(Mechanism):
         row = np.where(level, (at - rows_e) % rows, at // max(1, rows_e // rows))
         raw = value.encode() if isinstance(value, str) else bytes(value)
         shift = (y - np.asarray(self.true_buckets(raw))[at]) % g
+        relative = chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p))
         return [
             ("sketch", *chi2(np.bincount(sketch, minlength=self.sketches), self.weights), ""),
             ("row", *chi2(np.bincount(row, minlength=rows), np.ones(rows)), ""),
-            (
-                "bucket vs hash",
-                *chi2(np.bincount(shift, minlength=g), rr_probabilities(g, self.p)),
-                "",
-            ),
+            ("bucket vs hash", *relative, ""),
         ]

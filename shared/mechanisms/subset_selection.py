@@ -25,23 +25,20 @@ set.
 Sampling
 --------
 Whether x is in the set is a coin ``w < floor(p 2^64)`` on a fresh word w. The other
-``k' = k - [x in]`` members are chosen among the d - 1 other items (``_lanes``): a
-dense start sets each bit independently with probability ``a / 2^m`` (an m-bit comparison
-of fair words; m and ``a / 2^m <= k / (d - 1)`` chosen once per (eps, d) by
-``_lanes.plan_subset``), the padding cleared and bit x set, so that it counts as in and
-no addition picks it; a report whose start has more than ``k'`` others, or fewer than
-``k' - G`` (about one sd below the start's mean count), draws its start
+``k' = k - [x in]`` members are chosen among the d - 1 other items (``_lanes``): a dense
+start sets each bit independently with probability ``a / 2^m <= k / (d - 1)`` (chosen once
+per (eps, d) by ``_lanes.plan_subset``), the padding cleared and bit x set, so that it
+counts as in and no addition picks it; a report whose start has more than ``k'`` others,
+or fewer than ``k' - G`` (about one sd below the start's mean count), draws its start
 again. Then, in steps, every report short of ``k' + 1`` set bits draws one candidate,
-uniform over the d items (Lemire's rule on 16-bit values, 32-bit ones beyond d = 65536;
-see ``_lanes``), and ORs it in while it is short; the steps come in blocks of eight, and
-after each block the reports done stop drawing. The coin
-then sets bit x. When the dense start is empty (``a = 0``, small k) the ``k'`` others are
-drawn at once instead: ``k'`` candidates, kept iff all are valid, distinct and not x, else
-all drawn again. Nothing in this treats one of the d - 1 other items differently from
-another (redrawing a start that is too full or too empty only conditions on its size), and
-it stops at exactly ``k'`` members, so the others form a uniformly random ``k'``-subset,
-exactly; with the coin, every k-subset with x has probability ``p' / C(d - 1, k - 1)`` and
-every one without, ``(1 - p') / C(d - 1, k)``,
+uniform over the d items (``_lanes.change_lanes``), and ORs it in while it is short; the
+coin then sets bit x. When the dense start is empty (``a = 0``, small k) the ``k'``
+others are drawn at once instead: ``k'`` candidates, kept iff all are valid, distinct and
+not x, else all drawn again. Nothing in this treats one of the d - 1 other items
+differently from another (redrawing a start that is too full or too empty only
+conditions on its size), and it stops at exactly ``k'`` members, so the others form a
+uniformly random ``k'``-subset, exactly; with the coin, every k-subset with x has
+probability ``p' / C(d - 1, k - 1)`` and every one without, ``(1 - p') / C(d - 1, k)``,
 where ``p' = floor(p 2^64) / 2^64`` (``p - 2^-64 < p' <= p``).
 
 Privacy (the realized epsilon): the ratio of those two probabilities over all inputs is
@@ -50,13 +47,12 @@ error in p): rounding the coin down never adds privacy loss.
 
 The draws, for one batch (``perturb`` splits n reports into batches of
 ``max(_MIN_CHUNK_ROWS, _CHUNK_WORDS // ceil(d / 64))`` reports, each drawn in full before
-the next): one word
-per report for the coin; m rounds of ``ceil(d / 64)`` words per report for the dense start,
-and again for the reports whose start was too full or too empty (in order) until none is;
-then blocks of additions, each drawing eight candidate values for each report still
-drawing, step-major (of the A reports drawing, step s of the i-th is value ``s A + i``; lowest
-bits of each word first); or, with ``a = 0``, rounds in which every report not yet
-done draws ``k'`` values.
+the next): one word per report for the coin; m rounds of ``ceil(d / 64)`` words per
+report for the dense start, and again for the reports whose start was too full or too
+empty (in order) until none is; then blocks of additions, each drawing eight candidate
+values for each report still drawing, step-major (of the A reports drawing, step s of the
+i-th is value ``s A + i``; lowest bits of each word first); or, with ``a = 0``, rounds in
+which every report not yet done draws ``k'`` values.
 
 References
 ----------
@@ -132,11 +128,6 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d; a report is ``ceil(d / 8)`` bytes with k bits set.
-
-    References
-    ----------
-    M. Ye, A. Barg, "Optimal schemes for discrete distribution estimation under locally
-    differential privacy", IEEE Trans. Inf. Theory 2018.
     """
 
     name: ClassVar[str] = "ss"
@@ -188,10 +179,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             target = k - inside.astype(np.int64)
             if a == 0:  # no dense start: all k' others at once
                 packed = np.zeros((r, width), dtype=np.uint64)
-                rows = np.arange(r, dtype=np.int64)
-                starts = np.zeros(r, dtype=np.int64)
-                sizes = np.full(r, d, dtype=np.int64)
-                _lanes.distinct_lanes(words, packed, rows, starts, sizes, target, forbidden=x)
+                _lanes.distinct_lanes(words, packed, d, target, forbidden=x)
             else:  # bit x counts as one of the target + 1 until the coin sets it
                 packed, have = self._dense_start(words, x, target)
                 _lanes.change_lanes(words, packed, d, target + 1, have=have)

@@ -43,15 +43,14 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_epsilon
 from ..aggregate import Aggregate
 from ..domains import Table
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, Quadratic, grouped_norm_sub, ipf
 from ..structured_estimates import OutputArrays, TableEstimate
 from . import make_oracle
-from ._dyadic import check_min_epsilon
-from ._views import ViewSampling, _check_weights, noise_model
+from ._values import in_range
+from ._views import ViewSampling, _check_weights, as_reports, batch_sums, noise_model, population
 from .base import BoolArray, Enumerable, FloatArray, FrequencyOracle, IntArray, Mechanism, PlanCase
 
 SEED_FLOOR = 1e-9
@@ -67,13 +66,7 @@ def _plan_case(mechanism: str) -> PlanCase:
 
 
 def _population(table: Table, fractions: npt.ArrayLike | None) -> FloatArray:
-    m = table.size
-    if fractions is None:
-        return np.full(m, 1.0 / m)
-    pi = np.asarray(fractions, dtype=np.float64).reshape(-1)
-    if pi.shape != (m,) or np.any(pi < 0) or not np.isclose(pi.sum(), 1.0):
-        raise ParameterError(f"fractions must be {m} non-negative numbers summing to 1")
-    return pi
+    return population(table.size, None if fractions is None else np.reshape(fractions, -1))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,17 +95,13 @@ class TableMechanism(ViewSampling):
         """The value ``perturb`` takes for a cell ``{attribute: category}``."""
         return self.table.index(value)
 
-    def _groups(self, values: FloatArray) -> list[FloatArray]:
-        off = self.engine.output_offsets
-        return [values[..., off[k] : off[k + 1]] for k in range(len(off) - 1)]
-
     def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
         """Every output's numbers for R aggregates at once (``n`` (R,), ``sums`` (R, k)):
         the cells, then each attribute's categories, as (R, outputs) arrays."""
         n_, sizes, y, bad = self._batch(n, sums)
         x = self.engine.point(y)
         x[bad] = 0.0
-        groups = self._groups(x)
+        groups = self._by_output(x)
         partitions = [self.table.labels(a) for a in self.table.names]
         R = x.shape[0]
         targets = []
@@ -154,7 +143,7 @@ class TableMechanism(ViewSampling):
         n users with cell ``fractions`` (default uniform), each view at its expected share."""
         pi = _population(self.table, fractions)[None, :]
         var = self.engine.variances_at(pi, self.expected_sizes(n), np.array([float(n)]))[0]
-        groups = self._groups(var)
+        groups = self._by_output(var)
         return {"cells": groups[0], **dict(zip(self.table.names, groups[1:], strict=True))}
 
     def variance_quadratic(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> Quadratic:
@@ -206,9 +195,7 @@ class JointMarginals(TableMechanism):
         return specs + [(a, self.table.labels(a)) for a in self.table.names]
 
     def _weights(self, count: int) -> tuple[float, ...]:
-        weights = (
-            super()._weights(count) if self.weights is None else _check_weights(self.weights, count)
-        )
+        weights = _check_weights(self.weights, count)
         object.__setattr__(self, "weights", weights)
         return weights
 
@@ -225,14 +212,14 @@ class SplitMarginals(Mechanism):
 
     name: ClassVar[str] = "split"
     kind: ClassVar[str] = "table"
+    report_rule = "one valid report per attribute's oracle, packed in dimension order"
 
     table: Table
     oracle: str | tuple[str, ...] = "auto"
     oracles: tuple[FrequencyOracle, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        check_min_epsilon(self.name, self.epsilon)
+        self._check_epsilon()
         if not isinstance(self.table, Table):
             raise ParameterError(f"table must be an ldpkit.domains.Table, got {self.table!r}")
         k = len(self.table.shape)
@@ -252,16 +239,9 @@ class SplitMarginals(Mechanism):
 
     @cached_property
     def engines(self) -> tuple[LinearViews, ...]:
-        return tuple(
-            LinearViews(
-                o.domain_size,
-                [np.arange(o.domain_size)],
-                [1.0],
-                [noise_model(o)],
-                [np.arange(o.domain_size)],
-            )
-            for o in self.oracles
-        )
+        # One view, the attribute's categories, which are also the outputs.
+        views = [(np.arange(o.domain_size), noise_model(o)) for o in self.oracles]
+        return tuple(LinearViews(len(ids), [ids], [1.0], [noise], [ids]) for ids, noise in views)
 
     @property
     def report_dtype(self) -> np.dtype[Any]:
@@ -270,10 +250,6 @@ class SplitMarginals(Mechanism):
     @property
     def stats_size(self) -> int:
         return sum(o.domain_size for o in self.oracles)
-
-    @property
-    def report_rule(self) -> str:
-        return "one valid report per attribute's oracle, packed in dimension order"
 
     def params(self) -> dict[str, Any]:
         return {
@@ -291,13 +267,7 @@ class SplitMarginals(Mechanism):
             raise ReportError(
                 f"table values must be integer cell indices, got dtype {values.dtype}"
             )
-        bad = (values < 0) | (values >= self.table.size)
-        if bool(np.any(bad)):
-            i = int(np.argmax(bad))
-            raise ReportError(
-                f"value {values[i]!r} at index {i} is outside 0..{self.table.size - 1}"
-            )
-        return values.astype(np.int64, copy=False)
+        return in_range(values, self.table.size)
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[Any]:
         out = np.zeros(values.size, dtype=self.report_dtype)
@@ -310,9 +280,7 @@ class SplitMarginals(Mechanism):
 
     def _part(self, a: int, payload: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
         lo, hi = int(self._offsets[a]), int(self._offsets[a + 1])
-        raw = np.ascontiguousarray(payload[:, lo:hi])
-        dtype = self.oracles[a].report_dtype
-        return raw if dtype.subdtype is not None else raw.view(dtype).reshape(raw.shape[0])
+        return as_reports(payload[:, lo:hi], self.oracles[a].report_dtype)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         valid = np.ones(reports.shape[0], dtype=np.bool_)
@@ -343,36 +311,24 @@ class SplitMarginals(Mechanism):
 
     def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
         """Each attribute's categories for R aggregates at once, side by side."""
-        counts_n = np.atleast_1d(np.asarray(n, dtype=np.float64))
-        table = np.atleast_2d(np.asarray(sums, dtype=np.float64))
-        if table.shape != (counts_n.size, self.stats_size):
-            raise ParameterError(
-                f"estimate_arrays needs n (R,) and sums (R, {self.stats_size}), got "
-                f"{counts_n.shape} and {table.shape}"
-            )
+        counts_n, table = batch_sums(n, sums, self.stats_size)
         bad = counts_n <= 0
         safe = np.where(bad, 1.0, counts_n)[:, None]
-        parts: list[list[FloatArray]] = [[], [], [], [], [], [], []]
+        columns = []
         at = 0
         R = counts_n.size
         for o, engine in zip(self.oracles, self.engines, strict=True):
             d = o.domain_size
-            y = engine.debias(table[:, at : at + d], safe)
+            x = engine.point(engine.debias(table[:, at : at + d], safe))
             at += d
-            x = engine.point(y)
-            cons = grouped_norm_sub(x.ravel(), np.repeat(np.arange(R), d), np.ones(R)).reshape(
-                x.shape
-            )
-            quad = engine.variance_quadratic(
-                np.where(bad[:, None], 1.0 / d, cons), safe, safe[:, 0]
-            )
+            flat = grouped_norm_sub(x.ravel(), np.repeat(np.arange(R), d), np.ones(R))
+            cons = flat.reshape(x.shape)
+            at_truth = np.where(bad[:, None], 1.0 / d, cons)
+            quad = engine.variance_quadratic(at_truth, safe, safe[:, 0])
             se = np.sqrt(np.maximum(quad.at(cons), 0.0))
             assert quad.correction is not None
-            for part, value in zip(
-                parts, (x, se, cons, quad.v0, quad.v1, quad.v2, quad.correction), strict=True
-            ):
-                part.append(value)
-        x, se, cons, v0, v1, v2, corr = (np.concatenate(p, axis=1) for p in parts)
+            columns.append((x, se, cons, quad.v0, quad.v1, quad.v2, quad.correction))
+        x, se, cons, v0, v1, v2, corr = map(np.hstack, zip(*columns, strict=True))
         nan = np.where(bad[:, None], np.nan, 1.0)
         quad = Quadratic(v0 * nan, v1 * nan, v2 * nan, corr * nan)
         return OutputArrays(counts_n, x * nan, se * nan, cons * nan, quad)
@@ -396,7 +352,6 @@ class SplitMarginals(Mechanism):
         for a, (name, engine) in enumerate(zip(self.table.names, self.engines, strict=True)):
             axes = tuple(i for i in range(len(self.table.shape)) if i != a)
             marginal = pi.sum(axis=axes)[None, :]
-            out[name] = engine.variances_at(marginal, np.array([[float(n)]]), np.array([float(n)]))[
-                0
-            ]
+            var = engine.variances_at(marginal, np.array([[float(n)]]), np.array([float(n)]))
+            out[name] = var[0]
         return out

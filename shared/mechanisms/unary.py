@@ -21,20 +21,12 @@ Sampling
 --------
 The non-true bits are drawn 64 at a time (``_lanes``) by one of three exact plans,
 whichever ``_lanes.plan_unary`` expects to be fastest for (eps, d); ``sampling_plan``
-says which (kind, m, a, c, block):
-
-- threshold: bit j is 1 iff its own 64-bit uniform ``v_j`` (bit ``j % 64`` of successive
-  words drawn for word ``j // 64``, most significant first) is at least ``2^64 - c``,
-  ``c = ceil(q 2^64)``; the comparison stops at the first differing bit and a word is
-  drawn only while one of its 64 bits is undecided (about 7 words per 64 bits).
-  Realized: ``q' = c / 2^64``.
-- or: a dense part, 1 w.p. ``A = a / 2^m`` (an m-bit comparison, m words per 64 bits,
-  ``a = floor(q 2^m)``), ORed with a sparse part, 1 w.p. ``b = c / 2^64`` with
-  ``c = ceil(2^64 (q - A) / (1 - A))``: an exact ``Binomial(n, b)`` count per block of
-  ``n <= block`` bits (inversion of the exact CDF, integers only), then that many distinct
-  uniform positions. Realized: ``q' = A + (1 - A) b``.
-- and: the same with ``a = ceil(q 2^m)``, the sparse bits cleared from the dense ones,
-  ``c = floor(2^64 (1 - q / A))``. Realized: ``q' = A (1 - b)``.
+says which (kind, m, a, c, block). "threshold": bit j is 1 iff its own 64-bit uniform is
+at least ``2^64 - c``, ``c = ceil(q 2^64)`` (``q' = c / 2^64``). "or": a dense part, 1 w.p.
+``A = a / 2^m`` (``a = floor(q 2^m)``), ORed with a sparse part, 1 w.p. ``b = c / 2^64``
+(an exact binomial count per block of bits, then that many distinct positions;
+``q' = A + (1 - A) b``). "and": a dense part with ``a = ceil(q 2^m)``, the sparse bits
+cleared from it (``q' = A (1 - b)``).
 
 Each way ``q <= q' < q + 2^-64`` exactly, every bit reads its own randomness, so the
 d bits are independent, and the true bit x is then replaced by a separate coin
@@ -52,9 +44,8 @@ The draws, for one batch (``perturb`` splits n reports into batches of
 ``_CHUNK_WORDS // ceil(d / 64)`` reports, each drawn in full before the next): one word
 per report for the true bit; then the non-true bits (``_lanes.unary_lanes``: the
 threshold, or ``dense_lanes`` then ``sparse_lanes``), each step for all reports of the
-batch in order before the next. Bits at and beyond d (the last byte's
-padding) are cleared. ``perturb_words`` runs the rule on any word source, for test
-vectors.
+batch in order before the next. Bits at and beyond d (the last byte's padding) are
+cleared. ``perturb_words`` runs the rule on any word source, for test vectors.
 
 References
 ----------
@@ -62,7 +53,7 @@ U. Erlingsson, V. Pihur, A. Korolova, "RAPPOR: Randomized aggregatable
 privacy-preserving ordinal response", ACM CCS 2014.
 
 T. Wang, J. Blocki, N. Li, S. Jha, "Locally differentially private protocols for
-frequency estimation", USENIX Security 2017 (SUE and OUE, pure protocols).
+frequency estimation", USENIX Security 2017 (SUE and OUE, pure protocols; OUE: 4.4).
 """
 
 from __future__ import annotations
@@ -140,7 +131,7 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
             packed = _lanes.unary_lanes(words, x.size, d, plan)
             _lanes.clear_padding(packed, d)
             _lanes.set_lanes(packed, x, true_bit)
-            out[start : start + x.size] = _lanes.to_report_bytes(packed, d)
+            out[start : start + x.size] = _lanes.report_bytes_view(packed, d)
         return out
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
@@ -217,10 +208,6 @@ class SymmetricUnaryEncoding(_UnaryEncoding):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d; a report is ``ceil(d / 8)`` bytes.
-
-    References
-    ----------
-    U. Erlingsson, V. Pihur, A. Korolova, "RAPPOR", ACM CCS 2014.
     """
 
     name: ClassVar[str] = "sue"
@@ -247,11 +234,6 @@ class OptimizedUnaryEncoding(_UnaryEncoding):
         The privacy parameter, > 0.
     domain_size : int
         The number of items d; a report is ``ceil(d / 8)`` bytes.
-
-    References
-    ----------
-    T. Wang, J. Blocki, N. Li, S. Jha, "Locally differentially private protocols for
-    frequency estimation", USENIX Security 2017, section 4.4.
     """
 
     name: ClassVar[str] = "oue"

@@ -540,14 +540,7 @@ def test_distinct_lanes_gives_uniform_subsets(size: int) -> None:
     rows, count = 30_000, 2
     packed = np.zeros((rows, 1), dtype=np.uint64)
     words = _bits.rng_words(np.random.default_rng(size))
-    _lanes.distinct_lanes(
-        words,
-        packed,
-        np.arange(rows),
-        np.zeros(rows, np.int64),
-        np.full(rows, size),
-        np.full(rows, count),
-    )
+    _lanes.distinct_lanes(words, packed, size, np.full(rows, count))
     bits = lane_bits(packed, 64)
     assert (bits.sum(axis=1) == count).all() and not bits[:, size:].any()
     codes = (bits[:, :size] * (1 << np.arange(size))).sum(axis=1)
