@@ -117,7 +117,6 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
         self._locks: dict[str, asyncio.Lock] = {}
         self._closing = False
 
-    # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         """Start the background flush task (``async with`` does it; so does the first
         ``report``)."""
@@ -158,7 +157,6 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
     ) -> None:
         await self.aclose()
 
-    # --- the app's API ----------------------------------------------------------------
     async def report(self, metric: str, value: object) -> ReportReceipt:
         """See :meth:`ldpkit.client.Reporter.report`."""
         await self._ready()
@@ -179,7 +177,6 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
         await self._ready()
         await self._do(self._refreshing())
 
-    # --- I/O ----------------------------------------------------------------------------
     async def _ready(self) -> None:
         self._check_open()
         if self._wake is None:

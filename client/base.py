@@ -96,7 +96,6 @@ class ReporterBase(Generic[TransportT]):
     def _http_transport(self) -> TransportT:
         raise NotImplementedError
 
-    # --- local state: no I/O, the same in both shells -----------------------------------
     def budget(self) -> BudgetStatus:
         """Epsilon spent and left, per metric and in total, in the current periods."""
         self._check_open()
@@ -118,7 +117,6 @@ class ReporterBase(Generic[TransportT]):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.url} state_dir={self.state_dir!r}>"
 
-    # --- each operation, as the I/O it asks the shell for ------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")

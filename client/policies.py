@@ -26,7 +26,6 @@ BUDGET_SLACK = 1e-9
 USER_AGENT = f"ldpkit-client/{__version__}"
 
 
-# --- policies -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RetryPolicy:
     """When to try again, after a network error, a 5xx or a 429.
@@ -71,7 +70,6 @@ class RetryPolicy:
         return uniform() * self.backoff_cap(failures)
 
 
-# --- the shells' settings and background schedule -------------------------------------
 @dataclass(frozen=True)
 class ShellSettings:
     """What a reporter (sync or async) derives from its arguments, checked once and
@@ -204,7 +202,6 @@ class BackgroundSchedule:
         return False
 
 
-# --- budget ---------------------------------------------------------------------------
 def period_window(period: Period | int, now: float) -> tuple[int, int]:
     """(start, end) of the period (or length in seconds) holding ``now``, unix seconds UTC."""
     seconds = period if isinstance(period, int) else period.seconds

@@ -27,7 +27,6 @@ from ..wire import (
 )
 
 
-# --- batches --------------------------------------------------------------------------
 class OutboxRow(NamedTuple):
     """One queued report, as the outbox stores it (a named tuple: the flush path makes
     one per queued report, and a frozen dataclass cost several times more to build)."""
@@ -105,7 +104,6 @@ def build_batch(rows: Iterable[OutboxRow]) -> OutgoingBatch:
     return OutgoingBatch.of(encode_batch(blocks), blocks, ordered)
 
 
-# --- answers and retry decisions ------------------------------------------------------
 @dataclass(frozen=True)
 class Refusal:
     seq: int
@@ -235,7 +233,6 @@ def interpret_batch_answer(batch: OutgoingBatch, answer: HttpAnswer, now: float)
     return Delivered(accepted, duplicates, tuple(rejected), batch.keys)
 
 
-# --- definitions ----------------------------------------------------------------------
 def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], list[str]]:
     """Definitions from a ``GET /v1/metrics`` body, and warnings for those skipped.
 

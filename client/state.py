@@ -112,7 +112,6 @@ class ReporterState:
         with self.lock:
             self.store.prune(self.clock())
 
-    # --- definitions ------------------------------------------------------------------
     def _install_static(self, metrics: Iterable[MetricDefinition]) -> None:
         codecs: dict[str, MetricCodec] = {}
         for m in metrics:
@@ -233,7 +232,6 @@ class ReporterState:
         origin = "passed in code" if self.static else f"served by {self.source}"
         return ParameterError(f"unknown metric {metric!r}; the metrics {origin} are: {known}")
 
-    # --- reports ----------------------------------------------------------------------
     def report(self, metric: str, value: object) -> ReportReceipt:
         """Check, perturb and durably queue one value (see ``Reporter.report``)."""
         try:
@@ -467,7 +465,6 @@ class ReporterState:
         with self.lock:
             self.store.close()
 
-    # --- delivery ---------------------------------------------------------------------
     def delivery(self, plan: FlushPlan) -> Steps[Found]:
         """A delivery run by ``plan`` (:class:`~ldpkit.client.flush.Flush`); the caller
         holds the shell's send lock from here until it applied what the run found

@@ -374,7 +374,6 @@ class DeviceStore:
             raise
         return db
 
-    # --- transactions and caches ----------------------------------------------------
     def _data_version(self) -> int:
         return int(self.db.execute("PRAGMA data_version").fetchone()[0])
 
@@ -454,7 +453,6 @@ class DeviceStore:
             with contextlib.suppress(sqlite3.Error):
                 self.db.close()
 
-    # --- reads (caches) ---------------------------------------------------------------
     def outbox_rows(self) -> int:
         """Reports queued and not yet acknowledged."""
         self._fresh()
@@ -503,7 +501,6 @@ class DeviceStore:
             (HIGH_WATER, self._high_water),
         )
 
-    # --- writes (inside a transaction) ------------------------------------------------
     def add_report(
         self,
         report_id: bytes,
@@ -563,7 +560,6 @@ class DeviceStore:
         self._rows += len(rows)
         self._unsynced = True
 
-    # --- the outbox -------------------------------------------------------------------
     def max_seq(self) -> int:
         row = self.db.execute("SELECT max(seq) FROM reports").fetchone()
         return int(row[0]) if row[0] is not None else 0
@@ -711,7 +707,6 @@ class DeviceStore:
             self._version = None  # reload the caches on the next transaction
             return max(cur.rowcount, 0)
 
-    # --- definitions ----------------------------------------------------------------
     def load_definitions(self, source: str) -> tuple[str | None, bytes, float] | None:
         row = self.db.execute(
             "SELECT etag, body, fetched_at FROM definitions WHERE source = ?", (source,)

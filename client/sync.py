@@ -68,7 +68,6 @@ class Reporter(ReporterBase[SyncTransport]):
             self._thread = threading.Thread(target=self._run, name="ldpkit-flush", daemon=True)
             self._thread.start()
 
-    # --- the app's API ----------------------------------------------------------------
     def report(self, metric: str, value: object) -> ReportReceipt:
         """Perturb ``value`` on the device and queue the report durably; returns a receipt.
 
@@ -132,7 +131,6 @@ class Reporter(ReporterBase[SyncTransport]):
     ) -> None:
         self.close()
 
-    # --- I/O ----------------------------------------------------------------------------
     def _do(self, steps: Steps[R]) -> R:
         """Run ``steps`` to its end, performing each request it makes."""
         for op in (stepper := Stepper(steps)):

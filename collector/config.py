@@ -1,41 +1,7 @@
 """Collector configuration: one TOML file, tokens optionally from the environment.
 
-::
-
-    [collector]
-    host = "127.0.0.1"
-    port = 8787
-    database = "ldpkit.sqlite3"      # relative to this file, or "postgresql://user@host/db"
-    synchronous = "full"             # SQLite durability: "full" (default), "normal" or "extra"
-    sqlite_cache_mib = 256           # SQLite: page cache of the writer (memory grows up to it)
-    pool_size = 8                    # PostgreSQL: connections per collector process
-    report_id_retention_days = 30    # acceptance window: batch ids kept; older buckets refused
-    accept_v1 = true                 # take v1 batches (per-report ids, deprecated); false: 400
-    compact_seconds = 1              # fold partial aggregates this often
-    catalog_refresh_seconds = 10     # reload metric definitions (other replicas' PUTs)
-    max_body_bytes = 16777216        # 413 beyond
-    max_definition_bytes = 2097152   # PUT /v1/metrics bodies; 413 beyond
-    max_reports_per_batch = 100000   # 400 beyond
-    max_pending_batches = 256        # batches received and not yet answered; 429 beyond
-    max_pending_bytes = 268435456    # request body bytes held at once (read or queued); 429 beyond
-    header_timeout = 30              # a connection must send its request head this fast
-    upload_grace = 10                # then bodies arrive at min_upload_rate or are cut (408)
-    min_upload_rate = 4096           # bytes per second
-    max_estimate_items = 250000      # items in one estimates answer; 400 beyond
-    ingest_reports_per_second = 0    # per ingest token (0: no limit); 429 beyond
-    ingest_burst = 100000            # reports a token may send at once after a pause
-    log_addresses = false            # access log without client addresses unless true
-    cors_origins = []                # web pages that may report from another origin (CORS)
-
-    [tokens]                         # LDPKIT_INGEST_TOKENS etc. (comma-separated) replace these
-    ingest = ["...", "sha256:<64 hex digits>"]   # a token, or its SHA-256 (ldpkit hash-token)
-    read = ["..."]
-    admin = ["..."]
-
-    [metrics.theme]                  # each table goes through MetricDefinition.from_dict
-    categories = ["light", "dark", "system"]
-    epsilon = 1.0
-    mechanism = "grr"
+The keys, their defaults and what each does: docs/deployment.md (its annotated file is
+this module's schema: every ``[collector]`` key is a field of :class:`CollectorConfig`).
 
 Every error names the file and the key that is wrong, and never repeats a token.
 """

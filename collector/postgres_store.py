@@ -183,7 +183,6 @@ DO UPDATE SET n = a.n + excluded.n, sums = ldpkit_add_sums(a.sums, excluded.sums
 """
 
 
-# --- binary arrays built with numpy ------------------------------------------------------
 FLOAT8_OID = 701
 
 

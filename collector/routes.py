@@ -61,7 +61,6 @@ def _cached(request: web.Request, found: Serialized) -> web.Response:
     return web.Response(body=found.body, content_type=JSON, headers=headers)
 
 
-# --- reports ---------------------------------------------------------------------------
 @requires(Scope.INGEST)
 async def post_reports(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR]
@@ -75,7 +74,6 @@ async def post_reports(request: web.Request) -> web.Response:
     return json_response(answer)
 
 
-# --- metric definitions ----------------------------------------------------------------
 @requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
 async def get_metrics(request: web.Request) -> web.Response:
     return _cached(request, request.app[COLLECTOR].metrics_body)
@@ -135,7 +133,6 @@ async def delete_metric(request: web.Request) -> web.Response:
     return json_response({"outcome": "retired" if retired else "unchanged", "metric": name})
 
 
-# --- estimates -------------------------------------------------------------------------
 @requires(Scope.READ, Scope.ADMIN)
 async def get_estimates(request: web.Request) -> web.Response:
     started = time.perf_counter()
@@ -145,7 +142,6 @@ async def get_estimates(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type=JSON)
 
 
-# --- operations ------------------------------------------------------------------------
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 

@@ -140,7 +140,6 @@ def in_bitmap(bitmap: bytes, index: int) -> bool:
     return index // 8 < len(bitmap) and bool(bitmap[index // 8] >> (index % 8) & 1)
 
 
-# --- compact partial sums -------------------------------------------------------------
 # A partial row holds one transaction's sums for one (fingerprint, bucket): integers in
 # most mechanisms (counts), often few of them non-zero. The smallest exact form wins:
 # tag byte, then little-endian values.

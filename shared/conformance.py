@@ -65,7 +65,6 @@ EXACTNESS_NOTE = (
 Override = Callable[[Mechanism, npt.NDArray[Any], np.random.Generator], npt.NDArray[Any]]
 
 
-# --- the plan --------------------------------------------------------------------------
 def make_plan(reports_per_input: int = DEFAULT_REPORTS) -> dict[str, Any]:
     """The plan: definitions as served, and the inputs to report, in order (every registered
     mechanism's :attr:`~ldpkit.mechanisms.Mechanism.conformance_cases`)."""
@@ -129,7 +128,6 @@ def _load_plan(plan: str | os.PathLike[str] | Mapping[str, Any]) -> _Plan:
     return _Plan(definitions, inputs, int(data["bucket"]))
 
 
-# --- the Python client's answer ----------------------------------------------------------
 def respond(
     plan_path: str | os.PathLike[str] | Mapping[str, Any],
     perturb_override: Mapping[str, Override] | None = None,
@@ -192,7 +190,6 @@ def _key_source(
     return (lambda: KeyedGenerator(generator.bytes(KEY_SIZE))) if seeded else os_generator
 
 
-# --- the verdict ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TestResult:
     """One goodness-of-fit test of one metric's reports for one input."""
@@ -270,7 +267,6 @@ class Verdict:
         return lines
 
 
-# --- the check -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Sample:
     """The reports a client made for one input of one metric."""
@@ -385,7 +381,6 @@ def _laws(plan: _Plan, samples: list[_Sample]) -> list[_Found]:
     return found
 
 
-# --- deliberately broken clients, for the kit's own tests --------------------------------------
 def textbook_olh(
     m: Mechanism, values: npt.NDArray[Any], rng: np.random.Generator
 ) -> npt.NDArray[Any]:

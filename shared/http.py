@@ -123,7 +123,6 @@ class HttpAnswer:
     body: bytes
 
 
-# --- error answers ----------------------------------------------------------------------
 def error_of(body: bytes) -> tuple[str, str]:
     """``(error, detail)`` of an error answer's body, each cut to a readable length."""
     try:
@@ -152,7 +151,6 @@ def http_error(
     return CollectorRejected(status, error, detail + hint)
 
 
-# --- the blocking transport -------------------------------------------------------------
 def too_large(announced: int | None = None) -> AnswerTooLarge:
     said = f" ({announced} announced)" if announced is not None else ""
     return AnswerTooLarge(f"the collector's answer is larger than {MAX_ANSWER_BYTES} bytes{said}")

@@ -235,7 +235,6 @@ class LinearViews:
                 f"designs with several views hold at most {MAX_DENSE_CELLS} base cells, got {m}"
             )
 
-    # --- working variances and the coefficient matrices (data-independent, cached) ----
     def working_variances(self) -> FloatArray:
         """Per view, an item's variance at the uniform population with n = 1."""
         alphas = []
@@ -282,7 +281,6 @@ class LinearViews:
             G += B[:, self.view_offsets[v] + labels]
         return B, cout, G
 
-    # --- batches: every method below takes R rows (campaigns, buckets) at once -------
     @cached_property
     def _pairs_sorted(self) -> tuple[IntArray, IntArray]:
         """Membership pairs ordered by output: (base cell of each pair, start of each output)."""

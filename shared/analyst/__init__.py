@@ -109,17 +109,13 @@ class EstimateResult(ServedEstimate):
     consistent: bool
     buckets: tuple[BucketEstimate, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    # --- distribution: the bins are the items; the quantiles are the core's QuantileEstimate
     quantiles: tuple[QuantileEstimate, ...] = ()
     range: ItemEstimate | None = None
     bounds: tuple[float, float] | None = None
-    # --- hierarchy: the depth answered and the subtree (a node's path) if one was asked
     depth: int | None = None
     subtree: str | None = None
-    # --- table: each attribute's marginal (the cells are the items)
     marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
     dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # --- strings: the frequency below which nothing can be found, and named strings
     threshold: float | None = None
     candidates: tuple[ItemEstimate, ...] = ()
 
@@ -161,7 +157,6 @@ class EstimateResult(ServedEstimate):
             for i in (*self.items, *self.candidates)
         ]
 
-    # --- views -------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:
         """One dict per category (or one for the mean) over the whole range."""
         return self._rows(self)

@@ -180,12 +180,10 @@ class KindSpec:
     item_intervals: ClassVar[bool] = True
     """Whether a row names how its interval was made (an ``interval`` column)."""
 
-    # --- the definition ----------------------------------------------------------------
     def build(self, definition: Definition) -> Built:
         """Check the kind's own definition keys and make its mechanism, ``auto`` resolved."""
         raise NotImplementedError
 
-    # --- the device -------------------------------------------------------------------
     def encode(self, definition: Definition, value: object) -> tuple[Any, bool]:
         """(mechanism input, whether the value was clipped); ParameterError otherwise."""
         raise NotImplementedError
@@ -208,7 +206,6 @@ class KindSpec:
         """Fixed bytes naming an encoded value (the client's memo key)."""
         return struct.pack("<Q", int(encoded))
 
-    # --- the answer -------------------------------------------------------------------
     def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
         """The kind's own parameters of an estimates query."""
         return {}
@@ -239,7 +236,6 @@ class KindSpec:
         """How many items an answer holds (the collector bounds an answer's size)."""
         return len(definition.categories or ())
 
-    # --- plans --------------------------------------------------------------------------
     def campaign(self, definition: Definition) -> Campaign | None:
         """What :func:`ldpkit.plan` plans for this metric; None when :meth:`plan` does."""
         return None
@@ -251,7 +247,6 @@ class KindSpec:
             f"{self.name} metrics are planned with ldpkit.plan (domain_size or bounds)"
         )
 
-    # --- rendering: the analyst's EstimateResult (``result``; itself or one of its
     # buckets: ``part``), ldpkit.analyst.plots and the CLI ------------------------------
     def describe(self, definition: Definition) -> str:
         """What a metric's values are, in a few words (``ldpkit metrics``)."""
@@ -294,7 +289,6 @@ class KindSpec:
         render.lines_over_time(result, ax)
 
 
-# --- what the kinds share ------------------------------------------------------------
 def fail(definition: Definition, message: str) -> ParameterError:
     return ParameterError(f"metric {definition.name}: {message}")
 

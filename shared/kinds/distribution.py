@@ -110,7 +110,6 @@ class Distribution(Numbers):
         )
         return KindPlan(lines, p)
 
-    # --- rendering: bins (the items), quantiles, a range, the mean ------------------------
     def describe(self, definition: Definition) -> str:
         return f"{span(definition)}, {definition.resolution} leaves"
 

@@ -51,7 +51,6 @@ class Hierarchy(Structured):
         m: Any = definition.mechanism_instance
         return int(m.tree.size)
 
-    # --- rendering: the nodes of one depth (the items) ------------------------------------
     def describe(self, definition: Definition) -> str:
         separator = definition.separator or "/"
         depth = max(c.count(separator) + 1 for c in definition.categories or ())

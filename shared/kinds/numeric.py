@@ -119,7 +119,6 @@ class Numeric(Numbers):
     def campaign(self, definition: Definition) -> Campaign:
         return Campaign(definition.resolved_mechanism, definition.epsilon, bounds=definition.bounds)
 
-    # --- rendering: the mean, its interval ------------------------------------------------
     def describe(self, definition: Definition) -> str:
         return span(definition) + (f", delta {definition.delta:g}" if definition.delta else "")
 

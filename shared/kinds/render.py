@@ -62,7 +62,6 @@ def nan(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
 
-# --- plots ------------------------------------------------------------------------------
 def title(result: Any) -> str:
     return (
         f"{result.metric}  (n={result.n}, {result.mechanism}, ε={result.epsilon:g}, "

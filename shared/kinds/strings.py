@@ -159,7 +159,6 @@ class Strings(KindSpec):
         )
         return KindPlan(lines, p)
 
-    # --- rendering: the strings found (the items), the threshold, named candidates --------
     def describe(self, definition: Definition) -> str:
         return f"strings <= {definition.max_length} bytes, top {definition.k}"
 

@@ -35,7 +35,6 @@ class Table(Structured):
         m: Any = definition.mechanism_instance
         return int(m.table.size + sum(m.table.shape))
 
-    # --- rendering: the cells (the items) and the marginals -------------------------------
     def describe(self, definition: Definition) -> str:
         dimensions = definition.dimensions or ()
         shape = " x ".join(str(len(c)) for _, c in dimensions)

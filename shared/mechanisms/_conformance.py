@@ -69,7 +69,6 @@ def numeric_cases(
     )
 
 
-# --- statistics ----------------------------------------------------------------------------
 def chi2_sf(statistic: float, dof: int) -> float:
     """Upper tail of the chi-square law (regularized upper incomplete gamma Q(dof/2, x/2))."""
     if dof <= 0:

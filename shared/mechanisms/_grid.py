@@ -56,7 +56,6 @@ class GridMechanism(NumericMechanism):
         y = m.astype(np.int64) + self.noise(rng, n)
         return np.asarray(np.clip(y, -self.noise_cap, d + self.noise_cap))
 
-    # --- collector side ----------------------------------------------------------------
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray(
             (reports >= -self.noise_cap) & (reports <= self.grid_steps + self.noise_cap)

@@ -90,7 +90,6 @@ def words_per_row(lanes: int) -> int:
     return (lanes + 63) // 64
 
 
-# --- the dense part ---------------------------------------------------------------------
 def dense_lanes(words: WordSource, rows: int, width: int, bits: int, numerator: int) -> U64:
     """``rows x width`` words whose lanes are independently 1 w.p. ``numerator / 2**bits``.
 
@@ -189,7 +188,6 @@ def nearest_dyadic(target: float, bits: int, *, below: bool) -> int:
     return max(0, min(1 << bits, value))
 
 
-# --- exact binomial counts --------------------------------------------------------------
 @functools.lru_cache(maxsize=16)
 def _cdf_numerators(trials: int, numerator: int) -> tuple[int, ...]:
     """``F(k) * 2**(64 trials)`` for k = 0 .. trials - 1, exactly (Python integers).
@@ -377,7 +375,6 @@ def distinct_lanes(
         packed[pending] = 0
 
 
-# --- adding uniform lanes ---------------------------------------------------------------
 SMALL_BLOCK = 1 << 16
 """Blocks of at most this many lanes draw 16-bit candidate values, larger ones 32-bit."""
 
@@ -504,7 +501,6 @@ def change_lanes(
         active, gap, base = active[keep], gap[keep], base[keep]
 
 
-# --- plans ------------------------------------------------------------------------------
 class UnaryPlan(NamedTuple):
     """How :func:`unary_lanes` draws lanes that are 1 w.p. q (see its docstring)."""
 
@@ -651,7 +647,6 @@ def report_bytes_view(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
     return as_bytes.reshape(packed.shape[0], -1)[:, :nbytes]
 
 
-# --- one report at a time, in Python integers (the device's path) -------------------------
 # The same rules as above for a batch of one report: a device perturbs one value per call,
 # where a dozen numpy calls per round would cost more than the arithmetic. Tests check that
 # both paths give the same report from the same words.

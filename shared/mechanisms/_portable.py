@@ -137,7 +137,6 @@ def splitmix64(seed: int, count: int, first: int = 0) -> list[int]:
     return out
 
 
-# --- exact integer samplers (the discrete Gaussian's, Canonne, Kamath, Steinke 2020) -----
 def below_any(w: Words, n: int) -> int:
     """``below(n)`` for any ``n >= 1``: ``W`` words (the first least significant) make
     a number below ``2**(32 W) >= n``, drawn again at or above the largest multiple of

@@ -642,7 +642,6 @@ def walk(m: SketchFamily, levels: list[_Level]) -> tuple[_Finished, list[float],
     return finished, sigmas, cutoffs
 
 
-# --- the "scaled" cut: a walk by prefix length over pooled levels ----------------------------
 def _cut_keys(keys: KeyArray, kept: IntArray) -> KeyArray:
     """Keys with bytes after ``kept`` (per key) zeroed."""
     positions = np.arange(keys.shape[1])[None, :]

@@ -186,7 +186,6 @@ class ViewSampling(Mechanism):
             raise ParameterError(f"at most 255 views, got {len(views)}")
         self.engine  # noqa: B018 - build (and validate) the design once, now
 
-    # --- what subclasses provide ---------------------------------------------------------
     def _check_structure(self) -> None:
         """Validate the domain (tree, table) before anything is derived from it."""
 
@@ -203,7 +202,6 @@ class ViewSampling(Mechanism):
     def base_size(self) -> int:
         raise NotImplementedError
 
-    # --- derived ---------------------------------------------------------------------------
     @cached_property
     def engine(self) -> LinearViews:
         return LinearViews(
@@ -249,7 +247,6 @@ class ViewSampling(Mechanism):
             ],
         }
 
-    # --- values and reports ------------------------------------------------------------------
     def _check_values(self, values: npt.NDArray[Any]) -> IntArray:
         if values.dtype.kind not in "iu":
             if not whole_floats(values):
@@ -392,7 +389,6 @@ class ViewSampling(Mechanism):
             out += prefixed(f"view {v.name}", law)
         return out
 
-    # --- estimation ------------------------------------------------------------------------
     def _batch(
         self, n: npt.ArrayLike, sums: npt.ArrayLike
     ) -> tuple[FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_]]:

@@ -72,7 +72,6 @@ class Mechanism(ABC):
 
     epsilon: float
 
-    # --- what subclasses provide -------------------------------------------------------
     @property
     @abstractmethod
     def report_dtype(self) -> np.dtype[Any]:
@@ -121,7 +120,6 @@ class Mechanism(ABC):
         """The variance ``auto`` weighs this mechanism by (see :class:`ldpkit.Choice`)."""
         raise NotImplementedError(f"{self.name} is not a candidate of auto")
 
-    # --- what one report says about one input (the privacy audit's events) -------------
     @property
     def distinct_reports(self) -> int | None:
         """How many different reports there are, when few enough to list; else None."""
@@ -166,7 +164,6 @@ class Mechanism(ABC):
         should: the kit pools this over a metric's inputs (frequency oracles; else None)."""
         return None
 
-    # --- shared behaviour --------------------------------------------------------------
     def _check_epsilon(self) -> None:
         """Check epsilon, which must not be below ``MIN_EPSILON`` either: far below it
         exp(epsilon) rounds to 1 (an oracle's p equals its q) and constants overflow."""

@@ -235,7 +235,6 @@ class LocalGaussian(GridMechanism):
     def params(self) -> dict[str, Any]:
         return {**super().params(), "delta": self.delta}
 
-    # --- sampling ----------------------------------------------------------------------
     def noise(self, rng: np.random.Generator, n: int) -> IntArray:
         """n exact draws of the discrete Gaussian Z (see the class doc): vectorised in
         rounds over the draws; a few draws by the portable rule (numpy's rounds cost
@@ -256,7 +255,6 @@ class LocalGaussian(GridMechanism):
     def grid_noise_variance(self) -> float:
         return self._noise_variance
 
-    # --- the realized guarantee --------------------------------------------------------
     def realized_delta(self) -> float:
         """The delta the sampler realizes at this epsilon, exactly (at most ``delta``):
         :func:`discrete_gaussian_delta` ``(epsilon, sqrt(sigma2), D)``, the worst pair of
@@ -316,7 +314,6 @@ def exact_noise_parameter(s: float) -> tuple[int, int]:
     return t, m
 
 
-# --- the exact sampler, vectorised over reports (rounds, not a loop per report) ----------
 _INT64_SAFE = 1 << 62
 _FEW = 8
 """Up to this many draws at once, the one-report rule is faster than vectorised rounds."""

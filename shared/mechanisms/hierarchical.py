@@ -171,7 +171,6 @@ class HierarchicalHistogram(Mechanism):
         object.__setattr__(self, "_limits", limits)
         object.__setattr__(self, "_hashed", hashed)
 
-    # --- description -----------------------------------------------------------------
     @property
     def height(self) -> int:
         return self.tree.height
@@ -210,7 +209,6 @@ class HierarchicalHistogram(Mechanism):
         """Which oracle each depth uses, by name."""
         return {t: o.name for t, o in enumerate(self.oracles, start=1)}
 
-    # --- device side -----------------------------------------------------------------
     def _check_values(self, values: npt.NDArray[Any]) -> FloatArray:
         return check_numbers(values, self.bounds)
 
@@ -232,7 +230,6 @@ class HierarchicalHistogram(Mechanism):
             _put(out, oracle.perturb(self.tree.node_of_leaf(leaf[idx], t), rng), idx)
         return out
 
-    # --- collector side --------------------------------------------------------------
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         depth = reports["depth"]
         limit = self._limits[depth]

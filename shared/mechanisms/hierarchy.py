@@ -109,7 +109,6 @@ class HierarchyMechanism(ViewSampling):
         """The value ``perturb`` takes for a leaf path: the leaf's index."""
         return self.tree.leaf_index(value)
 
-    # --- estimation ------------------------------------------------------------------
     def estimate_arrays(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> OutputArrays:
         """Every node's numbers for R aggregates at once (``n`` (R,), ``sums`` (R, k)).
 
@@ -139,7 +138,6 @@ class HierarchyMechanism(ViewSampling):
         )
         return HierarchyEstimate(self.name, self.epsilon, agg.n, self.tree, groups)
 
-    # --- theory ------------------------------------------------------------------------
     def variance(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> list[FloatArray]:
         """Per depth, each node's variance for n users with leaf ``fractions``.
 

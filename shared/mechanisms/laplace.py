@@ -128,7 +128,6 @@ class LocalLaplace(GridMechanism):
         object.__setattr__(self, "digit_thresholds", digits)
         object.__setattr__(self, "block_threshold", _threshold(math.exp(-lam * 2.0**bits)))
 
-    # --- sampling ----------------------------------------------------------------------
     def _geometric(self, rng: np.random.Generator, n: int) -> IntArray:
         """n draws of G with ``Pr[G = g] = (1 - a) a^g``, g = 0, 1, ... (see class doc)."""
         digits = len(self.digit_thresholds)

@@ -362,7 +362,6 @@ class PrefixSketch(Mechanism):
         object.__setattr__(self, "p", p)
         object.__setattr__(self, "q", 1.0 / g)
 
-    # --- layout ------------------------------------------------------------------------
     @property
     def sketches(self) -> int:
         """Number of sketches: the estimation sketch and one per prefix level."""
@@ -450,7 +449,6 @@ class PrefixSketch(Mechanism):
         rows = slice(self.first_row(sketch), self.first_row(sketch) + self.rows_of(sketch))
         return a[rows], b[rows]
 
-    # --- device ------------------------------------------------------------------------
     def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
         """Reports for strings: a str/bytes gives one report, a sequence an array of them."""
         generator = resolve_rng(rng)
@@ -533,7 +531,6 @@ class PrefixSketch(Mechanism):
         global_row, y = np.divmod(cells, self.g)
         return np.asarray(self.true_buckets(value)[global_row] == y)
 
-    # --- collector ---------------------------------------------------------------------
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray(reports.astype(np.uint64) < np.uint64(self.stats_size))
 

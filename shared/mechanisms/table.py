@@ -137,7 +137,6 @@ class TableMechanism(ViewSampling):
         marginals = dict(zip(self.table.names, groups[1:], strict=True))
         return TableEstimate(self.name, self.epsilon, agg.n, self.table, groups[0], marginals)
 
-    # --- theory ------------------------------------------------------------------------
     def variance(self, fractions: npt.ArrayLike | None = None, n: int = 1) -> dict[str, FloatArray]:
         """Variances of the cells (``"cells"``) and of each attribute's categories, for
         n users with cell ``fractions`` (default uniform), each view at its expected share."""
