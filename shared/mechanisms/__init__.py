@@ -256,10 +256,7 @@ def _choice(
     # Ties in theory (OUE and OLH, HM and Duchi at small epsilon) differ by rounding only.
     near = [k for k, v in variances.items() if v <= best * (1 + AUTO_VARIANCE_TOLERANCE)]
     order = {k: i for i, k in enumerate(variances)}
-    chosen = min(
-        near,
-        key=lambda k: (sizes[k], round(variances[k] / best, 9), costs[k], order[k]),
-    )
+    chosen = min(near, key=lambda k: (sizes[k], round(variances[k] / best, 9), costs[k], order[k]))
     return Choice(chosen, variances, sizes, costs, epsilon, d, lo_hi)
 
 

@@ -285,6 +285,13 @@ class FrequencyOracle(Mechanism):
     with probability ``q < p``. The unbiased estimate of item v's fraction is
     ``(C_v / n - q) / (p - q)`` where ``C_v`` counts the reports supporting v, and its
     variance is ``(f p (1 - p) + (1 - f) q (1 - q)) / (n (p - q)^2)``.
+
+    Parameters
+    ----------
+    epsilon : float
+        The privacy parameter, > 0.
+    domain_size : int
+        The number of items d, 2 to 2^31.
     """
 
     kind: ClassVar[str] = "categorical"

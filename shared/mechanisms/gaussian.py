@@ -182,13 +182,9 @@ class LocalGaussian(GridMechanism):
 
     Parameters
     ----------
-    epsilon : float
-        Privacy parameter of one report, > 0.
     delta : float
         Probability slack of one report, ``0 < delta < 1`` (at least 1e-30); pick it well
         below 1 / (number of users).
-    bounds : (float, float)
-        ``(lo, hi)``; values outside are clipped to them on the device.
     """
 
     name: ClassVar[str] = "gaussian"

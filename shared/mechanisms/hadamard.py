@@ -91,13 +91,6 @@ class HadamardResponse(FrequencyOracle):
     ``K`` is the smallest power of 2 >= d + 1; ``p = e^eps / (e^eps + 1)``, ``q = 1/2``.
     The variance at f = 0 is ``(e^eps + 1)^2 / (n (e^eps - 1)^2)``: close to the best
     for small eps, with 4-byte reports and an O(n + K log K) aggregation.
-
-    Parameters
-    ----------
-    epsilon : float
-        The privacy parameter, > 0.
-    domain_size : int
-        The number of items d.
     """
 
     name: ClassVar[str] = "hr"

@@ -161,10 +161,6 @@ class LeafRollup(HierarchyMechanism):
 
     Parameters
     ----------
-    epsilon : float
-        Privacy parameter of every report.
-    tree : Tree
-        The categories.
     oracle : str
         ``"auto"`` (the smallest variance at frequency 0 over the leaves), ``"grr"``,
         ``"sue"``, ``"oue"`` or ``"ss"``.
@@ -184,10 +180,6 @@ class LevelSampling(HierarchyMechanism):
 
     Parameters
     ----------
-    epsilon : float
-        Privacy parameter of every report.
-    tree : Tree
-        The categories.
     levels : sequence of int, optional
         The depths users report (default: every depth finer than the ones above, see
         :func:`refining_depths`). The leaves' depth must be one of them.

@@ -161,13 +161,6 @@ class OptimizedLocalHashing(FrequencyOracle):
     ``g`` is chosen from ``e^eps + 1`` (see :func:`optimal_buckets`);
     ``p = e^eps / (e^eps + g - 1)`` and ``q = 1 / g``. The hash family and the report
     layout are specified in the module docstring.
-
-    Parameters
-    ----------
-    epsilon : float
-        The privacy parameter, > 0.
-    domain_size : int
-        The number of items d (at most 2^31).
     """
 
     name: ClassVar[str] = "olh"

@@ -120,14 +120,8 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
 
     ``k`` is chosen from ``d / (e^eps + 1)`` (see :func:`optimal_subset_size`);
     ``p = k e^eps / (k e^eps + d - k)`` and
-    ``q = p (k - 1) / (d - 1) + (1 - p) k / (d - 1)``.
-
-    Parameters
-    ----------
-    epsilon : float
-        The privacy parameter, > 0.
-    domain_size : int
-        The number of items d; a report is ``ceil(d / 8)`` bytes with k bits set.
+    ``q = p (k - 1) / (d - 1) + (1 - p) k / (d - 1)``. A report is ``ceil(d / 8)`` bytes
+    with k bits set.
     """
 
     name: ClassVar[str] = "ss"
@@ -268,9 +262,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         bits = np.zeros((total, d), dtype=np.bool_)
         bits[np.arange(total)[:, None], members] = True
         probs = np.where(
-            bits[:, x],
-            self.p / math.comb(d - 1, k - 1),
-            (1.0 - self.p) / math.comb(d - 1, k),
+            bits[:, x], self.p / math.comb(d - 1, k - 1), (1.0 - self.p) / math.comb(d - 1, k)
         )
         return _bits.pack_rows(bits), probs
 

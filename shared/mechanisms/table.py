@@ -157,8 +157,6 @@ class JointTable(TableMechanism):
 
     Parameters
     ----------
-    epsilon : float
-    table : Table
     oracle : str
         ``"auto"`` (smallest cell variance) or one of ``grr``, ``sue``, ``oue``, ``ss``.
     """
@@ -176,8 +174,6 @@ class JointMarginals(TableMechanism):
 
     Parameters
     ----------
-    epsilon : float
-    table : Table
     weights : sequence of float, optional
         Probability of reporting the cell, then each attribute (default uniform).
     oracle : str or sequence of str

@@ -200,14 +200,8 @@ class SymmetricUnaryEncoding(_UnaryEncoding):
     """Symmetric unary encoding (SUE, basic one-time RAPPOR).
 
     Every bit of the one-hot vector is kept with probability
-    ``p = e^(eps/2) / (e^(eps/2) + 1)`` and flipped otherwise, so ``q = 1 - p``.
-
-    Parameters
-    ----------
-    epsilon : float
-        The privacy parameter, > 0.
-    domain_size : int
-        The number of items d; a report is ``ceil(d / 8)`` bytes.
+    ``p = e^(eps/2) / (e^(eps/2) + 1)`` and flipped otherwise, so ``q = 1 - p``. A report
+    is ``ceil(d / 8)`` bytes.
     """
 
     name: ClassVar[str] = "sue"
@@ -226,14 +220,7 @@ class OptimizedUnaryEncoding(_UnaryEncoding):
 
     The true bit is 1 with probability ``p = 1/2``; every other bit is 1 with
     probability ``q = 1 / (e^eps + 1)``. This minimizes the variance at f = 0 among
-    unary encodings: ``4 e^eps / (n (e^eps - 1)^2)``.
-
-    Parameters
-    ----------
-    epsilon : float
-        The privacy parameter, > 0.
-    domain_size : int
-        The number of items d; a report is ``ceil(d / 8)`` bytes.
+    unary encodings: ``4 e^eps / (n (e^eps - 1)^2)``. A report is ``ceil(d / 8)`` bytes.
     """
 
     name: ClassVar[str] = "oue"
