@@ -69,8 +69,7 @@ class MetricCodec:
         """Perturbed reports of many (independent) values, one bytes object each."""
         m = self.definition.mechanism_instance
         perturbed = m.perturb_checked(encoded, rng) if self.checked else m.perturb(encoded, rng=rng)
-        reports = np.ascontiguousarray(perturbed)
-        raw = reports.tobytes()
+        raw = np.ascontiguousarray(perturbed).tobytes()
         size = len(raw) // max(len(encoded), 1)
         return [raw[i : i + size] for i in range(0, len(raw), size)]
 
@@ -97,8 +96,7 @@ def memo_tag(secret: bytes, message: bytes) -> bytes:
 def memo_generator(secret: bytes, message: bytes) -> np.random.Generator:
     """The permanent randomness of one (metric version, value, window): numpy's Philox
     keyed with 128 bits of HMAC-SHA256(secret, message)."""
-    digest = hmac.digest(secret, _RNG_CONTEXT + message, "sha256")
-    return keyed_generator(digest[:16])
+    return keyed_generator(hmac.digest(secret, _RNG_CONTEXT + message, "sha256")[:16])
 
 
 _ZERO4 = np.zeros(4, dtype=np.uint64)

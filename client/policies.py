@@ -220,8 +220,7 @@ def left_of(spent: float, budget: float) -> float:
 
 def _when(renews_at: int, now: float) -> str:
     stamp = utc(renews_at).strftime("%Y-%m-%d %H:%M UTC")
-    wait = max(0, int(renews_at - now))
-    hours, rest = divmod(wait, 3600)
+    hours, rest = divmod(max(0, int(renews_at - now)), 3600)
     return f"{stamp} (in {hours}h{rest // 60:02d}m)"
 
 

@@ -94,8 +94,7 @@ def _blocks(rows: Iterable[OutboxRow], *, ids: bool) -> tuple[list[Block], list[
 def seal_batch(rows: Iterable[OutboxRow], batch_id: bytes) -> OutgoingBatch:
     """A sealed (v2) batch of ``rows`` under ``batch_id``."""
     blocks, ordered = _blocks(rows, ids=False)
-    body = encode_sealed_batch(batch_id, blocks)
-    return OutgoingBatch.of(body, blocks, ordered, batch_id)
+    return OutgoingBatch.of(encode_sealed_batch(batch_id, blocks), blocks, ordered, batch_id)
 
 
 def build_batch(rows: Iterable[OutboxRow]) -> OutgoingBatch:
@@ -241,8 +240,7 @@ def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], l
     is skipped with a warning rather than reported under the wrong version.
     """
     try:
-        data = loads_bounded(body)
-        items = data["metrics"]
+        items = loads_bounded(body)["metrics"]
         if not isinstance(items, list):
             raise TypeError("'metrics' must be a list")
     except (ValueError, TypeError, KeyError) as exc:

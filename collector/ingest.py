@@ -42,8 +42,7 @@ def prune_before(now: float, retention_days: int) -> int:
     """Ids of buckets before this may be deleted: the UTC day :func:`oldest_bucket` falls
     in, less one more day, so a replica whose clock runs up to a day behind still refuses
     every report whose id is gone."""
-    oldest = oldest_bucket(now, retention_days)
-    return oldest // DAY * DAY - DAY
+    return oldest_bucket(now, retention_days) // DAY * DAY - DAY
 
 
 def aggregation_seconds(mechanism: Mechanism, n: int) -> float:

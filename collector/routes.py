@@ -97,8 +97,7 @@ async def put_metric(request: web.Request) -> web.Response:
     try:
         _check_body(request, JSON, limit)
         async with collector.admission.bodies.hold() as held:
-            raw = await _read(request, held, limit)
-            data = loads_bounded(raw)
+            data = loads_bounded(await _read(request, held, limit))
     except ProtocolError as exc:
         raise ApiError(400, "bad_request", f"body is not valid JSON: {exc}") from None
     except ApiError as exc:

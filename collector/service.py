@@ -466,9 +466,8 @@ class Collector:
             fp, definition.mechanism_instance.stats_size, query.start, query.end
         )
         self._check_answer_size(definition, len(buckets), query)
-        loop = asyncio.get_running_loop()
         # A kind's parameter the estimate refuses (edges outside the bounds, an unknown
         # subtree) raises QueryError: 400 too.
-        return await loop.run_in_executor(
+        return await asyncio.get_running_loop().run_in_executor(
             None, lambda: estimate_body(definition, fp, buckets, query)
         )

@@ -509,8 +509,7 @@ class HistogramEstimate:
 
     def ci(self, level: float = 0.95, *, simultaneous: bool = False) -> ConfidenceInterval:
         """Per-bin intervals, clipped to [0, 1]; Bonferroni over the bins if simultaneous."""
-        bins = self.estimates.size
-        z = normal_quantile(level, comparisons=bins if simultaneous else 1)
+        z = normal_quantile(level, comparisons=self.estimates.size if simultaneous else 1)
         low = np.clip(self.inner[:, 0] - z * self.inner[:, 1], 0.0, 1.0)
         high = np.clip(self.outer[:, 0] + z * self.outer[:, 1], 0.0, 1.0)
         return ConfidenceInterval(low, high)

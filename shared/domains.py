@@ -285,8 +285,7 @@ class Table:
 
     def labels(self, name: str) -> IntArray:
         """For every cell, the index of its category of attribute ``name`` (a partition)."""
-        axis = self.axis(name)
-        return np.unravel_index(np.arange(self.size), self.shape)[axis].astype(np.int64)
+        return np.unravel_index(np.arange(self.size), self.shape)[self.axis(name)].astype(np.int64)
 
     def index(self, cell: object) -> int:
         """The flat index of a cell given as ``{name: category}`` or a tuple of categories.

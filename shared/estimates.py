@@ -49,8 +49,7 @@ def norm_sub(frequencies: npt.ArrayLike) -> FloatArray:
         return np.full(f.shape, np.nan)
     desc = np.sort(f)[::-1]
     cumulative = np.cumsum(desc)
-    k = np.arange(1, f.size + 1)
-    deltas = (cumulative - 1.0) / k
+    deltas = (cumulative - 1.0) / np.arange(1, f.size + 1)
     # The largest k whose k-th largest value stays positive after the shift.
     keep = np.nonzero(desc - deltas > 0)[0]
     delta = deltas[keep[-1]] if keep.size else deltas[-1]

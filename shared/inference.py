@@ -453,8 +453,7 @@ class LinearViews:
             XT, onehot, gathered, unif, total = static[k]
             weights = pi if onehot is None else per_view[k // 2]
             full: FloatArray = weights @ XT
-            inner = self._sum_pairs(gathered * pi_pairs)
-            return path(full, inner, unif, total)
+            return path(full, self._sum_pairs(gathered * pi_pairs), unif, total)
 
         R = pi.shape[0]
         q0 = np.zeros((R, self.n_outputs))

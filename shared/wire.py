@@ -175,8 +175,7 @@ def decode(
     Raises ProtocolError, saying what was wrong, for anything that is not a v1 or v2
     batch (a map holding a key twice included).
     """
-    obj = _unpack(data, max_blocks)
-    version, batch_id, blocks_raw = _head(obj)
+    version, batch_id, blocks_raw = _head(_unpack(data, max_blocks))
     sealed = version == VERSION
     blocks: list[Block] = []
     total = 0

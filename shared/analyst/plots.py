@@ -50,8 +50,7 @@ def _done(fig: Any, path: str | Path | None) -> Any:
 
 def plot_over_time(result: EstimateResult, path: str | Path | None = None) -> Any:
     """Estimates per time bucket, with intervals as bands."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = _pyplot().subplots(figsize=(8, 4))
     kind_or_default(result.kind).plot_over_time(result, ax)
     ax.set_xlabel("bucket start (UTC)")
     ax.set_title(title(result), fontsize="medium")

@@ -165,7 +165,6 @@ def binned_partition(
             if c is not None:
                 start = prev = c
         more = f" or ... ({len(parts)} pieces)" if len(parts) > 3 else ""
-        shown = " or ".join(parts[:3]) + more
-        return f"{noun} in {shown}"
+        return f"{noun} in {' or '.join(parts[:3])}{more}"
 
     return Partition(keys, describe, ordered=True)

@@ -86,8 +86,7 @@ def mechanism_class(name: str) -> type[Mechanism]:
     if canonical == "auto":
         raise ParameterError("'auto' is not a class; call mechanism('auto', ...) or choose()")
     module_name, class_name = _REGISTRY[canonical]
-    module = importlib.import_module(f"{__name__}.{module_name}")
-    cls: type[Mechanism] = getattr(module, class_name)
+    cls: type[Mechanism] = getattr(importlib.import_module(f"{__name__}.{module_name}"), class_name)
     return cls
 
 

@@ -46,14 +46,12 @@ def pack_rows(bits: npt.NDArray[np.bool_]) -> BitMatrix:
 
 def unpack_rows(packed: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.bool_]:
     """The inverse of :func:`pack_rows`: an (n, bits) boolean matrix."""
-    out = np.unpackbits(packed, axis=-1, count=bits, bitorder="little")
-    return out.astype(np.bool_)
+    return np.unpackbits(packed, axis=-1, count=bits, bitorder="little").astype(np.bool_)
 
 
 def bit(packed: npt.NDArray[np.uint8], index: int) -> npt.NDArray[np.bool_]:
     """Bit ``index`` of each packed row (bit i is bit ``i % 8`` of byte ``i // 8``)."""
-    rows = np.asarray(packed)
-    return np.asarray((rows[:, index // 8] >> (index % 8)) & 1 == 1)
+    return np.asarray((np.asarray(packed)[:, index // 8] >> (index % 8)) & 1 == 1)
 
 
 class BitmapReports:

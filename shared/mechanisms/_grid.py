@@ -113,8 +113,7 @@ class GridMechanism(NumericMechanism):
         def cdf(y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             return np.asarray((1.0 - f) * z_cdf(y - m0) + f * z_cdf(y - m0 - 1.0))
 
-        values = reports.astype(np.int64)
-        test = binned(values, cdf, -self.noise_cap, steps + self.noise_cap)
+        test = binned(reports.astype(np.int64), cdf, -self.noise_cap, steps + self.noise_cap)
         return [("value (binned)", *test, "")]
 
 

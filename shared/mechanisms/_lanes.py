@@ -635,8 +635,7 @@ def set_lanes(packed: U64, lanes: I64, bits: npt.NDArray[np.bool_]) -> None:
     flat = packed.reshape(-1)
     index = np.arange(0, flat.size, packed.shape[1]) + (lanes >> 6)
     mask = _POW2[lanes & 63]
-    current = flat[index]
-    flat[index] = (current & ~mask) | (mask * bits)
+    flat[index] = (flat[index] & ~mask) | (mask * bits)
 
 
 def report_bytes_view(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
@@ -696,8 +695,7 @@ def threshold_row(queue: WordQueue, width: int, count: int) -> list[int]:
         queue.take(FULL_ROUNDS * width)
         return [0] * width
     bound = (1 << 64) - count
-    whole = (1 << (64 * width)) - 1
-    greater, equal = 0, whole
+    greater, equal = 0, (1 << (64 * width)) - 1
     for i in range(FULL_ROUNDS):
         r = _join(queue.take(width))
         if (bound >> (63 - i)) & 1:

@@ -209,8 +209,7 @@ class LocalGaussian(GridMechanism):
         lo, hi = self.bounds
         d = self.grid_steps
         unit_sigma = analytic_gaussian_sigma(self.epsilon, delta * (1.0 - CALIBRATION_SLACK))
-        s = unit_sigma * d
-        t, m = exact_noise_parameter(s)
+        t, m = exact_noise_parameter(unit_sigma * d)
         sigma2 = t * m
         grid_sigma = math.sqrt(sigma2)
         object.__setattr__(self, "laplace_scale", t)
@@ -306,8 +305,7 @@ def exact_noise_parameter(s: float) -> tuple[int, int]:
     variance parameter ``sigma2 = t m`` of :class:`LocalGaussian`)."""
     exact = Fraction(s)
     t = math.floor(exact) + 1
-    m = math.ceil(exact * exact / t)
-    return t, m
+    return t, math.ceil(exact * exact / t)
 
 
 _INT64_SAFE = 1 << 62

@@ -123,8 +123,7 @@ class HadamardResponse(FrequencyOracle):
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         hist = np.bincount(reports, minlength=self.K).astype(np.int64)
         transformed: npt.NDArray[np.int64] = fwht(hist)
-        n = reports.shape[0]
-        return np.asarray((n + transformed[1 : self.domain_size + 1]) / 2.0)
+        return np.asarray((reports.shape[0] + transformed[1 : self.domain_size + 1]) / 2.0)
 
     @property
     def distinct_reports(self) -> int:

@@ -172,8 +172,7 @@ class OptimizedLocalHashing(FrequencyOracle):
     def _support_probabilities(self) -> tuple[float, float]:
         g = optimal_buckets(self.epsilon)
         object.__setattr__(self, "g", g)
-        p = 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon))
-        return p, 1.0 / g
+        return 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon)), 1.0 / g
 
     @property
     def report_rule(self) -> str:
@@ -201,8 +200,7 @@ class OptimizedLocalHashing(FrequencyOracle):
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[Any]:
         n = values.size
         a = _bits.uniform_u64(rng, n)
-        b = _bits.uniform_u64(rng, n)
-        return self._respond(values, a, b, rng)
+        return self._respond(values, a, _bits.uniform_u64(rng, n), rng)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray(reports["y"].astype(np.uint64) < np.uint64(self.g))

@@ -209,8 +209,7 @@ def pm_cdf(derived: Derived, t: float) -> Cdf:
 
     def cdf(k: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         # floor(v + U) <= k iff v + U < k + 1: Pr = ∫_k^{k+1} F_v(s) ds.
-        out = excess(k + 1.0) - excess(k)
-        return np.clip(out, 0.0, 1.0)
+        return np.clip(excess(k + 1.0) - excess(k), 0.0, 1.0)
 
     return cdf
 
@@ -304,8 +303,7 @@ class Piecewise(NumericMechanism):
         snapping term (whose maximum is near ``h^2 / 6``), so this is an upper bound
         exceeding the maximum by a relative 1e-12 or less.
         """
-        one = np.ones(1)
-        unit = float(self._grid.base_variance(one)[0]) + self.step**2 / 4.0
+        unit = float(self._grid.base_variance(np.ones(1))[0]) + self.step**2 / 4.0
         return unit * self.half_range**2
 
     # --- the portable rule and the conformance law -------------------------------------
@@ -402,8 +400,7 @@ class Hybrid(NumericMechanism):
 
     def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int32]:
         t = self.to_unit(values)
-        n = t.size
-        use_pm = rng.random(n) < self.alpha
+        use_pm = rng.random(t.size) < self.alpha
         # Duchi's branch for everyone (cheap), PM's only where it is used.
         index = duchi_signs(t, self._flip_threshold, rng).astype(np.int32) * np.int32(
             self.duchi_index

@@ -43,8 +43,7 @@ class GeneralizedRR(FrequencyOracle):
         # Written as 1 / (1 + (d - 1) e^-eps) to stay exact for large epsilon.
         d = self.domain_size
         p = 1.0 / (1.0 + (d - 1) * math.exp(-self.epsilon))
-        q = (1.0 - p) / (d - 1)
-        return p, q
+        return p, (1.0 - p) / (d - 1)
 
     @property
     def report_rule(self) -> str:

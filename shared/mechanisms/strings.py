@@ -162,8 +162,7 @@ def splitmix64(seed: int, count: int) -> npt.NDArray[np.uint64]:
 def default_rows(g: int) -> int:
     """Rows R: the power of two nearest below ``TARGET_CELLS / g``, within [16, 64]."""
     target = max(1, TARGET_CELLS // g)
-    rows = 1 << (target.bit_length() - 1)
-    return min(MAX_ROWS, max(MIN_ROWS, rows))
+    return min(MAX_ROWS, max(MIN_ROWS, 1 << (target.bit_length() - 1)))
 
 
 def default_estimation_rows(g: int, rows: int) -> int:
@@ -358,8 +357,7 @@ class PrefixSketch(Mechanism):
         object.__setattr__(self, "estimation_rows", default_estimation_rows(g, self.rows))
         weight = max(1, round(share * self.max_length / (1.0 - share)))
         object.__setattr__(self, "estimation_weight", weight)
-        p = 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon))
-        object.__setattr__(self, "p", p)
+        object.__setattr__(self, "p", 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon)))
         object.__setattr__(self, "q", 1.0 / g)
 
     @property
@@ -491,8 +489,7 @@ class PrefixSketch(Mechanism):
         other = rng.integers(0, self.g - 1, size=n, dtype=np.uint64)
         other += other >= true
         y = np.where(keep_true, true, other).astype(np.int64)
-        cell = global_row * self.g + y
-        return np.asarray(cell.astype(REPORT_DTYPE))
+        return np.asarray((global_row * self.g + y).astype(REPORT_DTYPE))
 
     def output_probabilities(self, value: str | bytes) -> FloatArray:
         """The exact probability of every report (cell) for ``value``: shape (stats_size,).
@@ -535,8 +532,7 @@ class PrefixSketch(Mechanism):
         return np.asarray(reports.astype(np.uint64) < np.uint64(self.stats_size))
 
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
-        counts = np.bincount(reports.astype(np.int64), minlength=self.stats_size)
-        return counts.astype(np.float64)
+        return np.bincount(reports.astype(np.int64), minlength=self.stats_size).astype(np.float64)
 
     def accumulators(self, sketch: int, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         """``(b + sum_i a_i w_i) mod 2^64`` of each key (as words) in every row of ``sketch``."""

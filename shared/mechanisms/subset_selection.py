@@ -97,8 +97,7 @@ MAX_ENUMERATED_SUBSETS = 1 << 16
 def _support(epsilon: float, d: int, k: int) -> tuple[float, float]:
     # p = k e^eps / (k e^eps + d - k), written to stay finite for large epsilon.
     p = k / (k + (d - k) * math.exp(-epsilon))
-    q = (p * (k - 1) + (1.0 - p) * k) / (d - 1)
-    return p, q
+    return p, (p * (k - 1) + (1.0 - p) * k) / (d - 1)
 
 
 def _variance_at_zero(epsilon: float, d: int, k: int) -> float:

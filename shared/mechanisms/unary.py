@@ -210,8 +210,7 @@ class SymmetricUnaryEncoding(_UnaryEncoding):
     def _support_probabilities(self) -> tuple[float, float]:
         half = math.exp(-self.epsilon / 2.0)
         p = 1.0 / (1.0 + half)
-        q = half / (1.0 + half)
-        return p, q
+        return p, half / (1.0 + half)
 
 
 @dataclass(frozen=True, kw_only=True)
