@@ -29,8 +29,7 @@ from .steps import Disk, Locked, Op, R, Request, Stepper, Steps, Wait
 
 
 async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:
-    """The answer's body, refused past MAX_ANSWER_BYTES (before reading it, when its
-    length is announced)."""
+    """The answer's body, refused past MAX_ANSWER_BYTES (before reading, if its length says so)."""
     length = response.content_length
     if length is not None and length > MAX_ANSWER_BYTES:
         raise too_large(length)
@@ -118,8 +117,7 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
         self._closing = False
 
     async def start(self) -> None:
-        """Start the background flush task (``async with`` does it; so does the first
-        ``report``)."""
+        """Start the background flush task (``async with`` or the first ``report`` does it)."""
         self._check_open()
         if self._wake is None:
             self._locks = {"send": asyncio.Lock(), "definitions": asyncio.Lock()}

@@ -141,8 +141,7 @@ class ReporterBase(Generic[TransportT]):
         return queued
 
     def _learning(self, metric: str) -> Steps[None]:
-        """An unknown metric: fetch the definitions (rate-limited); raise unless it is
-        known then."""
+        """An unknown metric: fetch the definitions (rate-limited); raise if it is still unknown."""
         state = self._state
         if not state.knows(metric) and state.unknown_refresh_due(metric, time.monotonic()):
             try:

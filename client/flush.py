@@ -99,8 +99,7 @@ class Found:
 
 
 def _fit(rows: list[OutboxRow], per_row: int, max_bytes: int) -> list[OutboxRow]:
-    """The first rows whose reports (and ``per_row`` bytes each) fit in ``max_bytes``
-    (one at least)."""
+    """The first rows whose reports (and ``per_row`` bytes each) fit ``max_bytes`` (at least 1)."""
     size, keep = 0, 0
     for row in rows:
         size += len(row.report) + per_row

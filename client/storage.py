@@ -206,8 +206,7 @@ def load_or_create_secret(directory: Path) -> bytes:
 
 
 def device_known(directory: Path) -> bool:
-    """Whether ``directory`` holds a device secret already (so a missing ledger was lost,
-    not never made)."""
+    """Whether ``directory`` has a device secret: then a missing ledger was lost, not never made."""
     try:
         return (directory / SECRET_FILE).stat().st_size == SECRET_SIZE
     except FileNotFoundError:
@@ -246,8 +245,7 @@ class LedgerWindows:
 
 
 def _create_private(path: Path) -> None:
-    """A new database file (or one that lost its content) made private before SQLite
-    writes to it."""
+    """A new (or emptied) database file, made private before SQLite writes to it."""
     if not path.exists() or path.stat().st_size == 0:
         path.unlink(missing_ok=True)
         for suffix in ("-wal", "-shm"):
@@ -410,8 +408,7 @@ class DeviceStore:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any exception), with the
-        caches valid inside."""
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on exceptions); caches valid inside."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self._validate()

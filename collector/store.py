@@ -320,8 +320,7 @@ def _new_reports_aggregate(
 
 
 class Store(ABC):
-    """What the collector asks of a database. All methods are coroutines that never block
-    the event loop."""
+    """What the collector asks of a database: coroutines that never block the event loop."""
 
     commit_listener: CommitListener | None = None
     catalog_listener: Callable[[], None] | None = None

@@ -58,8 +58,7 @@ class ProtocolError(LdpkitError, ValueError):
 
 
 class UnsupportedVersion(ProtocolError):
-    """A batch in a wire format version the collector no longer accepts (v1, when
-    ``accept_v1`` is off)."""
+    """A batch in a wire format version the collector no longer takes (v1 unless ``accept_v1``)."""
 
 
 class BudgetExceeded(LdpkitError):

@@ -511,8 +511,7 @@ class StringPlan:
 
 
 def _unit_thresholds(m: StringSketch, probability: float) -> tuple[float, ...]:
-    """Thresholds at n = 1 under random hashing (the walk's null model): they scale as
-    1 / sqrt(n)."""
+    """Thresholds at n = 1 under random hashing (the walk's null model), scaling as 1 / sqrt(n)."""
     # Solved on a scaled problem (frequencies may exceed 1 at n = 1): scale to n = 1e12.
     scale = 1e6
     sigma = math.sqrt(m.level_variance(0.0, 1))

@@ -157,8 +157,7 @@ def too_large(announced: int | None = None) -> AnswerTooLarge:
 
 
 def _read_bounded(response: http.client.HTTPResponse) -> bytes:
-    """The answer's body, refused past MAX_ANSWER_BYTES (before reading it, when its
-    length is announced)."""
+    """The answer's body, refused past MAX_ANSWER_BYTES (before reading, if its length says so)."""
     if response.length is not None and response.length > MAX_ANSWER_BYTES:
         raise too_large(response.length)
     data = response.read(MAX_ANSWER_BYTES + 1)

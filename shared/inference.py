@@ -304,8 +304,7 @@ class LinearViews:
         return self.output_members >= self.m
 
     def split(self, sums: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """(sizes (R, views), counts (R, obs)) from aggregate sums laid out per view as
-        ``[n_v, counts...]``."""
+        """(sizes (R, views), counts (R, obs)) from sums holding per view ``[n_v, counts...]``."""
         starts = self.view_offsets[:-1] + np.arange(len(self.view_sizes))
         sizes = sums[:, starts]
         keep = np.ones(sums.shape[1], dtype=bool)

@@ -253,8 +253,7 @@ class KindSpec:
         return f"{len(definition.categories or ())} categories"
 
     def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
-        """The result's fields of this kind from the answer ``data`` (``item`` reads one
-        of its items)."""
+        """This kind's result fields from the answer ``data`` (``item`` reads one of its items)."""
         return {}
 
     def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:

@@ -118,8 +118,7 @@ def _quantile_bins(cdf: Cdf, lo: int, hi: int, n: int) -> npt.NDArray[np.int64]:
 
 
 def binned(values: npt.NDArray[np.int64], cdf: Cdf, lo: int, hi: int) -> tuple[float, int]:
-    """Chi-square of integer ``values`` against the law ``cdf`` on ``lo .. hi``, binned at
-    its quantiles."""
+    """Chi-square of integer ``values`` against ``cdf`` on ``lo .. hi``, binned at its quantiles."""
     edges = _quantile_bins(cdf, lo, hi, len(values))
     probs = np.diff(np.concatenate([[0.0], cdf(edges.astype(np.float64)), [1.0]]))
     counts = np.bincount(np.searchsorted(edges, values, side="left"), minlength=edges.size + 1)

@@ -101,8 +101,7 @@ class GridMechanism(NumericMechanism):
         """``Pr[Z <= z]`` of the noise (its served constants in ``derived``)."""
 
     def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
-        """The report ``M + Z`` binned at the quantiles of its law: M the stochastic
-        rounding of u, Z the noise."""
+        """``M + Z`` binned at its law's quantiles: M the stochastic rounding of u, Z the noise."""
         lo, hi = self.bounds
         steps = self.grid_steps
         u = min(max((self.clipped(value) - lo) / (hi - lo) * steps, 0.0), float(steps))

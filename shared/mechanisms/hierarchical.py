@@ -200,8 +200,7 @@ class HierarchicalHistogram(Mechanism):
         }
 
     def auto_variance(self) -> float:
-        """The variance of the fraction below the middle of the bounds, for uniform values
-        and one report."""
+        """Variance of the fraction below the bounds' middle, for uniform values and one report."""
         lo, hi = self.bounds
         return float(self.expected(1.0).fraction(lo, (lo + hi) / 2.0).stderr ** 2)
 

@@ -276,8 +276,7 @@ class OptimizedLocalHashing(FrequencyOracle):
 
     @classmethod
     def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
-        """``a = u64()``, ``b = u64()``, then g-ary randomized response on x's bucket:
-        the record (a, b, y)."""
+        """``a = u64()``, ``b = u64()``, then g-ary RR on x's bucket: the record (a, b, y)."""
         g = int(derived["g"])
         a = words.u64()
         b = words.u64()

@@ -166,8 +166,7 @@ def default_rows(g: int) -> int:
 
 
 def default_estimation_rows(g: int, rows: int) -> int:
-    """``R_E``: the power of two at or above ``ESTIMATION_CELLS / g``, within
-    [4 rows, MAX_ESTIMATION_ROWS]."""
+    """``R_E``: the power of two >= ``ESTIMATION_CELLS / g``, in [4 rows, MAX_ESTIMATION_ROWS]."""
     target = 1 << max(0, math.ceil(math.log2(ESTIMATION_CELLS / g)))
     return min(MAX_ESTIMATION_ROWS, max(4 * rows, target))
 

@@ -184,8 +184,7 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         return bitmap(bits)
 
     def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
-        """Each bit's count, and the number of bits set: Bernoulli(p) + Binomial(d - 1, q),
-        exactly."""
+        """Each bit's count, and the bits set: Bernoulli(p) + Binomial(d - 1, q), exactly."""
         bits = self.report_bits(reports)
         d, p, q = self.domain_size, self.p, self.q
         law = np.array([1.0 - p, p])
