@@ -180,8 +180,7 @@ class ViewSampling(Mechanism):
         for (view_name, labels), oracle_name, w in zip(specs, names, weights, strict=True):
             size = int(labels.max()) + 1
             views.append(View(view_name, labels, make_oracle(oracle_name, self.epsilon, size), w))
-        object.__setattr__(self, "oracle", self.oracle if isinstance(self.oracle, str) else names)
-        object.__setattr__(self, "views", tuple(views))
+        self._set(oracle=self.oracle if isinstance(self.oracle, str) else names, views=tuple(views))
         if len(views) > 255:
             raise ParameterError(f"at most 255 views, got {len(views)}")
         self.engine  # noqa: B018 - build (and validate) the design once, now

@@ -164,10 +164,15 @@ class Mechanism(ABC):
         should: the kit pools this over a metric's inputs (frequency oracles; else None)."""
         return None
 
+    def _set(self, **fields: Any) -> None:
+        """Set fields of this frozen dataclass (checked parameters, derived constants)."""
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
     def _check_epsilon(self) -> None:
         """Check epsilon, which must not be below ``MIN_EPSILON`` either: far below it
         exp(epsilon) rounds to 1 (an oracle's p equals its q) and constants overflow."""
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        self._set(epsilon=check_epsilon(self.epsilon))
         check_min_epsilon(self.name, self.epsilon)
 
     def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
@@ -302,10 +307,9 @@ class FrequencyOracle(Mechanism):
 
     def __post_init__(self) -> None:
         self._check_epsilon()
-        object.__setattr__(self, "domain_size", check_domain_size(self.domain_size))
+        self._set(domain_size=check_domain_size(self.domain_size))
         p, q = self._support_probabilities()
-        object.__setattr__(self, "p", p)
-        object.__setattr__(self, "q", q)
+        self._set(p=p, q=q)
 
     @abstractmethod
     def _support_probabilities(self) -> tuple[float, float]:
@@ -400,8 +404,7 @@ class NumericMechanism(Mechanism):
     bounds: tuple[float, float]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        object.__setattr__(self, "bounds", check_bounds(self.bounds))
+        self._set(epsilon=check_epsilon(self.epsilon), bounds=check_bounds(self.bounds))
         check_min_epsilon(self.name, self.epsilon)  # (after the bounds: their error comes first)
         self._derive()
 

@@ -108,9 +108,7 @@ class Duchi(NumericMechanism):
 
     def _derive(self) -> None:
         threshold, flip, c = duchi_constants(self.epsilon)
-        object.__setattr__(self, "_threshold", threshold)
-        object.__setattr__(self, "flip_probability", flip)
-        object.__setattr__(self, "C", c)
+        self._set(_threshold=threshold, flip_probability=flip, C=c)
 
     def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int8]:
         return duchi_signs(self.to_unit(values), self._threshold, rng)

@@ -205,19 +205,17 @@ class LocalGaussian(GridMechanism):
 
     def _derive(self) -> None:
         delta = check_delta(self.delta)
-        object.__setattr__(self, "delta", delta)
+        self._set(delta=delta)
         lo, hi = self.bounds
         d = self.grid_steps
         unit_sigma = analytic_gaussian_sigma(self.epsilon, delta * (1.0 - CALIBRATION_SLACK))
         t, m = exact_noise_parameter(unit_sigma * d)
         sigma2 = t * m
         grid_sigma = math.sqrt(sigma2)
-        object.__setattr__(self, "laplace_scale", t)
-        object.__setattr__(self, "sigma2_over_t", m)
-        object.__setattr__(self, "sigma", grid_sigma * (hi - lo) / d)
-        object.__setattr__(self, "grid_sigma", grid_sigma)
+        self._set(laplace_scale=t, sigma2_over_t=m)
+        self._set(sigma=grid_sigma * (hi - lo) / d, grid_sigma=grid_sigma)
         # ceil(TAIL_SIGMAS sqrt(sigma2)), exactly: the smallest c with c^2 >= 40^2 sigma2.
-        object.__setattr__(self, "noise_cap", math.isqrt(1600 * sigma2 - 1) + 1)
+        self._set(noise_cap=math.isqrt(1600 * sigma2 - 1) + 1)
         if grid_sigma < 8.0:
             reach = math.ceil(60 * grid_sigma) + 60
             z = np.arange(-reach, reach + 1, dtype=np.float64)
@@ -225,7 +223,7 @@ class LocalGaussian(GridMechanism):
             var = float((w * z * z).sum() / w.sum())
         else:
             var = float(sigma2)
-        object.__setattr__(self, "_noise_variance", var)
+        self._set(_noise_variance=var)
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "delta": self.delta}

@@ -101,7 +101,7 @@ class HadamardResponse(FrequencyOracle):
     K: int = field(init=False)
 
     def _support_probabilities(self) -> tuple[float, float]:
-        object.__setattr__(self, "K", 1 << self.domain_size.bit_length())
+        self._set(K=1 << self.domain_size.bit_length())
         return 1.0 / (1.0 + math.exp(-self.epsilon)), 0.5
 
     @property

@@ -146,11 +146,9 @@ class HierarchicalHistogram(Mechanism):
 
     def __post_init__(self) -> None:
         self._check_epsilon()
-        object.__setattr__(self, "bounds", check_bounds(self.bounds))
+        self._set(bounds=check_bounds(self.bounds))
         tree = Tree(self.resolution, self.branching)
-        object.__setattr__(self, "resolution", tree.resolution)
-        object.__setattr__(self, "branching", tree.branching)
-        object.__setattr__(self, "tree", tree)
+        self._set(resolution=tree.resolution, branching=tree.branching, tree=tree)
         oracles: list[FrequencyOracle] = []
         weights: list[float] = []
         # By the depth byte: entries past the height are never valid.
@@ -166,10 +164,7 @@ class HierarchicalHistogram(Mechanism):
             limits[t] = olh.g if best is olh else d
             # Per-report variance of a node estimate at the average node, sampling included.
             weights.append(float(best.variance(f)) + f * (1.0 - f))
-        object.__setattr__(self, "oracles", tuple(oracles))
-        object.__setattr__(self, "_weights", tuple(weights))
-        object.__setattr__(self, "_limits", limits)
-        object.__setattr__(self, "_hashed", hashed)
+        self._set(oracles=tuple(oracles), _weights=tuple(weights), _limits=limits, _hashed=hashed)
 
     @property
     def height(self) -> int:

@@ -200,7 +200,7 @@ class LevelSampling(HierarchyMechanism):
 
     def _view_specs(self) -> list[tuple[str, IntArray]]:
         depths = refining_depths(self.tree) if self.levels is None else self._given_levels()
-        object.__setattr__(self, "levels", tuple(depths))
+        self._set(levels=tuple(depths))
         return [(f"depth {d}", self.tree.labels[d - 1]) for d in depths]
 
     def _given_levels(self) -> list[int]:
@@ -222,5 +222,5 @@ class LevelSampling(HierarchyMechanism):
 
     def _weights(self, count: int) -> tuple[float, ...]:
         weights = _check_weights(self.weights, count)
-        object.__setattr__(self, "weights", weights)
+        self._set(weights=weights)
         return weights

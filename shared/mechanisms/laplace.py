@@ -119,14 +119,11 @@ class LocalLaplace(GridMechanism):
 
     def _derive(self) -> None:
         lam = self.epsilon / self.grid_steps
-        object.__setattr__(self, "_lam", lam)
-        object.__setattr__(self, "decay", math.exp(-lam))
-        object.__setattr__(self, "noise_cap", math.ceil(TAIL_CAP / lam))
+        self._set(_lam=lam, decay=math.exp(-lam), noise_cap=math.ceil(TAIL_CAP / lam))
         # Block L = 2**J with lam * L in [ln 2, 2 ln 2): a^L in (1/4, 1/2].
         bits = max(0, math.ceil(math.log2(math.log(2.0) / lam)))
         digits = tuple(_threshold(1.0 / (1.0 + math.exp(lam * 2.0**j))) for j in range(bits))
-        object.__setattr__(self, "digit_thresholds", digits)
-        object.__setattr__(self, "block_threshold", _threshold(math.exp(-lam * 2.0**bits)))
+        self._set(digit_thresholds=digits, block_threshold=_threshold(math.exp(-lam * 2.0**bits)))
 
     def _geometric(self, rng: np.random.Generator, n: int) -> IntArray:
         """n draws of G with ``Pr[G = g] = (1 - a) a^g``, g = 0, 1, ... (see class doc)."""

@@ -171,7 +171,7 @@ class OptimizedLocalHashing(FrequencyOracle):
 
     def _support_probabilities(self) -> tuple[float, float]:
         g = optimal_buckets(self.epsilon)
-        object.__setattr__(self, "g", g)
+        self._set(g=g)
         return 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon)), 1.0 / g
 
     @property

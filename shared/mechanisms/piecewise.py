@@ -264,9 +264,7 @@ class Piecewise(NumericMechanism):
     def _derive(self) -> None:
         c = 1.0 / math.tanh(self.epsilon / 4.0)
         grid = _PMGrid(self.epsilon, c / HALF_CELLS, HALF_CELLS)
-        object.__setattr__(self, "C", c)
-        object.__setattr__(self, "step", grid.step)
-        object.__setattr__(self, "_grid", grid)
+        self._set(C=c, step=grid.step, _grid=grid)
 
     @property
     def report_rule(self) -> str:
@@ -383,14 +381,8 @@ class Hybrid(NumericMechanism):
         m = max(1, math.floor(HALF_CELLS * c_duchi / c_pm))
         step = c_duchi / m
         bound = math.ceil(c_pm / step)
-        object.__setattr__(self, "alpha", alpha)
-        object.__setattr__(self, "C_pm", c_pm)
-        object.__setattr__(self, "C_duchi", c_duchi)
-        object.__setattr__(self, "step", step)
-        object.__setattr__(self, "duchi_index", m)
-        object.__setattr__(self, "bound", bound)
-        object.__setattr__(self, "_grid", _PMGrid(eps, step, bound))
-        object.__setattr__(self, "_flip_threshold", flip_threshold)
+        self._set(alpha=alpha, C_pm=c_pm, C_duchi=c_duchi, step=step, duchi_index=m, bound=bound)
+        self._set(_grid=_PMGrid(eps, step, bound), _flip_threshold=flip_threshold)
 
     @property
     def report_rule(self) -> str:

@@ -351,13 +351,10 @@ class PrefixSketch(Mechanism):
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share < 1:
             raise ParameterError(f"estimation_share must be a number in (0, 1), got {share!r}")
         g = min(MAX_BUCKETS, optimal_buckets(self.epsilon))  # OLH's optimum, g ~ e^eps + 1
-        object.__setattr__(self, "g", g)
-        object.__setattr__(self, "rows", default_rows(g))
-        object.__setattr__(self, "estimation_rows", default_estimation_rows(g, self.rows))
-        weight = max(1, round(share * self.max_length / (1.0 - share)))
-        object.__setattr__(self, "estimation_weight", weight)
-        object.__setattr__(self, "p", 1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon)))
-        object.__setattr__(self, "q", 1.0 / g)
+        self._set(g=g, rows=default_rows(g))
+        self._set(estimation_rows=default_estimation_rows(g, self.rows))
+        self._set(estimation_weight=max(1, round(share * self.max_length / (1.0 - share))))
+        self._set(p=1.0 / (1.0 + (g - 1) * math.exp(-self.epsilon)), q=1.0 / g)
 
     @property
     def sketches(self) -> int:

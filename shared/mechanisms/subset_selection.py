@@ -130,7 +130,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
 
     def _support_probabilities(self) -> tuple[float, float]:
         k = optimal_subset_size(self.epsilon, self.domain_size)
-        object.__setattr__(self, "k", k)
+        self._set(k=k)
         return _support(self.epsilon, self.domain_size, k)
 
     @property

@@ -191,7 +191,7 @@ class JointMarginals(TableMechanism):
 
     def _weights(self, count: int) -> tuple[float, ...]:
         weights = _check_weights(self.weights, count)
-        object.__setattr__(self, "weights", weights)
+        self._set(weights=weights)
         return weights
 
 
@@ -225,7 +225,7 @@ class SplitMarginals(Mechanism):
         oracles = tuple(
             make_oracle(o, share, d) for o, d in zip(names, self.table.shape, strict=True)
         )
-        object.__setattr__(self, "oracles", oracles)
+        self._set(oracles=oracles)
 
     @cached_property
     def _offsets(self) -> IntArray:
