@@ -57,9 +57,7 @@ class IngestLimiter:
     def blocked(self, key: bytes) -> int | None:
         """Seconds to wait if the token could not send even one report now, else None
         (checked before a body is read, so a token in debt costs no body read)."""
-        if not self.enabled:
-            return None
-        return self._wait(self._bucket(key), 1.0)
+        return self._wait(self._bucket(key), 1.0) if self.enabled else None
 
     def take(self, key: bytes, reports: int) -> int | None:
         """Take a batch of ``reports``: None if it may go (the bucket is charged), else

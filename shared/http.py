@@ -66,9 +66,7 @@ class Timeout:
     def coerce(cls, value: Timeout | float | None) -> Timeout:
         if value is None:
             return cls(5.0, 30.0)
-        if isinstance(value, Timeout):
-            return value
-        return cls(value)
+        return value if isinstance(value, Timeout) else cls(value)
 
 
 class NetworkError(OSError):

@@ -150,9 +150,7 @@ class AuditResult:
 def _default_inputs(mechanism: Mechanism) -> list[Any]:
     if isinstance(mechanism, FrequencyOracle):
         d = mechanism.domain_size
-        if d <= 6:
-            return list(range(d))
-        return sorted({0, 1, d // 2, d - 1})
+        return list(range(d)) if d <= 6 else sorted({0, 1, d // 2, d - 1})
     bounds = getattr(mechanism, "bounds", None)  # numeric and distribution mechanisms
     if bounds is not None:
         lo, hi = bounds

@@ -535,9 +535,7 @@ def split_plan(probability: float, kind: str, bits: int, block: int) -> UnaryPla
         dense = Fraction(a, 1 << bits)
         rest = 1 - q / dense
         c = math.floor(rest * (1 << 64))
-    if rest > MAX_SPARSE_RATE:
-        return None
-    return UnaryPlan(kind, bits, a, c, block)
+    return None if rest > MAX_SPARSE_RATE else UnaryPlan(kind, bits, a, c, block)
 
 
 def plan_unary(probability: float, lanes: int) -> UnaryPlan:

@@ -156,9 +156,7 @@ def bernoulli(w: Words, x: int, q: int) -> bool:
     """True with probability ``x / q`` (``0 <= x <= q``); no word when it is 0 or 1."""
     if x <= 0:
         return False
-    if x >= q:
-        return True
-    return below_any(w, q) < x
+    return x >= q or below_any(w, q) < x
 
 
 def taylor_bernoulli(w: Words, x: int, q: int) -> bool:

@@ -553,9 +553,7 @@ class _LevelStats:
 def poisson_upper_tail(count: float, mean: float) -> float:
     """``P(X >= count)`` for ``X ~ Poisson(mean)``, continuous in ``count`` (> 0): the
     regularized lower incomplete gamma function ``P(count, mean)``."""
-    if count <= 0:
-        return 1.0
-    return regularized_gamma(count, mean)[0]
+    return 1.0 if count <= 0 else regularized_gamma(count, mean)[0]
 
 
 def _first_level_keys(max_length: int) -> KeyArray:
@@ -814,8 +812,7 @@ class ScaledWalk:
 
 
 def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
-    """The answer from an aggregate (the module docstring); ``encode`` gives the keys of
-    strings an analyst names."""
+    """The answer from an aggregate (see module); ``encode`` keys the strings an analyst names."""
     levels = [
         _Level(m, s, agg.sums[m.sketch_slice(s)].reshape(m.rows_of(s), m.g))
         for s in range(m.sketches)

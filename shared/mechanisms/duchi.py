@@ -143,8 +143,7 @@ class Duchi(NumericMechanism):
 
     @classmethod
     def portable_number(cls, derived: Derived, lo: float, hi: float, x: float, w: Words) -> bytes:
-        sign = duchi_sign(derived["flip"], unit(lo, hi, x), w)
-        return sign.to_bytes(1, "little", signed=True)
+        return duchi_sign(derived["flip"], unit(lo, hi, x), w).to_bytes(1, "little", signed=True)
 
     def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         return [sign_test(reports, unit(*self.bounds, self.clipped(value)), derived["flip"], 1)]
