@@ -100,10 +100,9 @@ class AiohttpTransport:
 class AsyncReporter(ReporterBase[AsyncTransport]):
     """The asyncio twin of :class:`~ldpkit.client.Reporter` (same parameters).
 
-    Use ``async with AsyncReporter(...) as r`` (or ``await r.start()`` and
-    ``await r.aclose()``); ``report``, ``simulate``, ``flush`` and
-    ``refresh_definitions`` are coroutines, ``budget()`` and ``pending`` are not (they
-    only read local state).
+    Use ``async with AsyncReporter(...) as r`` (or ``await r.start()`` and ``await r.aclose()``);
+    ``report``, ``simulate``, ``flush`` and ``refresh_definitions`` are coroutines, ``budget()`` and
+    ``pending`` are not (they only read local state).
     """
 
     def _http_transport(self) -> AsyncTransport:

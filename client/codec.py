@@ -86,9 +86,8 @@ def memo_message(fingerprint: str, value_key: bytes, window_start: int) -> bytes
 def memo_tag(secret: bytes, message: bytes) -> bytes:
     """The stored marker that this value was reported in this window (16 bytes).
 
-    Domain-separated from :func:`memo_generator`'s key, so the stored tag is no help in
-    recomputing the randomness (which, with the report, would let one test candidate
-    values).
+    Domain-separated from :func:`memo_generator`'s key, so the stored tag is no help in recomputing
+    the randomness (which, with the report, would let one test candidate values).
     """
     return hmac.digest(secret, _TAG_CONTEXT + message, "sha256")[:16]
 
@@ -106,10 +105,9 @@ _local = threading.local()
 def keyed_generator(key: bytes) -> np.random.Generator:
     """A generator equal to ``Generator(Philox(key=int.from_bytes(key, "little")))``.
 
-    Building a Philox object costs about 13 microseconds, a quarter of a report's
-    budget, so each thread keeps one and re-keys it (counter and buffer zeroed, exactly
-    the state a new one starts in). The generator is valid until the same thread's next
-    call: use it at once.
+    Building a Philox object costs about 13 microseconds, a quarter of a report's budget, so each
+    thread keeps one and re-keys it (counter and buffer zeroed, exactly the state a new one starts
+    in). The generator is valid until the same thread's next call: use it at once.
     """
     cached: tuple[np.random.Philox, np.random.Generator] | None = getattr(_local, "philox", None)
     if cached is None:

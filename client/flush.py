@@ -51,9 +51,8 @@ another one. Past it they are dropped, as other refusals are."""
 def background_failed(
     schedule: BackgroundSchedule, now: float, error: Exception, retry_after: float | None
 ) -> None:
-    """Tell ``schedule`` that a background pass raised ``error`` (``retry_after``: the
-    collector's on the pass's last failed attempt) and log it with the wait before the
-    next pass."""
+    """Tell ``schedule`` that a background pass raised ``error`` (``retry_after``: the collector's
+    on the pass's last failed attempt) and log it with the wait before the next pass."""
     if isinstance(error, CollectorUnavailable):
         wait = schedule.unavailable(now, retry_after)
         log.info("background flush: %s; next try in %.1fs", error, wait)

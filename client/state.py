@@ -210,9 +210,8 @@ class ReporterState:
         return True
 
     def unknown_refresh_failed(self, exc: CollectorUnavailable | CollectorRejected) -> None:
-        """That fetch failed: if there are no definitions yet, raise CollectorRejected for
-        a 4xx (a bad token) and CollectorUnavailable otherwise; else log it (the cached
-        ones stay)."""
+        """That fetch failed: if there are no definitions yet, raise CollectorRejected for a 4xx (a
+        bad token) and CollectorUnavailable otherwise; else log it (the cached ones stay)."""
         if not self.has_definitions and isinstance(exc, CollectorRejected):
             # A refused token is not an outage (docs/client.md): keep the documented type.
             raise CollectorRejected(
@@ -466,9 +465,8 @@ class ReporterState:
             self.store.close()
 
     def delivery(self, plan: FlushPlan) -> Steps[Found]:
-        """A delivery run by ``plan`` (:class:`~ldpkit.client.flush.Flush`); the caller
-        holds the shell's send lock from here until it applied what the run found
-        (:meth:`settle`)."""
+        """A delivery run by ``plan`` (:class:`~ldpkit.client.flush.Flush`); the caller holds the
+        shell's send lock from here until it applied what the run found (:meth:`settle`)."""
         return Flush(self.store, self.lock, plan, self._deferred, self.clock).steps()
 
     def settle(self, found: Found) -> FlushResult:

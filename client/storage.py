@@ -564,9 +564,8 @@ class DeviceStore:
     def oldest(
         self, limit: int, *, after: int = 0, upto: int | None = None, legacy: bool = False
     ) -> list[OutboxRow]:
-        """Up to ``limit`` queued reports with ``after < seq <= upto`` not in a sealed
-        batch, oldest first: those queued before sealed batches if ``legacy``, else the
-        others."""
+        """Up to ``limit`` queued reports with ``after < seq <= upto`` not in a sealed batch, oldest
+        first: those queued before sealed batches if ``legacy``, else the others."""
         # legacy as a literal, so that SQLite can use the partial index reports_legacy
         rows = self.db.execute(
             "SELECT seq, report_id, metric, fingerprint, bucket, report FROM reports "
@@ -595,10 +594,9 @@ class DeviceStore:
         )
 
     def seal(self, batches: Sequence[Sequence[OutboxRow]]) -> None:
-        """Seal each list of rows into a new batch under a random id, stored with its
-        exact bytes, in one transaction (the caller makes it durable before any is sent:
-        a batch sent whose seal a power loss undid would be sealed again, and count
-        twice)."""
+        """Seal each list of rows into a new batch under a random id, stored with its exact bytes,
+        in one transaction (the caller makes it durable before any is sent:
+        a batch sent whose seal a power loss undid would be sealed again, and count twice)."""
         with self.transaction() as db:
             for rows in batches:
                 batch = seal_batch(rows, os.urandom(wire.ID_SIZE))

@@ -71,11 +71,10 @@ class Reporter(ReporterBase[SyncTransport]):
     def report(self, metric: str, value: object) -> ReportReceipt:
         """Perturb ``value`` on the device and queue the report durably; returns a receipt.
 
-        Categorical metrics take one of their category strings; numeric metrics take a
-        number, clipped to the metric's bounds. Raises ParameterError for an unknown
-        metric or a value of the wrong kind, BudgetExceeded when the report would
-        overspend the metric's or the total budget, OutboxFull when the outbox is at its
-        bound. The raw value is never stored or sent.
+        Categorical metrics take one of their category strings; numeric metrics take a number,
+        clipped to the metric's bounds. Raises ParameterError for an unknown metric or a value of
+        the wrong kind, BudgetExceeded when the report would overspend the metric's or the total
+        budget, OutboxFull when the outbox is at its bound. The raw value is never stored or sent.
         """
         self._check_open()
         return self._do(self._reporting(metric, value))
@@ -89,10 +88,9 @@ class Reporter(ReporterBase[SyncTransport]):
     def flush(self, *, max_attempts: int | None = None) -> FlushResult:
         """Send what is queued now, retrying by the policy.
 
-        Returns a :class:`FlushResult`. Raises CollectorUnavailable when a batch could not
-        be delivered after ``max_attempts`` (default: the policy's) attempts, or
-        CollectorRejected on a 4xx such as a bad token; the undelivered reports stay
-        queued either way.
+        Returns a :class:`FlushResult`. Raises CollectorUnavailable when a batch could not be
+        delivered after ``max_attempts`` (default: the policy's) attempts, or CollectorRejected on a
+        4xx such as a bad token; the undelivered reports stay queued either way.
         """
         self._check_open()
         return self._do(self._flush(max_attempts))
@@ -103,9 +101,8 @@ class Reporter(ReporterBase[SyncTransport]):
         self._do(self._refreshing())
 
     def close(self, *, flush: bool = True) -> None:
-        """Stop the background thread, try one last delivery (one attempt, unless
-        ``flush=False``), and close the store. Undelivered reports stay queued for the
-        next start."""
+        """Stop the background thread, try one last delivery (one attempt, unless ``flush=False``),
+        and close the store. Undelivered reports stay queued for the next start."""
         if self._closed:
             return
         self._stop.set()

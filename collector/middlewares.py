@@ -33,9 +33,8 @@ async def telemetry_middleware(request: web.Request, handler: Handler) -> web.St
 
 
 async def _closing(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
-    """Send ``response`` and close the connection at once, without reading the rest of
-    the request body (aiohttp would otherwise read and discard it for up to
-    ``lingering_time`` seconds)."""
+    """Send ``response`` and close the connection at once, without reading the rest of the request
+    body (aiohttp would otherwise read and discard it for up to ``lingering_time`` seconds)."""
     response.force_close()
     await response.prepare(request)
     await response.write_eof()

@@ -47,9 +47,8 @@ KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
 class ApiError(Exception):
     """An error answer: ``status`` with JSON ``{"error": error, "detail": detail, ...}``.
 
-    ``close``: close the connection after the answer instead of reading (and discarding)
-    the rest of the request body: for bodies the collector will not read (too large, too
-    slow, compressed)."""
+    ``close``: close the connection after the answer instead of reading (and discarding) the rest of
+    the request body: for bodies the collector will not read (too large, too slow, compressed)."""
 
     def __init__(
         self,

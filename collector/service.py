@@ -348,11 +348,10 @@ class Collector:
         token: bytes = b"",
         charge: Callable[[int], None] | None = None,
     ) -> dict[str, object]:
-        """Check and store one batch; the answer of ``POST /v1/reports``. ``charge`` is
-        called with the number of reports once the batch is decoded (it may raise to refuse
-        the batch: nothing is stored). ``token`` (the sender's token digest) is whom costly
-        work is charged to. Raises ProtocolError (UnsupportedVersion), StoreClosed and
-        BatchNotStored."""
+        """Check and store one batch; the answer of ``POST /v1/reports``. ``charge`` is called with
+        the number of reports once the batch is decoded (it may raise to refuse the batch: nothing
+        is stored). ``token`` (the sender's token digest) is whom costly work is charged to. Raises
+        ProtocolError (UnsupportedVersion), StoreClosed and BatchNotStored."""
         batch = self._decode(body)
         blocks = batch.blocks
         if charge is not None:

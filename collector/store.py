@@ -95,12 +95,11 @@ class BucketAggregate:
 
 @dataclass(frozen=True)
 class CheckedReports:
-    """Checked reports of one metric version and bucket, in batch order (the collector
-    validated them: the store does not check them again). ``ids``: their v1 report ids
-    (None in a sealed batch). ``aggregate``: their aggregate when it was computed before
-    the store (costly mechanisms, see
-    :func:`~ldpkit.collector.ingest.aggregation_seconds`), else None. ``index``: the
-    block's position in its wire batch."""
+    """Checked reports of one metric version and bucket, in batch order (the collector validated
+    them: the store does not check them again). ``ids``: their v1 report ids (None in a sealed
+    batch). ``aggregate``: their aggregate when it was computed before the store (costly mechanisms,
+    see :func:`~ldpkit.collector.ingest.aggregation_seconds`), else None. ``index``: the block's
+    position in its wire batch."""
 
     fingerprint: str
     bucket: int
@@ -148,10 +147,9 @@ _PAIRS = np.dtype([("i", "<u4"), ("v", "<i4")])  # sparse: (index, value)
 
 
 def pack_sums(sums: npt.NDArray[Any]) -> bytes:
-    """``sums`` (float64) in the smallest exact form: dense int16 or int32 when every sum
-    is an integer that fits, sparse (uint32 index, int32 value pairs) when fewer than
-    half are non-zero (after the vector's size), float64 otherwise (:func:`unpack_sums`
-    reverses it)."""
+    """``sums`` (float64) in the smallest exact form: dense int16 or int32 when every sum is an
+    integer that fits, sparse (uint32 index, int32 value pairs) when fewer than half are non-zero
+    (after the vector's size), float64 otherwise (:func:`unpack_sums` reverses it)."""
     values = np.asarray(sums, dtype=SUMS_DTYPE)
     if values.size and np.all(np.abs(values) < 2**31) and np.array_equal(values, np.rint(values)):
         ints = values.astype(np.int64)
@@ -402,10 +400,9 @@ class Store(ABC):
 
     @abstractmethod
     async def prune_report_ids(self, before_bucket: int) -> int:
-        """Delete the batch ids (and v1 report ids) whose bucket is ``< before_bucket``
-        (their aggregates stay); the number deleted. Cheap when an earlier call (from any
-        process) already pruned up to ``before_bucket``. Runs in short transactions,
-        beside ingest."""
+        """Delete the batch ids (and v1 report ids) whose bucket is ``< before_bucket`` (their
+        aggregates stay); the number deleted. Cheap when an earlier call (from any process) already
+        pruned up to ``before_bucket``. Runs in short transactions, beside ingest."""
 
     @abstractmethod
     async def pruned_before(self) -> int | None:

@@ -135,15 +135,13 @@ def respond(
     rng: np.random.Generator | None = None,
     one_at_a_time: bool = False,
 ) -> bytes:
-    """The sealed (v2) wire batch ldpkit's Python client gives for a plan (one block per
-    metric).
+    """The sealed (v2) wire batch ldpkit's Python client gives for a plan (one block per metric).
 
-    ``perturb_override`` maps a mechanism name to ``(mechanism, values, rng) -> reports``,
-    used instead of the mechanism's own sampler. By default each metric's values are
-    perturbed in one vectorised call under ``rng`` (``Reporter.simulate``'s path);
-    ``one_at_a_time=True`` makes every report as ``Reporter.report`` does, alone under a
-    generator of its own keyed from the OS CSPRNG, or from ``rng``'s bytes when given (the
-    samplers' single-report paths; about 100 µs a report).
+    ``perturb_override`` maps a mechanism name to ``(mechanism, values, rng) -> reports``, used
+    instead of the mechanism's own sampler. By default each metric's values are perturbed in one
+    vectorised call under ``rng`` (``Reporter.simulate``'s path); ``one_at_a_time=True`` makes every
+    report as ``Reporter.report`` does, alone under a generator of its own keyed from the OS CSPRNG,
+    or from ``rng``'s bytes when given (the samplers' single-report paths; about 100 µs a report).
     """
     plan = _load_plan(plan_path)
     generator = resolve_rng(rng)

@@ -481,9 +481,8 @@ def _range_estimates(
 
 @dataclass(frozen=True, eq=False)
 class HistogramEstimate:
-    """Fractions of values in consecutive bins ``[edges[i], edges[i + 1])`` (the last
-    bin closed at its upper edge when that is ``hi``); each bin is a :class:`RangeEstimate`
-    computed together."""
+    """Fractions of values in consecutive bins ``[edges[i], edges[i + 1])`` (the last bin closed at
+    its upper edge when that is ``hi``); each bin is a :class:`RangeEstimate` computed together."""
 
     edges: FloatArray
     estimates: FloatArray

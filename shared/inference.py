@@ -339,9 +339,8 @@ class LinearViews:
     def variance_quadratic(self, pi: FloatArray, sizes: FloatArray, n: FloatArray) -> Quadratic:
         """(R, outputs): each output's variance along the path of its value, around ``pi``.
 
-        ``pi`` (R, m) is a plug-in population (non-negative, summing to one: the
-        consistent estimate); ``sizes`` (R, views) the users of each view; ``n`` (R,)
-        their total.
+        ``pi`` (R, m) is a plug-in population (non-negative, summing to one: the consistent
+        estimate); ``sizes`` (R, views) the users of each view; ``n`` (R,) their total.
         """
         pi, sizes, n = (np.asarray(a, dtype=np.float64) for a in (pi, sizes, n))
         if self.single:

@@ -87,11 +87,10 @@ def check_period(value: object, what: str) -> Period:
 
 
 def check_definition_size(definition: MetricDefinition) -> MetricDefinition:
-    """Raise ParameterError if ``definition`` is larger than a collector accepts: a
-    description over ``MAX_DESCRIPTION_LENGTH`` characters or categories over
-    ``MAX_CATEGORY_CHARACTERS`` characters in all (the kinds bound each category's length
-    and their number: ``ldpkit.kinds.base``). Applied to new
-    definitions only (PUT, config files), so versions stored before these limits load."""
+    """Raise ParameterError if ``definition`` is larger than a collector accepts: a description over
+    ``MAX_DESCRIPTION_LENGTH`` characters or categories over ``MAX_CATEGORY_CHARACTERS`` characters
+    in all (the kinds bound each category's length and their number: ``ldpkit.kinds.base``). Applied
+    to new definitions only (PUT, config files), so versions stored before these limits load."""
     if len(definition.description) > MAX_DESCRIPTION_LENGTH:
         raise ParameterError(
             f"metric {definition.name}: description must be at most {MAX_DESCRIPTION_LENGTH} "

@@ -34,9 +34,8 @@ KEY_SIZE = 32
 class KeystreamWords:
     """Raw 64-bit words: the AES-128 keystream in counter mode (counter from zero).
 
-    Called as ``words(count)``, it returns the next ``count`` words (little-endian, 8
-    keystream bytes each) as a new array. Safe to share between threads (a lock orders
-    the calls).
+    Called as ``words(count)``, it returns the next ``count`` words (little-endian, 8 keystream
+    bytes each) as a new array. Safe to share between threads (a lock orders the calls).
     """
 
     def __init__(self, key: bytes) -> None:

@@ -201,9 +201,8 @@ def _design(
     epsilon: float,
 ) -> Any:
     """The design ``mechanism`` names over a tree or a table, ``auto`` resolved by
-    :func:`choose_hierarchy` or :func:`choose_table`. A kind's first design takes one
-    oracle and none of the ``extras`` (the second's own parameters), the second one oracle
-    per view."""
+    :func:`choose_hierarchy` or :func:`choose_table`. A kind's first design takes one oracle and
+    none of the ``extras`` (the second's own parameters), the second one oracle per view."""
     tree = isinstance(domain, Tree)
     kind, names = ("hierarchy", HIERARCHY) if tree else ("table", TABLE_DESIGNS)
     name = canonical_name(mechanism)

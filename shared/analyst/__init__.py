@@ -194,9 +194,8 @@ class EstimateResult(ServedEstimate):
     def to_pandas(self, *, per_bucket: bool | None = None) -> Any:
         """A pandas DataFrame (pandas is an optional dependency).
 
-        The per-bucket estimates (index ``bucket``, a UTC timestamp, and ``category``)
-        when the result has them, else the totals (index ``category``); ``per_bucket``
-        picks one explicitly.
+        The per-bucket estimates (index ``bucket``, a UTC timestamp, and ``category``) when the
+        result has them, else the totals (index ``category``); ``per_bucket`` picks one explicitly.
         """
         try:
             import pandas as pd

@@ -101,10 +101,9 @@ class EventBound:
 class AuditResult:
     """What :func:`audit` found.
 
-    ``epsilon_lower_bound`` holds with probability at least ``confidence`` (it is the
-    largest of the tested bounds, or 0); ``passed`` says whether it is at most the
-    claimed epsilon. A failed audit proves a violation at that confidence; a passed one
-    proves nothing beyond "no violation seen".
+    ``epsilon_lower_bound`` holds with probability at least ``confidence`` (it is the largest of the
+    tested bounds, or 0); ``passed`` says whether it is at most the claimed epsilon. A failed audit
+    proves a violation at that confidence; a passed one proves nothing beyond "no violation seen".
     """
 
     mechanism: str
@@ -164,10 +163,9 @@ def _candidate_sets(
     num: npt.NDArray[np.int64], den: npt.NDArray[np.int64], ordered: bool
 ) -> npt.NDArray[np.bool_]:
     """Candidate events as rows of cell masks (the full set and the empty set excluded).
-    Unordered cells: the level sets of the smoothed empirical ratio ``num / den`` (its
-    top 1, 2, ... cells). Ordered cells (bins of a number): every run of adjacent cells,
-    tails and intervals; level sets of many small bins would chase the selection
-    sample's noise."""
+    Unordered cells: the level sets of the smoothed empirical ratio ``num / den`` (its top 1, 2, ...
+    cells). Ordered cells (bins of a number): every run of adjacent cells, tails and intervals;
+    level sets of many small bins would chase the selection sample's noise."""
     size = num.size
     if ordered and size > 2:
         start, stop = np.triu_indices(size + 1, k=1)
@@ -401,9 +399,8 @@ def _candidates(
 def _count(
     sample: _Sample, partitions: list[Partition], chosen: list[_Candidate], confidence: float
 ) -> list[EventBound]:
-    """The chosen events counted on the fresh reports, strongest first; Bonferroni over 2
-    bounds per event. (No candidate at all means every report fell in one cell: nothing
-    to test.)"""
+    """The chosen events counted on the fresh reports, strongest first; Bonferroni over 2 bounds per
+    event. (No candidate at all means every report fell in one cell: nothing to test.)"""
     alpha = (1.0 - confidence) / (2 * max(1, len(chosen)))
     count_keys: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
     results: list[EventBound] = []

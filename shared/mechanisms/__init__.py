@@ -270,13 +270,12 @@ def mechanism(
 ) -> Mechanism:
     """Make a mechanism by name: ``mechanism("oue", epsilon=1.0, domain_size=64)``.
 
-    Categorical names take ``domain_size``; numeric names take ``bounds=(lo, hi)``;
-    distribution names take ``bounds`` and ``resolution`` (and optionally ``branching``);
-    ``"gaussian"`` takes ``delta``; string mechanisms take ``max_length`` (bytes).
-    ``"auto"`` picks the smallest report among the lowest-variance candidates (see
-    :func:`choose`): a distribution when ``resolution`` is given, and an (epsilon,
-    delta) mechanism only when ``delta`` > 0 is given; the returned mechanism's ``name``
-    says which one it is.
+    Categorical names take ``domain_size``; numeric names take ``bounds=(lo, hi)``; distribution
+    names take ``bounds`` and ``resolution`` (and optionally ``branching``); ``"gaussian"`` takes
+    ``delta``; string mechanisms take ``max_length`` (bytes).
+    ``"auto"`` picks the smallest report among the lowest-variance candidates (see :func:`choose`):
+    a distribution when ``resolution`` is given, and an (epsilon, delta) mechanism only when
+    ``delta`` > 0 is given; the returned mechanism's ``name`` says which one it is.
     """
     canonical = canonical_name(name)
     if max_length is not None or canonical in STRINGS:

@@ -93,9 +93,8 @@ def words_per_row(lanes: int) -> int:
 def dense_lanes(words: WordSource, rows: int, width: int, bits: int, numerator: int) -> U64:
     """``rows x width`` words whose lanes are independently 1 w.p. ``numerator / 2**bits``.
 
-    Draws ``bits`` arrays of ``rows * width`` words (in one run; see the module
-    docstring). The comparison ``u < numerator`` runs most significant bit first over all
-    lanes at once.
+    Draws ``bits`` arrays of ``rows * width`` words (in one run; see the module docstring). The
+    comparison ``u < numerator`` runs most significant bit first over all lanes at once.
     """
     shape = (rows, width)
     drawn = words(bits * rows * width).reshape((bits, *shape))

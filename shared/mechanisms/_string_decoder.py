@@ -278,11 +278,10 @@ class _Level:
 
     def _could_pass(self, raw: FloatArray, floor: float) -> BoolArray:
         """Candidates whose estimate from the current residual may exceed ``floor``.
-        That estimate is ``raw`` less the correction's cells summed over the candidate's
-        rows (scaled) plus ``heavy_total q / (1 - q)``; a row can raise it by at most the
-        largest amount the correction added to any of its cells (0 if it only removed),
-        so candidates below ``floor`` by more than that sum cannot pass (with a margin
-        for rounding)."""
+        That estimate is ``raw`` less the correction's cells summed over the candidate's rows
+        (scaled) plus ``heavy_total q / (1 - q)``; a row can raise it by at most the largest amount
+        the correction added to any of its cells (0 if it only removed), so candidates below
+        ``floor`` by more than that sum cannot pass (with a margin for rounding)."""
         m = self.m
         added = np.max(self.residual - self.counts, axis=1, initial=0.0)
         lift = float(added.sum()) / (self.n * (m.p - m.q)) + self.heavy_total * m.q / (1 - m.q)
@@ -857,9 +856,8 @@ def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
 
 
 def _walk_twice(m: SketchFamily, levels: list[_Level]) -> ScaledWalk:
-    """Under the scaled cut, walk twice: the second walk corrects every level for the
-    heavy strings the first found, cut where that level cuts them (a level mixes the cuts
-    of all lengths)."""
+    """Under the scaled cut, walk twice: the second walk corrects every level for the heavy strings
+    the first found, cut where that level cuts them (a level mixes the cuts of all lengths)."""
     first = walk_scaled(m, levels, beam=FIRST_WALK_BEAM).finished
     strong = np.flatnonzero(first.estimate / first.sd > Z_HEAVY)
     strong = strong[np.argsort(-first.estimate[strong], kind="stable")][:MAX_HEAVY]
@@ -896,11 +894,10 @@ class _Confirmation:
 def _found_jointly(
     fin: _Finished, confirm: _Confirmation, selected: IntArray, alpha: float
 ) -> tuple[IntArray, float]:
-    """Under the scaled cut, the found strings (by decreasing pooled estimate) and the
-    estimation sketch's null sigma. Finding tests the walk's evidence and the estimation
-    sketch's together (their devices are disjoint): the same Bonferroni level over the
-    same tests, the complete key's few levels joined by a quarter of the devices
-    (docs/statistics.md, "Found")."""
+    """Under the scaled cut, the found strings (by decreasing pooled estimate) and the estimation
+    sketch's null sigma. Finding tests the walk's evidence and the estimation sketch's together
+    (their devices are disjoint): the same Bonferroni level over the same tests, the complete key's
+    few levels joined by a quarter of the devices (docs/statistics.md, "Found")."""
     level = confirm.level
     sigma_e = math.sqrt(level.null_var) if level.n > 0 else math.inf
     if not (len(fin.keys) and math.isfinite(sigma_e)):
@@ -943,11 +940,10 @@ def _listed(
 
 def above_threshold(estimate: FloatArray, null_sd: FloatArray, threshold: float) -> BoolArray:
     """Which found strings the data show to be above ``threshold``: Benjamini-Hochberg.
-    Each string tests ``f <= threshold`` one-sidedly, ``z = (estimate - threshold) /
-    null_sd`` with the standard error at the threshold (as a score test); the strings
-    rejected at false discovery rate ``LIST_FDR`` are kept: among those kept, the expected
-    share whose frequency is at or below the threshold is at most ``LIST_FDR``. NaN
-    estimates (no estimation data) are never kept."""
+    Each string tests ``f <= threshold`` one-sidedly, ``z = (estimate - threshold) / null_sd`` with
+    the standard error at the threshold (as a score test); the strings rejected at false discovery
+    rate ``LIST_FDR`` are kept: among those kept, the expected share whose frequency is at or below
+    the threshold is at most ``LIST_FDR``. NaN estimates (no estimation data) are never kept."""
     size = len(estimate)
     keep = np.zeros(size, dtype=bool)
     if size == 0:

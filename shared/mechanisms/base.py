@@ -459,10 +459,9 @@ class NumericMechanism(Mechanism):
         """Variance of one debiased report at unit-scale true value t in [-1, 1]."""
 
     def variance(self, value: float | npt.ArrayLike, n: int = 1) -> Any:
-        """Variance of the mean estimated from ``n`` reports (``n=1``: one debiased
-        report), in the metric's units, when every reporter holds ``value``; as for
-        frequency oracles, ``variance`` means the variance of the estimate from ``n``
-        reports."""
+        """Variance of the mean estimated from ``n`` reports (``n=1``: one debiased report), in the
+        metric's units, when every reporter holds ``value``; as for frequency oracles, ``variance``
+        means the variance of the estimate from ``n`` reports."""
         x = np.clip(np.asarray(value, dtype=np.float64), *self.bounds)
         var = np.asarray(self.unit_variance(self.to_unit(x))) * self.half_range**2 / n
         return float(var) if var.ndim == 0 else var

@@ -345,10 +345,9 @@ class HierarchicalHistogram(Mechanism):
     ) -> tuple[npt.NDArray[Any], FloatArray]:
         """Every possible report for ``value`` given the hash key ``(a, b)``, with its probability.
 
-        The key of a local-hashing depth is uniform and independent of the value (and
-        GRR depths carry ``a = b = 0``), so the privacy of the whole report is the
-        privacy of this conditional law: ``P(report) = P(depth) P(y | node at depth)``
-        with ``P(depth) = 1 / height``.
+        The key of a local-hashing depth is uniform and independent of the value (and GRR depths
+        carry ``a = b = 0``), so the privacy of the whole report is the privacy of this conditional
+        law: ``P(report) = P(depth) P(y | node at depth)`` with ``P(depth) = 1 / height``.
         """
         leaf = int(self.leaves_of(np.asarray([value]))[0])
         records, probs = [], []

@@ -174,9 +174,8 @@ def default_estimation_rows(g: int, rows: int) -> int:
 def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8], Any]:
     """Keys ``[length, bytes..., 0...]`` (n, max_length + 1) of strings or bytes.
 
-    ``str`` is encoded as UTF-8; ``bytes`` are taken as they are. A numpy ``U`` or ``S``
-    array works too, but numpy drops trailing NUL characters from its strings: pass a
-    list to keep them.
+    ``str`` is encoded as UTF-8; ``bytes`` are taken as they are. A numpy ``U`` or ``S`` array works
+    too, but numpy drops trailing NUL characters from its strings: pass a list to keep them.
     """
     array = _string_array(values)
     n = array.shape[0]
@@ -235,9 +234,8 @@ def _fixed_width_keys(array: npt.NDArray[Any], max_length: int) -> npt.NDArray[n
 def _encoded(array: npt.NDArray[Any]) -> list[bytes]:
     """The bytes of each value of an object array (str as UTF-8), or a ReportError.
 
-    All-bytes and all-str arrays (the usual batch) are converted by C-level ``map``;
-    anything else, or a str that is not valid Unicode, goes value by value, which also
-    names the offending index.
+    All-bytes and all-str arrays (the usual batch) are converted by C-level ``map``; anything else,
+    or a str that is not valid Unicode, goes value by value, which also names the offending index.
     """
     kinds = set(map(type, array))
     if kinds <= {bytes}:

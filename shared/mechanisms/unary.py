@@ -198,9 +198,8 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
 class SymmetricUnaryEncoding(_UnaryEncoding):
     """Symmetric unary encoding (SUE, basic one-time RAPPOR).
 
-    Every bit of the one-hot vector is kept with probability
-    ``p = e^(eps/2) / (e^(eps/2) + 1)`` and flipped otherwise, so ``q = 1 - p``. A report
-    is ``ceil(d / 8)`` bytes.
+    Every bit of the one-hot vector is kept with probability ``p = e^(eps/2) / (e^(eps/2) + 1)`` and
+    flipped otherwise, so ``q = 1 - p``. A report is ``ceil(d / 8)`` bytes.
     """
 
     name: ClassVar[str] = "sue"
