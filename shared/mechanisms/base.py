@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_c
 import numpy as np
 import numpy.typing as npt
 
+from .. import screening
 from .._validation import check_bounds, check_domain_size, check_epsilon
 from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
 from ..randomness import resolve_rng
+from ..screening import Finding
 from ._dyadic import check_min_epsilon
 from ._values import check_numbers, in_range, whole_floats
 
@@ -162,6 +164,19 @@ class Mechanism(ABC):
     def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float] | None:
         """How many ``reports`` made for ``value`` support it, and the probability each
         should: the kit pools this over a metric's inputs (frequency oracles; else None)."""
+        return None
+
+    # --- what honest reports look like, whatever the inputs (ldpkit.screening) --------
+    def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
+        """Test a batch's well-formed ``reports`` against a law every honest report follows
+        whatever its input (a unary report's number of set bits, ...); honest batches fail
+        with probability at most ``alpha``. None: nothing found, or no such law."""
+        return None
+
+    def screen_aggregate(self, aggregate: Aggregate, alpha: float) -> Finding | None:
+        """Test pooled sufficient statistics (a batch's, or one sender's batches') against
+        what every honest population's satisfy; honest ones fail with probability at most
+        ``alpha``. None: nothing found, or no such law."""
         return None
 
     def _set(self, **fields: Any) -> None:
@@ -374,6 +389,12 @@ class FrequencyOracle(Mechanism):
         them the true item (r1) or neither (r0), when it is the same for every pair (what
         a structured metric's estimator needs); None when it depends on the items."""
         return None
+
+    def screen_aggregate(self, aggregate: Aggregate, alpha: float) -> Finding | None:
+        """Support counts: each item's, among n honest reports, is Bin(n, s) with
+        q <= s <= p whatever the population (:func:`ldpkit.screening.support_counts`)."""
+        agg = self._checked_aggregate(aggregate)
+        return screening.support_counts(agg.sums, agg.n, self.p, self.q, alpha)
 
     def estimate(self, aggregate: Aggregate) -> FrequencyEstimate:
         """Unbiased fractions; intervals from each item's support count (see estimates)."""
