@@ -250,6 +250,9 @@ class Piecewise(NumericMechanism):
     eps = 21; past eps of about 30 (no meaningful privacy anyway) the bound is void.
 
     Wire format (protocol v1): one little-endian int32 per report, ``|k| <= 2**19``.
+
+    Screening: every index is possible for every input (see Duchi's): nothing is tested
+    per report; the pooled mean is (:meth:`NumericMechanism.screen_aggregate`).
     """
 
     name: ClassVar[str] = "piecewise"
@@ -354,6 +357,8 @@ class Hybrid(NumericMechanism):
     Wire format (protocol v1): one little-endian int32 per report,
     ``|k| <= ceil(C_pm / h)`` (about ``2**19``); for ``eps <= 0.61`` (Duchi's branch alone)
     exactly ``±m``: any other index is no honest report and is refused.
+
+    Screening: as for Piecewise, nothing per report; the pooled mean is tested.
     """
 
     name: ClassVar[str] = "hybrid"
