@@ -997,16 +997,16 @@ class DistributionEstimate:
 
     def quantile_shift(self, q: float, beta: float) -> float:
         """How far a forged fraction ``beta`` of the reports can move the q-quantile's point
-        estimate, in the metric's units. The forged cdf lies within ``[F - down, F + up]``
-        at every leaf edge, ``up`` and ``down`` the largest rise and fall of ``P(X < e)``
-        over the edges (:meth:`query_shift`); its q-quantile then lies between the
-        ``(q - up)``- and the ``(q + down)``-quantiles of F, read on the estimated cdf as the
-        point estimate is: the larger distance from the q-quantile's."""
-        rise, fall = (float(np.max(s)) for s in self._edge_forgery.shifts(check_fraction(beta)))
+        estimate, in the metric's units. Forgeries move ``P(X < e)`` by at most ``s`` at
+        every leaf edge e (the largest :meth:`query_shift` over the edges), and so the
+        monotone cdf the point estimate reads, linear within leaves; the quantile of a cdf
+        within ``s`` of F lies between F's ``(q - s)``- and ``(q + s)``-quantiles: the
+        larger distance of those from F's q-quantile, F the estimated cdf."""
+        s = float(np.max(self._edge_forgery.shift(beta)))
         if self.n == 0:
             return math.nan
         here = self._read_quantile(q)
-        return max(self._read_quantile(q + fall) - here, here - self._read_quantile(q - rise))
+        return max(self._read_quantile(q + s) - here, here - self._read_quantile(q - s))
 
     def _mean_shift(self, beta: float) -> float:
         middle = np.arange(self.resolution, dtype=np.float64) + 0.5

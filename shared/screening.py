@@ -7,9 +7,15 @@ p of any honest population's reports), and forgeries that move an estimate far m
 them once there are enough of them. Each mechanism states its laws in its own module
 (:meth:`~ldpkit.mechanisms.base.Mechanism.screen_reports` on a batch's reports,
 :meth:`~ldpkit.mechanisms.base.Mechanism.screen_aggregate` on pooled sufficient
-statistics); this module holds what they share: the :class:`Finding` they return and exact
-binomial critical counts. Every test is set so that honest reports fail it with
-probability at most the ``alpha`` it is given (its false-alarm rate).
+statistics); this module holds what they share: the :class:`Finding` they return, exact
+binomial tests of counts (:func:`count_law`) and how several tests split a false-alarm rate
+(:func:`first_finding`, :func:`composed`). Every test is set so that honest reports fail it
+with probability at most the ``alpha`` it is given (its false-alarm rate).
+
+What screening cannot hold, forgeries that follow the honest laws, it can bound: the
+residual (:func:`part_gains`, :func:`waterfill`, :class:`LinearShift`) is the largest
+change a fraction beta of forged reports can make to an estimate linear in support counts,
+which the estimate objects disclose as ``forgery_shift(beta)``.
 """
 
 from __future__ import annotations
@@ -133,9 +139,10 @@ def count_law(
 def _criticals(
     critical: Callable[[int, float, float], int], n: FloatArray, p: FloatArray, alpha: float
 ) -> FloatArray:
-    """``critical(n_k, p_k, alpha)`` of every k, computed once per distinct pair."""
-    pairs, inverse = np.unique(np.stack([n.ravel(), p.ravel()]), axis=1, return_inverse=True)
-    values = [critical(int(m), float(prob), alpha) for m, prob in pairs.T]
+    """``critical(n_k, p_k, alpha)`` of every k, computed once per distinct pair (the pairs
+    as complex numbers: a one-dimensional sort)."""
+    pairs, inverse = np.unique((n + 1j * p).ravel(), return_inverse=True)
+    values = [critical(int(pair.real), float(pair.imag), alpha) for pair in pairs]
     return np.asarray(values, dtype=np.float64)[inverse.ravel()].reshape(n.shape)
 
 
@@ -157,9 +164,11 @@ def choice_counts(
     return count_law(c, c.sum(), shares, shares, alpha, "choice", name)
 
 
-def first_finding(
-    alpha: float, tests: Sequence[Callable[[float], Finding | None]]
-) -> Finding | None:
+Test = Callable[[float], Finding | None]
+"""One test of a set of reports at a given false-alarm rate."""
+
+
+def first_finding(alpha: float, tests: Sequence[Test]) -> Finding | None:
     """Several tests of one set of reports, each at ``alpha / len(tests)`` (Bonferroni):
     the first that fails, its p-value bound scaled to the whole."""
     share = alpha / max(1, len(tests))
@@ -173,10 +182,6 @@ def first_finding(
 def labelled(label: str, found: Finding | None) -> Finding | None:
     """``found`` with its reason prefixed by the part it is about."""
     return None if found is None else Finding(found.test, f"{label}: {found.reason}", found.p_value)
-
-
-Test = Callable[[float], Finding | None]
-"""One test of a set of reports at a given false-alarm rate."""
 
 
 def composed(

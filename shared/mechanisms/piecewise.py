@@ -435,7 +435,8 @@ class Hybrid(NumericMechanism):
         return a, b, self.alpha * self.step**2 / 4.0
 
     def unit_report_bound(self) -> float:
-        return self.bound * self.step
+        """``bound h``; ``C_duchi`` at eps <= 0.61, where only Duchi's ``±m`` are valid."""
+        return (self.bound if self.alpha > 0.0 else self.duchi_index) * self.step
 
     def binary_scale(self) -> float | None:
         """At eps <= 0.61 HM is Duchi's mechanism: reports are ``±C_duchi``."""

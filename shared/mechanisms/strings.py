@@ -613,15 +613,20 @@ class PrefixSketch(Mechanism):
     def forgery(self) -> screening.LinearShift:
         """How far forged reports can move a string's estimate. It reads the estimation
         sketch, ``(C_v / n_E - q) / (p - q)`` with ``C_v`` the count of the string's cells
-        (one per row): a report supports it once or not at all, an honest one with
-        probability between q and p, and the sketch is chosen with probability
-        ``share(0)``: :func:`ldpkit.screening.part_gains` of the string among others.
+        (one per row): a forged report supports it once or not at all, an honest one with
+        probability between ``(1 - p) / (g - 1)`` and p in each row (g-ary randomized
+        response; ``q = 1 / g`` only on average over hash functions), so a forged share b of
+        the sketch's reports moves it by at most ``b (1 - (1 - p) / (g - 1)) / (p - q)`` up
+        and ``b p / (p - q)`` down; the sketch is chosen with probability ``share(0)``.
         The heavy strings' correction is held fixed: it takes from a string's cells what
         their collisions add and gives back ``heavy_total q / (1 - q)``, equal on average
         over the rows, so a forged heavy string moves the others by its collisions' spread
         only (a ``1 / g`` share of a row, second order)."""
-        up, down = screening.part_gains(np.array([[1.0, 0.0]]), None, self.p, self.q, None)
-        return screening.LinearShift(up[:, None], down[:, None], np.array([self.share(0)]))
+        p, q = self.p, self.q
+        up, down = (1.0 - (1.0 - p) / (self.g - 1)) / (p - q), p / (p - q)
+        return screening.LinearShift(
+            np.array([[up]]), np.array([[down]]), np.array([self.share(0)])
+        )
 
     def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
         """Variance of a string's estimated fraction from the estimation sketch.
