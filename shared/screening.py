@@ -136,6 +136,14 @@ def count_law(
     )
 
 
+def rare(
+    count: int, m: int, probability: float, alpha: float, test: str, what: str
+) -> Finding | None:
+    """``count`` of m reports did ``what``, which an honest report does with probability at
+    most ``probability`` whatever its value: Bin(m, probability)'s upper tail."""
+    return count_law(count, m, probability, None, alpha, test, lambda _: what)
+
+
 def _criticals(
     critical: Callable[[int, float, float], int], n: FloatArray, p: FloatArray, alpha: float
 ) -> FloatArray:

@@ -89,13 +89,9 @@ class GridMechanism(NumericMechanism):
         return screening.first_finding(alpha, tests)
 
     def _beyond(self, count: int, m: int, t: int, bound: float, alpha: float) -> Finding | None:
-        scale = 2.0 * self.half_range / self.grid_steps
-        what = (
-            f"a value at least {t} grid steps ({t * scale:.4g} in units) beyond the bounds is sent"
-        )
-        return screening.count_law(
-            count, m, bound, None, alpha, "beyond the bounds", lambda _: what
-        )
+        units = t * 2.0 * self.half_range / self.grid_steps
+        what = f"a value at least {t} grid steps ({units:.4g} in units) beyond the bounds is sent"
+        return screening.rare(count, m, bound, alpha, "beyond the bounds", what)
 
     @property
     def report_rule(self) -> str:

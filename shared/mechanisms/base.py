@@ -568,15 +568,9 @@ class NumericMechanism(Mechanism):
         agg = self._checked_aggregate(aggregate)
         n = agg.n
         if n == 0:
+            nan = math.nan
             return MeanEstimate(
-                self.name,
-                self.epsilon,
-                0,
-                math.nan,
-                math.nan,
-                self.bounds,
-                None,
-                self.report_range(),
+                self.name, self.epsilon, 0, nan, nan, self.bounds, report_range=self.report_range()
             )
         s1, s2 = float(agg.sums[0]), float(agg.sums[1])
         a, b, extra = self.noise_terms()

@@ -134,15 +134,8 @@ class HadamardResponse(FrequencyOracle):
         count of it is at most Bin(m, 2p / K), tested on its upper tail. The column a
         forger supporting every item would send."""
         count = int(np.count_nonzero(np.asarray(reports) == 0))
-        return screening.count_law(
-            count,
-            len(reports),
-            2.0 * self.p / self.K,
-            None,
-            alpha,
-            "column 0",
-            lambda _: "column 0, which supports every item, is sent",
-        )
+        what = "column 0, which supports every item, is sent"
+        return screening.rare(count, len(reports), 2.0 * self.p / self.K, alpha, "column 0", what)
 
     @property
     def distinct_reports(self) -> int:

@@ -216,15 +216,9 @@ class OptimizedLocalHashing(FrequencyOracle):
         limit = 2**64 // (self.g * self.domain_size)
         a = np.asarray(reports["a"], dtype=np.uint64)
         flat = int(np.count_nonzero((a < np.uint64(limit)) | (a > np.uint64(2**64 - limit))))
-        return screening.count_law(
-            flat,
-            len(reports),
-            (2 * limit - 1) / 2.0**64,
-            None,
-            alpha,
-            "hash key",
-            lambda _: "a key hashing every item into at most two buckets is sent",
-        )
+        what = "a key hashing every item into at most two buckets is sent"
+        rate = (2 * limit - 1) / 2.0**64
+        return screening.rare(flat, len(reports), rate, alpha, "hash key", what)
 
     def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
         """Whether each report's bucket is ``value``'s under the report's own hash."""
