@@ -187,11 +187,6 @@ def first_finding(alpha: float, tests: Sequence[Test]) -> Finding | None:
     return None
 
 
-def labelled(label: str, found: Finding | None) -> Finding | None:
-    """``found`` with its reason prefixed by the part it is about."""
-    return None if found is None else Finding(found.test, f"{label}: {found.reason}", found.p_value)
-
-
 def composed(
     alpha: float,
     labels: Sequence[str],
@@ -211,7 +206,9 @@ def composed(
 
 
 def _part(label: str, test: Test, alpha: float) -> Finding | None:
-    return labelled(label, test(alpha))
+    """``test``'s finding, its reason prefixed by the part it is about."""
+    found = test(alpha)
+    return None if found is None else Finding(found.test, f"{label}: {found.reason}", found.p_value)
 
 
 def _chosen(
