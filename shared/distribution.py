@@ -41,9 +41,9 @@ R. S. Woodruff, "Confidence intervals for medians and other position measures", 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from numbers import Integral, Real
 from typing import Any
 
@@ -54,6 +54,7 @@ from ._json import finite_or_none
 from ._validation import check_level
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
+from .screening import LinearShift, check_fraction, part_gains
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -67,6 +68,15 @@ MAX_BINS = 4096
 
 # Range queries evaluated together (a (resolution, chunk) matrix at a time).
 _BAND_CHUNK = 512
+
+Shift = Callable[[float], Any]
+"""beta -> how far a forged fraction beta of the reports can move an answer (or answers)."""
+
+
+def _forgery_shift(shift: Shift | None, beta: float) -> Any:
+    if shift is None:
+        raise ParameterError("this answer was read back without its estimate: no forgery shift")
+    return shift(beta)
 
 
 def _check_int(value: object, name: str, low: int, high: int) -> int:
@@ -432,6 +442,12 @@ class RangeEstimate:
     outer: tuple[float, float]
     """(estimate, stderr) for the smallest run of whole leaves around the range."""
     method: str
+    _shift: Shift | None = field(default=None, repr=False, compare=False)
+
+    def forgery_shift(self, beta: float) -> float:
+        """How far a forged fraction ``beta`` of the reports can move :attr:`estimate`
+        (:meth:`DistributionEstimate.query_shift`)."""
+        return float(_forgery_shift(self._shift, beta))
 
     def ci(self, level: float = 0.95) -> ConfidenceInterval:
         z = normal_quantile(level)
@@ -461,10 +477,12 @@ def _range_dict(
 
 
 def _range_estimates(
-    ranges: Sequence[tuple[float, float]], r: dict[str, FloatArray]
+    ranges: Sequence[tuple[float, float]],
+    r: dict[str, FloatArray],
+    shift: Callable[[float, float, float], FloatArray],
 ) -> list[RangeEstimate]:
     """The :class:`RangeEstimate` of each ``(lower, upper)`` from the arrays ``r`` of
-    :meth:`DistributionEstimate._ranges`."""
+    :meth:`DistributionEstimate._ranges`; ``shift(lower, upper, beta)`` its forgery shift."""
     return [
         RangeEstimate(
             lower=a,
@@ -474,6 +492,7 @@ def _range_estimates(
             inner=(float(r["inner"][i, 0]), float(r["inner"][i, 1])),
             outer=(float(r["outer"][i, 0]), float(r["outer"][i, 1])),
             method=WALD_WIDENED if bool(r["cut"][i]) else WALD,
+            _shift=partial(shift, a, b),
         )
         for i, (a, b) in enumerate(ranges)
     ]
@@ -493,6 +512,12 @@ class HistogramEstimate:
     """(bins, 2): the same for the whole leaves around each bin."""
     aligned: bool
     """Every edge is a leaf edge (the intervals are then plain Wald intervals)."""
+    _shift: Shift | None = field(default=None, repr=False)
+
+    def forgery_shift(self, beta: float) -> FloatArray:
+        """How far a forged fraction ``beta`` of the reports can move each bin's estimate
+        (:meth:`DistributionEstimate.query_shift`)."""
+        return np.asarray(_forgery_shift(self._shift, beta))
 
     @property
     def lower(self) -> FloatArray:
@@ -545,9 +570,15 @@ class QuantileEstimate:
     high: float
     level: float
     method: str = BAND_INVERSION
+    _shift: Shift | None = field(default=None, repr=False, compare=False)
 
     def ci(self) -> ConfidenceInterval:
         return ConfidenceInterval(self.low, self.high)
+
+    def forgery_shift(self, beta: float) -> float:
+        """How far a forged fraction ``beta`` of the reports can move :attr:`value`, in the
+        metric's units (:meth:`DistributionEstimate.quantile_shift`)."""
+        return float(_forgery_shift(self._shift, beta))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -571,6 +602,12 @@ class DistributionMean:
     stderr: float
     half_leaf: float
     method: str = MEAN_WIDENED
+    _shift: Shift | None = field(default=None, repr=False, compare=False)
+
+    def forgery_shift(self, beta: float) -> float:
+        """How far a forged fraction ``beta`` of the reports can move :attr:`mean`, in the
+        metric's units (:meth:`DistributionEstimate.query_shift` of the leaves' middles)."""
+        return float(_forgery_shift(self._shift, beta))
 
     def ci(self, level: float = 0.95) -> ConfidenceInterval:
         half = normal_quantile(level) * self.stderr + self.half_leaf
@@ -666,10 +703,15 @@ class DistributionEstimate:
             var[part] = self.variance(queries)
         return est, np.sqrt(var)
 
-    def _ranges(self, lower: FloatArray, upper: FloatArray) -> dict[str, FloatArray]:
+    def _range_positions(
+        self, lower: FloatArray, upper: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
         a, b = self._positions(lower), self._positions(upper)
         # The last leaf is closed at hi: a range starting at hi still holds that leaf.
-        a = np.where(a >= self.resolution, np.nextafter(float(self.resolution), 0.0), a)
+        return np.where(a >= self.resolution, np.nextafter(float(self.resolution), 0.0), a), b
+
+    def _ranges(self, lower: FloatArray, upper: FloatArray) -> dict[str, FloatArray]:
+        a, b = self._range_positions(lower, upper)
         inner_a, inner_b = np.ceil(a), np.floor(b)
         inner_b = np.maximum(inner_b, inner_a)
         outer_a, outer_b = np.floor(a), np.ceil(b)
@@ -720,7 +762,7 @@ class DistributionEstimate:
         if not pairs:
             return []
         ends = np.array(pairs)
-        return _range_estimates(pairs, self._ranges(ends[:, 0], ends[:, 1]))
+        return _range_estimates(pairs, self._ranges(ends[:, 0], ends[:, 1]), self.range_shift)
 
     def histogram(
         self, bins: int | None = None, *, edges: Sequence[float] | npt.ArrayLike | None = None
@@ -748,6 +790,7 @@ class DistributionEstimate:
             inner=r["inner"],
             outer=r["outer"],
             aligned=not bool(np.any(r["cut"])),
+            _shift=partial(self.range_shift, cuts[:-1], cuts[1:]),
         )
 
     def cdf(self, x: npt.ArrayLike) -> RangeEstimate | list[RangeEstimate]:
@@ -758,7 +801,7 @@ class DistributionEstimate:
             raise ParameterError("cdf points must be finite numbers")
         points = np.clip(values, lo, hi)
         r = self._ranges(np.full(points.shape, lo), points)
-        out = _range_estimates([(lo, float(v)) for v in values], r)
+        out = _range_estimates([(lo, float(v)) for v in values], r, self.range_shift)
         return out[0] if np.ndim(x) == 0 else out
 
     @cached_property
@@ -866,8 +909,9 @@ class DistributionEstimate:
         if not 0.0 < qq < 1.0:
             raise ParameterError(f"q must be in (0, 1), got {q!r}")
         level = check_level(level)
+        shift = partial(self.quantile_shift, qq)
         if self.n == 0:
-            return QuantileEstimate(qq, math.nan, math.nan, math.nan, level)
+            return QuantileEstimate(qq, math.nan, math.nan, math.nan, level, _shift=shift)
         tree = self.tree
         # Bonferroni over the depths: each depth's test has level 1 - alpha / height.
         z = normal_quantile(level, comparisons=tree.height)
@@ -884,19 +928,89 @@ class DistributionEstimate:
             # rejected always qualifies (j's is not: it qualified at depth t - 1).
             possible = np.flatnonzero((c[:-1] - z * se[:-1] <= qq) & (c[1:] + z * se[1:] >= qq))
             j, k = int(at[possible[0]]), int(at[possible[-1] + 1])
-        # Point estimate: a non-decreasing version of the cdf (the mean of its running
-        # maximum and its running minimum from the right), linear within leaves.
-        clipped = np.clip(cdf, 0.0, 1.0)
-        mono = 0.5 * (np.maximum.accumulate(clipped) + np.minimum.accumulate(clipped[::-1])[::-1])
-        i = int(np.searchsorted(mono, qq, side="left"))  # first edge with mono >= q
-        if i == 0:
-            value = float(edges[0])
-        else:
-            step = mono[i] - mono[i - 1]
-            share = (qq - mono[i - 1]) / step if step > 0 else 1.0
-            value = float(edges[i - 1] + share * (edges[i] - edges[i - 1]))
-        value = min(max(value, float(edges[j])), float(edges[k]))
-        return QuantileEstimate(qq, float(value), float(edges[j]), float(edges[k]), level)
+        value = min(max(self._read_quantile(qq), float(edges[j])), float(edges[k]))
+        return QuantileEstimate(qq, value, float(edges[j]), float(edges[k]), level, _shift=shift)
+
+    @cached_property
+    def _monotone_cdf(self) -> FloatArray:
+        """The cdf at the leaf edges made non-decreasing: the mean of its running maximum
+        and its running minimum from the right."""
+        clipped = np.clip(self._edge_cdf, 0.0, 1.0)
+        return 0.5 * (np.maximum.accumulate(clipped) + np.minimum.accumulate(clipped[::-1])[::-1])
+
+    def _read_quantile(self, q: float) -> float:
+        """The point estimate of the q-quantile: :attr:`_monotone_cdf`, linear within leaves,
+        read at q (the bounds beyond 0 and 1)."""
+        mono, edges = self._monotone_cdf, self.edges
+        i = int(np.searchsorted(mono, q, side="left"))  # first edge with mono >= q
+        if i == 0 or i > self.resolution:
+            return float(edges[min(i, self.resolution)])
+        step = mono[i] - mono[i - 1]
+        share = (q - mono[i - 1]) / step if step > 0 else 1.0
+        return float(edges[i - 1] + share * (edges[i] - edges[i - 1]))
+
+    # --- the residual: how far forged reports can move the answers --------------------
+    def _forgery(self, queries: FloatArray) -> LinearShift:
+        """The forgery gains of leaf queries (L, k): an answer ``query . leaves`` is
+        ``sum_t coef_t . x_t + c`` in the depths' debiased support fractions x_t (the
+        smoother's adjoint; unbiased for any depth counts, so honest reports add no shift)."""
+        coef = self.smoother.adjoint(queries)
+        gains = [
+            part_gains(coef[t].T, None, noise.p, noise.q, 1 if noise.exclusive else None)
+            for t, noise in enumerate(self.levels, start=1)
+        ]
+        up, down = (np.stack([g[i] for g in gains], axis=1) for i in (0, 1))
+        return LinearShift(up, down, np.full(self.tree.height, 1.0 / self.tree.height))
+
+    def query_shift(self, queries: npt.ArrayLike, beta: float) -> Any:
+        """The largest change a forged fraction ``beta`` of the n reports (any the mechanism
+        accepts, at whichever depths suit them) can make to each expected ``query . leaves``,
+        whatever the honest population: :class:`ldpkit.screening.LinearShift`, each depth
+        chosen with probability ``1 / height``, a randomized-response depth's report
+        supporting one node and a hashed one's any set. ``queries``: (L,) or (L, k)."""
+        b = check_fraction(beta)
+        q = np.asarray(queries, dtype=np.float64)
+        cols = q.reshape(self.resolution, -1)
+        parts = range(0, cols.shape[1], _BAND_CHUNK)
+        out = np.concatenate([self._forgery(cols[:, i : i + _BAND_CHUNK]).shift(b) for i in parts])
+        return float(out[0]) if q.ndim == 1 else out
+
+    def range_shift(self, lower: npt.ArrayLike, upper: npt.ArrayLike, beta: float) -> Any:
+        """:meth:`query_shift` of the fractions in ``[lower, upper)`` (scalars or arrays),
+        read as :meth:`fraction` reads them (a cut leaf in proportion)."""
+        a, b = self._range_positions(np.atleast_1d(lower), np.atleast_1d(upper))
+        out = self.query_shift(self._range_queries(a, b), beta)
+        return float(out[0]) if np.ndim(lower) == 0 else out
+
+    @cached_property
+    def _edge_forgery(self) -> LinearShift:
+        """:meth:`_forgery` of ``P(X < e)`` at every leaf edge."""
+        leaf = np.arange(self.resolution)[:, None]
+        parts = [
+            self._forgery(
+                (leaf < np.arange(i, min(i + _BAND_CHUNK, self.resolution + 1))).astype(float)
+            )
+            for i in range(0, self.resolution + 1, _BAND_CHUNK)
+        ]
+        up, down = (np.concatenate([getattr(s, side) for s in parts]) for side in ("up", "down"))
+        return LinearShift(up, down, parts[0].shares)
+
+    def quantile_shift(self, q: float, beta: float) -> float:
+        """How far a forged fraction ``beta`` of the reports can move the q-quantile's point
+        estimate, in the metric's units. Forgeries move ``P(X < e)`` by at most ``s`` at
+        every leaf edge e (the largest :meth:`query_shift` over the edges), and so the
+        monotone cdf the point estimate reads, linear within leaves; the quantile of a cdf
+        within ``s`` of F lies between F's ``(q - s)``- and ``(q + s)``-quantiles: the
+        larger distance of those from F's q-quantile, F the estimated cdf."""
+        s = float(np.max(self._edge_forgery.shift(beta)))
+        if self.n == 0:
+            return math.nan
+        here = self._read_quantile(q)
+        return max(self._read_quantile(q + s) - here, here - self._read_quantile(q - s))
+
+    def _mean_shift(self, beta: float) -> float:
+        middle = np.arange(self.resolution, dtype=np.float64) + 0.5
+        return float(self.leaf_width * self.query_shift(middle, beta))
 
     def quantiles(self, qs: Sequence[float], level: float = 0.95) -> list[QuantileEstimate]:
         return [self.quantile(q, level) for q in qs]
@@ -906,11 +1020,11 @@ class DistributionEstimate:
         lo, _ = self.bounds
         w = self.leaf_width
         if self.n == 0:
-            return DistributionMean(math.nan, math.nan, w / 2.0)
+            return DistributionMean(math.nan, math.nan, w / 2.0, _shift=self._mean_shift)
         middle = np.arange(self.resolution, dtype=np.float64) + 0.5
         mean = lo + w * float(self.leaves @ middle)
         se = w * math.sqrt(float(self.variance(middle)))
-        return DistributionMean(mean, se, w / 2.0)
+        return DistributionMean(mean, se, w / 2.0, _shift=self._mean_shift)
 
     def to_dict(
         self,

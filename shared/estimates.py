@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from .intervals import EXACT, KNOWN_VARIANCE, SCORE, Bounds, binomial_interval, support_interval
 from .intervals import normal_quantile as normal_quantile  # the estimators' modules import it
+from .screening import check_fraction
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -143,6 +144,16 @@ class FrequencyEstimate:
         low, high = self.ci(level, simultaneous=simultaneous)
         return ConfidenceInterval(np.asarray(low) * self.n, np.asarray(high) * self.n)
 
+    def forgery_shift(self, beta: float) -> FloatArray:
+        """The largest change a forged fraction ``beta`` of the n reports (any reports the
+        mechanism accepts) can make to each item's expected estimate, whatever the honest
+        population: ``beta (1 - q) / (p - q)`` up (every forged report supports the item,
+        which no honest one holds), ``beta p / (p - q)`` down (none does, every honest
+        reporter holds it); per item, the larger (:func:`ldpkit.screening.part_gains`)."""
+        b = check_fraction(beta)
+        p, q = self.p, self.q
+        return np.full(self.domain_size, b * max(1.0 - q, p) / (p - q))
+
     def consistent(self) -> FloatArray:
         """Norm-Sub post-processed fractions: non-negative and summing to one (biased)."""
         if not self._norm_sub:
@@ -190,6 +201,8 @@ class MeanEstimate:
     stderr: float
     bounds: tuple[float, float] = (-math.inf, math.inf)
     binary: BinaryCounts | None = None
+    report_range: tuple[float, float] = (-math.inf, math.inf)
+    """The range of one debiased report, in the metric's units (what a forgery can send)."""
 
     @property
     def clamped_mean(self) -> float:
@@ -197,6 +210,15 @@ class MeanEstimate:
         outside the range of possible values (what a poisoned or noisy estimate cannot be)."""
         lo, hi = self.bounds
         return min(max(self.mean, lo), hi) if math.isfinite(self.mean) else self.mean
+
+    def forgery_shift(self, beta: float) -> float:
+        """The largest change a forged fraction ``beta`` of the n reports (any the mechanism
+        accepts) can make to the expected mean, whatever the honest population: the mean is
+        ``(1 - beta) m_honest + beta m_forged`` with ``m_honest`` in the bounds and
+        ``m_forged`` in :attr:`report_range`, so ``beta max(top - lo, hi - bottom)``."""
+        b = check_fraction(beta)
+        (lo, hi), (bottom, top) = self.bounds, self.report_range
+        return b * max(top - lo, hi - bottom)
 
     def interval_method(self, level: float = 0.95) -> str:
         """``"known-variance"``, or for binary reports ``"score"`` or ``"exact"``."""

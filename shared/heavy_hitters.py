@@ -40,6 +40,7 @@ from ._validation import check_count, check_level
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
 from .mechanisms import STRINGS, mechanism
+from .screening import LinearShift
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -209,6 +210,16 @@ class HeavyHitters:
     variance_model: VarianceModel
     interval_method: str = "score"  # the interval construction (see the module docstring)
     _estimate_keys: KeyEstimator | None = field(default=None, repr=False)
+    forgery: LinearShift | None = field(default=None, repr=False)
+    """How far forged reports can move a string's estimate (:meth:`forgery_shift`)."""
+
+    def forgery_shift(self, beta: float) -> float:
+        """The largest change a forged fraction ``beta`` of the n reports (any the mechanism
+        accepts) can make to any string's expected estimate, found or named: the same for
+        every string (:meth:`ldpkit.mechanisms.strings.PrefixSketch.forgery`)."""
+        if self.forgery is None:
+            raise ParameterError("this answer was made without its mechanism's forgery bound")
+        return float(self.forgery.shift(beta)[0])
 
     @property
     def strings(self) -> list[bytes]:

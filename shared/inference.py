@@ -85,6 +85,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import ParameterError
+from .screening import LinearShift, part_gains
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -119,6 +120,8 @@ class NoiseModel:
     q: float
     r1: float
     r0: float
+    supports: int | None = None
+    """How many items every report supports, when fixed (``FrequencyOracle.support_size``)."""
     delta0: float = field(init=False)
     delta1: float = field(init=False)
     kappa: float = field(init=False)
@@ -478,6 +481,26 @@ class LinearViews:
         q1 -= rho * inv_n * (b3 - 2 * a4 * b4)
         q2 += rho * inv_n * b4**2
         return Quadratic(q0, q1, q2)
+
+    @cached_property
+    def forgery(self) -> LinearShift:
+        """How far forged reports can move each output: the outputs are ``sum_v B_v y_v + c``,
+        linear in every view's debiased support fractions (:class:`ldpkit.screening.LinearShift`;
+        one view: output i's coefficient is ``1 - s_i / m`` on its s_i cells, ``-s_i / m`` on
+        the others). An output holding every base cell is 1 whatever the reports."""
+        if self.single:
+            share = self.output_members / self.m
+            weights = np.stack([1.0 - share, -share], axis=1)
+            counts = np.stack([self.output_members, self.m - self.output_members], axis=1)
+            parts: list[tuple[FloatArray, FloatArray | None, NoiseModel]] = [
+                (weights, counts, self.noises[0])
+            ]
+        else:
+            parts = [(b, None, noise) for b, noise in zip(self._blocks, self.noises, strict=True)]
+        gains = [part_gains(w, c, nm.p, nm.q, nm.supports) for w, c, nm in parts]
+        keep = np.where(self.whole, 0.0, 1.0)[:, None]
+        up, down = (np.stack([g[i] for g in gains], axis=1) * keep for i in (0, 1))
+        return LinearShift(up, down, self.weights)
 
     @cached_property
     def _blocks(self) -> list[FloatArray]:

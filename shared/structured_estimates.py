@@ -35,6 +35,7 @@ from .domains import Table, Tree
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
 from .inference import Quadratic, score_interval
+from .screening import LinearShift
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -57,6 +58,8 @@ class OutputArrays:
     stderr: FloatArray
     consistent: FloatArray
     quadratic: Quadratic
+    forgery: LinearShift
+    """How far forged reports can move each output (the same for every row)."""
     interval: str = INTERVAL_METHOD
 
     def ci(self, level: float = 0.95) -> ConfidenceInterval:
@@ -72,6 +75,7 @@ class OutputArrays:
             self.stderr[row, part],
             self.consistent[row, part],
             self.quadratic.row(row).take(part),
+            self.forgery.take(part),
             self.interval,
         )
 
@@ -92,6 +96,8 @@ class GroupEstimate:
         Unbiased estimates of each category's fraction of the users (may be < 0 or > 1).
     stderr : ndarray
         Standard errors: the covariance formula at the consistent estimate (plug-in).
+    forgery : LinearShift
+        How far forged reports can move each estimate (:meth:`forgery_shift`).
     interval : str
         How :meth:`ci` builds intervals (``"score_cc"``, see the module).
     """
@@ -103,6 +109,7 @@ class GroupEstimate:
     stderr: FloatArray
     consistent_frequencies: FloatArray
     quadratic: Quadratic
+    forgery: LinearShift
     interval: str = INTERVAL_METHOD
 
     def __len__(self) -> int:
@@ -141,8 +148,16 @@ class GroupEstimate:
             self.stderr[idx],
             self.consistent_frequencies[idx],
             self.quadratic.take(idx),
+            self.forgery.take(idx),
             self.interval,
         )
+
+    def forgery_shift(self, beta: float) -> FloatArray:
+        """The largest change a forged fraction ``beta`` of the n reports (any reports the
+        mechanism accepts, spread over its views as suits them best) can make to each
+        category's expected unbiased estimate, whatever the honest population: through
+        the linear estimator, :class:`ldpkit.screening.LinearShift`."""
+        return self.forgery.shift(beta)
 
     def items(self, level: float = 0.95, *, consistent: bool = False) -> list[dict[str, Any]]:
         """One JSON-ready dict per category: key, estimate, stderr, low, high (+ consistent)."""

@@ -7,6 +7,7 @@ here, once."""
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import abstractmethod
 from dataclasses import dataclass, field
@@ -15,12 +16,16 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from .. import screening
+from ..screening import Finding
 from ._conformance import Cdf, binned
 from ._portable import Derived, Words
 from .base import BoolArray, FloatArray, IntArray, LawTest, NumericMechanism, Reports
 
 REPORT_DTYPE = np.dtype("<i8")
 GRID_STEPS = 2**16
+EXCESS_TAILS = (1e-2, 1e-4, 1e-8, 1e-16)
+"""How rare the distances beyond the grid are that screening counts (see ``excess_levels``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +43,55 @@ class GridMechanism(NumericMechanism):
     @abstractmethod
     def grid_noise_variance(self) -> float:
         """The noise's variance, in grid steps squared."""
+
+    @abstractmethod
+    def noise_tail(self, t: int) -> float:
+        """An upper bound on ``P[Z >= t]`` for an integer t >= 1 (the noise is symmetric)."""
+
+    def unit_report_bound(self) -> float:
+        """A report within ``-cap .. D + cap`` debiases to ``|y| <= 1 + 2 cap / D``."""
+        return 1.0 + 2.0 * self.noise_cap / self.grid_steps
+
+    @functools.cached_property
+    def excess_levels(self) -> tuple[tuple[int, float], ...]:
+        """``(t, bound)``: distances beyond the grid (in steps) that an honest report reaches
+        with probability at most ``bound``, about 10^-2, 10^-4, 10^-8 and 10^-16.
+
+        A report ``Y = M + Z`` with M in ``[0, D]`` lies t or more steps beyond the grid
+        (``Y >= D + t`` or ``Y <= -t``) with probability ``S(t + D - M) + S(t + M)``,
+        ``S(u) = P[Z >= u]``; S is convex over u >= 1 (the noise's law decreases away from
+        0), so this is largest at ``M = 0`` or ``D``: ``S(t) + S(t + D)``, whatever the input.
+        """
+        out = []
+        for target in EXCESS_TAILS:
+            low, high = 1, self.noise_cap
+            if self._excess_tail(high) > target:
+                continue
+            while low < high:  # the smallest t whose bound is within the target
+                mid = (low + high) // 2
+                low, high = (mid + 1, high) if self._excess_tail(mid) > target else (low, mid)
+            out.append((low, self._excess_tail(low)))
+        return tuple(out)
+
+    def _excess_tail(self, t: int) -> float:
+        return self.noise_tail(t) + self.noise_tail(t + self.grid_steps)
+
+    def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
+        """How far reports lie beyond the grid: the number of a batch's m reports at least
+        t steps beyond it is at most Bin(m, bound) for each of :attr:`excess_levels`, whatever
+        the inputs (Bonferroni over the levels)."""
+        y = np.asarray(reports, dtype=np.int64)
+        excess = np.maximum(y - self.grid_steps, -y)
+        tests = [
+            functools.partial(self._beyond, int(np.count_nonzero(excess >= t)), len(y), t, bound)
+            for t, bound in self.excess_levels
+        ]
+        return screening.first_finding(alpha, tests)
+
+    def _beyond(self, count: int, m: int, t: int, bound: float, alpha: float) -> Finding | None:
+        units = t * 2.0 * self.half_range / self.grid_steps
+        what = f"a value at least {t} grid steps ({units:.4g} in units) beyond the bounds is sent"
+        return screening.rare(count, m, bound, alpha, "beyond the bounds", what)
 
     @property
     def report_rule(self) -> str:

@@ -43,15 +43,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from .. import screening
+from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, NoiseModel, Quadratic
+from ..screening import Finding
 from ..structured_estimates import OutputArrays
 from . import AUTO_ORACLES as AUTO_ORACLES  # re-exported for ldpkit.structured
 from . import STRUCTURED_ORACLES, make_oracle, oracle_class
@@ -73,7 +76,7 @@ def noise_model(oracle: FrequencyOracle) -> NoiseModel:
             f"{oracle.name!r} cannot serve a structured metric (its items' covariance is not "
             f"exchangeable); use one of {', '.join(STRUCTURED_ORACLES)}"
         )
-    return NoiseModel(oracle.p, oracle.q, *pair)
+    return NoiseModel(oracle.p, oracle.q, *pair, supports=oracle.support_size)
 
 
 @dataclass(frozen=True)
@@ -308,6 +311,40 @@ class ViewSampling(Mechanism):
             parts.append(np.concatenate([[float(rows.size)], counts]))
         return np.concatenate(parts)
 
+    def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
+        """The view, drawn by its weight whatever the value; each view's oracle law on the
+        payloads of the reports that chose it."""
+        view = reports["view"]
+        parts = [
+            partial(
+                v.oracle.screen_reports, self._payload_reports(k, reports["payload"][view == k])
+            )
+            for k, v in enumerate(self.views)
+        ]
+        chosen = np.bincount(view, minlength=len(self.views))
+        return screening.composed(alpha, self._view_labels, parts, chosen, self.engine.weights)
+
+    def screen_aggregate(self, aggregate: Aggregate, alpha: float) -> Finding | None:
+        """The reports per view, by the views' weights whatever the values; each view's
+        support counts (:meth:`FrequencyOracle.screen_aggregate`) among its reports."""
+        agg = self._checked_aggregate(aggregate)
+        sizes, counts = self.engine.split(agg.sums[None, :])
+        parts = [
+            partial(v.oracle.screen_aggregate, Aggregate(int(n_v), counts[0, lo:hi]))
+            for v, n_v, lo, hi in zip(
+                self.views,
+                sizes[0],
+                self.engine.view_offsets[:-1],
+                self.engine.view_offsets[1:],
+                strict=True,
+            )
+        ]
+        return screening.composed(alpha, self._view_labels, parts, sizes[0], self.engine.weights)
+
+    @property
+    def _view_labels(self) -> list[str]:
+        return [f"view {v.name}" for v in self.views]
+
     def output_probabilities(self, value: int) -> tuple[npt.NDArray[Any], FloatArray]:
         """Every possible report for ``value`` with its exact probability.
 
@@ -421,7 +458,7 @@ class ViewSampling(Mechanism):
             c = None if quad.correction is None else quad.correction * nan
             quad = Quadratic(quad.v0 * nan, quad.v1 * nan, quad.v2 * nan, c)
             x, stderr, consistent = x * nan, stderr * nan, consistent * nan
-        return OutputArrays(n, x, stderr, consistent, quad)
+        return OutputArrays(n, x, stderr, consistent, quad, self.engine.forgery)
 
     def expected_sizes(self, n: float) -> FloatArray:
         """(1, views): each view's expected number of users out of n."""

@@ -384,6 +384,13 @@ class FrequencyOracle(Mechanism):
         var = (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
         return float(var) if var.ndim == 0 else var
 
+    @property
+    def support_size(self) -> int | None:
+        """How many items every report supports, when that is fixed (randomized response:
+        one; subset selection: k); None where a report may support any number of them.
+        What bounds the worst report a forger can send (:func:`ldpkit.screening.part_gains`)."""
+        return None
+
     def pair_support(self) -> tuple[float, float] | None:
         """``(r1, r0)``: the probability that one report supports two given items, one of
         them the true item (r1) or neither (r0), when it is the same for every pair (what
@@ -516,6 +523,38 @@ class NumericMechanism(Mechanism):
         """The largest ``|y|`` of a debiased report on the unit scale (inf if unbounded)."""
         return math.inf
 
+    def report_range(self) -> tuple[float, float]:
+        """The range of one debiased report, in the metric's units."""
+        lo, half, bound = self.bounds[0], self.half_range, self.unit_report_bound()
+        return lo + (1.0 - bound) * half, lo + (1.0 + bound) * half
+
+    def screen_aggregate(self, aggregate: Aggregate, alpha: float) -> Finding | None:
+        """The mean of n honest debiased reports has its expectation in the bounds whatever
+        the inputs (t in [-1, 1]): its excess beyond either bound is tested one-sided at
+        ``alpha / 2`` by Bernstein's inequality (rigorous), each report's variance at most
+        :meth:`worst_case_variance` and each within ``unit_report_bound() + 1`` of its
+        expectation (clamping a grid report at its cap, with probability below 1e-20,
+        changes neither)."""
+        agg = self._checked_aggregate(aggregate)
+        if agg.n == 0:
+            return None
+        mean, half = float(agg.sums[0]) / agg.n, self.half_range
+        variance = self.worst_case_variance() / (half * half)
+        spread = self.unit_report_bound() + 1.0
+        for excess, side in ((mean - 1.0, "above"), (-1.0 - mean, "below")):
+            bound = screening.bernstein_excess(excess, agg.n, variance, spread)
+            if bound <= alpha / 2.0:
+                lo, hi = self.bounds
+                return Finding(
+                    "mean",
+                    f"the mean of {agg.n} reports is {lo + (mean + 1.0) * half:.6g}, "
+                    f"{excess * half:.4g} {side} the bounds [{lo:g}, {hi:g}]; an honest "
+                    f"population's reports are that far {side} with probability below "
+                    f"{bound:.2g} (Bernstein), whatever their values",
+                    min(1.0, 2.0 * bound),
+                )
+        return None
+
     def estimate(self, aggregate: Aggregate) -> MeanEstimate:
         """The reporters' mean, with a standard error from the known noise variance.
 
@@ -529,7 +568,10 @@ class NumericMechanism(Mechanism):
         agg = self._checked_aggregate(aggregate)
         n = agg.n
         if n == 0:
-            return MeanEstimate(self.name, self.epsilon, 0, math.nan, math.nan, self.bounds)
+            nan = math.nan
+            return MeanEstimate(
+                self.name, self.epsilon, 0, nan, nan, self.bounds, report_range=self.report_range()
+            )
         s1, s2 = float(agg.sums[0]), float(agg.sums[1])
         a, b, extra = self.noise_terms()
         if abs(b) < 1e-12:  # Hybrid above 0.61: the t^2 terms cancel
@@ -554,4 +596,6 @@ class NumericMechanism(Mechanism):
         scale = self.binary_scale()
         binary = None if scale is None else BinaryCounts(round((s1 / scale + n) / 2.0), scale)
         mean = self.bounds[0] + (mean_t + 1.0) * self.half_range
-        return MeanEstimate(self.name, self.epsilon, n, mean, stderr, self.bounds, binary)
+        return MeanEstimate(
+            self.name, self.epsilon, n, mean, stderr, self.bounds, binary, self.report_range()
+        )

@@ -95,6 +95,11 @@ class Duchi(NumericMechanism):
     matches the formula above to a relative 2**-47).
 
     Wire format (protocol v1): one signed byte per report, ``+1`` or ``-1``.
+
+    Screening: both outputs are possible for every input, with probabilities that depend
+    on it, so no statistic of one report has a law free of the input and none is tested
+    per report; the pooled mean is (:meth:`NumericMechanism.screen_aggregate`). The same
+    holds for Piecewise and Hybrid, whose every grid index is possible for every input.
     """
 
     name: ClassVar[str] = "duchi"
@@ -128,6 +133,9 @@ class Duchi(NumericMechanism):
     def noise_terms(self) -> tuple[float, float, float]:
         """``C^2 - t^2``."""
         return self.C * self.C, -1.0, 0.0
+
+    def unit_report_bound(self) -> float:
+        return self.C
 
     def binary_scale(self) -> float:
         """Reports are ``±C``: intervals come from the proportion of +1 reports."""

@@ -248,6 +248,15 @@ class LocalGaussian(GridMechanism):
     def grid_noise_variance(self) -> float:
         return self._noise_variance
 
+    def noise_tail(self, t: int) -> float:
+        """``P[Z >= t] <= Q(t / s) + exp(-t^2 / (2 s^2)) / (s sqrt(2 pi))`` (s^2 = ``t m``):
+        the sum over z >= t is at most its first term plus the integral from t, and the
+        normalizing sum is at least ``s sqrt(2 pi)`` (Poisson summation); exact sampling."""
+        s = self.grid_sigma
+        return 0.5 * math.erfc(t / (s * math.sqrt(2.0))) + math.exp(-0.5 * (t / s) ** 2) / (
+            s * math.sqrt(2.0 * math.pi)
+        )
+
     def realized_delta(self) -> float:
         """The delta the sampler realizes at this epsilon, exactly (at most ``delta``):
         :func:`discrete_gaussian_delta` ``(epsilon, sqrt(sigma2), D)``, the worst pair of

@@ -44,7 +44,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from .. import screening
 from ..errors import ParameterError
+from ..screening import Finding
 from . import _bits
 from ._conformance import categorical_cases, chi2
 from ._portable import Derived, Words, hex64
@@ -124,6 +126,16 @@ class HadamardResponse(FrequencyOracle):
         hist = np.bincount(reports, minlength=self.K).astype(np.int64)
         transformed: npt.NDArray[np.int64] = fwht(hist)
         return np.asarray((reports.shape[0] + transformed[1 : self.domain_size + 1]) / 2.0)
+
+    def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
+        """Column 0 lies in every item's ``C_x`` (``(x + 1) & 0`` has even parity), and the
+        sampler sends it with probability ``2 p' / K`` whatever the input (from ``c = 0``
+        kept, or ``c = lowbit(x + 1)`` flipped, each ``p' / K``; ``p' <= p``): a batch's
+        count of it is at most Bin(m, 2p / K), tested on its upper tail. The column a
+        forger supporting every item would send."""
+        count = int(np.count_nonzero(np.asarray(reports) == 0))
+        what = "column 0, which supports every item, is sent"
+        return screening.rare(count, len(reports), 2.0 * self.p / self.K, alpha, "column 0", what)
 
     @property
     def distinct_reports(self) -> int:

@@ -15,15 +15,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from .. import screening
 from .._validation import check_bounds, check_positive
 from ..aggregate import Aggregate
 from ..distribution import DistributionEstimate, LevelNoise, Tree, TreeSmoother, leaf_index
 from ..errors import ParameterError
+from ..screening import Finding
 from . import oracle_class
 from ._conformance import NUMERIC_BOUNDS, case_name, chi2, prefixed
 from ._portable import Derived, Words, bounded
@@ -272,6 +275,34 @@ class HierarchicalHistogram(Mechanism):
             )
         supports = np.split(agg.sums[tree.height :], np.cumsum(tree.counts[1:-1]))
         return counts.astype(np.int64), supports
+
+    def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
+        """The depth, uniform whatever the value; each depth's oracle law on its reports."""
+        depth = reports["depth"].astype(np.int64)
+        parts = [
+            partial(o.screen_reports, _oracle_reports(o, reports[depth == t]))
+            for t, o in enumerate(self.oracles, start=1)
+        ]
+        chosen = np.bincount(depth, minlength=self.height + 1)[1:]
+        return screening.composed(alpha, self._part_labels, parts, chosen, self._shares)
+
+    def screen_aggregate(self, aggregate: Aggregate, alpha: float) -> Finding | None:
+        """The reports per depth, uniform whatever the values; each depth's support counts
+        (:meth:`FrequencyOracle.screen_aggregate`) among that depth's reports."""
+        counts, supports = self.split(aggregate)
+        parts = [
+            partial(o.screen_aggregate, Aggregate(int(c), s))
+            for o, c, s in zip(self.oracles, counts, supports, strict=True)
+        ]
+        return screening.composed(alpha, self._part_labels, parts, counts, self._shares)
+
+    @property
+    def _part_labels(self) -> list[str]:
+        return [f"depth {t}" for t in range(1, self.height + 1)]
+
+    @property
+    def _shares(self) -> FloatArray:
+        return np.full(self.height, 1.0 / self.height)
 
     def _smoother(self, depth_counts: npt.ArrayLike) -> TreeSmoother:
         counts = np.asarray(depth_counts, dtype=np.float64)

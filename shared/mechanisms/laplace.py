@@ -153,6 +153,11 @@ class LocalLaplace(GridMechanism):
         g = self._geometric(rng, 2 * n)
         return g[:n] - g[n:]
 
+    def noise_tail(self, t: int) -> float:
+        """``P[Z >= t] = a^t / (1 + a)``; the coins realize it to a relative ``J 2^-61``,
+        which the factor ``1 + 1e-12`` covers."""
+        return math.exp(-self._lam * t) / (1.0 + self.decay) * (1.0 + 1e-12)
+
     def grid_noise_variance(self) -> float:
         """``2 a / (1 - a)^2 = 1 / (2 sinh^2(lambda / 2))``: Var Z in grid steps squared."""
         return 0.5 / math.sinh(self._lam / 2.0) ** 2

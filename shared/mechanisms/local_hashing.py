@@ -78,7 +78,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from .. import screening
 from ..errors import ParameterError
+from ..screening import Finding
 from . import _bits
 from ._conformance import categorical_cases, chi2, rr_probabilities
 from ._portable import TWO64, Derived, Words, hex64, rr_item
@@ -204,6 +206,19 @@ class OptimizedLocalHashing(FrequencyOracle):
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray(reports["y"].astype(np.uint64) < np.uint64(self.g))
+
+    def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
+        """Flat keys: a multiplier ``a`` within ``A = 2^64 // (g d)`` of 0 (mod 2^64) moves
+        ``a v + b`` by less than ``2^64 / g`` over the domain, so every item hashes into at
+        most two buckets (a report then supports all of them or none: a forger's a = 0).
+        Honest keys are uniform whatever the input: such an ``a`` has probability
+        ``(2 A - 1) / 2^64`` exactly, and a batch's count of them is Bin(m, that)."""
+        limit = 2**64 // (self.g * self.domain_size)
+        a = np.asarray(reports["a"], dtype=np.uint64)
+        flat = int(np.count_nonzero((a < np.uint64(limit)) | (a > np.uint64(2**64 - limit))))
+        what = "a key hashing every item into at most two buckets is sent"
+        rate = (2 * limit - 1) / 2.0**64
+        return screening.rare(flat, len(reports), rate, alpha, "hash key", what)
 
     def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
         """Whether each report's bucket is ``value``'s under the report's own hash."""

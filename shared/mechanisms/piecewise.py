@@ -250,6 +250,9 @@ class Piecewise(NumericMechanism):
     eps = 21; past eps of about 30 (no meaningful privacy anyway) the bound is void.
 
     Wire format (protocol v1): one little-endian int32 per report, ``|k| <= 2**19``.
+
+    Screening: every index is possible for every input (see Duchi's): nothing is tested
+    per report; the pooled mean is (:meth:`NumericMechanism.screen_aggregate`).
     """
 
     name: ClassVar[str] = "piecewise"
@@ -354,6 +357,8 @@ class Hybrid(NumericMechanism):
     Wire format (protocol v1): one little-endian int32 per report,
     ``|k| <= ceil(C_pm / h)`` (about ``2**19``); for ``eps <= 0.61`` (Duchi's branch alone)
     exactly ``±m``: any other index is no honest report and is refused.
+
+    Screening: as for Piecewise, nothing per report; the pooled mean is tested.
     """
 
     name: ClassVar[str] = "hybrid"
@@ -430,7 +435,8 @@ class Hybrid(NumericMechanism):
         return a, b, self.alpha * self.step**2 / 4.0
 
     def unit_report_bound(self) -> float:
-        return self.bound * self.step
+        """``bound h``; ``C_duchi`` at eps <= 0.61, where only Duchi's ``±m`` are valid."""
+        return (self.bound if self.alpha > 0.0 else self.duchi_index) * self.step
 
     def binary_scale(self) -> float | None:
         """At eps <= 0.61 HM is Duchi's mechanism: reports are ``±C_duchi``."""

@@ -32,6 +32,10 @@ class GeneralizedRR(FrequencyOracle):
 
     epsilon-LDP: any output has probability p or q = 1 / (e^eps + d - 1), and p / q = e^eps.
     Best for small domains (d < 3 e^eps + 2 or so). A report is one item index (uint32).
+
+    Screening: every item is a possible report of every input (probability p or q), so no
+    statistic of one report has a law free of the input and none is tested per report;
+    the support counts are, pooled (:meth:`FrequencyOracle.screen_aggregate`).
     """
 
     name: ClassVar[str] = "grr"
@@ -76,6 +80,10 @@ class GeneralizedRR(FrequencyOracle):
         probs = np.full(self.domain_size, self.q)
         probs[value] = self.p
         return np.arange(self.domain_size, dtype=REPORT_DTYPE), probs
+
+    @property
+    def support_size(self) -> int:
+        return 1
 
     def pair_support(self) -> tuple[float, float]:
         """A report supports one item only."""

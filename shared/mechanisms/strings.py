@@ -94,18 +94,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
 from numbers import Integral
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from .. import screening
 from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..heavy_hitters import HeavyHitters, oracle_variance
 from ..randomness import resolve_rng
+from ..screening import Finding
 from . import _bits, _portable
 from ._conformance import chi2, rr_probabilities
 from ._portable import Derived, Words
@@ -147,6 +149,10 @@ _GOLDEN = 0x9E3779B97F4A7C15
 CUTS = ("prefix", "scaled")
 """Cut rules of the prefix levels: level t keeps ``t`` bytes of the string (``"prefix"``, the
 first protocol) or ``ceil(t m / M)`` of a string of m bytes (``"scaled"``, the default)."""
+
+
+def _sketch_name(k: int) -> str:
+    return "the estimation sketch is chosen" if k == 0 else f"prefix level {k} is chosen"
 
 
 def splitmix64(seed: int, count: int) -> npt.NDArray[np.uint64]:
@@ -516,6 +522,49 @@ class PrefixSketch(Mechanism):
             )[0]
         return out
 
+    @cached_property
+    def _row_sketch(self) -> npt.NDArray[np.int64]:
+        """The sketch of every global row."""
+        return np.repeat(np.arange(self.sketches), [self.rows_of(s) for s in range(self.sketches)])
+
+    def _choices(self, cells: FloatArray) -> list[screening.Test]:
+        """The sketch (by its weight) and the row (uniform within the sketch) of the reports
+        counted in ``cells``, drawn whatever their strings."""
+        rows = cells.reshape(self.total_rows, self.g).sum(axis=1)
+        sketch = self._row_sketch
+        shares = self.weights / self.weights.sum()
+        row_shares = shares[sketch] / np.where(sketch == 0, self.estimation_rows, self.rows)
+        return [
+            partial(screening.choice_counts, np.bincount(sketch, rows), shares, name=_sketch_name),
+            partial(screening.choice_counts, rows, row_shares, name=lambda k: f"row {k} is chosen"),
+        ]
+
+    def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
+        """The sketch and row a batch's reports chose (the bucket, g-ary randomized
+        response, has no law free of the string: it is tested pooled)."""
+        return screening.first_finding(alpha, self._choices(self._sums(reports)))
+
+    def screen_aggregate(self, aggregate: Aggregate, alpha: float) -> Finding | None:
+        """The sketches and rows chosen, and every cell: within a row, a bucket is reported
+        with probability between ``(1 - p) / (g - 1)`` and p whatever the strings (g-ary
+        randomized response), so its count among the row's reports is binomial within."""
+        cells = self._checked_aggregate(aggregate).sums
+        trials = np.repeat(cells.reshape(self.total_rows, self.g).sum(axis=1), self.g)
+        low = (1.0 - self.p) / (self.g - 1)
+        bucket = partial(
+            screening.count_law,
+            cells,
+            trials,
+            self.p,
+            low,
+            test="support count",
+            name=self._cell_name,
+        )
+        return screening.first_finding(alpha, [*self._choices(cells), bucket])
+
+    def _cell_name(self, k: int) -> str:
+        return f"bucket {k % self.g} of row {k // self.g} is reported"
+
     def supports(self, value: str | bytes, reports: npt.ArrayLike) -> BoolArray:
         """Which reports name ``value``'s bucket in their (sketch, row)."""
         cells = self.coerce_reports(reports).astype(np.int64)
@@ -558,7 +607,26 @@ class PrefixSketch(Mechanism):
         from ._string_decoder import decode
 
         agg = self._checked_aggregate(aggregate)
-        return decode(self, agg, lambda values: encode_strings(values, self.max_length)[0])
+        found = decode(self, agg, lambda values: encode_strings(values, self.max_length)[0])
+        return replace(found, forgery=self.forgery())
+
+    def forgery(self) -> screening.LinearShift:
+        """How far forged reports can move a string's estimate. It reads the estimation
+        sketch, ``(C_v / n_E - q) / (p - q)`` with ``C_v`` the count of the string's cells
+        (one per row): a forged report supports it once or not at all, an honest one with
+        probability between ``(1 - p) / (g - 1)`` and p in each row (g-ary randomized
+        response; ``q = 1 / g`` only on average over hash functions), so a forged share b of
+        the sketch's reports moves it by at most ``b (1 - (1 - p) / (g - 1)) / (p - q)`` up
+        and ``b p / (p - q)`` down; the sketch is chosen with probability ``share(0)``.
+        The heavy strings' correction is held fixed: it takes from a string's cells what
+        their collisions add and gives back ``heavy_total q / (1 - q)``, equal on average
+        over the rows, so a forged heavy string moves the others by its collisions' spread
+        only (a ``1 / g`` share of a row, second order)."""
+        p, q = self.p, self.q
+        up, down = (1.0 - (1.0 - p) / (self.g - 1)) / (p - q), p / (p - q)
+        return screening.LinearShift(
+            np.array([[up]]), np.array([[down]]), np.array([self.share(0)])
+        )
 
     def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
         """Variance of a string's estimated fraction from the estimation sketch.

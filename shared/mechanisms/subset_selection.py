@@ -121,6 +121,10 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
     ``p = k e^eps / (k e^eps + d - k)`` and
     ``q = p (k - 1) / (d - 1) + (1 - p) k / (d - 1)``. A report is ``ceil(d / 8)`` bytes
     with k bits set.
+
+    Screening: ``check_reports`` refuses any report without exactly k bits set, and every
+    k-subset is a possible report of every input, so nothing more is tested per report;
+    the support counts are, pooled (:meth:`FrequencyOracle.screen_aggregate`).
     """
 
     name: ClassVar[str] = "ss"
@@ -264,6 +268,10 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             bits[:, x], self.p / math.comb(d - 1, k - 1), (1.0 - self.p) / math.comb(d - 1, k)
         )
         return _bits.pack_rows(bits), probs
+
+    @property
+    def support_size(self) -> int:
+        return self.k
 
     def pair_support(self) -> tuple[float, float]:
         """The true item is in w.p. p and the set filled without replacement:

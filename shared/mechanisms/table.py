@@ -37,16 +37,18 @@ floored at a tiny positive value, are scaled to Norm-Sub marginals (see
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from .. import screening
 from ..aggregate import Aggregate
 from ..domains import Table
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, Quadratic, grouped_norm_sub, ipf
+from ..screening import Finding, LinearShift
 from ..structured_estimates import OutputArrays, TableEstimate
 from . import make_oracle
 from ._values import in_range
@@ -288,6 +290,24 @@ class SplitMarginals(Mechanism):
             [o._sums(self._part(a, reports["payload"])) for a, o in enumerate(self.oracles)]
         )
 
+    def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
+        """Every report carries every attribute's: each attribute's oracle law on its part."""
+        parts = [
+            partial(o.screen_reports, self._part(a, reports["payload"]))
+            for a, o in enumerate(self.oracles)
+        ]
+        return screening.composed(alpha, self.table.names, parts)
+
+    def screen_aggregate(self, aggregate: Aggregate, alpha: float) -> Finding | None:
+        """Each attribute's support counts among all n reports."""
+        agg = self._checked_aggregate(aggregate)
+        ends = np.cumsum([0, *(o.domain_size for o in self.oracles)])
+        parts = [
+            partial(o.screen_aggregate, Aggregate(agg.n, agg.sums[ends[a] : ends[a + 1]]))
+            for a, o in enumerate(self.oracles)
+        ]
+        return screening.composed(alpha, self.table.names, parts)
+
     def output_probabilities(self, value: int) -> tuple[npt.NDArray[Any], FloatArray]:
         """Every report for cell ``value`` (the product of the attributes' outputs)."""
         x = int(self._check_values(np.asarray([value]))[0])
@@ -326,7 +346,10 @@ class SplitMarginals(Mechanism):
         x, se, cons, v0, v1, v2, corr = map(np.hstack, zip(*columns, strict=True))
         nan = np.where(bad[:, None], np.nan, 1.0)
         quad = Quadratic(v0 * nan, v1 * nan, v2 * nan, corr * nan)
-        return OutputArrays(counts_n, x * nan, se * nan, cons * nan, quad)
+        shifts = [engine.forgery for engine in self.engines]  # every report carries each part
+        up, down = (np.concatenate([getattr(s, side) for s in shifts]) for side in ("up", "down"))
+        forgery = LinearShift(up, down, np.ones(1))
+        return OutputArrays(counts_n, x * nan, se * nan, cons * nan, quad, forgery)
 
     def estimate(self, aggregate: Aggregate) -> TableEstimate:
         """Unbiased marginals with intervals; consistent ones by Norm-Sub. No cells."""

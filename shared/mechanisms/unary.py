@@ -61,12 +61,16 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from .. import screening
 from ..errors import ParameterError
+from ..intervals import _sum_tails, support_distribution
+from ..screening import Finding
 from . import _bits, _lanes
 from ._conformance import bit_tests, categorical_cases, chi2
 from ._portable import Derived, Words, bitmap, ceil64, hex64
@@ -164,6 +168,61 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         one[value] = self.p
         probs = np.prod(np.where(bits, one, 1.0 - one), axis=1)
         return _bits.pack_rows(bits), probs
+
+    @functools.cached_property
+    def _bits_law(self) -> tuple[int, FloatArray, FloatArray]:
+        """``(start, P[K >= start + i], P[K <= start + i])`` for K, the bits one report sets:
+        Bern(p) + Bin(d - 1, q) exactly, whatever its input."""
+        start, pmf = support_distribution(self.domain_size, 1, self.p, self.q)
+        return start, np.cumsum(pmf[::-1])[::-1], np.cumsum(pmf)
+
+    def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
+        """The bits set: each report's K is Bern(p) + Bin(d - 1, q) and a batch's total
+        Bin(m, p) + Bin(m (d - 1), q), exactly and whatever the inputs (the sampler's
+        p' <= p and q' < q + 2^-64 change neither by anything a batch can show). Half of
+        ``alpha`` tests the batch's fewest and most bits (each side at ``alpha / (4 m)`` per
+        report: every bit set, or a forger's targets alone, fails on its own), half its total."""
+        bits = _bits.row_popcounts(reports)
+        if bits.size == 0:
+            return None
+        return screening.first_finding(
+            alpha, [partial(self._extreme_bits, bits), partial(self._total_bits, bits)]
+        )
+
+    def _extreme_bits(self, bits: IntArray, alpha: float) -> Finding | None:
+        start, upper, lower = self._bits_law
+        m, d = bits.size, self.domain_size
+        most, fewest = int(bits.max()), int(bits.min())
+        tails = (
+            (most, "or more", float(upper[most - start]) if most - start < upper.size else 0.0),
+            (fewest, "or fewer", float(lower[fewest - start]) if fewest >= start else 0.0),
+        )
+        for count, side, tail in tails:
+            if m * tail <= alpha / 2.0:
+                return Finding(
+                    "bits set",
+                    f"a report sets {count} of its {d} bits; an honest one sets {count} {side} "
+                    f"with probability {screening.shown(tail)}, whatever its value (one of "
+                    f"{m}: {screening.shown(m * tail)})",
+                    min(1.0, 2.0 * m * tail),
+                )
+        return None
+
+    def _total_bits(self, bits: IntArray, alpha: float) -> Finding | None:
+        m, d, total = bits.size, self.domain_size, int(bits.sum())
+        one = np.ones(1)
+        below, above = _sum_tails(
+            total * one, m * one, self.p * one, m * (d - 1) * one, self.q * one
+        )
+        for tail, side in ((float(above[0]), "or more"), (float(below[0]), "or fewer")):
+            if tail <= alpha / 2.0:
+                return Finding(
+                    "bits set",
+                    f"{m} reports set {total} bits in all; honest ones set {total} {side} with "
+                    f"probability {screening.shown(tail)}, whatever their values",
+                    min(1.0, 2.0 * tail),
+                )
+        return None
 
     def pair_support(self) -> tuple[float, float]:
         """Bits are flipped independently: ``(p q, q^2)``."""
