@@ -193,9 +193,14 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         start, upper, lower = self._bits_law
         m, d = bits.size, self.domain_size
         most, fewest = int(bits.max()), int(bits.min())
+        # Counts outside the law's window: its tails there are 0 (beyond) or 1 (before).
         tails = (
-            (most, "or more", float(upper[most - start]) if most - start < upper.size else 0.0),
-            (fewest, "or fewer", float(lower[fewest - start]) if fewest >= start else 0.0),
+            (most, "or more", float(np.append(upper, 0.0)[np.clip(most - start, 0, upper.size)])),
+            (
+                fewest,
+                "or fewer",
+                float(np.append(0.0, lower)[np.clip(fewest - start + 1, 0, lower.size)]),
+            ),
         )
         for count, side, tail in tails:
             if m * tail <= alpha / 2.0:

@@ -215,6 +215,21 @@ def test_one_report_with_every_bit_set_is_found(name: str) -> None:
     assert found is not None and found.test == "bits set" and "1024 of its 1024" in found.reason
 
 
+@pytest.mark.parametrize("bits", [0, 5, 1024])
+@pytest.mark.parametrize("name", ["sue", "oue"])
+def test_a_lone_report_with_counts_outside_the_laws_window_is_found(name: str, bits: int) -> None:
+    """A one-report batch (the device cap) setting no bit, a forger's few targets, or every
+    bit: counts far outside the honest law's window still read its tails right."""
+    m = mechanism(name, epsilon=1.0, domain_size=D)
+    rows = np.zeros((1, D), dtype=np.bool_)
+    rows[0, :bits] = True
+    found = m.screen_reports(_bitmap(m, rows), 1e-4)
+    assert found is not None and f"sets {bits} of its {D} bits" in found.reason
+    typical = np.zeros((1, D), dtype=np.bool_)
+    typical[0, : round(m.p + (D - 1) * m.q)] = True
+    assert m.screen_reports(_bitmap(m, typical), 1e-4) is None
+
+
 def test_hadamard_column_zero_pooled_is_found() -> None:
     m = mechanism("hr", epsilon=1.0, domain_size=D)
     reports = _honest(m, 5000)
