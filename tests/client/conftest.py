@@ -124,7 +124,7 @@ class FakeCollector:
                     self.seen[rid] = (block.metric, block.fingerprint, block.bucket, report)
                     accepted += 1
                 index += 1
-        answer = {"accepted": accepted, "duplicates": duplicates, "rejected": rejected}
+        answer = {"accepted": accepted, "duplicates": duplicates, "held": 0, "rejected": rejected}
         return HttpAnswer(200, {}, json.dumps(answer).encode())
 
     def close(self) -> None:

@@ -301,7 +301,7 @@ def test_build_batch_groups_blocks_and_keeps_wire_order() -> None:
 def ok(
     accepted: int, duplicates: int = 0, rejected: list[dict[str, object]] | None = None
 ) -> HttpAnswer:
-    body = {"accepted": accepted, "duplicates": duplicates, "rejected": rejected or []}
+    body = {"accepted": accepted, "duplicates": duplicates, "held": 0, "rejected": rejected or []}
     return HttpAnswer(200, {}, json.dumps(body).encode())
 
 
