@@ -330,6 +330,23 @@ def test_interpret_answers() -> None:
         assert f.error.status == status and f.error.error == "unauthorized"
 
 
+def test_held_reports_are_delivered() -> None:
+    """Screening holds some of the accepted reports for an admin: they leave the outbox
+    (the device cannot tell forged from honest anyway); ``held`` never exceeds
+    ``accepted``, and an answer without it (an older collector) holds none."""
+    batch = build_batch(rows())
+    body = {"accepted": 5, "duplicates": 0, "held": 4, "rejected": []}
+    out = interpret_batch_answer(batch, HttpAnswer(200, {}, json.dumps(body).encode()), 0)
+    assert isinstance(out, Delivered) and (out.accepted, out.held) == (5, 4)
+    body = {"accepted": 5, "duplicates": 0, "rejected": []}
+    out = interpret_batch_answer(batch, HttpAnswer(200, {}, json.dumps(body).encode()), 0)
+    assert isinstance(out, Delivered) and out.held == 0
+    body = {"accepted": 3, "duplicates": 2, "held": 4, "rejected": []}
+    assert isinstance(
+        interpret_batch_answer(batch, HttpAnswer(200, {}, json.dumps(body).encode()), 0), Retry
+    )
+
+
 # --- definitions ------------------------------------------------------------------------
 def test_parse_definitions_round_trip_and_skips_mismatches() -> None:
     served = [theme().to_dict(), minutes(budget=2.0).to_dict()]
