@@ -350,3 +350,93 @@ def test_against_a_real_ldpkit_serve(tmp_path: Path) -> None:
         text = prometheus(url)
         assert f'ldpkit_reports_held_total{{metric="flags",reason="{record["test"]}"}} 64.0' in text
         assert 'ldpkit_reports_refused_total{metric="theme",reason="over_device_cap"} 2.0' in text
+
+
+def test_a_source_is_a_keyed_id_of_its_address() -> None:
+    """The peer address (an IPv6 one by its /64), or a trusted proxy's header; kept only
+    as an HMAC under a key of this process."""
+    from unittest import mock
+
+    from aiohttp.test_utils import make_mocked_request
+
+    from ldpkit.collector.config import config_from_dict
+    from ldpkit.collector.sources import Sources
+
+    def source_of(sources: Sources, peer: str, **headers: str) -> bytes:
+        request = make_mocked_request("POST", "/v1/reports", headers=headers)
+        with mock.patch.object(type(request), "remote", new=peer):
+            return sources.source(request)
+
+    direct = Sources(config_from_dict({}, environ={}))
+    a = source_of(direct, "192.0.2.1")
+    assert a == source_of(direct, "192.0.2.1") and a != source_of(direct, "192.0.2.2")
+    assert b"192.0.2.1" not in a and len(a) == 8
+    assert a != source_of(Sources(config_from_dict({}, environ={})), "192.0.2.1")  # another key
+    assert source_of(direct, "2001:db8::1") == source_of(direct, "2001:db8::ffff:2")  # a /64
+    assert source_of(direct, "2001:db8::1") != source_of(direct, "2001:db8:0:1::1")
+    assert source_of(direct, "192.0.2.1", **{"X-Forwarded-For": "198.51.100.3"}) == a
+    proxied = Sources(config_from_dict({"collector": FORWARDED}, environ={}))
+    via = source_of(proxied, "127.0.0.1", **{"X-Forwarded-For": "203.0.113.5, 198.51.100.3"})
+    assert via == source_of(proxied, "198.51.100.3")  # the address the proxy appended
+    # A header from a peer that is not a trusted proxy is ignored.
+    assert source_of(proxied, "192.0.2.9", **{"X-Forwarded-For": "198.51.100.3"}) != via
+
+
+def test_sender_windows_are_bounded() -> None:
+    from ldpkit.aggregate import Aggregate
+    from ldpkit.collector.holding import Senders
+    from ldpkit.collector.store import CheckedReports
+
+    d = definition("pick")
+    m = d.mechanism_instance
+    reports = perturbed("pick", 100, seed=9)
+
+    def block(bucket: int) -> CheckedReports:
+        return CheckedReports(d.fingerprint, bucket, m, None, reports, m.aggregate(reports))
+
+    by_count = Senders(1e-4, 3600, max_windows=2, max_bytes=2**20)
+    for sender in (b"a", b"b", b"c"):
+        by_count.observe(sender, [block(0)])
+    assert [e["sender"] for e, _ in by_count.listing()] == [b"b".hex(), b"c".hex()]
+    # Each window keeps one sums vector per bucket (and one for what it holds).
+    by_bytes = Senders(1e-4, 3600, max_windows=100, max_bytes=8 * 32 * 5)
+    by_bytes.observe(b"a", [block(0), block(3600)])  # 3 vectors
+    by_bytes.observe(b"b", [block(0)])  # 2 more: 5
+    assert len(by_bytes.listing()) == 2
+    by_bytes.observe(b"b", [block(3600)])  # 6: the least recently used goes
+    assert [e["sender"] for e, _ in by_bytes.listing()] == [b"b".hex()]
+    assert isinstance(block(0).aggregate, Aggregate)
+
+
+async def test_a_move_that_fails_leaves_the_reports_counted(database: Path) -> None:
+    """A failed window whose move to held fails: its reports stay counted (the totals are
+    exact either way), and the window is tested again at its sender's next batch."""
+    from ldpkit.collector.sqlite_store import SQLiteStore
+    from ldpkit.errors import StoreError
+
+    class FailingMove(SQLiteStore):
+        failures = 1
+
+        async def move_to_held(self, moved: Any) -> None:
+            if self.failures:
+                self.failures -= 1
+                raise StoreError("disk full")
+            await super().move_to_held(moved)
+
+    config = make_config(database, metrics=METRICS, screen_false_alarm=DEFAULT_FALSE_ALARM)
+    store = FailingMove(database)
+    async with running(config, store=store) as client:
+        sent = 0
+        while store.failures:  # until the window failed and its move failed
+            assert (await send_mga(client, "192.0.2.66", 1))[0] == {
+                "accepted": 1,
+                "duplicates": 0,
+                "held": 0,
+                "rejected": [],
+            }
+            sent += 1
+            assert sent < 100
+        assert await n_of(client, "pick") == sent and await held_records(client) == []
+        assert (await send_mga(client, "192.0.2.66", 1))[0]["held"] == 1  # tested again
+        assert await n_of(client, "pick") == 0
+        assert sum(r["n"] for r in await held_records(client)) == sent + 1
