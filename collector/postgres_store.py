@@ -25,7 +25,10 @@ ldpkit is refused):
 - ``partials``: appended by every ingest transaction (an identity key, no row shared);
 - ``aggregates (fingerprint, bucket, n bigint, sums float8[])``, written only by
   compaction, which holds ``pg_try_advisory_xact_lock`` (one process folds at a time) and
-  deletes the partial rows it folds in the same transaction.
+  deletes the partial rows it folds in the same transaction;
+- ``held``: reports screening held apart (an identity key; their day, version, bucket,
+  n, packed sums, test, reason, origin, and the day they were released), never counted
+  until released (a partial row, in the transaction that marks the record).
 
 **Concurrency.** Ingest transactions of any process insert rows and update none, so they
 never wait on each other, except for the same batch id (a retry racing its original:
