@@ -135,9 +135,10 @@ def free_port() -> int:
 def start_collector(
     tmp: Path, definitions: list[MetricDefinition]
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``ldpkit serve`` with one ingest token and the benchmark's metrics."""
+    """``ldpkit serve`` with one relay token (simulate: many devices' reports) and the
+    benchmark's metrics."""
     config = tmp / "collector.toml"
-    lines = ["[tokens]", 'ingest = ["bench-ingest"]', 'read = ["bench-read"]', ""]
+    lines = ["[tokens]", 'relay = ["bench-relay"]', 'read = ["bench-read"]', ""]
     for d in definitions:
         lines.append(f"[metrics.{d.name}]")
         for key, value in d.to_dict().items():
@@ -196,7 +197,7 @@ def run_delivery(total: int, batch_size: int) -> dict[str, object] | None:
             values = [f"c{i % 16}" for i in range(total)]
             with Reporter(
                 url,
-                token="bench-ingest",
+                token="bench-relay",
                 state_dir=tmp / "client",
                 metrics=[definition],
                 background=False,

@@ -7,18 +7,24 @@
 
 The collector runs on loopback (a free port, SQLite in a temporary directory unless
 ``--database`` says otherwise) with its default durability (WAL, ``synchronous=FULL``).
-The load generator is another process: it encodes one batch of ``--batch`` reports per
-scenario up front (a sealed v2 batch) and, for each request, writes a fresh random batch
-id into a copy of it (so every batch is new), keeping ``--concurrency`` requests in
-flight with aiohttp.
+The load generator is another process, sending with a relay token (many devices'
+reports in a batch): it encodes a few batches of ``--batch`` reports per scenario up front
+(sealed v2 batches) and, for each request, writes a fresh random batch id into a copy of
+one (so every batch is new) and fresh reports: the same values perturbed again, or, for
+bitmap reports (costly to perturb), the template's reports with their items permuted by
+whole bytes (honest reports of permuted values). A replayed batch is no honest population
+(screening holds its sender once its reports pool enough: issue 26), fresh ones are.
+Keeps ``--concurrency`` requests in flight with aiohttp.
 With ``--collectors N``, N collector processes share the database (replicas, as behind a
 load balancer) and the load generator spreads its connections over them round-robin.
 
-Printed: accepted reports/s and p50/p99 batch latency per scenario (GRR d=16, OUE d=1024,
-OLH d=1024, a numeric mechanism; a scenario whose mechanism module is missing is
-skipped), then the p50 time of ``GET /v1/estimates`` on the d=1024 metric once it holds
-``--estimate-reports`` reports (topped up first if needed), then the first scenario once
-more on the now larger report-id table (ingest slows down as that table grows).
+Printed: accepted reports/s, p50/p99 batch latency, the collector's CPU seconds per
+million reports (independent of other load on the machine, unlike the rate) and the
+reports screening held, per scenario (GRR d=16, OUE d=1024, OLH d=1024, a numeric
+mechanism; a scenario whose mechanism module is missing is skipped), then the p50 time of
+``GET /v1/estimates`` on the d=1024 metric once it holds ``--estimate-reports`` reports
+(topped up first if needed), then the first scenario once more on the now larger
+report-id table (ingest slows down as that table grows).
 
 Latency is mostly queueing: with the collector saturated, a batch waits for the group
 commit in progress and then its own (Little's law: p50 ~ in-flight / throughput), so fewer
@@ -60,7 +66,7 @@ import numpy as np
 from ldpkit import wire
 from ldpkit.metrics import MetricDefinition, Period
 
-INGEST, READ, ADMIN = "bench-ingest", "bench-read", "bench-admin"
+RELAY, READ, ADMIN = "bench-relay", "bench-read", "bench-admin"  # a relay: many devices' reports
 TARGET_GRR = 100_000
 TARGET_ESTIMATE_MS = 20.0
 
@@ -111,7 +117,7 @@ def write_config(path: Path, scenarios: list[Scenario], compact_seconds: float =
         f"compact_seconds = {compact_seconds}",
         "",
         "[tokens]",
-        f'ingest = ["{INGEST}"]',
+        f'relay = ["{RELAY}"]',
         f'read = ["{READ}"]',
         f'admin = ["{ADMIN}"]',
     ]
@@ -138,8 +144,18 @@ def http(url: str, token: str = READ) -> tuple[int, bytes]:
 
 
 # --- the load generator (its own process) ----------------------------------------------
-def template(name: str, spec: dict[str, Any], batch: int, seed: int) -> tuple[bytes, int]:
-    """One encoded sealed batch and the offset of its batch id (overwritten per request)."""
+@dataclass(frozen=True)
+class Template:
+    """One encoded sealed batch: where its batch id and its reports lie (both rewritten
+    per request), and how to make fresh reports of its population."""
+
+    body: bytes
+    id_at: int
+    reports_at: int
+    fresh: Any  # (np.random.Generator) -> bytes, as many as the template's reports
+
+
+def template(name: str, spec: dict[str, Any], batch: int, seed: int) -> Template:
     d = MetricDefinition.from_dict(name, spec)
     m = d.mechanism_instance
     rng = np.random.default_rng(seed)
@@ -154,7 +170,17 @@ def template(name: str, spec: dict[str, Any], batch: int, seed: int) -> tuple[by
         marker,
         [wire.sealed_block(name, d.fingerprint, Period.DAY.start(time.time()), reports)],
     )
-    return body, body.index(marker)
+    if m.report_dtype.subdtype is None:
+        fresh = lambda g: m.perturb(values, rng=g).tobytes()  # noqa: E731
+    else:  # a bitmap: permute whole bytes of items (a trailing partial byte stays)
+        bits = np.frombuffer(reports.tobytes(), np.uint8).reshape(batch, -1)
+        whole = len(d.categories or ()) // 8
+
+        def fresh(g: np.random.Generator) -> bytes:
+            order = np.concatenate([g.permutation(whole), np.arange(whole, bits.shape[1])])
+            return bits[:, order].tobytes()
+
+    return Template(body, body.index(marker), body.index(reports.tobytes()), fresh)
 
 
 async def _load(
@@ -168,21 +194,23 @@ async def _load(
 ) -> dict[str, Any]:
     import aiohttp
 
-    templates = [template(name, spec, batch, seed) for seed in range(4)]
+    templates = [template(name, spec, batch, seed) for seed in range(16)]
+    fresh_rng = np.random.default_rng()
     id_bytes = wire.ID_SIZE
     latencies: list[float] = []
     accepted = 0
+    held = 0
     other = 0
     throttled = 0
     sent = 0
     limit_batches = -(-reports // batch) if reports else None
-    headers = {"Authorization": f"Bearer {INGEST}", "Content-Type": wire.CONTENT_TYPE}
+    headers = {"Authorization": f"Bearer {RELAY}", "Content-Type": wire.CONTENT_TYPE}
     stop_at = 0.0
 
     urls = url.split(",")  # several collectors: each worker keeps to one
 
     async def worker(session: aiohttp.ClientSession, k: int) -> None:
-        nonlocal accepted, other, sent, throttled
+        nonlocal accepted, held, other, sent, throttled
         target = urls[k % len(urls)]
         i = k
         while time.perf_counter() < stop_at:
@@ -190,10 +218,12 @@ async def _load(
                 if sent >= limit_batches:
                     return
                 sent += 1
-            body_t, offset = templates[i % len(templates)]
+            t = templates[i % len(templates)]
             i += 1
-            body = bytearray(body_t)
-            body[offset : offset + id_bytes] = os.urandom(id_bytes)
+            body = bytearray(t.body)
+            body[t.id_at : t.id_at + id_bytes] = os.urandom(id_bytes)
+            reports = t.fresh(fresh_rng)
+            body[t.reports_at : t.reports_at + len(reports)] = reports
             t0 = time.perf_counter()
             post = session.post(target + "/v1/reports", data=bytes(body), headers=headers)
             async with post as resp:
@@ -207,6 +237,7 @@ async def _load(
             latencies.append(time.perf_counter() - t0)
             answer = json.loads(payload)
             accepted += answer["accepted"]
+            held += answer.get("held", 0)
             other += answer["duplicates"] + len(answer["rejected"])
 
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -218,13 +249,14 @@ async def _load(
         await asyncio.gather(*(worker(session, k) for k in range(concurrency)))
         limit_batches = saved
         latencies.clear()
-        accepted = other = throttled = 0
+        accepted = held = other = throttled = 0
         started = time.perf_counter()
         stop_at = started + (seconds if not reports else 3600.0)
         await asyncio.gather(*(worker(session, k) for k in range(concurrency)))
         elapsed = time.perf_counter() - started
     return {
         "accepted": accepted,
+        "held": held,
         "other": other,
         "throttled": throttled,
         "elapsed": elapsed,
@@ -475,7 +507,10 @@ def main() -> int:
             rows = []
             stored = 0  # report ids in the store so far
             for s in scenarios:
+                cpu = sum(cpu_seconds(server.pid) for server in servers)
                 r = run_load(",".join(urls), s.key, specs[s.key], args, reports=args.reports)
+                cpu = sum(cpu_seconds(server.pid) for server in servers) - cpu
+                r["cpu_per_million"] = cpu / max(1, r["accepted"]) * 1e6
                 lat = np.array(r["latencies"]) * 1000
                 rate = r["accepted"] / r["elapsed"]
                 counts[s.key] = r["accepted"]
@@ -549,14 +584,18 @@ def main() -> int:
     if args.collectors > 1:
         print(f"{args.collectors} collector processes on that database, load spread over them")
     print()
-    head = ("scenario", "reports/s", "p50 ms", "p99 ms", "accepted", "429s")
-    print(f"{head[0]:<20} {head[1]:>11} {head[2]:>8} {head[3]:>8} {head[4]:>10} {head[5]:>6}")
+    head = ("scenario", "reports/s", "p50 ms", "p99 ms", "accepted", "429s", "CPU s/M", "held")
+    print(
+        f"{head[0]:<20} {head[1]:>11} {head[2]:>8} {head[3]:>8} {head[4]:>10} {head[5]:>6}"
+        f" {head[6]:>8} {head[7]:>6}"
+    )
     for label, rate, p50, p99, r in rows:
         accepted, throttled = r["accepted"], r["throttled"]
         note = r.get("label_note", "")
+        cpu = f"{r['cpu_per_million']:.2f}" if "cpu_per_million" in r else "-"
         print(
             f"{label:<20} {rate:>11,.0f} {p50:>8.1f} {p99:>8.1f} {accepted:>10,} {throttled:>6}"
-            f"  {note}".rstrip()
+            f" {cpu:>8} {r['held']:>6}  {note}".rstrip()
         )
     if est_line is not None:
         name, n, p50, p99, size = est_line

@@ -30,7 +30,7 @@ from ldpkit import wire
 from ldpkit.collector.launcher import environment_without_tokens, running_collector
 from ldpkit.metrics import MetricDefinition
 
-INGEST, READ = "bench-ingest", "bench-read"
+RELAY, READ = "bench-relay", "bench-read"  # many devices' reports a batch
 LEAVES = [f"r{a}/s{a}{b}/m{a}{b}{c}" for a in range(8) for b in range(8) for c in range(8)]
 METRICS: dict[str, dict[str, Any]] = {
     "dist": {"kind": "distribution", "bounds": [0.0, 120.0], "resolution": 1024, "epsilon": 1.0},
@@ -60,7 +60,7 @@ def post(url: str, body: bytes) -> None:
     request = urllib.request.Request(
         url + "/v1/reports",
         data=body,
-        headers={"Authorization": f"Bearer {INGEST}", "Content-Type": wire.CONTENT_TYPE},
+        headers={"Authorization": f"Bearer {RELAY}", "Content-Type": wire.CONTENT_TYPE},
     )
     with urllib.request.urlopen(request, timeout=600) as response:
         answer = json.load(response)
@@ -88,7 +88,7 @@ def main() -> None:
             "[collector]",
             'database = "c.sqlite3"',
             "[tokens]",
-            f'ingest = ["{INGEST}"]',
+            f'relay = ["{RELAY}"]',
             f'read = ["{READ}"]',
         ]
         for name, spec in METRICS.items():

@@ -67,7 +67,7 @@ from ldpkit import wire
 from ldpkit.collector.launcher import environment_without_tokens, running_collector
 from ldpkit.metrics import MetricDefinition, Period
 
-INGEST, READ = "soak-ingest", "soak-read"
+RELAY, READ = "soak-relay", "soak-read"  # a relay: many devices' reports in a batch
 CATEGORIES = [f"item{i}" for i in range(16)]
 MIB = 2**20
 RSS_TICK = 0.25  # seconds between RSS readings
@@ -220,7 +220,7 @@ def write_config(path: Path, database: str, sqlite_cache_mib: int | None) -> Non
         *([f"sqlite_cache_mib = {sqlite_cache_mib}"] if sqlite_cache_mib else []),
         "",
         "[tokens]",
-        f'ingest = ["{INGEST}"]',
+        f'relay = ["{RELAY}"]',
         f'read = ["{READ}"]',
         "",
         "[metrics.soak]",
@@ -232,19 +232,23 @@ def write_config(path: Path, database: str, sqlite_cache_mib: int | None) -> Non
 
 
 # --- the load --------------------------------------------------------------------------
-def template(batch: int) -> tuple[bytes, int]:
-    """One sealed (wire v2) batch and the offset of its batch id (a fresh one per send)."""
+def template(batch: int) -> tuple[bytes, int, int, Callable[[], bytes]]:
+    """One sealed (wire v2) batch, the offsets of its batch id and of its reports, and a
+    call giving fresh reports of the same values (each send: a fresh id and fresh reports;
+    a batch sent again with a new id is no honest population, and screening holds it)."""
     d = MetricDefinition.from_dict(
         "soak", {"categories": CATEGORIES, "epsilon": 1.0, "mechanism": "grr"}
     )
     rng = np.random.default_rng(1)
-    reports = d.mechanism_instance.perturb(rng.integers(0, len(CATEGORIES), batch), rng=rng)
+    values = rng.integers(0, len(CATEGORIES), batch)
+    reports = d.mechanism_instance.perturb(values, rng=rng)
     marker = os.urandom(wire.ID_SIZE)
     bucket = Period.DAY.start(time.time())
     body = wire.encode_sealed_batch(
         marker, [wire.sealed_block("soak", d.fingerprint, bucket, reports)]
     )
-    return body, body.index(marker)
+    fresh = lambda: d.mechanism_instance.perturb(values, rng=rng).tobytes()  # noqa: E731
+    return body, body.index(marker), body.index(reports.tobytes()), fresh
 
 
 @dataclass
@@ -269,7 +273,7 @@ async def slow_sender(url: str, counters: Counters, stop_at: float) -> None:
     collector answers (408) or closes, start again."""
     host, _, port = url.removeprefix("http://").partition(":")
     head = (
-        f"POST /v1/reports HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {INGEST}\r\n"
+        f"POST /v1/reports HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {RELAY}\r\n"
         f"Content-Type: {wire.CONTENT_TYPE}\r\nContent-Length: {SLOW_BODY}\r\n\r\n"
     ).encode()
     while time.perf_counter() < stop_at:
@@ -325,9 +329,9 @@ async def _soak(
 ) -> SoakResult:
     import aiohttp
 
-    body_t, offset = template(batch)
+    body_t, offset, reports_at, fresh = template(batch)
     id_bytes = wire.ID_SIZE
-    headers = {"Authorization": f"Bearer {INGEST}", "Content-Type": wire.CONTENT_TYPE}
+    headers = {"Authorization": f"Bearer {RELAY}", "Content-Type": wire.CONTENT_TYPE}
     counters = Counters()
     started = time.perf_counter()
     stop_at = started + seconds
@@ -347,6 +351,8 @@ async def _soak(
                     await asyncio.sleep(due - now)
             body = bytearray(body_t)
             body[offset : offset + id_bytes] = os.urandom(id_bytes)
+            reports = fresh()
+            body[reports_at : reports_at + len(reports)] = reports
             t0 = time.perf_counter()
             try:
                 async with session.post(url + "/v1/reports", data=bytes(body)) as resp:

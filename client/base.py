@@ -137,8 +137,27 @@ class ReporterBase(Generic[TransportT]):
 
     def _simulating(self, metric: str, values: Values, rng: Generator | None) -> Steps[int]:
         yield from self._learning(metric)
+        yield from self._role_learning()
         queued: int = yield Disk(partial(self._state.simulate, metric, values, rng))
         return queued
+
+    def _role_learning(self) -> Steps[None]:
+        """Ask the collector once what the token is (``simulate`` needs a relay token):
+        ``GET /v1/metrics`` says it (with metrics passed in code, only that is read)."""
+        state = self._state
+        if state.role_asked:
+            return
+        if not state.static:
+            yield from self._refreshing()
+            return
+        try:
+            answer = yield Request("GET", "/v1/metrics", None, dict(self._settings.headers))
+        except NetworkError as exc:
+            raise CollectorUnavailable(
+                f"simulate() needs a relay token, and asking {self.url} what this token is "
+                f"failed: GET /v1/metrics: {exc}"
+            ) from exc
+        state.learn_role(answer)
 
     def _learning(self, metric: str) -> Steps[None]:
         """An unknown metric: fetch the definitions (rate-limited); raise if it is still unknown."""
@@ -161,7 +180,10 @@ class ReporterBase(Generic[TransportT]):
         try:
             answer = yield Request("GET", "/v1/metrics", None, headers)
         except NetworkError as exc:
-            raise CollectorUnavailable(f"GET {self.url}/v1/metrics: {exc}") from exc
+            raise CollectorUnavailable(
+                f"simulate() needs a relay token, and asking {self.url} what this token is "
+                f"failed: GET /v1/metrics: {exc}"
+            ) from exc
         self._state.apply_definitions_answer(answer)
 
     def _flush(self, max_attempts: int | None) -> Steps[FlushResult]:
@@ -176,7 +198,15 @@ class ReporterBase(Generic[TransportT]):
     def _plan(self, max_attempts: int | None, *, everything: bool) -> FlushPlan:
         attempts = max_attempts if max_attempts is not None else self.retry.max_attempts
         headers = self._settings.report_headers
-        return FlushPlan(self.retry, self.batch_size, attempts, everything, headers, self.url)
+        return FlushPlan(
+            self.retry,
+            self.batch_size,
+            attempts,
+            everything,
+            headers,
+            self.url,
+            caps=self._state.device_caps(),
+        )
 
     def _last_delivery(self) -> Steps[None]:
         """At close: one attempt to deliver what is queued."""

@@ -24,6 +24,7 @@ from .protocol import (
     Fatal,
     OutboxRow,
     OutgoingBatch,
+    OverCap,
     Refusal,
     Retry,
     TooLarge,
@@ -67,7 +68,9 @@ def background_failed(
 @dataclass(frozen=True)
 class FlushPlan:
     """What one flush is asked to do: ``everything`` queued, also while it runs, or only
-    what is queued when it starts; ``source`` names the collector in messages."""
+    what is queued when it starts; ``source`` names the collector in messages; ``caps``:
+    the most reports of a version (by fingerprint) one batch may carry per bucket (a
+    device token's: ``MetricDefinition.device_cap``)."""
 
     policy: RetryPolicy
     batch_size: int
@@ -76,6 +79,7 @@ class FlushPlan:
     headers: Mapping[str, str]
     source: str
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    caps: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,6 +110,39 @@ def _fit(rows: list[OutboxRow], per_row: int, max_bytes: int) -> list[OutboxRow]
             break
         keep += 1
     return rows[:keep]
+
+
+def _capped(rows: list[OutboxRow], caps: Mapping[str, int]) -> list[list[OutboxRow]]:
+    """``rows`` in rounds, each holding at most ``caps[fingerprint]`` rows of a version and
+    bucket (a version without a cap: all in the first round), each round in seq order. A
+    device's outbox holds no more than its cap of a bucket (its ledger), so there is one
+    round; more (a cap lowered since, a clock set back) go in later batches."""
+    rounds: list[list[OutboxRow]] = []
+    seen: dict[tuple[str, int], int] = {}
+    for row in rows:
+        key = (row.fingerprint, row.bucket)
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        cap = caps.get(row.fingerprint)
+        at = 0 if cap is None else k // cap
+        while len(rounds) <= at:
+            rounds.append([])
+        rounds[at].append(row)
+    return rounds
+
+
+def _chunks(
+    rows: list[OutboxRow], size: int, per_row: int, max_bytes: int, caps: Mapping[str, int]
+) -> list[list[OutboxRow]]:
+    """``rows`` cut into batches of at most ``size`` rows and ``max_bytes`` (see :func:`_fit`),
+    none carrying more of a version and bucket than ``caps`` allow (see :func:`_capped`)."""
+    chunks = []
+    for members in _capped(rows, caps) if caps else [rows]:
+        while members:
+            chunk = _fit(members[:size], per_row, max_bytes)
+            chunks.append(chunk)
+            members = members[len(chunk) :]
+    return chunks
 
 
 def _kept(refusal: Refusal, now: float, first_refused: dict[int, float]) -> bool:
@@ -155,6 +192,7 @@ class Flush:
         self.found = Found(dict(deferred))
         self.batch_size = plan.batch_size
         self.max_batch_bytes = plan.max_batch_bytes
+        self.caps = dict(plan.caps)
         self.upto: int | None = None
         self.after = 0  # every row up to this seq has been answered for
         self.failures = 0
@@ -193,19 +231,14 @@ class Flush:
         store, size, after, upto = self.store, self.batch_size, self.after, self.upto
         legacy = store.oldest(size, after=after, upto=upto, legacy=True)
         if legacy:
-            return build_batch(_fit(legacy, ID_SIZE, self.max_batch_bytes))
+            return build_batch(_chunks(legacy, size, ID_SIZE, self.max_batch_bytes, self.caps)[0])
         sealed = store.sealed_batch()
         if sealed is not None:
             return sealed
         rows = store.oldest(size * SEAL_AHEAD, after=after, upto=upto)
         if not rows:
             return None
-        chunks = []
-        while rows:
-            chunk = _fit(rows[:size], 0, self.max_batch_bytes)
-            chunks.append(chunk)
-            rows = rows[len(chunk) :]
-        store.seal(chunks)
+        store.seal(_chunks(rows, size, 0, self.max_batch_bytes, self.caps))
         return store.sealed_batch()
 
     def _send(self, batch: OutgoingBatch) -> Steps[None]:
@@ -225,6 +258,9 @@ class Flush:
                 if isinstance(outcome, TooLarge):
                     yield from self._too_large(batch, outcome)
                     return
+                if isinstance(outcome, OverCap):
+                    yield from self._over_cap(batch, outcome)
+                    return
                 if isinstance(outcome, Fatal):
                     self.found.problem = str(outcome.error)
                     raise outcome.error
@@ -240,6 +276,8 @@ class Flush:
                 if seq not in kept:
                     found.deferred.pop(seq, None)
         _log_refusals(outcome.rejected, kept)
+        if outcome.held:
+            log.info("the collector holds %d of these reports for review (delivered)", outcome.held)
         if any(r.error in STALE_DEFINITIONS for r in outcome.rejected):
             found.stale_definitions = True  # the background refetches them
         refused = len(outcome.rejected) - len(kept)
@@ -268,6 +306,18 @@ class Flush:
         self.batch_size = max(1, batch.n // 2)
         self.max_batch_bytes = max(1, len(batch.body) // 2)
         log.info("%s; sending %d reports per batch", outcome.reason, self.batch_size)
+
+    def _over_cap(self, batch: OutgoingBatch, outcome: OverCap) -> Steps[None]:
+        """Refused whole for carrying more of a version than one device may send (a device
+        token; nothing was stored): its reports go again in batches within the cap the
+        collector stated. Raise if batches were within that cap already."""
+        known = self.caps.get(outcome.fingerprint)
+        if known is not None and known <= outcome.cap:
+            raise CollectorRejected(400, "over_device_cap", outcome.reason)
+        if batch.batch_id is not None:
+            yield Disk(partial(self._locked, self.store.unseal, batch.batch_id))
+        self.caps[outcome.fingerprint] = outcome.cap
+        log.info("%s; sending at most %d per batch", outcome.reason, outcome.cap)
 
     def _back_off(self, retry: Retry) -> Steps[None]:
         """An attempt failed: wait the policy's delay (or Retry-After) before the next one,

@@ -13,15 +13,12 @@ from .. import __version__
 from .._validation import check_count, check_seconds
 from ..errors import BudgetExceeded, ParameterError
 from ..http import CollectorUrl, Timeout
-from ..metrics import Period, window_start
+from ..metrics import BUDGET_SLACK, Period, window_start
 from ..wire import CONTENT_TYPE
 from .results import utc
 
 Clock = Callable[[], float]
 """Unix seconds (UTC), like :func:`time.time`; tests pass their own to move time."""
-
-BUDGET_SLACK = 1e-9
-"""Relative slack when comparing sums of epsilons (1.0 + 0.1 + ... is not exact)."""
 
 USER_AGENT = f"ldpkit-client/{__version__}"
 

@@ -112,12 +112,14 @@ class Refusal:
 
 @dataclass(frozen=True)
 class Delivered:
-    """The collector answered 200: these rows leave the outbox."""
+    """The collector answered 200: these rows leave the outbox (``held``: of the accepted,
+    those its screening holds for an admin to review: delivered all the same)."""
 
     accepted: int
     duplicates: int
     rejected: tuple[Refusal, ...]
     keys: tuple[tuple[int, bytes], ...]  # (seq, report id) of every row answered
+    held: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,13 +138,27 @@ class TooLarge:
 
 
 @dataclass(frozen=True)
+class OverCap:
+    """400 ``over_device_cap``: the batch carries more reports of ``fingerprint`` (in one
+    bucket) than one device may send (``cap``); nothing was stored: send them in batches of
+    at most ``cap`` per version and bucket."""
+
+    reason: str
+    fingerprint: str
+    cap: int
+
+
+@dataclass(frozen=True)
 class Fatal:
     """A 4xx that retrying will not fix (bad token, ...): keep the rows, raise."""
 
     error: CollectorRejected
 
 
-BatchOutcome = Delivered | Retry | TooLarge | Fatal
+BatchOutcome = Delivered | Retry | TooLarge | OverCap | Fatal
+ROLE_HEADER = "ldpkit-token-role"
+"""How the collector says what the token is (``GET /v1/metrics``): ``device`` (an ingest
+token: one device's reports a batch), ``relay``, ``read`` or ``admin``."""
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -163,7 +179,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
-def classify_failure(answer: HttpAnswer, now: float) -> Retry | TooLarge | Fatal:
+def classify_failure(answer: HttpAnswer, now: float) -> Retry | TooLarge | OverCap | Fatal:
     """What a non-200 answer means for the client."""
     status = answer.status
     error, detail = error_of(answer.body)
@@ -172,7 +188,23 @@ def classify_failure(answer: HttpAnswer, now: float) -> Retry | TooLarge | Fatal
         return Retry(reason, parse_retry_after(answer.headers.get("retry-after"), now))
     if status == 413:
         return TooLarge(reason)
+    if status == 400 and error == "over_device_cap" and (cap := _over_cap(answer.body)):
+        return OverCap(reason, *cap)
     return Fatal(CollectorRejected(status, error, detail))
+
+
+def _over_cap(body: bytes) -> tuple[str, int] | None:
+    """(version, cap) of an ``over_device_cap`` answer, or None if it does not say them."""
+    try:
+        data = loads_bounded(body[:65536])
+    except ValueError:  # ProtocolError included
+        return None
+    if not isinstance(data, dict):
+        return None
+    fingerprint, cap = data.get("version"), data.get("cap")
+    if isinstance(fingerprint, str) and type(cap) is int and cap >= 1:
+        return fingerprint, cap
+    return None
 
 
 def _count(value: object, what: str, most: int) -> int:
@@ -193,19 +225,21 @@ def _refusal(item: object, seqs: tuple[int, ...]) -> Refusal:
     return Refusal(seqs[index], error[:100], detail[:500])
 
 
-def _counts(body: bytes, batch: OutgoingBatch) -> tuple[int, int, list[Refusal]]:
-    """(accepted, duplicates, refusals) of a 200 answer's body; ValueError if it is not
-    a batch answer within the batch's size."""
+def _counts(body: bytes, batch: OutgoingBatch) -> tuple[int, int, int, list[Refusal]]:
+    """(accepted, duplicates, held, refusals) of a 200 answer's body; ValueError if it is
+    not a batch answer within the batch's size (``held``, of the accepted, may be absent:
+    collectors before issue 26)."""
     n = batch.n
     data = loads_bounded(body)
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     accepted = _count(data.get("accepted"), "accepted", n)
     duplicates = _count(data.get("duplicates"), "duplicates", n)
+    held = _count(data.get("held", 0), "held", accepted)
     rejected = data.get("rejected", [])
     if not isinstance(rejected, list) or len(rejected) > n:
         raise ValueError(f"rejected must be a list of at most {n} entries")
-    return accepted, duplicates, [_refusal(item, batch.seqs) for item in rejected]
+    return accepted, duplicates, held, [_refusal(item, batch.seqs) for item in rejected]
 
 
 def interpret_batch_answer(batch: OutgoingBatch, answer: HttpAnswer, now: float) -> BatchOutcome:
@@ -218,7 +252,7 @@ def interpret_batch_answer(batch: OutgoingBatch, answer: HttpAnswer, now: float)
         return classify_failure(answer, now)
     n = batch.n
     try:
-        accepted, duplicates, rejected = _counts(answer.body, batch)
+        accepted, duplicates, held, rejected = _counts(answer.body, batch)
     except ValueError as exc:  # ProtocolError included
         return Retry(f"collector's answer is not a valid batch answer: {exc}")
     if accepted + duplicates + len(rejected) != n or len({r.seq for r in rejected}) != len(
@@ -229,7 +263,7 @@ def interpret_batch_answer(batch: OutgoingBatch, answer: HttpAnswer, now: float)
             f"collector's answer counts {accepted} accepted + {duplicates} duplicates + "
             f"{len(rejected)} rejected for a batch of {n}"
         )
-    return Delivered(accepted, duplicates, tuple(rejected), batch.keys)
+    return Delivered(accepted, duplicates, tuple(rejected), batch.keys, held)
 
 
 def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], list[str]]:

@@ -34,7 +34,7 @@ from ..wire import ID_SIZE
 from .codec import MetricCodec, keyed_generator, memo_generator, memo_message, memo_tag
 from .flush import Flush, FlushPlan, Found
 from .policies import Clock, ShellSettings, budget_decision, fits, left_of, period_window
-from .protocol import Fatal, classify_failure, parse_definitions
+from .protocol import ROLE_HEADER, Fatal, classify_failure, parse_definitions
 from .results import BudgetStatus, FlushResult, MetricBudget, ReportReceipt, TotalBudget
 from .steps import Steps
 from .storage import (
@@ -101,6 +101,10 @@ class ReporterState:
         self.definitions_etag: str | None = None
         self.definitions_fetched_at: float | None = None
         self.definitions_stale = False  # the collector refused a metric or version
+        # What the collector says the token is (ROLE_HEADER): "device" tokens' batches
+        # carry one device's reports; None until it said (or if it never does: older ones).
+        self.token_role: str | None = None
+        self.role_asked = False
         # Why the last delivery run gave up (None once a batch is delivered): OutboxFull
         # says it, so a full outbox is blamed on the collector only when that is the cause.
         self.delivery_problem: str | None = None
@@ -171,9 +175,30 @@ class ReporterState:
             headers["If-None-Match"] = self.definitions_etag
         return headers
 
+    def learn_role(self, answer: HttpAnswer) -> None:
+        """What a ``GET /v1/metrics`` answer says the token is; raise CollectorUnavailable /
+        CollectorRejected for an answer that is no success."""
+        if answer.status not in (200, 304):
+            outcome = classify_failure(answer, self.clock())
+            if isinstance(outcome, Fatal):
+                raise outcome.error
+            raise CollectorUnavailable(f"GET /v1/metrics: {outcome.reason}")
+        self.role_asked = True
+        role = answer.headers.get(ROLE_HEADER)
+        self.token_role = role if role in ("device", "relay", "read", "admin") else None
+
+    def device_caps(self) -> dict[str, int]:
+        """The most reports of a version (by fingerprint) a batch may carry per bucket:
+        one device's (``MetricDefinition.device_cap``) for a device token, else none."""
+        if self.token_role != "device":
+            return {}
+        with self.lock:
+            return {c.fingerprint: c.definition.device_cap for c in self._codecs.values()}
+
     def apply_definitions_answer(self, answer: HttpAnswer) -> None:
         """Install (200), keep (304), or raise CollectorUnavailable / CollectorRejected."""
         now = self.clock()
+        self.learn_role(answer)
         if answer.status == 304 and self.definitions_fetched_at is not None:
             with self.lock:
                 self.store.touch_definitions(self.source, now)
@@ -394,6 +419,13 @@ class ReporterState:
         codec = self._codecs.get(metric)
         if codec is None:
             raise self.unknown_metric(metric)
+        if self.token_role == "device":
+            raise ParameterError(
+                f"simulate() queues reports as if from many devices, but {self.source} says "
+                "this is a device (ingest) token, whose batches may carry one device's "
+                "reports only: give simulate(), demos and load tests a relay token "
+                "([tokens] relay in the collector's config, or LDPKIT_RELAY_TOKENS)"
+            )
         encoded = codec.encode_many(values)
         n = len(encoded)
         if n == 0:

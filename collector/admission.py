@@ -1,6 +1,7 @@
 """Admission of batches (``POST /v1/reports``): one :class:`Admission` per collector
 counts the batches received and not yet answered, the bytes of request bodies held
-(uploads.py), keeps the per-token rate limits (limits.py) and counts each batch's outcome.
+(uploads.py), keeps the per-token rate limits (limits.py) and the per-source ones of
+device tokens (sources.py), and counts each batch's outcome.
 The ingest route holds a batch in :meth:`Admission.batch` until answered; whatever way it
 leaves, what it held is released."""
 
@@ -15,6 +16,7 @@ from ..errors import RateLimited
 from .config import CollectorConfig
 from .limits import IngestLimiter
 from .responses import ApiError, domain_error
+from .sources import Sources
 from .store import Store
 from .telemetry import Telemetry
 from .uploads import BodyPool, Held
@@ -52,6 +54,7 @@ class Admission:
         self.admitted = 0  # batches received (body read) and not yet answered
         self.bodies = BodyPool(config.max_pending_bytes)  # request bodies held, by bytes
         self.limiter = IngestLimiter(config.ingest_reports_per_second, config.ingest_burst)
+        self.sources = Sources(config)
 
     def overloaded(self, incoming_bytes: int = 0) -> bool:
         """Whether to refuse a new batch: ``max_pending_batches`` batches are received and
@@ -72,15 +75,23 @@ class Admission:
         return ApiError(429, "too_many_requests", detail, headers={"Retry-After": retry})
 
     @asynccontextmanager
-    async def batch(self, token: bytes, announced: int | None) -> AsyncIterator[Ticket]:
+    async def batch(
+        self, token: bytes, announced: int | None, device_source: bytes | None = None
+    ) -> AsyncIterator[Ticket]:
         """Hold one batch of ``token`` (its announced length ``announced``) until answered.
 
-        Refused before its body is read when the token is over its rate (RateLimited) or
-        the collector is overloaded (429). A body then holds what has arrived (see
-        uploads.py), so its announced size only decides whether it may start."""
+        Refused before its body is read when the token is over its rate, or a device
+        token's source (``device_source``) over its own (RateLimited), or the collector
+        is overloaded (429). A body then holds what has arrived (see uploads.py), so its
+        announced size only decides whether it may start."""
         try:
             if (wait := self.limiter.blocked(token)) is not None:
                 raise RateLimited(wait)
+            if (
+                device_source is not None
+                and (wait := self.sources.limiter.take(device_source, 1)) is not None
+            ):
+                raise RateLimited(wait, error="source_rate_limited")
             if self.overloaded(announced or 1):
                 raise self.busy()
             async with self.bodies.hold() as held:
@@ -102,7 +113,7 @@ class Admission:
         answered 500, is not counted)."""
         if (answer := domain_error(exc, self.config.retry_after)) is None:
             return
-        if answer.error == "rate_limited":
+        if answer.error in ("rate_limited", "source_rate_limited", "over_device_cap"):
             outcome = answer.error
         elif answer.status == 429:
             outcome = "throttled"

@@ -1,4 +1,4 @@
-"""Bearer tokens: three kinds, compared in constant time, never logged.
+"""Bearer tokens: four kinds, compared in constant time, never logged.
 
 ``Authorization: Bearer <token>``. A missing or unknown token answers 401; a valid token
 of a kind the route does not take answers 403. Each route declares the kinds it takes
@@ -25,9 +25,20 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
 class Scope(StrEnum):
-    INGEST = "ingest"
+    INGEST = "ingest"  # a device's reports (the tokens apps ship): capped, rate-limited by source
     READ = "read"
     ADMIN = "admin"
+    RELAY = "relay"  # many devices' reports (server-side batching, simulate, load tests)
+
+
+def token_role(granted: frozenset[Scope]) -> str:
+    """What a token is, as the collector tells it (``LDPKIT-Token-Role``): ``relay`` or
+    ``device`` for tokens that post reports (relay first: it may carry many devices'),
+    else ``admin`` or ``read``."""
+    for scope, role in ((Scope.RELAY, "relay"), (Scope.INGEST, "device"), (Scope.ADMIN, "admin")):
+        if scope in granted:
+            return role
+    return "read"
 
 
 def requires(*scopes: Scope) -> Callable[[F], F]:

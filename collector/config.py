@@ -8,6 +8,7 @@ Every error names the file and the key that is wrong, and never repeats a token.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -21,9 +22,10 @@ from typing import Any, TypeVar
 from ..errors import ConfigError as ConfigError  # its home is ldpkit.errors
 from ..errors import LdpkitError
 from ..metrics import MetricDefinition, check_definition_size
+from ..screening import DEFAULT_FALSE_ALARM
 
 DEFAULT_PORT = 8787
-TOKEN_KINDS = ("ingest", "read", "admin")
+TOKEN_KINDS = ("ingest", "read", "admin", "relay")
 TOKEN_ENV = {kind: f"LDPKIT_{kind.upper()}_TOKENS" for kind in TOKEN_KINDS}
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 HASH_PREFIX = "sha256:"  # a token given as its SHA-256 (see ldpkit.collector.auth)
@@ -40,15 +42,17 @@ class Synchronous(StrEnum):
 
 @dataclass(frozen=True)
 class Tokens:
-    """Bearer tokens by kind: ``ingest`` posts reports, ``read`` reads estimates, ``admin``
-    defines metrics (and reads everything)."""
+    """Bearer tokens by kind: ``ingest`` posts one device's reports (the tokens apps ship),
+    ``relay`` posts many devices' reports (server-side batching, ``simulate``, load tests),
+    ``read`` reads estimates, ``admin`` defines metrics (and reads everything)."""
 
     ingest: tuple[str, ...] = ()
     read: tuple[str, ...] = ()
     admin: tuple[str, ...] = ()
+    relay: tuple[str, ...] = ()
 
     def by_kind(self) -> dict[str, tuple[str, ...]]:
-        return {"ingest": self.ingest, "read": self.read, "admin": self.admin}
+        return {kind: getattr(self, kind) for kind in TOKEN_KINDS}
 
     def __repr__(self) -> str:  # never print a token
         counts = ", ".join(f"{k}={len(v)}" for k, v in self.by_kind().items())
@@ -103,6 +107,26 @@ def _is_origins(v: object) -> bool:
     )
 
 
+def _is_false_alarm(v: object) -> bool:
+    """a probability in 0..0.1 (0: no screening)"""
+    return _is_seconds(v) and isinstance(v, int | float) and v <= 0.1
+
+
+def _is_header(v: object) -> bool:
+    """a header name such as "X-Forwarded-For", or "" (the peer address)"""
+    return isinstance(v, str) and (v == "" or bool(re.fullmatch(r"[A-Za-z0-9-]+", v)))
+
+
+def _is_networks(v: object) -> bool:
+    """a list of networks such as "10.0.0.0/8" or "::1/128" """
+    try:
+        return isinstance(v, list | tuple) and all(
+            isinstance(n, str) and ipaddress.ip_network(n, strict=False) is not None for n in v
+        )
+    except ValueError:
+        return False
+
+
 def _is_sync(v: object) -> bool:
     return isinstance(v, str) and v.lower() in tuple(Synchronous)
 
@@ -143,6 +167,15 @@ class CollectorConfig:
     retry_after: int = _key(1, _int_in(1, 3600))
     ingest_reports_per_second: float = _key(0.0, _is_rate)
     ingest_burst: int = _key(100_000, _int_in(1, 10**9))
+    device_batches_per_minute: float = _key(60.0, _is_rate)
+    device_burst: int = _key(120, _int_in(1, 10**9))
+    source_header: str = _key("", _is_header)
+    trusted_proxies: tuple[str, ...] = _key(("127.0.0.1/32", "::1/128"), _is_networks)
+    screen_false_alarm: float = _key(DEFAULT_FALSE_ALARM, _is_false_alarm)
+    screen_relay: bool = _key(True, _is_bool)
+    screen_window_seconds: float = _key(3600.0, _is_seconds)
+    screen_senders: int = _key(10_000, _int_in(1, 10**7))
+    screen_memory_mib: int = _key(64, _int_in(1, 65536))
     log_addresses: bool = _key(False, _is_bool)
     cors_origins: tuple[str, ...] = _key((), _is_origins)
     """Origins (``https://app.example``, or ``"*"``) whose pages may call the ingest
@@ -182,8 +215,9 @@ def _check_collector(
         out[key] = float(value) if key in _FLOATS else value
     if "synchronous" in out:
         out["synchronous"] = Synchronous(out["synchronous"].lower())
-    if "cors_origins" in out:
-        out["cors_origins"] = tuple(out["cors_origins"])
+    for key in ("cors_origins", "trusted_proxies"):
+        if key in out:
+            out[key] = tuple(out[key])
     if "database" in out:
         out["database"] = _database_path(out["database"], source, base_dir)
     return out

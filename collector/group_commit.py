@@ -13,7 +13,8 @@ own SAVEPOINT.
 
 **The batches of a group.** Before BEGIN, each batch is aggregated as if all its reports
 were new (numpy, no lock held; a batch whose reports do not aggregate fails alone; costly
-batches come aggregated already). In the transaction:
+batches come aggregated already) and its blocks screened (``screen``, in the same pass:
+screening tests the aggregate). In the transaction:
 
 1. sealed (v2) batches claim their batch ids (one row each: id, latest bucket, bitmap of
    the blocks counted). A batch id stored before, or earlier in the group, makes its batch
@@ -21,7 +22,11 @@ batches come aggregated already). In the transaction:
 2. v1 batches insert their report ids (sorted, unique); the ids that were there already
    are duplicates, and a batch holding any is aggregated again over its new reports;
 3. the group appends its partial sums: one row per (fingerprint, bucket) it touched, in
-   the compact form of :func:`~ldpkit.collector.store.pack_sums`.
+   the compact form of :func:`~ldpkit.collector.store.pack_sums`; blocks screening held
+   become held records instead (only in the copy of a batch that counts).
+
+Counted aggregates a sender's window moves to held (:meth:`move_to_held`) become a
+negative partial row and a held record each, in one transaction (totals stay exact).
 
 No statement of an ingest transaction updates a row: two writers (threads, or processes
 on one PostgreSQL) never wait on each other except on the same batch id (a retry racing
@@ -46,13 +51,17 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ..aggregate import Aggregate
 from ..metrics import MetricDefinition
+from .holding import screen_block
 from .store import (
     ID_DTYPE,
     Catalog,
     CheckedReports,
+    Deltas,
+    HeldBlock,
+    HeldRecord,
     IngestResult,
+    Moved,
     Origin,
     PutOutcome,
     Store,
@@ -73,8 +82,15 @@ log = logging.getLogger("ldpkit.collector.store")
 
 T = TypeVar("T")
 Conn = Any  # sqlite3.Connection or psycopg.Connection: execute(sql, params) -> cursor
-Deltas = dict[tuple[str, int], Aggregate]
 PartialRow = tuple[str, int, int, bytes]  # fingerprint, bucket, n, packed sums
+Folded = dict[tuple[str, int], tuple[int, npt.NDArray[np.float64]]]
+"""Partial rows summed by (fingerprint, bucket): n and sums (a sum may be negative)."""
+HeldRow = tuple[int, str, int, int, bytes, str, str, str]
+"""day, fingerprint, bucket, n, packed sums, test, reason, origin."""
+INSERT_HELD = (
+    "INSERT INTO held (day, fingerprint, bucket, n, sums, test, reason, origin) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 PRUNED_KEY = "report_ids_pruned_before"
 
@@ -86,6 +102,7 @@ class _Job:
     reports: int = 0
     blocks: list[CheckedReports] | None = None
     batch_id: bytes | None = None
+    screen: float = 0.0
 
 
 @dataclass(eq=False)
@@ -99,6 +116,7 @@ class _Prepared:
 
     jobs: list[_Job]  # ingest jobs whose reports aggregate
     deltas: list[Deltas]  # per job, every report counted
+    held: list[list[HeldBlock]]  # per job, its held blocks
     legacy_ids: npt.NDArray[Any]  # v1 report ids of ``jobs``, in job order
     legacy_bounds: list[int]  # job i's ids are legacy_ids[bounds[i]:bounds[i + 1]]
     legacy_buckets: npt.NDArray[np.int64]
@@ -111,16 +129,21 @@ def _prepare(jobs: Sequence[_Job]) -> tuple[_Prepared, list[Outcome]]:
     kept: list[_Job] = []
     failed: list[Outcome] = []
     deltas: list[Deltas] = []
+    held: list[list[HeldBlock]] = []
     for job in jobs:
         assert job.blocks is not None
         try:
-            deltas.append(aggregate_blocks(job.blocks, None))
+            if job.screen:
+                job.blocks = [b if b.aggregate else screen_block(b, job.screen) for b in job.blocks]
+            counted, held_blocks = aggregate_blocks(job.blocks, None)
         except Exception as exc:  # reports that do not fit their mechanism: this batch fails
             failed.append((job, None, as_store_error(exc)))
             continue
+        deltas.append(counted)
+        held.append(held_blocks)
         kept.append(job)
     legacy, buckets, bounds = _legacy_ids(kept)
-    return _Prepared(kept, deltas, legacy, bounds, buckets), failed
+    return _Prepared(kept, deltas, held, legacy, bounds, buckets), failed
 
 
 def _legacy_ids(jobs: Sequence[_Job]) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], list[int]]:
@@ -188,17 +211,48 @@ def _sealed_ids(jobs: Sequence[_Job]) -> dict[bytes, tuple[int, bytes]]:
 
 def _legacy_counted(
     job: _Job, prepared: _Prepared, i: int, new: npt.NDArray[np.bool_] | None
-) -> tuple[int, Deltas]:
+) -> tuple[int, Deltas, list[HeldBlock]]:
     """How many reports of v1 batch ``i`` are new, and their sums (again if not all are)."""
     lo, hi = prepared.legacy_bounds[i], prepared.legacy_bounds[i + 1]
-    deltas = prepared.deltas[i]
+    deltas, held = prepared.deltas[i], prepared.held[i]
     if new is None:
-        return hi - lo, deltas
+        return hi - lo, deltas, held
     keep = new[lo:hi]
     accepted = int(keep.sum())
     if accepted != hi - lo:
-        deltas = aggregate_blocks(job.blocks or [], keep)
-    return accepted, deltas
+        deltas, held = aggregate_blocks(job.blocks or [], keep)
+    return accepted, deltas, held
+
+
+def _utc_day() -> int:
+    return int(time.time()) // 86400 * 86400
+
+
+def _held_rows(held: Sequence[HeldBlock] | Sequence[Moved]) -> list[HeldRow]:
+    """The held records of held blocks, or of counted aggregates moved to held."""
+    day = _utc_day()
+    records = [
+        (h.fingerprint, h.bucket, h.aggregate, h.hold)
+        if isinstance(h, Moved)
+        else (h[0].fingerprint, h[0].bucket, h[1], h[0].hold)
+        for h in held
+    ]
+    return [
+        (day, fp, bucket, agg.n, pack_sums(agg.sums), hold.test, hold.reason, hold.origin)
+        for fp, bucket, agg, hold in records
+        if hold is not None
+    ]
+
+
+def _held_record(
+    id_: int, day: int, metric: str, fp: str, bucket: int, n: int, *text: str
+) -> HeldRecord:
+    """A held record from its row (``text``: test, reason, origin, then released)."""
+    test, reason, origin, released = text
+    day_released = None if released is None else int(released)
+    return HeldRecord(
+        int(id_), int(day), metric, fp, int(bucket), int(n), test, reason, origin, day_released
+    )
 
 
 def _add_deltas(total: Deltas, deltas: Deltas) -> dict[str, int]:
@@ -266,7 +320,7 @@ class GroupCommitStore(Store):
         compacting) and return them, in the order they were written."""
 
     @abstractmethod
-    def _add_to_aggregates(self, conn: Conn, folded: dict[tuple[str, int], Aggregate]) -> None:
+    def _add_to_aggregates(self, conn: Conn, folded: Folded) -> None:
         """Add ``folded`` (its sums in partial form, unpacked) to the aggregate rows."""
 
     @abstractmethod
@@ -448,34 +502,45 @@ class GroupCommitStore(Store):
             self._x(conn, "RELEASE SAVEPOINT job")
             done.append((job, result, None))
         if prepared.jobs:
-            results, deltas = self._store_batches(conn, prepared)
+            results, deltas, held = self._store_batches(conn, prepared)
             rows = [
                 (fp, bucket, deltas[fp, bucket].n, pack_sums(deltas[fp, bucket].sums))
                 for fp, bucket in sorted(deltas)
             ]
             if rows:
                 self._append_partials(conn, rows)
+            for row in held:
+                self._x(conn, INSERT_HELD, row)
             done.extend(zip(prepared.jobs, results, [None] * len(results), strict=True))
         self._x(conn, "COMMIT")
         return done
 
-    def _store_batches(self, conn: Conn, prepared: _Prepared) -> tuple[list[IngestResult], Deltas]:
-        """Claim batch ids and insert v1 report ids; each batch's answer, the group's sums."""
+    def _store_batches(
+        self, conn: Conn, prepared: _Prepared
+    ) -> tuple[list[IngestResult], Deltas, list[HeldRow]]:
+        """Claim batch ids and insert v1 report ids; each batch's answer, the group's sums
+        and held records."""
         claims = self._claim_sealed(conn, prepared.jobs)
         new = self._new_report_ids(conn, prepared)
         results: list[IngestResult] = []
         total: Deltas = {}
+        held_rows: list[HeldRow] = []
         for i, job in enumerate(prepared.jobs):
             if job.batch_id is None:
-                accepted, deltas = _legacy_counted(job, prepared, i, new)
+                accepted, deltas, held = _legacy_counted(job, prepared, i, new)
             elif (repeat := claims.repeat(job.batch_id, job.blocks or [])) is not None:
                 results.append(repeat)
                 continue
             else:
-                accepted, deltas = job.reports, prepared.deltas[i]
+                accepted, deltas, held = job.reports, prepared.deltas[i], prepared.held[i]
             by_fp = _add_deltas(total, deltas)
-            results.append(IngestResult(accepted, job.reports - accepted, by_fp))
-        return results, total
+            held_rows += _held_rows(held)
+            tests = tuple((b.fingerprint, b.hold.test, a.n) for b, a in held if b.hold is not None)
+            stored = tuple(job.blocks or ()) if job.screen and accepted == job.reports else ()
+            results.append(
+                IngestResult(accepted, job.reports - accepted, by_fp, held=tests, blocks=stored)
+            )
+        return results, total, held_rows
 
     def _claim_sealed(self, conn: Conn, jobs: list[_Job]) -> _Claims:
         """Sealed batches: the first occurrence of an id not stored before counts."""
@@ -526,6 +591,7 @@ class GroupCommitStore(Store):
         *,
         blocks: list[CheckedReports] | None = None,
         batch_id: bytes | None = None,
+        screen: float = 0.0,
     ) -> asyncio.Future[T]:
         if self._closing or self._loop is None:
             raise StoreClosed("the store is closed")
@@ -535,7 +601,7 @@ class GroupCommitStore(Store):
             reports = sum(b.n for b in blocks)
             self._pending_batches += 1
             self._pending_reports += reports
-        self._queue.put(_Job(fn, future, reports, blocks, batch_id))
+        self._queue.put(_Job(fn, future, reports, blocks, batch_id, screen))
         return future
 
     @property
@@ -547,29 +613,92 @@ class GroupCommitStore(Store):
         return self._pending_reports
 
     async def ingest(
-        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
+        self,
+        blocks: Sequence[CheckedReports],
+        *,
+        batch_id: bytes | None = None,
+        screen: float = 0.0,
     ) -> IngestResult:
         blocks = [b for b in blocks if b.n]
         if not blocks:
             return IngestResult(0, 0)
         if batch_id is None and any(b.ids is None for b in blocks):
             raise ValueError("a batch without a batch id needs report ids in every block")
-        return await self._submit(None, blocks=blocks, batch_id=batch_id)
+        return await self._submit(None, blocks=blocks, batch_id=batch_id, screen=screen)
+
+    async def move_to_held(self, moved: Sequence[Moved]) -> None:
+        def move(conn: Conn) -> None:
+            negative = [
+                (m.fingerprint, m.bucket, -m.aggregate.n, pack_sums(-m.aggregate.sums))
+                for m in moved
+            ]
+            self._append_partials(conn, negative)
+            for row in _held_rows(moved):
+                self._x(conn, INSERT_HELD, row)
+
+        await self._submit(move)
 
     async def compact(self, limit: int = 20_000) -> int:
         def fold(conn: Conn) -> int:
             rows = self._take_partials(conn, limit)
-            folded: dict[tuple[str, int], Aggregate] = {}
+            folded: Folded = {}
             for fp, bucket, n, blob in rows:
                 key = (fp, bucket)
                 old = folded.get(key)
-                sums = unpack_sums(bytes(blob), None if old is None else old.sums.size)
-                folded[key] = Aggregate(n, sums) if old is None else old + Aggregate(n, sums)
+                sums = unpack_sums(bytes(blob), None if old is None else old[1].size)
+                folded[key] = (n, sums) if old is None else (old[0] + n, old[1] + sums)
             if folded:
                 self._add_to_aggregates(conn, folded)
             return len(rows)
 
         return await self._submit(fold)
+
+    async def batch_stored(self, batch_id: bytes) -> bool:
+        key = self._batch_key(batch_id)
+        sql = "SELECT 1 FROM batches WHERE id = ?"
+        return await self._read(lambda conn: self._x(conn, sql, (key,)).fetchone() is not None)
+
+    async def held_records(self, limit: int, before: int | None = None) -> list[HeldRecord]:
+        def read(conn: Conn) -> list[HeldRecord]:
+            rows = self._x(
+                conn,
+                "SELECT h.id, h.day, COALESCE(v.name, ''), h.fingerprint, h.bucket, h.n, "
+                "h.test, h.reason, h.origin, h.released FROM held h LEFT JOIN metric_versions "
+                "v ON v.fingerprint = h.fingerprint WHERE h.id < ? ORDER BY h.id DESC LIMIT ?",
+                (MAX_BUCKET if before is None else before, limit),
+            ).fetchall()
+            return [_held_record(*row) for row in rows]
+
+        return await self._read(read)
+
+    async def release_held(self, record: int) -> bool | None:
+        def release(conn: Conn) -> bool | None:
+            row = self._x(
+                conn,
+                "UPDATE held SET released = ? WHERE id = ? AND released IS NULL "
+                "RETURNING fingerprint, bucket, n, sums",
+                (_utc_day(), record),
+            ).fetchone()
+            if row is None:
+                return self._held_exists(conn, record)
+            self._append_partials(conn, [(str(row[0]), int(row[1]), int(row[2]), bytes(row[3]))])
+            return True
+
+        return await self._submit(release)
+
+    async def drop_held(self, record: int) -> bool | None:
+        def drop(conn: Conn) -> bool | None:
+            sql = "DELETE FROM held WHERE id = ? AND released IS NULL RETURNING id"
+            if self._x(conn, sql, (record,)).fetchone() is not None:
+                return True
+            return self._held_exists(conn, record)
+
+        return await self._submit(drop)
+
+    def _held_exists(self, conn: Conn, record: int) -> bool | None:
+        """False if held record ``record`` exists (it was released), None if not."""
+        found = self._x(conn, "SELECT 1 FROM held WHERE id = ?", (record,)).fetchone()
+        return None if found is None else False
 
     async def put_metric(
         self, definition: MetricDefinition, *, origin: Origin = Origin.API

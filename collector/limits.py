@@ -10,6 +10,8 @@ bucket will hold enough) and nothing of it is stored.
 
 Buckets are keyed by the SHA-256 digest of the token (never the token), and only tokens
 that passed authentication get one, so their number is bounded by the configured tokens.
+The same buckets limit device-token batches per source (``collector/sources.py``), keyed
+by a keyed hash of the source address, in a bounded number of buckets.
 The state is per process: with N replicas behind a load balancer a token may send up to
 N times the rate.
 """
@@ -29,13 +31,23 @@ class _Bucket:
 
 
 class IngestLimiter:
+    """Token buckets by key; ``max_keys`` bounds how many are kept (the least recently used
+    goes first: it starts full again if it comes back, so a bound only ever lets more
+    through)."""
+
     def __init__(
-        self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic
+        self,
+        rate: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int | None = None,
     ) -> None:
         self.rate = float(rate)
         self.burst = int(burst)
         self._clock = clock
         self._buckets: dict[bytes, _Bucket] = {}
+        self.max_keys = max_keys
 
     @property
     def enabled(self) -> bool:
@@ -43,7 +55,10 @@ class IngestLimiter:
 
     def _bucket(self, key: bytes) -> _Bucket:
         now = self._clock()
-        bucket = self._buckets.setdefault(key, _Bucket(float(self.burst), now))
+        bucket = self._buckets.pop(key, None) or _Bucket(float(self.burst), now)
+        self._buckets[key] = bucket  # the most recently used last
+        if self.max_keys is not None and len(self._buckets) > self.max_keys:
+            del self._buckets[next(iter(self._buckets))]
         elapsed = max(0.0, now - bucket.updated)
         bucket.level = min(float(self.burst), bucket.level + elapsed * self.rate)
         bucket.updated = now

@@ -10,7 +10,7 @@ from aiohttp.typedefs import Handler
 
 from ..errors import LdpkitError, StoreClosed, StoreError
 from .auth import bearer_token, required_scopes
-from .keys import CONFIG, TELEMETRY, TOKENS
+from .keys import CONFIG, GRANTED, TELEMETRY, TOKENS
 from .responses import KEPT_HEADERS, STATUS_CODES, ApiError, domain_error, error_response
 from .uploads import ClientGone
 
@@ -80,7 +80,7 @@ async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamR
     response = await handler(request)
     if not response.prepared:
         response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Expose-Headers"] = "ETag, Retry-After"
+        response.headers["Access-Control-Expose-Headers"] = "ETag, Retry-After, LDPKIT-Token-Role"
         response.headers.add("Vary", "Origin")
     return response
 
@@ -152,6 +152,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         kinds = " or ".join(sorted(s.value for s in scopes))
         article = "an" if kinds[0] in "aeiou" else "a"
         raise ApiError(403, "forbidden", f"this endpoint takes {article} {kinds} token")
+    request[GRANTED] = granted
     return await handler(request)
 
 

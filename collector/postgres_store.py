@@ -25,7 +25,10 @@ ldpkit is refused):
 - ``partials``: appended by every ingest transaction (an identity key, no row shared);
 - ``aggregates (fingerprint, bucket, n bigint, sums float8[])``, written only by
   compaction, which holds ``pg_try_advisory_xact_lock`` (one process folds at a time) and
-  deletes the partial rows it folds in the same transaction.
+  deletes the partial rows it folds in the same transaction;
+- ``held``: reports screening held apart (an identity key; their day, version, bucket,
+  n, packed sums, test, reason, origin, and the day they were released), never counted
+  until released (a partial row, in the transaction that marks the record).
 
 **Concurrency.** Ingest transactions of any process insert rows and update none, so they
 never wait on each other, except for the same batch id (a retry racing its original:
@@ -61,8 +64,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import Format
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..aggregate import Aggregate
-from .group_commit import PRUNED_KEY, GroupCommitStore, PartialRow
+from .group_commit import PRUNED_KEY, Folded, GroupCommitStore, PartialRow
 from .store import SUMS_DTYPE, StoreClosed, StoreError
 
 log = logging.getLogger("ldpkit.collector.store")
@@ -154,6 +156,24 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
                     toast.autovacuum_vacuum_threshold = 5000)""",
             # The shared catalog code numbers versions itself (under the catalog lock).
             "ALTER TABLE metric_versions ALTER COLUMN seq DROP IDENTITY IF EXISTS",
+        ),
+    ),
+    (
+        4,
+        "held records: reports screening held apart, counted once released",
+        (
+            """CREATE TABLE held (                -- no finer time than the day, no address
+                id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                day         bigint NOT NULL,     -- the UTC day it was held (unix seconds)
+                fingerprint text NOT NULL,
+                bucket      bigint NOT NULL,
+                n           bigint NOT NULL,
+                sums        bytea NOT NULL,      -- store.pack_sums
+                test        text NOT NULL,       -- the screening test that failed
+                reason      text NOT NULL,
+                origin      text NOT NULL,       -- 'batch' or 'sender'
+                released    bigint               -- the UTC day it was released, or NULL
+            )""",
         ),
     ),
 )
@@ -490,11 +510,9 @@ class PostgresStore(GroupCommitStore):
         taken = sorted(conn.execute(TAKE_PARTIALS, (limit,)).fetchall())
         return [(fp, int(bucket), int(n), bytes(blob)) for _, fp, bucket, n, blob in taken]
 
-    def _add_to_aggregates(
-        self, conn: psycopg.Connection[Any], folded: dict[tuple[str, int], Aggregate]
-    ) -> None:
+    def _add_to_aggregates(self, conn: psycopg.Connection[Any], folded: Folded) -> None:
         rows = [
-            (fp, bucket, folded[fp, bucket].n, _Float8Array.of(folded[fp, bucket].sums))
+            (fp, bucket, folded[fp, bucket][0], _Float8Array.of(folded[fp, bucket][1]))
             for fp, bucket in sorted(folded)
         ]
         with conn.cursor() as cur:

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from ..errors import (
     BatchNotStored,
+    OverDeviceCap,
     ProtocolError,
     QueryError,
     RateLimited,
@@ -84,8 +85,16 @@ def domain_error(exc: BaseException, retry_after: int) -> ApiError | None:
         error = "unsupported_version" if isinstance(exc, UnsupportedVersion) else "bad_request"
         return ApiError(400, error, str(exc))
     if isinstance(exc, RateLimited):
+        return ApiError(429, exc.error, str(exc), headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, OverDeviceCap):
         return ApiError(
-            429, "rate_limited", str(exc), headers={"Retry-After": str(exc.retry_after)}
+            400,
+            "over_device_cap",
+            str(exc),
+            metric=exc.metric,
+            version=exc.fingerprint,
+            bucket=exc.bucket,
+            cap=exc.cap,
         )
     return _store_error(exc, {"Retry-After": str(retry_after)})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -12,8 +13,8 @@ from ..errors import LdpkitError, ProtocolError
 from ..metrics import MetricDefinition, check_definition_size
 from ..wire import CONTENT_TYPE as BATCH_CONTENT_TYPE
 from ..wire import LEGACY_CONTENT_TYPE
-from .auth import Scope, requires, token_id
-from .keys import COLLECTOR, CONFIG, TELEMETRY
+from .auth import Scope, requires, token_id, token_role
+from .keys import COLLECTOR, CONFIG, GRANTED, TELEMETRY
 from .queries import parse_query
 from .responses import JSON, ApiError, etag_matches, json_response
 from .service import Serialized
@@ -54,37 +55,50 @@ async def _read(request: web.Request, held: Held, limit: int) -> bytearray:
     )
 
 
+ROLE_HEADER = "LDPKIT-Token-Role"
+"""Answered on ``GET /v1/metrics``: what the presented token is (``auth.token_role``)."""
+
+
 def _cached(request: web.Request, found: Serialized) -> web.Response:
     headers = {"ETag": found.etag, "Cache-Control": "no-cache"}
+    headers[ROLE_HEADER] = token_role(request[GRANTED])
     if etag_matches(request.headers.get("If-None-Match"), found.etag):
         return web.Response(status=304, headers=headers)
     return web.Response(body=found.body, content_type=JSON, headers=headers)
 
 
-@requires(Scope.INGEST)
+@requires(Scope.INGEST, Scope.RELAY)
 async def post_reports(request: web.Request) -> web.Response:
     collector = request.app[COLLECTOR]
     limit = collector.config.max_body_bytes
     _check_body(request, BATCH_CONTENT_TYPES, limit)
     token = token_id(request.headers.get("Authorization"))
-    async with collector.admission.batch(token, request.content_length) as ticket:
+    source = collector.admission.sources.source(request)
+    device = Scope.RELAY not in request[GRANTED]
+    admitted = collector.admission.batch(token, request.content_length, source if device else None)
+    async with admitted as ticket:
         body = await _read(request, ticket.held, limit)
         ticket.received()
-        answer = await collector.ingest(body, token=token, charge=ticket.charge)
+        answer = await collector.ingest(
+            body, token=token, charge=ticket.charge, source=source, device=device
+        )
     return json_response(answer)
 
 
-@requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
+READERS = (Scope.INGEST, Scope.RELAY, Scope.READ, Scope.ADMIN)
+
+
+@requires(*READERS)
 async def get_metrics(request: web.Request) -> web.Response:
     return _cached(request, request.app[COLLECTOR].metrics_body)
 
 
-@requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
+@requires(*READERS)
 async def get_metric(request: web.Request) -> web.Response:
     return _cached(request, request.app[COLLECTOR].metric(request.match_info["name"]))
 
 
-@requires(Scope.INGEST, Scope.READ, Scope.ADMIN)
+@requires(*READERS)
 async def get_metric_versions(request: web.Request) -> web.Response:
     return json_response(request.app[COLLECTOR].metric_versions(request.match_info["name"]))
 
@@ -141,6 +155,61 @@ async def get_estimates(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type=JSON)
 
 
+def _record_id(request: web.Request) -> int:
+    text = request.match_info["id"]
+    if not text.isdigit() or len(text) > 18:
+        raise ApiError(404, "unknown_held", f"no held record {text[:40]!r}")
+    return int(text)
+
+
+@requires(Scope.ADMIN)
+async def get_held(request: web.Request) -> web.Response:
+    """Held records, newest first: ``limit`` (default 100, at most 1000), ``before`` an id."""
+    limit = _query_int(request, "limit", 100, 1, 1000)
+    before = _query_int(request, "before", None, 1, 2**62)
+    return json_response(await request.app[COLLECTOR].held(limit, before))
+
+
+def _query_int(request: web.Request, name: str, default: int | None, lo: int, hi: int) -> Any:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not lo <= int(text) <= hi:
+        raise ApiError(
+            400, "invalid_parameter", f"{name} must be an integer in {lo}..{hi}", param=name
+        )
+    return int(text)
+
+
+def _held_answer(answer: dict[str, object] | None, record: int) -> web.Response:
+    if answer is None:
+        raise ApiError(404, "unknown_held", f"no held record {record}")
+    return json_response(answer)
+
+
+@requires(Scope.ADMIN)
+async def release_held(request: web.Request) -> web.Response:
+    record = _record_id(request)
+    return _held_answer(await request.app[COLLECTOR].release_held(record), record)
+
+
+@requires(Scope.ADMIN)
+async def drop_held(request: web.Request) -> web.Response:
+    """Drop a held record's reports; 409 if it was released (they are counted)."""
+    record = _record_id(request)
+    answer = await request.app[COLLECTOR].drop_held(record)
+    if answer is not None and answer["outcome"] == "released":
+        raise ApiError(
+            409, "held_released", f"held record {record} was released: its reports are counted"
+        )
+    return _held_answer(answer, record)
+
+
+@requires(Scope.ADMIN)
+async def get_senders(request: web.Request) -> web.Response:
+    return json_response(await request.app[COLLECTOR].senders_answer())
+
+
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 
@@ -180,6 +249,10 @@ def setup_routes(app: web.Application) -> None:
     r.add_delete("/v1/metrics/{name}", delete_metric)
     r.add_get("/v1/metrics/{name}/versions", get_metric_versions)
     r.add_get("/v1/estimates/{name}", get_estimates)
+    r.add_get("/v1/admin/held", get_held)
+    r.add_post("/v1/admin/held/{id}/release", release_held)
+    r.add_delete("/v1/admin/held/{id}", drop_held)
+    r.add_get("/v1/admin/senders", get_senders)
     r.add_get("/healthz", healthz)
     r.add_get("/readyz", readyz)
     r.add_get("/metrics", prometheus)

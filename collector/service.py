@@ -11,7 +11,13 @@ need.
 
 Costly aggregations (see :func:`~ldpkit.collector.ingest.aggregation_seconds`) run in a
 :class:`~ldpkit.collector.fairness.FairLane`, round-robin between ingest tokens, before
-the store; the others in the store's writer.
+the store; the others in the store's writer. Blocks are screened where they are
+aggregated, and each sender's window after its batch is stored
+(:mod:`~ldpkit.collector.holding`).
+
+A device token's batch may carry per metric version and bucket at most what one device's
+ledger allows (``MetricDefinition.device_cap``): more is refused whole
+(:class:`~ldpkit.errors.OverDeviceCap`), unless it is a retry of a batch stored before.
 
 Background tasks: the periodic catalog reload, compaction of partial aggregates (every
 ``compact_seconds``), and pruning of batch ids (and v1 report ids) older than
@@ -25,15 +31,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
-from ..errors import BatchNotStored, QueryError, UnknownMetric, UnsupportedVersion
+from ..errors import (
+    BatchNotStored,
+    OverDeviceCap,
+    QueryError,
+    UnknownMetric,
+    UnsupportedVersion,
+)
 from ..metrics import MetricDefinition
 from ..wire import FINGERPRINT_PATTERN, LEGACY_VERSION, Batch, Block, decode
 from .admission import Admission
 from .config import CollectorConfig
 from .fairness import EXPENSIVE_SECONDS, FairLane
+from .holding import Senders, screen_block
 from .ingest import (
     BatchVerdict,
     RefusedReports,
@@ -100,6 +113,12 @@ class Collector:
         self._unloadable: set[str] = set()  # stored versions this code cannot load
         self.lane = FairLane()  # costly aggregations, round-robin between senders
         self._notified: asyncio.Task[None] | None = None
+        self.senders = Senders(
+            config.screen_false_alarm,
+            config.screen_window_seconds,
+            config.screen_senders,
+            config.screen_memory_mib * 2**20,
+        )
 
     async def start(self) -> None:
         store = self.store
@@ -121,8 +140,13 @@ class Collector:
             asyncio.create_task(self._prune_loop(), name="ldpkit-prune"),
             asyncio.create_task(self._compact_loop(), name="ldpkit-compact"),
         ]
-        for kind, tokens in self.config.tokens.by_kind().items():
-            if not tokens:
+        tokens = self.config.tokens
+        for kind, configured in (
+            ("ingest or relay", tokens.ingest + tokens.relay),
+            ("read", tokens.read),
+            ("admin", tokens.admin),
+        ):
+            if not configured:
                 log.warning("no %s token configured: %s requests will be refused", kind, kind)
 
     async def _apply_config_metrics(self) -> None:
@@ -347,26 +371,37 @@ class Collector:
         *,
         token: bytes = b"",
         charge: Callable[[int], None] | None = None,
+        source: bytes = b"",
+        device: bool = False,
     ) -> dict[str, object]:
-        """Check and store one batch; the answer of ``POST /v1/reports``. ``charge`` is called with
-        the number of reports once the batch is decoded (it may raise to refuse the batch: nothing
-        is stored). ``token`` (the sender's token digest) is whom costly work is charged to. Raises
-        ProtocolError (UnsupportedVersion), StoreClosed and BatchNotStored."""
+        """Check, screen and store one batch; the answer of ``POST /v1/reports``. ``charge`` is
+        called with the number of reports once the batch is decoded (it may raise to refuse the
+        batch: nothing is stored). ``token`` (the sender's token digest) is whom costly work is
+        charged to; ``source`` the keyed id of where it came from (its screening window);
+        ``device``: sent with a device (ingest) token, not a relay one. Raises ProtocolError
+        (UnsupportedVersion), OverDeviceCap, StoreClosed and BatchNotStored."""
         batch = self._decode(body)
         blocks = batch.blocks
         if charge is not None:
             charge(sum(b.n for b in blocks))
         checked = await self._check(blocks)
-        valid = await self._aggregate_costly(token, checked.blocks)
-        result = await self._store(valid, batch.batch_id) if valid else IngestResult(0, 0)
+        if device:
+            await self._check_cap(checked.blocks, batch.batch_id)
+        alpha = self.config.screen_false_alarm if device or self.config.screen_relay else 0.0
+        valid = await self._aggregate_costly(token, checked.blocks, alpha)
+        if alpha:
+            valid = self.senders.hold_known(source, valid)
+        result = await self._store(valid, batch.batch_id, alpha) if valid else IngestResult(0, 0)
         rejected = checked.rejected
         if result.refused_before:
             rejected = rejected + refused_again(blocks, rejected, result.refused_before)
         self._count(result, rejected)
+        moved = await self._move_to_held(source, result.blocks) if result.blocks else 0
         self.telemetry.batch_reports.observe(checked.total)
         return {
             "accepted": result.accepted,
             "duplicates": result.duplicates,
+            "held": result.held_reports + moved,
             "rejected": rejections_json(rejected),
         }
 
@@ -392,23 +427,43 @@ class Collector:
             checked = check_batch(blocks, self.catalog, time.time(), oldest=oldest)
         return checked
 
+    def _version(self, fingerprint: str) -> MetricDefinition | None:
+        name = self._fp_names.get(fingerprint)
+        return None if name is None else self.catalog.versions.get(name, {}).get(fingerprint)
+
+    async def _check_cap(self, blocks: list[CheckedReports], batch_id: bytes | None) -> None:
+        """Refuse a device token's batch (OverDeviceCap) carrying more reports of one
+        version and bucket than one device may queue, unless it was stored before (a retry
+        counts as duplicates, even if the cap was lowered since)."""
+        sent: dict[tuple[str, int], int] = {}
+        for b in blocks:
+            sent[b.fingerprint, b.bucket] = sent.get((b.fingerprint, b.bucket), 0) + b.n
+        for (fp, bucket), n in sent.items():
+            definition = self._version(fp)
+            if definition is None or n <= definition.device_cap:
+                continue
+            if batch_id is not None and await self.store.batch_stored(batch_id):
+                return
+            self.telemetry.reports_refused.labels(definition.name, "over_device_cap").inc(
+                sum(b.n for b in blocks)
+            )
+            raise OverDeviceCap(definition.name, fp, bucket, definition.device_cap, n)
+
     async def _aggregate_costly(
-        self, token: bytes, blocks: list[CheckedReports]
+        self, token: bytes, blocks: list[CheckedReports], alpha: float
     ) -> list[CheckedReports]:
-        """Blocks costly to aggregate are aggregated here, in the sender's turn of the fair
-        lane, not in the store's writer where every other batch would wait for them."""
+        """Blocks costly to aggregate are aggregated here (and screened at ``alpha``), in the
+        sender's turn of the fair lane, not in the store's writer where every other batch
+        would wait for them."""
         if sum(aggregation_seconds(b.mechanism, b.n) for b in blocks) <= EXPENSIVE_SECONDS:
             return blocks
-        return await self.lane.run(
-            token,
-            lambda: [
-                replace(b, aggregate=b.mechanism.aggregate_checked(b.reports)) for b in blocks
-            ],
-        )
+        return await self.lane.run(token, lambda: [screen_block(b, alpha) for b in blocks])
 
-    async def _store(self, blocks: list[CheckedReports], batch_id: bytes | None) -> IngestResult:
+    async def _store(
+        self, blocks: list[CheckedReports], batch_id: bytes | None, alpha: float
+    ) -> IngestResult:
         try:
-            result = await self.store.ingest(blocks, batch_id=batch_id)
+            result = await self.store.ingest(blocks, batch_id=batch_id, screen=alpha)
         except StoreClosed:
             raise
         except StoreError as exc:
@@ -416,6 +471,25 @@ class Collector:
             raise BatchNotStored(f"batch not stored: {exc}") from None
         self.store_failed_at = None
         return result
+
+    async def _move_to_held(self, source: bytes, stored: Sequence[CheckedReports]) -> int:
+        """A new batch was stored: test its sender's windows; move what a failed one
+        counted to held. How many of this batch's reports moved (its answer's ``held``)."""
+        moving = self.senders.observe(source, stored)
+        if not moving.moved:
+            return 0
+        try:
+            await self.store.move_to_held(moving.moved)
+        except StoreError as exc:  # they stay counted: exact either way
+            self.senders.restore(source, moving.moved)
+            log.warning("moving a failed sender window's reports to held failed: %s", exc)
+            return 0
+        self._count_held((m.fingerprint, m.hold.test, m.aggregate.n) for m in moving.moved)
+        return moving.own
+
+    def _count_held(self, held: Iterable[tuple[str, str, int]]) -> None:
+        for fp, test, n in held:
+            self.telemetry.reports_held.labels(self._fp_names.get(fp, "unknown"), test).inc(n)
 
     def _count(self, result: IngestResult, rejected: Sequence[RefusedReports]) -> None:
         t = self.telemetry
@@ -425,6 +499,44 @@ class Collector:
             t.reports_duplicate.inc(result.duplicates)
         for r in rejected:
             t.reports_rejected.labels(r.error).inc(int(r.indexes.size))
+        self._count_held(result.held)
+
+    async def held(self, limit: int, before: int | None) -> dict[str, object]:
+        """``GET /v1/admin/held``: held records, newest first, and the id to page on."""
+        records = await self.store.held_records(limit, before)
+        following = records[-1].id if len(records) == limit else None
+        return {"held": [r.to_dict() for r in records], "before": following}
+
+    async def release_held(self, record: int) -> dict[str, object] | None:
+        """``POST /v1/admin/held/{id}/release``: count its reports, once (None: no such)."""
+        released = await self.store.release_held(record)
+        if released:
+            log.info("held record %d released: its reports are counted", record)
+        outcome = "released" if released else "unchanged"
+        return None if released is None else {"outcome": outcome, "id": record}
+
+    async def drop_held(self, record: int) -> dict[str, object] | None:
+        """``DELETE /v1/admin/held/{id}``: forget its reports, unless released (outcome
+        ``released``: they are counted); None: no such record."""
+        dropped = await self.store.drop_held(record)
+        if dropped:
+            log.info("held record %d dropped", record)
+        outcome = "dropped" if dropped else "released"
+        return None if dropped is None else {"outcome": outcome, "id": record}
+
+    async def senders_answer(self) -> dict[str, object]:
+        """``GET /v1/admin/senders``: the sender windows and their drift (estimates: in a
+        thread, as for estimates)."""
+        listing = self.senders.listing()
+        drifts = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: [distance() for _, distance in listing]
+        )
+        names = self._fp_names
+        senders = [
+            dict(entry, metric=names.get(str(entry["version"]), "unknown"), drift=found)
+            for (entry, _), found in zip(listing, drifts, strict=True)
+        ]
+        return {"window_seconds": self.config.screen_window_seconds, "senders": senders}
 
     def _check_answer_size(
         self, definition: MetricDefinition, buckets: int, query: EstimateQuery

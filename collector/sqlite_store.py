@@ -31,16 +31,15 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ..aggregate import Aggregate
 from .config import Synchronous
-from .group_commit import PRUNED_KEY, GroupCommitStore, PartialRow
+from .group_commit import PRUNED_KEY, Folded, GroupCommitStore, PartialRow
 from .store import ID_DTYPE, SUMS_DTYPE, StoreClosed, StoreError
 
 log = logging.getLogger("ldpkit.collector.store")
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS metric_versions (
     fingerprint TEXT PRIMARY KEY,     -- 16 hex digits of the definition's parameters
@@ -75,6 +74,18 @@ CREATE TABLE IF NOT EXISTS partials (  -- appended by ingest, folded by compacti
     n           INTEGER NOT NULL,
     sums        BLOB NOT NULL         -- store.pack_sums
 );
+CREATE TABLE IF NOT EXISTS held (     -- reports screening held apart: counted once released
+    id          INTEGER PRIMARY KEY,
+    day         INTEGER NOT NULL,     -- the UTC day it was held (unix seconds): no finer time
+    fingerprint TEXT NOT NULL,
+    bucket      INTEGER NOT NULL,
+    n           INTEGER NOT NULL,
+    sums        BLOB NOT NULL,        -- store.pack_sums
+    test        TEXT NOT NULL,        -- the screening test that failed
+    reason      TEXT NOT NULL,        -- what it saw against what honest reports allow
+    origin      TEXT NOT NULL,        -- 'batch' (its own reports) or 'sender' (its sender's window)
+    released    INTEGER               -- the UTC day it was released (counted), or NULL
+);
 CREATE TABLE IF NOT EXISTS aggregates (
     fingerprint TEXT NOT NULL,
     bucket      INTEGER NOT NULL,     -- bucket start, unix seconds UTC
@@ -102,7 +113,8 @@ MIGRATE_2_TO_3 = (
     "ALTER TABLE metrics ADD COLUMN origin TEXT NOT NULL DEFAULT 'api';"
     "ALTER TABLE metrics ADD COLUMN retired_at INTEGER;"
 )
-# Version 4 adds sealed batches and partial aggregates: created by SCHEMA (IF NOT EXISTS).
+# Version 4 adds sealed batches and partial aggregates, version 5 held records: created by
+# SCHEMA (IF NOT EXISTS).
 PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer job
 
 
@@ -295,14 +307,11 @@ class SQLiteStore(GroupCommitStore):
             conn.execute("DELETE FROM partials WHERE seq <= ?", (rows[-1][0],))
         return [(fp, int(bucket), int(n), bytes(blob)) for _, fp, bucket, n, blob in rows]
 
-    def _add_to_aggregates(
-        self, conn: sqlite3.Connection, folded: dict[tuple[str, int], Aggregate]
-    ) -> None:
-        for (fp, bucket), agg in sorted(folded.items()):
+    def _add_to_aggregates(self, conn: sqlite3.Connection, folded: Folded) -> None:
+        for (fp, bucket), (n, sums) in sorted(folded.items()):
             row = conn.execute(
                 "SELECT n, sums FROM aggregates WHERE fingerprint = ? AND bucket = ?", (fp, bucket)
             ).fetchone()
-            sums, n = agg.sums, agg.n
             if row is not None:
                 old = self._parse_compacted(row[1])
                 if old.size != sums.size:

@@ -1,6 +1,6 @@
 """The store interface: what the collector needs from a database.
 
-A store keeps four things:
+A store keeps five things:
 
 - **metric versions**: every definition ever given (keyed by fingerprint, with its JSON),
   and which version is current for each name;
@@ -14,7 +14,12 @@ A store keeps four things:
   bucket) it touched, holding the report count ``n`` and the mechanism's sums in a compact
   form (:func:`pack_sums`). No ingest transaction updates a row another one may write;
 - **aggregates**: per (fingerprint, bucket), the partial rows folded in by
-  :meth:`Store.compact` (in one transaction that deletes them, so each is folded once).
+  :meth:`Store.compact` (in one transaction that deletes them, so each is folded once);
+- **held records**: reports screening held apart (:class:`Hold`), one row per block (or
+  per bucket of a sender's window moved out of the counted reports,
+  :meth:`Store.move_to_held`: a negative partial row and the record, in one transaction),
+  with their aggregate, never counted until an admin releases them
+  (:meth:`Store.release_held`: a partial row, once) or drops them.
 
 An estimate reads the aggregates plus the partial rows not folded yet, in one snapshot,
 so an acknowledged report counts at once and the read stays O(domain) numbers (times the
@@ -94,12 +99,55 @@ class BucketAggregate:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """Why reports are held apart instead of counted: the screening ``test`` that failed
+    and its ``reason`` (:class:`ldpkit.screening.Finding`), and its ``origin``: ``"batch"``
+    (the block's own reports) or ``"sender"`` (its sender's window of batches)."""
+
+    test: str
+    reason: str
+    origin: str = "batch"
+
+
+@dataclass(frozen=True)
+class Moved:
+    """Counted reports of one version and bucket that a sender's window moves to held."""
+
+    fingerprint: str
+    bucket: int
+    aggregate: Aggregate
+    hold: Hold
+
+
+@dataclass(frozen=True)
+class HeldRecord:
+    """A held record as listed (``GET /v1/admin/held``); ``day``: the UTC day it was held
+    (no finer time is kept), ``released``: the day it was released, or None."""
+
+    id: int
+    day: int
+    metric: str
+    fingerprint: str
+    bucket: int
+    n: int
+    test: str
+    reason: str
+    origin: str
+    released: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["version"] = out.pop("fingerprint")
+        return out
+
+
+@dataclass(frozen=True)
 class CheckedReports:
     """Checked reports of one metric version and bucket, in batch order (the collector validated
     them: the store does not check them again). ``ids``: their v1 report ids (None in a sealed
     batch). ``aggregate``: their aggregate when it was computed before the store (costly mechanisms,
     see :func:`~ldpkit.collector.ingest.aggregation_seconds`), else None. ``index``: the block's
-    position in its wire batch."""
+    position in its wire batch. ``hold``: why screening holds them apart (None: counted)."""
 
     fingerprint: str
     bucket: int
@@ -108,21 +156,45 @@ class CheckedReports:
     reports: npt.NDArray[Any]  # the mechanism's report dtype
     aggregate: Aggregate | None = None
     index: int = 0
+    hold: Hold | None = None
 
     @property
     def n(self) -> int:
         return int(self.reports.shape[0])
 
+    def screened(self, aggregate: Aggregate | None, hold: Hold | None) -> CheckedReports:
+        """A copy with its aggregate and screening verdict (``dataclasses.replace`` costs
+        several times more, once per block of every batch)."""
+        return CheckedReports(
+            self.fingerprint,
+            self.bucket,
+            self.mechanism,
+            self.ids,
+            self.reports,
+            aggregate,
+            self.index,
+            hold,
+        )
+
 
 @dataclass(frozen=True)
 class IngestResult:
-    """``refused_before``: of a sealed batch seen before, the indexes of the blocks given
-    now that were not counted the first time (refused then: they are refused again)."""
+    """``accepted`` counts the reports held too; ``held``: (fingerprint, test, reports) of
+    the blocks held now; ``refused_before``: of a sealed batch seen before, the indexes of
+    the blocks given now that were not counted the first time (refused then: they are
+    refused again); ``blocks``: when every report was new and screened, the blocks as
+    stored (aggregated, held or not), for the sender windows."""
 
     accepted: int
     duplicates: int
     accepted_by_fingerprint: dict[str, int] = field(default_factory=dict)
     refused_before: tuple[int, ...] = ()
+    held: tuple[tuple[str, str, int], ...] = ()
+    blocks: tuple[CheckedReports, ...] = ()
+
+    @property
+    def held_reports(self) -> int:
+        return sum(n for _, _, n in self.held)
 
 
 def block_bitmap(indexes: Iterable[int]) -> bytes:
@@ -278,12 +350,20 @@ def build_catalog(
     return Catalog(now, found, frozenset(retired), origins)
 
 
+Deltas = dict[tuple[str, int], Aggregate]
+"""Aggregates by (fingerprint, bucket)."""
+HeldBlock = tuple[CheckedReports, Aggregate]
+"""A held block and the aggregate of its new reports."""
+
+
 def aggregate_blocks(
     blocks: Sequence[CheckedReports], new: npt.NDArray[np.bool_] | None
-) -> dict[tuple[str, int], Aggregate]:
+) -> tuple[Deltas, list[HeldBlock]]:
     """Aggregates of the new reports of ``blocks`` (``new`` masks the concatenated ids;
-    None means all are new), keyed by (fingerprint, bucket)."""
-    deltas: dict[tuple[str, int], Aggregate] = {}
+    None means all are new): of the counted blocks keyed by (fingerprint, bucket), and of
+    each held block."""
+    deltas: Deltas = {}
+    held: list[HeldBlock] = []
     offset = 0
     for block in blocks:
         n = block.n
@@ -292,9 +372,12 @@ def aggregate_blocks(
         agg = _new_reports_aggregate(block, keep)
         if agg is None:
             continue
+        if block.hold is not None:
+            held.append((block, agg))
+            continue
         key = (block.fingerprint, block.bucket)
         deltas[key] = deltas[key] + agg if key in deltas else agg
-    return deltas
+    return deltas, held
 
 
 def _new_reports_aggregate(
@@ -377,11 +460,41 @@ class Store(ABC):
 
     @abstractmethod
     async def ingest(
-        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
+        self,
+        blocks: Sequence[CheckedReports],
+        *,
+        batch_id: bytes | None = None,
+        screen: float = 0.0,
     ) -> IngestResult:
         """Store one batch's checked reports in one transaction; answer after its commit.
         ``batch_id``: a sealed (v2) batch, counted once whatever its retries (a repeat is
-        answered as duplicates, whole); None: a v1 batch, whose blocks carry report ids."""
+        answered as duplicates, whole); None: a v1 batch, whose blocks carry report ids.
+        ``screen``: the false-alarm rate the blocks not aggregated yet are screened at as
+        they are aggregated (:func:`~ldpkit.collector.holding.screen_block`; 0: none).
+        Blocks with a ``hold`` become held records, not counts."""
+
+    @abstractmethod
+    async def move_to_held(self, moved: Sequence[Moved]) -> None:
+        """Move counted aggregates to held records: per item a negative partial row and a
+        held record, in one transaction (a sender's window that failed)."""
+
+    @abstractmethod
+    async def batch_stored(self, batch_id: bytes) -> bool:
+        """Whether the sealed batch ``batch_id`` was stored (counted) before."""
+
+    @abstractmethod
+    async def held_records(self, limit: int, before: int | None = None) -> list[HeldRecord]:
+        """Held records, newest first, at most ``limit``, with ids below ``before``."""
+
+    @abstractmethod
+    async def release_held(self, record: int) -> bool | None:
+        """Count a held record's reports (a partial row, in the transaction that marks it
+        released): True if released now, False if it was already, None if there is none."""
+
+    @abstractmethod
+    async def drop_held(self, record: int) -> bool | None:
+        """Delete a held record that was not released: True if dropped, False if it was
+        released (its reports are counted: nothing to drop), None if there is none."""
 
     @abstractmethod
     async def compact(self, limit: int = 20_000) -> int:

@@ -30,6 +30,17 @@ class Telemetry:
         self.reports_rejected = counter(
             "reports_rejected", "Reports refused, by error code", ["reason"]
         )
+        self.reports_held = counter(
+            "reports_held",
+            "Reports screening held apart (not counted until an admin releases them), by "
+            "metric and the test that failed (moved from the counts when a sender's window failed)",
+            ["metric", "reason"],
+        )
+        self.reports_refused = counter(
+            "reports_refused",
+            "Reports of batches refused whole (over_device_cap), by metric and reason",
+            ["metric", "reason"],
+        )
         self.batches = counter("batches", "POST /v1/reports requests by outcome", ["outcome"])
         self.batch_seconds = latency(
             "batch_seconds", "Time to check and durably store one batch (from body read to commit)"

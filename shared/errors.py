@@ -18,6 +18,7 @@ or ``TypeError`` so that ordinary Python code handles them the usual way.
     ├── StateError                        the client's state directory cannot be used
     ├── UnknownMetric (LookupError)       the collector has no such metric (or version)
     ├── RateLimited                       an ingest token is over its rate; retry later
+    ├── OverDeviceCap                     a device token's batch carries more than one device may
     ├── StoreError                        the collector's store failed; nothing was stored
     │   ├── StoreClosed                   the store is closing and takes no more work
     │   └── BatchNotStored                a batch of reports failed in the store
@@ -119,12 +120,34 @@ class UnknownMetric(LdpkitError, LookupError):
 
 
 class RateLimited(LdpkitError):
-    """An ingest token is over its rate limit: nothing of its batch was stored; it may
-    send again in ``retry_after`` seconds."""
+    """An ingest token (``error`` ``"rate_limited"``), or the source address of device-token
+    batches (``"source_rate_limited"``), is over its rate limit: nothing of its batch was
+    stored; it may send again in ``retry_after`` seconds."""
 
-    def __init__(self, retry_after: int) -> None:
-        super().__init__("this token is over its ingest rate limit; retry later")
+    def __init__(self, retry_after: int, *, error: str = "rate_limited") -> None:
+        who = "this token" if error == "rate_limited" else "this source address"
+        super().__init__(f"{who} is over its ingest rate limit; retry later")
         self.retry_after = retry_after
+        self.error = error
+
+
+class OverDeviceCap(LdpkitError):
+    """A batch sent with a device (ingest) token carries more reports of one metric version
+    and bucket than one device's budget ledger lets it queue: refused whole, nothing stored.
+    ``metric``, ``fingerprint``, ``bucket``, ``cap`` (the most allowed) and ``sent``."""
+
+    def __init__(self, metric: str, fingerprint: str, bucket: int, cap: int, sent: int) -> None:
+        super().__init__(
+            f"this batch carries {sent} reports of metric {metric!r} (version {fingerprint}) "
+            f"for bucket {bucket}; one device may send at most {cap} (its budget ledger's "
+            "limit): a device token carries one device's reports; use a relay token for "
+            "server-side batching"
+        )
+        self.metric = metric
+        self.fingerprint = fingerprint
+        self.bucket = bucket
+        self.cap = cap
+        self.sent = sent
 
 
 class StoreError(LdpkitError):

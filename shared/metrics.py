@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -31,6 +32,9 @@ MAX_CATEGORY_CHARACTERS = 1 << 20
 every app downloads every definition in ``GET /v1/metrics``. The categories' characters
 together, and the description's, are checked by :func:`check_definition_size`."""
 MAX_DESCRIPTION_LENGTH = 4096
+BUDGET_SLACK = 1e-9
+"""Relative slack when comparing sums of epsilons (1.0 + 0.1 + ... is not exact): a device's
+ledger admits a report when ``spent + epsilon <= budget * (1 + BUDGET_SLACK) + BUDGET_SLACK``."""
 
 
 DEFINITION_KEYS = (
@@ -294,6 +298,16 @@ class MetricDefinition:
     @property
     def effective_budget(self) -> float:
         return self.budget if self.budget is not None else self.epsilon
+
+    @property
+    def device_cap(self) -> int:
+        """The most reports of this version one device's ledger lets it queue for one bucket:
+        fresh reports within a budget window (``budget / epsilon``, with the ledger's slack),
+        times the budget windows a bucket spans (a memoized repeat is queued at most once
+        per bucket and memo window, and memo windows are budget windows)."""
+        budget = self.effective_budget * (1.0 + BUDGET_SLACK) + BUDGET_SLACK
+        fresh = math.floor(budget / self.epsilon * (1.0 + BUDGET_SLACK))
+        return fresh * max(1, self.bucket.seconds // self.budget_period.seconds)
 
     def parameters(self) -> dict[str, Any]:
         """Everything that changes what a report means (the fingerprint's input)."""

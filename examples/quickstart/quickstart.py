@@ -27,6 +27,7 @@ database = "collector.sqlite3"
 
 [tokens]
 ingest = ["app-secret"]
+relay = ["relay-secret"]
 read = ["analyst-secret"]
 admin = ["admin-secret"]
 
@@ -59,9 +60,10 @@ def main() -> None:
             themes = rng.choice(["light", "dark", "system"], size=users, p=[0.3, 0.5, 0.2])
             minutes = np.clip(rng.gamma(2.0, 18.0, size=users), 0, 240)
 
-            # An app calls r.report("theme", "dark") once per user; simulate() does the
-            # same for many users at once (each as its own fresh device).
-            with Reporter(url, token="app-secret", state_dir=Path(tmp) / "device") as r:
+            # An app calls r.report("theme", "dark") once per user, with the app's (device)
+            # token; simulate() does the same for many users at once (each as its own fresh
+            # device), so it sends with a relay token: one batch carries many devices'.
+            with Reporter(url, token="relay-secret", state_dir=Path(tmp) / "device") as r:
                 r.simulate("theme", themes.tolist())
                 r.simulate("session_minutes", minutes.tolist())
                 delivered = r.flush()

@@ -23,7 +23,9 @@ from ..analyst import Analyst
 from ..collector.launcher import environment_without_tokens, running_collector
 from ..errors import LdpkitError
 
-INGEST, READ, ADMIN = "demo-ingest", "demo-read", "demo-admin"
+RELAY, READ, ADMIN = "demo-relay", "demo-read", "demo-admin"
+"""The demo's simulated users report through one relay token (many devices' reports in a
+batch): a device (ingest) token's batch may carry one device's reports only."""
 
 CONFIG = """\
 [collector]
@@ -31,7 +33,7 @@ host = "127.0.0.1"
 database = "{database}"
 
 [tokens]
-ingest = ["{ingest}"]
+relay = ["{relay}"]
 read = ["{read}"]
 admin = ["{admin}"]
 
@@ -208,7 +210,7 @@ def _run(*, users: int, seed: int | None, port: int, serve: bool) -> int:
         config.write_text(
             CONFIG.format(
                 database=(workdir / "collector.sqlite3").as_posix(),
-                ingest=INGEST,
+                relay=RELAY,
                 read=READ,
                 admin=ADMIN,
                 countries=json.dumps(COUNTRIES),
@@ -290,7 +292,7 @@ def _deliver(
     progress = _Progress(users)
     with Reporter(
         url,
-        token=INGEST,
+        token=RELAY,
         state_dir=workdir / "device",
         background=False,
         batch_size=BATCH,

@@ -79,6 +79,7 @@ class FakeCollector:
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     etag: str = '"v1"'
     down: bool = False
+    role: str = "relay"  # what GET /v1/metrics says the token is (these tests simulate)
 
     def request(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str]
@@ -87,10 +88,11 @@ class FakeCollector:
         if self.down:
             raise NetworkError("ConnectionRefusedError: [Errno 111] Connection refused")
         if method == "GET" and path == "/v1/metrics":
+            said = {"etag": self.etag, "ldpkit-token-role": self.role}
             if headers.get("If-None-Match") == self.etag:
-                return HttpAnswer(304, {"etag": self.etag}, b"")
+                return HttpAnswer(304, said, b"")
             body_json = json.dumps({"metrics": [d.to_dict() for d in self.definitions]})
-            return HttpAnswer(200, {"etag": self.etag}, body_json.encode())
+            return HttpAnswer(200, said, body_json.encode())
         assert method == "POST" and path == "/v1/reports", (method, path)
         self.posts += 1
         if self.script:
@@ -124,7 +126,7 @@ class FakeCollector:
                     self.seen[rid] = (block.metric, block.fingerprint, block.bucket, report)
                     accepted += 1
                 index += 1
-        answer = {"accepted": accepted, "duplicates": duplicates, "rejected": rejected}
+        answer = {"accepted": accepted, "duplicates": duplicates, "held": 0, "rejected": rejected}
         return HttpAnswer(200, {}, json.dumps(answer).encode())
 
     def close(self) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 from ldpkit.collector.config import config_from_dict
 from tests.harness import ThreadedCollector
 
-INGEST = "client-test-ingest"
+INGEST = "client-test-ingest"  # a device token
+RELAY = "client-test-relay"  # many devices' reports: simulate()
 READ = "client-test-read"
 
 
@@ -20,7 +21,7 @@ class LiveCollector(ThreadedCollector):
             config_from_dict(
                 {
                     "collector": {"database": str(directory / "collector.sqlite3")},
-                    "tokens": {"ingest": [INGEST], "read": [READ]},
+                    "tokens": {"ingest": [INGEST], "relay": [RELAY], "read": [READ]},
                     "metrics": metrics,
                 },
                 source="<client tests>",

@@ -110,7 +110,7 @@ class Stub:
             )
         n = sum(b.n for b in decode_batch(await request.read()))
         self.accepted += n
-        return web.json_response({"accepted": n, "duplicates": 0, "rejected": []})
+        return web.json_response({"accepted": n, "duplicates": 0, "held": 0, "rejected": []})
 
 
 @pytest.fixture

@@ -301,7 +301,7 @@ def test_build_batch_groups_blocks_and_keeps_wire_order() -> None:
 def ok(
     accepted: int, duplicates: int = 0, rejected: list[dict[str, object]] | None = None
 ) -> HttpAnswer:
-    body = {"accepted": accepted, "duplicates": duplicates, "rejected": rejected or []}
+    body = {"accepted": accepted, "duplicates": duplicates, "held": 0, "rejected": rejected or []}
     return HttpAnswer(200, {}, json.dumps(body).encode())
 
 
@@ -328,6 +328,23 @@ def test_interpret_answers() -> None:
         f = interpret_batch_answer(batch, answer(status, "unauthorized"), 0)
         assert isinstance(f, Fatal) and isinstance(f.error, CollectorRejected)
         assert f.error.status == status and f.error.error == "unauthorized"
+
+
+def test_held_reports_are_delivered() -> None:
+    """Screening holds some of the accepted reports for an admin: they leave the outbox
+    (the device cannot tell forged from honest anyway); ``held`` never exceeds
+    ``accepted``, and an answer without it (an older collector) holds none."""
+    batch = build_batch(rows())
+    body = {"accepted": 5, "duplicates": 0, "held": 4, "rejected": []}
+    out = interpret_batch_answer(batch, HttpAnswer(200, {}, json.dumps(body).encode()), 0)
+    assert isinstance(out, Delivered) and (out.accepted, out.held) == (5, 4)
+    body = {"accepted": 5, "duplicates": 0, "rejected": []}
+    out = interpret_batch_answer(batch, HttpAnswer(200, {}, json.dumps(body).encode()), 0)
+    assert isinstance(out, Delivered) and out.held == 0
+    body = {"accepted": 3, "duplicates": 2, "held": 4, "rejected": []}
+    assert isinstance(
+        interpret_batch_answer(batch, HttpAnswer(200, {}, json.dumps(body).encode()), 0), Retry
+    )
 
 
 # --- definitions ------------------------------------------------------------------------

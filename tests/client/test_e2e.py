@@ -33,7 +33,7 @@ from ldpkit.client.protocol import OutboxRow, build_batch
 from ldpkit.client.sync import HttpTransport
 from ldpkit.http import HttpAnswer, NetworkError
 
-from .live import INGEST, LiveCollector
+from .live import RELAY, LiveCollector
 
 THEME = ["light", "dark", "system", "sepia", "solarized", "nord", "dracula", "mono"]
 TRUTH = np.array([0.30, 0.20, 0.15, 0.10, 0.10, 0.08, 0.05, 0.02])
@@ -61,7 +61,7 @@ def live(tmp_path: Path) -> Iterator[LiveCollector]:
 def reporter(live: LiveCollector, state_dir: Path, **kw: Any) -> Reporter:
     kw.setdefault("background", False)
     kw.setdefault("retry", FAST)
-    return Reporter(live.url, token=INGEST, state_dir=state_dir, **kw)
+    return Reporter(live.url, token=RELAY, state_dir=state_dir, **kw)
 
 
 def definition(name: str) -> MetricDefinition:
@@ -100,7 +100,7 @@ def test_definitions_are_fetched_at_start_so_reports_work_offline_later(
 
 async def test_async_definitions_are_fetched_at_start(live: LiveCollector, state_dir: Path) -> None:
     async with AsyncReporter(
-        live.url, token=INGEST, state_dir=state_dir, retry=FAST, flush_interval=3600.0
+        live.url, token=RELAY, state_dir=state_dir, retry=FAST, flush_interval=3600.0
     ) as r:
         deadline = time.monotonic() + 10.0
         while "theme" not in r.definitions:
@@ -269,7 +269,7 @@ def test_eight_threads_report_concurrently_while_flushing(
 
 
 async def test_async_reporter_against_the_collector(live: LiveCollector, state_dir: Path) -> None:
-    async with AsyncReporter(live.url, token=INGEST, state_dir=state_dir, retry=FAST) as r:
+    async with AsyncReporter(live.url, token=RELAY, state_dir=state_dir, retry=FAST) as r:
         await r.report("theme", "sepia")
         await r.report("minutes", 12.0)
         assert await r.simulate("tick", ["b"] * 40) == 40
@@ -344,7 +344,7 @@ def test_an_upgrade_delivers_undelivered_v1_reports_exactly_once(
     request = urllib.request.Request(
         f"{live.url}/v1/reports",
         data=sent.body,
-        headers={"Authorization": f"Bearer {INGEST}", "Content-Type": wire.LEGACY_CONTENT_TYPE},
+        headers={"Authorization": f"Bearer {RELAY}", "Content-Type": wire.LEGACY_CONTENT_TYPE},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert json.load(response)["accepted"] == 25

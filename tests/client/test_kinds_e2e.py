@@ -21,7 +21,7 @@ import pytest
 from ldpkit.client import Reporter, RetryPolicy
 from ldpkit.errors import ParameterError
 
-from .live import INGEST, READ, LiveCollector
+from .live import READ, RELAY, LiveCollector
 
 Z = 4.0
 """Tolerance in standard errors: a correct estimator misses by more with probability
@@ -95,7 +95,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCollector]:
 def reporter(live: LiveCollector, state_dir: Path) -> Reporter:
     return Reporter(
         live.url,
-        token=INGEST,
+        token=RELAY,
         state_dir=state_dir,
         background=False,
         max_outbox=200_000,
@@ -571,7 +571,7 @@ async def test_async_reporter_reports_every_kind(live: LiveCollector, tmp_path: 
 
     before = {m: live.n(m) for m in ("session_minutes", "region", "car", "search_term", "spend")}
     async with AsyncReporter(
-        live.url, token=INGEST, state_dir=tmp_path / "async", background=False
+        live.url, token=RELAY, state_dir=tmp_path / "async", background=False
     ) as r:
         await r.refresh_definitions()
         await r.report("session_minutes", 42.5)

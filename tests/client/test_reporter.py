@@ -229,9 +229,11 @@ def test_memoized_reports_follow_the_mechanism() -> None:
 
 # --- outbox bound -----------------------------------------------------------------------
 def test_outbox_full_raises_and_spends_nothing(state_dir: Path, clock: FakeClock) -> None:
-    fake = FakeCollector(down=True)
+    fake = FakeCollector()
     metrics = [theme(budget=10.0)]
     with make(state_dir, clock, fake, metrics=metrics, max_outbox=3, memoize=False) as r:
+        assert r.simulate("theme", []) == 0  # asks the collector what the token is, once
+        fake.down = True
         for _ in range(3):
             r.report("theme", "dark")
         with pytest.raises(OutboxFull, match="max_outbox=3") as info:

@@ -16,10 +16,11 @@ from ldpkit.collector.config import CollectorConfig, config_from_dict
 from ldpkit.metrics import MetricDefinition, Period
 from tests.harness import running as running  # the one harness (tests/harness.py)
 
-INGEST = "ingest-token-0001"
+INGEST = "ingest-token-0001"  # a device token: one device's reports
+RELAY = "relay-token-0001"  # many devices' reports: what these tests send
 READ = "read-token-0001"
 ADMIN = "admin-token-0001"
-TOKENS = {"ingest": INGEST, "read": READ, "admin": ADMIN}
+TOKENS = {"ingest": INGEST, "read": READ, "admin": ADMIN, "relay": RELAY}
 THEME = ["light", "dark", "system", "high-contrast"]
 
 METRICS: dict[str, dict[str, Any]] = {
@@ -32,9 +33,13 @@ METRICS: dict[str, dict[str, Any]] = {
 def make_config(
     database: Path | str, *, metrics: dict[str, Any] | None = None, **collector: Any
 ) -> CollectorConfig:
+    """The test config. Screening is off unless ``screen_false_alarm`` is given: most tests
+    send made-up reports (item indexes, not perturbed values) that no honest population
+    sends; tests/collector/test_forgery.py screens with the defaults."""
+    collector.setdefault("screen_false_alarm", 0)
     data = {
         "collector": {"database": str(database), **collector},
-        "tokens": {"ingest": [INGEST], "read": [READ], "admin": [ADMIN]},
+        "tokens": {kind: [token] for kind, token in TOKENS.items()},
         "metrics": METRICS if metrics is None else metrics,
     }
     return config_from_dict(data, source="<test>", environ={})
@@ -87,7 +92,7 @@ async def post_batch(
     client: TestClient,
     body: bytes,
     *,
-    token: str | None = "ingest",
+    token: str | None = "relay",
     content_type: str = wire.CONTENT_TYPE,
 ) -> tuple[int, Any]:
     headers = {**auth(token), "Content-Type": content_type}

@@ -117,7 +117,7 @@ def request(
         conn.close()
 
 
-def post_batch(url: str, body: bytes, token: str = "ingest") -> RawAnswer:
+def post_batch(url: str, body: bytes, token: str = "relay") -> RawAnswer:
     headers = {**auth(token), "Content-Type": wire.CONTENT_TYPE}
     return request(url, "POST", "/v1/reports", body, headers)
 

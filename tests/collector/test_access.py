@@ -36,10 +36,10 @@ from ldpkit.collector.config import ConfigError, Tokens, config_from_dict
 from ldpkit.collector.limits import IngestLimiter
 from tests.harness import Answer, ThreadedCollector
 
-from .helpers import ADMIN, INGEST, METRICS, READ, batch, block_of, grr_reports
+from .helpers import ADMIN, INGEST, METRICS, READ, RELAY, batch, block_of, grr_reports
 
 PROTOCOL = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
-COLUMNS = ("none", "wrong", "ingest", "read", "admin")
+COLUMNS = ("none", "wrong", "ingest", "relay", "read", "admin")
 WRONG = "not-a-configured-token"
 CLI = (sys.executable, "-m", "ldpkit.cli")
 JSON_CT = "application/json"
@@ -66,7 +66,7 @@ def headers_for(column: str, *, basic: bool = False) -> dict[str, str]:
         return {}
     if column == "wrong":
         return {"Authorization": f"Basic {INGEST}" if basic else f"Bearer {WRONG}"}
-    token = {"ingest": INGEST, "read": READ, "admin": ADMIN}[column]
+    token = {"ingest": INGEST, "relay": RELAY, "read": READ, "admin": ADMIN}[column]
     return {"Authorization": f"Bearer {token}"}
 
 
@@ -87,7 +87,7 @@ def send(served: ThreadedCollector, method: str, template: str, headers: dict[st
     body = None
     headers = dict(headers)
     if template == "/v1/reports":
-        body = batch(block_of("theme", grr_reports([1, 2])))
+        body = batch(block_of("theme", grr_reports([1])))  # one device's: within its cap
         headers["Content-Type"] = wire.CONTENT_TYPE
     elif method == "PUT":
         path = path.replace("{name}", f"access-{next(PUT_COUNTER)}")
@@ -103,7 +103,7 @@ def send(served: ThreadedCollector, method: str, template: str, headers: dict[st
         )
         assert made.status == 201, made
         path = path.replace("{name}", name)
-    path = path.replace("{name}", "theme")
+    path = path.replace("{name}", "theme").replace("{id}", "1")
     return served.request(method, path, body, headers)
 
 
@@ -127,7 +127,7 @@ def test_every_route_with_every_kind_of_token(
             assert answer.headers["www-authenticate"].startswith("Bearer")
         elif answer.status == 403:
             assert json.loads(answer.body)["error"] == "forbidden"
-        for token in (INGEST, READ, ADMIN, WRONG):
+        for token in (INGEST, RELAY, READ, ADMIN, WRONG):
             assert token.encode() not in answer.body  # never echoed
         if method == "GET":  # HEAD answers the same, without a body
             head = send(served, "HEAD", template, headers)
@@ -413,7 +413,7 @@ def test_limiter_token_bucket() -> None:
 
 
 def test_ingest_rate_limit_per_token(tmp_path: Path) -> None:
-    other = "ingest-token-0002"
+    other = "relay-token-0002"
     config = config_from_dict(
         {
             "collector": {
@@ -421,7 +421,7 @@ def test_ingest_rate_limit_per_token(tmp_path: Path) -> None:
                 "ingest_reports_per_second": 100,
                 "ingest_burst": 300,
             },
-            "tokens": {"ingest": [INGEST, other], "read": [READ]},
+            "tokens": {"relay": [RELAY, other], "read": [READ]},
             "metrics": {"theme": METRICS["theme"]},
         },
         environ={},
@@ -432,7 +432,7 @@ def test_ingest_rate_limit_per_token(tmp_path: Path) -> None:
         assert limiter.enabled and limiter.rate == 100.0 and limiter.burst == 300
         limiter._clock = clock
 
-        def post(values: int, token: str = INGEST) -> Answer:
+        def post(values: int, token: str = RELAY) -> Answer:
             body = batch(block_of("theme", grr_reports(np.arange(values) % 4)))
             headers = {"Authorization": f"Bearer {token}", "Content-Type": wire.CONTENT_TYPE}
             return s.request("POST", "/v1/reports", body, headers)
@@ -456,7 +456,7 @@ def test_ingest_rate_limit_per_token(tmp_path: Path) -> None:
             "POST",
             "/v1/reports",
             b"\xc1",
-            {"Authorization": f"Bearer {INGEST}", "Content-Type": wire.CONTENT_TYPE},
+            {"Authorization": f"Bearer {RELAY}", "Content-Type": wire.CONTENT_TYPE},
         )
         assert bad.status == 429  # in debt: refused before the body is even read
         clock.now += 3

@@ -39,7 +39,11 @@ class SlowStore(SQLiteStore):
         return super().pending_batches + self.inside
 
     async def ingest(
-        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
+        self,
+        blocks: Sequence[CheckedReports],
+        *,
+        batch_id: bytes | None = None,
+        screen: float = 0.0,
     ) -> IngestResult:
         self.inside += 1
         self.peak = max(self.peak, self.inside)
@@ -47,7 +51,7 @@ class SlowStore(SQLiteStore):
             await asyncio.sleep(self.delay)
         finally:
             self.inside -= 1
-        return await super().ingest(blocks, batch_id=batch_id)
+        return await super().ingest(blocks, batch_id=batch_id, screen=screen)
 
 
 class Peak:
@@ -84,7 +88,7 @@ async def test_slow_store_gets_429_and_bounded_queue(tmp_path: Path) -> None:
             resp = await client.post(
                 "/v1/reports",
                 data=body,
-                headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+                headers={**auth("relay"), "Content-Type": wire.CONTENT_TYPE},
             )
             answer = json.loads(await resp.read())
             sent.append((ids, resp.status, answer, resp.headers.get("Retry-After")))
@@ -135,7 +139,7 @@ async def test_bodies_being_read_hold_their_bytes_not_a_batch_slot(tmp_path: Pat
             resp = await client.post(
                 "/v1/reports",
                 data=slow_body(data, first),
-                headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+                headers={**auth("relay"), "Content-Type": wire.CONTENT_TYPE},
             )
             await resp.read()
             return resp.status
@@ -167,7 +171,7 @@ async def test_bodies_being_read_hold_their_bytes_not_a_batch_slot(tmp_path: Pat
 
 async def _post_now(client: TestClient, body: bytes) -> tuple[int, str | None]:
     resp = await client.post(
-        "/v1/reports", data=body, headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE}
+        "/v1/reports", data=body, headers={**auth("relay"), "Content-Type": wire.CONTENT_TYPE}
     )
     await resp.read()
     return resp.status, resp.headers.get("Retry-After")
@@ -195,7 +199,7 @@ async def test_request_bodies_held_at_once_stay_under_max_pending_bytes(tmp_path
             resp = await client.post(
                 "/v1/reports",
                 data=body,
-                headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+                headers={**auth("relay"), "Content-Type": wire.CONTENT_TYPE},
             )
             statuses.append(resp.status)
             if resp.status == 200:

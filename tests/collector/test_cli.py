@@ -23,7 +23,7 @@ from tests.harness import running_collector
 
 from .helpers import ADMIN, READ, THEME, batch, block_of, definition
 
-ENV_INGEST = "ingest-from-env-42"
+ENV_RELAY = "relay-from-env-42"  # the tests send many devices' reports
 CONFIG = f"""
 [collector]
 database = "data/collector.sqlite3"
@@ -45,7 +45,7 @@ def serve(tmp_path: Path, *command: str) -> Iterator[tuple[subprocess.Popen[str]
     config = tmp_path / "collector.toml"
     config.write_text(CONFIG)
     (tmp_path / "data").mkdir(exist_ok=True)  # serve refuses to create a missing folder
-    env = {**os.environ, "LDPKIT_INGEST_TOKENS": ENV_INGEST}
+    env = {**os.environ, "LDPKIT_RELAY_TOKENS": ENV_RELAY}
     with running_collector(config, cwd=tmp_path, env=env, command=command) as collector:
         yield collector.process, collector.url
 
@@ -68,7 +68,7 @@ def post(url: str, ids: bytes, values: np.ndarray) -> int | None:
     """Accepted count, or None if the collector did not answer (then nothing is promised)."""
     try:
         status, answer = request(
-            url + "/v1/reports", "POST", batch(block_of("theme", values, ids=ids)), ENV_INGEST
+            url + "/v1/reports", "POST", batch(block_of("theme", values, ids=ids)), ENV_RELAY
         )
     except OSError:
         return None
@@ -82,7 +82,7 @@ def test_serve_and_sigterm_keeps_every_acknowledged_report(tmp_path: Path) -> No
     with serve(tmp_path, sys.executable, "-m", "ldpkit.cli") as (proc, url):
         assert request(url + "/healthz")[0] == 200
         assert request(url + "/readyz")[0] == 200
-        status, listing = request(url + "/v1/metrics", token=ENV_INGEST)
+        status, listing = request(url + "/v1/metrics", token=ENV_RELAY)
         assert (
             status == 200
             and listing["metrics"][0]["fingerprint"] == definition("theme").fingerprint

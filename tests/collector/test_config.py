@@ -162,3 +162,30 @@ def test_postgres_url_pool_and_retention_keys() -> None:
     ]:
         with pytest.raises(ConfigError, match=f"\\[collector\\] {key} must be"):
             config_from_dict({"collector": {key: bad}}, source="x.toml", environ={})
+
+
+def test_relay_tokens_and_the_public_token_keys(tmp_path: Path) -> None:
+    text = GOOD.replace("[tokens]", '[tokens]\nrelay = ["rl-1"]')
+    config = load_config(write(tmp_path, text), environ={"LDPKIT_RELAY_TOKENS": "env-r"})
+    assert config.tokens.relay == ("env-r",) and config.tokens.ingest == ("in-1", "in-2")
+    assert "relay=1" in repr(config.tokens) and "env-r" not in repr(config.tokens)
+    defaults = default_config(environ={})
+    assert (defaults.device_batches_per_minute, defaults.device_burst) == (60.0, 120)
+    assert defaults.screen_false_alarm == 1e-4 and defaults.screen_relay is True
+    assert defaults.source_header == "" and "127.0.0.1/32" in defaults.trusted_proxies
+    good = {
+        "source_header": "X-Real-IP",
+        "trusted_proxies": ["10.0.0.0/8"],
+        "screen_false_alarm": 0,
+    }
+    config = config_from_dict({"collector": good}, environ={})
+    assert (config.source_header, config.trusted_proxies) == ("X-Real-IP", ("10.0.0.0/8",))
+    for key, bad in (
+        ("source_header", "X Forwarded"),
+        ("trusted_proxies", ["not-a-network"]),
+        ("screen_false_alarm", 0.5),
+        ("screen_window_seconds", -1),
+        ("device_batches_per_minute", "fast"),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            config_from_dict({"collector": {key: bad}}, environ={})

@@ -43,7 +43,7 @@ from ldpkit import wire
 from ldpkit.collector.store import unpack_sums
 from ldpkit.metrics import MetricDefinition
 
-from .helpers import INGEST, READ, THEME, batch, block_of, definition, today
+from .helpers import READ, RELAY, THEME, batch, block_of, definition, today
 
 COLORS = [f"color{i}" for i in range(8)]
 COLOR = MetricDefinition.from_dict(
@@ -57,7 +57,7 @@ catalog_refresh_seconds = 2
 compact_seconds = 0.05  # folding nearly all the time: kills land during compaction too
 
 [tokens]
-ingest = ["{INGEST}"]
+relay = ["{RELAY}"]  # the tests send many devices' reports
 read = ["{READ}"]
 
 [metrics.theme]
@@ -216,7 +216,7 @@ class RawClient:
                 "POST",
                 "/v1/reports",
                 body,
-                {"Authorization": f"Bearer {INGEST}", "Content-Type": wire.CONTENT_TYPE},
+                {"Authorization": f"Bearer {RELAY}", "Content-Type": wire.CONTENT_TYPE},
             )
             resp = conn.getresponse()
             return resp.status, json.loads(resp.read())
@@ -286,7 +286,7 @@ class ReporterClient:
         retry = RetryPolicy(max_attempts=2, base_delay=0.02, max_delay=0.1)
         reporter = Reporter(
             self.url,
-            token=INGEST,
+            token=RELAY,
             state_dir=self.state_dir,
             metrics=[COLOR],
             background=False,
@@ -433,7 +433,7 @@ APP = textwrap.dedent(
     """
 ).format(
     spec={"categories": COLORS, "epsilon": 1.0, "mechanism": "oue"},
-    token=INGEST,
+    token=RELAY,
     colors=COLORS,
 )
 

@@ -116,7 +116,7 @@ def test_slow_uploads_hold_nothing_and_are_cut(hostile: RunningCollector, chunke
     hold max_pending_bytes between them (everyone else: 429). Now a body holds only what
     has arrived, so legitimate batches go through at once, and a body slower than
     ``min_upload_rate`` after ``upload_grace`` is answered 408 and its connection closed."""
-    headers = {**auth("ingest"), "Content-Type": wire.CONTENT_TYPE}
+    headers = {**auth("relay"), "Content-Type": wire.CONTENT_TYPE}
     if chunked:
         headers["Transfer-Encoding"] = "chunked"
     else:
@@ -164,7 +164,7 @@ def test_compressed_bodies_cannot_inflate_past_the_memory_bound(
     before they are inflated, and the connection is closed."""
     bomb = gzip.compress(b"\x00" * (MAX_BODY - 1024), compresslevel=9)
     headers = {
-        **auth("ingest"),
+        **auth("relay"),
         "Content-Type": wire.CONTENT_TYPE,
         "Content-Encoding": "gzip",
         "Content-Length": str(len(bomb)),
@@ -299,7 +299,7 @@ def test_extreme_levels_are_400s(hostile: RunningCollector, level: str) -> None:
 def test_a_client_that_disconnects_mid_upload_is_no_500(hostile: RunningCollector) -> None:
     logged = len(hostile.log)
     before = prometheus(hostile.url)
-    headers = {**auth("ingest"), "Content-Type": wire.CONTENT_TYPE, "Content-Length": "100000"}
+    headers = {**auth("relay"), "Content-Type": wire.CONTENT_TYPE, "Content-Length": "100000"}
     for _ in range(5):
         conn = Raw(hostile.url)
         conn.send(head("POST", "/v1/reports", headers) + _good_batch()[:20])
@@ -460,7 +460,7 @@ def test_a_costly_sender_delays_only_itself(costly: RunningCollector) -> None:
         with lock:
             done.append(("costly", time.monotonic()))
 
-    threads = [threading.Thread(target=costly_sender, args=("ingest",)) for _ in range(2)]
+    threads = [threading.Thread(target=costly_sender, args=("relay",)) for _ in range(2)]
     for t in threads:
         t.start()
     time.sleep(0.5)  # both uploaded and being aggregated

@@ -125,7 +125,7 @@ async def test_schema_stores_nothing_about_the_sender(client: TestClient, databa
     await client.post(
         "/v1/reports",
         data=batch(block_of("theme", grr_reports([1]))),
-        headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE, "User-Agent": "probe/1.0"},
+        headers={**auth("relay"), "Content-Type": wire.CONTENT_TYPE, "User-Agent": "probe/1.0"},
     )
     conn = sqlite3.connect(database)
     try:

@@ -48,7 +48,7 @@ from ldpkit.metrics import DEFINITION_KEYS, MetricDefinition, Period
 from tests.fuzzing import mutate
 from tests.harness import Answer, ThreadedCollector
 
-from .helpers import ADMIN, INGEST, READ, make_config
+from .helpers import ADMIN, READ, RELAY, make_config
 
 SETTINGS: dict[str, Any] = {
     "deadline": None,
@@ -190,13 +190,13 @@ def check_store(f: Fuzzed) -> None:
 
 
 def post(f: Fuzzed, body: bytes, content_type: str | None = wire.CONTENT_TYPE, **kw: Any) -> Any:
-    headers = {"Authorization": f"Bearer {INGEST}"}
+    headers = {"Authorization": f"Bearer {RELAY}"}
     if content_type is not None:
         headers["Content-Type"] = content_type
     answer = f.served.request("POST", "/v1/reports", body, headers, **kw)
     data = check_error(answer)
     if answer.status == 200:
-        assert set(data) == {"accepted", "duplicates", "rejected"}
+        assert set(data) == {"accepted", "duplicates", "held", "rejected"}
     else:
         assert answer.status in (400, 413, 415), answer
     return answer.status, data
@@ -524,7 +524,7 @@ def test_broken_http_framing(fuzzed: Fuzzed) -> None:
     port = fuzzed.served.port
     body = wire.encode_batch([])
     head = (
-        f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {INGEST}\r\n"
+        f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {RELAY}\r\n"
         f"Content-Type: {wire.CONTENT_TYPE}\r\n"
     )
     cases = [

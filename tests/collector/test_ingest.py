@@ -34,14 +34,14 @@ from .helpers import (
 async def test_good_batch_is_stored(client: TestClient) -> None:
     status, answer = await post_batch(client, batch(block_of("theme", grr_reports([0, 3]))))
     assert status == 200
-    assert answer == {"accepted": 2, "duplicates": 0, "rejected": []}
+    assert answer == {"accepted": 2, "duplicates": 0, "held": 0, "rejected": []}
     status, est = await estimates(client, "theme")
     assert status == 200 and est["n"] == 2
 
 
 async def test_empty_batch(client: TestClient) -> None:
     status, answer = await post_batch(client, batch())
-    assert (status, answer) == (200, {"accepted": 0, "duplicates": 0, "rejected": []})
+    assert (status, answer) == (200, {"accepted": 0, "duplicates": 0, "held": 0, "rejected": []})
 
 
 async def test_mixed_batch_names_bad_reports(client: TestClient) -> None:
@@ -209,7 +209,7 @@ async def test_content_type_and_size_limits(database: Path) -> None:
         resp = await client.post(
             "/v1/reports",
             data=chunks(),
-            headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+            headers={**auth("relay"), "Content-Type": wire.CONTENT_TYPE},
         )
         assert resp.status == 413
         assert (await resp.json())["error"] == "payload_too_large"
@@ -228,14 +228,18 @@ class BlockingStore(SQLiteStore):
         return super().pending_batches + self.waiting
 
     async def ingest(
-        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
+        self,
+        blocks: Sequence[CheckedReports],
+        *,
+        batch_id: bytes | None = None,
+        screen: float = 0.0,
     ) -> IngestResult:
         self.waiting += 1
         try:
             await self.release.wait()
         finally:
             self.waiting -= 1
-        return await super().ingest(blocks, batch_id=batch_id)
+        return await super().ingest(blocks, batch_id=batch_id, screen=screen)
 
 
 async def test_backpressure_answers_429(database: Path) -> None:
@@ -251,7 +255,7 @@ async def test_backpressure_answers_429(database: Path) -> None:
         resp = await client.post(
             "/v1/reports",
             data=body(),
-            headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+            headers={**auth("relay"), "Content-Type": wire.CONTENT_TYPE},
         )
         assert resp.status == 429
         assert resp.headers["Retry-After"] == "3"
@@ -336,11 +340,15 @@ class FailingStore(SQLiteStore):
     failure: Exception | None = None
 
     async def ingest(
-        self, blocks: Sequence[CheckedReports], *, batch_id: bytes | None = None
+        self,
+        blocks: Sequence[CheckedReports],
+        *,
+        batch_id: bytes | None = None,
+        screen: float = 0.0,
     ) -> IngestResult:
         if self.failure is not None:
             raise self.failure
-        return await super().ingest(blocks, batch_id=batch_id)
+        return await super().ingest(blocks, batch_id=batch_id, screen=screen)
 
 
 async def test_refused_batches_answer_and_count_by_their_error(database: Path) -> None:
@@ -370,7 +378,7 @@ async def test_refused_batches_answer_and_count_by_their_error(database: Path) -
         resp = await client.post(
             "/v1/reports",
             data=sealed,
-            headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+            headers={**auth("relay"), "Content-Type": wire.CONTENT_TYPE},
         )
         assert resp.status == 503 and resp.headers["Retry-After"] == "7"
         assert await resp.json() == {
@@ -384,7 +392,7 @@ async def test_refused_batches_answer_and_count_by_their_error(database: Path) -
         resp = await client.post(
             "/v1/reports",
             data=sealed,
-            headers={**auth("ingest"), "Content-Type": wire.CONTENT_TYPE},
+            headers={**auth("relay"), "Content-Type": wire.CONTENT_TYPE},
         )
         assert resp.status == 503 and resp.headers["Retry-After"] == "7"
         assert await resp.json() == {

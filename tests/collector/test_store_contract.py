@@ -14,17 +14,21 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ldpkit
+from ldpkit.aggregate import Aggregate
 from ldpkit.collector.backends import open_store
 from ldpkit.collector.ingest import oldest_bucket, prune_before
 from ldpkit.collector.store import (
     ID_DTYPE,
     CheckedReports,
+    Hold,
+    Moved,
     PutOutcome,
     Store,
     StoreError,
@@ -307,6 +311,53 @@ async def test_catalog_versions(database: str) -> None:
 
 
 # --- restart -----------------------------------------------------------------------------
+# --- held records --------------------------------------------------------------------------
+HOLD = Hold("support count", "item 0 is supported by 5 of 5 reports")
+
+
+async def test_held_records_count_only_once_released(database: str) -> None:
+    """Held blocks and moved windows are kept apart, never counted until released (once);
+    totals are exact after every step, across compaction, retries and a restart."""
+    async with opened(database) as store:
+        counted = await store.ingest([sealed_block([0, 1, 2, 3])], batch_id=ids_of(1))
+        assert counted.held == ()
+        batch_id = ids_of(1)
+        forged = replace(sealed_block([0] * 5, index=1), hold=HOLD)
+        both = [sealed_block([1, 2], bucket=B1), forged]
+        result = await store.ingest(both, batch_id=batch_id)
+        assert (result.accepted, result.duplicates) == (7, 0)  # held reports are accepted
+        assert result.held == ((THEME.fingerprint, "support count", 5),)
+        assert result.accepted_by_fingerprint == {THEME.fingerprint: 2}
+        again = await store.ingest(both, batch_id=batch_id)  # a retry: no second held copy
+        assert (again.accepted, again.duplicates, again.held) == (0, 7, ())
+        # A sender's window moves what it counted: a negative partial row and a record.
+        window = Aggregate(4, counts([0, 1, 2, 3]))
+        sender = Hold("support count", "its sender's window failed", "sender")
+        await store.move_to_held([Moved(THEME.fingerprint, B0, window, sender)])
+        assert {b: n for b, (n, _) in (await totals(store)).items()} == {B0: 0, B1: 2}
+        assert await store.compact() > 0
+        assert {b: n for b, (n, _) in (await totals(store)).items()} == {B0: 0, B1: 2}
+        records = await store.held_records(10)
+        assert [(r.origin, r.n, r.bucket, r.metric, r.released) for r in records] == [
+            ("sender", 4, B0, "theme", None),
+            ("batch", 5, B0, "theme", None),
+        ]
+        assert all(r.day % DAY == 0 for r in records)  # no finer time than the day
+        assert [r.id for r in await store.held_records(10, before=records[0].id)] == [records[1].id]
+    async with opened(database) as store:  # they survive a restart
+        assert await store.release_held(records[1].id) is True
+        assert await store.release_held(records[1].id) is False  # once
+        got = await totals(store)
+        assert got[B0][0] == 5 and got[B0][1][0] == 5
+        assert await store.drop_held(records[1].id) is False  # released: counted
+        assert await store.drop_held(records[0].id) is True
+        assert await store.drop_held(records[0].id) is None
+        assert await store.release_held(10**9) is None
+        assert [r.released is not None for r in await store.held_records(10)] == [True]
+        assert await store.report_count() == 2 + 5
+        assert await store.batch_stored(batch_id) and not await store.batch_stored(ids_of(1))
+
+
 async def test_restart_keeps_everything(database: str) -> None:
     store = open_store(database)
     await store.open()

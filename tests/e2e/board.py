@@ -17,7 +17,7 @@ from ldpkit.client import Reporter
 from ldpkit.collector.launcher import environment_without_tokens
 from tests.harness import running_collector
 
-from .conftest import ADMIN, INGEST, READ, THEMES
+from .conftest import ADMIN, INGEST, READ, RELAY, THEMES
 from .versioned import put_definition
 
 DAYS = 5
@@ -32,6 +32,7 @@ database = "collector.sqlite3"
 
 [tokens]
 ingest = ["{INGEST}"]
+relay = ["{RELAY}"]
 read = ["{READ}"]
 admin = ["{ADMIN}"]
 
@@ -86,7 +87,7 @@ def board_collector(directory: Path) -> Iterator[Board]:
         today = int(clock.now // 86400) * 86400
         first = today - (DAYS - 1) * 86400
         with Reporter(
-            url, token=INGEST, state_dir=directory / "devices", background=False, clock=clock
+            url, token=RELAY, state_dir=directory / "devices", background=False, clock=clock
         ) as r:
             r.refresh_definitions()
             for day in range(DAYS):
@@ -105,7 +106,7 @@ def board_collector(directory: Path) -> Iterator[Board]:
         answer = put_definition(
             url, "os", {"kind": "categorical", "categories": OS, "epsilon": 2.0}
         )
-        with Reporter(url, token=INGEST, state_dir=directory / "new", background=False) as r:
+        with Reporter(url, token=RELAY, state_dir=directory / "new", background=False) as r:
             r.refresh_definitions()
             r.simulate("os", rng.choice(OS, size=NEW_OS, p=[0.6, 0.3, 0.1]).tolist(), rng=rng)
             assert r.flush().sent == NEW_OS

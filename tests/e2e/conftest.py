@@ -16,6 +16,7 @@ from ldpkit.collector.launcher import environment_without_tokens
 from tests.harness import running_collector
 
 INGEST, READ, ADMIN = "e2e-ingest", "e2e-read", "e2e-admin"
+RELAY = "e2e-relay"  # simulate(): many devices' reports in a batch
 THEMES = ["light", "dark", "system"]
 THEME_TRUTH = [0.25, 0.55, 0.20]
 USERS = 6000
@@ -27,6 +28,7 @@ database = "collector.sqlite3"
 
 [tokens]
 ingest = ["{INGEST}"]
+relay = ["{RELAY}"]
 read = ["{READ}"]
 admin = ["{ADMIN}"]
 
@@ -63,7 +65,7 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Populated]:
         themes = rng.choice(THEMES, size=USERS, p=THEME_TRUTH)
         minutes = np.clip(rng.gamma(2.0, 18.0, size=USERS), 0, 240)
         url = collector.url
-        with Reporter(url, token=INGEST, state_dir=directory / "device", background=False) as r:
+        with Reporter(url, token=RELAY, state_dir=directory / "device", background=False) as r:
             r.simulate("theme", themes.tolist(), rng=rng)
             r.simulate("session_minutes", minutes.tolist(), rng=rng)
             result = r.flush()

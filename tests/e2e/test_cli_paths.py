@@ -118,7 +118,7 @@ def test_wrong_kind_of_token_reads_well(populated: Populated) -> None:
         raise AssertionError("a read token must not post reports")
     except urllib.error.HTTPError as exc:
         assert exc.code == 403
-        assert "takes an ingest token" in exc.read().decode()
+        assert "takes an ingest or relay token" in exc.read().decode()
 
 
 def test_plan_formats_follow_the_plan_fields() -> None:

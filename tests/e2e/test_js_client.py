@@ -33,6 +33,7 @@ CONFIG = f"""
 [collector]
 database = "collector.sqlite3"
 cors_origins = ["{APP}"]
+device_batches_per_minute = 0  # 400 devices from one page (one address): no per-source limit
 
 [tokens]
 ingest = ["{INGEST}"]

@@ -22,7 +22,7 @@ from ldpkit.client import Reporter
 from ldpkit.collector.launcher import environment_without_tokens, running_collector
 
 from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
-from .conftest import INGEST, READ
+from .conftest import READ, RELAY
 from .test_dashboard import READABLE
 
 WIDTHS = (1400, 420)
@@ -42,7 +42,7 @@ CONFIG = f"""
 database = "collector.sqlite3"
 
 [tokens]
-ingest = ["{INGEST}"]
+relay = ["{RELAY}"]
 read = ["{READ}"]
 
 [metrics.session_minutes_dist]
@@ -86,7 +86,7 @@ def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kinds]:
     ) as collector:
         rng = np.random.default_rng(1516)
         with Reporter(
-            collector.url, token=INGEST, state_dir=directory / "device", background=False
+            collector.url, token=RELAY, state_dir=directory / "device", background=False
         ) as r:
             r.refresh_definitions()
             minutes = np.concatenate([rng.gamma(2.0, 10.0, 12_000), rng.normal(80, 8, 6_000)])

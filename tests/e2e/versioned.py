@@ -15,7 +15,7 @@ from ldpkit.client import Reporter
 from ldpkit.collector.launcher import environment_without_tokens
 from tests.harness import running_collector
 
-from .conftest import ADMIN, CONFIG, INGEST, THEME_TRUTH, THEMES
+from .conftest import ADMIN, CONFIG, RELAY, THEME_TRUTH, THEMES
 
 OLD_USERS, NEW_USERS = 3000, 500
 
@@ -42,7 +42,7 @@ def put_definition(url: str, name: str, definition: dict[str, object]) -> dict[s
 
 def report(url: str, state: Path, users: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    with Reporter(url, token=INGEST, state_dir=state, background=False) as r:
+    with Reporter(url, token=RELAY, state_dir=state, background=False) as r:
         r.refresh_definitions()
         r.simulate("theme", rng.choice(THEMES, size=users, p=THEME_TRUTH).tolist(), rng=rng)
         assert r.flush().sent == users
