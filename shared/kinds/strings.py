@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from .._json import finite_or_none
 from .._validation import shown
 from ..aggregate import Aggregate
 from ..errors import ParameterError, QueryError
@@ -120,6 +121,9 @@ class Strings(KindSpec):
         except ParameterError as exc:
             raise QueryError("candidates", str(exc)) from None
         data["interval"] = data.pop("interval_method")
+        shift = finite_or_none(estimate.forgery_shift(q.forgery_fraction))
+        for item in (*data["items"], *data.get("candidates", ())):
+            item["forgery_shift"] = shift  # the same for every string
         return data
 
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from .._validation import shown
 from . import render
-from ._structured import Structured, focus, made
+from ._structured import Structured, focus, made, with_shifts
 from .base import Built, Definition, Question, check_category, fail
 
 
@@ -28,6 +28,11 @@ class Table(Structured):
 
     def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
         data: dict[str, Any] = estimate.to_dict(q.level, consistent=q.consistent)
+        beta = q.forgery_fraction
+        if estimate.cells is not None:
+            with_shifts(data["items"], estimate.cells, beta)
+        for name, group in estimate.marginals.items():
+            with_shifts(data["marginals"][name], group, beta)
         data["dimensions"] = [[n, list(c)] for n, c in definition.dimensions or ()]
         return data
 
