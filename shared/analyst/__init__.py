@@ -35,7 +35,7 @@ from ..heavy_hitters import StringEstimate
 from ..http import HttpTransport, NetworkError, Timeout, http_error
 from ..kinds import KindSpec, kind_or_default, legacy_kind
 from ..kinds.render import nan, text_table
-from ..metrics import MetricDefinition
+from ..metrics import MetricDefinition, check_forgery_fraction
 from ..structured_estimates import HierarchyEstimate, TableEstimate
 
 TOKEN_ENV = "LDPKIT_READ_TOKEN"
@@ -424,15 +424,19 @@ class Analyst:
         depth: int | None = None,
         subtree: str | None = None,
         candidates: Sequence[str] | None = None,
+        forgery_fraction: float | None = None,
     ) -> EstimateResult:
         """The estimate of ``metric`` over buckets starting in ``[start, end)``.
 
         Each kind's own questions: ``bins``/``edges``, ``quantiles`` and ``range_`` for
         a distribution; ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
-        strings (see docs/protocol.md, "Metric kinds").
+        strings (see docs/protocol.md, "Metric kinds"). ``forgery_fraction``: the fraction
+        of forged reports each ``forgery_shift`` is about (default: the metric's, 0.01
+        unless its definition says).
         """
         path = f"/v1/estimates/{_quoted(metric)}"
         level = check_level(level)
+        fraction = None if forgery_fraction is None else check_forgery_fraction(forgery_fraction)
         if isinstance(candidates, str):
             raise ParameterError("candidates must be a list of strings, not one string")
         params = {
@@ -449,6 +453,7 @@ class Analyst:
             "depth": None if depth is None else str(int(depth)),
             "subtree": subtree,
             "candidates": None if candidates is None else ",".join(candidates),
+            "forgery_fraction": None if fraction is None else repr(fraction),
         }
         data = self._get(path, params)
         definition = self._definition(metric, str(data["version"])) if "sums" in data else None

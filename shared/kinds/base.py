@@ -252,6 +252,21 @@ class KindSpec:
             f"{self.name} metrics are planned with ldpkit.plan (domain_size or bounds)"
         )
 
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        """What this metric's answers would disclose as ``forgery_shift`` at a forged
+        fraction ``beta``, before any report (the plan): the largest, by what it is about.
+        It does not depend on the reports (a distribution's, barely: its depths' counts)."""
+        return {
+            "each item's fraction": float(
+                np.max(self.empty_estimate(definition).forgery_shift(beta))
+            )
+        }
+
+    def empty_estimate(self, definition: Definition) -> Any:
+        """The estimate of no reports."""
+        mechanism: Any = definition.mechanism_instance
+        return self.estimate(definition, mechanism.empty_aggregate())
+
     # buckets: ``part``), ldpkit.analyst.plots and the CLI ------------------------------
     def describe(self, definition: Definition) -> str:
         """What a metric's values are, in a few words (``ldpkit metrics``)."""

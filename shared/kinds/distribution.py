@@ -116,6 +116,16 @@ class Distribution(Numbers):
         )
         return KindPlan(lines, p)
 
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        """The mean's, a bin's of the default 16 and a half's (quantiles: from the data)."""
+        e = self.empty_estimate(definition)
+        lo, hi = e.bounds
+        return {
+            "the mean": e.mean().forgery_shift(beta),
+            "each of 16 equal bins": float(np.max(e.histogram(16).forgery_shift(beta))),
+            "the fraction below the middle": e.range_shift(lo, (lo + hi) / 2, beta),
+        }
+
     def describe(self, definition: Definition) -> str:
         return f"{span(definition)}, {definition.resolution} leaves"
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from .._validation import shown
 from ..errors import ParameterError, QueryError
 from ._structured import Structured, focus, made, with_shifts
@@ -52,6 +54,13 @@ class Hierarchy(Structured):
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
         m: Any = definition.mechanism_instance
         return int(m.tree.size)
+
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        levels = self.empty_estimate(definition).levels
+        return {
+            f"a node at depth {t}": float(np.max(g.forgery_shift(beta)))
+            for t, g in enumerate(levels, 1)
+        }
 
     def describe(self, definition: Definition) -> str:
         separator = definition.separator or "/"

@@ -118,6 +118,9 @@ class Numeric(Numbers):
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
         return 1
 
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        return {"the mean": self.empty_estimate(definition).forgery_shift(beta)}
+
     def campaign(self, definition: Definition) -> Campaign:
         return Campaign(definition.resolved_mechanism, definition.epsilon, bounds=definition.bounds)
 
@@ -173,8 +176,8 @@ def beyond_bounds_sentence(side: str, level: float) -> str:
     where = "above" if side == "upper" else "below"
     return (
         f"beyond the bounds: the {level:.0%} interval lies wholly {where} the metric's bounds; "
-        "no population of values within them gives such reports but by chance (at most "
-        f"{(1 - level) / 2:.2g}): forged reports are the likely cause (forgery_shift)"
+        "no population of values within them gives such reports but by chance (probability "
+        f"about {(1 - level) / 2:.2g}): forged reports are the likely cause"
     )
 
 

@@ -163,6 +163,9 @@ class Strings(KindSpec):
         )
         return KindPlan(lines, p)
 
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        return {"each string's fraction": self.empty_estimate(definition).forgery_shift(beta)}
+
     def describe(self, definition: Definition) -> str:
         return f"strings <= {definition.max_length} bytes, top {definition.k}"
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from .._validation import shown
 from . import render
 from ._structured import Structured, focus, made, with_shifts
@@ -39,6 +41,13 @@ class Table(Structured):
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
         m: Any = definition.mechanism_instance
         return int(m.table.size + sum(m.table.shape))
+
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        e = self.empty_estimate(definition)
+        groups = {f"the {name} marginal": g for name, g in e.marginals.items()}
+        if e.cells is not None:
+            groups = {"each cell": e.cells, **groups}
+        return {what: float(np.max(g.forgery_shift(beta))) for what, g in groups.items()}
 
     def describe(self, definition: Definition) -> str:
         dimensions = definition.dimensions or ()

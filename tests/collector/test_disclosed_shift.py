@@ -3,6 +3,7 @@ its bounds says so, and every answer's ``forgery_shift`` bounds what forged repo
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Sequence
@@ -16,12 +17,28 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from ldpkit import wire
+from ldpkit.errors import ParameterError
+from ldpkit.mechanisms import mechanism
 from ldpkit.metrics import MetricDefinition, Period
+from tests.harness import ThreadedCollector
 from tests.shared.test_forgery_shift import _ends
 
-from .helpers import METRICS, batch, estimates, make_config, new_ids, post_batch, running, today
+from .helpers import (
+    METRICS,
+    READ,
+    TOKENS,
+    auth,
+    batch,
+    estimates,
+    make_config,
+    new_ids,
+    post_batch,
+    running,
+    today,
+)
 from .test_metrics_api import put
 
+SENDER = "relay" if "relay" in TOKENS else "ingest"  # a token that may send many reports
 LAPLACE: dict[str, Any] = {
     "kind": "numeric",
     "bounds": [0.0, 100.0],
@@ -291,3 +308,121 @@ async def test_the_fraction_is_checked_and_a_put_changes_it_alone(client: TestCl
     status, answer = await put(client, "theme", {**theme, "forgery_fraction": 0.7})
     assert (status, answer["error"]) == (400, "invalid_definition")
     assert "forgery_fraction" in answer["detail"]
+
+
+# --- the analyst's API and the CLI ------------------------------------------------------------
+
+
+def test_the_analyst_and_the_cli_say_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The forged Laplace mean of the first test, read with the Python API and `ldpkit
+    estimates`: the shift beside the interval, the line saying what it means, the side."""
+    from ldpkit.analyst import Analyst
+    from ldpkit.cli.registry import main
+
+    d = MetricDefinition.from_dict("spend", LAPLACE)
+    m: Any = d.mechanism_instance
+    rng = np.random.default_rng(7)
+    reports = np.concatenate(
+        [
+            m.perturb(rng.uniform(40.0, 60.0, 9500), rng=rng),
+            np.full(500, m.grid_steps + m.noise_cap),
+        ]
+    )
+    with ThreadedCollector(make_config(tmp_path / "c.sqlite3", metrics={"spend": LAPLACE})) as live:
+        body = batch(
+            wire.Block("spend", d.fingerprint, today(), new_ids(10_000), reports.tobytes())
+        )
+        answer = live.request(
+            "POST", "/v1/reports", body, {**auth(SENDER), "Content-Type": wire.CONTENT_TYPE}
+        )
+        assert answer.status == 200
+        analyst = Analyst(live.url, READ)
+        result = analyst.estimates("spend", per_bucket=True, forgery_fraction=0.05)
+        assert result.forgery_fraction == 0.05 and result.forgery_shift == pytest.approx(245.0)
+        assert result.beyond_bounds == result.buckets[0].beyond_bounds == "upper"
+        assert result.low is not None and result.high is not None and 100 < result.low < result.high
+        assert result.rows()[0]["forgery_shift"] == pytest.approx(245.0)
+        table = result.to_table().splitlines()
+        assert table[1] == (
+            "forgery shift: how far 5% forged reports could move each estimate, whatever they "
+            "are (docs/statistics.md)"
+        )
+        assert table[2].split() == [
+            *["mean", "clamped_mean", "stderr", "low", "high"],
+            "forgery_shift",
+            "beyond_bounds",
+            "interval",
+        ]
+        assert table[4].startswith("beyond the bounds: the 95% interval lies wholly above")
+        with pytest.raises(ParameterError, match="forgery_fraction"):
+            analyst.estimates("spend", forgery_fraction=0.7)
+        assert main(["estimates", "spend", "--collector", live.url, "--token", READ]) == 0
+        out = capsys.readouterr().out
+        assert "how far 1% forged reports" in out and "forged reports are the likely cause" in out
+        assert (
+            main(
+                ["estimates", "spend", "--collector", live.url, "--token", READ, "--format", "csv"]
+            )
+            == 0
+        )
+        head, row = capsys.readouterr().out.splitlines()
+        assert dict(zip(head.split(","), row.split(","), strict=True))["beyond_bounds"] == "upper"
+
+
+def test_plan_shows_the_shift_a_metric_would_disclose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ldpkit.cli.registry import main
+
+    def plan(*args: str) -> str:
+        code = main(["plan", *args])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return out
+
+    # The issue's GRR at d = 1,024, epsilon 1: 1% forged reports move an item by 5.99.
+    grr: Any = mechanism("grr", epsilon=1.0, domain_size=1024)
+    expected = 0.01 * (1 - grr.q) / (grr.p - grr.q)
+    out = plan("--epsilon", "1", "-d", "1024", "--mechanism", "grr", "--n", "10000")
+    assert "forgery shift: how far 1% forged reports could move an estimate" in out
+    assert f"  each category's fraction: {expected:.4g}" in out
+    rows = json.loads(
+        plan(
+            "--epsilon",
+            "1",
+            "--bounds",
+            "0",
+            "10",
+            "--n",
+            "100",
+            "--half-width",
+            "1",
+            "--forgery-fraction",
+            "0.05",
+            "--format",
+            "json",
+        )
+    )["plans"]
+    assert [r["forgery_fraction"] for r in rows] == [0.05, 0.05]
+    mean = mechanism(rows[0]["mechanism"], epsilon=1.0, bounds=(0.0, 10.0))
+    assert rows[0]["forgery_shift"] == pytest.approx(
+        mean.estimate(mean.empty_aggregate()).forgery_shift(0.05)
+    )
+    kind = json.loads(
+        plan("--epsilon", "1", "--leaves", "A/a,A/b,B/c", "--n", "1000", "--format", "json")
+    )
+    assert set(kind["forgery_shift"]) == {"a node at depth 1", "a node at depth 2"}
+    code = main(["plan", "--epsilon", "1", "-d", "8", "--n", "100", "--forgery-fraction", "0.7"])
+    assert (
+        code == 2 and "--forgery-fraction must be a number in (0, 0.5]" in capsys.readouterr().err
+    )
+    metrics = {
+        "spend": {**LAPLACE, "forgery_fraction": 0.05},
+        "minutes": {**KINDS["minutes"], "epsilon": 1.0, "forgery_fraction": 0.02},
+    }
+    with ThreadedCollector(make_config(tmp_path / "c.sqlite3", metrics=metrics)) as live:
+        where = ("--collector", live.url, "--token", READ)
+        out = plan("--metric", "spend", "--n", "1000", *where)
+        assert "how far 5% forged reports" in out and "  the mean: 245" in out  # 0.05 x 4,900
+        out = plan("--metric", "minutes", "--n", "1000", *where)
+        assert "how far 2% forged reports" in out and "  each of 16 equal bins: " in out
