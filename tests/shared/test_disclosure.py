@@ -74,3 +74,21 @@ def test_forgery_fraction_is_served_when_given_and_leaves_the_fingerprint() -> N
 def test_forgery_fraction_is_checked(bad: object) -> None:
     with pytest.raises(ParameterError, match=r"metric m: forgery_fraction must be a number in"):
         MetricDefinition.from_dict("m", {**BASE, "forgery_fraction": bad})
+
+
+def test_an_honest_mean_at_its_bound_is_beyond_it_at_the_levels_rate() -> None:
+    """Everyone at the upper bound (Laplace, epsilon 1, n = 200, 2,000 campaigns): the
+    interval lies wholly above it in about (1 - level) / 2 of them (the normal law of the
+    mean: the known-variance interval) and covers the bound in about ``level`` of them (it
+    was 97.5%: the interval wholly above collapsed onto the bound and counted as covering)."""
+    m: Any = mechanism("laplace", epsilon=1.0, bounds=(0.0, 1.0))
+    rng = np.random.default_rng(26)
+    campaigns, level = 2000, 0.95
+    beyond = covered = 0
+    for _ in range(campaigns):
+        e = m.estimate(m.aggregate(m.perturb(np.ones(200), rng=rng)))
+        low, high = e.ci(level)
+        beyond += e.beyond_bounds(level) == "upper"
+        covered += low <= 1.0 <= high
+    for rate, p in ((beyond, (1 - level) / 2), (covered, level)):
+        assert abs(rate / campaigns - p) <= 4 * math.sqrt(p * (1 - p) / campaigns), (rate, p)
