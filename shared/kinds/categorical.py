@@ -114,7 +114,7 @@ def _items(
     """The ``items`` list as JSON text: ``columns`` estimate, stderr, low, high,
     forgery_shift (and consistent); ``methods`` names each item's interval method."""
     quoted = _quoted(cats)
-    cols = [json_numbers(c) for c in columns]
+    cols = [_numbers(c) for c in columns]
     tails = (
         [f',"interval":"{m}"}}' for m in methods.tolist()]
         if methods is not None
@@ -127,6 +127,13 @@ def _items(
         for c, e, s, lo, hi, f, k, t in zip(quoted, *cols[:5], consistent, tails, strict=True)
     ]
     return RawJSON("[" + ",".join(parts) + "]")
+
+
+def _numbers(column: npt.NDArray[np.float64]) -> list[str]:
+    """:func:`json_numbers`, written once for a column of one value (a forgery shift)."""
+    if column.size and bool(np.all(column == column[0])):
+        return json_numbers(column[:1]) * column.size
+    return json_numbers(column)
 
 
 SPEC = Categorical("categorical", ("categories",))

@@ -35,6 +35,7 @@ from .helpers import (
     post_batch,
     running,
     today,
+    write_toml,
 )
 from .test_metrics_api import put
 
@@ -288,6 +289,18 @@ async def test_every_kind_answers_with_its_forgery_shifts(database: Path) -> Non
             smaller = np.array(outputs(again[1])[1], dtype=np.float64)
             linear = slice(0, len(shifts) - len(body.get("quantiles") or ()))
             assert np.all(smaller[linear] < shifts[linear])
+
+
+def test_a_config_file_takes_the_key_and_checks_it(tmp_path: Path) -> None:
+    from ldpkit.collector.config import ConfigError, load_config
+
+    path = write_toml(
+        tmp_path / "c.toml", metrics={"theme": {**METRICS["theme"], "forgery_fraction": 0.02}}
+    )
+    assert load_config(path, environ={}).metrics["theme"].forgery_fraction == 0.02
+    write_toml(path, metrics={"theme": {**METRICS["theme"], "forgery_fraction": 0.9}})
+    with pytest.raises(ConfigError, match=r"\[metrics.theme\] metric theme: forgery_fraction must"):
+        load_config(path, environ={})
 
 
 async def test_the_fraction_is_checked_and_a_put_changes_it_alone(client: TestClient) -> None:
