@@ -102,9 +102,7 @@ def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
         consistent=_parse_bool(query.get("consistent", "false"), "consistent"),
         per_bucket=_parse_bool(query.get("per_bucket", "false"), "per_bucket"),
         raw_options={k: query[k] for k in KIND_PARAMS if k in query},
-        asked_fraction=_fraction(query["forgery_fraction"])
-        if "forgery_fraction" in query
-        else None,
+        asked_fraction=_fraction(query.get("forgery_fraction")),
     )
 
 
@@ -126,7 +124,9 @@ def _level(text: str) -> Level:
         ) from None
 
 
-def _fraction(text: str) -> Fraction:
+def _fraction(text: str | None) -> Fraction | None:
+    if text is None:  # not asked: the metric's own
+        return None
     try:
         return check_forgery_fraction(float(text))
     except (ValueError, ParameterError):

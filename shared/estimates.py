@@ -241,8 +241,9 @@ class MeanEstimate:
     def beyond_bounds(self, level: float = 0.95) -> str | None:
         """``"upper"`` (``"lower"``) when the interval the reports give lies wholly above
         (below) the bounds: no population of values within the bounds gives such reports
-        but with probability below ``(1 - level) / 2``; forged reports are the likely cause
-        (see :meth:`forgery_shift`). None otherwise, and without reports."""
+        but with probability about ``(1 - level) / 2`` (the interval's own miss rate on
+        that side); forged reports are the likely cause (see :meth:`forgery_shift`). None
+        otherwise, and without reports."""
         if self.n == 0 or not math.isfinite(self.mean):
             return None
         return self._side(*self._reports_interval(level))
