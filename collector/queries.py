@@ -20,12 +20,12 @@ from .._validation import check_level
 from ..aggregate import Aggregate
 from ..errors import ParameterError, QueryError
 from ..kinds import Question, checked_options, query_params
-from ..kinds.base import Level, RawJSON
-from ..metrics import MetricDefinition
+from ..kinds.base import Fraction, Level, RawJSON
+from ..metrics import MetricDefinition, check_forgery_fraction
 from ..wire import FINGERPRINT_PATTERN
 from .store import BucketAggregate
 
-COMMON_PARAMS = ("from", "to", "level", "consistent", "version", "per_bucket")
+COMMON_PARAMS = ("from", "to", "level", "consistent", "version", "per_bucket", "forgery_fraction")
 KIND_PARAMS = query_params()
 PARAMS = (*COMMON_PARAMS, *KIND_PARAMS)
 """Every query parameter: the common ones and each kind's own (see ldpkit.kinds)."""
@@ -36,8 +36,9 @@ _NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
 
 @dataclass(frozen=True)
 class EstimateQuery(Question):
-    """An estimates query: what it asks of the metric's kind (``options``, parsed by
-    :func:`with_options`, ``level``, ``consistent``) and which aggregates it reads."""
+    """An estimates query: what it asks of the metric's kind (``options`` and
+    ``forgery_fraction``, set by :func:`with_options`, ``level``, ``consistent``) and which
+    aggregates it reads."""
 
     start: int | None = None  # include buckets with start >= this (unix seconds)
     end: int | None = None  # ... and < this
@@ -45,6 +46,8 @@ class EstimateQuery(Question):
     per_bucket: bool = False
     raw_options: Mapping[str, str] = field(default_factory=dict)
     """The kind's own parameters as given (checked against the metric's kind later)."""
+    asked_fraction: Fraction | None = None
+    """The query's ``forgery_fraction``; None: the metric's own."""
 
 
 def parse_time(value: str, param: str) -> int:
@@ -99,6 +102,7 @@ def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
         consistent=_parse_bool(query.get("consistent", "false"), "consistent"),
         per_bucket=_parse_bool(query.get("per_bucket", "false"), "per_bucket"),
         raw_options={k: query[k] for k in KIND_PARAMS if k in query},
+        asked_fraction=_fraction(query.get("forgery_fraction")),
     )
 
 
@@ -120,6 +124,17 @@ def _level(text: str) -> Level:
         ) from None
 
 
+def _fraction(text: str | None) -> Fraction | None:
+    if text is None:  # not asked: the metric's own
+        return None
+    try:
+        return check_forgery_fraction(float(text))
+    except (ValueError, ParameterError):
+        raise QueryError(
+            "forgery_fraction", f"expected a number in (0, 0.5] such as 0.01, got {text[:40]!r}"
+        ) from None
+
+
 def _version(version: str | None) -> str | None:
     if version is not None and not FINGERPRINT_PATTERN.fullmatch(version):
         raise QueryError("version", f"expected 16 lowercase hex digits, got {version[:40]!r}")
@@ -127,9 +142,11 @@ def _version(version: str | None) -> str | None:
 
 
 def with_options(definition: MetricDefinition, q: EstimateQuery) -> EstimateQuery:
-    """``q`` with the metric kind's own parameters parsed; QueryError names a bad one
-    (or one that belongs to another kind)."""
-    return replace(q, options=checked_options(definition, q.raw_options))
+    """``q`` with the metric kind's own parameters parsed (QueryError names a bad one, or
+    one that belongs to another kind) and the forged fraction its answer discloses the
+    shift for: the query's, else the metric's."""
+    fraction = q.asked_fraction or definition.effective_forgery_fraction
+    return replace(q, options=checked_options(definition, q.raw_options), forgery_fraction=fraction)
 
 
 def to_json(obj: Any) -> str:
@@ -167,6 +184,7 @@ def estimate_answer(
         "epsilon": definition.epsilon,
         "n": fields.pop("n"),
         "level": q.level,
+        "forgery_fraction": q.forgery_fraction,
         "from": q.start,
         "to": q.end,
         "consistent": q.consistent,

@@ -227,20 +227,40 @@ class MeanEstimate:
         exact = _binary_bounds(self.binary.positives, self.n, float(level))[2]
         return EXACT if exact else SCORE
 
-    def ci(self, level: float = 0.95) -> ConfidenceInterval:
-        """Interval for the reporters' mean, within the bounds."""
-        lo, hi = self.bounds
-        if self.n == 0 or not math.isfinite(self.mean):
-            return ConfidenceInterval(math.nan, math.nan)
+    def _reports_interval(self, level: float) -> tuple[float, float]:
+        """The interval the reports give, before it meets the bounds."""
         if self.binary is not None:
+            lo, hi = self.bounds
             theta_low, theta_high, _ = _binary_bounds(self.binary.positives, self.n, float(level))
             half, scale = (hi - lo) / 2.0, self.binary.scale
             low = lo + (scale * (2.0 * theta_low - 1.0) + 1.0) * half
-            high = lo + (scale * (2.0 * theta_high - 1.0) + 1.0) * half
-        else:
-            z = normal_quantile(level)
-            low, high = self.mean - z * self.stderr, self.mean + z * self.stderr
-        # An interval wholly outside the bounds collapses onto the nearer bound.
-        low = min(max(low, lo), hi)
-        high = max(min(high, hi), lo)
+            return low, lo + (scale * (2.0 * theta_high - 1.0) + 1.0) * half
+        z = normal_quantile(level)
+        return self.mean - z * self.stderr, self.mean + z * self.stderr
+
+    def beyond_bounds(self, level: float = 0.95) -> str | None:
+        """``"upper"`` (``"lower"``) when the interval the reports give lies wholly above
+        (below) the bounds: no population of values within the bounds gives such reports
+        but with probability about ``(1 - level) / 2`` (the interval's own miss rate on
+        that side); forged reports are the likely cause (see :meth:`forgery_shift`). None
+        otherwise, and without reports."""
+        if self.n == 0 or not math.isfinite(self.mean):
+            return None
+        return self._side(*self._reports_interval(level))
+
+    def _side(self, low: float, high: float) -> str | None:
+        lo, hi = self.bounds
+        return "upper" if low >= hi else "lower" if high <= lo else None
+
+    def ci(self, level: float = 0.95) -> ConfidenceInterval:
+        """Interval for the reporters' mean: the reports' interval intersected with the
+        bounds (the mean lies within them). One that lies wholly beyond them (nothing is
+        left, or a point at a bound) is kept as the reports give it, never zero-width:
+        :meth:`beyond_bounds` says which side."""
+        if self.n == 0 or not math.isfinite(self.mean):
+            return ConfidenceInterval(math.nan, math.nan)
+        low, high = self._reports_interval(level)
+        if self._side(low, high) is None:
+            lo, hi = self.bounds
+            low, high = max(low, lo), min(high, hi)
         return ConfidenceInterval(low, high)

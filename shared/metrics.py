@@ -22,6 +22,7 @@ from ._validation import check_epsilon, shown
 from .errors import ParameterError
 from .kinds import KIND_DEFAULTS, KIND_KEYS, NAMES, KindSpec, kind_spec, legacy_kind
 from .kinds import MetricKind as MetricKind  # its home is ldpkit.kinds
+from .kinds.base import DEFAULT_FORGERY_FRACTION, Fraction
 from .mechanisms import Mechanism, canonical_name
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -46,6 +47,7 @@ DEFINITION_KEYS = (
     "budget",
     "budget_period",
     "description",
+    "forgery_fraction",
     "name",
     # derived keys of to_dict(), accepted back so a served definition round-trips
     "fingerprint",
@@ -88,6 +90,14 @@ def check_period(value: object, what: str) -> Period:
     except ValueError:
         choices = ", ".join(p.value for p in Period)
         raise ParameterError(f"{what} must be one of {choices}, got {shown(value)}") from None
+
+
+def check_forgery_fraction(value: object) -> Fraction:
+    """The forged fraction of the reports an answer discloses its shift for: a number in
+    (0, 0.5] (half the reports forged or more, nothing is left to estimate)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value <= 0.5:
+        raise ParameterError(f"forgery_fraction must be a number in (0, 0.5], got {shown(value)}")
+    return Fraction(float(value))
 
 
 def check_definition_size(definition: MetricDefinition) -> MetricDefinition:
@@ -151,6 +161,10 @@ class MetricDefinition:
     budget: float | None = None
     budget_period: Period = Period.DAY
     description: str = ""
+    forgery_fraction: float | None = None
+    """The fraction of forged reports an estimates answer discloses the shift for
+    (``forgery_shift``; default 0.01). It changes no report's meaning: not in the
+    fingerprint."""
     _mechanism: Mechanism = field(init=False, repr=False, compare=False)
 
     def encode_value(self, value: object) -> Any:
@@ -208,6 +222,9 @@ class MetricDefinition:
             object.__setattr__(self, "budget", self._checked_budget(self.budget))
         if not isinstance(self.description, str):
             raise ParameterError(f"metric {self.name}: description must be a string")
+        if self.forgery_fraction is not None:
+            fraction = self._checked(check_forgery_fraction, self.forgery_fraction)
+            object.__setattr__(self, "forgery_fraction", fraction)
         return kind
 
     def _checked_budget(self, given: object) -> float:
@@ -264,6 +281,7 @@ class MetricDefinition:
             budget=data.get("budget"),
             budget_period=data.get("budget_period", "day"),
             description=data.get("description", ""),
+            forgery_fraction=data.get("forgery_fraction"),
         )
 
     @classmethod
@@ -308,6 +326,12 @@ class MetricDefinition:
         budget = self.effective_budget * (1.0 + BUDGET_SLACK) + BUDGET_SLACK
         fresh = math.floor(budget / self.epsilon * (1.0 + BUDGET_SLACK))
         return fresh * max(1, self.bucket.seconds // self.budget_period.seconds)
+
+    @property
+    def effective_forgery_fraction(self) -> Fraction:
+        """:attr:`forgery_fraction`, or the default (0.01) when the definition gives none."""
+        given = self.forgery_fraction
+        return DEFAULT_FORGERY_FRACTION if given is None else Fraction(given)
 
     def parameters(self) -> dict[str, Any]:
         """Everything that changes what a report means (the fingerprint's input)."""
@@ -357,7 +381,12 @@ class MetricDefinition:
             data["mechanism_params"] = self._mechanism.params()
         # The kind's keys it was given, in KIND_KEYS order (no kind has both an oracle and
         # max_length or k, so resolved_oracle still follows oracle).
-        unset = {**KIND_DEFAULTS, "resolved_oracle": (), "description": ""}
+        unset = {
+            **KIND_DEFAULTS,
+            "resolved_oracle": (),
+            "description": "",
+            "forgery_fraction": None,
+        }
         for key, default in unset.items():
             value = getattr(self, key)
             if value != default:

@@ -227,6 +227,10 @@ function render(data) {
     el("span", { id: "level-shown" }, `${Math.round(data.level * 100)}% intervals`),
   );
   if (data.interval) summary.appendChild(el("span", { id: "interval-method" }, `interval: ${data.interval}`));
+  if (data.forgery_fraction !== undefined) {
+    summary.appendChild(el("span", { id: "forgery-fraction", title: "the largest change that fraction of forged reports could make, whatever they are (docs/statistics.md)" },
+      `forgery shift: how far ${+(data.forgery_fraction * 100).toPrecision(6)}% forged reports could move each estimate`));
+  }
   summary.appendChild(el("span", { id: "range" }, describeRange(data)));
   summary.appendChild(el("span", { id: "version-shown" },
     `version ${data.version.slice(0, 8)}${version && !version.current ? " (older)" : ""}`));
@@ -257,19 +261,19 @@ function renderTable(data) {
   table.replaceChildren();
   if (data.items) {
     const kind = LDPK_VIEWS.kind(data.kind);
-    const head = [kind.item, "estimate", "stderr", "low", "high"];
+    const head = [kind.item, "estimate", "stderr", "low", "high", "forgery shift"];
     const consistent = data.consistent && kind.consistent;
     if (consistent) head.push("consistent");
     table.appendChild(row("th", head));
     for (const i of [...data.items, ...(kind.more ? kind.more(data) : [])]) {
-      const cells = [LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.stderr), fmt(i.low), fmt(i.high)];
+      const cells = [LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.stderr), fmt(i.low), fmt(i.high), fmt(i.forgery_shift)];
       if (consistent) cells.push(fmt(i.consistent));
       table.appendChild(row("td", cells));
     }
     for (const cells of kind.extra ? kind.extra(data, fmt) : []) table.appendChild(row("td", cells));
   } else {
-    table.appendChild(row("th", ["mean", "stderr", "low", "high"]));
-    table.appendChild(row("td", [fmt(data.mean), fmt(data.stderr), fmt(data.low), fmt(data.high)]));
+    table.appendChild(row("th", ["mean", "stderr", "low", "high", "forgery shift", "beyond bounds"]));
+    table.appendChild(row("td", [fmt(data.mean), fmt(data.stderr), fmt(data.low), fmt(data.high), fmt(data.forgery_shift), data.beyond_bounds || "–"]));
   }
 }
 
@@ -279,13 +283,13 @@ function renderBucketTable(data) {
   if (!data.buckets || !$("over-time").checked) return;
   const when = (b) => new Date(b.bucket * 1000).toISOString().slice(0, 16).replace("T", " ");
   if (data.items) {
-    table.appendChild(row("th", ["bucket (UTC)", "n", "category", "estimate", "low", "high"]));
+    table.appendChild(row("th", ["bucket (UTC)", "n", "category", "estimate", "low", "high", "forgery shift"]));
     for (const b of data.buckets) {
-      for (const i of b.items || []) table.appendChild(row("td", [when(b), b.n, LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.low), fmt(i.high)]));
+      for (const i of b.items || []) table.appendChild(row("td", [when(b), b.n, LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.low), fmt(i.high), fmt(i.forgery_shift)]));
     }
   } else {
-    table.appendChild(row("th", ["bucket (UTC)", "n", "mean", "low", "high"]));
-    for (const b of data.buckets) table.appendChild(row("td", [when(b), b.n, fmt(b.mean), fmt(b.low), fmt(b.high)]));
+    table.appendChild(row("th", ["bucket (UTC)", "n", "mean", "low", "high", "forgery shift", "beyond bounds"]));
+    for (const b of data.buckets) table.appendChild(row("td", [when(b), b.n, fmt(b.mean), fmt(b.low), fmt(b.high), fmt(b.forgery_shift), b.beyond_bounds || "–"]));
   }
 }
 

@@ -34,8 +34,8 @@ const LDPK_VIEWS = (() => {
         ui.text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");
       },
       extra: (data, fmt) => [
-        ...(data.quantiles || []).map((q) => [`quantile ${q.q}`, fmt(q.value), "", fmt(q.low), fmt(q.high)]),
-        ...(data.mean !== undefined ? [["mean", fmt(data.mean), fmt(data.mean_stderr), fmt(data.mean_low), fmt(data.mean_high)]] : []),
+        ...(data.quantiles || []).map((q) => [`quantile ${q.q}`, fmt(q.value), "", fmt(q.low), fmt(q.high), fmt(q.forgery_shift)]),
+        ...(data.mean !== undefined ? [["mean", fmt(data.mean), fmt(data.mean_stderr), fmt(data.mean_low), fmt(data.mean_high), fmt(data.mean_forgery_shift)]] : []),
       ],
     },
     hierarchy: {
@@ -65,6 +65,11 @@ const LDPK_VIEWS = (() => {
 
   const pct = (level) => `${Math.round(level * 100)}%`;
   const num = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
+  // The forgery shift beside an interval: how far the answer's forged fraction could move it.
+  const shift = (v, digits = 3) => (v === null || v === undefined ? "" : `, forgery shift ±${num(v, digits)}`);
+  // What a mean's interval wholly beyond its bounds means (docs/statistics.md).
+  const beyond = (data) => `Beyond the bounds: the ${pct(data.level)} interval lies wholly ${data.beyond_bounds === "upper" ? "above" : "below"} ` +
+    "the metric's bounds; no population of values within them gives such reports but by chance: forged reports are the likely cause.";
 
   function html(tag, attrs = {}, text = null) {
     const node = document.createElement(tag);
@@ -130,7 +135,7 @@ const LDPK_VIEWS = (() => {
       y: { domain: [Math.min(0, ...values), Math.max(0.05, ...values)], nice: true, grid: true, label: "fraction of users" },
       marks: [
         Plot.barY(shown, { x: "label", y: "estimate", fill: BAR, className: "estimate-bars",
-          title: (i) => `${i.label}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${opts.hint || ""}` }),
+          title: (i) => `${i.label}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${shift(i.forgery_shift, 4)}${opts.hint || ""}` }),
         Plot.ruleY([0], { stroke: "#888" }),
         Plot.ruleX(shown, { x: "label", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
         Plot.tickY(shown, { x: "label", y: "low", stroke: WHISKER, strokeWidth: 2, inset: cap, className: "whisker-caps" }),
@@ -151,7 +156,7 @@ const LDPK_VIEWS = (() => {
       if (!hasData(data)) return empty(node);
       const qs = data.quantiles || [];
       node.appendChild(html("p", { class: "big", id: "distribution-summary" },
-        `mean ${num(data.mean)} [${num(data.mean_low)}, ${num(data.mean_high)}]` +
+        `mean ${num(data.mean)} [${num(data.mean_low)}, ${num(data.mean_high)}]${shift(data.mean_forgery_shift)}` +
         qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
       node.appendChild(key([
         ["fraction in the bin", BAR],
@@ -173,11 +178,11 @@ const LDPK_VIEWS = (() => {
         marks: [
           ...qs.map((q) => Plot.rectX([q], { x1: "low", x2: "high", y1: 0, y2: top, fill: CONSISTENT, fillOpacity: 0.12, className: "quantile-bands" })),
           Plot.rectY(items, { x1: "lower", x2: "upper", y: "estimate", fill: BAR, inset: 0.5, className: "estimate-bars",
-            title: (i) => `${label(i)}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]` }),
+            title: (i) => `${label(i)}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${shift(i.forgery_shift, 4)}` }),
           Plot.ruleY([0], { stroke: "#888" }),
           Plot.ruleX(items, { x: "mid", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 1.5, className: "whiskers" }),
           Plot.ruleX(qs, { x: "value", stroke: CONSISTENT, strokeWidth: 2.5, className: "quantile-marks",
-            title: (q) => `q=${q.q}: ${num(q.value)} [${num(q.low)}, ${num(q.high)}]` }),
+            title: (q) => `q=${q.q}: ${num(q.value)} [${num(q.low)}, ${num(q.high)}]${shift(q.forgery_shift)}` }),
           Plot.text(qs, { x: "value", y: top, text: (q) => `p${Math.round(q.q * 100)}`, dy: -6, fill: CONSISTENT, fontWeight: "bold" }),
         ],
       });
@@ -242,7 +247,7 @@ const LDPK_VIEWS = (() => {
           color: { scheme: "blues", domain: [0, Math.max(0.01, ...cells.map((c) => c.shown))] },
           marks: [
             Plot.cell(cells, { x: "col", y: "row", fill: "shown", inset: 1, className: "cells",
-              title: (c) => `${label(c)}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}]` }),
+              title: (c) => `${label(c)}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}]${shift(c.forgery_shift, 4)}` }),
             ...[true, false].map((dark) => Plot.text(cells.filter((c) => (c.shown > 0.55 * darkest) === dark), {
               x: "col", y: "row", text: (c) => `${num(c.shown, 3)} [${num(c.low, 3)}, ${num(c.high, 3)}]`,
               fill: dark ? "white" : "black", className: "cell-labels" })),
@@ -292,7 +297,7 @@ const LDPK_VIEWS = (() => {
         x: { domain: [Math.min(0, ...values), Math.max(data.threshold || 0, ...values)], nice: true, grid: true, label: "fraction of users", axis: "top" },
         marks: [
           Plot.barX(rows, { y: "name", x: "estimate", fill: (r) => (r.kind === "asked" ? CONSISTENT : BAR), className: "estimate-bars",
-            title: (r) => `${r.category}: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}]` }),
+            title: (r) => `${r.category}: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}]${shift(r.forgery_shift, 4)}` }),
           Plot.ruleY(rows, { y: "name", x1: "low", x2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
           Plot.ruleX([data.threshold], { stroke: "#B00", strokeDasharray: "4,3", className: "threshold" }),
           Plot.ruleX([0], { stroke: "#888" }),
@@ -338,7 +343,7 @@ const LDPK_VIEWS = (() => {
         y: { domain: [Math.min(0, ...values), Math.max(0.05, ...values)], nice: true, grid: true, label: "fraction of users" },
         marks: [
           Plot.barY(items, { x: "category", y: "estimate", fill: BAR, className: "estimate-bars",
-            title: (i) => `${i.category}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]` }),
+            title: (i) => `${i.category}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${shift(i.forgery_shift, 4)}` }),
           Plot.ruleY([0], { stroke: "#888" }),
           Plot.ruleX(items, { x: "category", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
           Plot.tickY(items, { x: "category", y: "low", stroke: WHISKER, strokeWidth: 2, inset: cap, className: "whisker-caps" }),
@@ -362,7 +367,9 @@ const LDPK_VIEWS = (() => {
         return { node, figures: [] };
       }
       node.appendChild(html("p", { class: "big", id: "mean-value" },
-        `mean ${num(data.mean)}  ·  ${pct(data.level)} interval [${num(data.low)}, ${num(data.high)}]`));
+        `mean ${num(data.mean)}  ·  ${pct(data.level)} interval [${num(data.low)}, ${num(data.high)}]` +
+        (data.forgery_shift === null || data.forgery_shift === undefined ? "" : `  ·  forgery shift ±${num(data.forgery_shift)}`)));
+      if (data.beyond_bounds) node.appendChild(html("p", { class: "warning", id: "beyond-bounds" }, beyond(data)));
       const bounds = ctx.metric && ctx.metric.bounds ? ctx.metric.bounds : [data.low, data.high];
       const row = [{ mean: data.mean, low: data.low, high: data.high, y: "mean" }];
       const strip = (title, domain, id, ends) => {
@@ -382,7 +389,9 @@ const LDPK_VIEWS = (() => {
             Plot.tickX(row, { x: "low", y: "y", stroke: WHISKER, strokeWidth: 2 }),
             Plot.tickX(row, { x: "high", y: "y", stroke: WHISKER, strokeWidth: 2 }),
             Plot.dot(row, { x: "mean", y: "y", r: 7, fill: BAR, stroke: "white", className: "mean-dot",
-              title: (d) => `mean ${num(d.mean)} [${num(d.low)}, ${num(d.high)}]` }),
+              title: (d) => `mean ${num(d.mean)} [${num(d.low)}, ${num(d.high)}]${shift(data.forgery_shift)}` }),
+            // The bounds, where the interval lies beyond them: the estimand is within.
+            ...(ends && data.beyond_bounds ? [Plot.ruleX(bounds, { stroke: "#B00", strokeDasharray: "4,3", className: "bounds" })] : []),
           ],
         });
         fig.setAttribute("id", id);

@@ -35,7 +35,7 @@ from ..heavy_hitters import StringEstimate
 from ..http import HttpTransport, NetworkError, Timeout, http_error
 from ..kinds import KindSpec, kind_or_default, legacy_kind
 from ..kinds.render import nan, text_table
-from ..metrics import MetricDefinition
+from ..metrics import MetricDefinition, check_forgery_fraction
 from ..structured_estimates import HierarchyEstimate, TableEstimate
 
 TOKEN_ENV = "LDPKIT_READ_TOKEN"
@@ -55,6 +55,9 @@ class ItemEstimate:
     stderr: float | None
     low: float | None
     high: float | None
+    forgery_shift: float | None = None
+    """The largest change the answer's ``forgery_fraction`` of forged reports could make
+    to ``estimate``, whatever they are (None from a collector that does not say)."""
     consistent: float | None = None
     interval: str | None = None  # how the interval was made: "score" or "exact"
     lower: float | None = None
@@ -72,7 +75,8 @@ CoreEstimate = (
 @dataclass(frozen=True, kw_only=True)
 class ServedEstimate:
     """What a whole answer and each of its time buckets hold alike: categorical ``items``
-    or numeric ``mean`` (a distribution's mean with ``stderr``/``low``/``high``)."""
+    or numeric ``mean`` (a distribution's mean with ``stderr``/``low``/``high`` and
+    ``forgery_shift``)."""
 
     n: int
     items: tuple[ItemEstimate, ...] = ()
@@ -80,6 +84,10 @@ class ServedEstimate:
     stderr: float | None = None
     low: float | None = None
     high: float | None = None
+    forgery_shift: float | None = None
+    """How far the answer's ``forgery_fraction`` of forged reports could move the mean."""
+    beyond_bounds: str | None = None
+    """A numeric mean's interval wholly ``"upper"`` or ``"lower"`` than its bounds."""
     clamped_mean: float | None = None
     interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
     estimate: CoreEstimate | None = field(default=None, compare=False, repr=False)
@@ -107,6 +115,8 @@ class EstimateResult(ServedEstimate):
     epsilon: float
     level: float
     consistent: bool
+    forgery_fraction: float | None = None
+    """The fraction of forged reports each ``forgery_shift`` is about."""
     buckets: tuple[BucketEstimate, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     quantiles: tuple[QuantileEstimate, ...] = ()
@@ -142,6 +152,7 @@ class EstimateResult(ServedEstimate):
             epsilon=float(data.get("epsilon", float("nan"))),
             level=float(data.get("level", 0.95)),
             consistent=bool(data.get("consistent", False)),
+            forgery_fraction=data.get("forgery_fraction"),
             buckets=buckets,
             raw=data,
             **kind_or_default(kind).served_fields(data, _item),
@@ -233,12 +244,20 @@ class EstimateResult(ServedEstimate):
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
             f"{pct} intervals ({self.interval or 'method not given'})"
         )
-        lines = [head, *self._kind.text(self, self._table(self.rows()))]
+        lines = [head, *self._forgery_line(), *self._kind.text(self, self._table(self.rows()))]
         if self.buckets:
             lines.append("")
             lines.append("per time bucket (bucket start, UTC):")
             lines.extend(self._table(self.bucket_rows()))
         return "\n".join(lines)
+
+    def _forgery_line(self) -> list[str]:
+        if self.forgery_fraction is None:  # a collector that does not say
+            return []
+        return [
+            f"forgery shift: how far {self.forgery_fraction * 100:g}% forged reports could move "
+            "each estimate, whatever they are (docs/statistics.md)"
+        ]
 
     def _table(self, rows: list[dict[str, Any]]) -> list[str]:
         return text_table(rows, self._kind.hidden, self._dimensions)
@@ -268,6 +287,8 @@ def _served(part: dict[str, Any], definition: MetricDefinition | None) -> dict[s
         "stderr": part.get(f"{mean_}stderr"),
         "low": part.get(f"{mean_}low"),
         "high": part.get(f"{mean_}high"),
+        "forgery_shift": part.get(f"{mean_}forgery_shift"),
+        "beyond_bounds": part.get("beyond_bounds"),
         "clamped_mean": part.get("clamped_mean"),
         "interval": part.get("interval"),
         "estimate": estimate,
@@ -403,15 +424,19 @@ class Analyst:
         depth: int | None = None,
         subtree: str | None = None,
         candidates: Sequence[str] | None = None,
+        forgery_fraction: float | None = None,
     ) -> EstimateResult:
         """The estimate of ``metric`` over buckets starting in ``[start, end)``.
 
         Each kind's own questions: ``bins``/``edges``, ``quantiles`` and ``range_`` for
         a distribution; ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
-        strings (see docs/protocol.md, "Metric kinds").
+        strings (see docs/protocol.md, "Metric kinds"). ``forgery_fraction``: the fraction
+        of forged reports each ``forgery_shift`` is about (default: the metric's, 0.01
+        unless its definition says).
         """
         path = f"/v1/estimates/{_quoted(metric)}"
         level = check_level(level)
+        fraction = None if forgery_fraction is None else check_forgery_fraction(forgery_fraction)
         if isinstance(candidates, str):
             raise ParameterError("candidates must be a list of strings, not one string")
         params = {
@@ -428,6 +453,7 @@ class Analyst:
             "depth": None if depth is None else str(int(depth)),
             "subtree": subtree,
             "candidates": None if candidates is None else ",".join(candidates),
+            "forgery_fraction": None if fraction is None else repr(fraction),
         }
         data = self._get(path, params)
         definition = self._definition(metric, str(data["version"])) if "sums" in data else None

@@ -16,14 +16,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import plan as plan_campaign
 from .. import required_n
 from ..analyst import TOKEN_ENV, Analyst
 from ..errors import ParameterError
 from ..kinds import Campaign, PlanTarget
+from ..kinds.base import DEFAULT_FORGERY_FRACTION
 from ..kinds.render import aligned_lines
 from ..mechanisms import NAMES, Choice, choose
-from ..metrics import MetricDefinition
+from ..mechanisms import mechanism as make_mechanism
+from ..metrics import MetricDefinition, check_forgery_fraction
 from ..planner import Plan
 from .registry import command
 
@@ -68,6 +72,13 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--consistent", action="store_true", help="add Norm-Sub consistent estimates"
+    )
+    parser.add_argument(
+        "--forgery-fraction",
+        type=float,
+        metavar="BETA",
+        help="the fraction of forged reports each forgery shift is about (default: the "
+        "metric's, 0.01 unless its definition says)",
     )
     parser.add_argument(
         "--per-bucket",
@@ -139,6 +150,7 @@ def estimates(args: argparse.Namespace) -> int:
         depth=args.depth,
         subtree=args.subtree,
         candidates=None if args.candidates is None else args.candidates.split(","),
+        forgery_fraction=args.forgery_fraction,
     )
     if result.n == 0 and args.metric_version is None:
         _note_older_versions(analyst, args.metric)
@@ -309,6 +321,12 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     parser.add_argument("--frequency", type=float, help="assumed item frequency (default worst)")
     parser.add_argument(
+        "--forgery-fraction",
+        type=float,
+        metavar="BETA",
+        help="the forged fraction whose shift to show (default: the metric's, or 0.01)",
+    )
+    parser.add_argument(
         "--format", choices=["table", "csv", "json"], default="table", help="output format"
     )
 
@@ -320,6 +338,7 @@ _FLAG_NAMES = (
     (re.compile(r"(?<![-\w])half_width\b"), "--half-width"),
     (re.compile(r"\bnot bounds\b"), "not --bounds"),
     (re.compile(r"^(epsilon|n|level|frequency|bounds)\b"), r"--\1"),
+    (re.compile(r"^forgery_fraction\b"), "--forgery-fraction"),
     (re.compile(r"^'(\w+)' is"), r"--mechanism \1 is"),
 )
 
@@ -338,39 +357,86 @@ def plan(args: argparse.Namespace) -> int:
     if args.epsilon is None and args.metric is None:
         raise ParameterError("give --epsilon (the epsilon of one report), or --metric NAME")
     definition = _plan_definition(args)
+    beta = _plan_fraction(args, definition)
     if definition is None:  # --domain-size or --bounds: a mechanism's campaign
         bounds = tuple(args.bounds) if args.bounds else None
-        return _plan_campaign(
-            args, Campaign(args.mechanism, args.epsilon, args.domain_size, bounds)
-        )
+        c = Campaign(args.mechanism, args.epsilon, args.domain_size, bounds)
+        return _plan_campaign(args, c, beta, None)
     campaign = definition.kind_spec.campaign(definition)
     if campaign is not None:  # a categorical or numeric metric of the collector
-        return _plan_campaign(args, campaign)
-    return _plan_kind(args, definition)
+        return _plan_campaign(args, campaign, beta, definition)
+    return _plan_kind(args, definition, beta)
+
+
+def _plan_fraction(args: argparse.Namespace, definition: MetricDefinition | None) -> float:
+    """``--forgery-fraction``, else the metric's, else the default (0.01)."""
+    if args.forgery_fraction is None:
+        return (
+            DEFAULT_FORGERY_FRACTION
+            if definition is None
+            else definition.effective_forgery_fraction
+        )
+    try:
+        return check_forgery_fraction(args.forgery_fraction)
+    except ParameterError as exc:
+        raise _in_flags(exc) from None
 
 
 _IN_SENTENCE = {"given", "mechanism", "epsilon", "n", "level", "half_width"}
 
 
-def _plan_campaign(args: argparse.Namespace, c: Campaign) -> int:
+def _plan_campaign(
+    args: argparse.Namespace, c: Campaign, beta: float, definition: MetricDefinition | None
+) -> int:
     """Plan ``c`` with :func:`ldpkit.plan` (for ``--n``) and :func:`ldpkit.required_n`
-    (for ``--half-width``), both if both are given."""
+    (for ``--half-width``), both if both are given, and the forgery shift it would disclose
+    at ``beta`` (the metric's, if ``definition`` is given)."""
     if args.n is None and args.half_width is None:
         raise ParameterError("give --n (to get the half-width) and/or --half-width (to get n)")
     choice, plans = _campaign_plans(args, c)
+    what = "fraction" if c.domain_size is not None else "mean"
+    shifts = (
+        _campaign_shifts(c, plans[0][1], what, beta)
+        if definition is None
+        else definition.kind_spec.forgery_shifts(definition, beta)
+    )
+    rows = [{**_plan_dict(g, p), **_shift_fields(beta, shifts)} for g, p in plans]
     if args.format == "json":
-        data = {"choice": _choice_dict(choice), "plans": [_plan_dict(g, p) for g, p in plans]}
-        print(json.dumps(data, indent=2))
+        print(json.dumps({"choice": _choice_dict(choice), "plans": rows}, indent=2))
     elif args.format == "csv":
-        _print_csv([_plan_dict(g, p) for g, p in plans])
+        _print_csv(rows)
     else:
         if choice is not None:
             print(choice.explain())
             print()
-        what = "fraction" if c.domain_size is not None else "mean"
         for given, p in plans:
             print("\n".join(_campaign_lines(args, given, p, what)))
+        print("\n".join(_shift_lines(beta, shifts)))
     return 0
+
+
+def _campaign_shifts(c: Campaign, p: Plan, what: str, beta: float) -> dict[str, float]:
+    """What the campaign's answers would disclose as forgery shift (its mechanism's)."""
+    size: dict[str, Any] = (
+        {"domain_size": c.domain_size} if c.domain_size is not None else {"bounds": c.bounds}
+    )
+    m: Any = make_mechanism(p.mechanism, epsilon=p.epsilon, **size)
+    shift = float(np.max(m.estimate(m.empty_aggregate()).forgery_shift(beta)))
+    return {"each category's fraction" if what == "fraction" else "the mean": shift}
+
+
+def _shift_fields(beta: float, shifts: dict[str, float]) -> dict[str, Any]:
+    """A plan's forgery shift as JSON/CSV fields (one number, or one per estimate)."""
+    shown: Any = next(iter(shifts.values())) if len(shifts) == 1 else shifts
+    return {"forgery_fraction": beta, "forgery_shift": shown}
+
+
+def _shift_lines(beta: float, shifts: dict[str, float]) -> list[str]:
+    head = (
+        f"forgery shift: how far {beta * 100:g}% forged reports could move an estimate, "
+        "whatever they are"
+    )
+    return [head, *(f"  {what}: {shift:.4g}" for what, shift in shifts.items())]
 
 
 def _campaign_plans(
@@ -464,19 +530,23 @@ def _dimensions(flags: list[str]) -> dict[str, list[str]]:
     return dims
 
 
-def _plan_kind(args: argparse.Namespace, definition: MetricDefinition) -> int:
-    """Plan a metric with its kind's own planner (a distribution, hierarchy, table, strings)."""
+def _plan_kind(args: argparse.Namespace, definition: MetricDefinition, beta: float) -> int:
+    """Plan a metric with its kind's own planner (a distribution, hierarchy, table,
+    strings), and the forgery shift its answers would disclose at ``beta``."""
     target = PlanTarget(args.n, args.half_width, args.frequency, args.level)
     planned = definition.kind_spec.plan(definition, target)
+    shifts = definition.kind_spec.forgery_shifts(definition, beta)
     data = dataclasses.asdict(planned.plan)
     if args.format == "json":
-        print(json.dumps({"kind": definition.kind.value, "plan": data}, indent=2))
+        as_json = {"kind": definition.kind.value, "plan": data, **_shift_fields(beta, shifts)}
+        print(json.dumps(as_json, indent=2))
     elif args.format == "csv":
-        _print_csv([data])
+        _print_csv([{**data, **_shift_fields(beta, shifts)}])
     else:
         name = f"metric {definition.name}, " if args.metric else ""
         print(f"{name}{definition.kind.value}, mechanism {definition.resolved_mechanism}")
         print(planned.explain())
+        print("\n".join(_shift_lines(beta, shifts)))
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from .._json import finite_or_none
 from .._validation import shown
 from ..errors import ParameterError, ReportError
 from ..mechanisms import Mechanism
@@ -40,6 +41,13 @@ class Structured(KindSpec):
             else f"{level:.0%} half-width per target after n={p.n:,} reports"
         )
         return KindPlan((head, *p.explain().splitlines()), p)
+
+
+def with_shifts(items: list[dict[str, Any]], group: Any, beta: float) -> list[dict[str, Any]]:
+    """``items`` (a ``GroupEstimate``'s, in its order), each with its ``forgery_shift``."""
+    for item, shift in zip(items, group.forgery_shift(beta).tolist(), strict=True):
+        item["forgery_shift"] = finite_or_none(shift)
+    return items
 
 
 def made(

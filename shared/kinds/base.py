@@ -33,6 +33,10 @@ P = TypeVar("P")
 Level = NewType("Level", float)
 """An interval level in (0, 1), checked where it was given (a query's ``level``): the
 kinds, and the estimators they pass it to, are given it checked."""
+Fraction = NewType("Fraction", float)
+"""A forged fraction of the reports in (0, 0.5], checked where it was given (a definition's
+``forgery_fraction``, a query's): what an answer's ``forgery_shift`` assumes."""
+DEFAULT_FORGERY_FRACTION = Fraction(0.01)
 
 
 class Definition(Protocol):
@@ -110,12 +114,13 @@ class KindPlan:
 @dataclass(frozen=True)
 class Question:
     """What an estimates query asks of a kind: its own ``options`` (from
-    :meth:`KindSpec.parse_options`), the intervals' ``level``, and whether to add the
-    ``consistent`` estimates."""
+    :meth:`KindSpec.parse_options`), the intervals' ``level``, whether to add the
+    ``consistent`` estimates, and the ``forgery_fraction`` each ``forgery_shift`` is for."""
 
     options: Mapping[str, Any] = field(default_factory=dict)
     level: Level = Level(0.95)
     consistent: bool = False
+    forgery_fraction: Fraction = DEFAULT_FORGERY_FRACTION
 
 
 @dataclass(frozen=True)
@@ -246,6 +251,21 @@ class KindSpec:
         raise ParameterError(
             f"{self.name} metrics are planned with ldpkit.plan (domain_size or bounds)"
         )
+
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        """What this metric's answers would disclose as ``forgery_shift`` at a forged
+        fraction ``beta``, before any report (the plan): the largest, by what it is about.
+        It does not depend on the reports (a distribution's, barely: its depths' counts)."""
+        return {
+            "each item's fraction": float(
+                np.max(self.empty_estimate(definition).forgery_shift(beta))
+            )
+        }
+
+    def empty_estimate(self, definition: Definition) -> Any:
+        """The estimate of no reports."""
+        mechanism: Any = definition.mechanism_instance
+        return self.estimate(definition, mechanism.empty_aggregate())
 
     # buckets: ``part``), ldpkit.analyst.plots and the CLI ------------------------------
     def describe(self, definition: Definition) -> str:

@@ -69,6 +69,7 @@ class Categorical(KindSpec):
         mechanism: Any = definition.mechanism_instance
         estimate = mechanism.estimate(aggregate)
         assert isinstance(estimate, FrequencyEstimate) and definition.categories is not None
+        shift = estimate.forgery_shift(q.forgery_fraction)
         if estimate.n == 0:
             nan = np.full(len(definition.categories), np.nan)
             columns, interval, methods = [nan] * (5 if q.consistent else 4), None, None
@@ -80,7 +81,7 @@ class Categorical(KindSpec):
             "n": estimate.n,
             "sums": sums_json(aggregate),
             "interval": interval,
-            "items": _items(definition.categories, columns, methods),
+            "items": _items(definition.categories, [*columns[:4], shift, *columns[4:]], methods),
         }
 
     def campaign(self, definition: Definition) -> Campaign:
@@ -110,20 +111,29 @@ def _items(
     columns: Sequence[npt.NDArray[np.float64]],
     methods: npt.NDArray[np.str_] | None = None,
 ) -> RawJSON:
-    """The ``items`` list as JSON text; ``methods`` names each item's interval method."""
+    """The ``items`` list as JSON text: ``columns`` estimate, stderr, low, high,
+    forgery_shift (and consistent); ``methods`` names each item's interval method."""
     quoted = _quoted(cats)
-    cols = [json_numbers(c) for c in columns]
+    cols = [_numbers(c) for c in columns]
     tails = (
         [f',"interval":"{m}"}}' for m in methods.tolist()]
         if methods is not None
         else ["}"] * len(cats)
     )
-    consistent = [f',"consistent":{k}' for k in cols[4]] if len(cols) == 5 else [""] * len(cats)
+    consistent = [f',"consistent":{k}' for k in cols[5]] if len(cols) == 6 else [""] * len(cats)
     parts = [
-        f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi}{k}{t}'
-        for c, e, s, lo, hi, k, t in zip(quoted, *cols[:4], consistent, tails, strict=True)
+        f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi},'
+        f'"forgery_shift":{f}{k}{t}'
+        for c, e, s, lo, hi, f, k, t in zip(quoted, *cols[:5], consistent, tails, strict=True)
     ]
     return RawJSON("[" + ",".join(parts) + "]")
+
+
+def _numbers(column: npt.NDArray[np.float64]) -> list[str]:
+    """:func:`json_numbers`, written once for a column of one value (a forgery shift)."""
+    if column.size and bool(np.all(column == column[0])):
+        return json_numbers(column[:1]) * column.size
+    return json_numbers(column)
 
 
 SPEC = Categorical("categorical", ("categories",))

@@ -3,10 +3,15 @@ hierarchical histogram): bins, quantiles, a range's fraction and the mean."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from numbers import Integral
 from typing import Any, ClassVar
 
+import numpy as np
+
+from .._json import finite_or_none
 from .._validation import shown
 from ..errors import ParameterError, QueryError
 from ..mechanisms import choose
@@ -73,6 +78,7 @@ class Distribution(Numbers):
             param = min(named)[1] if named else "edges"
             raise QueryError("quantiles" if param == "q" else param, message) from None
         data["interval"] = data["methods"]["items"]
+        _add_shifts(estimate, data, q)
         return data
 
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
@@ -110,15 +116,25 @@ class Distribution(Numbers):
         )
         return KindPlan(lines, p)
 
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        """The mean's, a bin's of the default 16 and a half's (quantiles: from the data)."""
+        e = self.empty_estimate(definition)
+        lo, hi = e.bounds
+        return {
+            "the mean": e.mean().forgery_shift(beta),
+            "each of 16 equal bins": float(np.max(e.histogram(16).forgery_shift(beta))),
+            "the fraction below the middle": e.range_shift(lo, (lo + hi) / 2, beta),
+        }
+
     def describe(self, definition: Definition) -> str:
         return f"{span(definition)}, {definition.resolution} leaves"
 
     def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
-        level = float(data.get("level", 0.95))
+        level, fraction = float(data.get("level", 0.95)), data.get("forgery_fraction")
         found = data.get("range")
         bounds = data.get("bounds")
         return {
-            "quantiles": tuple(_quantile(q, level) for q in data.get("quantiles") or ()),
+            "quantiles": tuple(_quantile(q, level, fraction) for q in data.get("quantiles") or ()),
             "range": item(found) if isinstance(found, dict) else None,
             "bounds": (float(bounds[0]), float(bounds[1])) if bounds else None,
         }
@@ -140,17 +156,19 @@ class Distribution(Numbers):
             *table,
             "",
             f"mean {fmt(result.mean)} (stderr {fmt(result.stderr)}), {pct} interval "
-            f"[{fmt(result.low)}, {fmt(result.high)}]",
+            f"[{fmt(result.low)}, {fmt(result.high)}]{_shifted(result.forgery_shift)}",
         ]
         for q in result.quantiles:
+            shift = q.forgery_shift(result.forgery_fraction) if result.forgery_fraction else None
             lines.append(
                 f"quantile {q.q:g}: {q.value:.4g}, {pct} interval [{q.low:.4g}, {q.high:.4g}]"
+                + _shifted(shift)
             )
         if result.range is not None:
             r = result.range
             lines.append(
                 f"fraction in {r.category}: {fmt(r.estimate)} (stderr {fmt(r.stderr)}), "
-                f"{pct} interval [{fmt(r.low)}, {fmt(r.high)}]"
+                f"{pct} interval [{fmt(r.low)}, {fmt(r.high)}]{_shifted(r.forgery_shift)}"
             )
         return lines
 
@@ -184,11 +202,42 @@ class Distribution(Numbers):
         return fig
 
 
-def _quantile(data: Mapping[str, Any], level: float) -> Any:
+def _add_shifts(estimate: Any, data: dict[str, Any], q: Question) -> None:
+    """Each bin's, the mean's, each quantile's and the range's ``forgery_shift`` (the
+    mean's as ``mean_forgery_shift``, beside ``mean_low``/``mean_high``)."""
+    beta, items = q.forgery_fraction, data["items"]
+    lower, upper = (np.array([i[end] for i in items]) for end in ("lower", "upper"))
+    for item, shift in zip(items, estimate.range_shift(lower, upper, beta), strict=True):
+        item["forgery_shift"] = finite_or_none(float(shift))
+    data["mean_forgery_shift"] = finite_or_none(estimate.mean().forgery_shift(beta))
+    for quantile in data.get("quantiles", ()):
+        quantile["forgery_shift"] = finite_or_none(estimate.quantile_shift(quantile["q"], beta))
+    if "range" in data:
+        shift = estimate.range_shift(*q.options["range_"], beta)
+        data["range"]["forgery_shift"] = finite_or_none(shift)
+
+
+def _shifted(shift: float | None) -> str:
+    return "" if shift is None or math.isnan(shift) else f", forgery shift {shift:.4g}"
+
+
+def _quantile(data: Mapping[str, Any], level: float, fraction: float | None) -> Any:
+    """A served quantile; its ``forgery_shift`` the served one, at the served fraction."""
     from ..distribution import QuantileEstimate
 
-    value, low, high = render.nan([data.get("value"), data.get("low"), data.get("high")])
-    return QuantileEstimate(float(data["q"]), value, low, high, level)
+    keys = ("value", "low", "high", "forgery_shift")
+    value, low, high, shift = render.nan([data.get(k) for k in keys])
+    served = None if fraction is None else partial(_served_shift, shift, fraction)
+    return QuantileEstimate(float(data["q"]), value, low, high, level, _shift=served)
+
+
+def _served_shift(shift: float, fraction: float, beta: float) -> float:
+    if beta != fraction:
+        raise ParameterError(
+            f"this answer disclosed the forgery shift of {fraction:g} forged reports only; "
+            "the estimate's quantile_shift(q, beta) gives any other (result.estimate)"
+        )
+    return shift
 
 
 def _bins(ax: Any, result: Any) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from .._validation import shown
 from ..errors import ParameterError, QueryError
-from ._structured import Structured, focus, made
+from ._structured import Structured, focus, made, with_shifts
 from .base import Built, Definition, Question, check_categories, fail, query_integer
 
 
@@ -43,13 +45,22 @@ class Hierarchy(Structured):
         try:
             if "subtree" in q.options:
                 return _subtree(estimate, q.options["subtree"], depth, q)
-            return dict(estimate.to_dict(depth, q.level, consistent=q.consistent))
+            data = dict(estimate.to_dict(depth, q.level, consistent=q.consistent))
         except ParameterError as exc:
             raise QueryError("subtree" if "subtree" in q.options else "depth", str(exc)) from None
+        with_shifts(data["items"], estimate.level(data["depth"]), q.forgery_fraction)
+        return data
 
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
         m: Any = definition.mechanism_instance
         return int(m.tree.size)
+
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        levels = self.empty_estimate(definition).levels
+        return {
+            f"a node at depth {t}": float(np.max(g.forgery_shift(beta)))
+            for t, g in enumerate(levels, 1)
+        }
 
     def describe(self, definition: Definition) -> str:
         separator = definition.separator or "/"
@@ -72,7 +83,9 @@ def _subtree(estimate: Any, path: str, depth: int | None, q: Question) -> dict[s
         "depth": estimate.tree.locate(group.keys[0])[0] if len(group) else depth,
         "subtree": path,
         "interval": estimate.interval,
-        "items": group.items(q.level, consistent=q.consistent),
+        "items": with_shifts(
+            group.items(q.level, consistent=q.consistent), group, q.forgery_fraction
+        ),
     }
 
 

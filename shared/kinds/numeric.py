@@ -111,10 +111,15 @@ class Numeric(Numbers):
             "stderr": finite_or_none(estimate.stderr),
             "low": finite_or_none(float(low)),
             "high": finite_or_none(float(high)),
+            "forgery_shift": finite_or_none(estimate.forgery_shift(q.forgery_fraction)),
+            "beyond_bounds": estimate.beyond_bounds(q.level),
         }
 
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
         return 1
+
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        return {"the mean": self.empty_estimate(definition).forgery_shift(beta)}
 
     def campaign(self, definition: Definition) -> Campaign:
         return Campaign(definition.resolved_mechanism, definition.epsilon, bounds=definition.bounds)
@@ -123,13 +128,18 @@ class Numeric(Numbers):
         return span(definition) + (f", delta {definition.delta:g}" if definition.delta else "")
 
     def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
-        return ["mean", "clamped_mean", "stderr", "low", "high", "interval"]
+        shift = ["forgery_shift", "beyond_bounds"]
+        return ["mean", "clamped_mean", "stderr", "low", "high", *shift, "interval"]
 
     def rows(self, part: Any, columns: Sequence[str]) -> list[dict[str, Any]]:
         return [{c: getattr(part, c) for c in columns}]
 
     def index(self, dimensions: Sequence[str]) -> list[str]:
         return []
+
+    def text(self, result: Any, table: list[str]) -> list[str]:
+        side = result.beyond_bounds
+        return table if side is None else [*table, beyond_bounds_sentence(side, result.level)]
 
     def plot(self, result: Any, plt: Any) -> Any:
         """The mean as a point with its interval."""
@@ -159,6 +169,16 @@ class Numeric(Numbers):
             alpha=0.2,
         )
         ax.set_ylabel("mean")
+
+
+def beyond_bounds_sentence(side: str, level: float) -> str:
+    """What an interval wholly beyond the bounds (``side``: ``"upper"``, ``"lower"``) means."""
+    where = "above" if side == "upper" else "below"
+    return (
+        f"beyond the bounds: the {level:.0%} interval lies wholly {where} the metric's bounds; "
+        "no population of values within them gives such reports but by chance (probability "
+        f"about {(1 - level) / 2:.2g}): forged reports are the likely cause"
+    )
 
 
 SPEC = Numeric("numeric", ("bounds", "delta"))

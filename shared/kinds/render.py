@@ -8,7 +8,7 @@ from collections.abc import Collection, Container, Sequence
 from dataclasses import asdict
 from typing import Any
 
-NUMBERS = ["estimate", "stderr", "low", "high"]
+NUMBERS = ["estimate", "stderr", "low", "high", "forgery_shift"]
 
 
 def item_rows(items: Sequence[Any], columns: Sequence[str]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from .._json import finite_or_none
 from .._validation import shown
 from ..aggregate import Aggregate
 from ..errors import ParameterError, QueryError
@@ -120,6 +121,9 @@ class Strings(KindSpec):
         except ParameterError as exc:
             raise QueryError("candidates", str(exc)) from None
         data["interval"] = data.pop("interval_method")
+        shift = finite_or_none(estimate.forgery_shift(q.forgery_fraction))
+        for item in (*data["items"], *data.get("candidates", ())):
+            item["forgery_shift"] = shift  # the same for every string
         return data
 
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
@@ -158,6 +162,9 @@ class Strings(KindSpec):
             f"  by length: {by_length}",
         )
         return KindPlan(lines, p)
+
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        return {"each string's fraction": self.empty_estimate(definition).forgery_shift(beta)}
 
     def describe(self, definition: Definition) -> str:
         return f"strings <= {definition.max_length} bytes, top {definition.k}"

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from .._validation import shown
 from . import render
-from ._structured import Structured, focus, made
+from ._structured import Structured, focus, made, with_shifts
 from .base import Built, Definition, Question, check_category, fail
 
 
@@ -28,12 +30,24 @@ class Table(Structured):
 
     def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
         data: dict[str, Any] = estimate.to_dict(q.level, consistent=q.consistent)
+        beta = q.forgery_fraction
+        if estimate.cells is not None:
+            with_shifts(data["items"], estimate.cells, beta)
+        for name, group in estimate.marginals.items():
+            with_shifts(data["marginals"][name], group, beta)
         data["dimensions"] = [[n, list(c)] for n, c in definition.dimensions or ()]
         return data
 
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
         m: Any = definition.mechanism_instance
         return int(m.table.size + sum(m.table.shape))
+
+    def forgery_shifts(self, definition: Definition, beta: float) -> dict[str, float]:
+        e = self.empty_estimate(definition)
+        groups = {f"the {name} marginal": g for name, g in e.marginals.items()}
+        if e.cells is not None:
+            groups = {"each cell": e.cells, **groups}
+        return {what: float(np.max(g.forgery_shift(beta))) for what, g in groups.items()}
 
     def describe(self, definition: Definition) -> str:
         dimensions = definition.dimensions or ()

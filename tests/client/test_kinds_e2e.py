@@ -405,10 +405,12 @@ def test_analyst_returns_each_kind_as_result_objects(
 
 
 def _same(rebuilt: Any, served: Any) -> None:
-    """The served JSON is the rebuilt estimate's serialisation: numbers to 1e-12."""
+    """The served JSON is the rebuilt estimate's serialisation: numbers to 1e-12 (the
+    forgery shifts, which the kind adds beside them, are compared by :func:`_shifts`)."""
     if isinstance(served, dict):
         for key, value in served.items():
-            _same(rebuilt[key], value)
+            if key != "forgery_shift":
+                _same(rebuilt[key], value)
     elif isinstance(served, list):
         assert len(rebuilt) == len(served)
         for a, b in zip(rebuilt, served, strict=True):
@@ -451,6 +453,22 @@ def test_the_analyst_rebuilds_each_kinds_core_estimate_from_the_served_sums(
         _same(rebuilt[key], dist.raw[key])
     found = analyst.estimates("search_term")
     assert found.estimate is None and "sums" not in found.raw  # see docs/protocol.md
+    # The forgery shifts too, from the rebuilt estimates, at the answer's fraction.
+    beta = 0.01
+    assert tree.forgery_fraction == dist.forgery_fraction == beta
+    _shifts(tree.estimate.level(2).forgery_shift(beta), tree.items)
+    _shifts(table.estimate.marginal("type").forgery_shift(beta), table.marginals["type"])
+    lower, upper = (np.array([getattr(i, end) for i in dist.items]) for end in ("lower", "upper"))
+    _shifts(dist.estimate.range_shift(lower, upper, beta), dist.items)
+    assert dist.forgery_shift == pytest.approx(dist.estimate.mean().forgery_shift(beta), rel=1e-12)
+    for q in dist.quantiles:  # as served: at the answer's fraction only
+        assert q.forgery_shift(beta) == pytest.approx(dist.estimate.quantile_shift(q.q, beta))
+        with pytest.raises(ParameterError, match="quantile_shift"):
+            q.forgery_shift(0.02)
+
+
+def _shifts(rebuilt: Any, items: Any) -> None:
+    assert [i.forgery_shift for i in items] == pytest.approx(list(rebuilt), rel=1e-12)
 
 
 def test_cli_shows_each_kind_readably(
@@ -466,16 +484,21 @@ def test_cli_shows_each_kind_readably(
     )
     assert "[0, 6)" in out and "[114, 120)" in out
     assert "quantile 0.5:" in out and "quantile 0.9:" in out and "fraction in [5, 10):" in out
-    assert out.splitlines()[1].split() == ["category", "estimate", "stderr", "low", "high"]
+    assert out.splitlines()[1].startswith("forgery shift: how far 1% forged reports could move")
+    head = ["category", "estimate", "stderr", "low", "high", "forgery_shift"]
+    assert out.splitlines()[2].split() == head
+    assert out.count("forgery shift ") == 4  # the mean, two quantiles, the range
     out = cli(live, capsys, "region", "--subtree", "MX/Sonora")
     assert "depth 3 under MX/Sonora" in out and "MX/Sonora/Nogales" in out and "Merida" not in out
     out = cli(live, capsys, "car", "--consistent")
-    assert out.splitlines()[1].split()[:3] == ["type", "origin", "estimate"]
+    assert out.splitlines()[2].split()[:3] == ["type", "origin", "estimate"]
     assert "marginal of type:" in out and "marginal of origin:" in out
     out = cli(live, capsys, "search_term", "--candidates", "weather,never-said")
     assert "threshold" in out and "named candidates:" in out and "never-said" in out
     csv_out = cli(live, capsys, "car", "--format", "csv")
-    assert csv_out.splitlines()[0] == "category,type,origin,estimate,stderr,low,high"
+    assert csv_out.splitlines()[0] == "category,type,origin,estimate,stderr,low,high,forgery_shift"
+    out = cli(live, capsys, "search_term", "--forgery-fraction", "0.05")
+    assert "how far 5% forged reports" in out
 
 
 def test_cli_plans_each_kind(

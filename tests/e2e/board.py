@@ -1,20 +1,26 @@
 """A collector with several days of data and a metric that changed version, for the
 dashboard tests: ``theme`` and ``session_minutes`` reported over five daily buckets,
-``os`` reported under epsilon 1, then redefined with epsilon 2 and reported again, and
-``country``: 16 categories with long names, over the same five days."""
+``os`` reported under epsilon 1, then redefined with epsilon 2 and reported again,
+``country``: 16 categories with long names, over the same five days, and ``spend``: a
+Laplace mean on [0, 100] today, 5% of its reports forged at the noise cap (issue 26)."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ldpkit import wire
 from ldpkit.client import Reporter
 from ldpkit.collector.launcher import environment_without_tokens
+from ldpkit.metrics import MetricDefinition
 from tests.harness import running_collector
 
 from .conftest import ADMIN, INGEST, READ, RELAY, THEMES
@@ -56,7 +62,14 @@ mechanism = "auto"
 categories = {json.dumps(COUNTRIES)}
 epsilon = 2.0
 mechanism = "auto"
+
+[metrics.spend]
+kind = "numeric"
+bounds = [0, 100]
+epsilon = 1.0
+mechanism = "laplace"
 """
+SPEND = MetricDefinition.numeric("spend", (0.0, 100.0), epsilon=1.0, mechanism="laplace")
 
 
 @dataclass
@@ -110,6 +123,7 @@ def board_collector(directory: Path) -> Iterator[Board]:
             r.refresh_definitions()
             r.simulate("os", rng.choice(OS, size=NEW_OS, p=[0.6, 0.3, 0.1]).tolist(), rng=rng)
             assert r.flush().sent == NEW_OS
+        forge_spend(url, rng)
         yield Board(
             url,
             directory,
@@ -117,3 +131,25 @@ def board_collector(directory: Path) -> Iterator[Board]:
             str(answer["previous_version"]),
             str(answer["definition"]["fingerprint"]),  # type: ignore[index]
         )
+
+
+def forge_spend(url: str, rng: np.random.Generator) -> None:
+    """9,500 honest reports of values in [40, 60] and 500 forged at the noise cap, sent
+    as one batch: the mean's interval lies beyond the bounds."""
+    m: Any = SPEND.mechanism_instance
+    forged = np.full(500, m.grid_steps + m.noise_cap, dtype=m.report_dtype)
+    reports = np.concatenate([m.perturb(rng.uniform(40.0, 60.0, 9500), rng=rng), forged])
+    block = wire.make_block(
+        "spend",
+        SPEND.fingerprint,
+        int(time.time() // 86400) * 86400,
+        os.urandom(16 * 10_000),
+        reports,
+    )
+    request = urllib.request.Request(
+        f"{url}/v1/reports",
+        data=wire.encode_batch([block]),
+        headers={"Authorization": f"Bearer {INGEST}", "Content-Type": wire.CONTENT_TYPE},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert json.load(response)["accepted"] == 10_000

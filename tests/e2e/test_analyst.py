@@ -73,7 +73,9 @@ def test_to_pandas_and_csv(populated: Populated) -> None:
     assert isinstance(frame, pd.DataFrame)
     assert list(frame.index) == THEMES
     assert frame.loc["dark", "estimate"] == pytest.approx(result.items[1].estimate)
-    assert result.to_csv().splitlines()[0] == "category,estimate,stderr,low,high,interval"
+    head = "category,estimate,stderr,low,high,forgery_shift,interval"
+    assert result.to_csv().splitlines()[0] == head
+    assert frame.loc["dark", "forgery_shift"] == result.items[1].forgery_shift > 0
 
 
 def test_errors_say_what_to_do(populated: Populated) -> None:
@@ -115,7 +117,8 @@ def test_estimates_command_formats(populated: Populated, tmp_path: object) -> No
         "--format",
         "csv",
     )
-    assert as_csv.stdout.splitlines()[0] == "mean,clamped_mean,stderr,low,high,interval"
+    head = "mean,clamped_mean,stderr,low,high,forgery_shift,beyond_bounds,interval"
+    assert as_csv.stdout.splitlines()[0] == head
     png = f"{tmp_path}/theme.png"
     plotted = ldpkit(
         "estimates", "theme", "--collector", populated.url, "--token", READ, "--plot", png

@@ -233,6 +233,56 @@ def test_numeric_mean_with_its_interval_at_a_readable_size(
     page.close()
 
 
+# --- the forgery shift beside each interval; a mean beyond its bounds (issue 26) -----------
+READ_SPEND = (
+    "() => {"
+    + USER_BOX
+    + """const fig = window.ldpkitDashboard.figures[0], x = fig.scale("x");
+    const rule = userBox(fig.querySelector("g.interval line"));
+    return { low: x.invert(rule.left), high: x.invert(rule.right),
+      bounds: [...fig.querySelectorAll("g.bounds line")].map((l) => x.invert(userBox(l).cx)),
+      unit: (x.domain[1] - x.domain[0]) / (x.range[1] - x.range[0]) };
+  }"""
+)
+CELLS = "(rows) => rows.map((r) => [...r.children].map((c) => c.textContent))"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_forgery_shift_beside_the_interval_and_a_mean_beyond_its_bounds(
+    browser: Any, board: Board, shots: Path, width: int
+) -> None:
+    page = _open(browser, board, width, "theme")
+    expected = _api(board.url, "/v1/estimates/theme")
+    assert (page.text_content("#forgery-fraction") or "") == (
+        "forgery shift: how far 1% forged reports could move each estimate"
+    )
+    head, *rows = page.eval_on_selector_all("#table tr", CELLS)
+    assert head == ["category", "estimate", "stderr", "low", "high", "forgery shift"]
+    assert [r[5] for r in rows] == [f"{i['forgery_shift']:.4f}" for i in expected["items"]]
+    page.screenshot(path=str(shots / f"theme-shift-{width}.png"), full_page=True)
+
+    page.click("button[data-metric=spend]")
+    _drawn(page, "spend")
+    spend = _api(board.url, "/v1/estimates/spend")
+    assert spend["beyond_bounds"] == "upper" and spend["low"] > 100.0
+    headline = page.text_content("#mean-value") or ""
+    assert f"[{spend['low']:.3f}, {spend['high']:.3f}]" in headline
+    assert f"forgery shift ±{spend['forgery_shift']:.3f}" in headline
+    warning = page.text_content("#beyond-bounds") or ""
+    assert warning.startswith("Beyond the bounds: the 95% interval lies wholly above")
+    assert "forged reports are the likely cause" in warning
+    drawn = page.evaluate(READ_SPEND)  # the interval drawn beyond the bounds, not on them
+    assert drawn["bounds"] == pytest.approx([0.0, 100.0], abs=1.5 * drawn["unit"])
+    assert drawn["low"] == pytest.approx(spend["low"], abs=1.5 * drawn["unit"])
+    assert drawn["high"] - drawn["low"] > 2 * drawn["unit"]  # not zero-width
+    head, row = page.eval_on_selector_all("#table tr", CELLS)
+    assert dict(zip(head, row, strict=True))["beyond bounds"] == "upper"
+    _readable(page)
+    page.screenshot(path=str(shots / f"spend-beyond-{width}.png"), full_page=True)
+    assert not page.errors
+    page.close()
+
+
 # --- over time --------------------------------------------------------------------------
 READ_TIME = (
     "() => {"
