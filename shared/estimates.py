@@ -218,9 +218,17 @@ class RobustFrequencies:
             self._cache[key] = ConfidenceInterval(low, high)
         return self._cache[key]
 
+    def forgery_shift(self) -> FloatArray:
+        """The largest change the forged fraction can make to each robust fraction: a
+        projection's shift moves with the items it keeps, so an item moves by at most its
+        own rise plus the others' fall, ``beta (1 - q + p) / (p - q)``, and never beyond 1."""
+        e = self.estimate
+        return np.full(e.domain_size, min(1.0, self.beta * (1.0 - e.q + e.p) / (e.p - e.q)))
+
     def to_dict(self, level: float = 0.95, *, simultaneous: bool = False) -> dict[str, object]:
         """The robust answer: ``forgery_fraction``, ``forged_reports`` (the most the
-        intervals allow), ``level``, and per item ``estimate``, ``low``, ``high``."""
+        intervals allow), ``level``, and per item ``estimate``, ``low``, ``high`` and
+        ``forgery_shift``."""
         low, high = self.ci(level, simultaneous=simultaneous)
         return {
             "forgery_fraction": self.beta,
@@ -230,6 +238,7 @@ class RobustFrequencies:
             "estimate": _json_floats(self.frequencies),
             "low": _json_floats(low),
             "high": _json_floats(high),
+            "forgery_shift": _json_floats(self.forgery_shift()),
         }
 
 
@@ -260,12 +269,19 @@ class RobustMean:
             high = (high - b * bottom) / (1.0 - b) if b else high
         return ConfidenceInterval(min(max(low, lo), hi), max(min(high, hi), lo))
 
+    def forgery_shift(self) -> float:
+        """The largest change the forged fraction can make to the robust mean: clamping
+        moves it no more than the mean, and keeps it within the bounds."""
+        lo, hi = self.estimate.bounds
+        return min(self.estimate.forgery_shift(self.beta), hi - lo)
+
     def to_dict(self, level: float = 0.95) -> dict[str, object]:
-        """The robust answer: ``forgery_fraction``, ``level``, ``mean``, ``low``, ``high``."""
+        """The robust answer: ``forgery_fraction``, ``level``, ``mean``, ``low``, ``high``,
+        ``forgery_shift``."""
         low, high = self.ci(level)
-        values = _json_floats(np.array([self.mean, low, high]))
+        values = _json_floats(np.array([self.mean, low, high, self.forgery_shift()]))
         return {"forgery_fraction": self.beta, "level": float(level)} | dict(
-            zip(("mean", "low", "high"), values, strict=True)
+            zip(("mean", "low", "high", "forgery_shift"), values, strict=True)
         )
 
 

@@ -15,6 +15,7 @@ makes the plain ones miss (binomial tolerance over seeded campaigns).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from typing import Any
@@ -143,6 +144,36 @@ def test_randomized_response_targets_get_at_most_all_the_mass() -> None:
     assert np.all((low[targets] <= genuine[targets]) & (genuine[targets] <= high[targets]))
 
 
+@pytest.mark.parametrize("name", ["grr", "sue", "oue", "ss"])
+@pytest.mark.parametrize("beta", [0.01, 0.2])
+def test_robust_forgery_shift_bounds_every_forged_report(name: str, beta: float) -> None:
+    """Brute force at d = 4: every report the mechanism accepts (and random mixtures of
+    them), forged by a share beta against point masses and spread populations, moves the
+    projection of the expected estimate by at most the disclosed robust shift; unary reports
+    that lower every other item move it further than the plain estimate's shift."""
+    d = 4
+    m = mechanism(name, epsilon=1.0, domain_size=d)
+    p, q = m.p, m.q
+    if name == "grr":
+        supports = np.eye(d)
+    else:  # every subset (subset selection: those of its k items)
+        rows = np.array(list(itertools.product([0.0, 1.0], repeat=d)))
+        supports = rows[rows.sum(axis=1) == m.k] if name == "ss" else rows
+    rng = np.random.default_rng(29)
+    forged = np.vstack([supports, rng.dirichlet(np.ones(len(supports)), 50) @ supports])
+    pops = np.vstack([np.eye(d), np.full(d, 1 / d), [0.5, 0.3, 0.2, 0.0]])
+    est = FrequencyEstimate(name, 1.0, 100, np.zeros(d), np.zeros(d), np.zeros(d), p, q)
+    bound, plain = est.robust(beta).forgery_shift(), est.forgery_shift(beta)
+    worst = max(
+        float(np.max(np.abs(norm_sub((1 - beta) * f + beta * (x - q) / (p - q)) - norm_sub(f))))
+        for f in pops
+        for x in forged
+    )
+    assert worst <= bound[0] + 1e-12
+    if name in ("sue", "oue"):
+        assert worst > plain[0] * 1.2
+
+
 @pytest.mark.parametrize(("n", "p", "q"), [(60, 0.6, 0.2), (200, 0.5, 0.27), (150, 0.9, 0.01)])
 def test_intervals_contain_every_split_a_forger_could_make(n: int, p: float, q: float) -> None:
     """Brute force: with up to m forged among n, the honest count is any c in
@@ -247,9 +278,10 @@ def test_answers_are_json_and_empty_estimates_say_nothing() -> None:
     empty = m.estimate(m.aggregate(m.perturb(np.zeros(0, dtype=np.int64), rng))).robust(0.01)
     assert empty.to_dict()["low"] == [None] * 4 and empty.forged == 0
     mean = mechanism("laplace", epsilon=1.0, bounds=(0.0, 1.0))
-    empty_mean = mean.estimate(mean.aggregate(np.zeros(0, dtype=mean.report_dtype))).robust(0.01)
-    assert empty_mean.to_dict() == {
+    empty_mean = mean.estimate(mean.aggregate(np.zeros(0, dtype=mean.report_dtype)))
+    assert empty_mean.robust(0.01).to_dict() == {
         "forgery_fraction": 0.01, "level": 0.95, "mean": None, "low": None, "high": None,
+        "forgery_shift": min(1.0, empty_mean.forgery_shift(0.01)),
     }  # fmt: skip
 
 
