@@ -356,8 +356,8 @@ def mechanisms(names: list[str], epsilon: float, d: int) -> list[Mechanism]:
     return out
 
 
-def _reduction(gain: float, defended: float) -> str:
-    return "all held" if not defended else f"{abs(gain) / abs(defended):.3g}x"
+def _reduction(gain: float, defended: float, none_left: str = "all held") -> str:
+    return none_left if not defended else f"{abs(gain) / abs(defended):.3g}x"
 
 
 def attack_table(args: argparse.Namespace) -> int:
@@ -384,7 +384,7 @@ def attack_table(args: argparse.Namespace) -> int:
                     over = r.shift > r.bound * (1 + 1e-9)
                     failures += over
                     cells = (f" {r.robust_gain:>9.4g} {r.both_gain:>9.4g} "
-                             f"{_reduction(r.gain, r.both_gain):>9} {mse:>10.3g}"
+                             f"{_reduction(r.gain, r.both_gain, 'to 0'):>9} {mse:>10.3g}"
                              if args.robust else "")  # fmt: skip
                     print(f"{r.mechanism:<10} {r.epsilon:>4g} {r.beta:>6.1%} {r.attack:<9} "
                           f"{r.gain:>9.4g} {r.screened_gain:>9.4g} "
