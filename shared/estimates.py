@@ -260,14 +260,17 @@ class RobustMean:
         return self.estimate.clamped_mean
 
     def ci(self, level: float = 0.95) -> ConfidenceInterval:
-        """The interval for the genuine reporters' mean, containing the plain one."""
+        """The interval for the genuine reporters' mean, containing the plain one, within
+        the bounds; one wholly beyond them (more than beta forged, or a miss) is kept as it
+        is, never a point at a bound."""
         e, b = self.estimate, self.beta
         (lo, hi), (bottom, top) = e.bounds, e.report_range
         low, high = e.ci(level)
-        with np.errstate(invalid="ignore"):  # an unknown report range: the whole bounds
-            low = (low - b * top) / (1.0 - b) if b else low
-            high = (high - b * bottom) / (1.0 - b) if b else high
-        return ConfidenceInterval(min(max(low, lo), hi), max(min(high, hi), lo))
+        if b:  # (an unknown report range gives the whole bounds)
+            low, high = (low - b * top) / (1.0 - b), (high - b * bottom) / (1.0 - b)
+        if low >= hi or high <= lo:
+            return ConfidenceInterval(low, high)
+        return ConfidenceInterval(max(low, lo), min(high, hi))
 
     def forgery_shift(self) -> float:
         """The largest change the forged fraction can make to the robust mean: clamping

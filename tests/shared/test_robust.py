@@ -25,7 +25,7 @@ import numpy.typing as npt
 import pytest
 
 from ldpkit.errors import ParameterError
-from ldpkit.estimates import FrequencyEstimate, norm_sub
+from ldpkit.estimates import FrequencyEstimate, MeanEstimate, norm_sub
 from ldpkit.intervals import support_interval
 from ldpkit.mechanisms import mechanism
 from ldpkit.mechanisms._bits import pack_rows
@@ -265,6 +265,14 @@ def test_robust_mean_is_clamped_and_its_interval_holds_under_attack() -> None:
         hits += [plow <= genuine <= phigh, low <= genuine <= high]
     assert hits[0] / CAMPAIGNS < 0.1
     assert hits[1] / CAMPAIGNS >= LEVEL - 4 * math.sqrt(LEVEL * (1 - LEVEL) / CAMPAIGNS)
+
+
+def test_a_robust_mean_interval_is_never_a_point_at_a_bound() -> None:
+    """A mean far beyond its bounds (more forged than beta can explain): the robust
+    interval still has a width, whether the plain one was collapsed onto the bound or kept."""
+    est = MeanEstimate("laplace", 1.0, 1000, 5.0, 0.01, (0.0, 1.0), report_range=(-0.1, 1.1))
+    low, high = est.robust(0.01).ci(LEVEL)
+    assert high > low >= min(1.0, est.ci(LEVEL)[0] - 0.02)
 
 
 def test_answers_are_json_and_empty_estimates_say_nothing() -> None:
