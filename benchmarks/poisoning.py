@@ -28,18 +28,26 @@ The gain is Cao et al.'s: the sum over the targets of (estimate with the forged 
   forged reports come from ``--sources`` senders (1: one attacker's address; "botnet":
   each from its own), the honest ones from their own devices, 5% of them through 20
   shared addresses (carrier NATs: honest windows of ~250 reports).
+- ``robust`` (with ``--robust``): the robust estimate (``est.robust(beta)``: frequencies
+  projected onto the simplex, a mean clamped to the bounds), its gain measured against its
+  own clean value; ``both``: robust after screening; ``honest MSE``: the robust estimate's
+  squared error over the plain one's on the row's honest reports (``--honest-cost`` for
+  seeded campaigns over populations and sizes, the ratio with its standard error).
 
-``shift <= bound`` compares the largest shift of one target's estimate (or the mean) with
-the ``forgery_shift`` each answer discloses for the fraction beta. ``held`` is the share
-of honest batches held (the false-alarm rate, counted over all honest batches of a row).
+``shift <= bound`` compares the largest change the forged reports make to one item's (or
+the mean's) expected estimate with the ``forgery_shift`` each answer discloses for the
+fraction beta. ``held`` is the share of honest batches held (the false-alarm rate, counted
+over all honest batches of a row).
 
 Run: ``.venv/bin/python benchmarks/poisoning.py [--n 100000] [--epsilons 1,4]
-[--betas 0.001,0.01,0.05] [--mechanisms grr,oue,...] [--sources 1|botnet] [--seed 1]``.
+[--betas 0.001,0.01,0.05] [--mechanisms grr,oue,...] [--sources 1|botnet] [--robust]
+[--seed 1]``, or ``--honest-cost [--ns 10000,100000] [--campaigns 100] [--d 1024]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from dataclasses import dataclass
@@ -67,12 +75,30 @@ Reports = npt.NDArray[Any]
 
 
 # --- data --------------------------------------------------------------------------------
-def honest_values(m: Mechanism, n: int, rng: np.random.Generator) -> npt.NDArray[Any]:
+def honest_values(
+    m: Mechanism, n: int, rng: np.random.Generator, population: str = "zipf"
+) -> npt.NDArray[Any]:
+    """n honest values: ``zipf`` (numbers: 100 Beta(2, 5)), ``uniform``, or ``ninety`` (one
+    item, or the upper bound, held by 90%; the rest as ``zipf``)."""
     if m.kind == "categorical":
         d = int(getattr(m, "domain_size"))  # noqa: B009 - every categorical mechanism has it
-        weights = 1.0 / np.arange(1, d + 1) ** 1.1
-        return rng.choice(d, size=n, p=weights / weights.sum())
-    return BOUNDS[0] + (BOUNDS[1] - BOUNDS[0]) * rng.beta(2.0, 5.0, size=n)
+        weights = 1.0 / np.arange(1, d + 1) ** (0.0 if population == "uniform" else 1.1)
+        weights /= weights.sum()
+        values = rng.choice(d, size=n, p=weights)
+    else:
+        spread = rng.uniform(size=n) if population == "uniform" else rng.beta(2.0, 5.0, size=n)
+        values = BOUNDS[0] + (BOUNDS[1] - BOUNDS[0]) * spread
+    if population == "ninety":
+        top = 0 if m.kind == "categorical" else BOUNDS[1]
+        values[rng.random(n) < 0.9] = top
+    return values
+
+
+def genuine(m: Mechanism, values: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    """What the honest reporters hold: their fractions, or their mean."""
+    if m.kind == "categorical":
+        return np.bincount(values, minlength=int(getattr(m, "domain_size"))) / len(values)  # noqa: B009
+    return np.array([np.mean(values)])
 
 
 def targets_of(m: Mechanism, rng: np.random.Generator) -> npt.NDArray[np.int64]:
@@ -170,6 +196,8 @@ def random_reports(m: Any, count: int, rng: np.random.Generator) -> Reports:
     name = m.name
     if name == "grr":
         return rng.integers(0, m.domain_size, count).astype(m.report_dtype)
+    if name == "duchi":
+        return rng.choice(np.array([-1, 1], dtype=m.report_dtype), count)
     if name == "hr":
         return rng.integers(0, m.K, count).astype(m.report_dtype)
     if name in ("sue", "oue"):
@@ -215,17 +243,19 @@ class Honest:
 
     reports: Reports
     kept: npt.NDArray[np.bool_]
+    truth: npt.NDArray[np.float64]
 
     @classmethod
     def of(cls, m: Mechanism, n: int, alpha: float, rng: np.random.Generator) -> Honest:
-        reports = np.asarray(m.perturb(honest_values(m, n, rng), rng))
+        values = honest_values(m, n, rng)
+        reports = np.asarray(m.perturb(values, rng))
         kept = batches_pass(m, reports, alpha / 2.0)
         nat = np.flatnonzero(rng.random(n) < NAT_SHARE)
         for members in np.array_split(rng.permutation(nat), NATS):
             members = members[kept[members]]
             if window_fails(m, reports[members], alpha / 2.0):
                 kept[members] = False
-        return cls(reports, kept)
+        return cls(reports, kept, genuine(m, values))
 
 
 def batches_pass(m: Mechanism, reports: Reports, alpha: float) -> npt.NDArray[np.bool_]:
@@ -268,15 +298,19 @@ class Row:
     attack: str
     gain: float
     screened_gain: float
+    robust_gain: float
+    both_gain: float
     shift: float
     bound: float
     honest_held: float
     forged_held: float
 
 
-def estimate_of(m: Any, reports: Reports) -> Any:
-    est = m.estimate(m.aggregate(reports))
-    return est.frequencies if m.kind == "categorical" else np.array([est.mean])
+def point(m: Any, est: Any, robust: bool, beta: float) -> npt.NDArray[np.float64]:
+    """The plain estimate, or the robust one (``est.robust(beta)``), as an array."""
+    if m.kind == "categorical":
+        return np.asarray(est.robust(beta).frequencies if robust else est.frequencies)
+    return np.array([est.robust(beta).mean if robust else est.mean])
 
 
 def run_row(m: Any, h: Honest, attack: str, beta: float, args: argparse.Namespace) -> Row:
@@ -287,24 +321,29 @@ def run_row(m: Any, h: Honest, attack: str, beta: float, args: argparse.Namespac
     targets = targets_of(m, rng) if categorical else np.zeros(1, dtype=np.int64)
     forged = forge_categorical(m, attack, count, targets, rng) if categorical else (
         forge_numeric(m, attack, count, rng))  # fmt: skip
-    clean = estimate_of(m, honest)
-    poisoned = estimate_of(m, np.concatenate([honest, forged]))
     forged_kept = screened_forged(m, forged, args.sources, args.alpha)
-    after = estimate_of(m, np.concatenate([honest[h.kept], forged[forged_kept]]))
+    # clean, poisoned, and what screening counts
+    sets = (honest, np.concatenate([honest, forged]),
+            np.concatenate([honest[h.kept], forged[forged_kept]]))  # fmt: skip
+    ests = [m.estimate(m.aggregate(r)) for r in sets]
+    plain = [point(m, e, False, beta) for e in ests]
+    robust = [point(m, e, True, beta) for e in ests] if args.robust else [np.full(1, np.nan)] * 3
     pick = targets if categorical else slice(None)
-    shift_all = np.abs(poisoned - clean)
-    bound = _disclosed(m, count / (count + args.n))
+    gains = [float(np.sum((v - base[0])[pick])) for base in (plain, robust) for v in base[1:]]
+    b = count / (count + args.n)
     return Row(
-        m.name, m.epsilon, beta, attack,
-        float(np.sum((poisoned - clean)[pick])), float(np.sum((after - clean)[pick])),
-        float(np.max(shift_all)), bound, float(np.mean(~h.kept)), float(np.mean(~forged_kept)),
+        m.name, m.epsilon, beta, attack, gains[0], gains[1], gains[2], gains[3],
+        expected_shift(m, forged, h.truth, b), float(np.max(ests[0].forgery_shift(b))),
+        float(np.mean(~h.kept)), float(np.mean(~forged_kept)),
     )  # fmt: skip
 
 
-def _disclosed(m: Any, beta: float) -> float:
-    """The largest per-item (or mean) forgery_shift the answers disclose; NaN if unknown."""
-    shift = getattr(m, "forgery_shift", None)
-    return float(np.max(shift(beta))) if shift is not None else float("nan")
+def expected_shift(m: Any, forged: Reports, truth: npt.NDArray[np.float64], b: float) -> float:
+    """The largest change the forged reports make to an item's (or the mean's) expected
+    estimate, what ``forgery_shift`` bounds: every estimator here is the mean of per-report
+    debiased values, so a forged share b moves it by ``b (forged reports' estimate - truth)``
+    (without the honest reports' noise, which the estimate's interval covers)."""
+    return float(np.max(np.abs(b * (point(m, m.estimate(m.aggregate(forged)), False, b) - truth))))
 
 
 def mechanisms(names: list[str], epsilon: float, d: int) -> list[Mechanism]:
@@ -315,6 +354,102 @@ def mechanisms(names: list[str], epsilon: float, d: int) -> list[Mechanism]:
         else:
             out.append(ldpkit.mechanism(name, epsilon=epsilon, bounds=BOUNDS))
     return out
+
+
+def _reduction(gain: float, defended: float, none_left: str = "all held") -> str:
+    return none_left if not defended else f"{abs(gain) / abs(defended):.3g}x"
+
+
+def attack_table(args: argparse.Namespace) -> int:
+    """The gains of every attack, without and with the defences; 1 if a measured shift
+    exceeds the disclosed one."""
+    print(f"n = {args.n:,} honest users, d = {args.d}, forged from {args.sources} source(s), "
+          f"false-alarm rate {args.alpha:g} per batch")  # fmt: skip
+    extra = f" {'robust':>9} {'both':>9} {'cut both':>9} {'honest MSE':>10}" if args.robust else ""
+    print(f"{'mechanism':<10} {'eps':>4} {'beta':>6} {'attack':<9} {'gain':>9} {'screened':>9} "
+          f"{'reduction':>9}{extra} {'shift':>8} {'bound':>8} {'held honest':>11} "
+          f"{'held forged':>11}")  # fmt: skip
+    failures = 0
+    for eps in (float(e) for e in args.epsilons.split(",")):
+        for m in mechanisms(args.mechanisms.split(","), eps, args.d):
+            rng = np.random.default_rng([args.seed, round(eps * 100)])
+            h = Honest.of(m, args.n, args.alpha, rng)
+            mse = _honest_mse_ratio(m, h) if args.robust else float("nan")
+            for beta in (float(b) for b in args.betas.split(",")):
+                for attack in args.attacks.split(","):
+                    if attack == "mga-all" and m.name not in ("sue", "oue", "olh", "hr"):
+                        continue
+                    start = time.perf_counter()
+                    r = run_row(m, h, attack, beta, args)
+                    over = r.shift > r.bound * (1 + 1e-9)
+                    failures += over
+                    cells = (f" {r.robust_gain:>9.4g} {r.both_gain:>9.4g} "
+                             f"{_reduction(r.gain, r.both_gain, 'to 0'):>9} {mse:>10.3g}"
+                             if args.robust else "")  # fmt: skip
+                    print(f"{r.mechanism:<10} {r.epsilon:>4g} {r.beta:>6.1%} {r.attack:<9} "
+                          f"{r.gain:>9.4g} {r.screened_gain:>9.4g} "
+                          f"{_reduction(r.gain, r.screened_gain):>9}{cells} "
+                          f"{r.shift:>8.4g} {r.bound:>8.4g}{'!' if over else ' '}"
+                          f"{r.honest_held:>11.2e} {r.forged_held:>11.1%}"
+                          f"  ({time.perf_counter() - start:.1f}s)", flush=True)  # fmt: skip
+    print("! : the measured shift exceeds the disclosed forgery_shift" if failures else
+          "every measured shift within the disclosed forgery_shift")  # fmt: skip
+    return 1 if failures else 0
+
+
+# --- the robust estimate's cost on honest data ------------------------------------------------
+POPULATIONS = ("zipf", "uniform", "ninety")
+
+
+def _honest_mse_ratio(m: Any, h: Honest) -> float:
+    est = m.estimate(m.aggregate(h.reports))
+    errors = [np.sum((point(m, est, robust, 0.01) - h.truth) ** 2) for robust in (True, False)]
+    return float(errors[0] / errors[1])
+
+
+def ratio_of_means(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> tuple[float, float]:
+    """``mean(a) / mean(b)`` and its standard error (the delta method, paired campaigns)."""
+    ma, mb, k = float(np.mean(a)), float(np.mean(b)), len(a)
+    r = ma / mb
+    cov = np.cov(a, b)
+    rel = cov[0, 0] / ma**2 + cov[1, 1] / mb**2 - 2.0 * cov[0, 1] / (ma * mb)
+    return r, abs(r) * float(np.sqrt(max(rel, 0.0) / k))
+
+
+def campaign_errors(
+    m: Any, population: str, n: int, args: argparse.Namespace
+) -> npt.NDArray[np.float64]:
+    """(plain, robust) squared errors of ``args.campaigns`` seeded honest campaigns."""
+    errors = np.zeros((2, args.campaigns))
+    for i in range(args.campaigns):
+        rng = np.random.default_rng([args.seed, round(m.epsilon * 100), n, i])
+        values = honest_values(m, n, rng, population)
+        est, truth = m.estimate(m.aggregate(m.perturb(values, rng))), genuine(m, values)
+        for j, robust in enumerate((False, True)):
+            errors[j, i] = np.sum((point(m, est, robust, 0.01) - truth) ** 2)
+    return errors
+
+
+def honest_cost(args: argparse.Namespace) -> int:
+    """The robust estimate's MSE over the plain one's on honest data: seeded campaigns per
+    mechanism, epsilon, population and n (errors against what the reporters hold); 1 if a
+    ratio exceeds 1.05."""
+    print(f"robust / plain MSE on honest data, d = {args.d}, {args.campaigns} campaigns each: "
+          f"squared errors summed over the items, their means and ratio (+- its standard "
+          f"error)")  # fmt: skip
+    print(f"{'mechanism':<10} {'eps':>4} {'population':<10} {'n':>7} {'plain MSE':>10} "
+          f"{'robust MSE':>10} {'ratio':>7} {'+-':>6}")  # fmt: skip
+    worst = 0.0
+    for eps in (float(e) for e in args.epsilons.split(",")):
+        for m in mechanisms(args.mechanisms.split(","), eps, args.d):
+            for pop, n in itertools.product(POPULATIONS, (int(v) for v in args.ns.split(","))):
+                plain, robust = campaign_errors(m, pop, n, args)
+                ratio, se = ratio_of_means(robust, plain)
+                worst = max(worst, ratio)
+                print(f"{m.name:<10} {eps:>4g} {pop:<10} {n:>7} {np.mean(plain):>10.3g} "
+                      f"{np.mean(robust):>10.3g} {ratio:>7.3f} {se:>6.3f}", flush=True)  # fmt: skip
+    print(f"largest ratio {worst:.3f}")
+    return 0 if worst <= 1.05 else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,37 +463,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", choices=("1", "botnet"), default="1")
     ap.add_argument("--alpha", type=float, default=DEFAULT_FALSE_ALARM)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--robust", action="store_true", help="add the robust estimate's columns")
+    ap.add_argument("--honest-cost", action="store_true",
+                    help="measure the robust estimate's MSE on honest data instead")  # fmt: skip
+    ap.add_argument("--ns", default="10000,100000", help="honest-cost: the campaigns' sizes")
+    ap.add_argument("--campaigns", type=int, default=100, help="honest-cost: per row")
     args = ap.parse_args(argv)
-    print(f"n = {args.n:,} honest users, d = {args.d}, forged from {args.sources} source(s), "
-          f"false-alarm rate {args.alpha:g} per batch")  # fmt: skip
-    header = (f"{'mechanism':<10} {'eps':>4} {'beta':>6} {'attack':<9} {'gain':>9} "
-              f"{'screened':>9} {'reduction':>9} {'shift':>8} {'bound':>8} {'held honest':>11} "
-              f"{'held forged':>11}")  # fmt: skip
-    print(header)
-    failures = 0
-    for eps in (float(e) for e in args.epsilons.split(",")):
-        for m in mechanisms(args.mechanisms.split(","), eps, args.d):
-            h = Honest.of(
-                m, args.n, args.alpha, np.random.default_rng([args.seed, round(eps * 100)])
-            )
-            for beta in (float(b) for b in args.betas.split(",")):
-                for attack in args.attacks.split(","):
-                    if attack == "mga-all" and m.name not in ("sue", "oue", "olh", "hr"):
-                        continue
-                    start = time.perf_counter()
-                    r = run_row(m, h, attack, beta, args)
-                    over = r.shift > r.bound * (1 + 1e-9)
-                    failures += over
-                    cut = abs(r.gain) / abs(r.screened_gain) if r.screened_gain else None
-                    reduction = "all held" if cut is None else f"{cut:.3g}x"
-                    print(f"{r.mechanism:<10} {r.epsilon:>4g} {r.beta:>6.1%} {r.attack:<9} "
-                          f"{r.gain:>9.4g} {r.screened_gain:>9.4g} {reduction:>9} "
-                          f"{r.shift:>8.4g} {r.bound:>8.4g}{'!' if over else ' '}"
-                          f"{r.honest_held:>11.2e} {r.forged_held:>11.1%}"
-                          f"  ({time.perf_counter() - start:.1f}s)", flush=True)  # fmt: skip
-    print("! : the measured shift exceeds the disclosed forgery_shift" if failures else
-          "every measured shift within the disclosed forgery_shift")  # fmt: skip
-    return 1 if failures else 0
+    return honest_cost(args) if args.honest_cost else attack_table(args)
 
 
 if __name__ == "__main__":

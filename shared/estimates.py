@@ -160,6 +160,138 @@ class FrequencyEstimate:
             self._norm_sub.append(norm_sub(self.frequencies))
         return self._norm_sub[0]
 
+    def robust(self, beta: float) -> RobustFrequencies:
+        """What this estimate can claim when up to a fraction ``beta`` of its reports may be
+        forged, screened or not (:class:`RobustFrequencies`)."""
+        return RobustFrequencies(self, check_fraction(beta))
+
+
+@dataclass(frozen=True, eq=False)
+class RobustFrequencies:
+    """Frequencies robust to a forged fraction ``beta`` of the n reports (any reports the
+    mechanism accepts). The genuine reporters' fractions f lie on the simplex whatever they
+    hold, and the plain estimate's expectation is ``(1 - b) f + b (x - q) / (p - q)`` for a
+    forged share ``b <= beta`` supporting items at rates x; many (f, x) explain the same
+    aggregate, so no fit recovers f itself. What the aggregate does reveal is what no honest
+    population gives: mass beyond the simplex.
+
+    - :attr:`frequencies` (a point estimate): the Euclidean projection of the plain
+      estimate onto the simplex (Norm-Sub, as :meth:`FrequencyEstimate.consistent`; no
+      beta needed). It removes what no honest population explains: a lift of every item
+      (reports supporting everything) exactly, mass claimed beyond 100% (randomized
+      response's targets) down to 100% in all, noise. Its total squared error against the
+      genuine fractions never exceeds the plain estimate's, honest or forged (a projection
+      onto a convex set holding them); it is biased (small items to 0, large ones down).
+    - :meth:`ci`: intervals for each genuine fraction that hold with up to ``floor(beta n)``
+      forged reports among the n: the item's honest count is then between ``C - m`` and C
+      of ``n - m`` honest reports, m forged, and the union of the support-count intervals
+      over that range is reached at its ends (fewer supporting reports of fewer honest ones
+      for the low end, all of them for the high one) or with none forged (the plain ones).
+    """
+
+    estimate: FrequencyEstimate
+    beta: float
+    _cache: dict[tuple[float, bool], ConfidenceInterval] = field(default_factory=dict, repr=False)
+
+    @property
+    def frequencies(self) -> FloatArray:
+        return self.estimate.consistent()
+
+    @property
+    def forged(self) -> int:
+        """The most forged reports among the n the intervals allow: ``floor(beta n)``."""
+        return math.floor(self.beta * self.estimate.n + 1e-9)
+
+    def ci(self, level: float = 0.95, *, simultaneous: bool = False) -> ConfidenceInterval:
+        """Per-item intervals for the genuine fractions, each containing the plain one."""
+        key = (float(level), bool(simultaneous))
+        if key not in self._cache:
+            e, m = self.estimate, self.forged
+            low, high = (np.asarray(b) for b in e.ci(level, simultaneous=simultaneous))
+            if m > 0:
+                honest = functools.partial(
+                    support_interval, n=e.n - m, p=e.p, q=e.q, level=level,
+                    comparisons=e.domain_size if simultaneous else 1,
+                )  # fmt: skip
+                low = np.minimum(low, honest(np.maximum(e.support_counts - m, 0.0)).low)
+                high = np.maximum(high, honest(np.minimum(e.support_counts, e.n - m)).high)
+            self._cache[key] = ConfidenceInterval(low, high)
+        return self._cache[key]
+
+    def forgery_shift(self) -> FloatArray:
+        """The largest change the forged fraction can make to each robust fraction: a
+        projection's shift moves with the items it keeps, so an item moves by at most its
+        own rise plus the others' fall, ``beta (1 - q + p) / (p - q)``, and never beyond 1."""
+        e = self.estimate
+        return np.full(e.domain_size, min(1.0, self.beta * (1.0 - e.q + e.p) / (e.p - e.q)))
+
+    def to_dict(self, level: float = 0.95, *, simultaneous: bool = False) -> dict[str, object]:
+        """The robust answer: ``forgery_fraction``, ``forged_reports`` (the most the
+        intervals allow), ``level``, and per item ``estimate``, ``low``, ``high`` and
+        ``forgery_shift``."""
+        low, high = self.ci(level, simultaneous=simultaneous)
+        return {
+            "forgery_fraction": self.beta,
+            "forged_reports": self.forged,
+            "level": float(level),
+            "simultaneous": bool(simultaneous),
+            "estimate": _json_floats(self.frequencies),
+            "low": _json_floats(low),
+            "high": _json_floats(high),
+            "forgery_shift": _json_floats(self.forgery_shift()),
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class RobustMean:
+    """A mean robust to a forged fraction ``beta`` of the n reports. The genuine mean lies
+    within the bounds whatever the values, so :attr:`mean` is the plain mean clamped to
+    them (the projection, as :attr:`MeanEstimate.clamped_mean`; no beta needed). The plain
+    mean is ``(1 - b) m + b y`` for a forged share ``b <= beta`` of mean report y within
+    the report range ``[bottom, top]``, so m lies in ``[(L - beta top) / (1 - beta),
+    (H - beta bottom) / (1 - beta)]`` for the plain interval [L, H] (each end is monotone in
+    b), within the bounds: :meth:`ci`."""
+
+    estimate: MeanEstimate
+    beta: float
+
+    @property
+    def mean(self) -> float:
+        return self.estimate.clamped_mean
+
+    def ci(self, level: float = 0.95) -> ConfidenceInterval:
+        """The interval for the genuine reporters' mean, containing the plain one, within
+        the bounds; one wholly beyond them (more than beta forged, or a miss) is kept as it
+        is, never a point at a bound."""
+        e, b = self.estimate, self.beta
+        (lo, hi), (bottom, top) = e.bounds, e.report_range
+        low, high = e.ci(level)
+        if b:  # (an unknown report range gives the whole bounds)
+            low, high = (low - b * top) / (1.0 - b), (high - b * bottom) / (1.0 - b)
+        if low >= hi or high <= lo:
+            return ConfidenceInterval(low, high)
+        return ConfidenceInterval(max(low, lo), min(high, hi))
+
+    def forgery_shift(self) -> float:
+        """The largest change the forged fraction can make to the robust mean: clamping
+        moves it no more than the mean, and keeps it within the bounds."""
+        lo, hi = self.estimate.bounds
+        return min(self.estimate.forgery_shift(self.beta), hi - lo)
+
+    def to_dict(self, level: float = 0.95) -> dict[str, object]:
+        """The robust answer: ``forgery_fraction``, ``level``, ``mean``, ``low``, ``high``,
+        ``forgery_shift``."""
+        low, high = self.ci(level)
+        values = _json_floats(np.array([self.mean, low, high, self.forgery_shift()]))
+        return {"forgery_fraction": self.beta, "level": float(level)} | dict(
+            zip(("mean", "low", "high", "forgery_shift"), values, strict=True)
+        )
+
+
+def _json_floats(values: FloatArray | float) -> list[float | None]:
+    """Floats for JSON, None where not finite."""
+    return [v if math.isfinite(v) else None for v in np.atleast_1d(values).tolist()]
+
 
 @functools.lru_cache(maxsize=1024)
 def _binary_bounds(positives: int, n: int, level: float) -> tuple[float, float, bool]:
@@ -219,6 +351,10 @@ class MeanEstimate:
         b = check_fraction(beta)
         (lo, hi), (bottom, top) = self.bounds, self.report_range
         return b * max(top - lo, hi - bottom)
+
+    def robust(self, beta: float) -> RobustMean:
+        """The mean and interval robust to a forged fraction ``beta`` (:class:`RobustMean`)."""
+        return RobustMean(self, check_fraction(beta))
 
     def interval_method(self, level: float = 0.95) -> str:
         """``"known-variance"``, or for binary reports ``"score"`` or ``"exact"``."""
