@@ -9,11 +9,14 @@ Each mechanism states laws that honest reports follow whatever their inputs
   aggregated anyway: the store's writer, or the fair lane for costly batches). A block
   that fails is held;
 - **each sender's window**, after each of its batches is counted: per source (its keyed
-  id, :mod:`ldpkit.collector.sources`) and metric version, the aggregate of what it had
-  counted since the window opened (``screen_window_seconds``), tested by
-  ``screen_aggregate`` whenever its reports at least doubled since its last test (a window
-  of T reports is tested about log2 T times; the k-th test at ``alpha / (k (k + 1))``, so
-  an honest window fails with probability at most ``alpha`` over its whole life). When it
+  id, :mod:`ldpkit.collector.sources`) and metric version, the aggregates of what it had
+  counted since the window opened (``screen_window_seconds``), one per bucket, each tested
+  by ``screen_aggregate`` whenever the window's reports at least doubled since its last
+  test (a window of T reports is tested about log2 T times; the k-th time each of its B
+  buckets at ``alpha / (k (k + 1) B)``, so an honest window fails with probability at most
+  ``alpha`` over its whole life). Buckets are tested apart because only one bucket's
+  reports are independent: a memoizing device queues the same report again in each
+  bucket of its memo window, byte for byte. When it
   fails, what it counted, that batch included, moves to held (a negative partial row and
   a held record per bucket, in one transaction, before the batch is answered), and the
   sender's later batches of that version are held until the window ends. A sender
@@ -209,13 +212,17 @@ class Senders:
         """Test a window whose reports doubled since its last test; whether it fails."""
         if window.n == 0 or window.n < 2 * window.tested_at:
             return False
-        pooled = _total(window.aggregates().values())
-        assert pooled is not None
         window.tests += 1
         window.tested_at = window.n
         k = window.tests
-        window.finding = window.mechanism.screen_aggregate(pooled, self.alpha / (k * (k + 1)))
-        return window.finding is not None
+        # Each bucket on its own: a device queues a memoized report again in every bucket
+        # of its memo window, byte for byte, so only one bucket's reports are independent.
+        alpha = self.alpha / (k * (k + 1) * len(window.counted))
+        for aggregate in window.aggregates().values():
+            window.finding = window.mechanism.screen_aggregate(aggregate, alpha)
+            if window.finding is not None:
+                return True
+        return False
 
     def _take(self, window: Window) -> list[Moved]:
         """What a failed window counted, to move to held: taken out of it now, so that no

@@ -36,6 +36,7 @@ METRICS: dict[str, dict[str, Any]] = {
     "theme": {"categories": names(4), "epsilon": 1.0, "mechanism": "grr"},  # cap 1 a day
     "flags": {"categories": names(16), "epsilon": 1.0, "mechanism": "oue"},
     "pick": {"categories": names(32), "epsilon": 1.0, "mechanism": "grr"},
+    "hourly": {"categories": names(32), "epsilon": 1.0, "mechanism": "grr", "bucket": "hour"},
     "weekly": {  # 2 fresh reports a day, 7 days a bucket: cap 14
         "categories": names(4),
         "epsilon": 0.5,
@@ -294,6 +295,26 @@ async def test_a_forging_sender_is_held_and_what_it_counted_moves(client: TestCl
     assert (await admin(client, "DELETE", f"/v1/admin/held/{others[0]}"))[0] == 404
     assert (await admin(client, "POST", "/v1/admin/held/999999/release"))[0] == 404
     assert [r["id"] for r in await held_records(client)] == [first_id]
+
+
+async def test_a_memoized_report_repeated_in_every_hour_is_not_held(client: TestClient) -> None:
+    """A memoizing device queues its day's report again in each hour bucket, byte for byte
+    (docs/privacy.md): 24 copies of one report are not 24 independent reports, so a sender's
+    window tests each bucket on its own (JS client's weeks test found the false alarm)."""
+    d = definition("hourly")
+    now = today()
+    for hour in range(24):
+        block = wire.sealed_block("hourly", d.fingerprint, d.bucket.start(now - 3600 * hour),
+                                  grr([0]))  # fmt: skip
+        status, answer = await post(client, wire.encode_sealed_batch(os.urandom(16), [block]))
+        assert (status, answer["held"]) == (200, 0), (hour, answer)
+    assert await held_records(client) == []
+    assert await n_of(client, "hourly") == 24
+    # The same reports in one bucket (a forger's, not a device's) are still held.
+    answers = [
+        (await post(client, sealed("hourly", grr([0])), source="192.0.2.55"))[1] for _ in range(20)
+    ]
+    assert answers[-1]["held"] == 1
 
 
 async def test_the_senders_drift_check_names_no_address(client: TestClient) -> None:
