@@ -5,7 +5,9 @@ page and the client's ES modules from client/js/src at /ldpkit-js/); the collect
 127.0.0.1 lets that origin in with ``cors_origins``. Devices report through the
 browser's fetch (CORS preflight included), WebCrypto and IndexedDB; the collector's
 estimates cover the truth, and a reload finds the budget ledger and an empty outbox in
-IndexedDB.
+IndexedDB. The page's own device uses the ingest (device) token, whose role the page reads
+from the CORS-exposed ``LDPKIT-Token-Role``; the simulated devices, many from one address,
+a relay token.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ldpkit.collector.launcher import environment_without_tokens, running_collec
 from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
 
 SRC = Path(__file__).resolve().parents[2] / "client" / "js" / "src"
-INGEST, READ = "browser-ingest", "browser-read"
+INGEST, RELAY, READ = "browser-ingest", "browser-relay", "browser-read"
 APP = "https://app.test"
 NO_LNA = "--disable-features=LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests"
 PAGE = b"<!doctype html><meta charset=utf-8><title>An app</title><p>An app that reports."
@@ -33,10 +35,10 @@ CONFIG = f"""
 [collector]
 database = "collector.sqlite3"
 cors_origins = ["{APP}"]
-device_batches_per_minute = 0  # 400 devices from one page (one address): no per-source limit
 
 [tokens]
 ingest = ["{INGEST}"]
+relay = ["{RELAY}"]
 read = ["{READ}"]
 
 [metrics.theme]
@@ -52,20 +54,23 @@ mechanism = "hybrid"
 """
 
 SCRIPT = """
-async ([url, token, devices]) => {
+async ([url, token, relay, devices]) => {
   const ldp = await import("/ldpkit-js/index.js");
   // One device: the default store (IndexedDB), WebCrypto, fetch.
   const r = new ldp.Reporter(url, { token });
   const receipt = await r.report("theme", "dark");
   const flushed = await r.flush();
   const again = await r.report("theme", "dark");
-  // Simulated devices (each its own memory store), the same code path.
+  const role = r.tokenRole;
+  // Simulated devices (each its own memory store), the same code path, with a relay
+  // token (a device token's batches from one address are rate limited).
   const definitions = { list: r.cachedDefinitions, etag: null };
   let truth = 0;
   let sum = 0;
   for (let i = 0; i < devices; i++) {
     const store = new ldp.MemoryStore({ definitions });
-    const d = new ldp.Reporter(url, { token, store, memoize: false, random: ldp.seededRandom(i) });
+    const random = ldp.seededRandom(i);
+    const d = new ldp.Reporter(url, { token: relay, store, memoize: false, random });
     const theme = i % 5 < 3 ? "dark" : i % 5 === 3 ? "light" : "système";
     if (theme === "dark") truth++;
     await d.report("theme", theme);
@@ -75,7 +80,7 @@ async ([url, token, devices]) => {
     await d.flush();
   }
   await r.close();
-  return { receipt, flushed, again, dark: (truth + 1) / (devices + 1), mean: sum / devices };
+  return { receipt, flushed, again, role, dark: (truth + 1) / (devices + 1), mean: sum / devices };
 }
 """
 
@@ -131,9 +136,10 @@ def test_reports_from_a_page(collector: str) -> None:
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.route(APP + "/**", _serve_app)
             page.goto(APP + "/")
-            out = page.evaluate(SCRIPT, [collector, INGEST, DEVICES])
+            out = page.evaluate(SCRIPT, [collector, INGEST, RELAY, DEVICES])
             assert out["receipt"]["queued"] and out["receipt"]["epsilon"] == 3.0
-            assert out["flushed"]["accepted"] == 1
+            assert out["flushed"]["accepted"] == 1 and out["flushed"]["held"] == 0
+            assert out["role"] == "device"  # read through CORS
             assert out["again"]["memoized"] and not out["again"]["queued"]
             # A reload: IndexedDB kept the ledger (no budget left) and the outbox is empty.
             page.reload()

@@ -7,6 +7,9 @@ import { CATEGORICAL, MECHANISMS, sampler, threshold } from "./sampling.js";
 
 export const NAME = /^[a-z][a-z0-9_.-]{0,63}$/;
 export const PERIODS = { hour: 3600, day: 86400, week: 604800 };
+// Relative slack when comparing sums of epsilons (1.0 + 0.1 + ... is not exact): the ledger
+// admits a report when spent + epsilon <= budget (1 + BUDGET_SLACK) + BUDGET_SLACK.
+export const BUDGET_SLACK = 1e-9;
 const MAX_CATEGORIES = 65536;
 const TOLERANCE = 1e-9; // relative slack between a served threshold and its formula
 
@@ -266,6 +269,7 @@ export async function prepare(raw) {
   for (const key of ["epsilon", "budget"]) {
     if (typeof raw[key] !== "number" || !(raw[key] > 0 && raw[key] <= 50)) throw new DefinitionError(`metric ${name}: bad ${key}`);
   }
+  if (raw.budget < raw.epsilon) throw new DefinitionError(`metric ${name}: budget ${raw.budget} is smaller than the epsilon of one report`);
   if (!(raw.bucket in PERIODS) || !(raw.budget_period in PERIODS)) throw new DefinitionError(`metric ${name}: bad bucket or budget_period`);
   const strings = (c) => Array.isArray(c) && c.length >= 2 && c.length <= MAX_CATEGORIES && c.every((x) => typeof x === "string" && x.length > 0);
   if (kind === "categorical" || kind === "hierarchy") {
@@ -306,6 +310,20 @@ export async function prepare(raw) {
   if (raw.categories) def.index = new Map(raw.categories.map((c, i) => [c, i]));
   if (kind === "table") def.axes = raw.dimensions.map(([axis, cats]) => ({ axis, index: new Map(cats.map((c, i) => [c, i])) }));
   return def;
+}
+
+/**
+ * The most reports of a definition's version one device's ledger lets it queue for one
+ * bucket: fresh reports within a budget window (budget / epsilon, with the ledger's
+ * slack), times the budget windows a bucket spans (a memoized repeat is queued at most
+ * once per bucket and memo window, and memo windows are budget windows). A device
+ * token's batch carrying more of one version and bucket is refused (docs/protocol.md,
+ * "Token roles"). Computed exactly as ldpkit's MetricDefinition.device_cap.
+ */
+export function deviceCap(def) {
+  const budget = def.budget * (1 + BUDGET_SLACK) + BUDGET_SLACK;
+  const fresh = Math.floor((budget / def.epsilon) * (1 + BUDGET_SLACK));
+  return fresh * Math.max(1, Math.floor(PERIODS[def.bucket] / PERIODS[def.budget_period]));
 }
 
 const shownValue = (value) => String(JSON.stringify(value)).slice(0, 80);

@@ -7,6 +7,12 @@ export type Mechanism =
   | "hh" | "rollup" | "levels" | "joint" | "joint_marginals" | "prefix_sketch";
 /** A category, a number, a leaf path, a table row (attribute -> category) or a string. */
 export type Value = string | number | Record<string, string>;
+/**
+ * What the collector says a token is (header `LDPKIT-Token-Role` of GET /v1/metrics):
+ * `device` (an ingest token: a batch carries one device's reports), `relay` (many
+ * devices': server-side batching), `read` or `admin`.
+ */
+export type TokenRole = "device" | "relay" | "read" | "admin";
 export declare const VERSION: string;
 export declare const MECHANISMS: readonly Mechanism[];
 export declare const CONTENT_TYPE: string;
@@ -128,6 +134,8 @@ export interface FlushResult {
   sent: number;
   accepted: number;
   duplicates: number;
+  /** Of the accepted, those the collector's screening holds for an admin's review: delivered all the same. */
+  held: number;
   rejected: { metric: string; error: string; detail?: string }[];
   pending: number;
 }
@@ -156,6 +164,8 @@ export declare class Reporter {
   constructor(url: string, options: ReporterOptions);
   /** Problems with served definitions (they are skipped). */
   readonly warnings: string[];
+  /** What the collector said the token is at the last GET /v1/metrics (null: not asked yet, or a collector that does not say). */
+  readonly tokenRole: TokenRole | null;
   ready(): Promise<void>;
   refresh(): Promise<void>;
   definition(metric: string): Promise<Definition>;
@@ -177,10 +187,20 @@ export declare class UnknownMetric extends LdpkitError {
   metric: string;
 }
 export declare class CollectorUnavailable extends LdpkitError {
+  /** The last attempt's HTTP status (0: a network error or an answer that did not account for the batch). */
   status?: number;
+  /** The collector's error code (`too_many_requests`, `source_rate_limited`, ...). */
+  error?: string;
+  detail?: string;
+  /** The last attempt's Retry-After, in seconds (null: none). */
+  retryAfter?: number | null;
 }
 export declare class CollectorRejected extends LdpkitError {
   status?: number;
+  /** The collector's error code (`forbidden`, `over_device_cap`, ...). */
+  error?: string;
+  detail?: string;
+  retryAfter?: number | null;
 }
 export declare class DefinitionError extends Error {}
 
@@ -204,6 +224,12 @@ export declare function olhBucket(v: number, a: bigint, b: bigint, g: number): n
 /** A seeded `random` for tests and simulations: the ChaCha20 keystream under a 32-byte key or an integer seed. */
 export declare function seededRandom(seed: number | Uint8Array): (bytes: Uint8Array | Uint32Array) => Uint8Array | Uint32Array;
 export declare function checkDerived(definition: Definition): void;
+/**
+ * The most reports of a definition's version one device's ledger lets it queue per bucket
+ * (a device token's batch may carry no more): floor(budget / epsilon), with the ledger's
+ * slack, times the budget windows a bucket spans; ldpkit's `MetricDefinition.device_cap`.
+ */
+export declare function deviceCap(definition: Pick<Definition, "epsilon" | "budget" | "bucket" | "budget_period">): number;
 export declare function prepare(raw: unknown): Promise<Definition & { sample: (input: number | Uint8Array, words: Words) => Uint8Array }>;
 export declare function encodeValue(definition: Definition, value: Value): { input: number | Uint8Array; clipped: boolean };
 export declare function canonicalParameters(definition: Definition): string;

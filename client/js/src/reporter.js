@@ -2,18 +2,19 @@
 // the collector in batches with retries. Mirrors ldpkit's Python client (docs/client.md):
 // the same budget ledger, memoization, outbox and answer handling.
 
-import { DefinitionError, PERIODS, encodeValue, prepare } from "./definitions.js";
+import { BUDGET_SLACK, DefinitionError, PERIODS, deviceCap, encodeValue, prepare } from "./definitions.js";
 import { ChaChaWords } from "./chacha.js";
 import { CryptoWords, cryptoRandom } from "./sampling.js";
 import { defaultStore } from "./store.js";
 import { CONTENT_TYPE, ID_SIZE, encodeSealedBatch, fromHex, toHex } from "./wire.js";
 
 export const VERSION = "0.1.0";
-const BUDGET_SLACK = 1e-9;
 const UNKNOWN_VERSION_GRACE = 600; // seconds a report refused as unknown_version is kept
 const MAX_DEFINITIONS_BYTES = 16 * 1024 * 1024;
 const MAX_ANSWER_BYTES = 1024 * 1024;
 const MEMO_CONTEXT = "ldpkit/memo/js-v1\u0000";
+const ROLE_HEADER = "LDPKIT-Token-Role"; // what GET /v1/metrics says the token is
+const ROLES = ["device", "relay", "read", "admin"];
 
 export class LdpkitError extends Error {
   constructor(message, fields = {}) {
@@ -64,6 +65,38 @@ function retryAfterSeconds(value) {
   return Number.isNaN(when) ? null : Math.max(0, (when - Date.now()) / 1000);
 }
 
+/** The JSON object of an error answer ({error, detail, ...}), or {} if it is none. */
+function problemOf(bytes) {
+  try {
+    const data = JSON.parse(new TextDecoder().decode(bytes));
+    return data && typeof data === "object" && !Array.isArray(data) ? data : {};
+  } catch {
+    return {};
+  }
+}
+
+/**
+ * Whether a 400 over_device_cap can be honoured: the batch carried more reports of the
+ * stated version (in one bucket) than the stated cap, which then bounds that version in
+ * `caps`. False for an answer that does not state them, or when the batch was within the
+ * cap already: re-cutting could not help (and would loop), so it is refused like any 4xx.
+ */
+function lowerCap(problem, ordered, caps) {
+  const { error, version, cap } = problem;
+  if (error !== "over_device_cap" || typeof version !== "string" || !Number.isSafeInteger(cap) || cap < 1) return false;
+  const perBucket = new Map();
+  let most = 0;
+  for (const r of ordered) {
+    if (r.fp !== version) continue;
+    const n = (perBucket.get(r.bucket) ?? 0) + 1;
+    perBucket.set(r.bucket, n);
+    most = Math.max(most, n);
+  }
+  if (most <= cap) return false;
+  caps.set(version, cap);
+  return true;
+}
+
 async function hmacKey(secretHex) {
   return globalThis.crypto.subtle.importKey("raw", fromHex(secretHex), { name: "HMAC", hash: "SHA-512" }, false, ["sign"]);
 }
@@ -109,6 +142,7 @@ export class Reporter {
     this.defs = new Map();
     this.stale = true;
     this.lastRefresh = -Infinity;
+    this.tokenRole = null; // "device" | "relay" | ...: what GET /v1/metrics last said
     this.queue = Promise.resolve();
     this.closed = false;
     this.timer = null;
@@ -189,6 +223,10 @@ export class Reporter {
       throw new CollectorUnavailable(`cannot reach ${this.url}: ${err.message}`);
     }
     this.lastRefresh = this.clock();
+    if (response.status === 200 || response.status === 304) {
+      const role = response.headers.get(ROLE_HEADER);
+      this.tokenRole = ROLES.includes(role) ? role : null;
+    }
     if (response.status === 304) {
       await response.body?.cancel();
       this.stale = false;
@@ -197,7 +235,8 @@ export class Reporter {
     const body = await readLimited(response, MAX_DEFINITIONS_BYTES);
     if (response.status !== 200) {
       const error = response.status >= 500 || response.status === 429 ? CollectorUnavailable : CollectorRejected;
-      throw new error(`GET /v1/metrics answered ${response.status}`, { status: response.status });
+      const { error: code, detail } = problemOf(body);
+      throw new error(`GET /v1/metrics answered ${response.status}${code ? ` ${code}` : ""}${detail ? `: ${detail}` : ""}`, { status: response.status, error: code, detail });
     }
     let list;
     try {
@@ -354,10 +393,13 @@ export class Reporter {
   }
 
   /**
-   * Send every queued report. Retries network errors, 408, 429 and 5xx with backoff
-   * (honouring Retry-After); throws CollectorUnavailable when it gives up, or
-   * CollectorRejected on other refusals. Queued reports are never lost: only those
-   * the collector acknowledged (or refused for good) leave the outbox.
+   * Send every queued report, in batches carrying at most one device's cap of each
+   * version and bucket (unless the token is a relay one). Retries network errors, 408,
+   * 429 (too_many_requests, rate_limited, source_rate_limited) and 5xx with backoff
+   * (honouring Retry-After); a batch refused as over_device_cap goes again within the
+   * stated cap. Throws CollectorUnavailable when it gives up, or CollectorRejected on
+   * other refusals. Queued reports are never lost: only those the collector acknowledged
+   * (held ones included: `held` counts them) or refused for good leave the outbox.
    */
   flush() {
     return this.serial(() => this.flushNow());
@@ -365,85 +407,42 @@ export class Reporter {
 
   async flushNow() {
     await this.ready();
-    const result = { sent: 0, accepted: 0, duplicates: 0, rejected: [], pending: 0 };
+    const result = { sent: 0, accepted: 0, duplicates: 0, held: 0, rejected: [], pending: 0 };
     let size = this.settings.batchSize;
     let failures = 0;
-    const deferred = this.state.deferred ?? (this.state.deferred = {});
     const skip = new Set(); // refused as unknown_version in this flush: not again now
+    const caps = this.deviceCaps();
     for (;;) {
       // A sealed batch is sent again byte for byte until answered (its id makes the
       // retry count once); otherwise seal the next reports, durably, before sending.
-      let sealed = this.state.sealed;
-      if (!sealed) {
-        const rows = this.state.outbox.filter((r) => !skip.has(r.seq)).slice(0, size);
-        if (rows.length === 0) break;
-        const groups = new Map();
-        for (const r of rows) {
-          const key = `${r.metric}|${r.fp}|${r.bucket}`;
-          if (!groups.has(key)) groups.set(key, []);
-          groups.get(key).push(r);
-        }
-        const ordered = [...groups.values()].flat(); // the answer's indices count in this order
-        const id = globalThis.crypto.getRandomValues(new Uint8Array(ID_SIZE));
-        const body = encodeSealedBatch(id, [...groups.values()].map((g) => ({ metric: g[0].metric, fp: g[0].fp, bucket: g[0].bucket, reports: g.map((r) => fromHex(r.report)) })));
-        sealed = { id: toHex(id), body: toHex(body), seqs: ordered.map((r) => r.seq) };
-        this.state.sealed = sealed;
-        await this.store.save(this.state);
-      }
+      const sealed = this.state.sealed ?? (await this.seal(size, skip, caps));
+      if (!sealed) break;
       const bySeq = new Map(this.state.outbox.map((r) => [r.seq, r]));
       const ordered = sealed.seqs.map((seq) => bySeq.get(seq) ?? { seq, metric: "?" });
-      const body = fromHex(sealed.body);
-      let answer;
-      let status = 0;
-      let retryAfter = null;
-      try {
-        const response = await this.request("POST", "/v1/reports", body, { "Content-Type": CONTENT_TYPE });
-        status = response.status;
-        retryAfter = retryAfterSeconds(response.headers.get("retry-after"));
-        const bytes = await readLimited(response, MAX_ANSWER_BYTES);
-        if (status === 200) answer = this.accountFor(JSON.parse(new TextDecoder().decode(bytes)), ordered.length);
-      } catch (err) {
-        if (err instanceof CollectorRejected) throw err;
-        status = 0; // network error, timeout, or an answer that does not account for the batch
-      }
+      const { status, retryAfter, answer, problem, reason } = await this.post(fromHex(sealed.body), ordered.length);
       if (answer) {
         failures = 0;
-        const drop = new Set(ordered.map((r) => r.seq));
-        const now = this.clock();
-        for (const { index, error, detail } of answer.rejected) {
-          const row = ordered[index];
-          if (error === "unknown_version") {
-            const first = (deferred[row.seq] ??= now);
-            if (now - first < UNKNOWN_VERSION_GRACE) {
-              drop.delete(row.seq);
-              skip.add(row.seq);
-            }
-          }
-          if (["unknown_metric", "unknown_version", "retired_metric"].includes(error)) this.stale = true;
-          result.rejected.push({ metric: row.metric, error, detail });
-        }
-        for (const seq of drop) delete deferred[seq];
-        this.state.outbox = this.state.outbox.filter((r) => !drop.has(r.seq));
-        this.state.sealed = null; // answered: its kept reports go into a new batch
-        await this.store.save(this.state);
-        result.sent += ordered.length;
-        result.accepted += answer.accepted;
-        result.duplicates += answer.duplicates;
+        await this.delivered(answer, ordered, skip, result);
         continue;
       }
-      if (status === 413 && ordered.length > 1) {
-        // Refused whole, nothing stored: forget this seal, seal smaller batches.
-        size = Math.max(1, Math.floor(ordered.length / 2));
+      // Refused whole, nothing stored (413: too large; over_device_cap: more of a version
+      // and bucket than the collector lets one device send): forget this seal and seal
+      // the same reports again into smaller batches, or within the stated cap.
+      if ((status === 413 && ordered.length > 1) || (status === 400 && lowerCap(problem, ordered, caps))) {
+        if (status === 413) size = Math.max(1, Math.floor(ordered.length / 2));
+        else this.stale = true; // a budget lowered since: the next report() fetches it
         this.state.sealed = null;
         await this.store.save(this.state);
         continue;
       }
+      const fields = { status, error: problem.error, detail: problem.detail, retryAfter };
       if (status !== 0 && status !== 408 && status !== 429 && status < 500) {
-        throw new CollectorRejected(`the collector refused the batch (${status}); the reports stay queued`, { status });
+        const within = problem.error === "over_device_cap" ? " (its reports were within the stated cap already)" : "";
+        throw new CollectorRejected(`the collector refused the batch (${reason})${within}; the reports stay queued`, fields);
       }
       failures += 1;
       if (failures > this.settings.retries) {
-        throw new CollectorUnavailable(`the collector is unavailable (${status || "network error"}) after ${failures} attempts; ${this.state.outbox.length} reports stay queued`, { status });
+        throw new CollectorUnavailable(`the collector is unavailable (${reason}) after ${failures} attempts; ${this.state.outbox.length} reports stay queued`, fields);
       }
       const backoff = Math.min(this.settings.maxBackoffMs, this.settings.backoffMs * 2 ** (failures - 1)) * (0.5 + Math.random() / 2);
       const wait = retryAfter === null ? backoff : Math.min(this.settings.maxRetryAfterMs, Math.max(backoff, retryAfter * 1000));
@@ -453,10 +452,107 @@ export class Reporter {
     return result;
   }
 
+  /**
+   * The most reports of a version (by fingerprint) one batch may carry per bucket: one
+   * device's (deviceCap), unless the collector said this is a relay token. A reporter is
+   * one device whose ledger keeps each bucket within its cap, so cutting changes nothing
+   * but when the clock was set back or the cap lowered; a token whose role is not known
+   * yet (offline since start) is taken for a device token.
+   */
+  deviceCaps() {
+    const caps = new Map();
+    if (this.tokenRole !== "relay") for (const def of this.defs.values()) caps.set(def.fingerprint, deviceCap(def));
+    return caps;
+  }
+
+  /**
+   * Seal the next queued reports into a batch and store it before it is sent: at most
+   * `size`, and of each version and bucket at most its cap (the rest go in the next
+   * batches), skipping `skip`. Null when none is left.
+   */
+  async seal(size, skip, caps) {
+    const groups = new Map();
+    const taken = new Map();
+    let count = 0;
+    for (const r of this.state.outbox) {
+      if (count >= size) break;
+      const key = `${r.metric}|${r.fp}|${r.bucket}`;
+      const n = taken.get(key) ?? 0;
+      if (skip.has(r.seq) || n >= (caps.get(r.fp) ?? Infinity)) continue;
+      taken.set(key, n + 1);
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(r);
+      count += 1;
+    }
+    if (count === 0) return null;
+    const blocks = [...groups.values()];
+    const id = globalThis.crypto.getRandomValues(new Uint8Array(ID_SIZE));
+    const body = encodeSealedBatch(id, blocks.map((g) => ({ metric: g[0].metric, fp: g[0].fp, bucket: g[0].bucket, reports: g.map((r) => fromHex(r.report)) })));
+    // The answer's indices count the reports through the blocks in order.
+    this.state.sealed = { id: toHex(id), body: toHex(body), seqs: blocks.flat().map((r) => r.seq) };
+    await this.store.save(this.state);
+    return this.state.sealed;
+  }
+
+  /**
+   * POST one batch: {status, retryAfter, answer} for an answer that accounts for every
+   * report, else {status, retryAfter, problem, reason} (status 0: no usable answer).
+   */
+  async post(body, n) {
+    let status = 0;
+    let retryAfter = null;
+    let bytes;
+    try {
+      const response = await this.request("POST", "/v1/reports", body, { "Content-Type": CONTENT_TYPE });
+      status = response.status;
+      retryAfter = retryAfterSeconds(response.headers.get("retry-after"));
+      bytes = await readLimited(response, MAX_ANSWER_BYTES);
+    } catch (err) {
+      return { status: 0, retryAfter: null, problem: {}, reason: `network error: ${err.message}` };
+    }
+    if (status !== 200) {
+      const problem = problemOf(bytes);
+      return { status, retryAfter, problem, reason: `${status} ${problem.error ?? ""}${problem.detail ? `: ${problem.detail}` : ""}`.trim() };
+    }
+    try {
+      return { status, retryAfter, answer: this.accountFor(JSON.parse(new TextDecoder().decode(bytes)), n) };
+    } catch {
+      return { status: 0, retryAfter, problem: {}, reason: "an answer that does not account for the batch" };
+    }
+  }
+
+  /** Apply a batch's answer: its reports leave the outbox but those kept (unknown_version for a while). */
+  async delivered(answer, ordered, skip, result) {
+    const deferred = this.state.deferred ?? (this.state.deferred = {});
+    const drop = new Set(ordered.map((r) => r.seq));
+    const now = this.clock();
+    for (const { index, error, detail } of answer.rejected) {
+      const row = ordered[index];
+      if (error === "unknown_version") {
+        const first = (deferred[row.seq] ??= now);
+        if (now - first < UNKNOWN_VERSION_GRACE) {
+          drop.delete(row.seq);
+          skip.add(row.seq);
+        }
+      }
+      if (["unknown_metric", "unknown_version", "retired_metric"].includes(error)) this.stale = true;
+      result.rejected.push({ metric: row.metric, error, detail });
+    }
+    for (const seq of drop) delete deferred[seq];
+    this.state.outbox = this.state.outbox.filter((r) => !drop.has(r.seq));
+    this.state.sealed = null; // answered: its kept reports go into a new batch
+    await this.store.save(this.state);
+    result.sent += ordered.length;
+    result.accepted += answer.accepted;
+    result.duplicates += answer.duplicates;
+    result.held += answer.held ?? 0; // held for review by the collector's screening: delivered
+  }
+
   /** The answer, if it accounts for every report sent (else it is a failed request). */
   accountFor(answer, n) {
-    const count = (x) => Number.isSafeInteger(x) && x >= 0 && x <= n;
+    const count = (x, most = n) => Number.isSafeInteger(x) && x >= 0 && x <= most;
     if (!answer || !count(answer.accepted) || !count(answer.duplicates) || !Array.isArray(answer.rejected)) throw new Error("bad answer");
+    if (answer.held !== undefined && !count(answer.held, answer.accepted)) throw new Error("bad answer"); // absent: collectors before issue 26
     const seen = new Set();
     for (const r of answer.rejected) {
       if (!r || !Number.isSafeInteger(r.index) || r.index < 0 || r.index >= n || seen.has(r.index) || typeof r.error !== "string") throw new Error("bad answer");

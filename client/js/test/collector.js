@@ -6,12 +6,16 @@ import { join } from "node:path";
 
 import { PYTHON } from "./python.js";
 
-export const INGEST = "js-ingest";
+export const INGEST = "js-ingest"; // a device token: one device's reports a batch
+export const RELAY = "js-relay"; // many devices' (the simulations)
 export const READ = "js-read";
+export const ADMIN = "js-admin";
 
-export async function startCollector(metricsToml) {
+/** `settings`: more lines of the [collector] table. */
+export async function startCollector(metricsToml, settings = "") {
   const dir = mkdtempSync(join(tmpdir(), "ldpkit-js-"));
-  writeFileSync(join(dir, "collector.toml"), `[collector]\ndatabase = "collector.sqlite3"\n\n[tokens]\ningest = ["${INGEST}"]\nread = ["${READ}"]\n\n${metricsToml}`);
+  const tokens = `[tokens]\ningest = ["${INGEST}"]\nrelay = ["${RELAY}"]\nread = ["${READ}"]\nadmin = ["${ADMIN}"]`;
+  writeFileSync(join(dir, "collector.toml"), `[collector]\ndatabase = "collector.sqlite3"\n${settings}\n\n${tokens}\n\n${metricsToml}`);
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("LDPKIT_")));
   const child = spawn(PYTHON, ["-m", "ldpkit.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--config", "collector.toml", "--no-access-log"], { cwd: dir, env, stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
@@ -33,6 +37,14 @@ export async function startCollector(metricsToml) {
     async estimates(metric, query = "") {
       const response = await fetch(`${url}/v1/estimates/${metric}?${query}`, { headers: { Authorization: `Bearer ${READ}` } });
       if (response.status !== 200) throw new Error(`estimates ${metric}: ${response.status} ${await response.text()}`);
+      return response.json();
+    },
+    /** `method` /v1/`path` with the admin token; the answer's JSON. */
+    async admin(method, path, body) {
+      const init = { method, headers: { Authorization: `Bearer ${ADMIN}`, "Content-Type": "application/json" } };
+      if (body !== undefined) init.body = JSON.stringify(body);
+      const response = await fetch(`${url}/v1/${path}`, init);
+      if (response.status >= 300) throw new Error(`${method} ${path}: ${response.status} ${await response.text()}`);
       return response.json();
     },
     async stop() {

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { BudgetExceeded, MemoryStore, Reporter, UnknownMetric, seededRandom } from "../src/index.js";
-import { INGEST, startCollector } from "./collector.js";
+import { INGEST, RELAY, startCollector } from "./collector.js";
 
 const THEMES = ["light", "dark", "système"];
 const TRUTH = [0.25, 0.55, 0.2];
@@ -61,14 +61,16 @@ after(async () => {
 });
 
 test("devices report through a real collector and the estimates cover the truth", async () => {
-  const seed = new Reporter(collector.url, { token: INGEST, store: new MemoryStore() });
+  // Many simulated devices from one address: a relay token (a device token's batches are
+  // limited per source address, as a real device's would be).
+  const seed = new Reporter(collector.url, { token: RELAY, store: new MemoryStore() });
   await seed.definition("theme");
   const definitions = { list: seed.cachedDefinitions, etag: null };
   let sum = 0;
   let pages = 0;
   for (let i = 0; i < DEVICES; i++) {
     const store = new MemoryStore({ definitions });
-    const device = new Reporter(collector.url, { token: INGEST, store, memoize: false, random: seededRandom(i) });
+    const device = new Reporter(collector.url, { token: RELAY, store, memoize: false, random: seededRandom(i) });
     const theme = THEMES[i < TRUTH[0] * DEVICES ? 0 : i < (TRUTH[0] + TRUTH[1]) * DEVICES ? 1 : 2];
     await device.report("theme", theme);
     const page = i % 4 === 0 ? "p7" : `p${i % 40}`;
@@ -148,11 +150,11 @@ test("the outbox survives a restart, the budget holds, a value is memoized", asy
 
 test("retries honour Retry-After and never drop what was not acknowledged", async () => {
   const calls = [];
-  let fail = 2;
+  const busy = ["source_rate_limited", "too_many_requests"]; // a device token's source, then the collector
   const flaky = async (url, init) => {
     calls.push(init.method);
-    if (init.method === "POST" && fail-- > 0) {
-      return new Response(JSON.stringify({ error: "too_many_requests" }), { status: 429, headers: { "Retry-After": "1" } });
+    if (init.method === "POST" && busy.length) {
+      return new Response(JSON.stringify({ error: busy.shift(), detail: "d" }), { status: 429, headers: { "Retry-After": "1" } });
     }
     return fetch(url, init);
   };

@@ -1,5 +1,5 @@
 // Type-checked by `npm test` (tsc --noEmit): the README's usage against the declarations.
-import { BudgetExceeded, Reporter, seededRandom, type FlushResult } from "../src/index.js";
+import { BudgetExceeded, Reporter, deviceCap, seededRandom, type FlushResult, type TokenRole } from "../src/index.js";
 
 export async function example(token: string): Promise<FlushResult> {
   const r = new Reporter("https://collector.example", { token, stateDir: "./ldpkit-state" });
@@ -21,4 +21,13 @@ export async function example(token: string): Promise<FlushResult> {
 // A simulation's devices: seeded randomness (tests only; a device uses the platform CSPRNG).
 export function simulated(token: string, device: number): Reporter {
   return new Reporter("https://collector.example", { token, memoize: false, random: seededRandom(device) });
+}
+
+// Token roles (a device token's batches stay within deviceCap) and held reports.
+export async function roles(r: Reporter): Promise<number> {
+  const definition = await r.definition("theme");
+  const role: TokenRole | null = r.tokenRole;
+  const cap: number = deviceCap(definition);
+  const { held } = await r.flush();
+  return role === "device" ? cap + held : held;
 }
