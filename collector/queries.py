@@ -25,7 +25,16 @@ from ..metrics import MetricDefinition, check_forgery_fraction
 from ..wire import FINGERPRINT_PATTERN
 from .store import BucketAggregate
 
-COMMON_PARAMS = ("from", "to", "level", "consistent", "version", "per_bucket", "forgery_fraction")
+COMMON_PARAMS = (
+    "from",
+    "to",
+    "level",
+    "consistent",
+    "version",
+    "per_bucket",
+    "forgery_fraction",
+    "robust",
+)
 KIND_PARAMS = query_params()
 PARAMS = (*COMMON_PARAMS, *KIND_PARAMS)
 """Every query parameter: the common ones and each kind's own (see ldpkit.kinds)."""
@@ -37,8 +46,8 @@ _NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
 @dataclass(frozen=True)
 class EstimateQuery(Question):
     """An estimates query: what it asks of the metric's kind (``options`` and
-    ``forgery_fraction``, set by :func:`with_options`, ``level``, ``consistent``) and which
-    aggregates it reads."""
+    ``forgery_fraction``, set by :func:`with_options`, ``level``, ``consistent``,
+    ``robust``) and which aggregates it reads."""
 
     start: int | None = None  # include buckets with start >= this (unix seconds)
     end: int | None = None  # ... and < this
@@ -101,6 +110,7 @@ def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
         version=_version(query.get("version") or None),
         consistent=_parse_bool(query.get("consistent", "false"), "consistent"),
         per_bucket=_parse_bool(query.get("per_bucket", "false"), "per_bucket"),
+        robust=_parse_bool(query.get("robust", "false"), "robust"),
         raw_options={k: query[k] for k in KIND_PARAMS if k in query},
         asked_fraction=_fraction(query.get("forgery_fraction")),
     )

@@ -49,6 +49,7 @@ function el(tag, attrs = {}, text = null) {
 
 const fmt = (v, digits = 4) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
 const metricPath = (name) => encodeURIComponent(name);
+const ROBUST_HEAD = ["robust", "robust low", "robust high", "robust shift"];
 
 async function connect(event) {
   if (event) event.preventDefault();
@@ -178,6 +179,7 @@ async function refresh(event) {
     consistent: $("consistent").checked ? "true" : "false",
     per_bucket: $("over-time").checked ? "true" : "false",
   });
+  if ($("robust").checked) params.set("robust", "true");
   const from = toUnix($("from").value), to = toUnix($("to").value);
   if (from) params.set("from", from);
   if (to) params.set("to", to);  // excluded, as in the API and `ldpkit estimates --to`
@@ -231,6 +233,12 @@ function render(data) {
     summary.appendChild(el("span", { id: "forgery-fraction", title: "the largest change that fraction of forged reports could make, whatever they are (docs/statistics.md)" },
       `forgery shift: how far ${+(data.forgery_fraction * 100).toPrecision(6)}% forged reports could move each estimate`));
   }
+  if (data.robust_note) summary.appendChild(el("span", { id: "robust-shown" }, `robust: ${data.robust_note}`));
+  else if (data.robust) {
+    const forged = data.robust.forged_reports === undefined ? "" : ` (${data.robust.forged_reports} of the ${data.n})`;
+    summary.appendChild(el("span", { id: "robust-shown", title: "docs/statistics.md, Robust estimates" },
+      `robust: projected onto what every honest population satisfies; its interval holds for the genuine reporters if up to ${+(data.robust.forgery_fraction * 100).toPrecision(6)}%${forged} of the reports are forged`));
+  }
   summary.appendChild(el("span", { id: "range" }, describeRange(data)));
   summary.appendChild(el("span", { id: "version-shown" },
     `version ${data.version.slice(0, 8)}${version && !version.current ? " (older)" : ""}`));
@@ -264,16 +272,20 @@ function renderTable(data) {
     const head = [kind.item, "estimate", "stderr", "low", "high", "forgery shift"];
     const consistent = data.consistent && kind.consistent;
     if (consistent) head.push("consistent");
+    if (data.robust) head.push(...ROBUST_HEAD);
     table.appendChild(row("th", head));
     for (const i of [...data.items, ...(kind.more ? kind.more(data) : [])]) {
       const cells = [LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.stderr), fmt(i.low), fmt(i.high), fmt(i.forgery_shift)];
       if (consistent) cells.push(fmt(i.consistent));
+      if (data.robust) cells.push(fmt(i.robust), fmt(i.robust_low), fmt(i.robust_high), fmt(i.robust_forgery_shift));
       table.appendChild(row("td", cells));
     }
     for (const cells of kind.extra ? kind.extra(data, fmt) : []) table.appendChild(row("td", cells));
   } else {
-    table.appendChild(row("th", ["mean", "stderr", "low", "high", "forgery shift", "beyond bounds"]));
-    table.appendChild(row("td", [fmt(data.mean), fmt(data.stderr), fmt(data.low), fmt(data.high), fmt(data.forgery_shift), data.beyond_bounds || "–"]));
+    const r = data.robust;
+    table.appendChild(row("th", ["mean", "stderr", "low", "high", "forgery shift", "beyond bounds", ...(r ? ROBUST_HEAD : [])]));
+    table.appendChild(row("td", [fmt(data.mean), fmt(data.stderr), fmt(data.low), fmt(data.high), fmt(data.forgery_shift), data.beyond_bounds || "–",
+      ...(r ? [fmt(r.mean), fmt(r.low), fmt(r.high), fmt(r.forgery_shift)] : [])]));
   }
 }
 
@@ -282,14 +294,22 @@ function renderBucketTable(data) {
   table.replaceChildren();
   if (!data.buckets || !$("over-time").checked) return;
   const when = (b) => new Date(b.bucket * 1000).toISOString().slice(0, 16).replace("T", " ");
+  const robust = data.robust ? ROBUST_HEAD : [];
   if (data.items) {
-    table.appendChild(row("th", ["bucket (UTC)", "n", "category", "estimate", "low", "high", "forgery shift"]));
+    table.appendChild(row("th", ["bucket (UTC)", "n", "category", "estimate", "low", "high", "forgery shift", ...robust]));
     for (const b of data.buckets) {
-      for (const i of b.items || []) table.appendChild(row("td", [when(b), b.n, LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.low), fmt(i.high), fmt(i.forgery_shift)]));
+      for (const i of b.items || []) {
+        table.appendChild(row("td", [when(b), b.n, LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.low), fmt(i.high), fmt(i.forgery_shift),
+          ...(robust.length ? [fmt(i.robust), fmt(i.robust_low), fmt(i.robust_high), fmt(i.robust_forgery_shift)] : [])]));
+      }
     }
   } else {
-    table.appendChild(row("th", ["bucket (UTC)", "n", "mean", "low", "high", "forgery shift", "beyond bounds"]));
-    for (const b of data.buckets) table.appendChild(row("td", [when(b), b.n, fmt(b.mean), fmt(b.low), fmt(b.high), fmt(b.forgery_shift), b.beyond_bounds || "–"]));
+    table.appendChild(row("th", ["bucket (UTC)", "n", "mean", "low", "high", "forgery shift", "beyond bounds", ...robust]));
+    for (const b of data.buckets) {
+      const r = b.robust;
+      table.appendChild(row("td", [when(b), b.n, fmt(b.mean), fmt(b.low), fmt(b.high), fmt(b.forgery_shift), b.beyond_bounds || "–",
+        ...(robust.length ? [fmt(r && r.mean), fmt(r && r.low), fmt(r && r.high), fmt(r && r.forgery_shift)] : [])]));
+    }
   }
 }
 
@@ -307,6 +327,6 @@ window.addEventListener("resize", () => {
 
 $("token-form").addEventListener("submit", connect);
 $("query").addEventListener("submit", refresh);
-for (const id of ["level", "consistent", "over-time", "version"]) $(id).addEventListener("change", () => refresh());
+for (const id of ["level", "consistent", "robust", "over-time", "version"]) $(id).addEventListener("change", () => refresh());
 if (state.token) connect();
 else showMessage("Enter a read token to see estimates.", "info");

@@ -12,7 +12,7 @@
 
 const LDPK_VIEWS = (() => {
   const views = [];
-  const BAR = "#4C78A8", WHISKER = "#222", CONSISTENT = "#F58518";
+  const BAR = "#4C78A8", WHISKER = "#222", CONSISTENT = "#F58518", ROBUST = "#54A24B";
 
   function register(view) { views.push(view); }
   function pick(data, ctx) {
@@ -67,6 +67,10 @@ const LDPK_VIEWS = (() => {
   const num = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
   // The forgery shift beside an interval: how far the answer's forged fraction could move it.
   const shift = (v, digits = 3) => (v === null || v === undefined ? "" : `, forgery shift ±${num(v, digits)}`);
+  // A robust answer (robust=true): the estimate and interval robust to the answer's forged
+  // fraction, drawn in green beside the unbiased ones (docs/statistics.md, "Robust estimates").
+  const robustLabel = (data) => `robust (interval: the genuine reporters', up to ${+(data.robust.forgery_fraction * 100).toPrecision(6)}% forged)`;
+  const robustTitle = (e, low, high, s) => (e === null || e === undefined ? "" : `; robust ${num(e, 4)} [${num(low, 4)}, ${num(high, 4)}]${shift(s, 4)}`);
   // What a mean's interval wholly beyond its bounds means (docs/statistics.md).
   const beyond = (data) => `Beyond the bounds: the ${pct(data.level)} interval lies wholly ${data.beyond_bounds === "upper" ? "above" : "below"} ` +
     "the metric's bounds; no population of values within them gives such reports but by chance: forged reports are the likely cause.";
@@ -319,12 +323,13 @@ const LDPK_VIEWS = (() => {
         ["unbiased estimate", BAR],
         [`${pct(data.level)} interval`, WHISKER, "line"],
         ...(data.consistent ? [["consistent (Norm-Sub)", CONSISTENT, "line"]] : []),
+        ...(data.robust ? [[robustLabel(data), ROBUST, "line"]] : []),
       ]));
       if (!items.length) {
         node.appendChild(html("p", {}, "No reports in this range."));
         return { node, figures: [] };
       }
-      const values = items.flatMap((i) => [i.low, i.high, i.consistent]).filter((v) => v !== null && v !== undefined);
+      const values = items.flatMap((i) => [i.low, i.high, i.consistent, i.robust_low, i.robust_high]).filter((v) => v !== null && v !== undefined);
       const names = data.items.map((i) => i.category);
       const longest = Math.max(...names.map((n) => n.length));
       // Bars no wider than a person reads as bars; caps about 18 px wide.
@@ -332,6 +337,8 @@ const LDPK_VIEWS = (() => {
       const rotate = names.length * Math.max(longest, 4) * 7.5 > width - 70;
       const band = ((width - 72) / names.length) * 0.75;
       const cap = Math.max(0, band / 2 - 9);
+      // The robust interval beside the unbiased one (it contains it), not over it.
+      const aside = Math.min(8, band / 4);
       const fig = Plot.plot({
         width,
         height: 340,
@@ -343,12 +350,18 @@ const LDPK_VIEWS = (() => {
         y: { domain: [Math.min(0, ...values), Math.max(0.05, ...values)], nice: true, grid: true, label: "fraction of users" },
         marks: [
           Plot.barY(items, { x: "category", y: "estimate", fill: BAR, className: "estimate-bars",
-            title: (i) => `${i.category}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${shift(i.forgery_shift, 4)}` }),
+            title: (i) => `${i.category}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${shift(i.forgery_shift, 4)}` +
+              robustTitle(i.robust, i.robust_low, i.robust_high, i.robust_forgery_shift) }),
           Plot.ruleY([0], { stroke: "#888" }),
           Plot.ruleX(items, { x: "category", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
           Plot.tickY(items, { x: "category", y: "low", stroke: WHISKER, strokeWidth: 2, inset: cap, className: "whisker-caps" }),
           Plot.tickY(items, { x: "category", y: "high", stroke: WHISKER, strokeWidth: 2, inset: cap, className: "whisker-caps" }),
           ...(data.consistent ? [Plot.tickY(items, { x: "category", y: "consistent", stroke: CONSISTENT, strokeWidth: 3, className: "consistent-marks" })] : []),
+          ...(data.robust ? [
+            Plot.ruleX(items, { x: "category", y1: "robust_low", y2: "robust_high", dx: aside, stroke: ROBUST, strokeWidth: 2, className: "robust-whiskers" }),
+            ...["robust_low", "robust_high"].map((y) => Plot.tickY(items, { x: "category", y, dx: aside, inset: Math.max(0, band / 2 - 5), stroke: ROBUST, strokeWidth: 2, className: "robust-caps" })),
+            Plot.dot(items, { x: "category", y: "robust", dx: aside, r: 3.5, fill: ROBUST, stroke: "white", className: "robust-marks" }),
+          ] : []),
         ],
       });
       node.appendChild(fig);
@@ -372,24 +385,43 @@ const LDPK_VIEWS = (() => {
       if (data.beyond_bounds) node.appendChild(html("p", { class: "warning", id: "beyond-bounds" }, beyond(data)));
       const bounds = ctx.metric && ctx.metric.bounds ? ctx.metric.bounds : [data.low, data.high];
       const row = [{ mean: data.mean, low: data.low, high: data.high, y: "mean" }];
+      // The robust mean (clamped to the bounds) and its interval: a second row, in green.
+      const robust = data.robust && data.robust.mean !== null ? [{ ...data.robust, y: "robust" }] : [];
+      if (robust.length) {
+        node.appendChild(html("p", { id: "robust-value" },
+          `robust mean ${num(data.robust.mean)}  ·  interval [${num(data.robust.low)}, ${num(data.robust.high)}] for the genuine reporters, up to ` +
+          `${+(data.robust.forgery_fraction * 100).toPrecision(6)}% forged${shift(data.robust.forgery_shift)}` +
+          // Wholly beyond the bounds: more forged reports than assumed (or a miss).
+          (data.robust.low >= bounds[1] || data.robust.high <= bounds[0] ? "; it too lies beyond the bounds: more of the reports are forged than that" : "")));
+        node.appendChild(key([["unbiased mean and interval", WHISKER, "line"], [robustLabel(data), ROBUST, "line"]]));
+      }
+      const all = [...row, ...robust];
+      const lows = all.map((r) => r.low), highs = all.map((r) => r.high);
       const strip = (title, domain, id, ends) => {
         node.appendChild(html("h3", {}, title));
         const fig = Plot.plot({
           width: ctx.width,
-          height: 96,
+          height: 96 + 28 * robust.length,
           marginLeft: 24,
           marginRight: 24,
           marginTop: 12,
           marginBottom: 36,
           style: fontStyle(ctx.width),
           x: { domain, grid: true, label: null, nice: false, ...(ends ? { ticks: endTicks(domain, ctx.width) } : {}) },
-          y: { axis: null, domain: ["mean"] },
+          y: { axis: null, domain: all.map((r) => r.y) },
           marks: [
             Plot.ruleY(row, { x1: "low", x2: "high", y: "y", stroke: WHISKER, strokeWidth: 3, className: "interval" }),
             Plot.tickX(row, { x: "low", y: "y", stroke: WHISKER, strokeWidth: 2 }),
             Plot.tickX(row, { x: "high", y: "y", stroke: WHISKER, strokeWidth: 2 }),
             Plot.dot(row, { x: "mean", y: "y", r: 7, fill: BAR, stroke: "white", className: "mean-dot",
               title: (d) => `mean ${num(d.mean)} [${num(d.low)}, ${num(d.high)}]${shift(data.forgery_shift)}` }),
+            ...(robust.length ? [
+              Plot.ruleY(robust, { x1: "low", x2: "high", y: "y", stroke: ROBUST, strokeWidth: 3, className: "robust-interval" }),
+              Plot.tickX(robust, { x: "low", y: "y", stroke: ROBUST, strokeWidth: 2 }),
+              Plot.tickX(robust, { x: "high", y: "y", stroke: ROBUST, strokeWidth: 2 }),
+              Plot.dot(robust, { x: "mean", y: "y", r: 6, fill: ROBUST, stroke: "white", className: "robust-dot",
+                title: (d) => `robust mean ${num(d.mean)} [${num(d.low)}, ${num(d.high)}]${shift(d.forgery_shift)}` }),
+            ] : []),
             // The bounds, where the interval lies beyond them: the estimand is within.
             ...(ends && data.beyond_bounds ? [Plot.ruleX(bounds, { stroke: "#B00", strokeDasharray: "4,3", className: "bounds" })] : []),
           ],
@@ -398,10 +430,12 @@ const LDPK_VIEWS = (() => {
         node.appendChild(fig);
         return fig;
       };
-      const whole = strip(`on the metric's bounds [${bounds[0]}, ${bounds[1]}]`, [Math.min(bounds[0], data.low), Math.max(bounds[1], data.high)], "mean-bounds", true);
+      const whole = strip(`on the metric's bounds [${bounds[0]}, ${bounds[1]}]`, [Math.min(bounds[0], ...lows), Math.max(bounds[1], ...highs)], "mean-bounds", true);
       // The interval at a readable size: about half the width, the mean in the middle.
-      const half = Math.max(data.high - data.low, 1e-9);
-      const zoom = strip("zoomed on the interval", [data.low - half * 0.5, data.high + half * 0.5], "mean-zoom", false);
+      const means = all.map((r) => r.mean);
+      const [low, high] = [Math.min(...lows, ...means), Math.max(...highs, ...means)];
+      const half = Math.max(high - low, 1e-9);
+      const zoom = strip("zoomed on the interval", [low - half * 0.5, high + half * 0.5], "mean-zoom", false);
       return { node, figures: [whole, zoom] };
     },
   });

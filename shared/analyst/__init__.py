@@ -59,6 +59,13 @@ class ItemEstimate:
     """The largest change the answer's ``forgery_fraction`` of forged reports could make
     to ``estimate``, whatever they are (None from a collector that does not say)."""
     consistent: float | None = None
+    robust: float | None = None
+    """Asked with ``robust=True``: the estimate robust to the answer's forged fraction
+    (docs/statistics.md, "Robust estimates"), with its interval for the genuine reporters
+    (``robust_low``, ``robust_high``) and how far that fraction could move it."""
+    robust_low: float | None = None
+    robust_high: float | None = None
+    robust_forgery_shift: float | None = None
     interval: str | None = None  # how the interval was made: "score" or "exact"
     lower: float | None = None
     upper: float | None = None
@@ -89,6 +96,15 @@ class ServedEstimate:
     beyond_bounds: str | None = None
     """A numeric mean's interval wholly ``"upper"`` or ``"lower"`` than its bounds."""
     clamped_mean: float | None = None
+    robust: dict[str, Any] | None = None
+    """Asked with ``robust=True``, the served ``robust`` object: a categorical answer's
+    ``forgery_fraction``, ``forged_reports``, ``level``, ``simultaneous`` (each item has its
+    robust values); a numeric one's robust mean, also as the four fields below. None for
+    a kind without a robust estimate (:attr:`EstimateResult.robust_note` says so)."""
+    robust_mean: float | None = None
+    robust_low: float | None = None
+    robust_high: float | None = None
+    robust_forgery_shift: float | None = None
     interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
     estimate: CoreEstimate | None = field(default=None, compare=False, repr=False)
     """The core's estimate, rebuilt from the served sufficient statistics (``sums``) by the
@@ -128,6 +144,8 @@ class EstimateResult(ServedEstimate):
     dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
     threshold: float | None = None
     candidates: tuple[ItemEstimate, ...] = ()
+    robust_note: str | None = None
+    """Asked with ``robust=True`` of a kind without a robust estimate: says so."""
 
     @classmethod
     def from_json(
@@ -155,6 +173,7 @@ class EstimateResult(ServedEstimate):
             forgery_fraction=data.get("forgery_fraction"),
             buckets=buckets,
             raw=data,
+            robust_note=data.get("robust_note"),
             **kind_or_default(kind).served_fields(data, _item),
         )
 
@@ -200,7 +219,7 @@ class EstimateResult(ServedEstimate):
         return per_bucket
 
     def _columns(self) -> list[str]:
-        return self._kind.columns(self.consistent, self._dimensions)
+        return self._kind.columns(self.consistent, self._dimensions, self.robust is not None)
 
     def to_pandas(self, *, per_bucket: bool | None = None) -> Any:
         """A pandas DataFrame (pandas is an optional dependency).
@@ -256,7 +275,23 @@ class EstimateResult(ServedEstimate):
             return []
         return [
             f"forgery shift: how far {self.forgery_fraction * 100:g}% forged reports could move "
-            "each estimate, whatever they are (docs/statistics.md)"
+            "each estimate, whatever they are (docs/statistics.md)",
+            *self._robust_line(),
+        ]
+
+    def _robust_line(self) -> list[str]:
+        if self.robust_note is not None:
+            return [f"robust: {self.robust_note}"]
+        if self.robust is None:
+            return []
+        forged = self.robust.get("forged_reports")
+        up_to = f"{self.robust['forgery_fraction'] * 100:g}%" + (
+            "" if forged is None else f" ({forged} of the {self.n})"
+        )
+        return [
+            "robust: the estimate projected onto what every honest population satisfies, its "
+            f"interval for the genuine reporters if up to {up_to} of the reports are forged "
+            "(docs/statistics.md)"
         ]
 
     def _table(self, rows: list[dict[str, Any]]) -> list[str]:
@@ -292,7 +327,16 @@ def _served(part: dict[str, Any], definition: MetricDefinition | None) -> dict[s
         "clamped_mean": part.get("clamped_mean"),
         "interval": part.get("interval"),
         "estimate": estimate,
+        **_robust_mean(part.get("robust")),
     }
+
+
+def _robust_mean(robust: Any) -> dict[str, Any]:
+    """The served ``robust`` object, and a robust mean's fields (``robust_mean``, ...)."""
+    if not isinstance(robust, dict):
+        return {"robust": None}
+    keys = ("mean", "low", "high", "forgery_shift") if "mean" in robust else ()
+    return {"robust": robust, **{f"robust_{k}": robust.get(k) for k in keys}}
 
 
 def _item(data: dict[str, Any]) -> ItemEstimate:
@@ -425,6 +469,7 @@ class Analyst:
         subtree: str | None = None,
         candidates: Sequence[str] | None = None,
         forgery_fraction: float | None = None,
+        robust: bool = False,
     ) -> EstimateResult:
         """The estimate of ``metric`` over buckets starting in ``[start, end)``.
 
@@ -432,7 +477,10 @@ class Analyst:
         a distribution; ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
         strings (see docs/protocol.md, "Metric kinds"). ``forgery_fraction``: the fraction
         of forged reports each ``forgery_shift`` is about (default: the metric's, 0.01
-        unless its definition says).
+        unless its definition says). ``robust``: add the estimates robust to that fraction
+        (categorical and numeric metrics; docs/statistics.md, "Robust estimates"): each
+        item's ``robust``, ``robust_low``, ``robust_high`` and ``robust_forgery_shift``, a
+        mean's ``robust_mean``, ... (other kinds: ``robust_note`` says they have none).
         """
         path = f"/v1/estimates/{_quoted(metric)}"
         level = check_level(level)
@@ -454,6 +502,7 @@ class Analyst:
             "subtree": subtree,
             "candidates": None if candidates is None else ",".join(candidates),
             "forgery_fraction": None if fraction is None else repr(fraction),
+            "robust": "true" if robust else None,  # (a collector before it knows no such key)
         }
         data = self._get(path, params)
         definition = self._definition(metric, str(data["version"])) if "sums" in data else None

@@ -81,6 +81,13 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
         "metric's, 0.01 unless its definition says)",
     )
     parser.add_argument(
+        "--robust",
+        action="store_true",
+        help="add the estimates robust to the forgery fraction of forged reports (categorical "
+        "and numeric metrics): projected onto what every honest population satisfies, with "
+        "intervals for the genuine reporters (docs/statistics.md)",
+    )
+    parser.add_argument(
         "--per-bucket",
         action="store_true",
         help="also estimate each time bucket (table: after the totals; csv: one row per bucket)",
@@ -151,6 +158,7 @@ def estimates(args: argparse.Namespace) -> int:
         subtree=args.subtree,
         candidates=None if args.candidates is None else args.candidates.split(","),
         forgery_fraction=args.forgery_fraction,
+        robust=args.robust,
     )
     if result.n == 0 and args.metric_version is None:
         _note_older_versions(analyst, args.metric)

@@ -115,12 +115,14 @@ class KindPlan:
 class Question:
     """What an estimates query asks of a kind: its own ``options`` (from
     :meth:`KindSpec.parse_options`), the intervals' ``level``, whether to add the
-    ``consistent`` estimates, and the ``forgery_fraction`` each ``forgery_shift`` is for."""
+    ``consistent`` estimates, the ``forgery_fraction`` each ``forgery_shift`` is for, and
+    whether to add the estimates ``robust`` to that fraction of forged reports."""
 
     options: Mapping[str, Any] = field(default_factory=dict)
     level: Level = Level(0.95)
     consistent: bool = False
     forgery_fraction: Fraction = DEFAULT_FORGERY_FRACTION
+    robust: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,8 @@ class KindSpec:
     """Columns a terminal table leaves out (an item is named once there)."""
     item_intervals: ClassVar[bool] = True
     """Whether a row names how its interval was made (an ``interval`` column)."""
+    robust_columns: ClassVar[tuple[str, ...]] = ()
+    """The columns of a robust answer's rows (none: the kind has no robust estimate)."""
 
     def build(self, definition: Definition) -> Built:
         """Check the kind's own definition keys and make its mechanism, ``auto`` resolved."""
@@ -231,7 +235,17 @@ class KindSpec:
             data.pop(key, None)
         if self.serves_sums:
             data["sums"] = sums_json(aggregate)
+        if q.robust:
+            data |= self.no_robust()
         return data
+
+    def no_robust(self) -> dict[str, Any]:
+        """What a robust query's answer says for a kind without a robust estimate."""
+        return {
+            "robust": None,
+            "robust_note": f"no robust estimate for a {self.name} metric: each forgery_shift "
+            "bounds how far the forged fraction could move its estimate (docs/statistics.md)",
+        }
 
     def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
         """The answer's fields from ``estimate`` (its result object's ``to_dict``)."""
@@ -276,11 +290,14 @@ class KindSpec:
         """This kind's result fields from the answer ``data`` (``item`` reads one of its items)."""
         return {}
 
-    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
+    def columns(
+        self, consistent: bool, dimensions: Sequence[str], robust: bool = False
+    ) -> list[str]:
         """The columns of a result's rows (CSV, pandas, the terminal table)."""
         consistent_ = ["consistent"] if consistent else []
+        robust_ = self.robust_columns if robust else ()
         interval = ["interval"] if self.item_intervals else []
-        return ["category", *dimensions, *render.NUMBERS, *consistent_, *interval]
+        return ["category", *dimensions, *render.NUMBERS, *consistent_, *robust_, *interval]
 
     def rows(self, part: Any, columns: Sequence[str]) -> list[dict[str, Any]]:
         """One row per item of ``part``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,10 +28,14 @@ from .base import (
     sums_json,
 )
 
+ROBUST_COLUMNS = ("robust", "robust_low", "robust_high", "robust_forgery_shift")
+"""A robust answer's item fields: ``est.robust(beta)``'s estimate, interval and shift."""
+
 
 class Categorical(KindSpec):
     checks_values: ClassVar[bool] = True
     mechanism_params: ClassVar[bool] = False
+    robust_columns: ClassVar[tuple[str, ...]] = ROBUST_COLUMNS
 
     def build(self, definition: Definition) -> Built:
         categories = check_categories(definition)
@@ -69,20 +73,27 @@ class Categorical(KindSpec):
         mechanism: Any = definition.mechanism_instance
         estimate = mechanism.estimate(aggregate)
         assert isinstance(estimate, FrequencyEstimate) and definition.categories is not None
-        shift = estimate.forgery_shift(q.forgery_fraction)
-        if estimate.n == 0:
-            nan = np.full(len(definition.categories), np.nan)
-            columns, interval, methods = [nan] * (5 if q.consistent else 4), None, None
-        else:
-            columns = _columns(estimate, q)
-            interval = estimate.interval_method(q.level)
-            methods = estimate.interval_methods(q.level)
-        return {
+        columns = _columns(estimate, q)
+        methods = estimate.interval_methods(q.level) if estimate.n else None
+        answer: dict[str, Any] = {
             "n": estimate.n,
             "sums": sums_json(aggregate),
-            "interval": interval,
-            "items": _items(definition.categories, [*columns[:4], shift, *columns[4:]], methods),
+            "interval": estimate.interval_method(q.level) if estimate.n else None,
         }
+        if q.robust:
+            robust = estimate.robust(q.forgery_fraction)
+            answer["robust"] = {
+                "forgery_fraction": robust.beta,
+                "forged_reports": robust.forged,
+                "level": q.level,
+                "simultaneous": False,
+            }
+            low, high = robust.ci(q.level)
+            values = (robust.frequencies, low, high, robust.forgery_shift())
+            for name, value in zip(ROBUST_COLUMNS, values, strict=True):
+                columns[name] = np.asarray(value, dtype=np.float64)
+        answer["items"] = _items(definition.categories, columns, methods)
+        return answer
 
     def campaign(self, definition: Definition) -> Campaign:
         return Campaign(
@@ -92,13 +103,20 @@ class Categorical(KindSpec):
         )
 
 
-def _columns(estimate: FrequencyEstimate, q: Question) -> list[npt.NDArray[np.float64]]:
-    """Estimate, stderr, low, high and, if asked, the consistent estimates."""
+def _columns(estimate: FrequencyEstimate, q: Question) -> dict[str, npt.NDArray[np.float64]]:
+    """Each item's estimate, stderr, low, high, forgery_shift and, if asked, consistent
+    estimate, by their names in the answer."""
     low, high = estimate.ci(q.level)
-    columns = [estimate.frequencies, estimate.stderr, low, high]
+    columns = {
+        "estimate": estimate.frequencies,
+        "stderr": estimate.stderr,
+        "low": low,
+        "high": high,
+        "forgery_shift": estimate.forgery_shift(q.forgery_fraction),
+    }
     if q.consistent:
-        columns.append(estimate.consistent())
-    return [np.asarray(c, dtype=np.float64) for c in columns]
+        columns["consistent"] = estimate.consistent()
+    return {k: np.asarray(c, dtype=np.float64) for k, c in columns.items()}
 
 
 @functools.lru_cache(maxsize=256)
@@ -108,24 +126,19 @@ def _quoted(categories: tuple[str, ...]) -> tuple[str, ...]:
 
 def _items(
     cats: tuple[str, ...],
-    columns: Sequence[npt.NDArray[np.float64]],
+    columns: Mapping[str, npt.NDArray[np.float64]],
     methods: npt.NDArray[np.str_] | None = None,
 ) -> RawJSON:
-    """The ``items`` list as JSON text: ``columns`` estimate, stderr, low, high,
-    forgery_shift (and consistent); ``methods`` names each item's interval method."""
-    quoted = _quoted(cats)
-    cols = [_numbers(c) for c in columns]
+    """The ``items`` list as JSON text: each item's ``category``, then its value of each
+    of the ``columns`` by name; ``methods`` names each item's interval method."""
     tails = (
         [f',"interval":"{m}"}}' for m in methods.tolist()]
         if methods is not None
         else ["}"] * len(cats)
     )
-    consistent = [f',"consistent":{k}' for k in cols[5]] if len(cols) == 6 else [""] * len(cats)
-    parts = [
-        f'{{"category":{c},"estimate":{e},"stderr":{s},"low":{lo},"high":{hi},'
-        f'"forgery_shift":{f}{k}{t}'
-        for c, e, s, lo, hi, f, k, t in zip(quoted, *cols[:5], consistent, tails, strict=True)
-    ]
+    item = '{"category":%s' + "".join(f',"{name}":%s' for name in columns) + "%s"
+    cells = [_numbers(c) for c in columns.values()]
+    parts = [item % values for values in zip(_quoted(cats), *cells, tails, strict=True)]
     return RawJSON("[" + ",".join(parts) + "]")
 
 

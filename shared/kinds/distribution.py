@@ -139,7 +139,9 @@ class Distribution(Numbers):
             "bounds": (float(bounds[0]), float(bounds[1])) if bounds else None,
         }
 
-    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
+    def columns(
+        self, consistent: bool, dimensions: Sequence[str], robust: bool = False
+    ) -> list[str]:
         return ["category", "lower", "upper", *render.NUMBERS]
 
     def frame(self, frame: Any, dimensions: Sequence[str]) -> Any:

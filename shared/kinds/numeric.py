@@ -78,6 +78,13 @@ def span(definition: Definition) -> str:
 
 class Numeric(Numbers):
     mechanism_params: ClassVar[bool] = False
+    robust_columns: ClassVar[tuple[str, ...]] = (
+        "robust_mean",
+        "robust_low",
+        "robust_high",
+        "robust_forgery_shift",
+    )
+    """A robust answer's ``robust`` (``est.robust(beta).to_dict(level)``), as columns."""
 
     def build(self, definition: Definition) -> Built:
         bounds = checked_bounds(definition)
@@ -102,6 +109,7 @@ class Numeric(Numbers):
         estimate = mechanism.estimate(aggregate)
         assert isinstance(estimate, MeanEstimate)
         low, high = estimate.ci(q.level)
+        robust = estimate.robust(q.forgery_fraction).to_dict(q.level) if q.robust else None
         return {
             "n": estimate.n,
             "sums": sums_json(aggregate),
@@ -113,6 +121,7 @@ class Numeric(Numbers):
             "high": finite_or_none(float(high)),
             "forgery_shift": finite_or_none(estimate.forgery_shift(q.forgery_fraction)),
             "beyond_bounds": estimate.beyond_bounds(q.level),
+            **({"robust": robust} if q.robust else {}),
         }
 
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
@@ -127,9 +136,12 @@ class Numeric(Numbers):
     def describe(self, definition: Definition) -> str:
         return span(definition) + (f", delta {definition.delta:g}" if definition.delta else "")
 
-    def columns(self, consistent: bool, dimensions: Sequence[str]) -> list[str]:
+    def columns(
+        self, consistent: bool, dimensions: Sequence[str], robust: bool = False
+    ) -> list[str]:
         shift = ["forgery_shift", "beyond_bounds"]
-        return ["mean", "clamped_mean", "stderr", "low", "high", *shift, "interval"]
+        robust_ = self.robust_columns if robust else ()
+        return ["mean", "clamped_mean", "stderr", "low", "high", *shift, *robust_, "interval"]
 
     def rows(self, part: Any, columns: Sequence[str]) -> list[dict[str, Any]]:
         return [{c: getattr(part, c) for c in columns}]

@@ -454,3 +454,90 @@ def test_bad_token_shows_a_clear_message(browser: Any, board: Board) -> None:
     assert "refused" in message and "401" in message
     assert page.is_hidden("#main")
     page.close()
+
+
+# --- robust estimates beside the unbiased ones (issue 26) ----------------------------------
+READ_ROBUST_BARS = (
+    "() => {"
+    + USER_BOX
+    + """const fig = window.ldpkitDashboard.figures[0], y = fig.scale("y"), x = fig.scale("x");
+    const cat = (el) => x.domain.reduce((best, c) =>
+      Math.abs(x.apply(c) + x.bandwidth / 2 - userBox(el).cx)
+        < Math.abs(x.apply(best) + x.bandwidth / 2 - userBox(el).cx) ? c : best);
+    return {
+      unit: (y.domain[1] - y.domain[0]) / (y.range[0] - y.range[1]),
+      whiskers: [...fig.querySelectorAll("g.robust-whiskers line")].map((l) =>
+        [cat(l), y.invert(userBox(l).bottom), y.invert(userBox(l).top)]),
+      marks: [...fig.querySelectorAll("g.robust-marks circle")].map((c) =>
+        [cat(c), y.invert(userBox(c).cy)]),
+      colour: fig.querySelector("g.robust-whiskers").getAttribute("stroke"),
+    };
+  }"""
+)
+READ_ROBUST_MEAN = (
+    "() => {"
+    + USER_BOX
+    + """return window.ldpkitDashboard.figures.map((fig) => {
+      const x = fig.scale("x"), rule = userBox(fig.querySelector("g.robust-interval line"));
+      return { mean: x.invert(userBox(fig.querySelector("g.robust-dot circle")).cx),
+        low: x.invert(rule.left), high: x.invert(rule.right),
+        plain: x.invert(userBox(fig.querySelector("g.interval line")).left),
+        unit: (x.domain[1] - x.domain[0]) / (x.range[1] - x.range[0]) };
+    })}"""
+)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_robust_estimates_are_drawn_beside_the_unbiased_ones(
+    browser: Any, board: Board, shots: Path, width: int
+) -> None:
+    """The "robust" box asks ``robust=true``: a categorical metric's robust intervals as
+    green whiskers beside the black ones and its robust estimates as green dots, a mean's
+    robust interval as a second row; the table's robust columns, and the line saying what
+    they are; the values those of the API."""
+    page = _open(browser, board, width, "theme")
+    page.check("#robust")
+    page.wait_for_function("window.ldpkitDashboard.data.robust !== undefined")
+    expected = _api(board.url, "/v1/estimates/theme?robust=true")
+    drawn = page.evaluate(READ_ROBUST_BARS)
+    tolerance = 1.5 * drawn["unit"]
+    assert drawn["colour"] == "#54A24B"
+    assert [c for c, *_ in drawn["whiskers"]] == THEMES == [c for c, _ in drawn["marks"]]
+    for (_, low, high), (_, mark), item in zip(
+        drawn["whiskers"], drawn["marks"], expected["items"], strict=True
+    ):
+        assert low == pytest.approx(item["robust_low"], abs=tolerance)
+        assert high == pytest.approx(item["robust_high"], abs=tolerance)
+        assert mark == pytest.approx(item["robust"], abs=tolerance)
+    forged = expected["robust"]["forged_reports"]
+    assert forged == expected["n"] // 100
+    assert (page.text_content("#robust-shown") or "") == (
+        "robust: projected onto what every honest population satisfies; its interval holds for "
+        f"the genuine reporters if up to 1% ({forged} of the {expected['n']}) of the reports "
+        "are forged"
+    )
+    head, *rows = page.eval_on_selector_all("#table tr", CELLS)
+    assert head[-4:] == ["robust", "robust low", "robust high", "robust shift"]
+    assert [r[-3] for r in rows] == [f"{i['robust_low']:.4f}" for i in expected["items"]]
+    _readable(page)
+    page.screenshot(path=str(shots / f"theme-robust-{width}.png"), full_page=True)
+
+    page.click("button[data-metric=spend]")
+    _drawn(page, "spend")
+    spend = _api(board.url, "/v1/estimates/spend?robust=true")["robust"]
+    # 5% forged at the noise cap, more than the 1% assumed: the robust mean is clamped to the
+    # bound, and its interval too lies beyond it (kept as the reports give it).
+    assert spend["mean"] == 100.0 and 100.0 < spend["low"] < spend["high"]
+    for strip in page.evaluate(READ_ROBUST_MEAN):
+        for key in ("mean", "low", "high"):
+            assert strip[key] == pytest.approx(spend[key], abs=1.5 * strip["unit"]), key
+        assert strip["plain"] > 100.0  # the unbiased interval, beyond the bounds, stays
+    said = page.text_content("#robust-value") or ""
+    assert f"robust mean {spend['mean']:.3f}" in said
+    assert said.endswith("it too lies beyond the bounds: more of the reports are forged than that")
+    head, row = page.eval_on_selector_all("#table tr", CELLS)
+    assert dict(zip(head, row, strict=True))["robust high"] == f"{spend['high']:.4f}"
+    _readable(page)
+    page.screenshot(path=str(shots / f"spend-robust-{width}.png"), full_page=True)
+    assert not page.errors
+    page.close()

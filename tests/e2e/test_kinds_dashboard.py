@@ -196,6 +196,12 @@ def test_distribution_histogram_with_quantiles(
     assert page.locator("g.points circle").count() == 8
     assert "[0, 15)" in page.inner_text("#chart")
     readable(page)
+    # robust: a distribution has none, and the page says so (the answer's robust_note)
+    page.check("#robust")
+    drawn(page, "session_minutes_dist", "over-time", "'robust_note' in window.ldpkitDashboard.data")
+    note = page.evaluate("window.ldpkitDashboard.data.robust_note")
+    assert note.startswith("no robust estimate for a distribution metric")
+    assert page.text_content("#robust-shown") == f"robust: {note}"
     page.close()
 
 
