@@ -148,7 +148,8 @@ def prepare(job: Job) -> Outcome:
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     result = error = None
     try:
-        resource.setrlimit(resource.RLIMIT_CPU, (math.ceil(used + _budget["cpu"]), hard))
+        if math.isfinite(_budget["cpu"]):  # in a worker process (start() ran)
+            resource.setrlimit(resource.RLIMIT_CPU, (math.ceil(used + _budget["cpu"]), hard))
         _computing = True
         prepared = Prepared(aggregate, definition.kind_spec.prepare(definition, aggregate))
         _computing = False
@@ -160,7 +161,8 @@ def prepare(job: Job) -> Outcome:
         error = f"over the memory budget of {mib:g} MiB a computation (estimate_memory_mib)"
     finally:
         _computing = False
-        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+        if math.isfinite(_budget["cpu"]):
+            resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
     return Outcome(result, error, _cpu() - used, _status("VmHWM"))
 
 
