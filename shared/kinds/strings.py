@@ -29,7 +29,7 @@ from .base import (
 )
 
 DEFAULT_K = 20
-DECODE_SECONDS = (1.0, 0.05, 0.00055)
+DECODE_SECONDS = (1.0, 0.05, 0.0007)
 """CPU seconds of one decode at worst, ``a + max_length (b + c beam)`` with ``beam`` the
 walk's width (``max(64, 4 k)``): fitted above the decodes measured by
 ``benchmarks/estimates_load.py --costs`` (docs/deployment.md, "Sizing the estimate worker")."""

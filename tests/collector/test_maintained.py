@@ -172,7 +172,7 @@ async def test_a_computation_over_the_memory_budget_fails_cleanly(database: Path
 def test_a_definition_over_the_budget_is_refused_with_its_cost(tmp_path: Path) -> None:
     big = {"kind": "strings", "max_length": 64, "k": 1000, "epsilon": 1.0}
     data = {"collector": {"database": str(tmp_path / "c.db")}, "metrics": {"s": big}}
-    with pytest.raises(ConfigError, match=r"up to 145 CPU seconds and 1,784 MiB"):
+    with pytest.raises(ConfigError, match=r"up to 183 CPU seconds and 1,784 MiB"):
         config_from_dict(data, environ={})
     data["collector"]["estimate_cpu_seconds"] = 200
     data["collector"]["estimate_memory_mib"] = 2048
@@ -184,7 +184,7 @@ async def test_a_put_over_the_budget_is_refused_with_its_cost(client: TestClient
     resp = await client.put("/v1/metrics/s", json=spec, headers=auth("admin"))
     body = await resp.json()
     assert resp.status == 400 and body["error"] == "invalid_definition"
-    assert "max_length 64 and k 1000 takes up to 145 CPU seconds" in body["detail"]
+    assert "max_length 64 and k 1000 takes up to 183 CPU seconds" in body["detail"]
     assert "estimate_cpu_seconds" in body["detail"]
     ok = {**spec, "k": 100}
     assert (await client.put("/v1/metrics/s", json=ok, headers=auth("admin"))).status == 201
