@@ -231,7 +231,7 @@ import json, sys, time
 import numpy as np
 from ldpkit.aggregate import Aggregate
 from ldpkit.metrics import MetricDefinition
-spec, path, n = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+spec, path, n = json.loads(sys.stdin.read()), sys.argv[1], int(sys.argv[2])
 d = MetricDefinition.from_dict("m", spec)
 m, rng = d.mechanism_instance, np.random.default_rng(0)
 if path:  # strings: the aggregate of honest-looking reports
@@ -287,7 +287,8 @@ def costs(args: argparse.Namespace) -> int:
     for label, spec, path, n in rows:
         sums = "" if path else str(strings_sums(spec, n, cache))
         out = subprocess.run(
-            [sys.executable, "-c", COSTS_CHILD, json.dumps(spec), sums, str(n)],
+            [sys.executable, "-c", COSTS_CHILD, sums, str(n)],
+            input=json.dumps(spec),
             capture_output=True,
             text=True,
             check=True,
