@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ConfigError as ConfigError  # its home is ldpkit.errors
-from ..errors import LdpkitError
+from ..errors import LdpkitError, ParameterError
 from ..metrics import MetricDefinition, check_definition_size
 from ..screening import DEFAULT_FALSE_ALARM
 
@@ -164,6 +164,12 @@ class CollectorConfig:
     upload_grace: float = _key(10.0, _is_seconds)
     min_upload_rate: int = _key(4096, _int_in(1, 2**40))
     max_estimate_items: int = _key(250_000, _int_in(1, 10**9))
+    estimate_interval_seconds: float = _key(30.0, _is_seconds)
+    estimate_deadline_seconds: float = _key(5.0, _is_seconds)
+    estimate_workers: int = _key(1, _int_in(1, 256))
+    estimate_cpu_seconds: float = _key(30.0, _is_positive_seconds)
+    estimate_memory_mib: int = _key(1024, _int_in(64, 2**20))
+    estimate_cache_mib: int = _key(256, _int_in(1, 2**20))
     retry_after: int = _key(1, _int_in(1, 3600))
     ingest_reports_per_second: float = _key(0.0, _is_rate)
     ingest_burst: int = _key(100_000, _int_in(1, 10**9))
@@ -285,7 +291,22 @@ def _kind_tokens(
     return tuple(_check_token(t, f"{source}: [tokens] {kind}", i) for i, t in enumerate(raw))
 
 
-def _metrics(table: object, source: str) -> dict[str, MetricDefinition]:
+def check_cost(definition: MetricDefinition, cpu_seconds: float, memory_mib: int) -> None:
+    """Raise ParameterError if preparing ``definition``'s estimate may cost more than the
+    estimate worker's budget (``estimate_cpu_seconds``, ``estimate_memory_mib``), by the
+    kind's measured worst case (docs/deployment.md, "Sizing the estimate worker")."""
+    cost = definition.kind_spec.cost(definition)
+    mib = cost.memory_bytes / 2**20
+    if cost.cpu_seconds > cpu_seconds or mib > memory_mib:
+        raise ParameterError(
+            f"metric {definition.name}: {cost.what} takes up to {cost.cpu_seconds:.0f} CPU "
+            f"seconds and {mib:,.0f} MiB (measured, docs/deployment.md), over this "
+            f"collector's budget of {cpu_seconds:g} s (estimate_cpu_seconds) and "
+            f"{memory_mib:,} MiB (estimate_memory_mib): ask less of it, or raise the budget"
+        )
+
+
+def _metrics(table: object, source: str, budget: tuple[float, int]) -> dict[str, MetricDefinition]:
     if table is None:
         return {}
     if not isinstance(table, dict):
@@ -296,6 +317,7 @@ def _metrics(table: object, source: str) -> dict[str, MetricDefinition]:
             raise ConfigError(f"{source}: [metrics.{name}] must be a table")
         try:
             out[name] = check_definition_size(MetricDefinition.from_dict(name, spec))
+            check_cost(out[name], *budget)
         except (LdpkitError, ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: [metrics.{name}] {exc}") from None
     return out
@@ -318,10 +340,14 @@ def config_from_dict(
     if not isinstance(collector, dict):
         raise ConfigError(f"{source}: [collector] must be a table")
     values = _check_collector(collector, source, base_dir)
+    budget = (
+        values.get("estimate_cpu_seconds", CollectorConfig.estimate_cpu_seconds),
+        values.get("estimate_memory_mib", CollectorConfig.estimate_memory_mib),
+    )
     return CollectorConfig(
         **values,
         tokens=_tokens(data.get("tokens"), source, environ),
-        metrics=_metrics(data.get("metrics"), source),
+        metrics=_metrics(data.get("metrics"), source, budget),
         source=source,
     )
 

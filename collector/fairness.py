@@ -11,6 +11,10 @@ aggregated *before* it reaches the store, in this lane: one worker thread, takin
 round-robin across senders (ingest token digests), each sender's jobs in order. A sender
 of costly batches waits for its own work and shares the lane fairly with other costly
 senders; cheap batches never queue behind it.
+
+The same lane, keyed by metric and run on a process pool, takes the maintained estimates'
+computations (:mod:`~ldpkit.collector.results`): one metric's decodes share the workers
+with the others'.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Hashable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -28,37 +33,58 @@ EXPENSIVE_SECONDS = 0.02
 """Batches estimated to take longer than this to aggregate go through the fair lane."""
 
 
-class FairLane:
-    """Run blocking jobs on one thread, round-robin between keys (senders)."""
+def _one_thread() -> Executor:
+    return ThreadPoolExecutor(1, thread_name_prefix="ldpkit-aggregate")
 
-    def __init__(self) -> None:
-        self._queues: dict[bytes, deque[tuple[Callable[[], Any], asyncio.Future[Any]]]] = {}
-        self._turns: deque[bytes] = deque()
+
+class FairLane:
+    """Run blocking jobs on ``workers`` of an executor's workers (default: one thread),
+    round-robin between keys (senders, metrics). A process pool that broke (a worker
+    killed) is made anew; the job that was running fails."""
+
+    def __init__(self, executor: Callable[[], Executor] = _one_thread, workers: int = 1) -> None:
+        self._queues: dict[Hashable, deque[tuple[Callable[[], Any], asyncio.Future[Any]]]] = {}
+        self._turns: deque[Hashable] = deque()
         self._wake: asyncio.Event | None = None
-        self._worker: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._make = executor
+        self._count = workers
+        self._executor: Executor | None = None
 
     def start(self) -> None:
         self._wake = asyncio.Event()
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="ldpkit-aggregate")
-        self._worker = asyncio.create_task(self._run(), name="ldpkit-fair-lane")
+        self._executor = self._make()
+        self._workers = [
+            asyncio.create_task(self._run(), name="ldpkit-fair-lane") for _ in range(self._count)
+        ]
 
-    async def stop(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
+    def queued(self, key: Hashable) -> int:
+        """Jobs of ``key`` waiting for their turn."""
+        return len(self._queues.get(key, ()))
+
+    async def stop(self, *, wait: bool = True) -> None:
+        """Stop taking jobs; ``wait``: for those running to end (else they are left to
+        the executor's shutdown)."""
+        for worker in self._workers:
+            worker.cancel()
+        for worker in self._workers:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-            self._worker = None
+                await worker
+        self._workers = []
         for queue in self._queues.values():
             for _, future in queue:
                 future.cancel()
         self._queues.clear()
         self._turns.clear()
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
+            self._executor.shutdown(wait=wait, cancel_futures=True)
             self._executor = None
 
-    async def run(self, key: bytes, job: Callable[[], T]) -> T:
+    @property
+    def executor(self) -> Executor | None:
+        return self._executor
+
+    async def run(self, key: Hashable, job: Callable[[], T]) -> T:
         """``job()`` on the lane's thread, in ``key``'s turn."""
         if self._wake is None:
             raise RuntimeError("the fair lane is not started")
@@ -88,7 +114,13 @@ class FairLane:
             if future.done():  # the request went away
                 continue
             with contextlib.suppress(asyncio.InvalidStateError):  # it went away meanwhile
+                executor = self._executor
                 try:
-                    future.set_result(await loop.run_in_executor(self._executor, job))
+                    future.set_result(await loop.run_in_executor(executor, job))
+                except BrokenProcessPool as exc:
+                    if self._executor is executor:  # not made anew by another worker yet
+                        executor.shutdown(wait=False, cancel_futures=True)
+                        self._executor = self._make()
+                    future.set_exception(exc)
                 except Exception as exc:
                     future.set_exception(exc)

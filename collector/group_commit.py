@@ -57,6 +57,7 @@ from .store import (
     ID_DTYPE,
     Catalog,
     CheckedReports,
+    Data,
     Deltas,
     HeldBlock,
     HeldRecord,
@@ -66,6 +67,7 @@ from .store import (
     PutOutcome,
     Store,
     StoreClosed,
+    StoredEstimate,
     StoreError,
     aggregate_blocks,
     block_bitmap,
@@ -83,8 +85,9 @@ log = logging.getLogger("ldpkit.collector.store")
 T = TypeVar("T")
 Conn = Any  # sqlite3.Connection or psycopg.Connection: execute(sql, params) -> cursor
 PartialRow = tuple[str, int, int, bytes]  # fingerprint, bucket, n, packed sums
-Folded = dict[tuple[str, int], tuple[int, npt.NDArray[np.float64]]]
-"""Partial rows summed by (fingerprint, bucket): n and sums (a sum may be negative)."""
+Folded = dict[tuple[str, int], tuple[int, npt.NDArray[np.float64], int]]
+"""Partial rows summed by (fingerprint, bucket): n, sums (a sum may be negative) and how
+many rows were folded (the aggregate's ``parts``)."""
 HeldRow = tuple[int, str, int, int, bytes, str, str, str]
 """day, fingerprint, bucket, n, packed sums, test, reason, origin."""
 INSERT_HELD = (
@@ -93,6 +96,44 @@ INSERT_HELD = (
 )
 MIN_BUCKET, MAX_BUCKET = -(2**62), 2**62
 PRUNED_KEY = "report_ids_pruned_before"
+BUCKET_COUNTS = (
+    "SELECT bucket, SUM(n), SUM(parts) FROM (SELECT bucket, n, parts FROM aggregates "
+    "WHERE fingerprint = ? UNION ALL SELECT bucket, n, 1 FROM partials WHERE fingerprint = ?) "
+    "AS t GROUP BY bucket ORDER BY bucket"
+)
+ESTIMATE_STATE = "lo, hi, n, parts, buckets, computed_at, seconds, error, claim_until"
+# A claim is taken unless a live one holds or the estimate of this data is stored; a new
+# row (n = -1) is a claim with no result yet. Either way one statement: concurrent claims
+# of several processes serialize on the row, and one wins.
+CLAIM_ESTIMATE = """
+INSERT INTO estimates (fingerprint, lo, hi, n, parts, buckets, computed_at, seconds,
+                       claim_owner, claim_until)
+VALUES (?, ?, ?, -1, -1, 0, 0, 0, ?, ?)
+ON CONFLICT (fingerprint, lo, hi) DO UPDATE
+SET claim_owner = excluded.claim_owner, claim_until = excluded.claim_until
+WHERE (estimates.claim_until IS NULL OR estimates.claim_until < ?)
+  AND NOT (estimates.n = ? AND estimates.parts = ? AND estimates.buckets = ?)
+RETURNING claim_owner
+"""
+SAVE_ESTIMATE = """
+INSERT INTO estimates (fingerprint, lo, hi, n, parts, buckets, computed_at, seconds, result,
+                       error, claim_owner, claim_until)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)
+ON CONFLICT (fingerprint, lo, hi) DO UPDATE
+SET n = excluded.n, parts = excluded.parts, buckets = excluded.buckets,
+    computed_at = excluded.computed_at, seconds = excluded.seconds, result = excluded.result,
+    error = excluded.error,
+    claim_until = CASE WHEN estimates.claim_owner = ? THEN NULL ELSE estimates.claim_until END,
+    claim_owner = CASE WHEN estimates.claim_owner = ? THEN NULL ELSE estimates.claim_owner END
+WHERE estimates.parts <= excluded.parts
+"""
+MAX_RANGES = 64
+"""Estimates of ranges (neither a bucket nor every bucket) kept per version: the oldest go."""
+PRUNE_ESTIMATES = f"""
+DELETE FROM estimates WHERE fingerprint = ? AND hi - lo > 1 AND hi < {MAX_BUCKET}
+AND computed_at < (SELECT computed_at FROM estimates WHERE fingerprint = ? AND hi - lo > 1
+                   AND hi < {MAX_BUCKET} ORDER BY computed_at DESC LIMIT 1 OFFSET {MAX_RANGES})
+"""
 
 
 @dataclass(eq=False)
@@ -646,7 +687,9 @@ class GroupCommitStore(Store):
                 key = (fp, bucket)
                 old = folded.get(key)
                 sums = unpack_sums(bytes(blob), None if old is None else old[1].size)
-                folded[key] = (n, sums) if old is None else (old[0] + n, old[1] + sums)
+                folded[key] = (
+                    (n, sums, 1) if old is None else (old[0] + n, old[1] + sums, old[2] + 1)
+                )
             if folded:
                 self._add_to_aggregates(conn, folded)
             return len(rows)
@@ -825,15 +868,15 @@ class GroupCommitStore(Store):
             # One statement, one snapshot: a compaction commits wholly before or after it.
             cur = self._x(
                 conn,
-                f"SELECT bucket, n, {self.sums_column}, 0 AS kind, 0 AS seq FROM aggregates "
-                "WHERE fingerprint = ? AND bucket >= ? AND bucket < ? "
-                "UNION ALL SELECT bucket, n, sums, 1, seq FROM partials "
+                f"SELECT bucket, n, {self.sums_column}, 0 AS kind, 0 AS seq, parts "
+                "FROM aggregates WHERE fingerprint = ? AND bucket >= ? AND bucket < ? "
+                "UNION ALL SELECT bucket, n, sums, 1, seq, 1 FROM partials "
                 "WHERE fingerprint = ? AND bucket >= ? AND bucket < ? ORDER BY 4, 5",
                 (fingerprint, lo, hi, fingerprint, lo, hi),
             )
 
             def rows() -> Any:
-                for bucket, n, value, kind, _ in cur:  # a streaming sum
+                for bucket, n, value, kind, _, parts in cur:  # a streaming sum
                     if kind == 0:
                         sums = self._parse_compacted(value)
                         if sums.size != stats_size:
@@ -843,11 +886,52 @@ class GroupCommitStore(Store):
                             )
                     else:
                         sums = unpack_sums(bytes(value), stats_size)
-                    yield int(bucket), int(n), sums
+                    yield int(bucket), int(n), int(parts), sums
 
             return fold_rows(rows())
 
         return await self._read(read)
+
+    async def bucket_counts(self, fingerprint: str) -> list[tuple[int, int, int]]:
+        def read(conn: Conn) -> list[tuple[int, int, int]]:
+            rows = self._x(conn, BUCKET_COUNTS, (fingerprint, fingerprint)).fetchall()
+            return [(int(b), int(n), int(parts)) for b, n, parts in rows]
+
+        return await self._read(read)
+
+    async def estimate_states(self, fingerprint: str) -> list[StoredEstimate]:
+        sql = f"SELECT {ESTIMATE_STATE} FROM estimates WHERE fingerprint = ?"
+        rows = await self._read(lambda conn: self._x(conn, sql, (fingerprint,)).fetchall())
+        return [_stored_estimate(row) for row in rows]
+
+    async def estimate_result(self, fingerprint: str, lo: int, hi: int) -> StoredEstimate | None:
+        sql = (
+            f"SELECT {ESTIMATE_STATE}, result FROM estimates "
+            "WHERE fingerprint = ? AND lo = ? AND hi = ?"
+        )
+        row = await self._read(lambda conn: self._x(conn, sql, (fingerprint, lo, hi)).fetchone())
+        return None if row is None else _stored_estimate(row)
+
+    async def claim_estimate(
+        self, fingerprint: str, lo: int, hi: int, data: Data, owner: str, until: float
+    ) -> bool:
+        now = time.time()
+        params = (fingerprint, lo, hi, owner, until, now, data.n, data.parts, data.buckets)
+        claimed = await self._submit(lambda conn: self._x(conn, CLAIM_ESTIMATE, params).fetchall())
+        return bool(claimed)
+
+    async def save_estimate(self, fingerprint: str, estimate: StoredEstimate, owner: str) -> None:
+        e, data = estimate, estimate.data
+        assert data is not None
+        params = (fingerprint, e.lo, e.hi, data.n, data.parts, data.buckets, e.computed_at)
+        params_ = (*params, e.seconds, e.result, e.error, owner, owner)
+
+        def save(conn: Conn) -> None:
+            self._x(conn, SAVE_ESTIMATE, params_)
+            if e.hi - e.lo > 1 and e.hi < MAX_BUCKET:
+                self._x(conn, PRUNE_ESTIMATES, (fingerprint, fingerprint))
+
+        await self._submit(save)
 
     async def report_count(self) -> int:
         def read(conn: Conn) -> int:
@@ -867,3 +951,14 @@ class GroupCommitStore(Store):
         row = self._x(conn, "SELECT value FROM store_state WHERE key = ?", (PRUNED_KEY,))
         found = row.fetchone()
         return None if found is None else int(found[0])
+
+
+def _stored_estimate(row: Sequence[Any]) -> StoredEstimate:
+    """A :class:`StoredEstimate` from a row of ``ESTIMATE_STATE`` (and the result)."""
+    lo, hi, n, parts, buckets, computed_at, seconds, error, until = row[:9]
+    data = Data(int(n), int(parts), int(buckets)) if int(n) >= 0 else None
+    until_ = None if until is None else float(until)
+    result = bytes(row[9]) if len(row) > 9 and row[9] is not None else None
+    return StoredEstimate(
+        int(lo), int(hi), data, float(computed_at), float(seconds), error, until_, result
+    )

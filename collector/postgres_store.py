@@ -176,6 +176,30 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        5,
+        "maintained estimates, and the partial rows folded into each aggregate",
+        (
+            # The data's mark of a bucket: every change adds a partial row (BucketAggregate).
+            "ALTER TABLE aggregates ADD COLUMN parts bigint NOT NULL DEFAULT 0",
+            """CREATE TABLE estimates (           -- maintained estimates (collector/results.py)
+                fingerprint text NOT NULL,
+                lo          bigint NOT NULL,     -- over the buckets that start in [lo, hi)
+                hi          bigint NOT NULL,
+                n           bigint NOT NULL,     -- the data it was computed from (-1: not yet)
+                parts       bigint NOT NULL,
+                buckets     bigint NOT NULL,
+                computed_at float8 NOT NULL,     -- unix seconds
+                seconds     float8 NOT NULL,     -- CPU seconds the computation took
+                result      bytea,               -- the pickled result (made by ldpkit)
+                error       text,                -- why the computation failed, or NULL
+                claim_owner text,                -- the process computing it, until claim_until
+                claim_until float8,
+                PRIMARY KEY (fingerprint, lo, hi)
+            )""",
+            "ALTER TABLE estimates ALTER COLUMN result SET STORAGE EXTERNAL",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -197,9 +221,10 @@ DELETE FROM partials WHERE seq IN (SELECT seq FROM partials ORDER BY seq LIMIT %
 RETURNING seq, fingerprint, bucket, n, sums
 """
 UPSERT_AGGREGATE = """
-INSERT INTO aggregates AS a (fingerprint, bucket, n, sums) VALUES (%s, %s, %s, %b)
+INSERT INTO aggregates AS a (fingerprint, bucket, n, sums, parts) VALUES (%s, %s, %s, %b, %s)
 ON CONFLICT (fingerprint, bucket)
-DO UPDATE SET n = a.n + excluded.n, sums = ldpkit_add_sums(a.sums, excluded.sums)
+DO UPDATE SET n = a.n + excluded.n, sums = ldpkit_add_sums(a.sums, excluded.sums),
+    parts = a.parts + excluded.parts
 """
 
 
@@ -512,8 +537,8 @@ class PostgresStore(GroupCommitStore):
 
     def _add_to_aggregates(self, conn: psycopg.Connection[Any], folded: Folded) -> None:
         rows = [
-            (fp, bucket, folded[fp, bucket][0], _Float8Array.of(folded[fp, bucket][1]))
-            for fp, bucket in sorted(folded)
+            (fp, bucket, n, _Float8Array.of(sums), parts)
+            for (fp, bucket), (n, sums, parts) in sorted(folded.items())
         ]
         with conn.cursor() as cur:
             cur.executemany(UPSERT_AGGREGATE, rows)

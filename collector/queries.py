@@ -34,6 +34,7 @@ COMMON_PARAMS = (
     "per_bucket",
     "forgery_fraction",
     "robust",
+    "wait",
 )
 KIND_PARAMS = query_params()
 PARAMS = (*COMMON_PARAMS, *KIND_PARAMS)
@@ -41,6 +42,8 @@ PARAMS = (*COMMON_PARAMS, *KIND_PARAMS)
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 _NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
+MAX_WAIT = 120.0
+"""Longest ``wait`` a query may ask (seconds) for an estimate computed from its data."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,19 @@ class EstimateQuery(Question):
     """The kind's own parameters as given (checked against the metric's kind later)."""
     asked_fraction: Fraction | None = None
     """The query's ``forgery_fraction``; None: the metric's own."""
+    wait: float = 0.0
+    """Seconds to wait for a maintained estimate computed from the data as it is now."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of an answer (the total, or a bucket's): its aggregate, the kind's prepared
+    estimate of it (None: computed for this answer) and, for a maintained estimate, how
+    fresh it is (``as_of``)."""
+
+    aggregate: Aggregate
+    estimate: Any = None
+    as_of: Mapping[str, Any] | None = None
 
 
 def parse_time(value: str, param: str) -> int:
@@ -113,6 +129,7 @@ def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
         robust=_parse_bool(query.get("robust", "false"), "robust"),
         raw_options={k: query[k] for k in KIND_PARAMS if k in query},
         asked_fraction=_fraction(query.get("forgery_fraction")),
+        wait=_wait(query["wait"]) if "wait" in query else 0.0,
     )
 
 
@@ -145,6 +162,16 @@ def _fraction(text: str | None) -> Fraction | None:
         ) from None
 
 
+def _wait(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_WAIT:  # NaN too
+        raise QueryError("wait", f"expected seconds in 0..{MAX_WAIT:g}, got {text[:40]!r}")
+    return seconds
+
+
 def _version(version: str | None) -> str | None:
     if version is not None and not FINGERPRINT_PATTERN.fullmatch(version):
         raise QueryError("version", f"expected 16 lowercase hex digits, got {version[:40]!r}")
@@ -170,27 +197,41 @@ def to_json(obj: Any) -> str:
     return json.dumps(obj, allow_nan=False)
 
 
+def summed(buckets: Sequence[BucketAggregate], mechanism: Any) -> Aggregate:
+    """The aggregate of ``buckets`` (the mechanism's empty one if there are none)."""
+    if not buckets:
+        empty: Aggregate = mechanism.empty_aggregate()
+        return empty
+    return Aggregate(
+        sum(b.aggregate.n for b in buckets), np.sum([b.aggregate.sums for b in buckets], axis=0)
+    )
+
+
 def estimate_answer(
     definition: MetricDefinition,
     fingerprint: str,
-    buckets: Sequence[BucketAggregate],
+    total: Part,
+    buckets: Sequence[tuple[int, Part]],
     q: EstimateQuery,
 ) -> dict[str, Any]:
     """The answer to an estimates query on version ``fingerprint``, ready for
-    :func:`to_json` (``items`` are :class:`RawJSON`)."""
-    mechanism = definition.mechanism_instance
-    total = mechanism.empty_aggregate()
-    if buckets:
-        total = Aggregate(
-            sum(b.aggregate.n for b in buckets), np.sum([b.aggregate.sums for b in buckets], axis=0)
-        )
+    :func:`to_json` (``items`` are :class:`RawJSON`): of ``total`` and, with ``per_bucket``,
+    of each of ``buckets``."""
     spec = definition.kind_spec
-    fields = spec.answer(definition, total, q)
+
+    def part(p: Part) -> dict[str, Any]:
+        if p.estimate is None:
+            found = spec.answer(definition, p.aggregate, q)
+        else:
+            found = spec.answer_with(definition, p.aggregate, p.estimate, q)
+        return found if p.as_of is None else {**found, "as_of": p.as_of}
+
+    fields = part(total)
     answer: dict[str, Any] = {
         "metric": definition.name,
         "kind": definition.kind.value,
         "version": fingerprint,
-        "mechanism": mechanism.name,
+        "mechanism": definition.mechanism_instance.name,
         "epsilon": definition.epsilon,
         "n": fields.pop("n"),
         "level": q.level,
@@ -201,10 +242,19 @@ def estimate_answer(
         **fields,
     }
     if q.per_bucket:
-        answer["buckets"] = [
-            {"bucket": b.bucket, **spec.answer(definition, b.aggregate, q)} for b in buckets
-        ]
+        answer["buckets"] = [{"bucket": b, **part(p)} for b, p in buckets]
     return answer
+
+
+def answer_body(
+    definition: MetricDefinition,
+    fingerprint: str,
+    total: Part,
+    buckets: Sequence[tuple[int, Part]],
+    q: EstimateQuery,
+) -> bytes:
+    """The JSON bytes of :func:`estimate_answer`."""
+    return to_json(estimate_answer(definition, fingerprint, total, buckets, q)).encode()
 
 
 def estimate_body(
@@ -212,6 +262,9 @@ def estimate_body(
     fingerprint: str,
     buckets: Sequence[BucketAggregate],
     q: EstimateQuery,
+    as_of: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """The JSON bytes answering an estimates query."""
-    return to_json(estimate_answer(definition, fingerprint, buckets, q)).encode()
+    """The JSON bytes answering an estimates query from the aggregates (computed here)."""
+    total = Part(summed(buckets, definition.mechanism_instance), None, as_of)
+    parts = [(b.bucket, Part(b.aggregate)) for b in buckets]
+    return answer_body(definition, fingerprint, total, parts, q)

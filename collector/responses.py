@@ -20,6 +20,7 @@ from ..errors import (
     UnknownMetric,
     UnsupportedVersion,
 )
+from .results import EstimateComputing, EstimateFailed
 
 JSON = "application/json"
 
@@ -86,6 +87,11 @@ def domain_error(exc: BaseException, retry_after: int) -> ApiError | None:
         return ApiError(400, error, str(exc))
     if isinstance(exc, RateLimited):
         return ApiError(429, exc.error, str(exc), headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, EstimateComputing):
+        headers = {"Retry-After": str(exc.retry_after)}
+        return ApiError(202, "computing", str(exc), headers=headers, retry_after=exc.retry_after)
+    if isinstance(exc, EstimateFailed):
+        return ApiError(503, "estimate_failed", str(exc))
     if isinstance(exc, OverDeviceCap):
         return ApiError(
             400,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from ..metrics import MetricDefinition, check_definition_size
 from ..wire import CONTENT_TYPE as BATCH_CONTENT_TYPE
 from ..wire import LEGACY_CONTENT_TYPE
 from .auth import Scope, requires, token_id, token_role
+from .config import CollectorConfig, check_cost
 from .keys import COLLECTOR, CONFIG, GRANTED, TELEMETRY
 from .queries import parse_query
 from .responses import JSON, ApiError, etag_matches, json_response
@@ -120,9 +122,10 @@ async def put_metric(request: web.Request) -> web.Response:
         raise
     if not isinstance(data, dict):
         raise ApiError(400, "bad_request", "body must be a JSON object (a metric definition)")
-    try:
-        definition = MetricDefinition.from_dict(name, data)
-        check_definition_size(definition)
+    try:  # a 65,536-cell design takes seconds to build: not on the event loop
+        definition = await asyncio.get_running_loop().run_in_executor(
+            None, _definition, name, data, collector.config
+        )
     except (LdpkitError, ValueError, TypeError, ImportError) as exc:
         raise ApiError(400, "invalid_definition", str(exc)) from None
     outcome, previous = await collector.put_metric(definition)  # StoreError: 503 (middleware)
@@ -135,6 +138,13 @@ async def put_metric(request: web.Request) -> web.Response:
         },
         status=201 if created else 200,
     )
+
+
+def _definition(name: str, data: dict[str, Any], config: CollectorConfig) -> MetricDefinition:
+    """A PUT's definition, checked: its size, and its estimate's cost against the budget."""
+    definition = check_definition_size(MetricDefinition.from_dict(name, data))
+    check_cost(definition, config.estimate_cpu_seconds, config.estimate_memory_mib)
+    return definition
 
 
 @requires(Scope.ADMIN)

@@ -57,8 +57,9 @@ from .ingest import (
     refused_again,
     rejections_json,
 )
-from .queries import EstimateQuery, estimate_body, with_options
+from .queries import EstimateQuery, answer_body, estimate_body, with_options
 from .responses import dumps, etag_of
+from .results import Estimates
 from .store import (
     Catalog,
     CheckedReports,
@@ -93,6 +94,21 @@ def _serialized(data: object) -> Serialized:
     return Serialized(body, etag_of(body))
 
 
+CatalogBodies = tuple[Serialized, dict[str, Serialized]]
+
+
+def catalog_bodies(catalog: Catalog) -> CatalogBodies:
+    """The bodies of ``GET /v1/metrics`` and of each ``GET /v1/metrics/{name}``."""
+    current = sorted(catalog.current.values(), key=lambda d: d.name)
+    listed = [d.to_dict() for d in current if d.name not in catalog.retired]
+    return _serialized({"metrics": listed}), {
+        d.name: _serialized(
+            dict(d.to_dict(), retired=True) if d.name in catalog.retired else d.to_dict()
+        )
+        for d in current
+    }
+
+
 class Collector:
     def __init__(self, config: CollectorConfig, store: Store, telemetry: Telemetry) -> None:
         self.config = config
@@ -119,6 +135,7 @@ class Collector:
             config.screen_senders,
             config.screen_memory_mib * 2**20,
         )
+        self.estimates = Estimates(config, store, telemetry, self._every_version)
 
     async def start(self) -> None:
         store = self.store
@@ -134,6 +151,7 @@ class Collector:
             await store.close()
             raise
         self.lane.start()
+        await self.estimates.start()
         self.ready = True
         self._tasks = [
             asyncio.create_task(self._refresh_loop(), name="ldpkit-catalog-refresh"),
@@ -190,8 +208,12 @@ class Collector:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = []
+        await self.estimates.stop()
         await self.lane.stop()
         await self.store.close()
+
+    def _every_version(self) -> list[MetricDefinition]:
+        return [d for versions in self.catalog.versions.values() for d in versions.values()]
 
     def _catalog_changed(self) -> None:
         """The store saw another process change the catalog: reload it soon (once)."""
@@ -236,17 +258,9 @@ class Collector:
             if folded < COMPACT_ROWS:
                 await asyncio.sleep(self.config.compact_seconds)
 
-    def _set_catalog(self, catalog: Catalog) -> None:
+    def _set_catalog(self, catalog: Catalog, bodies: CatalogBodies) -> None:
         self.catalog = catalog
-        current = sorted(catalog.current.values(), key=lambda d: d.name)
-        listed = [d.to_dict() for d in current if d.name not in catalog.retired]
-        self.metrics_body = _serialized({"metrics": listed})
-        self._metric_bodies = {
-            d.name: _serialized(
-                dict(d.to_dict(), retired=True) if d.name in catalog.retired else d.to_dict()
-            )
-            for d in current
-        }
+        self.metrics_body, self._metric_bodies = bodies
         self._fp_names = {
             fp: name for name, versions in catalog.versions.items() for fp in versions
         }
@@ -255,7 +269,10 @@ class Collector:
     async def refresh_catalog(self) -> None:
         async with self._refresh_lock:
             self.telemetry.catalog_reloads.inc()
-            self._set_catalog(await self.store.load_catalog())
+            catalog = await self.store.load_catalog()
+            # Serializing a 65,536-leaf definition takes a while: not on the event loop.
+            loop = asyncio.get_running_loop()
+            self._set_catalog(catalog, await loop.run_in_executor(None, catalog_bodies, catalog))
             self._last_refresh = time.monotonic()
 
     async def _maybe_refresh(self) -> bool:
@@ -573,12 +590,28 @@ class Collector:
                 f"metric {name!r} has no version {fp!r}", error="unknown_version", param="version"
             )
         query = with_options(definition, query)  # a QueryError answers 400 (middleware)
+        if definition.kind_spec.maintained:
+            return await self._maintained(definition, query)
         buckets = await self.store.aggregates(  # a StoreError answers 503 (middleware)
             fp, definition.mechanism_instance.stats_size, query.start, query.end
         )
         self._check_answer_size(definition, len(buckets), query)
         # A kind's parameter the estimate refuses (edges outside the bounds, an unknown
         # subtree) raises QueryError: 400 too.
+        n = sum(b.aggregate.n for b in buckets)
+        fresh = {"n": n, "buckets": len(buckets), "computed_at": round(time.time(), 3)}
+        fresh.update(age_seconds=0.0, reports_since=0, fresh=True)
         return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: estimate_body(definition, fp, buckets, query)
+            None, lambda: estimate_body(definition, fp, buckets, query, fresh)
+        )
+
+    async def _maintained(self, definition: MetricDefinition, query: EstimateQuery) -> bytes:
+        """The answer from the maintained estimates (:mod:`~ldpkit.collector.results`)."""
+        every = await self.store.bucket_counts(definition.fingerprint)
+        lo, hi = query.start, query.end
+        rows = [r for r in every if (lo is None or r[0] >= lo) and (hi is None or r[0] < hi)]
+        self._check_answer_size(definition, len(rows), query)
+        total, parts = await self.estimates.parts(definition, rows, len(every), query)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: answer_body(definition, definition.fingerprint, total, parts, query)
         )

@@ -39,7 +39,7 @@ log = logging.getLogger("ldpkit.collector.store")
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS metric_versions (
     fingerprint TEXT PRIMARY KEY,     -- 16 hex digits of the definition's parameters
@@ -91,7 +91,23 @@ CREATE TABLE IF NOT EXISTS aggregates (
     bucket      INTEGER NOT NULL,     -- bucket start, unix seconds UTC
     n           INTEGER NOT NULL,     -- reports
     sums        BLOB NOT NULL,        -- the mechanism's sums vector, little-endian float64
+    parts       INTEGER NOT NULL DEFAULT 0,  -- partial rows folded in (store.BucketAggregate)
     PRIMARY KEY (fingerprint, bucket)
+);
+CREATE TABLE IF NOT EXISTS estimates (  -- maintained estimates (collector/results.py)
+    fingerprint TEXT NOT NULL,
+    lo          INTEGER NOT NULL,     -- over the buckets that start in [lo, hi)
+    hi          INTEGER NOT NULL,
+    n           INTEGER NOT NULL,     -- the data it was computed from (-1: not yet)
+    parts       INTEGER NOT NULL,
+    buckets     INTEGER NOT NULL,
+    computed_at REAL NOT NULL,        -- unix seconds
+    seconds     REAL NOT NULL,        -- CPU seconds the computation took
+    result      BLOB,                 -- the pickled result (made by ldpkit), or NULL
+    error       TEXT,                 -- why the computation failed (over budget), or NULL
+    claim_owner TEXT,                 -- the process computing it now, until claim_until
+    claim_until REAL,
+    PRIMARY KEY (fingerprint, lo, hi)
 );
 """
 
@@ -113,8 +129,10 @@ MIGRATE_2_TO_3 = (
     "ALTER TABLE metrics ADD COLUMN origin TEXT NOT NULL DEFAULT 'api';"
     "ALTER TABLE metrics ADD COLUMN retired_at INTEGER;"
 )
-# Version 4 adds sealed batches and partial aggregates, version 5 held records: created by
-# SCHEMA (IF NOT EXISTS).
+# Version 4 adds sealed batches and partial aggregates, version 5 held records, version 6
+# maintained estimates: created by SCHEMA (IF NOT EXISTS). Version 6 also counts the
+# partial rows folded into each aggregate (its data's mark: store.BucketAggregate.parts).
+MIGRATE_5_TO_6 = "ALTER TABLE aggregates ADD COLUMN parts INTEGER NOT NULL DEFAULT 0;"
 PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer job
 
 
@@ -181,6 +199,9 @@ class SQLiteStore(GroupCommitStore):
         columns = {row[1] for row in conn.execute("PRAGMA table_info(metrics)")}
         if version in (1, 2) and columns and "origin" not in columns:
             migrate += MIGRATE_2_TO_3
+        folded = {row[1] for row in conn.execute("PRAGMA table_info(aggregates)")}
+        if folded and "parts" not in folded:
+            migrate += MIGRATE_5_TO_6
         try:
             conn.executescript(
                 "BEGIN IMMEDIATE;"
@@ -308,9 +329,10 @@ class SQLiteStore(GroupCommitStore):
         return [(fp, int(bucket), int(n), bytes(blob)) for _, fp, bucket, n, blob in rows]
 
     def _add_to_aggregates(self, conn: sqlite3.Connection, folded: Folded) -> None:
-        for (fp, bucket), (n, sums) in sorted(folded.items()):
+        for (fp, bucket), (n, sums, parts) in sorted(folded.items()):
             row = conn.execute(
-                "SELECT n, sums FROM aggregates WHERE fingerprint = ? AND bucket = ?", (fp, bucket)
+                "SELECT n, sums, parts FROM aggregates WHERE fingerprint = ? AND bucket = ?",
+                (fp, bucket),
             ).fetchone()
             if row is not None:
                 old = self._parse_compacted(row[1])
@@ -319,11 +341,11 @@ class SQLiteStore(GroupCommitStore):
                         f"aggregate of version {fp} bucket {bucket} holds {old.size} sums, "
                         f"its partial rows {sums.size}"
                     )
-                sums, n = old + sums, n + int(row[0])
+                sums, n, parts = old + sums, n + int(row[0]), parts + int(row[2])
             conn.execute(
-                "INSERT OR REPLACE INTO aggregates (fingerprint, bucket, n, sums) "
-                "VALUES (?, ?, ?, ?)",
-                (fp, bucket, n, sums.astype(SUMS_DTYPE).tobytes()),
+                "INSERT OR REPLACE INTO aggregates (fingerprint, bucket, n, sums, parts) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (fp, bucket, n, sums.astype(SUMS_DTYPE).tobytes(), parts),
             )
 
     def _parse_compacted(self, value: Any) -> npt.NDArray[np.float64]:

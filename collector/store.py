@@ -34,6 +34,7 @@ string.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -96,6 +97,45 @@ class Catalog:
 class BucketAggregate:
     bucket: int
     aggregate: Aggregate
+    parts: int = 0
+    """Partial rows ever added to the bucket (those compaction folded included): one more
+    with every change of its data (a batch, a move to held, a release), so ``(n, parts)``
+    names the data an estimate was computed from."""
+
+
+@dataclass(frozen=True)
+class Data:
+    """What an estimate was computed from: reports, partial rows ever added (see
+    :class:`BucketAggregate`) and buckets, summed over its buckets. Any change of the data
+    raises ``parts``; a result computed from more ``parts`` is newer."""
+
+    n: int
+    parts: int
+    buckets: int
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[int, int, int]]) -> Data:
+        """The data of (bucket, n, parts) rows."""
+        found = list(rows)
+        return cls(sum(r[1] for r in found), sum(r[2] for r in found), len(found))
+
+
+@dataclass(frozen=True)
+class StoredEstimate:
+    """A maintained estimate as the store keeps it (issue 27): over the buckets whose start
+    lies in ``[lo, hi)``, computed from ``data`` at ``computed_at`` (unix seconds) in
+    ``seconds`` of CPU; ``result`` the pickled result (None when not read, or when the
+    computation failed: ``error`` says why); ``claimed_until``: a process is computing it
+    until then (unix seconds), or None."""
+
+    lo: int
+    hi: int
+    data: Data | None  # None: never computed (claimed only)
+    computed_at: float
+    seconds: float
+    error: str | None
+    claimed_until: float | None
+    result: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -275,17 +315,22 @@ def _unpack_dense(tag: int, body: memoryview, size: int | None) -> npt.NDArray[n
     return dense
 
 
-def fold_rows(rows: Iterable[tuple[int, int, npt.NDArray[np.float64]]]) -> list[BucketAggregate]:
-    """Sum (bucket, n, sums) rows per bucket, in the order given; by bucket."""
-    found: dict[int, tuple[int, npt.NDArray[np.float64]]] = {}
-    for bucket, n, sums in rows:
+def fold_rows(
+    rows: Iterable[tuple[int, int, int, npt.NDArray[np.float64]]],
+) -> list[BucketAggregate]:
+    """Sum (bucket, n, parts, sums) rows per bucket, in the order given; by bucket."""
+    found: dict[int, tuple[int, int, npt.NDArray[np.float64]]] = {}
+    for bucket, n, parts, sums in rows:
         if bucket in found:
-            old_n, old = found[bucket]
+            old_n, old_parts, old = found[bucket]
             old += sums
-            found[bucket] = (old_n + n, old)
+            found[bucket] = (old_n + n, old_parts + parts, old)
         else:
-            found[bucket] = (n, np.array(sums, dtype=SUMS_DTYPE))
-    return [BucketAggregate(b, Aggregate(n, sums)) for b, (n, sums) in sorted(found.items())]
+            found[bucket] = (n, parts, np.array(sums, dtype=SUMS_DTYPE))
+    return [
+        BucketAggregate(b, Aggregate(n, sums), parts)
+        for b, (n, parts, sums) in sorted(found.items())
+    ]
 
 
 def put_outcome(
@@ -308,8 +353,11 @@ def definition_json(definition: MetricDefinition) -> str:
     return json.dumps(definition.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=1024)
 def definition_from_json(fingerprint: str, name: str, text: str) -> MetricDefinition | None:
-    """Rebuild a stored definition; None (with a warning) if this code cannot."""
+    """Rebuild a stored definition; None (with a warning) if this code cannot. Kept (a
+    definition is immutable): a catalog reload rebuilds only the versions it has not seen,
+    not every large design again."""
     try:
         definition = MetricDefinition.from_served(name, json.loads(text), fingerprint)
     except (LdpkitError, ValueError, TypeError, ImportError) as exc:
@@ -506,6 +554,33 @@ class Store(ABC):
         self, fingerprint: str, stats_size: int, start: int | None, end: int | None
     ) -> list[BucketAggregate]:
         """Per-bucket aggregates of a version, for buckets in ``[start, end)``, by bucket."""
+
+    @abstractmethod
+    async def bucket_counts(self, fingerprint: str) -> list[tuple[int, int, int]]:
+        """(bucket, n, parts) of every bucket of a version, by bucket: what its data is
+        (:class:`Data`), without reading the sums."""
+
+    @abstractmethod
+    async def estimate_states(self, fingerprint: str) -> list[StoredEstimate]:
+        """The maintained estimates of a version, without their results."""
+
+    @abstractmethod
+    async def estimate_result(self, fingerprint: str, lo: int, hi: int) -> StoredEstimate | None:
+        """The maintained estimate of buckets ``[lo, hi)`` of a version, its result read."""
+
+    @abstractmethod
+    async def claim_estimate(
+        self, fingerprint: str, lo: int, hi: int, data: Data, owner: str, until: float
+    ) -> bool:
+        """Claim the computation of the estimate of buckets ``[lo, hi)`` from ``data`` for
+        ``owner`` until ``until`` (unix seconds): False if it is computed from ``data``
+        already, or another claim holds (one computation per data, however many processes
+        share the store)."""
+
+    @abstractmethod
+    async def save_estimate(self, fingerprint: str, estimate: StoredEstimate, owner: str) -> None:
+        """Store a computed estimate (its result, or its error) and release ``owner``'s
+        claim; a result from older data than the one stored is not kept."""
 
     @abstractmethod
     async def report_count(self) -> int:

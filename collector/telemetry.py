@@ -65,6 +65,29 @@ class Telemetry:
             ["route", "method", "status"],
         )
         self.estimate_seconds = latency("estimate_seconds", "Time to answer an estimates query")
+        self.estimates_computed = counter(
+            "estimates_computed",
+            "Maintained estimates computed by this process, by metric kind and outcome (ok, "
+            "or failed: over_budget, error); one per version, bucket set and data across "
+            "the replicas of a store",
+            ["kind", "outcome"],
+        )
+        self.estimate_compute_seconds = histogram(
+            "estimate_compute_seconds",
+            "CPU seconds of one maintained estimate's computation, by metric kind",
+            ["kind"],
+            buckets=(0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0),
+        )
+        self.estimate_queue = gauge(
+            "estimate_queue",
+            "Maintained estimates waiting for the worker or computing, by metric kind",
+            ["kind"],
+        )
+        self.estimate_memory = gauge(
+            "estimate_peak_memory_bytes",
+            "Peak resident memory of the estimate worker during its last computation, by kind",
+            ["kind"],
+        )
         self.catalog_reloads = counter(
             "catalog_reloads", "Reloads of the whole metric catalog from the store"
         )

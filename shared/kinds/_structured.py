@@ -10,11 +10,26 @@ from .._json import finite_or_none
 from .._validation import shown
 from ..errors import ParameterError, ReportError
 from ..mechanisms import Mechanism
-from .base import Built, Definition, KindPlan, KindSpec, PlanTarget, fail
+from .base import Built, Cost, Definition, KindPlan, KindSpec, PlanTarget, fail
+
+PREPARE_65536 = (2.0, 560.0)
+"""CPU seconds and peak MiB of preparing the estimate of 65,536 cells at worst (a 1024 x 64
+table; hierarchies cost less), measured by ``benchmarks/estimates_load.py --costs``."""
 
 
 class Structured(KindSpec):
     item_intervals: ClassVar[bool] = False
+    maintained: ClassVar[bool] = True  # a consistent solution over up to 65,536 cells
+
+    def cost(self, definition: Definition) -> Cost:
+        cells = definition.mechanism_instance.stats_size
+        seconds, mib = PREPARE_65536
+        share = cells / 65536
+        return Cost(
+            0.1 + seconds * share,
+            (40.0 + mib * share) * 2**20,
+            f"preparing the estimate of a {self.name} of {cells} cells",
+        )
 
     def _domain_encode(self, definition: Definition, value: object) -> int:
         raise NotImplementedError

@@ -13,11 +13,13 @@ import numpy as np
 
 from .._json import finite_or_none
 from .._validation import shown
+from ..aggregate import Aggregate
 from ..errors import ParameterError, QueryError
 from ..mechanisms import choose
 from . import render
 from .base import (
     Built,
+    Cost,
     Definition,
     KindPlan,
     PlanTarget,
@@ -30,10 +32,31 @@ from .base import (
 from .numeric import Numbers, checked_bounds, span
 
 DEFAULT_RESOLUTION = 1024
+PREPARE_4096 = (1.5, 120.0)
+"""CPU seconds and peak MiB of preparing a distribution of 4,096 leaves (the most) at worst,
+measured by ``benchmarks/estimates_load.py --costs``."""
 
 
 class Distribution(Numbers):
     hidden: ClassVar[frozenset[str]] = frozenset({"lower", "upper"})  # a bin reads "[a, b)"
+    maintained: ClassVar[bool] = True  # a quantile's or a range's variances: about a second
+
+    def prepare(self, definition: Definition, aggregate: Aggregate) -> Any:
+        """The estimate with what quantiles and ranges read computed (they are cached)."""
+        estimate = super().prepare(definition, aggregate)
+        lo, hi = estimate.bounds
+        warm = Question(options={"quantiles": [0.5], "range_": (lo, hi)})
+        self.fields(definition, estimate, warm)
+        return estimate
+
+    def cost(self, definition: Definition) -> Cost:
+        share = (definition.resolution or DEFAULT_RESOLUTION) / 4096
+        seconds, mib = PREPARE_4096
+        return Cost(
+            0.05 + seconds * share,
+            (40.0 + mib * share) * 2**20,
+            f"preparing a distribution of {definition.resolution} leaves",
+        )
 
     def build(self, definition: Definition) -> Built:
         bounds = checked_bounds(definition)

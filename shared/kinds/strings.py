@@ -3,12 +3,9 @@ top-k strings found and named candidates."""
 
 from __future__ import annotations
 
-import hashlib
 import struct
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -16,12 +13,12 @@ import numpy.typing as npt
 
 from .._json import finite_or_none
 from .._validation import shown
-from ..aggregate import Aggregate
 from ..errors import ParameterError, QueryError
 from . import render
 from .base import (
     MAX_QUERY_NUMBERS,
     Built,
+    Cost,
     Definition,
     KindPlan,
     KindSpec,
@@ -32,9 +29,12 @@ from .base import (
 )
 
 DEFAULT_K = 20
-DECODED_CACHE = 32
-"""Decoded answers kept (per process): decoding a strings metric takes seconds at 10^6
-reports, so the next query of the same data (candidates, another level) reuses it."""
+DECODE_SECONDS = (1.0, 0.05, 0.0007)
+"""CPU seconds of one decode at worst, ``a + max_length (b + c beam)`` with ``beam`` the
+walk's width (``max(64, 4 k)``): fitted above the decodes measured by
+``benchmarks/estimates_load.py --costs`` (docs/deployment.md, "Sizing the estimate worker")."""
+DECODE_MIB = (80.0, 1.0, 0.41)
+"""Peak memory (MiB) of one decode at worst, ``a + b max_length + c beam``, measured so."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,7 @@ class Strings(KindSpec):
     serves_sums: ClassVar[bool] = False  # its sketches hold 10^5 and more counts
     item_intervals: ClassVar[bool] = False
     audit_inputs: ClassVar[tuple[Any, ...]] = ("", "a", "b")  # any max_length; lengths 0 and 1
-    _decoded: OrderedDict[tuple[str, int, bytes], Any] = field(
-        default_factory=OrderedDict, init=False, repr=False, compare=False
-    )
-    _lock: threading.Lock = field(
-        default_factory=threading.Lock, init=False, repr=False, compare=False
-    )
+    maintained: ClassVar[bool] = True  # a decode takes seconds to minutes
 
     def build(self, definition: Definition) -> Built:
         if definition.max_length is None:
@@ -94,26 +89,18 @@ class Strings(KindSpec):
             raise QueryError("candidates", f"at most {MAX_QUERY_NUMBERS} strings")
         return {"candidates": names}
 
-    def estimate(self, definition: Definition, aggregate: Aggregate) -> Any:
-        """The mechanism's answer for ``aggregate``, decoded once per distinct aggregate
-        of a metric version (keyed by the fingerprint, n and a digest of the sums)."""
-        key = (
-            definition.fingerprint,
-            aggregate.n,
-            hashlib.sha256(np.ascontiguousarray(aggregate.sums).tobytes()).digest(),
+    def cost(self, definition: Definition) -> Cost:
+        from ..heavy_hitters import beam_width
+
+        length, k = definition.max_length or 0, definition.k or DEFAULT_K
+        beam = beam_width(k)
+        a, b, c = DECODE_SECONDS
+        m0, m1, m2 = DECODE_MIB
+        return Cost(
+            a + length * (b + c * beam),
+            (m0 + m1 * length + m2 * beam) * 2**20,
+            f"decoding a strings metric of max_length {length} and k {k}",
         )
-        with self._lock:
-            found = self._decoded.get(key)
-            if found is not None:
-                self._decoded.move_to_end(key)
-                return found
-        m: Any = definition.mechanism_instance
-        result = m.estimate(aggregate)
-        with self._lock:
-            self._decoded[key] = result
-            while len(self._decoded) > DECODED_CACHE:
-                self._decoded.popitem(last=False)
-        return result
 
     def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
         try:

@@ -849,10 +849,16 @@ def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
         level=LEVEL,
         n_estimation=int(estimation.n),
         variance_model=model,
-        _estimate_keys=(lambda values: estimation.estimate_keys(encode(values)))
-        if estimation.n > 0
-        else None,
+        _estimate_keys=partial(_estimate_named, estimation, encode) if estimation.n > 0 else None,
     )
+
+
+def _estimate_named(
+    level: _Level, encode: Encoder, values: Sequence[bytes]
+) -> tuple[FloatArray, FloatArray]:
+    """A result's estimates of named strings (a function, not a closure: the collector
+    keeps results pickled)."""
+    return level.estimate_keys(encode(values))
 
 
 def _walk_twice(m: SketchFamily, levels: list[_Level]) -> ScaledWalk:
@@ -872,7 +878,7 @@ class _Confirmation:
     def __init__(self, level: _Level, keys: KeyArray, heavy: IntArray) -> None:
         self.level, self.keys = level, keys
         self.flat = level.flat(keys)
-        self.est = level.evaluate(self.flat, lambda i: keys[i], heavy=heavy)
+        self.est = level.evaluate(self.flat, partial(np.take, keys, axis=0), heavy=heavy)
         self.own = np.full(len(keys), -1, dtype=np.int64)
         self.own[heavy] = np.arange(heavy.size)
         self.extra = np.zeros(len(keys))

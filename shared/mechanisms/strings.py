@@ -212,6 +212,11 @@ def encode_strings(values: Any, max_length: int) -> tuple[npt.NDArray[np.uint8],
     return keys, array
 
 
+def _keys(values: Any, max_length: int) -> npt.NDArray[np.uint8]:
+    """The keys of strings (:func:`encode_strings`; a function: results are pickled)."""
+    return encode_strings(values, max_length)[0]
+
+
 def _string_array(values: Any) -> npt.NDArray[Any]:
     """The values as a 1-D array (a string or bytes: one value)."""
     array = values
@@ -607,7 +612,7 @@ class PrefixSketch(Mechanism):
         from ._string_decoder import decode
 
         agg = self._checked_aggregate(aggregate)
-        found = decode(self, agg, lambda values: encode_strings(values, self.max_length)[0])
+        found = decode(self, agg, partial(_keys, max_length=self.max_length))
         return replace(found, forgery=self.forgery())
 
     def forgery(self) -> screening.LinearShift:

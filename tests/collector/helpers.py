@@ -37,6 +37,10 @@ def make_config(
     send made-up reports (item indexes, not perturbed values) that no honest population
     sends; tests/collector/test_forgery.py screens with the defaults."""
     collector.setdefault("screen_false_alarm", 0)
+    # Maintained estimates (strings, hierarchies, tables, distributions): the first is
+    # waited for however busy the machine (readiness, not a time bound).
+    collector.setdefault("estimate_deadline_seconds", 600)
+    collector.setdefault("estimate_interval_seconds", 0)
     data = {
         "collector": {"database": str(database), **collector},
         "tokens": {kind: [token] for kind, token in TOKENS.items()},
@@ -101,9 +105,22 @@ async def post_batch(
 
 
 async def estimates(client: TestClient, name: str, **params: Any) -> tuple[int, Any]:
+    """``GET /v1/estimates/{name}``; a maintained estimate computed from the data as it is
+    (``wait``, unless given: readiness, it answers once computed)."""
+    params.setdefault("wait", 120)
     query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in params.items()}
     resp = await client.get(f"/v1/estimates/{name}", params=query, headers=auth("read"))
     return resp.status, await resp.json()
+
+
+def without_as_of(answer: Any) -> Any:
+    """An estimates answer (parsed, or its bytes) without ``as_of`` (when each part was
+    computed: it differs between two replicas and two queries), in the total and buckets."""
+    data = json.loads(answer) if isinstance(answer, bytes | str) else answer
+    out = {k: v for k, v in data.items() if k != "as_of"}
+    if "buckets" in out:
+        out["buckets"] = [without_as_of(b) for b in out["buckets"]]
+    return out
 
 
 def toml_value(value: Any) -> str:

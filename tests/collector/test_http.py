@@ -137,7 +137,12 @@ async def test_schema_stores_nothing_about_the_sender(client: TestClient, databa
     finally:
         conn.close()
     assert columns["report_ids"] == ["id", "bucket"]  # the report's own bucket, for pruning
-    assert columns["aggregates"] == ["fingerprint", "bucket", "n", "sums"]
+    # parts: how many partial rows were folded in (the data's mark, issue 27)
+    assert columns["aggregates"] == ["fingerprint", "bucket", "n", "sums", "parts"]
+    assert columns["estimates"] == [  # estimates of many reports: no sender, no address
+        *("fingerprint", "lo", "hi", "n", "parts", "buckets", "computed_at", "seconds"),
+        *("result", "error", "claim_owner", "claim_until"),
+    ]
     assert "127.0.0.1" not in dump and "probe/1.0" not in dump
 
 
