@@ -20,7 +20,17 @@ from ldpkit.metrics import MetricDefinition
 from ldpkit.screening import DEFAULT_FALSE_ALARM
 from tests.harness import ThreadedCollector
 
-from .helpers import READ, auth, batch, estimates, make_config, new_ids, running, today
+from .helpers import (
+    READ,
+    auth,
+    batch,
+    estimates,
+    make_config,
+    new_ids,
+    running,
+    today,
+    without_as_of,
+)
 from .test_disclosed_shift import ASKED, KINDS, SENDER, VALUES, send
 
 ROBUST_KINDS = ("theme", "spend")  # categorical and numeric; the others have none
@@ -93,7 +103,7 @@ async def test_every_kind_answers_robust_queries(database: Path) -> None:
                 assert part["robust"]["forgery_fraction"] == spec.get("forgery_fraction", 0.01)
                 assert part["robust"]["level"] == level
                 assert_core_robust(d, part, level)
-            assert without_robust(body) == plain  # added beside the plain fields
+            assert without_as_of(without_robust(body)) == without_as_of(plain)  # beside plain
         status, error = await estimates(client, "theme", robust="maybe")
         assert (status, error["param"]) == (400, "robust"), error
         assert "expected true or false" in error["detail"]
