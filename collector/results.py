@@ -240,13 +240,22 @@ class Estimates:
         result = self.cache.get(key) or await self._load(key)
         if result is not None and result.data == data:
             return result
-        flight = self._refresh(definition, key)
-        limit = deadline if result is None else wait
-        if limit > 0:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + (deadline if result is None else wait)
+        while True:
+            # The flight under way may be of older data (begun before these reports came):
+            # once it lands, the next one brings the estimate up to ``data``.
+            flight = self._refresh(definition, key)
+            left = end - loop.time()
+            if left <= 0:
+                return result
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(flight), limit)
+                await asyncio.wait_for(asyncio.shield(flight), left)
             result = self.cache.get(key) or result
-        return result
+            if result is not None and _covers(result.data, data):
+                return result
+            if flight.done():
+                await asyncio.sleep(min(POLL, max(0.0, end - loop.time())))
 
     async def _load(self, key: Key) -> Result | None:
         """The stored estimate of ``key`` into the cache (one read at a time per key)."""
@@ -384,6 +393,6 @@ def _pause(state: StoredEstimate | None, now: float, interval: float) -> float:
         return 0.0
     if state.claimed_until is not None and state.claimed_until > now:
         return POLL
-    if state.data is None:
+    if state.data is None or state.data.n == 0:  # nothing was computed: nothing to spare
         return 0.0
     return max(0.0, min(POLL * 4, state.computed_at + interval - now))
