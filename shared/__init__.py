@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import BudgetExceeded as BudgetExceeded
 from .errors import CollectorRejected as CollectorRejected
+from .errors import CollectorTimedOut as CollectorTimedOut
 from .errors import CollectorUnavailable as CollectorUnavailable
 from .errors import ConfigError as ConfigError
+from .errors import EstimatePending as EstimatePending
 from .errors import LdpkitError as LdpkitError
 from .errors import OutboxFull as OutboxFull
 from .errors import ParameterError as ParameterError

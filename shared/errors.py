@@ -24,6 +24,8 @@ or ``TypeError`` so that ordinary Python code handles them the usual way.
     │   └── BatchNotStored                a batch of reports failed in the store
     └── TransportError                    the collector could not be reached or refused
         ├── CollectorUnavailable          network failure or 5xx after every retry
+        │   ├── CollectorTimedOut         connected, but no answer within the timeout
+        │   └── EstimatePending           the estimate is being computed; ask again later
         └── CollectorRejected             4xx: bad token, unknown metric, bad request
 """
 
@@ -169,6 +171,25 @@ class TransportError(LdpkitError):
 
 class CollectorUnavailable(TransportError):
     """Network failure or server error that persisted through every retry."""
+
+
+class CollectorTimedOut(CollectorUnavailable):
+    """The connection was made but the collector did not answer within ``seconds``: it
+    is running, and slow (an estimate that takes a while, a loaded server) or stalled."""
+
+    def __init__(self, message: str, *, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
+class EstimatePending(CollectorUnavailable):
+    """The collector is computing the estimate asked for (``202 computing``: an expensive
+    kind's first estimate of its data) and it was not ready within the query's wait; ask
+    again in ``retry_after`` seconds, or with a longer ``wait``."""
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class CollectorRejected(TransportError):

@@ -73,6 +73,16 @@ class NetworkError(OSError):
     """A request got no HTTP answer (refused, reset, timed out, DNS...)."""
 
 
+class AnswerTimeout(NetworkError):
+    """The connection was made and the request sent, but no whole answer came in time: the
+    collector is there and slow (or stalled), which a reader must not report as "cannot
+    reach it". ``seconds``: the timeout that ran out."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
 class AnswerTooLarge(OSError):
     """The collector's answer is larger than MAX_ANSWER_BYTES."""
 
@@ -194,29 +204,45 @@ class HttpTransport:
         else:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout.connect)
         conn.connect()
-        assert conn.sock is not None
-        conn.sock.settimeout(self.timeout.read_seconds)
         return conn
 
     def request(
-        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout: Timeout | None = None,
     ) -> HttpAnswer:
         """One request and its whole answer, within ``timeout.total`` seconds (a timer
         shuts the socket down at the deadline, whatever each read waits) and at most
-        MAX_ANSWER_BYTES of body; NetworkError otherwise."""
+        MAX_ANSWER_BYTES of body; ``timeout``: this request's, instead of the transport's
+        (a query that asks the collector to wait). NetworkError otherwise; AnswerTimeout
+        once connected (the collector is there but did not answer in time)."""
+        timeout = timeout or self.timeout
         with self._lock:
-            deadline = time.monotonic() + self.timeout.total_seconds
+            deadline = time.monotonic() + timeout.total_seconds
             for attempt in range(2):
                 reused = self._conn is not None
                 expired = threading.Event()
+                sent = threading.Event()
                 try:
-                    return self._exchange(method, path, body, headers, deadline, expired)
+                    return self._exchange(
+                        method, path, body, headers, timeout, deadline, (expired, sent)
+                    )
                 except (http.client.HTTPException, OSError) as exc:
                     self._drop()
                     if expired.is_set():
-                        raise NetworkError(
-                            f"no complete answer within the {self.timeout.total_seconds:g} s "
-                            "deadline (Timeout.total)"
+                        raise AnswerTimeout(
+                            f"no complete answer within the {timeout.total_seconds:g} s "
+                            "deadline (Timeout.total)",
+                            timeout.total_seconds,
+                        ) from exc
+                    if sent.is_set() and isinstance(exc, TimeoutError):
+                        raise AnswerTimeout(
+                            f"no answer within the {timeout.read_seconds:g} s read timeout "
+                            "(Timeout.read)",
+                            timeout.read_seconds,
                         ) from exc
                     if not (reused and attempt == 0 and isinstance(exc, _STALE)):
                         raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
@@ -228,21 +254,27 @@ class HttpTransport:
         path: str,
         body: bytes | None,
         headers: dict[str, str],
+        timeout: Timeout,
         deadline: float,
-        expired: threading.Event,
+        events: tuple[threading.Event, threading.Event],
     ) -> HttpAnswer:
         """One attempt, on the kept-alive connection (a new one if none); a watchdog sets
-        ``expired`` and ends it at ``deadline``."""
+        ``events[0]`` (expired) and ends it at ``deadline``; ``events[1]`` (sent) is set
+        once the request is sent."""
+        expired, sent = events
         watchdog: threading.Timer | None = None
         try:
             conn = self._conn if self._conn is not None else self._connect()
             self._conn = conn
+            assert conn.sock is not None
+            conn.sock.settimeout(timeout.read_seconds)
             watchdog = threading.Timer(
                 max(0.0, deadline - time.monotonic()), self._expire, (conn, expired)
             )
             watchdog.daemon = True
             watchdog.start()
             conn.request(method, self.prefix + path, body=body, headers=headers)
+            sent.set()
             response = conn.getresponse()
             data = _read_bounded(response)
             if expired.is_set():

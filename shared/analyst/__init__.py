@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import os
+import time
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -26,19 +27,73 @@ from typing import Any
 import numpy as np
 
 from .._json import loads_bounded
-from .._validation import check_level
+from .._validation import check_level, check_seconds
 from ..aggregate import Aggregate
 from ..distribution import DistributionEstimate, QuantileEstimate
-from ..errors import CollectorUnavailable, ParameterError, ProtocolError
+from ..errors import (
+    CollectorTimedOut,
+    CollectorUnavailable,
+    EstimatePending,
+    ParameterError,
+    ProtocolError,
+)
 from ..estimates import FrequencyEstimate, MeanEstimate
 from ..heavy_hitters import StringEstimate
-from ..http import HttpTransport, NetworkError, Timeout, http_error
+from ..http import AnswerTimeout, HttpTransport, NetworkError, Timeout, error_of, http_error
 from ..kinds import KindSpec, kind_or_default, legacy_kind
 from ..kinds.render import nan, text_table
 from ..metrics import MetricDefinition, check_forgery_fraction
 from ..structured_estimates import HierarchyEstimate, TableEstimate
 
 TOKEN_ENV = "LDPKIT_READ_TOKEN"
+MAX_WAIT = 120.0
+"""The longest ``wait`` one query may ask of the collector (longer waits ask again)."""
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """How fresh a maintained estimate is (strings, hierarchy, table, distribution: computed
+    off the request path, docs/protocol.md "Freshness"): the reports (``n``) and buckets it
+    was computed from, when (``computed_at``, UTC) and how long before the answer
+    (``age_seconds``), the reports received since, and whether it is of the data as it was
+    when the query arrived (``fresh``)."""
+
+    n: int
+    buckets: int
+    computed_at: datetime
+    age_seconds: float
+    reports_since: int
+    fresh: bool
+
+    @classmethod
+    def from_json(cls, data: Any) -> AsOf | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            n=int(data.get("n", 0)),
+            buckets=int(data.get("buckets", 0)),
+            computed_at=datetime.fromtimestamp(float(data.get("computed_at", 0.0)), tz=UTC),
+            age_seconds=float(data.get("age_seconds", 0.0)),
+            reports_since=int(data.get("reports_since", 0)),
+            fresh=bool(data.get("fresh", True)),
+        )
+
+    def describe(self) -> str:
+        """One line for people: when, from how much, and what came since."""
+        when = self.computed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        head = f"as of {when} ({_age(self.age_seconds)} ago), computed from {self.n} reports"
+        if self.fresh:
+            return f"{head}: fresh"
+        since = f"{self.reports_since} received since" if self.reports_since else "held since"
+        return f"{head}; {since}: a fresh one is being computed (ask with wait=SECONDS)"
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 @dataclass(frozen=True)
@@ -106,6 +161,9 @@ class ServedEstimate:
     robust_high: float | None = None
     robust_forgery_shift: float | None = None
     interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
+    as_of: AsOf | None = field(default=None, compare=False)
+    """A maintained kind's (strings, hierarchy, table, distribution): how fresh the estimate
+    is (None for categorical and numeric metrics: computed for each query, always fresh)."""
     estimate: CoreEstimate | None = field(default=None, compare=False, repr=False)
     """The core's estimate, rebuilt from the served sufficient statistics (``sums``) by the
     same code the collector ran (``estimate.ci(0.9)``, ``.consistent()``, a hierarchy's
@@ -263,7 +321,13 @@ class EstimateResult(ServedEstimate):
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
             f"{pct} intervals ({self.interval or 'method not given'})"
         )
-        lines = [head, *self._forgery_line(), *self._kind.text(self, self._table(self.rows()))]
+        fresh = [] if self.as_of is None else [self.as_of.describe()]
+        lines = [
+            head,
+            *fresh,
+            *self._forgery_line(),
+            *self._kind.text(self, self._table(self.rows())),
+        ]
         if self.buckets:
             lines.append("")
             lines.append("per time bucket (bucket start, UTC):")
@@ -326,6 +390,7 @@ def _served(part: dict[str, Any], definition: MetricDefinition | None) -> dict[s
         "beyond_bounds": part.get("beyond_bounds"),
         "clamped_mean": part.get("clamped_mean"),
         "interval": part.get("interval"),
+        "as_of": AsOf.from_json(part.get("as_of")),
         "estimate": estimate,
         **_robust_mean(part.get("robust")),
     }
@@ -382,7 +447,10 @@ class Analyst:
 
     ``timeout``: a :class:`~ldpkit.http.Timeout`, or seconds to connect and for each read;
     the sync Reporter's transport (:mod:`ldpkit.http`) also ends every query within
-    ``Timeout.total`` and refuses an answer larger than ``MAX_ANSWER_BYTES``."""
+    ``Timeout.total`` and refuses an answer larger than ``MAX_ANSWER_BYTES``. A query that
+    asks the collector to ``wait`` gets that much longer. Past it,
+    :class:`~ldpkit.errors.CollectorTimedOut` (the collector is there, slow or stalled);
+    :class:`~ldpkit.errors.CollectorUnavailable` when it cannot be reached at all."""
 
     def __init__(
         self, url: str, token: str | None = None, *, timeout: Timeout | float = 10.0
@@ -400,18 +468,40 @@ class Analyst:
         """Close the kept-alive connection (the next query opens another)."""
         self._transport.close()
 
-    def _get(self, path: str, params: dict[str, str | None] | None = None) -> Any:
+    def _get(
+        self, path: str, params: dict[str, str | None] | None = None, *, wait: float = 0.0
+    ) -> Any:
+        """The JSON answer of ``GET path?params``; ``wait``: seconds the collector may take
+        on top of the read timeout (a query that asks it to wait)."""
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        timeout = self.timeout
+        if wait:
+            read, total = timeout.read_seconds + wait, timeout.total_seconds + wait
+            timeout = Timeout(timeout.connect, read, total)
         try:
             answer = self._transport.request(
-                "GET", path + (f"?{query}" if query else ""), None, headers
+                "GET", path + (f"?{query}" if query else ""), None, headers, timeout
             )
+        except AnswerTimeout as exc:
+            raise CollectorTimedOut(
+                f"the collector at {self.url} did not answer in time ({exc}): it is running "
+                "(the connection was made) but slow or stalled; ask again, or allow longer "
+                "(Analyst(timeout=...), `ldpkit estimates --timeout`)",
+                seconds=exc.seconds,
+            ) from None
         except NetworkError as exc:
             raise CollectorUnavailable(
                 f"cannot reach the collector at {self.url} ({exc}); is `ldpkit serve` running "
                 f"there?"
             ) from None
+        if answer.status == 202:
+            retry_after = _seconds(answer.headers.get("retry-after"), 5.0)
+            detail = error_of(answer.body)[1]
+            raise EstimatePending(
+                f"the collector at {self.url} is computing this estimate: {detail}",
+                retry_after=retry_after,
+            )
         if answer.status != 200:
             hint = {
                 401: f" (is the token right? it may also come from {TOKEN_ENV})",
@@ -470,6 +560,7 @@ class Analyst:
         candidates: Sequence[str] | None = None,
         forgery_fraction: float | None = None,
         robust: bool = False,
+        wait: float | None = None,
     ) -> EstimateResult:
         """The estimate of ``metric`` over buckets starting in ``[start, end)``.
 
@@ -481,6 +572,13 @@ class Analyst:
         (categorical and numeric metrics; docs/statistics.md, "Robust estimates"): each
         item's ``robust``, ``robust_low``, ``robust_high`` and ``robust_forgery_shift``, a
         mean's ``robust_mean``, ... (other kinds: ``robust_note`` says they have none).
+
+        ``wait``: seconds to wait for an estimate computed from the data as it is when
+        asked. The expensive kinds (strings, hierarchy, table, distribution) are computed
+        off the request path (docs/protocol.md, "Freshness"): without ``wait`` the answer
+        is the latest estimate, at once, and ``as_of`` says how fresh it is; one never
+        computed yet raises :class:`~ldpkit.errors.EstimatePending` (its ``retry_after``
+        says when to ask again) unless ``wait`` covers it (asked again until then).
         """
         path = f"/v1/estimates/{_quoted(metric)}"
         level = check_level(level)
@@ -504,15 +602,44 @@ class Analyst:
             "forgery_fraction": None if fraction is None else repr(fraction),
             "robust": "true" if robust else None,  # (a collector before it knows no such key)
         }
-        data = self._get(path, params)
+        data = self._waiting(
+            path, params, 0.0 if wait is None else check_seconds(wait, "wait", zero=True)
+        )
         definition = self._definition(metric, str(data["version"])) if "sums" in data else None
         return EstimateResult.from_json(data, definition)
+
+    def _waiting(self, path: str, params: dict[str, str | None], wait: float) -> Any:
+        """GET an estimate, waiting up to ``wait`` seconds for one computed from the data
+        as it is: the collector waits up to MAX_WAIT a query, and a ``202 computing`` is
+        asked again after its Retry-After while the wait lasts."""
+        deadline = time.monotonic() + wait
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            asked = min(left, MAX_WAIT)
+            try:
+                return self._get(
+                    path, {**params, "wait": f"{asked:.3f}" if asked else None}, wait=asked
+                )
+            except EstimatePending as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                time.sleep(min(exc.retry_after, left))
 
     def _definition(self, metric: str, fingerprint: str) -> MetricDefinition | None:
         """The definition of one version of ``metric`` (kept: a version never changes)."""
         if (metric, fingerprint) not in self._definitions:
             self._versions(metric)
         return self._definitions.get((metric, fingerprint))
+
+
+def _seconds(text: str | None, default: float) -> float:
+    """A Retry-After header's seconds (``default`` when absent or not a number)."""
+    try:
+        seconds = float(text) if text is not None else default
+    except ValueError:
+        return default
+    return min(max(seconds, 0.0), 3600.0)
 
 
 def _quoted(metric: object) -> str:

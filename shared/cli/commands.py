@@ -33,6 +33,8 @@ from .registry import command
 
 COLLECTOR_ENV = "LDPKIT_COLLECTOR"
 DEFAULT_COLLECTOR = "http://127.0.0.1:8787"
+TIMEOUT_ENV = "LDPKIT_TIMEOUT"
+DEFAULT_TIMEOUT = 10.0
 
 
 def _connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +45,13 @@ def _connection_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--token", default=None, help=f"read token (default: ${TOKEN_ENV})")
     parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        default=None,
+        help=f"how long to wait for each answer (default: ${TIMEOUT_ENV} or "
+        f"{DEFAULT_TIMEOUT:g}); past it the CLI says the collector did not answer in time",
+    )
+    parser.add_argument(
         "--format", choices=["table", "csv", "json"], default="table", help="output format"
     )
 
@@ -51,7 +60,23 @@ def _analyst(args: argparse.Namespace) -> Analyst:
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if not token:
         raise ParameterError(f"a read token is needed: give --token TOKEN or set {TOKEN_ENV}")
-    return Analyst(args.collector, token)
+    return Analyst(args.collector, token, timeout=_timeout(args.timeout))
+
+
+def _timeout(given: str | None) -> float:
+    """``--timeout``, else $LDPKIT_TIMEOUT, else the default: seconds > 0."""
+    text, source = given, "--timeout"
+    if text is None:
+        text, source = os.environ.get(TIMEOUT_ENV), f"${TIMEOUT_ENV}"
+    if text is None or not text.strip():
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not (0 < seconds < float("inf")):
+        raise ParameterError(f"{source} takes a number of seconds > 0, got {text!r}")
+    return seconds
 
 
 def _metric_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,6 +111,14 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
         help="add the estimates robust to the forgery fraction of forged reports (categorical "
         "and numeric metrics): projected onto what every honest population satisfies, with "
         "intervals for the genuine reporters (docs/statistics.md)",
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        help="strings, hierarchies, tables and distributions are computed off the request "
+        "path: wait up to SECONDS for an estimate of the data as it is now (default: the "
+        "latest one at once; the output says how fresh it is)",
     )
     parser.add_argument(
         "--per-bucket",
@@ -159,6 +192,7 @@ def estimates(args: argparse.Namespace) -> int:
         candidates=None if args.candidates is None else args.candidates.split(","),
         forgery_fraction=args.forgery_fraction,
         robust=args.robust,
+        wait=args.wait,
     )
     if result.n == 0 and args.metric_version is None:
         _note_older_versions(analyst, args.metric)
