@@ -22,15 +22,40 @@ function showMessage(text, kind = "error") {
   box.hidden = !text;
 }
 
-async function api(path) {
-  let response;
-  try {
-    response = await fetch(path, { headers: { Authorization: `Bearer ${state.token}` } });
-  } catch (err) {
-    throw new Error(`Cannot reach the collector (${err.message}). Is it running?`);
+// Seconds the page waits for an answer before saying so (a query asked to wait gets more).
+const ANSWER_TIMEOUT_S = 30;
+// Seconds a follow-up query asks the collector to wait for a fresh maintained estimate.
+const FRESH_WAIT_S = 60;
+
+// A 202: the collector is computing an estimate never computed before; ask again later.
+class Computing extends Error {
+  constructor(detail, retryAfter) {
+    super(detail);
+    this.retryAfter = retryAfter;
   }
-  let body = null;
-  try { body = await response.json(); } catch (_) { body = null; }
+}
+
+async function api(path, timeoutS = ANSWER_TIMEOUT_S) {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeoutS * 1000);
+  let response, body = null;
+  try {
+    try {
+      response = await fetch(path, { headers: { Authorization: `Bearer ${state.token}` }, signal: abort.signal });
+      try { body = await response.json(); } catch (_) { body = null; }
+    } catch (err) {
+      // This page came from the collector: an answer that does not come in time means it
+      // is busy or stalled, not gone.
+      if (abort.signal.aborted) throw new Error(`The collector did not answer within ${timeoutS} s (it is running, but busy or stalled). Refresh to ask again.`);
+      throw new Error(`Cannot reach the collector (${err.message}). Is it running?`);
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+  if (response.status === 202) {
+    const retryAfter = Math.max(1, Math.min(60, Number(response.headers.get("Retry-After")) || 5));
+    throw new Computing(body && body.detail ? body.detail : "the estimate is being computed", retryAfter);
+  }
   if (!response.ok) {
     const detail = body && body.detail ? body.detail : response.statusText;
     if (response.status === 401) throw new Error(`The token was refused (401): ${detail}. Enter a valid read token.`);
@@ -187,16 +212,48 @@ async function refresh(event) {
   kindParams(params);
   // Only the latest query may draw: a slower answer to an earlier click is dropped.
   const ticket = ++state.queries;
+  const path = `/v1/estimates/${metricPath(state.current)}?${params}`;
   try {
-    const data = await api(`/v1/estimates/${metricPath(state.current)}?${params}`);
+    draw(await api(path), ticket, path);
+  } catch (err) {
     if (ticket !== state.queries) return;
-    showMessage("");
-    state.data = data;
-    render(data);
-    hintOlderVersions(data);
+    if (err instanceof Computing) {
+      // Never computed yet (an expensive kind's first estimate of its data): say so, ask again.
+      showMessage(`Computing this estimate (strings, hierarchies, tables and distributions are computed in the background); asking again in ${err.retryAfter} s.`, "info");
+      setTimeout(() => { if (ticket === state.queries) refresh(); }, err.retryAfter * 1000);
+    } else {
+      showMessage(err.message);
+    }
+  }
+}
+
+function draw(data, ticket, path) {
+  if (ticket !== state.queries) return;
+  showMessage("");
+  state.data = data;
+  render(data);
+  hintOlderVersions(data);
+  if (data.as_of && !data.as_of.fresh) awaitFresh(ticket, path);
+}
+
+// A maintained estimate older than its data: drawn at once ("computing, as of ..."), then
+// the same query asks the collector to wait for the fresh one, drawn when it comes.
+async function awaitFresh(ticket, path) {
+  try {
+    const data = await api(`${path}&wait=${FRESH_WAIT_S}`, FRESH_WAIT_S + ANSWER_TIMEOUT_S);
+    if (ticket !== state.queries) return;
+    if (data.as_of && data.as_of.fresh) draw(data, ticket, path);
+    else setTimeout(() => { if (ticket === state.queries) awaitFresh(ticket, path); }, 1000);
   } catch (err) {
     if (ticket === state.queries) showMessage(err.message);
   }
+}
+
+function describeAsOf(asOf) {
+  const when = new Date(asOf.computed_at * 1000).toISOString().slice(0, 19).replace("T", " ");
+  if (asOf.fresh) return `as of ${when} UTC (${asOf.n} reports, fresh)`;
+  const since = asOf.reports_since ? `${asOf.reports_since} received since` : "reports held since";
+  return `computing: as of ${when} UTC (${asOf.n} reports; ${since})`;
 }
 
 function hintOlderVersions(data) {
@@ -229,6 +286,11 @@ function render(data) {
     el("span", { id: "level-shown" }, `${Math.round(data.level * 100)}% intervals`),
   );
   if (data.interval) summary.appendChild(el("span", { id: "interval-method" }, `interval: ${data.interval}`));
+  if (data.as_of) {
+    summary.appendChild(el("span", { id: "as-of", class: data.as_of.fresh ? "fresh" : "stale",
+      title: "strings, hierarchies, tables and distributions are computed in the background (docs/protocol.md, Freshness)" },
+      describeAsOf(data.as_of)));
+  }
   if (data.forgery_fraction !== undefined) {
     summary.appendChild(el("span", { id: "forgery-fraction", title: "the largest change that fraction of forged reports could make, whatever they are (docs/statistics.md)" },
       `forgery shift: how far ${+(data.forgery_fraction * 100).toPrecision(6)}% forged reports could move each estimate`));

@@ -20,6 +20,7 @@ import pytest
 
 from ldpkit.client import Reporter
 from ldpkit.collector.launcher import environment_without_tokens, running_collector
+from tests.collector.helpers import without_as_of
 
 from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
 from .conftest import READ, RELAY
@@ -69,12 +70,24 @@ kind = "strings"
 max_length = 16
 k = 10
 epsilon = 4.0
+
+# The stale-then-fresh test's own metric: its estimates are computed at most once an hour
+# unless a query waits (the dashboard's follow-up does).
+[metrics.wait_minutes]
+kind = "distribution"
+bounds = [0.0, 120.0]
+resolution = 64
+epsilon = 2.0
 """
+
+
+MAINTAINED = ("session_minutes_dist", "region", "car", "search_term")
 
 
 @dataclass
 class Kinds:
     url: str
+    directory: Path
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +118,12 @@ def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kinds]:
             words += [f"word{i}" for i in range(500)]
             p = 1.0 / np.arange(1, len(words) + 1) ** 1.1
             r.simulate("search_term", list(rng.choice(words, 40_000, p=p / p.sum())), rng=rng)
+            r.simulate("wait_minutes", rng.uniform(0, 120, 2_000), rng=rng)
             assert r.flush().remaining == 0
-        yield Kinds(collector.url)
+        # Readiness: every maintained estimate computed from every report posted.
+        for metric in (*MAINTAINED, "wait_minutes"):
+            assert api(collector.url, metric, wait="120")["as_of"]["fresh"]
+        yield Kinds(collector.url, directory)
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +148,7 @@ def api(url: str, metric: str, **query: str) -> dict[str, Any]:
     request = urllib.request.Request(
         f"{url}/v1/estimates/{metric}?{qs}", headers={"Authorization": f"Bearer {READ}"}
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
+    with urllib.request.urlopen(request, timeout=150) as response:
         data: dict[str, Any] = json.load(response)
     return data
 
@@ -152,7 +169,8 @@ def open_metric(browser: Any, kinds: Kinds, width: int, metric: str, view: str) 
 def drawn(page: Any, metric: str, view: str, extra: str = "true") -> None:
     page.wait_for_function(
         "([m, v]) => window.ldpkitDashboard.data && window.ldpkitDashboard.data.metric === m"
-        f" && window.ldpkitDashboard.view === v && ({extra})",
+        " && window.ldpkitDashboard.view === v && (!window.ldpkitDashboard.data.as_of ||"
+        f" window.ldpkitDashboard.data.as_of.fresh) && ({extra})",
         arg=[metric, view],
     )
 
@@ -169,7 +187,7 @@ def test_distribution_histogram_with_quantiles(
 ) -> None:
     page = open_metric(browser, kinds, width, "session_minutes_dist", "histogram")
     data = page.evaluate("window.ldpkitDashboard.data")
-    assert data == api(
+    served = api(
         kinds.url,
         "session_minutes_dist",
         bins="16",
@@ -178,6 +196,8 @@ def test_distribution_histogram_with_quantiles(
         consistent="false",
         per_bucket="false",
     )
+    assert without_as_of(data) == without_as_of(served)
+    assert "fresh" in page.inner_text("#as-of")
     assert page.locator("g.estimate-bars rect").count() == 16
     assert page.locator("g.whiskers line").count() == 16
     assert page.locator("g.quantile-marks line").count() == 2
@@ -262,4 +282,37 @@ def test_strings_ranked_with_threshold_and_candidates(
     assert page.locator("g.estimate-bars rect").count() == len(data["items"]) + 2
     readable(page)
     page.screenshot(path=str(shots / f"kinds-ranked-{width}.png"), full_page=True)
+    page.close()
+
+
+def test_a_stale_estimate_says_computing_then_the_fresh_one_is_drawn(
+    browser: Any, kinds: Kinds, shots: Path
+) -> None:
+    """New reports after the last computation: the page draws the latest estimate at once,
+    saying "computing, as of ..." with the reports received since, then draws the fresh
+    one when its follow-up query (wait=) gets it."""
+    rng = np.random.default_rng(27)
+    with Reporter(
+        kinds.url, token=RELAY, state_dir=kinds.directory / "later", background=False
+    ) as r:
+        r.refresh_definitions()
+        # One more report, its estimate waited for: the next computation is then at least
+        # estimate_interval_seconds (30 s) away, so the page's first answer is stale.
+        r.simulate("wait_minutes", [60.0], rng=rng)
+        assert r.flush().remaining == 0
+        assert api(kinds.url, "wait_minutes", wait="120")["as_of"]["n"] == 2001
+        r.simulate("wait_minutes", rng.uniform(0, 120, 300), rng=rng)
+        assert r.flush().remaining == 0
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(kinds.url + "/ui/")
+    page.fill("#token", READ)
+    page.click("#token-form button")
+    page.click("button[data-metric=wait_minutes]")
+    page.wait_for_selector("#as-of.stale")
+    stale = page.inner_text("#as-of")
+    assert stale.startswith("computing: as of") and "2001 reports; 300 received since" in stale
+    page.screenshot(path=str(shots / "kinds-computing.png"), full_page=True)
+    page.wait_for_selector("#as-of.fresh", timeout=150_000)
+    assert "2301 reports, fresh" in page.inner_text("#as-of")
+    assert page.evaluate("window.ldpkitDashboard.data.n") == 2301
     page.close()
