@@ -321,17 +321,13 @@ class EstimateResult(ServedEstimate):
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
             f"{pct} intervals ({self.interval or 'method not given'})"
         )
-        fresh = [] if self.as_of is None else [self.as_of.describe()]
-        lines = [
-            head,
-            *fresh,
-            *self._forgery_line(),
-            *self._kind.text(self, self._table(self.rows())),
-        ]
+        lines = [head, *self._forgery_line(), *self._kind.text(self, self._table(self.rows()))]
         if self.buckets:
             lines.append("")
             lines.append("per time bucket (bucket start, UTC):")
             lines.extend(self._table(self.bucket_rows()))
+        if self.as_of is not None:  # a maintained kind: how fresh, under what it is about
+            lines.append(self.as_of.describe())
         return "\n".join(lines)
 
     def _forgery_line(self) -> list[str]:
