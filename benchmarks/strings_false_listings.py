@@ -66,6 +66,7 @@ def main() -> None:
     false_z: list[float] = []
     true_z: list[float] = []
     false_items: list[str] = []
+    weak = {True: 0, False: 0}  # weak listings (evidence_z < find_z + 1), false and true
     times: list[float] = []
     for c in range(args.answers):
         rng = np.random.default_rng(args.seed * 100_000 + c)
@@ -87,6 +88,7 @@ def main() -> None:
                 false_items.append(f"{item.value!r} {item.estimate:.4f}")
             if z is not None:
                 (false_z if false else true_z).append(float(z))
+                weak[false] += bool(item.weak(result.find_z))
     print(
         f"eps={args.epsilon:g} n={n} answers={args.answers} k={args.k} words={args.words} "
         f"zipf={args.zipf:g}: listed {listed} "
@@ -101,6 +103,8 @@ def main() -> None:
             f"evidence_z of true listings: min {min(true_z):.2f}, 5th percentile "
             f"{np.percentile(true_z, 5):.2f}, median {np.median(true_z):.2f}"
         )
+    if true_z:
+        print(f"weak listings (evidence_z < find_z + 1): {weak[False]} true, {weak[True]} false")
     if false_z:
         print(f"evidence_z of false listings: {', '.join(f'{z:.2f}' for z in false_z)}")
     elif true_z:

@@ -210,3 +210,40 @@ def test_log_tail_stays_finite_far_below_the_smallest_double() -> None:
 def test_z_of_log_tail_inverts_the_normal_tail(log_p: float) -> None:
     z = z_of_log_tail(log_p)
     assert float(stats.norm.logsf(z)) == pytest.approx(log_p, rel=1e-8)
+
+
+# --- through the layers: the HTTP answer, the Analyst, the terminal table -----------------------
+
+
+def test_evidence_reaches_the_answer_the_analyst_and_the_table() -> None:
+    import json
+
+    from ldpkit.analyst import EstimateResult
+    from ldpkit.kinds.base import Question
+    from ldpkit.metrics import MetricDefinition
+
+    spec = {"kind": "strings", "max_length": 4, "k": 10, "epsilon": 3.0}
+    d = MetricDefinition.from_dict("term", spec)
+    m = d.mechanism_instance
+    rng = np.random.default_rng(8)
+    values = list(rng.choice(["ab", "é", "€", "c", "xyz", "q"], 20_000, p=[*SHARES[:5], 0.4]))
+    question = Question(options={"candidates": ["ab", "zz"]})
+    answer = d.kind_spec.answer(d, m.aggregate(m.perturb(values, rng=rng)), question)
+    answer = json.loads(json.dumps(answer, allow_nan=False))  # as served
+    assert answer["find_z"] > 0 and answer["items"]
+    assert all(item["evidence_z"] >= answer["find_z"] for item in answer["items"])
+    result = EstimateResult.from_json({**answer, "metric": "term", "kind": "strings"})
+    assert result.find_z == answer["find_z"]
+    assert [i.evidence_z for i in result.items] == [i["evidence_z"] for i in answer["items"]]
+    assert result.candidates[1].evidence_z is None  # "zz": only named
+    assert result.strings()[0].evidence_z == result.items[0].evidence_z
+    lines = result.to_table().splitlines()
+    head = next(line for line in lines if line.startswith("category"))
+    assert head.split()[-1] == "evidence_z"
+    note = next(line for line in lines if line.startswith("evidence_z:"))
+    assert f"found from {answer['find_z']:.2f}" in note and "(none weak)" in note
+    # A weak listing is named in the note.
+    answer["find_z"] = answer["items"][-1]["evidence_z"] - 0.5
+    weak = EstimateResult.from_json({**answer, "metric": "term", "kind": "strings"})
+    note = next(line for line in weak.to_table().splitlines() if line.startswith("evidence_z:"))
+    assert f"(weak: {answer['items'][-1]['category']!r})" in note
