@@ -19,7 +19,8 @@ average does not hold: :meth:`_Level.collision_var` adds it per key.
 
 The walk (module docstring of :mod:`.strings`; :func:`walk_scaled` for the ``"scaled"``
 cut, :func:`walk` for the first rule) keeps a beam of ``beam_width(k)`` prefixes, each
-at least ``Z_KEEP`` null standard errors above 0; complete strings that clear
+at least ``Z_KEEP`` null standard errors above 0 and, for text (``text``), a prefix of
+valid UTF-8 that can complete within its length (:func:`_viable`); complete strings that clear
 ``Z_PREFILTER`` are pooled over the levels that see them whole, and
 their pooled support must clear a Bonferroni cutoff over the complete strings a null
 walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds are expected
@@ -30,7 +31,9 @@ estimation sketch together clear the same cutoff (:meth:`_Finished.joined`), und
 first rule when the walk's levels do. The answer lists
 the first k found strings that the estimation sketch confirms above the threshold, by
 :func:`above_threshold` (under the scaled cut ranked by the walk's and the estimation
-sketch's estimates combined; under the first rule in the walk's order).
+sketch's estimates combined; under the first rule in the walk's order). Each listed
+string carries ``evidence_z``, its find test's tail probability as a normal z
+(:meth:`_Finished.evidence_z`; docs/statistics.md, "How strong a listing is").
 """
 
 from __future__ import annotations

@@ -28,7 +28,10 @@ are *found*; their frequencies, and those of any string an analyst names, come f
 estimation sketch, whose devices took no part in the walk (they join only the test of a
 complete string, so the winner's curse of the search does not reach the estimates).
 A found string is *listed* in the answer when the estimation sketch confirms it above
-the answer's threshold (Benjamini-Hochberg at ``LIST_FDR``; docs/statistics.md).
+the answer's threshold (Benjamini-Hochberg at ``LIST_FDR``; docs/statistics.md), with the
+evidence it was found on (``evidence_z``). Clients send text (``text=True``, the
+default): the walk never extends a prefix that cannot complete to valid UTF-8 of its
+length, so only strings a client could send are listed.
 
 Collisions of the finite hash family are not re-randomized per user as in OLH: a heavy
 string shifts the count of every string sharing its bucket in a row. The decoder
