@@ -126,6 +126,10 @@ class ItemEstimate:
     upper: float | None = None
     cell: dict[str, str] | None = None
     hex: str | None = None
+    evidence_z: float | None = None
+    """A listed string's evidence (strings): its find test's tail probability as a normal z,
+    at least the answer's ``find_z``; below ``find_z + 1`` the listing is weak
+    (docs/statistics.md, "How strong a listing is"). None for a string only named."""
 
 
 CoreEstimate = (
@@ -201,6 +205,8 @@ class EstimateResult(ServedEstimate):
     marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
     dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
     threshold: float | None = None
+    find_z: float | None = None
+    """Strings: the least ``evidence_z`` a string needs to be found (see ItemEstimate)."""
     candidates: tuple[ItemEstimate, ...] = ()
     robust_note: str | None = None
     """Asked with ``robust=True`` of a kind without a robust estimate: says so."""
@@ -240,7 +246,7 @@ class EstimateResult(ServedEstimate):
         return [
             StringEstimate(
                 bytes.fromhex(i.hex) if i.hex is not None else i.category.encode(),
-                *nan([i.estimate, i.stderr, i.low, i.high]),
+                *nan([i.estimate, i.stderr, i.low, i.high, i.evidence_z]),
             )
             for i in (*self.items, *self.candidates)
         ]

@@ -337,7 +337,10 @@ def test_strings_top_k_and_candidates_match_the_truth(
     assert all(counts.get(w, 0) / n > answer["threshold"] / 2 for w in found)
     for item in answer["items"]:
         assert within(item["estimate"], counts.get(item["category"], 0) / n, item["stderr"]), item
+        # each listing carries the evidence it was found on, at least the find test's cutoff
+        assert item["evidence_z"] >= answer["find_z"] > 0, item
     named = {c["category"]: c for c in answer["candidates"]}
+    assert named["never-said"]["evidence_z"] is None
     assert set(named) == {top[0], "weather", "never-said"}
     for word, c in named.items():
         assert within(c["estimate"], counts.get(word, 0) / n, c["stderr"]), c
@@ -401,9 +404,12 @@ def test_analyst_returns_each_kind_as_result_objects(
     assert pivot.loc[("Van", "USA"), "estimate"] == table.items[10].estimate
     found = analyst.estimates("search_term", wait=120, candidates=["weather"])
     assert found.threshold is not None and found.candidates[0].category == "weather"
+    assert found.find_z is not None and found.items
+    assert all(i.evidence_z is not None and i.evidence_z >= found.find_z for i in found.items)
     strings = found.strings()
     assert all(isinstance(s, StringEstimate) for s in strings)
     assert strings[-1].value == b"weather"
+    assert strings[0].evidence_z == found.items[0].evidence_z
 
 
 def _same(rebuilt: Any, served: Any) -> None:
@@ -499,6 +505,7 @@ def test_cli_shows_each_kind_readably(
     assert "marginal of type:" in out and "marginal of origin:" in out
     out = cli(live, capsys, "search_term", "--candidates", "weather,never-said")
     assert "threshold" in out and "named candidates:" in out and "never-said" in out
+    assert out.splitlines()[2].split()[-1] == "evidence_z" and "evidence_z: how far" in out
     csv_out = cli(live, capsys, "car", "--format", "csv")
     assert csv_out.splitlines()[0] == "category,type,origin,estimate,stderr,low,high,forgery_shift"
     out = cli(live, capsys, "search_term", "--forgery-fraction", "0.05")
