@@ -297,5 +297,5 @@ def _bins(ax: Any, result: Any) -> None:
 
 
 SPEC = Distribution(
-    "distribution", ("bounds", "resolution"), ("bins", "edges", "quantiles", "range")
+    "distribution", ("bounds", "resolution"), ("bins", "edges", "quantiles", "range", "estimand")
 )

@@ -125,7 +125,7 @@ def minutes(live: LiveCollector, tmp_path_factory: pytest.TempPathFactory) -> np
 def test_distribution_histogram_matches_the_truth(live: LiveCollector, minutes: np.ndarray) -> None:
     answer = live.estimate("session_minutes", bins=8)
     assert answer["n"] == minutes.size
-    assert answer["mechanism"] == "hh" and answer["interval"] == "wald"
+    assert answer["mechanism"] == "hh" and answer["interval"] == "score"
     items = answer["items"]
     assert [(i["lower"], i["upper"]) for i in items] == [
         (15.0 * k, 15.0 * (k + 1)) for k in range(8)
