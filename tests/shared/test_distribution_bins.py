@@ -152,3 +152,19 @@ def test_the_estimand_in_answers_and_its_checks() -> None:
     assert spec.parse_options({"estimand": "population"}) == {"estimand": "population"}
     with pytest.raises(QueryError, match="estimand"):
         spec.parse_options({"estimand": "all"})
+
+
+def test_the_text_answer_says_whose_bins() -> None:
+    from ldpkit.analyst import EstimateResult
+
+    m = make(8.0)
+    e = m.estimate(simulate(m, beta_leaves(), 3000, 1, np.random.default_rng(4))[1][0])
+    spec = kind_or_default("distribution")
+    for estimand, whose in (
+        ("reporters", "the reporting users' own values"),
+        ("population", "the population the users were drawn from"),
+    ):
+        data = e.to_dict(estimand=estimand) | {"metric": "x", "kind": "distribution"}
+        result = EstimateResult.from_json(data)
+        assert result.estimand == estimand
+        assert f"about {whose} (estimand {estimand})" in "\n".join(spec.text(result, []))
