@@ -69,6 +69,8 @@ MAX_BINS = 4096
 
 # Range queries evaluated together (a (resolution, chunk) matrix at a time).
 _BAND_CHUNK = 512
+# The same for their intervals' cumulants, which hold several such matrices per depth.
+_CUMULANT_CHUNK = 128
 
 Shift = Callable[[float], Any]
 """beta -> how far a forged fraction beta of the reports can move an answer (or answers)."""
@@ -416,36 +418,73 @@ def depth_cumulants(
     the cumulants of a sum of n independent users are n times one user's. The sampling
     variance is ``n Var_u(E[Z | u])``, the part that the choice of users makes.
     """
-    zero = np.zeros(coef.shape[1:])
-    if noise.n == 0:
-        return zero, zero.copy(), zero.copy()
-    p, q, n = noise.p, noise.q, float(noise.n)
-    c = coef / (n * (p - q))
-    f = np.clip(f, 0.0, None)
-    c2 = c * c
-    c3 = c2 * c
-    mean_u = q * c.sum(axis=0) + (p - q) * c  # E[Z | u]
-    mu = (f * mean_u).sum(axis=0)
-    d = mean_u - mu
-    fd2 = f * d * d
-    sampling = fd2.sum(axis=0)
-    if noise.exclusive:
-        pi = q + (p - q) * f
-        m2, m3 = (c2 * pi).sum(axis=0), (c3 * pi).sum(axis=0)
-        var = m2 - mu * mu
-        third = m3 - 3.0 * mu * m2 + 2.0 * mu * mu * mu
-    else:
-        a, b = p * (1.0 - p), q * (1.0 - q)
-        s2 = b * c2.sum(axis=0) + (a - b) * c2  # Var[Z | u]
-        t3 = b * (1.0 - 2.0 * q) * c3.sum(axis=0) + (a * (1.0 - 2.0 * p) - b * (1.0 - 2.0 * q)) * c3
-        var = (f * s2).sum(axis=0) + sampling
-        third = (f * (t3 + 3.0 * s2 * d)).sum(axis=0) + (fd2 * d).sum(axis=0)
-    return n * var, n * third, n * sampling
+    scaled = _DepthSums(noise, coef)
+    return scaled.cumulants(scaled.moments(f))
+
+
+class _DepthSums:
+    """One depth's scaled coefficients ``c`` and their power sums, for
+    :func:`depth_cumulants` at any node fractions: Z's moments are linear in the sums
+    ``M_k = sum_v f_v c_v^k`` (k = 1, 2, 3), so fractions affine in a parameter give
+    moments affine in it."""
+
+    def __init__(self, noise: LevelNoise, coef: FloatArray) -> None:
+        self.noise = noise
+        self.empty = noise.n == 0
+        self.c = coef / (float(noise.n) * (noise.p - noise.q)) if not self.empty else coef
+        self.powers = (self.c, self.c * self.c, self.c * self.c * self.c)
+        self.sums = tuple(x.sum(axis=0) for x in self.powers)  # C_k = sum_v c_v^k
+
+    def moments(self, f: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``(M_1, M_2, M_3)`` at node fractions f (clipped at 0)."""
+        g = np.clip(f, 0.0, None)
+        m1, m2, m3 = ((g * x).sum(axis=0) for x in self.powers)
+        return m1, m2, m3
+
+    def cumulants(
+        self, m: tuple[FloatArray, FloatArray, FloatArray]
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """n times one user's variance, third cumulant and sampling variance, from M_k.
+        (Cumulants do not move with a shift: Z is taken less ``q C_1``, local hashing.)"""
+        m1, m2, m3 = m
+        if self.empty:
+            zero = np.zeros_like(m1)
+            return zero, zero.copy(), zero.copy()
+        p, q, n = self.noise.p, self.noise.q, float(self.noise.n)
+        r = p - q
+        c1, c2, c3 = self.sums
+        if self.noise.exclusive:  # Z = c_V, V = u w.p. p, each other node w.p. q
+            e1, e2, e3 = q * c1 + r * m1, q * c2 + r * m2, q * c3 + r * m3
+        else:  # given u: mean r c_u, variance b C2 + (a - b) c_u^2, third t0 + t1 c_u^3
+            a, b = p * (1.0 - p), q * (1.0 - q)
+            s0, s1 = b * c2, a - b
+            t0, t1 = b * (1.0 - 2.0 * q) * c3, a * (1.0 - 2.0 * p) - b * (1.0 - 2.0 * q)
+            e1 = r * m1
+            e2 = s0 + (s1 + r * r) * m2
+            e3 = t0 + t1 * m3 + 3.0 * (s0 * r * m1 + s1 * r * m3) + r**3 * m3
+        var = e2 - e1 * e1
+        third = e3 - 3.0 * e1 * e2 + 2.0 * e1**3
+        sampling = r * r * (m2 - m1 * m1)
+        return n * var, n * third, n * sampling
 
 
 _THETAS = np.array([0.0, 1.0 / 3.0, 0.5, 2.0 / 3.0, 1.0])
 """Where the cumulants are evaluated: 0, 1/2, 1 fit the variance's quadratic, 0, 1/3, 2/3,
 1 the third cumulant's cubic."""
+
+
+def _by_depth(tree: Tree, leaves: FloatArray) -> list[FloatArray]:
+    """Leaf values (L, k) summed into the nodes of every depth (index t; 0 unused), each
+    depth from the one below (a node's children are consecutive)."""
+    out = [leaves] * (tree.height + 1)
+    for t in range(tree.height - 1, 0, -1):
+        below, b = out[t + 1], tree.branching
+        full = below.shape[0] // b
+        summed = below[: full * b].reshape(full, b, -1).sum(axis=1)
+        if below.shape[0] > full * b:  # the last node holds fewer children
+            summed = np.concatenate([summed, below[full * b :].sum(axis=0, keepdims=True)])
+        out[t] = summed
+    return out
 
 
 def _spread(mass: FloatArray, support: FloatArray) -> FloatArray:
@@ -927,8 +966,8 @@ class DistributionEstimate:
         upper: bool,
     ) -> FloatArray:
         out = np.empty(start.size)
-        for first in range(0, start.size, _BAND_CHUNK):
-            part = slice(first, first + _BAND_CHUNK)
+        for first in range(0, start.size, _CUMULANT_CHUNK):
+            part = slice(first, first + _CUMULANT_CHUNK)
             queries = self._range_queries(start[part], stop[part])
             key = np.stack([start[part], stop[part]]).tobytes()
             if key not in self._cumulants:
@@ -980,11 +1019,15 @@ class DistributionEstimate:
         inside = _spread(base * queries, queries)
         outside = _spread(base * (1.0 - queries), 1.0 - queries)
         out = np.zeros((3, _THETAS.size, queries.shape[1]))
-        for i, th in enumerate(_THETAS):
-            leaves = th * inside + (1.0 - th) * outside
-            for t, noise in enumerate(self.levels, start=1):
-                parts = depth_cumulants(noise, coef[t], self.tree.aggregate_leaves(leaves, t))
-                out[:, i] += np.array(parts)
+        outside_nodes, inside_nodes = _by_depth(self.tree, outside), _by_depth(self.tree, inside)
+        for t, noise in enumerate(self.levels, start=1):
+            sums = _DepthSums(noise, coef[t])
+            # The power sums are linear in the fractions, which are affine in theta.
+            at0 = sums.moments(outside_nodes[t])
+            at1 = sums.moments(inside_nodes[t])
+            for i, th in enumerate(_THETAS):
+                m = tuple((1.0 - th) * x0 + th * x1 for x0, x1 in zip(at0, at1, strict=True))
+                out[:, i] += np.array(sums.cumulants(m))
         return out[0], out[1], out[2]
 
     def _polynomials(

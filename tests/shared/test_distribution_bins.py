@@ -55,13 +55,22 @@ def poly(coefs: FloatArray, theta: FloatArray) -> FloatArray:
     return np.sum(coefs * theta[:, None] ** np.arange(coefs.shape[1]), axis=1)
 
 
-@pytest.mark.parametrize("epsilon", [1.0, 8.0])
-def test_the_variance_at_the_truth_is_the_estimators(epsilon: float) -> None:
+@pytest.mark.parametrize(
+    ("epsilon", "resolution", "branching"), [(1.0, 64, 4), (8.0, 64, 4), (2.0, 100, 3)]
+)
+def test_the_variance_at_the_truth_is_the_estimators(
+    epsilon: float, resolution: int, branching: int
+) -> None:
     # An estimate whose leaves are the truth: the hypothesis at the true fraction is the
-    # truth itself, so the polynomial is the variance formula there.
-    m = make(epsilon)
-    e = m.expected(3000, beta_leaves())
-    queries = bin_queries(e)
+    # truth itself, so the polynomial is the variance formula there (a tree whose last
+    # nodes hold fewer children too).
+    m = HierarchicalHistogram(
+        epsilon=epsilon, bounds=(0.0, 1.0), resolution=resolution, branching=branching
+    )
+    truth = np.diff(stats.beta(2, 5).cdf(np.linspace(0.0, 1.0, resolution + 1)))
+    e = m.expected(3000, truth / truth.sum())
+    starts = np.array([0.0, 5.0, 30.0, 63.0, 90.0]) * resolution / 100
+    queries = e._range_queries(np.floor(starts), np.floor(starts) + resolution // 16)
     variance, _ = e.cumulant_polynomials(queries, "population")
     np.testing.assert_allclose(poly(variance, e.leaves @ queries), e.variance(queries), rtol=1e-9)
 
