@@ -12,8 +12,8 @@ Both estimands are scored against their own truth: the reporting users' bin frac
 Printed per cell: the lowest per-bin coverage at 95% over the 16 bins, and the share of
 campaigns whose 16 ``simultaneous=True`` intervals all cover, for each estimand.
 
-Run: ``python benchmarks/distribution_bins.py [--campaigns 1000]`` (about a minute at
-1,000 campaigns per cell on one core).
+Run: ``python benchmarks/distribution_bins.py [--campaigns 1000]`` (about 4 minutes at
+2,000 campaigns per cell on the shared 2-core machine).
 """
 
 from __future__ import annotations
