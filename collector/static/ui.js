@@ -174,6 +174,7 @@ function kindParams(params) {
   const value = (id) => ($(id) ? $(id).value.trim() : "");
   if (value("bins")) params.set("bins", value("bins"));
   if (value("quantiles")) params.set("quantiles", value("quantiles"));
+  if (value("estimand")) params.set("estimand", value("estimand"));
   if (value("candidates")) params.set("candidates", value("candidates"));
   if (state.subtree) params.set("subtree", state.subtree);
   else if (value("depth")) params.set("depth", value("depth"));

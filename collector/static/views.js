@@ -32,6 +32,7 @@ const LDPK_VIEWS = (() => {
       controls(metric, ui) {
         ui.select("bins", "Bins", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
         ui.text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");
+        ui.select("estimand", "Intervals for", [["reporters", "the reporting users"], ["population", "their population"]], "reporters");
       },
       extra: (data, fmt) => [
         ...(data.quantiles || []).map((q) => [`quantile ${q.q}`, fmt(q.value), "", fmt(q.low), fmt(q.high), fmt(q.forgery_shift)]),
@@ -164,6 +165,8 @@ const LDPK_VIEWS = (() => {
       node.appendChild(html("p", { class: "big", id: "distribution-summary" },
         `mean ${num(data.mean)} [${num(data.mean_low)}, ${num(data.mean_high)}]${shift(data.mean_forgery_shift)}` +
         qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
+      const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
+      node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `bin intervals: about ${whose} (estimand: ${data.estimand || "population"})`));
       node.appendChild(key([
         ["fraction in the bin", BAR],
         [`${pct(data.level)} interval`, WHISKER, "line"],

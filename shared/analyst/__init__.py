@@ -29,7 +29,7 @@ import numpy as np
 from .._json import loads_bounded
 from .._validation import check_level, check_seconds
 from ..aggregate import Aggregate
-from ..distribution import DistributionEstimate, QuantileEstimate
+from ..distribution import DistributionEstimate, QuantileEstimate, check_estimand
 from ..errors import (
     CollectorTimedOut,
     CollectorUnavailable,
@@ -210,6 +210,9 @@ class EstimateResult(ServedEstimate):
     candidates: tuple[ItemEstimate, ...] = ()
     robust_note: str | None = None
     """Asked with ``robust=True`` of a kind without a robust estimate: says so."""
+    estimand: str | None = None
+    """A distribution's: whose bins the intervals are about, ``"reporters"`` (the reporting
+    users') or ``"population"`` (the population they were drawn from)."""
 
     @classmethod
     def from_json(
@@ -563,11 +566,15 @@ class Analyst:
         forgery_fraction: float | None = None,
         robust: bool = False,
         wait: float | None = None,
+        estimand: str | None = None,
     ) -> EstimateResult:
         """The estimate of ``metric`` over buckets starting in ``[start, end)``.
 
         Each kind's own questions: ``bins``/``edges``, ``quantiles`` and ``range_`` for
-        a distribution; ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
+        a distribution, and ``estimand``: ``"reporters"`` (the default: intervals for the
+        reporting users' own distribution) or ``"population"`` (for the population they
+        were drawn from; the answer's :attr:`EstimateResult.estimand` says which);
+        ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
         strings (see docs/protocol.md, "Metric kinds"). ``forgery_fraction``: the fraction
         of forged reports each ``forgery_shift`` is about (default: the metric's, 0.01
         unless its definition says). ``robust``: add the estimates robust to that fraction
@@ -587,6 +594,8 @@ class Analyst:
         fraction = None if forgery_fraction is None else check_forgery_fraction(forgery_fraction)
         if isinstance(candidates, str):
             raise ParameterError("candidates must be a list of strings, not one string")
+        if estimand is not None:
+            check_estimand(estimand)
         params = {
             "from": _time_param(start, "start"),
             "to": _time_param(end, "end"),
@@ -603,6 +612,7 @@ class Analyst:
             "candidates": None if candidates is None else ",".join(candidates),
             "forgery_fraction": None if fraction is None else repr(fraction),
             "robust": "true" if robust else None,  # (a collector before it knows no such key)
+            "estimand": estimand,
         }
         data = self._waiting(
             path, params, 0.0 if wait is None else check_seconds(wait, "wait", zero=True)

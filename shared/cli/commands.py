@@ -136,6 +136,12 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
     kind.add_argument("--edges", metavar="A,B,...", help="distribution: bins between these edges")
     kind.add_argument("--quantiles", metavar="Q,...", help="distribution: e.g. 0.5,0.9")
     kind.add_argument("--range", dest="range_", metavar="A,B", help="distribution: [A, B)")
+    kind.add_argument(
+        "--estimand",
+        choices=("reporters", "population"),
+        help="distribution: intervals for the reporting users' bins (default) or the "
+        "population's they were drawn from",
+    )
     kind.add_argument("--depth", type=int, help="hierarchy: the level (1 = top; default leaves)")
     kind.add_argument("--subtree", metavar="PATH", help="hierarchy: the nodes under PATH")
     kind.add_argument("--candidates", metavar="S,...", help="strings: estimate these strings")
@@ -188,6 +194,7 @@ def estimates(args: argparse.Namespace) -> int:
         edges=_numbers(args.edges, "--edges"),
         quantiles=_numbers(args.quantiles, "--quantiles"),
         range_=_pair(_numbers(args.range_, "--range")),
+        estimand=args.estimand,
         depth=args.depth,
         subtree=args.subtree,
         candidates=None if args.candidates is None else args.candidates.split(","),

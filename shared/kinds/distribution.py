@@ -14,6 +14,7 @@ import numpy as np
 from .._json import finite_or_none
 from .._validation import shown
 from ..aggregate import Aggregate
+from ..distribution import ESTIMANDS
 from ..errors import ParameterError, QueryError
 from ..mechanisms import choose
 from . import render
@@ -90,6 +91,12 @@ class Distribution(Numbers):
             if len(pair) != 2:
                 raise QueryError("range", "expected two numbers: lower,upper")
             out["range_"] = (pair[0], pair[1])
+        if query.get("estimand"):
+            if query["estimand"] not in ESTIMANDS:
+                raise QueryError(
+                    "estimand", f"expected one of {', '.join(ESTIMANDS)}, got {query['estimand']!r}"
+                )
+            out["estimand"] = query["estimand"]
         return out
 
     def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
@@ -160,6 +167,7 @@ class Distribution(Numbers):
             "quantiles": tuple(_quantile(q, level, fraction) for q in data.get("quantiles") or ()),
             "range": item(found) if isinstance(found, dict) else None,
             "bounds": (float(bounds[0]), float(bounds[1])) if bounds else None,
+            "estimand": data.get("estimand"),
         }
 
     def columns(
@@ -177,8 +185,13 @@ class Distribution(Numbers):
 
     def text(self, result: Any, table: list[str]) -> list[str]:
         pct, fmt = f"{result.level:.0%}", render.fmt
+        whose = {
+            "reporters": "the reporting users' own values",
+            "population": "the population the users were drawn from",
+        }.get(result.estimand or "", "the population the users were drawn from")
         lines = [
             *table,
+            f"bin and range intervals: about {whose} (estimand {result.estimand or 'population'})",
             "",
             f"mean {fmt(result.mean)} (stderr {fmt(result.stderr)}), {pct} interval "
             f"[{fmt(result.low)}, {fmt(result.high)}]{_shifted(result.forgery_shift)}",
@@ -284,5 +297,5 @@ def _bins(ax: Any, result: Any) -> None:
 
 
 SPEC = Distribution(
-    "distribution", ("bounds", "resolution"), ("bins", "edges", "quantiles", "range")
+    "distribution", ("bounds", "resolution"), ("bins", "edges", "quantiles", "range", "estimand")
 )

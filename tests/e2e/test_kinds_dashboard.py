@@ -204,6 +204,18 @@ def test_distribution_histogram_with_quantiles(
     assert "p50" in page.inner_text("#distribution-summary")
     readable(page)
     page.screenshot(path=str(shots / f"kinds-histogram-{width}.png"), full_page=True)
+    # whose bins the intervals are about: the reporting users' by default, stated
+    assert data["estimand"] == "reporters"
+    assert "the reporting users" in page.inner_text("#distribution-estimand")
+    page.select_option("#estimand", "population")
+    drawn(
+        page,
+        "session_minutes_dist",
+        "histogram",
+        "window.ldpkitDashboard.data.estimand === 'population'",
+    )
+    assert "the population" in page.inner_text("#distribution-estimand")
+    page.screenshot(path=str(shots / f"kinds-histogram-population-{width}.png"), full_page=True)
     page.select_option("#bins", "64")
     drawn(
         page, "session_minutes_dist", "histogram", "window.ldpkitDashboard.data.items.length === 64"
