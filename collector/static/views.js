@@ -16,7 +16,7 @@ const LDPK_VIEWS = (() => {
 
   function register(view) { views.push(view); }
   function pick(data, ctx) {
-    const own = !ctx.overTime && kind(data.kind).view;
+    const own = ctx.overTime ? kind(data.kind).overTime : kind(data.kind).view;
     return views.find((v) => (own ? v.name === own : v.applies && v.applies(data, ctx)));
   }
 
@@ -28,7 +28,7 @@ const LDPK_VIEWS = (() => {
     categorical: CATEGORICAL,
     numeric: { ...CATEGORICAL, consistent: false },
     distribution: {
-      ...CATEGORICAL, view: "histogram", item: "bin", consistent: false,
+      ...CATEGORICAL, view: "histogram", overTime: "distribution-over-time", item: "bin", consistent: false,
       controls(metric, ui) {
         ui.select("bins", "Bins", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
         ui.text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");
@@ -74,6 +74,12 @@ const LDPK_VIEWS = (() => {
   // What a mean's interval wholly beyond its bounds means (docs/statistics.md).
   const beyond = (data) => `Beyond the bounds: the ${pct(data.level)} interval lies wholly ${data.beyond_bounds === "upper" ? "above" : "below"} ` +
     "the metric's bounds; no population of values within them gives such reports but by chance: forged reports are the likely cause.";
+
+  // Every figure marks its plot area (the frame inside the margins, class "plot-area"):
+  // nothing may be drawn outside it, which the browser tests check.
+  function plot(options) {
+    return Plot.plot({ ...options, marks: [...options.marks, Plot.frame({ stroke: "none", fill: "none", className: "plot-area" })] });
+  }
 
   function html(tag, attrs = {}, text = null) {
     const node = document.createElement(tag);
@@ -128,7 +134,7 @@ const LDPK_VIEWS = (() => {
     const rotate = names.length * longest * 7.5 > width - 70;
     const band = ((width - 72) / Math.max(names.length, 1)) * 0.75;
     const cap = Math.max(0, band / 2 - 9);
-    return Plot.plot({
+    return plot({
       width,
       height: opts.height || 340,
       marginLeft: 56,
@@ -147,6 +153,14 @@ const LDPK_VIEWS = (() => {
         ...(data.consistent ? [Plot.tickY(shown, { x: "label", y: "consistent", stroke: CONSISTENT, strokeWidth: 3, className: "consistent-marks" })] : []),
       ],
     });
+  }
+
+  // Unbiased estimates below zero are drawn as such (the axis extends below its zero line),
+  // and the page says why: noise around a nearly empty bin or cell.
+  function belowZero(count, what) {
+    return html("p", { class: "note below-zero" },
+      `${count} ${what} estimated below zero: the unbiased estimate of a nearly empty ${what.replace(/s$/, "")} is noise around 0 ` +
+      "(drawn below the zero line; its interval is clipped at 0).");
   }
 
   const empty = (node) => { node.appendChild(html("p", {}, "No reports in this range.")); return { node, figures: [] }; };
@@ -168,9 +182,12 @@ const LDPK_VIEWS = (() => {
         ["quantile (band: its interval)", CONSISTENT, "line"],
       ]));
       const items = data.items.map((i) => ({ ...i, mid: (i.lower + i.upper) / 2 }));
-      const values = items.flatMap((i) => [i.low, i.high]).filter((v) => v !== null);
-      const top = Math.max(0.02, ...values);
-      const fig = Plot.plot({
+      // The estimates too: an unbiased estimate may lie below its interval, clipped at 0.
+      const values = items.flatMap((i) => [i.estimate, i.low, i.high]).filter((v) => v !== null && v !== undefined);
+      const top = Math.max(0.02, ...values) * 1.08;  // room for the quantiles' labels
+      const below = items.filter((i) => i.estimate < 0).length;
+      if (below) node.appendChild(belowZero(below, "bins"));
+      const fig = plot({
         width: ctx.width,
         height: 360,
         marginLeft: 56,
@@ -187,7 +204,7 @@ const LDPK_VIEWS = (() => {
           Plot.ruleX(items, { x: "mid", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 1.5, className: "whiskers" }),
           Plot.ruleX(qs, { x: "value", stroke: CONSISTENT, strokeWidth: 2.5, className: "quantile-marks",
             title: (q) => `q=${q.q}: ${num(q.value)} [${num(q.low)}, ${num(q.high)}]${shift(q.forgery_shift)}` }),
-          Plot.text(qs, { x: "value", y: top, text: (q) => `p${Math.round(q.q * 100)}`, dy: -6, fill: CONSISTENT, fontWeight: "bold" }),
+          Plot.text(qs, { x: "value", y: top, text: (q) => `p${Math.round(q.q * 100)}`, dy: 8, dx: 4, textAnchor: "start", fill: CONSISTENT, fontWeight: "bold", className: "quantile-labels" }),
         ],
       });
       node.appendChild(fig);
@@ -196,12 +213,31 @@ const LDPK_VIEWS = (() => {
   });
 
   // --- hierarchy: the nodes of one level; click a bar to open it ------------------------
+  // Where the drill-down is: "all › MX › MX/Sonora", every ancestor a button that opens it.
+  function breadcrumb(data, ctx) {
+    const box = html("p", { class: "crumbs", id: "tree-where" });
+    const sep = (ctx.metric && ctx.metric.separator) || "/";
+    const parts = data.subtree ? data.subtree.split(sep) : [];
+    const crumb = (text, path, current) => {
+      if (current || !ctx.open) return html("span", { class: "crumb current" }, text);
+      const b = html("button", { type: "button", class: "crumb", "data-path": path === null ? "" : path }, text);
+      b.addEventListener("click", () => ctx.open(path));
+      return b;
+    };
+    box.appendChild(crumb("all", null, !data.subtree));
+    parts.forEach((part, k) => {
+      box.appendChild(html("span", { class: "crumb-sep" }, " › "));
+      box.appendChild(crumb(part, parts.slice(0, k + 1).join(sep), k === parts.length - 1));
+    });
+    box.appendChild(html("span", { class: "crumb-hint" }, ` · depth ${data.depth} · click a bar to open that node`));
+    return box;
+  }
+
   register({
     name: "tree",
     draw(data, ctx) {
       const node = html("div", { id: "tree" });
-      const where = data.subtree ? `under ${data.subtree}, depth ${data.depth}` : `depth ${data.depth}`;
-      node.appendChild(html("p", { class: "crumbs", id: "tree-where" }, `${where} · click a bar to open that node`));
+      node.appendChild(breadcrumb(data, ctx));
       node.appendChild(key([
         ["unbiased estimate (children add up to their parent)", BAR],
         [`${pct(data.level)} interval`, WHISKER, "line"],
@@ -239,10 +275,16 @@ const LDPK_VIEWS = (() => {
         const cols = data.dimensions[1][1], rows = data.dimensions[0][1];
         const darkest = Math.max(...cells.map((c) => c.shown));
         const width = Math.min(ctx.width, 140 + 170 * cols.length);
-        const fig = Plot.plot({
+        const marginLeft = 20 + 8 * Math.max(...rows.map((r) => r.length));
+        // A cell narrower than its one-line label ("0.108 [0.079, 0.140]"): two lines.
+        const twoLines = (width - marginLeft - 20) / cols.length < 150;
+        const below = cells.filter((c) => c.shown < 0).length;
+        if (below) node.appendChild(belowZero(below, "cells"));
+        const fig = plot({
           width,
-          height: 60 + 34 * rows.length,
-          marginLeft: 20 + 8 * Math.max(...rows.map((r) => r.length)),
+          height: 60 + (twoLines ? 42 : 34) * rows.length,
+          marginLeft,
+          marginRight: 20,
           marginTop: 36,
           style: fontStyle(ctx.width),
           x: { domain: cols, axis: "top", label: colDim },
@@ -253,7 +295,7 @@ const LDPK_VIEWS = (() => {
             Plot.cell(cells, { x: "col", y: "row", fill: "shown", inset: 1, className: "cells",
               title: (c) => `${label(c)}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}]${shift(c.forgery_shift, 4)}` }),
             ...[true, false].map((dark) => Plot.text(cells.filter((c) => (c.shown > 0.55 * darkest) === dark), {
-              x: "col", y: "row", text: (c) => `${num(c.shown, 3)} [${num(c.low, 3)}, ${num(c.high, 3)}]`,
+              x: "col", y: "row", text: (c) => `${num(c.shown, 3)}${twoLines ? "\n" : " "}[${num(c.low, 3)}, ${num(c.high, 3)}]`,
               fill: dark ? "white" : "black", className: "cell-labels" })),
           ],
         });
@@ -291,7 +333,7 @@ const LDPK_VIEWS = (() => {
       const names = rows.map((r) => (r.kind === "asked" ? `${r.category} (asked)` : r.category));
       rows.forEach((r, k) => { r.name = names[k]; });
       const values = rows.flatMap((r) => [r.low, r.high]);
-      const fig = Plot.plot({
+      const fig = plot({
         width: ctx.width,
         height: 40 + 26 * rows.length,
         marginLeft: 12 + 7.5 * Math.min(40, Math.max(...names.map((n) => n.length))),
@@ -339,7 +381,7 @@ const LDPK_VIEWS = (() => {
       const cap = Math.max(0, band / 2 - 9);
       // The robust interval beside the unbiased one (it contains it), not over it.
       const aside = Math.min(8, band / 4);
-      const fig = Plot.plot({
+      const fig = plot({
         width,
         height: 340,
         marginLeft: 56,
@@ -399,7 +441,7 @@ const LDPK_VIEWS = (() => {
       const lows = all.map((r) => r.low), highs = all.map((r) => r.high);
       const strip = (title, domain, id, ends) => {
         node.appendChild(html("h3", {}, title));
-        const fig = Plot.plot({
+        const fig = plot({
           width: ctx.width,
           height: 96 + 28 * robust.length,
           marginLeft: 24,
@@ -444,11 +486,11 @@ const LDPK_VIEWS = (() => {
   function overTimeRows(data) {
     if (Array.isArray(data.items)) {
       return data.buckets.flatMap((b) => (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
-        t: new Date(b.bucket * 1000), series: label(i), estimate: i.estimate, low: i.low, high: i.high, n: b.n,
+        t: new Date(b.bucket * 1000), series: label(i), estimate: i.estimate, low: i.low, high: i.high, stderr: i.stderr, n: b.n,
       })));
     }
     return data.buckets.filter((b) => b.mean !== null && b.mean !== undefined).map((b) => ({
-      t: new Date(b.bucket * 1000), series: "mean", estimate: b.mean, low: b.low, high: b.high, n: b.n,
+      t: new Date(b.bucket * 1000), series: "mean", estimate: b.mean, low: b.low, high: b.high, stderr: b.stderr, n: b.n,
     }));
   }
 
@@ -458,7 +500,8 @@ const LDPK_VIEWS = (() => {
     draw(data, ctx) {
       const node = html("div", { id: "over-time-chart" });
       const rows = overTimeRows(data);
-      const series = Array.isArray(data.items) ? [...new Set(data.items.map(label))] : ["mean"];
+      // The whole range's items first, then any only some buckets have (strings found there).
+      const series = Array.isArray(data.items) ? [...new Set([...data.items.map(label), ...rows.map((r) => r.series)])] : ["mean"];
       if (!rows.length) {
         node.appendChild(html("p", {}, "No reports in this range."));
         return { node, figures: [] };
@@ -471,16 +514,22 @@ const LDPK_VIEWS = (() => {
         x: "t", y1: "low", y2: "high", stroke: "series", strokeOpacity: 0.7, strokeWidth: 1.5,
         dx: (k - (series.length - 1) / 2) * step, className: "whiskers",
       }));
-      const values = rows.flatMap((r) => [r.low, r.high]);
+      // The estimates too: an unbiased estimate may lie outside its interval, clipped at 0.
+      const values = rows.flatMap((r) => [r.estimate, r.low, r.high]).filter((v) => v !== null && v !== undefined);
+      const below = rows.filter((r) => r.estimate < 0).length;
+      if (below && Array.isArray(data.items)) node.appendChild(belowZero(below, "estimates"));
       const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;  // one bucket: room around it
-      const fig = Plot.plot({
+      const fig = plot({
         width: ctx.width,
         height: 360,
         marginLeft: 60,
         marginRight: 36,
         marginBottom: 46,
-        insetLeft: 14,
-        insetRight: 14,
+        // The side-by-side whiskers of the first and last buckets stay inside the plot area.
+        insetLeft: Math.max(14, (step * (series.length - 1)) / 2 + 6),
+        insetRight: Math.max(14, (step * (series.length - 1)) / 2 + 6),
+        insetTop: 6,  // the points at the top and bottom stay inside the plot area
+        insetBottom: 6,
         style: fontStyle(ctx.width),
         x: { type: "utc", label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36, domain: [new Date(times[0] - pad), new Date(times[times.length - 1] + pad)],
           ticks: Math.max(2, Math.min(times.length, Math.floor(ctx.width / 110))) },
@@ -490,14 +539,123 @@ const LDPK_VIEWS = (() => {
         marks: [
           ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
           ...whiskers,
+          ...(Math.min(...values) < 0 ? [Plot.ruleY([0], { stroke: "#888", className: "zero" })] : []),
           Plot.lineY(rows, { x: "t", y: "estimate", z: "series", stroke: "series", strokeWidth: 2, className: "lines" }),
           Plot.dot(rows, { x: "t", y: "estimate", fill: "series", r: 3.5, className: "points",
-            title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], n=${r.n}` }),
+            title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], stderr ${num(r.stderr, 4)}, n=${r.n}` }),
         ],
       });
       node.appendChild(key([[`${pct(data.level)} interval: ${times.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
       node.appendChild(fig);
       return { node, figures: [fig] };
+    },
+  });
+
+  // --- distribution over time: the mean and the quantiles asked per bucket with their
+  // intervals, and a bucket × bin heat map of the fractions (not one line per bin) -------
+  const bucketName = (t) => {
+    const iso = new Date(t * 1000).toISOString();
+    return iso.endsWith("T00:00:00.000Z") ? iso.slice(0, 10) : iso.slice(0, 16).replace("T", " ");
+  };
+  // At most one tick label per `room` px: every k-th of a band scale's values.
+  const thinned = (values, span, room) => {
+    const k = Math.max(1, Math.ceil((values.length * room) / Math.max(span, 1)));
+    return values.filter((_, i) => i % k === 0);
+  };
+
+  function summaryOverTime(node, data, buckets, ctx) {
+    const rows = buckets.flatMap((b) => [
+      { t: new Date(b.bucket * 1000), series: "mean", value: b.mean, low: b.mean_low, high: b.mean_high, stderr: b.mean_stderr, n: b.n },
+      ...(b.quantiles || []).map((q) => ({ t: new Date(b.bucket * 1000), series: `p${+(q.q * 100).toPrecision(4)}`, value: q.value, low: q.low, high: q.high, n: b.n })),
+    ]).filter((r) => r.value !== null && r.value !== undefined);
+    const series = [...new Set(rows.map((r) => r.series))];
+    const times = [...new Set(rows.map((r) => +r.t))].sort((a, b) => a - b);
+    const values = rows.flatMap((r) => [r.value, r.low, r.high]).filter((v) => v !== null && v !== undefined);
+    const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;
+    const step = Math.min(6, 30 / series.length);  // whiskers side by side in a bucket
+    node.appendChild(html("h3", {}, `mean and quantiles per bucket (${pct(data.level)} intervals${times.length > 1 ? ": bands and whiskers" : ""})`));
+    const fig = plot({
+      width: ctx.width,
+      height: 320,
+      marginLeft: 60,
+      marginRight: 36,
+      marginBottom: 46,
+      insetLeft: 14,
+      insetRight: 14,
+      insetTop: 6,
+      insetBottom: 6,
+      style: fontStyle(ctx.width),
+      x: { type: "utc", label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36,
+        domain: [new Date(times[0] - pad), new Date(times[times.length - 1] + pad)],
+        ticks: Math.max(2, Math.min(times.length, Math.floor(ctx.width / 110))) },
+      y: { grid: true, nice: true, label: data.metric, domain: [Math.min(...values), Math.max(...values)] },
+      color: { domain: series, range: palette(series.length), legend: true, label: null },
+      marks: [
+        ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: 0.12, className: "bands" })] : []),
+        ...series.map((s, k) => Plot.ruleX(rows.filter((r) => r.series === s), {
+          x: "t", y1: "low", y2: "high", stroke: "series", strokeWidth: 1.5, dx: (k - (series.length - 1) / 2) * step, className: "whiskers" })),
+        Plot.lineY(rows, { x: "t", y: "value", z: "series", stroke: "series", strokeWidth: 2, className: "lines" }),
+        ...series.map((s, k) => Plot.dot(rows.filter((r) => r.series === s), {
+          x: "t", y: "value", fill: "series", r: 3.5, dx: (k - (series.length - 1) / 2) * step, className: "points",
+          title: (r) => `${r.series}, ${bucketName(+r.t / 1000)} UTC: ${num(r.value)} [${num(r.low)}, ${num(r.high)}]` +
+            (r.stderr === undefined ? "" : `, stderr ${num(r.stderr, 4)}`) + `, n=${r.n}` })),
+      ],
+    });
+    fig.setAttribute("id", "distribution-summary-over-time");
+    node.appendChild(fig);
+    return fig;
+  }
+
+  function binsOverTime(node, data, buckets, ctx) {
+    const cells = buckets.flatMap((b) => (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
+      ...i, bucket: bucketName(b.bucket), bin: label(i), n: b.n })));
+    const names = buckets.map((b) => bucketName(b.bucket));
+    const bins = [...(buckets[0].items || []).map(label)].reverse();  // the highest bin on top
+    const lowest = Math.min(...cells.map((c) => c.estimate)), highest = Math.max(0.01, ...cells.map((c) => c.estimate));
+    const below = cells.filter((c) => c.estimate < 0).length;
+    node.appendChild(html("h3", {}, `fraction of users per bin and bucket (unbiased estimate${below ? "; red: below zero" : ""})`));
+    if (below) node.appendChild(belowZero(below, "bins"));
+    const rowHeight = bins.length <= 16 ? 22 : bins.length <= 32 ? 14 : 8;
+    const marginLeft = 16 + 7 * Math.max(...bins.map((b) => b.length));
+    const width = Math.min(ctx.width, marginLeft + 24 + 160 * names.length);
+    const band = (width - marginLeft - 24) / names.length;
+    const labelled = band >= 48 && rowHeight >= 14;
+    // Below zero in red, above in blue (one scale, symmetric about 0): an estimate below
+    // zero reads as one. Its legend drawn apart, with room for the end labels.
+    const colour = lowest < 0 ? { type: "diverging", scheme: "rdbu", pivot: 0, label: "fraction of users" }
+      : { scheme: "blues", domain: [0, highest], label: "fraction of users" };
+    const legend = Plot.legend({ color: colour, width: Math.min(320, ctx.width - 20), marginLeft: 16, marginRight: 16, className: "heat-legend" });
+    node.appendChild(legend);
+    const fig = plot({
+      width,
+      height: 70 + rowHeight * bins.length,
+      marginLeft,
+      marginRight: 24,
+      marginTop: 8,
+      marginBottom: 46,
+      style: fontStyle(ctx.width),
+      x: { domain: names, label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36, ticks: thinned(names, width - marginLeft - 24, 90), padding: 0 },
+      y: { domain: bins, label: data.metric, ticks: thinned(bins, rowHeight * bins.length, 16) },
+      color: colour,
+      marks: [
+        Plot.cell(cells, { x: "bucket", y: "bin", fill: "estimate", inset: 0.5, className: "bin-cells",
+          title: (c) => `${c.bucket} UTC, ${c.bin}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}], stderr ${num(c.stderr, 4)}, n=${c.n}` }),
+        ...(labelled ? [true, false].map((dark) => Plot.text(cells.filter((c) => (Math.abs(c.estimate) > 0.55 * highest) === dark), {
+          x: "bucket", y: "bin", text: (c) => num(c.estimate, 3), fill: dark ? "white" : "black", className: "bin-labels" })) : []),
+      ],
+    });
+    fig.setAttribute("id", "distribution-heatmap");
+    node.appendChild(fig);
+    return fig;
+  }
+
+  register({
+    name: "distribution-over-time",
+    draw(data, ctx) {
+      const node = html("div", { id: "distribution-over-time" });
+      const buckets = (data.buckets || []).filter((b) => b.n > 0 && Array.isArray(b.items) && b.items.some((i) => i.estimate !== null));
+      if (!buckets.length) return empty(node);
+      return { node, figures: [summaryOverTime(node, data, buckets, ctx), binsOverTime(node, data, buckets, ctx)] };
     },
   });
 
