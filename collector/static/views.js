@@ -157,10 +157,10 @@ const LDPK_VIEWS = (() => {
 
   // Unbiased estimates below zero are drawn as such (the axis extends below its zero line),
   // and the page says why: noise around a nearly empty bin or cell.
-  function belowZero(count, what) {
+  function belowZero(count, what, drawn = "drawn below the zero line") {
     return html("p", { class: "note below-zero" },
       `${count} ${what} estimated below zero: the unbiased estimate of a nearly empty ${what.replace(/s$/, "")} is noise around 0 ` +
-      "(drawn below the zero line; its interval is clipped at 0).");
+      `(${drawn}; its interval is clipped at 0).`);
   }
 
   const empty = (node) => { node.appendChild(html("p", {}, "No reports in this range.")); return { node, figures: [] }; };
@@ -279,7 +279,7 @@ const LDPK_VIEWS = (() => {
         // A cell narrower than its one-line label ("0.108 [0.079, 0.140]"): two lines.
         const twoLines = (width - marginLeft - 20) / cols.length < 150;
         const below = cells.filter((c) => c.shown < 0).length;
-        if (below) node.appendChild(belowZero(below, "cells"));
+        if (below) node.appendChild(belowZero(below, "cells", "labelled with its value"));
         const fig = plot({
           width,
           height: 60 + (twoLines ? 42 : 34) * rows.length,
@@ -594,7 +594,8 @@ const LDPK_VIEWS = (() => {
         ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: 0.12, className: "bands" })] : []),
         ...series.map((s, k) => Plot.ruleX(rows.filter((r) => r.series === s), {
           x: "t", y1: "low", y2: "high", stroke: "series", strokeWidth: 1.5, dx: (k - (series.length - 1) / 2) * step, className: "whiskers" })),
-        Plot.lineY(rows, { x: "t", y: "value", z: "series", stroke: "series", strokeWidth: 2, className: "lines" }),
+        ...series.map((s, k) => Plot.lineY(rows.filter((r) => r.series === s), {
+          x: "t", y: "value", stroke: "series", strokeWidth: 2, dx: (k - (series.length - 1) / 2) * step, className: "lines" })),
         ...series.map((s, k) => Plot.dot(rows.filter((r) => r.series === s), {
           x: "t", y: "value", fill: "series", r: 3.5, dx: (k - (series.length - 1) / 2) * step, className: "points",
           title: (r) => `${r.series}, ${bucketName(+r.t / 1000)} UTC: ${num(r.value)} [${num(r.low)}, ${num(r.high)}]` +
@@ -614,7 +615,7 @@ const LDPK_VIEWS = (() => {
     const lowest = Math.min(...cells.map((c) => c.estimate)), highest = Math.max(0.01, ...cells.map((c) => c.estimate));
     const below = cells.filter((c) => c.estimate < 0).length;
     node.appendChild(html("h3", {}, `fraction of users per bin and bucket (unbiased estimate${below ? "; red: below zero" : ""})`));
-    if (below) node.appendChild(belowZero(below, "bins"));
+    if (below) node.appendChild(belowZero(below, "bins", "red in the heat map"));
     const rowHeight = bins.length <= 16 ? 22 : bins.length <= 32 ? 14 : 8;
     const marginLeft = 16 + 7 * Math.max(...bins.map((b) => b.length));
     const width = Math.min(ctx.width, marginLeft + 24 + 160 * names.length);
@@ -622,7 +623,8 @@ const LDPK_VIEWS = (() => {
     const labelled = band >= 48 && rowHeight >= 14;
     // Below zero in red, above in blue (one scale, symmetric about 0): an estimate below
     // zero reads as one. Its legend drawn apart, with room for the end labels.
-    const colour = lowest < 0 ? { type: "diverging", scheme: "rdbu", pivot: 0, label: "fraction of users" }
+    const reach = Math.max(highest, -lowest);
+    const colour = lowest < 0 ? { type: "diverging", scheme: "rdbu", pivot: 0, domain: [-reach, reach], label: "fraction of users" }
       : { scheme: "blues", domain: [0, highest], label: "fraction of users" };
     const legend = Plot.legend({ color: colour, width: Math.min(320, ctx.width - 20), marginLeft: 16, marginRight: 16, className: "heat-legend" });
     node.appendChild(legend);

@@ -4,6 +4,7 @@ it). A ``result`` is an ``ldpkit.analyst.EstimateResult``, an item its ``ItemEst
 
 from __future__ import annotations
 
+import colorsys
 from collections.abc import Collection, Container, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -106,19 +107,52 @@ def bars(result: Any, plt: Any) -> Any:
     return fig
 
 
+TABLEAU10 = [
+    "#4C78A8", "#F58518", "#E45756", "#72B7B2", "#54A24B",
+    "#EECA3B", "#B279A2", "#FF9DA6", "#9D755D", "#BAB0AC",
+]  # fmt: skip
+
+
+def palette(n: int) -> list[str]:
+    """``n`` distinct colours: Tableau 10, then hues spread evenly (matplotlib's default
+    cycle repeats after 10, so neighbouring series would look alike)."""
+    if n <= len(TABLEAU10):
+        return TABLEAU10[:n]
+    rgb = [colorsys.hsv_to_rgb(k / n, 0.75, 0.85 if k % 2 else 0.6) for k in range(n)]
+    return ["#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in col)) for col in rgb]
+
+
+def time_axis(fig: Any, ax: Any, result: Any) -> None:
+    """The bucket axis, the title; estimates below zero below a zero line."""
+    ax.set_xlabel("bucket start (UTC)")
+    ax.set_title(title(result), fontsize="medium")
+    if ax.get_ylim()[0] < 0:
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+    fig.autofmt_xdate()
+
+
 def lines_over_time(result: Any, ax: Any) -> None:
-    """One line per item across the buckets, its interval as a band."""
-    categories = [i.category for i in result.items] or (
-        [i.category for i in result.buckets[0].items] if result.buckets else []
-    )
+    """One line per item across the buckets, its interval as a band, each its own colour;
+    the legend beside the axes when there are many."""
+    by_bucket = [{i.category: i for i in b.items} for b in result.buckets]
+    categories = list(dict.fromkeys([i.category for i in result.items] + [
+        c for items in by_bucket for c in items
+    ]))  # fmt: skip
     times = [b.start for b in result.buckets]
-    for index, category in enumerate(categories):
-        line = ax.plot(times, _series(result, index, "estimate"), marker="o", label=category)[0]
-        low, high = _series(result, index, "low"), _series(result, index, "high")
-        ax.fill_between(times, low, high, alpha=0.15, color=line.get_color())
+    for category, colour in zip(categories, palette(len(categories)), strict=True):
+        points = [items.get(category) for items in by_bucket]
+        series = [
+            nan([getattr(i, k) if i else None for i in points]) for k in ("estimate", "low", "high")
+        ]
+        ax.plot(times, series[0], marker="o", label=category, color=colour)
+        ax.fill_between(times, series[1], series[2], alpha=0.15, color=colour)
     ax.set_ylabel("fraction of users")
-    ax.legend(loc="best", fontsize="small", ncol=2)
-
-
-def _series(result: Any, index: int, name: str) -> list[float]:
-    return nan([getattr(b.items[index], name) if b.items else None for b in result.buckets])
+    if len(categories) > 6:
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize="small",
+            ncol=1 + len(categories) // 16,
+        )
+    else:
+        ax.legend(loc="best", fontsize="small", ncol=2)

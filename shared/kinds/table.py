@@ -4,6 +4,7 @@ with the cells and each attribute's marginal."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any, ClassVar
 
 import numpy as np
@@ -66,6 +67,17 @@ class Table(Structured):
             ),
         }
 
+    def rows(self, part: Any, columns: Sequence[str]) -> list[dict[str, Any]]:
+        """The cells, then each marginal's items (``category`` "type=Van (marginal)", the
+        other dimensions empty): the totals' and each bucket's."""
+        rows = render.item_rows(part.items, columns)
+        for name, group in part.marginals.items():
+            for item in group:
+                row = {**asdict(item), name: item.category}
+                row["category"] = f"{name}={item.category} (marginal)"
+                rows.append({c: row.get(c) for c in columns})
+        return rows
+
     def index(self, dimensions: Sequence[str]) -> list[str]:
         return list(dimensions)
 
@@ -73,9 +85,12 @@ class Table(Structured):
         return frame.drop(columns=["category"]).set_index(list(dimensions))
 
     def text(self, result: Any, table: list[str]) -> list[str]:
-        lines = list(table)
-        columns = [*render.NUMBERS, *(["consistent"] if result.consistent else [])]
+        # The cells in a table, then each marginal in its own (not as rows of the cells').
         dimensions = [n for n, _ in result.dimensions]
+        every = self.columns(result.consistent, dimensions, result.robust is not None)
+        cells = render.item_rows(result.items, every)
+        lines = render.text_table(cells, self.hidden, dimensions) if cells else list(table)
+        columns = [*render.NUMBERS, *(["consistent"] if result.consistent else [])]
         for name, group in result.marginals.items():
             lines.append("")
             lines.append(f"marginal of {name}:")
