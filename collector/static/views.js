@@ -50,7 +50,7 @@ const LDPK_VIEWS = (() => {
       },
     },
     table: {
-      ...CATEGORICAL, view: "heatmap", item: "cell", label: "consistent (IPF to the marginals)",
+      ...CATEGORICAL, view: "heatmap", overTime: "table-over-time", item: "cell", label: "consistent (IPF to the marginals)",
       more: (data) => Object.entries(data.marginals || {}).flatMap(([name, items]) =>
         items.map((i) => ({ ...i, category: `${name}=${i.category} (marginal)` }))),
     },
@@ -494,6 +494,47 @@ const LDPK_VIEWS = (() => {
     }));
   }
 
+  // Estimates per bucket as lines, one colour per series, intervals as bands and whiskers.
+  function linesOverTime(rows, series, ctx, opts) {
+    const times = [...new Set(rows.map((r) => +r.t))].sort((a, b) => a - b);
+    const colours = palette(series.length);
+    // Whiskers side by side when several series share a bucket, so none hides another.
+    const step = Math.min(5, 36 / Math.max(series.length, 1));
+    const whiskers = series.map((s, k) => Plot.ruleX(rows.filter((r) => r.series === s), {
+      x: "t", y1: "low", y2: "high", stroke: "series", strokeOpacity: 0.7, strokeWidth: 1.5,
+      dx: (k - (series.length - 1) / 2) * step, className: "whiskers",
+    }));
+    // The estimates too: an unbiased estimate may lie outside its interval, clipped at 0.
+    const values = rows.flatMap((r) => [r.estimate, r.low, r.high]).filter((v) => v !== null && v !== undefined);
+    const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;  // one bucket: room around it
+    return plot({
+      width: ctx.width,
+      height: opts.height || 360,
+      marginLeft: 60,
+      marginRight: 36,
+      marginBottom: 46,
+      // The side-by-side whiskers of the first and last buckets stay inside the plot area.
+      insetLeft: Math.max(14, (step * (series.length - 1)) / 2 + 6),
+      insetRight: Math.max(14, (step * (series.length - 1)) / 2 + 6),
+      insetTop: 6,  // the points at the top and bottom stay inside the plot area
+      insetBottom: 6,
+      style: fontStyle(ctx.width),
+      x: { type: "utc", label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36, domain: [new Date(times[0] - pad), new Date(times[times.length - 1] + pad)],
+        ticks: Math.max(2, Math.min(times.length, Math.floor(ctx.width / 110))) },
+      y: { grid: true, nice: true, label: opts.yLabel,
+        domain: [Math.min(0, ...values), Math.max(...values)] },
+      color: { domain: series, range: colours, legend: true, label: null },
+      marks: [
+        ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
+        ...whiskers,
+        ...(Math.min(...values) < 0 ? [Plot.ruleY([0], { stroke: "#888", className: "zero" })] : []),
+        Plot.lineY(rows, { x: "t", y: "estimate", z: "series", stroke: "series", strokeWidth: 2, className: "lines" }),
+        Plot.dot(rows, { x: "t", y: "estimate", fill: "series", r: 3.5, className: "points",
+          title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], stderr ${num(r.stderr, 4)}, n=${r.n}` }),
+      ],
+    });
+  }
+
   register({
     name: "over-time",
     applies: (data, ctx) => ctx.overTime && Array.isArray(data.buckets),
@@ -506,46 +547,11 @@ const LDPK_VIEWS = (() => {
         node.appendChild(html("p", {}, "No reports in this range."));
         return { node, figures: [] };
       }
-      const times = [...new Set(rows.map((r) => +r.t))].sort((a, b) => a - b);
-      const colours = palette(series.length);
-      // Whiskers side by side when several series share a bucket, so none hides another.
-      const step = Math.min(5, 36 / Math.max(series.length, 1));
-      const whiskers = series.map((s, k) => Plot.ruleX(rows.filter((r) => r.series === s), {
-        x: "t", y1: "low", y2: "high", stroke: "series", strokeOpacity: 0.7, strokeWidth: 1.5,
-        dx: (k - (series.length - 1) / 2) * step, className: "whiskers",
-      }));
-      // The estimates too: an unbiased estimate may lie outside its interval, clipped at 0.
-      const values = rows.flatMap((r) => [r.estimate, r.low, r.high]).filter((v) => v !== null && v !== undefined);
       const below = rows.filter((r) => r.estimate < 0).length;
       if (below && Array.isArray(data.items)) node.appendChild(belowZero(below, "estimates"));
-      const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;  // one bucket: room around it
-      const fig = plot({
-        width: ctx.width,
-        height: 360,
-        marginLeft: 60,
-        marginRight: 36,
-        marginBottom: 46,
-        // The side-by-side whiskers of the first and last buckets stay inside the plot area.
-        insetLeft: Math.max(14, (step * (series.length - 1)) / 2 + 6),
-        insetRight: Math.max(14, (step * (series.length - 1)) / 2 + 6),
-        insetTop: 6,  // the points at the top and bottom stay inside the plot area
-        insetBottom: 6,
-        style: fontStyle(ctx.width),
-        x: { type: "utc", label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36, domain: [new Date(times[0] - pad), new Date(times[times.length - 1] + pad)],
-          ticks: Math.max(2, Math.min(times.length, Math.floor(ctx.width / 110))) },
-        y: { grid: true, nice: true, label: Array.isArray(data.items) ? "fraction of users" : "mean",
-          domain: [Math.min(0, ...values), Math.max(...values)] },
-        color: { domain: series, range: colours, legend: true, label: null },
-        marks: [
-          ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
-          ...whiskers,
-          ...(Math.min(...values) < 0 ? [Plot.ruleY([0], { stroke: "#888", className: "zero" })] : []),
-          Plot.lineY(rows, { x: "t", y: "estimate", z: "series", stroke: "series", strokeWidth: 2, className: "lines" }),
-          Plot.dot(rows, { x: "t", y: "estimate", fill: "series", r: 3.5, className: "points",
-            title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], stderr ${num(r.stderr, 4)}, n=${r.n}` }),
-        ],
-      });
-      node.appendChild(key([[`${pct(data.level)} interval: ${times.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      const times = new Set(rows.map((r) => +r.t));
+      node.appendChild(key([[`${pct(data.level)} interval: ${times.size > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      const fig = linesOverTime(rows, series, ctx, { yLabel: Array.isArray(data.items) ? "fraction of users" : "mean" });
       node.appendChild(fig);
       return { node, figures: [fig] };
     },
@@ -607,17 +613,20 @@ const LDPK_VIEWS = (() => {
     return fig;
   }
 
-  function binsOverTime(node, data, buckets, ctx) {
+  // A bucket × item heat map of the unbiased estimates (a distribution's bins, a table's
+  // cells): blue above zero, red below, each cell labelled when there is room.
+  function bucketHeatMap(node, buckets, ctx, opts) {
     const cells = buckets.flatMap((b) => (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
-      ...i, bucket: bucketName(b.bucket), bin: label(i), n: b.n })));
+      ...i, bucket: bucketName(b.bucket), item: label(i), n: b.n })));
     const names = buckets.map((b) => bucketName(b.bucket));
-    const bins = [...(buckets[0].items || []).map(label)].reverse();  // the highest bin on top
+    const items = (buckets[0].items || []).map(label);
+    if (opts.reverse) items.reverse();  // a distribution's highest bin on top
     const lowest = Math.min(...cells.map((c) => c.estimate)), highest = Math.max(0.01, ...cells.map((c) => c.estimate));
     const below = cells.filter((c) => c.estimate < 0).length;
-    node.appendChild(html("h3", {}, `fraction of users per bin and bucket (unbiased estimate${below ? "; red: below zero" : ""})`));
-    if (below) node.appendChild(belowZero(below, "bins", "red in the heat map"));
-    const rowHeight = bins.length <= 16 ? 22 : bins.length <= 32 ? 14 : 8;
-    const marginLeft = 16 + 7 * Math.max(...bins.map((b) => b.length));
+    node.appendChild(html("h3", {}, `${opts.title} (unbiased estimate${below ? "; red: below zero" : ""})`));
+    if (below) node.appendChild(belowZero(below, opts.what, "red in the heat map"));
+    const rowHeight = items.length <= 16 ? 22 : items.length <= 32 ? 14 : 8;
+    const marginLeft = 16 + (ctx.width < 520 ? 7 : 8.2) * Math.max(...items.map((b) => b.length));
     const width = Math.min(ctx.width, marginLeft + 24 + 160 * names.length);
     const band = (width - marginLeft - 24) / names.length;
     const labelled = band >= 48 && rowHeight >= 14;
@@ -626,27 +635,26 @@ const LDPK_VIEWS = (() => {
     const reach = Math.max(highest, -lowest);
     const colour = lowest < 0 ? { type: "diverging", scheme: "rdbu", pivot: 0, domain: [-reach, reach], label: "fraction of users" }
       : { scheme: "blues", domain: [0, highest], label: "fraction of users" };
-    const legend = Plot.legend({ color: colour, width: Math.min(320, ctx.width - 20), marginLeft: 16, marginRight: 16, className: "heat-legend" });
-    node.appendChild(legend);
+    node.appendChild(Plot.legend({ color: colour, width: Math.min(320, ctx.width - 20), marginLeft: 16, marginRight: 16, className: "heat-legend" }));
     const fig = plot({
       width,
-      height: 70 + rowHeight * bins.length,
+      height: 70 + rowHeight * items.length,
       marginLeft,
       marginRight: 24,
       marginTop: 8,
       marginBottom: 46,
       style: fontStyle(ctx.width),
       x: { domain: names, label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36, ticks: thinned(names, width - marginLeft - 24, 90), padding: 0 },
-      y: { domain: bins, label: data.metric, ticks: thinned(bins, rowHeight * bins.length, 16) },
+      y: { domain: items, label: opts.yLabel, ticks: thinned(items, rowHeight * items.length, 16) },
       color: colour,
       marks: [
-        Plot.cell(cells, { x: "bucket", y: "bin", fill: "estimate", inset: 0.5, className: "bin-cells",
-          title: (c) => `${c.bucket} UTC, ${c.bin}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}], stderr ${num(c.stderr, 4)}, n=${c.n}` }),
-        ...(labelled ? [true, false].map((dark) => Plot.text(cells.filter((c) => (Math.abs(c.estimate) > 0.55 * highest) === dark), {
-          x: "bucket", y: "bin", text: (c) => num(c.estimate, 3), fill: dark ? "white" : "black", className: "bin-labels" })) : []),
+        Plot.cell(cells, { x: "bucket", y: "item", fill: "estimate", inset: 0.5, className: "bin-cells",
+          title: (c) => `${c.bucket} UTC, ${c.item}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}], stderr ${num(c.stderr, 4)}, n=${c.n}` }),
+        ...(labelled ? [true, false].map((dark) => Plot.text(cells.filter((c) => (Math.abs(c.estimate) > 0.55 * reach) === dark), {
+          x: "bucket", y: "item", text: (c) => num(c.estimate, 3), fill: dark ? "white" : "black", className: "bin-labels" })) : []),
       ],
     });
-    fig.setAttribute("id", "distribution-heatmap");
+    fig.setAttribute("id", opts.id);
     node.appendChild(fig);
     return fig;
   }
@@ -657,7 +665,34 @@ const LDPK_VIEWS = (() => {
       const node = html("div", { id: "distribution-over-time" });
       const buckets = (data.buckets || []).filter((b) => b.n > 0 && Array.isArray(b.items) && b.items.some((i) => i.estimate !== null));
       if (!buckets.length) return empty(node);
-      return { node, figures: [summaryOverTime(node, data, buckets, ctx), binsOverTime(node, data, buckets, ctx)] };
+      const heat = bucketHeatMap(node, buckets, ctx, {
+        title: "fraction of users per bin and bucket", what: "bins", yLabel: data.metric, id: "distribution-heatmap", reverse: true });
+      return { node, figures: [summaryOverTime(node, data, buckets, ctx), heat] };
+    },
+  });
+
+  // --- a table over time: each marginal as lines, the cells as a bucket × cell heat map ---
+  register({
+    name: "table-over-time",
+    draw(data, ctx) {
+      const node = html("div", { id: "table-over-time" });
+      const buckets = (data.buckets || []).filter((b) => b.n > 0 && Array.isArray(b.items) && b.items.some((i) => i.estimate !== null));
+      if (!buckets.length) return empty(node);
+      node.appendChild(key([[`${pct(data.level)} interval: ${buckets.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      const figures = [];
+      for (const [name, categories] of data.dimensions) {
+        const rows = buckets.flatMap((b) => ((b.marginals || {})[name] || []).filter((i) => i.estimate !== null).map((i) => ({
+          t: new Date(b.bucket * 1000), series: i.category, estimate: i.estimate, low: i.low, high: i.high, stderr: i.stderr, n: b.n })));
+        node.appendChild(html("h3", {}, `marginal: ${name}`));
+        const fig = linesOverTime(rows, categories, ctx, { yLabel: "fraction of users", height: 280 });
+        fig.setAttribute("data-marginal", name);
+        node.appendChild(fig);
+        figures.push(fig);
+      }
+      const cells = buckets.map((b) => ({ ...b, items: b.items.map((i) => ({ ...i, category: Object.values(i.cell).join(", ") })) }));
+      figures.push(bucketHeatMap(node, cells, ctx, {
+        title: `cells (${data.dimensions.map((d) => d[0]).join(", ")}) per bucket`, what: "cells", yLabel: null, id: "cells-heatmap" }));
+      return { node, figures };
     },
   });
 

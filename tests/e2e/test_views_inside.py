@@ -26,7 +26,7 @@ VIEWS = {
     "spend": ("mean", "over-time"),
     "minutes": ("histogram", "distribution-over-time"),
     "region": ("tree", "over-time"),
-    "car": ("heatmap", "over-time"),
+    "car": ("heatmap", "table-over-time"),
     "search_term": ("ranked", "over-time"),
 }
 
@@ -194,10 +194,18 @@ def test_the_histogram_shows_bins_below_zero_below_its_zero_line(
     page.close()
 
 
-def test_a_tables_marginals_are_in_its_bucket_table(browser: Any, kinds: AllKinds) -> None:
+def test_a_table_over_time_is_its_marginals_and_a_heat_map_of_its_cells(
+    browser: Any, kinds: AllKinds
+) -> None:
     page = open_metric(browser, kinds, 1400, "car")
     page.check("#over-time")
-    drawn(page, "car", "over-time")
+    drawn(page, "car", "table-over-time")
+    # each marginal's categories as lines (a point per bucket), the cells as a heat map
+    marginals = page.locator("[data-marginal]")
+    assert marginals.count() == 2
+    assert page.locator("[data-marginal=type] g.points circle").count() == 6 * DAYS
+    assert page.locator("[data-marginal=origin] g.points circle").count() == 2 * DAYS
+    assert page.locator("#cells-heatmap g.bin-cells rect").count() == 12 * DAYS
     table = page.inner_text("#bucket-table")
     assert table.count("origin=non-USA (marginal)") == DAYS
     assert table.count("type=Van (marginal)") == DAYS
