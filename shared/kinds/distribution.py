@@ -236,11 +236,11 @@ class Distribution(Numbers):
         )
         _summary_over_time(top, result)
         if any(b.items for b in result.buckets):
-            _bins_over_time(fig, bottom, result)
+            render.heat_over_time(fig, bottom, result, f"{result.metric} (bin)")
         top.set_xlabel("bucket start (UTC)")
         times = [b.start for b in result.buckets]
         every = max(1, len(times) // 8)  # the buckets' own starts as ticks, at most 8
-        top.set_xticks(times[::every], [_bucket_name(t) for t in times[::every]])
+        top.set_xticks(times[::every], [render.bucket_name(t) for t in times[::every]])
         for label in top.get_xticklabels():
             label.set_rotation(20)
             label.set_horizontalalignment("right")
@@ -271,49 +271,17 @@ def _summary_over_time(ax: Any, result: Any) -> None:
             ax.fill_between(x, low, high, color=colour, alpha=0.12, linewidth=0)
     ax.set_ylabel(result.metric)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    what = "mean and quantiles" if result.quantiles else "mean (ask for quantiles: --quantiles)"
     ax.set_title(
-        render.title(result) + f"\nmean and quantiles per bucket, {result.level:.0%} intervals",
+        render.title(result) + f"\n{what} per bucket, {result.level:.0%} intervals",
         fontsize="medium",
     )
-
-
-def _bucket_name(start: Any) -> str:
-    return str(start.strftime("%Y-%m-%d %H:%M").removesuffix(" 00:00"))
 
 
 def _step(times: Sequence[Any]) -> Any:
     """The shortest gap between buckets (a day if there is one bucket)."""
     gaps = [b - a for a, b in pairwise(times)]
     return min(gaps) if gaps else timedelta(days=1)
-
-
-def _bins_over_time(fig: Any, ax: Any, result: Any) -> None:
-    """A bucket x bin heat map of the bins' unbiased estimates: blue above zero, red below
-    (one colour scale, symmetric about zero), each cell labelled when there is room."""
-    buckets = [b for b in result.buckets if b.items]
-    values = np.array([render.nan([i.estimate for i in b.items]) for b in buckets]).T
-    reach = max(float(np.nanmax(np.abs(values))), 1e-9)
-    image = ax.pcolormesh(values, cmap="RdBu", vmin=-reach, vmax=reach, edgecolors="white")
-    below = int(np.sum(values < 0))
-    fig.colorbar(
-        image,
-        ax=ax,
-        label="fraction of users" + (f"\n(red: {below} below zero)" if below else ""),
-    )
-    names = [_bucket_name(b.start) for b in buckets]
-    every = max(1, len(names) // 12)
-    ax.set_xticks([k + 0.5 for k in range(0, len(names), every)], names[::every])
-    bins = [i.category for i in buckets[0].items]
-    step = max(1, len(bins) // 16)
-    ax.set_yticks([k + 0.5 for k in range(0, len(bins), step)], bins[::step], fontsize="small")
-    ax.set_xlabel("bucket start (UTC)")
-    ax.set_ylabel(f"{result.metric} (bin)")
-    if len(names) <= 12 and len(bins) <= 16:
-        for (row, col), v in np.ndenumerate(values):
-            colour = "white" if abs(v) > 0.6 * reach else "black"
-            ax.text(
-                col + 0.5, row + 0.5, f"{v:.3f}", ha="center", va="center", fontsize=7, color=colour
-            )
 
 
 def _add_shifts(estimate: Any, data: dict[str, Any], q: Question) -> None:

@@ -5,9 +5,11 @@ it). A ``result`` is an ``ldpkit.analyst.EstimateResult``, an item its ``ItemEst
 from __future__ import annotations
 
 import colorsys
-from collections.abc import Collection, Container, Sequence
+from collections.abc import Callable, Collection, Container, Sequence
 from dataclasses import asdict
 from typing import Any
+
+import numpy as np
 
 NUMBERS = ["estimate", "stderr", "low", "high", "forgery_shift"]
 
@@ -131,16 +133,19 @@ def time_axis(fig: Any, ax: Any, result: Any) -> None:
     fig.autofmt_xdate()
 
 
-def lines_over_time(result: Any, ax: Any) -> None:
-    """One line per item across the buckets, its interval as a band, each its own colour;
-    the legend beside the axes when there are many."""
-    by_bucket = [{i.category: i for i in b.items} for b in result.buckets]
-    categories = list(dict.fromkeys([i.category for i in result.items] + [
-        c for items in by_bucket for c in items
+def lines_over_time(
+    result: Any, ax: Any, items: Callable[[Any], Sequence[Any]] = lambda part: part.items
+) -> None:
+    """One line per item (of ``items(part)``: the items, a marginal) across the buckets,
+    its interval as a band, each its own colour; the legend beside the axes when there
+    are many."""
+    by_bucket = [{i.category: i for i in items(b)} for b in result.buckets]
+    categories = list(dict.fromkeys([i.category for i in items(result)] + [
+        c for found in by_bucket for c in found
     ]))  # fmt: skip
     times = [b.start for b in result.buckets]
     for category, colour in zip(categories, palette(len(categories)), strict=True):
-        points = [items.get(category) for items in by_bucket]
+        points = [found.get(category) for found in by_bucket]
         series = [
             nan([getattr(i, k) if i else None for i in points]) for k in ("estimate", "low", "high")
         ]
@@ -156,3 +161,38 @@ def lines_over_time(result: Any, ax: Any) -> None:
         )
     else:
         ax.legend(loc="best", fontsize="small", ncol=2)
+
+
+def bucket_name(start: Any) -> str:
+    """A bucket's start as a tick label: the day, with the time unless it is midnight."""
+    return str(start.strftime("%Y-%m-%d %H:%M").removesuffix(" 00:00"))
+
+
+def heat_over_time(fig: Any, ax: Any, result: Any, label: str, top_first: bool = False) -> None:
+    """A bucket x item heat map of the items' unbiased estimates (a distribution's bins, a
+    table's cells): blue above zero, red below (one colour scale, symmetric about zero),
+    each cell labelled when there is room; ``top_first``: the first item on top."""
+    buckets = [b for b in result.buckets if b.items]
+    values = np.array([nan([i.estimate for i in b.items]) for b in buckets]).T
+    reach = max(float(np.nanmax(np.abs(values))), 1e-9)
+    image = ax.pcolormesh(values, cmap="RdBu", vmin=-reach, vmax=reach, edgecolors="white")
+    below = int(np.sum(values < 0))
+    fig.colorbar(
+        image, ax=ax, label="fraction of users" + (f"\n(red: {below} below zero)" if below else "")
+    )
+    names = [bucket_name(b.start) for b in buckets]
+    every = max(1, len(names) // 12)
+    ax.set_xticks([k + 0.5 for k in range(0, len(names), every)], names[::every])
+    rows = [i.category for i in buckets[0].items]
+    step = max(1, len(rows) // 16)
+    ax.set_yticks([k + 0.5 for k in range(0, len(rows), step)], rows[::step], fontsize="small")
+    ax.set_xlabel("bucket start (UTC)")
+    ax.set_ylabel(label)
+    if top_first:
+        ax.invert_yaxis()
+    if len(names) <= 12 and len(rows) <= 16:
+        for (row, col), v in np.ndenumerate(values):
+            colour = "white" if abs(v) > 0.6 * reach else "black"
+            ax.text(
+                col + 0.5, row + 0.5, f"{v:.3f}", ha="center", va="center", fontsize=7, color=colour
+            )

@@ -235,3 +235,29 @@ def test_the_hierarchy_breadcrumb_opens_every_ancestor(
     drawn(page, "region", "tree", "!window.ldpkitDashboard.data.subtree")
     assert page.locator("#tree-where button.crumb").count() == 0
     page.close()
+
+
+@pytest.mark.parametrize(("metric", "axes"), [("minutes", 3), ("car", 4), ("region", 1)])
+def test_the_cli_plots_each_kind_over_time_inside_its_axes(
+    kinds: AllKinds, shots: Path, metric: str, axes: int
+) -> None:
+    """``ldpkit estimates --per-bucket --plot``'s figure, and the same figure from the
+    Analyst's result of the real collector: its axes (a distribution: the mean and
+    quantiles, the heat map and its colour bar) and nothing outside them."""
+    from ldpkit.analyst import Analyst
+    from ldpkit.analyst.plots import plot_estimate
+    from tests.collector.test_plots_over_time import outside
+
+    from .test_cli_paths import ldpkit
+
+    path = shots / f"cli-{metric}-over-time.png"
+    query = ["--collector", kinds.url, "--token", READ, "--per-bucket", "--wait", "120"]
+    asked = ["--quantiles", "0.5,0.9"] if metric == "minutes" else []
+    done = ldpkit("estimates", metric, *query, *asked, "--plot", str(path))
+    assert done.returncode == 0, done.stderr
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    options = {"quantiles": [0.5, 0.9]} if metric == "minutes" else {}
+    result = Analyst(kinds.url, READ).estimates(metric, per_bucket=True, wait=120, **options)
+    fig = plot_estimate(result)
+    assert len(fig.axes) == axes
+    assert not outside(fig)
