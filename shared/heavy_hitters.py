@@ -55,6 +55,11 @@ Z_PREFILTER = 0.5
 """A complete string must be this many standard errors above 0 to be followed further."""
 FALSE_FIND_RATE = 0.1
 """Expected number of strings no one holds in the answer, at most (Bonferroni)."""
+WEAK_MARGIN = 1.0
+"""A listing whose ``evidence_z`` is less than this above ``find_z`` is *weak*: a string
+nobody holds that passes the find test clears ``find_z + 1`` with probability
+``P(Z > c + 1) / P(Z > c)``, below 0.01 for the cutoffs here (c >= 4), so a string nobody
+holds is expected among the strong listings in fewer than one answer in a thousand."""
 
 
 @runtime_checkable
@@ -97,13 +102,17 @@ def to_bytes(value: str | bytes) -> bytes:
 
 @dataclass(frozen=True)
 class StringEstimate:
-    """One string's estimated fraction, standard error and interval (at the answer's level)."""
+    """One string's estimated fraction, standard error and interval (at the answer's level),
+    and for a listed string the evidence it was found on: ``evidence_z``, the find test's
+    tail probability as a normal z (:data:`HeavyHitters.find_z` the least a found string
+    has; docs/statistics.md, "How strong a listing is"). NaN for a string only named."""
 
     value: bytes
     estimate: float
     stderr: float
     low: float
     high: float
+    evidence_z: float = math.nan
 
     @property
     def text(self) -> str:
@@ -117,9 +126,14 @@ class StringEstimate:
     def hex(self) -> str:
         return self.value.hex()
 
+    def weak(self, find_z: float) -> bool:
+        """Whether this listing is weak: its evidence less than :data:`WEAK_MARGIN` above the
+        answer's ``find_z`` (False for a named string, which has no evidence)."""
+        return bool(self.evidence_z < find_z + WEAK_MARGIN)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``category`` (text), ``hex``, ``utf8``, ``estimate``, ``stderr``, ``low``,
-        ``high`` (non-finite numbers become None)."""
+        ``high``, ``evidence_z`` (non-finite numbers become None)."""
         text, utf8 = as_text(self.value)
         return {
             "category": text,
@@ -129,6 +143,7 @@ class StringEstimate:
             "stderr": finite_or_none(self.stderr),
             "low": finite_or_none(self.low),
             "high": finite_or_none(self.high),
+            "evidence_z": finite_or_none(self.evidence_z),
         }
 
 
@@ -195,6 +210,9 @@ class HeavyHitters:
     level : confidence level of the items' ``low``/``high``.
     n_estimation : devices that reported to the estimation sketch.
     variance_model : the variance of an estimate as a function of the true fraction.
+    find_z : the evidence (``evidence_z``) a string needs to be found: the normal z of the
+        find test's level (Bonferroni over the strings a null walk tests). An item less
+        than ``WEAK_MARGIN`` above it is weak (:meth:`StringEstimate.weak`).
     """
 
     mechanism: str
@@ -209,6 +227,7 @@ class HeavyHitters:
     n_estimation: int
     variance_model: VarianceModel
     interval_method: str = "score"  # the interval construction (see the module docstring)
+    find_z: float = math.nan
     _estimate_keys: KeyEstimator | None = field(default=None, repr=False)
     forgery: LinearShift | None = field(default=None, repr=False)
     """How far forged reports can move a string's estimate (:meth:`forgery_shift`)."""
@@ -247,8 +266,10 @@ class HeavyHitters:
             est, extra = self._estimate_keys(values)
         se = np.where(np.isfinite(est), self.variance_model.stderr(est, extra), np.nan)
         low, high = self.variance_model.interval(est, level, extra)
+        # A listed string keeps its evidence when asked again (by name, at another level).
+        evidence = {item.value: item.evidence_z for item in self.items}
         return tuple(
-            StringEstimate(v, float(e), float(s), float(lo), float(hi))
+            StringEstimate(v, float(e), float(s), float(lo), float(hi), evidence.get(v, math.nan))
             for v, e, s, lo, hi in zip(values, est, se, low, high, strict=True)
         )
 
@@ -287,6 +308,7 @@ class HeavyHitters:
             "level": lvl,
             "interval_method": self.interval_method,
             "threshold": finite_or_none(self.threshold),
+            "find_z": finite_or_none(self.find_z),
             "thresholds_by_length": [finite_or_none(t) for t in self.thresholds],
             "items": [item.to_dict() for item in items],
         }

@@ -155,11 +155,14 @@ class ThreadedCollector:
         raise AssertionError("unreachable")
 
     def estimate(self, metric: str, token: str, **query: object) -> dict[str, Any]:
-        """``GET /v1/estimates/{metric}`` as JSON; an error answer raises urllib's HTTPError."""
+        """``GET /v1/estimates/{metric}`` as JSON; an error answer raises urllib's HTTPError.
+        A maintained kind's estimate is waited for (``wait``, unless given: readiness, it
+        answers once computed from every report acknowledged)."""
+        query.setdefault("wait", 120)
         qs = "&".join(f"{k}={v}" for k, v in query.items())
         request = urllib.request.Request(
             f"{self.url}/v1/estimates/{metric}?{qs}", headers={"Authorization": f"Bearer {token}"}
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=150) as response:
             data: dict[str, Any] = json.load(response)
         return data

@@ -332,14 +332,17 @@ function renderTable(data) {
   if (data.items) {
     const kind = LDPK_VIEWS.kind(data.kind);
     const head = [kind.item, "estimate", "stderr", "low", "high", "forgery shift"];
+    const columns = kind.columns || [];  // a kind's own columns: [heading, cell of an item]
     const consistent = data.consistent && kind.consistent;
     if (consistent) head.push("consistent");
     if (data.robust) head.push(...ROBUST_HEAD);
+    head.push(...columns.map(([heading]) => heading));
     table.appendChild(row("th", head));
     for (const i of [...data.items, ...(kind.more ? kind.more(data) : [])]) {
       const cells = [LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.stderr), fmt(i.low), fmt(i.high), fmt(i.forgery_shift)];
       if (consistent) cells.push(fmt(i.consistent));
       if (data.robust) cells.push(fmt(i.robust), fmt(i.robust_low), fmt(i.robust_high), fmt(i.robust_forgery_shift));
+      cells.push(...columns.map(([, cell]) => cell(i)));
       table.appendChild(row("td", cells));
     }
     for (const cells of kind.extra ? kind.extra(data, fmt) : []) table.appendChild(row("td", cells));

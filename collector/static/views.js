@@ -58,6 +58,8 @@ const LDPK_VIEWS = (() => {
       ...CATEGORICAL, view: "ranked", item: "string", consistent: false,
       controls(metric, ui) { ui.text("candidates", "Candidates", "", "word,another"); },
       more: (data) => (data.candidates || []).map((i) => ({ ...i, category: `${i.category} (asked)` })),
+      // Each listed string's evidence (docs/statistics.md, "How strong a listing is").
+      columns: [["evidence z", (i) => (i.evidence_z === null || i.evidence_z === undefined ? "–" : Number(i.evidence_z).toFixed(2))]],
     },
   };
   // A kind this page does not know (a newer collector's) shows its items as categories.
@@ -314,6 +316,17 @@ const LDPK_VIEWS = (() => {
   });
 
   // --- strings: the top-k found, ranked, with intervals and the threshold ---------------
+  // A listing is weak when its evidence (evidence_z) is less than this above the answer's
+  // find_z: ldpkit.heavy_hitters.WEAK_MARGIN (docs/statistics.md, "How strong a listing is").
+  const WEAK_MARGIN = 1;
+  const WEAK = "#A7BFD9";  // the found bars' blue, faded
+  const weak = (r, data) => r.kind === "found" && r.evidence_z !== null && r.evidence_z !== undefined
+    && data.find_z !== null && data.find_z !== undefined && r.evidence_z < data.find_z + WEAK_MARGIN;
+  function evidence(r, data) {
+    if (r.evidence_z === null || r.evidence_z === undefined) return "";
+    const found = data.find_z === null || data.find_z === undefined ? "" : `; found from ${num(data.find_z, 2)}`;
+    return `\nevidence z ${num(r.evidence_z, 2)}${found}${weak(r, data) ? " (weak: could be a string nobody holds)" : ""}`;
+  }
   register({
     name: "ranked",
     draw(data, ctx) {
@@ -324,13 +337,20 @@ const LDPK_VIEWS = (() => {
       const rows = [...data.items.map((i) => ({ ...i, kind: "found" })),
         ...(data.candidates || []).map((i) => ({ ...i, kind: "asked" }))].filter((i) => i.estimate !== null);
       if (!rows.length) return { node, figures: [] };
+      const anyWeak = rows.some((r) => weak(r, data));
+      if (anyWeak) {
+        node.appendChild(html("p", { id: "weak-note" },
+          `"(weak)": found on evidence less than ${WEAK_MARGIN} z above the least a string needs (${num(data.find_z, 2)}); ` +
+          "a string nobody holds that passes the find test lands there. Hover a bar for its evidence."));
+      }
       node.appendChild(key([
         ["found (top-k)", BAR],
+        ...(anyWeak ? [["found, weak evidence", WEAK]] : []),
         ["named candidate", CONSISTENT],
         [`${pct(data.level)} interval`, WHISKER, "line"],
         ["threshold", "#B00", "line"],
       ]));
-      const names = rows.map((r) => (r.kind === "asked" ? `${r.category} (asked)` : r.category));
+      const names = rows.map((r) => (r.kind === "asked" ? `${r.category} (asked)` : weak(r, data) ? `${r.category} (weak)` : r.category));
       rows.forEach((r, k) => { r.name = names[k]; });
       const values = rows.flatMap((r) => [r.low, r.high]);
       const fig = plot({
@@ -342,8 +362,9 @@ const LDPK_VIEWS = (() => {
         y: { domain: names, label: null },
         x: { domain: [Math.min(0, ...values), Math.max(data.threshold || 0, ...values)], nice: true, grid: true, label: "fraction of users", axis: "top" },
         marks: [
-          Plot.barX(rows, { y: "name", x: "estimate", fill: (r) => (r.kind === "asked" ? CONSISTENT : BAR), className: "estimate-bars",
-            title: (r) => `${r.category}: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}]${shift(r.forgery_shift, 4)}` }),
+          Plot.barX(rows, { y: "name", x: "estimate", fill: (r) => (r.kind === "asked" ? CONSISTENT : weak(r, data) ? WEAK : BAR),
+            className: "estimate-bars",
+            title: (r) => `${r.category}: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}]${shift(r.forgery_shift, 4)}${evidence(r, data)}` }),
           Plot.ruleY(rows, { y: "name", x1: "low", x2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
           Plot.ruleX([data.threshold], { stroke: "#B00", strokeDasharray: "4,3", className: "threshold" }),
           Plot.ruleX([0], { stroke: "#888" }),

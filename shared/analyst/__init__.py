@@ -126,6 +126,10 @@ class ItemEstimate:
     upper: float | None = None
     cell: dict[str, str] | None = None
     hex: str | None = None
+    evidence_z: float | None = None
+    """A listed string's evidence (strings): its find test's tail probability as a normal z,
+    at least the answer's ``find_z``; below ``find_z + 1`` the listing is weak
+    (docs/statistics.md, "How strong a listing is"). None for a string only named."""
 
 
 CoreEstimate = (
@@ -175,6 +179,8 @@ class ServedEstimate:
     marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
     dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
     threshold: float | None = None
+    find_z: float | None = None
+    """Strings: the least ``evidence_z`` a string needs to be found (see ItemEstimate)."""
     candidates: tuple[ItemEstimate, ...] = ()
     estimate: CoreEstimate | None = field(default=None, compare=False, repr=False)
     """The core's estimate, rebuilt from the served sufficient statistics (``sums``) by the
@@ -248,7 +254,7 @@ class EstimateResult(ServedEstimate):
         return [
             StringEstimate(
                 bytes.fromhex(i.hex) if i.hex is not None else i.category.encode(),
-                *nan([i.estimate, i.stderr, i.low, i.high]),
+                *nan([i.estimate, i.stderr, i.low, i.high, i.evidence_z]),
             )
             for i in (*self.items, *self.candidates)
         ]
@@ -329,17 +335,13 @@ class EstimateResult(ServedEstimate):
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
             f"{pct} intervals ({self.interval or 'method not given'})"
         )
-        fresh = [] if self.as_of is None else [self.as_of.describe()]
-        lines = [
-            head,
-            *fresh,
-            *self._forgery_line(),
-            *self._kind.text(self, self._table(self.rows())),
-        ]
+        lines = [head, *self._forgery_line(), *self._kind.text(self, self._table(self.rows()))]
         if self.buckets:
             lines.append("")
             lines.append("per time bucket (bucket start, UTC):")
             lines.extend(self._table(self.bucket_rows()))
+        if self.as_of is not None:  # a maintained kind: how fresh, under what it is about
+            lines.append(self.as_of.describe())
         return "\n".join(lines)
 
     def _forgery_line(self) -> list[str]:

@@ -60,7 +60,8 @@ def _analyst(args: argparse.Namespace) -> Analyst:
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if not token:
         raise ParameterError(f"a read token is needed: give --token TOKEN or set {TOKEN_ENV}")
-    return Analyst(args.collector, token, timeout=_timeout(args.timeout))
+    # (`plan --metric` reads a definition without the connection flags' --timeout)
+    return Analyst(args.collector, token, timeout=_timeout(getattr(args, "timeout", None)))
 
 
 def _timeout(given: str | None) -> float:

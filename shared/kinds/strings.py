@@ -156,9 +156,16 @@ class Strings(KindSpec):
     def describe(self, definition: Definition) -> str:
         return f"strings <= {definition.max_length} bytes, top {definition.k}"
 
+    def columns(
+        self, consistent: bool, dimensions: Sequence[str], robust: bool = False
+    ) -> list[str]:
+        """The items' columns and each listed string's evidence (``evidence_z``)."""
+        return [*super().columns(consistent, dimensions, robust), "evidence_z"]
+
     def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
         return {
             "threshold": data.get("threshold"),
+            "find_z": data.get("find_z"),
             "candidates": tuple(item(i) for i in data.get("candidates") or ()),
         }
 
@@ -169,12 +176,32 @@ class Strings(KindSpec):
             f"threshold {render.fmt(result.threshold)}: no string less frequent than this can "
             f"be found at epsilon={result.epsilon:g} and n={result.n}"
             + ("" if result.items else " (nothing stood out: it does not mean nothing is popular)"),
+            *_evidence_lines(result),
         ]
         if result.candidates:
             lines.append("named candidates:")
             columns = self.columns(result.consistent, ())
             lines.extend(render.text_table(render.item_rows(result.candidates, columns)))
         return lines
+
+
+def _evidence_lines(result: Any) -> list[str]:
+    """What ``evidence_z`` means, and the weak listings by name (docs/statistics.md)."""
+    from ..heavy_hitters import WEAK_MARGIN
+
+    find_z = result.find_z
+    if find_z is None or not result.items:
+        return []
+    weak = [
+        i.category
+        for i in result.items
+        if i.evidence_z is not None and i.evidence_z < find_z + WEAK_MARGIN
+    ]
+    return [
+        f"evidence_z: how far each string's support stood above 'nobody holds it', as a normal "
+        f"z; found from {find_z:.2f}, weak below {find_z + WEAK_MARGIN:.2f}"
+        + (f" (weak: {', '.join(repr(w) for w in weak)})" if weak else " (none weak)"),
+    ]
 
 
 SPEC = Strings("strings", ("max_length", "k"), ("candidates",))

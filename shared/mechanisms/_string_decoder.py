@@ -19,7 +19,8 @@ average does not hold: :meth:`_Level.collision_var` adds it per key.
 
 The walk (module docstring of :mod:`.strings`; :func:`walk_scaled` for the ``"scaled"``
 cut, :func:`walk` for the first rule) keeps a beam of ``beam_width(k)`` prefixes, each
-at least ``Z_KEEP`` null standard errors above 0; complete strings that clear
+at least ``Z_KEEP`` null standard errors above 0 and, for text (``text``), a prefix of
+valid UTF-8 that can complete within its length (:func:`_viable`); complete strings that clear
 ``Z_PREFILTER`` are pooled over the levels that see them whole, and
 their pooled support must clear a Bonferroni cutoff over the complete strings a null
 walk would test, so that at most ``FALSE_FIND_RATE`` strings nobody holds are expected
@@ -30,7 +31,9 @@ estimation sketch together clear the same cutoff (:meth:`_Finished.joined`), und
 first rule when the walk's levels do. The answer lists
 the first k found strings that the estimation sketch confirms above the threshold, by
 :func:`above_threshold` (under the scaled cut ranked by the walk's and the estimation
-sketch's estimates combined; under the first rule in the walk's order).
+sketch's estimates combined; under the first rule in the walk's order). Each listed
+string carries ``evidence_z``, its find test's tail probability as a normal z
+(:meth:`_Finished.evidence_z`; docs/statistics.md, "How strong a listing is").
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
+from statistics import NormalDist
 from typing import Any, Protocol
 
 import numpy as np
@@ -61,6 +65,7 @@ from ..heavy_hitters import (
     oracle_variance,
     scaled_detection_thresholds,
 )
+from ._utf8 import UTF8_DUE, UTF8_NEXT, UTF8_REJECT, utf8_states
 from .base import BoolArray, FloatArray, IntArray
 
 KeyArray = npt.NDArray[np.uint8]
@@ -74,6 +79,7 @@ MAX_HEAVY = 128
 """Largest set of heavy keys whose collisions are removed jointly at one level."""
 Z_HEAVY = 4.0
 """A candidate this many null standard errors above 0 counts as heavy for the correction."""
+_NORMAL = NormalDist()
 LIST_FDR = 0.1
 """False discovery rate of listing a found string as above the threshold (the listing rule)."""
 
@@ -92,6 +98,8 @@ class SketchFamily(StringSketch, Protocol):
     def q(self) -> float: ...
     @property
     def sketches(self) -> int: ...
+    @property
+    def text(self) -> bool: ...
     def rows_of(self, sketch: int) -> int: ...
     def sketch_slice(self, sketch: int) -> slice: ...
     def kept_bytes(self, sketch: Any, length: Any) -> IntArray: ...
@@ -538,6 +546,22 @@ class _Finished:
             out[i] = poisson_upper_tail(count, x) <= alpha
         return out
 
+    def evidence_z(self, index: IntArray) -> FloatArray:
+        """The strength of the find test of strings ``index``: its tail probability
+        (:meth:`significant`) as a normal z, ``z = Phi^-1(1 - p)``. A string is found when
+        ``p <= alpha``, that is when this is at least ``normal_upper(alpha)`` (the answer's
+        ``find_z``); +inf where the level measured no null (no tail to compare with)."""
+        out = np.empty(len(index))
+        for row, i in enumerate(index):
+            mean, var, excess = float(self.null_mean[i]), float(self.null_var[i]), self.excess[i]
+            if mean <= 0 or var <= 0:
+                out[row] = math.inf if excess > 0 else -math.inf
+                continue
+            dispersion = var / mean
+            log_p = log_poisson_upper_tail((mean + float(excess)) / dispersion, mean / dispersion)
+            out[row] = z_of_log_tail(log_p)
+        return out
+
 
 @dataclass(frozen=True)
 class _LevelStats:
@@ -555,6 +579,47 @@ def poisson_upper_tail(count: float, mean: float) -> float:
     return 1.0 if count <= 0 else regularized_gamma(count, mean)[0]
 
 
+def log_poisson_upper_tail(count: float, mean: float) -> float:
+    """``log P(X >= count)`` (:func:`poisson_upper_tail`), finite where the tail is below the
+    smallest double: by the series of ``P(count, mean)`` in logs where ``mean < count + 1``
+    (elsewhere the tail is not small)."""
+    if count <= 0:
+        return 0.0
+    if mean <= 0:
+        return -math.inf
+    if mean >= count + 1.0:
+        return math.log(max(poisson_upper_tail(count, mean), 1e-300))
+    term = total = 1.0 / count
+    a = count
+    for _ in range(10_000):
+        a += 1.0
+        term *= mean / a
+        total += term
+        if term < total * 1e-15:
+            break
+    return min(0.0, math.log(total) + count * math.log(mean) - mean - math.lgamma(count))
+
+
+def z_of_log_tail(log_p: float) -> float:
+    """The z with ``P(Z > z) = exp(log_p)``, Z standard normal: the inverse where the tail is
+    a double, else Newton's method on ``log P(Z > z) ~ log(phi(z) / z (1 - 1/z^2 + 3/z^4))``
+    (its log within 1e-8 there, z > 37)."""
+    if log_p > -690.0:
+        p = min(max(math.exp(log_p), 1e-300), 1.0 - 1e-16)
+        return -_NORMAL.inv_cdf(p)
+    if log_p == -math.inf:
+        return math.inf
+    z = math.sqrt(-2.0 * log_p)
+    for _ in range(50):
+        series = 1.0 - 1.0 / z**2 + 3.0 / z**4
+        value = -0.5 * z * z - math.log(z) - 0.5 * math.log(2.0 * math.pi) + math.log(series)
+        step = (value - log_p) / (-z - 1.0 / z)
+        z -= step
+        if abs(step) < 1e-12 * z:
+            break
+    return z
+
+
 def _first_level_keys(max_length: int) -> KeyArray:
     """Every (length, first byte) pair, and the empty string."""
     width = max_length + 1
@@ -564,6 +629,24 @@ def _first_level_keys(max_length: int) -> KeyArray:
     keys[1:, 0] = lengths
     keys[1:, 1] = firsts
     return keys
+
+
+def _viable(m: SketchFamily, parents: KeyArray, j: int) -> BoolArray | None:
+    """Which of step j's candidates an honest client could send (None: all, ``text`` off).
+    At j = 1 ``parents`` are :func:`_first_level_keys` (the candidates), later the beam
+    (the candidates its 256 children each, in :func:`_take_children`'s order). A
+    candidate (length L, bytes 1..j) is viable when its bytes are a prefix of valid UTF-8
+    whose open character can end within the L - j bytes left: at j = L, valid UTF-8."""
+    if not m.text:
+        return None
+    length = parents[:, 0].astype(np.int64)
+    if j == 1:
+        state = UTF8_NEXT[0, parents[:, 1]]
+        viable = (state != UTF8_REJECT) & (UTF8_DUE[state] <= length - 1)
+        return np.asarray(viable | (length == 0))  # the empty string: nothing to check
+    state = UTF8_NEXT[utf8_states(parents, j - 1)].reshape(-1)  # (P, 256) children
+    left = np.repeat(length - j, 256)
+    return np.asarray((state != UTF8_REJECT) & (UTF8_DUE[state] <= left))
 
 
 def _take_rows(keys: KeyArray, index: IntArray) -> KeyArray:
@@ -625,6 +708,9 @@ def walk(m: SketchFamily, levels: list[_Level]) -> tuple[_Finished, list[float],
             beam = beam[:0]
             continue
         child_est, old_est = est[:n_children], est[n_children:]
+        viable = _viable(m, first if t == 1 else beam, t)
+        if viable is not None:
+            child_est[~viable] = -math.inf  # as in ScaledWalk.step
         stats = level.stats()
         finished.add(old_est, stats)
         complete = child_length <= t
@@ -727,6 +813,7 @@ class ScaledWalk:
         self, m: SketchFamily, levels: list[_Level], prior: KeyArray | None, beam: int
     ) -> None:
         big_m = m.max_length
+        self.m = m
         self.levels, self.width, self.rounds = levels, big_m + 1, 1 if beam else 2
         self.k_beam = beam or beam_width(m.k)
         self.finished = _Finished.empty(self.width)
@@ -745,6 +832,11 @@ class ScaledWalk:
         """Extend the beam by byte j: finish the complete candidates, keep the best open."""
         sums = self._pool(j)
         z = sums.z
+        viable = _viable(self.m, self.first if j == 1 else self.prefixes, j)
+        if viable is not None:
+            # A candidate no honest client could complete is no candidate: it takes no
+            # place in the beam and never finishes (estimated alongside, it costs nothing).
+            z[~viable] = -math.inf
         length = self.first[:, 0] if j == 1 else np.repeat(self.prefixes[:, 0], 256)
         complete = length <= j
         keys_of = (
@@ -827,8 +919,9 @@ def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
     selected = np.flatnonzero(fin.significant(alpha))
     selected = selected[np.argsort(-fin.estimate[selected], kind="stable")]
     confirm = _Confirmation(estimation, fin.keys, selected[:MAX_HEAVY])
+    tested = fin  # the strings' statistics the find test read
     if m.cut == "scaled":
-        selected, sigma_e = _found_jointly(fin, confirm, selected, alpha)
+        selected, sigma_e, tested = _found_jointly(fin, confirm, selected, alpha)
         thresholds = scaled_detection_thresholds(
             found.level_sigmas, found.step_z, Z_PREFILTER, find_z(m), sigma_e
         )
@@ -843,12 +936,13 @@ def decode(m: SketchFamily, agg: Aggregate, encode: Encoder) -> HeavyHitters:
         n=agg.n,
         k=m.k,
         max_length=m.max_length,
-        items=confirm.items(listed, model),
+        items=confirm.items(listed, model, tested.evidence_z(listed)),
         threshold=min(thresholds),
         thresholds=thresholds,
         level=LEVEL,
         n_estimation=int(estimation.n),
         variance_model=model,
+        find_z=find_z(m),
         _estimate_keys=partial(_estimate_named, estimation, encode) if estimation.n > 0 else None,
     )
 
@@ -887,28 +981,33 @@ class _Confirmation:
         if len(index):
             self.extra[index] = self.level.collision_var(self.flat[index], self.own[index])
 
-    def items(self, listed: IntArray, model: VarianceModel) -> tuple[StringEstimate, ...]:
+    def items(
+        self, listed: IntArray, model: VarianceModel, evidence: FloatArray
+    ) -> tuple[StringEstimate, ...]:
         est, extra = self.est[listed], self.extra[listed]
         low, high = model.interval(est, LEVEL, extra)
         se = model.stderr(est, extra)
         return tuple(
-            StringEstimate(_key_bytes(self.keys[i]), float(e), float(s), float(lo), float(hi))
-            for i, e, s, lo, hi in zip(listed, est, se, low, high, strict=True)
+            StringEstimate(
+                _key_bytes(self.keys[i]), float(e), float(s), float(lo), float(hi), float(z)
+            )
+            for i, e, s, lo, hi, z in zip(listed, est, se, low, high, evidence, strict=True)
         )
 
 
 def _found_jointly(
     fin: _Finished, confirm: _Confirmation, selected: IntArray, alpha: float
-) -> tuple[IntArray, float]:
-    """Under the scaled cut, the found strings (by decreasing pooled estimate) and the estimation
-    sketch's null sigma. Finding tests the walk's evidence and the estimation sketch's together
-    (their devices are disjoint): the same Bonferroni level over the same tests, the complete key's
-    few levels joined by a quarter of the devices (docs/statistics.md, "Found")."""
+) -> tuple[IntArray, float, _Finished]:
+    """Under the scaled cut, the found strings (by decreasing pooled estimate), the estimation
+    sketch's null sigma and the statistics the test read (``fin`` joined). Finding tests the
+    walk's evidence and the estimation sketch's together (their devices are disjoint): the
+    same Bonferroni level over the same tests, the complete key's few levels joined by a
+    quarter of the devices (docs/statistics.md, "Found")."""
     level = confirm.level
     sigma_e = math.sqrt(level.null_var) if level.n > 0 else math.inf
     if not (len(fin.keys) and math.isfinite(sigma_e)):
         confirm.add_collisions(selected)
-        return selected, sigma_e
+        return selected, sigma_e, fin
     stats = level.stats()
     # A string's collision term only adds variance: those that fail without it fail with
     # it, and it is computed for the others.
@@ -916,7 +1015,7 @@ def _found_jointly(
     confirm.add_collisions(maybe)
     both = fin.joined(confirm.est, stats, confirm.extra)
     found = maybe[both.significant(alpha)[maybe]]
-    return found[np.argsort(-fin.estimate[found], kind="stable")], sigma_e
+    return found[np.argsort(-fin.estimate[found], kind="stable")], sigma_e, both
 
 
 def _listed(

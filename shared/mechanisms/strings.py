@@ -28,7 +28,10 @@ are *found*; their frequencies, and those of any string an analyst names, come f
 estimation sketch, whose devices took no part in the walk (they join only the test of a
 complete string, so the winner's curse of the search does not reach the estimates).
 A found string is *listed* in the answer when the estimation sketch confirms it above
-the answer's threshold (Benjamini-Hochberg at ``LIST_FDR``; docs/statistics.md).
+the answer's threshold (Benjamini-Hochberg at ``LIST_FDR``; docs/statistics.md), with the
+evidence it was found on (``evidence_z``). Clients send text (``text=True``, the
+default): the walk never extends a prefix that cannot complete to valid UTF-8 of its
+length, so only strings a client could send are listed.
 
 Collisions of the finite hash family are not re-randomized per user as in OLH: a heavy
 string shifts the count of every string sharing its bucket in a row. The decoder
@@ -111,6 +114,7 @@ from ..screening import Finding
 from . import _bits, _portable
 from ._conformance import chi2, rr_probabilities
 from ._portable import Derived, Words
+from ._utf8 import valid_utf8
 from .base import BoolArray, FloatArray, LawTest, Mechanism, PlanCase, Reports
 from .local_hashing import optimal_buckets
 
@@ -312,6 +316,12 @@ class PrefixSketch(Mechanism):
         Seed of the public hash family, in [0, 2^64).
     estimation_share : float
         About this fraction of devices report to the estimation sketch, in (0, 1).
+    text : bool
+        The strings are text (the default, as the strings kind and every client send
+        them): :meth:`perturb` refuses bytes that are not valid UTF-8 and the decoder
+        lists only valid UTF-8, pruning during the walk every prefix that cannot complete
+        to valid UTF-8 of its length. ``False`` takes any bytes (decoding only: the
+        reports do not depend on it).
     """
 
     name: ClassVar[str] = "prefix_sketch"
@@ -332,6 +342,7 @@ class PrefixSketch(Mechanism):
     seed: int = 0
     estimation_share: float = DEFAULT_ESTIMATION_SHARE
     cut: str = "scaled"
+    text: bool = True
     g: int = field(init=False)
     rows: int = field(init=False)
     estimation_rows: int = field(init=False)
@@ -354,6 +365,8 @@ class PrefixSketch(Mechanism):
             ):
                 raise ParameterError(f"{label} must be an integer in [{lo}, {hi}], got {value!r}")
             object.__setattr__(self, label, int(value))
+        if not isinstance(self.text, bool):
+            raise ParameterError(f"text must be True or False, got {self.text!r}")
         if self.cut not in CUTS:
             raise ParameterError(f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
         share = self.estimation_share
@@ -423,6 +436,8 @@ class PrefixSketch(Mechanism):
             # Absent for the first rule, so that its metrics keep their fingerprints; any
             # other rule changes the fingerprint, and reports of two rules never mix.
             **({} if self.cut == "prefix" else {"cut": self.cut}),
+            # Absent for text (the default), so that existing metrics keep their fingerprints.
+            **({} if self.text else {"text": False}),
         }
 
     def kept_bytes(self, sketch: Any, length: Any) -> npt.NDArray[np.int64]:
@@ -466,7 +481,15 @@ class PrefixSketch(Mechanism):
         return self._perturb(self._check_values(values), generator)
 
     def _check_values(self, values: Any) -> npt.NDArray[Any]:
-        keys, _ = encode_strings(values, self.max_length)
+        keys, array = encode_strings(values, self.max_length)
+        if self.text:
+            bad = np.flatnonzero(~valid_utf8(keys))
+            if bad.size:
+                i = int(bad[0])
+                raise ReportError(
+                    f"value {array[i]!r} at index {i} is not valid UTF-8; this mechanism "
+                    "takes text (text=False takes any bytes)"
+                )
         return keys
 
     def _perturb(self, values: npt.NDArray[Any], rng: np.random.Generator) -> npt.NDArray[Any]:

@@ -20,7 +20,11 @@ class LiveCollector(ThreadedCollector):
         super().__init__(
             config_from_dict(
                 {
-                    "collector": {"database": str(directory / "collector.sqlite3")},
+                    # A maintained estimate is computed as soon as its data changes.
+                    "collector": {
+                        "database": str(directory / "collector.sqlite3"),
+                        "estimate_interval_seconds": 0,
+                    },
                     "tokens": {"ingest": [INGEST], "relay": [RELAY], "read": [READ]},
                     "metrics": metrics,
                 },

@@ -337,7 +337,10 @@ def test_strings_top_k_and_candidates_match_the_truth(
     assert all(counts.get(w, 0) / n > answer["threshold"] / 2 for w in found)
     for item in answer["items"]:
         assert within(item["estimate"], counts.get(item["category"], 0) / n, item["stderr"]), item
+        # each listing carries the evidence it was found on, at least the find test's cutoff
+        assert item["evidence_z"] >= answer["find_z"] > 0, item
     named = {c["category"]: c for c in answer["candidates"]}
+    assert named["never-said"]["evidence_z"] is None
     assert set(named) == {top[0], "weather", "never-said"}
     for word, c in named.items():
         assert within(c["estimate"], counts.get(word, 0) / n, c["stderr"]), c
@@ -351,7 +354,7 @@ def test_strings_top_k_and_candidates_match_the_truth(
 def cli(live: LiveCollector, capsys: pytest.CaptureFixture[str], *args: str) -> str:
     from ldpkit.cli.registry import main
 
-    code = main(["estimates", *args, "--collector", live.url, "--token", READ])
+    code = main(["estimates", *args, "--collector", live.url, "--token", READ, "--wait", "120"])
     out, err = capsys.readouterr()
     assert code == 0, err
     return out
@@ -369,7 +372,9 @@ def test_analyst_returns_each_kind_as_result_objects(
     from ldpkit.heavy_hitters import StringEstimate
 
     analyst = Analyst(live.url, READ)
-    dist = analyst.estimates("session_minutes", bins=4, quantiles=[0.5], range_=(5.0, 10.0))
+    dist = analyst.estimates(
+        "session_minutes", wait=120, bins=4, quantiles=[0.5], range_=(5.0, 10.0)
+    )
     assert dist.kind == "distribution" and len(dist.items) == 4
     assert (dist.items[1].lower, dist.items[1].upper, dist.items[1].category) == (
         30,
@@ -384,24 +389,27 @@ def test_analyst_returns_each_kind_as_result_objects(
     )
     frame = dist.to_pandas()
     assert frame.index.name == "bin" and frame.index[1].left == 30.0
-    tree = analyst.estimates("region", depth=2, consistent=True)
+    tree = analyst.estimates("region", wait=120, depth=2, consistent=True)
     assert tree.depth == 2 and [i.category for i in tree.items] == [
         "MX/Jalisco",
         "MX/Sonora",
         "MX/Yucatan",
     ]
     assert list(tree.to_pandas().index) == ["MX/Jalisco", "MX/Sonora", "MX/Yucatan"]
-    table = analyst.estimates("car", consistent=True)
+    table = analyst.estimates("car", wait=120, consistent=True)
     assert table.items[0].cell == {"type": "Compact", "origin": "USA"}
     assert set(table.marginals) == {"type", "origin"}
     pivot = table.to_pandas()
     assert pivot.index.names == ["type", "origin"]
     assert pivot.loc[("Van", "USA"), "estimate"] == table.items[10].estimate
-    found = analyst.estimates("search_term", candidates=["weather"])
+    found = analyst.estimates("search_term", wait=120, candidates=["weather"])
     assert found.threshold is not None and found.candidates[0].category == "weather"
+    assert found.find_z is not None and found.items
+    assert all(i.evidence_z is not None and i.evidence_z >= found.find_z for i in found.items)
     strings = found.strings()
     assert all(isinstance(s, StringEstimate) for s in strings)
     assert strings[-1].value == b"weather"
+    assert strings[0].evidence_z == found.items[0].evidence_z
 
 
 def _same(rebuilt: Any, served: Any) -> None:
@@ -432,26 +440,28 @@ def test_the_analyst_rebuilds_each_kinds_core_estimate_from_the_served_sums(
     from ldpkit.structured_estimates import HierarchyEstimate, TableEstimate
 
     analyst = Analyst(live.url, READ)
-    tree = analyst.estimates("region", depth=2, consistent=True, level=0.9, per_bucket=True)
+    tree = analyst.estimates(
+        "region", wait=120, depth=2, consistent=True, level=0.9, per_bucket=True
+    )
     assert isinstance(tree.estimate, HierarchyEstimate) and tree.estimate.n == tree.n
     _same(tree.estimate.to_dict(2, 0.9, consistent=True)["items"], tree.raw["items"])
     assert tree.buckets and all(isinstance(b.estimate, HierarchyEstimate) for b in tree.buckets)
     assert sum(b.estimate.n for b in tree.buckets if b.estimate is not None) == tree.n
-    sonora = analyst.estimates("region", subtree="MX/Sonora", level=0.8)
+    sonora = analyst.estimates("region", wait=120, subtree="MX/Sonora", level=0.8)
     assert sonora.estimate is not None
     _same(sonora.estimate.subtree("MX/Sonora", None).items(0.8), sonora.raw["items"])
-    table = analyst.estimates("car", consistent=True, level=0.9)
+    table = analyst.estimates("car", wait=120, consistent=True, level=0.9)
     assert isinstance(table.estimate, TableEstimate)
     rebuilt = table.estimate.to_dict(0.9, consistent=True)
     _same(rebuilt["items"], table.raw["items"])
     _same(rebuilt["marginals"], table.raw["marginals"])
     options: dict[str, Any] = {"bins": 4, "quantiles": [0.5, 0.9], "range_": (5.0, 10.0)}
-    dist = analyst.estimates("session_minutes", **options)
+    dist = analyst.estimates("session_minutes", wait=120, **options)
     assert isinstance(dist.estimate, DistributionEstimate)
     rebuilt = dist.estimate.to_dict(0.95, **options)
     for key in ("items", "quantiles", "range", "mean", "mean_low", "mean_high"):
         _same(rebuilt[key], dist.raw[key])
-    found = analyst.estimates("search_term")
+    found = analyst.estimates("search_term", wait=120)
     assert found.estimate is None and "sums" not in found.raw  # see docs/protocol.md
     # The forgery shifts too, from the rebuilt estimates, at the answer's fraction.
     beta = 0.01
@@ -495,6 +505,7 @@ def test_cli_shows_each_kind_readably(
     assert "marginal of type:" in out and "marginal of origin:" in out
     out = cli(live, capsys, "search_term", "--candidates", "weather,never-said")
     assert "threshold" in out and "named candidates:" in out and "never-said" in out
+    assert out.splitlines()[2].split()[-1] == "evidence_z" and "evidence_z: how far" in out
     csv_out = cli(live, capsys, "car", "--format", "csv")
     assert csv_out.splitlines()[0] == "category,type,origin,estimate,stderr,low,high,forgery_shift"
     out = cli(live, capsys, "search_term", "--forgery-fraction", "0.05")
@@ -561,10 +572,12 @@ def test_plots_of_each_kind_and_of_negative_estimates(
 
     analyst = Analyst(live.url, READ)
     results = {
-        "session_minutes": analyst.estimates("session_minutes", bins=16, quantiles=[0.5, 0.9]),
-        "region": analyst.estimates("region", depth=3),
-        "car": analyst.estimates("car", consistent=True),
-        "search_term": analyst.estimates("search_term"),
+        "session_minutes": analyst.estimates(
+            "session_minutes", wait=120, bins=16, quantiles=[0.5, 0.9]
+        ),
+        "region": analyst.estimates("region", wait=120, depth=3),
+        "car": analyst.estimates("car", wait=120, consistent=True),
+        "search_term": analyst.estimates("search_term", wait=120),
         # an unbiased estimate below its interval's clipped lower end (0) is drawn too
         "negative": EstimateResult.from_json(
             {

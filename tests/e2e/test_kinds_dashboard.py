@@ -297,6 +297,56 @@ def test_strings_ranked_with_threshold_and_candidates(
     page.close()
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_strings_weak_listings_are_marked(
+    browser: Any, kinds: Kinds, shots: Path, width: int
+) -> None:
+    """A listing found on evidence less than 1 z above ``find_z`` is drawn faded, named
+    "(weak)" and explained; its tooltip gives its evidence. This population's listings are
+    all strong, so the served ``find_z`` is raised (in the browser) to put the last one
+    just above it: what an answer holding a weak listing looks like."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+
+    def raise_find_z(route: Any) -> None:
+        response = route.fetch()
+        body = response.json()
+        if body.get("items"):
+            body["find_z"] = body["items"][-1]["evidence_z"] - 0.5
+        route.fulfill(response=response, json=body)
+
+    page.route("**/v1/estimates/search_term*", raise_find_z)
+    page.goto(kinds.url + "/ui/")
+    page.fill("#token", READ)
+    page.click("#token-form button")
+    page.click("button[data-metric=search_term]")
+    drawn(page, "search_term", "ranked")
+    data = page.evaluate("window.ldpkitDashboard.data")
+    items, find_z = data["items"], data["find_z"]
+    assert len(items) >= 2 and all(i["evidence_z"] is not None for i in items)
+    weak = [i["category"] for i in items if i["evidence_z"] < find_z + 1]
+    assert weak and weak[-1] == items[-1]["category"] and len(weak) < len(items)
+    text = "els => els.map(e => e.textContent)"  # SVG elements have no innerText
+    labels = page.locator("#ranked svg g[aria-label='y-axis tick label'] text").evaluate_all(text)
+    assert {label for label in labels if label.endswith(" (weak)")} == {f"{w} (weak)" for w in weak}
+    assert "(weak)" in page.inner_text("#weak-note")
+    titles = page.locator("g.estimate-bars rect title").evaluate_all(text)
+    assert all("evidence z" in t for t in titles)
+    assert sum("(weak: could be a string nobody holds)" in t for t in titles) == len(weak)
+    bars = page.locator("g.estimate-bars rect")
+    fills = bars.evaluate_all("rs => rs.map(r => r.getAttribute('fill'))")
+    assert fills.count("#A7BFD9") == len(weak)
+    # The table beside it gives every string's evidence; a named string has none.
+    heads = page.locator("#table th").all_inner_texts()
+    assert heads[-1] == "evidence z"
+    first = page.locator("#table tr").nth(1).locator("td").all_inner_texts()
+    assert first[-1] == f"{items[0]['evidence_z']:.2f}"
+    readable(page)
+    page.screenshot(path=str(shots / f"kinds-ranked-weak-{width}.png"), full_page=True)
+    page.close()
+
+
 def test_a_stale_estimate_says_computing_then_the_fresh_one_is_drawn(
     browser: Any, kinds: Kinds, shots: Path
 ) -> None:

@@ -190,7 +190,7 @@ def test_computing_is_asked_again_while_the_wait_lasts() -> None:
         result = Analyst(url, READ).estimates("theme", wait=60)
         assert len(server.paths) == 3 and all("wait=" in p for p in server.paths)
         assert result.as_of is not None and result.as_of.fresh and result.as_of.n == 10
-        assert "fresh" in result.to_table().splitlines()[1]
+        assert "fresh" in result.to_table().splitlines()[-1]
         server.paths.clear()
         server.script = [computing]
         with pytest.raises(EstimatePending) as caught:
@@ -238,7 +238,7 @@ epsilon = 2.0
         stale = analyst.estimates("latency")
         assert stale.as_of is not None and not stale.as_of.fresh
         assert (stale.n, stale.as_of.n, stale.as_of.reports_since) == (500, 500, 40)
-        line = stale.to_table().splitlines()[1]
+        line = stale.to_table().splitlines()[-1]
         assert "computed from 500 reports; 40 received since" in line and "wait=" in line
         out = ldpkit(
             "estimates", "latency", "--collector", collector.url, "--token", READ,

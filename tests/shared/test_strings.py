@@ -44,6 +44,7 @@ def test_made_by_name_and_auto() -> None:
         ({"max_length": 4, "seed": -1}, "seed"),
         ({"max_length": 4, "estimation_share": 1.0}, "estimation_share"),
         ({"max_length": 4, "cut": "suffix"}, "cut"),
+        ({"max_length": 4, "text": 1}, "text"),
     ],
 )
 def test_bad_parameters_are_refused(kwargs: dict[str, object], words: str) -> None:
@@ -197,7 +198,7 @@ def test_both_cut_rules_decode(cut: str) -> None:
 @pytest.mark.parametrize("epsilon", [0.5, 2.0, 5.0])
 def test_whole_report_is_epsilon_ldp_by_enumeration(epsilon: float, cut: str) -> None:
     """Every cell's probability, for strings of every length, within e^eps of every other's."""
-    m = PrefixSketch(epsilon=epsilon, max_length=5, cut=cut)
+    m = PrefixSketch(epsilon=epsilon, max_length=5, cut=cut, text=False)  # any bytes
     values: list[str | bytes] = ["", "a", "b", "ab", "abc", "abd", "zzz", b"\xff\x00\x01", "abcde"]
     table = np.array([m.output_probabilities(v) for v in values])
     assert np.allclose(table.sum(axis=1), 1.0)
@@ -268,7 +269,8 @@ def campaigns(epsilon: float, n: int, count: int, seed: int) -> list[dict[str, o
     named = [b"ab", b"c", b"\xff\x00", words[3], b"zz"]  # heavy, medium, rare, tail, absent
     out = []
     for c in range(count):
-        m = PrefixSketch(epsilon=epsilon, max_length=2, k=3, seed=seed * 10_000 + c)
+        # text=False: the planted "\xff\x00" is not UTF-8 (a test of the decoder on any bytes)
+        m = PrefixSketch(epsilon=epsilon, max_length=2, k=3, seed=seed * 10_000 + c, text=False)
         users = rng.choice(len(words), size=n, p=probs)
         reports = m.perturb(np.array(words, dtype=object)[users], rng=rng)
         result = m.estimate(m.aggregate(reports))
