@@ -168,6 +168,20 @@ class ServedEstimate:
     as_of: AsOf | None = field(default=None, compare=False)
     """A maintained kind's (strings, hierarchy, table, distribution): how fresh the estimate
     is (None for categorical and numeric metrics: computed for each query, always fresh)."""
+    # By kind (each bucket holds them too): a distribution's quantiles, range and bounds,
+    # a hierarchy's depth and subtree, a table's marginals and dimensions, strings' threshold
+    # and candidates.
+    quantiles: tuple[QuantileEstimate, ...] = ()
+    range: ItemEstimate | None = None
+    bounds: tuple[float, float] | None = None
+    depth: int | None = None
+    subtree: str | None = None
+    marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
+    dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    threshold: float | None = None
+    find_z: float | None = None
+    """Strings: the least ``evidence_z`` a string needs to be found (see ItemEstimate)."""
+    candidates: tuple[ItemEstimate, ...] = ()
     estimate: CoreEstimate | None = field(default=None, compare=False, repr=False)
     """The core's estimate, rebuilt from the served sufficient statistics (``sums``) by the
     same code the collector ran (``estimate.ci(0.9)``, ``.consistent()``, a hierarchy's
@@ -197,17 +211,6 @@ class EstimateResult(ServedEstimate):
     """The fraction of forged reports each ``forgery_shift`` is about."""
     buckets: tuple[BucketEstimate, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    quantiles: tuple[QuantileEstimate, ...] = ()
-    range: ItemEstimate | None = None
-    bounds: tuple[float, float] | None = None
-    depth: int | None = None
-    subtree: str | None = None
-    marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
-    dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    threshold: float | None = None
-    find_z: float | None = None
-    """Strings: the least ``evidence_z`` a string needs to be found (see ItemEstimate)."""
-    candidates: tuple[ItemEstimate, ...] = ()
     robust_note: str | None = None
     """Asked with ``robust=True`` of a kind without a robust estimate: says so."""
     estimand: str | None = None
@@ -222,9 +225,14 @@ class EstimateResult(ServedEstimate):
         each bucket's) is the core's estimate rebuilt from the served ``sums``."""
         kind = str(data.get("kind") or legacy_kind("items" in data))
         served = _served(data, definition)
+        spec = kind_or_default(kind)
+        # A bucket's kind fields read with the answer's level and forgery fraction.
+        shared: dict[str, Any] = {k: data[k] for k in ("level", "forgery_fraction") if k in data}
         buckets = tuple(
             BucketEstimate(
-                start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC), **_served(b, definition)
+                start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
+                **_served(b, definition),
+                **spec.served_fields({**shared, **b}, _item),
             )
             for b in data.get("buckets") or ()
         )
@@ -241,7 +249,7 @@ class EstimateResult(ServedEstimate):
             buckets=buckets,
             raw=data,
             robust_note=data.get("robust_note"),
-            **kind_or_default(kind).served_fields(data, _item),
+            **spec.served_fields(data, _item),
         )
 
     def strings(self) -> list[StringEstimate]:
