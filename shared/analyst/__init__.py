@@ -174,6 +174,9 @@ class ServedEstimate:
     quantiles: tuple[QuantileEstimate, ...] = ()
     range: ItemEstimate | None = None
     bounds: tuple[float, float] | None = None
+    estimand: str | None = None
+    """A distribution's: whose bins the intervals are about, ``"reporters"`` (the reporting
+    users') or ``"population"`` (the population they were drawn from)."""
     depth: int | None = None
     subtree: str | None = None
     marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
@@ -213,9 +216,6 @@ class EstimateResult(ServedEstimate):
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     robust_note: str | None = None
     """Asked with ``robust=True`` of a kind without a robust estimate: says so."""
-    estimand: str | None = None
-    """A distribution's: whose bins the intervals are about, ``"reporters"`` (the reporting
-    users') or ``"population"`` (the population they were drawn from)."""
 
     @classmethod
     def from_json(
