@@ -82,10 +82,30 @@ class MetricBudget:
     delta_budget: float = 0.0
     """The delta the epsilon budget allows in a period: (budget / epsilon) reports of
     delta each (0 for pure epsilon-LDP metrics)."""
+    epsilon: float = 0.0
+    """The epsilon one report spends."""
+    delta: float = 0.0
+    """The delta one report spends (0 for pure epsilon-LDP metrics)."""
 
     @property
     def renews_at_datetime(self) -> datetime:
         return utc(self.renews_at)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready, the JS client's ``MetricBudget`` in snake_case (docs/client.md)."""
+        return {
+            "metric": self.metric,
+            "epsilon": self.epsilon,
+            "budget": self.budget,
+            "spent": self.spent,
+            "left": self.left,
+            "period": self.period.value,
+            "period_start": self.period_start,
+            "renews_at": self.renews_at,
+            "delta": self.delta,
+            "delta_spent": self.delta_spent,
+            "delta_budget": self.delta_budget,
+        }
 
 
 @dataclass(frozen=True)
@@ -104,6 +124,18 @@ class TotalBudget:
     @property
     def renews_at_datetime(self) -> datetime:
         return utc(self.renews_at)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready, the JS client's ``total`` in snake_case (docs/client.md)."""
+        return {
+            "budget": self.budget,
+            "spent": self.spent,
+            "left": self.left,
+            "period": self.period.value,
+            "period_start": self.period_start,
+            "renews_at": self.renews_at,
+            "delta_spent": self.delta_spent,
+        }
 
 
 @dataclass(frozen=True)
@@ -152,6 +184,15 @@ class BudgetStatus:
 
     def __getitem__(self, metric: str) -> MetricBudget:
         return self.metrics[metric]
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: the JS client's ``budget()`` in snake_case (docs/client.md), with
+        ``ledger_lost`` the loss's message (or None)."""
+        return {
+            "metrics": {name: b.to_dict() for name, b in self.metrics.items()},
+            "total": None if self.total is None else self.total.to_dict(),
+            "ledger_lost": None if self.ledger_lost is None else self.ledger_lost.message,
+        }
 
     def __contains__(self, metric: object) -> bool:
         return metric in self.metrics

@@ -140,12 +140,17 @@ export interface FlushResult {
   pending: number;
 }
 
+/** The Python client's `MetricBudget` (snake_case there: `period_start`, `renews_at`, ...). */
 export interface MetricBudget {
+  metric: string;
+  /** The epsilon one report spends. */
   epsilon: number;
   budget: number;
   spent: number;
   left: number;
   period: Period;
+  /** Start of the current budget window (unix seconds). */
+  periodStart: number;
   renewsAt: number;
   /** The delta one report spends (0 for pure epsilon metrics). */
   delta: number;
@@ -157,7 +162,9 @@ export interface MetricBudget {
 
 export interface BudgetStatus {
   metrics: Record<string, MetricBudget>;
-  total: { budget: number; spent: number; left: number; renewsAt: number; deltaSpent: number } | null;
+  total: { budget: number; spent: number; left: number; period: Period; periodStart: number; renewsAt: number; deltaSpent: number } | null;
+  /** Always null here: this client does not detect a lost store (the Python client gives the loss's message). */
+  ledgerLost: string | null;
 }
 
 export declare class Reporter {

@@ -136,6 +136,7 @@ export class Reporter {
     this.random = random; // the device secret and un-memoized reports (never batch ids)
     this.totalBudget = totalBudget;
     this.totalSeconds = PERIODS[totalPeriod];
+    this.totalPeriod = totalPeriod;
     this.settings = { batchSize, maxOutbox, timeoutMs, retries, backoffMs, maxBackoffMs, maxRetryAfterMs };
     this.warnings = [];
     this.state = null;
@@ -354,9 +355,13 @@ export class Reporter {
     for (const [tag, memo] of Object.entries(state.memo)) if (memo.until <= now) delete state.memo[tag];
   }
 
-  /** Epsilon spent and left per metric (and in total) in the current windows. */
+  /**
+   * Epsilon spent and left per metric (and in total) in the current windows: the Python
+   * client's `budget().to_dict()` in camelCase (docs/client.md). `ledgerLost` is always
+   * null: this client does not detect a lost store (the Python client names the loss).
+   */
   budget() {
-    if (!this.state) return { metrics: {}, total: null };
+    if (!this.state) return { metrics: {}, total: null, ledgerLost: null };
     const now = Math.max(this.clock(), this.state.lastSeen);
     const metrics = {};
     for (const def of this.defs.values()) {
@@ -366,11 +371,13 @@ export class Reporter {
       const spent = this.state.ledger[key] ?? 0;
       const delta = def.delta ?? 0;
       metrics[def.name] = {
+        metric: def.name,
         epsilon: def.epsilon,
         budget: def.budget,
         spent,
         left: Math.max(0, def.budget - spent),
         period: def.budget_period,
+        periodStart: start,
         renewsAt: start + seconds,
         delta,
         deltaSpent: this.state.ledger[`${key}|delta`] ?? 0,
@@ -382,9 +389,9 @@ export class Reporter {
       const start = Math.floor(now / this.totalSeconds) * this.totalSeconds;
       const key = `*|${this.totalSeconds}|${start}`;
       const spent = this.state.ledger[key] ?? 0;
-      total = { budget: this.totalBudget, spent, left: Math.max(0, this.totalBudget - spent), renewsAt: start + this.totalSeconds, deltaSpent: this.state.ledger[`${key}|delta`] ?? 0 };
+      total = { budget: this.totalBudget, spent, left: Math.max(0, this.totalBudget - spent), period: this.totalPeriod, periodStart: start, renewsAt: start + this.totalSeconds, deltaSpent: this.state.ledger[`${key}|delta`] ?? 0 };
     }
-    return { metrics, total };
+    return { metrics, total, ledgerLost: null };
   }
 
   /** Reports queued and not yet acknowledged. */
