@@ -187,6 +187,10 @@ export declare class LdpkitError extends Error {}
 export declare class BudgetExceeded extends LdpkitError {
   metric: string;
   scope: "metric" | "total";
+  /** Epsilon per period of the exhausted budget, what is left of it, and what the report needed. */
+  budget: number;
+  left: number;
+  needed: number;
   renewsAt: number;
 }
 export declare class OutboxFull extends LdpkitError {}

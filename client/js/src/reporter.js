@@ -29,6 +29,8 @@ export class UnknownMetric extends LdpkitError {}
 export class CollectorUnavailable extends LdpkitError {}
 export class CollectorRejected extends LdpkitError {}
 
+/** Unix seconds as "YYYY-MM-DD HH:MM UTC", as the Python client writes a renewal. */
+const utcMinute = (seconds) => `${new Date(seconds * 1000).toISOString().slice(0, 16).replace("T", " ")} UTC`;
 const fits = (spent, needed, budget) => spent + needed <= budget * (1 + BUDGET_SLACK) + BUDGET_SLACK;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -67,12 +69,16 @@ function retryAfterSeconds(value) {
 
 /** The JSON object of an error answer ({error, detail, ...}), or {} if it is none. */
 function problemOf(bytes) {
+  // An answer that is not the collector's JSON (a proxy's 401 page, say) still says what it
+  // is: its first 200 bytes as the detail, as the Python client does.
+  const text = new TextDecoder().decode(bytes);
   try {
-    const data = JSON.parse(new TextDecoder().decode(bytes));
-    return data && typeof data === "object" && !Array.isArray(data) ? data : {};
+    const data = JSON.parse(text);
+    if (data && typeof data === "object" && !Array.isArray(data)) return { error: "error", detail: "", ...data };
   } catch {
-    return {};
+    // not JSON: below
   }
+  return { error: "error", detail: text.slice(0, 200) };
 }
 
 /**
@@ -270,7 +276,7 @@ export class Reporter {
       def = this.defs.get(metric);
     }
     if (!def) {
-      const known = [...this.defs.keys()].join(", ") || "none";
+      const known = [...this.defs.keys()].sort().join(", ") || "none";
       throw new UnknownMetric(`unknown metric ${JSON.stringify(String(metric)).slice(0, 80)}; the collector defines ${known}`, { metric });
     }
     return def;
@@ -319,11 +325,16 @@ export class Reporter {
       const totalKey = `*|${this.totalSeconds}|${totalWindow}`;
       const spent = state.ledger[metricKey] ?? 0;
       const totalSpent = state.ledger[totalKey] ?? 0;
+      // The Python client's messages and fields (tests/fixtures/client_shapes.json).
       if (!fits(spent, def.epsilon, def.budget)) {
-        throw new BudgetExceeded(`privacy budget of metric ${def.name} exhausted: a report costs epsilon ${def.epsilon} and ${Math.max(0, def.budget - spent)} of its ${def.budget} per ${def.budget_period} is left`, { metric: def.name, scope: "metric", renewsAt: window + budgetSeconds });
+        const left = Math.max(0, def.budget - spent);
+        const renewsAt = window + budgetSeconds;
+        throw new BudgetExceeded(`privacy budget of metric ${JSON.stringify(def.name)} exhausted: a report costs epsilon ${def.epsilon} and ${left} of its ${def.budget} per ${def.budget_period} is left; it renews at ${utcMinute(renewsAt)}`, { metric: def.name, scope: "metric", budget: def.budget, left, needed: def.epsilon, renewsAt });
       }
       if (this.totalBudget !== null && !fits(totalSpent, def.epsilon, this.totalBudget)) {
-        throw new BudgetExceeded(`total privacy budget exhausted: ${Math.max(0, this.totalBudget - totalSpent)} of ${this.totalBudget} is left`, { metric: def.name, scope: "total", renewsAt: totalWindow + this.totalSeconds });
+        const left = Math.max(0, this.totalBudget - totalSpent);
+        const renewsAt = totalWindow + this.totalSeconds;
+        throw new BudgetExceeded(`total privacy budget exhausted: a report of metric ${JSON.stringify(def.name)} costs epsilon ${def.epsilon} and ${left} of the total ${this.totalBudget} per ${this.totalPeriod} (all metrics together) is left; it renews at ${utcMinute(renewsAt)}`, { metric: def.name, scope: "total", budget: this.totalBudget, left, needed: def.epsilon, renewsAt });
       }
       state.ledger[metricKey] = spent + def.epsilon;
       state.ledger[totalKey] = totalSpent + def.epsilon;

@@ -17,11 +17,12 @@ export function camel(value) {
   return Object.fromEntries(Object.entries(value).map(([k, v]) => [k.replace(/_([a-z])/g, (_, c) => c.toUpperCase()), camel(v)]));
 }
 
-/** A collector that serves `definitions` and nothing else. */
-function serving(definitions) {
+/** A collector that serves `definitions` and answers every POST with `answer` (status, body). */
+function serving(definitions, answer = null) {
   return async (url) => {
-    if (!url.endsWith("/v1/metrics")) throw new Error(`unexpected ${url}`);
-    return new Response(JSON.stringify({ metrics: definitions }), { status: 200, headers: { "content-type": "application/json" } });
+    if (url.endsWith("/v1/metrics")) return new Response(JSON.stringify({ metrics: definitions }), { status: 200, headers: { "content-type": "application/json" } });
+    if (answer && url.endsWith("/v1/reports")) return new Response(answer.body, { status: answer.status });
+    throw new Error(`unexpected ${url}`);
   };
 }
 
@@ -44,3 +45,32 @@ for (const c of CASES.budget) {
 test("camel maps the fixture's names", () => {
   assert.deepEqual(camel({ period_start: 1, renews_at: [{ delta_spent: 2 }], ledger_lost: null }), { periodStart: 1, renewsAt: [{ deltaSpent: 2 }], ledgerLost: null });
 });
+
+for (const c of CASES.errors) {
+  test(`error shape: ${c.name}`, async () => {
+    const base = CASES.budget[0];
+    const r = new Reporter("http://127.0.0.1:9", {
+      token: "t",
+      store: new MemoryStore(),
+      fetch: serving(base.definitions, c.answer ?? null),
+      clock: () => base.clock,
+      totalBudget: base.total_budget,
+      totalPeriod: base.total_period,
+      retries: 1,
+      backoffMs: 1,
+    });
+    for (const [metric, value] of c.reports) await r.report(metric, value);
+    let error = null;
+    try {
+      if (c.answer) await r.flush();
+      else await r.report(...c.report);
+    } catch (err) {
+      error = err;
+    }
+    assert.ok(error, "no error");
+    assert.equal(error.constructor.name, c.js, error.message);
+    for (const fact of c.facts) assert.match(error.message, new RegExp(fact), fact);
+    for (const [name, value] of Object.entries(camel(c.fields))) assert.deepEqual(error[name], value, name);
+    await r.close({ flush: false });
+  });
+}
