@@ -33,18 +33,45 @@ class ReportReceipt:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """One report the collector refused in a flush: its metric, the error code and detail."""
+
+    metric: str
+    error: str
+    detail: str
+
+
+@dataclass(frozen=True)
 class FlushResult:
-    """What a flush delivered: ``sent`` reports newly accepted by the collector,
+    """What a flush delivered: ``sent`` reports newly accepted by the collector (``held``
+    of them held by its screening for an admin's review: delivered all the same),
     ``duplicates`` it already had (retries of a delivered report), ``rejected`` it
     refused for good (dropped), and the reports ``remaining`` in the outbox after it, of
     which ``deferred`` were refused as ``unknown_version`` (a replica that has not seen
-    their version yet) and are kept for the next flush."""
+    their version yet) and are kept for the next flush. ``refusals``: every refusal,
+    dropped or kept, in the order answered."""
 
     sent: int = 0
     duplicates: int = 0
     rejected: int = 0
     remaining: int = 0
     deferred: int = 0
+    held: int = 0
+    refusals: tuple[Refused, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: the JS client's ``flush()`` answer in snake_case (docs/client.md)."""
+        return {
+            "sent": self.sent,
+            "duplicates": self.duplicates,
+            "held": self.held,
+            "rejected": self.rejected,
+            "remaining": self.remaining,
+            "deferred": self.deferred,
+            "refusals": [
+                {"metric": r.metric, "error": r.error, "detail": r.detail} for r in self.refusals
+            ],
+        }
 
     @property
     def delivered(self) -> int:
@@ -58,6 +85,8 @@ class FlushResult:
             self.rejected + other.rejected,
             other.remaining,
             self.deferred + other.deferred,
+            self.held + other.held,
+            self.refusals + other.refusals,
         )
 
 

@@ -86,3 +86,30 @@ def test_error_shape(case: dict[str, Any], tmp_path: Path) -> None:
         assert re.search(fact, str(error)), (fact, str(error))
     for name, value in case["fields"].items():
         assert getattr(error, name) == value, (name, error)
+
+
+@pytest.mark.parametrize("case", CASES["flush"], ids=lambda c: c["name"])
+def test_flush_shape(case: dict[str, Any], tmp_path: Path) -> None:
+    """What flush() answers when the collector answers the one batch so."""
+    base = CASES["budget"][0]
+    definitions = [served(d) for d in base["definitions"]]
+    fake = FakeCollector(definitions=definitions)
+    fake.script = [HttpAnswer(200, {}, json.dumps(case["answer"]).encode())]
+    clock = float(base["clock"])
+    r = Reporter(
+        "http://127.0.0.1:9",
+        token="t",
+        state_dir=tmp_path,
+        metrics=definitions,
+        clock=lambda: clock,
+        background=False,
+        transport=fake,
+        retry=FAST,
+    )
+    try:
+        for metric, value in case["reports"]:
+            r.report(metric, value)
+        assert r.flush().to_dict() == case["flush"]
+        assert fake.posts == 1
+    finally:
+        r.close(flush=False)

@@ -130,14 +130,22 @@ export interface Receipt {
   clipped: boolean;
 }
 
+/** The Python client's `FlushResult.to_dict()` (the same names; docs/client.md). */
 export interface FlushResult {
+  /** Reports newly accepted by the collector. */
   sent: number;
-  accepted: number;
+  /** Reports it already had (retries of delivered ones). */
   duplicates: number;
-  /** Of the accepted, those the collector's screening holds for an admin's review: delivered all the same. */
+  /** Of the sent, those the collector's screening holds for an admin's review: delivered all the same. */
   held: number;
-  rejected: { metric: string; error: string; detail?: string }[];
-  pending: number;
+  /** Reports refused for good (they left the outbox). */
+  rejected: number;
+  /** Reports left in the outbox after the flush. */
+  remaining: number;
+  /** Of the remaining, those refused as unknown_version and kept for a later flush. */
+  deferred: number;
+  /** Every refusal, dropped or kept, in the order answered. */
+  refusals: { metric: string; error: string; detail: string }[];
 }
 
 /** The Python client's `MetricBudget` (snake_case there: `period_start`, `renews_at`, ...). */

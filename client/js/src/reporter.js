@@ -425,7 +425,8 @@ export class Reporter {
 
   async flushNow() {
     await this.ready();
-    const result = { sent: 0, accepted: 0, duplicates: 0, held: 0, rejected: [], pending: 0 };
+    // The Python client's FlushResult.to_dict() in camelCase (docs/client.md).
+    const result = { sent: 0, duplicates: 0, held: 0, rejected: 0, remaining: 0, deferred: 0, refusals: [] };
     let size = this.settings.batchSize;
     let failures = 0;
     const skip = new Set(); // refused as unknown_version in this flush: not again now
@@ -466,7 +467,7 @@ export class Reporter {
       const wait = retryAfter === null ? backoff : Math.min(this.settings.maxRetryAfterMs, Math.max(backoff, retryAfter * 1000));
       await sleep(wait);
     }
-    result.pending = this.state.outbox.length;
+    result.remaining = this.state.outbox.length;
     return result;
   }
 
@@ -546,22 +547,25 @@ export class Reporter {
     const now = this.clock();
     for (const { index, error, detail } of answer.rejected) {
       const row = ordered[index];
+      let kept = false;
       if (error === "unknown_version") {
         const first = (deferred[row.seq] ??= now);
         if (now - first < UNKNOWN_VERSION_GRACE) {
           drop.delete(row.seq);
           skip.add(row.seq);
+          kept = true;
         }
       }
       if (["unknown_metric", "unknown_version", "retired_metric"].includes(error)) this.stale = true;
-      result.rejected.push({ metric: row.metric, error, detail });
+      if (kept) result.deferred += 1;
+      else result.rejected += 1;
+      result.refusals.push({ metric: row.metric, error, detail: detail ?? "" });
     }
     for (const seq of drop) delete deferred[seq];
     this.state.outbox = this.state.outbox.filter((r) => !drop.has(r.seq));
     this.state.sealed = null; // answered: its kept reports go into a new batch
     await this.store.save(this.state);
-    result.sent += ordered.length;
-    result.accepted += answer.accepted;
+    result.sent += answer.accepted;
     result.duplicates += answer.duplicates;
     result.held += answer.held ?? 0; // held for review by the collector's screening: delivered
   }

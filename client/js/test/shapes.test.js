@@ -74,3 +74,22 @@ for (const c of CASES.errors) {
     await r.close({ flush: false });
   });
 }
+
+for (const c of CASES.flush) {
+  test(`flush() shape: ${c.name}`, async () => {
+    const base = CASES.budget[0];
+    let posts = 0;
+    const collector = serving(base.definitions);
+    const fetch = async (url, init) => {
+      if (!url.endsWith("/v1/reports")) return collector(url, init);
+      posts += 1;
+      if (posts > 1) throw new Error("a second POST");
+      return new Response(JSON.stringify(c.answer), { status: 200 });
+    };
+    const r = new Reporter("http://127.0.0.1:9", { token: "t", store: new MemoryStore(), fetch, clock: () => base.clock, retries: 1, backoffMs: 1 });
+    for (const [metric, value] of c.reports) await r.report(metric, value);
+    assert.deepEqual(await r.flush(), camel(c.flush));
+    assert.equal(posts, 1);
+    await r.close({ flush: false });
+  });
+}
