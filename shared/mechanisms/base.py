@@ -209,6 +209,18 @@ class Mechanism(ABC):
         that a device value is checked once."""
         return self._perturb(values, rng)
 
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """One checked value's report, as the bytes that travel: the device's path.
+
+        A mechanism with a per-value path overrides this (Python numbers and the bit
+        generator's words, no numpy call per report); its bytes equal the vectorised
+        path's, :meth:`perturb_checked` of ``[value]``, for the same ``rng``
+        (``tests/shared/test_perturb_value.py`` pins it for every mechanism). This
+        fallback is that vectorised path.
+        """
+        reports = self._perturb(np.asarray([value]), rng)  # int64 or float64, as checked
+        return bytes(np.ascontiguousarray(reports).tobytes())
+
     def coerce_reports(self, reports: npt.ArrayLike) -> npt.NDArray[Any]:
         """View ``reports`` as an array of ``report_dtype`` (one row per report)."""
         dtype = self.report_dtype
@@ -477,6 +489,10 @@ class NumericMechanism(Mechanism):
     def to_unit(self, x: FloatArray) -> FloatArray:
         lo, _ = self.bounds
         return np.clip((x - lo) / self.half_range - 1.0, -1.0, 1.0)
+
+    def unit_one(self, x: float) -> float:
+        """:meth:`to_unit` of one number, in Python floats (the same operations)."""
+        return min(max((x - self.bounds[0]) / self.half_range - 1.0, -1.0), 1.0)
 
     @abstractmethod
     def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:

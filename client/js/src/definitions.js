@@ -326,7 +326,16 @@ export function deviceCap(def) {
   return fresh * Math.max(1, Math.floor(PERIODS[def.bucket] / PERIODS[def.budget_period]));
 }
 
-const shownValue = (value) => String(JSON.stringify(value)).slice(0, 80);
+/** A value for an error message: JSON (a string quoted), cut to 80 characters. */
+const shownValue = (value) => {
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch {
+    text = undefined; // a BigInt, a cycle
+  }
+  return String(text ?? value).slice(0, 80);
+};
 
 /** The mechanism input of a raw value: a category index, or the number clipped. */
 export function encodeValue(def, value) {
@@ -350,18 +359,22 @@ export function encodeValue(def, value) {
     }
     return { input: bytes, clipped: false };
   }
+  // The Python client's messages (tests/fixtures/client_shapes.json): a string shown quoted.
   if (def.index) {
-    const i = typeof value === "string" ? def.index.get(value) : undefined;
+    if (typeof value !== "string") throw new TypeError(`metric ${def.name} takes one of its categories (a string), got ${shownValue(value)}`);
+    const i = def.index.get(value);
     if (i === undefined) {
-      const shown = JSON.stringify(value)?.slice(0, 80);
-      throw new TypeError(`${shown} is not a category of metric ${def.name}`);
+      const cats = [...def.index.keys()];
+      const expected = cats.slice(0, 20).join(", ") + (cats.length > 20 ? "..." : "");
+      throw new TypeError(`${shownValue(value)} is not a category of metric ${def.name}; expected one of ${expected}`);
     }
     return { input: i, clipped: false };
   }
-  if (typeof value !== "number" || !Number.isFinite(value)) {
-    throw new TypeError(`metric ${def.name} takes a finite number, got ${String(value).slice(0, 80)}`);
-  }
   const [lo, hi] = def.bounds;
+  if (typeof value !== "number") {
+    throw new TypeError(`metric ${def.name} takes a number in [${lo}, ${hi}], got ${typeof value} ${shownValue(value)}`);
+  }
+  if (!Number.isFinite(value)) throw new TypeError(`metric ${def.name} takes a finite number, got ${value}`);
   const input = Math.min(Math.max(value, lo), hi); // the distribution's leaf comes from it
   return { input, clipped: input !== value };
 }
