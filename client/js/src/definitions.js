@@ -177,6 +177,11 @@ function checkOracle(name, eps, mechanism, p, d) {
       integer(p.bound, 1, 2 ** 30, "bound", name);
       if (mechanism === "hybrid") {
         near(prob(p.flip), 1 / (e + 1), "flip", name);
+        // PM's branch (ldpkit's HYBRID_THRESHOLD: Duchi's branch alone at eps <= 0.61).
+        const pm = eps > 0.61 ? -Math.expm1(-eps / 2) : 0;
+        if (pm === 0 ? p.pm !== "0000000000000000" : !(Math.abs(prob(p.pm) - pm) <= TOLERANCE * pm + 2 ** -52)) {
+          throw new DefinitionError(`metric ${name}: served pm ${prob(p.pm)} is not ${pm}`);
+        }
         integer(p.duchi_index, 1, p.bound, "duchi_index", name);
       }
       break;
