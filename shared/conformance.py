@@ -245,9 +245,18 @@ def respond(
         made = (
             fn(m, array, generator) if fn is not None else _perturbed(m, array, generator, one_key)
         )
-        reports = np.asarray(made, dtype=m.report_dtype)
+        reports = _as_reports(made, m.report_dtype)
         blocks.append(wire.sealed_block(name, definition.fingerprint, plan.bucket, reports))
     return wire.encode_sealed_batch(os.urandom(wire.ID_SIZE), blocks)
+
+
+def _as_reports(made: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """``made`` as an array of ``dtype`` reports. A report of several bytes (a bitmap of
+    d > 8 bits) comes as an (n, bytes) array of its base: ``asarray`` with the subarray
+    dtype would broadcast it to (n, bytes, bytes)."""
+    if dtype.subdtype is not None:
+        return np.ascontiguousarray(made, dtype=dtype.base)
+    return np.asarray(made, dtype=dtype)
 
 
 def _perturbed(

@@ -158,6 +158,10 @@ class MetricDefinition:
     the device."""
     k: int | None = None
     """Strings metrics: how many heavy hitters to find (default 20)."""
+    seed: int | None = None
+    """Strings metrics: the seed of the public hash family, an integer in [0, 2^53)
+    (default 0). A deployment rotates it by defining a new version: the fingerprint changes
+    and reports under two seeds are never mixed."""
     bucket: Period = Period.DAY
     budget: float | None = None
     budget_period: Period = Period.DAY

@@ -310,3 +310,81 @@ def test_the_python_client_refuses_a_lying_collector() -> None:
     found, warnings = parse_definitions(json.dumps({"metrics": [served]}))
     assert found == {}
     assert "derived.keep" in warnings[0] and "refused metric 'theme'" in warnings[0]
+
+
+# --- broken clients the wide, seeded and structured cases catch (issue 29) -------------
+
+
+def _ignored_seed(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    """A strings client that hashes with seed 0 whatever the definition serves."""
+    import dataclasses
+
+    return dataclasses.replace(m, seed=0).perturb(values, rng)
+
+
+_REVERSED = np.array([int(f"{i:08b}"[::-1], 2) for i in range(256)], dtype=np.uint8)
+
+
+def _msb_first(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    """A bitmap written with bit j at ``0x80 >> (j % 8)`` of its byte (the protocol says
+    ``1 << (j % 8)``); only where d is a multiple of 8, where no padding bit gives it away."""
+    right = np.asarray(m.perturb(values, rng))
+    if m.domain_size % 8:
+        return right
+    flipped = _REVERSED[np.ascontiguousarray(right).view(np.uint8)]
+    return flipped.view(right.dtype).reshape(right.shape)
+
+
+def _oue_for_sue(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    """A view client that samples every ``sue`` view with ``oue`` (same bitmap, other law)."""
+    import dataclasses
+
+    served = tuple(v.oracle.name for v in m.views)
+    wrong = tuple("oue" if name == "sue" else name for name in served)
+    return dataclasses.replace(m, oracle=wrong).perturb(values, rng)
+
+
+def _failed_metrics(plan_path: Path, overrides: dict[str, Any]) -> tuple[tuple[str, ...], set[str]]:
+    batch = conformance.respond(plan_path, overrides, rng=np.random.default_rng(20261127))
+    verdict = checked(plan_path, batch)
+    assert not verdict.passed and not verdict.problems, verdict.render()
+    return verdict.failing_mechanisms, {t.metric for t in verdict.tests if not t.passed}
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "override", "metrics"),
+    [
+        ("prefix_sketch", _ignored_seed, {"prefix-sketch-seeded"}),
+        ("oue", _msb_first, {"oue-d16-1_0"}),
+        ("sue", _msb_first, {"sue-d16-1_0"}),
+        ("ss", _msb_first, {"ss-d16-1_0"}),
+        ("joint", _oue_for_sue, {"joint-sue-16"}),
+        ("levels", _oue_for_sue, {"levels-sue-16"}),
+    ],
+    ids=[
+        "strings-ignored-seed",
+        "oue-bit-order-d16",
+        "sue-bit-order-d16",
+        "ss-bit-order-d16",
+        "joint-wrong-view-oracle",
+        "levels-wrong-view-oracle",
+    ],
+)
+def test_broken_clients_of_the_wide_seeded_and_view_cases_fail_by_name(
+    plan_path: Path, mechanism: str, override: Any, metrics: set[str]
+) -> None:
+    """Each is well-formed (no framing problem): only the new cases' laws catch it."""
+    failing, failed = _failed_metrics(plan_path, {mechanism: override})
+    assert failing == (mechanism,)
+    assert failed == metrics
+
+
+def test_the_plan_holds_wide_seeded_and_every_view_oracle(plan_path: Path) -> None:
+    plan = json.loads(plan_path.read_text())
+    seeds = {m["derived"]["seed"] for m in plan["metrics"] if "seed" in m.get("derived", {})}
+    assert "0000000000000000" in seeds and len(seeds) == 2
+    kinds = {m["kind"] for m in plan["metrics"]}
+    wide = {m["kind"] for m in plan["metrics"] if len(m.get("categories") or ()) == 16}
+    assert wide == {"categorical", "hierarchy"} and kinds >= {"table", "strings"}
+    oracles = {v["oracle"] for m in plan["metrics"] for v in m.get("derived", {}).get("views", ())}
+    assert oracles == {"grr", "oue", "sue", "ss"}
