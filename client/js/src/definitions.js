@@ -97,6 +97,8 @@ export function checkDerived(def) {
       if (!Array.isArray(p.views) || p.views.length < 1 || p.views.length > 255) throw new DefinitionError(`metric ${def.name}: bad views`);
       integer(p.payload, 1, 1 << 16, "payload", def.name);
       for (const view of p.views) {
+        // The view oracles (ldpkit's STRUCTURED_ORACLES): the collector refuses any other.
+        if (!["grr", "sue", "oue", "ss"].includes(view.oracle)) throw new DefinitionError(`metric ${def.name}: ${view.oracle} is not a view oracle`);
         integer(view.size, 2, 1 << 24, "view size", def.name);
         threshold(view.until);
         if (view.labels === null ? view.size !== cells : !(Array.isArray(view.labels) && view.labels.length === cells && view.labels.every((l) => Number.isInteger(l) && l >= 0 && l < view.size))) {
