@@ -17,6 +17,13 @@ accepts them, and the estimates are simply wrong. The kit makes the error visibl
    numeric mechanisms), plus the uniformity of OLH's hash keys. A test fails when its
    p-value is below ``alpha / tests`` (Bonferroni: a correct client fails with
    probability at most ``alpha``).
+4. Verification (docs/protocol.md): the plan's ``verify`` holds every plan metric as served
+   and, per 64-bit threshold of its ``derived``, the metric with that threshold lying
+   (:func:`served_for_verification`). The client answers which it accepted
+   (``check --accepted accepted.json``, ``{"accepted": [id, ...]}``); every lie accepted
+   fails the mechanism and is named (``grr-0_5: derived.keep``), an honest definition
+   refused or no answer is a problem. :func:`python_accepts` is ldpkit's Python client's
+   answer.
 
 What no statistical test can see, a sampler right in distribution but not exact in its
 far tails, is covered by the protocol's test vectors and exactness rules instead
