@@ -120,13 +120,18 @@ def served_for_verification(
     thresholds, the metric serving that threshold at the extreme further from its own
     (``ffff...`` for one below one half, else ``0000...``): a coin that always or never
     falls, which spends unbounded epsilon (``lie``: the constant's path; it must be
-    refused). Ids are ``v000``, ``v001``, ... in that order, naming nothing."""
+    refused), and the mechanism's own lies about other constants
+    (:meth:`~ldpkit.mechanisms.Mechanism.conformance_lies`). Ids are ``v000``, ``v001``,
+    ... in that order, naming nothing."""
     out: list[tuple[dict[str, Any], str | None]] = []
     for metric in metrics:
         out.append((metric, None))
         for path, value in _thresholds(metric.get("derived"), ("derived",)):
             lie = "0" * 16 if int(value, 16) >= 1 << 63 else "f" * 16
             out.append((_replaced(metric, path, lie), _path_name(path)))
+        lies = mechanism_class(metric["resolved_mechanism"]).conformance_lies(metric["derived"])
+        for what, derived in lies:
+            out.append(({**copy.deepcopy(metric), "derived": derived}, what))
     return [(f"v{i:03d}", d, lie) for i, (d, lie) in enumerate(out)]
 
 
@@ -349,7 +354,8 @@ class Verdict:
         if self.passed:
             lines.append("PASS: every mechanism's reports follow its exact output law.")
         else:
-            lines.append(f"FAIL: {', '.join(self.failing_mechanisms) or '(framing)'}")
+            failing = ", ".join(self.failing_mechanisms) or "(see the problems above)"
+            lines.append(f"FAIL: {failing}")
         lines.append(textwrap.fill(EXACTNESS_NOTE, 92))
         return "\n".join(lines)
 

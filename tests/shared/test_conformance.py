@@ -276,9 +276,9 @@ def test_the_python_client_refuses_every_lie_and_accepts_the_honest(plan_path: P
     served = conformance.served_for_verification(plan["metrics"])
     honest = {vid for vid, _, lie in served if lie is None}
     assert set(conformance.python_accepts(plan_path)) == honest
-    # every mechanism with a threshold is lied about (the Gaussian has none)
+    # every mechanism is lied about (the Gaussian, which has no threshold, by its own lie)
     lied = {d["resolved_mechanism"] for _, d, lie in served if lie is not None}
-    assert lied == set(portable.MECHANISMS) - {"gaussian"}
+    assert lied == set(portable.MECHANISMS)
 
 
 def test_a_client_trusting_the_served_constants_fails_by_name(plan_path: Path) -> None:
@@ -290,7 +290,8 @@ def test_a_client_trusting_the_served_constants_fails_by_name(plan_path: Path) -
     assert "oue-2_0: derived.q" in verdict.lies_accepted
     assert "levels: derived.views[0].keep" in verdict.lies_accepted
     assert "prefix-sketch: derived.keep" in verdict.lies_accepted
-    assert set(verdict.failing_mechanisms) == set(portable.MECHANISMS) - {"gaussian"}
+    assert "gaussian-0_5: derived.t, derived.m" in verdict.lies_accepted
+    assert set(verdict.failing_mechanisms) == set(portable.MECHANISMS)
 
 
 def test_the_verification_must_be_answered(plan_path: Path) -> None:

@@ -129,4 +129,5 @@ test("a client trusting the served constants fails the kit, the lying constant n
   assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: grr-0_5: derived\.keep /m);
   assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: hybrid-0_5: derived\.pm /m);
   assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: levels: derived\.views\[0\]\.keep /m);
+  assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: gaussian-0_5: derived\.t, derived\.m /m);
 });
