@@ -669,6 +669,13 @@ def _conformance_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="chance that a correct client fails (default: 1e-4)",
     )
+    check.add_argument(
+        "--accepted",
+        type=Path,
+        default=None,
+        help="the client's {\"accepted\": [id, ...]}: which of the plan's `verify` "
+        "definitions it accepted (required to pass)",
+    )
     check.add_argument("--verbose", action="store_true", help="list every test")
 
 
@@ -690,13 +697,13 @@ def conformance(args: argparse.Namespace) -> int:
         )
         print(
             f"next: perturb them with the client under test, then `ldpkit conformance check "
-            f"{path} reports.msgpack`"
+            f"{path} reports.msgpack --accepted accepted.json`"
         )
         return 0
-    for path in (args.plan, args.reports):
+    for path in (args.plan, args.reports, *([args.accepted] if args.accepted else [])):
         if not path.is_file():
             raise ParameterError(f"no such file: {path}")
     alpha = kit.DEFAULT_ALPHA if args.alpha is None else args.alpha
-    verdict = kit.check(args.plan, args.reports, alpha=alpha)
+    verdict = kit.check(args.plan, args.reports, alpha=alpha, accepted=args.accepted)
     print(verdict.render(verbose=args.verbose))
     return 0 if verdict.passed else 1

@@ -166,6 +166,13 @@ class Mechanism(ABC):
         should: the kit pools this over a metric's inputs (frequency oracles; else None)."""
         return None
 
+    @classmethod
+    def conformance_lies(cls, derived: Derived) -> list[tuple[str, dict[str, Any]]]:
+        """Lying ``derived`` constants the kit serves a client to refuse, beyond its 64-bit
+        thresholds (which the kit lies about itself): ``(what, lying derived)``, for the
+        constants privacy rests on that are not thresholds (none by default)."""
+        return []
+
     # --- what honest reports look like, whatever the inputs (ldpkit.screening) --------
     def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
         """Test a batch's well-formed ``reports`` against a law every honest report follows

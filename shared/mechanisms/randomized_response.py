@@ -122,7 +122,7 @@ class BinaryRR(GeneralizedRR):
 
     name: ClassVar[str] = "rr"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases(
-        "rr", categories=CATEGORIES[:2], inputs=(0, -1)
+        "rr", categories=CATEGORIES[:2], inputs=(0, -1), wide=False
     )
     domain_size: int = 2
 

@@ -97,6 +97,8 @@ export function checkDerived(def) {
       if (!Array.isArray(p.views) || p.views.length < 1 || p.views.length > 255) throw new DefinitionError(`metric ${def.name}: bad views`);
       integer(p.payload, 1, 1 << 16, "payload", def.name);
       for (const view of p.views) {
+        // The view oracles (ldpkit's STRUCTURED_ORACLES): the collector refuses any other.
+        if (!["grr", "sue", "oue", "ss"].includes(view.oracle)) throw new DefinitionError(`metric ${def.name}: ${view.oracle} is not a view oracle`);
         integer(view.size, 2, 1 << 24, "view size", def.name);
         threshold(view.until);
         if (view.labels === null ? view.size !== cells : !(Array.isArray(view.labels) && view.labels.length === cells && view.labels.every((l) => Number.isInteger(l) && l >= 0 && l < view.size))) {
@@ -177,6 +179,11 @@ function checkOracle(name, eps, mechanism, p, d) {
       integer(p.bound, 1, 2 ** 30, "bound", name);
       if (mechanism === "hybrid") {
         near(prob(p.flip), 1 / (e + 1), "flip", name);
+        // PM's branch (ldpkit's HYBRID_THRESHOLD: Duchi's branch alone at eps <= 0.61).
+        const pm = eps > 0.61 ? -Math.expm1(-eps / 2) : 0;
+        if (pm === 0 ? p.pm !== "0000000000000000" : !(Math.abs(prob(p.pm) - pm) <= TOLERANCE * pm + 2 ** -52)) {
+          throw new DefinitionError(`metric ${name}: served pm ${prob(p.pm)} is not ${pm}`);
+        }
         integer(p.duchi_index, 1, p.bound, "duchi_index", name);
       }
       break;
