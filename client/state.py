@@ -459,7 +459,7 @@ class ReporterState:
         if n == 0:
             return 0
         d = codec.definition
-        now, _ = self.now()
+        now = self.clock()  # simulated devices (unmetered) live on the given clock
         error = self._over_budget(d, 0.0, 0.0, now)
         if error is not None:
             raise error
