@@ -5,9 +5,10 @@ A store keeps five things:
 - **metric versions**: every definition ever given (keyed by fingerprint, with its JSON),
   and which version is current for each name;
 - **batch ids**: one row per sealed (wire v2) batch counted: its 16 random bytes, the
-  latest bucket it counted reports in (for pruning) and which of its blocks were counted,
-  and nothing else: no arrival time, no client address. v1 batches (deprecated) carry an
-  id per report instead, kept in the same way in ``report_ids``.
+  latest bucket it counted reports in (for pruning), which of its blocks were counted and
+  how many reports each (a replay of the id claims no more duplicates), and nothing
+  else: no arrival time, no client address. v1 batches (deprecated) carry an id per
+  report instead, kept in the same way in ``report_ids``.
   :meth:`Store.prune_report_ids` deletes both kinds of ids of buckets older than the
   retention window (the collector refuses reports that old, so deduplication stays exact);
 - **partial aggregates**: appended by each ingest transaction, one row per (fingerprint,
