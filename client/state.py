@@ -136,6 +136,8 @@ class ReporterState:
             return
         if math.isfinite(seen) and seen > 0:
             self._anchor = (seen, self.monotonic())
+            with self.lock:  # the device has seen the collector's time: it prunes from now on
+                self.store.saw(seen, anchored=True)
 
     def now(self) -> tuple[float, bool]:
         """(the time reports are placed by, whether it is the collector's): since an

@@ -674,6 +674,7 @@ class DeviceStore:
             if batch_id is not None:
                 db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
                 db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+            self._save_high_water(db)  # the collector's time seen with the answer, too
             self._rows -= removed
         return removed
 
@@ -698,6 +699,7 @@ class DeviceStore:
             db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
             db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
             removed = max(deleted, 0) + max(kept, 0)
+            self._save_high_water(db)  # the collector's time seen with the answer, too
             self._rows -= removed
         return removed
 

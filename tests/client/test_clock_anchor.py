@@ -108,3 +108,26 @@ async def test_the_async_reporter_anchors_to_the_collector_too(tmp_path: Path) -
             assert (await r.flush()).sent == 1
             assert r.budget()["color"].left == 0
         assert live.n("color") == 1
+
+
+def test_the_collector_time_seen_with_a_batch_answer_alone_guards_the_prune(
+    tmp_path: Path,
+) -> None:
+    """The device's only contact was a batch's answer (definitions given in code); then,
+    offline, its clock runs 400 days ahead and a new process prunes and reports: the rows
+    of the real day stay, and once back the day is still spent."""
+    with LiveCollector(tmp_path, {"color": SPEC}) as live:
+        device, clock = tmp_path / "device", Clock()
+        with reporter(live.url, device, clock, static=True, memoize=False) as r:
+            r.report("color", "red")  # offline so far: the device's (right) clock
+            assert r.flush().sent == 1  # the answer carries the collector's time
+        clock.error = AHEAD
+        with reporter("http://127.0.0.1:9", device, clock, static=True, memoize=False) as r:
+            r._state.prune()  # offline, 400 days ahead: what the background does hourly
+            r.report("color", "green")  # a window 400 days ahead, never delivered
+        clock.error = 0.0
+        with reporter(live.url, device, clock, static=False, memoize=False) as r:
+            r.refresh_definitions()
+            with pytest.raises(BudgetExceeded):
+                r.report("color", "blue")
+        assert live.n("color") == 1

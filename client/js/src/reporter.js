@@ -225,7 +225,11 @@ export class Reporter {
    */
   observe(response) {
     const seen = Date.parse(response?.headers?.get?.("date") ?? "");
-    if (Number.isFinite(seen) && seen > 0) this.anchor = [seen / 1000 + 0.5, this.monotonic()];
+    if (!(Number.isFinite(seen) && seen > 0)) return;
+    this.anchor = [seen / 1000 + 0.5, this.monotonic()];
+    // The device has seen the collector's time: only it prunes from now on (saved with
+    // the state's next save: the answer's own, for a batch).
+    if (this.state) this.state.anchoredSeen = Math.max(this.state.anchoredSeen ?? 0, this.anchor[0]);
   }
 
   /**
