@@ -253,10 +253,10 @@ def run_cell(
         est = m.estimate(agg)
         answers = est.fractions(list(zip(a / LEAVES, b / LEAVES, strict=True)))
         got = np.array([r.estimate for r in answers])
-        cis = np.array([r.ci() for r in answers])
+        cis = np.array([r.ci(estimand="population") for r in answers])  # truths: the population's
         errors.append(got - truth)
         covered.append((cis[:, 0] <= truth) & (truth <= cis[:, 1]))
-        low, high = est.histogram(16).ci()
+        low, high = est.histogram(16).ci(estimand="population")
         bins_cov.append((low <= bin_truth) & (bin_truth <= high))
         qs = est.quantiles(QUANTILES)
         q_cov.append([q.low <= t <= q.high for q, t in zip(qs, q_truth, strict=True)])

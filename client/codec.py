@@ -61,8 +61,9 @@ class MetricCodec:
     def perturb(self, encoded: int | float, rng: np.random.Generator) -> bytes:
         """One perturbed report's bytes."""
         m = self.definition.mechanism_instance
-        array = self.spec.as_array([encoded])
-        reports = m.perturb_checked(array, rng) if self.checked else m.perturb(array, rng=rng)
+        if self.checked:  # the mechanism's per-value path (the vectorised one's bytes)
+            return m.perturb_value(encoded, rng)
+        reports = m.perturb(self.spec.as_array([encoded]), rng=rng)
         return bytes(np.ascontiguousarray(reports).tobytes())
 
     def perturb_many(self, encoded: npt.NDArray[Any], rng: np.random.Generator) -> list[bytes]:

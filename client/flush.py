@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
+from .. import wire
 from ..errors import CollectorRejected, CollectorUnavailable
 from ..http import NetworkError
 from ..wire import ID_SIZE
@@ -31,7 +32,7 @@ from .protocol import (
     build_batch,
     interpret_batch_answer,
 )
-from .results import FlushResult
+from .results import FlushResult, Refused
 from .steps import Disk, Request, Sleep, Steps
 from .storage import DeviceStore
 
@@ -158,6 +159,16 @@ def _kept(refusal: Refusal, now: float, first_refused: dict[int, float]) -> bool
     return False
 
 
+def _refusals(batch: OutgoingBatch, rejected: tuple[Refusal, ...]) -> tuple[Refused, ...]:
+    """The refusals of a batch's answer with their metrics (read from the batch's blocks,
+    which carry the rows in wire order)."""
+    if not rejected:
+        return ()
+    metrics = [b.metric for b in wire.decode(batch.body).blocks for _ in range(b.n)]
+    index = {seq: i for i, seq in enumerate(batch.seqs)}
+    return tuple(Refused(metrics[index[r.seq]], r.error, r.detail) for r in rejected)
+
+
 def _log_refusals(rejected: tuple[Refusal, ...], kept: set[int]) -> None:
     for r in rejected:
         if r.seq not in kept:
@@ -281,7 +292,15 @@ class Flush:
         if any(r.error in STALE_DEFINITIONS for r in outcome.rejected):
             found.stale_definitions = True  # the background refetches them
         refused = len(outcome.rejected) - len(kept)
-        answer = FlushResult(outcome.accepted, outcome.duplicates, refused, 0, len(kept))
+        answer = FlushResult(
+            outcome.accepted,
+            outcome.duplicates,
+            refused,
+            0,
+            len(kept),
+            outcome.held,
+            _refusals(batch, outcome.rejected),
+        )
         found.result = found.result.plus(answer)
         found.answered = True
         self.after = max(self.after, *batch.seqs)

@@ -271,7 +271,9 @@ def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], l
 
     A served definition is rebuilt with its resolved mechanism and must reproduce the
     served fingerprint; one that does not (say, a mechanism this client version lacks)
-    is skipped with a warning rather than reported under the wrong version.
+    is skipped with a warning rather than reported under the wrong version. One whose
+    served constants (``derived``) are not those this client computes for it is refused
+    with a warning naming them (:meth:`MetricDefinition.served_differences`).
     """
     try:
         items = loads_bounded(body)["metrics"]
@@ -300,6 +302,16 @@ def parse_definitions(body: bytes | str) -> tuple[dict[str, MetricDefinition], l
             warnings.append(
                 f"skipped metric {name!r}: served fingerprint {served} but this client "
                 f"computes {definition.fingerprint} (client and collector versions differ?)"
+            )
+            continue
+        lies = definition.served_differences(item)
+        if lies:
+            # Verification (docs/protocol.md): a collector, or anyone in between, serving
+            # other constants than the definition's own could switch the privacy off.
+            warnings.append(
+                f"refused metric {name!r}: its served constants are not its definition's: "
+                + "; ".join(lies[:3])
+                + (f" (and {len(lies) - 3} more)" if len(lies) > 3 else "")
             )
             continue
         out[name] = definition

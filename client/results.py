@@ -33,18 +33,45 @@ class ReportReceipt:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """One report the collector refused in a flush: its metric, the error code and detail."""
+
+    metric: str
+    error: str
+    detail: str
+
+
+@dataclass(frozen=True)
 class FlushResult:
-    """What a flush delivered: ``sent`` reports newly accepted by the collector,
+    """What a flush delivered: ``sent`` reports newly accepted by the collector (``held``
+    of them held by its screening for an admin's review: delivered all the same),
     ``duplicates`` it already had (retries of a delivered report), ``rejected`` it
     refused for good (dropped), and the reports ``remaining`` in the outbox after it, of
     which ``deferred`` were refused as ``unknown_version`` (a replica that has not seen
-    their version yet) and are kept for the next flush."""
+    their version yet) and are kept for the next flush. ``refusals``: every refusal,
+    dropped or kept, in the order answered."""
 
     sent: int = 0
     duplicates: int = 0
     rejected: int = 0
     remaining: int = 0
     deferred: int = 0
+    held: int = 0
+    refusals: tuple[Refused, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: the JS client's ``flush()`` answer in snake_case (docs/client.md)."""
+        return {
+            "sent": self.sent,
+            "duplicates": self.duplicates,
+            "held": self.held,
+            "rejected": self.rejected,
+            "remaining": self.remaining,
+            "deferred": self.deferred,
+            "refusals": [
+                {"metric": r.metric, "error": r.error, "detail": r.detail} for r in self.refusals
+            ],
+        }
 
     @property
     def delivered(self) -> int:
@@ -58,6 +85,8 @@ class FlushResult:
             self.rejected + other.rejected,
             other.remaining,
             self.deferred + other.deferred,
+            self.held + other.held,
+            self.refusals + other.refusals,
         )
 
 
@@ -82,10 +111,30 @@ class MetricBudget:
     delta_budget: float = 0.0
     """The delta the epsilon budget allows in a period: (budget / epsilon) reports of
     delta each (0 for pure epsilon-LDP metrics)."""
+    epsilon: float = 0.0
+    """The epsilon one report spends."""
+    delta: float = 0.0
+    """The delta one report spends (0 for pure epsilon-LDP metrics)."""
 
     @property
     def renews_at_datetime(self) -> datetime:
         return utc(self.renews_at)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready, the JS client's ``MetricBudget`` in snake_case (docs/client.md)."""
+        return {
+            "metric": self.metric,
+            "epsilon": self.epsilon,
+            "budget": self.budget,
+            "spent": self.spent,
+            "left": self.left,
+            "period": self.period.value,
+            "period_start": self.period_start,
+            "renews_at": self.renews_at,
+            "delta": self.delta,
+            "delta_spent": self.delta_spent,
+            "delta_budget": self.delta_budget,
+        }
 
 
 @dataclass(frozen=True)
@@ -104,6 +153,18 @@ class TotalBudget:
     @property
     def renews_at_datetime(self) -> datetime:
         return utc(self.renews_at)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready, the JS client's ``total`` in snake_case (docs/client.md)."""
+        return {
+            "budget": self.budget,
+            "spent": self.spent,
+            "left": self.left,
+            "period": self.period.value,
+            "period_start": self.period_start,
+            "renews_at": self.renews_at,
+            "delta_spent": self.delta_spent,
+        }
 
 
 @dataclass(frozen=True)
@@ -152,6 +213,15 @@ class BudgetStatus:
 
     def __getitem__(self, metric: str) -> MetricBudget:
         return self.metrics[metric]
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: the JS client's ``budget()`` in snake_case (docs/client.md), with
+        ``ledger_lost`` the loss's message (or None)."""
+        return {
+            "metrics": {name: b.to_dict() for name, b in self.metrics.items()},
+            "total": None if self.total is None else self.total.to_dict(),
+            "ledger_lost": None if self.ledger_lost is None else self.ledger_lost.message,
+        }
 
     def __contains__(self, metric: object) -> bool:
         return metric in self.metrics

@@ -491,6 +491,8 @@ class ReporterState:
                     d.effective_budget,
                     *self._usage(name, d.budget_period, d.effective_budget, now),
                     delta_budget=d.effective_budget / d.epsilon * d.delta,
+                    epsilon=d.epsilon,
+                    delta=d.delta,
                 )
             total: TotalBudget | None = None
             if self.total_budget is not None:

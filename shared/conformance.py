@@ -17,6 +17,13 @@ accepts them, and the estimates are simply wrong. The kit makes the error visibl
    numeric mechanisms), plus the uniformity of OLH's hash keys. A test fails when its
    p-value is below ``alpha / tests`` (Bonferroni: a correct client fails with
    probability at most ``alpha``).
+4. Verification (docs/protocol.md): the plan's ``verify`` holds every plan metric as served
+   and, per 64-bit threshold of its ``derived``, the metric with that threshold lying
+   (:func:`served_for_verification`). The client answers which it accepted
+   (``check --accepted accepted.json``, ``{"accepted": [id, ...]}``); every lie accepted
+   fails the mechanism and is named (``grr-0_5: derived.keep``), an honest definition
+   refused or no answer is a problem. :func:`python_accepts` is ldpkit's Python client's
+   answer.
 
 What no statistical test can see, a sampler right in distribution but not exact in its
 far tails, is covered by the protocol's test vectors and exactness rules instead
@@ -34,7 +41,7 @@ import json
 import math
 import os
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +97,89 @@ def make_plan(reports_per_input: int = DEFAULT_REPORTS) -> dict[str, Any]:
         ),
         "metrics": metrics,
         "inputs": inputs,
+        "verify_how": (
+            "Take each of `verify` as GET /v1/metrics would serve it and check it as the "
+            "client checks every served definition (docs/protocol.md, Verification); write "
+            'the ids of those it accepts as JSON {"accepted": [id, ...]}.'
+        ),
+        "verify": [{"id": vid, "definition": d} for vid, d, _ in served_for_verification(metrics)],
     }
+
+
+LIE_FREE_KEYS = frozenset({"seed", "until"})
+"""Thresholds the kit does not lie about: the hash seed is in the fingerprint (a lie is a
+fingerprint mismatch), and ``until`` draws a view whatever the value (no privacy rests on
+it)."""
+
+
+def served_for_verification(
+    metrics: list[dict[str, Any]],
+) -> list[tuple[str, dict[str, Any], str | None]]:
+    """The definitions the kit serves a client to verify: ``(id, definition, lie)``, every
+    plan metric as served (``lie`` None: it must be accepted) and, for each of its 64-bit
+    thresholds, the metric serving that threshold at the extreme further from its own
+    (``ffff...`` for one below one half, else ``0000...``): a coin that always or never
+    falls, which spends unbounded epsilon (``lie``: the constant's path; it must be
+    refused), and the mechanism's own lies about other constants
+    (:meth:`~ldpkit.mechanisms.Mechanism.conformance_lies`). Ids are ``v000``, ``v001``,
+    ... in that order, naming nothing."""
+    out: list[tuple[dict[str, Any], str | None]] = []
+    for metric in metrics:
+        out.append((metric, None))
+        for path, value in _thresholds(metric.get("derived"), ("derived",)):
+            lie = "0" * 16 if int(value, 16) >= 1 << 63 else "f" * 16
+            out.append((_replaced(metric, path, lie), _path_name(path)))
+        lies = mechanism_class(metric["resolved_mechanism"]).conformance_lies(metric["derived"])
+        for what, derived in lies:
+            out.append(({**copy.deepcopy(metric), "derived": derived}, what))
+    return [(f"v{i:03d}", d, lie) for i, (d, lie) in enumerate(out)]
+
+
+def _thresholds(value: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+    """Every 64-bit threshold (16 hex digits) under ``value``, with its path."""
+    if isinstance(value, dict):
+        return [
+            found
+            for key, v in value.items()
+            if key not in LIE_FREE_KEYS
+            for found in _thresholds(v, (*path, key))
+        ]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value) for found in _thresholds(v, (*path, i))]
+    if isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value):
+        return [(path, value)]
+    return []
+
+
+def _replaced(metric: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(metric)
+    target: Any = out
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return out
+
+
+def _path_name(path: tuple[Any, ...]) -> str:
+    """``("derived", "views", 0, "keep")`` as ``derived.views[0].keep``."""
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path).lstrip(".")
+
+
+def python_accepts(plan_path: str | os.PathLike[str] | Mapping[str, Any]) -> list[str]:
+    """The ids of the plan's ``verify`` definitions ldpkit's Python client accepts: those
+    whose fingerprint it reproduces and whose served constants are its own
+    (:meth:`MetricDefinition.served_differences`)."""
+    data = _plan_data(plan_path)
+    accepted = []
+    for item in data.get("verify", ()):
+        served = item["definition"]
+        try:
+            d = MetricDefinition.from_served(served["name"], served, served["fingerprint"])
+        except ParameterError:
+            continue
+        if d.fingerprint == served["fingerprint"] and not d.served_differences(served):
+            accepted.append(item["id"])
+    return accepted
 
 
 def write_plan(path: str | os.PathLike[str], reports_per_input: int = DEFAULT_REPORTS) -> Path:
@@ -110,8 +199,15 @@ class _Plan:
         return [(v, c) for name, v, c in self.inputs if name == metric]
 
 
-def _load_plan(plan: str | os.PathLike[str] | Mapping[str, Any]) -> _Plan:
+def _plan_data(plan: str | os.PathLike[str] | Mapping[str, Any]) -> Mapping[str, Any]:
     data = plan if isinstance(plan, Mapping) else json.loads(Path(plan).read_text())
+    if not isinstance(data, Mapping) or data.get("ldpkit_conformance") != PLAN_FORMAT:
+        raise ParameterError("not an ldpkit conformance plan (format 1)")
+    return data
+
+
+def _load_plan(plan: str | os.PathLike[str] | Mapping[str, Any]) -> _Plan:
+    data = _plan_data(plan)
     if not isinstance(data, Mapping) or data.get("ldpkit_conformance") != PLAN_FORMAT:
         raise ParameterError("not an ldpkit conformance plan (format 1)")
     definitions = {}
@@ -161,9 +257,18 @@ def respond(
         made = (
             fn(m, array, generator) if fn is not None else _perturbed(m, array, generator, one_key)
         )
-        reports = np.asarray(made, dtype=m.report_dtype)
+        reports = _as_reports(made, m.report_dtype)
         blocks.append(wire.sealed_block(name, definition.fingerprint, plan.bucket, reports))
     return wire.encode_sealed_batch(os.urandom(wire.ID_SIZE), blocks)
+
+
+def _as_reports(made: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """``made`` as an array of ``dtype`` reports. A report of several bytes (a bitmap of
+    d > 8 bits) comes as an (n, bytes) array of its base: ``asarray`` with the subarray
+    dtype would broadcast it to (n, bytes, bytes)."""
+    if dtype.subdtype is not None:
+        return np.ascontiguousarray(made, dtype=dtype.base)
+    return np.asarray(made, dtype=dtype)
 
 
 def _perturbed(
@@ -223,10 +328,12 @@ class Verdict:
     """What is wrong beyond the statistics: framing, counts, malformed reports."""
     broken_mechanisms: tuple[str, ...] = field(default=())
     """Mechanisms with such a problem (their reports were not tested)."""
+    lies_accepted: tuple[str, ...] = field(default=())
+    """The lying definitions the client accepted, as ``"<metric>: <constant>"``."""
 
     @property
     def passed(self) -> bool:
-        return not self.problems and all(t.passed for t in self.tests)
+        return not self.problems and not self.lies_accepted and all(t.passed for t in self.tests)
 
     @property
     def failing_mechanisms(self) -> tuple[str, ...]:
@@ -236,6 +343,10 @@ class Verdict:
     def render(self, *, verbose: bool = False) -> str:
         lines = self._table(verbose)
         lines.extend(f"problem: {p}" for p in self.problems)
+        lines.extend(
+            f"ACCEPTED A LYING DEFINITION: {lie} (docs/protocol.md, Verification)"
+            for lie in self.lies_accepted
+        )
         lines.append(
             f"{len(self.tests)} tests; a test fails below p = {self.threshold:.3g} "
             f"(alpha {self.alpha:g} / {len(self.tests)} tests)"
@@ -243,7 +354,8 @@ class Verdict:
         if self.passed:
             lines.append("PASS: every mechanism's reports follow its exact output law.")
         else:
-            lines.append(f"FAIL: {', '.join(self.failing_mechanisms) or '(framing)'}")
+            failing = ", ".join(self.failing_mechanisms) or "(see the problems above)"
+            lines.append(f"FAIL: {failing}")
         lines.append(textwrap.fill(EXACTNESS_NOTE, 92))
         return "\n".join(lines)
 
@@ -284,11 +396,55 @@ def check(
     batch: bytes | str | os.PathLike[str],
     *,
     alpha: float = DEFAULT_ALPHA,
+    accepted: Iterable[str] | str | os.PathLike[str] | None = None,
 ) -> Verdict:
-    """Test a client's batch for a plan; see the module docstring."""
+    """Test a client's batch for a plan, and which of the plan's ``verify`` definitions it
+    ``accepted`` (ids, or the path of its ``{"accepted": [...]}``); see the module docstring.
+    Without ``accepted`` the verification fails: every client must do it."""
     if not 0.0 < alpha < 1.0:
         raise ParameterError(f"alpha must be in (0, 1), got {alpha!r}")
     plan = _load_plan(plan_path)
+    lies, verification = _verification(_plan_data(plan_path), accepted)
+    verdict = _check_batch(plan, batch, alpha)
+    return Verdict(
+        verdict.tests,
+        alpha,
+        verdict.threshold,
+        (*verdict.problems, *verification),
+        tuple(sorted({*verdict.broken_mechanisms, *(m for m, _ in lies)})),
+        tuple(lie for _, lie in lies),
+    )
+
+
+def _verification(
+    data: Mapping[str, Any], accepted: Iterable[str] | str | os.PathLike[str] | None
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The lying definitions accepted, as (mechanism, "metric: constant"), and the problems
+    of the answer (none given, an honest definition refused)."""
+    served = served_for_verification(list(data["metrics"]))
+    if accepted is None:
+        return [], ["no answer to the plan's `verify` definitions (check --accepted FILE)"]
+    if isinstance(accepted, str | os.PathLike):
+        try:
+            answer = json.loads(Path(accepted).read_text())
+            ids = set(answer["accepted"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return [], [f'the verification answer is not {{"accepted": [id, ...]}}: {exc}']
+    else:
+        ids = set(accepted)
+    lies: list[tuple[str, str]] = []
+    problems: list[str] = []
+    for vid, definition, lie in served:
+        name = definition["name"]
+        if lie is not None and vid in ids:
+            lies.append((definition["resolved_mechanism"], f"{name}: {lie}"))
+        elif lie is None and vid not in ids:
+            problems.append(f"refused the honest definition of {name} ({vid})")
+    return lies, problems
+
+
+def _check_batch(plan: _Plan, batch: bytes | str | os.PathLike[str], alpha: float) -> Verdict:
+    """The reports' tests (:func:`check` without the verification)."""
     data = batch if isinstance(batch, bytes) else Path(batch).read_bytes()
     total = sum(count for _, _, count in plan.inputs)
     try:

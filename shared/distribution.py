@@ -54,6 +54,7 @@ from ._json import finite_or_none
 from ._validation import check_level
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
+from .intervals import linear_interval
 from .screening import LinearShift, check_fraction, part_gains
 
 FloatArray = npt.NDArray[np.float64]
@@ -68,6 +69,8 @@ MAX_BINS = 4096
 
 # Range queries evaluated together (a (resolution, chunk) matrix at a time).
 _BAND_CHUNK = 512
+# The same for their intervals' cumulants, which hold several such matrices per depth.
+_CUMULANT_CHUNK = 128
 
 Shift = Callable[[float], Any]
 """beta -> how far a forged fraction beta of the reports can move an answer (or answers)."""
@@ -401,17 +404,133 @@ class LevelNoise:
         return out
 
 
+def depth_cumulants(
+    noise: LevelNoise, coef: FloatArray, f: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Variance, third cumulant and sampling variance of ``coef . x`` per column, ``x``
+    one depth's debiased node fractions from ``noise.n`` users drawn from the node
+    fractions ``f`` (columns of ``f`` sum to 1; shapes (nodes, k)).
+
+    One user adds ``Z = sum_v c_v S_v`` with ``c = coef / (n (p - q))`` and ``S_v`` whether
+    the report supports node v. Given the user's node u, ``S_u ~ Bernoulli(p)`` and (local
+    hashing, the hash a random function) every other ``S_v ~ Bernoulli(q)`` independently,
+    or (randomized response) one other node with probability q each. Mixed over u ~ f:
+    the cumulants of a sum of n independent users are n times one user's. The sampling
+    variance is ``n Var_u(E[Z | u])``, the part that the choice of users makes.
+    """
+    scaled = _DepthSums(noise, coef)
+    return scaled.cumulants(scaled.moments(f))
+
+
+class _DepthSums:
+    """One depth's scaled coefficients ``c`` and their power sums, for
+    :func:`depth_cumulants` at any node fractions: Z's moments are linear in the sums
+    ``M_k = sum_v f_v c_v^k`` (k = 1, 2, 3), so fractions affine in a parameter give
+    moments affine in it."""
+
+    def __init__(self, noise: LevelNoise, coef: FloatArray) -> None:
+        self.noise = noise
+        self.empty = noise.n == 0
+        self.c = coef / (float(noise.n) * (noise.p - noise.q)) if not self.empty else coef
+        self.powers = (self.c, self.c * self.c, self.c * self.c * self.c)
+        self.sums = tuple(x.sum(axis=0) for x in self.powers)  # C_k = sum_v c_v^k
+
+    def moments(self, f: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``(M_1, M_2, M_3)`` at node fractions f (clipped at 0)."""
+        g = np.clip(f, 0.0, None)
+        m1, m2, m3 = ((g * x).sum(axis=0) for x in self.powers)
+        return m1, m2, m3
+
+    def cumulants(
+        self, m: tuple[FloatArray, FloatArray, FloatArray]
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """n times one user's variance, third cumulant and sampling variance, from M_k.
+        (Cumulants do not move with a shift: Z is taken less ``q C_1``, local hashing.)"""
+        m1, m2, m3 = m
+        if self.empty:
+            zero = np.zeros_like(m1)
+            return zero, zero.copy(), zero.copy()
+        p, q, n = self.noise.p, self.noise.q, float(self.noise.n)
+        r = p - q
+        c1, c2, c3 = self.sums
+        if self.noise.exclusive:  # Z = c_V, V = u w.p. p, each other node w.p. q
+            e1, e2, e3 = q * c1 + r * m1, q * c2 + r * m2, q * c3 + r * m3
+        else:  # given u: mean r c_u, variance b C2 + (a - b) c_u^2, third t0 + t1 c_u^3
+            a, b = p * (1.0 - p), q * (1.0 - q)
+            s0, s1 = b * c2, a - b
+            t0, t1 = b * (1.0 - 2.0 * q) * c3, a * (1.0 - 2.0 * p) - b * (1.0 - 2.0 * q)
+            e1 = r * m1
+            e2 = s0 + (s1 + r * r) * m2
+            e3 = t0 + t1 * m3 + 3.0 * (s0 * r * m1 + s1 * r * m3) + r**3 * m3
+        var = e2 - e1 * e1
+        third = e3 - 3.0 * e1 * e2 + 2.0 * e1**3
+        sampling = r * r * (m2 - m1 * m1)
+        return n * var, n * third, n * sampling
+
+
+_THETAS = np.array([0.0, 1.0 / 3.0, 0.5, 2.0 / 3.0, 1.0])
+"""Where the cumulants are evaluated: 0, 1/2, 1 fit the variance's quadratic, 0, 1/3, 2/3,
+1 the third cumulant's cubic."""
+
+
+def _by_depth(tree: Tree, leaves: FloatArray) -> list[FloatArray]:
+    """Leaf values (L, k) summed into the nodes of every depth (index t; 0 unused), each
+    depth from the one below (a node's children are consecutive)."""
+    out = [leaves] * (tree.height + 1)
+    for t in range(tree.height - 1, 0, -1):
+        below, b = out[t + 1], tree.branching
+        full = below.shape[0] // b
+        summed = below[: full * b].reshape(full, b, -1).sum(axis=1)
+        if below.shape[0] > full * b:  # the last node holds fewer children
+            summed = np.concatenate([summed, below[full * b :].sum(axis=0, keepdims=True)])
+        out[t] = summed
+    return out
+
+
+def _spread(mass: FloatArray, support: FloatArray) -> FloatArray:
+    """Each column of ``mass`` scaled to sum to 1, or ``support`` scaled so where it is 0."""
+    total = mass.sum(axis=0)
+    fallback = support / np.maximum(support.sum(axis=0), 1e-300)
+    out: FloatArray = np.where(total > 0, mass / np.where(total > 0, total, 1.0), fallback)
+    return out
+
+
 def _check_number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
         raise ParameterError(f"{name} must be a finite number, got {value!r}")
     return float(value)
 
 
-WALD = "wald"
-"""Interval method: ``estimate +- z * stderr``, the stderr from the estimator's covariance."""
-WALD_WIDENED = "wald, widened to whole leaves"
+SCORE = "score"
+"""Interval method of ranges and bins: the score test with the variance and skewness of the
+estimate at the hypothesised fraction (:meth:`DistributionEstimate.range_bounds`)."""
+SCORE_WIDENED = "score, widened to whole leaves"
 """Interval method for ranges that cut a leaf: from the lower bound of the largest range
 of whole leaves inside to the upper bound of the smallest range of whole leaves around."""
+REPORTERS = "reporters"
+"""Estimand: the distribution of the reporting users' own values (the default)."""
+POPULATION = "population"
+"""Estimand: the distribution of the population the reporting users were drawn from."""
+ESTIMANDS = (REPORTERS, POPULATION)
+
+
+def check_estimand(value: object) -> str:
+    """``"reporters"`` or ``"population"``, else a :class:`ParameterError`."""
+    if value not in ESTIMANDS:
+        raise ParameterError(f"estimand must be 'reporters' or 'population', got {value!r}")
+    return str(value)
+
+
+Bounder = Callable[[float, int, str], tuple[FloatArray, FloatArray]]
+"""(level, comparisons, estimand) -> the low and high ends of some ranges' intervals."""
+
+
+def _bounder(bounder: Bounder | None) -> Bounder:
+    if bounder is None:
+        raise ParameterError("this answer was read back without its estimate: no interval")
+    return bounder
+
+
 BAND_INVERSION = "inverted cdf band at leaf edges"
 """Quantile interval method: per depth, the hull of the nodes that can hold the quantile
 given the distribution function's pointwise intervals at their edges (Bonferroni over
@@ -430,7 +549,7 @@ class RangeEstimate:
     is biased by at most that leaf's share. ``stderr`` is the estimator's standard error.
     The interval is honest either way: when an end cuts a leaf it runs from the lower
     bound for the whole leaves inside to the upper bound for the whole leaves around
-    (``inner`` and ``outer``), clipped to [0, 1].
+    (``inner`` and ``outer``), within [0, 1] (see :meth:`DistributionEstimate.range_bounds`).
     """
 
     lower: float
@@ -443,20 +562,21 @@ class RangeEstimate:
     """(estimate, stderr) for the smallest run of whole leaves around the range."""
     method: str
     _shift: Shift | None = field(default=None, repr=False, compare=False)
+    _bounds: Bounder | None = field(default=None, repr=False, compare=False)
 
     def forgery_shift(self, beta: float) -> float:
         """How far a forged fraction ``beta`` of the reports can move :attr:`estimate`
         (:meth:`DistributionEstimate.query_shift`)."""
         return float(_forgery_shift(self._shift, beta))
 
-    def ci(self, level: float = 0.95) -> ConfidenceInterval:
-        z = normal_quantile(level)
-        low = self.inner[0] - z * self.inner[1]
-        high = self.outer[0] + z * self.outer[1]
-        return ConfidenceInterval(min(max(low, 0.0), 1.0), min(max(high, 0.0), 1.0))
+    def ci(self, level: float = 0.95, *, estimand: str = REPORTERS) -> ConfidenceInterval:
+        """The ``level`` interval for the fraction of the reporting users' values in the
+        range (``estimand="reporters"``) or of the population's (``"population"``)."""
+        low, high = _bounder(self._bounds)(check_level(level), 1, check_estimand(estimand))
+        return ConfidenceInterval(float(low[0]), float(high[0]))
 
-    def to_dict(self, level: float = 0.95) -> dict[str, Any]:
-        low, high = self.ci(level)
+    def to_dict(self, level: float = 0.95, *, estimand: str = REPORTERS) -> dict[str, Any]:
+        low, high = self.ci(level, estimand=estimand)
         return _range_dict(
             self.lower, self.upper, self.estimate, self.stderr, float(low), float(high)
         )
@@ -480,9 +600,11 @@ def _range_estimates(
     ranges: Sequence[tuple[float, float]],
     r: dict[str, FloatArray],
     shift: Callable[[float, float, float], FloatArray],
+    bounds: Callable[..., tuple[FloatArray, FloatArray]],
 ) -> list[RangeEstimate]:
     """The :class:`RangeEstimate` of each ``(lower, upper)`` from the arrays ``r`` of
-    :meth:`DistributionEstimate._ranges`; ``shift(lower, upper, beta)`` its forgery shift."""
+    :meth:`DistributionEstimate._ranges`; ``shift(lower, upper, beta)`` its forgery shift,
+    ``bounds(at, level, comparisons, estimand)`` its interval."""
     return [
         RangeEstimate(
             lower=a,
@@ -491,8 +613,9 @@ def _range_estimates(
             stderr=float(r["stderr"][i]),
             inner=(float(r["inner"][i, 0]), float(r["inner"][i, 1])),
             outer=(float(r["outer"][i, 0]), float(r["outer"][i, 1])),
-            method=WALD_WIDENED if bool(r["cut"][i]) else WALD,
+            method=SCORE_WIDENED if bool(r["cut"][i]) else SCORE,
             _shift=partial(shift, a, b),
+            _bounds=partial(bounds, r["at"][i : i + 1]),
         )
         for i, (a, b) in enumerate(ranges)
     ]
@@ -511,8 +634,12 @@ class HistogramEstimate:
     outer: FloatArray
     """(bins, 2): the same for the whole leaves around each bin."""
     aligned: bool
-    """Every edge is a leaf edge (the intervals are then plain Wald intervals)."""
+    """Every edge is a leaf edge (no bin's interval is widened)."""
     _shift: Shift | None = field(default=None, repr=False)
+    _bounds: Bounder | None = field(default=None, repr=False)
+    _cache: dict[tuple[float, bool, str], ConfidenceInterval] = field(
+        default_factory=dict, repr=False
+    )
 
     def forgery_shift(self, beta: float) -> FloatArray:
         """How far a forged fraction ``beta`` of the reports can move each bin's estimate
@@ -529,18 +656,25 @@ class HistogramEstimate:
 
     @property
     def method(self) -> str:
-        return WALD if self.aligned else WALD_WIDENED
+        return SCORE if self.aligned else SCORE_WIDENED
 
-    def ci(self, level: float = 0.95, *, simultaneous: bool = False) -> ConfidenceInterval:
-        """Per-bin intervals, clipped to [0, 1]; Bonferroni over the bins if simultaneous."""
-        z = normal_quantile(level, comparisons=self.estimates.size if simultaneous else 1)
-        low = np.clip(self.inner[:, 0] - z * self.inner[:, 1], 0.0, 1.0)
-        high = np.clip(self.outer[:, 0] + z * self.outer[:, 1], 0.0, 1.0)
-        return ConfidenceInterval(low, high)
+    def ci(
+        self, level: float = 0.95, *, simultaneous: bool = False, estimand: str = REPORTERS
+    ) -> ConfidenceInterval:
+        """Per-bin intervals within [0, 1] for the reporting users' fractions
+        (``estimand="reporters"``) or the population's (``"population"``); with
+        ``simultaneous=True`` each at level ``1 - (1 - level) / bins`` (Bonferroni), so that
+        all bins are covered together with probability at least ``level``."""
+        key = (check_level(level), bool(simultaneous), check_estimand(estimand))
+        if key not in self._cache:
+            comparisons = self.estimates.size if simultaneous else 1
+            low, high = _bounder(self._bounds)(key[0], comparisons, key[2])
+            self._cache[key] = ConfidenceInterval(low, high)
+        return self._cache[key]
 
-    def items(self, level: float = 0.95) -> list[dict[str, Any]]:
+    def items(self, level: float = 0.95, *, estimand: str = REPORTERS) -> list[dict[str, Any]]:
         """One plain dict per bin: lower, upper, estimate, stderr, low, high."""
-        low, high = self.ci(level)
+        low, high = self.ci(level, estimand=estimand)
         columns = (self.lower, self.upper, self.estimates, self.stderr, low, high)
         rows = zip(*(np.asarray(c).tolist() for c in columns), strict=True)
         return [_range_dict(*row) for row in rows]
@@ -733,6 +867,7 @@ class DistributionEstimate:
             "inner": np.stack([inner_est, inner_se], axis=-1),
             "outer": np.stack([outer_est, outer_se], axis=-1),
             "cut": cut,
+            "at": np.stack([inner_a, inner_b, outer_a, outer_b], axis=-1),
         }
 
     def fraction(self, lower: float, upper: float) -> RangeEstimate:
@@ -762,7 +897,9 @@ class DistributionEstimate:
         if not pairs:
             return []
         ends = np.array(pairs)
-        return _range_estimates(pairs, self._ranges(ends[:, 0], ends[:, 1]), self.range_shift)
+        return _range_estimates(
+            pairs, self._ranges(ends[:, 0], ends[:, 1]), self.range_shift, self.range_bounds
+        )
 
     def histogram(
         self, bins: int | None = None, *, edges: Sequence[float] | npt.ArrayLike | None = None
@@ -791,7 +928,121 @@ class DistributionEstimate:
             outer=r["outer"],
             aligned=not bool(np.any(r["cut"])),
             _shift=partial(self.range_shift, cuts[:-1], cuts[1:]),
+            _bounds=partial(self.range_bounds, r["at"]),
         )
+
+    def range_bounds(
+        self, at: FloatArray, level: float, comparisons: int, estimand: str
+    ) -> tuple[FloatArray, FloatArray]:
+        """Intervals of ranges from the whole-leaf ranges inside and around each: ``at`` is
+        (k, 4), the leaf positions ``inner_a, inner_b, outer_a, outer_b``. The low end is the
+        lower score bound of ``[inner_a, inner_b)``, the high end the upper score bound of
+        ``[outer_a, outer_b)`` (both the same range when the range cuts no leaf).
+
+        Each bound inverts the score test of its range's fraction theta, the estimate's
+        variance and third cumulant taken at theta (:meth:`cumulant_polynomials`), not at
+        the estimate: a nearly empty bin's estimate of about 0 has a plug-in variance of
+        about 0 too, and a Wald interval there misses from above (issue 28).
+        """
+        if self.n == 0:
+            nan = np.full(at.shape[0], np.nan)
+            return nan, nan.copy()
+        low = self._score_bounds(at[:, 0], at[:, 1], level, comparisons, estimand, False)
+        high = self._score_bounds(at[:, 2], at[:, 3], level, comparisons, estimand, True)
+        return low, np.maximum(high, low)
+
+    @cached_property
+    def _cumulants(self) -> dict[bytes, tuple[FloatArray, FloatArray, FloatArray]]:
+        """:meth:`_population_cumulants` of whole-leaf ranges, by their ends' bytes."""
+        return {}
+
+    def _score_bounds(
+        self,
+        start: FloatArray,
+        stop: FloatArray,
+        level: float,
+        comparisons: int,
+        estimand: str,
+        upper: bool,
+    ) -> FloatArray:
+        out = np.empty(start.size)
+        for first in range(0, start.size, _CUMULANT_CHUNK):
+            part = slice(first, first + _CUMULANT_CHUNK)
+            queries = self._range_queries(start[part], stop[part])
+            key = np.stack([start[part], stop[part]]).tobytes()
+            if key not in self._cumulants:
+                self._cumulants[key] = self._population_cumulants(queries)
+            variance, third = self._polynomials(*self._cumulants[key], estimand)
+            out[part] = linear_interval(
+                self.leaves @ queries,
+                1.0 / self.n,
+                variance,
+                third,
+                level=level,
+                comparisons=comparisons,
+                upper=upper,
+            )
+        # Nothing inside: exactly 0 (the low end); everything: exactly 1.
+        out = np.where(stop <= start, 0.0, out)
+        return np.where((start <= 0) & (stop >= self.resolution), 1.0, out)
+
+    def cumulant_polynomials(
+        self, queries: FloatArray, estimand: str = REPORTERS
+    ) -> tuple[FloatArray, FloatArray]:
+        """Variance (k, 3) and third cumulant (k, 4) of each whole-leaf query's estimate as
+        polynomials in the query's true fraction theta (lowest power first).
+
+        Under the hypothesis theta the leaves inside the query share theta in proportion to
+        the estimate (clipped at 0; evenly where it is all 0) and those outside share
+        ``1 - theta`` likewise; the node fractions are then affine in theta, the variance a
+        quadratic and the third cumulant a cubic (:func:`depth_cumulants`, per depth given
+        its reports), found from their values at 3 and 4 thetas.
+
+        ``estimand="population"`` counts the sampling of the users from the population.
+        ``"reporters"`` takes the users as given: only which depth each reports (a random
+        split, n_t of them at depth t) and the mechanisms vary. With ``h`` the query's 0/1
+        on a user's leaf and S the population's sampling variance, the split's variance
+        is ``n / (n - 1) (S - Var(h) / n)`` (Neyman's allocation variance; the weighted
+        depths sum to h for every user, the estimate being unbiased), so the variance is
+        the population's plus ``(S - theta (1 - theta)) / (n - 1)``; the third cumulant
+        is the population's less the users' own, ``theta (1 - theta) (1 - 2 theta) / n^2``.
+        """
+        return self._polynomials(*self._population_cumulants(queries), estimand)
+
+    def _population_cumulants(
+        self, queries: FloatArray
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Variance, third cumulant and sampling variance (each (5, k)) of the queries'
+        estimates for the population at the fractions :data:`_THETAS`."""
+        coef = self.smoother.adjoint(queries)
+        base = np.clip(np.nan_to_num(self.leaves), 0.0, None)[:, None]
+        inside = _spread(base * queries, queries)
+        outside = _spread(base * (1.0 - queries), 1.0 - queries)
+        out = np.zeros((3, _THETAS.size, queries.shape[1]))
+        outside_nodes, inside_nodes = _by_depth(self.tree, outside), _by_depth(self.tree, inside)
+        for t, noise in enumerate(self.levels, start=1):
+            sums = _DepthSums(noise, coef[t])
+            # The power sums are linear in the fractions, which are affine in theta.
+            at0 = sums.moments(outside_nodes[t])
+            at1 = sums.moments(inside_nodes[t])
+            for i, th in enumerate(_THETAS):
+                m = tuple((1.0 - th) * x0 + th * x1 for x0, x1 in zip(at0, at1, strict=True))
+                out[:, i] += np.array(sums.cumulants(m))
+        return out[0], out[1], out[2]
+
+    def _polynomials(
+        self, var: FloatArray, third: FloatArray, sampling: FloatArray, estimand: str
+    ) -> tuple[FloatArray, FloatArray]:
+        """(k, 3) and (k, 4) coefficients from the values at :data:`_THETAS`."""
+        th = _THETAS[:, None]
+        if estimand == REPORTERS:
+            n = float(self.n)
+            var = var + (sampling - th * (1.0 - th)) / max(n - 1.0, 1.0)
+            third = third - th * (1.0 - th) * (1.0 - 2.0 * th) / n**2
+        at_v, at_k = [0, 2, 4], [0, 1, 3, 4]
+        v_poly = np.linalg.solve(np.vander(_THETAS[at_v], 3, increasing=True), var[at_v])
+        k_poly = np.linalg.solve(np.vander(_THETAS[at_k], 4, increasing=True), third[at_k])
+        return np.asarray(v_poly.T, dtype=np.float64), np.asarray(k_poly.T, dtype=np.float64)
 
     def cdf(self, x: npt.ArrayLike) -> RangeEstimate | list[RangeEstimate]:
         """``P(X < x)`` (``P(X <= hi)`` = 1 at ``hi``) as range estimates of ``[lo, x)``."""
@@ -801,7 +1052,8 @@ class DistributionEstimate:
             raise ParameterError("cdf points must be finite numbers")
         points = np.clip(values, lo, hi)
         r = self._ranges(np.full(points.shape, lo), points)
-        out = _range_estimates([(lo, float(v)) for v in values], r, self.range_shift)
+        ranges = [(lo, float(v)) for v in values]
+        out = _range_estimates(ranges, r, self.range_shift, self.range_bounds)
         return out[0] if np.ndim(x) == 0 else out
 
     @cached_property
@@ -1034,15 +1286,20 @@ class DistributionEstimate:
         edges: Sequence[float] | None = None,
         quantiles: Sequence[float] = (),
         range_: tuple[float, float] | None = None,
+        estimand: str = REPORTERS,
     ) -> dict[str, Any]:
         """The answers as plain JSON-ready values (non-finite numbers become None).
 
-        Keys: mechanism, epsilon, n, level, bounds, resolution, items (one per bin:
-        lower, upper, estimate, stderr, low, high), mean, mean_stderr, mean_low,
+        Keys: mechanism, epsilon, n, level, estimand, bounds, resolution, items (one per
+        bin: lower, upper, estimate, stderr, low, high), mean, mean_stderr, mean_low,
         mean_high, methods; ``quantiles`` (q, value, low, high) when asked;
         ``range`` (lower, upper, estimate, stderr, low, high) when ``range_`` is given.
+        ``estimand`` (``"reporters"`` or ``"population"``) is what the bins' and the
+        range's intervals are about; the mean's and the quantiles' are the population's
+        either way (which covers the reporters' too, conservatively).
         """
         level = check_level(level)
+        estimand = check_estimand(estimand)
         hist = self.histogram(bins, edges=edges)
         mean = self.mean()
         mean_low, mean_high = mean.ci(level)
@@ -1051,9 +1308,10 @@ class DistributionEstimate:
             "epsilon": self.epsilon,
             "n": self.n,
             "level": level,
+            "estimand": estimand,
             "bounds": [self.bounds[0], self.bounds[1]],
             "resolution": self.resolution,
-            "items": hist.items(level),
+            "items": hist.items(level, estimand=estimand),
             "mean": finite_or_none(mean.mean),
             "mean_stderr": finite_or_none(mean.stderr),
             "mean_low": finite_or_none(float(mean_low)),
@@ -1071,6 +1329,6 @@ class DistributionEstimate:
                     f"range must be a pair (lower, upper), got {range_!r}"
                 ) from None
             r = self.fraction(lower, upper)
-            out["range"] = r.to_dict(level)
+            out["range"] = r.to_dict(level, estimand=estimand)
             out["methods"]["range"] = r.method
         return out

@@ -222,10 +222,45 @@ class _Binomial:
         return _sum_tails(count, np.full_like(theta, float(self.n)), theta, zero, zero)
 
 
+@dataclass(frozen=True)
+class _Linear:
+    """A linear estimate whose variance and third cumulant, at the hypothesised parameter
+    theta, are polynomials in theta (one row of coefficients per estimate, lowest power
+    first): a distribution's bin or range. On the count scale: the estimate divided by
+    ``unit`` (one user's share), so that the continuity correction is half a user.
+
+    Its law is a mixture (a user adds a different amount at each depth of the tree), so a
+    positive skewness does not mean a light lower tail: with a few users in a bin, the
+    chance that all of them reported a coarse depth, which dilutes them, is large. The
+    skewness term therefore only ever widens a bound, never narrows it."""
+
+    unit: float
+    variance: FloatArray  # (rows, 3): Var(estimate) = v0 + v1 theta + v2 theta^2
+    third: FloatArray  # (rows, 4): the third cumulant of the estimate, a cubic in theta
+
+    def moments(self, theta: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        powers = theta[:, None] ** np.arange(4)
+        var = np.maximum(np.sum(self.variance * powers[:, :3], axis=1), 0.0)
+        third = np.sum(self.third * powers, axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            skew = np.where(var > 0, third / np.maximum(var, 1e-300) ** 1.5, 0.0)
+        return theta / self.unit, var / self.unit**2, skew
+
+    def score_root(self, count: FloatArray, z: FloatArray, upper: bool) -> FloatArray:
+        """Root of ``(estimate - theta)^2 = z^2 Var(theta)`` on the side of the estimate."""
+        est = count * self.unit
+        v0, v1, v2 = (self.variance[:, i] for i in range(3))
+        k = z * z
+        a = np.maximum(1.0 - k * v2, 1e-12)
+        b = 2.0 * est + k * v1
+        disc = np.maximum(b * b - 4.0 * a * (est * est - k * v0), 0.0)
+        return (b + (1.0 if upper else -1.0) * np.sqrt(disc)) / (2.0 * a)
+
+
 _Family = _Support | _Binomial
 
 
-def _score_bound(family: _Family, count: FloatArray, z: float, upper: bool) -> FloatArray:
+def _score_bound(family: _Family | _Linear, count: FloatArray, z: float, upper: bool) -> FloatArray:
     """One bound of the skew- and continuity-corrected score interval, in [0, 1]."""
     adjusted = count + (0.5 if upper else -0.5)
     factor = (z * z - 1.0) / 6.0
@@ -235,6 +270,8 @@ def _score_bound(family: _Family, count: FloatArray, z: float, upper: bool) -> F
         # Right skew (gamma > 0) stretches the upper tail: the lower bound's critical value
         # grows, the upper bound's shrinks.
         z_eff = np.maximum(z + (-1.0 if upper else 1.0) * skew * factor, 0.0)
+        if isinstance(family, _Linear):  # its skewness can mislead (see _Linear): widen only
+            z_eff = np.maximum(z_eff, z)
         bound = family.score_root(adjusted, z_eff, upper)
     return np.clip(bound, 0.0, 1.0)
 
@@ -435,6 +472,35 @@ def support_interval(
         Confidence level of each interval, Bonferroni-divided over ``comparisons``.
     """
     return _interval(_Support(int(n), float(p), float(q)), counts, level, comparisons)
+
+
+def linear_interval(
+    estimates: npt.ArrayLike,
+    unit: float,
+    variance: npt.ArrayLike,
+    third: npt.ArrayLike,
+    *,
+    level: float,
+    comparisons: int = 1,
+    upper: bool,
+) -> FloatArray:
+    """One bound (``upper`` or lower) of each linear estimate's score interval.
+
+    The score test of :func:`support_interval` (the variance at the hypothesised
+    parameter, one Cornish-Fisher term for the skewness, half a ``unit`` for the
+    discreteness), for an estimate whose variance and third cumulant at the parameter
+    theta are the polynomials ``variance`` (rows of 3 coefficients, lowest power first)
+    and ``third`` (rows of 4). No exact branch: the estimate is a weighted sum of several
+    support counts, whose exact law has no lattice to invert over.
+    """
+    z = normal_quantile(level, comparisons=comparisons)
+    est = np.atleast_1d(np.asarray(estimates, dtype=np.float64))
+    family = _Linear(
+        float(unit),
+        np.asarray(variance, dtype=np.float64).reshape(est.size, 3),
+        np.asarray(third, dtype=np.float64).reshape(est.size, 4),
+    )
+    return _score_bound(family, est / family.unit, z, upper)
 
 
 def binomial_interval(count: npt.ArrayLike, n: int, *, level: float) -> Bounds:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -157,6 +158,10 @@ class MetricDefinition:
     the device."""
     k: int | None = None
     """Strings metrics: how many heavy hitters to find (default 20)."""
+    seed: int | None = None
+    """Strings metrics: the seed of the public hash family, an integer in [0, 2^53)
+    (default 0). A deployment rotates it by defining a new version: the fingerprint changes
+    and reports under two seeds are never mixed."""
     bucket: Period = Period.DAY
     budget: float | None = None
     budget_period: Period = Period.DAY
@@ -304,6 +309,24 @@ class MetricDefinition:
             definition = cls.from_dict(name, spec)
         return definition
 
+    def served_differences(self, served: Mapping[str, Any]) -> list[str]:
+        """The served constants that are not this definition's own: each as
+        ``"derived.<path> = <served> (computed <ours>)"``; empty when all agree.
+
+        Verification (docs/protocol.md): a client recomputes every constant a served
+        definition carries and refuses the definition if any differs, so that a collector,
+        or anyone between it and the device, cannot weaken a report's privacy by serving
+        other thresholds. This client computes every constant exactly as the collector
+        does: thresholds, integers and strings must be equal, floats within a relative
+        :data:`VERIFY_TOLERANCE`."""
+        ours = self.to_dict()
+        found: list[str] = []
+        for key in ("resolved_mechanism", "report_size"):
+            if key in served and served[key] != ours[key]:
+                found.append(f"{key} = {served[key]!r} (computed {ours[key]!r})")
+        _differences("derived", served.get("derived"), ours.get("derived"), found)
+        return found
+
     @property
     def mechanism_instance(self) -> Mechanism:
         """The mechanism both sides build from this definition."""
@@ -392,6 +415,30 @@ class MetricDefinition:
             if value != default:
                 data[key] = _plain(value)
         return data
+
+
+VERIFY_TOLERANCE = 1e-9
+"""Relative slack between a served float constant and the client's own (docs/protocol.md,
+"Verification")."""
+
+
+def _differences(path: str, served: Any, ours: Any, found: list[str]) -> None:
+    """Append to ``found`` every leaf of ``served`` that is not ``ours``'s (see
+    :meth:`MetricDefinition.served_differences`)."""
+    if isinstance(ours, dict) and isinstance(served, dict):
+        for key in sorted(set(ours) | set(served)):
+            _differences(f"{path}.{key}", served.get(key), ours.get(key), found)
+    elif isinstance(ours, list) and isinstance(served, list) and len(ours) == len(served):
+        for i, (s, o) in enumerate(zip(served, ours, strict=True)):
+            _differences(f"{path}[{i}]", s, o, found)
+    elif not _same(served, ours):
+        found.append(f"{path} = {json.dumps(served)} (computed {json.dumps(ours)})")
+
+
+def _same(served: Any, ours: Any) -> bool:
+    if isinstance(ours, float) and isinstance(served, int | float) and not isinstance(served, bool):
+        return abs(served - ours) <= VERIFY_TOLERANCE * max(abs(ours), 1e-300)
+    return type(served) is type(ours) and served == ours
 
 
 def _plain(value: Any) -> Any:

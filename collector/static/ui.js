@@ -174,6 +174,7 @@ function kindParams(params) {
   const value = (id) => ($(id) ? $(id).value.trim() : "");
   if (value("bins")) params.set("bins", value("bins"));
   if (value("quantiles")) params.set("quantiles", value("quantiles"));
+  if (value("estimand")) params.set("estimand", value("estimand"));
   if (value("candidates")) params.set("candidates", value("candidates"));
   if (state.subtree) params.set("subtree", state.subtree);
   else if (value("depth")) params.set("depth", value("depth"));
@@ -361,18 +362,22 @@ function renderBucketTable(data) {
   const when = (b) => new Date(b.bucket * 1000).toISOString().slice(0, 16).replace("T", " ");
   const robust = data.robust ? ROBUST_HEAD : [];
   if (data.items) {
-    table.appendChild(row("th", ["bucket (UTC)", "n", "category", "estimate", "low", "high", "forgery shift", ...robust]));
+    // Each bucket as the whole range's table: its items, a table's marginals, a
+    // distribution's mean and quantiles.
+    const kind = LDPK_VIEWS.kind(data.kind);
+    table.appendChild(row("th", ["bucket (UTC)", "n", kind.item, "estimate", "stderr", "low", "high", "forgery shift", ...robust]));
     for (const b of data.buckets) {
-      for (const i of b.items || []) {
-        table.appendChild(row("td", [when(b), b.n, LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.low), fmt(i.high), fmt(i.forgery_shift),
+      for (const i of [...(b.items || []), ...(kind.more ? kind.more(b) : [])]) {
+        table.appendChild(row("td", [when(b), b.n, LDPK_VIEWS.label(i), fmt(i.estimate), fmt(i.stderr), fmt(i.low), fmt(i.high), fmt(i.forgery_shift),
           ...(robust.length ? [fmt(i.robust), fmt(i.robust_low), fmt(i.robust_high), fmt(i.robust_forgery_shift)] : [])]));
       }
+      for (const cells of kind.extra ? kind.extra(b, fmt) : []) table.appendChild(row("td", [when(b), b.n, ...cells]));
     }
   } else {
-    table.appendChild(row("th", ["bucket (UTC)", "n", "mean", "low", "high", "forgery shift", "beyond bounds", ...robust]));
+    table.appendChild(row("th", ["bucket (UTC)", "n", "mean", "stderr", "low", "high", "forgery shift", "beyond bounds", ...robust]));
     for (const b of data.buckets) {
       const r = b.robust;
-      table.appendChild(row("td", [when(b), b.n, fmt(b.mean), fmt(b.low), fmt(b.high), fmt(b.forgery_shift), b.beyond_bounds || "–",
+      table.appendChild(row("td", [when(b), b.n, fmt(b.mean), fmt(b.stderr), fmt(b.low), fmt(b.high), fmt(b.forgery_shift), b.beyond_bounds || "–",
         ...(robust.length ? [fmt(r && r.mean), fmt(r && r.low), fmt(r && r.high), fmt(r && r.forgery_shift)] : [])]));
     }
   }

@@ -16,7 +16,7 @@ const LDPK_VIEWS = (() => {
 
   function register(view) { views.push(view); }
   function pick(data, ctx) {
-    const own = !ctx.overTime && kind(data.kind).view;
+    const own = ctx.overTime ? kind(data.kind).overTime : kind(data.kind).view;
     return views.find((v) => (own ? v.name === own : v.applies && v.applies(data, ctx)));
   }
 
@@ -28,10 +28,11 @@ const LDPK_VIEWS = (() => {
     categorical: CATEGORICAL,
     numeric: { ...CATEGORICAL, consistent: false },
     distribution: {
-      ...CATEGORICAL, view: "histogram", item: "bin", consistent: false,
+      ...CATEGORICAL, view: "histogram", overTime: "distribution-over-time", item: "bin", consistent: false,
       controls(metric, ui) {
         ui.select("bins", "Bins", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
         ui.text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");
+        ui.select("estimand", "Intervals for", [["reporters", "the reporting users"], ["population", "their population"]], "reporters");
       },
       extra: (data, fmt) => [
         ...(data.quantiles || []).map((q) => [`quantile ${q.q}`, fmt(q.value), "", fmt(q.low), fmt(q.high), fmt(q.forgery_shift)]),
@@ -50,7 +51,7 @@ const LDPK_VIEWS = (() => {
       },
     },
     table: {
-      ...CATEGORICAL, view: "heatmap", item: "cell", label: "consistent (IPF to the marginals)",
+      ...CATEGORICAL, view: "heatmap", overTime: "table-over-time", item: "cell", label: "consistent (IPF to the marginals)",
       more: (data) => Object.entries(data.marginals || {}).flatMap(([name, items]) =>
         items.map((i) => ({ ...i, category: `${name}=${i.category} (marginal)` }))),
     },
@@ -76,6 +77,12 @@ const LDPK_VIEWS = (() => {
   // What a mean's interval wholly beyond its bounds means (docs/statistics.md).
   const beyond = (data) => `Beyond the bounds: the ${pct(data.level)} interval lies wholly ${data.beyond_bounds === "upper" ? "above" : "below"} ` +
     "the metric's bounds; no population of values within them gives such reports but by chance: forged reports are the likely cause.";
+
+  // Every figure marks its plot area (the frame inside the margins, class "plot-area"):
+  // nothing may be drawn outside it, which the browser tests check.
+  function plot(options) {
+    return Plot.plot({ ...options, marks: [...options.marks, Plot.frame({ stroke: "none", fill: "none", className: "plot-area" })] });
+  }
 
   function html(tag, attrs = {}, text = null) {
     const node = document.createElement(tag);
@@ -130,7 +137,7 @@ const LDPK_VIEWS = (() => {
     const rotate = names.length * longest * 7.5 > width - 70;
     const band = ((width - 72) / Math.max(names.length, 1)) * 0.75;
     const cap = Math.max(0, band / 2 - 9);
-    return Plot.plot({
+    return plot({
       width,
       height: opts.height || 340,
       marginLeft: 56,
@@ -151,6 +158,14 @@ const LDPK_VIEWS = (() => {
     });
   }
 
+  // Unbiased estimates below zero are drawn as such (the axis extends below its zero line),
+  // and the page says why: noise around a nearly empty bin or cell.
+  function belowZero(count, what, drawn = "drawn below the zero line") {
+    return html("p", { class: "note below-zero" },
+      `${count} ${what} estimated below zero: the unbiased estimate of a nearly empty ${what.replace(/s$/, "")} is noise around 0 ` +
+      `(${drawn}; its interval is clipped at 0).`);
+  }
+
   const empty = (node) => { node.appendChild(html("p", {}, "No reports in this range.")); return { node, figures: [] }; };
   const hasData = (data) => data.n > 0 && Array.isArray(data.items) && data.items.some((i) => i.estimate !== null);
 
@@ -164,15 +179,20 @@ const LDPK_VIEWS = (() => {
       node.appendChild(html("p", { class: "big", id: "distribution-summary" },
         `mean ${num(data.mean)} [${num(data.mean_low)}, ${num(data.mean_high)}]${shift(data.mean_forgery_shift)}` +
         qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
+      const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
+      node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `bin intervals: about ${whose} (estimand: ${data.estimand || "population"})`));
       node.appendChild(key([
         ["fraction in the bin", BAR],
         [`${pct(data.level)} interval`, WHISKER, "line"],
         ["quantile (band: its interval)", CONSISTENT, "line"],
       ]));
       const items = data.items.map((i) => ({ ...i, mid: (i.lower + i.upper) / 2 }));
-      const values = items.flatMap((i) => [i.low, i.high]).filter((v) => v !== null);
-      const top = Math.max(0.02, ...values);
-      const fig = Plot.plot({
+      // The estimates too: an unbiased estimate may lie below its interval, clipped at 0.
+      const values = items.flatMap((i) => [i.estimate, i.low, i.high]).filter((v) => v !== null && v !== undefined);
+      const top = Math.max(0.02, ...values) * 1.08;  // room for the quantiles' labels
+      const below = items.filter((i) => i.estimate < 0).length;
+      if (below) node.appendChild(belowZero(below, "bins"));
+      const fig = plot({
         width: ctx.width,
         height: 360,
         marginLeft: 56,
@@ -189,7 +209,7 @@ const LDPK_VIEWS = (() => {
           Plot.ruleX(items, { x: "mid", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 1.5, className: "whiskers" }),
           Plot.ruleX(qs, { x: "value", stroke: CONSISTENT, strokeWidth: 2.5, className: "quantile-marks",
             title: (q) => `q=${q.q}: ${num(q.value)} [${num(q.low)}, ${num(q.high)}]${shift(q.forgery_shift)}` }),
-          Plot.text(qs, { x: "value", y: top, text: (q) => `p${Math.round(q.q * 100)}`, dy: -6, fill: CONSISTENT, fontWeight: "bold" }),
+          Plot.text(qs, { x: "value", y: top, text: (q) => `p${Math.round(q.q * 100)}`, dy: 8, dx: 4, textAnchor: "start", fill: CONSISTENT, fontWeight: "bold", className: "quantile-labels" }),
         ],
       });
       node.appendChild(fig);
@@ -198,12 +218,31 @@ const LDPK_VIEWS = (() => {
   });
 
   // --- hierarchy: the nodes of one level; click a bar to open it ------------------------
+  // Where the drill-down is: "all › MX › MX/Sonora", every ancestor a button that opens it.
+  function breadcrumb(data, ctx) {
+    const box = html("p", { class: "crumbs", id: "tree-where" });
+    const sep = (ctx.metric && ctx.metric.separator) || "/";
+    const parts = data.subtree ? data.subtree.split(sep) : [];
+    const crumb = (text, path, current) => {
+      if (current || !ctx.open) return html("span", { class: "crumb current" }, text);
+      const b = html("button", { type: "button", class: "crumb", "data-path": path === null ? "" : path }, text);
+      b.addEventListener("click", () => ctx.open(path));
+      return b;
+    };
+    box.appendChild(crumb("all", null, !data.subtree));
+    parts.forEach((part, k) => {
+      box.appendChild(html("span", { class: "crumb-sep" }, " › "));
+      box.appendChild(crumb(part, parts.slice(0, k + 1).join(sep), k === parts.length - 1));
+    });
+    box.appendChild(html("span", { class: "crumb-hint" }, ` · depth ${data.depth} · click a bar to open that node`));
+    return box;
+  }
+
   register({
     name: "tree",
     draw(data, ctx) {
       const node = html("div", { id: "tree" });
-      const where = data.subtree ? `under ${data.subtree}, depth ${data.depth}` : `depth ${data.depth}`;
-      node.appendChild(html("p", { class: "crumbs", id: "tree-where" }, `${where} · click a bar to open that node`));
+      node.appendChild(breadcrumb(data, ctx));
       node.appendChild(key([
         ["unbiased estimate (children add up to their parent)", BAR],
         [`${pct(data.level)} interval`, WHISKER, "line"],
@@ -241,10 +280,16 @@ const LDPK_VIEWS = (() => {
         const cols = data.dimensions[1][1], rows = data.dimensions[0][1];
         const darkest = Math.max(...cells.map((c) => c.shown));
         const width = Math.min(ctx.width, 140 + 170 * cols.length);
-        const fig = Plot.plot({
+        const marginLeft = 20 + 8 * Math.max(...rows.map((r) => r.length));
+        // A cell narrower than its one-line label ("0.108 [0.079, 0.140]"): two lines.
+        const twoLines = (width - marginLeft - 20) / cols.length < 150;
+        const below = cells.filter((c) => c.shown < 0).length;
+        if (below) node.appendChild(belowZero(below, "cells", "labelled with its value"));
+        const fig = plot({
           width,
-          height: 60 + 34 * rows.length,
-          marginLeft: 20 + 8 * Math.max(...rows.map((r) => r.length)),
+          height: 60 + (twoLines ? 42 : 34) * rows.length,
+          marginLeft,
+          marginRight: 20,
           marginTop: 36,
           style: fontStyle(ctx.width),
           x: { domain: cols, axis: "top", label: colDim },
@@ -255,7 +300,7 @@ const LDPK_VIEWS = (() => {
             Plot.cell(cells, { x: "col", y: "row", fill: "shown", inset: 1, className: "cells",
               title: (c) => `${label(c)}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}]${shift(c.forgery_shift, 4)}` }),
             ...[true, false].map((dark) => Plot.text(cells.filter((c) => (c.shown > 0.55 * darkest) === dark), {
-              x: "col", y: "row", text: (c) => `${num(c.shown, 3)} [${num(c.low, 3)}, ${num(c.high, 3)}]`,
+              x: "col", y: "row", text: (c) => `${num(c.shown, 3)}${twoLines ? "\n" : " "}[${num(c.low, 3)}, ${num(c.high, 3)}]`,
               fill: dark ? "white" : "black", className: "cell-labels" })),
           ],
         });
@@ -311,7 +356,7 @@ const LDPK_VIEWS = (() => {
       const names = rows.map((r) => (r.kind === "asked" ? `${r.category} (asked)` : weak(r, data) ? `${r.category} (weak)` : r.category));
       rows.forEach((r, k) => { r.name = names[k]; });
       const values = rows.flatMap((r) => [r.low, r.high]);
-      const fig = Plot.plot({
+      const fig = plot({
         width: ctx.width,
         height: 40 + 26 * rows.length,
         marginLeft: 12 + 7.5 * Math.min(40, Math.max(...names.map((n) => n.length))),
@@ -360,7 +405,7 @@ const LDPK_VIEWS = (() => {
       const cap = Math.max(0, band / 2 - 9);
       // The robust interval beside the unbiased one (it contains it), not over it.
       const aside = Math.min(8, band / 4);
-      const fig = Plot.plot({
+      const fig = plot({
         width,
         height: 340,
         marginLeft: 56,
@@ -420,7 +465,7 @@ const LDPK_VIEWS = (() => {
       const lows = all.map((r) => r.low), highs = all.map((r) => r.high);
       const strip = (title, domain, id, ends) => {
         node.appendChild(html("h3", {}, title));
-        const fig = Plot.plot({
+        const fig = plot({
           width: ctx.width,
           height: 96 + 28 * robust.length,
           marginLeft: 24,
@@ -465,12 +510,53 @@ const LDPK_VIEWS = (() => {
   function overTimeRows(data) {
     if (Array.isArray(data.items)) {
       return data.buckets.flatMap((b) => (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
-        t: new Date(b.bucket * 1000), series: label(i), estimate: i.estimate, low: i.low, high: i.high, n: b.n,
+        t: new Date(b.bucket * 1000), series: label(i), estimate: i.estimate, low: i.low, high: i.high, stderr: i.stderr, n: b.n,
       })));
     }
     return data.buckets.filter((b) => b.mean !== null && b.mean !== undefined).map((b) => ({
-      t: new Date(b.bucket * 1000), series: "mean", estimate: b.mean, low: b.low, high: b.high, n: b.n,
+      t: new Date(b.bucket * 1000), series: "mean", estimate: b.mean, low: b.low, high: b.high, stderr: b.stderr, n: b.n,
     }));
+  }
+
+  // Estimates per bucket as lines, one colour per series, intervals as bands and whiskers.
+  function linesOverTime(rows, series, ctx, opts) {
+    const times = [...new Set(rows.map((r) => +r.t))].sort((a, b) => a - b);
+    const colours = palette(series.length);
+    // Whiskers side by side when several series share a bucket, so none hides another.
+    const step = Math.min(5, 36 / Math.max(series.length, 1));
+    const whiskers = series.map((s, k) => Plot.ruleX(rows.filter((r) => r.series === s), {
+      x: "t", y1: "low", y2: "high", stroke: "series", strokeOpacity: 0.7, strokeWidth: 1.5,
+      dx: (k - (series.length - 1) / 2) * step, className: "whiskers",
+    }));
+    // The estimates too: an unbiased estimate may lie outside its interval, clipped at 0.
+    const values = rows.flatMap((r) => [r.estimate, r.low, r.high]).filter((v) => v !== null && v !== undefined);
+    const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;  // one bucket: room around it
+    return plot({
+      width: ctx.width,
+      height: opts.height || 360,
+      marginLeft: 60,
+      marginRight: 36,
+      marginBottom: 46,
+      // The side-by-side whiskers of the first and last buckets stay inside the plot area.
+      insetLeft: Math.max(14, (step * (series.length - 1)) / 2 + 6),
+      insetRight: Math.max(14, (step * (series.length - 1)) / 2 + 6),
+      insetTop: 6,  // the points at the top and bottom stay inside the plot area
+      insetBottom: 6,
+      style: fontStyle(ctx.width),
+      x: { type: "utc", label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36, domain: [new Date(times[0] - pad), new Date(times[times.length - 1] + pad)],
+        ticks: Math.max(2, Math.min(times.length, Math.floor(ctx.width / 110))) },
+      y: { grid: true, nice: true, label: opts.yLabel,
+        domain: [Math.min(0, ...values), Math.max(...values)] },
+      color: { domain: series, range: colours, legend: true, label: null },
+      marks: [
+        ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
+        ...whiskers,
+        ...(Math.min(...values) < 0 ? [Plot.ruleY([0], { stroke: "#888", className: "zero" })] : []),
+        Plot.lineY(rows, { x: "t", y: "estimate", z: "series", stroke: "series", strokeWidth: 2, className: "lines" }),
+        Plot.dot(rows, { x: "t", y: "estimate", fill: "series", r: 3.5, className: "points",
+          title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], stderr ${num(r.stderr, 4)}, n=${r.n}` }),
+      ],
+    });
   }
 
   register({
@@ -479,46 +565,158 @@ const LDPK_VIEWS = (() => {
     draw(data, ctx) {
       const node = html("div", { id: "over-time-chart" });
       const rows = overTimeRows(data);
-      const series = Array.isArray(data.items) ? [...new Set(data.items.map(label))] : ["mean"];
+      // The whole range's items first, then any only some buckets have (strings found there).
+      const series = Array.isArray(data.items) ? [...new Set([...data.items.map(label), ...rows.map((r) => r.series)])] : ["mean"];
       if (!rows.length) {
         node.appendChild(html("p", {}, "No reports in this range."));
         return { node, figures: [] };
       }
-      const times = [...new Set(rows.map((r) => +r.t))].sort((a, b) => a - b);
-      const colours = palette(series.length);
-      // Whiskers side by side when several series share a bucket, so none hides another.
-      const step = Math.min(5, 36 / Math.max(series.length, 1));
-      const whiskers = series.map((s, k) => Plot.ruleX(rows.filter((r) => r.series === s), {
-        x: "t", y1: "low", y2: "high", stroke: "series", strokeOpacity: 0.7, strokeWidth: 1.5,
-        dx: (k - (series.length - 1) / 2) * step, className: "whiskers",
-      }));
-      const values = rows.flatMap((r) => [r.low, r.high]);
-      const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;  // one bucket: room around it
-      const fig = Plot.plot({
-        width: ctx.width,
-        height: 360,
-        marginLeft: 60,
-        marginRight: 36,
-        marginBottom: 46,
-        insetLeft: 14,
-        insetRight: 14,
-        style: fontStyle(ctx.width),
-        x: { type: "utc", label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36, domain: [new Date(times[0] - pad), new Date(times[times.length - 1] + pad)],
-          ticks: Math.max(2, Math.min(times.length, Math.floor(ctx.width / 110))) },
-        y: { grid: true, nice: true, label: Array.isArray(data.items) ? "fraction of users" : "mean",
-          domain: [Math.min(0, ...values), Math.max(...values)] },
-        color: { domain: series, range: colours, legend: true, label: null },
-        marks: [
-          ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
-          ...whiskers,
-          Plot.lineY(rows, { x: "t", y: "estimate", z: "series", stroke: "series", strokeWidth: 2, className: "lines" }),
-          Plot.dot(rows, { x: "t", y: "estimate", fill: "series", r: 3.5, className: "points",
-            title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], n=${r.n}` }),
-        ],
-      });
-      node.appendChild(key([[`${pct(data.level)} interval: ${times.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      const below = rows.filter((r) => r.estimate < 0).length;
+      if (below && Array.isArray(data.items)) node.appendChild(belowZero(below, "estimates"));
+      const times = new Set(rows.map((r) => +r.t));
+      node.appendChild(key([[`${pct(data.level)} interval: ${times.size > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      const fig = linesOverTime(rows, series, ctx, { yLabel: Array.isArray(data.items) ? "fraction of users" : "mean" });
       node.appendChild(fig);
       return { node, figures: [fig] };
+    },
+  });
+
+  // --- distribution over time: the mean and the quantiles asked per bucket with their
+  // intervals, and a bucket × bin heat map of the fractions (not one line per bin) -------
+  const bucketName = (t) => {
+    const iso = new Date(t * 1000).toISOString();
+    return iso.endsWith("T00:00:00.000Z") ? iso.slice(0, 10) : iso.slice(0, 16).replace("T", " ");
+  };
+  // At most one tick label per `room` px: every k-th of a band scale's values.
+  const thinned = (values, span, room) => {
+    const k = Math.max(1, Math.ceil((values.length * room) / Math.max(span, 1)));
+    return values.filter((_, i) => i % k === 0);
+  };
+
+  function summaryOverTime(node, data, buckets, ctx) {
+    const rows = buckets.flatMap((b) => [
+      { t: new Date(b.bucket * 1000), series: "mean", value: b.mean, low: b.mean_low, high: b.mean_high, stderr: b.mean_stderr, n: b.n },
+      ...(b.quantiles || []).map((q) => ({ t: new Date(b.bucket * 1000), series: `p${+(q.q * 100).toPrecision(4)}`, value: q.value, low: q.low, high: q.high, n: b.n })),
+    ]).filter((r) => r.value !== null && r.value !== undefined);
+    const series = [...new Set(rows.map((r) => r.series))];
+    const times = [...new Set(rows.map((r) => +r.t))].sort((a, b) => a - b);
+    const values = rows.flatMap((r) => [r.value, r.low, r.high]).filter((v) => v !== null && v !== undefined);
+    const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;
+    const step = Math.min(6, 30 / series.length);  // whiskers side by side in a bucket
+    node.appendChild(html("h3", {}, `mean and quantiles per bucket (${pct(data.level)} intervals${times.length > 1 ? ": bands and whiskers" : ""})`));
+    const fig = plot({
+      width: ctx.width,
+      height: 320,
+      marginLeft: 60,
+      marginRight: 36,
+      marginBottom: 46,
+      insetLeft: 14,
+      insetRight: 14,
+      insetTop: 6,
+      insetBottom: 6,
+      style: fontStyle(ctx.width),
+      x: { type: "utc", label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36,
+        domain: [new Date(times[0] - pad), new Date(times[times.length - 1] + pad)],
+        ticks: Math.max(2, Math.min(times.length, Math.floor(ctx.width / 110))) },
+      y: { grid: true, nice: true, label: data.metric, domain: [Math.min(...values), Math.max(...values)] },
+      color: { domain: series, range: palette(series.length), legend: true, label: null },
+      marks: [
+        ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: 0.12, className: "bands" })] : []),
+        ...series.map((s, k) => Plot.ruleX(rows.filter((r) => r.series === s), {
+          x: "t", y1: "low", y2: "high", stroke: "series", strokeWidth: 1.5, dx: (k - (series.length - 1) / 2) * step, className: "whiskers" })),
+        ...series.map((s, k) => Plot.lineY(rows.filter((r) => r.series === s), {
+          x: "t", y: "value", stroke: "series", strokeWidth: 2, dx: (k - (series.length - 1) / 2) * step, className: "lines" })),
+        ...series.map((s, k) => Plot.dot(rows.filter((r) => r.series === s), {
+          x: "t", y: "value", fill: "series", r: 3.5, dx: (k - (series.length - 1) / 2) * step, className: "points",
+          title: (r) => `${r.series}, ${bucketName(+r.t / 1000)} UTC: ${num(r.value)} [${num(r.low)}, ${num(r.high)}]` +
+            (r.stderr === undefined ? "" : `, stderr ${num(r.stderr, 4)}`) + `, n=${r.n}` })),
+      ],
+    });
+    fig.setAttribute("id", "distribution-summary-over-time");
+    node.appendChild(fig);
+    return fig;
+  }
+
+  // A bucket × item heat map of the unbiased estimates (a distribution's bins, a table's
+  // cells): blue above zero, red below, each cell labelled when there is room.
+  function bucketHeatMap(node, buckets, ctx, opts) {
+    const cells = buckets.flatMap((b) => (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
+      ...i, bucket: bucketName(b.bucket), item: label(i), n: b.n })));
+    const names = buckets.map((b) => bucketName(b.bucket));
+    const items = (buckets[0].items || []).map(label);
+    if (opts.reverse) items.reverse();  // a distribution's highest bin on top
+    const lowest = Math.min(...cells.map((c) => c.estimate)), highest = Math.max(0.01, ...cells.map((c) => c.estimate));
+    const below = cells.filter((c) => c.estimate < 0).length;
+    node.appendChild(html("h3", {}, `${opts.title} (unbiased estimate${below ? "; red: below zero" : ""})`));
+    if (below) node.appendChild(belowZero(below, opts.what, "red in the heat map"));
+    const rowHeight = items.length <= 16 ? 22 : items.length <= 32 ? 14 : 8;
+    const marginLeft = 16 + (ctx.width < 520 ? 7 : 8.2) * Math.max(...items.map((b) => b.length));
+    const width = Math.min(ctx.width, marginLeft + 24 + 160 * names.length);
+    const band = (width - marginLeft - 24) / names.length;
+    const labelled = band >= 48 && rowHeight >= 14;
+    // Below zero in red, above in blue (one scale, symmetric about 0): an estimate below
+    // zero reads as one. Its legend drawn apart, with room for the end labels.
+    const reach = Math.max(highest, -lowest);
+    const colour = lowest < 0 ? { type: "diverging", scheme: "rdbu", pivot: 0, domain: [-reach, reach], label: "fraction of users" }
+      : { scheme: "blues", domain: [0, highest], label: "fraction of users" };
+    node.appendChild(Plot.legend({ color: colour, width: Math.min(320, ctx.width - 20), marginLeft: 16, marginRight: 16, className: "heat-legend" }));
+    const fig = plot({
+      width,
+      height: 70 + rowHeight * items.length,
+      marginLeft,
+      marginRight: 24,
+      marginTop: 8,
+      marginBottom: 46,
+      style: fontStyle(ctx.width),
+      x: { domain: names, label: "bucket start (UTC)", labelAnchor: "center", labelOffset: 36, ticks: thinned(names, width - marginLeft - 24, 90), padding: 0 },
+      y: { domain: items, label: opts.yLabel, ticks: thinned(items, rowHeight * items.length, 16) },
+      color: colour,
+      marks: [
+        Plot.cell(cells, { x: "bucket", y: "item", fill: "estimate", inset: 0.5, className: "bin-cells",
+          title: (c) => `${c.bucket} UTC, ${c.item}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}], stderr ${num(c.stderr, 4)}, n=${c.n}` }),
+        ...(labelled ? [true, false].map((dark) => Plot.text(cells.filter((c) => (Math.abs(c.estimate) > 0.55 * reach) === dark), {
+          x: "bucket", y: "item", text: (c) => num(c.estimate, 3), fill: dark ? "white" : "black", className: "bin-labels" })) : []),
+      ],
+    });
+    fig.setAttribute("id", opts.id);
+    node.appendChild(fig);
+    return fig;
+  }
+
+  register({
+    name: "distribution-over-time",
+    draw(data, ctx) {
+      const node = html("div", { id: "distribution-over-time" });
+      const buckets = (data.buckets || []).filter((b) => b.n > 0 && Array.isArray(b.items) && b.items.some((i) => i.estimate !== null));
+      if (!buckets.length) return empty(node);
+      const heat = bucketHeatMap(node, buckets, ctx, {
+        title: "fraction of users per bin and bucket", what: "bins", yLabel: data.metric, id: "distribution-heatmap", reverse: true });
+      return { node, figures: [summaryOverTime(node, data, buckets, ctx), heat] };
+    },
+  });
+
+  // --- a table over time: each marginal as lines, the cells as a bucket × cell heat map ---
+  register({
+    name: "table-over-time",
+    draw(data, ctx) {
+      const node = html("div", { id: "table-over-time" });
+      const buckets = (data.buckets || []).filter((b) => b.n > 0 && Array.isArray(b.items) && b.items.some((i) => i.estimate !== null));
+      if (!buckets.length) return empty(node);
+      node.appendChild(key([[`${pct(data.level)} interval: ${buckets.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      const figures = [];
+      for (const [name, categories] of data.dimensions) {
+        const rows = buckets.flatMap((b) => ((b.marginals || {})[name] || []).filter((i) => i.estimate !== null).map((i) => ({
+          t: new Date(b.bucket * 1000), series: i.category, estimate: i.estimate, low: i.low, high: i.high, stderr: i.stderr, n: b.n })));
+        node.appendChild(html("h3", {}, `marginal: ${name}`));
+        const fig = linesOverTime(rows, categories, ctx, { yLabel: "fraction of users", height: 280 });
+        fig.setAttribute("data-marginal", name);
+        node.appendChild(fig);
+        figures.push(fig);
+      }
+      const cells = buckets.map((b) => ({ ...b, items: b.items.map((i) => ({ ...i, category: Object.values(i.cell).join(", ") })) }));
+      figures.push(bucketHeatMap(node, cells, ctx, {
+        title: `cells (${data.dimensions.map((d) => d[0]).join(", ")}) per bucket`, what: "cells", yLabel: null, id: "cells-heatmap" }));
+      return { node, figures };
     },
   });
 

@@ -29,7 +29,7 @@ import numpy as np
 from .._json import loads_bounded
 from .._validation import check_level, check_seconds
 from ..aggregate import Aggregate
-from ..distribution import DistributionEstimate, QuantileEstimate
+from ..distribution import DistributionEstimate, QuantileEstimate, check_estimand
 from ..errors import (
     CollectorTimedOut,
     CollectorUnavailable,
@@ -168,6 +168,23 @@ class ServedEstimate:
     as_of: AsOf | None = field(default=None, compare=False)
     """A maintained kind's (strings, hierarchy, table, distribution): how fresh the estimate
     is (None for categorical and numeric metrics: computed for each query, always fresh)."""
+    # By kind (each bucket holds them too): a distribution's quantiles, range and bounds,
+    # a hierarchy's depth and subtree, a table's marginals and dimensions, strings' threshold
+    # and candidates.
+    quantiles: tuple[QuantileEstimate, ...] = ()
+    range: ItemEstimate | None = None
+    bounds: tuple[float, float] | None = None
+    estimand: str | None = None
+    """A distribution's: whose bins the intervals are about, ``"reporters"`` (the reporting
+    users') or ``"population"`` (the population they were drawn from)."""
+    depth: int | None = None
+    subtree: str | None = None
+    marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
+    dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    threshold: float | None = None
+    find_z: float | None = None
+    """Strings: the least ``evidence_z`` a string needs to be found (see ItemEstimate)."""
+    candidates: tuple[ItemEstimate, ...] = ()
     estimate: CoreEstimate | None = field(default=None, compare=False, repr=False)
     """The core's estimate, rebuilt from the served sufficient statistics (``sums``) by the
     same code the collector ran (``estimate.ci(0.9)``, ``.consistent()``, a hierarchy's
@@ -197,17 +214,6 @@ class EstimateResult(ServedEstimate):
     """The fraction of forged reports each ``forgery_shift`` is about."""
     buckets: tuple[BucketEstimate, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    quantiles: tuple[QuantileEstimate, ...] = ()
-    range: ItemEstimate | None = None
-    bounds: tuple[float, float] | None = None
-    depth: int | None = None
-    subtree: str | None = None
-    marginals: dict[str, tuple[ItemEstimate, ...]] = field(default_factory=dict)
-    dimensions: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    threshold: float | None = None
-    find_z: float | None = None
-    """Strings: the least ``evidence_z`` a string needs to be found (see ItemEstimate)."""
-    candidates: tuple[ItemEstimate, ...] = ()
     robust_note: str | None = None
     """Asked with ``robust=True`` of a kind without a robust estimate: says so."""
 
@@ -219,9 +225,14 @@ class EstimateResult(ServedEstimate):
         each bucket's) is the core's estimate rebuilt from the served ``sums``."""
         kind = str(data.get("kind") or legacy_kind("items" in data))
         served = _served(data, definition)
+        spec = kind_or_default(kind)
+        # A bucket's kind fields read with the answer's level and forgery fraction.
+        shared: dict[str, Any] = {k: data[k] for k in ("level", "forgery_fraction") if k in data}
         buckets = tuple(
             BucketEstimate(
-                start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC), **_served(b, definition)
+                start=datetime.fromtimestamp(int(b["bucket"]), tz=UTC),
+                **_served(b, definition),
+                **spec.served_fields({**shared, **b}, _item),
             )
             for b in data.get("buckets") or ()
         )
@@ -238,7 +249,7 @@ class EstimateResult(ServedEstimate):
             buckets=buckets,
             raw=data,
             robust_note=data.get("robust_note"),
-            **kind_or_default(kind).served_fields(data, _item),
+            **spec.served_fields(data, _item),
         )
 
     def strings(self) -> list[StringEstimate]:
@@ -563,11 +574,15 @@ class Analyst:
         forgery_fraction: float | None = None,
         robust: bool = False,
         wait: float | None = None,
+        estimand: str | None = None,
     ) -> EstimateResult:
         """The estimate of ``metric`` over buckets starting in ``[start, end)``.
 
         Each kind's own questions: ``bins``/``edges``, ``quantiles`` and ``range_`` for
-        a distribution; ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
+        a distribution, and ``estimand``: ``"reporters"`` (the default: intervals for the
+        reporting users' own distribution) or ``"population"`` (for the population they
+        were drawn from; the answer's :attr:`EstimateResult.estimand` says which);
+        ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
         strings (see docs/protocol.md, "Metric kinds"). ``forgery_fraction``: the fraction
         of forged reports each ``forgery_shift`` is about (default: the metric's, 0.01
         unless its definition says). ``robust``: add the estimates robust to that fraction
@@ -587,6 +602,8 @@ class Analyst:
         fraction = None if forgery_fraction is None else check_forgery_fraction(forgery_fraction)
         if isinstance(candidates, str):
             raise ParameterError("candidates must be a list of strings, not one string")
+        if estimand is not None:
+            check_estimand(estimand)
         params = {
             "from": _time_param(start, "start"),
             "to": _time_param(end, "end"),
@@ -603,6 +620,7 @@ class Analyst:
             "candidates": None if candidates is None else ",".join(candidates),
             "forgery_fraction": None if fraction is None else repr(fraction),
             "robust": "true" if robust else None,  # (a collector before it knows no such key)
+            "estimand": estimand,
         }
         data = self._waiting(
             path, params, 0.0 if wait is None else check_seconds(wait, "wait", zero=True)

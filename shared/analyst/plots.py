@@ -5,7 +5,8 @@
 - distribution: the bins as bars on the bounds axis, quantiles marked with their intervals;
 - numeric: the mean as a point with its interval;
 - over time (``per_bucket=True`` results): one line per category (or the mean) across
-  buckets, with the interval as a shaded band.
+  buckets, with the interval as a shaded band; a distribution's mean and quantiles per
+  bucket with their intervals, above a bucket x bin heat map of its fractions.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from ..kinds import kind_or_default
-from ..kinds.render import title
 from . import EstimateResult
 
 
@@ -49,10 +49,6 @@ def _done(fig: Any, path: str | Path | None) -> Any:
 
 
 def plot_over_time(result: EstimateResult, path: str | Path | None = None) -> Any:
-    """Estimates per time bucket, with intervals as bands."""
-    fig, ax = _pyplot().subplots(figsize=(8, 4))
-    kind_or_default(result.kind).plot_over_time(result, ax)
-    ax.set_xlabel("bucket start (UTC)")
-    ax.set_title(title(result), fontsize="medium")
-    fig.autofmt_xdate()
-    return _done(fig, path)
+    """Estimates per time bucket, with intervals as bands (a distribution: its mean and
+    quantiles per bucket, and a bucket x bin heat map)."""
+    return _done(kind_or_default(result.kind).plot_over_time(result, _pyplot()), path)

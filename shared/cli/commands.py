@@ -136,6 +136,12 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
     kind.add_argument("--edges", metavar="A,B,...", help="distribution: bins between these edges")
     kind.add_argument("--quantiles", metavar="Q,...", help="distribution: e.g. 0.5,0.9")
     kind.add_argument("--range", dest="range_", metavar="A,B", help="distribution: [A, B)")
+    kind.add_argument(
+        "--estimand",
+        choices=("reporters", "population"),
+        help="distribution: intervals for the reporting users' bins (default) or the "
+        "population's they were drawn from",
+    )
     kind.add_argument("--depth", type=int, help="hierarchy: the level (1 = top; default leaves)")
     kind.add_argument("--subtree", metavar="PATH", help="hierarchy: the nodes under PATH")
     kind.add_argument("--candidates", metavar="S,...", help="strings: estimate these strings")
@@ -188,6 +194,7 @@ def estimates(args: argparse.Namespace) -> int:
         edges=_numbers(args.edges, "--edges"),
         quantiles=_numbers(args.quantiles, "--quantiles"),
         range_=_pair(_numbers(args.range_, "--range")),
+        estimand=args.estimand,
         depth=args.depth,
         subtree=args.subtree,
         candidates=None if args.candidates is None else args.candidates.split(","),
@@ -662,6 +669,13 @@ def _conformance_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="chance that a correct client fails (default: 1e-4)",
     )
+    check.add_argument(
+        "--accepted",
+        type=Path,
+        default=None,
+        help="the client's {\"accepted\": [id, ...]}: which of the plan's `verify` "
+        "definitions it accepted (required to pass)",
+    )
     check.add_argument("--verbose", action="store_true", help="list every test")
 
 
@@ -683,13 +697,13 @@ def conformance(args: argparse.Namespace) -> int:
         )
         print(
             f"next: perturb them with the client under test, then `ldpkit conformance check "
-            f"{path} reports.msgpack`"
+            f"{path} reports.msgpack --accepted accepted.json`"
         )
         return 0
-    for path in (args.plan, args.reports):
+    for path in (args.plan, args.reports, *([args.accepted] if args.accepted else [])):
         if not path.is_file():
             raise ParameterError(f"no such file: {path}")
     alpha = kit.DEFAULT_ALPHA if args.alpha is None else args.alpha
-    verdict = kit.check(args.plan, args.reports, alpha=alpha)
+    verdict = kit.check(args.plan, args.reports, alpha=alpha, accepted=args.accepted)
     print(verdict.render(verbose=args.verbose))
     return 0 if verdict.passed else 1

@@ -49,6 +49,7 @@ KIND_KEYS = (
     "oracle",
     "max_length",
     "k",
+    "seed",
 )
 """Every kind-specific definition key (each kind takes the ones in its ``keys``)."""
 KIND_DEFAULTS: dict[str, Any] = {**dict.fromkeys(KIND_KEYS), "delta": 0.0}

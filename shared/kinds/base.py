@@ -71,6 +71,8 @@ class Definition(Protocol):
     @property
     def k(self) -> int | None: ...
     @property
+    def seed(self) -> int | None: ...
+    @property
     def fingerprint(self) -> str: ...
     @property
     def category_index(self) -> dict[str, int]: ...
@@ -358,9 +360,12 @@ class KindSpec:
         """A matplotlib figure of ``result`` (``plt``: matplotlib.pyplot)."""
         return render.bars(result, plt)
 
-    def plot_over_time(self, result: Any, ax: Any) -> None:
-        """The estimates of each bucket of ``result`` on the axes ``ax``."""
+    def plot_over_time(self, result: Any, plt: Any) -> Any:
+        """A matplotlib figure of the estimates of each bucket of ``result``."""
+        fig, ax = plt.subplots(figsize=(8, 4))
         render.lines_over_time(result, ax)
+        render.time_axis(fig, ax, result)
+        return fig
 
 
 def fail(definition: Definition, message: str) -> ParameterError:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from functools import partial
+from itertools import pairwise
 from numbers import Integral
 from typing import Any, ClassVar
 
@@ -14,6 +16,7 @@ import numpy as np
 from .._json import finite_or_none
 from .._validation import shown
 from ..aggregate import Aggregate
+from ..distribution import ESTIMANDS
 from ..errors import ParameterError, QueryError
 from ..mechanisms import choose
 from . import render
@@ -90,6 +93,12 @@ class Distribution(Numbers):
             if len(pair) != 2:
                 raise QueryError("range", "expected two numbers: lower,upper")
             out["range_"] = (pair[0], pair[1])
+        if query.get("estimand"):
+            if query["estimand"] not in ESTIMANDS:
+                raise QueryError(
+                    "estimand", f"expected one of {', '.join(ESTIMANDS)}, got {query['estimand']!r}"
+                )
+            out["estimand"] = query["estimand"]
         return out
 
     def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
@@ -160,6 +169,7 @@ class Distribution(Numbers):
             "quantiles": tuple(_quantile(q, level, fraction) for q in data.get("quantiles") or ()),
             "range": item(found) if isinstance(found, dict) else None,
             "bounds": (float(bounds[0]), float(bounds[1])) if bounds else None,
+            "estimand": data.get("estimand"),
         }
 
     def columns(
@@ -177,8 +187,13 @@ class Distribution(Numbers):
 
     def text(self, result: Any, table: list[str]) -> list[str]:
         pct, fmt = f"{result.level:.0%}", render.fmt
+        whose = {
+            "reporters": "the reporting users' own values",
+            "population": "the population the users were drawn from",
+        }.get(result.estimand or "", "the population the users were drawn from")
         lines = [
             *table,
+            f"bin and range intervals: about {whose} (estimand {result.estimand or 'population'})",
             "",
             f"mean {fmt(result.mean)} (stderr {fmt(result.stderr)}), {pct} interval "
             f"[{fmt(result.low)}, {fmt(result.high)}]{_shifted(result.forgery_shift)}",
@@ -225,6 +240,61 @@ class Distribution(Numbers):
             mean = f"\nmean {result.mean:.4g} [{result.low:.4g}, {result.high:.4g}]"
         ax.set_title(render.title(result) + mean, fontsize="medium", pad=14)  # room for "p50"
         return fig
+
+    def plot_over_time(self, result: Any, plt: Any) -> Any:
+        """The mean and the quantiles asked per bucket with their intervals, above a bucket
+        x bin heat map of the bins' estimates (not one line per bin)."""
+        fig, (top, bottom) = plt.subplots(
+            2, 1, figsize=(9, 8.5), gridspec_kw={"height_ratios": [1, 1.3]}
+        )
+        _summary_over_time(top, result)
+        if any(b.items for b in result.buckets):
+            render.heat_over_time(fig, bottom, result, f"{result.metric} (bin)")
+        top.set_xlabel("bucket start (UTC)")
+        times = [b.start for b in result.buckets]
+        every = max(1, len(times) // 8)  # the buckets' own starts as ticks, at most 8
+        top.set_xticks(times[::every], [render.bucket_name(t) for t in times[::every]])
+        for label in top.get_xticklabels():
+            label.set_rotation(20)
+            label.set_horizontalalignment("right")
+        return fig
+
+
+def _summary_over_time(ax: Any, result: Any) -> None:
+    """The mean and each quantile per bucket: points on lines, whiskers and bands for their
+    intervals, side by side in a bucket so that none hides another."""
+    buckets = [b for b in result.buckets if b.mean is not None]
+    times = [b.start for b in buckets]
+    series = {"mean": [(b.mean, b.low, b.high) for b in buckets]}
+    for k, q in enumerate(result.quantiles):
+        series[f"p{q.q * 100:g}"] = [
+            (b.quantiles[k].value, b.quantiles[k].low, b.quantiles[k].high)
+            if k < len(b.quantiles)
+            else (None, None, None)
+            for b in buckets
+        ]
+    step = _step(times) * 0.05
+    colours = render.palette(len(series))
+    for k, ((name, rows), colour) in enumerate(zip(series.items(), colours, strict=True)):
+        x = [t + (k - (len(series) - 1) / 2) * step for t in times]
+        value, low, high = (render.nan([r[j] for r in rows]) for j in range(3))
+        ax.plot(x, value, marker="o", color=colour, label=name, zorder=3)
+        ax.vlines(x, low, high, color=colour, linewidth=1.5, zorder=2)
+        if len(times) > 1:
+            ax.fill_between(x, low, high, color=colour, alpha=0.12, linewidth=0)
+    ax.set_ylabel(result.metric)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    what = "mean and quantiles" if result.quantiles else "mean (ask for quantiles: --quantiles)"
+    ax.set_title(
+        render.title(result) + f"\n{what} per bucket, {result.level:.0%} intervals",
+        fontsize="medium",
+    )
+
+
+def _step(times: Sequence[Any]) -> Any:
+    """The shortest gap between buckets (a day if there is one bucket)."""
+    gaps = [b - a for a, b in pairwise(times)]
+    return min(gaps) if gaps else timedelta(days=1)
 
 
 def _add_shifts(estimate: Any, data: dict[str, Any], q: Question) -> None:
@@ -284,5 +354,5 @@ def _bins(ax: Any, result: Any) -> None:
 
 
 SPEC = Distribution(
-    "distribution", ("bounds", "resolution"), ("bins", "edges", "quantiles", "range")
+    "distribution", ("bounds", "resolution"), ("bins", "edges", "quantiles", "range", "estimand")
 )

@@ -171,7 +171,8 @@ class Numeric(Numbers):
         ax.set_title(render.title(result), fontsize="medium")
         return fig
 
-    def plot_over_time(self, result: Any, ax: Any) -> None:
+    def plot_over_time(self, result: Any, plt: Any) -> Any:
+        fig, ax = plt.subplots(figsize=(8, 4))
         times = [b.start for b in result.buckets]
         ax.plot(times, render.nan([b.mean for b in result.buckets]), marker="o", label="mean")
         ax.fill_between(
@@ -181,6 +182,8 @@ class Numeric(Numbers):
             alpha=0.2,
         )
         ax.set_ylabel("mean")
+        render.time_axis(fig, ax, result)
+        return fig
 
 
 def beyond_bounds_sentence(side: str, level: float) -> str:

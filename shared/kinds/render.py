@@ -4,9 +4,12 @@ it). A ``result`` is an ``ldpkit.analyst.EstimateResult``, an item its ``ItemEst
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Sequence
+import colorsys
+from collections.abc import Callable, Collection, Container, Sequence
 from dataclasses import asdict
 from typing import Any
+
+import numpy as np
 
 NUMBERS = ["estimate", "stderr", "low", "high", "forgery_shift"]
 
@@ -106,19 +109,90 @@ def bars(result: Any, plt: Any) -> Any:
     return fig
 
 
-def lines_over_time(result: Any, ax: Any) -> None:
-    """One line per item across the buckets, its interval as a band."""
-    categories = [i.category for i in result.items] or (
-        [i.category for i in result.buckets[0].items] if result.buckets else []
-    )
+TABLEAU10 = [
+    "#4C78A8", "#F58518", "#E45756", "#72B7B2", "#54A24B",
+    "#EECA3B", "#B279A2", "#FF9DA6", "#9D755D", "#BAB0AC",
+]  # fmt: skip
+
+
+def palette(n: int) -> list[str]:
+    """``n`` distinct colours: Tableau 10, then hues spread evenly (matplotlib's default
+    cycle repeats after 10, so neighbouring series would look alike)."""
+    if n <= len(TABLEAU10):
+        return TABLEAU10[:n]
+    rgb = [colorsys.hsv_to_rgb(k / n, 0.75, 0.85 if k % 2 else 0.6) for k in range(n)]
+    return ["#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in col)) for col in rgb]
+
+
+def time_axis(fig: Any, ax: Any, result: Any) -> None:
+    """The bucket axis, the title; estimates below zero below a zero line."""
+    ax.set_xlabel("bucket start (UTC)")
+    ax.set_title(title(result), fontsize="medium")
+    if ax.get_ylim()[0] < 0:
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+    fig.autofmt_xdate()
+
+
+def lines_over_time(
+    result: Any, ax: Any, items: Callable[[Any], Sequence[Any]] = lambda part: part.items
+) -> None:
+    """One line per item (of ``items(part)``: the items, a marginal) across the buckets,
+    its interval as a band, each its own colour; the legend beside the axes when there
+    are many."""
+    by_bucket = [{i.category: i for i in items(b)} for b in result.buckets]
+    categories = list(dict.fromkeys([i.category for i in items(result)] + [
+        c for found in by_bucket for c in found
+    ]))  # fmt: skip
     times = [b.start for b in result.buckets]
-    for index, category in enumerate(categories):
-        line = ax.plot(times, _series(result, index, "estimate"), marker="o", label=category)[0]
-        low, high = _series(result, index, "low"), _series(result, index, "high")
-        ax.fill_between(times, low, high, alpha=0.15, color=line.get_color())
+    for category, colour in zip(categories, palette(len(categories)), strict=True):
+        points = [found.get(category) for found in by_bucket]
+        series = [
+            nan([getattr(i, k) if i else None for i in points]) for k in ("estimate", "low", "high")
+        ]
+        ax.plot(times, series[0], marker="o", label=category, color=colour)
+        ax.fill_between(times, series[1], series[2], alpha=0.15, color=colour)
     ax.set_ylabel("fraction of users")
-    ax.legend(loc="best", fontsize="small", ncol=2)
+    if len(categories) > 6:
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize="small",
+            ncol=1 + len(categories) // 16,
+        )
+    else:
+        ax.legend(loc="best", fontsize="small", ncol=2)
 
 
-def _series(result: Any, index: int, name: str) -> list[float]:
-    return nan([getattr(b.items[index], name) if b.items else None for b in result.buckets])
+def bucket_name(start: Any) -> str:
+    """A bucket's start as a tick label: the day, with the time unless it is midnight."""
+    return str(start.strftime("%Y-%m-%d %H:%M").removesuffix(" 00:00"))
+
+
+def heat_over_time(fig: Any, ax: Any, result: Any, label: str, top_first: bool = False) -> None:
+    """A bucket x item heat map of the items' unbiased estimates (a distribution's bins, a
+    table's cells): blue above zero, red below (one colour scale, symmetric about zero),
+    each cell labelled when there is room; ``top_first``: the first item on top."""
+    buckets = [b for b in result.buckets if b.items]
+    values = np.array([nan([i.estimate for i in b.items]) for b in buckets]).T
+    reach = max(float(np.nanmax(np.abs(values))), 1e-9)
+    image = ax.pcolormesh(values, cmap="RdBu", vmin=-reach, vmax=reach, edgecolors="white")
+    below = int(np.sum(values < 0))
+    fig.colorbar(
+        image, ax=ax, label="fraction of users" + (f"\n(red: {below} below zero)" if below else "")
+    )
+    names = [bucket_name(b.start) for b in buckets]
+    every = max(1, len(names) // 12)
+    ax.set_xticks([k + 0.5 for k in range(0, len(names), every)], names[::every])
+    rows = [i.category for i in buckets[0].items]
+    step = max(1, len(rows) // 16)
+    ax.set_yticks([k + 0.5 for k in range(0, len(rows), step)], rows[::step], fontsize="small")
+    ax.set_xlabel("bucket start (UTC)")
+    ax.set_ylabel(label)
+    if top_first:
+        ax.invert_yaxis()
+    if len(names) <= 12 and len(rows) <= 16:
+        for (row, col), v in np.ndenumerate(values):
+            colour = "white" if abs(v) > 0.6 * reach else "black"
+            ax.text(
+                col + 0.5, row + 0.5, f"{v:.3f}", ha="center", va="center", fontsize=7, color=colour
+            )

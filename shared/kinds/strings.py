@@ -29,6 +29,7 @@ from .base import (
 )
 
 DEFAULT_K = 20
+MAX_SEED = 1 << 53
 DECODE_SECONDS = (1.0, 0.05, 0.0007)
 """CPU seconds of one decode at worst, ``a + max_length (b + c beam)`` with ``beam`` the
 walk's width (``max(64, 4 k)``): fitted above the decodes measured by
@@ -49,11 +50,18 @@ class Strings(KindSpec):
             raise fail(definition, "strings metrics need max_length (bytes, UTF-8)")
         k: object = DEFAULT_K if definition.k is None else definition.k
         name = definition.mechanism
+        seed: object = definition.seed
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_SEED
+        ):
+            # 2^53: a JSON number every language reads exactly
+            raise fail(definition, f"seed must be an integer in [0, 2^53), got {shown(seed)}")
         m = make(
             definition,
             "prefix_sketch" if name == "auto" else name,
             max_length=definition.max_length,
             k=k,
+            **({} if seed is None else {"seed": seed}),
         )
         return Built(m, {"k": k})
 
@@ -204,4 +212,4 @@ def _evidence_lines(result: Any) -> list[str]:
     ]
 
 
-SPEC = Strings("strings", ("max_length", "k"), ("candidates",))
+SPEC = Strings("strings", ("max_length", "k", "seed"), ("candidates",))

@@ -4,6 +4,7 @@ with the cells and each attribute's marginal."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any, ClassVar
 
 import numpy as np
@@ -66,22 +67,57 @@ class Table(Structured):
             ),
         }
 
+    def rows(self, part: Any, columns: Sequence[str]) -> list[dict[str, Any]]:
+        """The cells, then each marginal's items (``category`` "type=Van (marginal)", the
+        other dimensions empty): the totals' and each bucket's."""
+        rows = render.item_rows(part.items, columns)
+        for name, group in part.marginals.items():
+            for item in group:
+                row = {**asdict(item), name: item.category}
+                row["category"] = f"{name}={item.category} (marginal)"
+                rows.append({c: row.get(c) for c in columns})
+        return rows
+
     def index(self, dimensions: Sequence[str]) -> list[str]:
         return list(dimensions)
 
     def frame(self, frame: Any, dimensions: Sequence[str]) -> Any:
         return frame.drop(columns=["category"]).set_index(list(dimensions))
 
+    def plot_over_time(self, result: Any, plt: Any) -> Any:
+        """Each marginal over time as lines, then the cells as a bucket x cell heat map (not
+        one line per cell)."""
+        names = [n for n, _ in result.dimensions]
+        fig, axes = plt.subplots(
+            len(names) + 1, 1, figsize=(9, 3.2 * len(names) + 4.5), squeeze=False
+        )
+        for ax, name in zip(axes[:-1, 0], names, strict=True):
+            render.lines_over_time(result, ax, _marginal(name))
+            ax.set_title(f"marginal: {name}", fontsize="medium")
+            ax.set_xticks([b.start for b in result.buckets])
+            ax.set_xticklabels([render.bucket_name(b.start) for b in result.buckets])
+        axes[0, 0].set_title(f"{render.title(result)}\nmarginal: {names[0]}", fontsize="medium")
+        if any(b.items for b in result.buckets):
+            render.heat_over_time(fig, axes[-1, 0], result, "cell", top_first=True)
+        return fig
+
     def text(self, result: Any, table: list[str]) -> list[str]:
-        lines = list(table)
-        columns = [*render.NUMBERS, *(["consistent"] if result.consistent else [])]
+        # The cells in a table, then each marginal in its own (not as rows of the cells').
         dimensions = [n for n, _ in result.dimensions]
+        every = self.columns(result.consistent, dimensions, result.robust is not None)
+        cells = render.item_rows(result.items, every)
+        lines = render.text_table(cells, self.hidden, dimensions) if cells else list(table)
+        columns = [*render.NUMBERS, *(["consistent"] if result.consistent else [])]
         for name, group in result.marginals.items():
             lines.append("")
             lines.append(f"marginal of {name}:")
             rows = [{name: i.category, **{c: getattr(i, c) for c in columns}} for i in group]
             lines.extend(render.text_table(rows, (), dimensions))
         return lines
+
+
+def _marginal(name: str) -> Callable[[Any], Any]:
+    return lambda part: part.marginals.get(name, ())
 
 
 def _dimensions(definition: Definition) -> dict[str, list[str]]:

@@ -196,3 +196,74 @@ def rng_words(rng: np.random.Generator) -> Callable[[int], npt.NDArray[np.uint64
 def uniform_u64(rng: np.random.Generator, count: int) -> npt.NDArray[np.uint64]:
     """``count`` uniform 64-bit integers: the next ``count`` of :func:`rng_words`."""
     return rng_words(rng)(count)
+
+
+_UINT32 = 0xFFFFFFFF
+_UINT64 = (1 << 64) - 1
+_DOUBLE = 1.0 / 9007199254740992.0  # 2**-53
+
+
+class OneDraws:
+    """The draws of one report as Python numbers, with no numpy call but the bit
+    generator's: the same words, in the same order and to the same values, as the
+    vectorised samplers take from ``rng`` for a batch of one.
+
+    - :meth:`u64` is ``uniform_u64(rng, 1)[0]`` (:func:`rng_words`: a
+      :class:`~ldpkit.randomness.KeyedGenerator`'s AES keystream, else the bit generator);
+    - :meth:`random` is ``rng.random()``: numpy's double, ``(next64 >> 11) * 2**-53``;
+    - :meth:`integers` is ``rng.integers(0, high)``: numpy's Lemire sampler, on 32-bit
+      halves of the bit generator's words (low half first) when ``high - 1 < 2**32``.
+
+    ``rng`` must hold no half-used word (``has_uint32`` clear: a new or re-keyed
+    generator, as the client uses for every report); the half kept back by
+    :meth:`integers` stays here, so ``rng`` is spent after this report.
+    """
+
+    __slots__ = ("_half", "_raw", "_words")
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._words = rng.words if isinstance(rng, KeyedGenerator) else None
+        self._raw: Callable[[], int] = rng.bit_generator.random_raw
+        self._half: int | None = None
+
+    def u64(self) -> int:
+        if self._words is not None:
+            return int(self._words(1)[0])
+        return self._raw()
+
+    def random(self) -> float:
+        return (self._raw() >> 11) * _DOUBLE
+
+    def _u32(self) -> int:
+        half = self._half
+        if half is not None:
+            self._half = None
+            return half
+        word = self._raw()
+        self._half = word >> 32
+        return word & _UINT32
+
+    def integers(self, high: int) -> int:
+        """Uniform on ``0 .. high - 1`` (``high >= 1``), as ``rng.integers(0, high)``."""
+        span = high - 1
+        if span == 0:
+            return 0
+        if span < _UINT32:
+            excl = span + 1
+            m = self._u32() * excl
+            if m & _UINT32 < excl:
+                threshold = (_UINT32 - span) % excl
+                while m & _UINT32 < threshold:
+                    m = self._u32() * excl
+            return m >> 32
+        if span == _UINT32:
+            return self._u32()
+        if span == _UINT64:
+            return self._raw()
+        excl = span + 1
+        m = self._raw() * excl
+        if m & _UINT64 < excl:
+            threshold = (_UINT64 - span) % excl
+            while m & _UINT64 < threshold:
+                m = self._raw() * excl
+        return m >> 64

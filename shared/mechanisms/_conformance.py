@@ -27,6 +27,10 @@ Cdf = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
 # the plan's definitions exercise the canonical JSON's escaping.
 CATEGORIES = ("light", "dark", "système", "日本", "🙂", 'q"\\')
 NUMERIC_BOUNDS = (-3.0, 7.0)
+WIDE_CATEGORIES = tuple(f"{c}{i}" for c in ("é", "b") for i in range(8))
+"""Sixteen categories (d a multiple of 8: a bitmap has no padding bits, so a bitmap in the
+wrong bit order is well-formed and only its law can show it)."""
+WIDE_EPSILON = 1.0
 
 
 def case_name(mechanism: str, epsilon: float) -> str:
@@ -38,10 +42,13 @@ def categorical_cases(
     epsilons: Sequence[float] = (0.5, 2.0),
     categories: Sequence[str] = CATEGORIES,
     inputs: Sequence[int] = (0, 2, 4),
+    *,
+    wide: bool = True,
 ) -> tuple[PlanCase, ...]:
-    """A categorical metric per epsilon, reporting the categories numbered ``inputs``."""
+    """A categorical metric per epsilon, reporting the categories numbered ``inputs``, and
+    (``wide``) one over :data:`WIDE_CATEGORIES` at :data:`WIDE_EPSILON`."""
     values = tuple(categories[i] for i in inputs)
-    return tuple(
+    cases = [
         PlanCase(
             case_name(mechanism, eps),
             {"kind": "categorical", "categories": list(categories), "epsilon": eps,
@@ -49,7 +56,17 @@ def categorical_cases(
             values,
         )
         for eps in epsilons
-    )  # fmt: skip
+    ]  # fmt: skip
+    if wide:
+        cases.append(
+            PlanCase(
+                case_name(f"{mechanism}-d16", WIDE_EPSILON),
+                {"kind": "categorical", "categories": list(WIDE_CATEGORIES),
+                 "epsilon": WIDE_EPSILON, "mechanism": mechanism},
+                tuple(WIDE_CATEGORIES[i] for i in (0, 9, 15)),
+            )
+        )  # fmt: skip
+    return tuple(cases)
 
 
 def numeric_cases(

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from .. import screening
 from ..screening import Finding
+from ._bits import OneDraws
 from ._conformance import Cdf, binned
 from ._portable import Derived, Words
 from .base import BoolArray, FloatArray, IntArray, LawTest, NumericMechanism, Reports
@@ -109,6 +110,21 @@ class GridMechanism(NumericMechanism):
         m += rng.random(n) < u - m  # stochastic rounding: E[M] = u
         y = m.astype(np.int64) + self.noise(rng, n)
         return np.asarray(np.clip(y, -self.noise_cap, d + self.noise_cap))
+
+    def round_one(self, value: float, draws: OneDraws) -> int:
+        """:meth:`_perturb`'s stochastic rounding of one value, in Python numbers."""
+        d = self.grid_steps
+        lo, hi = self.bounds
+        u = min(max((value - lo) / (hi - lo) * d, 0.0), float(d))
+        m = math.floor(u)
+        return m + (draws.random() < u - m)
+
+    def report_one(self, rounded: int, noise: int) -> bytes:
+        """:meth:`_perturb`'s report of one rounded value and its noise, as bytes."""
+        cap = self.noise_cap
+        return min(max(rounded + noise, -cap), self.grid_steps + cap).to_bytes(
+            8, "little", signed=True
+        )
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray(

@@ -832,9 +832,14 @@ def change_row(queue: WordQueue, row: list[int], lanes: int, target: int) -> Non
 
 def finish_row(row: list[int], lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:
     """Clear the padding, set ``lane`` to ``bit``, and return the report's bytes (1 x n)."""
+    data = finish_row_bytes(row, lanes, lane, bit)
+    return np.frombuffer(data, dtype=np.uint8).reshape(1, -1).copy()
+
+
+def finish_row_bytes(row: list[int], lanes: int, lane: int, bit: bool) -> bytes:
+    """:func:`finish_row`'s report, as the bytes that travel."""
     spare = 64 * len(row) - lanes
     if spare:
         row[-1] &= (1 << (64 - spare)) - 1
     row[lane >> 6] = (row[lane >> 6] & ~(1 << (lane & 63)) & _ALL) | (int(bit) << (lane & 63))
-    data = b"".join(w.to_bytes(8, "little") for w in row)[: (lanes + 7) // 8]
-    return np.frombuffer(data, dtype=np.uint8).reshape(1, -1).copy()
+    return b"".join(w.to_bytes(8, "little") for w in row)[: (lanes + 7) // 8]

@@ -166,6 +166,13 @@ class Mechanism(ABC):
         should: the kit pools this over a metric's inputs (frequency oracles; else None)."""
         return None
 
+    @classmethod
+    def conformance_lies(cls, derived: Derived) -> list[tuple[str, dict[str, Any]]]:
+        """Lying ``derived`` constants the kit serves a client to refuse, beyond its 64-bit
+        thresholds (which the kit lies about itself): ``(what, lying derived)``, for the
+        constants privacy rests on that are not thresholds (none by default)."""
+        return []
+
     # --- what honest reports look like, whatever the inputs (ldpkit.screening) --------
     def screen_reports(self, reports: npt.NDArray[Any], alpha: float) -> Finding | None:
         """Test a batch's well-formed ``reports`` against a law every honest report follows
@@ -208,6 +215,18 @@ class Mechanism(ABC):
         codec: int64 indices in the domain, or float64 numbers within the bounds), so
         that a device value is checked once."""
         return self._perturb(values, rng)
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """One checked value's report, as the bytes that travel: the device's path.
+
+        A mechanism with a per-value path overrides this (Python numbers and the bit
+        generator's words, no numpy call per report); its bytes equal the vectorised
+        path's, :meth:`perturb_checked` of ``[value]``, for the same ``rng``
+        (``tests/shared/test_perturb_value.py`` pins it for every mechanism). This
+        fallback is that vectorised path.
+        """
+        reports = self._perturb(np.asarray([value]), rng)  # int64 or float64, as checked
+        return bytes(np.ascontiguousarray(reports).tobytes())
 
     def coerce_reports(self, reports: npt.ArrayLike) -> npt.NDArray[Any]:
         """View ``reports`` as an array of ``report_dtype`` (one row per report)."""
@@ -477,6 +496,10 @@ class NumericMechanism(Mechanism):
     def to_unit(self, x: FloatArray) -> FloatArray:
         lo, _ = self.bounds
         return np.clip((x - lo) / self.half_range - 1.0, -1.0, 1.0)
+
+    def unit_one(self, x: float) -> float:
+        """:meth:`to_unit` of one number, in Python floats (the same operations)."""
+        return min(max((x - self.bounds[0]) / self.half_range - 1.0, -1.0), 1.0)
 
     @abstractmethod
     def _debias(self, reports: npt.NDArray[Any]) -> FloatArray:

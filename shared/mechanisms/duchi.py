@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from ._bits import OneDraws
 from ._conformance import chi2, numeric_cases
 from ._dyadic import realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
@@ -43,6 +44,12 @@ def duchi_signs(t: FloatArray, threshold: float, rng: np.random.Generator) -> np
     upper = rng.random(n) < (t + 1.0) * 0.5
     flip = rng.random(n) < threshold
     return np.where(upper != flip, 1, -1).astype(REPORT_DTYPE)
+
+
+def duchi_sign_one(t: float, threshold: float, draws: OneDraws) -> int:
+    """:func:`duchi_signs` of one unit value (the same words, the same sign)."""
+    upper = draws.random() < (t + 1.0) * 0.5
+    return 1 if upper != (draws.random() < threshold) else -1
 
 
 def duchi_sign(flip: str, t: float, words: Words) -> int:
@@ -117,6 +124,11 @@ class Duchi(NumericMechanism):
 
     def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int8]:
         return duchi_signs(self.to_unit(values), self._threshold, rng)
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`_perturb` of one value, in Python numbers (the same words, the same bytes)."""
+        sign = duchi_sign_one(self.unit_one(float(value)), self._threshold, OneDraws(rng))
+        return sign.to_bytes(1, "little", signed=True)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray((reports == 1) | (reports == -1))

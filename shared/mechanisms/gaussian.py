@@ -273,6 +273,11 @@ class LocalGaussian(GridMechanism):
         }
 
     @classmethod
+    def conformance_lies(cls, derived: Derived) -> list[tuple[str, dict[str, Any]]]:
+        """One grid step of noise (``t = m = 1``): far more than delta at epsilon."""
+        return [("derived.t, derived.m", {**derived, "t": 1, "m": 1})]
+
+    @classmethod
     def portable_noise(cls, derived: Derived, words: Words) -> int:
         """The discrete Gaussian of variance parameter ``t m`` (CKS Algorithm 3)."""
         return _portable.discrete_gaussian(int(derived["t"]), int(derived["m"]), words)

@@ -119,6 +119,16 @@ class HadamardResponse(FrequencyOracle):
         flip = np.where(inside != want, row & (~row + np.uint64(1)), np.uint64(0))
         return (c ^ flip).astype(REPORT_DTYPE)
 
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`_perturb` of one value, in Python integers (the same words, the same bytes)."""
+        draws = _bits.OneDraws(rng)
+        row = int(value) + 1
+        c = draws.u64() & (self.K - 1)
+        inside = (row & c).bit_count() & 1 == 0
+        want = draws.u64() < _bits.threshold64_floor(self.p)
+        flip = row & -row if inside != want else 0
+        return (c ^ flip).to_bytes(4, "little")
+
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray(reports.astype(np.uint64) < np.uint64(self.K))
 

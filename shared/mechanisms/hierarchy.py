@@ -61,6 +61,12 @@ _REGION = (
 """The conformance plan's tree: leaves at depths 3, 2 and 1."""
 
 
+_WIDE_REGION = tuple(
+    f"{top}/{leaf}{i}" for top in ("Åland", "Bío") for leaf in "xy" for i in range(4)
+)
+"""The plan's wide tree: 16 leaves under two tops (d a multiple of 8 at the leaves)."""
+
+
 def _plan_case(mechanism: str, oracle: str) -> PlanCase:
     spec = {
         "kind": "hierarchy",
@@ -70,6 +76,15 @@ def _plan_case(mechanism: str, oracle: str) -> PlanCase:
         "oracle": oracle,
     }
     return PlanCase(mechanism, spec, (_REGION[0], _REGION[3], _REGION[4]))
+
+
+def _wide_case(mechanism: str, oracle: str) -> PlanCase:
+    """The wide tree with every view on ``oracle`` (``ss``, ``sue``: what ``auto`` picks
+    for larger hierarchies)."""
+    spec = {"kind": "hierarchy", "categories": list(_WIDE_REGION), "epsilon": 1.0,
+            "mechanism": mechanism, "oracle": oracle}  # fmt: skip
+    values = (_WIDE_REGION[0], _WIDE_REGION[9], _WIDE_REGION[15])
+    return PlanCase(f"{mechanism}-{oracle}-16", spec, values)
 
 
 def refining_depths(tree: Tree) -> list[int]:
@@ -167,7 +182,10 @@ class LeafRollup(HierarchyMechanism):
     """
 
     name: ClassVar[str] = "rollup"
-    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case("rollup", "oue"),)
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
+        _plan_case("rollup", "oue"),
+        _wide_case("rollup", "ss"),
+    )
 
     def _view_specs(self) -> list[tuple[str, IntArray]]:
         d = self.tree.depth
@@ -193,7 +211,10 @@ class LevelSampling(HierarchyMechanism):
     """
 
     name: ClassVar[str] = "levels"
-    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case("levels", "auto"),)
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
+        _plan_case("levels", "auto"),
+        _wide_case("levels", "sue"),
+    )
 
     levels: tuple[int, ...] | None = None
     weights: tuple[float, ...] | None = None

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ._bits import uniform_u64
+from ._bits import OneDraws, uniform_u64
 from ._conformance import Cdf, numeric_cases
 from ._grid import GRID_STEPS as GRID_STEPS  # D: part of protocol v1
 from ._grid import REPORT_DTYPE as REPORT_DTYPE
@@ -147,6 +147,22 @@ class LocalLaplace(GridMechanism):
             active = active[more]
             g[active] += block
         return g
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`_perturb` of one value, in Python numbers (the same words, the same bytes)."""
+        draws = OneDraws(rng)
+        rounded = self.round_one(float(value), draws)
+        g = [0, 0]  # _geometric(rng, 2): digit j reads words 2 j, 2 j + 1
+        for j, threshold in enumerate(self.digit_thresholds):
+            for i in (0, 1):
+                g[i] |= (draws.u64() < threshold) << j
+        block = 1 << len(self.digit_thresholds)
+        active = [0, 1]
+        while active:
+            active = [i for i in active if draws.u64() < self.block_threshold]
+            for i in active:
+                g[i] += block
+        return self.report_one(rounded, g[0] - g[1])
 
     def noise(self, rng: np.random.Generator, n: int) -> IntArray:
         """n draws of the two-sided geometric: the difference of two geometrics."""

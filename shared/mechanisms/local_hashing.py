@@ -72,6 +72,7 @@ D. Lemire, "Fast random integer generation in an interval", ACM TOMACS 2019.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -203,6 +204,17 @@ class OptimizedLocalHashing(FrequencyOracle):
         n = values.size
         a = _bits.uniform_u64(rng, n)
         return self._respond(values, a, _bits.uniform_u64(rng, n), rng)
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`_perturb` of one value, in Python integers (the same words, the same bytes)."""
+        draws = _bits.OneDraws(rng)
+        a = draws.u64()
+        b = draws.u64()
+        true = olh_bucket(int(value), a, b, self.g)
+        keep = draws.u64() < _bits.threshold64_floor(self.p)
+        other = draws.integers(self.g - 1)
+        y = true if keep else other + (other >= true)
+        return struct.pack("<QQI", a, b, y)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray(reports["y"].astype(np.uint64) < np.uint64(self.g))

@@ -24,11 +24,19 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from ._bits import OneDraws
 from ._conformance import Cdf, binned, numeric_cases
 from ._dyadic import realized_at_least
 from ._portable import Derived, Words, dyadic53, hex64, unit
 from .base import BoolArray, FloatArray, LawTest, NumericMechanism, PlanCase, Reports
-from .duchi import duchi_constants, duchi_sign, duchi_signs, plus_probability, sign_test
+from .duchi import (
+    duchi_constants,
+    duchi_sign,
+    duchi_sign_one,
+    duchi_signs,
+    plus_probability,
+    sign_test,
+)
 
 REPORT_DTYPE = np.dtype("<i4")
 
@@ -117,6 +125,28 @@ class _PMGrid:
         index = anchor + np.floor((start - anchor) + offset + rng.random(n))
         np.clip(index, -self.bound, self.bound, out=index)
         return index.astype(np.int32)
+
+    def sample_one(self, t: float, draws: OneDraws) -> int:
+        """:meth:`sample` of one unit value, in Python floats (the same words and
+        operations, so the same index)."""
+        threshold, _ = realized_at_least(self.outside_probability)
+        w_in, w_out = self.widths
+        c = self.C / self.step
+        outside = draws.random() < threshold
+        u = draws.random()
+        c_plus_1, c_minus_1 = self.c_plus_minus_1
+        lo = min(max((0.5 * c_plus_1 * t - 0.5 * c_minus_1) / self.step, -c), c - w_in)
+        along = u * w_out
+        left = lo + c
+        if not outside:
+            start, offset = lo, u * w_in
+        elif along < left:
+            start, offset = -c, along
+        else:
+            start, offset = lo + w_in, along - left
+        anchor = float(math.floor(start))
+        index = anchor + math.floor((start - anchor) + offset + draws.random())
+        return int(min(max(index, -self.bound), self.bound))
 
     def base_variance(self, t: FloatArray) -> FloatArray:
         """Var of PM's continuous output (Wang et al., Lemma 1), in t units."""
@@ -276,6 +306,11 @@ class Piecewise(NumericMechanism):
     def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[np.int32]:
         return self._grid.sample(self.to_unit(values), rng)
 
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`_perturb` of one value, in Python numbers (the same words, the same bytes)."""
+        index = self._grid.sample_one(self.unit_one(float(value)), OneDraws(rng))
+        return index.to_bytes(4, "little", signed=True)
+
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray((reports >= -HALF_CELLS) & (reports <= HALF_CELLS))
 
@@ -406,6 +441,16 @@ class Hybrid(NumericMechanism):
             chosen = np.flatnonzero(use_pm)
             index[chosen] = self._grid.sample(t[chosen], rng)
         return index
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`_perturb` of one value, in Python numbers (the same words, the same bytes)."""
+        t = self.unit_one(float(value))
+        draws = OneDraws(rng)
+        use_pm = draws.random() < self.alpha
+        index = duchi_sign_one(t, self._flip_threshold, draws) * self.duchi_index
+        if self.alpha > 0.0 and use_pm:
+            index = self._grid.sample_one(t, draws)
+        return index.to_bytes(4, "little", signed=True)
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         if self.alpha == 0.0:  # Duchi alone (eps <= 0.61): only its two outputs exist

@@ -62,6 +62,14 @@ class GeneralizedRR(FrequencyOracle):
         other += other >= values
         return np.where(keep, values, other).astype(REPORT_DTYPE)
 
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`_perturb` of one value, in Python integers (the same words, the same bytes)."""
+        draws = _bits.OneDraws(rng)
+        v = int(value)
+        keep = draws.u64() < _bits.threshold64_floor(self.p)
+        other = draws.integers(self.domain_size - 1)
+        return (v if keep else other + (other >= v)).to_bytes(4, "little")
+
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         return np.asarray(reports < self.domain_size)
 
@@ -114,7 +122,7 @@ class BinaryRR(GeneralizedRR):
 
     name: ClassVar[str] = "rr"
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = categorical_cases(
-        "rr", categories=CATEGORIES[:2], inputs=(0, -1)
+        "rr", categories=CATEGORIES[:2], inputs=(0, -1), wide=False
     )
     domain_size: int = 2
 

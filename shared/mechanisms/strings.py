@@ -335,6 +335,12 @@ class PrefixSketch(Mechanism):
             {"kind": "strings", "max_length": 8, "k": 5, "epsilon": 4.0},
             ("été", "ab", "x"),
         ),
+        # A seed above 2^32 (a client that ignores the seed, or keeps 32 bits of it, fails).
+        PlanCase(
+            "prefix-sketch-seeded",
+            {"kind": "strings", "max_length": 8, "k": 5, "epsilon": 4.0, "seed": 2**52 + 12345},
+            ("été", "ab", "x"),
+        ),
     )
 
     max_length: int

@@ -212,6 +212,15 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
 
     def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
         """:meth:`perturb_words` for a single value (same words, same report), faster."""
+        return _lanes.finish_row(*self._one_row(value, queue))
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`perturb_one`'s report as bytes (words in blocks, Python integers)."""
+        queue = _lanes.WordQueue(_bits.rng_words(rng))
+        return _lanes.finish_row_bytes(*self._one_row(int(value), queue))
+
+    def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[list[int], int, int, bool]:
+        """One report's row before :func:`_lanes.finish_row` (and its arguments)."""
         d, k = self.domain_size, self.k
         inside = queue.take(1)[0] < _bits.threshold64_floor(self.p)
         target = k - inside
@@ -221,7 +230,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         if a == 0:  # no dense start
             row = [0] * width
             _lanes.distinct_row(queue, row, d, target, value)
-            return _lanes.finish_row(row, d, value, inside)
+            return row, d, value, inside
         mask = 1 << (value & 63)
         while True:
             row = _lanes.dense_row(queue, width, m, a)
@@ -231,7 +240,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             if 0 <= target + 1 - sum(w.bit_count() for w in row) <= window:
                 break
         _lanes.change_row(queue, row, d, target + 1)
-        return _lanes.finish_row(row, d, value, inside)
+        return row, d, value, inside
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         padding = _bits.padding_is_zero(reports, self.domain_size)

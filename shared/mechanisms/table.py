@@ -67,6 +67,15 @@ def _plan_case(mechanism: str) -> PlanCase:
     return PlanCase(mechanism.replace("_", "-"), spec, cells)
 
 
+def _wide_case(mechanism: str, oracle: str) -> PlanCase:
+    """A 4 x 4 table (16 cells: d a multiple of 8) with every view on ``oracle``."""
+    dims = {"größe": ["S", "M", "L", "XL"], "色": ["赤", "青", "緑", "黒"]}
+    spec = {"kind": "table", "dimensions": dims, "epsilon": 1.0, "mechanism": mechanism,
+            "oracle": oracle}  # fmt: skip
+    cells = ({"größe": "S", "色": "赤"}, {"größe": "L", "色": "青"}, {"größe": "XL", "色": "黒"})
+    return PlanCase(f"{mechanism.replace('_', '-')}-{oracle}-16", spec, cells)
+
+
 def _population(table: Table, fractions: npt.ArrayLike | None) -> FloatArray:
     return population(table.size, None if fractions is None else np.reshape(fractions, -1))
 
@@ -164,7 +173,10 @@ class JointTable(TableMechanism):
     """
 
     name: ClassVar[str] = "joint"
-    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case("joint"),)
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
+        _plan_case("joint"),
+        _wide_case("joint", "sue"),
+    )
 
     def _view_specs(self) -> list[tuple[str, IntArray]]:
         return [("cells", np.arange(self.table.size))]
@@ -183,7 +195,10 @@ class JointMarginals(TableMechanism):
     """
 
     name: ClassVar[str] = "joint_marginals"
-    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case("joint_marginals"),)
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
+        _plan_case("joint_marginals"),
+        _wide_case("joint_marginals", "ss"),
+    )
 
     weights: tuple[float, ...] | None = None
 

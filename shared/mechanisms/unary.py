@@ -111,10 +111,18 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
 
     def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
         """:meth:`perturb_words` for a single value (same words, same report), faster."""
+        return _lanes.finish_row(*self._one_row(value, queue))
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`perturb_one`'s report as bytes (words in blocks, Python integers)."""
+        queue = _lanes.WordQueue(_bits.rng_words(rng))
+        return _lanes.finish_row_bytes(*self._one_row(int(value), queue))
+
+    def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[list[int], int, int, bool]:
+        """One report's row before :func:`_lanes.finish_row` (and its arguments)."""
         d = self.domain_size
         true_bit = queue.take(1)[0] < _bits.threshold64_floor(self.p)
-        row = _lanes.unary_row(queue, d, self.sampling_plan)
-        return _lanes.finish_row(row, d, value, true_bit)
+        return _lanes.unary_row(queue, d, self.sampling_plan), d, value, true_bit
 
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
         """Perturb checked item indices, drawing raw 64-bit words from ``words(count)``.

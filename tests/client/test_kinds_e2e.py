@@ -125,7 +125,7 @@ def minutes(live: LiveCollector, tmp_path_factory: pytest.TempPathFactory) -> np
 def test_distribution_histogram_matches_the_truth(live: LiveCollector, minutes: np.ndarray) -> None:
     answer = live.estimate("session_minutes", bins=8)
     assert answer["n"] == minutes.size
-    assert answer["mechanism"] == "hh" and answer["interval"] == "wald"
+    assert answer["mechanism"] == "hh" and answer["interval"] == "score"
     items = answer["items"]
     assert [(i["lower"], i["upper"]) for i in items] == [
         (15.0 * k, 15.0 * (k + 1)) for k in range(8)
@@ -169,6 +169,7 @@ def test_distribution_query_parameters_are_checked(live: LiveCollector) -> None:
         ({"quantiles": "1.5"}, "quantiles"),
         ({"range": "5"}, "range"),
         ({"bins": "4", "edges": "0,10"}, "edges"),
+        ({"estimand": "everyone"}, "estimand"),
         ({"depth": "1"}, "depth"),  # a hierarchy's parameter
     ):
         with pytest.raises(urllib.error.HTTPError) as caught:
@@ -457,10 +458,16 @@ def test_the_analyst_rebuilds_each_kinds_core_estimate_from_the_served_sums(
     _same(rebuilt["marginals"], table.raw["marginals"])
     options: dict[str, Any] = {"bins": 4, "quantiles": [0.5, 0.9], "range_": (5.0, 10.0)}
     dist = analyst.estimates("session_minutes", wait=120, **options)
-    assert isinstance(dist.estimate, DistributionEstimate)
+    assert isinstance(dist.estimate, DistributionEstimate) and dist.estimand == "reporters"
     rebuilt = dist.estimate.to_dict(0.95, **options)
     for key in ("items", "quantiles", "range", "mean", "mean_low", "mean_high"):
         _same(rebuilt[key], dist.raw[key])
+    population = analyst.estimates("session_minutes", wait=120, estimand="population", **options)
+    assert population.estimand == population.raw["estimand"] == "population"
+    assert population.estimate is not None
+    rebuilt = population.estimate.to_dict(0.95, estimand="population", **options)
+    for key in ("items", "range"):
+        _same(rebuilt[key], population.raw[key])
     found = analyst.estimates("search_term", wait=120)
     assert found.estimate is None and "sums" not in found.raw  # see docs/protocol.md
     # The forgery shifts too, from the rebuilt estimates, at the answer's fraction.
@@ -498,6 +505,9 @@ def test_cli_shows_each_kind_readably(
     head = ["category", "estimate", "stderr", "low", "high", "forgery_shift"]
     assert out.splitlines()[2].split() == head
     assert out.count("forgery shift ") == 4  # the mean, two quantiles, the range
+    assert "about the reporting users' own values (estimand reporters)" in out
+    out = cli(live, capsys, "session_minutes", "--estimand", "population")
+    assert "about the population the users were drawn from (estimand population)" in out
     out = cli(live, capsys, "region", "--subtree", "MX/Sonora")
     assert "depth 3 under MX/Sonora" in out and "MX/Sonora/Nogales" in out and "Merida" not in out
     out = cli(live, capsys, "car", "--consistent")

@@ -96,3 +96,63 @@ def test_per_bucket_to_pandas() -> None:
     assert list(totals.index) == ["light", "dark"]
     numeric = EstimateResult.from_json(NUMERIC).to_pandas()
     assert list(numeric["mean"]) == [9.0, 10.5] and numeric.index.name == "bucket"
+
+
+def _cell(kind: str, origin: str, estimate: float) -> dict[str, Any]:
+    return {**_item("", estimate), "cell": {"type": kind, "origin": origin}} | {"category": None}
+
+
+def _table_part(shift: float) -> dict[str, Any]:
+    cells = [_cell(t, o, 0.25 + shift * (k - 1.5)) for k, (t, o) in enumerate(
+        [("Small", "USA"), ("Small", "non-USA"), ("Van", "USA"), ("Van", "non-USA")]
+    )]  # fmt: skip
+    for c in cells:
+        del c["category"]
+    return {
+        "items": cells,
+        "marginals": {
+            "type": [_item("Small", 0.5 - shift), _item("Van", 0.5 + shift)],
+            "origin": [_item("USA", 0.5), _item("non-USA", 0.5)],
+        },
+        "dimensions": [["type", ["Small", "Van"]], ["origin", ["USA", "non-USA"]]],
+    }
+
+
+TABLE: dict[str, Any] = {
+    **{k: v for k, v in CATEGORICAL.items() if k not in ("items", "buckets")},
+    "metric": "car",
+    "kind": "table",
+    **_table_part(0.0),
+    "buckets": [
+        {"bucket": T0, "n": 100, **_table_part(-0.02)},
+        {"bucket": T0 + DAY, "n": 200, **_table_part(0.02)},
+    ],
+}
+
+
+def test_per_bucket_rows_of_a_table_carry_its_marginals() -> None:
+    """Each bucket's cells, then its marginals (the other dimension empty), in the CSV and
+    the DataFrame; the totals too."""
+    result = EstimateResult.from_json(TABLE)
+    assert result.buckets[1].marginals["type"][1].estimate == pytest.approx(0.52)
+    rows = list(csv.DictReader(io.StringIO(result.to_csv())))
+    assert len(rows) == 2 * (4 + 2 + 2)
+    marginal = [r for r in rows if r["category"] == "type=Van (marginal)"]
+    assert [(r["bucket"], r["type"], r["origin"]) for r in marginal] == [
+        ("2025-11-21T00:00:00Z", "Van", ""),
+        ("2025-11-22T00:00:00Z", "Van", ""),
+    ]
+    assert [float(r["estimate"]) for r in marginal] == pytest.approx([0.48, 0.52])
+    assert all(r["stderr"] == "0.01" for r in rows)
+    totals = list(csv.DictReader(io.StringIO(result.to_csv(per_bucket=False))))
+    assert [r["category"] for r in totals][-2:] == [
+        "origin=USA (marginal)",
+        "origin=non-USA (marginal)",
+    ]
+    text = result.to_table()
+    assert "marginal of type:" in text and text.count("Van") >= 4
+    pd = pytest.importorskip("pandas")
+    frame = result.to_pandas()
+    when = pd.Timestamp("2025-11-22", tz="UTC")
+    van = frame.loc[when].query("type == 'Van' and origin.isnull()", engine="python")
+    assert list(van["estimate"]) == pytest.approx([0.52])

@@ -138,7 +138,7 @@ def test_reports_from_a_page(collector: str) -> None:
             page.goto(APP + "/")
             out = page.evaluate(SCRIPT, [collector, INGEST, RELAY, DEVICES])
             assert out["receipt"]["queued"] and out["receipt"]["epsilon"] == 3.0
-            assert out["flushed"]["accepted"] == 1 and out["flushed"]["held"] == 0
+            assert out["flushed"]["sent"] == 1 and out["flushed"]["held"] == 0
             assert out["role"] == "device"  # read through CORS
             assert out["again"]["memoized"] and not out["again"]["queued"]
             # A reload: IndexedDB kept the ledger (no budget left) and the outbox is empty.

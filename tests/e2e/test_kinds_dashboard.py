@@ -204,21 +204,40 @@ def test_distribution_histogram_with_quantiles(
     assert "p50" in page.inner_text("#distribution-summary")
     readable(page)
     page.screenshot(path=str(shots / f"kinds-histogram-{width}.png"), full_page=True)
+    # whose bins the intervals are about: the reporting users' by default, stated
+    assert data["estimand"] == "reporters"
+    assert "the reporting users" in page.inner_text("#distribution-estimand")
+    page.select_option("#estimand", "population")
+    drawn(
+        page,
+        "session_minutes_dist",
+        "histogram",
+        "window.ldpkitDashboard.data.estimand === 'population'",
+    )
+    assert "the population" in page.inner_text("#distribution-estimand")
+    page.screenshot(path=str(shots / f"kinds-histogram-population-{width}.png"), full_page=True)
     page.select_option("#bins", "64")
     drawn(
         page, "session_minutes_dist", "histogram", "window.ldpkitDashboard.data.items.length === 64"
     )
     assert page.locator("g.estimate-bars rect").count() == 64
-    # over time: one series per bin, named by its edges (one bucket here: whiskers only)
+    # over time: the mean and quantiles per bucket, and a bucket x bin heat map (one
+    # bucket here: whiskers only, one column)
     page.select_option("#bins", "8")
     page.check("#over-time")
-    drawn(page, "session_minutes_dist", "over-time")
-    assert page.locator("g.points circle").count() == 8
+    drawn(page, "session_minutes_dist", "distribution-over-time")
+    assert page.locator("#distribution-summary-over-time g.points circle").count() == 3
+    assert page.locator("#distribution-heatmap g.bin-cells rect").count() == 8
     assert "[0, 15)" in page.inner_text("#chart")
     readable(page)
     # robust: a distribution has none, and the page says so (the answer's robust_note)
     page.check("#robust")
-    drawn(page, "session_minutes_dist", "over-time", "'robust_note' in window.ldpkitDashboard.data")
+    drawn(
+        page,
+        "session_minutes_dist",
+        "distribution-over-time",
+        "'robust_note' in window.ldpkitDashboard.data",
+    )
     note = page.evaluate("window.ldpkitDashboard.data.robust_note")
     assert note.startswith("no robust estimate for a distribution metric")
     assert page.text_content("#robust-shown") == f"robust: {note}"
@@ -240,7 +259,7 @@ def test_hierarchy_opens_level_by_level(
     drawn(page, "region", "tree", "window.ldpkitDashboard.data.subtree === 'MX/Sonora'")
     items = page.evaluate("window.ldpkitDashboard.data.items")
     assert [i["category"] for i in items] == ["MX/Sonora/Hermosillo", "MX/Sonora/Nogales"]
-    assert "under MX/Sonora" in page.inner_text("#tree-where")
+    assert page.locator("#tree-where .crumb").all_text_contents() == ["all", "MX", "Sonora"]
     readable(page)
     page.screenshot(path=str(shots / f"kinds-tree-open-{width}.png"), full_page=True)
     page.click("#tree-top")
@@ -255,7 +274,12 @@ def test_table_heat_map_and_marginals(browser: Any, kinds: Kinds, shots: Path, w
     assert page.locator("g.cells rect").count() == len(data["items"]) == 12
     labels = page.locator("g.cell-labels text").all_text_contents()
     assert len(labels) == 12
-    assert any(t.startswith(f"{data['items'][0]['estimate']:.3f} [") for t in labels), labels
+    # "0.108 [0.079, 0.140]", on two lines where the cells are narrow (420 px)
+    first = data["items"][0]
+    assert any(
+        t.replace(" ", "") == f"{first['estimate']:.3f}[{first['low']:.3f},{first['high']:.3f}]"
+        for t in labels
+    ), labels
     assert page.locator("svg[data-marginal] g.estimate-bars rect").count() == 6 + 2
     readable(page)
     page.screenshot(path=str(shots / f"kinds-heatmap-{width}.png"), full_page=True)

@@ -21,6 +21,11 @@ from ldpkit.metrics import MetricDefinition
 REPORTS = 2000
 
 
+def checked(plan: Any, batch: bytes, **kw: Any) -> conformance.Verdict:
+    """The kit's verdict, the verification answered as ldpkit's Python client answers it."""
+    return conformance.check(plan, batch, accepted=conformance.python_accepts(plan), **kw)
+
+
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return conformance.write_plan(tmp_path_factory.mktemp("kit") / "plan.json", REPORTS)
@@ -41,7 +46,7 @@ def test_python_client_passes(plan_path: Path) -> None:
     # Seeded, as every test here that needs the kit to pass: at alpha 1e-4 a correct client
     # fails one check in 10,000, so unseeded reports would make the test flaky.
     batch = conformance.respond(plan_path, rng=np.random.default_rng(40))
-    verdict = conformance.check(plan_path, batch)
+    verdict = checked(plan_path, batch)
     assert verdict.passed, verdict.render()
     assert {t.mechanism for t in verdict.tests} == set(portable.MECHANISMS)
     assert "PASS" in verdict.render()
@@ -51,7 +56,7 @@ def test_python_client_report_by_report_passes(tmp_path: Path) -> None:
     """Each report made alone, as Reporter.report makes it (single-report samplers)."""
     plan = conformance.write_plan(tmp_path / "plan.json", 400)
     batch = conformance.respond(plan, one_at_a_time=True, rng=np.random.default_rng(47))
-    verdict = conformance.check(plan, batch)
+    verdict = checked(plan, batch)
     assert verdict.passed, verdict.render()
 
 
@@ -90,7 +95,7 @@ def test_portable_reference_rules_pass(plan_path: Path) -> None:
                 d["name"], d["fingerprint"], plan["bucket"], os.urandom(16 * len(values)), raw
             )
         )
-    verdict = conformance.check(plan, wire.encode_batch(blocks))
+    verdict = checked(plan, wire.encode_batch(blocks))
     assert verdict.passed, verdict.render()
 
 
@@ -98,7 +103,7 @@ def _failing(plan_path: Path, overrides: dict[str, Any]) -> tuple[str, ...]:
     # Seeded: each broken client must fail alone, and a chance failure of another mechanism
     # (alpha 1e-4 for the whole check) must not make the test flaky.
     batch = conformance.respond(plan_path, overrides, rng=np.random.default_rng(20261122))
-    verdict = conformance.check(plan_path, batch)
+    verdict = checked(plan_path, batch)
     assert not verdict.passed
     assert "FAIL" in verdict.render()
     return verdict.failing_mechanisms
@@ -117,7 +122,7 @@ def test_textbook_hash_fails_even_with_fair_keys(plan_path: Path) -> None:
         out["b"] = rng.integers(0, 2**64, size=values.size, dtype=np.uint64)
         return out
 
-    verdict = conformance.check(plan_path, conformance.respond(plan_path, {"olh": fair_keys}))
+    verdict = checked(plan_path, conformance.respond(plan_path, {"olh": fair_keys}))
     failed = {t.test for t in verdict.tests if not t.passed}
     assert "bucket vs hash" in failed and "hash key bits" not in failed
 
@@ -217,11 +222,11 @@ def test_framing_problems_are_named(plan_path: Path) -> None:
     broken = [b for b in blocks if b.metric != "hr-0_5"]
     first = broken[0]
     broken[0] = wire.Block(first.metric, "0" * 16, first.bucket, b"", first.reports, first.n)
-    verdict = conformance.check(plan, wire.encode_sealed_batch(os.urandom(16), broken))
+    verdict = checked(plan, wire.encode_sealed_batch(os.urandom(16), broken))
     assert not verdict.passed
     text = verdict.render()
     assert "hr-0_5" in text and "fingerprint" in text
-    assert conformance.check(plan, b"\x93\x01").problems
+    assert checked(plan, b"\x93\x01").problems
 
 
 def test_malformed_reports_fail(plan_path: Path) -> None:
@@ -239,13 +244,148 @@ def test_cli_plan_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "reports to make" in capsys.readouterr().out
     good, bad = tmp_path / "good.msgpack", tmp_path / "bad.msgpack"
     good.write_bytes(conformance.respond(plan, rng=np.random.default_rng(214)))
+    answer = tmp_path / "accepted.json"
+    answer.write_text(json.dumps({"accepted": conformance.python_accepts(plan)}))
     bad.write_bytes(
         conformance.respond(plan, {"olh": conformance.textbook_olh}, rng=np.random.default_rng(215))
     )
-    assert main(["conformance", "check", str(plan), str(good)]) == 0
+    assert main(["conformance", "check", str(plan), str(good), "--accepted", str(answer)]) == 0
     out = capsys.readouterr().out
     assert "PASS" in out and "covered by the test vectors" in " ".join(out.split())
-    assert main(["conformance", "check", str(plan), str(bad)]) == 1
+    assert main(["conformance", "check", str(plan), str(bad), "--accepted", str(answer)]) == 1
     out = capsys.readouterr().out
     assert "FAIL: olh" in out
     assert main(["conformance", "check", str(plan), str(tmp_path / "missing")]) == 2
+
+
+def trusting_client(plan: Any) -> list[str]:
+    """A client that trusts every served constant: it accepts every definition whose
+    fingerprint matches (the fingerprint covers no ``derived`` constant)."""
+    data = json.loads(Path(plan).read_text())
+    out = []
+    for item in data["verify"]:
+        served = item["definition"]
+        d = MetricDefinition.from_served(served["name"], served, served["fingerprint"])
+        if d.fingerprint == served["fingerprint"]:
+            out.append(item["id"])
+    return out
+
+
+def test_the_python_client_refuses_every_lie_and_accepts_the_honest(plan_path: Path) -> None:
+    plan = json.loads(plan_path.read_text())
+    served = conformance.served_for_verification(plan["metrics"])
+    honest = {vid for vid, _, lie in served if lie is None}
+    assert set(conformance.python_accepts(plan_path)) == honest
+    # every mechanism is lied about (the Gaussian, which has no threshold, by its own lie)
+    lied = {d["resolved_mechanism"] for _, d, lie in served if lie is not None}
+    assert lied == set(portable.MECHANISMS)
+
+
+def test_a_client_trusting_the_served_constants_fails_by_name(plan_path: Path) -> None:
+    batch = conformance.respond(plan_path, rng=np.random.default_rng(40))
+    verdict = conformance.check(plan_path, batch, accepted=trusting_client(plan_path))
+    assert not verdict.passed
+    text = verdict.render()
+    assert "ACCEPTED A LYING DEFINITION: grr-0_5: derived.keep" in text
+    assert "oue-2_0: derived.q" in verdict.lies_accepted
+    assert "levels: derived.views[0].keep" in verdict.lies_accepted
+    assert "prefix-sketch: derived.keep" in verdict.lies_accepted
+    assert "gaussian-0_5: derived.t, derived.m" in verdict.lies_accepted
+    assert set(verdict.failing_mechanisms) == set(portable.MECHANISMS)
+
+
+def test_the_verification_must_be_answered(plan_path: Path) -> None:
+    batch = conformance.respond(plan_path, rng=np.random.default_rng(40))
+    verdict = conformance.check(plan_path, batch)
+    assert not verdict.passed and "no answer to the plan's `verify`" in verdict.render()
+    refusing = conformance.check(plan_path, batch, accepted=[])
+    assert "refused the honest definition of grr-0_5" in refusing.render()
+
+
+def test_the_python_client_refuses_a_lying_collector() -> None:
+    from ldpkit.client.protocol import parse_definitions
+
+    d = MetricDefinition.categorical("theme", ["a", "b", "c"], epsilon=1.0, mechanism="grr")
+    served = d.to_dict()
+    served["derived"]["keep"] = "f" * 16
+    found, warnings = parse_definitions(json.dumps({"metrics": [served]}))
+    assert found == {}
+    assert "derived.keep" in warnings[0] and "refused metric 'theme'" in warnings[0]
+
+
+# --- broken clients the wide, seeded and structured cases catch (issue 29) -------------
+
+
+def _ignored_seed(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    """A strings client that hashes with seed 0 whatever the definition serves."""
+    import dataclasses
+
+    return dataclasses.replace(m, seed=0).perturb(values, rng)
+
+
+_REVERSED = np.array([int(f"{i:08b}"[::-1], 2) for i in range(256)], dtype=np.uint8)
+
+
+def _msb_first(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    """A bitmap written with bit j at ``0x80 >> (j % 8)`` of its byte (the protocol says
+    ``1 << (j % 8)``); only where d is a multiple of 8, where no padding bit gives it away."""
+    right = np.asarray(m.perturb(values, rng))
+    if m.domain_size % 8:
+        return right
+    flipped = _REVERSED[np.ascontiguousarray(right).view(np.uint8)]
+    return flipped.view(right.dtype).reshape(right.shape)
+
+
+def _oue_for_sue(m: Any, values: npt.NDArray[Any], rng: np.random.Generator) -> Any:
+    """A view client that samples every ``sue`` view with ``oue`` (same bitmap, other law)."""
+    import dataclasses
+
+    served = tuple(v.oracle.name for v in m.views)
+    wrong = tuple("oue" if name == "sue" else name for name in served)
+    return dataclasses.replace(m, oracle=wrong).perturb(values, rng)
+
+
+def _failed_metrics(plan_path: Path, overrides: dict[str, Any]) -> tuple[tuple[str, ...], set[str]]:
+    batch = conformance.respond(plan_path, overrides, rng=np.random.default_rng(20261127))
+    verdict = checked(plan_path, batch)
+    assert not verdict.passed and not verdict.problems, verdict.render()
+    return verdict.failing_mechanisms, {t.metric for t in verdict.tests if not t.passed}
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "override", "metrics"),
+    [
+        ("prefix_sketch", _ignored_seed, {"prefix-sketch-seeded"}),
+        ("oue", _msb_first, {"oue-d16-1_0"}),
+        ("sue", _msb_first, {"sue-d16-1_0"}),
+        ("ss", _msb_first, {"ss-d16-1_0"}),
+        ("joint", _oue_for_sue, {"joint-sue-16"}),
+        ("levels", _oue_for_sue, {"levels-sue-16"}),
+    ],
+    ids=[
+        "strings-ignored-seed",
+        "oue-bit-order-d16",
+        "sue-bit-order-d16",
+        "ss-bit-order-d16",
+        "joint-wrong-view-oracle",
+        "levels-wrong-view-oracle",
+    ],
+)
+def test_broken_clients_of_the_wide_seeded_and_view_cases_fail_by_name(
+    plan_path: Path, mechanism: str, override: Any, metrics: set[str]
+) -> None:
+    """Each is well-formed (no framing problem): only the new cases' laws catch it."""
+    failing, failed = _failed_metrics(plan_path, {mechanism: override})
+    assert failing == (mechanism,)
+    assert failed == metrics
+
+
+def test_the_plan_holds_wide_seeded_and_every_view_oracle(plan_path: Path) -> None:
+    plan = json.loads(plan_path.read_text())
+    seeds = {m["derived"]["seed"] for m in plan["metrics"] if "seed" in m.get("derived", {})}
+    assert "0000000000000000" in seeds and len(seeds) == 2
+    kinds = {m["kind"] for m in plan["metrics"]}
+    wide = {m["kind"] for m in plan["metrics"] if len(m.get("categories") or ()) == 16}
+    assert wide == {"categorical", "hierarchy"} and kinds >= {"table", "strings"}
+    oracles = {v["oracle"] for m in plan["metrics"] for v in m.get("derived", {}).get("views", ())}
+    assert oracles == {"grr", "oue", "sue", "ss"}

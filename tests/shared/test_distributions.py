@@ -122,9 +122,10 @@ def run(
         answers = e.fractions(RANGES)
         est.append([x.estimate for x in answers])
         se.append([x.stderr for x in answers])
-        cis = np.array([x.ci() for x in answers])
+        # The truths are the population's: so is the estimand.
+        cis = np.array([x.ci(estimand="population") for x in answers])
         cov.append((cis[:, 0] <= truths) & (truths <= cis[:, 1]))
-        low, high = e.histogram(16).ci()
+        low, high = e.histogram(16).ci(estimand="population")
         bins.append((low <= bin_truths) & (bin_truths <= high))
         qs = e.quantiles(QUANTILES)
         quant.append([q.low <= t <= q.high for q, t in zip(qs, q_truths, strict=True)])
@@ -416,8 +417,8 @@ def test_a_range_that_cuts_a_leaf_is_widened_to_stay_honest() -> None:
     for r in range(campaigns):
         est = m.estimate(m.aggregate(reports[r * users : (r + 1) * users]))
         got = est.fraction(a, b)
-        assert got.method == "wald, widened to whole leaves"
-        low, high = got.ci()
+        assert got.method == "score, widened to whole leaves"
+        low, high = got.ci(estimand="population")  # the truth is the population's
         covered.append(low <= truth <= high)
         naive.append(abs(got.estimate - truth) <= 1.96 * got.stderr)
     assert np.mean(covered) >= 0.95

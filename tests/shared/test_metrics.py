@@ -293,3 +293,24 @@ def test_every_kind_keeps_to_the_fingerprint_number_schema() -> None:
                 assert isinstance(number, float), (served["name"], path)
             else:
                 assert path in SCHEMA_INTEGERS and isinstance(number, int), (served["name"], path)
+
+
+def test_a_strings_definition_sets_its_hash_seed() -> None:
+    """A deployment rotates the seed by a new version; the default keeps old fingerprints."""
+    base = {"kind": "strings", "max_length": 8, "epsilon": 4.0}
+    default = MetricDefinition.from_dict("s", base)
+    assert MetricDefinition.from_dict("s", {**base, "seed": 0}).fingerprint == default.fingerprint
+    assert "seed" not in default.to_dict()
+    rotated = MetricDefinition.from_dict("s", {**base, "seed": 2**52 + 1})
+    served = rotated.to_dict()
+    assert rotated.fingerprint != default.fingerprint
+    assert served["seed"] == 2**52 + 1 and served["derived"]["seed"] == "0010000000000001"
+    assert (
+        MetricDefinition.from_served("s", served, served["fingerprint"]).fingerprint
+        == rotated.fingerprint
+    )
+    for bad in (-1, 2**53, 1.5, True, "7"):
+        with pytest.raises(ParameterError, match=r"seed must be an integer in \[0, 2\^53\)"):
+            MetricDefinition.from_dict("s", {**base, "seed": bad})
+    with pytest.raises(ParameterError, match="categorical metrics take no seed"):
+        MetricDefinition.from_dict("c", {"categories": ["a", "b"], "epsilon": 1.0, "seed": 1})

@@ -149,3 +149,40 @@ def test_v2_batch_vector(name: str) -> None:
 def test_v2_malformed_vector(name: str) -> None:
     with pytest.raises(ProtocolError):
         wire.decode(_hex(VECTORS["hex", "v2-malformed", name]))
+
+
+REFUSED = sorted(k[2] for k in VECTORS if k[:2] == ("json", "refuse"))
+
+
+def test_a_fingerprint_vector_for_every_kind() -> None:
+    from ldpkit.kinds import NAMES
+
+    kinds = {json.loads(VECTORS["json", "definition", n]).get("kind") for n in DEFINITIONS}
+    assert kinds == set(NAMES)
+
+
+def test_served_derived_in_a_fingerprint_vector_is_the_definitions() -> None:
+    given = [n for n in DEFINITIONS if "derived" in json.loads(VECTORS["json", "definition", n])]
+    assert given  # the strings vector serves its seed
+    for name in given:
+        spec = json.loads(VECTORS["json", "definition", name])
+        ours = MetricDefinition.from_dict(name, spec).to_dict()["derived"]
+        assert {k: ours[k] for k in spec["derived"]} == spec["derived"]
+
+
+def test_the_document_has_definitions_to_refuse() -> None:
+    assert len(REFUSED) >= 5
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_the_python_client_refuses_a_lying_definition(name: str) -> None:
+    """Its fingerprint is right; its named constant is not (docs/protocol.md, Verification)."""
+    from ldpkit.client.protocol import parse_definitions
+
+    served = json.loads(VECTORS["json", "refuse", name])
+    lie = VECTORS["text", "lie", name]
+    definition = MetricDefinition.from_served(served["name"], served, served["fingerprint"])
+    assert definition.fingerprint == served["fingerprint"]
+    assert any(d.startswith(f"{lie} = ") for d in definition.served_differences(served))
+    found, warnings = parse_definitions(json.dumps({"metrics": [served]}))
+    assert found == {} and lie in warnings[0]

@@ -97,6 +97,8 @@ export function checkDerived(def) {
       if (!Array.isArray(p.views) || p.views.length < 1 || p.views.length > 255) throw new DefinitionError(`metric ${def.name}: bad views`);
       integer(p.payload, 1, 1 << 16, "payload", def.name);
       for (const view of p.views) {
+        // The view oracles (ldpkit's STRUCTURED_ORACLES): the collector refuses any other.
+        if (!["grr", "sue", "oue", "ss"].includes(view.oracle)) throw new DefinitionError(`metric ${def.name}: ${view.oracle} is not a view oracle`);
         integer(view.size, 2, 1 << 24, "view size", def.name);
         threshold(view.until);
         if (view.labels === null ? view.size !== cells : !(Array.isArray(view.labels) && view.labels.length === cells && view.labels.every((l) => Number.isInteger(l) && l >= 0 && l < view.size))) {
@@ -177,6 +179,11 @@ function checkOracle(name, eps, mechanism, p, d) {
       integer(p.bound, 1, 2 ** 30, "bound", name);
       if (mechanism === "hybrid") {
         near(prob(p.flip), 1 / (e + 1), "flip", name);
+        // PM's branch (ldpkit's HYBRID_THRESHOLD: Duchi's branch alone at eps <= 0.61).
+        const pm = eps > 0.61 ? -Math.expm1(-eps / 2) : 0;
+        if (pm === 0 ? p.pm !== "0000000000000000" : !(Math.abs(prob(p.pm) - pm) <= TOLERANCE * pm + 2 ** -52)) {
+          throw new DefinitionError(`metric ${name}: served pm ${prob(p.pm)} is not ${pm}`);
+        }
         integer(p.duchi_index, 1, p.bound, "duchi_index", name);
       }
       break;
@@ -326,7 +333,16 @@ export function deviceCap(def) {
   return fresh * Math.max(1, Math.floor(PERIODS[def.bucket] / PERIODS[def.budget_period]));
 }
 
-const shownValue = (value) => String(JSON.stringify(value)).slice(0, 80);
+/** A value for an error message: JSON (a string quoted), cut to 80 characters. */
+const shownValue = (value) => {
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch {
+    text = undefined; // a BigInt, a cycle
+  }
+  return String(text ?? value).slice(0, 80);
+};
 
 /** The mechanism input of a raw value: a category index, or the number clipped. */
 export function encodeValue(def, value) {
@@ -350,18 +366,22 @@ export function encodeValue(def, value) {
     }
     return { input: bytes, clipped: false };
   }
+  // The Python client's messages (tests/fixtures/client_shapes.json): a string shown quoted.
   if (def.index) {
-    const i = typeof value === "string" ? def.index.get(value) : undefined;
+    if (typeof value !== "string") throw new TypeError(`metric ${def.name} takes one of its categories (a string), got ${shownValue(value)}`);
+    const i = def.index.get(value);
     if (i === undefined) {
-      const shown = JSON.stringify(value)?.slice(0, 80);
-      throw new TypeError(`${shown} is not a category of metric ${def.name}`);
+      const cats = [...def.index.keys()];
+      const expected = cats.slice(0, 20).join(", ") + (cats.length > 20 ? "..." : "");
+      throw new TypeError(`${shownValue(value)} is not a category of metric ${def.name}; expected one of ${expected}`);
     }
     return { input: i, clipped: false };
   }
-  if (typeof value !== "number" || !Number.isFinite(value)) {
-    throw new TypeError(`metric ${def.name} takes a finite number, got ${String(value).slice(0, 80)}`);
-  }
   const [lo, hi] = def.bounds;
+  if (typeof value !== "number") {
+    throw new TypeError(`metric ${def.name} takes a number in [${lo}, ${hi}], got ${typeof value} ${shownValue(value)}`);
+  }
+  if (!Number.isFinite(value)) throw new TypeError(`metric ${def.name} takes a finite number, got ${value}`);
   const input = Math.min(Math.max(value, lo), hi); // the distribution's leaf comes from it
   return { input, clipped: input !== value };
 }

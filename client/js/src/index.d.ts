@@ -132,22 +132,35 @@ export interface Receipt {
   clipped: boolean;
 }
 
+/** The Python client's `FlushResult.to_dict()` (the same names; docs/client.md). */
 export interface FlushResult {
+  /** Reports newly accepted by the collector. */
   sent: number;
-  accepted: number;
+  /** Reports it already had (retries of delivered ones). */
   duplicates: number;
-  /** Of the accepted, those the collector's screening holds for an admin's review: delivered all the same. */
+  /** Of the sent, those the collector's screening holds for an admin's review: delivered all the same. */
   held: number;
-  rejected: { metric: string; error: string; detail?: string }[];
-  pending: number;
+  /** Reports refused for good (they left the outbox). */
+  rejected: number;
+  /** Reports left in the outbox after the flush. */
+  remaining: number;
+  /** Of the remaining, those refused as unknown_version and kept for a later flush. */
+  deferred: number;
+  /** Every refusal, dropped or kept, in the order answered. */
+  refusals: { metric: string; error: string; detail: string }[];
 }
 
+/** The Python client's `MetricBudget` (snake_case there: `period_start`, `renews_at`, ...). */
 export interface MetricBudget {
+  metric: string;
+  /** The epsilon one report spends. */
   epsilon: number;
   budget: number;
   spent: number;
   left: number;
   period: Period;
+  /** Start of the current budget window (unix seconds). */
+  periodStart: number;
   renewsAt: number;
   /** The delta one report spends (0 for pure epsilon metrics). */
   delta: number;
@@ -159,7 +172,9 @@ export interface MetricBudget {
 
 export interface BudgetStatus {
   metrics: Record<string, MetricBudget>;
-  total: { budget: number; spent: number; left: number; renewsAt: number; deltaSpent: number } | null;
+  total: { budget: number; spent: number; left: number; period: Period; periodStart: number; renewsAt: number; deltaSpent: number } | null;
+  /** Always null here: this client does not detect a lost store (the Python client gives the loss's message). */
+  ledgerLost: string | null;
 }
 
 export declare class Reporter {
@@ -182,6 +197,10 @@ export declare class LdpkitError extends Error {}
 export declare class BudgetExceeded extends LdpkitError {
   metric: string;
   scope: "metric" | "total";
+  /** Epsilon per period of the exhausted budget, what is left of it, and what the report needed. */
+  budget: number;
+  left: number;
+  needed: number;
   renewsAt: number;
 }
 export declare class OutboxFull extends LdpkitError {}

@@ -29,6 +29,8 @@ export class UnknownMetric extends LdpkitError {}
 export class CollectorUnavailable extends LdpkitError {}
 export class CollectorRejected extends LdpkitError {}
 
+/** Unix seconds as "YYYY-MM-DD HH:MM UTC", as the Python client writes a renewal. */
+const utcMinute = (seconds) => `${new Date(seconds * 1000).toISOString().slice(0, 16).replace("T", " ")} UTC`;
 const fits = (spent, needed, budget) => spent + needed <= budget * (1 + BUDGET_SLACK) + BUDGET_SLACK;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -67,12 +69,16 @@ function retryAfterSeconds(value) {
 
 /** The JSON object of an error answer ({error, detail, ...}), or {} if it is none. */
 function problemOf(bytes) {
+  // An answer that is not the collector's JSON (a proxy's 401 page, say) still says what it
+  // is: its first 200 bytes as the detail, as the Python client does.
+  const text = new TextDecoder().decode(bytes);
   try {
-    const data = JSON.parse(new TextDecoder().decode(bytes));
-    return data && typeof data === "object" && !Array.isArray(data) ? data : {};
+    const data = JSON.parse(text);
+    if (data && typeof data === "object" && !Array.isArray(data)) return { error: "error", detail: "", ...data };
   } catch {
-    return {};
+    // not JSON: below
   }
+  return { error: "error", detail: text.slice(0, 200) };
 }
 
 /**
@@ -139,6 +145,7 @@ export class Reporter {
     this.random = random; // the device secret and un-memoized reports (never batch ids)
     this.totalBudget = totalBudget;
     this.totalSeconds = PERIODS[totalPeriod];
+    this.totalPeriod = totalPeriod;
     this.settings = { batchSize, maxOutbox, timeoutMs, retries, backoffMs, maxBackoffMs, maxRetryAfterMs };
     this.warnings = [];
     this.state = null;
@@ -307,7 +314,7 @@ export class Reporter {
       def = this.defs.get(metric);
     }
     if (!def) {
-      const known = [...this.defs.keys()].join(", ") || "none";
+      const known = [...this.defs.keys()].sort().join(", ") || "none";
       throw new UnknownMetric(`unknown metric ${JSON.stringify(String(metric)).slice(0, 80)}; the collector defines ${known}`, { metric });
     }
     return def;
@@ -362,11 +369,16 @@ export class Reporter {
       const totalKey = `*|${this.totalSeconds}|${totalWindow}`;
       const spent = state.ledger[metricKey] ?? 0;
       const totalSpent = state.ledger[totalKey] ?? 0;
+      // The Python client's messages and fields (tests/fixtures/client_shapes.json).
       if (!fits(spent, def.epsilon, def.budget)) {
-        throw new BudgetExceeded(`privacy budget of metric ${def.name} exhausted: a report costs epsilon ${def.epsilon} and ${Math.max(0, def.budget - spent)} of its ${def.budget} per ${def.budget_period} is left`, { metric: def.name, scope: "metric", renewsAt: window + budgetSeconds });
+        const left = Math.max(0, def.budget - spent);
+        const renewsAt = window + budgetSeconds;
+        throw new BudgetExceeded(`privacy budget of metric ${JSON.stringify(def.name)} exhausted: a report costs epsilon ${def.epsilon} and ${left} of its ${def.budget} per ${def.budget_period} is left; it renews at ${utcMinute(renewsAt)}`, { metric: def.name, scope: "metric", budget: def.budget, left, needed: def.epsilon, renewsAt });
       }
       if (this.totalBudget !== null && !fits(totalSpent, def.epsilon, this.totalBudget)) {
-        throw new BudgetExceeded(`total privacy budget exhausted: ${Math.max(0, this.totalBudget - totalSpent)} of ${this.totalBudget} is left`, { metric: def.name, scope: "total", renewsAt: totalWindow + this.totalSeconds });
+        const left = Math.max(0, this.totalBudget - totalSpent);
+        const renewsAt = totalWindow + this.totalSeconds;
+        throw new BudgetExceeded(`total privacy budget exhausted: a report of metric ${JSON.stringify(def.name)} costs epsilon ${def.epsilon} and ${left} of the total ${this.totalBudget} per ${this.totalPeriod} (all metrics together) is left; it renews at ${utcMinute(renewsAt)}`, { metric: def.name, scope: "total", budget: this.totalBudget, left, needed: def.epsilon, renewsAt });
       }
       state.ledger[metricKey] = spent + def.epsilon;
       state.ledger[totalKey] = totalSpent + def.epsilon;
@@ -398,9 +410,13 @@ export class Reporter {
     for (const [tag, memo] of Object.entries(state.memo)) if (memo.until <= now) delete state.memo[tag];
   }
 
-  /** Epsilon spent and left per metric (and in total) in the current windows. */
+  /**
+   * Epsilon spent and left per metric (and in total) in the current windows: the Python
+   * client's `budget().to_dict()` in camelCase (docs/client.md). `ledgerLost` is always
+   * null: this client does not detect a lost store (the Python client names the loss).
+   */
   budget() {
-    if (!this.state) return { metrics: {}, total: null };
+    if (!this.state) return { metrics: {}, total: null, ledgerLost: null };
     const now = this.ledgerTime(...this.time());
     const metrics = {};
     for (const def of this.defs.values()) {
@@ -410,11 +426,13 @@ export class Reporter {
       const spent = this.state.ledger[key] ?? 0;
       const delta = def.delta ?? 0;
       metrics[def.name] = {
+        metric: def.name,
         epsilon: def.epsilon,
         budget: def.budget,
         spent,
         left: Math.max(0, def.budget - spent),
         period: def.budget_period,
+        periodStart: start,
         renewsAt: start + seconds,
         delta,
         deltaSpent: this.state.ledger[`${key}|delta`] ?? 0,
@@ -426,9 +444,9 @@ export class Reporter {
       const start = Math.floor(now / this.totalSeconds) * this.totalSeconds;
       const key = `*|${this.totalSeconds}|${start}`;
       const spent = this.state.ledger[key] ?? 0;
-      total = { budget: this.totalBudget, spent, left: Math.max(0, this.totalBudget - spent), renewsAt: start + this.totalSeconds, deltaSpent: this.state.ledger[`${key}|delta`] ?? 0 };
+      total = { budget: this.totalBudget, spent, left: Math.max(0, this.totalBudget - spent), period: this.totalPeriod, periodStart: start, renewsAt: start + this.totalSeconds, deltaSpent: this.state.ledger[`${key}|delta`] ?? 0 };
     }
-    return { metrics, total };
+    return { metrics, total, ledgerLost: null };
   }
 
   /** Reports queued and not yet acknowledged. */
@@ -451,7 +469,8 @@ export class Reporter {
 
   async flushNow() {
     await this.ready();
-    const result = { sent: 0, accepted: 0, duplicates: 0, held: 0, rejected: [], pending: 0 };
+    // The Python client's FlushResult.to_dict() in camelCase (docs/client.md).
+    const result = { sent: 0, duplicates: 0, held: 0, rejected: 0, remaining: 0, deferred: 0, refusals: [] };
     let size = this.settings.batchSize;
     let failures = 0;
     const skip = new Set(); // refused as unknown_version in this flush: not again now
@@ -492,7 +511,7 @@ export class Reporter {
       const wait = retryAfter === null ? backoff : Math.min(this.settings.maxRetryAfterMs, Math.max(backoff, retryAfter * 1000));
       await sleep(wait);
     }
-    result.pending = this.state.outbox.length;
+    result.remaining = this.state.outbox.length;
     return result;
   }
 
@@ -572,22 +591,25 @@ export class Reporter {
     const now = this.clock();
     for (const { index, error, detail } of answer.rejected) {
       const row = ordered[index];
+      let kept = false;
       if (error === "unknown_version") {
         const first = (deferred[row.seq] ??= now);
         if (now - first < UNKNOWN_VERSION_GRACE) {
           drop.delete(row.seq);
           skip.add(row.seq);
+          kept = true;
         }
       }
       if (["unknown_metric", "unknown_version", "retired_metric"].includes(error)) this.stale = true;
-      result.rejected.push({ metric: row.metric, error, detail });
+      if (kept) result.deferred += 1;
+      else result.rejected += 1;
+      result.refusals.push({ metric: row.metric, error, detail: detail ?? "" });
     }
     for (const seq of drop) delete deferred[seq];
     this.state.outbox = this.state.outbox.filter((r) => !drop.has(r.seq));
     this.state.sealed = null; // answered: its kept reports go into a new batch
     await this.store.save(this.state);
-    result.sent += ordered.length;
-    result.accepted += answer.accepted;
+    result.sent += answer.accepted;
     result.duplicates += answer.duplicates;
     result.held += answer.held ?? 0; // held for review by the collector's screening: delivered
   }

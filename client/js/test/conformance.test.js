@@ -6,7 +6,8 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { encodeValue, prepare } from "../src/definitions.js";
+import { fingerprint } from "../src/canonical.js";
+import { DefinitionError, encodeValue, prepare } from "../src/definitions.js";
 import { seededRandom } from "../src/chacha.js";
 import { CryptoWords, MECHANISMS, sampler } from "../src/sampling.js";
 import { encodeSealedBatch, ID_SIZE } from "../src/wire.js";
@@ -72,13 +73,35 @@ async function respond(plan, seed, broken = {}) {
   return encodeSealedBatch(globalThis.crypto.getRandomValues(new Uint8Array(ID_SIZE)), blocks);
 }
 
+/** Which of the plan's `verify` definitions this client accepts (prepare checks them). */
+async function verify(plan, trusting = false) {
+  const accepted = [];
+  for (const { id, definition } of plan.verify) {
+    try {
+      if (trusting) {
+        // A client that checks the fingerprint and trusts every served constant.
+        if ((await fingerprint(definition)) !== definition.fingerprint) continue;
+      } else {
+        await prepare(definition);
+      }
+      accepted.push(id);
+    } catch (err) {
+      if (!(err instanceof DefinitionError)) throw err;
+    }
+  }
+  const path = join(dir, trusting ? "trusting.json" : "accepted.json");
+  writeFileSync(path, JSON.stringify({ accepted }));
+  return path;
+}
+
 test("this client passes the conformance kit for every mechanism", async () => {
   const made = ldpkit(["conformance", "plan", "--out", planPath, "--reports", "3000"]);
   assert.equal(made.status, 0, made.stderr);
   const plan = JSON.parse(readFileSync(planPath, "utf8"));
   const batch = join(dir, "reports.msgpack");
   writeFileSync(batch, await respond(plan, 1));
-  const checked = ldpkit(["conformance", "check", planPath, batch]);
+  const accepted = await verify(plan);
+  const checked = ldpkit(["conformance", "check", planPath, batch, "--accepted", accepted]);
   assert.equal(checked.status, 0, checked.stdout + checked.stderr);
   assert.match(checked.stdout, /PASS/);
   for (const m of MECHANISMS) {
@@ -87,13 +110,24 @@ test("this client passes the conformance kit for every mechanism", async () => {
 
   const bad = join(dir, "textbook.msgpack");
   writeFileSync(bad, await respond(plan, 2, { olh: textbookOlh }));
-  const failed = ldpkit(["conformance", "check", planPath, bad]);
+  const failed = ldpkit(["conformance", "check", planPath, bad, "--accepted", accepted]);
   assert.equal(failed.status, 1, failed.stdout + failed.stderr);
   assert.match(failed.stdout, /FAIL: olh$/m);
 
   const quiet = join(dir, "half-noise.msgpack");
   writeFileSync(quiet, await respond(plan, 3, { gaussian: halfNoiseGaussian }));
-  const loud = ldpkit(["conformance", "check", planPath, quiet]);
+  const loud = ldpkit(["conformance", "check", planPath, quiet, "--accepted", accepted]);
   assert.equal(loud.status, 1, loud.stdout + loud.stderr);
   assert.match(loud.stdout, /FAIL: gaussian$/m);
+});
+
+test("a client trusting the served constants fails the kit, the lying constant named", async () => {
+  const plan = JSON.parse(readFileSync(planPath, "utf8"));
+  const batch = join(dir, "reports.msgpack");
+  const trusted = ldpkit(["conformance", "check", planPath, batch, "--accepted", await verify(plan, true)]);
+  assert.equal(trusted.status, 1, trusted.stdout + trusted.stderr);
+  assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: grr-0_5: derived\.keep /m);
+  assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: hybrid-0_5: derived\.pm /m);
+  assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: levels: derived\.views\[0\]\.keep /m);
+  assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: gaussian-0_5: derived\.t, derived\.m /m);
 });

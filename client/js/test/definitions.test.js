@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 
-import { pyFloat } from "../src/canonical.js";
+import { fingerprint, pyFloat } from "../src/canonical.js";
 import { DefinitionError, prepare } from "../src/definitions.js";
 import { PYTHON } from "./python.js";
 
@@ -105,4 +105,13 @@ test("served constants must be those the fingerprint names", async () => {
   quiet.derived.t = Math.floor(s) + 1;
   quiet.derived.m = Math.ceil((s * s) / quiet.derived.t);
   await assert.rejects(prepare(quiet), /more than delta/);
+});
+
+test("a view served with an oracle the collector refuses for views is refused, fingerprint and all", async () => {
+  // A consistent lie: mechanism_params and derived both say olh, the fingerprint recomputed.
+  const def = structuredClone(SERVED.joint);
+  def.mechanism_params.views[0].oracle = "olh";
+  def.derived.views[0] = { ...def.derived.views[0], oracle: "olh", g: 4, keep: def.derived.views[0].keep };
+  def.fingerprint = await fingerprint(def);
+  await assert.rejects(prepare(def), /olh is not a view oracle/);
 });

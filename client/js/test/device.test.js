@@ -199,11 +199,11 @@ for (const memoize of [true, false]) {
     }
     const queued = Object.fromEntries(names.map((m) => [m, 0]));
     let refused = 0;
-    const result = { accepted: 0, duplicates: 0, held: 0, rejected: [] };
+    const result = { sent: 0, duplicates: 0, held: 0, refusals: [] };
     const flush = async () => {
       const sent = await r.flush();
-      for (const key of ["accepted", "duplicates", "held"]) result[key] += sent[key];
-      result.rejected.push(...sent.rejected);
+      for (const key of ["sent", "duplicates", "held"]) result[key] += sent[key];
+      result.refusals.push(...sent.refusals);
     };
     for (let step = 0; now < today - DAY; step++) {
       const metric = names[Math.floor(u() * names.length)];
@@ -221,7 +221,7 @@ for (const memoize of [true, false]) {
     assert.equal(r.tokenRole, "device");
     assert.equal(r.pending(), 0);
     const total = Object.values(queued).reduce((a, b) => a + b, 0);
-    assert.deepEqual([result.accepted, result.duplicates, result.rejected], [total, 0, []]);
+    assert.deepEqual([result.sent, result.duplicates, result.refusals], [total, 0, []]);
     assert.ok(refused > 100 && posts.length > 50, `${refused} refused, ${posts.length} batches`);
     // Every batch was answered 200 (a batch over a cap would be refused whole), and within
     // the caps by the client's own count too.
@@ -277,7 +277,7 @@ test("a clock set back queues no memoized value twice into a bucket (issue 29)",
     await assert.rejects(r.report("day", "red"), BudgetExceeded);
     assert.equal(r.tokenRole, role);
     const sent = await r.flush();
-    assert.deepEqual([sent.accepted, sent.pending], [2, 0]);
+    assert.deepEqual([sent.sent, sent.remaining], [2, 0]);
     const seen = posts.map(({ blocks, status }) => {
       assert.equal(status, 200);
       return Object.fromEntries(blocks.map((b) => [b.bucket, b.n]));
@@ -300,7 +300,7 @@ test("a collector whose cap was lowered gets the same reports again within it", 
     const before = await countedOrHeld("lowered");
     const sent = await r.flush();
     assert.deepEqual(posts.map((p) => [p.status, p.blocks.reduce((n, b) => n + b.n, 0)]), [[400, 4], [200, 2], [200, 2]]);
-    assert.deepEqual([sent.sent, sent.accepted, sent.pending], [4, 4, 0]);
+    assert.deepEqual([sent.sent, sent.remaining], [4, 0]);
     assert.equal(await countedOrHeld("lowered"), before + 4); // once each
     // The refusal said the definitions changed: fetched again (a minute on), the lower budget.
     later = 120;
@@ -331,7 +331,7 @@ test("an over_device_cap the client cannot honour is refused, nothing lost, no l
     assert.deepEqual([fake.posts.length, s.pending()], [1, 3]);
     // Then the collector (the real one) takes them all, once.
     s.fetch = fetch;
-    assert.deepEqual(await s.flush(), { sent: 3, accepted: 3, duplicates: 0, held: 0, rejected: [], pending: 0 });
+    assert.deepEqual(await s.flush(), { sent: 3, duplicates: 0, held: 0, rejected: 0, remaining: 0, deferred: 0, refusals: [] });
   }
 });
 
@@ -340,7 +340,7 @@ test("held reports are delivered and counted; an answer holding more than it acc
   const r = new Reporter(collector.url, { token: INGEST, store: new MemoryStore(), fetch: holding.fetcher, memoize: false });
   await r.report("lowered", "red");
   await r.report("lowered", "blue");
-  assert.deepEqual(await r.flush(), { sent: 2, accepted: 2, duplicates: 0, held: 2, rejected: [], pending: 0 });
+  assert.deepEqual(await r.flush(), { sent: 2, duplicates: 0, held: 2, rejected: 0, remaining: 0, deferred: 0, refusals: [] });
   for (const held of [3, -1, 0.5, "1", null]) {
     const liar = recording(() => new Response(JSON.stringify({ accepted: 2, duplicates: 0, held, rejected: [] }), { status: 200 }));
     const s = new Reporter(collector.url, { token: INGEST, store: new MemoryStore(), fetch: liar.fetcher, memoize: false, retries: 1, backoffMs: 1 });
@@ -367,7 +367,7 @@ mechanism = "oue"
     // Words of zeros set every bit of an OUE report: no honest device sends 10 of those.
     const forger = new Reporter(strict.url, { token: INGEST, store: new MemoryStore(), memoize: false, random: (bytes) => bytes.fill(0) });
     for (let i = 0; i < 10; i++) await forger.report("flags", "f3");
-    assert.deepEqual(await forger.flush(), { sent: 10, accepted: 10, duplicates: 0, held: 10, rejected: [], pending: 0 });
+    assert.deepEqual(await forger.flush(), { sent: 10, duplicates: 0, held: 10, rejected: 0, remaining: 0, deferred: 0, refusals: [] });
     assert.equal((await strict.estimates("flags")).n, 0); // held: not counted
     const r = new Reporter(strict.url, { token: INGEST, store: new MemoryStore(), retries: 1, backoffMs: 1, maxRetryAfterMs: 10 });
     await r.report("flags", "f1");

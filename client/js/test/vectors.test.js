@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 import { canonicalParameters, fingerprint, pyFloat, pyString } from "../src/canonical.js";
-import { encodeValue } from "../src/definitions.js";
+import { DefinitionError, encodeValue, prepare } from "../src/definitions.js";
 import { ListWords, MECHANISMS, sampler } from "../src/sampling.js";
 import { encodeSealedBatch, fromHex, toHex } from "../src/wire.js";
 
@@ -26,7 +26,7 @@ function served(name, definition) {
     epsilon: definition.epsilon,
     bucket: definition.bucket ?? "day",
   };
-  for (const key of ["categories", "dimensions", "max_length", "resolution", "mechanism_params", "delta"]) if (key in definition) out[key] = definition[key];
+  for (const key of ["categories", "dimensions", "max_length", "resolution", "mechanism_params", "delta", "derived"]) if (key in definition) out[key] = definition[key];
   if (definition.bounds) out.bounds = definition.bounds.map(Number);
   return out;
 }
@@ -87,3 +87,21 @@ test("floats and strings as Python's json writes them", () => {
   for (const [x, want] of cases) assert.equal(pyFloat(x), want, String(x));
   assert.equal(pyString('é"\\\x7f\u2028🙂\t/'), '"\\u00e9\\"\\\\\\u007f\\u2028\\ud83d\\ude42\\t/"');
 });
+
+test("the document has a fingerprint vector for every kind", () => {
+  const kinds = new Set([...vectors].filter(([k]) => k.startsWith("json definition ")).map(([, body]) => JSON.parse(body).kind));
+  assert.deepEqual([...kinds].sort(), ["categorical", "distribution", "hierarchy", "numeric", "strings", "table"]);
+});
+
+const refused = [...vectors].filter(([k]) => k.startsWith("json refuse "));
+
+test("the document has definitions to refuse", () => assert.ok(refused.length >= 5));
+
+for (const [key, body] of refused) {
+  const name = key.slice(12);
+  test(`this client refuses the lying definition ${name}`, async () => {
+    const served = JSON.parse(body);
+    assert.equal(await fingerprint(served), served.fingerprint, "the fingerprint is right");
+    await assert.rejects(prepare(served), DefinitionError);
+  });
+}

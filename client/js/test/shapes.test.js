@@ -1,0 +1,95 @@
+// One shape for the Python and JS clients: the cases of tests/fixtures/client_shapes.json,
+// which tests/client/test_shapes.py reads too. The fixture's keys are the Python client's
+// (snake_case); this client's are the same names in camelCase (docs/client.md).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+
+import { MemoryStore, Reporter } from "../src/index.js";
+
+const FIXTURE = new URL("../../../tests/fixtures/client_shapes.json", import.meta.url);
+const CASES = JSON.parse(readFileSync(FIXTURE, "utf8"));
+
+/** snake_case keys to camelCase, all the way down (metric names, which are keys too, have no "_x"). */
+export function camel(value) {
+  if (Array.isArray(value)) return value.map(camel);
+  if (value === null || typeof value !== "object") return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k.replace(/_([a-z])/g, (_, c) => c.toUpperCase()), camel(v)]));
+}
+
+/** A collector that serves `definitions` and answers every POST with `answer` (status, body). */
+function serving(definitions, answer = null) {
+  return async (url) => {
+    if (url.endsWith("/v1/metrics")) return new Response(JSON.stringify({ metrics: definitions }), { status: 200, headers: { "content-type": "application/json" } });
+    if (answer && url.endsWith("/v1/reports")) return new Response(answer.body, { status: answer.status });
+    throw new Error(`unexpected ${url}`);
+  };
+}
+
+for (const c of CASES.budget) {
+  test(`budget() shape: ${c.name}`, async () => {
+    const r = new Reporter("http://127.0.0.1:9", {
+      token: "t",
+      store: new MemoryStore(),
+      fetch: serving(c.definitions),
+      clock: () => c.clock,
+      totalBudget: c.total_budget,
+      totalPeriod: c.total_period,
+    });
+    for (const [metric, value] of c.reports) await r.report(metric, value);
+    assert.deepEqual(r.budget(), camel(c.budget));
+    await r.close({ flush: false });
+  });
+}
+
+test("camel maps the fixture's names", () => {
+  assert.deepEqual(camel({ period_start: 1, renews_at: [{ delta_spent: 2 }], ledger_lost: null }), { periodStart: 1, renewsAt: [{ deltaSpent: 2 }], ledgerLost: null });
+});
+
+for (const c of CASES.errors) {
+  test(`error shape: ${c.name}`, async () => {
+    const base = CASES.budget[0];
+    const r = new Reporter("http://127.0.0.1:9", {
+      token: "t",
+      store: new MemoryStore(),
+      fetch: serving(base.definitions, c.answer ?? null),
+      clock: () => base.clock,
+      totalBudget: base.total_budget,
+      totalPeriod: base.total_period,
+      retries: 1,
+      backoffMs: 1,
+    });
+    for (const [metric, value] of c.reports) await r.report(metric, value);
+    let error = null;
+    try {
+      if (c.answer) await r.flush();
+      else await r.report(...c.report);
+    } catch (err) {
+      error = err;
+    }
+    assert.ok(error, "no error");
+    assert.equal(error.constructor.name, c.js, error.message);
+    for (const fact of c.facts) assert.match(error.message, new RegExp(fact), fact);
+    for (const [name, value] of Object.entries(camel(c.fields))) assert.deepEqual(error[name], value, name);
+    await r.close({ flush: false });
+  });
+}
+
+for (const c of CASES.flush) {
+  test(`flush() shape: ${c.name}`, async () => {
+    const base = CASES.budget[0];
+    let posts = 0;
+    const collector = serving(base.definitions);
+    const fetch = async (url, init) => {
+      if (!url.endsWith("/v1/reports")) return collector(url, init);
+      posts += 1;
+      if (posts > 1) throw new Error("a second POST");
+      return new Response(JSON.stringify(c.answer), { status: 200 });
+    };
+    const r = new Reporter("http://127.0.0.1:9", { token: "t", store: new MemoryStore(), fetch, clock: () => base.clock, retries: 1, backoffMs: 1 });
+    for (const [metric, value] of c.reports) await r.report(metric, value);
+    assert.deepEqual(await r.flush(), camel(c.flush));
+    assert.equal(posts, 1);
+    await r.close({ flush: false });
+  });
+}
