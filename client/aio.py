@@ -189,7 +189,9 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
 
     async def _perform(self, op: Op) -> object:
         if isinstance(op, Request):
-            return await self._transport.request(op.method, op.path, op.body, op.headers)
+            answer = await self._transport.request(op.method, op.path, op.body, op.headers)
+            self._state.observe_answer(answer)  # the collector's time
+            return answer
         if isinstance(op, Disk):
             return await asyncio.to_thread(op.call)
         if isinstance(op, Locked):

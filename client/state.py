@@ -13,7 +13,9 @@ import math
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Sequence
+from email.utils import parsedate_to_datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -73,6 +75,9 @@ class ReporterState:
     ) -> None:
         self.source = settings.url
         self.clock = clock
+        self.monotonic: Clock = time.monotonic  # between contacts with the collector
+        # (collector time, monotonic time) at the latest answer carrying a Date: see now()
+        self._anchor: tuple[float, float] | None = None
         self.memoize = bool(memoize)
         self.max_outbox = check_count(max_outbox, "max_outbox")
         self.total_period = check_period(total_budget_period, "total_budget_period")
@@ -115,6 +120,33 @@ class ReporterState:
             self._load_cached_definitions()
         with self.lock:
             self.store.prune(self.clock())
+
+    def observe_answer(self, answer: object) -> None:
+        """Anchor the device's time to the collector's: every HTTP answer carries its
+        ``Date`` (RFC 9110, whole seconds); the time between answers is the monotonic
+        clock's, which the device's wall clock (set, wrong, corrected) does not move."""
+        if not isinstance(answer, HttpAnswer):
+            return
+        date = answer.headers.get("date")
+        if not date:
+            return
+        try:
+            seen = parsedate_to_datetime(date).timestamp() + 0.5  # the middle of its second
+        except (TypeError, ValueError, OverflowError, IndexError):
+            return
+        if math.isfinite(seen) and seen > 0:
+            self._anchor = (seen, self.monotonic())
+            with self.lock:  # the device has seen the collector's time: it prunes from now on
+                self.store.saw(seen, anchored=True)
+
+    def now(self) -> tuple[float, bool]:
+        """(the time reports are placed by, whether it is the collector's): since an
+        answer of the collector in this process, its time then plus the monotonic time
+        elapsed since; before that (offline, a fresh process), the device's clock."""
+        if self._anchor is None:
+            return self.clock(), False
+        seen, at = self._anchor
+        return seen + max(0.0, self.monotonic() - at), True
 
     def _install_static(self, metrics: Iterable[MetricDefinition]) -> None:
         codecs: dict[str, MetricCodec] = {}
@@ -295,20 +327,18 @@ class ReporterState:
         if c is None:
             raise self.unknown_metric(metric)
         encoded, clipped = c.encode(value)
-        now = self.clock()
-        # The report's coarse time is the clock's; the budget and memo windows are the
-        # ledger's, whose time never goes back (see DeviceStore.ledger_time).
+        now, anchored = self.now()
+        # The report's bucket and memo window are its time's (the collector's once known:
+        # see now()), so one memoized value goes once into a bucket whatever the clock
+        # did; the budget windows are the ledger's, whose time never goes back (see
+        # DeviceStore.ledger_time).
         bucket = window_start(c.bucket_seconds, now)
         store = self.store
-        w_start, _ = self._windows(c, store.ledger_time_hint(now))
-        tag, report = self._perturbed(c, encoded, w_start)
+        tag, report = self._perturbed(c, encoded, window_start(c.budget_seconds, now))
         report_id = os.urandom(ID_SIZE)
         with self.lock, store.transaction():
-            ledger_now = store.ledger_time(now)
-            w_now, t_start = self._windows(c, ledger_now)
-            if w_now != w_start:  # another process moved the ledger's time meanwhile
-                w_start = w_now
-                tag, report = self._perturbed(c, encoded, w_start)
+            ledger_now = store.ledger_time(now, anchored)
+            w_start, t_start = self._windows(c, ledger_now)
             queued = store.memo_buckets(tag) if tag is not None else None
             memoized = queued is not None
             if queued is not None and bucket in queued:
@@ -321,7 +351,7 @@ class ReporterState:
             if not memoized:
                 self._check_budget(c, w_start, t_start, ledger_now)
                 spent = c.epsilon
-            store.saw(now)
+            store.saw(now, anchored)
             store.add_report(
                 report_id,
                 c.name,
@@ -431,7 +461,7 @@ class ReporterState:
         if n == 0:
             return 0
         d = codec.definition
-        now = self.clock()
+        now = self.clock()  # simulated devices (unmetered) live on the given clock
         error = self._over_budget(d, 0.0, 0.0, now)
         if error is not None:
             raise error
@@ -453,7 +483,7 @@ class ReporterState:
     def budget(self) -> BudgetStatus:
         metrics: dict[str, MetricBudget] = {}
         with self.lock:
-            now = self.store.ledger_time(self.clock())
+            now = self.store.ledger_time(*self.now())
             for name, codec in sorted(self._codecs.items()):
                 d = codec.definition
                 metrics[name] = MetricBudget(
@@ -492,7 +522,7 @@ class ReporterState:
 
     def prune(self) -> None:
         with self.lock:
-            self.store.prune(self.clock())
+            self.store.prune(*self.now())
 
     def close(self) -> None:
         with self.lock:

@@ -112,6 +112,9 @@ def delta_key(key: str) -> str:
 
 
 HIGH_WATER = "clock_high_water"  # meta: the latest time the ledger has seen
+# meta: the latest collector time the ledger has seen (anchored, see ReporterState.now);
+# 0 until the device first heard from a collector that sends its time.
+ANCHORED_HIGH_WATER = "anchored_high_water"
 LOST_AT = "ledger_lost_at"  # meta: when this database replaced a lost one
 LOST_REASON = "ledger_lost_reason"  # meta: index in LOSS_REASONS
 LOSS_REASONS = ("missing", "empty", "corrupt")
@@ -321,6 +324,7 @@ class DeviceStore:
         self._ledger: dict[str, LedgerWindows] = {}
         self._memo: dict[bytes, set[int]] = {}  # tag -> the buckets it was queued for
         self._high_water = 0  # the latest time the ledger has seen (unix seconds)
+        self._anchored_high_water = 0  # the latest collector time it has seen (0: none)
         self._lost: StateLoss | None = None
         self._unsynced = True  # reports may have been queued and not fsynced yet
         self._synced_version: int | None = None
@@ -401,6 +405,8 @@ class DeviceStore:
             "SELECT max(max(coalesce(window_start, 0), coalesce(total_start, 0))) FROM reports"
         ).fetchone()[0]
         self._high_water = max(self._high_water, int(meta.get(HIGH_WATER, 0)), int(latest or 0))
+        anchored = int(meta.get(ANCHORED_HIGH_WATER, 0))
+        self._anchored_high_water = max(self._anchored_high_water, anchored)
         if LOST_AT in meta and (self._lost is None or self._lost.at != int(meta[LOST_AT])):
             code = int(meta.get(LOST_REASON, 0))
             reason = LOSS_REASONS[code] if 0 <= code < len(LOSS_REASONS) else "lost"
@@ -470,21 +476,25 @@ class DeviceStore:
         self._fresh()
         return self._memo.get(tag)
 
-    def ledger_time_hint(self, now: float) -> float:
+    def ledger_time_hint(self, now: float, anchored: bool = False) -> float:
         """:meth:`ledger_time` without reading the database (another process may have
         moved it: check with ledger_time inside a transaction)."""
-        return max(now, float(self._high_water))
+        return max(now, float(self._anchored_high_water if anchored else self._high_water))
 
-    def ledger_time(self, now: float) -> float:
+    def ledger_time(self, now: float, anchored: bool = False) -> float:
         """``now``, or the latest time the ledger has seen if the clock went back since:
-        budget windows never reopen because the clock moved back."""
+        budget windows never reopen because the clock moved back. ``anchored``: ``now``
+        is the collector's time (see ReporterState.now); then only the collector times
+        seen count, so a device clock that ran ahead does not move the budget forward."""
         self._fresh()
-        return max(now, float(self._high_water))
+        return self.ledger_time_hint(now, anchored)
 
-    def saw(self, now: float) -> None:
+    def saw(self, now: float, anchored: bool = False) -> None:
         """The ledger has seen ``now`` (kept in memory; saved by make_durable and prune,
         and implied by the window starts of the reports themselves)."""
         self._high_water = max(self._high_water, int(now))
+        if anchored:
+            self._anchored_high_water = max(self._anchored_high_water, int(now))
 
     def ledger_lost(self) -> StateLoss | None:
         """How this state_dir lost its ledger (the latest time), or None."""
@@ -497,6 +507,12 @@ class DeviceStore:
             "DO UPDATE SET value = max(value, excluded.value)",
             (HIGH_WATER, self._high_water),
         )
+        if self._anchored_high_water:
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) "
+                "DO UPDATE SET value = max(value, excluded.value)",
+                (ANCHORED_HIGH_WATER, self._anchored_high_water),
+            )
 
     def add_report(
         self,
@@ -658,6 +674,7 @@ class DeviceStore:
             if batch_id is not None:
                 db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
                 db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+            self._save_high_water(db)  # the collector's time seen with the answer, too
             self._rows -= removed
         return removed
 
@@ -682,16 +699,20 @@ class DeviceStore:
             db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
             db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
             removed = max(deleted, 0) + max(kept, 0)
+            self._save_high_water(db)  # the collector's time seen with the answer, too
             self._rows -= removed
         return removed
 
-    def prune(self, now: float) -> int:
+    def prune(self, now: float, anchored: bool = False) -> int:
         """Delete delivered rows whose budget windows both ended a week (the longest
         period) or more before the ledger's time: until then they may overlap a window
-        of a period that changed (see :meth:`spent`)."""
-        self.saw(now)
+        of a period that changed (see :meth:`spent`). Once the device has heard the
+        collector's time, only that time prunes: a device clock running ahead would
+        delete the rows of the real current windows (their spending, their memo)."""
+        self.saw(now, anchored)
         with self.transaction() as db:
-            cutoff = max(int(now), self._high_water) - LONGEST_PERIOD
+            latest = self._anchored_high_water or max(int(now), self._high_water)
+            cutoff = latest - LONGEST_PERIOD
             cur = db.execute(
                 "DELETE FROM reports WHERE report IS NULL "
                 "AND coalesce(window_start + budget_seconds, 0) <= ? "

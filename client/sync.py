@@ -137,7 +137,9 @@ class Reporter(ReporterBase[SyncTransport]):
 
     def _perform(self, op: Op) -> object:
         if isinstance(op, Request):
-            return self._transport.request(op.method, op.path, op.body, op.headers)
+            answer = self._transport.request(op.method, op.path, op.body, op.headers)
+            self._state.observe_answer(answer)  # the collector's time
+            return answer
         if isinstance(op, Disk):
             return op.call()
         if isinstance(op, Locked):

@@ -17,8 +17,10 @@ batches come aggregated already) and its blocks screened (``screen``, in the sam
 screening tests the aggregate). In the transaction:
 
 1. sealed (v2) batches claim their batch ids (one row each: id, latest bucket, bitmap of
-   the blocks counted). A batch id stored before, or earlier in the group, makes its batch
-   a duplicate, whole;
+   the blocks counted, reports counted per block). A batch id stored before, or earlier in
+   the group, makes its batch a duplicate, up to what the id counted: a block holding more
+   reports than it counted then (the id replayed with other content) is a duplicate for
+   that many, and the rest is refused;
 2. v1 batches insert their report ids (sorted, unique); the ids that were there already
    are duplicates, and a batch holding any is aggregated again over its new reports;
 3. the group appends its partial sums: one row per (fingerprint, bucket) it touched, in
@@ -71,7 +73,9 @@ from .store import (
     StoreError,
     aggregate_blocks,
     block_bitmap,
+    block_counts,
     build_catalog,
+    counted_in,
     definition_json,
     fold_rows,
     in_bitmap,
@@ -218,35 +222,51 @@ def _settle_future(future: asyncio.Future[Any], result: Any, exc: BaseException 
         future.set_result(result)
 
 
+Sealed = tuple[int, bytes, bytes]  # a batch id's latest bucket, block bitmap, block counts
+
+
 @dataclass
 class _Claims:
-    """What the sealed batches of a group found: per batch id, its latest bucket and the
-    bitmap of its blocks; the ids claimed now; the bitmaps stored with the others."""
+    """What the sealed batches of a group found: per batch id, its latest bucket, the
+    bitmap of its blocks and their counts; the ids claimed now; the bitmaps and counts
+    stored with the others (counts None: stored before counts were)."""
 
-    sealed: dict[bytes, tuple[int, bytes]]
+    sealed: dict[bytes, Sealed]
     claimed: set[bytes]
-    stored: dict[bytes, bytes]
+    stored: dict[bytes, tuple[bytes, bytes | None]]
 
     def repeat(self, batch_id: bytes, blocks: Sequence[CheckedReports]) -> IngestResult | None:
         """None for the copy of ``batch_id`` that counts now, else the answer to a repeat:
-        the blocks counted before are duplicates, the others refused."""
+        the blocks counted before are duplicates (up to what each counted), the others
+        refused."""
         if batch_id in self.claimed:
             self.claimed.discard(batch_id)  # a later copy in the group is a repeat
             return None
-        bitmap = self.stored.get(batch_id, self.sealed[batch_id][1])
-        counted = [b for b in blocks if in_bitmap(bitmap, b.index)]
-        refused = tuple(b.index for b in blocks if not in_bitmap(bitmap, b.index))
-        return IngestResult(0, sum(b.n for b in counted), {}, refused)
+        bitmap, counts = self.stored.get(batch_id, self.sealed[batch_id][1:])
+        if counts is None:
+            counted = [b for b in blocks if in_bitmap(bitmap, b.index)]
+            refused = tuple(b.index for b in blocks if not in_bitmap(bitmap, b.index))
+            return IngestResult(0, sum(b.n for b in counted), {}, refused)
+        first = [(b, counted_in(counts, b.index)) for b in blocks]
+        duplicates = sum(min(b.n, had) for b, had in first)
+        reused = tuple((b.index, b.n - had) for b, had in first if b.n > had and had)
+        refused = tuple(b.index for b, had in first if not had)
+        if reused:  # other content: no block of it was refused for a reason of its own
+            reused += tuple((i, next(b.n for b in blocks if b.index == i)) for i in refused)
+            return IngestResult(0, duplicates, {}, (), reused=tuple(sorted(reused)))
+        return IngestResult(0, duplicates, {}, refused)
 
 
-def _sealed_ids(jobs: Sequence[_Job]) -> dict[bytes, tuple[int, bytes]]:
-    """Each sealed batch id of ``jobs``: its first copy's latest bucket and block bitmap."""
-    sealed: dict[bytes, tuple[int, bytes]] = {}
+def _sealed_ids(jobs: Sequence[_Job]) -> dict[bytes, Sealed]:
+    """Each sealed batch id of ``jobs``: its first copy's latest bucket, block bitmap and
+    block counts."""
+    sealed: dict[bytes, Sealed] = {}
     for job in jobs:
         if job.batch_id is not None and job.batch_id not in sealed:
             blocks = job.blocks or []
             bitmap = block_bitmap(b.index for b in blocks)
-            sealed[job.batch_id] = (max(b.bucket for b in blocks), bitmap)
+            counts = block_counts((b.index, b.n) for b in blocks)
+            sealed[job.batch_id] = (max(b.bucket for b in blocks), bitmap, counts)
     return sealed
 
 
@@ -343,8 +363,9 @@ class GroupCommitStore(Store):
         return False
 
     @abstractmethod
-    def _claim_batches(self, conn: Conn, rows: list[tuple[bytes, int, bytes]]) -> set[bytes]:
-        """Insert the (id, bucket, bitmap) rows (sorted) whose id is new; the ids inserted."""
+    def _claim_batches(self, conn: Conn, rows: list[tuple[bytes, int, bytes, bytes]]) -> set[bytes]:
+        """Insert the (id, bucket, bitmap, counts) rows (sorted) whose id is new; the ids
+        inserted."""
 
     @abstractmethod
     def _insert_report_ids(
@@ -593,11 +614,16 @@ class GroupCommitStore(Store):
         before = [i for i in order if i not in claimed]
         return _Claims(sealed, claimed, self._stored_bitmaps(conn, before) if before else {})
 
-    def _stored_bitmaps(self, conn: Conn, ids: list[bytes]) -> dict[bytes, bytes]:
+    def _stored_bitmaps(
+        self, conn: Conn, ids: list[bytes]
+    ) -> dict[bytes, tuple[bytes, bytes | None]]:
         marks = ",".join("?" * len(ids))
         keys = [self._batch_key(i) for i in ids]
-        cur = self._x(conn, f"SELECT id, blocks FROM batches WHERE id IN ({marks})", keys)
-        return {self._batch_id(r[0]): bytes(r[1]) for r in cur.fetchall()}
+        sql = f"SELECT id, blocks, counts FROM batches WHERE id IN ({marks})"
+        rows = self._x(conn, sql, keys).fetchall()
+        return {
+            self._batch_id(r[0]): (bytes(r[1]), None if r[2] is None else bytes(r[2])) for r in rows
+        }
 
     def _new_report_ids(self, conn: Conn, prepared: _Prepared) -> npt.NDArray[np.bool_] | None:
         """Insert the v1 report ids; which of ``prepared.legacy_ids`` are new (None: all)."""

@@ -28,6 +28,7 @@ UNKNOWN_VERSION = "unknown_version"
 INVALID_REPORT = "invalid_report"
 INVALID_BUCKET = "invalid_bucket"
 RETIRED_METRIC = "retired_metric"
+BATCH_REUSED = "batch_reused"
 DAY = 86400
 
 
@@ -105,6 +106,28 @@ def refused_again(
             )
             out.append(RefusedReports(span, UNKNOWN_VERSION, detail))
     return out
+
+
+def refused_as_reused(
+    blocks: Sequence[Block], rejected: Sequence[RefusedReports], reused: Sequence[tuple[int, int]]
+) -> list[RefusedReports]:
+    """A sealed batch id counted before with other content: of each block ``i`` in
+    ``reused``, its last ``n`` reports not refused already (beyond those the id counted in
+    that block the first time, which are its duplicates) are refused as ``batch_reused``."""
+    starts = np.cumsum([0] + [b.n for b in blocks])
+    taken = np.concatenate([r.indexes for r in rejected]) if rejected else np.zeros(0, np.int64)
+    spans = []
+    for i, n in reused:
+        span = np.arange(starts[i], starts[i + 1], dtype=np.int64)
+        spans.append(span[~np.isin(span, taken)][-n:] if n else span[:0])
+    indexes = np.concatenate(spans) if spans else np.zeros(0, np.int64)
+    if not indexes.size:
+        return []
+    detail = (
+        "this batch id was already used for other content: only the reports it counted "
+        "then are duplicates; send new reports in a new batch (a new batch id)"
+    )
+    return [RefusedReports(indexes, BATCH_REUSED, detail)]
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -20,8 +20,9 @@ ldpkit is refused):
   name (as in SQLite). Catalog writes take an advisory lock and send
   ``NOTIFY ldpkit_catalog``; each process LISTENs and reloads its catalog (and the
   collector reloads periodically anyway, in case a notification is missed);
-- ``batches (id uuid PRIMARY KEY, bucket bigint, blocks bytea)``: one row per sealed
-  batch counted; ``report_ids (id uuid PRIMARY KEY, bucket bigint)`` for v1 batches;
+- ``batches (id uuid PRIMARY KEY, bucket bigint, blocks bytea, counts bytea)``: one row
+  per sealed batch counted (the bitmap of its blocks counted and their reports);
+  ``report_ids (id uuid PRIMARY KEY, bucket bigint)`` for v1 batches;
 - ``partials``: appended by every ingest transaction (an identity key, no row shared);
 - ``aggregates (fingerprint, bucket, n bigint, sums float8[])``, written only by
   compaction, which holds ``pg_try_advisory_xact_lock`` (one process folds at a time) and
@@ -200,6 +201,12 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "ALTER TABLE estimates ALTER COLUMN result SET STORAGE EXTERNAL",
         ),
     ),
+    (
+        6,
+        "the reports each sealed batch counted per block (a replay claims no more)",
+        # uint32 LE per block index; NULL for the batches stored before.
+        ("ALTER TABLE batches ADD COLUMN counts bytea",),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -212,8 +219,9 @@ ins AS (INSERT INTO report_ids (id, bucket) SELECT id, bucket FROM t ORDER BY po
 SELECT coalesce(array_agg(pos), '{}') FROM t WHERE id NOT IN (SELECT id FROM ins)
 """
 CLAIM_BATCHES = """
-INSERT INTO batches (id, bucket, blocks)
-SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::bytea[]) AS t(id, bucket, blocks) ORDER BY id
+INSERT INTO batches (id, bucket, blocks, counts)
+SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::bytea[], %s::bytea[])
+    AS t(id, bucket, blocks, counts) ORDER BY id
 ON CONFLICT (id) DO NOTHING RETURNING id
 """
 TAKE_PARTIALS = """
@@ -503,10 +511,11 @@ class PostgresStore(GroupCommitStore):
         return uuid.UUID(bytes=batch_id)
 
     def _claim_batches(
-        self, conn: psycopg.Connection[Any], rows: list[tuple[bytes, int, bytes]]
+        self, conn: psycopg.Connection[Any], rows: list[tuple[bytes, int, bytes, bytes]]
     ) -> set[bytes]:
         ids = [uuid.UUID(bytes=r[0]) for r in rows]
-        cur = conn.execute(CLAIM_BATCHES, (ids, [r[1] for r in rows], [r[2] for r in rows]))
+        columns = ([r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])
+        cur = conn.execute(CLAIM_BATCHES, (ids, *columns))
         return {r[0].bytes for r in cur.fetchall()}
 
     def _insert_report_ids(

@@ -55,6 +55,7 @@ from .ingest import (
     oldest_bucket,
     prune_before,
     refused_again,
+    refused_as_reused,
     rejections_json,
 )
 from .queries import EstimateQuery, answer_body, estimate_body, with_options
@@ -412,6 +413,8 @@ class Collector:
         rejected = checked.rejected
         if result.refused_before:
             rejected = rejected + refused_again(blocks, rejected, result.refused_before)
+        if result.reused:
+            rejected = rejected + refused_as_reused(blocks, rejected, result.reused)
         self._count(result, rejected)
         moved = await self._move_to_held(source, result.blocks) if result.blocks else 0
         self.telemetry.batch_reports.observe(checked.total)

@@ -39,7 +39,7 @@ log = logging.getLogger("ldpkit.collector.store")
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS metric_versions (
     fingerprint TEXT PRIMARY KEY,     -- 16 hex digits of the definition's parameters
@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS metrics (  -- the current version of each metric
 CREATE TABLE IF NOT EXISTS batches (  -- sealed batches counted: no time, no address
     id     BLOB PRIMARY KEY,          -- the 16-byte batch id
     bucket INTEGER NOT NULL,          -- the latest bucket it counted reports in, to prune
-    blocks BLOB NOT NULL              -- bitmap of the block indexes counted
+    blocks BLOB NOT NULL,             -- bitmap of the block indexes counted
+    counts BLOB                       -- reports counted per block index (uint32 LE)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS report_ids (  -- v1 batches: dedupe only, no time, no address
     id     BLOB PRIMARY KEY,
@@ -133,6 +134,9 @@ MIGRATE_2_TO_3 = (
 # maintained estimates: created by SCHEMA (IF NOT EXISTS). Version 6 also counts the
 # partial rows folded into each aggregate (its data's mark: store.BucketAggregate.parts).
 MIGRATE_5_TO_6 = "ALTER TABLE aggregates ADD COLUMN parts INTEGER NOT NULL DEFAULT 0;"
+# Version 7 keeps the reports each sealed batch counted per block, so a replay of its id
+# with other content claims no more duplicates than it counted (NULL: stored before).
+MIGRATE_6_TO_7 = "ALTER TABLE batches ADD COLUMN counts BLOB;"
 PRUNE_RANGES = 256  # one DELETE per first byte of the id, each its own writer job
 
 
@@ -202,6 +206,9 @@ class SQLiteStore(GroupCommitStore):
         folded = {row[1] for row in conn.execute("PRAGMA table_info(aggregates)")}
         if folded and "parts" not in folded:
             migrate += MIGRATE_5_TO_6
+        sealed = {row[1] for row in conn.execute("PRAGMA table_info(batches)")}
+        if sealed and "counts" not in sealed:
+            migrate += MIGRATE_6_TO_7
         try:
             conn.executescript(
                 "BEGIN IMMEDIATE;"
@@ -280,12 +287,13 @@ class SQLiteStore(GroupCommitStore):
         return conn.execute(sql, params)
 
     def _claim_batches(
-        self, conn: sqlite3.Connection, rows: list[tuple[bytes, int, bytes]]
+        self, conn: sqlite3.Connection, rows: list[tuple[bytes, int, bytes, bytes]]
     ) -> set[bytes]:
-        marks = ", ".join(["(?, ?, ?)"] * len(rows))
+        marks = ", ".join(["(?, ?, ?, ?)"] * len(rows))
         params = [v for row in rows for v in row]
         cur = conn.execute(
-            f"INSERT OR IGNORE INTO batches (id, bucket, blocks) VALUES {marks} RETURNING id",
+            "INSERT OR IGNORE INTO batches (id, bucket, blocks, counts) "
+            f"VALUES {marks} RETURNING id",
             params,
         )
         return {bytes(r[0]) for r in cur.fetchall()}

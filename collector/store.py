@@ -5,9 +5,10 @@ A store keeps five things:
 - **metric versions**: every definition ever given (keyed by fingerprint, with its JSON),
   and which version is current for each name;
 - **batch ids**: one row per sealed (wire v2) batch counted: its 16 random bytes, the
-  latest bucket it counted reports in (for pruning) and which of its blocks were counted,
-  and nothing else: no arrival time, no client address. v1 batches (deprecated) carry an
-  id per report instead, kept in the same way in ``report_ids``.
+  latest bucket it counted reports in (for pruning), which of its blocks were counted and
+  how many reports each (a replay of the id claims no more duplicates), and nothing
+  else: no arrival time, no client address. v1 batches (deprecated) carry an id per
+  report instead, kept in the same way in ``report_ids``.
   :meth:`Store.prune_report_ids` deletes both kinds of ids of buckets older than the
   retention window (the collector refuses reports that old, so deduplication stays exact);
 - **partial aggregates**: appended by each ingest transaction, one row per (fingerprint,
@@ -222,13 +223,17 @@ class IngestResult:
     """``accepted`` counts the reports held too; ``held``: (fingerprint, test, reports) of
     the blocks held now; ``refused_before``: of a sealed batch seen before, the indexes of
     the blocks given now that were not counted the first time (refused then: they are
-    refused again); ``blocks``: when every report was new and screened, the blocks as
-    stored (aggregated, held or not), for the sender windows."""
+    refused again); ``reused``: of a sealed batch id counted before with other content,
+    (block index, how many of its last reports) to refuse as ``batch_reused``: each block
+    is a duplicate up to the reports counted in it the first time, no more; ``blocks``:
+    when every report was new and screened, the blocks as stored (aggregated, held or
+    not), for the sender windows."""
 
     accepted: int
     duplicates: int
     accepted_by_fingerprint: dict[str, int] = field(default_factory=dict)
     refused_before: tuple[int, ...] = ()
+    reused: tuple[tuple[int, int], ...] = ()
     held: tuple[tuple[str, str, int], ...] = ()
     blocks: tuple[CheckedReports, ...] = ()
 
@@ -249,6 +254,29 @@ def block_bitmap(indexes: Iterable[int]) -> bytes:
 
 def in_bitmap(bitmap: bytes, index: int) -> bool:
     return index // 8 < len(bitmap) and bool(bitmap[index // 8] >> (index % 8) & 1)
+
+
+COUNTS_DTYPE = np.dtype("<u4")
+
+
+def block_counts(blocks: Iterable[tuple[int, int]]) -> bytes:
+    """(block index, reports counted) as little-endian uint32 per block index, 0 where no
+    block was counted: what a repeat of the batch id may claim as duplicates."""
+    found = sorted(blocks)
+    if not found:
+        return b""
+    counts = np.zeros(found[-1][0] + 1, dtype=COUNTS_DTYPE)
+    for index, n in found:
+        counts[index] += n
+    return counts.tobytes()
+
+
+def counted_in(counts: bytes, index: int) -> int:
+    """The reports block ``index`` counted, from :func:`block_counts`."""
+    size = COUNTS_DTYPE.itemsize
+    if (index + 1) * size > len(counts):
+        return 0
+    return int(np.frombuffer(counts, COUNTS_DTYPE, 1, index * size)[0])
 
 
 # A partial row holds one transaction's sums for one (fingerprint, bucket): integers in

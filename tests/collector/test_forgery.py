@@ -24,8 +24,8 @@ from ldpkit.screening import DEFAULT_FALSE_ALARM
 from tests.harness import running_collector
 
 from .helpers import auth, estimates, make_config, running, today, write_toml
+from .hostile import counter, prometheus, request
 from .hostile import post_batch as post_to
-from .hostile import prometheus, request
 
 
 def names(d: int) -> list[str]:
@@ -164,6 +164,56 @@ async def test_a_retry_of_a_batch_stored_before_is_a_duplicate_even_over_a_lower
         "rejected": [],
     }
     assert await n_of(client, "theme") == 2
+
+
+# --- sealed batch ids replayed with other content ------------------------------------------
+def two_blocks(batch_id: bytes, first: Any, second: list[int]) -> bytes:
+    """A sealed batch of metric pick: ``first`` in today's bucket, ``second`` in yesterday's."""
+    fp, day = definition("pick").fingerprint, today()
+    blocks = [wire.sealed_block("pick", fp, day, grr(first))]
+    if second:
+        blocks.append(wire.sealed_block("pick", fp, day - 86400, grr(second)))
+    return wire.encode_sealed_batch(batch_id, blocks)
+
+
+async def test_a_batch_id_replayed_with_other_content_claims_no_more_duplicates(
+    client: TestClient,
+) -> None:
+    """10 reports counted under one batch id; the id replayed with 1000 (and a block more):
+    the answer's duplicates are the 10 counted, the other 990 + 500 are refused as
+    ``batch_reused``; the Prometheus counters say the same; nothing is counted twice."""
+    batch_id = os.urandom(16)
+    status, answer = await post(client, two_blocks(batch_id, perturbed("pick", 10, 1), []), "relay")
+    assert (status, answer["accepted"], answer["held"]) == (200, 10, 0), answer
+    before = await counters(client)
+    status, answer = await post(client, two_blocks(batch_id, [2] * 1000, [3] * 500), "relay")
+    assert status == 200, answer
+    assert (answer["accepted"], answer["duplicates"]) == (0, 10), answer
+    rejected = answer["rejected"]
+    assert answer["accepted"] + answer["duplicates"] + len(rejected) == 1500
+    assert {r["error"] for r in rejected} == {"batch_reused"}
+    assert sorted(r["index"] for r in rejected) == list(range(10, 1500))
+    assert "already used for other content" in rejected[0]["detail"]
+    after = await counters(client)
+    dup = "ldpkit_reports_duplicate_total"
+    assert counter(after, dup) - counter(before, dup) == 10
+    rejected_total = "ldpkit_reports_rejected_total"
+    reused = [counter(t, rejected_total, reason="batch_reused") for t in (before, after)]
+    assert reused[1] - reused[0] == 1490
+    assert await n_of(client, "pick") == 10
+    # A device token replaying its one counted report as 1000 (over the cap): the same.
+    body = sealed("theme", grr([0]), batch_id=batch_id[::-1])
+    assert (await post(client, body))[1]["accepted"] == 1
+    status, answer = await post(client, sealed("theme", grr([1] * 1000), batch_id=batch_id[::-1]))
+    assert (status, answer["duplicates"], len(answer["rejected"])) == (200, 1, 999), answer
+    # An honest retry of the same bytes is still a duplicate, whole.
+    assert (await post(client, body))[1] == {
+        "accepted": 0,
+        "duplicates": 1,
+        "held": 0,
+        "rejected": [],
+    }
+    assert await n_of(client, "theme") == 1
 
 
 # --- the per-source rate limit ------------------------------------------------------------

@@ -236,6 +236,25 @@ async def test_a_repeat_names_the_blocks_not_counted_the_first_time(database: st
         assert (await totals(store))[B0][0] == 2
 
 
+async def test_a_repeat_with_other_content_claims_only_what_was_counted(database: str) -> None:
+    async with opened(database) as store:
+        batch_id = os.urandom(16)
+        await store.ingest([sealed_block([0, 1]), sealed_block([3], index=2)], batch_id=batch_id)
+        # The id replayed: block 0 with 5 reports (2 counted), block 1 new, block 2 with 1.
+        blocks = [sealed_block([1] * 5), sealed_block([1, 1], index=1), sealed_block([2], index=2)]
+        retry = await store.ingest(blocks, batch_id=batch_id)
+        assert (retry.accepted, retry.duplicates, retry.refused_before) == (0, 3, ())
+        assert retry.reused == ((0, 3), (1, 2))
+        # Two copies in one group: the second is answered from the first's counts.
+        other = os.urandom(16)
+        first, second = await asyncio.gather(
+            store.ingest([sealed_block([0])], batch_id=other),
+            store.ingest([sealed_block([0, 0, 0])], batch_id=other),
+        )
+        assert (first.accepted, second.duplicates, second.reused) == (1, 1, ((0, 2),))
+        assert (await totals(store))[B0][0] == 4
+
+
 async def test_ingest_appends_and_compaction_folds_exactly_once(database: str) -> None:
     rng = np.random.default_rng(5)
     async with opened(database, THEME, LATENCY) as store:
@@ -652,3 +671,28 @@ async def test_sqlite_version_2_gains_origins_and_retirement(tmp_path: Path) -> 
         assert set(catalog.current) == {"theme"} and catalog.retired == frozenset()
         assert catalog.origins["theme"].value == "api"  # never retired for leaving a config
         assert await store.retire_metric("theme") is True
+
+
+async def test_sqlite_version_6_gains_batch_counts(tmp_path: Path) -> None:
+    """Batches stored before version 7 have no counts: a repeat is answered as before."""
+    path = str(tmp_path / "v6.sqlite3")
+    batch_id = os.urandom(16)
+    async with opened(path) as store:
+        await store.ingest([sealed_block([0, 1])], batch_id=batch_id)
+    conn = sqlite3.connect(path)  # back to the version 6 layout of the batches table
+    conn.executescript(
+        "CREATE TABLE b6 (id BLOB PRIMARY KEY, bucket INTEGER NOT NULL, blocks BLOB NOT NULL)"
+        " WITHOUT ROWID; INSERT INTO b6 SELECT id, bucket, blocks FROM batches;"
+        "DROP TABLE batches; ALTER TABLE b6 RENAME TO batches; PRAGMA user_version = 6;"
+    )
+    conn.close()
+    async with opened(path) as store:
+        old = await store.ingest([sealed_block([0, 1, 1])], batch_id=batch_id)
+        assert (old.duplicates, old.reused) == (3, ())
+        new_id = os.urandom(16)
+        await store.ingest([sealed_block([0])], batch_id=new_id)
+        new = await store.ingest([sealed_block([0, 1, 1])], batch_id=new_id)
+        assert (new.duplicates, new.reused) == (1, ((0, 2),))
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
+    conn.close()

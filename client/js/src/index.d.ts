@@ -89,8 +89,10 @@ export interface ReporterOptions {
   stateDir?: string;
   store?: Store;
   fetch?: typeof fetch;
-  /** Unix seconds; tests pass their own. */
+  /** The device's wall clock, unix seconds, used until the collector's time is known (its answers' `Date`); tests pass their own. */
   clock?: () => number;
+  /** Seconds that only go forward (default `performance.now() / 1000`): the time between the collector's answers; tests pass their own. */
+  monotonic?: () => number;
   /** The same value in the same budget window gives the same report, spending nothing more (default true). */
   memoize?: boolean;
   /**

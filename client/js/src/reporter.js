@@ -121,7 +121,7 @@ async function hmac(key, message) {
 export class Reporter {
   constructor(url, options = {}) {
     if (typeof url !== "string" || !/^https?:\/\//.test(url)) throw new TypeError(`the collector URL must be http(s)://..., got ${String(url)}`);
-    const { token, stateDir, store, fetch, clock, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000, flushEveryMs = null, random = cryptoRandom } = options;
+    const { token, stateDir, store, fetch, clock, monotonic, memoize = true, totalBudget = null, totalPeriod = "day", batchSize = 500, maxOutbox = 10000, timeoutMs = 10000, retries = 4, backoffMs = 500, maxBackoffMs = 30000, maxRetryAfterMs = 300000, flushEveryMs = null, random = cryptoRandom } = options;
     if (flushEveryMs !== null && !(Number.isSafeInteger(flushEveryMs) && flushEveryMs >= 100)) throw new TypeError("flushEveryMs must be null or an integer >= 100");
     if (typeof token !== "string" || !token) throw new TypeError("token (the collector's ingest token) is required");
     if (!globalThis.crypto?.subtle || !globalThis.crypto.getRandomValues) {
@@ -138,6 +138,9 @@ export class Reporter {
     this.store = store ?? defaultStore(stateDir);
     this.fetch = fetch ?? globalThis.fetch.bind(globalThis);
     this.clock = clock ?? (() => Date.now() / 1000);
+    // Seconds that only go forward, between answers of the collector (see time()).
+    this.monotonic = monotonic ?? (() => performance.now() / 1000);
+    this.anchor = null; // [the collector's time, this.monotonic()] at its latest answer
     this.memoize = memoize;
     this.random = random; // the device secret and un-memoized reports (never batch ids)
     this.totalBudget = totalBudget;
@@ -209,15 +212,50 @@ export class Reporter {
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), this.settings.timeoutMs);
     try {
-      return await this.fetch(this.url + path, {
+      const response = await this.fetch(this.url + path, {
         method,
         body,
         headers: { Authorization: `Bearer ${this.token}`, ...headers },
         signal: controller.signal,
       });
+      this.observe(response);
+      return response;
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * Anchor the device's time to the collector's: every answer carries its `Date` (whole
+   * seconds); between answers the monotonic clock counts, which a wrong or corrected
+   * wall clock does not move.
+   */
+  observe(response) {
+    const seen = Date.parse(response?.headers?.get?.("date") ?? "");
+    if (!(Number.isFinite(seen) && seen > 0)) return;
+    this.anchor = [seen / 1000 + 0.5, this.monotonic()];
+    // The device has seen the collector's time: only it prunes from now on (saved with
+    // the state's next save: the answer's own, for a batch).
+    if (this.state) this.state.anchoredSeen = Math.max(this.state.anchoredSeen ?? 0, this.anchor[0]);
+  }
+
+  /**
+   * [the time reports are placed by, whether it is the collector's]: since an answer of
+   * the collector, its time then plus the monotonic time elapsed; before (offline, a
+   * fresh process), the device's clock.
+   */
+  time() {
+    if (!this.anchor) return [this.clock(), false];
+    const [seen, at] = this.anchor;
+    return [seen + Math.max(0, this.monotonic() - at), true];
+  }
+
+  /**
+   * The ledger's time at `now`: it never goes back. Anchored, only the collector times
+   * seen count, so a device clock that ran ahead does not move the budget forward.
+   */
+  ledgerTime(now, anchored) {
+    return Math.max(now, anchored ? (this.state.anchoredSeen ?? 0) : this.state.lastSeen);
   }
 
   /** Fetch the definitions (GET /v1/metrics, with the cached ETag). */
@@ -298,16 +336,22 @@ export class Reporter {
     const def = await this.definition(metric);
     const { input, clipped } = encodeValue(def, value);
     const state = this.state;
-    const now = this.clock();
-    const ledgerNow = Math.max(now, state.lastSeen); // the ledger's time never goes back
+    const [now, anchored] = this.time();
+    const ledgerNow = this.ledgerTime(now, anchored);
     const bucketSeconds = PERIODS[def.bucket];
     const budgetSeconds = PERIODS[def.budget_period];
+    // The bucket and memo window are the report's own time's (so one memoized value goes
+    // once into a bucket whatever the clock did); the budget windows are the ledger's.
     const bucket = Math.floor(now / bucketSeconds) * bucketSeconds;
+    const memoWindow = Math.floor(now / budgetSeconds) * budgetSeconds;
     const window = Math.floor(ledgerNow / budgetSeconds) * budgetSeconds;
     const totalWindow = Math.floor(ledgerNow / this.totalSeconds) * this.totalSeconds;
-    this.prune(ledgerNow);
+    if (anchored) state.anchoredSeen = Math.max(state.anchoredSeen ?? 0, now);
+    // Once the collector's time is known, only it prunes: a clock running ahead would
+    // drop the ledger and memo of the real current windows.
+    this.prune(state.anchoredSeen ? state.anchoredSeen : ledgerNow);
     const valueKey = input instanceof Uint8Array ? `s${toHex(input)}` : def.kind === "numeric" || def.kind === "distribution" ? `f${toHex(new Uint8Array(new Float64Array([input]).buffer))}` : `i${input}`;
-    const message = `${def.fingerprint}|${valueKey}|${window}`;
+    const message = `${def.fingerprint}|${valueKey}|${memoWindow}`;
     // One HMAC-SHA512 per report: bytes 0-15 are the stored memo tag, bytes 32-63 key the
     // report's permanent randomness (ChaCha20): parts of one PRF output, so the stored tag
     // reveals nothing of the key and cannot replay the randomness to test candidate values.
@@ -348,10 +392,10 @@ export class Reporter {
       }
     }
     if (this.memoize) {
-      state.memo[tag] = { until: window + budgetSeconds, buckets: [...(memo?.buckets ?? []), bucket] };
+      state.memo[tag] = { until: memoWindow + budgetSeconds, buckets: [...(memo?.buckets ?? []), bucket] };
     }
     state.outbox.push({ seq: ++state.seq, metric: def.name, fp: def.fingerprint, bucket, report: toHex(report) });
-    state.lastSeen = ledgerNow;
+    state.lastSeen = Math.max(state.lastSeen, now);
     await this.store.save(state);
     receipt.queued = true;
     return receipt;
@@ -373,7 +417,7 @@ export class Reporter {
    */
   budget() {
     if (!this.state) return { metrics: {}, total: null, ledgerLost: null };
-    const now = Math.max(this.clock(), this.state.lastSeen);
+    const now = this.ledgerTime(...this.time());
     const metrics = {};
     for (const def of this.defs.values()) {
       const seconds = PERIODS[def.budget_period];

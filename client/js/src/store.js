@@ -6,7 +6,7 @@
 // when they change (they can be large; the state is written on every report).
 
 export function emptyState() {
-  return { version: 1, secret: null, ledger: {}, memo: {}, outbox: [], seq: 0, lastSeen: 0, sealed: null };
+  return { version: 1, secret: null, ledger: {}, memo: {}, outbox: [], seq: 0, lastSeen: 0, anchoredSeen: 0, sealed: null };
 }
 
 /** Keeps nothing across restarts (tests, simulations). */

@@ -53,6 +53,10 @@ epsilon = 2.0
 kind = "strings"
 max_length = 8
 epsilon = 4.0
+
+[metrics.mood]
+categories = ["calm", "busy", "tired"]
+epsilon = 1.0
 `);
 });
 
@@ -122,8 +126,10 @@ test("the outbox survives a restart, the budget holds, a value is memoized", asy
   await down.close();
 
   let now = Math.floor(Date.now() / 1000);
+  let elapsed = 0;
   const clock = () => now;
-  const r = new Reporter(collector.url, { token: INGEST, stateDir, clock });
+  const monotonic = () => elapsed; // the time since the collector's answer
+  const r = new Reporter(collector.url, { token: INGEST, stateDir, clock, monotonic });
   const first = await r.report("theme", "dark");
   assert.equal(first.queued, true);
   assert.equal(first.epsilon, 2);
@@ -138,16 +144,64 @@ test("the outbox survives a restart, the budget holds, a value is memoized", asy
   await r.close({ flush: false });
 
   // A new process on the same state: the queued report is still there, and so is the ledger.
-  const later = new Reporter(collector.url, { token: INGEST, stateDir, clock });
+  const later = new Reporter(collector.url, { token: INGEST, stateDir, clock, monotonic });
   await later.ready();
   assert.equal(later.pending(), 1);
   await assert.rejects(later.report("theme", "light"), BudgetExceeded);
   const sent = await later.flush();
   assert.equal(sent.sent, 1);
   assert.equal(later.pending(), 0);
-  now += 86400; // the next day: budget renewed
+  now += 86400; // the next day (by the device's clock and since the answer): budget renewed
+  elapsed += 86400;
   assert.equal((await later.report("theme", "light")).queued, true);
   await later.close();
+});
+
+test("a clock 400 days ahead and back puts no second report into a real day", async () => {
+  // Device time is the collector's once it has answered (its Date header); offline, the
+  // device's clock places reports, and a report 400 days ahead is refused when it
+  // arrives. No real day's bucket gets a second report of the device, fresh or memoized.
+  for (const memoize of [false, true]) {
+    const stateDir = mkdtempSync(join(tmpdir(), "ldpkit-clock-"));
+    let error = 0;
+    const clock = () => Date.now() / 1000 + error;
+    const before = (await collector.estimates("mood")).n;
+    const device = (fetchImpl) => new Reporter(collector.url, { token: INGEST, stateDir, clock, memoize, ...(fetchImpl ? { fetch: fetchImpl } : {}) });
+    const offline = async () => {
+      throw new TypeError("fetch failed (offline)");
+    };
+    const same = async (r) => {
+      // Today's budget is spent: a fresh value is refused, a memoized one not queued again.
+      if (!memoize) return assert.rejects(r.report("mood", "calm"), BudgetExceeded);
+      const receipt = await r.report("mood", "calm");
+      assert.equal(receipt.queued, false);
+    };
+    const first = device();
+    await first.report("mood", "calm");
+    assert.equal((await first.flush()).sent, 1);
+    await first.close();
+    error = 400 * 86400; // the clock runs ahead
+    const anchored = device();
+    await anchored.ready(); // the collector answered: its time, not the device's
+    await same(anchored);
+    await anchored.close();
+    const away = device(offline); // offline: the cached definitions, the device's clock
+    await away.ready();
+    assert.equal((await away.report("mood", "calm")).queued, true); // bucket 400 days ahead
+    await away.close({ flush: false });
+    const online = device();
+    await online.ready();
+    const sent = await online.flush();
+    assert.deepEqual([sent.sent, sent.rejected], [0, 1]); // refused: a bucket more than a day in the future
+    error = 0; // the clock comes back
+    await same(online);
+    await online.close();
+    const back = device();
+    await back.ready();
+    await same(back);
+    await back.close();
+    assert.equal((await collector.estimates("mood")).n - before, 1);
+  }
 });
 
 test("retries honour Retry-After and never drop what was not acknowledged", async () => {
