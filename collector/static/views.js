@@ -22,13 +22,14 @@ const LDPK_VIEWS = (() => {
 
   // Everything the page does per metric kind: its own `view` (else bars or the mean), what
   // an `item` is in the table, its consistent estimates (`consistent`: false for none), its
-  // own query `controls` and the table's rows beside the items (`more`, `extra`).
-  const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true };
+  // own query `controls`, the table's rows beside the items (`more`, `extra`) and whether it
+  // offers `simultaneous` intervals (every item of a group covered together).
+  const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true, simultaneous: true };
   const KINDS = {
     categorical: CATEGORICAL,
-    numeric: { ...CATEGORICAL, consistent: false },
+    numeric: { ...CATEGORICAL, consistent: false, simultaneous: false },
     distribution: {
-      ...CATEGORICAL, view: "histogram", item: "bin", consistent: false,
+      ...CATEGORICAL, view: "histogram", item: "bin", consistent: false, simultaneous: false,
       controls(metric, ui) {
         ui.select("bins", "Bins", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
         ui.text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");
@@ -56,7 +57,7 @@ const LDPK_VIEWS = (() => {
         items.map((i) => ({ ...i, category: `${name}=${i.category} (marginal)` }))),
     },
     strings: {
-      ...CATEGORICAL, view: "ranked", item: "string", consistent: false,
+      ...CATEGORICAL, view: "ranked", item: "string", consistent: false, simultaneous: false,
       controls(metric, ui) { ui.text("candidates", "Candidates", "", "word,another"); },
       more: (data) => (data.candidates || []).map((i) => ({ ...i, category: `${i.category} (asked)` })),
       // Each listed string's evidence (docs/statistics.md, "How strong a listing is").
@@ -240,7 +241,7 @@ const LDPK_VIEWS = (() => {
       }));
       const figures = [];
       if (data.dimensions.length === 2 && cells.length) {
-        node.appendChild(html("h3", {}, `cells: ${rowDim} × ${colDim} (${data.consistent ? "consistent" : "unbiased"} estimate, ${pct(data.level)} interval)`));
+        node.appendChild(html("h3", {}, `cells: ${rowDim} × ${colDim} (${data.consistent ? "consistent" : "unbiased"} estimate, ${pct(data.level)} ${data.simultaneous ? "simultaneous intervals" : "interval"})`));
         const cols = data.dimensions[1][1], rows = data.dimensions[0][1];
         const darkest = Math.max(...cells.map((c) => c.shown));
         const width = Math.min(ctx.width, 140 + 170 * cols.length);
