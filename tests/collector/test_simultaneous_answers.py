@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
+from ldpkit import wire
 from ldpkit.aggregate import Aggregate
 from ldpkit.metrics import MetricDefinition
+from tests.harness import ThreadedCollector
 
-from .helpers import estimates, make_config, running
-from .test_disclosed_shift import ASKED, KINDS, VALUES, send
+from .helpers import READ, auth, batch, estimates, make_config, new_ids, running, today
+from .test_disclosed_shift import ASKED, KINDS, SENDER, VALUES, send
 
 SIMULTANEOUS = {"theme", "region", "car"}  # categorical, hierarchy, table
 
@@ -88,3 +91,41 @@ async def test_simultaneous_answers_are_the_cores(database: Path) -> None:
                 assert sum(wider) > sum(narrower)
         status, error = await estimates(client, "region", simultaneous="maybe")
         assert (status, error["param"]) == (400, "simultaneous"), error
+
+
+def test_the_analyst_and_the_cli_ask_simultaneous_intervals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``Analyst.estimates(simultaneous=True)`` and ``ldpkit estimates --simultaneous``: a
+    table's cells and marginals as the core's simultaneous intervals, stated in the result
+    and its text; a kind without them is refused with the parameter named."""
+    from ldpkit.analyst import Analyst
+    from ldpkit.cli.registry import main
+    from ldpkit.errors import CollectorRejected
+
+    metrics = {k: {"epsilon": 2.0, **KINDS[k]} for k in ("car", "spend")}
+    d = MetricDefinition.from_dict("car", metrics["car"])
+    values = d.kind_spec.encode_many(d, VALUES["car"] * 300)
+    reports = np.asarray(d.mechanism_instance.perturb(values, rng=np.random.default_rng(9)))
+    with ThreadedCollector(make_config(tmp_path / "c.sqlite3", metrics=metrics)) as live:
+        block = wire.Block(d.name, d.fingerprint, today(), new_ids(len(reports)), reports.tobytes())
+        answer = live.request(
+            "POST", "/v1/reports", batch(block), {**auth(SENDER), "Content-Type": wire.CONTENT_TYPE}
+        )
+        assert answer.status == 200
+        analyst = Analyst(live.url, READ)
+        result = analyst.estimates("car", simultaneous=True, wait=60)
+        assert result.simultaneous is True and result.estimate is not None
+        low, high = result.estimate.cells.ci(0.95, simultaneous=True)
+        assert [i.low for i in result.items] == np.asarray(low).tolist()
+        assert [i.high for i in result.items] == np.asarray(high).tolist()
+        x_low, _ = result.estimate.marginal("x").ci(0.95, simultaneous=True)
+        assert [i.low for i in result.marginals["x"]] == np.asarray(x_low).tolist()
+        assert "95% simultaneous intervals" in result.to_table().splitlines()[0]
+        plain = analyst.estimates("car", wait=60)
+        assert plain.simultaneous is False and "simultaneous" not in plain.to_table()
+        with pytest.raises(CollectorRejected, match="no simultaneous intervals"):
+            analyst.estimates("spend", simultaneous=True)
+        where = ["--collector", live.url, "--token", READ, "--wait", "60"]
+        assert main(["estimates", "car", "--simultaneous", *where]) == 0
+        assert "95% simultaneous intervals" in capsys.readouterr().out
