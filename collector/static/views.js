@@ -68,6 +68,8 @@ const LDPK_VIEWS = (() => {
   function kind(name) { return KINDS[name] || CATEGORICAL; }
 
   const pct = (level) => `${Math.round(level * 100)}%`;
+  // The whiskers' key: a simultaneous answer's intervals cover each group together.
+  const intervalLabel = (data) => `${pct(data.level)} ${data.simultaneous ? "simultaneous interval (all together)" : "interval"}`;
   const num = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
   // The forgery shift beside an interval: how far the answer's forged fraction could move it.
   const shift = (v, digits = 3) => (v === null || v === undefined ? "" : `, forgery shift ±${num(v, digits)}`);
@@ -170,7 +172,7 @@ const LDPK_VIEWS = (() => {
       node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `bin intervals: about ${whose} (estimand: ${data.estimand || "population"})`));
       node.appendChild(key([
         ["fraction in the bin", BAR],
-        [`${pct(data.level)} interval`, WHISKER, "line"],
+        [intervalLabel(data), WHISKER, "line"],
         ["quantile (band: its interval)", CONSISTENT, "line"],
       ]));
       const items = data.items.map((i) => ({ ...i, mid: (i.lower + i.upper) / 2 }));
@@ -210,7 +212,7 @@ const LDPK_VIEWS = (() => {
       node.appendChild(html("p", { class: "crumbs", id: "tree-where" }, `${where} · click a bar to open that node`));
       node.appendChild(key([
         ["unbiased estimate (children add up to their parent)", BAR],
-        [`${pct(data.level)} interval`, WHISKER, "line"],
+        [intervalLabel(data), WHISKER, "line"],
         ...(data.consistent ? [["consistent", CONSISTENT, "line"]] : []),
       ]));
       if (!hasData(data)) return empty(node);
@@ -309,7 +311,7 @@ const LDPK_VIEWS = (() => {
         ["found (top-k)", BAR],
         ...(anyWeak ? [["found, weak evidence", WEAK]] : []),
         ["named candidate", CONSISTENT],
-        [`${pct(data.level)} interval`, WHISKER, "line"],
+        [intervalLabel(data), WHISKER, "line"],
         ["threshold", "#B00", "line"],
       ]));
       const names = rows.map((r) => (r.kind === "asked" ? `${r.category} (asked)` : weak(r, data) ? `${r.category} (weak)` : r.category));
@@ -346,7 +348,7 @@ const LDPK_VIEWS = (() => {
       const node = html("div", { id: "bars" });
       node.appendChild(key([
         ["unbiased estimate", BAR],
-        [`${pct(data.level)} interval`, WHISKER, "line"],
+        [intervalLabel(data), WHISKER, "line"],
         ...(data.consistent ? [["consistent (Norm-Sub)", CONSISTENT, "line"]] : []),
         ...(data.robust ? [[robustLabel(data), ROBUST, "line"]] : []),
       ]));
@@ -520,7 +522,7 @@ const LDPK_VIEWS = (() => {
             title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], n=${r.n}` }),
         ],
       });
-      node.appendChild(key([[`${pct(data.level)} interval: ${times.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      node.appendChild(key([[`${intervalLabel(data)}: ${times.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
       node.appendChild(fig);
       return { node, figures: [fig] };
     },
