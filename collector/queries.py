@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import kinds
 from .._validation import check_level
 from ..aggregate import Aggregate
 from ..errors import ParameterError, QueryError
@@ -34,6 +35,7 @@ COMMON_PARAMS = (
     "per_bucket",
     "forgery_fraction",
     "robust",
+    "simultaneous",
     "wait",
 )
 KIND_PARAMS = query_params()
@@ -127,6 +129,7 @@ def parse_query(query: Mapping[str, str], keys: Sequence[str]) -> EstimateQuery:
         consistent=_parse_bool(query.get("consistent", "false"), "consistent"),
         per_bucket=_parse_bool(query.get("per_bucket", "false"), "per_bucket"),
         robust=_parse_bool(query.get("robust", "false"), "robust"),
+        simultaneous=_parse_bool(query.get("simultaneous", "false"), "simultaneous"),
         raw_options={k: query[k] for k in KIND_PARAMS if k in query},
         asked_fraction=_fraction(query.get("forgery_fraction")),
         wait=_wait(query["wait"]) if "wait" in query else 0.0,
@@ -183,6 +186,12 @@ def with_options(definition: MetricDefinition, q: EstimateQuery) -> EstimateQuer
     one that belongs to another kind) and the forged fraction its answer discloses the
     shift for: the query's, else the metric's."""
     fraction = q.asked_fraction or definition.effective_forgery_fraction
+    if q.simultaneous and not definition.kind_spec.simultaneous_intervals:
+        offered = ", ".join(k for k, spec in kinds.KINDS.items() if spec.simultaneous_intervals)
+        raise QueryError(
+            "simultaneous",
+            f"a {definition.kind} metric has no simultaneous intervals (offered for: {offered})",
+        )
     return replace(q, options=checked_options(definition, q.raw_options), forgery_fraction=fraction)
 
 
@@ -239,6 +248,7 @@ def estimate_answer(
         "from": q.start,
         "to": q.end,
         "consistent": q.consistent,
+        "simultaneous": q.simultaneous,
         **fields,
     }
     if q.per_bucket:

@@ -16,6 +16,16 @@ estimates. What is new:
   the values theta in [0, 1] whose variance V(theta), taken at theta itself, puts the
   estimate within ``z sqrt(V(theta))`` plus half the change one support count makes to
   it (see :func:`ldpkit.inference.score_interval`). They always lie in [0, 1].
+- **Simultaneous intervals** (``ci(level, simultaneous=True)``) cover every estimate of a
+  group together (the nodes at one depth, a subtree's children, the cells, a marginal)
+  with probability at least ``level``: each of the k is made at level ``1 - (1 - level) / k``
+  (Bonferroni, as :meth:`ldpkit.estimates.FrequencyEstimate.ci`). Far in the tails the
+  score interval's normal shape misses the skewed count of a nearly empty cell, so an
+  estimate that is one oracle item's support count (a joint table's cells, a rollup's
+  leaves, each marginal of ``split``) takes the categorical interval of that count
+  (:func:`ldpkit.intervals.support_interval`: skew-corrected score, or exact where the
+  count's variance is small); the others (sums of several counts or views) keep the
+  score interval at the Bonferroni level.
 
 Every result turns into plain JSON-ready Python (``to_dict``, ``items``): floats (None
 where not finite), lists, node paths as strings, cells as ``{attribute: category}``.
@@ -31,16 +41,65 @@ import numpy as np
 import numpy.typing as npt
 
 from ._json import finite_or_none
+from ._validation import check_level
 from .domains import Table, Tree
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
 from .inference import Quadratic, score_interval
+from .intervals import support_interval
 from .screening import LinearShift
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 INTERVAL_METHOD = "score_cc"
+
+
+@dataclass(frozen=True, eq=False)
+class SupportCounts:
+    """Which outputs are one oracle item's support count, and that count.
+
+    ``counts`` (R, outputs) holds the count C of each output that is one (the estimate
+    is then ``(C / n - q) / (p - q)``), NaN for the others; ``n`` (R,) the reports
+    counted; ``p`` and ``q`` (outputs,) the oracle's support probabilities.
+    """
+
+    counts: FloatArray
+    n: FloatArray
+    p: FloatArray
+    q: FloatArray
+
+    def take(self, part: IntArray | slice) -> SupportCounts:
+        return SupportCounts(self.counts[:, part], self.n, self.p[part], self.q[part])
+
+    def row(self, r: int) -> SupportCounts:
+        return SupportCounts(self.counts[r : r + 1], self.n[r : r + 1], self.p, self.q)
+
+
+def simultaneous_bounds(
+    estimates: FloatArray, quadratic: Quadratic, supports: SupportCounts | None, level: float
+) -> tuple[FloatArray, FloatArray]:
+    """Intervals of k estimates (the last axis) that cover all k together with probability
+    at least ``level`` (Bonferroni; see the module). ``estimates`` (R, k) or (k,)."""
+    est = np.asarray(estimates, dtype=np.float64)
+    k = max(int(est.shape[-1]), 1)
+    low, high = score_interval(est, quadratic, normal_quantile(level, comparisons=k))
+    if supports is None:
+        return low, high
+    low2, high2 = np.atleast_2d(low).copy(), np.atleast_2d(high).copy()
+    counted = np.isfinite(supports.counts) & np.isfinite(np.atleast_2d(est))
+    counted &= (supports.n > 0)[:, None]
+    for n in np.unique(supports.n[counted.any(axis=1)]):
+        rows = supports.n == n
+        for p, q in {(float(a), float(b)) for a, b in zip(supports.p, supports.q, strict=True)}:
+            cols = (supports.p == p) & (supports.q == q)
+            where = counted & rows[:, None] & cols[None, :]
+            if where.any():
+                b = support_interval(
+                    supports.counts[where], int(n), p, q, level=level, comparisons=k
+                )
+                low2[where], high2[where] = b.low, b.high
+    return low2.reshape(np.shape(low)), high2.reshape(np.shape(high))
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,9 +120,20 @@ class OutputArrays:
     forgery: LinearShift
     """How far forged reports can move each output (the same for every row)."""
     interval: str = INTERVAL_METHOD
+    supports: SupportCounts | None = None
+    """The outputs that are one oracle item's support count (simultaneous intervals)."""
 
     def ci(self, level: float = 0.95) -> ConfidenceInterval:
         low, high = score_interval(self.estimates, self.quadratic, normal_quantile(level))
+        return ConfidenceInterval(low, high)
+
+    def simultaneous_ci(self, part: slice, level: float = 0.95) -> ConfidenceInterval:
+        """Intervals of the outputs in ``part`` (one group: a depth, the cells, a marginal)
+        covering all of them together, per row, with probability at least ``level``."""
+        supports = None if self.supports is None else self.supports.take(part)
+        low, high = simultaneous_bounds(
+            self.estimates[:, part], self.quadratic.take(part), supports, level
+        )
         return ConfidenceInterval(low, high)
 
     def group(self, row: int, part: slice, keys: tuple[Any, ...], key_name: str) -> GroupEstimate:
@@ -77,6 +147,7 @@ class OutputArrays:
             self.quadratic.row(row).take(part),
             self.forgery.take(part),
             self.interval,
+            None if self.supports is None else self.supports.row(row).take(part),
         )
 
 
@@ -100,6 +171,9 @@ class GroupEstimate:
         How far forged reports can move each estimate (:meth:`forgery_shift`).
     interval : str
         How :meth:`ci` builds intervals (``"score_cc"``, see the module).
+    supports : SupportCounts or None
+        The estimates that are one oracle item's support count (one row), for
+        simultaneous intervals.
     """
 
     keys: tuple[Any, ...]
@@ -111,6 +185,7 @@ class GroupEstimate:
     quadratic: Quadratic
     forgery: LinearShift
     interval: str = INTERVAL_METHOD
+    supports: SupportCounts | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -124,13 +199,22 @@ class GroupEstimate:
     def count_stderr(self) -> FloatArray:
         return self.stderr * self.n
 
-    def ci(self, level: float = 0.95) -> ConfidenceInterval:
-        """Per-category intervals of the fractions, within [0, 1] (see the module)."""
-        low, high = score_interval(self.frequencies, self.quadratic, normal_quantile(level))
+    def ci(self, level: float = 0.95, *, simultaneous: bool = False) -> ConfidenceInterval:
+        """Per-category intervals of the fractions, within [0, 1] (see the module).
+
+        With ``simultaneous=True`` all of this group's intervals cover their truths
+        together with probability at least ``level`` (Bonferroni over ``len(self)``).
+        """
+        if simultaneous:
+            low, high = simultaneous_bounds(
+                self.frequencies, self.quadratic, self.supports, check_level(level)
+            )
+        else:
+            low, high = score_interval(self.frequencies, self.quadratic, normal_quantile(level))
         return ConfidenceInterval(low, high)
 
-    def count_ci(self, level: float = 0.95) -> ConfidenceInterval:
-        low, high = self.ci(level)
+    def count_ci(self, level: float = 0.95, *, simultaneous: bool = False) -> ConfidenceInterval:
+        low, high = self.ci(level, simultaneous=simultaneous)
         return ConfidenceInterval(np.asarray(low) * self.n, np.asarray(high) * self.n)
 
     def consistent(self) -> FloatArray:
@@ -150,6 +234,7 @@ class GroupEstimate:
             self.quadratic.take(idx),
             self.forgery.take(idx),
             self.interval,
+            None if self.supports is None else self.supports.take(idx),
         )
 
     def forgery_shift(self, beta: float) -> FloatArray:
@@ -159,9 +244,12 @@ class GroupEstimate:
         the linear estimator, :class:`ldpkit.screening.LinearShift`."""
         return self.forgery.shift(beta)
 
-    def items(self, level: float = 0.95, *, consistent: bool = False) -> list[dict[str, Any]]:
-        """One JSON-ready dict per category: key, estimate, stderr, low, high (+ consistent)."""
-        low, high = self.ci(level)
+    def items(
+        self, level: float = 0.95, *, consistent: bool = False, simultaneous: bool = False
+    ) -> list[dict[str, Any]]:
+        """One JSON-ready dict per category: key, estimate, stderr, low, high (+ consistent);
+        ``simultaneous``: the intervals cover the whole group together (:meth:`ci`)."""
+        low, high = self.ci(level, simultaneous=simultaneous)
         rows = []
         lows, highs = np.asarray(low).tolist(), np.asarray(high).tolist()
         for i, key in enumerate(self.keys):
@@ -212,17 +300,25 @@ class HierarchyEstimate:
         return self.levels[d - 1].take(np.array([i]))
 
     def to_dict(
-        self, depth: int | None = None, level: float = 0.95, *, consistent: bool = False
+        self,
+        depth: int | None = None,
+        level: float = 0.95,
+        *,
+        consistent: bool = False,
+        simultaneous: bool = False,
     ) -> dict[str, Any]:
-        """The fields of ``GET /v1/estimates/{name}?depth=D`` (without metric metadata)."""
+        """The fields of ``GET /v1/estimates/{name}?depth=D`` (without metric metadata);
+        ``simultaneous``: the depth's intervals cover all its nodes together."""
         d = self.tree.depth if depth is None else self.tree.check_depth(depth)
+        group = self.level(d)
         return {
             "mechanism": self.mechanism,
             "epsilon": self.epsilon,
             "n": self.n,
             "depth": d,
             "interval": self.interval,
-            "items": self.level(d).items(level, consistent=consistent),
+            "simultaneous": bool(simultaneous),
+            "items": group.items(level, consistent=consistent, simultaneous=simultaneous),
         }
 
     def max_violation(self, *, consistent: bool = False) -> float:
@@ -264,17 +360,22 @@ class TableEstimate:
         values = self.cells.consistent() if consistent else self.cells.frequencies
         return values.reshape(self.table.shape)
 
-    def to_dict(self, level: float = 0.95, *, consistent: bool = False) -> dict[str, Any]:
-        """The fields of ``GET /v1/estimates/{name}`` for a table (without metadata)."""
+    def to_dict(
+        self, level: float = 0.95, *, consistent: bool = False, simultaneous: bool = False
+    ) -> dict[str, Any]:
+        """The fields of ``GET /v1/estimates/{name}`` for a table (without metadata);
+        ``simultaneous``: the cells' intervals cover all cells together, and each
+        marginal's all its categories together (each group at ``level``)."""
+        asked = {"consistent": consistent, "simultaneous": simultaneous}
         return {
             "mechanism": self.mechanism,
             "epsilon": self.epsilon,
             "n": self.n,
             "interval": self.interval,
-            "items": [] if self.cells is None else self.cells.items(level, consistent=consistent),
+            "simultaneous": bool(simultaneous),
+            "items": [] if self.cells is None else self.cells.items(level, **asked),
             "marginals": {
-                name: group.items(level, consistent=consistent)
-                for name, group in self.marginals.items()
+                name: group.items(level, **asked) for name, group in self.marginals.items()
             },
         }
 

@@ -142,6 +142,10 @@ function kindControls(metric) {
   // How each kind makes its consistent estimates (docs/statistics.md).
   $("consistent-label").textContent = kind.label;
   $("consistent").disabled = !kind.consistent;
+  // Simultaneous intervals: shown for the kinds that offer them (hierarchy depths and
+  // subtrees, table cells and marginals, categories), unchecked and hidden otherwise.
+  $("simultaneous-box").hidden = !kind.simultaneous;
+  if (!kind.simultaneous) $("simultaneous").checked = false;
   const select = (id, label, options, chosen) => {
     const s = el("select", { id });
     for (const [value, text] of options) {
@@ -206,6 +210,7 @@ async function refresh(event) {
     per_bucket: $("over-time").checked ? "true" : "false",
   });
   if ($("robust").checked) params.set("robust", "true");
+  if ($("simultaneous").checked && !$("simultaneous-box").hidden) params.set("simultaneous", "true");
   const from = toUnix($("from").value), to = toUnix($("to").value);
   if (from) params.set("from", from);
   if (to) params.set("to", to);  // excluded, as in the API and `ldpkit estimates --to`
@@ -284,7 +289,8 @@ function render(data) {
     el("span", { id: "n" }, `n = ${data.n}`),
     el("span", { id: "epsilon" }, `ε = ${data.epsilon}`),
     el("span", { id: "mechanism" }, `mechanism: ${data.mechanism}`),
-    el("span", { id: "level-shown" }, `${Math.round(data.level * 100)}% intervals`),
+    el("span", { id: "level-shown", title: data.simultaneous ? "each group's intervals cover all its items together at this level (docs/statistics.md, Simultaneous intervals)" : "each interval on its own" },
+      `${Math.round(data.level * 100)}% ${data.simultaneous ? "simultaneous " : ""}intervals`),
   );
   if (data.interval) summary.appendChild(el("span", { id: "interval-method" }, `interval: ${data.interval}`));
   if (data.as_of) {
@@ -397,6 +403,6 @@ window.addEventListener("resize", () => {
 
 $("token-form").addEventListener("submit", connect);
 $("query").addEventListener("submit", refresh);
-for (const id of ["level", "consistent", "robust", "over-time", "version"]) $(id).addEventListener("change", () => refresh());
+for (const id of ["level", "consistent", "robust", "simultaneous", "over-time", "version"]) $(id).addEventListener("change", () => refresh());
 if (state.token) connect();
 else showMessage("Enter a read token to see estimates.", "info");

@@ -22,13 +22,14 @@ const LDPK_VIEWS = (() => {
 
   // Everything the page does per metric kind: its own `view` (else bars or the mean), what
   // an `item` is in the table, its consistent estimates (`consistent`: false for none), its
-  // own query `controls` and the table's rows beside the items (`more`, `extra`).
-  const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true };
+  // own query `controls`, the table's rows beside the items (`more`, `extra`) and whether it
+  // offers `simultaneous` intervals (every item of a group covered together).
+  const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true, simultaneous: true };
   const KINDS = {
     categorical: CATEGORICAL,
-    numeric: { ...CATEGORICAL, consistent: false },
+    numeric: { ...CATEGORICAL, consistent: false, simultaneous: false },
     distribution: {
-      ...CATEGORICAL, view: "histogram", overTime: "distribution-over-time", item: "bin", consistent: false,
+      ...CATEGORICAL, view: "histogram", overTime: "distribution-over-time", item: "bin", consistent: false, simultaneous: false,
       controls(metric, ui) {
         ui.select("bins", "Bins", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
         ui.text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");
@@ -56,7 +57,7 @@ const LDPK_VIEWS = (() => {
         items.map((i) => ({ ...i, category: `${name}=${i.category} (marginal)` }))),
     },
     strings: {
-      ...CATEGORICAL, view: "ranked", item: "string", consistent: false,
+      ...CATEGORICAL, view: "ranked", item: "string", consistent: false, simultaneous: false,
       controls(metric, ui) { ui.text("candidates", "Candidates", "", "word,another"); },
       more: (data) => (data.candidates || []).map((i) => ({ ...i, category: `${i.category} (asked)` })),
       // Each listed string's evidence (docs/statistics.md, "How strong a listing is").
@@ -67,6 +68,8 @@ const LDPK_VIEWS = (() => {
   function kind(name) { return KINDS[name] || CATEGORICAL; }
 
   const pct = (level) => `${Math.round(level * 100)}%`;
+  // The whiskers' key: a simultaneous answer's intervals cover each group together.
+  const intervalLabel = (data) => `${pct(data.level)} ${data.simultaneous ? "simultaneous interval (all together)" : "interval"}`;
   const num = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
   // The forgery shift beside an interval: how far the answer's forged fraction could move it.
   const shift = (v, digits = 3) => (v === null || v === undefined ? "" : `, forgery shift ±${num(v, digits)}`);
@@ -183,7 +186,7 @@ const LDPK_VIEWS = (() => {
       node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `bin intervals: about ${whose} (estimand: ${data.estimand || "population"})`));
       node.appendChild(key([
         ["fraction in the bin", BAR],
-        [`${pct(data.level)} interval`, WHISKER, "line"],
+        [intervalLabel(data), WHISKER, "line"],
         ["quantile (band: its interval)", CONSISTENT, "line"],
       ]));
       const items = data.items.map((i) => ({ ...i, mid: (i.lower + i.upper) / 2 }));
@@ -245,7 +248,7 @@ const LDPK_VIEWS = (() => {
       node.appendChild(breadcrumb(data, ctx));
       node.appendChild(key([
         ["unbiased estimate (children add up to their parent)", BAR],
-        [`${pct(data.level)} interval`, WHISKER, "line"],
+        [intervalLabel(data), WHISKER, "line"],
         ...(data.consistent ? [["consistent", CONSISTENT, "line"]] : []),
       ]));
       if (!hasData(data)) return empty(node);
@@ -276,7 +279,7 @@ const LDPK_VIEWS = (() => {
       }));
       const figures = [];
       if (data.dimensions.length === 2 && cells.length) {
-        node.appendChild(html("h3", {}, `cells: ${rowDim} × ${colDim} (${data.consistent ? "consistent" : "unbiased"} estimate, ${pct(data.level)} interval)`));
+        node.appendChild(html("h3", {}, `cells: ${rowDim} × ${colDim} (${data.consistent ? "consistent" : "unbiased"} estimate, ${pct(data.level)} ${data.simultaneous ? "simultaneous intervals" : "interval"})`));
         const cols = data.dimensions[1][1], rows = data.dimensions[0][1];
         const darkest = Math.max(...cells.map((c) => c.shown));
         const width = Math.min(ctx.width, 140 + 170 * cols.length);
@@ -350,7 +353,7 @@ const LDPK_VIEWS = (() => {
         ["found (top-k)", BAR],
         ...(anyWeak ? [["found, weak evidence", WEAK]] : []),
         ["named candidate", CONSISTENT],
-        [`${pct(data.level)} interval`, WHISKER, "line"],
+        [intervalLabel(data), WHISKER, "line"],
         ["threshold", "#B00", "line"],
       ]));
       const names = rows.map((r) => (r.kind === "asked" ? `${r.category} (asked)` : weak(r, data) ? `${r.category} (weak)` : r.category));
@@ -387,7 +390,7 @@ const LDPK_VIEWS = (() => {
       const node = html("div", { id: "bars" });
       node.appendChild(key([
         ["unbiased estimate", BAR],
-        [`${pct(data.level)} interval`, WHISKER, "line"],
+        [intervalLabel(data), WHISKER, "line"],
         ...(data.consistent ? [["consistent (Norm-Sub)", CONSISTENT, "line"]] : []),
         ...(data.robust ? [[robustLabel(data), ROBUST, "line"]] : []),
       ]));
@@ -574,7 +577,7 @@ const LDPK_VIEWS = (() => {
       const below = rows.filter((r) => r.estimate < 0).length;
       if (below && Array.isArray(data.items)) node.appendChild(belowZero(below, "estimates"));
       const times = new Set(rows.map((r) => +r.t));
-      node.appendChild(key([[`${pct(data.level)} interval: ${times.size > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      node.appendChild(key([[`${intervalLabel(data)}: ${times.size > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
       const fig = linesOverTime(rows, series, ctx, { yLabel: Array.isArray(data.items) ? "fraction of users" : "mean" });
       node.appendChild(fig);
       return { node, figures: [fig] };
@@ -702,7 +705,7 @@ const LDPK_VIEWS = (() => {
       const node = html("div", { id: "table-over-time" });
       const buckets = (data.buckets || []).filter((b) => b.n > 0 && Array.isArray(b.items) && b.items.some((i) => i.estimate !== null));
       if (!buckets.length) return empty(node);
-      node.appendChild(key([[`${pct(data.level)} interval: ${buckets.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+      node.appendChild(key([[`${intervalLabel(data)}: ${buckets.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
       const figures = [];
       for (const [name, categories] of data.dimensions) {
         const rows = buckets.flatMap((b) => ((b.marginals || {})[name] || []).filter((i) => i.estimate !== null).map((i) => ({

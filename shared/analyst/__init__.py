@@ -210,6 +210,10 @@ class EstimateResult(ServedEstimate):
     epsilon: float
     level: float
     consistent: bool
+    simultaneous: bool = False
+    """Whether the intervals cover each group of items together at ``level`` (a
+    hierarchy's depth or subtree, a table's cells or one marginal, a categorical metric's
+    items), as asked with ``simultaneous=True``."""
     forgery_fraction: float | None = None
     """The fraction of forged reports each ``forgery_shift`` is about."""
     buckets: tuple[BucketEstimate, ...] = ()
@@ -245,6 +249,7 @@ class EstimateResult(ServedEstimate):
             epsilon=float(data.get("epsilon", float("nan"))),
             level=float(data.get("level", 0.95)),
             consistent=bool(data.get("consistent", False)),
+            simultaneous=bool(data.get("simultaneous", False)),
             forgery_fraction=data.get("forgery_fraction"),
             buckets=buckets,
             raw=data,
@@ -336,7 +341,8 @@ class EstimateResult(ServedEstimate):
         pct = f"{self.level:.0%}"
         head = (
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
-            f"{pct} intervals ({self.interval or 'method not given'})"
+            f"{pct} {'simultaneous ' if self.simultaneous else ''}intervals "
+            f"({self.interval or 'method not given'})"
         )
         lines = [head, *self._forgery_line(), *self._kind.text(self, self._table(self.rows()))]
         if self.buckets:
@@ -573,6 +579,7 @@ class Analyst:
         candidates: Sequence[str] | None = None,
         forgery_fraction: float | None = None,
         robust: bool = False,
+        simultaneous: bool = False,
         wait: float | None = None,
         estimand: str | None = None,
     ) -> EstimateResult:
@@ -589,6 +596,9 @@ class Analyst:
         (categorical and numeric metrics; docs/statistics.md, "Robust estimates"): each
         item's ``robust``, ``robust_low``, ``robust_high`` and ``robust_forgery_shift``, a
         mean's ``robust_mean``, ... (other kinds: ``robust_note`` says they have none).
+        ``simultaneous``: intervals that cover a whole group together at ``level`` (a
+        hierarchy's depth or subtree, a table's cells and each marginal, a categorical
+        metric's items; other kinds refuse it: docs/statistics.md, "Simultaneous intervals").
 
         ``wait``: seconds to wait for an estimate computed from the data as it is when
         asked. The expensive kinds (strings, hierarchy, table, distribution) are computed
@@ -621,6 +631,7 @@ class Analyst:
             "forgery_fraction": None if fraction is None else repr(fraction),
             "robust": "true" if robust else None,  # (a collector before it knows no such key)
             "estimand": estimand,
+            "simultaneous": "true" if simultaneous else None,
         }
         data = self._waiting(
             path, params, 0.0 if wait is None else check_seconds(wait, "wait", zero=True)

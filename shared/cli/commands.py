@@ -114,6 +114,12 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
         "intervals for the genuine reporters (docs/statistics.md)",
     )
     parser.add_argument(
+        "--simultaneous",
+        action="store_true",
+        help="intervals that cover a whole group together at the level (a hierarchy's depth "
+        "or subtree, a table's cells and each marginal, a categorical metric's items)",
+    )
+    parser.add_argument(
         "--wait",
         type=float,
         metavar="SECONDS",
@@ -200,6 +206,7 @@ def estimates(args: argparse.Namespace) -> int:
         candidates=None if args.candidates is None else args.candidates.split(","),
         forgery_fraction=args.forgery_fraction,
         robust=args.robust,
+        simultaneous=args.simultaneous,
         wait=args.wait,
     )
     if result.n == 0 and args.metric_version is None:

@@ -19,6 +19,7 @@ table; hierarchies cost less), measured by ``benchmarks/estimates_load.py --cost
 
 class Structured(KindSpec):
     item_intervals: ClassVar[bool] = False
+    simultaneous_intervals: ClassVar[bool] = True  # per depth, subtree, the cells, a marginal
     maintained: ClassVar[bool] = True  # a consistent solution over up to 65,536 cells
 
     def cost(self, definition: Definition) -> Cost:

@@ -117,14 +117,17 @@ class KindPlan:
 class Question:
     """What an estimates query asks of a kind: its own ``options`` (from
     :meth:`KindSpec.parse_options`), the intervals' ``level``, whether to add the
-    ``consistent`` estimates, the ``forgery_fraction`` each ``forgery_shift`` is for, and
-    whether to add the estimates ``robust`` to that fraction of forged reports."""
+    ``consistent`` estimates, the ``forgery_fraction`` each ``forgery_shift`` is for,
+    whether to add the estimates ``robust`` to that fraction of forged reports, and
+    whether the intervals are ``simultaneous`` (all of a group's together at ``level``;
+    only asked of a kind whose :attr:`KindSpec.simultaneous_intervals` is true)."""
 
     options: Mapping[str, Any] = field(default_factory=dict)
     level: Level = Level(0.95)
     consistent: bool = False
     forgery_fraction: Fraction = DEFAULT_FORGERY_FRACTION
     robust: bool = False
+    simultaneous: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,9 @@ class KindSpec:
     """Whether a row names how its interval was made (an ``interval`` column)."""
     robust_columns: ClassVar[tuple[str, ...]] = ()
     """The columns of a robust answer's rows (none: the kind has no robust estimate)."""
+    simultaneous_intervals: ClassVar[bool] = False
+    """Whether an answer offers intervals that cover a whole group of items together
+    (query ``simultaneous=true``; the answer's ``simultaneous`` says which it holds)."""
     maintained: ClassVar[bool] = False
     """Whether the collector keeps this kind's estimates computed (issue 27): prepared in a
     worker process in the background whenever reports arrived, never inside a request;

@@ -36,6 +36,7 @@ class Categorical(KindSpec):
     checks_values: ClassVar[bool] = True
     mechanism_params: ClassVar[bool] = False
     robust_columns: ClassVar[tuple[str, ...]] = ROBUST_COLUMNS
+    simultaneous_intervals: ClassVar[bool] = True  # all items together (Bonferroni)
 
     def build(self, definition: Definition) -> Built:
         categories = check_categories(definition)
@@ -74,11 +75,12 @@ class Categorical(KindSpec):
         estimate = mechanism.estimate(aggregate)
         assert isinstance(estimate, FrequencyEstimate) and definition.categories is not None
         columns = _columns(estimate, q)
-        methods = estimate.interval_methods(q.level) if estimate.n else None
+        sim = q.simultaneous
+        methods = estimate.interval_methods(q.level, simultaneous=sim) if estimate.n else None
         answer: dict[str, Any] = {
             "n": estimate.n,
             "sums": sums_json(aggregate),
-            "interval": estimate.interval_method(q.level) if estimate.n else None,
+            "interval": estimate.interval_method(q.level, simultaneous=sim) if estimate.n else None,
         }
         if q.robust:
             robust = estimate.robust(q.forgery_fraction)
@@ -86,9 +88,9 @@ class Categorical(KindSpec):
                 "forgery_fraction": robust.beta,
                 "forged_reports": robust.forged,
                 "level": q.level,
-                "simultaneous": False,
+                "simultaneous": sim,
             }
-            low, high = robust.ci(q.level)
+            low, high = robust.ci(q.level, simultaneous=sim)
             values = (robust.frequencies, low, high, robust.forgery_shift())
             for name, value in zip(ROBUST_COLUMNS, values, strict=True):
                 columns[name] = np.asarray(value, dtype=np.float64)
@@ -106,7 +108,7 @@ class Categorical(KindSpec):
 def _columns(estimate: FrequencyEstimate, q: Question) -> dict[str, npt.NDArray[np.float64]]:
     """Each item's estimate, stderr, low, high, forgery_shift and, if asked, consistent
     estimate, by their names in the answer."""
-    low, high = estimate.ci(q.level)
+    low, high = estimate.ci(q.level, simultaneous=q.simultaneous)
     columns = {
         "estimate": estimate.frequencies,
         "stderr": estimate.stderr,

@@ -45,7 +45,11 @@ class Hierarchy(Structured):
         try:
             if "subtree" in q.options:
                 return _subtree(estimate, q.options["subtree"], depth, q)
-            data = dict(estimate.to_dict(depth, q.level, consistent=q.consistent))
+            data = dict(
+                estimate.to_dict(
+                    depth, q.level, consistent=q.consistent, simultaneous=q.simultaneous
+                )
+            )
         except ParameterError as exc:
             raise QueryError("subtree" if "subtree" in q.options else "depth", str(exc)) from None
         with_shifts(data["items"], estimate.level(data["depth"]), q.forgery_fraction)
@@ -83,8 +87,11 @@ def _subtree(estimate: Any, path: str, depth: int | None, q: Question) -> dict[s
         "depth": estimate.tree.locate(group.keys[0])[0] if len(group) else depth,
         "subtree": path,
         "interval": estimate.interval,
+        "simultaneous": q.simultaneous,
         "items": with_shifts(
-            group.items(q.level, consistent=q.consistent), group, q.forgery_fraction
+            group.items(q.level, consistent=q.consistent, simultaneous=q.simultaneous),
+            group,
+            q.forgery_fraction,
         ),
     }
 

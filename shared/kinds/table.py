@@ -30,7 +30,9 @@ class Table(Structured):
         return int(m.table.index(value))
 
     def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
-        data: dict[str, Any] = estimate.to_dict(q.level, consistent=q.consistent)
+        data: dict[str, Any] = estimate.to_dict(
+            q.level, consistent=q.consistent, simultaneous=q.simultaneous
+        )
         beta = q.forgery_fraction
         if estimate.cells is not None:
             with_shifts(data["items"], estimate.cells, beta)

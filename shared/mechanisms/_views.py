@@ -55,7 +55,7 @@ from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, NoiseModel, Quadratic
 from ..screening import Finding
-from ..structured_estimates import OutputArrays
+from ..structured_estimates import OutputArrays, SupportCounts
 from . import AUTO_ORACLES as AUTO_ORACLES  # re-exported for ldpkit.structured
 from . import STRUCTURED_ORACLES, make_oracle, oracle_class
 from ._values import in_range, whole_floats
@@ -459,6 +459,24 @@ class ViewSampling(Mechanism):
             quad = Quadratic(quad.v0 * nan, quad.v1 * nan, quad.v2 * nan, c)
             x, stderr, consistent = x * nan, stderr * nan, consistent * nan
         return OutputArrays(n, x, stderr, consistent, quad, self.engine.forgery)
+
+    def _supports(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> SupportCounts | None:
+        """With one view that reports each base cell as its own item, every output group
+        that is a bijection of the base cells (a table's cells, a rollup's leaves) is one
+        support count per output: those counts (the others NaN). None with several views."""
+        e = self.engine
+        if not e.single:
+            return None
+        counts_n, table = batch_sums(n, sums, self.stats_size)
+        _, counts = e.split(table)
+        out = np.full((counts_n.size, e.n_outputs), np.nan)
+        parts = zip(e.output_offsets, e.output_labels, e.output_sizes, strict=False)
+        for off, labels, size in parts:
+            if size == e.m:
+                out[:, off + labels] = counts[:, e.view_labels[0]]
+        oracle = self.views[0].oracle
+        p, q = np.full(e.n_outputs, oracle.p), np.full(e.n_outputs, oracle.q)
+        return SupportCounts(out, counts_n, p, q)
 
     def expected_sizes(self, n: float) -> FloatArray:
         """(1, views): each view's expected number of users out of n."""

@@ -36,6 +36,7 @@ differential privacy", PVLDB 12(10), 2019.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -135,7 +136,8 @@ class HierarchyMechanism(ViewSampling):
         x[bad] = 0.0
         consistent = np.concatenate(tree_consistent(self._by_output(x), self.tree.parents), axis=1)
         leaves = self.engine.base_of(consistent, self.tree.depth - 1)
-        return self._finish(n_, sizes, x, consistent, leaves, bad)
+        arrays = self._finish(n_, sizes, x, consistent, leaves, bad)
+        return dataclasses.replace(arrays, supports=self._supports(n, sums))
 
     def estimate(self, aggregate: Aggregate) -> HierarchyEstimate:
         """Unbiased (and adding-up) estimates at every depth, with consistent ones beside.

@@ -36,6 +36,7 @@ floored at a tiny positive value, are scaled to Norm-Sub marginals (see
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any, ClassVar
@@ -49,7 +50,7 @@ from ..domains import Table
 from ..errors import ParameterError, ReportError
 from ..inference import LinearViews, Quadratic, grouped_norm_sub, ipf
 from ..screening import Finding, LinearShift
-from ..structured_estimates import OutputArrays, TableEstimate
+from ..structured_estimates import OutputArrays, SupportCounts, TableEstimate
 from . import make_oracle
 from ._values import in_range
 from ._views import ViewSampling, _check_weights, as_reports, batch_sums, noise_model, population
@@ -122,7 +123,8 @@ class TableMechanism(ViewSampling):
         cells = ipf(np.maximum(groups[0], SEED_FLOOR), partitions, targets)
         margins = [self.engine.sum_outputs(cells)[:, self.engine.output_offsets[1] :]]
         consistent = np.concatenate([cells, *margins], axis=1)
-        return self._finish(n_, sizes, x, consistent, cells, bad)
+        arrays = self._finish(n_, sizes, x, consistent, cells, bad)
+        return dataclasses.replace(arrays, supports=self._supports(n, sums))
 
     def estimate(self, aggregate: Aggregate) -> TableEstimate:
         """Unbiased cells and marginals (adding up), with consistent ones beside.
@@ -364,7 +366,11 @@ class SplitMarginals(Mechanism):
         shifts = [engine.forgery for engine in self.engines]  # every report carries each part
         up, down = (np.concatenate([getattr(s, side) for s in shifts]) for side in ("up", "down"))
         forgery = LinearShift(up, down, np.ones(1))
-        return OutputArrays(counts_n, x * nan, se * nan, cons * nan, quad, forgery)
+        p = np.concatenate([np.full(o.domain_size, o.p) for o in self.oracles])
+        q = np.concatenate([np.full(o.domain_size, o.q) for o in self.oracles])
+        supports = SupportCounts(table * nan, counts_n, p, q)  # each category is one count
+        arrays = (counts_n, x * nan, se * nan, cons * nan, quad, forgery)
+        return OutputArrays(*arrays, supports=supports)
 
     def estimate(self, aggregate: Aggregate) -> TableEstimate:
         """Unbiased marginals with intervals; consistent ones by Norm-Sub. No cells."""

@@ -290,6 +290,42 @@ def test_table_heat_map_and_marginals(browser: Any, kinds: Kinds, shots: Path, w
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+def test_simultaneous_checkbox_for_hierarchies_and_tables(
+    browser: Any, kinds: Kinds, shots: Path, width: int
+) -> None:
+    """Shown for the kinds that offer simultaneous intervals (hierarchy, table), hidden for
+    the others; checked, it asks ``simultaneous=true``, draws the served (wider) intervals
+    and the summary says so; a subtree opened keeps asking it."""
+    page = open_metric(browser, kinds, width, "car", "heatmap")
+    assert page.is_visible("#simultaneous")
+    plain = page.evaluate("window.ldpkitDashboard.data")
+    page.check("#simultaneous")
+    drawn(page, "car", "heatmap", "window.ldpkitDashboard.data.simultaneous === true")
+    data = page.evaluate("window.ldpkitDashboard.data")
+    served = api(kinds.url, "car", level="0.95", simultaneous="true", consistent="false")
+    assert without_as_of(data) == without_as_of(served)
+    for a, b in zip(data["items"], plain["items"], strict=True):
+        assert a["low"] <= b["low"] and a["high"] >= b["high"]
+    assert "95% simultaneous intervals" in page.inner_text("#level-shown")
+    readable(page)
+    page.screenshot(path=str(shots / f"kinds-heatmap-simultaneous-{width}.png"), full_page=True)
+    page.click("button[data-metric=region]")
+    drawn(page, "region", "tree", "window.ldpkitDashboard.data.simultaneous === true")
+    page.select_option("#depth", "2")
+    drawn(page, "region", "tree", "window.ldpkitDashboard.data.depth === 2")
+    page.locator("g.estimate-bars rect").nth(1).click()  # MX/Sonora: its 2 children together
+    drawn(page, "region", "tree", "window.ldpkitDashboard.data.subtree === 'MX/Sonora'")
+    assert page.evaluate("window.ldpkitDashboard.data.simultaneous") is True
+    readable(page)
+    page.screenshot(path=str(shots / f"kinds-tree-simultaneous-{width}.png"), full_page=True)
+    page.click("button[data-metric=search_term]")
+    drawn(page, "search_term", "ranked")
+    assert not page.is_visible("#simultaneous")
+    assert page.evaluate("window.ldpkitDashboard.data.simultaneous") is False
+    page.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 def test_strings_ranked_with_threshold_and_candidates(
     browser: Any, kinds: Kinds, shots: Path, width: int
 ) -> None:
