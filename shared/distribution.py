@@ -672,9 +672,12 @@ class HistogramEstimate:
             self._cache[key] = ConfidenceInterval(low, high)
         return self._cache[key]
 
-    def items(self, level: float = 0.95, *, estimand: str = REPORTERS) -> list[dict[str, Any]]:
-        """One plain dict per bin: lower, upper, estimate, stderr, low, high."""
-        low, high = self.ci(level, estimand=estimand)
+    def items(
+        self, level: float = 0.95, *, simultaneous: bool = False, estimand: str = REPORTERS
+    ) -> list[dict[str, Any]]:
+        """One plain dict per bin: lower, upper, estimate, stderr, low, high (the intervals
+        all bins' together with ``simultaneous``)."""
+        low, high = self.ci(level, simultaneous=simultaneous, estimand=estimand)
         columns = (self.lower, self.upper, self.estimates, self.stderr, low, high)
         rows = zip(*(np.asarray(c).tolist() for c in columns), strict=True)
         return [_range_dict(*row) for row in rows]
@@ -1287,8 +1290,10 @@ class DistributionEstimate:
         quantiles: Sequence[float] = (),
         range_: tuple[float, float] | None = None,
         estimand: str = REPORTERS,
+        simultaneous: bool = False,
     ) -> dict[str, Any]:
         """The answers as plain JSON-ready values (non-finite numbers become None).
+        ``simultaneous``: the bins' intervals cover all bins together at ``level``.
 
         Keys: mechanism, epsilon, n, level, estimand, bounds, resolution, items (one per
         bin: lower, upper, estimate, stderr, low, high), mean, mean_stderr, mean_low,
@@ -1311,7 +1316,8 @@ class DistributionEstimate:
             "estimand": estimand,
             "bounds": [self.bounds[0], self.bounds[1]],
             "resolution": self.resolution,
-            "items": hist.items(level, estimand=estimand),
+            "simultaneous": bool(simultaneous),
+            "items": hist.items(level, simultaneous=simultaneous, estimand=estimand),
             "mean": finite_or_none(mean.mean),
             "mean_stderr": finite_or_none(mean.stderr),
             "mean_low": finite_or_none(float(mean_low)),

@@ -29,7 +29,7 @@ const LDPK_VIEWS = (() => {
     categorical: CATEGORICAL,
     numeric: { ...CATEGORICAL, consistent: false, simultaneous: false },
     distribution: {
-      ...CATEGORICAL, view: "histogram", overTime: "distribution-over-time", item: "bin", consistent: false, simultaneous: false,
+      ...CATEGORICAL, view: "histogram", overTime: "distribution-over-time", item: "bin", consistent: false, simultaneous: true,
       controls(metric, ui) {
         ui.select("bins", "Bins", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
         ui.text("quantiles", "Quantiles", "0.5,0.9", "0.5,0.9");

@@ -43,6 +43,7 @@ measured by ``benchmarks/estimates_load.py --costs``."""
 class Distribution(Numbers):
     hidden: ClassVar[frozenset[str]] = frozenset({"lower", "upper"})  # a bin reads "[a, b)"
     maintained: ClassVar[bool] = True  # a quantile's or a range's variances: about a second
+    simultaneous_intervals: ClassVar[bool] = True  # all bins together (Bonferroni)
 
     def prepare(self, definition: Definition, aggregate: Aggregate) -> Any:
         """The estimate with what quantiles and ranges read computed (they are cached)."""
@@ -103,7 +104,9 @@ class Distribution(Numbers):
 
     def fields(self, definition: Definition, estimate: Any, q: Question) -> dict[str, Any]:
         try:
-            data: dict[str, Any] = estimate.to_dict(q.level, **q.options)
+            data: dict[str, Any] = estimate.to_dict(
+                q.level, simultaneous=q.simultaneous, **q.options
+            )
         except ParameterError as exc:  # blame the parameter the message names first
             message = str(exc)
             named = [(message.find(p), p) for p in ("edges", "bins", "range", "q") if p in message]

@@ -1,5 +1,6 @@
 """``simultaneous=true`` on ``GET /v1/estimates`` (issue 28): a hierarchy (the answered
-depth, or a subtree), a table (the cells, each marginal) and a categorical metric answer
+depth, or a subtree), a table (the cells, each marginal), a distribution (its bins) and a
+categorical metric answer
 the core's simultaneous intervals of the same sums, and say so; the kinds without them
 refuse the parameter by name."""
 
@@ -19,7 +20,7 @@ from tests.harness import ThreadedCollector
 from .helpers import READ, auth, batch, estimates, make_config, new_ids, running, today
 from .test_disclosed_shift import ASKED, KINDS, SENDER, VALUES, send
 
-SIMULTANEOUS = {"theme", "region", "car"}  # categorical, hierarchy, table
+SIMULTANEOUS = {"theme", "region", "car", "minutes"}  # categorical, hierarchy, table, bins
 
 
 def bounds(items: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
@@ -37,6 +38,9 @@ def expected(d: MetricDefinition, part: dict[str, Any], level: float, subtree: s
     name = d.name
     if name == "theme":
         low, high = est.ci(level, simultaneous=True)
+        return {"items": (np.asarray(low).tolist(), np.asarray(high).tolist())}
+    if name == "minutes":  # the default 16 bins
+        low, high = est.histogram(None).ci(level, simultaneous=True)
         return {"items": (np.asarray(low).tolist(), np.asarray(high).tolist())}
     if name == "region":
         group = est.subtree(subtree) if subtree else est.level()
