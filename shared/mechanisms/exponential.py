@@ -59,6 +59,7 @@ Score = Literal["distance", "band", "matrix"]
 
 _BISECTIONS = 200  # far more than the ~60 halvings that exhaust a double's precision
 _MAX_CONDITION = 1e12  # beyond this the inversion estimate is noise; use EM
+MAX_ITEMS = 1024  # the channel is a dense d x m matrix, calibrated in O(d^2 m)
 
 
 def _logsumexp_rows(a: FloatArray) -> FloatArray:
@@ -162,6 +163,8 @@ def score_matrix(
     if scores is not None:
         raise ParameterError(f"scores is only for score 'matrix', not {score!r}")
     d = check_domain_size(domain_size)
+    if d > MAX_ITEMS:
+        raise ParameterError(f"domain_size must be at most {MAX_ITEMS}, got {d}")
     gap = np.abs(np.arange(d)[:, None] - np.arange(d)[None, :]).astype(np.float64)
     if score == "distance":
         if band is not None:
@@ -181,10 +184,10 @@ def _check_quality(scores: Any) -> FloatArray:
         q = np.array(scores, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ParameterError(f"scores must be a matrix of numbers: {exc}") from None
-    if q.ndim != 2 or q.shape[0] < 2 or q.shape[1] < q.shape[0]:
+    if q.ndim != 2 or not 2 <= q.shape[0] <= q.shape[1] <= MAX_ITEMS:
         raise ParameterError(
-            f"scores must be a d x m matrix with 2 <= d <= m (inputs x outputs), got shape "
-            f"{q.shape}"
+            f"scores must be a d x m matrix with 2 <= d <= m <= {MAX_ITEMS} (inputs x "
+            f"outputs), got shape {q.shape}"
         )
     if not np.all(np.isfinite(q)):
         raise ParameterError("scores must be finite")

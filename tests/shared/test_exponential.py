@@ -277,6 +277,8 @@ def test_a_singular_band_channel_refuses_inversion_but_not_em() -> None:
         ({"epsilon": 1.0, "score": "matrix", "scores": [[0, 1], [2, 3]]}, "same channel"),
         ({"epsilon": 1.0, "score": "matrix", "scores": np.eye(3), "domain_size": 4}, "match"),
         ({"epsilon": 1.0, "score": "cosine", "domain_size": 4}, "score must be"),
+        ({"epsilon": 1.0, "domain_size": 1025}, "at most 1024"),
+        ({"epsilon": 1.0, "score": "matrix", "scores": np.zeros((2, 1025))}, "d x m"),
     ],
 )
 def test_bad_parameters_are_refused(kw: dict[str, Any], message: str) -> None:
