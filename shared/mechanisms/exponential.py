@@ -1,0 +1,449 @@
+"""The exponential mechanism over a finite domain, calibrated exactly, with its estimates.
+
+A reporter holding item ``x`` in ``0 .. d - 1`` reports output ``o`` in ``0 .. m - 1`` with
+probability ``P[x, o]`` proportional to ``exp(s q(x, o))`` for a score ``q``:
+
+- ``"distance"``: ordered categories, ``q(x, o) = -|x - o|`` (m = d): answers land near the
+  truth, which a mean rating, a share "4 or more" or a median bracket need;
+- ``"band"``: ``q(x, o) = 1`` if ``|x - o| <= b`` else 0 (m = d), the square wave of Li et
+  al. on a finite grid: "within b of the truth, or anywhere";
+- ``"matrix"``: any finite d x m score matrix.
+
+Exact calibration. The textbook rule (McSherry and Talwar) takes ``s = eps / (2 Δq)`` with
+``Δq = max_{o, x, x'} |q(x, o) - q(x', o)|``; that is a bound. The channel is a finite
+matrix, so this module sets ``s`` so that its privacy loss,
+``L(s) = max_o (max_x log P[x, o] - min_x log P[x, o])``, equals eps. With
+``R = max_{x, x'} range_o (q(x, o) - q(x', o))`` one has ``s R / 2 <= L(s) <= s R``
+(:func:`privacy_loss`), so the exact scale lies in ``[eps / R, 2 eps / R]``; ``L`` is
+continuous and bisection keeps ``L(lo) <= eps < L(hi)``, so the scale returned satisfies
+``L(s) <= eps`` whether or not ``L`` is monotone, and equals eps to rounding.
+:func:`calibrate` returns both calibrations side by side.
+
+Estimates. Output counts ``c`` from ``n`` reports have mean ``n P^T f``. Channel inversion,
+``f_hat = A c / n`` with ``A`` a left inverse of ``P^T``, is unbiased; its covariance is
+``A (diag(lam) - lam lam^T) A^T / n`` with ``lam = P^T f``, estimated from the observed
+frequencies with ``n - 1`` (which makes the covariance estimate unbiased). The constrained
+maximum-likelihood estimate (EM, Dempster-Laird-Rubin; the reconstruction of Li et al.
+without smoothing) lies on the simplex and is consistent.
+
+This family is not registered as an ldpkit mechanism yet (no wire dtype, portable rule,
+conformance law or sampling vectors): it is the core that issue 30 builds on. Its sampler
+draws from float64 cumulative probabilities, not the portable 64-bit thresholds.
+
+References
+----------
+F. McSherry, K. Talwar, "Mechanism design via differential privacy", FOCS 2007.
+Z. Li, T. Wang, M. Lopuhaä-Zwakenberg, N. Li, B. Škorić, "Estimating numerical
+distributions under local differential privacy", SIGMOD 2020 (the square wave, EMS).
+A. P. Dempster, N. M. Laird, D. B. Rubin, "Maximum likelihood from incomplete data via the
+EM algorithm", JRSS B 1977.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .._validation import check_domain_size, check_epsilon
+from ..errors import ParameterError, ReportError
+from ..intervals import normal_quantile
+from ..randomness import resolve_rng
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+Score = Literal["distance", "band", "matrix"]
+
+_BISECTIONS = 200  # far more than the ~60 halvings that exhaust a double's precision
+_MAX_CONDITION = 1e12  # beyond this the inversion estimate is noise; use EM
+MAX_ITEMS = 1024  # the channel is a dense d x m matrix, calibrated in O(d^2 m)
+
+
+def _logsumexp_rows(a: FloatArray) -> FloatArray:
+    top = a.max(axis=1, keepdims=True)
+    return np.asarray(top[:, 0] + np.log(np.exp(a - top).sum(axis=1)))
+
+
+def log_channel(quality: FloatArray, scale: float) -> FloatArray:
+    """``log P[x, o]`` for ``P[x, o]`` proportional to ``exp(scale quality[x, o])``."""
+    a = scale * quality
+    return np.asarray(a - _logsumexp_rows(a)[:, None])
+
+
+def privacy_loss(quality: FloatArray, scale: float) -> float:
+    """The channel's largest log-ratio ``max_{o, x, x'} log P[x, o] / P[x', o]`` (exact
+    epsilon of the mechanism at this scale), in O(d m): per output, column max minus min."""
+    lp = log_channel(quality, scale)
+    return float(np.max(lp.max(axis=0) - lp.min(axis=0)))
+
+
+def sensitivity(quality: FloatArray) -> float:
+    """``Δq = max_{o, x, x'} |q(x, o) - q(x', o)|``: the textbook rule's sensitivity."""
+    return float(np.max(quality.max(axis=0) - quality.min(axis=0)))
+
+
+def _spread(quality: FloatArray) -> float:
+    """``R = max_{x, x'} range_o (q(x, o) - q(x', o))``, so that ``s R / 2 <= L(s) <= s R``."""
+    # One input x at a time against all x': O(d m) memory.
+    return max(float(np.max(np.ptp(row - quality, axis=1))) for row in quality)
+
+
+def exact_scale(quality: FloatArray, epsilon: float) -> float:
+    """The scale s with ``privacy_loss(quality, s) == epsilon`` (to rounding, never above).
+
+    Raises ParameterError when the score does not depend on the input (the channel would
+    be the same for every input: no information, any epsilon)."""
+    r = _spread(quality)
+    if not r > 0:
+        raise ParameterError("the score gives every input the same channel; nothing to learn")
+    lo, hi = epsilon / r, 2.0 * epsilon / r
+    if privacy_loss(quality, hi) <= epsilon:  # only when L(s) = s R / 2 exactly at the top
+        return hi
+    for _ in range(_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if privacy_loss(quality, mid) <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The exact calibration of one score beside the textbook rule.
+
+    Attributes
+    ----------
+    epsilon : the privacy loss asked for, which the exact scale spends exactly.
+    scale : the exact scale s (``privacy_loss(q, s) == epsilon``).
+    sensitivity : the score's Δq.
+    textbook_scale : ``epsilon / (2 Δq)``, the textbook rule's scale for the same epsilon.
+    textbook_epsilon : what the textbook rule charges for the exact channel, ``2 Δq s``
+        (>= epsilon): the saving of the exact calibration is ``textbook_epsilon - epsilon``.
+    textbook_actual : the true privacy loss of the textbook rule's channel (<= epsilon):
+        the budget the textbook rule leaves unspent, ``epsilon - textbook_actual``.
+    """
+
+    epsilon: float
+    scale: float
+    sensitivity: float
+    textbook_scale: float
+    textbook_epsilon: float
+    textbook_actual: float
+
+    @property
+    def ratio(self) -> float:
+        """``textbook_epsilon / epsilon``: how many times the textbook overcharges (1 to 2)."""
+        return self.textbook_epsilon / self.epsilon
+
+
+def calibrate(quality: npt.ArrayLike, epsilon: float) -> Calibration:
+    """Calibrate a score matrix exactly and by the textbook rule; see :class:`Calibration`."""
+    eps = check_epsilon(epsilon)
+    q = _check_quality(quality)
+    s = exact_scale(q, eps)
+    delta = sensitivity(q)
+    tb = eps / (2.0 * delta)
+    return Calibration(eps, s, delta, tb, 2.0 * delta * s, privacy_loss(q, tb))
+
+
+def score_matrix(
+    score: Score, domain_size: int, *, band: int | None = None, scores: Any = None
+) -> FloatArray:
+    """The d x m score matrix of a named score (see the module docstring)."""
+    if score == "matrix":
+        if scores is None:
+            raise ParameterError("score 'matrix' needs scores, a d x m matrix")
+        return _check_quality(scores)
+    if scores is not None:
+        raise ParameterError(f"scores is only for score 'matrix', not {score!r}")
+    d = check_domain_size(domain_size)
+    if d > MAX_ITEMS:
+        raise ParameterError(f"domain_size must be at most {MAX_ITEMS}, got {d}")
+    gap = np.abs(np.arange(d)[:, None] - np.arange(d)[None, :]).astype(np.float64)
+    if score == "distance":
+        if band is not None:
+            raise ParameterError("band is only for score 'band'")
+        return np.asarray(-gap, dtype=np.float64)
+    if score == "band":
+        if isinstance(band, bool) or not isinstance(band, int | np.integer):
+            raise ParameterError(f"score 'band' needs an integer band, got {band!r}")
+        if not 0 <= band < d - 1:
+            raise ParameterError(f"band must be in 0 .. {d - 2} for d = {d}, got {band}")
+        return np.asarray(gap <= band, dtype=np.float64)
+    raise ParameterError(f"score must be 'distance', 'band' or 'matrix', got {score!r}")
+
+
+def _check_quality(scores: Any) -> FloatArray:
+    try:
+        q = np.array(scores, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"scores must be a matrix of numbers: {exc}") from None
+    if q.ndim != 2 or not 2 <= q.shape[0] <= q.shape[1] <= MAX_ITEMS:
+        raise ParameterError(
+            f"scores must be a d x m matrix with 2 <= d <= m <= {MAX_ITEMS} (inputs x "
+            f"outputs), got shape {q.shape}"
+        )
+    if not np.all(np.isfinite(q)):
+        raise ParameterError("scores must be finite")
+    return q
+
+
+@dataclass(frozen=True)
+class ChannelEstimate:
+    """Estimated frequencies of the d inputs from n reports.
+
+    Attributes
+    ----------
+    frequencies : the estimate (inversion: unbiased, may leave [0, 1]; EM: on the simplex).
+    covariance : its estimated covariance (inversion), or None (EM).
+    n : the number of reports.
+    """
+
+    frequencies: FloatArray
+    covariance: FloatArray | None
+    n: int
+
+    @property
+    def stderr(self) -> FloatArray:
+        """Standard errors (inversion only)."""
+        if self.covariance is None:
+            raise ParameterError("the EM estimate has no standard errors here; use inversion")
+        return np.sqrt(np.clip(np.diag(self.covariance), 0.0, None))
+
+    def intervals(self, level: float = 0.95) -> tuple[FloatArray, FloatArray]:
+        """Normal intervals ``f_hat -/+ z stderr`` of each item at ``level`` (pointwise)."""
+        z = normal_quantile(level)
+        half = z * self.stderr
+        return self.frequencies - half, self.frequencies + half
+
+
+@dataclass(frozen=True)
+class RankMean:
+    """The mean rank ``sum_x x f_x`` (ranks 0 .. d - 1, or given values) with its error."""
+
+    mean: float
+    stderr: float
+    n: int
+
+    def interval(self, level: float = 0.95) -> tuple[float, float]:
+        half = normal_quantile(level) * self.stderr
+        return self.mean - half, self.mean + half
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExponentialMechanism:
+    """The exponential mechanism over a finite domain, exactly epsilon-LDP.
+
+    Parameters
+    ----------
+    epsilon : float
+        The privacy loss the channel spends exactly (its largest log-ratio).
+    score : {"distance", "band", "matrix"}
+        The score family (module docstring).
+    domain_size : int, optional
+        d, the number of items (and outputs); from ``scores`` for ``"matrix"``.
+    band : int, optional
+        b for ``"band"``: outputs within b of the truth score 1, others 0.
+    scores : array_like, optional
+        The d x m score matrix for ``"matrix"`` (inputs x outputs, m >= d).
+
+    Attributes (derived once)
+    -------------------------
+    quality : the score matrix; scale : the exact scale; channel : ``P`` (d x m).
+
+    Examples
+    --------
+    >>> m = ExponentialMechanism(epsilon=1.0, score="distance", domain_size=5)
+    >>> abs(m.privacy_loss() - 1.0) < 1e-12
+    True
+    """
+
+    epsilon: float
+    score: Score = "distance"
+    domain_size: int | None = None
+    band: int | None = None
+    scores: Any = None
+    quality: FloatArray = field(init=False, repr=False)
+    scale: float = field(init=False)
+    channel: FloatArray = field(init=False, repr=False)
+    _cumulative: FloatArray = field(init=False, repr=False)
+    _inverse: FloatArray | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        eps = check_epsilon(self.epsilon)
+        q = score_matrix(self.score, self.domain_size or 0, band=self.band, scores=self.scores)
+        if self.domain_size is not None and self.domain_size != q.shape[0]:
+            raise ParameterError(
+                f"domain_size {self.domain_size} does not match the scores' {q.shape[0]} rows"
+            )
+        s = exact_scale(q, eps)
+        p = np.exp(log_channel(q, s))
+        cum = np.cumsum(p, axis=1)
+        cum[:, -1] = 1.0  # the last output takes any rounding left over
+        pt = p.T
+        inverse = np.linalg.pinv(pt) if np.linalg.cond(pt) < _MAX_CONDITION else None
+        for name, value in (
+            ("epsilon", eps),
+            ("domain_size", q.shape[0]),
+            ("quality", q),
+            ("scale", s),
+            ("channel", p),
+            ("_cumulative", cum),
+            ("_inverse", inverse),
+        ):
+            object.__setattr__(self, name, value)
+
+    @property
+    def items(self) -> int:
+        """d, the number of items (``domain_size`` once made)."""
+        return int(self.channel.shape[0])
+
+    @property
+    def outputs(self) -> int:
+        """m, the number of possible reports."""
+        return int(self.channel.shape[1])
+
+    def privacy_loss(self) -> float:
+        """The channel's exact epsilon (equals ``epsilon`` to rounding, never above)."""
+        return privacy_loss(self.quality, self.scale)
+
+    def calibration(self) -> Calibration:
+        """This score's exact calibration beside the textbook rule."""
+        return calibrate(self.quality, self.epsilon)
+
+    # --- the sampler ------------------------------------------------------------------
+    def perturb(self, values: npt.ArrayLike, rng: np.random.Generator | None = None) -> Any:
+        """Reports (uint32 outputs) of true items ``values``; ``rng`` defaults to a
+        generator fed by the OS CSPRNG (:func:`ldpkit.randomness.resolve_rng`)."""
+        array = np.asarray(values)
+        scalar = array.ndim == 0
+        x = self._check_items(array.reshape(-1) if scalar else array, "values")
+        u = resolve_rng(rng).random(x.size)
+        # One flat search over the rows shifted by their index: row x's cumulative
+        # probabilities become x + C[x, o], so x + u falls among row x's entries only.
+        m = self.outputs
+        flat = (self._cumulative + np.arange(self.items)[:, None]).ravel()
+        out = np.searchsorted(flat, x + u, side="right") - x * m
+        reports = np.minimum(out, m - 1).astype(np.uint32)
+        return reports[0] if scalar else reports
+
+    def _check_items(self, array: npt.NDArray[Any], what: str) -> IntArray:
+        if array.ndim != 1:
+            raise ReportError(f"{what} must be a scalar or a 1-D array, got shape {array.shape}")
+        if (array.size and array.dtype.kind not in "iu") and (
+            array.dtype.kind != "f" or not np.all(array == np.floor(array))
+        ):
+            raise ReportError(f"{what} must be integer indices, got dtype {array.dtype}")
+        x = array.astype(np.int64)
+        bad = (x < 0) | (x >= self.items)
+        if bool(np.any(bad)):
+            i = int(np.argmax(bad))
+            raise ReportError(f"{what}[{i}] = {array[i]} is outside 0 .. {self.items - 1}")
+        return x
+
+    def counts(self, reports: npt.ArrayLike) -> FloatArray:
+        """How many reports name each output; ReportError on a malformed report."""
+        r = np.asarray(reports).reshape(-1)
+        if r.size and r.dtype.kind not in "iu":
+            raise ReportError(f"reports must be integer outputs, got dtype {r.dtype}")
+        bad = (r < 0) | (r >= self.outputs)
+        if bool(np.any(bad)):
+            i = int(np.argmax(bad))
+            raise ReportError(f"report {i} ({r[i]}) is not an output 0 .. {self.outputs - 1}")
+        return np.bincount(r.astype(np.int64), minlength=self.outputs).astype(np.float64)
+
+    # --- estimates --------------------------------------------------------------------
+    def _checked_counts(self, counts: npt.ArrayLike) -> tuple[FloatArray, int]:
+        c = np.asarray(counts, dtype=np.float64)
+        if c.shape != (self.outputs,):
+            raise ParameterError(f"counts must have {self.outputs} entries, got {c.shape}")
+        if not np.all(np.isfinite(c)) or np.any(c < 0) or not np.all(c == np.floor(c)):
+            raise ParameterError("counts must be non-negative whole numbers")
+        n = int(c.sum())
+        if n < 2:
+            raise ParameterError(f"an estimate needs at least 2 reports, got {n}")
+        return c, n
+
+    def _left_inverse(self) -> FloatArray:
+        if self._inverse is None:
+            raise ParameterError(
+                "this channel is too close to singular to invert (condition number above "
+                f"{_MAX_CONDITION:g}); use estimate_em"
+            )
+        return self._inverse
+
+    def variance(self, frequencies: npt.ArrayLike, n: int = 1) -> FloatArray:
+        """Covariance matrix of the inversion estimate from ``n`` reports when the true
+        frequencies are ``frequencies``: ``A (diag(lam) - lam lam^T) A^T / n``, lam = P^T f.
+        The inversion estimate's bias is zero: ``A P^T = I``."""
+        f = np.asarray(frequencies, dtype=np.float64)
+        if f.shape != (self.items,) or np.any(f < 0) or abs(f.sum() - 1.0) > 1e-9:
+            raise ParameterError(f"frequencies must be {self.items} fractions summing to 1")
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise ParameterError(f"n must be a positive integer, got {n!r}")
+        lam = self.channel.T @ f
+        return self._propagate(lam, float(n))
+
+    def _propagate(self, lam: FloatArray, denominator: float) -> FloatArray:
+        a = self._left_inverse()
+        sigma = (np.diag(lam) - np.outer(lam, lam)) / denominator
+        return np.asarray(a @ sigma @ a.T)
+
+    def estimate(self, counts: npt.ArrayLike) -> ChannelEstimate:
+        """Unbiased frequencies by channel inversion, with their estimated covariance
+        (the multinomial covariance of the observed frequencies, over n - 1)."""
+        c, n = self._checked_counts(counts)
+        lam = c / n
+        return ChannelEstimate(self._left_inverse() @ lam, self._propagate(lam, n - 1.0), n)
+
+    def estimate_em(
+        self, counts: npt.ArrayLike, *, tol: float = 1e-10, max_iter: int = 20_000
+    ) -> ChannelEstimate:
+        """Constrained maximum likelihood: non-negative frequencies summing to 1.
+
+        When the inversion estimate is on the simplex it is the maximum (its channel law
+        equals the observed frequencies, which no other law beats) and is returned as is.
+        Else EM, ``f <- f * (P (lam / (P^T f)))``, each step raising the likelihood,
+        from the clipped inversion estimate mixed with 1/sqrt(n) of uniform (EM cannot
+        revive an item at zero), until no frequency moves by more than ``tol`` or
+        ``max_iter`` steps. EM converges slowly when the channel is ill-conditioned or the
+        maximum is on the simplex's boundary (linearly at a rate near 1, or sublinearly)."""
+        c, n = self._checked_counts(counts)
+        if not (tol > 0 and max_iter >= 1):
+            raise ParameterError("tol must be > 0 and max_iter >= 1")
+        lam, p, d = c / n, self.channel, self.items
+        if self._inverse is not None:
+            start = self._inverse @ lam
+            if np.all(start >= 0):
+                return ChannelEstimate(start / start.sum(), None, n)
+            start = np.clip(start, 0.0, None) / max(float(np.clip(start, 0.0, None).sum()), 1e-300)
+            f = (1.0 - 1.0 / math.sqrt(n)) * start + 1.0 / (d * math.sqrt(n))
+        else:
+            f = np.full(d, 1.0 / d)
+        seen = lam > 0  # outputs never seen add nothing to the likelihood
+        for _ in range(max_iter):
+            new = f * (p[:, seen] @ (lam[seen] / (f @ p[:, seen])))
+            new /= new.sum()
+            done = float(np.max(np.abs(new - f))) < tol
+            f = new
+            if done:
+                break
+        return ChannelEstimate(f, None, n)
+
+    def mean_rank(self, counts: npt.ArrayLike, values: npt.ArrayLike | None = None) -> RankMean:
+        """Unbiased mean of the items' ranks (0 .. d - 1, or ``values``) by inversion, with
+        its standard error ``sqrt(v^T Cov v)``: for ordered categories."""
+        v = np.arange(self.items, dtype=np.float64) if values is None else values
+        w = np.asarray(v, dtype=np.float64)
+        if w.shape != (self.items,) or not np.all(np.isfinite(w)):
+            raise ParameterError(f"values must be {self.items} finite numbers")
+        est = self.estimate(counts)
+        assert est.covariance is not None  # inversion always has one
+        var = float(w @ est.covariance @ w)
+        return RankMean(float(w @ est.frequencies), math.sqrt(max(var, 0.0)), est.n)
