@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -64,14 +63,12 @@ def test_sigterm_to_demo_serve_stops_its_collector_and_removes_its_folder() -> N
     assert proc.stdout is not None
     workdir = url = None
     try:
-        deadline = time.monotonic() + 120
-        for line in proc.stdout:
+        for line in proc.stdout:  # readiness: the line, or the output's end if it exits
             if match := re.search(r"on SQLite in (\S+)", line):
                 workdir = Path(match.group(1))
             if match := re.search(r"Dashboard: open (http://\S+)/ui", line):
                 url = match.group(1)
                 break
-            assert time.monotonic() < deadline, "the demo did not reach --serve in time"
         assert workdir is not None and url is not None
         assert workdir.exists()
         with urllib.request.urlopen(url + "/healthz", timeout=10) as response:

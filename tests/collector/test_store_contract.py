@@ -35,6 +35,7 @@ from ldpkit.collector.store import (
 )
 from ldpkit.metrics import MetricDefinition, Period
 
+from ..readiness import HANG_GUARD
 from .helpers import batch, block_of, estimates, grr_reports, make_config, post_batch, running
 
 THEME = MetricDefinition.from_dict(
@@ -525,10 +526,12 @@ async def test_catalog_changes_are_announced_to_other_processes(pg_url: str) -> 
         heard = asyncio.Event()
         listener: Callable[[], None] = heard.set
         b.catalog_listener = listener
-        await asyncio.sleep(0.2)  # b is listening
+        # Readiness, not a sleep: b calls its listener once when its LISTEN begins (in
+        # case a change was missed), and only then can it hear a's.
+        await asyncio.wait_for(heard.wait(), HANG_GUARD)
         heard.clear()
         await a.put_metric(LATENCY)
-        await asyncio.wait_for(heard.wait(), 5)
+        await asyncio.wait_for(heard.wait(), HANG_GUARD)
         assert "latency" in (await b.load_catalog()).current
 
 
