@@ -249,7 +249,8 @@ def test_a_token_in_the_query_is_not_logged(hostile: RunningCollector) -> None:
         assert answer.status in (400, 401), answer
         assert INGEST.encode() not in answer.body and READ.encode() not in answer.body
     request(hostile.url, "GET", "/healthz")  # the access log is written after the answer
-    time.sleep(0.2)
+    lines = ('"GET /v1/metrics', '"GET /v1/estimates/theme', '"GET /healthz')
+    wait_until(lambda: all(line in _log(hostile) for line in lines), "the access log lines")
     text = _log(hostile)
     assert '"GET /v1/metrics' in text  # the access log is on
     assert INGEST not in text and READ not in text and ADMIN not in text
