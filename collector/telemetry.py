@@ -11,6 +11,7 @@ metrics defined in the catalog.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from prometheus_client import (
@@ -32,14 +33,22 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+def _standard_registry() -> CollectorRegistry:
+    """A registry with what prometheus_client's default one has, and the build's version."""
+    registry = CollectorRegistry(auto_describe=True)
+    for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(standard)  # stateless readers of this process: shared by every app
+    build = Info(
+        "build", "The ldpkit version this collector runs", namespace="ldpkit", registry=None
+    )
+    registry.register(build)
+    build.info({"version": __version__})
+    return registry
+
+
 class Telemetry:
     def __init__(self) -> None:
-        self.registry = r = CollectorRegistry(auto_describe=True)
-        for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
-            r.register(standard)  # stateless readers of this process: shared by every app
-        Info(
-            "build", "The ldpkit version this collector runs", namespace="ldpkit", registry=r
-        ).info({"version": __version__})
+        self.registry = r = _standard_registry()
         counter = partial(Counter, namespace="ldpkit", registry=r)
         gauge = partial(Gauge, namespace="ldpkit", registry=r)
         histogram = partial(Histogram, namespace="ldpkit", registry=r)
@@ -91,6 +100,22 @@ class Telemetry:
             "the maintained kinds' computations), by metric kind",
             ["kind"],
         )
+        self._estimate_series(counter, gauge, histogram)
+        self.catalog_reloads = counter(
+            "catalog_reloads", "Reloads of the whole metric catalog from the store"
+        )
+        self.version_lookups = counter(
+            "version_lookups", "Lookups of metric versions a batch named and the catalog lacked"
+        )
+        self.metric_versions = gauge("metric_versions", "Metric versions known to the collector")
+
+    def _estimate_series(
+        self,
+        counter: Callable[..., Counter],
+        gauge: Callable[..., Gauge],
+        histogram: Callable[..., Histogram],
+    ) -> None:
+        """The maintained estimates' series (collector/results.py), by metric kind."""
         self.estimates_computed = counter(
             "estimates_computed",
             "Maintained estimates computed by this process, by metric kind and outcome (ok, "
@@ -114,13 +139,6 @@ class Telemetry:
             "Peak resident memory of the estimate worker during its last computation, by kind",
             ["kind"],
         )
-        self.catalog_reloads = counter(
-            "catalog_reloads", "Reloads of the whole metric catalog from the store"
-        )
-        self.version_lookups = counter(
-            "version_lookups", "Lookups of metric versions a batch named and the catalog lacked"
-        )
-        self.metric_versions = gauge("metric_versions", "Metric versions known to the collector")
 
     def on_commit(self, seconds: float, batches: int, reports: int) -> None:
         """Store commit listener (called from the store's thread; prometheus is thread-safe)."""
