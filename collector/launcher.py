@@ -33,8 +33,8 @@ def running_collector(
     cwd: str | Path | None = None,
     port: int = 0,
     env: Mapping[str, str] | None = None,
-    startup_timeout: float = 30.0,
-    command: Sequence[str] = (sys.executable, "-m", "ldpkit.cli"),
+    startup_timeout: float | None = None,
+    command: Sequence[str] = (sys.executable, "-P", "-m", "ldpkit.cli"),
     access_log: bool = False,
 ) -> Iterator[RunningCollector]:
     """``ldpkit serve --config CONFIG --port PORT`` (0: a free port) until the block ends.
@@ -42,8 +42,14 @@ def running_collector(
     Yields once the collector logs the address it listens on (on loopback); at the end
     it sends SIGTERM (the collector finishes the batches in flight) and waits for the
     exit, unless the block already stopped it. ``command`` runs ``ldpkit`` (the default:
-    this interpreter; tests also try the installed console script). ``access_log``: log
-    one line per request (off by default).
+    this interpreter with ``-P``, so a folder named ``ldpkit`` in the working directory,
+    such as a clone, is not imported in place of the installed package; tests also try the
+    installed console script). ``access_log``: log one line per request (off by default).
+
+    Start-up waits for readiness, not for a fixed time: it ends when the collector logs its
+    address or when its log ends (it exited: the error carries its log at once).
+    ``startup_timeout`` (seconds, none by default) bounds the wait for a collector that
+    neither listens nor exits.
     """
     args = [*command, "serve", "--host", "127.0.0.1", "--config", str(config), "--port", str(port)]
     process = subprocess.Popen(
@@ -54,7 +60,7 @@ def running_collector(
         text=True,
         env=dict(env) if env is not None else None,
     )
-    lines: Queue[str] = Queue()
+    lines: Queue[str | None] = Queue()
     log: list[str] = []
     assert process.stderr is not None
     stderr = process.stderr
@@ -63,6 +69,7 @@ def running_collector(
         for line in stderr:
             log.append(line)
             lines.put(line)
+        lines.put(None)  # end of the log: the child exited (or closed stderr)
 
     threading.Thread(target=pump, daemon=True).start()
     try:
@@ -73,6 +80,9 @@ def running_collector(
                 raise LdpkitError(
                     f"the collector did not start within {startup_timeout:g} s: {''.join(log)}"
                 ) from None
+            if line is None:
+                code = process.wait()
+                raise LdpkitError(f"the collector exited ({code}) before listening: {''.join(log)}")
             if match := LISTENING.search(line):
                 break
         yield RunningCollector(process, match.group(1), log)

@@ -577,6 +577,21 @@ class Collector:
             )
 
     async def estimate(self, name: str, query: EstimateQuery) -> bytes:
+        """The answer to an estimates query; its time observed by the metric's kind."""
+        started = time.perf_counter()
+        definition, query = await self._queried(name, query)
+        if definition.kind_spec.maintained:
+            body = await self._maintained(definition, query)
+        else:
+            body = await self._computed(definition, query)
+        elapsed = time.perf_counter() - started
+        self.telemetry.estimate_seconds.labels(definition.kind.value).observe(elapsed)
+        return body
+
+    async def _queried(
+        self, name: str, query: EstimateQuery
+    ) -> tuple[MetricDefinition, EstimateQuery]:
+        """The version a query asks for, and the query with its kind's options checked."""
         versions = self.catalog.versions.get(name)
         current = self.catalog.current.get(name)
         if (
@@ -592,9 +607,11 @@ class Collector:
             raise UnknownMetric(
                 f"metric {name!r} has no version {fp!r}", error="unknown_version", param="version"
             )
-        query = with_options(definition, query)  # a QueryError answers 400 (middleware)
-        if definition.kind_spec.maintained:
-            return await self._maintained(definition, query)
+        return definition, with_options(definition, query)  # QueryError: 400 (middleware)
+
+    async def _computed(self, definition: MetricDefinition, query: EstimateQuery) -> bytes:
+        """The answer computed on the request from the stored aggregates (cheap kinds)."""
+        fp = definition.fingerprint
         buckets = await self.store.aggregates(  # a StoreError answers 503 (middleware)
             fp, definition.mechanism_instance.stats_size, query.start, query.end
         )

@@ -1,5 +1,9 @@
 """Prometheus metrics of one collector app, in its own registry (served at ``/metrics``).
 
+The registry is the app's own (several apps can run in one process, as tests do), with the
+series prometheus_client's default registry would have: ``process_*`` (CPU, memory, open
+files, start time), ``python_info`` and ``python_gc_*``, and ``ldpkit_build_info{version}``.
+
 Counters are incremented once per batch (``inc(n)``), never once per report. Labels take
 only bounded values: route templates, status codes, rejection codes and the names of
 metrics defined in the catalog.
@@ -7,18 +11,44 @@ metrics defined in the catalog.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .. import __version__
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+def _standard_registry() -> CollectorRegistry:
+    """A registry with what prometheus_client's default one has, and the build's version."""
+    registry = CollectorRegistry(auto_describe=True)
+    for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(standard)  # stateless readers of this process: shared by every app
+    build = Info(
+        "build", "The ldpkit version this collector runs", namespace="ldpkit", registry=None
+    )
+    registry.register(build)
+    build.info({"version": __version__})
+    return registry
+
+
 class Telemetry:
     def __init__(self) -> None:
-        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.registry = r = _standard_registry()
         counter = partial(Counter, namespace="ldpkit", registry=r)
         gauge = partial(Gauge, namespace="ldpkit", registry=r)
         histogram = partial(Histogram, namespace="ldpkit", registry=r)
@@ -64,7 +94,28 @@ class Telemetry:
             "HTTP requests by route template, method and status",
             ["route", "method", "status"],
         )
-        self.estimate_seconds = latency("estimate_seconds", "Time to answer an estimates query")
+        self.estimate_seconds = latency(
+            "estimate_seconds",
+            "Time to answer an estimates query (the request; see estimate_compute_seconds for "
+            "the maintained kinds' computations), by metric kind",
+            ["kind"],
+        )
+        self._estimate_series(counter, gauge, histogram)
+        self.catalog_reloads = counter(
+            "catalog_reloads", "Reloads of the whole metric catalog from the store"
+        )
+        self.version_lookups = counter(
+            "version_lookups", "Lookups of metric versions a batch named and the catalog lacked"
+        )
+        self.metric_versions = gauge("metric_versions", "Metric versions known to the collector")
+
+    def _estimate_series(
+        self,
+        counter: Callable[..., Counter],
+        gauge: Callable[..., Gauge],
+        histogram: Callable[..., Histogram],
+    ) -> None:
+        """The maintained estimates' series (collector/results.py), by metric kind."""
         self.estimates_computed = counter(
             "estimates_computed",
             "Maintained estimates computed by this process, by metric kind and outcome (ok, "
@@ -88,13 +139,6 @@ class Telemetry:
             "Peak resident memory of the estimate worker during its last computation, by kind",
             ["kind"],
         )
-        self.catalog_reloads = counter(
-            "catalog_reloads", "Reloads of the whole metric catalog from the store"
-        )
-        self.version_lookups = counter(
-            "version_lookups", "Lookups of metric versions a batch named and the catalog lacked"
-        )
-        self.metric_versions = gauge("metric_versions", "Metric versions known to the collector")
 
     def on_commit(self, seconds: float, batches: int, reports: int) -> None:
         """Store commit listener (called from the store's thread; prometheus is thread-safe)."""

@@ -76,7 +76,7 @@ origin = ["USA", "non-USA"]
 [metrics.search_term]
 kind = "strings"
 max_length = 16
-k = 10
+k = {strings_k}
 epsilon = 4.0
 """
 
@@ -121,6 +121,14 @@ CARS93 = {
 SEARCHES = ["weather", "news", "maps", "translate", "música", "football", "recipes", "jobs"]
 SEARCHES += [f"term-{i}" for i in range(1, 193)]
 """200 search terms, drawn Zipf(1.1): a few heavy ones and a long tail."""
+
+WAIT = 120.0
+"""Seconds the collector may take to compute the kinds it maintains off the request path
+(distribution, hierarchy, table, strings) from every report sent: without a wait the
+answer is its latest estimate, possibly of fewer reports (docs/protocol.md, "Freshness")."""
+
+STRINGS_K = 10
+"""The most frequent search terms the strings metric looks for (its ``k``)."""
 
 CHUNK = 100_000
 """Users simulated per round: their reports are queued, then delivered before the next
@@ -216,6 +224,7 @@ def _run(*, users: int, seed: int | None, port: int, serve: bool) -> int:
                 countries=json.dumps(COUNTRIES),
                 leaves=json.dumps(list(REGIONS)),
                 car_types=json.dumps(list(CARS93)),
+                strings_k=STRINGS_K,
             )
         )
         _say(f"[1/4] starting a collector (ldpkit serve) on SQLite in {workdir}")
@@ -326,6 +335,7 @@ def _print_estimates(analyst: Analyst, population: dict[str, np.ndarray]) -> Non
     _print_hierarchy(analyst, population["region"])
     _print_table(analyst, population["car"])
     _print_strings(analyst, population["search_term"])
+    _say(OUTSIDE)
 
 
 def _covers(low: float | None, high: float | None, truth: float) -> str:
@@ -352,12 +362,28 @@ def _row(
     width: int = 22,
     digits: int = 3,
 ) -> str:
-    """One line: the truth, the estimate and its interval, and whether it covers the truth."""
+    """One line: the truth, the estimate and its interval, and whether it covers the truth;
+    ``*`` marks an estimate outside its own interval (see ``OUTSIDE``)."""
     f = f".{digits}f"
+    value, lo, hi = estimate or 0.0, low or 0.0, high or 0.0
+    mark = " *" if not lo <= value <= hi else ""
     return (
-        f"  {label:<{width}} {truth:7{f}} {estimate or 0:9{f}}   "
-        f"[{low or 0:7{f}}, {high or 0:7{f}}] {_covers(low, high, truth)}"
+        f"  {label:<{width}} {truth:7{f}} {value:9{f}}   "
+        f"[{lo:7{f}}, {hi:7{f}}] {_covers(low, high, truth)}{mark}"
     )
+
+
+OUTSIDE = "\n".join(
+    (
+        "* The estimate lies outside its own interval. Each estimate is the unbiased one:",
+        "  the noise the devices added is symmetric, so a share near 0 can come out below 0",
+        "  (or one near 1 above 1), and only unbiased estimates add up correctly across",
+        "  metrics and days. Its interval is clipped to the values the truth can take",
+        "  ([0, 1] for a share), which keeps it a 95% interval for the truth, so the two",
+        "  can disagree. For shares each in [0, 1] that sum to 1, ask for the consistent",
+        "  ones: ldpkit estimates METRIC --consistent (Analyst.estimates(..., consistent=True)).",
+    )
+)
 
 
 def _header(est: object, metric: str, what: str) -> None:
@@ -367,7 +393,7 @@ def _header(est: object, metric: str, what: str) -> None:
 
 
 def _print_distribution(analyst: Analyst, minutes: np.ndarray) -> None:
-    est = analyst.estimates("session_minutes_dist", bins=8, quantiles=[0.5, 0.9])
+    est = analyst.estimates("session_minutes_dist", bins=8, quantiles=[0.5, 0.9], wait=WAIT)
     _header(est, "session_minutes_dist", "a distribution: histogram, quantiles, mean")
     for item in est.items:
         assert item.lower is not None and item.upper is not None
@@ -385,7 +411,7 @@ def _print_distribution(analyst: Analyst, minutes: np.ndarray) -> None:
 
 def _print_hierarchy(analyst: Analyst, regions: np.ndarray) -> None:
     for depth in (2, 3):
-        est = analyst.estimates("region", depth=depth)
+        est = analyst.estimates("region", depth=depth, wait=WAIT)
         what = "states: each the sum of its municipalities" if depth == 2 else "municipalities"
         _header(est, "region", f"a hierarchy, depth {depth}, {what}")
         for item in est.items:
@@ -395,7 +421,7 @@ def _print_hierarchy(analyst: Analyst, regions: np.ndarray) -> None:
 
 
 def _print_table(analyst: Analyst, cars: np.ndarray) -> None:
-    est = analyst.estimates("car", consistent=True)
+    est = analyst.estimates("car", consistent=True, wait=WAIT)
     _header(est, "car", "a table, type x origin; cells reconciled with the marginals")
     for item in est.items:
         assert item.cell is not None
@@ -406,8 +432,15 @@ def _print_table(analyst: Analyst, cars: np.ndarray) -> None:
 
 
 def _print_strings(analyst: Analyst, searches: np.ndarray) -> None:
-    est = analyst.estimates("search_term", candidates=["weather", "never-searched"])
-    _header(est, "search_term", "open-domain strings: the top 10 found, no list given")
+    asked = ["weather", "never-searched"]
+    est = analyst.estimates("search_term", candidates=asked, wait=WAIT)
+    found = f"{len(est.items)} found" if est.items else "none found"
+    _header(
+        est,
+        "search_term",
+        f"open-domain strings, no list given: {found} (at most k = {STRINGS_K}), "
+        f"then {len(asked)} asked for by name",
+    )
     for item in (
         *est.items,
         *(replace(c, category=f"{c.category} (asked)") for c in est.candidates),

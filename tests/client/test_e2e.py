@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -33,6 +32,7 @@ from ldpkit.client.protocol import OutboxRow, build_batch
 from ldpkit.client.sync import HttpTransport
 from ldpkit.http import HttpAnswer, NetworkError
 
+from ..readiness import async_wait_until, wait_until
 from .live import RELAY, LiveCollector
 
 THEME = ["light", "dark", "system", "sepia", "solarized", "nord", "dracula", "mono"]
@@ -78,11 +78,8 @@ def test_definitions_come_from_the_collector(live: LiveCollector, state_dir: Pat
         r.refresh_definitions()  # answered 304 from the ETag; the cache stays
 
 
-def _wait_for(condition: Any, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+def _wait_for(condition: Any) -> None:
+    wait_until(condition, "the background thread's work")
 
 
 def test_definitions_are_fetched_at_start_so_reports_work_offline_later(
@@ -102,10 +99,7 @@ async def test_async_definitions_are_fetched_at_start(live: LiveCollector, state
     async with AsyncReporter(
         live.url, token=RELAY, state_dir=state_dir, retry=FAST, flush_interval=3600.0
     ) as r:
-        deadline = time.monotonic() + 10.0
-        while "theme" not in r.definitions:
-            assert time.monotonic() < deadline, "timed out"
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: "theme" in r.definitions, "the definitions fetched")
         live.stop()
         receipt = await r.report("theme", "dark")
         assert receipt.queued and r.pending == 1
@@ -144,10 +138,7 @@ def test_background_flush_delivers_once_the_collector_is_back(
         time.sleep(0.5)  # the background thread fails and backs off; nothing is lost
         assert r.pending == 25
         live.start()
-        deadline = time.monotonic() + 20
-        while r.pending and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert r.pending == 0
+        wait_until(lambda: r.pending == 0, "the outbox delivered once the collector is back")
     finally:
         r.close()
     assert live.n("clicks") == 25

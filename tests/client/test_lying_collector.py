@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,10 +42,11 @@ def reporter(url: str, state_dir: Path, **kw: Any) -> Reporter:
     return Reporter(url, token="t", state_dir=state_dir, background=False, retry=ONE, **kw)
 
 
-def in_thread(fn: Callable[[], object], limit: float = 60.0) -> tuple[object, float]:
-    """``fn()`` in a thread: (its result or exception, seconds taken); fails past ``limit``."""
+def in_thread(fn: Callable[[], object]) -> object:
+    """``fn()`` in a thread: its result or exception. No time limit: every scenario ends
+    (a drip and a flood are finite), so a client without its bounds fails on what it
+    read or waited for, not on the machine's speed."""
     box: list[object] = []
-    started = time.monotonic()
 
     def run() -> None:
         try:
@@ -56,9 +56,8 @@ def in_thread(fn: Callable[[], object], limit: float = 60.0) -> tuple[object, fl
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    t.join(limit)
-    assert not t.is_alive(), f"still running after {limit:g} s"
-    return box[0], time.monotonic() - started
+    t.join()
+    return box[0]
 
 
 def test_deeply_nested_answers_are_collector_errors(tmp_path: Path) -> None:
@@ -112,16 +111,18 @@ def test_a_dripping_answer_ends_at_the_deadline(tmp_path: Path) -> None:
     to keep flush() running as long as the collector liked. Each request now has a total
     deadline (Timeout.total)."""
     padded = json.dumps({"accepted": 1, "duplicates": 0, "rejected": [], "x": " " * 600})
-    with LyingCollector(drip(answer(200, padded.encode()), 0.2)) as lying:
+    dripped = answer(200, padded.encode())  # 0.2 s a byte: over two minutes in all
+    with LyingCollector(drip(dripped, 0.2)) as lying:
         r = reporter(lying.url, tmp_path, timeout=QUICK)
         r.report("theme", "dark")
-        outcome, seconds = in_thread(r.flush)
+        outcome = in_thread(r.flush)
+        # ended by its deadline, not by the answer's end: no wall-clock bound needed
+        assert lying.sent < len(dripped), "flush() waited for the whole dripped answer"
         assert isinstance(outcome, CollectorUnavailable), outcome
         assert "deadline" in str(outcome) or "timed out" in str(outcome)
         assert r.pending == 1
-        outcome, _ = in_thread(r.close)
+        outcome = in_thread(r.close)
         assert outcome is None
-    assert seconds < 30
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
@@ -129,7 +130,7 @@ def test_an_endless_answer_is_not_read_into_memory(tmp_path: Path, chunked: bool
     with LyingCollector(flood(300 * 2**20, chunked=chunked)) as lying:
         r = reporter(lying.url, tmp_path)
         r.report("theme", "dark")
-        outcome, _ = in_thread(r.flush)
+        outcome = in_thread(r.flush)
         assert isinstance(outcome, CollectorUnavailable), outcome
         assert "larger than" in str(outcome)
         assert r.pending == 1
@@ -145,26 +146,28 @@ def _async(url: str, state_dir: Path, **kw: Any) -> AsyncReporter:
 
 def test_the_async_reporter_is_bounded_too(tmp_path: Path) -> None:
     padded = json.dumps({"accepted": 1, "duplicates": 0, "rejected": [], "x": " " * 600})
+    dripped = answer(200, padded.encode())
     scenarios = {
         "nested": fixed(200, NESTED),
         "counts": fixed(200, b'{"accepted": -1, "duplicates": 2, "rejected": []}'),
-        "drip": drip(answer(200, padded.encode()), 0.2),
+        "drip": drip(dripped, 0.2),
         "flood": flood(300 * 2**20),
     }
     for name, scenario in scenarios.items():
         with LyingCollector(scenario) as lying:
 
-            async def go(url: str = lying.url, name: str = name) -> float:
-                started = time.monotonic()
+            async def go(url: str = lying.url, name: str = name) -> int:
                 async with _async(url, tmp_path / name, timeout=QUICK) as r:
                     await r.report("theme", "dark")
                     with pytest.raises(CollectorUnavailable):
                         await r.flush()
+                    sent = lying.sent  # when flush() gave up
                     assert r.pending == 1
-                return time.monotonic() - started
+                return sent
 
-            seconds = asyncio.run(asyncio.wait_for(go(), 60))
-            assert seconds < 30, (name, seconds)
+            sent = asyncio.run(go())
+            if name == "drip":  # ended by the deadline, not by the answer's end
+                assert sent < len(dripped), "flush() waited for the whole dripped answer"
             if name == "flood":
                 assert lying.sent < MAX_ANSWER_BYTES + 32 * 2**20, lying.sent
 
@@ -174,7 +177,7 @@ def test_the_async_reporter_is_bounded_too(tmp_path: Path) -> None:
 def test_the_analyst_reads_no_endless_answer(chunked: bool) -> None:
     with LyingCollector(flood(300 * 2**20, chunked=chunked)) as lying:
         analyst = Analyst(lying.url, "t", timeout=QUICK)
-        outcome, _ = in_thread(lambda: analyst.estimates("theme"))
+        outcome = in_thread(lambda: analyst.estimates("theme"))
         assert isinstance(outcome, CollectorUnavailable), outcome
         assert "larger than" in str(outcome)
         analyst.close()
@@ -184,11 +187,13 @@ def test_the_analyst_reads_no_endless_answer(chunked: bool) -> None:
 def test_the_analyst_ends_a_stalled_answer_at_the_deadline() -> None:
     """A collector that drips its answer (every read within the read timeout) or sends
     nested JSON: the Analyst raises CollectorUnavailable within Timeout.total."""
-    with LyingCollector(drip(answer(200, b'{"metric": "theme"' + b" " * 600 + b"}"), 0.2)) as lying:
+    dripped = answer(200, b'{"metric": "theme"' + b" " * 600 + b"}")
+    with LyingCollector(drip(dripped, 0.2)) as lying:
         analyst = Analyst(lying.url, "t", timeout=QUICK)
-        outcome, seconds = in_thread(lambda: analyst.estimates("theme"))
+        outcome = in_thread(lambda: analyst.estimates("theme"))
+        assert lying.sent < len(dripped), "the Analyst waited for the whole dripped answer"
         assert isinstance(outcome, CollectorUnavailable), outcome
-        assert "deadline" in str(outcome) and seconds < 30
+        assert "deadline" in str(outcome)
         analyst.close()
     with (
         LyingCollector(fixed(200, NESTED)) as lying,

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -64,14 +63,12 @@ def test_sigterm_to_demo_serve_stops_its_collector_and_removes_its_folder() -> N
     assert proc.stdout is not None
     workdir = url = None
     try:
-        deadline = time.monotonic() + 120
-        for line in proc.stdout:
+        for line in proc.stdout:  # readiness: the line, or the output's end if it exits
             if match := re.search(r"on SQLite in (\S+)", line):
                 workdir = Path(match.group(1))
             if match := re.search(r"Dashboard: open (http://\S+)/ui", line):
                 url = match.group(1)
                 break
-            assert time.monotonic() < deadline, "the demo did not reach --serve in time"
         assert workdir is not None and url is not None
         assert workdir.exists()
         with urllib.request.urlopen(url + "/healthz", timeout=10) as response:
@@ -94,3 +91,64 @@ def test_sigterm_to_demo_serve_stops_its_collector_and_removes_its_folder() -> N
         if workdir is not None:  # on failure: end the orphaned collector this test started
             for pid in _processes_mentioning(str(workdir)):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_demo_runs_from_the_folder_that_holds_a_clone_named_ldpkit(tmp_path: Path) -> None:
+    # A clone called ``ldpkit`` in the working directory: ``python -m ldpkit.cli`` would
+    # import that folder (a namespace package) instead of the installed ldpkit.
+    clone = Path(__file__).resolve().parents[2]
+    (tmp_path / "ldpkit").symlink_to(clone, target_is_directory=True)
+    # As the README's first command runs it: the venv's console script, not ``-m``.
+    script = Path(sys.executable).parent / "ldpkit"
+    out = subprocess.run(
+        [str(script), "demo", "--users", "300", "--seed", "2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_clean_env(),
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "theme: n=300" in out.stdout
+
+
+def test_a_collector_that_dies_at_start_fails_at_once_with_its_log(tmp_path: Path) -> None:
+    from ldpkit.collector.launcher import running_collector
+    from ldpkit.errors import LdpkitError
+
+    # No timeout involved: the failure is known when the child's log ends.
+    command = (sys.executable, "-c", "import sys; sys.exit('no such collector')")
+    try:
+        with running_collector(tmp_path / "none.toml", command=command):
+            raise AssertionError("a collector that exited cannot be running")
+    except LdpkitError as error:
+        assert "exited" in str(error) and "no such collector" in str(error)
+    else:
+        raise AssertionError("no error for a collector that exited")
+
+
+def test_demo_explains_estimates_outside_their_interval() -> None:
+    out = subprocess.run(
+        [*DEMO, "--users", "300", "--seed", "4"],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    rows = re.findall(r"(-?\d+\.\d+)\s+\[\s*(-?\d+\.\d+),\s*(-?\d+\.\d+)\]", out.stdout)
+    assert rows
+    # every metric, the maintained kinds too, is estimated from all 300 users' reports
+    assert re.findall(r"^(\w+): n=(\d[\d,]*\d|\d)", out.stdout, re.M) == [
+        (metric, "300")
+        for metric in (
+            *("theme", "country", "session_minutes", "session_minutes_dist"),
+            *("region", "region", "car", "search_term"),
+        )
+    ]
+    outside = [r for r in rows if not float(r[1]) <= float(r[0]) <= float(r[2])]
+    assert outside, "300 users at these epsilons give estimates below 0"  # the regime
+    assert "unbiased estimate" in out.stdout and "clipped" in out.stdout
+    # every row with an estimate outside its interval is marked, the note says what the mark is
+    for line in out.stdout.splitlines():
+        m = re.search(r"(-?\d+\.\d+)\s+\[\s*(-?\d+\.\d+),\s*(-?\d+\.\d+)\]", line)
+        if m and not float(m[2]) <= float(m[1]) <= float(m[3]):
+            assert "*" in line, line

@@ -30,6 +30,7 @@ from ldpkit.collector.config import CollectorConfig
 from ldpkit.collector.launcher import RunningCollector, running_collector
 from ldpkit.metrics import Period
 
+from ..readiness import wait_until
 from .helpers import (
     ADMIN,
     INGEST,
@@ -100,10 +101,8 @@ def test_half_sent_headers_are_closed(hostile: RunningCollector) -> None:
                 b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + str(i).encode()
             )
         assert post_batch(hostile.url, _good_batch()).status == 200
-        started = time.monotonic()
         closed = [conn.closed_within(30.0) for conn in conns]
         assert all(closed), f"{closed.count(False)} of 300 half-open connections still open"
-        assert time.monotonic() - started < 30
     finally:
         for conn in conns:
             conn.close()
@@ -250,7 +249,8 @@ def test_a_token_in_the_query_is_not_logged(hostile: RunningCollector) -> None:
         assert answer.status in (400, 401), answer
         assert INGEST.encode() not in answer.body and READ.encode() not in answer.body
     request(hostile.url, "GET", "/healthz")  # the access log is written after the answer
-    time.sleep(0.2)
+    lines = ('"GET /v1/metrics', '"GET /v1/estimates/theme', '"GET /healthz')
+    wait_until(lambda: all(line in _log(hostile) for line in lines), "the access log lines")
     text = _log(hostile)
     assert '"GET /v1/metrics' in text  # the access log is on
     assert INGEST not in text and READ not in text and ADMIN not in text
@@ -305,15 +305,17 @@ def test_a_client_that_disconnects_mid_upload_is_no_500(hostile: RunningCollecto
         conn.send(head("POST", "/v1/reports", headers) + _good_batch()[:20])
         time.sleep(0.05)
         conn.close()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def counted() -> bool:
+        nonlocal text, gone
         text = prometheus(hostile.url)
         gone = counter(text, "ldpkit_http_requests_total", status="499") - counter(
             before, "ldpkit_http_requests_total", status="499"
         )
-        if gone >= 5 or counter(text, "ldpkit_http_requests_total", status="500"):
-            break
-        time.sleep(0.1)
+        return gone >= 5 or counter(text, "ldpkit_http_requests_total", status="500") > 0
+
+    text, gone = "", 0.0
+    wait_until(counted, "the 5 cut uploads counted", interval=0.1)
     assert counter(text, "ldpkit_http_requests_total", status="500") == 0
     assert gone == 5
     text = "".join(hostile.log[logged:])

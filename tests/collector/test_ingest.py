@@ -406,3 +406,29 @@ async def test_refused_batches_answer_and_count_by_their_error(database: Path) -
     for outcome, count in (("bad_request", 2), ("error", 2), ("ok", 1)):
         assert f'ldpkit_batches_total{{outcome="{outcome}"}} {count}.0' in text
     assert "ldpkit_batch_seconds_count 1.0" in text
+
+
+async def test_prometheus_has_the_standard_series_and_estimate_times_by_kind(
+    client: TestClient,
+) -> None:
+    """The series prometheus_client's default registry has (process, platform, gc), the
+    build's version, and the time to answer an estimates query labelled by metric kind."""
+    from ldpkit import __version__
+
+    await post_batch(client, batch(block_of("theme", grr_reports([0, 1, 1]))))
+    assert (await estimates(client, "theme"))[0] == 200
+    assert (await estimates(client, "latency"))[0] == 200
+    text = await (await client.get("/metrics")).text()
+    assert f'ldpkit_build_info{{version="{__version__}"}} 1.0' in text
+    for series in (
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_start_time_seconds",
+        "python_info{",
+        "python_gc_collections_total{",
+    ):
+        assert series in text, series
+    assert 'ldpkit_estimate_seconds_count{kind="categorical"} 1.0' in text
+    assert 'ldpkit_estimate_seconds_count{kind="numeric"} 1.0' in text
+    assert "# TYPE ldpkit_estimate_compute_seconds histogram" in text

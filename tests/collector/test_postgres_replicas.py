@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pytest
@@ -29,6 +29,7 @@ import pytest
 from ldpkit import wire
 from ldpkit.collector.store import unpack_sums
 
+from ..readiness import wait_until
 from .helpers import (
     ADMIN,
     READ,
@@ -76,22 +77,25 @@ def replicas(tmp_path: Path, database: str, count: int) -> Iterator[list[str]]:
         )
         for _ in range(count)
     ]
-    lines: list[queue.Queue[str]] = []
+    lines: list[queue.Queue[str | None]] = []
+
+    def pump(stream: IO[str], q: queue.Queue[str | None]) -> None:
+        for line in stream:
+            q.put(line)
+        q.put(None)  # the log ended: the process exited
+
     for proc in procs:
-        q: queue.Queue[str] = queue.Queue()
+        q: queue.Queue[str | None] = queue.Queue()
         assert proc.stderr is not None
-        stream = proc.stderr
-        threading.Thread(target=lambda s=stream, q=q: [q.put(x) for x in s], daemon=True).start()
+        threading.Thread(target=pump, args=(proc.stderr, q), daemon=True).start()
         lines.append(q)
     logs: list[list[str]] = [[] for _ in procs]
     try:
         urls = []
         for q, seen in zip(lines, logs, strict=True):
-            while True:
-                try:
-                    line = q.get(timeout=30)
-                except queue.Empty:
-                    raise AssertionError("collector did not start: " + "".join(seen)) from None
+            while True:  # readiness: the address logged, or the log's end
+                if (line := q.get()) is None:
+                    raise AssertionError("collector did not start: " + "".join(seen))
                 seen.append(line)
                 if match := LISTENING.search(line):
                     urls.append(f"http://127.0.0.1:{match.group(1)}")
@@ -102,7 +106,8 @@ def replicas(tmp_path: Path, database: str, count: int) -> Iterator[list[str]]:
         codes = [proc.wait(timeout=30) for proc in procs]
         for q, seen in zip(lines, logs, strict=True):
             while not q.empty():
-                seen.append(q.get())
+                if (rest := q.get()) is not None:
+                    seen.append(rest)
         text = "".join(line for seen in logs for line in seen)
         assert codes == [0] * count, text
         assert " ERROR " not in text and "WARNING" not in text, text
@@ -234,11 +239,12 @@ def test_three_replicas_count_each_report_once(tmp_path: Path, pg_url: str) -> N
             "application/json",
         )
         assert status == 201
-        deadline = time.monotonic() + 5
         for u in urls[1:]:
-            while request("GET", u + "/v1/metrics/color", READ)[0] != 200:
-                assert time.monotonic() < deadline, "replica did not see the new metric"
-                time.sleep(0.05)
+            wait_until(
+                lambda u=u: request("GET", u + "/v1/metrics/color", READ)[0] == 200,
+                "a replica sees the new metric",
+                interval=0.05,
+            )
         color = definition_of("color", spec)
         body = batch(
             wire.Block(

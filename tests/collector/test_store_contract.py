@@ -35,6 +35,7 @@ from ldpkit.collector.store import (
 )
 from ldpkit.metrics import MetricDefinition, Period
 
+from ..readiness import HANG_GUARD
 from .helpers import batch, block_of, estimates, grr_reports, make_config, post_batch, running
 
 THEME = MetricDefinition.from_dict(
@@ -62,8 +63,11 @@ def is_postgres(database: str) -> bool:
 
 
 @asynccontextmanager
-async def opened(database: str, *metrics: MetricDefinition) -> AsyncIterator[Store]:
+async def opened(
+    database: str, *metrics: MetricDefinition, listener: Callable[[], None] | None = None
+) -> AsyncIterator[Store]:
     store = open_store(database)
+    store.catalog_listener = listener  # before open(): it may hear at once
     await store.open()
     try:
         for m in metrics or (THEME,):
@@ -540,14 +544,15 @@ async def test_concurrent_first_starts_migrate_once(fresh_pg_database: str) -> N
 
 @pytest.mark.postgres
 async def test_catalog_changes_are_announced_to_other_processes(pg_url: str) -> None:
-    async with opened(pg_url) as a, opened(pg_url) as b:
-        heard = asyncio.Event()
-        listener: Callable[[], None] = heard.set
-        b.catalog_listener = listener
-        await asyncio.sleep(0.2)  # b is listening
+    heard = asyncio.Event()
+    async with opened(pg_url) as a, opened(pg_url, listener=heard.set) as b:
+        # Readiness, not a sleep: b calls its listener once its LISTEN has begun (in case
+        # a change was missed), and only then can it hear a's. The listener is b's from
+        # before b opened, so that first call is never missed.
+        await asyncio.wait_for(heard.wait(), HANG_GUARD)
         heard.clear()
         await a.put_metric(LATENCY)
-        await asyncio.wait_for(heard.wait(), 5)
+        await asyncio.wait_for(heard.wait(), HANG_GUARD)
         assert "latency" in (await b.load_catalog()).current
 
 
