@@ -131,7 +131,7 @@ class ReporterBase(Generic[TransportT]):
     def _reporting(self, metric: str, value: object) -> Steps[ReportReceipt]:
         yield from self._learning(metric)
         receipt = self._state.report(metric, value)
-        if receipt.queued and self._state.pending() >= self.batch_size:
+        if receipt.queued and self._state.pending_seen() >= self.batch_size:
             self._wake_flusher()
         return receipt
 

@@ -345,6 +345,8 @@ class DeviceStore:
                 raise StateError(f"cannot open the client database {self.path}: {again}") from again
         except sqlite3.Error as exc:
             raise StateError(f"cannot open the client database {self.path}: {exc}") from exc
+        # One cursor for report()'s statements: a little cheaper than a new one each.
+        self._cursor = self.db.cursor()
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(OSError):
                 os.chmod(f"{self.path}{suffix}", 0o600)
@@ -377,7 +379,7 @@ class DeviceStore:
         return db
 
     def _data_version(self) -> int:
-        return int(self.db.execute("PRAGMA data_version").fetchone()[0])
+        return int(self._cursor.execute("PRAGMA data_version").fetchone()[0])
 
     def _validate(self) -> None:
         """Reload the caches if another connection committed since they were read."""
@@ -415,11 +417,11 @@ class DeviceStore:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on exceptions); caches valid inside."""
-        self.db.execute("BEGIN IMMEDIATE")
+        self._cursor.execute("BEGIN IMMEDIATE")
         try:
             self._validate()
             yield self.db
-            self.db.execute("COMMIT")
+            self._cursor.execute("COMMIT")
         except BaseException:  # the body's exception, or the COMMIT's
             self._version = None  # the caches may hold what was rolled back
             with contextlib.suppress(sqlite3.Error):
@@ -459,6 +461,10 @@ class DeviceStore:
     def outbox_rows(self) -> int:
         """Reports queued and not yet acknowledged."""
         self._fresh()
+        return self._rows
+
+    def outbox_rows_seen(self) -> int:
+        """:meth:`outbox_rows` as of this connection's latest transaction (no statement)."""
         return self._rows
 
     def spent(self, key: str, seconds: int, window_start: int) -> float:
@@ -531,7 +537,7 @@ class DeviceStore:
         delta: float = 0.0,
     ) -> None:
         """Queue a report and record its spend and memo tag: one row, one page."""
-        self.db.execute(
+        self._cursor.execute(
             "INSERT INTO reports (report_id, metric, fingerprint, bucket, report, tag, "
             "epsilon, budget_seconds, window_start, total_seconds, total_start, delta) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
