@@ -653,33 +653,57 @@ _ALL = (1 << 64) - 1
 class WordQueue:
     """Hands out a word source's words one run at a time, fetching ``block`` at once.
 
-    Words fetched but not handed out are discarded with the queue (a device uses a fresh
-    generator for every report, so reading ahead changes nothing it sends).
+    The words are kept as their little-endian bytes: a run of them is one Python integer
+    (:meth:`take_int`, word i at bits 64 i ..) or a run of 16- or 32-bit values (:meth:`values`)
+    with no list of Python integers in between. Words fetched but not handed out are
+    discarded with the queue (a device uses a fresh generator for every report, so reading
+    ahead changes nothing it sends).
     """
+
+    __slots__ = ("_block", "_buffer", "_next", "_words")
 
     def __init__(self, words: WordSource, block: int = 256) -> None:
         self._words = words
         self._block = block
-        self._buffer: list[int] = []
-        self._next = 0
+        self._buffer = b""
+        self._next = 0  # byte offset of the next word
+
+    def _advance(self, count: int) -> int:
+        """Make ``count`` words available; their byte offset (consumed)."""
+        start, stop = self._next, self._next + 8 * count
+        if stop > len(self._buffer):
+            rest = self._buffer[start:]
+            more = self._words(max(self._block, count - len(rest) // 8))
+            self._buffer = rest + more.astype("<u8", copy=False).tobytes()
+            start, stop = 0, 8 * count
+        self._next = stop
+        return start
 
     def take(self, count: int) -> list[int]:
-        if self._next + count > len(self._buffer):
-            rest = self._buffer[self._next :]
-            self._buffer = rest + self._words(max(self._block, count - len(rest))).tolist()
-            self._next = 0
-        out = self._buffer[self._next : self._next + count]
-        self._next += count
-        return out
+        """The next ``count`` words."""
+        start = self._advance(count)  # (first: it may replace the buffer)
+        return list(struct.unpack_from(f"<{count}Q", self._buffer, start))
+
+    def take_one(self) -> int:
+        """The next word."""
+        start = self._advance(1)
+        return int.from_bytes(self._buffer[start : start + 8], "little")
+
+    def take_int(self, count: int) -> int:
+        """The next ``count`` words as one integer, word i at bits 64 i .. 64 i + 63."""
+        start = self._advance(count)
+        return int.from_bytes(self._buffer[start : start + 8 * count], "little")
+
+    def values(self, count: int, bits: int) -> tuple[int, ...]:
+        """``count`` values of ``bits`` (16 or 32) bits from the next whole words, lowest
+        bits of each word first (the words' little-endian 16- or 32-bit pieces)."""
+        per_word = 64 // bits
+        start = self._advance((count + per_word - 1) // per_word)
+        return struct.unpack_from(f"<{count}{'H' if bits == 16 else 'I'}", self._buffer, start)
 
     def source(self, count: int) -> U64:
         """This queue as a :data:`WordSource`."""
         return np.array(self.take(count), dtype=np.uint64)
-
-
-def _join(words: list[int]) -> int:
-    """Words as one integer, word i at bits 64 i .. 64 i + 63."""
-    return int.from_bytes(struct.pack(f"<{len(words)}Q", *words), "little")
 
 
 def _split(value: int, width: int) -> list[int]:
@@ -694,7 +718,7 @@ def threshold_row(queue: WordQueue, width: int, count: int) -> list[int]:
     bound = (1 << 64) - count
     greater, equal = 0, (1 << (64 * width)) - 1
     for i in range(FULL_ROUNDS):
-        r = _join(queue.take(width))
+        r = queue.take_int(width)
         if (bound >> (63 - i)) & 1:
             equal &= r
         else:
@@ -726,7 +750,7 @@ def dense_row(queue: WordQueue, width: int, bits: int, numerator: int) -> list[i
     whole = (1 << (64 * width)) - 1
     less, equal = 0, whole
     for i in range(bits):
-        r = _join(queue.take(width))
+        r = queue.take_int(width)
         if (numerator >> (bits - 1 - i)) & 1:
             less |= equal & ~r & whole
             equal &= r
@@ -737,9 +761,7 @@ def dense_row(queue: WordQueue, width: int, bits: int, numerator: int) -> list[i
 
 def _row_values(queue: WordQueue, count: int, bits: int) -> list[int]:
     """:func:`_candidate_lanes`'s ``count`` values of ``bits`` bits, lowest bits first."""
-    per_word, low = 64 // bits, (1 << bits) - 1
-    words = queue.take((count + per_word - 1) // per_word)
-    return [(w >> (bits * i)) & low for w in words for i in range(per_word)][:count]
+    return list(queue.values(count, bits))
 
 
 def _row_lemire(values: list[int], size: int, bits: int) -> list[int | None]:

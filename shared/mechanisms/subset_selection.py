@@ -222,7 +222,7 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
     def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[list[int], int, int, bool]:
         """One report's row before :func:`_lanes.finish_row` (and its arguments)."""
         d, k = self.domain_size, self.k
-        inside = queue.take(1)[0] < _bits.threshold64_floor(self.p)
+        inside = queue.take_one() < _bits.threshold64_floor(self.p)
         target = k - inside
         m, a, window = self.sampling_plan
         width = _lanes.words_per_row(d)
