@@ -294,9 +294,8 @@ def test_change_lanes_steps_on_fixed_words(goal: int, expected_lanes: list[int])
     packed = np.array([[start]], dtype=np.uint64)
     _lanes.change_lanes(Stream(stream), packed, lanes, np.array([goal]))
     assert int(packed[0, 0]) == expected
-    row = [start]
-    _lanes.change_row(_lanes.WordQueue(Stream(stream), block=1), row, lanes, goal)
-    assert row == [expected]
+    row = _lanes.change_row(_lanes.WordQueue(Stream(stream), block=1), start, lanes, goal)
+    assert row == expected
 
 
 def test_change_lanes_rows_share_each_block_step_major() -> None:
