@@ -41,7 +41,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -299,6 +299,38 @@ def _read_ledger(db: sqlite3.Connection) -> dict[str, LedgerWindows]:
     return ledger
 
 
+class _Transaction:
+    """:meth:`DeviceStore.transaction` (a plain context manager: report() runs one per call)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: DeviceStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self._store
+        store._cursor.execute("BEGIN IMMEDIATE")
+        try:
+            store._validate()
+        except BaseException:
+            store._rolled_back()
+            raise
+        return store.db
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        store = self._store
+        if exc_type is not None:  # the body's exception (re-raised on return)
+            store._rolled_back()
+            return
+        try:
+            store._cursor.execute("COMMIT")
+        except BaseException:
+            store._rolled_back()
+            raise
+
+
 class DeviceStore:
     """The SQLite state. Not thread-safe by itself: the caller serializes access (one
     connection, the reporter's lock). Several processes may share a state_dir: every
@@ -414,19 +446,14 @@ class DeviceStore:
             reason = LOSS_REASONS[code] if 0 <= code < len(LOSS_REASONS) else "lost"
             self._lost = StateLoss(int(meta[LOST_AT]), reason, None, None, fresh=False)
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> _Transaction:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on exceptions); caches valid inside."""
-        self._cursor.execute("BEGIN IMMEDIATE")
-        try:
-            self._validate()
-            yield self.db
-            self._cursor.execute("COMMIT")
-        except BaseException:  # the body's exception, or the COMMIT's
-            self._version = None  # the caches may hold what was rolled back
-            with contextlib.suppress(sqlite3.Error):
-                self.db.execute("ROLLBACK")
-            raise
+        return _Transaction(self)
+
+    def _rolled_back(self) -> None:
+        self._version = None  # the caches may hold what was rolled back
+        with contextlib.suppress(sqlite3.Error):
+            self.db.execute("ROLLBACK")
 
     def _fresh(self) -> None:
         if not self.db.in_transaction:
