@@ -157,6 +157,8 @@ class AsyncReporter(ReporterBase[AsyncTransport]):
     async def report(self, metric: str, value: object) -> ReportReceipt:
         """See :meth:`ldpkit.client.Reporter.report`."""
         await self._ready()
+        if self._state.knows(metric):  # nothing to fetch: no steps to drive
+            return self._reported(metric, value)
         return await self._do(self._reporting(metric, value))
 
     async def simulate(self, metric: str, values: Values, *, rng: Generator | None = None) -> int:

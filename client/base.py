@@ -130,8 +130,13 @@ class ReporterBase(Generic[TransportT]):
 
     def _reporting(self, metric: str, value: object) -> Steps[ReportReceipt]:
         yield from self._learning(metric)
+        return self._reported(metric, value)
+
+    def _reported(self, metric: str, value: object) -> ReportReceipt:
+        """:meth:`_reporting` once the metric is known (no request left to make: the shells
+        call it directly then, without driving steps)."""
         receipt = self._state.report(metric, value)
-        if receipt.queued and self._state.pending() >= self.batch_size:
+        if receipt.queued and self._state.pending_seen() >= self.batch_size:
             self._wake_flusher()
         return receipt
 

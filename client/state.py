@@ -520,6 +520,12 @@ class ReporterState:
         with self.lock:
             return self.store.outbox_rows()
 
+    def pending_seen(self) -> int:
+        """:meth:`pending` as of this connection's latest transaction, with no statement:
+        after ``report()``, the count its transaction saw and added to (whether a batch is
+        full: another process's reports since are counted by the next report)."""
+        return self.store.outbox_rows_seen()
+
     def prune(self) -> None:
         with self.lock:
             self.store.prune(*self.now())

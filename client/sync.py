@@ -77,6 +77,8 @@ class Reporter(ReporterBase[SyncTransport]):
         budget, OutboxFull when the outbox is at its bound. The raw value is never stored or sent.
         """
         self._check_open()
+        if self._state.knows(metric):  # nothing to fetch: no steps to drive
+            return self._reported(metric, value)
         return self._do(self._reporting(metric, value))
 
     def simulate(self, metric: str, values: Values, *, rng: Generator | None = None) -> int:

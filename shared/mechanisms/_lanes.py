@@ -647,30 +647,57 @@ def report_bytes_view(packed: U64, lanes: int) -> npt.NDArray[np.uint8]:
 # where a dozen numpy calls per round would cost more than the arithmetic. Tests check that
 # both paths give the same report from the same words.
 
-_ALL = (1 << 64) - 1
-
 
 class WordQueue:
     """Hands out a word source's words one run at a time, fetching ``block`` at once.
 
-    Words fetched but not handed out are discarded with the queue (a device uses a fresh
-    generator for every report, so reading ahead changes nothing it sends).
+    The words are kept as their little-endian bytes: a run of them is one Python integer
+    (:meth:`take_int`, word i at bits 64 i ..) or a run of 16- or 32-bit values (:meth:`values`)
+    with no list of Python integers in between. Words fetched but not handed out are
+    discarded with the queue (a device uses a fresh generator for every report, so reading
+    ahead changes nothing it sends).
     """
+
+    __slots__ = ("_block", "_buffer", "_next", "_words")
 
     def __init__(self, words: WordSource, block: int = 256) -> None:
         self._words = words
         self._block = block
-        self._buffer: list[int] = []
-        self._next = 0
+        self._buffer = b""
+        self._next = 0  # byte offset of the next word
+
+    def _advance(self, count: int) -> int:
+        """Make ``count`` words available; their byte offset (consumed)."""
+        start, stop = self._next, self._next + 8 * count
+        if stop > len(self._buffer):
+            rest = self._buffer[start:]
+            more = self._words(max(self._block, count - len(rest) // 8))
+            self._buffer = rest + more.astype("<u8", copy=False).tobytes()
+            start, stop = 0, 8 * count
+        self._next = stop
+        return start
 
     def take(self, count: int) -> list[int]:
-        if self._next + count > len(self._buffer):
-            rest = self._buffer[self._next :]
-            self._buffer = rest + self._words(max(self._block, count - len(rest))).tolist()
-            self._next = 0
-        out = self._buffer[self._next : self._next + count]
-        self._next += count
-        return out
+        """The next ``count`` words."""
+        start = self._advance(count)  # (first: it may replace the buffer)
+        return list(struct.unpack_from(f"<{count}Q", self._buffer, start))
+
+    def take_one(self) -> int:
+        """The next word."""
+        start = self._advance(1)
+        return int.from_bytes(self._buffer[start : start + 8], "little")
+
+    def take_int(self, count: int) -> int:
+        """The next ``count`` words as one integer, word i at bits 64 i .. 64 i + 63."""
+        start = self._advance(count)
+        return int.from_bytes(self._buffer[start : start + 8 * count], "little")
+
+    def values(self, count: int, bits: int) -> tuple[int, ...]:
+        """``count`` values of ``bits`` (16 or 32) bits from the next whole words, lowest
+        bits of each word first (the words' little-endian 16- or 32-bit pieces)."""
+        per_word = 64 // bits
+        start = self._advance((count + per_word - 1) // per_word)
+        return struct.unpack_from(f"<{count}{'H' if bits == 16 else 'I'}", self._buffer, start)
 
     def source(self, count: int) -> U64:
         """This queue as a :data:`WordSource`."""
@@ -686,15 +713,15 @@ def _split(value: int, width: int) -> list[int]:
     return list(struct.unpack(f"<{width}Q", value.to_bytes(8 * width, "little")))
 
 
-def threshold_row(queue: WordQueue, width: int, count: int) -> list[int]:
+def threshold_row(queue: WordQueue, width: int, count: int) -> int:
     """:func:`threshold_lanes` for one row (the full rounds on the row as one integer)."""
     if count <= 0:
         queue.take(FULL_ROUNDS * width)
-        return [0] * width
+        return 0
     bound = (1 << 64) - count
     greater, equal = 0, (1 << (64 * width)) - 1
     for i in range(FULL_ROUNDS):
-        r = _join(queue.take(width))
+        r = queue.take_int(width)
         if (bound >> (63 - i)) & 1:
             equal &= r
         else:
@@ -715,31 +742,29 @@ def threshold_row(queue: WordQueue, width: int, count: int) -> list[int]:
                 taken = eq[w] & r
                 more[w] |= taken
                 eq[w] ^= taken
-    return [g | e for g, e in zip(more, eq, strict=True)]
+    return _join([g | e for g, e in zip(more, eq, strict=True)])
 
 
-def dense_row(queue: WordQueue, width: int, bits: int, numerator: int) -> list[int]:
-    """:func:`dense_lanes` for one row (as one integer)."""
+def dense_row(queue: WordQueue, width: int, bits: int, numerator: int) -> int:
+    """:func:`dense_lanes` for one row (as one integer, lane j = bit j)."""
     if numerator <= 0 or numerator >= 1 << bits:
         queue.take(bits * width)
-        return [0 if numerator <= 0 else _ALL] * width
+        return 0 if numerator <= 0 else (1 << (64 * width)) - 1
     whole = (1 << (64 * width)) - 1
     less, equal = 0, whole
     for i in range(bits):
-        r = _join(queue.take(width))
+        r = queue.take_int(width)
         if (numerator >> (bits - 1 - i)) & 1:
             less |= equal & ~r & whole
             equal &= r
         else:
             equal &= ~r & whole
-    return _split(less, width)
+    return less
 
 
 def _row_values(queue: WordQueue, count: int, bits: int) -> list[int]:
     """:func:`_candidate_lanes`'s ``count`` values of ``bits`` bits, lowest bits first."""
-    per_word, low = 64 // bits, (1 << bits) - 1
-    words = queue.take((count + per_word - 1) // per_word)
-    return [(w >> (bits * i)) & low for w in words for i in range(per_word)][:count]
+    return list(queue.values(count, bits))
 
 
 def _row_lemire(values: list[int], size: int, bits: int) -> list[int | None]:
@@ -757,8 +782,8 @@ def _row_lanes(queue: WordQueue, count: int, size: int) -> list[int | None]:
     return _row_lemire(_row_values(queue, count, bits), size, bits)
 
 
-def sparse_row(queue: WordQueue, lanes: int, numerator: int, block: int) -> list[int]:
-    """:func:`sparse_lanes` for one row (its words)."""
+def sparse_row(queue: WordQueue, lanes: int, numerator: int, block: int) -> int:
+    """:func:`sparse_lanes` for one row (as one integer, lane j = bit j)."""
     width = words_per_row(lanes)
     block = min(block, 64 * width)
     sizes = [min(block, lanes - start) for start in range(0, lanes, block)]
@@ -786,60 +811,58 @@ def sparse_row(queue: WordQueue, lanes: int, numerator: int, block: int) -> list
                 assert lane is not None
                 row |= 1 << (b * block + lane)
         pending = failed
-    return _split(row, width)
+    return row
 
 
-def unary_row(queue: WordQueue, lanes: int, plan: UnaryPlan) -> list[int]:
-    """:func:`unary_lanes` for one row."""
+def unary_row(queue: WordQueue, lanes: int, plan: UnaryPlan) -> int:
+    """:func:`unary_lanes` for one row (as one integer, lane j = bit j)."""
     width = words_per_row(lanes)
     if plan.kind == "threshold":
         return threshold_row(queue, width, plan.sparse)
     row = dense_row(queue, width, plan.bits, plan.dense)
     if plan.sparse:
         sparse = sparse_row(queue, lanes, plan.sparse, plan.block)
-        if plan.kind == "or":
-            row = [w | v for w, v in zip(row, sparse, strict=True)]
-        else:
-            row = [w & ~v & _ALL for w, v in zip(row, sparse, strict=True)]
+        row = row | sparse if plan.kind == "or" else row & ~sparse
     return row
 
 
-def distinct_row(queue: WordQueue, row: list[int], lanes: int, count: int, forbidden: int) -> None:
-    """:func:`distinct_lanes` for one row with one block of all ``lanes`` lanes."""
+def distinct_row(queue: WordQueue, row: int, lanes: int, count: int, forbidden: int) -> int:
+    """:func:`distinct_lanes` for one row with one block of all ``lanes`` lanes: ``row``
+    with the lanes set."""
     while count:
         picked = _row_lanes(queue, count, lanes)
         if None in picked or forbidden in picked or len(set(picked)) < count:
             continue
         for lane in picked:
             assert lane is not None
-            row[lane >> 6] |= 1 << (lane & 63)
-        return
+            row |= 1 << lane
+        break
+    return row
 
 
-def change_row(queue: WordQueue, row: list[int], lanes: int, target: int) -> None:
+def change_row(queue: WordQueue, row: int, lanes: int, target: int) -> int:
     """:func:`change_lanes` for one row (the same report from the same words: a block's
-    values drawn at once, those after the row is done unused)."""
-    have = sum(w.bit_count() for w in row)
+    values drawn at once, those after the row is done unused): ``row`` with the lanes
+    added."""
+    have = row.bit_count()
     while have < target:
         for lane in _row_lanes(queue, CHANGE_BLOCK, lanes):
             if lane is None or have == target:
                 continue
-            word, mask = lane >> 6, 1 << (lane & 63)
-            if not row[word] & mask:
-                row[word] |= mask
+            mask = 1 << lane
+            if not row & mask:
+                row |= mask
                 have += 1
+    return row
 
 
-def finish_row(row: list[int], lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:
+def finish_row(row: int, lanes: int, lane: int, bit: bool) -> npt.NDArray[np.uint8]:
     """Clear the padding, set ``lane`` to ``bit``, and return the report's bytes (1 x n)."""
     data = finish_row_bytes(row, lanes, lane, bit)
     return np.frombuffer(data, dtype=np.uint8).reshape(1, -1).copy()
 
 
-def finish_row_bytes(row: list[int], lanes: int, lane: int, bit: bool) -> bytes:
-    """:func:`finish_row`'s report, as the bytes that travel."""
-    spare = 64 * len(row) - lanes
-    if spare:
-        row[-1] &= (1 << (64 - spare)) - 1
-    row[lane >> 6] = (row[lane >> 6] & ~(1 << (lane & 63)) & _ALL) | (int(bit) << (lane & 63))
-    return b"".join(w.to_bytes(8, "little") for w in row)[: (lanes + 7) // 8]
+def finish_row_bytes(row: int, lanes: int, lane: int, bit: bool) -> bytes:
+    """:func:`finish_row`'s report, as the bytes that travel (``row``: lane j = bit j)."""
+    row &= ((1 << lanes) - 1) ^ (1 << lane)  # the padding and the lane cleared
+    return (row | (int(bit) << lane)).to_bytes((lanes + 7) // 8, "little")

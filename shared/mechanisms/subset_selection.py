@@ -219,28 +219,24 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
         queue = _lanes.WordQueue(_bits.rng_words(rng))
         return _lanes.finish_row_bytes(*self._one_row(int(value), queue))
 
-    def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[list[int], int, int, bool]:
-        """One report's row before :func:`_lanes.finish_row` (and its arguments)."""
+    def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[int, int, int, bool]:
+        """One report's row (lane j = bit j) before :func:`_lanes.finish_row` (and its
+        arguments)."""
         d, k = self.domain_size, self.k
-        inside = queue.take(1)[0] < _bits.threshold64_floor(self.p)
+        inside = queue.take_one() < _bits.threshold64_floor(self.p)
         target = k - inside
         m, a, window = self.sampling_plan
-        width = _lanes.words_per_row(d)
-        spare = 64 * width - d
         if a == 0:  # no dense start
-            row = [0] * width
-            _lanes.distinct_row(queue, row, d, target, value)
-            return row, d, value, inside
-        mask = 1 << (value & 63)
+            return _lanes.distinct_row(queue, 0, d, target, value), d, value, inside
+        width = _lanes.words_per_row(d)
+        keep = (1 << d) - 1  # the padding cleared
+        mask = 1 << value
         while True:
-            row = _lanes.dense_row(queue, width, m, a)
-            if spare:
-                row[-1] &= (1 << (64 - spare)) - 1
-            row[value >> 6] |= mask  # counts as in: additions never pick it
-            if 0 <= target + 1 - sum(w.bit_count() for w in row) <= window:
+            # x counts as in: additions never pick it
+            row = (_lanes.dense_row(queue, width, m, a) & keep) | mask
+            if 0 <= target + 1 - row.bit_count() <= window:
                 break
-        _lanes.change_row(queue, row, d, target + 1)
-        return row, d, value, inside
+        return _lanes.change_row(queue, row, d, target + 1), d, value, inside
 
     def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
         padding = _bits.padding_is_zero(reports, self.domain_size)

@@ -118,10 +118,11 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         queue = _lanes.WordQueue(_bits.rng_words(rng))
         return _lanes.finish_row_bytes(*self._one_row(int(value), queue))
 
-    def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[list[int], int, int, bool]:
-        """One report's row before :func:`_lanes.finish_row` (and its arguments)."""
+    def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[int, int, int, bool]:
+        """One report's row (lane j = bit j) before :func:`_lanes.finish_row` (and its
+        arguments)."""
         d = self.domain_size
-        true_bit = queue.take(1)[0] < _bits.threshold64_floor(self.p)
+        true_bit = queue.take_one() < _bits.threshold64_floor(self.p)
         return _lanes.unary_row(queue, d, self.sampling_plan), d, value, true_bit
 
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:

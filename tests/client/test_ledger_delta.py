@@ -112,3 +112,34 @@ def test_spent_sums_every_overlapping_window_of_every_length(tmp_path: Path) -> 
         assert again.spent(TOTAL_KEY, seconds, start) == pytest.approx(scan(seconds, start))
     assert again.spent("spend", 3600, -7200) == 0.0  # (ends before every window)
     again.close()
+
+
+def test_a_failed_transaction_leaves_neither_row_nor_spend(tmp_path: Path) -> None:
+    """An exception inside transaction() rolls the row back and with it the in-memory
+    ledger, memo and outbox count it had added to; the next transaction commits."""
+    store = DeviceStore(tmp_path, known_device=False)
+    add(store, epsilon=1.0, delta=0.0)
+    with pytest.raises(RuntimeError, match="inside"), store.transaction():
+        store.add_report(
+            b"\x02" * 16,
+            "spend",
+            "0" * 16,
+            0,
+            b"r",
+            tag=b"t" * 16,
+            epsilon=2.0,
+            budget_seconds=86400,
+            window_start=0,
+            total_seconds=86400,
+            total_start=0,
+        )
+        assert store.spent("spend", 86400, 0) == pytest.approx(3.0)
+        raise RuntimeError("inside")
+    assert store.db.in_transaction is False
+    assert store.spent("spend", 86400, 0) == pytest.approx(1.0)
+    assert store.memo_buckets(b"t" * 16) is None and store.outbox_rows() == 1
+    add(store, epsilon=0.5, delta=0.0)
+    store.close()
+    again = DeviceStore(tmp_path, known_device=True)
+    assert again.spent("spend", 86400, 0) == pytest.approx(1.5) and again.outbox_rows() == 2
+    again.close()

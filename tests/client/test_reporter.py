@@ -554,3 +554,24 @@ def test_one_fsync_per_flush_and_pruning(state_dir: Path, clock: FakeClock) -> N
         clock.advance(7 * 86400)
         r._state.prune()
         assert db.execute("SELECT count(*) FROM reports").fetchone() == (0,)
+
+
+def test_a_report_is_one_transaction_of_four_statements(state_dir: Path, clock: FakeClock) -> None:
+    """report(): BEGIN IMMEDIATE, the cache check (data_version), one INSERT, COMMIT; no
+    statement after the commit (the outbox count that wakes the flusher is the one the
+    transaction saw). A commit by another connection is still noticed by the next report."""
+    metrics = [theme(budget=50.0)]
+    down = FakeCollector(down=True)
+    with make(state_dir, clock, down, metrics=metrics, memoize=False) as r:
+        r.report("theme", "dark")
+        db = r._state.store.db
+        seen: list[str] = []
+        db.set_trace_callback(seen.append)
+        r.report("theme", "dark")
+        db.set_trace_callback(None)
+        assert [s.split(" ", 1)[0] for s in seen] == ["BEGIN", "PRAGMA", "INSERT", "COMMIT"]
+        assert seen[1] == "PRAGMA data_version"
+        with make(state_dir, clock, down, metrics=metrics, memoize=False) as other:
+            other.report("theme", "light")
+        r.report("theme", "dark")
+        assert r.pending == 4 and r.budget()["theme"].spent == pytest.approx(4.0)

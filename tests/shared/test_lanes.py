@@ -294,9 +294,8 @@ def test_change_lanes_steps_on_fixed_words(goal: int, expected_lanes: list[int])
     packed = np.array([[start]], dtype=np.uint64)
     _lanes.change_lanes(Stream(stream), packed, lanes, np.array([goal]))
     assert int(packed[0, 0]) == expected
-    row = [start]
-    _lanes.change_row(_lanes.WordQueue(Stream(stream), block=1), row, lanes, goal)
-    assert row == [expected]
+    row = _lanes.change_row(_lanes.WordQueue(Stream(stream), block=1), start, lanes, goal)
+    assert row == expected
 
 
 def test_change_lanes_rows_share_each_block_step_major() -> None:
@@ -565,3 +564,32 @@ def test_one_value_path_gives_the_batch_rule(name: str, epsilon: float, d: int) 
     # And perturb() of a scalar takes that path.
     report = m.perturb(3 % d, rng=np.random.Generator(np.random.Philox(1)))
     assert bool(m.check_reports(report[None, :])[0])
+
+
+@pytest.mark.parametrize("block", [1, 3, 256])
+def test_word_queue_hands_out_the_stream_in_order(block: int) -> None:
+    """Every way of taking words (a list, one word, one integer, 16- and 32-bit values of
+    whole words) reads the next words of the stream, across refills of any size."""
+    words = np.random.default_rng(5).integers(0, 2**64, 2000, dtype=np.uint64)
+    expected = [int(w) for w in words]
+    queue = _lanes.WordQueue(Stream(words), block=block)
+    at = 0
+    for step in range(60):
+        count = 1 + step % 7
+        got = expected[at : at + count]
+        kind = step % 5
+        if kind == 0:
+            assert queue.take(count) == got
+        elif kind == 1:
+            assert queue.take_one() == got[0]
+            count = 1
+        elif kind == 2:
+            assert queue.take_int(count) == sum(w << (64 * i) for i, w in enumerate(got))
+        else:
+            bits = 16 if kind == 3 else 32
+            values = count * (64 // bits) - step % (64 // bits)  # may end mid-word
+            pieces = [(w >> (bits * i)) & ((1 << bits) - 1) for w in got for i in range(64 // bits)]
+            assert list(queue.values(values, bits)) == pieces[:values]
+            count = -(-values // (64 // bits))
+        at += count
+    assert queue.take_one() == expected[at]
