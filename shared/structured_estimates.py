@@ -25,7 +25,11 @@ estimates. What is new:
   leaves, each marginal of ``split``) takes the categorical interval of that count
   (:func:`ldpkit.intervals.support_interval`: skew-corrected score, or exact where the
   count's variance is small); the others (sums of several counts or views) keep the
-  score interval at the Bonferroni level.
+  score interval at the Bonferroni level, and those that combine several views
+  (``joint_marginals``, ``levels``) have its z Cornish-Fisher-widened on the side their
+  skewness at the bound makes long (:class:`ldpkit.inference.Skew`: the skewness of
+  each view's own support count at the hypothesised value). The widening only moves
+  bounds outwards.
 
 Every result turns into plain JSON-ready Python (``to_dict``, ``items``): floats (None
 where not finite), lists, node paths as strings, cells as ``{attribute: category}``.
