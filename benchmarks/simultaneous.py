@@ -15,7 +15,7 @@ Populations with many nearly empty cells: 90% of the users in 4 leaves (cells), 
 spread evenly over the others; a 3-level tree of 36 leaves (3 x 3 x 4) and a 16 x 16
 table.
 
-Run: ``.venv/bin/python benchmarks/simultaneous.py [--campaigns 400] [--quick]``.
+Run: ``.venv/bin/python benchmarks/simultaneous.py [--campaigns 400] [--quick] [--only NAME ...]``.
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--campaigns", type=int, default=400)
     parser.add_argument("--quick", action="store_true", help="n = 300 and 30,000 only")
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="design names to run (default: all)"
+    )
     args = parser.parse_args(argv)
     users = (300, 30_000) if args.quick else (300, 3_000, 30_000, 300_000)
     sd = math.sqrt(LEVEL * (1 - LEVEL) / args.campaigns)
@@ -101,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(head))
     worst = 1.0
     for shape, name, oracle in DESIGNS:
+        if args.only and name not in args.only:
+            continue
         for epsilon in (1.0, 4.0):
             for n in users:
                 m, fractions = design(shape, name, oracle, epsilon)

@@ -188,6 +188,45 @@ class Quadratic:
         return np.where(inside, np.maximum(ends, self.at(np.clip(vertex, 0, 1))), ends)
 
 
+@dataclass(frozen=True)
+class Skew:
+    """What the third cumulant of each output needs, along the path of its value.
+
+    Per output and view (the last axis): ``coef``, the output's change per unit of its
+    largest-coefficient support count in that view (its *own* count: a cell's own item
+    in a cells view, its category in a marginal view); ``inner`` and ``outer``, that
+    count's group's share of the path's inside and outside populations (so at value
+    theta the group holds ``theta inner + (1 - theta) outer`` of the users); ``sizes``
+    the view's users; ``p`` and ``q`` its oracle's support probabilities. The smaller
+    coefficients on the other counts add cubes of a few percent and are left out.
+    """
+
+    coef: FloatArray
+    inner: FloatArray
+    outer: FloatArray
+    sizes: FloatArray
+    p: FloatArray
+    q: FloatArray
+
+    def take(self, index: IntArray | slice) -> Skew:
+        """The outputs at ``index`` (the second-last axis)."""
+        pick = (Ellipsis, index, slice(None))
+        return Skew(self.coef[pick], self.inner[pick], self.outer[pick], self.sizes, self.p, self.q)
+
+    def row(self, r: int) -> Skew:
+        return Skew(self.coef[r], self.inner[r], self.outer[r], self.sizes[r], self.p, self.q)
+
+    def third_cumulant(self, theta: FloatArray) -> FloatArray:
+        """Each output's third cumulant at value ``theta``: its own counts are sums of
+        independent Bernoulli supports, p for the group's holders, q for the others."""
+        t = np.asarray(theta, dtype=np.float64)[..., None]
+        f = np.clip(t * self.inner + (1.0 - t) * self.outer, 0.0, 1.0)
+        p, q = self.p, self.q
+        per_user = f * p * (1 - p) * (1 - 2 * p) + (1 - f) * q * (1 - q) * (1 - 2 * q)
+        out: FloatArray = np.sum(self.coef**3 * self.sizes * per_user, axis=-1)
+        return out
+
+
 class LinearViews:
     """The GLS estimator of base-cell fractions from several views, and its covariance.
 
@@ -483,6 +522,47 @@ class LinearViews:
         return Quadratic(q0, q1, q2)
 
     @cached_property
+    def _own_groups(self) -> list[IntArray]:
+        """Per view, each output's group with the largest coefficient in magnitude."""
+        return [np.argmax(np.abs(b), axis=1) for b in self._blocks]
+
+    def skew(self, pi: FloatArray, sizes: FloatArray) -> Skew | None:
+        """(R, outputs, views) of :class:`Skew` around the plug-in ``pi`` (R, m); None with
+        one view (whose outputs the support-count intervals serve)."""
+        if self.single:
+            return None
+        pi, sizes = np.asarray(pi, dtype=np.float64), np.asarray(sizes, dtype=np.float64)
+        theta = self.sum_outputs(pi)
+        s = self.output_members
+        rest = np.maximum(self.m - s, 1.0)
+        coefs, inners, outers = [], [], []
+        for v, (b, own) in enumerate(zip(self._blocks, self._own_groups, strict=True)):
+            labels, noise = self.view_labels[v], self.noises[v]
+            mine = (labels[self.pair_cols] == own[self.pair_rows]).astype(np.float64)
+            shared = self._sum_pairs(mine[None, :])[0]  # base cells in output and group
+            group_size = np.bincount(labels, minlength=self.view_sizes[v])[own]
+            inside = self._sum_pairs(pi[:, self.pair_cols] * mine[None, :])
+            onehot = (labels[:, None] == np.arange(self.view_sizes[v])[None, :]).astype(np.float64)
+            group = (pi @ onehot)[:, own]
+            # An empty side of the path is spread uniformly (as variance_quadratic does).
+            with np.errstate(divide="ignore", invalid="ignore"):
+                inners.append(np.where(theta > 0, inside / theta, shared / s))
+                outside = (group - inside) / (1 - theta)
+                outers.append(np.where(theta < 1, outside, (group_size - shared) / rest))
+            coef = b[np.arange(self.n_outputs), own] / (noise.p - noise.q)
+            coefs.append(coef[None, :] / sizes[:, v : v + 1])
+        p = np.array([nm.p for nm in self.noises])
+        q = np.array([nm.q for nm in self.noises])
+        return Skew(
+            np.stack(coefs, axis=-1),
+            np.clip(np.stack(inners, axis=-1), 0, 1),
+            np.clip(np.stack(outers, axis=-1), 0, 1),
+            sizes[:, None, :],
+            p,
+            q,
+        )
+
+    @cached_property
     def forgery(self) -> LinearShift:
         """How far forged reports can move each output: the outputs are ``sum_v B_v y_v + c``,
         linear in every view's debiased support fractions (:class:`ldpkit.screening.LinearShift`;
@@ -515,7 +595,7 @@ class LinearViews:
 
 
 def _score_roots(
-    estimate: FloatArray, quadratic: Quadratic, z: float
+    estimate: FloatArray, quadratic: Quadratic, z: float | FloatArray
 ) -> tuple[FloatArray, FloatArray]:
     """The theta in [0, 1] with ``(estimate - theta)^2 <= z^2 V(theta)`` (no correction)."""
     est = estimate
@@ -539,7 +619,7 @@ def _score_roots(
 
 
 def score_interval(
-    estimate: FloatArray, quadratic: Quadratic, z: float
+    estimate: FloatArray, quadratic: Quadratic, z: float | FloatArray
 ) -> tuple[FloatArray, FloatArray]:
     """Continuity-corrected score interval, per output, within [0, 1].
 

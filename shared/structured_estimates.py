@@ -25,7 +25,11 @@ estimates. What is new:
   leaves, each marginal of ``split``) takes the categorical interval of that count
   (:func:`ldpkit.intervals.support_interval`: skew-corrected score, or exact where the
   count's variance is small); the others (sums of several counts or views) keep the
-  score interval at the Bonferroni level.
+  score interval at the Bonferroni level, and those that combine several views
+  (``joint_marginals``, ``levels``) have its z Cornish-Fisher-widened on the side their
+  skewness at the bound makes long (:class:`ldpkit.inference.Skew`: the skewness of
+  each view's own support count at the hypothesised value). The widening only moves
+  bounds outwards.
 
 Every result turns into plain JSON-ready Python (``to_dict``, ``items``): floats (None
 where not finite), lists, node paths as strings, cells as ``{attribute: category}``.
@@ -45,7 +49,7 @@ from ._validation import check_level
 from .domains import Table, Tree
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
-from .inference import Quadratic, score_interval
+from .inference import Quadratic, Skew, score_interval
 from .intervals import support_interval
 from .screening import LinearShift
 
@@ -76,14 +80,51 @@ class SupportCounts:
         return SupportCounts(self.counts[r : r + 1], self.n[r : r + 1], self.p, self.q)
 
 
+SKEW_STEPS = 4
+"""Fixed-point steps of the skew-widened bounds (each moves a bound outwards only)."""
+
+
+def _skew_widened(
+    est: FloatArray,
+    quadratic: Quadratic,
+    skew: Skew,
+    z: float,
+    bounds: tuple[FloatArray, FloatArray],
+) -> tuple[FloatArray, FloatArray]:
+    """Score bounds whose z is Cornish-Fisher-widened on the side the estimate's skew
+    at the bound makes long: a lower bound theta must not reject an estimate that the
+    right-skewed law at theta reaches with probability alpha / 2 (z + gamma (z^2 - 1)
+    / 6, gamma the skewness at theta), an upper bound likewise for left skew. Skewness
+    falls as theta leaves the nearly empty end, so each step re-evaluates it at the
+    last bound, which only moves outwards. Never narrower than the plain bounds."""
+    low, high = bounds
+    spread = (z * z - 1.0) / 6.0
+    for _ in range(SKEW_STEPS):
+        zs = []
+        for at, sign in ((low, 1.0), (high, -1.0)):
+            var = np.maximum(quadratic.at(at), 1e-300)
+            gamma = sign * skew.third_cumulant(at) / var**1.5
+            zs.append(z + np.maximum(np.nan_to_num(gamma), 0.0) * spread)
+        low = np.minimum(low, score_interval(est, quadratic, zs[0])[0])
+        high = np.maximum(high, score_interval(est, quadratic, zs[1])[1])
+    return low, high
+
+
 def simultaneous_bounds(
-    estimates: FloatArray, quadratic: Quadratic, supports: SupportCounts | None, level: float
+    estimates: FloatArray,
+    quadratic: Quadratic,
+    supports: SupportCounts | None,
+    level: float,
+    skew: Skew | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Intervals of k estimates (the last axis) that cover all k together with probability
     at least ``level`` (Bonferroni; see the module). ``estimates`` (R, k) or (k,)."""
     est = np.asarray(estimates, dtype=np.float64)
     k = max(int(est.shape[-1]), 1)
-    low, high = score_interval(est, quadratic, normal_quantile(level, comparisons=k))
+    z = normal_quantile(level, comparisons=k)
+    low, high = score_interval(est, quadratic, z)
+    if skew is not None:
+        low, high = _skew_widened(est, quadratic, skew, z, (low, high))
     if supports is None:
         return low, high
     low2, high2 = np.atleast_2d(low).copy(), np.atleast_2d(high).copy()
@@ -122,6 +163,8 @@ class OutputArrays:
     interval: str = INTERVAL_METHOD
     supports: SupportCounts | None = None
     """The outputs that are one oracle item's support count (simultaneous intervals)."""
+    skew: Skew | None = None
+    """Third cumulants of outputs that combine several views (simultaneous intervals)."""
 
     def ci(self, level: float = 0.95) -> ConfidenceInterval:
         low, high = score_interval(self.estimates, self.quadratic, normal_quantile(level))
@@ -131,8 +174,9 @@ class OutputArrays:
         """Intervals of the outputs in ``part`` (one group: a depth, the cells, a marginal)
         covering all of them together, per row, with probability at least ``level``."""
         supports = None if self.supports is None else self.supports.take(part)
+        skew = None if self.skew is None else self.skew.take(part)
         low, high = simultaneous_bounds(
-            self.estimates[:, part], self.quadratic.take(part), supports, level
+            self.estimates[:, part], self.quadratic.take(part), supports, level, skew
         )
         return ConfidenceInterval(low, high)
 
@@ -148,6 +192,7 @@ class OutputArrays:
             self.forgery.take(part),
             self.interval,
             None if self.supports is None else self.supports.row(row).take(part),
+            None if self.skew is None else self.skew.row(row).take(part),
         )
 
 
@@ -174,6 +219,9 @@ class GroupEstimate:
     supports : SupportCounts or None
         The estimates that are one oracle item's support count (one row), for
         simultaneous intervals.
+    skew : Skew or None
+        Third cumulants of the estimates that combine several views (one row), for
+        simultaneous intervals.
     """
 
     keys: tuple[Any, ...]
@@ -186,6 +234,7 @@ class GroupEstimate:
     forgery: LinearShift
     interval: str = INTERVAL_METHOD
     supports: SupportCounts | None = None
+    skew: Skew | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -207,7 +256,7 @@ class GroupEstimate:
         """
         if simultaneous:
             low, high = simultaneous_bounds(
-                self.frequencies, self.quadratic, self.supports, check_level(level)
+                self.frequencies, self.quadratic, self.supports, check_level(level), self.skew
             )
         else:
             low, high = score_interval(self.frequencies, self.quadratic, normal_quantile(level))
@@ -235,6 +284,7 @@ class GroupEstimate:
             self.forgery.take(idx),
             self.interval,
             None if self.supports is None else self.supports.take(idx),
+            None if self.skew is None else self.skew.take(idx),
         )
 
     def forgery_shift(self, beta: float) -> FloatArray:

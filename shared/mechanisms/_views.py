@@ -458,7 +458,8 @@ class ViewSampling(Mechanism):
             c = None if quad.correction is None else quad.correction * nan
             quad = Quadratic(quad.v0 * nan, quad.v1 * nan, quad.v2 * nan, c)
             x, stderr, consistent = x * nan, stderr * nan, consistent * nan
-        return OutputArrays(n, x, stderr, consistent, quad, self.engine.forgery)
+        skew = self.engine.skew(base, sizes)
+        return OutputArrays(n, x, stderr, consistent, quad, self.engine.forgery, skew=skew)
 
     def _supports(self, n: npt.ArrayLike, sums: npt.ArrayLike) -> SupportCounts | None:
         """With one view that reports each base cell as its own item, every output group
