@@ -4,14 +4,22 @@ Kept apart from :mod:`ldpkit.planner` (means and frequencies) so both can change
 own; ``ldpkit plan`` can call :func:`plan_distribution` for a ``kind = "distribution"``
 metric.
 
-Ranges. The half-width of a range fraction's interval after n reports is
-``z sqrt(Var / n)``, with the variance from the estimator's covariance and every depth
-getting its expected ``n / height`` reports. ``half_width`` bounds it *whatever the
-data*: the covariance is affine in the node fractions less a non-negative term (see
-:meth:`~ldpkit.distribution.LevelNoise.bound_terms`). ``typical_half_width`` is the same
-for values spread evenly over the bounds. Both are for the worst of a grid of ranges
-(widths 1/16, 1/8, 1/4, 1/2 and 3/4 of the bounds, each at 16 positions) unless a range is
-given. Ranges whose ends cut a leaf are widened by up to a leaf's share on each side.
+Ranges. A range fraction's served interval is a score interval (the variance taken at
+the hypothesised fraction; :meth:`~ldpkit.distribution.DistributionEstimate.range_bounds`),
+about the reporting users' own values (estimand ``"reporters"``, the default), every
+depth getting its expected ``n / height`` reports. ``typical_half_width`` is that
+interval's half-width for values spread evenly over the bounds, computed by the served
+code itself on the noise-free answer (the estimate equal to the assumed fraction, the
+range's share of the bounds); simulated campaigns' median half-widths agree with it
+(tests/shared/test_distribution_plan.py). ``half_width`` bounds it *whatever the data*:
+the score interval's half-width with the variance at its bound over all data,
+``z sqrt(V / n) + 1 / (2 n)`` (half a user of continuity correction); the covariance is
+affine in the node fractions less a non-negative term (see
+:meth:`~ldpkit.distribution.LevelNoise.bound_terms`). The bound leaves out the
+interval's skewness term, which only matters with a handful of users in the range.
+Both are for the worst of a grid of ranges (widths 1/16, 1/8, 1/4, 1/2 and 3/4 of the
+bounds, each at 16 positions) unless a range is given. Ranges whose ends cut a leaf are
+served from the whole leaves inside and around them; the bound is for those.
 
 Quantiles. ``quantile_half_width`` is half the interval the estimator gives for the
 ``quantile`` (default the median) of values spread evenly over the bounds when its
@@ -30,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validation import check_bounds, check_count, check_epsilon, check_level, check_positive
-from .distribution import DistributionEstimate
+from .distribution import REPORTERS, DistributionEstimate
 from .errors import ParameterError
 from .estimates import normal_quantile
 from .mechanisms import mechanism
@@ -53,13 +61,15 @@ class DistributionPlan:
     range: tuple[float, float] | None
     """The range planned for, or None for the worst of the grid of ranges."""
     half_width: float
-    """Of a range fraction's interval, whatever the data (an upper bound)."""
+    """Of a range fraction's score interval, whatever the data (an upper bound)."""
     typical_half_width: float
-    """Of a range fraction's interval, for values spread evenly over the bounds."""
+    """Of a range fraction's served score interval, for values spread evenly."""
     quantile: float
     """The quantile planned for (values spread evenly over the bounds)."""
     quantile_half_width: float
     """Half its interval, in the metric's units."""
+    estimand: str = REPORTERS
+    """Whose distribution the range intervals are about: the reporting users' values."""
 
 
 def _model(
@@ -94,10 +104,8 @@ def _ranges(
     return np.array(starts), np.array(stops)
 
 
-def _per_user_variances(
-    m: HierarchicalHistogram, range_: tuple[float, float] | None
-) -> tuple[float, float]:
-    """(bound, typical) variances of the worst range for n = 1."""
+def _bound_variance(m: HierarchicalHistogram, range_: tuple[float, float] | None) -> float:
+    """The variance of the worst range for n = 1, whatever the data."""
     est: DistributionEstimate = m.expected(1.0)  # variances for n = 1: divide by n
     a, b = _ranges(m, range_)
     pos_a, pos_b = est._positions(a), est._positions(b)
@@ -109,7 +117,25 @@ def _per_user_variances(
         v, k = noise.bound_terms()
         c2 = coef[t] ** 2
         bound += (v * c2.sum(axis=0) + k * c2.max(axis=0)) / noise.n
-    return float(bound.max()), float(est.variance(queries).max())
+    return float(bound.max())
+
+
+def _bound_half_width(bound: float, z: float, n: float) -> float:
+    """The score interval's half-width with the variance ``bound / n`` at every fraction
+    (the root of ``|estimate +- 1/(2n) - theta| = z sqrt(bound / n)``)."""
+    return z * math.sqrt(bound / n) + 0.5 / n
+
+
+def _typical_half_width(
+    m: HierarchicalHistogram, n: int, range_: tuple[float, float] | None, level: float
+) -> float:
+    """Half the widest served interval (estimand reporters) of the ranges for values
+    spread evenly, each estimate equal to its range's true fraction."""
+    est = m.expected(float(n))
+    a, b = _ranges(m, range_)
+    at = est._ranges(a, b)["at"]
+    low, high = est.range_bounds(at, level, 1, REPORTERS)
+    return float(np.max(high - low)) / 2.0
 
 
 def plan_distribution(
@@ -129,7 +155,7 @@ def plan_distribution(
     n = check_count(n)
     level = check_level(level)
     m = _model(epsilon, bounds, resolution, branching)
-    bound, typical = _per_user_variances(m, range_)
+    bound = _bound_variance(m, range_)
     z = normal_quantile(level)
     noise_free = m.expected(float(n)).quantile(quantile, level)
     return DistributionPlan(
@@ -140,8 +166,8 @@ def plan_distribution(
         resolution=m.resolution,
         branching=m.branching,
         range=None if range_ is None else (float(range_[0]), float(range_[1])),
-        half_width=z * math.sqrt(bound / n),
-        typical_half_width=z * math.sqrt(typical / n),
+        half_width=_bound_half_width(bound, z, n),
+        typical_half_width=_typical_half_width(m, n, range_, level),
         quantile=noise_free.q,
         quantile_half_width=(noise_free.high - noise_free.low) / 2.0,
     )
@@ -157,18 +183,27 @@ def required_n_distribution(
     level: float = 0.95,
     range_: tuple[float, float] | None = None,
 ) -> DistributionPlan:
-    """The smallest n whose range-fraction half-width is at most ``half_width`` for any data."""
+    """The smallest n whose range-fraction score half-width is at most ``half_width``
+    for any data (:attr:`DistributionPlan.half_width`)."""
     half_width = check_positive(half_width, "half_width")
     epsilon = check_epsilon(epsilon)
     bounds = check_bounds(bounds)
     level = check_level(level)
     m = _model(epsilon, bounds, resolution, branching)
-    bound, _ = _per_user_variances(m, range_)
+    bound = _bound_variance(m, range_)
     z = normal_quantile(level)
+    # z sqrt(V) s + s^2 / 2 = half_width in s = 1 / sqrt(n); then settle rounding.
+    a = z * math.sqrt(bound)
+    s = 2.0 * half_width / (a + math.sqrt(a * a + 2.0 * half_width))  # the positive root
+    n = max(1, math.ceil(1.0 / (s * s)))
+    while n > 1 and _bound_half_width(bound, z, n - 1) <= half_width:
+        n -= 1
+    while _bound_half_width(bound, z, n) > half_width:
+        n += 1
     return plan_distribution(
         epsilon=epsilon,
         bounds=bounds,
-        n=max(1, math.ceil(z * z * bound / (half_width * half_width))),
+        n=n,
         resolution=m.resolution,
         branching=m.branching,
         level=level,

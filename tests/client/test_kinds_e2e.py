@@ -537,6 +537,7 @@ def test_cli_plans_each_kind(
     out = plan("--epsilon", "1", "--distribution", "0", "120", "--n", "100000")
     expected = plan_distribution(epsilon=1.0, bounds=(0.0, 120.0), n=100_000)
     assert f"half-width <= {expected.half_width:.4g}" in out
+    assert f"estimand {expected.estimand}" in out
     out = plan("--epsilon", "1", "--leaves", "MX/J/G,MX/J/Z,MX/S/H", "--half-width", "0.02")
     assert "depth 3" in out and "n >= " in out
     out = plan(
