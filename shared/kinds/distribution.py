@@ -144,9 +144,10 @@ class Distribution(Numbers):
         lines = (
             f"distribution over [{lo:g}, {hi:g}], {p.resolution} leaves (fan-out {p.branching})",
             head,
-            f"  range fraction: {p.level:.0%} score half-width <= {p.half_width:.4g} whatever the "
-            f"data (typical {p.typical_half_width:.4g}, values spread evenly; "
-            f"estimand {p.estimand}: the reporting users' own values)",
+            f"  range fraction (score interval, estimand {p.estimand}: about the reporting "
+            "users' own values):",
+            f"    {p.level:.0%} half-width <= {p.half_width:.4g} whatever the data "
+            f"(typical {p.typical_half_width:.4g}, values spread evenly)",
             f"  quantile {p.quantile:g}: half-width about {p.quantile_half_width:.4g} "
             f"(units of the metric, values spread evenly)",
         )

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 import ldpkit
-from ldpkit.distribution_plan import plan_distribution, required_n_distribution
-from ldpkit.estimates import normal_quantile
 from benchmarks.distribution_bins import simulate
+from ldpkit.distribution_plan import plan_distribution, required_n_distribution
 from ldpkit.mechanisms.hierarchical import HierarchicalHistogram
 
 BOUNDS = (0.0, 120.0)
