@@ -816,9 +816,14 @@ class DistributionEstimate:
         return total
 
     def _positions(self, x: npt.ArrayLike) -> FloatArray:
-        """Values as positions in leaf units, clipped to [0, resolution]."""
+        """Values as positions in leaf units, clipped to [0, resolution]. A position within
+        1e-9 leaf of a leaf edge is that edge: a decimal edge such as 8.4 on [0, 120] with
+        100 leaves is 7.000000000000001 in floating point, and must not read as cutting a
+        leaf (whose interval is widened to the leaves around it)."""
         lo, hi = self.bounds
         pos = (np.asarray(x, dtype=np.float64) - lo) / (hi - lo) * self.resolution
+        edge = np.rint(pos)
+        pos = np.where(np.abs(pos - edge) <= 1e-9, edge, pos)
         return np.clip(pos, 0.0, float(self.resolution))
 
     def _range_queries(self, start: FloatArray, stop: FloatArray) -> FloatArray:

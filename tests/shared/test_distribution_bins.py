@@ -177,3 +177,18 @@ def test_the_text_answer_says_whose_bins() -> None:
         result = EstimateResult.from_json(data)
         assert result.estimand == estimand
         assert f"about {whose} (estimand {estimand})" in "\n".join(spec.text(result, []))
+
+
+def test_a_range_on_leaf_edges_given_as_decimals_is_not_widened() -> None:
+    """8.4 on [0, 120] with 100 leaves is leaf 7's edge, though 8.4 / 120 * 100 is
+    7.000000000000001 in floating point: the range is whole leaves, not one that cuts a
+    leaf (whose interval is widened to the leaves around it)."""
+    m = HierarchicalHistogram(epsilon=4.0, bounds=(0.0, 120.0), resolution=100)
+    values = np.random.default_rng(5).uniform(0, 120, 5000)
+    e = m.estimate(m.aggregate(m.perturb(values, rng=np.random.default_rng(6))))
+    decimal = e.fraction(8.4, 13.2)  # leaves 7..10
+    exact = e.fraction(7 * 1.2, 11 * 1.2)
+    assert decimal.method == exact.method == "score"
+    assert (decimal.estimate, decimal.stderr) == pytest.approx((exact.estimate, exact.stderr))
+    edges = e.histogram(edges=[0.0, 8.4, 13.2, 120.0])
+    assert edges.method == "score"
