@@ -8,6 +8,7 @@ server managed to write, so a test can tell how much of an answer the client rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -68,8 +69,12 @@ class LyingCollector:
 
     def close(self) -> None:
         self._stop.set()
+        # close() alone does not wake a thread blocked in accept() (Linux): shutdown does,
+        # else every LyingCollector leaves its accepting thread behind (issue 28).
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
-        for t in self._threads:
+        for t in [self._accepting, *self._threads]:
             t.join(timeout=5)
 
     def write(self, conn: socket.socket, data: bytes) -> None:
