@@ -866,3 +866,20 @@ def finish_row_bytes(row: int, lanes: int, lane: int, bit: bool) -> bytes:
     """:func:`finish_row`'s report, as the bytes that travel (``row``: lane j = bit j)."""
     row &= ((1 << lanes) - 1) ^ (1 << lane)  # the padding and the lane cleared
     return (row | (int(bit) << lane)).to_bytes((lanes + 7) // 8, "little")
+
+
+class OneRow:
+    """The one-value path of a bitmap mechanism whose report is one row of lanes: the
+    class gives ``_one_row(value, queue)`` (the row, its lanes, the value's lane and its
+    bit, before :func:`finish_row`), this gives the report from it."""
+
+    def _one_row(self, value: int, queue: WordQueue) -> tuple[int, int, int, bool]:
+        raise NotImplementedError
+
+    def perturb_one(self, value: int, queue: WordQueue) -> npt.NDArray[np.uint8]:
+        """``perturb_words`` for a single value (same words, same report), faster."""
+        return finish_row(*self._one_row(value, queue))
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`perturb_one`'s report as bytes (words in blocks, Python integers)."""
+        return finish_row_bytes(*self._one_row(int(value), WordQueue(_bits.rng_words(rng))))

@@ -114,7 +114,7 @@ def optimal_subset_size(epsilon: float, domain_size: int) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
+class SubsetSelection(_lanes.OneRow, _bits.BitmapReports, FrequencyOracle):
     """Subset selection (SS): report a random k-subset that favours the true item.
 
     ``k`` is chosen from ``d / (e^eps + 1)`` (see :func:`optimal_subset_size`);
@@ -209,15 +209,6 @@ class SubsetSelection(_bits.BitmapReports, FrequencyOracle):
             if not todo.size:
                 return packed, have
             fresh = _lanes.dense_lanes(words, todo.size, width, m, a)
-
-    def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
-        """:meth:`perturb_words` for a single value (same words, same report), faster."""
-        return _lanes.finish_row(*self._one_row(value, queue))
-
-    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
-        """:meth:`perturb_one`'s report as bytes (words in blocks, Python integers)."""
-        queue = _lanes.WordQueue(_bits.rng_words(rng))
-        return _lanes.finish_row_bytes(*self._one_row(int(value), queue))
 
     def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[int, int, int, bool]:
         """One report's row (lane j = bit j) before :func:`_lanes.finish_row` (and its

@@ -83,7 +83,7 @@ MAX_ENUMERATED_BITS = 16
 
 
 @dataclass(frozen=True, kw_only=True)
-class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
+class _UnaryEncoding(_lanes.OneRow, _bits.BitmapReports, FrequencyOracle):
     """Shared machinery of SUE and OUE; subclasses give (p, q)."""
 
     @property
@@ -108,15 +108,6 @@ class _UnaryEncoding(_bits.BitmapReports, FrequencyOracle):
         if values.size == 1:  # a device's report: the same rule, in Python integers
             return self.perturb_one(int(values[0]), _lanes.WordQueue(_bits.rng_words(rng)))
         return self.perturb_words(values, _bits.rng_words(rng))
-
-    def perturb_one(self, value: int, queue: _lanes.WordQueue) -> npt.NDArray[np.uint8]:
-        """:meth:`perturb_words` for a single value (same words, same report), faster."""
-        return _lanes.finish_row(*self._one_row(value, queue))
-
-    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
-        """:meth:`perturb_one`'s report as bytes (words in blocks, Python integers)."""
-        queue = _lanes.WordQueue(_bits.rng_words(rng))
-        return _lanes.finish_row_bytes(*self._one_row(int(value), queue))
 
     def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[int, int, int, bool]:
         """One report's row (lane j = bit j) before :func:`_lanes.finish_row` (and its
