@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +16,8 @@ import pytest
 from ldpkit.client import Reporter
 from ldpkit.collector.launcher import environment_without_tokens
 from tests.harness import running_collector
+
+from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
 
 INGEST, READ, ADMIN = "e2e-ingest", "e2e-read", "e2e-admin"
 RELAY = "e2e-relay"  # simulate(): many devices' reports in a batch
@@ -71,3 +75,22 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Populated]:
             result = r.flush()
             assert result.sent == 2 * USERS
         yield Populated(url, directory, themes, minutes)
+
+
+# The browser tests' fixtures (each module its own browser; screenshots to
+# $LDPKIT_SCREENSHOTS, default a temporary folder).
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_playwright = require_browser()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = os.environ.get("LDPKIT_SCREENSHOTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -14,7 +14,6 @@ browser.py); .ci/run installs both.
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,32 +22,14 @@ from typing import Any
 import pytest
 
 from .board import COUNTRIES, DAYS, NEW_OS, OLD_OS, OS, PER_DAY, Board, board_collector
-from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
 from .conftest import READ, THEMES
 
 WIDTHS = (1400, 420)
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_playwright = require_browser()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
     yield from board_collector(tmp_path_factory.mktemp("board"))
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = os.environ.get("LDPKIT_SCREENSHOTS")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _api(url: str, path: str) -> dict[str, Any]:

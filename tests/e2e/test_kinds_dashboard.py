@@ -7,7 +7,6 @@ $LDPKIT_SCREENSHOTS (default: the test's temporary folder)."""
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -22,7 +21,6 @@ from ldpkit.client import Reporter
 from ldpkit.collector.launcher import environment_without_tokens, running_collector
 from tests.collector.helpers import without_as_of
 
-from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
 from .conftest import READ, RELAY
 from .test_dashboard import READABLE
 
@@ -124,23 +122,6 @@ def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kinds]:
         for metric in (*MAINTAINED, "wait_minutes"):
             assert api(collector.url, metric, wait="120")["as_of"]["fresh"]
         yield Kinds(collector.url, directory)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_playwright = require_browser()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = os.environ.get("LDPKIT_SCREENSHOTS")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def api(url: str, metric: str, **query: str) -> dict[str, Any]:

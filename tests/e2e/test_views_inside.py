@@ -7,7 +7,6 @@ ancestor. Screenshots go to $LDPKIT_SCREENSHOTS (default: the test's temporary f
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 import pytest
 
 from .allkinds import DAYS, AllKinds, all_kinds_collector
-from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
 from .conftest import READ
 from .test_dashboard import READABLE
 
@@ -71,23 +69,6 @@ INSIDE = """(root) => {
 @pytest.fixture(scope="module")
 def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AllKinds]:
     yield from all_kinds_collector(tmp_path_factory.mktemp("allkinds"))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_playwright = require_browser()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = os.environ.get("LDPKIT_SCREENSHOTS")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def drawn(page: Any, metric: str, view: str, extra: str = "true") -> None:
