@@ -484,6 +484,20 @@ public final class Definitions {
         return new Definition(new LinkedHashMap<String, Object>(raw), kind, categories, bounds, axes, index, sampler);
     }
 
+    /**
+     * A definition built WITHOUT any verification (the sampling test vectors, which carry
+     * no fingerprint or budget): never for served definitions, which go through {@link #prepare}.
+     */
+    static Definition unchecked(Map<String, Object> raw) {
+        String kind = (String) raw.get("kind");
+        String name = String.valueOf(raw.get("name"));
+        List<String> categories = raw.get("categories") == null ? null : stringList(raw.get("categories"));
+        double[] bounds = raw.get("bounds") == null ? null : checkBounds(raw.get("bounds"), name);
+        List<Definition.Axis> axes = raw.get("dimensions") == null ? null : checkDimensions(raw.get("dimensions"), name);
+        return new Definition(new LinkedHashMap<String, Object>(raw), kind, categories, bounds, axes,
+                categories == null ? null : indexOf(categories), Sampling.sampler(raw));
+    }
+
     private static double[] checkBounds(Object b, String name) {
         if (!(b instanceof List) || ((List<?>) b).size() != 2) throw refuse(name, "bounds", "bad bounds");
         List<?> list = (List<?>) b;
