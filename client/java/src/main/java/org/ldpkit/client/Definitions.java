@@ -8,7 +8,6 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.regex.Pattern;
 
 /**
  * Metric definitions as served by GET /v1/metrics: checked before use (docs/protocol.md,
@@ -21,7 +20,24 @@ public final class Definitions {
     private Definitions() {
     }
 
-    public static final Pattern NAME = Pattern.compile("[a-z][a-z0-9_.-]{0,63}");
+    /** A metric name: [a-z][a-z0-9_.-]{0,63}. */
+    public static boolean validName(Object name) {
+        if (!(name instanceof String)) return false;
+        String s = (String) name;
+        if (s.isEmpty() || s.length() > 64 || s.charAt(0) < 'a' || s.charAt(0) > 'z') return false;
+        for (int i = 1; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-')) return false;
+        }
+        return true;
+    }
+
+    /** 16 lowercase hex digits (a threshold, a seed, a fingerprint). */
+    public static boolean isHex16(Object value) {
+        if (!(value instanceof String) || ((String) value).length() != 16) return false;
+        for (char c : ((String) value).toCharArray()) if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+        return true;
+    }
     /** Seconds of each period. */
     public static final Map<String, Long> PERIODS;
 
@@ -40,7 +56,6 @@ public final class Definitions {
     public static final double BUDGET_SLACK = 1e-9;
     private static final int MAX_CATEGORIES = 65536;
     private static final double TOLERANCE = 1e-9; // relative slack between a served threshold and its formula
-    private static final Pattern HEX16 = Pattern.compile("[0-9a-f]{16}");
 
     /** The kind each mechanism serves (categorical and numeric: their own lists). */
     private static final Map<String, String> KIND_OF = new HashMap<String, String>();
@@ -60,7 +75,7 @@ public final class Definitions {
 
     private static double prob(Map<?, ?> p, String key, String at, String name) {
         Object hex = p.get(key);
-        if (!(hex instanceof String) || !HEX16.matcher((String) hex).matches()) {
+        if (!isHex16(hex)) {
             throw refuse(name, at + "." + key, at + "." + key + " must be a threshold (16 lowercase hex digits), got " + shown(hex));
         }
         return Sampling.probability(Long.parseUnsignedLong((String) hex, 16));
@@ -195,7 +210,7 @@ public final class Definitions {
             integer(p.get("rows"), 1, 1 << 16, "derived.rows", name);
             integer(p.get("estimation_rows"), 1, 1 << 16, "derived.estimation_rows", name);
             Object seed = p.get("seed");
-            if (!(seed instanceof String) || !HEX16.matcher((String) seed).matches()) throw refuse(name, "derived.seed", "bad seed");
+            if (!isHex16(seed)) throw refuse(name, "derived.seed", "bad seed");
             Object cut = p.containsKey("cut") ? p.get("cut") : "prefix";
             if (!"prefix".equals(cut) && !"scaled".equals(cut)) throw refuse(name, "derived.cut", "unknown cut rule " + shown(cut));
             List<?> weights = asList(p.get("weights"), (int) maxLength + 1, (int) maxLength + 1, "derived.weights", name);
@@ -416,7 +431,7 @@ public final class Definitions {
     public static Definition prepare(Map<String, Object> raw) {
         if (raw == null) throw new DefinitionException("a definition must be an object", null, null);
         Object rawName = raw.get("name");
-        if (!(rawName instanceof String) || !NAME.matcher((String) rawName).matches()) {
+        if (!validName(rawName)) {
             String shownName = String.valueOf(rawName);
             throw new DefinitionException("bad metric name " + shownName.substring(0, Math.min(80, shownName.length())), null, "name");
         }
@@ -454,7 +469,7 @@ public final class Definitions {
         }
         if (!(raw.get("derived") instanceof Map)) throw refuse(name, "derived", "no derived parameters (collector too old?)");
         Object fp = raw.get("fingerprint");
-        if (!(fp instanceof String) || !HEX16.matcher((String) fp).matches()) throw refuse(name, "fingerprint", "bad fingerprint");
+        if (!isHex16(fp)) throw refuse(name, "fingerprint", "bad fingerprint");
         // The fingerprint of every kind: the canonical JSON is rebuilt with the schema of each
         // kind's numbers (floats as Python writes them), then the sampler's constants must be
         // those the fingerprinted parameters name.

@@ -29,7 +29,7 @@ public final class Sampling {
 
     /** A 64-bit threshold (16 lowercase hex digits) as an unsigned long. */
     public static long threshold(Object hex) {
-        if (!(hex instanceof String) || !((String) hex).matches("[0-9a-f]{16}")) {
+        if (!Definitions.isHex16(hex)) {
             throw new IllegalArgumentException("a threshold must be 16 lowercase hex digits, got " + hex);
         }
         return Long.parseUnsignedLong((String) hex, 16);
