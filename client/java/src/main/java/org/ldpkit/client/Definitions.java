@@ -241,7 +241,7 @@ public final class Definitions {
             Object oracle = view.get("oracle");
             // The view oracles (ldpkit's STRUCTURED_ORACLES): the collector refuses any other.
             if (!Arrays.asList("grr", "sue", "oue", "ss").contains(oracle)) {
-                throw refuse(name, at + ".oracle", shown(oracle) + " is not a view oracle");
+                throw refuse(name, at + ".oracle", String.valueOf(oracle) + " is not a view oracle");
             }
             long size = integer(view.get("size"), 2, 1 << 24, at + ".size", name);
             prob(view, "until", at, name);
