@@ -62,8 +62,16 @@ class DefinitionsTest {
             + "}\n"
             + "print(json.dumps({k: MetricDefinition.from_dict(k, v).to_dict() for k, v in specs.items()}))\n";
 
+    private static String servedJson;
+
+    /** The definitions of SERVED_CODE (Python runs once), a fresh copy each call. */
+    private static synchronized Map<String, Object> servedAll() {
+        if (servedJson == null) servedJson = Python.run(SERVED_CODE);
+        return Json.parseObject(servedJson);
+    }
+
     private static Map<String, Object> served(String kind) {
-        return VectorsTest.object(Json.parseObject(Python.run(SERVED_CODE)).get(kind));
+        return VectorsTest.object(servedAll().get(kind));
     }
 
     private static Map<String, Object> sub(Map<String, Object> m, String key) {
@@ -77,7 +85,7 @@ class DefinitionsTest {
 
     @Test
     void theFingerprintOfEveryKindIsCheckedAwkwardFloatsIncluded() {
-        Map<String, Object> all = Json.parseObject(Python.run(SERVED_CODE));
+        Map<String, Object> all = servedAll();
         assertEquals(9, all.size());
         for (Map.Entry<String, Object> e : all.entrySet()) {
             Definition def = Definitions.prepare(VectorsTest.object(e.getValue()));
@@ -93,7 +101,7 @@ class DefinitionsTest {
 
     @Test
     void aTamperedDefinitionOfEachKindIsRefused() {
-        Map<String, Object> all = Json.parseObject(Python.run(SERVED_CODE));
+        Map<String, Object> all = servedAll();
         // A change to a fingerprinted parameter of each kind, its fingerprint left as served.
         Map<String, Object> d = VectorsTest.object(Json.parse(Json.write(all.get("numeric"))));
         list(d, "bounds").set(1, 2e-05);
@@ -130,7 +138,7 @@ class DefinitionsTest {
 
     @Test
     void servedConstantsMustBeThoseTheFingerprintNames() {
-        Map<String, Object> all = Json.parseObject(Python.run(SERVED_CODE));
+        Map<String, Object> all = servedAll();
         Map<String, Object> d = VectorsTest.object(Json.parse(Json.write(all.get("strings"))));
         sub(d, "derived").put("g", ((Number) sub(d, "derived").get("g")).longValue() + 1);
         refusedNaming(d, "derived.g", "g differs");
