@@ -324,7 +324,7 @@ public final class Canonical {
                 if (!Definitions.isHex16(hex)) {
                     throw new CanonicalException("metric " + definition.get("name") + ": derived.seed must be 16 hex digits", "derived.seed");
                 }
-                mp.put("seed", new RawNumber(Long.toUnsignedString(Long.parseUnsignedLong((String) hex, 16))));
+                mp.put("seed", new RawNumber(Unsigned.toDecimal(Unsigned.parseHex16((String) hex))));
             }
             params.put("mechanism_params", mp);
         }

@@ -78,7 +78,7 @@ public final class Definitions {
         if (!isHex16(hex)) {
             throw refuse(name, at + "." + key, at + "." + key + " must be a threshold (16 lowercase hex digits), got " + shown(hex));
         }
-        return Sampling.probability(Long.parseUnsignedLong((String) hex, 16));
+        return Sampling.probability(Unsigned.parseHex16((String) hex));
     }
 
     private static void near(double served, double formula, String constant, String what, String name) {
