@@ -198,4 +198,27 @@ class DefinitionsTest {
         }
         if (wrong > 0) fail(wrong + " of " + cases.size() + " differ from Python's repr: " + first);
     }
+
+    @Test
+    void gaussianDeltaAndErfcAgreeWithPython() {
+        String out = Python.run("import json, math\n"
+                + "from ldpkit.mechanisms.gaussian import gaussian_delta\n"
+                + "cases = [(e, s) for e in (5e-05, 0.01, 0.25, 1.0, 3.0, 10.0) for s in (0.05, 0.3, 1.0, 4.0, 100.0, 2e4)]\n"
+                + "xs = [-3.0, -0.5, 0.0, 1e-3, 0.7, 1.9999, 2.0, 3.5, 6.0, 12.0, 26.0]\n"
+                + "print(json.dumps({'delta': [[e, s, gaussian_delta(e, s)] for e, s in cases], 'erfc': [[x, math.erfc(x)] for x in xs]}))\n");
+        Map<String, Object> data = Json.parseObject(out);
+        for (Object c : (List<?>) data.get("delta")) {
+            List<?> row = (List<?>) c;
+            double eps = ((Number) row.get(0)).doubleValue();
+            double sigma = ((Number) row.get(1)).doubleValue();
+            double want = ((Number) row.get(2)).doubleValue();
+            double got = Definitions.gaussianDelta(eps, sigma);
+            assertTrue(Math.abs(got - want) <= 1e-12 + 1e-9 * want, "delta(" + eps + ", " + sigma + ") = " + got + ", Python " + want);
+        }
+        for (Object c : (List<?>) data.get("erfc")) {
+            double x = ((Number) ((List<?>) c).get(0)).doubleValue();
+            double want = ((Number) ((List<?>) c).get(1)).doubleValue();
+            assertTrue(Math.abs(Definitions.erfc(x) - want) <= 1e-13 * want, "erfc(" + x + ") = " + Definitions.erfc(x) + ", Python " + want);
+        }
+    }
 }
