@@ -183,12 +183,46 @@ public final class Definitions {
         return out;
     }
 
+    /** The keys of derived (or of a depth or view of it) each mechanism's sampler knows. */
+    private static final Map<String, List<String>> KEYS = new HashMap<String, List<String>>();
+
+    static {
+        KEYS.put("grr", Arrays.asList("keep"));
+        KEYS.put("rr", Arrays.asList("keep"));
+        KEYS.put("sue", Arrays.asList("p", "q"));
+        KEYS.put("oue", Arrays.asList("p", "q"));
+        KEYS.put("olh", Arrays.asList("g", "keep"));
+        KEYS.put("ss", Arrays.asList("k", "in"));
+        KEYS.put("hr", Arrays.asList("K", "keep"));
+        KEYS.put("duchi", Arrays.asList("flip", "scale"));
+        KEYS.put("piecewise", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale"));
+        KEYS.put("hybrid", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale",
+                "pm", "flip", "duchi_index"));
+        KEYS.put("laplace", Arrays.asList("grid_steps", "cap", "digits", "block"));
+        KEYS.put("gaussian", Arrays.asList("grid_steps", "cap", "t", "m"));
+        KEYS.put("hh", Arrays.asList("resolution", "depths"));
+        KEYS.put("depth", Arrays.asList("leaves_per_node", "nodes", "oracle"));
+        KEYS.put("views", Arrays.asList("payload", "views"));
+        KEYS.put("view", Arrays.asList("name", "oracle", "size", "until", "labels"));
+        KEYS.put("prefix_sketch", Arrays.asList("max_length", "rows", "estimation_rows", "g", "seed", "weights", "keep", "cut"));
+    }
+
+    /** A served constant this client does not know means a newer protocol: refused, naming it. */
+    private static void knownKeys(Map<?, ?> p, String at, String name, String family, String oracle) {
+        for (Object key : p.keySet()) {
+            if (KEYS.get(family).contains(key) || (oracle != null && KEYS.get(oracle).contains(key))) continue;
+            String constant = at + "." + key;
+            throw refuse(name, constant, "served " + constant + " is a constant this client does not know (a newer protocol?)");
+        }
+    }
+
     /** Check that the served constants realize the mechanism at the definition's epsilon. */
     public static void checkDerived(Map<String, Object> def) {
         String name = (String) def.get("name");
         Map<?, ?> p = asMap(def.get("derived"), "derived", name);
         double eps = ((Number) def.get("epsilon")).doubleValue();
         String mechanism = (String) def.get("resolved_mechanism");
+        knownKeys(p, "derived", name, Sampling.VIEW_MECHANISMS.contains(mechanism) ? "views" : mechanism, null);
         if ("hh".equals(mechanism)) {
             List<?> depths = asList(p.get("depths"), 1, 64, "derived.depths", name);
             long resolution = integer(p.get("resolution"), 2, 4096, "derived.resolution", name);
@@ -197,6 +231,7 @@ public final class Definitions {
                 Map<?, ?> depth = asMap(depths.get(i), at, name);
                 Object oracle = depth.get("oracle");
                 if (!"grr".equals(oracle) && !"olh".equals(oracle)) throw refuse(name, at + ".oracle", "bad depth oracle " + shown(oracle));
+                knownKeys(depth, at, name, "depth", (String) oracle);
                 long nodes = integer(depth.get("nodes"), 2, 4096, at + ".nodes", name);
                 long perNode = integer(depth.get("leaves_per_node"), 1, 4096, at + ".leaves_per_node", name);
                 if ((resolution + perNode - 1) / perNode != nodes) throw refuse(name, at + ".nodes", "depths do not fit the resolution");
@@ -243,6 +278,7 @@ public final class Definitions {
             if (!Arrays.asList("grr", "sue", "oue", "ss").contains(oracle)) {
                 throw refuse(name, at + ".oracle", String.valueOf(oracle) + " is not a view oracle");
             }
+            knownKeys(view, at, name, "view", (String) oracle);
             long size = integer(view.get("size"), 2, 1 << 24, at + ".size", name);
             prob(view, "until", at, name);
             Object labels = view.get("labels");

@@ -157,6 +157,16 @@ class DefinitionsTest {
         p.put("t", t);
         p.put("m", (long) Math.ceil(s * s / t));
         refusedNaming(d, "derived.t", "more than delta");
+        // A constant this client does not know means a newer protocol.
+        d = VectorsTest.object(Json.parse(Json.write(all.get("categorical"))));
+        sub(d, "derived").put("keep_more", "ffffffffffffffff");
+        refusedNaming(d, "derived.keep_more", "does not know");
+        d = VectorsTest.object(Json.parse(Json.write(all.get("hierarchy"))));
+        VectorsTest.object(list(sub(d, "derived"), "views").get(1)).put("shift", 1L);
+        refusedNaming(d, "derived.views[1].shift", "does not know");
+        d = VectorsTest.object(Json.parse(Json.write(all.get("distribution"))));
+        VectorsTest.object(list(sub(d, "derived"), "depths").get(0)).put("q", "0000000000000000");
+        refusedNaming(d, "derived.depths[0].q", "does not know");
     }
 
     @Test
