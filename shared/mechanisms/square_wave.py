@@ -75,6 +75,7 @@ DEFAULT_TOLERANCE = 1e-3
 DEFAULT_MAX_ITERATIONS = 10_000
 _SERIES_BELOW = 1.0  # epsilon under which b is summed as a series (no cancellation)
 _SERIES_TERMS = 30
+_FLOOR = 1e-30
 
 
 def optimal_band(epsilon: float) -> float:
@@ -282,7 +283,11 @@ class SquareWave:
     def __post_init__(self) -> None:
         eps = check_epsilon(self.epsilon)
         d = _check_buckets(self.buckets, "buckets")
-        m = d if self.output_buckets is None else _check_buckets(self.output_buckets, "output_buckets")
+        m = (
+            d
+            if self.output_buckets is None
+            else _check_buckets(self.output_buckets, "output_buckets")
+        )
         b = optimal_band(eps)
         q = 1.0 / (2.0 * b * math.exp(eps) + 1.0)
         p = q * math.exp(eps)
@@ -418,6 +423,9 @@ class SquareWave:
             f = f * (p @ (cs / (f @ p)))
             if smooth:
                 f = self._smoother @ f
+            # A floor far below any answer's precision keeps EM out of subnormal floats
+            # (20 to 50 times slower) where the population has no mass.
+            f = np.maximum(f, _FLOOR)
             f /= f.sum()
             loglik = float(cs @ np.log(f @ p))
             if abs(loglik - last) < tolerance:
