@@ -34,8 +34,11 @@ features (an atom, a narrow mode, a step) keeps an error of the order of the smo
 closed-form variance; :meth:`SquareWave.bootstrap` gives a parametric bootstrap (refit on
 counts drawn from the fitted channel law), whose coverage benchmarks/square_wave.py measures.
 
-Not registered as an ldpkit mechanism yet (no wire dtype, portable rule, conformance law or
-vectors): the sampler draws floats from numpy's generator, not the portable 64-bit words.
+Not registered as an ldpkit mechanism yet. The report planned for the wire is the output
+bucket (:data:`REPORT_DTYPE`), drawn by the portable rule of :meth:`SquareWave.portable_report`
+from 32-bit words (a served 64-bit threshold for "near", then a 53-bit uniform, IEEE-754
+double arithmetic); :meth:`SquareWave.perturb` draws the same law from numpy's generator.
+No conformance law, vectors or registry entry yet (docs/statistics.md lists what is left).
 
 References
 ----------
@@ -61,11 +64,14 @@ import numpy.typing as npt
 from .._validation import check_bounds, check_epsilon
 from ..errors import ParameterError, ReportError
 from ..randomness import resolve_rng
+from ._portable import Words, ceil64, hex64
 from ._values import check_numbers
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+REPORT_DTYPE = np.dtype("<u2")
+"""The planned report: the output bucket, 0 .. d' - 1 (post-processing of the wave)."""
 DEFAULT_BUCKETS = 1024
 """Input and output buckets unless given (the paper's default granularity)."""
 MAX_BUCKETS = 4096
@@ -363,6 +369,31 @@ class SquareWave:
         """How many reports fall in each output bucket."""
         k = self.output_bucket(reports)
         return np.bincount(k, minlength=self.outputs).astype(np.float64)
+
+    def served_constants(self) -> dict[str, Any]:
+        """What a device needs for :meth:`portable_report`: the half-width ``band`` (a
+        double), the threshold ``near`` of ``coin`` for the window (``ceil(2 b p 2^64)``, so
+        the window's probability is high by less than 2^-64) and the output buckets."""
+        return {
+            "band": self.band,
+            "near": hex64(ceil64(2.0 * self.band * self.p)),
+            "outputs": self.outputs,
+        }
+
+    def portable_report(self, value: float, words: Words) -> int:
+        """The output bucket of one value by the portable rule (docs/protocol.md's
+        primitives): ``v = (clip(x) - lo) / (hi - lo)``; ``near = coin(near)``;
+        ``u = uniform()``; ``y = v - b + 2 b u`` if near, else ``-b + u`` if ``u < v``, else
+        ``u + b``; the bucket ``floor((y + b) / (1 + 2 b) * d')``, at most ``d' - 1``."""
+        served = self.served_constants()
+        lo, hi = self.bounds
+        x = min(max(float(check_numbers(np.asarray([value]), self.bounds)[0]), lo), hi)
+        v = (x - lo) / (hi - lo)
+        b, m = float(served["band"]), int(served["outputs"])
+        near = words.coin(served["near"])
+        u = words.uniform()
+        y = v - b + 2.0 * b * u if near else (-b + u if u < v else u + b)
+        return min(max(math.floor((y + b) / (1.0 + 2.0 * b) * m), 0), m - 1)
 
     def point_channel(self, values: npt.ArrayLike) -> FloatArray:
         """Rows: the law of the output bucket for each value at a point (metric units)."""

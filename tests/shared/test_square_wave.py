@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from ldpkit.errors import ParameterError, ReportError
+from ldpkit.mechanisms._portable import Words
 from ldpkit.mechanisms.square_wave import SquareWave, optimal_band
 
 EPSILONS = (0.5, 1.0, 4.0, 8.0)
@@ -82,6 +83,18 @@ def test_sampler_law_over_a_bucket_matches_the_integrated_channel(epsilon: float
         x = (i + rng.random(200_000)) / 5.0
         counts = sw.counts(sw.perturb(x, rng))
         assert _chi2_pvalue(counts, sw.channel[i]) > 1e-4, i
+
+
+@pytest.mark.parametrize(("epsilon", "value"), [(0.5, 2.0), (1.0, 3.3), (4.0, 7.0)])
+def test_portable_rule_law_matches_the_channel(epsilon: float, value: float) -> None:
+    """The planned wire report (the output bucket) drawn from 32-bit words."""
+    sw = SquareWave(epsilon=epsilon, bounds=(2.0, 7.0), buckets=4, output_buckets=24)
+    stream = iter(np.random.default_rng(11).integers(0, 2**32, size=4 * 30_000).tolist())
+    words = Words(lambda: next(stream))
+    draws = [sw.portable_report(value, words) for _ in range(30_000)]
+    assert words.used == 4 * 30_000  # two u64 per report: coin, then uniform
+    counts = np.bincount(draws, minlength=sw.outputs).astype(np.float64)
+    assert _chi2_pvalue(counts, sw.point_channel([value])[0]) > 1e-4
 
 
 def _fisher_sd(sw: SquareWave, f: FloatArray, w: FloatArray, n: int) -> float:
