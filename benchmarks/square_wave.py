@@ -21,10 +21,12 @@ Part 2, intervals. EMS has no closed-form variance. ``SquareWave.bootstrap`` ref
 counts drawn from the fitted channel law (parametric bootstrap) and returns the basic
 interval (2 s - q_hi, 2 s - q_lo) and the percentile one (q_lo, q_hi). Their coverage of
 the population's fraction below 0.5, median and 90th percentile is measured over
-independent campaigns (64 buckets to keep the refits cheap), against the target 0.95.
+independent campaigns (256 buckets to keep the refits cheap), against the target 0.95.
 
 Run: ``.venv/bin/python benchmarks/square_wave.py [--campaigns 3] [--ns 10000,100000,1000000]
-[--big-campaigns 1] [--parts 1,2] [--boot-campaigns 100] [--replicates 100]``.
+[--big-campaigns 1] [--parts 1,2] [--boot-campaigns 40] [--replicates 50]
+[--boot-buckets 256]``; the defaults are the runs in docs/statistics.md (about 5 and 20
+minutes on a busy 2-core machine).
 """
 
 from __future__ import annotations
@@ -244,11 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ns", default="10000,100000,1000000")
     ap.add_argument("--epsilons", default="0.5,1,2,4")
     ap.add_argument("--parts", default="1,2")
-    ap.add_argument("--boot-campaigns", type=int, default=100)
+    ap.add_argument("--boot-campaigns", type=int, default=40)
     ap.add_argument("--boot-ns", default="10000,100000")
-    ap.add_argument("--boot-epsilons", default="1,4")
-    ap.add_argument("--replicates", type=int, default=100)
-    ap.add_argument("--boot-buckets", type=int, default=64)
+    ap.add_argument("--boot-epsilons", default="1")
+    ap.add_argument("--replicates", type=int, default=50)
+    ap.add_argument("--boot-buckets", type=int, default=256)
     args = ap.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",")}
     if 1 in parts:
