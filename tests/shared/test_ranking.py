@@ -1,0 +1,164 @@
+"""The mode's confidence set and the rank intervals (ldpkit.ranking): coverage by simulation.
+
+Each campaign's support counts are drawn from the oracle's law for a fixed population of
+reporters (the estimand is theirs), so 500 campaigns take a fraction of a second. A set
+must miss the true mode at most ``1 - level`` of the time: the number of misses in 500 is
+then at most the binomial's 0.999 quantile (a correct method fails one run in 1,000 at
+worst; the seeds are fixed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from scipy import stats
+
+import ldpkit
+from ldpkit.aggregate import Aggregate
+from ldpkit.estimates import FrequencyEstimate
+from ldpkit.ranking import from_covariance, from_stderr, most_common, ranks
+
+CAMPAIGNS = 500
+
+
+def _counts(
+    population: npt.NDArray[np.int64], p: float, q: float, name: str, rng: np.random.Generator
+) -> npt.NDArray[np.float64]:
+    """(CAMPAIGNS, d) support counts of ``name`` (grr or oue) for these true counts."""
+    d = population.size
+    if name == "grr":
+        total = np.zeros((CAMPAIGNS, d))
+        for v, count in enumerate(population):
+            row = np.full(d, q)
+            row[v] = p
+            total += rng.multinomial(int(count), row, size=CAMPAIGNS)
+        return total
+    n = int(population.sum())
+    own = rng.binomial(population, p, size=(CAMPAIGNS, d))
+    return (own + rng.binomial(n - population, q, size=(CAMPAIGNS, d))).astype(np.float64)
+
+
+def _estimates(
+    name: str, fractions: list[float], n: int, seed: int, epsilon: float = 1.0
+) -> list[FrequencyEstimate]:
+    population = np.round(np.asarray(fractions) * n).astype(np.int64)
+    m = ldpkit.mechanism(name, epsilon=epsilon, domain_size=population.size)
+    assert isinstance(m, ldpkit.FrequencyOracle)
+    sums = _counts(population, m.p, m.q, name, np.random.default_rng(seed))
+    total = int(population.sum())
+    return [m.estimate(Aggregate(total, row)) for row in sums]
+
+
+def _most_misses(level: float) -> int:
+    return int(stats.binom.ppf(0.999, CAMPAIGNS, 1.0 - level))
+
+
+# A true mode (item 0) that leads by little: by about 0.1 of a difference's standard error.
+NEAR_TIES = [
+    ("grr", [0.502, 0.498], 2000, 0.90),  # two items: their estimates move in opposite ways
+    ("grr", [0.105] + [0.895 / 9] * 9, 2000, 0.95),  # nine near rivals: multiplicity
+    ("oue", [0.105] + [0.895 / 9] * 9, 2000, 0.95),
+    ("ss", [0.105] + [0.895 / 9] * 9, 2000, 0.95),
+]
+
+
+@pytest.mark.parametrize(("name", "fractions", "n", "level"), NEAR_TIES)
+def test_the_set_holds_a_true_mode_that_leads_by_little(
+    name: str, fractions: list[float], n: int, level: float
+) -> None:
+    estimates = _estimates(name, fractions, n, seed=30)
+    sets = [e.most_common(level) for e in estimates]
+    misses = sum(0 not in s.set for s in sets)
+    assert misses <= _most_misses(level), (misses, _most_misses(level))
+    # The leader is often another item, and the set then names more than one.
+    assert sum(s.mode != 0 for s in sets) > CAMPAIGNS // 10
+    assert all(s.mode in s.set and s.set[0] == s.mode for s in sets)
+
+
+@pytest.mark.parametrize("name", ["grr", "oue", "olh", "hadamard", "ss"])
+def test_one_item_that_leads_by_far_is_the_set_alone(name: str) -> None:
+    m = ldpkit.mechanism(name, epsilon=1.0, domain_size=8)
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        values = rng.choice(8, size=5000, p=[0.44] + [0.08] * 7)
+        e = m.estimate(m.aggregate(m.perturb(values, rng=rng)))
+        common = e.most_common(0.95)
+        assert common.mode == 0 and common.set == (0,) and common.certain
+        r = e.ranks(0.95, top=1)
+        assert (r.items, r.rank, r.low, r.high) == ((0,), (1,), (1,), (1,))
+
+
+@pytest.mark.parametrize("name", ["grr", "oue"])
+def test_rank_intervals_hold_together(name: str) -> None:
+    """Five tied items after a leader: a claim that one is above another is wrong."""
+    level = 0.95
+    fractions = [0.3] + [0.14] * 5
+    estimates = _estimates(name, fractions, 3000, seed=31)
+    truth = np.array([1, 2, 2, 2, 2, 2])  # 1 + how many are strictly more common
+    misses = 0
+    for e in estimates:
+        r = ranks(e.frequencies, e.difference_variance, level, top=6, step=e._step())
+        low, high = np.empty(6, int), np.empty(6, int)
+        low[list(r.items)], high[list(r.items)] = r.low, r.high
+        misses += not bool(np.all((low <= truth) & (truth <= high)))
+    assert misses <= _most_misses(level), (misses, _most_misses(level))
+
+
+def test_ranks_and_set_without_reports() -> None:
+    m = ldpkit.mechanism("grr", epsilon=1.0, domain_size=3)
+    e = m.estimate(m.empty_aggregate())
+    common = e.most_common()
+    assert common.mode is None and common.set == (0, 1, 2)
+    assert common.describe(["a", "b", "c"]) == "most common: no estimate yet"
+    assert e.ranks().items == ()
+
+
+def test_describe_and_labels() -> None:
+    common = most_common([0.5, 0.35, 0.15], lambda i, j: np.full(np.broadcast(i, j).shape, 0.01))
+    assert common.set == (0, 1)  # one-sided at 0.05 / 2: z = 1.96 > 0.15 / 0.1; < 0.35 / 0.1
+    assert common.describe(["x", "y", "z"]) == "most common: x (or y at 95%)"
+    assert common.labelled(["x", "y", "z"])["set"] == ["x", "y"]
+    alone = most_common([0.9, 0.1], lambda i, j: np.zeros(np.broadcast(i, j).shape))
+    assert alone.describe(["x", "y"]) == "most common: x (alone at 95%)"
+
+
+def test_difference_variance_is_the_oracles() -> None:
+    """Simulated variance of f_1 - f_0 at equal fractions against the formula, by oracle;
+    for local hashing and Hadamard the formula is a bound (randomized response's)."""
+    for name in ("grr", "oue", "ss", "olh"):
+        m = ldpkit.mechanism(name, epsilon=2.0, domain_size=4)
+        rng = np.random.default_rng(3)
+        values = np.repeat(np.arange(4), [300, 300, 200, 200])
+        diffs = []
+        for _ in range(400):
+            e = m.estimate(m.aggregate(m.perturb(values, rng=rng)))
+            diffs.append(e.frequencies[1] - e.frequencies[0])
+        e0 = m.estimate(m.aggregate(m.perturb(values, rng=rng)))
+        e0 = FrequencyEstimate(
+            e0.mechanism,
+            e0.epsilon,
+            e0.n,
+            np.array([0.3, 0.3, 0.2, 0.2]),
+            e0.stderr,
+            e0.support_counts,
+            e0.p,
+            e0.q,
+            co_support=e0.co_support,
+        )
+        theory = float(e0.difference_variance(np.array(0), np.array(1)))
+        sample = float(np.var(diffs, ddof=1))
+        # The sample variance of 400 draws: relative sd sqrt(2 / 399), 4 of them.
+        tolerance = 4 * np.sqrt(2 / 399)
+        if e0.co_support is None:
+            assert sample <= theory * (1 + tolerance)
+        else:
+            assert abs(sample / theory - 1) <= tolerance, (name, sample, theory)
+
+
+def test_from_covariance_and_from_stderr() -> None:
+    cov = np.array([[1.0, 0.5], [0.5, 2.0]])
+    v = from_covariance(cov)
+    assert float(v(np.array(0), np.array(1))) == pytest.approx(2.0)
+    bound = from_stderr(lambda i, j: np.sqrt(np.diag(cov))[i])
+    assert float(bound(np.array(0), np.array(1))) == pytest.approx((1 + np.sqrt(2)) ** 2)
