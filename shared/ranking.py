@@ -49,7 +49,7 @@ pairwise differences, correlated estimates allowed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
@@ -117,13 +117,26 @@ class MostCommon:
 
     def describe(self, labels: Sequence[Any]) -> str:
         """One line: ``most common: X (or Y, Z at 95%)``."""
-        if self.mode is None:
-            return "most common: no estimate yet"
-        head = f"most common: {labels[self.mode]}"
-        others = [str(labels[i]) for i in self.set if i != self.mode]
-        if not others:
-            return f"{head} (alone at {self.level:.0%})"
-        return f"{head} (or {', '.join(others)} at {self.level:.0%})"
+        mode = None if self.mode is None else labels[self.mode]
+        return describe(mode, [labels[i] for i in self.set if i != self.mode], self.level)
+
+
+def label(item: Any) -> str:
+    """An item's name in a line: a table's cell as ``(type=Van, origin=USA)``."""
+    if isinstance(item, Mapping):
+        return "(" + ", ".join(f"{k}={v}" for k, v in item.items()) + ")"
+    return str(item)
+
+
+def describe(mode: Any, others: Sequence[Any], level: float) -> str:
+    """``most common: X (or Y, Z at 95%)``, ``most common: X (alone at 95%)``, or
+    ``most common: no estimate yet`` (``mode`` None)."""
+    if mode is None:
+        return "most common: no estimate yet"
+    head = f"most common: {label(mode)}"
+    if not others:
+        return f"{head} (alone at {level:.0%})"
+    return f"{head} (or {', '.join(label(o) for o in others)} at {level:.0%})"
 
 
 @dataclass(frozen=True)
@@ -198,11 +211,11 @@ def most_common(
     if d == 1:
         return MostCommon(0, (0,), level, METHOD)
     c = upper_quantile((1.0 - level) / (d - 1))
-    rivals = order[:COMPETITORS][None, :]
-    beaten = np.zeros(d, dtype=bool)
-    for start in range(0, d, _CHUNK):
-        items = np.arange(start, min(start + _CHUNK, d))[:, None]
-        beaten[start : start + _CHUNK] = np.any(_z(f, items, rivals, variance, step) > c, axis=1)
+    beaten = np.asarray(_z(f, np.arange(d), order[:1], variance, step) > c)  # by the leader
+    rest, rivals = np.flatnonzero(~beaten), order[1:COMPETITORS][None, :]
+    for start in range(0, rest.size, _CHUNK):
+        items = rest[start : start + _CHUNK]
+        beaten[items] = np.any(_z(f, items[:, None], rivals, variance, step) > c, axis=1)
     kept = tuple(int(i) for i in order if not beaten[i])
     return MostCommon(int(order[0]), kept, level, METHOD)
 
