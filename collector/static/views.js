@@ -208,6 +208,7 @@ const LDPK_VIEWS = (() => {
         qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
       const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
       node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `bin intervals: about ${whose} (estimand: ${data.estimand || "population"})`));
+      mostCommon(node, data);
       node.appendChild(key([
         ["fraction in the bin", BAR],
         [intervalLabel(data), WHISKER, "line"],

@@ -375,14 +375,19 @@ class KindSpec:
 
 
 def most_common_fields(
-    estimate: Any, keys: Sequence[Any], level: float, key: str = "category"
+    estimate: Any,
+    keys: Sequence[Any],
+    level: float,
+    key: str = "category",
+    *,
+    n: int | None = None,
 ) -> dict[str, Any] | None:
     """An answer's ``most_common``: the ``mode`` and the ``set`` of the items (named by
     ``keys``) that could be the most common at ``level``, its ``method``, and the top
     items' ``ranks`` (``{key, rank, low, high}``, holding together at ``level``) of an
     estimate with ``most_common`` and ``ranks`` (:mod:`ldpkit.ranking`); None without
-    reports."""
-    if not estimate.n:
+    reports (``n``, default ``estimate.n``)."""
+    if not (estimate.n if n is None else n):
         return None
     labels = [dict(k) if isinstance(k, Mapping) else k for k in keys]
     fields: dict[str, Any] = estimate.most_common(level).labelled(labels)

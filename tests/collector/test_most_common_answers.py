@@ -10,7 +10,7 @@ from ldpkit.analyst import EstimateResult
 from ldpkit.metrics import MetricDefinition
 
 from .helpers import estimates
-from .test_kinds_api import put, send
+from .test_kinds_api import DIST, put, send
 
 
 async def test_categorical_answer_names_the_mode_and_its_set(client: TestClient) -> None:
@@ -76,3 +76,15 @@ async def test_hierarchy_and_table_answers_name_the_mode(client: TestClient) -> 
     assert body["most_common"]["ranks"][0]["cell"] == {"type": "Compact", "origin": "non-USA"}
     line = "most common: (type=Compact, origin=non-USA) (alone at 95%)"
     assert line in EstimateResult.from_json(body).to_table()
+
+
+async def test_distribution_answer_names_the_modal_bin(client: TestClient) -> None:
+    status, answer = await put(client, "wait_dist", DIST)
+    assert status == 201, answer
+    d = MetricDefinition.from_dict("wait_dist", answer["definition"])
+    await send(client, d, np.concatenate([np.full(3000, 40.0), np.linspace(0.0, 120.0, 1000)]))
+    status, body = await estimates(client, "wait_dist", bins=4)
+    assert status == 200 and body["most_common"]["mode"] == "[30, 60)"
+    assert body["most_common"]["set"] == ["[30, 60)"]
+    status, body = await estimates(client, "wait_dist", edges="0,33.3,120")
+    assert status == 200 and body["most_common"] is None  # 33.3 cuts a leaf: biased bins
