@@ -174,9 +174,15 @@ class FrequencyEstimate:
         co-support r0, r1 rises, so an oracle whose co-support depends on the items
         (local hashing, Hadamard) takes r1 = r0 = 0: randomized response's, an upper bound.
         """
+        return self._difference_variance_at(
+            np.clip(self.frequencies[i] + self.frequencies[j], 0.0, 1.0)
+        )
+
+    def _difference_variance_at(self, s: FloatArray) -> FloatArray:
+        """:meth:`difference_variance` of two items whose fractions sum to ``s`` (linear in
+        s: its least over [0, 1] is at an end)."""
         p, q = self.p, self.q
         r1, r0 = self.co_support or (0.0, 0.0)
-        s = np.clip(self.frequencies[i] + self.frequencies[j], 0.0, 1.0)
         per_report = 2.0 * (q - r0) + s * ((p - q) - (p - q) ** 2 - 2.0 * (r1 - r0))
         return np.asarray(per_report / (max(self.n, 1) * (p - q) ** 2))
 
@@ -184,7 +190,11 @@ class FrequencyEstimate:
         """The mode and the items that could be the most common at ``level``
         (:func:`ldpkit.ranking.most_common`, pairwise tests with this oracle's covariance)."""
         return ranking.most_common(
-            self.frequencies, self.difference_variance, level, step=self._step()
+            self.frequencies,
+            self.difference_variance,
+            level,
+            step=self._step(),
+            floor=float(np.min(self._difference_variance_at(np.array([0.0, 1.0])))),
         )
 
     def ranks(self, level: float = 0.95, *, top: int = ranking.TOP) -> Ranks:

@@ -109,8 +109,8 @@ class MostCommon:
     def labelled(self, labels: Sequence[Any]) -> dict[str, Any]:
         """JSON-ready: ``mode`` and ``set`` as ``labels`` (categories, paths, cells)."""
         return {
-            "mode": None if self.mode is None else labels[self.mode],
-            "set": [labels[i] for i in self.set],
+            "mode": None if self.mode is None else _plain(labels[self.mode]),
+            "set": [_plain(labels[i]) for i in self.set],
             "level": self.level,
             "method": self.method,
         }
@@ -166,7 +166,14 @@ class Ranks:
     def labelled(self, labels: Sequence[Any], key: str = "category") -> list[dict[str, Any]]:
         """JSON-ready: one ``{key, rank, low, high}`` per top item."""
         rows = zip(self.items, self.rank, self.low, self.high, strict=True)
-        return [{key: labels[i], "rank": r, "low": lo, "high": hi} for i, r, lo, hi in rows]
+        return [{key: _plain(labels[i]), "rank": r, "low": lo, "high": hi} for i, r, lo, hi in rows]
+
+
+def _plain(label: Any) -> Any:
+    """A label for JSON: a mapping (a table's cell) as a dict."""
+    if isinstance(label, str):  # the common case, and a cheap test
+        return label
+    return dict(label) if isinstance(label, Mapping) else label
 
 
 def _z(f: FloatArray, i: IntArray, j: IntArray, variance: DifferenceVariance, step: float) -> Any:
@@ -191,6 +198,7 @@ def most_common(
     level: float = 0.95,
     *,
     step: float = 0.0,
+    floor: float = 0.0,
 ) -> MostCommon:
     """The mode of ``estimates`` and its confidence set at ``level`` (see the module).
 
@@ -200,6 +208,8 @@ def most_common(
     variance : :data:`DifferenceVariance`.
     level : the probability that the set holds the true mode, at least.
     step : continuity correction: half the smallest change of a difference.
+    floor : a lower bound on every difference's variance (0: none known); an item within
+        ``c sqrt(floor)`` of the leader cannot be beaten and is not tested further.
     """
     level = check_level(level)
     f = _estimates(estimates)
@@ -212,11 +222,12 @@ def most_common(
         return MostCommon(0, (0,), level, METHOD)
     c = upper_quantile((1.0 - level) / (d - 1))
     beaten = np.asarray(_z(f, np.arange(d), order[:1], variance, step) > c)  # by the leader
-    rest, rivals = np.flatnonzero(~beaten), order[1:COMPETITORS][None, :]
+    beatable = f[order[0]] - f - step > c * np.sqrt(max(floor, 0.0))
+    rest, rivals = np.flatnonzero(~beaten & beatable), order[1:COMPETITORS][None, :]
     for start in range(0, rest.size, _CHUNK):
         items = rest[start : start + _CHUNK]
         beaten[items] = np.any(_z(f, items[:, None], rivals, variance, step) > c, axis=1)
-    kept = tuple(int(i) for i in order if not beaten[i])
+    kept = tuple(order[~beaten[order]].tolist())
     return MostCommon(int(order[0]), kept, level, METHOD)
 
 
@@ -235,8 +246,9 @@ def ranks(
     if f is None:
         return Ranks((), (), (), (), level, METHOD)
     d = f.size
-    order = np.argsort(-f, kind="stable")
-    items = order[: max(0, min(int(top), d))][:, None]
+    k = max(0, min(int(top), d))
+    best = np.argpartition(-f, k - 1)[:k] if 0 < k < d else np.arange(d)[:k]
+    items = best[np.lexsort((best, -f[best]))][:, None]  # by estimate, then index
     pairs = max(d * (d - 1) // 2, 1)
     c = upper_quantile((1.0 - level) / (2.0 * pairs))
     everyone = np.arange(d)[None, :]

@@ -389,9 +389,8 @@ def most_common_fields(
     reports (``n``, default ``estimate.n``)."""
     if not (estimate.n if n is None else n):
         return None
-    labels = [dict(k) if isinstance(k, Mapping) else k for k in keys]
-    fields: dict[str, Any] = estimate.most_common(level).labelled(labels)
-    fields["ranks"] = estimate.ranks(level).labelled(labels, key)
+    fields: dict[str, Any] = estimate.most_common(level).labelled(keys)
+    fields["ranks"] = estimate.ranks(level).labelled(keys, key)
     return fields
 
 
