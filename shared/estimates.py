@@ -194,8 +194,12 @@ class FrequencyEstimate:
             self.difference_variance,
             level,
             step=self._step(),
-            floor=float(np.min(self._difference_variance_at(np.array([0.0, 1.0])))),
+            floor=self._variance_floor(),
         )
+
+    def _variance_floor(self) -> float:
+        """The least :meth:`difference_variance` of any two items (at s = 0 or 1)."""
+        return float(np.min(self._difference_variance_at(np.array([0.0, 1.0]))))
 
     def ranks(self, level: float = 0.95, *, top: int = ranking.TOP) -> Ranks:
         """Rank intervals of the ``top`` items, holding together at ``level``

@@ -10,6 +10,7 @@ worst; the seeds are fixed).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from scipy import stats
 
@@ -190,3 +191,35 @@ def test_a_histograms_set_holds_its_true_modal_bin() -> None:
         low[list(r.items)], high[list(r.items)] = r.low, r.high
         rank_misses += not bool(np.all((low <= truth) & (truth <= high)))
     assert misses <= _most_misses(0.95) and rank_misses <= _most_misses(0.95)
+
+
+@pytest.mark.parametrize("name", ["grr", "oue", "olh"])
+def test_the_floor_shortcut_changes_no_set(name: str) -> None:
+    """Items within c sqrt(floor) of the leader are kept untested: the same set as testing
+    every item against every rival."""
+    rng = np.random.default_rng(34)
+    m = ldpkit.mechanism(name, epsilon=2.0, domain_size=40)
+    for n in (500, 5000, 50000):
+        values = rng.choice(40, size=n, p=rng.dirichlet(np.full(40, 0.3)))
+        e = m.estimate(m.aggregate(m.perturb(values, rng=rng)))
+        full = most_common(e.frequencies, e.difference_variance, 0.9, step=e._step())
+        assert e.most_common(0.9).set == full.set
+        i, j = np.meshgrid(np.arange(40), np.arange(40))
+        floor = e._variance_floor()
+        assert floor <= float(np.min(e.difference_variance(i, j)))
+        assert floor == pytest.approx(
+            float(np.min(e._difference_variance_at(np.linspace(0, 1, 11))))
+        )
+
+
+def test_a_rival_below_the_leader_can_beat_an_item() -> None:
+    """The leader's difference with item 2 is too noisy to tell; item 1's is not."""
+
+    def variance(i: npt.NDArray[np.int64], j: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        noisy = (np.asarray(i) == 0) | (np.asarray(j) == 0)
+        return np.where(noisy, 1.0, 1e-4)
+
+    f = [0.5, 0.4, 0.3, 0.39]
+    assert most_common(f, variance, 0.95).set == (0, 1, 3)  # 2 beaten by 1: 0.1 / 0.01
+    assert most_common(f, variance, 0.95, floor=1e-4).set == (0, 1, 3)
+    assert most_common(f, variance, 0.95, floor=1.0).set == (0, 1, 3, 2)  # a wrong floor
