@@ -91,7 +91,12 @@ const LDPK_VIEWS = (() => {
   function inSet(data) {
     if (!hasMode(data)) return () => true;
     const names = new Set(data.most_common.set.map(itemName));
-    return (i) => names.has(itemName(i.cell || i.category));
+    // A bin is named "[lo, hi)" with 6 significant digits: matched by its edges.
+    const near = (a, b) => Math.abs(a - b) <= 1e-5 * Math.max(1, Math.abs(b));
+    const edges = data.most_common.set.map((n) => String(n).slice(1, -1).split(", ").map(Number));
+    return (i) => (i.lower !== undefined
+      ? edges.some(([lo, hi]) => near(lo, i.lower) && near(hi, i.upper))
+      : names.has(itemName(i.cell || i.category)));
   }
   // The line that says it, and the top items' ranks with their intervals (holding together).
   function mostCommon(node, data) {
@@ -209,8 +214,9 @@ const LDPK_VIEWS = (() => {
       const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
       node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `bin intervals: about ${whose} (estimand: ${data.estimand || "population"})`));
       mostCommon(node, data);
+      const member = inSet(data);
       node.appendChild(key([
-        ["fraction in the bin", BAR],
+        ...(hasMode(data) ? setKey(data) : [["fraction in the bin", BAR]]),
         [intervalLabel(data), WHISKER, "line"],
         ["quantile (band: its interval)", CONSISTENT, "line"],
       ]));
@@ -231,7 +237,7 @@ const LDPK_VIEWS = (() => {
         y: { domain: [Math.min(0, ...values), top], nice: true, grid: true, label: "fraction of users" },
         marks: [
           ...qs.map((q) => Plot.rectX([q], { x1: "low", x2: "high", y1: 0, y2: top, fill: CONSISTENT, fillOpacity: 0.12, className: "quantile-bands" })),
-          Plot.rectY(items, { x1: "lower", x2: "upper", y: "estimate", fill: BAR, inset: 0.5, className: "estimate-bars",
+          Plot.rectY(items, { x1: "lower", x2: "upper", y: "estimate", fill: (i) => (member(i) ? BAR : OTHER), inset: 0.5, className: "estimate-bars",
             title: (i) => `${label(i)}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${shift(i.forgery_shift, 4)}` }),
           Plot.ruleY([0], { stroke: "#888" }),
           Plot.ruleX(items, { x: "mid", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 1.5, className: "whiskers" }),
