@@ -36,6 +36,10 @@ async def test_categorical_answer_names_the_mode_and_its_set(client: TestClient)
     other = common["set"][1]
     assert f"most common: {common['mode']} (or {other} at 90%)" in table
     assert "ranks (90%, together): " in table and "black 3 [3, 3]" in table
+    status, body = await estimates(client, "hair", per_bucket="true")
+    bucket = body["buckets"][0]
+    assert bucket["most_common"]["mode"] in ("red", "brown")
+    assert EstimateResult.from_json(body, d).buckets[0].most_common is not None
 
 
 async def test_hierarchy_and_table_answers_name_the_mode(client: TestClient) -> None:
