@@ -349,6 +349,11 @@ def _print_categorical(analyst: Analyst, metric: str, values: np.ndarray) -> Non
     for item in est.items:
         truth = float(np.mean(values == item.category))
         _say(_row(item.category, truth, item.estimate, item.low, item.high, width=10))
+    if est.most_common is not None:
+        names, counts = np.unique(values, return_counts=True)
+        truly = str(names[int(np.argmax(counts))])
+        held = "holds it" if truly in est.most_common.set else "MISSES it"
+        _say(f"  {est.most_common.describe()}; truly {truly}: the set {held}")
     _say("")
 
 

@@ -374,6 +374,26 @@ class KindSpec:
         return fig
 
 
+def most_common_fields(
+    estimate: Any,
+    keys: Sequence[Any],
+    level: float,
+    key: str = "category",
+    *,
+    n: int | None = None,
+) -> dict[str, Any] | None:
+    """An answer's ``most_common``: the ``mode`` and the ``set`` of the items (named by
+    ``keys``) that could be the most common at ``level``, its ``method``, and the top
+    items' ``ranks`` (``{key, rank, low, high}``, holding together at ``level``) of an
+    estimate with ``most_common`` and ``ranks`` (:mod:`ldpkit.ranking`); None without
+    reports (``n``, default ``estimate.n``)."""
+    if not (estimate.n if n is None else n):
+        return None
+    fields: dict[str, Any] = estimate.most_common(level).labelled(keys)
+    fields["ranks"] = estimate.ranks(level).labelled(keys, key)
+    return fields
+
+
 def fail(definition: Definition, message: str) -> ParameterError:
     return ParameterError(f"metric {definition.name}: {message}")
 

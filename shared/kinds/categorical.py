@@ -24,6 +24,7 @@ from .base import (
     check_categories,
     json_numbers,
     make,
+    most_common_fields,
     refuse,
     sums_json,
 )
@@ -95,6 +96,7 @@ class Categorical(KindSpec):
             for name, value in zip(ROBUST_COLUMNS, values, strict=True):
                 columns[name] = np.asarray(value, dtype=np.float64)
         answer["items"] = _items(definition.categories, columns, methods)
+        answer["most_common"] = most_common_fields(estimate, definition.categories, q.level)
         return answer
 
     def campaign(self, definition: Definition) -> Campaign:

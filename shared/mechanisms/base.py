@@ -429,11 +429,15 @@ class FrequencyOracle(Mechanism):
         if n == 0:
             nan = np.full(self.domain_size, np.nan)
             return FrequencyEstimate(
-                self.name, self.epsilon, 0, nan, nan.copy(), agg.sums, self.p, self.q
-            )
+                self.name, self.epsilon, 0, nan, nan.copy(), agg.sums, self.p, self.q,
+                co_support=self.pair_support(),
+            )  # fmt: skip
         freq = (agg.sums / n - self.q) / (self.p - self.q)
         stderr = np.sqrt(self.variance(np.clip(freq, 0.0, 1.0), n))
-        return FrequencyEstimate(self.name, self.epsilon, n, freq, stderr, agg.sums, self.p, self.q)
+        return FrequencyEstimate(
+            self.name, self.epsilon, n, freq, stderr, agg.sums, self.p, self.q,
+            co_support=self.pair_support(),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
