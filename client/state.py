@@ -72,10 +72,13 @@ class ReporterState:
         memoize: bool,
         durable_reports: bool,
         clock: Clock,
+        monotonic: Clock = time.monotonic,
     ) -> None:
         self.source = settings.url
         self.clock = clock
-        self.monotonic: Clock = time.monotonic  # between contacts with the collector
+        if not callable(monotonic):
+            raise ParameterError(f"monotonic must be a callable giving seconds, got {monotonic!r}")
+        self.monotonic: Clock = monotonic  # between contacts with the collector
         # (collector time, monotonic time) at the latest answer carrying a Date: see now()
         self._anchor: tuple[float, float] | None = None
         self.memoize = bool(memoize)
