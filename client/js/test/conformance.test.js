@@ -11,6 +11,8 @@ import { DefinitionError, encodeValue, prepare } from "../src/definitions.js";
 import { seededRandom } from "../src/chacha.js";
 import { CryptoWords, MECHANISMS, sampler } from "../src/sampling.js";
 import { encodeSealedBatch, ID_SIZE } from "../src/wire.js";
+import { BudgetExceeded, Reporter } from "../src/reporter.js";
+import { MemoryStore } from "../src/store.js";
 import { ldpkit } from "./python.js";
 
 const dir = mkdtempSync(join(tmpdir(), "ldpkit-conformance-"));
@@ -94,6 +96,41 @@ async function verify(plan, trusting = false) {
   return path;
 }
 
+/**
+ * This client's answer to the plan's device script: a real Reporter (its store, ledger and
+ * memo) on a fresh device, offline (no Date to anchor its time), its clock reading each
+ * step's `at`; its batches kept instead of sent. `options` and `served` make the broken
+ * devices of the tests below.
+ */
+async function device(plan, name, options = {}, served = plan.device.definition) {
+  const steps = plan.device.steps;
+  let now = steps[0].at;
+  const batches = [];
+  const fetch = async (url, init) => {
+    if (init.method === "GET") return new Response(JSON.stringify({ metrics: [served] }), { status: 200 });
+    const body = new Uint8Array(init.body);
+    batches.push(Buffer.from(body).toString("hex"));
+    // Every report accepted: the answer accounts for the batch (the reporter checks it).
+    const n = r.state.sealed.seqs.length;
+    return new Response(JSON.stringify({ accepted: n, duplicates: 0, held: 0, rejected: [] }), { status: 200 });
+  };
+  const r = new Reporter("http://conformance.invalid", { token: "t", store: new MemoryStore(), fetch, clock: () => now, ...options });
+  const refused = [];
+  for (const [i, step] of steps.entries()) {
+    now = step.at;
+    try {
+      await r.report(served.name, step.value);
+    } catch (err) {
+      if (!(err instanceof BudgetExceeded)) throw err;
+      refused.push(i);
+    }
+  }
+  await r.flush();
+  const path = join(dir, `${name}.json`);
+  writeFileSync(path, JSON.stringify({ refused, batches }));
+  return path;
+}
+
 test("this client passes the conformance kit for every mechanism", async () => {
   const made = ldpkit(["conformance", "plan", "--out", planPath, "--reports", "3000"]);
   assert.equal(made.status, 0, made.stderr);
@@ -101,7 +138,8 @@ test("this client passes the conformance kit for every mechanism", async () => {
   const batch = join(dir, "reports.msgpack");
   writeFileSync(batch, await respond(plan, 1));
   const accepted = await verify(plan);
-  const checked = ldpkit(["conformance", "check", planPath, batch, "--accepted", accepted]);
+  const answered = ["--accepted", accepted, "--device", await device(plan, "device")];
+  const checked = ldpkit(["conformance", "check", planPath, batch, ...answered]);
   assert.equal(checked.status, 0, checked.stdout + checked.stderr);
   assert.match(checked.stdout, /PASS/);
   for (const m of MECHANISMS) {
@@ -110,13 +148,13 @@ test("this client passes the conformance kit for every mechanism", async () => {
 
   const bad = join(dir, "textbook.msgpack");
   writeFileSync(bad, await respond(plan, 2, { olh: textbookOlh }));
-  const failed = ldpkit(["conformance", "check", planPath, bad, "--accepted", accepted]);
+  const failed = ldpkit(["conformance", "check", planPath, bad, ...answered]);
   assert.equal(failed.status, 1, failed.stdout + failed.stderr);
   assert.match(failed.stdout, /FAIL: olh$/m);
 
   const quiet = join(dir, "half-noise.msgpack");
   writeFileSync(quiet, await respond(plan, 3, { gaussian: halfNoiseGaussian }));
-  const loud = ldpkit(["conformance", "check", planPath, quiet, "--accepted", accepted]);
+  const loud = ldpkit(["conformance", "check", planPath, quiet, ...answered]);
   assert.equal(loud.status, 1, loud.stdout + loud.stderr);
   assert.match(loud.stdout, /FAIL: gaussian$/m);
 });
@@ -124,10 +162,26 @@ test("this client passes the conformance kit for every mechanism", async () => {
 test("a client trusting the served constants fails the kit, the lying constant named", async () => {
   const plan = JSON.parse(readFileSync(planPath, "utf8"));
   const batch = join(dir, "reports.msgpack");
-  const trusted = ldpkit(["conformance", "check", planPath, batch, "--accepted", await verify(plan, true)]);
+  const trusted = ldpkit(["conformance", "check", planPath, batch, "--accepted", await verify(plan, true), "--device", join(dir, "device.json")]);
   assert.equal(trusted.status, 1, trusted.stdout + trusted.stderr);
   assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: grr-0_5: derived\.keep /m);
   assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: hybrid-0_5: derived\.pm /m);
   assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: levels: derived\.views\[0\]\.keep /m);
   assert.match(trusted.stdout, /^ACCEPTED A LYING DEFINITION: gaussian-0_5: derived\.t, derived\.m /m);
+});
+
+test("a device without its memo or its ledger fails the kit, named", async () => {
+  const plan = JSON.parse(readFileSync(planPath, "utf8"));
+  const batch = join(dir, "reports.msgpack");
+  const accepted = join(dir, "accepted.json");
+  // The same reporter with memoization off, and one served a budget of 50 (the fingerprint
+  // covers no budget: the ledger admits 50 fresh reports a day instead of 2).
+  const noMemo = await device(plan, "no-memo", { memoize: false });
+  const noLedger = await device(plan, "no-ledger", {}, { ...plan.device.definition, budget: 50 });
+  for (const [path, named] of [[noMemo, "memo"], [noLedger, "ledger"]]) {
+    const got = ldpkit(["conformance", "check", planPath, batch, "--accepted", accepted, "--device", path]);
+    assert.equal(got.status, 1, got.stdout + got.stderr);
+    assert.match(got.stdout, new RegExp(`^FAIL: device ${named}$`, "m"));
+    assert.match(got.stdout, new RegExp(`^DEVICE: ${named.toUpperCase()}: step \\d+`, "m"));
+  }
 });
