@@ -140,7 +140,7 @@ def test_the_reporters_monotonic_clock_is_an_option(tmp_path: Path) -> None:
 
     from ldpkit.http import HttpAnswer
 
-    from .conftest import FakeCollector, FakeClock
+    from .conftest import FakeClock, FakeCollector
 
     served = 1_763_683_200 + 3600  # 2025-11-21 01:00 UTC, the collector's time
     definition = MetricDefinition.from_dict("color", SPEC)
