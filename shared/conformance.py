@@ -163,10 +163,13 @@ def device_script() -> dict[str, Any]:
     }
 
 
-LIE_FREE_KEYS = frozenset({"seed", "until"})
-"""Thresholds the kit does not lie about: the hash seed is in the fingerprint (a lie is a
-fingerprint mismatch), and ``until`` draws a view whatever the value (no privacy rests on
-it)."""
+LIE_FREE_KEYS = frozenset({"seed"})
+"""Constants the kit does not lie about: the hash seed is in the fingerprint (a lie is a
+fingerprint mismatch)."""
+CHOSEN_KEYS = frozenset({"t", "m"})
+"""Integers the kit lies about only as a whole: the Gaussian's ``t`` and ``m`` are served
+choices (docs/protocol.md, Verification: more noise than calibrated is no privacy loss),
+whose lie is ``t = m = 1`` (the mechanism's own)."""
 
 
 def served_for_verification(
@@ -174,10 +177,12 @@ def served_for_verification(
 ) -> list[tuple[str, dict[str, Any], str | None]]:
     """The definitions the kit serves a client to verify: ``(id, definition, lie)``, every
     plan metric as served (``lie`` None: it must be accepted) and, for each of its 64-bit
-    thresholds, the metric serving that threshold at the extreme further from its own
-    (``ffff...`` for one below one half, else ``0000...``): a coin that always or never
-    falls, which spends unbounded epsilon (``lie``: the constant's path; it must be
-    refused), and the mechanism's own lies about other constants
+    thresholds (a view's ``until`` included), the metric serving that threshold at the
+    extreme further from its own (``ffff...`` for one below one half, else ``0000...``): a
+    coin that always or never falls, which spends unbounded epsilon (``lie``: the
+    constant's path; it must be refused); for each of its other numbers (OLH's ``g``, a
+    view's size and first label, a grid's bound, a cap, a float), the metric serving it
+    changed (:func:`_other_number`); and the mechanism's own lies about other constants
     (:meth:`~ldpkit.mechanisms.Mechanism.conformance_lies`). Ids are ``v000``, ``v001``,
     ... in that order, naming nothing."""
     out: list[tuple[dict[str, Any], str | None]] = []
@@ -186,6 +191,8 @@ def served_for_verification(
         for path, value in _thresholds(metric.get("derived"), ("derived",)):
             lie = "0" * 16 if int(value, 16) >= 1 << 63 else "f" * 16
             out.append((_replaced(metric, path, lie), _path_name(path)))
+        for path, number in _numbers(metric.get("derived"), ("derived",)):
+            out.append((_replaced(metric, path, _other_number(number)), _path_name(path)))
         lies = mechanism_class(metric["resolved_mechanism"]).conformance_lies(metric["derived"])
         for what, derived in lies:
             out.append(({**copy.deepcopy(metric), "derived": derived}, what))
@@ -206,6 +213,31 @@ def _thresholds(value: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...]
     if isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value):
         return [(path, value)]
     return []
+
+
+def _numbers(value: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], int | float]]:
+    """Every integer and float under ``value`` (of a list of numbers, such as a view's
+    labels or the sketch weights, the first), with its path; not :data:`CHOSEN_KEYS`."""
+    if isinstance(value, dict):
+        return [
+            found
+            for key, v in value.items()
+            if key not in LIE_FREE_KEYS | CHOSEN_KEYS
+            for found in _numbers(v, (*path, key))
+        ]
+    if isinstance(value, list):
+        if value and all(isinstance(v, int | float) for v in value):
+            return _numbers(value[0], (*path, 0))
+        return [found for i, v in enumerate(value) for found in _numbers(v, (*path, i))]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return [(path, value)]
+    return []
+
+
+def _other_number(number: int | float) -> int | float:
+    """A lie about a served number: an integer one more (a label, a size, a bound, a
+    bucket count), a float a relative 1e-6 off (beyond the 1e-9 tolerance)."""
+    return number + 1 if isinstance(number, int) else number * (1.0 + 1e-6)
 
 
 def _replaced(metric: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
