@@ -306,6 +306,17 @@ def test_a_client_trusting_the_served_constants_fails_by_name(plan_path: Path) -
     assert "levels: derived.views[0].keep" in verdict.lies_accepted
     assert "prefix-sketch: derived.keep" in verdict.lies_accepted
     assert "gaussian-0_5: derived.t, derived.m" in verdict.lies_accepted
+    # the constants besides thresholds (issue 29): a view's until, integers, labels, floats
+    for lie in (
+        "levels: derived.views[0].until",
+        "olh-0_5: derived.g",
+        "levels: derived.views[1].labels[0]",
+        "prefix-sketch: derived.weights[0]",
+        "hybrid-0_5: derived.duchi_index",
+        "laplace-0_5: derived.cap",
+        "duchi-0_5: derived.scale",
+    ):
+        assert lie in verdict.lies_accepted, lie
     assert set(verdict.failing_mechanisms) == set(portable.MECHANISMS)
 
 
