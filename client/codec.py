@@ -99,6 +99,30 @@ def memo_generator(secret: bytes, message: bytes) -> np.random.Generator:
     return keyed_generator(hmac.digest(secret, _RNG_CONTEXT + message, "sha256")[:16])
 
 
+class MemoKeys:
+    """:func:`memo_tag` and :func:`memo_generator` under one device secret, the same bytes
+    at less cost: the HMAC of the secret and each context is computed once, and each
+    report's HMACs continue a copy of it (``report()`` makes two per fresh report)."""
+
+    __slots__ = ("_rng", "_tag")
+
+    def __init__(self, secret: bytes) -> None:
+        self._tag = hmac.new(secret, _TAG_CONTEXT, "sha256")
+        self._rng = hmac.new(secret, _RNG_CONTEXT, "sha256")
+
+    def tag(self, message: bytes) -> bytes:
+        """:func:`memo_tag` of ``message``."""
+        h = self._tag.copy()
+        h.update(message)
+        return h.digest()[:16]
+
+    def generator(self, message: bytes) -> np.random.Generator:
+        """:func:`memo_generator` of ``message`` (valid until this thread's next one)."""
+        h = self._rng.copy()
+        h.update(message)
+        return keyed_generator(h.digest()[:16])
+
+
 _ZERO4 = np.zeros(4, dtype=np.uint64)
 _local = threading.local()
 

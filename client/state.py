@@ -33,7 +33,7 @@ from ..http import HttpAnswer
 from ..metrics import MetricDefinition, Period, check_period, window_start
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
-from .codec import MetricCodec, keyed_generator, memo_generator, memo_message, memo_tag
+from .codec import MemoKeys, MetricCodec, keyed_generator, memo_message
 from .flush import Flush, FlushPlan, Found
 from .policies import Clock, ShellSettings, budget_decision, fits, left_of, period_window
 from .protocol import ROLE_HEADER, Fatal, classify_failure, parse_definitions
@@ -97,6 +97,7 @@ class ReporterState:
         self.directory = prepare_state_dir(state_dir)
         known = device_known(self.directory)
         self.secret = load_or_create_secret(self.directory)
+        self._memo_keys = MemoKeys(self.secret)
         self.store = DeviceStore(
             self.directory, durable_reports=durable_reports, known_device=known, now=clock()
         )
@@ -311,8 +312,8 @@ class ReporterState:
         """(memo tag or None, report) of ``encoded`` in the memo window ``w_start``."""
         if self.memoize:
             message = memo_message(c.fingerprint, c.value_key(encoded), w_start)
-            return memo_tag(self.secret, message), c.perturb(
-                encoded, memo_generator(self.secret, message)
+            return self._memo_keys.tag(message), c.perturb(
+                encoded, self._memo_keys.generator(message)
             )
         return None, c.perturb(encoded, keyed_generator(os.urandom(16)))  # OS CSPRNG key
 
