@@ -440,9 +440,9 @@ class Verdict:
     @property
     def failing_device(self) -> tuple[str, ...]:
         """``"ledger"`` and/or ``"memo"``: what the device script found missing, or
-        ``"device"`` when its answer could not be read."""
+        ``"answer"`` when there is no answer to read (``FAIL: device answer``)."""
         named = {p.split(":", 1)[0].lower() for p in self.device}
-        return tuple(sorted(n if n in ("ledger", "memo") else "device" for n in named))
+        return tuple(sorted({n if n in ("ledger", "memo") else "answer" for n in named}))
 
     def render(self, *, verbose: bool = False) -> str:
         lines = self._table(verbose)

@@ -325,7 +325,7 @@ def test_the_verification_must_be_answered(plan_path: Path) -> None:
     verdict = conformance.check(plan_path, batch)
     assert not verdict.passed and "no answer to the plan's `verify`" in verdict.render()
     assert "no answer to the plan's `device` script" in verdict.render()
-    assert verdict.failing_device == ("device",)
+    assert verdict.failing_device == ("answer",) and "FAIL: device answer" in verdict.render()
     refusing = conformance.check(plan_path, batch, accepted=[])
     assert "refused the honest definition of grr-0_5" in refusing.render()
 
@@ -456,3 +456,47 @@ def test_a_device_without_memo_or_ledger_fails_by_name(
     text = verdict.render()
     assert f"FAIL: device {named}" in text
     assert f"DEVICE: {named.upper()}: step " in text
+
+
+def _edited(change: Any) -> dict[str, Any]:
+    """The Python device's answer with its batches' reports per bucket changed by
+    ``change(buckets: dict[int, list[bytes]])`` (a device whose queue went wrong)."""
+    answer = python_device()
+    blocks = [b for body in answer["batches"] for b in wire.decode(bytes.fromhex(body)).blocks]
+    first = blocks[0]
+    size = len(first.reports) // first.n
+    buckets: dict[int, list[bytes]] = {}
+    for b in blocks:
+        cut = [b.reports[i : i + size] for i in range(0, len(b.reports), size)]
+        buckets.setdefault(b.bucket, []).extend(cut)
+    change(buckets)
+    out = [
+        wire.Block(first.metric, first.fingerprint, k, b"", b"".join(v), len(v))
+        for k, v in sorted(buckets.items())
+    ]
+    return {**answer, "batches": [wire.encode_sealed_batch(os.urandom(16), out).hex()]}
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        # the first bucket's report queued twice (a memoized value twice into one bucket)
+        (
+            lambda b: b[min(b)].append(b[min(b)][0]),
+            "holds 2 reports; a device that memoizes queues 1",
+        ),
+        # a repeat queued with fresh bytes (the memo re-randomized)
+        (lambda b: b[sorted(b)[1]].__setitem__(0, os.urandom(20)), "is not the same bytes"),
+    ],
+    ids=["queued-twice-in-a-bucket", "repeat-re-randomized"],
+)
+def test_a_memo_that_queues_twice_or_re_randomizes_fails(
+    plan_path: Path, change: Any, says: str
+) -> None:
+    plan = json.loads(plan_path.read_text())
+    found = conformance.device_problems(plan["device"], _edited(change))
+    assert found and all(p.startswith("MEMO: ") for p in found), found
+    assert says in found[0]
+    assert conformance.device_problems(plan["device"], {"nope": 1})[0].startswith(
+        "the device answer is not"
+    )
