@@ -143,7 +143,7 @@ def keyed_generator(key: bytes) -> np.random.Generator:
     bit_generator, generator = cached
     # Python integers in lists: the state setter converts them in half the time it takes
     # to copy numpy arrays in (3 microseconds a report).
-    bit_generator.state = {
+    state: Any = {  # numpy types it as arrays; it converts lists of integers alike
         "bit_generator": "Philox",
         "state": {
             "counter": [0, 0, 0, 0],
@@ -154,4 +154,5 @@ def keyed_generator(key: bytes) -> np.random.Generator:
         "has_uint32": 0,
         "uinteger": 0,
     }
+    bit_generator.state = state
     return generator
