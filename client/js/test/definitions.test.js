@@ -115,3 +115,27 @@ test("a view served with an oracle the collector refuses for views is refused, f
   def.fingerprint = await fingerprint(def);
   await assert.rejects(prepare(def), /olh is not a view oracle/);
 });
+
+test("the views' until, labels and payload and the sketch's weights are recomputed, lies refused (issue 29)", async () => {
+  // Each honest definition is accepted; each with one constant changed (the fingerprint
+  // intact: it covers no derived constant) is refused, naming it.
+  for (const name of ["hierarchy", "table", "rollup", "joint", "strings", "numeric", "gaussian", "distribution"]) await prepare(clone(SERVED[name]));
+  const lies = [
+    ["hierarchy", (d) => (d.derived.views[0].until = "ffffffffffffffff"), /views\[0\]\.until/], // always the first view
+    ["hierarchy", (d) => (d.derived.views.at(-1).until = "8000000000000000"), /last view's until/],
+    ["hierarchy", (d) => (d.derived.views[0].labels[0] = 1), /labels of view "depth 1"/], // a leaf in another group
+    ["table", (d) => (d.derived.views[1].labels = d.derived.views[2].labels), /labels of view "type"/],
+    ["table", (d) => (d.derived.payload += 1), /payload/],
+    ["rollup", (d) => (d.derived.views[0].labels = [0, 1, 2].reverse()), /labels of view/],
+    ["strings", (d) => (d.derived.weights[0] += 1), /sketch weights/],
+    ["strings", (d) => (d.derived.weights[3] = 2), /sketch weights/],
+    ["numeric", (d) => (d.derived.cap -= 1), /cap/],
+    ["gaussian", (d) => (d.derived.cap = 1), /cap/],
+    ["distribution", (d) => (d.derived.depths[0].leaves_per_node += 1), /leaves_per_node/],
+  ];
+  for (const [name, lie, named] of lies) {
+    const raw = clone(SERVED[name]);
+    lie(raw);
+    await assert.rejects(prepare(raw), (err) => err instanceof DefinitionError && named.test(err.message), `${name}: ${named}`);
+  }
+});
