@@ -135,6 +135,16 @@ class MetricDefinition:
     epsilon: float
     mechanism: str = "auto"
     categories: tuple[str, ...] | None = None
+    ordered: bool | None = None
+    """Categorical metrics: ``True`` when the categories are listed in order (ratings,
+    brackets): answers add the mean rank, and ``auto`` weighs the mechanisms by it."""
+    score: str | None = None
+    """Categorical metrics by ``exponential``: ``"distance"`` (the default when ordered),
+    ``"band"`` (with ``band``) or ``"matrix"`` (with ``scores``)."""
+    band: int | None = None
+    """Categorical metrics by ``exponential`` with ``score = "band"``: the band's half-width."""
+    scores: tuple[tuple[float, ...], ...] | None = None
+    """Categorical metrics by ``exponential``: a d x m score matrix (inputs x outputs)."""
     bounds: tuple[float, float] | None = None
     delta: float = 0.0
     """Numeric metrics: the delta of one report, 0 (pure epsilon-LDP) unless the
@@ -368,7 +378,16 @@ class MetricDefinition:
         }
         # Dimensions as pairs: their order numbers the cells, and the canonical JSON sorts
         # object keys.
-        for key in ("categories", "bounds", "delta", "dimensions"):
+        for key in (
+            "categories",
+            "ordered",
+            "score",
+            "band",
+            "scores",
+            "bounds",
+            "delta",
+            "dimensions",
+        ):
             if getattr(self, key) != KIND_DEFAULTS[key]:
                 params[key] = _plain(getattr(self, key))
         if self.kind_spec.mechanism_params:

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from ..aggregate import Aggregate
 from ..errors import ParameterError
 from ..estimates import FrequencyEstimate
-from ..mechanisms import choose
+from ..mechanisms import FrequencyOracle, Mechanism, choose, mechanism_class
 from .base import (
     Built,
     Campaign,
@@ -22,12 +22,15 @@ from .base import (
     Question,
     RawJSON,
     check_categories,
+    fail,
     json_numbers,
     make,
     refuse,
     sums_json,
 )
 
+SCORE_KEYS = ("score", "band", "scores")
+"""The definition keys of a score (the exponential mechanism's): checked by the mechanism."""
 ROBUST_COLUMNS = ("robust", "robust_low", "robust_high", "robust_forgery_shift")
 """A robust answer's item fields: ``est.robust(beta)``'s estimate, interval and shift."""
 
@@ -41,10 +44,29 @@ class Categorical(KindSpec):
     def build(self, definition: Definition) -> Built:
         categories = check_categories(definition)
         d = len(categories)
+        ordered = _ordered(definition)
+        given = {k: v for k in SCORE_KEYS if (v := getattr(definition, k)) is not None}
         name = definition.mechanism
         if name == "auto":
-            name = choose(epsilon=definition.epsilon, domain_size=d).name
-        return Built(make(definition, name, domain_size=d), {"categories": categories})
+            try:
+                name = choose(
+                    epsilon=definition.epsilon, domain_size=d, ordered=ordered, scored=given
+                ).name
+            except ParameterError as exc:
+                raise fail(definition, str(exc)) from None
+        try:
+            fields = mechanism_class(name).score_fields(ordered, given)
+        except ParameterError as exc:
+            raise fail(definition, str(exc)) from None
+        mechanism = make(definition, name, domain_size=d, **fields)
+        if ordered and _rank_variance(mechanism) is None:
+            raise fail(
+                definition,
+                f"ordered categories need a mechanism whose mean rank has a known variance; "
+                f"{name!r} has none (use grr, sue, oue, ss, exponential or auto)",
+            )
+        normalised = {"categories": categories, "ordered": True if ordered else None}
+        return Built(mechanism, normalised | dict.fromkeys(SCORE_KEYS) | fields)
 
     def encode(self, definition: Definition, value: object) -> tuple[Any, bool]:
         i = definition.category_index.get(value) if isinstance(value, str) else None
@@ -82,6 +104,8 @@ class Categorical(KindSpec):
             "sums": sums_json(aggregate),
             "interval": estimate.interval_method(q.level, simultaneous=sim) if estimate.n else None,
         }
+        if definition.ordered:
+            answer["mean_rank"] = mechanism.mean_rank(estimate).to_dict(q.level)
         if q.robust:
             robust = estimate.robust(q.forgery_fraction)
             answer["robust"] = {
@@ -103,6 +127,17 @@ class Categorical(KindSpec):
             definition.epsilon,
             domain_size=len(definition.categories or ()),
         )
+
+
+def _ordered(definition: Definition) -> bool:
+    given: object = definition.ordered
+    if given is not None and not isinstance(given, bool):
+        raise fail(definition, f"ordered must be true or false, got {given!r}")
+    return bool(given)
+
+
+def _rank_variance(mechanism: Mechanism) -> float | None:
+    return mechanism.rank_variance() if isinstance(mechanism, FrequencyOracle) else None
 
 
 def _columns(estimate: FrequencyEstimate, q: Question) -> dict[str, npt.NDArray[np.float64]]:
@@ -151,4 +186,4 @@ def _numbers(column: npt.NDArray[np.float64]) -> list[str]:
     return json_numbers(column)
 
 
-SPEC = Categorical("categorical", ("categories",))
+SPEC = Categorical("categorical", ("categories", "ordered", *SCORE_KEYS))
