@@ -397,7 +397,7 @@ class FrequencyOracle(Mechanism):
     def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """The law of the reports of item ``value`` (it needs none of ``derived``)."""
 
-    def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float]:
+    def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float] | None:
         return int(np.count_nonzero(self.supports(value, reports))), self.p
 
     def auto_variance(self) -> float:
