@@ -165,6 +165,9 @@ class ServedEstimate:
     robust_high: float | None = None
     robust_forgery_shift: float | None = None
     interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
+    mean_rank: dict[str, Any] | None = None
+    """Ordered categories: the served ``mean_rank`` (``estimate``, ``stderr``, ``low``,
+    ``high``, ``interval``; the first category is rank 1)."""
     as_of: AsOf | None = field(default=None, compare=False)
     """A maintained kind's (strings, hierarchy, table, distribution): how fresh the estimate
     is (None for categorical and numeric metrics: computed for each query, always fresh)."""

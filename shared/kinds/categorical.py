@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -121,12 +121,36 @@ class Categorical(KindSpec):
         answer["items"] = _items(definition.categories, columns, methods)
         return answer
 
+    def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
+        """The ``mean_rank`` of ordered categories (absent otherwise)."""
+        rank = data.get("mean_rank")
+        return {"mean_rank": dict(rank)} if isinstance(rank, Mapping) else {}
+
+    def text(self, result: Any, table: list[str]) -> list[str]:
+        """The items' table, then the mean rank of ordered categories."""
+        rank = getattr(result, "mean_rank", None)
+        if not rank or rank.get("estimate") is None:
+            return table
+        return [*table, _rank_line(rank, result.level, result.n)]
+
     def campaign(self, definition: Definition) -> Campaign:
         return Campaign(
             definition.resolved_mechanism,
             definition.epsilon,
             domain_size=len(definition.categories or ()),
         )
+
+
+def _rank_line(rank: Mapping[str, Any], level: float, n: int) -> str:
+    """``mean rank 3.410 (categories ranked ...), 95% interval [3.30, 3.52], stderr 0.057``."""
+    low, high = rank.get("low"), rank.get("high")
+    within = (
+        "" if low is None or high is None else f", {level:.0%} interval [{low:.2f}, {high:.2f}]"
+    )
+    return (
+        f"mean rank {rank['estimate']:.3f} (categories ranked 1 .. d in their order){within}, "
+        f"stderr {rank.get('stderr') or 0:.3f}"
+    )
 
 
 def _ordered(definition: Definition) -> bool:
