@@ -264,7 +264,7 @@ def _scored_choice(epsilon: float, d: int, ordered: bool, scored: Mapping[str, A
     names = ORDERED if ordered else (*CATEGORICAL, *SCORED)
     made: dict[str, Mechanism] = {}
     for name in names:
-        cls = mechanism_class(name)
+        cls = oracle_class(name)
         fields = cls.score_fields(ordered, scored) if name in SCORED else {}
         made[name] = cls(epsilon=epsilon, domain_size=d, **fields)
     if not ordered:
