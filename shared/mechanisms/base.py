@@ -438,6 +438,13 @@ class FrequencyOracle(Mechanism):
         np.fill_diagonal(cov, f * p * (1 - p) + (1 - f) * q * (1 - q))
         return np.asarray(cov / (n * (p - q) ** 2))
 
+    def planned_half_width(
+        self, n: int, frequency: float, level: float
+    ) -> tuple[float, str] | None:
+        """The expected half-width of an item's interval, and its method, for the planner,
+        when this oracle's intervals are not made from support counts (None: they are)."""
+        return None
+
     def rank_variance(self) -> float | None:
         """The variance ``auto`` weighs for ordered categories: the mean rank's from one
         report of a uniform population (None when the covariance is unknown)."""

@@ -721,21 +721,34 @@ class Exponential(FrequencyOracle):
         return np.arange(self.core.outputs, dtype=np.uint32), self.output_law()[int(value)]
 
     def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
-        """Variance of each item's inverted fraction from ``n`` reports when the population
-        is ``frequency`` (d fractions summing to 1; a single number f: item 0 at f and the
-        others sharing the rest equally)."""
+        """Variance of an item's inverted fraction from ``n`` reports when its true fraction
+        is ``frequency`` and the other items share the rest equally: the largest over the
+        items (each value of an array alike), the reporters held fixed. One reporter at
+        input x adds ``sum_o A_io^2 P_xo - [x = i]`` to item i's n^2 variance (A P_x = e_x),
+        so the variance is linear in the population."""
         f = np.asarray(frequency, dtype=np.float64)
-        if f.ndim == 0:
-            d = self.domain_size
-            f = np.full(d, (1.0 - float(f)) / (d - 1))
-            f[0] = float(np.asarray(frequency))
-        return np.diag(self.covariance(f, n))
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise ParameterError(f"n must be a positive integer, got {n!r}")
+        d, per = self.domain_size, self._per_reporter
+        own = np.diag(per)  # item i's, from a reporter holding i
+        rest = (per.sum(axis=0) - own) / (d - 1)  # from the others, on average
+        var = np.max(f[..., None] * own + (1.0 - f[..., None]) * rest, axis=-1) / n
+        return float(var) if var.ndim == 0 else var
+
+    @property
+    def _per_reporter(self) -> FloatArray:
+        """``V[x, i]``: what one reporter holding x adds to item i's variance (n = 1)."""
+        a = self.core._left_inverse()
+        return np.asarray(self.core.channel @ (a * a).T - np.eye(self.domain_size))
 
     def auto_variance(self) -> float:
         """The largest item variance, one report, for a uniform population (the
         frequencies' worst item; other oracles' variance at frequency 0 is their worst)."""
-        d = self.domain_size
-        return float(np.max(self.variance(np.full(d, 1.0 / d))))
+        return float(self.variance(1.0 / self.domain_size))
+
+    def planned_half_width(self, n: int, frequency: float, level: float) -> tuple[float, str]:
+        """The normal interval's half-width at an item's ``frequency`` (others equal)."""
+        return normal_quantile(level) * math.sqrt(self.variance(frequency, n)), NORMAL
 
     def covariance(self, frequencies: npt.ArrayLike, n: int = 1) -> FloatArray:
         """Covariance of the inverted fractions from ``n`` reports, the reporters held

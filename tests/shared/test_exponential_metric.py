@@ -210,3 +210,19 @@ def test_the_estimate_is_a_channel_estimate() -> None:
     assert abs(est.frequencies.sum() - 1.0) < 1e-9
     shift = est.forgery_shift(0.01)
     assert np.all(shift > 0.01) and np.all(est.robust(0.01).ci()[0] <= est.ci()[0])
+
+
+def test_the_item_variance_is_the_covariance_diagonal_and_plans_normal_intervals() -> None:
+    m = Exponential(epsilon=1.0, domain_size=6)
+    for f in (0.0, 0.3, 1.0):
+        for i in range(6):
+            pop = np.full(6, (1.0 - f) / 5)
+            pop[i] = f
+            assert np.diag(m.covariance(pop, 7))[i] <= m.variance(f, 7) * (1 + 1e-9)
+    worst = max(
+        float(np.diag(m.covariance(np.where(np.arange(6) == i, 0.3, 0.14)))[i]) for i in range(6)
+    )
+    assert m.variance(0.3) == pytest.approx(worst, rel=1e-9)
+    plan = ldpkit.plan("exponential", epsilon=1.0, domain_size=6, n=10_000, frequency=0.3)
+    assert plan.interval == "normal"
+    assert plan.half_width == pytest.approx(1.959964 * math.sqrt(worst / 10_000), rel=1e-5)
