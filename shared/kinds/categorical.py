@@ -121,6 +121,10 @@ class Categorical(KindSpec):
         answer["items"] = _items(definition.categories, columns, methods)
         return answer
 
+    def describe(self, definition: Definition) -> str:
+        plain = super().describe(definition)
+        return f"{plain}, ordered" if definition.ordered else plain
+
     def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
         """The ``mean_rank`` of ordered categories (absent otherwise)."""
         rank = data.get("mean_rank")
