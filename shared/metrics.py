@@ -24,7 +24,7 @@ from .errors import ParameterError
 from .kinds import KIND_DEFAULTS, KIND_KEYS, NAMES, KindSpec, kind_spec, legacy_kind
 from .kinds import MetricKind as MetricKind  # its home is ldpkit.kinds
 from .kinds.base import DEFAULT_FORGERY_FRACTION, Fraction
-from .mechanisms import Mechanism, canonical_name
+from .mechanisms import Mechanism, canonical_name, mechanism_class
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 """A metric name; matched against the *whole* name (``fullmatch``: ``$`` alone would let a
@@ -316,6 +316,9 @@ class MetricDefinition:
             spec = dict(data, mechanism=pinned)
             if data.get("resolved_oracle"):  # hierarchies and tables: their oracles too
                 spec["oracle"] = data["resolved_oracle"]
+            if not mechanism_class(pinned).takes_score:  # a score auto weighed, not its own
+                for key in ("score", "band", "scores"):
+                    spec.pop(key, None)
             definition = cls.from_dict(name, spec)
         return definition
 

@@ -54,10 +54,15 @@ class Categorical(KindSpec):
                 ).name
             except ParameterError as exc:
                 raise fail(definition, str(exc)) from None
+        cls = mechanism_class(name)
+        # auto weighed the score with the mechanisms that take one; another it chose is
+        # made without it, and the definition keeps it (as given) to weigh it again.
+        own = cls.takes_score or definition.mechanism != "auto"
         try:
-            fields = mechanism_class(name).score_fields(ordered, given)
+            fields = cls.score_fields(ordered, given if own else {})
         except ParameterError as exc:
             raise fail(definition, str(exc)) from None
+        kept = fields if own else _as_given(given)
         mechanism = make(definition, name, domain_size=d, **fields)
         if ordered and _rank_variance(mechanism) is None:
             raise fail(
@@ -66,7 +71,7 @@ class Categorical(KindSpec):
                 f"{name!r} has none (use grr, sue, oue, ss, exponential or auto)",
             )
         normalised = {"categories": categories, "ordered": True if ordered else None}
-        return Built(mechanism, normalised | dict.fromkeys(SCORE_KEYS) | fields)
+        return Built(mechanism, normalised | dict.fromkeys(SCORE_KEYS) | kept)
 
     def encode(self, definition: Definition, value: object) -> tuple[Any, bool]:
         i = definition.category_index.get(value) if isinstance(value, str) else None
@@ -155,6 +160,15 @@ def _rank_line(rank: Mapping[str, Any], level: float, n: int) -> str:
         f"mean rank {rank['estimate']:.3f} (categories ranked 1 .. d in their order){within}, "
         f"stderr {rank.get('stderr') or 0:.3f}"
     )
+
+
+def _as_given(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Score keys as the definition holds them: ``scores`` as rows of floats (a choice of
+    ``auto`` weighed them already, so they are numbers)."""
+    rows = given.get("scores")
+    if rows is None:
+        return dict(given)
+    return dict(given) | {"scores": tuple(tuple(float(v) for v in row) for row in rows)}
 
 
 def _ordered(definition: Definition) -> bool:

@@ -118,6 +118,10 @@ class Mechanism(ABC):
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         """The sufficient statistics of valid reports."""
 
+    takes_score: ClassVar[bool] = False
+    """Whether this mechanism is made with a categorical definition's score keys
+    (:meth:`score_fields`); ``auto`` passes them only to those that are."""
+
     @classmethod
     def score_fields(cls, ordered: bool, given: Mapping[str, Any]) -> dict[str, Any]:
         """A categorical definition's score keys (``score``, ``band``, ``scores``) as this

@@ -602,6 +602,7 @@ class Exponential(FrequencyOracle):
     )  # fmt: skip
     aggregate_cost = 1  # one counter per report: the report names one output
     report_dtype = np.dtype("<u4")
+    takes_score: ClassVar[bool] = True
 
     score: Score = "distance"
     band: int | None = None

@@ -226,3 +226,20 @@ def test_the_item_variance_is_the_covariance_diagonal_and_plans_normal_intervals
     plan = ldpkit.plan("exponential", epsilon=1.0, domain_size=6, n=10_000, frequency=0.3)
     assert plan.interval == "normal"
     assert plan.half_width == pytest.approx(1.959964 * math.sqrt(worst / 10_000), rel=1e-5)
+
+
+def test_auto_keeps_a_score_it_weighed_but_did_not_choose() -> None:
+    """d = 5 at epsilon 4: auto weighs the distance score and takes SS; the definition
+    keeps the score (served, fingerprinted), rebuilds the same, and a pinned SS drops it."""
+    d = MetricDefinition.from_dict(
+        "r", RATING | {"epsilon": 4.0, "ordered": True, "score": "distance"}
+    )
+    assert d.resolved_mechanism == "ss" and d.score == "distance"
+    served = d.to_dict()
+    assert MetricDefinition.from_served("r", served, d.fingerprint).fingerprint == d.fingerprint
+    pinned = MetricDefinition.from_served("r", served, "0" * 16)
+    assert (pinned.mechanism, pinned.score) == ("ss", None)
+    chosen = define(mechanism="auto", ordered=True, epsilon=0.5, categories=list("abcdefghij"))
+    assert (chosen.resolved_mechanism, chosen.score) == ("ss", None)
+    exp = define(mechanism="exponential", ordered=True)
+    assert exp.score == "distance"
