@@ -530,7 +530,9 @@ class ChannelFrequencies(FrequencyEstimate):
 class _ChannelRobust(RobustFrequencies):
     """Robust frequencies of an inversion estimate: the projection onto the simplex (as
     for every oracle), and the plain intervals widened by the forgery shift (the forged
-    reports move an item's expected estimate by at most that; within [0, 1])."""
+    reports move an item's expected estimate by at most that; within [0, 1]). The
+    widening is of the expectation; the plain interval's own width is that of the
+    honest reports' noise, taken as is (not re-derived for n - m honest reports)."""
 
     def ci(self, level: float = 0.95, *, simultaneous: bool = False) -> ConfidenceInterval:
         low, high = self.estimate.ci(level, simultaneous=simultaneous)
@@ -540,7 +542,10 @@ class _ChannelRobust(RobustFrequencies):
         )
 
     def forgery_shift(self) -> FloatArray:
-        return np.minimum(1.0, 2.0 * self.estimate.forgery_shift(self.beta))
+        """The projection onto the simplex is 1-Lipschitz in the Euclidean norm, so no
+        robust fraction moves by more than the norm of the plain shifts (nor beyond 1)."""
+        shift = self.estimate.forgery_shift(self.beta)
+        return np.full(shift.size, min(1.0, float(np.linalg.norm(shift))))
 
 
 def _score_options(score: str, band: int | None, scores: Any) -> dict[str, Any]:

@@ -210,6 +210,11 @@ def test_the_estimate_is_a_channel_estimate() -> None:
     assert abs(est.frequencies.sum() - 1.0) < 1e-9
     shift = est.forgery_shift(0.01)
     assert np.all(shift > 0.01) and np.all(est.robust(0.01).ci()[0] <= est.ci()[0])
+    assert np.all(est.robust(0.01).forgery_shift() == pytest.approx(np.linalg.norm(shift)))
+    d = define(mechanism="exponential", ordered=True)
+    agg = d.mechanism_instance.aggregate(np.arange(5).repeat(50))
+    answer = d.kind_spec.answer(d, agg, Question(robust=True, simultaneous=True))
+    assert answer["robust"]["forged_reports"] == 2 and '"robust_low"' in answer["items"]
 
 
 def test_the_item_variance_is_the_covariance_diagonal_and_plans_normal_intervals() -> None:
