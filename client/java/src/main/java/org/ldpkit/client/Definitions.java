@@ -1,0 +1,654 @@
+package org.ldpkit.client;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Pattern;
+
+/**
+ * Metric definitions as served by GET /v1/metrics: checked before use (docs/protocol.md,
+ * "Verification"), including that the served sampler constants ({@code derived}) give
+ * no more privacy loss than {@code epsilon}: a collector cannot weaken a device's privacy
+ * by serving other thresholds. A refused definition raises a {@link DefinitionException}
+ * whose {@link DefinitionException#constant()} names the constant.
+ */
+public final class Definitions {
+    private Definitions() {
+    }
+
+    public static final Pattern NAME = Pattern.compile("[a-z][a-z0-9_.-]{0,63}");
+    /** Seconds of each period. */
+    public static final Map<String, Long> PERIODS;
+
+    static {
+        Map<String, Long> periods = new LinkedHashMap<String, Long>();
+        periods.put("hour", 3600L);
+        periods.put("day", 86400L);
+        periods.put("week", 604800L);
+        PERIODS = Collections.unmodifiableMap(periods);
+    }
+
+    /**
+     * Relative slack when comparing sums of epsilons: the ledger admits a report when
+     * spent + epsilon <= budget (1 + BUDGET_SLACK) + BUDGET_SLACK.
+     */
+    public static final double BUDGET_SLACK = 1e-9;
+    private static final int MAX_CATEGORIES = 65536;
+    private static final double TOLERANCE = 1e-9; // relative slack between a served threshold and its formula
+    private static final Pattern HEX16 = Pattern.compile("[0-9a-f]{16}");
+
+    /** The kind each mechanism serves (categorical and numeric: their own lists). */
+    private static final Map<String, String> KIND_OF = new HashMap<String, String>();
+
+    static {
+        KIND_OF.put("hh", "distribution");
+        KIND_OF.put("rollup", "hierarchy");
+        KIND_OF.put("levels", "hierarchy");
+        KIND_OF.put("joint", "table");
+        KIND_OF.put("joint_marginals", "table");
+        KIND_OF.put("prefix_sketch", "strings");
+    }
+
+    private static DefinitionException refuse(String name, String constant, String why) {
+        return new DefinitionException("metric " + name + ": " + why, name, constant);
+    }
+
+    private static double prob(Map<?, ?> p, String key, String at, String name) {
+        Object hex = p.get(key);
+        if (!(hex instanceof String) || !HEX16.matcher((String) hex).matches()) {
+            throw refuse(name, at + "." + key, at + "." + key + " must be a threshold (16 lowercase hex digits), got " + shown(hex));
+        }
+        return Sampling.probability(Long.parseUnsignedLong((String) hex, 16));
+    }
+
+    private static void near(double served, double formula, String constant, String what, String name) {
+        if (!(Math.abs(served - formula) <= TOLERANCE * Math.max(formula, 1e-300))) {
+            throw refuse(name, constant, "served " + constant + " " + served + " is not " + formula + " (" + what + ")");
+        }
+    }
+
+    private static long integer(Object value, long lo, long hi, String constant, String name) {
+        Long v = asLong(value);
+        if (v == null || v < lo || v > hi) throw refuse(name, constant, constant + " must be an integer in " + lo + ".." + hi + ", got " + shown(value));
+        return v;
+    }
+
+    private static double real(Object value, String constant, String name) {
+        if (!(value instanceof Number) || Double.isNaN(((Number) value).doubleValue()) || Double.isInfinite(((Number) value).doubleValue())) {
+            throw refuse(name, constant, constant + " must be a finite number, got " + shown(value));
+        }
+        return ((Number) value).doubleValue();
+    }
+
+    /** An integral JSON number (as JavaScript's Number.isSafeInteger), else null. */
+    static Long asLong(Object value) {
+        if (value instanceof Long || value instanceof Integer || value instanceof Short || value instanceof Byte) {
+            long v = ((Number) value).longValue();
+            return Math.abs(v) <= 9007199254740991L ? v : null;
+        }
+        if (value instanceof Double || value instanceof Float) {
+            double x = ((Number) value).doubleValue();
+            if (x == Math.floor(x) && Math.abs(x) <= 9007199254740991.0) return (long) x;
+        }
+        return null;
+    }
+
+    private static Map<?, ?> asMap(Object value, String constant, String name) {
+        if (!(value instanceof Map)) throw refuse(name, constant, constant + " must be an object");
+        return (Map<?, ?>) value;
+    }
+
+    private static List<?> asList(Object value, int min, int max, String constant, String name) {
+        if (!(value instanceof List) || ((List<?>) value).size() < min || ((List<?>) value).size() > max) {
+            throw refuse(name, constant, "bad " + constant + " (a list of " + min + ".." + max + ")");
+        }
+        return (List<?>) value;
+    }
+
+    /** Deep equality of JSON values, numbers by value (1 == 1.0, as JSON.stringify compares them). */
+    static boolean same(Object a, Object b) {
+        if (a instanceof Number && b instanceof Number) return ((Number) a).doubleValue() == ((Number) b).doubleValue();
+        if (a instanceof List && b instanceof List) {
+            List<?> x = (List<?>) a;
+            List<?> y = (List<?>) b;
+            if (x.size() != y.size()) return false;
+            for (int i = 0; i < x.size(); i++) if (!same(x.get(i), y.get(i))) return false;
+            return true;
+        }
+        if (a instanceof Map && b instanceof Map) {
+            Map<?, ?> x = (Map<?, ?>) a;
+            Map<?, ?> y = (Map<?, ?>) b;
+            if (!x.keySet().equals(y.keySet())) return false;
+            for (Object k : x.keySet()) if (!same(x.get(k), y.get(k))) return false;
+            return true;
+        }
+        return a == null ? b == null : a.equals(b);
+    }
+
+    /** The fingerprinted mechanism parameters (other kinds) agree with the served constants. */
+    private static void checkMechanismParams(Map<String, Object> def) {
+        String name = (String) def.get("name");
+        Map<?, ?> mp = asMap(def.get("mechanism_params"), "mechanism_params", name);
+        Map<?, ?> p = asMap(def.get("derived"), "derived", name);
+        Object mechanism = def.get("resolved_mechanism");
+        sameOr(mp.get("mechanism"), mechanism, "mechanism_params.mechanism", "the mechanism", name);
+        sameOr(mp.get("epsilon"), def.get("epsilon"), "mechanism_params.epsilon", "epsilon", name);
+        if ("hh".equals(mechanism)) {
+            sameOr(mp.get("bounds"), def.get("bounds"), "mechanism_params.bounds", "bounds", name);
+            sameOr(mp.get("resolution"), p.get("resolution"), "derived.resolution", "resolution", name);
+        } else if (Sampling.VIEW_MECHANISMS.contains(mechanism)) {
+            Object mv = mp.get("views");
+            sameOr(viewShapes(mv == null ? new ArrayList<Object>() : mv, "mechanism_params.views", name),
+                    viewShapes(p.get("views"), "derived.views", name), "derived.views", "the views", name);
+            if (def.get("categories") != null) sameOr(mp.get("categories"), def.get("categories"), "categories", "categories", name);
+        } else if ("prefix_sketch".equals(mechanism)) {
+            for (String key : new String[] {"max_length", "g", "rows", "estimation_rows"}) {
+                sameOr(mp.get(key), p.get(key), "derived." + key, key, name);
+            }
+            sameOr(mp.containsKey("cut") ? mp.get("cut") : "prefix", p.containsKey("cut") ? p.get("cut") : "prefix", "derived.cut", "cut", name);
+        }
+    }
+
+    private static void sameOr(Object a, Object b, String constant, String what, String name) {
+        if (!same(a, b)) throw refuse(name, constant, what + " differs from the fingerprinted parameters (" + constant + ")");
+    }
+
+    private static List<Object> viewShapes(Object views, String constant, String name) {
+        List<?> list = asList(views, 0, Integer.MAX_VALUE, constant, name);
+        List<Object> out = new ArrayList<Object>();
+        for (Object v : list) {
+            Map<?, ?> view = asMap(v, constant, name);
+            out.add(Arrays.asList(view.get("name"), view.get("oracle"), view.get("size")));
+        }
+        return out;
+    }
+
+    /** Check that the served constants realize the mechanism at the definition's epsilon. */
+    public static void checkDerived(Map<String, Object> def) {
+        String name = (String) def.get("name");
+        Map<?, ?> p = asMap(def.get("derived"), "derived", name);
+        double eps = ((Number) def.get("epsilon")).doubleValue();
+        String mechanism = (String) def.get("resolved_mechanism");
+        if ("hh".equals(mechanism)) {
+            List<?> depths = asList(p.get("depths"), 1, 64, "derived.depths", name);
+            long resolution = integer(p.get("resolution"), 2, 4096, "derived.resolution", name);
+            for (int i = 0; i < depths.size(); i++) {
+                String at = "derived.depths[" + i + "]";
+                Map<?, ?> depth = asMap(depths.get(i), at, name);
+                Object oracle = depth.get("oracle");
+                if (!"grr".equals(oracle) && !"olh".equals(oracle)) throw refuse(name, at + ".oracle", "bad depth oracle " + shown(oracle));
+                long nodes = integer(depth.get("nodes"), 2, 4096, at + ".nodes", name);
+                long perNode = integer(depth.get("leaves_per_node"), 1, 4096, at + ".leaves_per_node", name);
+                if ((resolution + perNode - 1) / perNode != nodes) throw refuse(name, at + ".nodes", "depths do not fit the resolution");
+                checkOracle(name, eps, (String) oracle, depth, nodes, at);
+            }
+        } else if (Sampling.VIEW_MECHANISMS.contains(mechanism)) {
+            checkViews(def, p, eps, name);
+        } else if ("prefix_sketch".equals(mechanism)) {
+            long maxLength = integer(p.get("max_length"), 1, 64, "derived.max_length", name);
+            if (!same(p.get("max_length"), def.get("max_length"))) throw refuse(name, "derived.max_length", "max_length differs");
+            integer(p.get("rows"), 1, 1 << 16, "derived.rows", name);
+            integer(p.get("estimation_rows"), 1, 1 << 16, "derived.estimation_rows", name);
+            Object seed = p.get("seed");
+            if (!(seed instanceof String) || !HEX16.matcher((String) seed).matches()) throw refuse(name, "derived.seed", "bad seed");
+            Object cut = p.containsKey("cut") ? p.get("cut") : "prefix";
+            if (!"prefix".equals(cut) && !"scaled".equals(cut)) throw refuse(name, "derived.cut", "unknown cut rule " + shown(cut));
+            List<?> weights = asList(p.get("weights"), (int) maxLength + 1, (int) maxLength + 1, "derived.weights", name);
+            long total = 0;
+            for (Object x : weights) total += integer(x, 1, 4294967296L, "derived.weights", name);
+            if (total > 4294967296L) throw refuse(name, "derived.weights", "the sketch weights sum above 2^32");
+            checkOracle(name, eps, "olh", p, 0, "derived");
+        } else if ("gaussian".equals(mechanism)) {
+            checkGaussian(def, p, name);
+        } else {
+            Object cats = def.get("categories");
+            checkOracle(name, eps, mechanism, p, cats instanceof List ? ((List<?>) cats).size() : 0, "derived");
+        }
+    }
+
+    private static void checkViews(Map<String, Object> def, Map<?, ?> p, double eps, String name) {
+        long cells = 1;
+        if (def.get("categories") != null) {
+            cells = ((List<?>) def.get("categories")).size();
+        } else {
+            for (Object dim : (List<?>) def.get("dimensions")) cells *= ((List<?>) ((List<?>) dim).get(1)).size();
+        }
+        List<?> views = asList(p.get("views"), 1, 255, "derived.views", name);
+        long payload = integer(p.get("payload"), 1, 1 << 16, "derived.payload", name);
+        for (int k = 0; k < views.size(); k++) {
+            String at = "derived.views[" + k + "]";
+            Map<?, ?> view = asMap(views.get(k), at, name);
+            Object oracle = view.get("oracle");
+            // The view oracles (ldpkit's STRUCTURED_ORACLES): the collector refuses any other.
+            if (!Arrays.asList("grr", "sue", "oue", "ss").contains(oracle)) {
+                throw refuse(name, at + ".oracle", shown(oracle) + " is not a view oracle");
+            }
+            long size = integer(view.get("size"), 2, 1 << 24, at + ".size", name);
+            prob(view, "until", at, name);
+            Object labels = view.get("labels");
+            boolean ok;
+            if (labels == null) {
+                ok = view.containsKey("labels") && size == cells;
+            } else {
+                ok = labels instanceof List && ((List<?>) labels).size() == cells;
+                if (ok) {
+                    for (Object l : (List<?>) labels) {
+                        Long v = asLong(l);
+                        if (v == null || v < 0 || v >= size) ok = false;
+                    }
+                }
+            }
+            if (!ok) throw refuse(name, at + ".labels", "bad labels of view " + shown(view.get("name")));
+            long bytes = "grr".equals(oracle) ? 4 : (size + 7) / 8;
+            if (bytes > payload) throw refuse(name, "derived.payload", "payload " + payload + " is smaller than view " + k + "'s report");
+            checkOracle(name, eps, (String) oracle, view, size, at);
+        }
+    }
+
+    private static void checkOracle(String name, double eps, String mechanism, Map<?, ?> p, long d, String at) {
+        double e = Math.exp(eps);
+        if ("grr".equals(mechanism) || "rr".equals(mechanism)) {
+            near(prob(p, "keep", at, name), e / (e + d - 1), at + ".keep", "e^eps / (e^eps + d - 1)", name);
+        } else if ("sue".equals(mechanism)) {
+            double h = Math.exp(eps / 2);
+            near(prob(p, "p", at, name), h / (h + 1), at + ".p", "e^(eps/2) / (e^(eps/2) + 1)", name);
+            near(prob(p, "q", at, name), 1 / (h + 1), at + ".q", "1 / (e^(eps/2) + 1)", name);
+        } else if ("oue".equals(mechanism)) {
+            near(prob(p, "p", at, name), 0.5, at + ".p", "1/2", name);
+            near(prob(p, "q", at, name), 1 / (e + 1), at + ".q", "1 / (e^eps + 1)", name);
+        } else if ("olh".equals(mechanism)) {
+            long g = integer(p.get("g"), 2, 4294967296L, at + ".g", name);
+            double keep = prob(p, "keep", at, name);
+            double formula = e / (e + g - 1);
+            if (!(Math.abs(keep - formula) <= TOLERANCE * formula)) {
+                // Which lies: a keep that is the formula's for another g names g.
+                double implied = e * (1 - keep) / keep + 1;
+                long other = Math.round(implied);
+                if (other >= 2 && other != g && Math.abs(implied - other) <= 1e-6 * other) {
+                    throw refuse(name, at + ".g", "served " + at + ".g = " + g + " does not fit " + at + ".keep " + keep + ", which is that of g = " + other);
+                }
+                near(keep, formula, at + ".keep", "e^eps / (e^eps + g - 1)", name);
+            }
+        } else if ("ss".equals(mechanism)) {
+            long k = integer(p.get("k"), 1, d - 1, at + ".k", name);
+            near(prob(p, "in", at, name), (k * e) / (k * e + d - k), at + ".in", "k e^eps / (k e^eps + d - k)", name);
+        } else if ("hr".equals(mechanism)) {
+            long columns = integer(p.get("K"), d + 1, 2 * d + 2, at + ".K", name);
+            if ((columns & (columns - 1)) != 0) throw refuse(name, at + ".K", at + ".K must be a power of 2");
+            near(prob(p, "keep", at, name), e / (e + 1), at + ".keep", "e^eps / (e^eps + 1)", name);
+        } else if ("duchi".equals(mechanism)) {
+            near(prob(p, "flip", at, name), 1 / (e + 1), at + ".flip", "1 / (e^eps + 1)", name);
+        } else if ("piecewise".equals(mechanism) || "hybrid".equals(mechanism)) {
+            checkGrid(name, eps, mechanism, p, at);
+        } else if ("laplace".equals(mechanism)) {
+            checkLaplace(name, eps, p, at);
+        } else {
+            throw refuse(name, "resolved_mechanism", "unknown mechanism " + shown(mechanism));
+        }
+    }
+
+    private static void checkGrid(String name, double eps, String mechanism, Map<?, ?> p, String at) {
+        double e = Math.exp(eps);
+        double h = Math.exp(eps / 2);
+        double q = prob(p, "outside", at, name);
+        near(q, 1 / (h + 1), at + ".outside", "1 / (e^(eps/2) + 1)", name);
+        double cPlus1 = real(p.get("c_plus_1"), at + ".c_plus_1", name);
+        double cMinus1 = real(p.get("c_minus_1"), at + ".c_minus_1", name);
+        double step = real(p.get("step"), at + ".step", name);
+        double wIn = real(p.get("w_in"), at + ".w_in", name);
+        double wOut = real(p.get("w_out"), at + ".w_out", name);
+        double c = real(p.get("c"), at + ".c", name);
+        // The density ratio inside/outside is what privacy rests on: at most e^eps.
+        double ratio = ((1 - q) / wIn) / (q / wOut);
+        if (!(ratio <= e * (1 + TOLERANCE))) throw refuse(name, at + ".w_in", "the served grid gives a ratio above e^eps");
+        near(cPlus1 - cMinus1, 2, at + ".c_plus_1", "C+1 - (C-1) = 2", name);
+        near(cPlus1 / cMinus1, h, at + ".c_minus_1", "(C+1)/(C-1) = e^(eps/2)", name);
+        near(wIn, cMinus1 / step, at + ".w_in", "(C - 1) / step", name);
+        near(wOut, cPlus1 / step, at + ".w_out", "(C + 1) / step", name);
+        near(c, ((cPlus1 + cMinus1) / 2) / step, at + ".c", "C / step", name);
+        long bound = integer(p.get("bound"), 1, 1 << 30, at + ".bound", name);
+        if ("hybrid".equals(mechanism)) {
+            near(prob(p, "flip", at, name), 1 / (e + 1), at + ".flip", "1 / (e^eps + 1)", name);
+            // PM's branch (ldpkit's HYBRID_THRESHOLD: Duchi's branch alone at eps <= 0.61).
+            double pm = eps > 0.61 ? -Math.expm1(-eps / 2) : 0;
+            double served = prob(p, "pm", at, name);
+            if (pm == 0 ? !"0000000000000000".equals(p.get("pm")) : !(Math.abs(served - pm) <= TOLERANCE * pm + Math.pow(2, -52))) {
+                throw refuse(name, at + ".pm", "served " + at + ".pm " + served + " is not " + pm);
+            }
+            integer(p.get("duchi_index"), 1, bound, at + ".duchi_index", name);
+        }
+    }
+
+    private static void checkLaplace(String name, double eps, Map<?, ?> p, String at) {
+        long steps = integer(p.get("grid_steps"), 65536, 65536, at + ".grid_steps", name);
+        double lam = eps / steps;
+        Object digits = p.get("digits");
+        if (!(digits instanceof List) || ((List<?>) digits).size() > 64) throw refuse(name, at + ".digits", "digits must be a list");
+        List<?> list = (List<?>) digits;
+        Map<String, Object> one = new HashMap<String, Object>();
+        for (int j = 0; j < list.size(); j++) {
+            one.put("digit", list.get(j));
+            String constant = at + ".digits[" + j + "]";
+            double served = prob(one, "digit", at, name);
+            near(served, 1 / (1 + Math.exp(lam * Math.pow(2, j))), constant, "1 / (1 + e^(2^j eps / D))", name);
+        }
+        near(prob(p, "block", at, name), Math.exp(-lam * Math.pow(2, list.size())), at + ".block", "e^(-2^J eps / D)", name);
+        double blockRate = lam * Math.pow(2, list.size());
+        if (!(blockRate >= Math.log(2) * 0.999 && blockRate < 2 * Math.log(2) * 1.001)) {
+            throw refuse(name, at + ".digits", "the geometric's digits do not cover its scale");
+        }
+        integer(p.get("cap"), 1, 1L << 52, at + ".cap", name);
+    }
+
+    /** erfc(x) to about 1e-14 relative: the series of erf below 2, Lentz's continued fraction above. */
+    public static double erfc(double x) {
+        if (x < 0) return 2 - erfc(-x);
+        if (x < 2) {
+            double term = x;
+            double sum = x;
+            for (int n = 1; Math.abs(term) > 1e-17 * Math.abs(sum); n++) {
+                term *= (-x * x) / n;
+                sum += term / (2 * n + 1);
+            }
+            return 1 - (2 / Math.sqrt(Math.PI)) * sum;
+        }
+        // erfc(x) = exp(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...)))).
+        double tiny = 1e-300;
+        double f = x;
+        double c = x;
+        double d = 0;
+        for (int n = 1; n < 500; n++) {
+            double a = n / 2.0;
+            d = x + a * d;
+            d = 1 / (Math.abs(d) < tiny ? tiny : d);
+            c = x + a / c;
+            double delta = c * d;
+            f *= delta;
+            if (Math.abs(delta - 1) < 1e-16) break;
+        }
+        return Math.exp(-x * x) / Math.sqrt(Math.PI) / f;
+    }
+
+    private static double phi(double z) {
+        return 0.5 * erfc(-z / Math.sqrt(2));
+    }
+
+    /** Balle and Wang's delta of N(0, sigma^2) noise at sensitivity 1 (docs/statistics.md). */
+    public static double gaussianDelta(double epsilon, double sigma) {
+        double a = 1 / (2 * sigma);
+        double b = epsilon * sigma;
+        return Math.max(0, phi(a - b) - Math.exp(epsilon) * phi(-a - b));
+    }
+
+    private static void checkGaussian(Map<String, Object> def, Map<?, ?> p, String name) {
+        Object delta = def.get("delta");
+        if (!(delta instanceof Number) || !(((Number) delta).doubleValue() > 0 && ((Number) delta).doubleValue() < 1)) {
+            throw refuse(name, "delta", "the Gaussian needs 0 < delta < 1");
+        }
+        double epsilon = ((Number) def.get("epsilon")).doubleValue();
+        integer(p.get("grid_steps"), 65536, 65536, "derived.grid_steps", name);
+        long t = integer(p.get("t"), 1, 9007199254740991L, "derived.t", name);
+        long m = integer(p.get("m"), 1, 9007199254740991L, "derived.m", name);
+        integer(p.get("cap"), 1, 9007199254740991L, "derived.cap", name);
+        // t = floor(s) + 1 and m = ceil(s^2 / t) put m in t - 2 .. t (else the proposal is
+        // far from the noise and rejection slow); privacy rests on sigma2 = t m alone.
+        if (m > t || m < t - 2) throw refuse(name, "derived.m", "derived.t and derived.m do not fit one noise parameter");
+        double sigma = Math.sqrt((double) t * (double) m) / 65536; // in units of the bounds' width
+        double d = ((Number) delta).doubleValue();
+        if (!(gaussianDelta(epsilon, sigma) <= d)) {
+            throw refuse(name, "derived.t", "the served noise sigma2 = derived.t * derived.m = " + t + " * " + m
+                    + " gives more than delta " + d + " at epsilon " + epsilon);
+        }
+    }
+
+    private static boolean strings(Object c) {
+        if (!(c instanceof List) || ((List<?>) c).size() < 2 || ((List<?>) c).size() > MAX_CATEGORIES) return false;
+        for (Object x : (List<?>) c) if (!(x instanceof String) || ((String) x).isEmpty()) return false;
+        return true;
+    }
+
+    /** A checked definition with its sampler, or a DefinitionException naming what is wrong. */
+    public static Definition prepare(Map<String, Object> raw) {
+        if (raw == null) throw new DefinitionException("a definition must be an object", null, null);
+        Object rawName = raw.get("name");
+        if (!(rawName instanceof String) || !NAME.matcher((String) rawName).matches()) {
+            String shownName = String.valueOf(rawName);
+            throw new DefinitionException("bad metric name " + shownName.substring(0, Math.min(80, shownName.length())), null, "name");
+        }
+        String name = (String) rawName;
+        Object mech = raw.get("resolved_mechanism");
+        if (!Sampling.MECHANISMS.contains(mech)) {
+            throw refuse(name, "resolved_mechanism", "mechanism " + shown(mech) + " is not supported by this client");
+        }
+        String mechanism = (String) mech;
+        String kind = Sampling.CATEGORICAL.contains(mechanism) ? "categorical" : KIND_OF.containsKey(mechanism) ? KIND_OF.get(mechanism) : "numeric";
+        if (!kind.equals(raw.get("kind"))) throw refuse(name, "kind", "kind does not fit its mechanism");
+        for (String key : new String[] {"epsilon", "budget"}) {
+            Object v = raw.get(key);
+            if (!(v instanceof Number) || !(((Number) v).doubleValue() > 0 && ((Number) v).doubleValue() <= 50)) {
+                throw refuse(name, key, "bad " + key);
+            }
+        }
+        double epsilon = ((Number) raw.get("epsilon")).doubleValue();
+        double budget = ((Number) raw.get("budget")).doubleValue();
+        if (budget < epsilon) throw refuse(name, "budget", "budget " + budget + " is smaller than the epsilon of one report");
+        if (!PERIODS.containsKey(raw.get("bucket"))) throw refuse(name, "bucket", "bad bucket or budget_period");
+        if (!PERIODS.containsKey(raw.get("budget_period"))) throw refuse(name, "budget_period", "bad bucket or budget_period");
+        List<String> categories = null;
+        double[] bounds = null;
+        List<Definition.Axis> axes = null;
+        if ("categorical".equals(kind) || "hierarchy".equals(kind)) {
+            if (!strings(raw.get("categories"))) throw refuse(name, "categories", "bad categories");
+            categories = stringList(raw.get("categories"));
+        } else if ("numeric".equals(kind) || "distribution".equals(kind)) {
+            bounds = checkBounds(raw.get("bounds"), name);
+        } else if ("table".equals(kind)) {
+            axes = checkDimensions(raw.get("dimensions"), name);
+        } else if (asLong(raw.get("max_length")) == null) {
+            throw refuse(name, "max_length", "bad max_length");
+        }
+        if (!(raw.get("derived") instanceof Map)) throw refuse(name, "derived", "no derived parameters (collector too old?)");
+        Object fp = raw.get("fingerprint");
+        if (!(fp instanceof String) || !HEX16.matcher((String) fp).matches()) throw refuse(name, "fingerprint", "bad fingerprint");
+        // The fingerprint of every kind: the canonical JSON is rebuilt with the schema of each
+        // kind's numbers (floats as Python writes them), then the sampler's constants must be
+        // those the fingerprinted parameters name.
+        String computed;
+        try {
+            computed = Canonical.fingerprint(raw);
+        } catch (CanonicalException err) {
+            throw new DefinitionException("metric " + name + ": cannot check the fingerprint: " + err.getMessage(), name, err.constant());
+        } catch (RuntimeException err) {
+            throw new DefinitionException("metric " + name + ": cannot check the fingerprint: " + err, name, "fingerprint");
+        }
+        if (!fp.equals(computed)) {
+            throw refuse(name, "fingerprint", "fingerprint " + fp + " is not that of its parameters (" + computed + ")");
+        }
+        Sampler sampler;
+        try {
+            if (raw.get("mechanism_params") != null) checkMechanismParams(raw);
+            checkDerived(raw);
+            sampler = Sampling.sampler(raw);
+        } catch (DefinitionException err) {
+            throw err;
+        } catch (RuntimeException err) {
+            throw new DefinitionException("metric " + name + ": bad derived parameters: " + err.getMessage(), name, "derived");
+        }
+        Map<String, Integer> index = null;
+        if (categories != null) index = indexOf(categories);
+        return new Definition(new LinkedHashMap<String, Object>(raw), kind, categories, bounds, axes, index, sampler);
+    }
+
+    private static double[] checkBounds(Object b, String name) {
+        if (!(b instanceof List) || ((List<?>) b).size() != 2) throw refuse(name, "bounds", "bad bounds");
+        List<?> list = (List<?>) b;
+        for (Object x : list) {
+            if (!(x instanceof Number) || Double.isNaN(((Number) x).doubleValue()) || Double.isInfinite(((Number) x).doubleValue())) {
+                throw refuse(name, "bounds", "bad bounds");
+            }
+        }
+        double lo = ((Number) list.get(0)).doubleValue();
+        double hi = ((Number) list.get(1)).doubleValue();
+        if (!(lo < hi)) throw refuse(name, "bounds", "bad bounds");
+        return new double[] {lo, hi};
+    }
+
+    private static List<Definition.Axis> checkDimensions(Object dims, String name) {
+        if (!(dims instanceof List) || ((List<?>) dims).isEmpty()) throw refuse(name, "dimensions", "bad dimensions");
+        List<Definition.Axis> axes = new ArrayList<Definition.Axis>();
+        for (Object d : (List<?>) dims) {
+            if (!(d instanceof List) || ((List<?>) d).size() < 2 || !(((List<?>) d).get(0) instanceof String) || !strings(((List<?>) d).get(1))) {
+                throw refuse(name, "dimensions", "bad dimensions");
+            }
+            List<String> cats = stringList(((List<?>) d).get(1));
+            axes.add(new Definition.Axis((String) ((List<?>) d).get(0), cats, indexOf(cats)));
+        }
+        return axes;
+    }
+
+    private static List<String> stringList(Object value) {
+        List<String> out = new ArrayList<String>();
+        for (Object x : (List<?>) value) out.add((String) x);
+        return out;
+    }
+
+    private static Map<String, Integer> indexOf(List<String> categories) {
+        Map<String, Integer> index = new HashMap<String, Integer>();
+        for (int i = 0; i < categories.size(); i++) if (!index.containsKey(categories.get(i))) index.put(categories.get(i), i);
+        return index;
+    }
+
+    /**
+     * The most reports of a definition's version one device's ledger lets it queue for one
+     * bucket (docs/protocol.md, "Token roles"), computed exactly as ldpkit's
+     * MetricDefinition.device_cap.
+     */
+    public static long deviceCap(Definition def) {
+        double budget = def.budget * (1 + BUDGET_SLACK) + BUDGET_SLACK;
+        long fresh = (long) Math.floor((budget / def.epsilon) * (1 + BUDGET_SLACK));
+        return fresh * Math.max(1, PERIODS.get(def.bucket) / PERIODS.get(def.budgetPeriod));
+    }
+
+    /** A number as JavaScript writes it in a message (1, not 1.0). */
+    static String jsNumber(double x) {
+        if (x == Math.floor(x) && Math.abs(x) < 1e21) return String.valueOf((long) x);
+        return Canonical.pyFloat(x);
+    }
+
+    /** A value for an error message: JSON (a string quoted), cut to 80 characters. */
+    static String shown(Object value) {
+        String text;
+        if (value instanceof Number && !(value instanceof Double || value instanceof Float)) {
+            text = String.valueOf(value);
+        } else if (value instanceof Double || value instanceof Float) {
+            double x = ((Number) value).doubleValue();
+            text = Double.isNaN(x) || Double.isInfinite(x) ? "null" : jsNumber(x);
+        } else {
+            try {
+                text = Json.write(value);
+            } catch (RuntimeException notJson) {
+                text = String.valueOf(value);
+            }
+        }
+        return text.length() > 80 ? text.substring(0, 80) : text;
+    }
+
+    private static String typeName(Object value) {
+        if (value == null) return "object";
+        if (value instanceof String) return "string";
+        if (value instanceof Boolean) return "boolean";
+        if (value instanceof Number) return "number";
+        return "object";
+    }
+
+    /** A mechanism input: a category or cell index (Long), a clipped number (Double), or UTF-8 bytes. */
+    public static final class Encoded {
+        public final Object input;
+        /** Whether a number was clipped to the bounds. */
+        public final boolean clipped;
+
+        Encoded(Object input, boolean clipped) {
+            this.input = input;
+            this.clipped = clipped;
+        }
+    }
+
+    /** The mechanism input of a raw value, or a ParameterException in the Python client's words. */
+    public static Encoded encodeValue(Definition def, Object value) {
+        if ("table".equals(def.kind)) return encodeRow(def, value);
+        if ("strings".equals(def.kind)) {
+            if (!(value instanceof String) || !wellFormed((String) value)) {
+                throw new ParameterException("metric " + def.name + " takes a (well-formed) string, got " + shown(value), def.name);
+            }
+            byte[] bytes = ((String) value).getBytes(StandardCharsets.UTF_8);
+            if (bytes.length > def.maxLength) {
+                throw new ParameterException(shown(value) + " is " + bytes.length + " bytes in UTF-8, longer than max_length = "
+                        + def.maxLength + "; nothing was recorded", def.name);
+            }
+            return new Encoded(bytes, false);
+        }
+        if (def.index != null) {
+            if (!(value instanceof String)) {
+                throw new ParameterException("metric " + def.name + " takes one of its categories (a string), got " + shown(value), def.name);
+            }
+            Integer i = def.index.get(value);
+            if (i == null) {
+                List<String> cats = def.categories;
+                StringBuilder expected = new StringBuilder();
+                for (int k = 0; k < Math.min(20, cats.size()); k++) expected.append(k > 0 ? ", " : "").append(cats.get(k));
+                if (cats.size() > 20) expected.append("...");
+                throw new ParameterException(shown(value) + " is not a category of metric " + def.name + "; expected one of " + expected, def.name);
+            }
+            return new Encoded(Long.valueOf(i), false);
+        }
+        double lo = def.bounds[0];
+        double hi = def.bounds[1];
+        if (!(value instanceof Number)) {
+            throw new ParameterException("metric " + def.name + " takes a number in [" + jsNumber(lo) + ", " + jsNumber(hi) + "], got "
+                    + typeName(value) + " " + shown(value), def.name);
+        }
+        double x = ((Number) value).doubleValue();
+        if (Double.isNaN(x) || Double.isInfinite(x)) {
+            throw new ParameterException("metric " + def.name + " takes a finite number, got " + x, def.name);
+        }
+        double input = Math.min(Math.max(x, lo), hi); // the distribution's leaf comes from it
+        return new Encoded(Double.valueOf(input), input != x);
+    }
+
+    private static Encoded encodeRow(Definition def, Object value) {
+        StringBuilder names = new StringBuilder();
+        for (Definition.Axis a : def.axes) names.append(names.length() > 0 ? ", " : "").append(a.axis);
+        if (!(value instanceof Map) || ((Map<?, ?>) value).size() != def.axes.size()) {
+            throw new ParameterException("metric " + def.name + " takes one category per attribute (" + names + "), got " + shown(value), def.name);
+        }
+        Map<?, ?> row = (Map<?, ?>) value;
+        long cell = 0;
+        for (Definition.Axis a : def.axes) {
+            Object category = row.get(a.axis);
+            Integer i = row.containsKey(a.axis) && category instanceof String ? a.index.get(category) : null;
+            if (i == null) {
+                throw new ParameterException(shown(category) + " is not a category of attribute " + a.axis + " of metric " + def.name, def.name);
+            }
+            cell = cell * a.index.size() + i;
+        }
+        return new Encoded(Long.valueOf(cell), false);
+    }
+
+    private static boolean wellFormed(String s) {
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (Character.isHighSurrogate(c)) {
+                if (i + 1 >= s.length() || !Character.isLowSurrogate(s.charAt(i + 1))) return false;
+                i++;
+            } else if (Character.isLowSurrogate(c)) {
+                return false;
+            }
+        }
+        return true;
+    }
+}
