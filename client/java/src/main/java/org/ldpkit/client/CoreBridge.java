@@ -7,7 +7,7 @@ import java.util.List;
  * place, plus the few helpers the core does not have (period lengths, a join).
  */
 final class CoreBridge {
-    static final double BUDGET_SLACK = 1e-9;
+    static final double BUDGET_SLACK = Definitions.BUDGET_SLACK;
     static final int ID_SIZE = Wire.ID_SIZE;
     static final String CONTENT_TYPE = Wire.CONTENT_TYPE;
 
@@ -24,8 +24,10 @@ final class CoreBridge {
         }
     }
 
+    @SuppressWarnings("unchecked")
     static Definition prepare(Object raw) {
-        return Definitions.prepare(raw);
+        if (!(raw instanceof java.util.Map)) throw new DefinitionException("a definition must be an object", null, null);
+        return Definitions.prepare((java.util.Map<String, Object>) raw);
     }
 
     static Encoded encode(Definition def, Object value) {

@@ -111,7 +111,9 @@ final class Http {
         for (Map.Entry<String, String> h : headers.entrySet()) conn.setRequestProperty(h.getKey(), h.getValue());
         if (body != null) {
             conn.setDoOutput(true);
-            conn.setFixedLengthStreamingMode(body.length);
+            // Not in streaming mode: a 401 answer's body would be lost (HttpRetryException).
+            // The JDK may send a POST again on a dead kept-alive connection: a sealed batch
+            // is counted once however often it arrives.
             OutputStream out = conn.getOutputStream();
             try {
                 out.write(body);

@@ -318,6 +318,11 @@ public final class Reporter implements java.io.Closeable {
                 Object list = ((Map<?, ?>) doc).get("list");
                 Object tag = ((Map<?, ?>) doc).get("etag");
                 etag = tag instanceof String ? (String) tag : null;
+                // Fetched less than a minute ago (by this device's clock): not again at once.
+                Object fetched = ((Map<?, ?>) doc).get("fetched");
+                if (fetched instanceof Number && ((Number) fetched).doubleValue() <= clock.seconds()) {
+                    lastRefresh = ((Number) fetched).doubleValue();
+                }
                 if (list instanceof List) {
                     @SuppressWarnings("unchecked")
                     List<Object> l = (List<Object>) list;
@@ -361,11 +366,7 @@ public final class Reporter implements java.io.Closeable {
     /** The definitions document as stored ({"list", "etag"}), or null before the first fetch. */
     public byte[] cachedDefinitions() {
         synchronized (lock) {
-            if (cachedList == null) return null;
-            Map<String, Object> doc = new LinkedHashMap<String, Object>();
-            doc.put("list", cachedList);
-            doc.put("etag", etag);
-            return Json.write(doc).getBytes(State.UTF8);
+            return cachedList == null ? null : cachedDefinitions0();
         }
     }
 
@@ -461,6 +462,7 @@ public final class Reporter implements java.io.Closeable {
         Map<String, Object> doc = new LinkedHashMap<String, Object>();
         doc.put("list", cachedList);
         doc.put("etag", etag);
+        doc.put("fetched", lastRefresh);
         return Json.write(doc).getBytes(State.UTF8);
     }
 

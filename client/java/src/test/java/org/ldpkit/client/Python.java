@@ -21,7 +21,7 @@ final class Python {
     private static String find() {
         String env = System.getenv("LDPKIT_PYTHON");
         if (env != null && !env.isEmpty()) return env;
-        File venv = new File(javaDir(), "../../.venv/bin/python");
+        File venv = new File(repo(), ".venv/bin/python");
         return venv.exists() ? venv.getAbsolutePath() : "python3";
     }
 
@@ -33,7 +33,8 @@ final class Python {
 
     /** The repository's root. */
     static File repo() {
-        return new File(javaDir(), "../..");
+        String root = System.getProperty("ldpkit.root");
+        return root != null ? new File(root) : new File(javaDir(), "../..");
     }
 
     /** The outcome of {@code ldpkit <args>}. */
