@@ -323,6 +323,8 @@ public final class Reporter implements java.io.Closeable {
                 if (fetched instanceof Number && ((Number) fetched).doubleValue() <= clock.seconds()) {
                     lastRefresh = ((Number) fetched).doubleValue();
                 }
+                Object role = ((Map<?, ?>) doc).get("role"); // what that fetch said the token is
+                for (String known : ROLES) if (known.equals(role)) tokenRole = known;
                 if (list instanceof List) {
                     @SuppressWarnings("unchecked")
                     List<Object> l = (List<Object>) list;
@@ -463,6 +465,7 @@ public final class Reporter implements java.io.Closeable {
         doc.put("list", cachedList);
         doc.put("etag", etag);
         doc.put("fetched", lastRefresh);
+        doc.put("role", tokenRole);
         return Json.write(doc).getBytes(State.UTF8);
     }
 
