@@ -27,21 +27,23 @@ class KillTest {
                 "[metrics.clicks]\ncategories = [\"a\", \"b\"]\nepsilon = 0.1\nbudget = 50.0\n", "")) {
             File dir = Files.createTempDirectory("ldpkit-kill-").toFile();
             String java = new File(new File(System.getProperty("java.home"), "bin"), "java").getPath();
-            ProcessBuilder pb = new ProcessBuilder(Arrays.asList(java, "-cp", System.getProperty("java.class.path"),
+            ProcessBuilder pb = new ProcessBuilder(Arrays.asList(java, "-cp", classPath(),
                     KillChild.class.getName(), collector.url, dir.getPath(), String.valueOf(REPORTS)));
             pb.redirectErrorStream(true);
             Process child = pb.start();
             int queued = 0;
             boolean flushing = false;
+            StringBuilder said = new StringBuilder();
             try (BufferedReader out = new BufferedReader(new InputStreamReader(child.getInputStream(), StandardCharsets.UTF_8))) {
                 for (String line; (line = out.readLine()) != null; ) {
                     if (line.startsWith("queued ")) queued++;
+                    else said.append(line).append('\n');
                     if (line.equals("flushing")) {
                         flushing = true;
                         break;
                     }
                 }
-                assertTrue(flushing, "the child never flushed");
+                assertTrue(flushing, "the child never flushed:\n" + said);
                 // Kill it once the collector counted some of its batches, not all of them.
                 long counted = 0;
                 while (counted == 0) counted = count(collector);
@@ -62,6 +64,13 @@ class KillTest {
             assertEquals(left, sent.sent() + sent.duplicates(), sent.toString());
             after.close();
         }
+    }
+
+    /** The classes of the library and of the tests (the console launcher's class path). */
+    static String classPath() throws Exception {
+        return new File(Reporter.class.getProtectionDomain().getCodeSource().getLocation().toURI()).getPath()
+                + File.pathSeparator
+                + new File(KillChild.class.getProtectionDomain().getCodeSource().getLocation().toURI()).getPath();
     }
 
     static long count(Collector collector) throws Exception {
