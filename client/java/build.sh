@@ -23,6 +23,13 @@ if [ ! -f "$junit" ]; then
 fi
 find "$here/src/test/java" -name '*.java' > "$build/test-sources"
 javac -encoding UTF-8 -d "$build/test-classes" -cp "$build/classes:$junit" @"$build/test-sources"
+status=0
 java -Dldpkit.root="$root" ${JAVA_TEST_OPTS:-} -jar "$junit" \
     --class-path "$build/classes:$build/test-classes" --scan-class-path \
-    --disable-banner --details=summary --fail-if-no-tests ${JUNIT_ARGS:-}
+    --disable-banner --disable-ansi-colors --details=summary --fail-if-no-tests ${JUNIT_ARGS:-} \
+    | tee "$build/junit.txt" || status=$?
+# The plain closing line a CI log reader counts ("java: N passed, N failed").
+passed=$(sed -n 's/^\[ *\([0-9]*\) tests successful *\]$/\1/p' "$build/junit.txt")
+failed=$(sed -n 's/^\[ *\([0-9]*\) tests failed *\]$/\1/p' "$build/junit.txt")
+echo "java: ${passed:-0} passed, ${failed:-0} failed"
+exit "$status"

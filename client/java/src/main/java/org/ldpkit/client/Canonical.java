@@ -321,10 +321,10 @@ public final class Canonical {
             if ("prefix_sketch".equals(definition.get("resolved_mechanism")) && mp.containsKey("seed")) {
                 Object derived = definition.get("derived");
                 Object hex = derived instanceof Map ? ((Map<?, ?>) derived).get("seed") : null;
-                if (!(hex instanceof String) || !((String) hex).matches("[0-9a-f]{16}")) {
+                if (!Definitions.isHex16(hex)) {
                     throw new CanonicalException("metric " + definition.get("name") + ": derived.seed must be 16 hex digits", "derived.seed");
                 }
-                mp.put("seed", new RawNumber(Long.toUnsignedString(Long.parseUnsignedLong((String) hex, 16))));
+                mp.put("seed", new RawNumber(Unsigned.toDecimal(Unsigned.parseHex16((String) hex))));
             }
             params.put("mechanism_params", mp);
         }

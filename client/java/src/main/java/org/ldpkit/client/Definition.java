@@ -56,7 +56,8 @@ public final class Definition {
         this.epsilon = ((Number) raw.get("epsilon")).doubleValue();
         Object d = raw.get("delta");
         this.delta = d instanceof Number ? ((Number) d).doubleValue() : 0.0;
-        this.budget = ((Number) raw.get("budget")).doubleValue();
+        Object b = raw.get("budget");
+        this.budget = b instanceof Number ? ((Number) b).doubleValue() : Double.NaN;
         this.bucket = (String) raw.get("bucket");
         this.budgetPeriod = (String) raw.get("budget_period");
         this.fingerprint = (String) raw.get("fingerprint");

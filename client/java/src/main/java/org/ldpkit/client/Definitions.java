@@ -8,7 +8,6 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.regex.Pattern;
 
 /**
  * Metric definitions as served by GET /v1/metrics: checked before use (docs/protocol.md,
@@ -21,7 +20,24 @@ public final class Definitions {
     private Definitions() {
     }
 
-    public static final Pattern NAME = Pattern.compile("[a-z][a-z0-9_.-]{0,63}");
+    /** A metric name: [a-z][a-z0-9_.-]{0,63}. */
+    public static boolean validName(Object name) {
+        if (!(name instanceof String)) return false;
+        String s = (String) name;
+        if (s.isEmpty() || s.length() > 64 || s.charAt(0) < 'a' || s.charAt(0) > 'z') return false;
+        for (int i = 1; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-')) return false;
+        }
+        return true;
+    }
+
+    /** 16 lowercase hex digits (a threshold, a seed, a fingerprint). */
+    public static boolean isHex16(Object value) {
+        if (!(value instanceof String) || ((String) value).length() != 16) return false;
+        for (char c : ((String) value).toCharArray()) if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+        return true;
+    }
     /** Seconds of each period. */
     public static final Map<String, Long> PERIODS;
 
@@ -40,7 +56,6 @@ public final class Definitions {
     public static final double BUDGET_SLACK = 1e-9;
     private static final int MAX_CATEGORIES = 65536;
     private static final double TOLERANCE = 1e-9; // relative slack between a served threshold and its formula
-    private static final Pattern HEX16 = Pattern.compile("[0-9a-f]{16}");
 
     /** The kind each mechanism serves (categorical and numeric: their own lists). */
     private static final Map<String, String> KIND_OF = new HashMap<String, String>();
@@ -60,10 +75,10 @@ public final class Definitions {
 
     private static double prob(Map<?, ?> p, String key, String at, String name) {
         Object hex = p.get(key);
-        if (!(hex instanceof String) || !HEX16.matcher((String) hex).matches()) {
+        if (!isHex16(hex)) {
             throw refuse(name, at + "." + key, at + "." + key + " must be a threshold (16 lowercase hex digits), got " + shown(hex));
         }
-        return Sampling.probability(Long.parseUnsignedLong((String) hex, 16));
+        return Sampling.probability(Unsigned.parseHex16((String) hex));
     }
 
     private static void near(double served, double formula, String constant, String what, String name) {
@@ -168,12 +183,46 @@ public final class Definitions {
         return out;
     }
 
+    /** The keys of derived (or of a depth or view of it) each mechanism's sampler knows. */
+    private static final Map<String, List<String>> KEYS = new HashMap<String, List<String>>();
+
+    static {
+        KEYS.put("grr", Arrays.asList("keep"));
+        KEYS.put("rr", Arrays.asList("keep"));
+        KEYS.put("sue", Arrays.asList("p", "q"));
+        KEYS.put("oue", Arrays.asList("p", "q"));
+        KEYS.put("olh", Arrays.asList("g", "keep"));
+        KEYS.put("ss", Arrays.asList("k", "in"));
+        KEYS.put("hr", Arrays.asList("K", "keep"));
+        KEYS.put("duchi", Arrays.asList("flip", "scale"));
+        KEYS.put("piecewise", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale"));
+        KEYS.put("hybrid", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale",
+                "pm", "flip", "duchi_index"));
+        KEYS.put("laplace", Arrays.asList("grid_steps", "cap", "digits", "block"));
+        KEYS.put("gaussian", Arrays.asList("grid_steps", "cap", "t", "m"));
+        KEYS.put("hh", Arrays.asList("resolution", "depths"));
+        KEYS.put("depth", Arrays.asList("leaves_per_node", "nodes", "oracle"));
+        KEYS.put("views", Arrays.asList("payload", "views"));
+        KEYS.put("view", Arrays.asList("name", "oracle", "size", "until", "labels"));
+        KEYS.put("prefix_sketch", Arrays.asList("max_length", "rows", "estimation_rows", "g", "seed", "weights", "keep", "cut"));
+    }
+
+    /** A served constant this client does not know means a newer protocol: refused, naming it. */
+    private static void knownKeys(Map<?, ?> p, String at, String name, String family, String oracle) {
+        for (Object key : p.keySet()) {
+            if (KEYS.get(family).contains(key) || (oracle != null && KEYS.get(oracle).contains(key))) continue;
+            String constant = at + "." + key;
+            throw refuse(name, constant, "served " + constant + " is a constant this client does not know (a newer protocol?)");
+        }
+    }
+
     /** Check that the served constants realize the mechanism at the definition's epsilon. */
     public static void checkDerived(Map<String, Object> def) {
         String name = (String) def.get("name");
         Map<?, ?> p = asMap(def.get("derived"), "derived", name);
         double eps = ((Number) def.get("epsilon")).doubleValue();
         String mechanism = (String) def.get("resolved_mechanism");
+        knownKeys(p, "derived", name, Sampling.VIEW_MECHANISMS.contains(mechanism) ? "views" : mechanism, null);
         if ("hh".equals(mechanism)) {
             List<?> depths = asList(p.get("depths"), 1, 64, "derived.depths", name);
             long resolution = integer(p.get("resolution"), 2, 4096, "derived.resolution", name);
@@ -182,6 +231,7 @@ public final class Definitions {
                 Map<?, ?> depth = asMap(depths.get(i), at, name);
                 Object oracle = depth.get("oracle");
                 if (!"grr".equals(oracle) && !"olh".equals(oracle)) throw refuse(name, at + ".oracle", "bad depth oracle " + shown(oracle));
+                knownKeys(depth, at, name, "depth", (String) oracle);
                 long nodes = integer(depth.get("nodes"), 2, 4096, at + ".nodes", name);
                 long perNode = integer(depth.get("leaves_per_node"), 1, 4096, at + ".leaves_per_node", name);
                 if ((resolution + perNode - 1) / perNode != nodes) throw refuse(name, at + ".nodes", "depths do not fit the resolution");
@@ -195,7 +245,7 @@ public final class Definitions {
             integer(p.get("rows"), 1, 1 << 16, "derived.rows", name);
             integer(p.get("estimation_rows"), 1, 1 << 16, "derived.estimation_rows", name);
             Object seed = p.get("seed");
-            if (!(seed instanceof String) || !HEX16.matcher((String) seed).matches()) throw refuse(name, "derived.seed", "bad seed");
+            if (!isHex16(seed)) throw refuse(name, "derived.seed", "bad seed");
             Object cut = p.containsKey("cut") ? p.get("cut") : "prefix";
             if (!"prefix".equals(cut) && !"scaled".equals(cut)) throw refuse(name, "derived.cut", "unknown cut rule " + shown(cut));
             List<?> weights = asList(p.get("weights"), (int) maxLength + 1, (int) maxLength + 1, "derived.weights", name);
@@ -226,8 +276,9 @@ public final class Definitions {
             Object oracle = view.get("oracle");
             // The view oracles (ldpkit's STRUCTURED_ORACLES): the collector refuses any other.
             if (!Arrays.asList("grr", "sue", "oue", "ss").contains(oracle)) {
-                throw refuse(name, at + ".oracle", shown(oracle) + " is not a view oracle");
+                throw refuse(name, at + ".oracle", String.valueOf(oracle) + " is not a view oracle");
             }
+            knownKeys(view, at, name, "view", (String) oracle);
             long size = integer(view.get("size"), 2, 1 << 24, at + ".size", name);
             prob(view, "until", at, name);
             Object labels = view.get("labels");
@@ -416,7 +467,7 @@ public final class Definitions {
     public static Definition prepare(Map<String, Object> raw) {
         if (raw == null) throw new DefinitionException("a definition must be an object", null, null);
         Object rawName = raw.get("name");
-        if (!(rawName instanceof String) || !NAME.matcher((String) rawName).matches()) {
+        if (!validName(rawName)) {
             String shownName = String.valueOf(rawName);
             throw new DefinitionException("bad metric name " + shownName.substring(0, Math.min(80, shownName.length())), null, "name");
         }
@@ -454,7 +505,7 @@ public final class Definitions {
         }
         if (!(raw.get("derived") instanceof Map)) throw refuse(name, "derived", "no derived parameters (collector too old?)");
         Object fp = raw.get("fingerprint");
-        if (!(fp instanceof String) || !HEX16.matcher((String) fp).matches()) throw refuse(name, "fingerprint", "bad fingerprint");
+        if (!isHex16(fp)) throw refuse(name, "fingerprint", "bad fingerprint");
         // The fingerprint of every kind: the canonical JSON is rebuilt with the schema of each
         // kind's numbers (floats as Python writes them), then the sampler's constants must be
         // those the fingerprinted parameters name.
@@ -482,6 +533,20 @@ public final class Definitions {
         Map<String, Integer> index = null;
         if (categories != null) index = indexOf(categories);
         return new Definition(new LinkedHashMap<String, Object>(raw), kind, categories, bounds, axes, index, sampler);
+    }
+
+    /**
+     * A definition built WITHOUT any verification (the sampling test vectors, which carry
+     * no fingerprint or budget): never for served definitions, which go through {@link #prepare}.
+     */
+    static Definition unchecked(Map<String, Object> raw) {
+        String kind = (String) raw.get("kind");
+        String name = String.valueOf(raw.get("name"));
+        List<String> categories = raw.get("categories") == null ? null : stringList(raw.get("categories"));
+        double[] bounds = raw.get("bounds") == null ? null : checkBounds(raw.get("bounds"), name);
+        List<Definition.Axis> axes = raw.get("dimensions") == null ? null : checkDimensions(raw.get("dimensions"), name);
+        return new Definition(new LinkedHashMap<String, Object>(raw), kind, categories, bounds, axes,
+                categories == null ? null : indexOf(categories), Sampling.sampler(raw));
     }
 
     private static double[] checkBounds(Object b, String name) {

@@ -29,10 +29,10 @@ public final class Sampling {
 
     /** A 64-bit threshold (16 lowercase hex digits) as an unsigned long. */
     public static long threshold(Object hex) {
-        if (!(hex instanceof String) || !((String) hex).matches("[0-9a-f]{16}")) {
+        if (!Definitions.isHex16(hex)) {
             throw new IllegalArgumentException("a threshold must be 16 lowercase hex digits, got " + hex);
         }
-        return Long.parseUnsignedLong((String) hex, 16);
+        return Unsigned.parseHex16((String) hex);
     }
 
     /** A threshold as the probability T / 2^64 (the nearest double). */
@@ -48,7 +48,7 @@ public final class Sampling {
     }
 
     static boolean coin(Words w, long t) {
-        return Long.compareUnsigned(u64(w), t) < 0;
+        return Unsigned.compare(u64(w), t) < 0;
     }
 
     static double uniform(Words w) {
@@ -113,7 +113,7 @@ public final class Sampling {
             if (!taylor(w, U128.of(u), bigT)) continue;
             long v = 0;
             while (taylor(w, U128.ONE, U128.ONE)) v++;
-            long x = Math.addExact(u, Math.multiplyExact(t, v));
+            long x = Unsigned.addChecked(u, Unsigned.multiplyChecked(t, v));
             boolean negative = below(w, 2) == 1;
             if (negative && x == 0) continue;
             return negative ? -x : x;
@@ -456,7 +456,7 @@ public final class Sampling {
                 long cell = index(input);
                 long draw = u64(w);
                 int k = 0;
-                while (k < count - 1 && Long.compareUnsigned(draw, until[k]) >= 0) k++;
+                while (k < count - 1 && Unsigned.compare(draw, until[k]) >= 0) k++;
                 long item = labels[k] == null ? cell : labels[k][(int) cell];
                 byte[] body = samplers[k].sample(Long.valueOf(item), w);
                 byte[] out = new byte[1 + payload];

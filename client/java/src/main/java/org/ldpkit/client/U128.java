@@ -48,20 +48,20 @@ final class U128 implements Comparable<U128> {
 
     U128 add(U128 o) {
         long l = lo + o.lo;
-        long carry = Long.compareUnsigned(l, lo) < 0 ? 1 : 0;
+        long carry = Unsigned.compare(l, lo) < 0 ? 1 : 0;
         return new U128(hi + o.hi + carry, l);
     }
 
     U128 subtract(U128 o) {
         long l = lo - o.lo;
-        long borrow = Long.compareUnsigned(lo, o.lo) < 0 ? 1 : 0;
+        long borrow = Unsigned.compare(lo, o.lo) < 0 ? 1 : 0;
         return new U128(hi - o.hi - borrow, l);
     }
 
     @Override
     public int compareTo(U128 o) {
-        int c = Long.compareUnsigned(hi, o.hi);
-        return c != 0 ? c : Long.compareUnsigned(lo, o.lo);
+        int c = Unsigned.compare(hi, o.hi);
+        return c != 0 ? c : Unsigned.compare(lo, o.lo);
     }
 
     int bitLength() {
@@ -75,8 +75,8 @@ final class U128 implements Comparable<U128> {
     /** {quotient, remainder} of this / d, d not zero (shift and subtract). */
     U128[] divide(U128 d) {
         if (d.isZero()) throw new ArithmeticException("division by zero");
-        if (hi == 0 && d.hi == 0) {
-            return new U128[] {new U128(0, Long.divideUnsigned(lo, d.lo)), new U128(0, Long.remainderUnsigned(lo, d.lo))};
+        if (hi == 0 && d.hi == 0 && lo >= 0 && d.lo > 0) {
+            return new U128[] {new U128(0, lo / d.lo), new U128(0, lo % d.lo)};
         }
         U128 q = ZERO;
         U128 r = ZERO;

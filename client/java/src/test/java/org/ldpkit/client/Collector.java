@@ -93,7 +93,7 @@ final class Collector implements AutoCloseable {
         int status = c.getResponseCode();
         InputStream in = status >= 400 ? c.getErrorStream() : c.getInputStream();
         ByteArrayOutputStream out = new ByteArrayOutputStream();
-        Python.copy(in, out);
+        Python.drain(in, out);
         String body = out.toString("UTF-8");
         if (status != 200) throw new IOException(path + ": " + status + " " + body);
         return body;

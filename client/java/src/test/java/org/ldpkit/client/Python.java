@@ -4,37 +4,68 @@ import java.io.ByteArrayOutputStream;
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 
 /**
- * Running ldpkit's Python side from the Java tests (a collector, the conformance kit):
- * $LDPKIT_PYTHON, else the repository's .venv (../../.venv/bin/python from client/java),
- * else python3 with ldpkit installed. The JavaScript tests' python.js.
+ * Running ldpkit's Python side from the Java tests (as client/js/test/python.js):
+ * $LDPKIT_PYTHON, else the repository's .venv, else python3 (with ldpkit installed).
  */
 final class Python {
-    static final String PYTHON = find();
-
-    private Python() {}
-
-    private static String find() {
-        String env = System.getenv("LDPKIT_PYTHON");
-        if (env != null && !env.isEmpty()) return env;
-        File venv = new File(repo(), ".venv/bin/python");
-        return venv.exists() ? venv.getAbsolutePath() : "python3";
+    private Python() {
     }
 
-    /** client/java (the tests run from there, or with -Dldpkit.java.dir). */
-    static File javaDir() {
-        String dir = System.getProperty("ldpkit.java.dir");
-        return new File(dir != null ? dir : System.getProperty("user.dir"));
+    static String executable() {
+        String given = System.getenv("LDPKIT_PYTHON");
+        if (given != null && !given.isEmpty()) return given;
+        File venv = new File(Docs.root(), ".venv/bin/python");
+        return venv.isFile() ? venv.getPath() : "python3";
     }
+
+    /** The standard output of {@code python -c code}; fails the test, saying why, if Python fails. */
+    static String run(String code) {
+        ProcessBuilder pb = new ProcessBuilder(Arrays.asList(executable(), "-c", code));
+        pb.redirectErrorStream(false);
+        try {
+            Process p = pb.start();
+            p.getOutputStream().close();
+            final InputStream err = p.getErrorStream();
+            final ByteArrayOutputStream errBytes = new ByteArrayOutputStream();
+            Thread drain = new Thread(() -> copy(err, errBytes));
+            drain.start();
+            ByteArrayOutputStream out = new ByteArrayOutputStream();
+            copy(p.getInputStream(), out);
+            int status = p.waitFor();
+            drain.join();
+            if (status != 0) {
+                throw new AssertionError("these tests run ldpkit's Python side with " + executable() + ", which failed "
+                        + "(create the repository's venv first: python3 -m venv .venv && .venv/bin/pip install -e '.[dev]', "
+                        + "or set LDPKIT_PYTHON):\n" + new String(errBytes.toByteArray(), StandardCharsets.UTF_8));
+            }
+            return new String(out.toByteArray(), StandardCharsets.UTF_8);
+        } catch (IOException | InterruptedException e) {
+            throw new AssertionError("cannot run " + executable() + ": " + e, e);
+        }
+    }
+
+    private static void copy(InputStream in, ByteArrayOutputStream out) {
+        byte[] buffer = new byte[65536];
+        try {
+            for (int n; (n = in.read(buffer)) > 0;) out.write(buffer, 0, n);
+        } catch (IOException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    // ---- the reporter's tests: a collector, the conformance kit ------------------------
+
+    static final String PYTHON = executable();
 
     /** The repository's root. */
     static File repo() {
-        String root = System.getProperty("ldpkit.root");
-        return root != null ? new File(root) : new File(javaDir(), "../..");
+        return Docs.root();
     }
 
     /** The outcome of {@code ldpkit <args>}. */
@@ -64,22 +95,13 @@ final class Python {
         p.getOutputStream().close();
         final ByteArrayOutputStream err = new ByteArrayOutputStream();
         final InputStream errStream = p.getErrorStream();
-        Thread t = new Thread(new Runnable() {
-            @Override
-            public void run() {
-                try {
-                    copy(errStream, err);
-                } catch (IOException e) {
-                    // the process went away
-                }
-            }
-        });
+        Thread t = new Thread(() -> copy(errStream, err));
         t.start();
         ByteArrayOutputStream out = new ByteArrayOutputStream();
         copy(p.getInputStream(), out);
         int status = p.waitFor();
         t.join();
-        return new Run(status, out.toString("UTF-8"), err.toString("UTF-8"));
+        return new Run(status, new String(out.toByteArray(), StandardCharsets.UTF_8), new String(err.toByteArray(), StandardCharsets.UTF_8));
     }
 
     /** No LDPKIT_* of the caller's environment reaches the child (as collector.js does). */
@@ -87,8 +109,8 @@ final class Python {
         pb.environment().keySet().removeIf(k -> k.startsWith("LDPKIT_"));
     }
 
-    static void copy(InputStream in, ByteArrayOutputStream out) throws IOException {
-        byte[] buffer = new byte[8192];
-        for (int n; (n = in.read(buffer)) >= 0; ) out.write(buffer, 0, n);
+    /** All of {@code in} into {@code out}. */
+    static void drain(InputStream in, ByteArrayOutputStream out) {
+        copy(in, out);
     }
 }
