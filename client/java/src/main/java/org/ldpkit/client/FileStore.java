@@ -3,20 +3,20 @@ package org.ldpkit.client;
 import java.io.File;
 import java.io.FileOutputStream;
 import java.io.IOException;
-import java.nio.channels.FileChannel;
 import java.nio.file.AtomicMoveNotSupportedException;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
-import java.nio.file.StandardOpenOption;
 
 /**
  * The documents as files in one folder, {@code <dir>/ldpkit-<name>.json} (the JavaScript
  * client's names: a folder written by either reads in the other). Each write goes to a
  * temporary file in the same folder, is forced to the disk (fsync), then renamed over the
- * document atomically, and the folder is forced so the rename itself survives a power
- * loss: a crash at any point leaves the previous document or the new one, whole.
+ * document atomically: a crash at any point leaves the previous document or the new one,
+ * whole. (The folder itself is not forced: that needs a FileChannel, outside the packages this
+ * client uses. A power loss right after a rename may bring back the previous document; a
+ * batch sealed before it is then sent again under its id and counted once.)
  *
  * <p>On Android pass {@code context.getFilesDir()} (or a folder under it): the app's
  * private storage. One folder is one device's state: two reporters (two processes) must
@@ -75,21 +75,6 @@ public final class FileStore implements Store {
         } catch (AtomicMoveNotSupportedException e) {
             Files.deleteIfExists(tmp);
             throw new IOException("the folder " + dir + " cannot rename atomically: choose another", e);
-        }
-        syncDir();
-    }
-
-    /** Force the folder's entry (the rename) to the disk; a platform that cannot is skipped. */
-    private void syncDir() {
-        try {
-            FileChannel channel = FileChannel.open(dir, StandardOpenOption.READ);
-            try {
-                channel.force(true);
-            } finally {
-                channel.close();
-            }
-        } catch (IOException e) {
-            // Some platforms do not open folders; the rename is still atomic there.
         }
     }
 
