@@ -98,6 +98,7 @@ class LyingCollectorTest {
             "{\"accepted\": 1, \"duplicates\": 0, \"rejected\": [{\"index\": 0, \"error\": \"x\"}, {\"index\": 0, \"error\": \"x\"}]}",
             "{\"accepted\": 0, \"duplicates\": 0, \"rejected\": \"all of them\"}",
             "{\"accepted\": 4, \"duplicates\": 0, \"rejected\": []}",
+            "{\"accepted\": 2, \"duplicates\": 0, \"rejected\": []}",
             "{\"accepted\": 2, \"duplicates\": 0, \"held\": 3, \"rejected\": [{\"index\": 0, \"error\": \"x\"}]}",
             "{\"accepted\": 3, \"duplicates\": 0, \"rejected\": [], \"extra\": " + nested(40000) + "}",
         };

@@ -27,7 +27,10 @@ class ReporterTest {
 
     /** Answers every POST by accepting all its reports (it counts the blocks' "n"). */
     static LyingCollector accepting(String... headers) throws Exception {
-        final byte[] served = LyingCollectorTest.served();
+        return accepting(LyingCollectorTest.served(), headers);
+    }
+
+    static LyingCollector accepting(final byte[] served, String... headers) throws Exception {
         return new LyingCollector((request, out, server) -> {
             if (request.method.equals("GET")) {
                 server.write(out, LyingCollector.answer(200, served, headers));
@@ -133,8 +136,12 @@ class ReporterTest {
 
     @Test
     void reportIsSafeFromSeveralThreads() throws Exception {
-        try (LyingCollector lying = accepting()) {
-            // minutes: epsilon 0.5, budget 1 an hour: of 8 threads x 50 fresh values, 2 fit
+        List<Object> defs = LyingCollectorTest.definitions();
+        @SuppressWarnings("unchecked")
+        Map<String, Object> minutesDef = (Map<String, Object>) defs.get(1);
+        minutesDef.put("budget", 50.0); // not fingerprinted: 100 reports of epsilon 0.5 an hour
+        try (LyingCollector lying = accepting(ShapesTest.metricsBody(defs))) {
+            // of 8 threads x 50 fresh values, 100 fit
             Reporter r = Reporter.builder(lying.url, "t").store(new MemoryStore()).memoize(false).build();
             r.refreshDefinitions();
             final AtomicInteger queued = new AtomicInteger();
@@ -162,11 +169,11 @@ class ReporterTest {
             }
             go.countDown();
             for (Thread t : threads) t.join();
-            assertEquals(2, queued.get());
-            assertEquals(398, refused.get());
-            assertEquals(2, r.pending());
-            assertEquals(1.0, r.budget().metrics().get("minutes").spent());
-            assertEquals(2, r.flush().sent());
+            assertEquals(100, queued.get());
+            assertEquals(300, refused.get());
+            assertEquals(100, r.pending());
+            assertEquals(50.0, r.budget().metrics().get("minutes").spent(), 1e-9);
+            assertEquals(100, r.flush().sent());
             r.close();
         }
     }
