@@ -122,6 +122,7 @@ class EndToEndTest {
                     relayed.add(row);
                 }
             }
+            definitions = device.cachedDefinitions(); // a device that fetched them again passes them on
             device.close(false);
         }
         MemoryStore relayStore = MemoryStore.withDefinitions(definitions);
