@@ -121,7 +121,9 @@ class LyingCollectorTest {
         try (LyingCollector lying = new LyingCollector(LyingCollector.drip(dripped, 200), served())) {
             Reporter r = reporter(lying); // 0.2 s a byte: over two minutes in all; the deadline is 3 s
             r.report("theme", "dark");
-            long before = lying.sent.get(); // the definitions' answer
+            // the definitions' answer (not lying.sent now: the server counts its bytes after
+            // writing them, maybe after the reporter has read them)
+            long before = LyingCollector.answer(200, served()).length;
             CollectorUnavailable e = assertThrows(CollectorUnavailable.class, r::flush);
             // ended by its deadline, not by the answer's end: no wall-clock bound needed
             assertTrue(lying.sent.get() - before < dripped.length, "flush() waited for the whole dripped answer: " + (lying.sent.get() - before) + " of " + dripped.length + " bytes; " + e);
