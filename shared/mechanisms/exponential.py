@@ -52,6 +52,7 @@ from .._validation import check_domain_size, check_epsilon
 from ..errors import ParameterError, ReportError
 from ..intervals import normal_quantile
 from ..randomness import resolve_rng
+from ._linear_intervals import LinearBounds, score_bounds
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -447,3 +448,118 @@ class ExponentialMechanism:
         assert est.covariance is not None  # inversion always has one
         var = float(w @ est.covariance @ w)
         return RankMean(float(w @ est.frequencies), math.sqrt(max(var, 0.0)), est.n)
+
+
+# --- linear functionals: range shares, the mean rank and items with score intervals -----
+# (issue 30: intervals that cover at small n; see ._linear_intervals)
+
+
+@dataclass(frozen=True)
+class LinearEstimate:
+    """Unbiased inversion estimates of linear functionals ``t_j = sum_x W[j, x] f_x`` (an
+    item's frequency, a range share, the mean rank), with standard errors and intervals.
+
+    Attributes
+    ----------
+    values : (k,) the estimates ``W f_hat``.
+    covariance : (k, k) their estimated covariance ``W Cov W^T``.
+    n : the number of reports.
+    output_weights : (k, m) ``W A``: each estimate is ``output_weights @ (counts / n)``.
+    observed : (m,) the observed output frequencies ``counts / n``.
+    uniform_law : (m,) the output law of a uniform input (smooths the score intervals).
+    low, high : (k,) each functional's range, ``min_x W[j, x]`` and ``max_x W[j, x]``.
+    """
+
+    values: FloatArray
+    covariance: FloatArray
+    n: int
+    output_weights: FloatArray
+    observed: FloatArray
+    uniform_law: FloatArray
+    low: FloatArray
+    high: FloatArray
+
+    @property
+    def stderr(self) -> FloatArray:
+        """Standard errors ``sqrt(diag(covariance))``."""
+        return np.sqrt(np.clip(np.diag(self.covariance), 0.0, None))
+
+    def normal_interval(self, level: float = 0.95) -> LinearBounds:
+        """``value -/+ z stderr``: right for large n, under-covers rare items at small n."""
+        half = normal_quantile(level) * self.stderr
+        return LinearBounds(self.values - half, self.values + half, float(level))
+
+    def interval(self, level: float = 0.95) -> LinearBounds:
+        """Score-type intervals (variance at the hypothesised value, a skewness term),
+        within each functional's range: they cover at small n and for rare items
+        (:mod:`ldpkit.mechanisms._linear_intervals`)."""
+        return score_bounds(
+            self.values,
+            self.output_weights,
+            self.observed,
+            self.n,
+            smoothing_law=self.uniform_law,
+            value_range=(self.low, self.high),
+            level=level,
+        )
+
+
+def linear_estimate(
+    mechanism: ExponentialMechanism, counts: npt.ArrayLike, weights: npt.ArrayLike
+) -> LinearEstimate:
+    """Inversion estimates of the functionals ``weights @ f`` (rows of a k x d matrix, or one
+    d-vector) from output ``counts``, with covariance and score intervals."""
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    if w.ndim != 2 or w.shape[1] != mechanism.items or not np.all(np.isfinite(w)):
+        raise ParameterError(f"weights must be rows of {mechanism.items} finite numbers")
+    est = mechanism.estimate(counts)
+    assert est.covariance is not None  # inversion always has one
+    c = np.asarray(counts, dtype=np.float64)
+    uniform = mechanism.channel.mean(axis=0)
+    return LinearEstimate(
+        w @ est.frequencies,
+        w @ est.covariance @ w.T,
+        est.n,
+        w @ mechanism._left_inverse(),
+        c / est.n,
+        uniform,
+        w.min(axis=1),
+        w.max(axis=1),
+    )
+
+
+def range_share(
+    mechanism: ExponentialMechanism, counts: npt.ArrayLike, low: int, high: int
+) -> LinearEstimate:
+    """The share of items ``low .. high`` (inclusive, 0-based ranks) of ordered
+    categories: "3 or 4 stars" is ``range_share(m, c, 2, 3)`` on a 1-5 rating."""
+    d = mechanism.items
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 0 <= v < d:
+            raise ParameterError(f"{name} must be an item 0 .. {d - 1}, got {v!r}")
+    if low > high:
+        raise ParameterError(f"low ({low}) must not exceed high ({high})")
+    w = np.zeros(d)
+    w[low : high + 1] = 1.0
+    return linear_estimate(mechanism, counts, w)
+
+
+def share_at_least(mechanism: ExponentialMechanism, counts: npt.ArrayLike, k: int) -> LinearEstimate:
+    """The share of items ranked ``k`` or above: "4 stars or more" on a 1-5 rating is
+    ``share_at_least(m, c, 3)`` (ranks are 0-based)."""
+    return range_share(mechanism, counts, k, mechanism.items - 1)
+
+
+def item_intervals(mechanism: ExponentialMechanism, counts: npt.ArrayLike) -> LinearEstimate:
+    """Every item's frequency as a linear functional (identity weights): the same estimate
+    as :meth:`ExponentialMechanism.estimate`, with score intervals."""
+    return linear_estimate(mechanism, counts, np.eye(mechanism.items))
+
+
+def rank_mean(
+    mechanism: ExponentialMechanism, counts: npt.ArrayLike, values: npt.ArrayLike | None = None
+) -> LinearEstimate:
+    """The mean rank (0 .. d - 1, or ``values``) as a linear functional, with score
+    intervals (:meth:`ExponentialMechanism.mean_rank` gives the normal one)."""
+    v = np.arange(mechanism.items, dtype=np.float64) if values is None else values
+    return linear_estimate(mechanism, counts, v)
