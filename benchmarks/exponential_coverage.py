@@ -21,7 +21,7 @@ import numpy as np
 
 from ldpkit.intervals import normal_quantile
 from ldpkit.mechanisms._linear_intervals import score_bounds
-from ldpkit.mechanisms.exponential import ExponentialMechanism
+from ldpkit.mechanisms.exponential import ExponentialMechanism, model_law
 
 
 def coverage(d: int, eps: float, n: int, runs: int) -> dict[str, float]:
@@ -40,12 +40,12 @@ def coverage(d: int, eps: float, n: int, runs: int) -> dict[str, float]:
     z = normal_quantile(0.95)
     normal = np.abs(est - truth) <= z * se
     k = w.shape[0]
+    base = model_law(m, obs @ m._left_inverse().T)  # (runs, m)
     rows = score_bounds(
         est.reshape(-1),
         np.tile(g, (runs, 1)),
-        np.repeat(obs, k, axis=0),
+        np.repeat(base, k, axis=0),
         n,
-        smoothing_law=m.channel.mean(axis=0),
         value_range=(np.tile(w.min(axis=1), runs), np.tile(w.max(axis=1), runs)),
     )
     t = np.tile(truth, runs)

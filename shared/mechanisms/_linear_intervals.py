@@ -9,19 +9,20 @@ The normal interval plugs in ``lam_hat``; where the estimate lands low on a rare
 variance is underestimated too, and it under-covers (as the binomial's Wald interval does).
 Here, as in Wilson's interval (and :mod:`ldpkit.intervals`), each bound is a hypothesised
 ``t0`` that a two-sided test at level ``alpha / 2`` per side just rejects, the variance taken
-*at the hypothesis*: the law ``lam(t0)`` is ``lam_hat`` tilted to mean ``t0``,
-``lam_o (1 + (t0 - t_hat) (g_o - t_hat) / V)``, ``V = sum_o lam_o (g_o - t_hat)^2`` (the
+*at the hypothesis*: the law ``lam(t0)`` is a base law (below) of mean ``t_b`` tilted to
+mean ``t0``, ``lam_o (1 + (t0 - t_b) (g_o - t_b) / V)``, ``V = sum_o lam_o (g_o - t_b)^2`` (the
 law's conditional mean given ``g^T lam = t0`` under the normal approximation; for a
 binomial it is exactly Wilson's), clipped at 0. The critical value carries one
 Cornish-Fisher term for the skewness of ``t_hat`` under ``lam(t0)``:
 ``z -/+ gamma (z^2 - 1) / 6``. Bounds are found by bisection, all rows at once, and clipped
 to the functional's range ``[min w, max w]``.
 
-The observed law is first smoothed by half a report spread by the channel over the
-outputs (``lam_hat`` mixed with the law of a uniform input), so that outputs not seen in a
-small sample still count in the variance at the hypothesis; the estimate itself is not
-smoothed (it stays unbiased). The coverage is validated by simulation
-(benchmarks/exponential_coverage.py, tests/shared/test_exponential_ranges.py).
+The law tilted is not ``lam_hat`` itself but the channel's law of the inversion estimate
+clipped to the simplex, ``P^T f+`` (``f+`` the clipped, renormalised ``f_hat``): it has no
+empty outputs and smooths the noise of ``lam_hat`` (d frequencies rather than m outputs,
+non-negative), which at small n makes a plug-in variance too small as often as too large.
+The estimate itself is not smoothed (it stays unbiased). Coverage is validated by
+simulation (benchmarks/exponential_coverage.py, tests/shared/test_exponential_ranges.py).
 
 References
 ----------
@@ -42,8 +43,6 @@ from ..intervals import normal_quantile
 FloatArray = npt.NDArray[np.float64]
 
 _BISECTIONS = 60
-SMOOTHING = 0.5
-"""Reports' worth of the uniform input's output law mixed into the observed law."""
 
 
 @dataclass(frozen=True)
@@ -107,10 +106,9 @@ class _Rows:
 def score_bounds(
     estimate: npt.ArrayLike,
     output_weights: npt.ArrayLike,
-    observed: npt.ArrayLike,
+    law: npt.ArrayLike,
     n: int,
     *,
-    smoothing_law: npt.ArrayLike,
     value_range: tuple[npt.ArrayLike, npt.ArrayLike],
     level: float = 0.95,
 ) -> LinearBounds:
@@ -120,22 +118,18 @@ def score_bounds(
     ----------
     estimate : (r,) the estimates ``g^T lam_hat``.
     output_weights : (r, m) each row's ``g``.
-    observed : (m,) or (r, m) the observed output frequencies ``lam_hat`` (rows sum to 1).
+    law : (m,) or (r, m) the output law tilted to each hypothesis (rows sum to 1): the
+        channel's law of the clipped inversion estimate.
     n : the number of reports.
-    smoothing_law : (m,) the output law of a uniform input (mixed in with weight
-        :data:`SMOOTHING` reports).
     value_range : ((r,), (r,)) each functional's smallest and largest possible value.
     level : the two-sided level.
     """
     z = normal_quantile(level)
     g = np.atleast_2d(np.asarray(output_weights, dtype=np.float64))
-    lam = np.broadcast_to(np.asarray(observed, dtype=np.float64), g.shape)
-    prior = np.asarray(smoothing_law, dtype=np.float64)
-    law = (n * lam + SMOOTHING * prior) / (n + SMOOTHING)
     rows = _Rows(
         np.asarray(estimate, dtype=np.float64).reshape(-1),
         g,
-        law,
+        np.broadcast_to(np.asarray(law, dtype=np.float64), g.shape),
         float(n),
         np.broadcast_to(np.asarray(value_range[0], dtype=np.float64), g.shape[:1]),
         np.broadcast_to(np.asarray(value_range[1], dtype=np.float64), g.shape[:1]),

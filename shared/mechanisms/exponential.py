@@ -465,8 +465,8 @@ class LinearEstimate:
     covariance : (k, k) their estimated covariance ``W Cov W^T``.
     n : the number of reports.
     output_weights : (k, m) ``W A``: each estimate is ``output_weights @ (counts / n)``.
-    observed : (m,) the observed output frequencies ``counts / n``.
-    uniform_law : (m,) the output law of a uniform input (smooths the score intervals).
+    model_law : (m,) ``P^T f+``, the channel's law of the inversion estimate clipped to the
+        simplex: the law the score intervals tilt to each hypothesis.
     low, high : (k,) each functional's range, ``min_x W[j, x]`` and ``max_x W[j, x]``.
     """
 
@@ -474,8 +474,7 @@ class LinearEstimate:
     covariance: FloatArray
     n: int
     output_weights: FloatArray
-    observed: FloatArray
-    uniform_law: FloatArray
+    model_law: FloatArray
     low: FloatArray
     high: FloatArray
 
@@ -496,9 +495,8 @@ class LinearEstimate:
         return score_bounds(
             self.values,
             self.output_weights,
-            self.observed,
+            self.model_law,
             self.n,
-            smoothing_law=self.uniform_law,
             value_range=(self.low, self.high),
             level=level,
         )
@@ -514,15 +512,12 @@ def linear_estimate(
         raise ParameterError(f"weights must be rows of {mechanism.items} finite numbers")
     est = mechanism.estimate(counts)
     assert est.covariance is not None  # inversion always has one
-    c = np.asarray(counts, dtype=np.float64)
-    uniform = mechanism.channel.mean(axis=0)
     return LinearEstimate(
         w @ est.frequencies,
         w @ est.covariance @ w.T,
         est.n,
         w @ mechanism._left_inverse(),
-        c / est.n,
-        uniform,
+        model_law(mechanism, est.frequencies),
         w.min(axis=1),
         w.max(axis=1),
     )
@@ -544,7 +539,9 @@ def range_share(
     return linear_estimate(mechanism, counts, w)
 
 
-def share_at_least(mechanism: ExponentialMechanism, counts: npt.ArrayLike, k: int) -> LinearEstimate:
+def share_at_least(
+    mechanism: ExponentialMechanism, counts: npt.ArrayLike, k: int
+) -> LinearEstimate:
     """The share of items ranked ``k`` or above: "4 stars or more" on a 1-5 rating is
     ``share_at_least(m, c, 3)`` (ranks are 0-based)."""
     return range_share(mechanism, counts, k, mechanism.items - 1)
@@ -563,3 +560,12 @@ def rank_mean(
     intervals (:meth:`ExponentialMechanism.mean_rank` gives the normal one)."""
     v = np.arange(mechanism.items, dtype=np.float64) if values is None else values
     return linear_estimate(mechanism, counts, v)
+
+
+def model_law(mechanism: ExponentialMechanism, frequencies: npt.ArrayLike) -> FloatArray:
+    """``P^T f+``: the output law of ``frequencies`` clipped at 0 and renormalised (uniform
+    if none is positive); rows of frequencies give rows of laws."""
+    f = np.clip(np.asarray(frequencies, dtype=np.float64), 0.0, None)
+    total = f.sum(axis=-1, keepdims=True)
+    f = np.where(total > 0, f / np.where(total > 0, total, 1.0), 1.0 / mechanism.items)
+    return np.asarray(f @ mechanism.channel)
