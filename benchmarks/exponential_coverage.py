@@ -20,7 +20,7 @@ import argparse
 import numpy as np
 
 from ldpkit.intervals import normal_quantile
-from ldpkit.mechanisms._linear_intervals import score_bounds
+from ldpkit.mechanisms._linear_intervals import LinearBounds, hull, score_bounds
 from ldpkit.mechanisms.exponential import ExponentialMechanism, model_law
 
 
@@ -41,13 +41,17 @@ def coverage(d: int, eps: float, n: int, runs: int) -> dict[str, float]:
     normal = np.abs(est - truth) <= z * se
     k = w.shape[0]
     base = model_law(m, obs @ m._left_inverse().T)  # (runs, m)
-    rows = score_bounds(
+    low, high = np.tile(w.min(axis=1), runs), np.tile(w.max(axis=1), runs)
+    score_rows = score_bounds(
         est.reshape(-1),
         np.tile(g, (runs, 1)),
         np.repeat(base, k, axis=0),
         n,
-        value_range=(np.tile(w.min(axis=1), runs), np.tile(w.max(axis=1), runs)),
+        value_range=(low, high),
     )
+    flat_est, flat_se = est.reshape(-1), se.reshape(-1)
+    normal_rows = LinearBounds(flat_est - z * flat_se, flat_est + z * flat_se, 0.95)
+    rows = hull(score_rows, normal_rows, low, high)  # what LinearEstimate.interval returns
     t = np.tile(truth, runs)
     score = ((rows.lower <= t) & (t <= rows.upper)).reshape(runs, k)
     items_n, items_s = normal[:, :d].mean(axis=0), score[:, :d].mean(axis=0)

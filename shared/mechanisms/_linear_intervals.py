@@ -110,6 +110,22 @@ class _Rows:
         return np.where(rejected, hi, far)
 
 
+def hull(
+    score: LinearBounds, normal: LinearBounds, low: FloatArray, high: FloatArray
+) -> LinearBounds:
+    """The smallest interval holding both (the normal one clipped to ``[low, high]``):
+    it covers whenever either does. The tilt's variance and skewness at the hypothesis come
+    from an estimated law; where the functional's output weights are large (an
+    ill-conditioned channel: the mean rank at d = 32) their noise can make the score
+    interval shorter than the normal one on the wrong side, and the hull keeps the normal
+    interval's coverage there while the score interval lifts rare items."""
+    return LinearBounds(
+        np.minimum(score.lower, np.clip(normal.lower, low, high)),
+        np.maximum(score.upper, np.clip(normal.upper, low, high)),
+        score.level,
+    )
+
+
 def score_bounds(
     estimate: npt.ArrayLike,
     output_weights: npt.ArrayLike,

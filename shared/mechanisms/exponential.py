@@ -52,7 +52,7 @@ from .._validation import check_domain_size, check_epsilon
 from ..errors import ParameterError, ReportError
 from ..intervals import normal_quantile
 from ..randomness import resolve_rng
-from ._linear_intervals import LinearBounds, score_bounds
+from ._linear_intervals import LinearBounds, hull, score_bounds
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -490,9 +490,9 @@ class LinearEstimate:
 
     def interval(self, level: float = 0.95) -> LinearBounds:
         """Score-type intervals (variance at the hypothesised value, a skewness term),
-        within each functional's range: they cover at small n and for rare items
-        (:mod:`ldpkit.mechanisms._linear_intervals`)."""
-        return score_bounds(
+        joined with the normal interval and kept within each functional's range: they
+        cover at small n and for rare items (:mod:`ldpkit.mechanisms._linear_intervals`)."""
+        score = score_bounds(
             self.values,
             self.output_weights,
             self.model_law,
@@ -500,6 +500,7 @@ class LinearEstimate:
             value_range=(self.low, self.high),
             level=level,
         )
+        return hull(score, self.normal_interval(level), self.low, self.high)
 
 
 def linear_estimate(

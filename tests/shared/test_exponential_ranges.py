@@ -11,7 +11,7 @@ import numpy.typing as npt
 import pytest
 
 from ldpkit.errors import ParameterError
-from ldpkit.mechanisms._linear_intervals import score_bounds
+from ldpkit.mechanisms._linear_intervals import LinearBounds, hull, score_bounds
 from ldpkit.mechanisms.exponential import (
     ExponentialMechanism,
     item_intervals,
@@ -74,20 +74,21 @@ def small_n_coverage(
     obs = counts / n
     est = obs @ g.T
     k = w.shape[0]
-    b = score_bounds(
+    low, high = np.tile(w.min(axis=1), runs), np.tile(w.max(axis=1), runs)
+    scored = score_bounds(
         est.reshape(-1),
         np.tile(g, (runs, 1)),
         np.repeat(model_law(m, obs @ m._left_inverse().T), k, axis=0),
         n,
-        value_range=(np.tile(w.min(axis=1), runs), np.tile(w.max(axis=1), runs)),
+        value_range=(low, high),
     )
+    se = np.sqrt(np.clip(np.einsum("km,rm,km->rk", g, obs, g) - est**2, 0, None) / (n - 1))
+    flat, flat_se = est.reshape(-1), se.reshape(-1)
+    normal = LinearBounds(flat - Z95 * flat_se, flat + Z95 * flat_se, 0.95)
+    b = hull(scored, normal, low, high)  # what LinearEstimate.interval returns
     t = np.tile(w @ f, runs)
     score = ((b.lower <= t) & (t <= b.upper)).reshape(runs, k).mean(axis=0)
-    var = np.einsum("km,rm,km->rk", g, obs, g) - est**2
-    normal = np.mean(
-        np.abs(est - w @ f) <= Z95 * np.sqrt(np.clip(var, 0, None) * n / (n - 1) / n), axis=0
-    )
-    return score, normal
+    return score, np.mean(np.abs(est - w @ f) <= Z95 * se, axis=0)
 
 
 @pytest.mark.parametrize(("d", "epsilon"), [(5, 8.0), (10, 1.0)])
@@ -120,6 +121,9 @@ def test_the_one_campaign_helpers_agree_with_inversion_and_the_batched_bounds() 
     assert mean.values[0] == pytest.approx(r.mean + 1)
     assert mean.stderr[0] == pytest.approx(r.stderr)
     mb = mean.interval()
+    # The hull of the score and the normal interval: it holds the normal one.
+    mn = mean.normal_interval()
+    assert mb.lower[0] <= mn.lower[0] and mb.upper[0] >= mn.upper[0]
     assert 1 <= mb.lower[0] < mean.values[0] < mb.upper[0] <= 5
     share = range_share(m, counts, 1, 3)
     assert share.values[0] == pytest.approx(est.frequencies[1:4].sum())
