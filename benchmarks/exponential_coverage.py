@@ -4,7 +4,9 @@ n in {200, 2000, 20000}, 1000 campaigns each of users drawn from a fixed Dirichl
 (seed 3: for d = 32 its rarest items are below 0.5%). Per cell: the smallest per-item
 coverage (and that item's frequency) of the normal interval ``f_hat -/+ z se`` and of the
 score interval (:func:`ldpkit.mechanisms.exponential.item_intervals`), and the coverage of
-the mean rank and of the share of the top half (ranks >= d // 2), normal and score.
+the mean rank and of the share of the top half (ranks >= d // 2), normal and score, and the
+median over campaigns and items of the score interval's width over the normal one's
+(both within [0, 1]).
 A coverage from 1000 campaigns has a standard error of about 0.007.
 
 A campaign's output counts are drawn as Multinomial(n, P^T f), which is the law of the
@@ -55,6 +57,10 @@ def coverage(d: int, eps: float, n: int, runs: int) -> dict[str, float]:
     t = np.tile(truth, runs)
     score = ((rows.lower <= t) & (t <= rows.upper)).reshape(runs, k)
     items_n, items_s = normal[:, :d].mean(axis=0), score[:, :d].mean(axis=0)
+    clipped = np.clip(normal_rows.upper, low, high) - np.clip(normal_rows.lower, low, high)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        width = np.where(clipped > 0, (rows.upper - rows.lower) / clipped, np.nan)
+    width = width.reshape(runs, k)
     return {
         "normal": float(items_n.min()),
         "normal_f": float(f[np.argmin(items_n)]),
@@ -64,6 +70,7 @@ def coverage(d: int, eps: float, n: int, runs: int) -> dict[str, float]:
         "mean_s": float(score[:, d].mean()),
         "share_n": float(normal[:, d + 1].mean()),
         "share_s": float(score[:, d + 1].mean()),
+        "width": float(np.nanmedian(width[:, :d])),
     }
 
 
@@ -76,9 +83,9 @@ def main() -> None:
     args = parser.parse_args()
     print(
         "| d | ε | n | min item: normal (its f) | min item: score (its f) "
-        "| mean rank: normal, score | share top half: normal, score |"
+        "| mean rank: normal, score | share top half: normal, score | width score/normal |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for d in args.d:
         for eps in args.eps:
             for n in args.n:
@@ -86,7 +93,8 @@ def main() -> None:
                 print(
                     f"| {d} | {eps:g} | {n} | {c['normal']:.3f} ({c['normal_f']:.3f}) "
                     f"| {c['score']:.3f} ({c['score_f']:.3f}) | {c['mean_n']:.3f}, "
-                    f"{c['mean_s']:.3f} | {c['share_n']:.3f}, {c['share_s']:.3f} |",
+                    f"{c['mean_s']:.3f} | {c['share_n']:.3f}, {c['share_s']:.3f} "
+                    f"| {c['width']:.2f} |",
                     flush=True,
                 )
 
