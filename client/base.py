@@ -57,6 +57,7 @@ class ReporterBase(Generic[TransportT]):
         durable_reports: bool = False,
         definitions_ttl: float = 3600.0,
         clock: Clock = time.time,
+        monotonic: Clock = time.monotonic,
         background: bool = True,
         transport: TransportT | None = None,
     ) -> None:
@@ -79,6 +80,7 @@ class ReporterBase(Generic[TransportT]):
             memoize=memoize,
             durable_reports=durable_reports,
             clock=clock,
+            monotonic=monotonic,
         )
         self.url = self._settings.url
         self.flush_interval = self._settings.flush_interval

@@ -33,7 +33,7 @@ from ..http import HttpAnswer
 from ..metrics import MetricDefinition, Period, check_period, window_start
 from ..randomness import resolve_rng
 from ..wire import ID_SIZE
-from .codec import MetricCodec, keyed_generator, memo_generator, memo_message, memo_tag
+from .codec import MemoKeys, MetricCodec, keyed_generator, memo_message
 from .flush import Flush, FlushPlan, Found
 from .policies import Clock, ShellSettings, budget_decision, fits, left_of, period_window
 from .protocol import ROLE_HEADER, Fatal, classify_failure, parse_definitions
@@ -72,10 +72,13 @@ class ReporterState:
         memoize: bool,
         durable_reports: bool,
         clock: Clock,
+        monotonic: Clock = time.monotonic,
     ) -> None:
         self.source = settings.url
         self.clock = clock
-        self.monotonic: Clock = time.monotonic  # between contacts with the collector
+        if not callable(monotonic):
+            raise ParameterError(f"monotonic must be a callable giving seconds, got {monotonic!r}")
+        self.monotonic: Clock = monotonic  # between contacts with the collector
         # (collector time, monotonic time) at the latest answer carrying a Date: see now()
         self._anchor: tuple[float, float] | None = None
         self.memoize = bool(memoize)
@@ -94,6 +97,7 @@ class ReporterState:
         self.directory = prepare_state_dir(state_dir)
         known = device_known(self.directory)
         self.secret = load_or_create_secret(self.directory)
+        self._memo_keys = MemoKeys(self.secret)
         self.store = DeviceStore(
             self.directory, durable_reports=durable_reports, known_device=known, now=clock()
         )
@@ -308,8 +312,8 @@ class ReporterState:
         """(memo tag or None, report) of ``encoded`` in the memo window ``w_start``."""
         if self.memoize:
             message = memo_message(c.fingerprint, c.value_key(encoded), w_start)
-            return memo_tag(self.secret, message), c.perturb(
-                encoded, memo_generator(self.secret, message)
+            return self._memo_keys.tag(message), c.perturb(
+                encoded, self._memo_keys.generator(message)
             )
         return None, c.perturb(encoded, keyed_generator(os.urandom(16)))  # OS CSPRNG key
 

@@ -52,6 +52,11 @@ class Reporter(ReporterBase[SyncTransport]):
     memoize : permanent randomized response (see ``docs/client.md``); True by default.
     durable_reports : fsync every report (slower) instead of before each send.
     clock : unix seconds; tests inject one to move time.
+    monotonic : seconds on a clock that only goes forward (default ``time.monotonic``):
+        between two answers of the collector a report's time is the latest answer's
+        ``Date`` plus this clock's time elapsed since (docs/client.md, "Device time").
+        An app whose platform keeps a better one (a boot-time clock that counts sleep)
+        passes it; tests inject one.
     background : run the background flush thread (False: only explicit ``flush()``).
     transport : how requests are sent (tests pass a fake); default ``http.client``.
     """

@@ -61,6 +61,8 @@ if TYPE_CHECKING:  # the names below load on first use (__getattr__), for mypy h
     from .planner import Plan as Plan
     from .planner import plan as plan
     from .planner import required_n as required_n
+    from .ranking import MostCommon as MostCommon
+    from .ranking import Ranks as Ranks
     from .structured import StructuredChoice as StructuredChoice
     from .structured import StructuredPlan as StructuredPlan
     from .structured import choose_hierarchy as choose_hierarchy
@@ -87,6 +89,7 @@ _LAZY = {
     "mechanisms": "CATEGORICAL DISTRIBUTION NUMERIC Choice FrequencyOracle Mechanism "
     "NumericMechanism choose mechanism",
     "planner": "Plan plan required_n",
+    "ranking": "MostCommon Ranks",
     "structured": "StructuredChoice StructuredPlan choose_hierarchy choose_table hierarchy "
     "plan_structured required_n_structured table",
     "structured_estimates": "GroupEstimate HierarchyEstimate TableEstimate",

@@ -24,6 +24,11 @@ accepts them, and the estimates are simply wrong. The kit makes the error visibl
    fails the mechanism and is named (``grr-0_5: derived.keep``), an honest definition
    refused or no answer is a problem. :func:`python_accepts` is ldpkit's Python client's
    answer.
+5. The device script (:func:`device_script`, :mod:`ldpkit.conformance_device`): the
+   client's real reporter reports the plan's ``device`` steps on one device and answers
+   the steps refused and the batches sent (``check --device device.json``); a missing
+   budget ledger or memo fails as ``device ledger`` / ``device memo``, each problem named.
+   ``ldpkit.client.conformance.device_answer`` is ldpkit's Python client's answer.
 
 What no statistical test can see, a sampler right in distribution but not exact in its
 far tails, is covered by the protocol's test vectors and exactness rules instead
@@ -50,6 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import wire
+from .conformance_device import device_problems
 from .errors import ParameterError, ProtocolError
 from .mechanisms import REGISTERED, Mechanism, mechanism_class
 from .mechanisms._conformance import chi2, chi2_sf
@@ -103,13 +109,67 @@ def make_plan(reports_per_input: int = DEFAULT_REPORTS) -> dict[str, Any]:
             'the ids of those it accepts as JSON {"accepted": [id, ...]}.'
         ),
         "verify": [{"id": vid, "definition": d} for vid, d, _ in served_for_verification(metrics)],
+        "device_how": DEVICE_HOW,
+        "device": device_script(),
     }
 
 
-LIE_FREE_KEYS = frozenset({"seed", "until"})
-"""Thresholds the kit does not lie about: the hash seed is in the fingerprint (a lie is a
-fingerprint mismatch), and ``until`` draws a view whatever the value (no privacy rests on
-it)."""
+DEVICE_HOW = (
+    "Run the client's real reporter once on a fresh device (empty state, memoization on, "
+    "the `device` definition given to it as served, offline, its wall clock reading each "
+    "step's `at`): report each step's `value` in order, noting the steps refused for the "
+    "budget; then deliver what it queued and keep every batch body it sends. Write "
+    '{"refused": [step index, ...], "batches": [hex of each body, ...]}.'
+)
+DEVICE_SPEC: dict[str, Any] = {
+    "categories": ["a", "b", "c", "d", "e", "f"],
+    "mechanism": "olh",  # 20-byte reports: two fresh ones are the same with chance 2^-128
+    "epsilon": 1.0,
+    "budget": 2.0,
+    "budget_period": "day",
+    "bucket": "hour",
+}
+DEVICE_STEPS: tuple[tuple[int, str], ...] = (
+    # day 0, hour 0: a fresh report of "a", then two repeats (memoized, not queued again)
+    (0, "a"),
+    (60, "a"),
+    (120, "a"),
+    # hour 1: "a" again (queued again, the same bytes), "b" fresh (the budget is spent),
+    # "c" refused
+    (3610, "a"),
+    (3620, "b"),
+    (3630, "c"),
+    # hour 2: "d" refused; "a" and "b" queued again with their own bytes
+    (7210, "d"),
+    (7220, "a"),
+    (7230, "b"),
+    # day 1: a new budget and memo window: "c", "d" fresh, "e" and "a" refused
+    (86410, "c"),
+    (86420, "d"),
+    (86430, "e"),
+    (86440, "a"),
+)
+
+
+def device_script() -> dict[str, Any]:
+    """The plan's ``device`` script: one definition (OLH, epsilon 1, a budget of 2 per day,
+    hourly buckets) and the values a device reports under it at given times, so that a
+    client's real reporter shows its budget ledger and its memoization
+    (docs/protocol.md, "What a client keeps on the device")."""
+    definition = MetricDefinition.from_dict("device-olh", copy.deepcopy(DEVICE_SPEC))
+    return {
+        "definition": definition.to_dict(),
+        "steps": [{"at": PLAN_BUCKET + at, "value": v} for at, v in DEVICE_STEPS],
+    }
+
+
+LIE_FREE_KEYS = frozenset({"seed"})
+"""Constants the kit does not lie about: the hash seed is in the fingerprint (a lie is a
+fingerprint mismatch)."""
+CHOSEN_KEYS = frozenset({"t", "m"})
+"""Integers the kit lies about only as a whole: the Gaussian's ``t`` and ``m`` are served
+choices (docs/protocol.md, Verification: more noise than calibrated is no privacy loss),
+whose lie is ``t = m = 1`` (the mechanism's own)."""
 
 
 def served_for_verification(
@@ -117,10 +177,12 @@ def served_for_verification(
 ) -> list[tuple[str, dict[str, Any], str | None]]:
     """The definitions the kit serves a client to verify: ``(id, definition, lie)``, every
     plan metric as served (``lie`` None: it must be accepted) and, for each of its 64-bit
-    thresholds, the metric serving that threshold at the extreme further from its own
-    (``ffff...`` for one below one half, else ``0000...``): a coin that always or never
-    falls, which spends unbounded epsilon (``lie``: the constant's path; it must be
-    refused), and the mechanism's own lies about other constants
+    thresholds (a view's ``until`` included), the metric serving that threshold at the
+    extreme further from its own (``ffff...`` for one below one half, else ``0000...``): a
+    coin that always or never falls, which spends unbounded epsilon (``lie``: the
+    constant's path; it must be refused); for each of its other numbers (OLH's ``g``, a
+    view's size and first label, a grid's bound, a cap, a float), the metric serving it
+    changed (:func:`_other_number`); and the mechanism's own lies about other constants
     (:meth:`~ldpkit.mechanisms.Mechanism.conformance_lies`). Ids are ``v000``, ``v001``,
     ... in that order, naming nothing."""
     out: list[tuple[dict[str, Any], str | None]] = []
@@ -129,6 +191,8 @@ def served_for_verification(
         for path, value in _thresholds(metric.get("derived"), ("derived",)):
             lie = "0" * 16 if int(value, 16) >= 1 << 63 else "f" * 16
             out.append((_replaced(metric, path, lie), _path_name(path)))
+        for path, number in _numbers(metric.get("derived"), ("derived",)):
+            out.append((_replaced(metric, path, _other_number(number)), _path_name(path)))
         lies = mechanism_class(metric["resolved_mechanism"]).conformance_lies(metric["derived"])
         for what, derived in lies:
             out.append(({**copy.deepcopy(metric), "derived": derived}, what))
@@ -149,6 +213,31 @@ def _thresholds(value: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...]
     if isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value):
         return [(path, value)]
     return []
+
+
+def _numbers(value: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], int | float]]:
+    """Every integer and float under ``value`` (of a list of numbers, such as a view's
+    labels or the sketch weights, the first), with its path; not :data:`CHOSEN_KEYS`."""
+    if isinstance(value, dict):
+        return [
+            found
+            for key, v in value.items()
+            if key not in LIE_FREE_KEYS | CHOSEN_KEYS
+            for found in _numbers(v, (*path, key))
+        ]
+    if isinstance(value, list):
+        if value and all(isinstance(v, int | float) for v in value):
+            return _numbers(value[0], (*path, 0))
+        return [found for i, v in enumerate(value) for found in _numbers(v, (*path, i))]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return [(path, value)]
+    return []
+
+
+def _other_number(number: int | float) -> int | float:
+    """A lie about a served number: an integer one more (a label, a size, a bound, a
+    bucket count), a float a relative 1e-6 off (beyond the 1e-9 tolerance)."""
+    return number + 1 if isinstance(number, int) else number * (1.0 + 1e-6)
 
 
 def _replaced(metric: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
@@ -330,15 +419,30 @@ class Verdict:
     """Mechanisms with such a problem (their reports were not tested)."""
     lies_accepted: tuple[str, ...] = field(default=())
     """The lying definitions the client accepted, as ``"<metric>: <constant>"``."""
+    device: tuple[str, ...] = field(default=())
+    """What the device script showed wrong, each ``"LEDGER: ..."`` or ``"MEMO: ..."``
+    (:mod:`ldpkit.conformance_device`)."""
 
     @property
     def passed(self) -> bool:
-        return not self.problems and not self.lies_accepted and all(t.passed for t in self.tests)
+        return (
+            not self.problems
+            and not self.lies_accepted
+            and not self.device
+            and all(t.passed for t in self.tests)
+        )
 
     @property
     def failing_mechanisms(self) -> tuple[str, ...]:
         names = {t.mechanism for t in self.tests if not t.passed} | set(self.broken_mechanisms)
         return tuple(sorted(names))
+
+    @property
+    def failing_device(self) -> tuple[str, ...]:
+        """``"ledger"`` and/or ``"memo"``: what the device script found missing, or
+        ``"answer"`` when there is no answer to read (``FAIL: device answer``)."""
+        named = {p.split(":", 1)[0].lower() for p in self.device}
+        return tuple(sorted({n if n in ("ledger", "memo") else "answer" for n in named}))
 
     def render(self, *, verbose: bool = False) -> str:
         lines = self._table(verbose)
@@ -347,6 +451,7 @@ class Verdict:
             f"ACCEPTED A LYING DEFINITION: {lie} (docs/protocol.md, Verification)"
             for lie in self.lies_accepted
         )
+        lines.extend(f"DEVICE: {p}" for p in self.device)
         lines.append(
             f"{len(self.tests)} tests; a test fails below p = {self.threshold:.3g} "
             f"(alpha {self.alpha:g} / {len(self.tests)} tests)"
@@ -354,7 +459,8 @@ class Verdict:
         if self.passed:
             lines.append("PASS: every mechanism's reports follow its exact output law.")
         else:
-            failing = ", ".join(self.failing_mechanisms) or "(see the problems above)"
+            device = [f"device {what}" for what in self.failing_device]
+            failing = ", ".join([*self.failing_mechanisms, *device]) or "(see the problems above)"
             lines.append(f"FAIL: {failing}")
         lines.append(textwrap.fill(EXACTNESS_NOTE, 92))
         return "\n".join(lines)
@@ -397,14 +503,17 @@ def check(
     *,
     alpha: float = DEFAULT_ALPHA,
     accepted: Iterable[str] | str | os.PathLike[str] | None = None,
+    device: Mapping[str, Any] | str | os.PathLike[str] | None = None,
 ) -> Verdict:
-    """Test a client's batch for a plan, and which of the plan's ``verify`` definitions it
-    ``accepted`` (ids, or the path of its ``{"accepted": [...]}``); see the module docstring.
-    Without ``accepted`` the verification fails: every client must do it."""
+    """Test a client's batch for a plan, which of the plan's ``verify`` definitions it
+    ``accepted`` (ids, or the path of its ``{"accepted": [...]}``) and its ``device`` answer
+    to the plan's device script (``{"refused", "batches"}`` or its path); see the module
+    docstring. Without ``accepted`` or ``device`` the kit fails: every client must do both."""
     if not 0.0 < alpha < 1.0:
         raise ParameterError(f"alpha must be in (0, 1), got {alpha!r}")
     plan = _load_plan(plan_path)
-    lies, verification = _verification(_plan_data(plan_path), accepted)
+    data = _plan_data(plan_path)
+    lies, verification = _verification(data, accepted)
     verdict = _check_batch(plan, batch, alpha)
     return Verdict(
         verdict.tests,
@@ -413,6 +522,7 @@ def check(
         (*verdict.problems, *verification),
         tuple(sorted({*verdict.broken_mechanisms, *(m for m, _ in lies)})),
         tuple(lie for _, lie in lies),
+        tuple(device_problems(data["device"], device)) if "device" in data else (),
     )
 
 
@@ -575,6 +685,8 @@ __all__ = [
     "Verdict",
     "check",
     "chi2_sf",
+    "device_problems",
+    "device_script",
     "make_plan",
     "respond",
     "textbook_olh",

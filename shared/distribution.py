@@ -50,11 +50,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import ranking
 from ._json import finite_or_none
 from ._validation import check_level
 from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
 from .intervals import linear_interval
+from .ranking import MostCommon, Ranks
 from .screening import LinearShift, check_fraction, part_gains
 
 FloatArray = npt.NDArray[np.float64]
@@ -681,6 +683,22 @@ class HistogramEstimate:
         columns = (self.lower, self.upper, self.estimates, self.stderr, low, high)
         rows = zip(*(np.asarray(c).tolist() for c in columns), strict=True)
         return [_range_dict(*row) for row in rows]
+
+    def difference_variance(self, i: npt.NDArray[np.int64], j: npt.NDArray[np.int64]) -> FloatArray:
+        """A bound on the variance of the difference of two bins: ``(sd_i + sd_j)^2``
+        (correlation -1, :func:`ldpkit.ranking.from_stderr`) at their plug-in errors."""
+        sd = self.stderr
+        return ranking.from_stderr(lambda a, b: sd[a])(i, j)
+
+    def most_common(self, level: float = 0.95) -> MostCommon:
+        """The bin of largest estimate and the bins that could hold the most values at
+        ``level`` (:func:`ldpkit.ranking.most_common`). Meant for bins on leaf edges
+        (:attr:`aligned`): a bin that cuts a leaf is read within it, and biased."""
+        return ranking.most_common(self.estimates, self.difference_variance, level)
+
+    def ranks(self, level: float = 0.95, *, top: int = ranking.TOP) -> Ranks:
+        """Rank intervals of the ``top`` bins, holding together at ``level``."""
+        return ranking.ranks(self.estimates, self.difference_variance, level, top=top)
 
 
 @dataclass(frozen=True)

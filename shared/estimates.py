@@ -23,11 +23,14 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from . import ranking
 from .intervals import EXACT, KNOWN_VARIANCE, SCORE, Bounds, binomial_interval, support_interval
 from .intervals import normal_quantile as normal_quantile  # the estimators' modules import it
+from .ranking import MostCommon, Ranks
 from .screening import check_fraction
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 class ConfidenceInterval(NamedTuple):
@@ -85,6 +88,10 @@ class FrequencyEstimate:
     q: float
     _cache: dict[tuple[float, bool], Bounds] = field(default_factory=dict, repr=False)
     _norm_sub: list[FloatArray] = field(default_factory=list, repr=False)
+    co_support: tuple[float, float] | None = None
+    """``(r1, r0)``: the probability that a report supports two given items, one of them
+    its reporter's (r1) or neither (r0) (:meth:`FrequencyOracle.pair_support`); None where
+    it depends on the items, and :meth:`difference_variance` takes its bound (0, 0)."""
 
     @property
     def domain_size(self) -> int:
@@ -159,6 +166,52 @@ class FrequencyEstimate:
         if not self._norm_sub:
             self._norm_sub.append(norm_sub(self.frequencies))
         return self._norm_sub[0]
+
+    def difference_variance(self, i: IntArray, j: IntArray) -> FloatArray:
+        """The variance of ``f_j - f_i`` when the two items' fractions are equal (their
+        sum s taken from the estimate, within [0, 1]): per report, ``2 (q - r0) +
+        s ((p - q) - (p - q)^2 - 2 (r1 - r0))``, over ``n (p - q)^2``. It falls as the
+        co-support r0, r1 rises, so an oracle whose co-support depends on the items
+        (local hashing, Hadamard) takes r1 = r0 = 0: randomized response's, an upper bound.
+        """
+        return self._difference_variance_at(
+            np.clip(self.frequencies[i] + self.frequencies[j], 0.0, 1.0)
+        )
+
+    def _difference_variance_at(self, s: FloatArray) -> FloatArray:
+        """:meth:`difference_variance` of two items whose fractions sum to ``s`` (linear in
+        s: its least over [0, 1] is at an end)."""
+        p, q = self.p, self.q
+        r1, r0 = self.co_support or (0.0, 0.0)
+        per_report = 2.0 * (q - r0) + s * ((p - q) - (p - q) ** 2 - 2.0 * (r1 - r0))
+        return np.asarray(per_report / (max(self.n, 1) * (p - q) ** 2))
+
+    def most_common(self, level: float = 0.95) -> MostCommon:
+        """The mode and the items that could be the most common at ``level``
+        (:func:`ldpkit.ranking.most_common`, pairwise tests with this oracle's covariance)."""
+        return ranking.most_common(
+            self.frequencies,
+            self.difference_variance,
+            level,
+            step=self._step(),
+            floor=self._variance_floor(),
+        )
+
+    def _variance_floor(self) -> float:
+        """The least :meth:`difference_variance` of any two items (at s = 0 or 1)."""
+        return float(np.min(self._difference_variance_at(np.array([0.0, 1.0]))))
+
+    def ranks(self, level: float = 0.95, *, top: int = ranking.TOP) -> Ranks:
+        """Rank intervals of the ``top`` items, holding together at ``level``
+        (:func:`ldpkit.ranking.ranks`)."""
+        return ranking.ranks(
+            self.frequencies, self.difference_variance, level, top=top, step=self._step()
+        )
+
+    def _step(self) -> float:
+        """Half the smallest change of a difference of two items' estimates: support
+        counts move by whole reports."""
+        return 0.5 / (max(self.n, 1) * (self.p - self.q))
 
     def robust(self, beta: float) -> RobustFrequencies:
         """What this estimate can claim when up to a fraction ``beta`` of its reports may be
@@ -400,3 +453,38 @@ class MeanEstimate:
             lo, hi = self.bounds
             low, high = max(low, lo), min(high, hi)
         return ConfidenceInterval(low, high)
+
+
+@dataclass(frozen=True)
+class MeanRank:
+    """The reporters' mean rank of ordered categories (the first is rank 1, the last d),
+    unbiased, with its standard error ``sqrt(w^T Cov w)`` from the frequencies'
+    covariance. Its interval is normal (``estimate -/+ z stderr``), within [1, d].
+
+    Attributes
+    ----------
+    mean : the estimate (may lie outside [1, d]).
+    stderr : its standard error.
+    n : the number of reports.
+    ranks : d, the number of categories.
+    """
+
+    mean: float
+    stderr: float
+    n: int
+    ranks: int
+
+    def ci(self, level: float = 0.95) -> ConfidenceInterval:
+        if self.n == 0 or not math.isfinite(self.mean):
+            return ConfidenceInterval(math.nan, math.nan)
+        half = normal_quantile(level) * self.stderr
+        low = min(max(self.mean - half, 1.0), float(self.ranks))
+        return ConfidenceInterval(low, min(max(self.mean + half, 1.0), float(self.ranks)))
+
+    def to_dict(self, level: float = 0.95) -> dict[str, object]:
+        """``estimate``, ``stderr``, ``low``, ``high``, ``interval`` (``"normal"``)."""
+        low, high = self.ci(level)
+        values = _json_floats(np.array([self.mean, self.stderr, low, high]))
+        return dict(zip(("estimate", "stderr", "low", "high"), values, strict=True)) | {
+            "interval": "normal"
+        }

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import ranking
 from ._json import finite_or_none
 from ._validation import check_level
 from .domains import Table, Tree
@@ -51,6 +52,7 @@ from .errors import ParameterError
 from .estimates import ConfidenceInterval, normal_quantile
 from .inference import Quadratic, Skew, score_interval
 from .intervals import support_interval
+from .ranking import MostCommon, Ranks
 from .screening import LinearShift
 
 FloatArray = npt.NDArray[np.float64]
@@ -286,6 +288,28 @@ class GroupEstimate:
             None if self.supports is None else self.supports.take(idx),
             None if self.skew is None else self.skew.take(idx),
         )
+
+    def difference_variance(self, i: IntArray, j: IntArray) -> FloatArray:
+        """A bound on the variance of ``f_j - f_i`` when the two fractions are equal (to
+        their estimates' mean, within [0, 1]): ``(sd_i + sd_j)^2`` from each one's variance
+        along its own value (:class:`~ldpkit.inference.Quadratic`), whatever their
+        covariance (:func:`ldpkit.ranking.from_stderr`)."""
+        f, v = self.frequencies, self.quadratic
+
+        def stderr(a: IntArray, b: IntArray) -> FloatArray:
+            theta = np.clip((f[a] + f[b]) / 2.0, 0.0, 1.0)
+            return np.sqrt(np.maximum(v.v0[a] + theta * (v.v1[a] + theta * v.v2[a]), 0.0))
+
+        return ranking.from_stderr(stderr)(i, j)
+
+    def most_common(self, level: float = 0.95) -> MostCommon:
+        """The category of largest estimate and the categories that could be the most
+        common at ``level`` (:func:`ldpkit.ranking.most_common`)."""
+        return ranking.most_common(self.frequencies, self.difference_variance, level)
+
+    def ranks(self, level: float = 0.95, *, top: int = ranking.TOP) -> Ranks:
+        """Rank intervals of the ``top`` categories, holding together at ``level``."""
+        return ranking.ranks(self.frequencies, self.difference_variance, level, top=top)
 
     def forgery_shift(self, beta: float) -> FloatArray:
         """The largest change a forged fraction ``beta`` of the n reports (any reports the

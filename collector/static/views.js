@@ -24,7 +24,12 @@ const LDPK_VIEWS = (() => {
   // an `item` is in the table, its consistent estimates (`consistent`: false for none), its
   // own query `controls`, the table's rows beside the items (`more`, `extra`) and whether it
   // offers `simultaneous` intervals (every item of a group covered together).
-  const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true, simultaneous: true };
+  // Ordered categories add their mean rank (1 = the first category) below the items.
+  const meanRank = (data, fmt) => {
+    const r = data.mean_rank;
+    return r ? [["mean rank (1..d)", fmt(r.estimate), fmt(r.stderr), fmt(r.low), fmt(r.high), "–"]] : [];
+  };
+  const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true, simultaneous: true, extra: meanRank };
   const KINDS = {
     categorical: CATEGORICAL,
     numeric: { ...CATEGORICAL, consistent: false, simultaneous: false },
@@ -80,6 +85,35 @@ const LDPK_VIEWS = (() => {
   // What a mean's interval wholly beyond its bounds means (docs/statistics.md).
   const beyond = (data) => `Beyond the bounds: the ${pct(data.level)} interval lies wholly ${data.beyond_bounds === "upper" ? "above" : "below"} ` +
     "the metric's bounds; no population of values within them gives such reports but by chance: forged reports are the likely cause.";
+
+  // Which is the most common (docs/statistics.md): the answer's `most_common` names the
+  // items that could be at its level; their bars are drawn dark, the others light.
+  const OTHER = "#B6CCE3";
+  const itemName = (v) => (v !== null && typeof v === "object" ? `(${Object.entries(v).map(([k, x]) => `${k}=${x}`).join(", ")})` : String(v));
+  const setText = (c) => `most common: ${itemName(c.mode)} (${c.set.length > 1 ? `or ${c.set.slice(1).map(itemName).join(", ")} at` : "alone at"} ${pct(c.level)})`;
+  const hasMode = (data) => Boolean(data.most_common && data.most_common.mode !== null && data.most_common.mode !== undefined);
+  // Whether an item (a category, a node, a cell) is in the set; every item is without one.
+  function inSet(data) {
+    if (!hasMode(data)) return () => true;
+    const names = new Set(data.most_common.set.map(itemName));
+    // A bin is named "[lo, hi)" with 6 significant digits: matched by its edges.
+    const near = (a, b) => Math.abs(a - b) <= 1e-5 * Math.max(1, Math.abs(b));
+    const edges = data.most_common.set.map((n) => String(n).slice(1, -1).split(", ").map(Number));
+    return (i) => (i.lower !== undefined
+      ? edges.some(([lo, hi]) => near(lo, i.lower) && near(hi, i.upper))
+      : names.has(itemName(i.cell || i.category)));
+  }
+  // The line that says it, and the top items' ranks with their intervals (holding together).
+  function mostCommon(node, data) {
+    if (!hasMode(data)) return;
+    const c = data.most_common;
+    node.appendChild(html("p", { class: "most-common", id: "most-common" }, setText(c)));
+    const ranks = (c.ranks || []).map((r) => `${itemName(r.cell || r.category)} ${r.rank} [${r.low}, ${r.high}]`);
+    if (ranks.length) node.appendChild(html("p", { class: "note", id: "ranks" }, `ranks, ${pct(c.level)} intervals holding together: ${ranks.join(", ")}`));
+  }
+  const setKey = (data) => (hasMode(data)
+    ? [[`could be the most common (${pct(data.most_common.level)})`, BAR], ["less common than one of those", OTHER]]
+    : [["unbiased estimate", BAR]]);
 
   // Every figure marks its plot area (the frame inside the margins, class "plot-area"):
   // nothing may be drawn outside it, which the browser tests check.
@@ -150,7 +184,7 @@ const LDPK_VIEWS = (() => {
       x: { domain: names, label: opts.xLabel || null, tickRotate: rotate ? -40 : 0, padding: 0.25 },
       y: { domain: [Math.min(0, ...values), Math.max(0.05, ...values)], nice: true, grid: true, label: "fraction of users" },
       marks: [
-        Plot.barY(shown, { x: "label", y: "estimate", fill: BAR, className: "estimate-bars",
+        Plot.barY(shown, { x: "label", y: "estimate", fill: opts.member ? (i) => (opts.member(i) ? BAR : OTHER) : BAR, className: "estimate-bars",
           title: (i) => `${i.label}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${shift(i.forgery_shift, 4)}${opts.hint || ""}` }),
         Plot.ruleY([0], { stroke: "#888" }),
         Plot.ruleX(shown, { x: "label", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
@@ -184,8 +218,10 @@ const LDPK_VIEWS = (() => {
         qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
       const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
       node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `bin intervals: about ${whose} (estimand: ${data.estimand || "population"})`));
+      mostCommon(node, data);
+      const member = inSet(data);
       node.appendChild(key([
-        ["fraction in the bin", BAR],
+        ...(hasMode(data) ? setKey(data) : [["fraction in the bin", BAR]]),
         [intervalLabel(data), WHISKER, "line"],
         ["quantile (band: its interval)", CONSISTENT, "line"],
       ]));
@@ -206,7 +242,7 @@ const LDPK_VIEWS = (() => {
         y: { domain: [Math.min(0, ...values), top], nice: true, grid: true, label: "fraction of users" },
         marks: [
           ...qs.map((q) => Plot.rectX([q], { x1: "low", x2: "high", y1: 0, y2: top, fill: CONSISTENT, fillOpacity: 0.12, className: "quantile-bands" })),
-          Plot.rectY(items, { x1: "lower", x2: "upper", y: "estimate", fill: BAR, inset: 0.5, className: "estimate-bars",
+          Plot.rectY(items, { x1: "lower", x2: "upper", y: "estimate", fill: (i) => (member(i) ? BAR : OTHER), inset: 0.5, className: "estimate-bars",
             title: (i) => `${label(i)}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${shift(i.forgery_shift, 4)}` }),
           Plot.ruleY([0], { stroke: "#888" }),
           Plot.ruleX(items, { x: "mid", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 1.5, className: "whiskers" }),
@@ -246,13 +282,14 @@ const LDPK_VIEWS = (() => {
     draw(data, ctx) {
       const node = html("div", { id: "tree" });
       node.appendChild(breadcrumb(data, ctx));
+      mostCommon(node, data);
       node.appendChild(key([
-        ["unbiased estimate (children add up to their parent)", BAR],
+        ...(hasMode(data) ? setKey(data) : [["unbiased estimate (children add up to their parent)", BAR]]),
         [intervalLabel(data), WHISKER, "line"],
         ...(data.consistent ? [["consistent", CONSISTENT, "line"]] : []),
       ]));
       if (!hasData(data)) return empty(node);
-      const fig = bars(data.items, data, ctx, { hint: " (click to open)" });
+      const fig = bars(data.items, data, ctx, { hint: " (click to open)", member: hasMode(data) ? inSet(data) : null });
       for (const rect of fig.querySelectorAll(".estimate-bars rect")) rect.style.cursor = "pointer";
       fig.addEventListener("click", (event) => {
         const rect = event.target.closest(".estimate-bars rect");
@@ -278,6 +315,7 @@ const LDPK_VIEWS = (() => {
         shown: data.consistent ? i.consistent : i.estimate,
       }));
       const figures = [];
+      mostCommon(node, data);
       if (data.dimensions.length === 2 && cells.length) {
         node.appendChild(html("h3", {}, `cells: ${rowDim} × ${colDim} (${data.consistent ? "consistent" : "unbiased"} estimate, ${pct(data.level)} ${data.simultaneous ? "simultaneous intervals" : "interval"})`));
         const cols = data.dimensions[1][1], rows = data.dimensions[0][1];
@@ -388,8 +426,10 @@ const LDPK_VIEWS = (() => {
     draw(data, ctx) {
       const items = data.items.filter((i) => i.estimate !== null);
       const node = html("div", { id: "bars" });
+      mostCommon(node, data);
+      const member = inSet(data);
       node.appendChild(key([
-        ["unbiased estimate", BAR],
+        ...setKey(data),
         [intervalLabel(data), WHISKER, "line"],
         ...(data.consistent ? [["consistent (Norm-Sub)", CONSISTENT, "line"]] : []),
         ...(data.robust ? [[robustLabel(data), ROBUST, "line"]] : []),
@@ -418,9 +458,9 @@ const LDPK_VIEWS = (() => {
         x: { domain: names, label: null, tickRotate: rotate ? -40 : 0, padding: 0.25 },
         y: { domain: [Math.min(0, ...values), Math.max(0.05, ...values)], nice: true, grid: true, label: "fraction of users" },
         marks: [
-          Plot.barY(items, { x: "category", y: "estimate", fill: BAR, className: "estimate-bars",
+          Plot.barY(items, { x: "category", y: "estimate", fill: (i) => (member(i) ? BAR : OTHER), className: "estimate-bars",
             title: (i) => `${i.category}: ${num(i.estimate, 4)} [${num(i.low, 4)}, ${num(i.high, 4)}]${shift(i.forgery_shift, 4)}` +
-              robustTitle(i.robust, i.robust_low, i.robust_high, i.robust_forgery_shift) }),
+              robustTitle(i.robust, i.robust_low, i.robust_high, i.robust_forgery_shift) + (hasMode(data) && member(i) ? " · could be the most common" : "") }),
           Plot.ruleY([0], { stroke: "#888" }),
           Plot.ruleX(items, { x: "category", y1: "low", y2: "high", stroke: WHISKER, strokeWidth: 2, className: "whiskers" }),
           Plot.tickY(items, { x: "category", y: "low", stroke: WHISKER, strokeWidth: 2, inset: cap, className: "whisker-caps" }),

@@ -43,6 +43,8 @@ from ..http import AnswerTimeout, HttpTransport, NetworkError, Timeout, error_of
 from ..kinds import KindSpec, kind_or_default, legacy_kind
 from ..kinds.render import nan, text_table
 from ..metrics import MetricDefinition, check_forgery_fraction
+from ..ranking import describe as describe_most_common
+from ..ranking import label
 from ..structured_estimates import HierarchyEstimate, TableEstimate
 
 TOKEN_ENV = "LDPKIT_READ_TOKEN"
@@ -132,6 +134,46 @@ class ItemEstimate:
     (docs/statistics.md, "How strong a listing is"). None for a string only named."""
 
 
+@dataclass(frozen=True)
+class MostCommonAnswer:
+    """The served ``most_common``: the ``mode`` (a category, a node's path, a table's cell
+    as a dict), the ``set`` of the items that could be the most common at ``level`` (it
+    holds the true mode with probability at least ``level``; the mode first), the
+    ``method``, and the top items' ``ranks`` (``{category or cell, rank, low, high}``,
+    the intervals holding together at ``level``). docs/statistics.md, "Which is the most
+    common?"."""
+
+    mode: Any
+    set: tuple[Any, ...]
+    level: float
+    method: str
+    ranks: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any) -> MostCommonAnswer | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            data.get("mode"),
+            tuple(data.get("set") or ()),
+            float(data.get("level", 0.95)),
+            str(data.get("method", "")),
+            tuple(data.get("ranks") or ()),
+        )
+
+    def describe(self) -> str:
+        """``most common: X (or Y, Z at 95%)``."""
+        return describe_most_common(self.mode, self.set[1:], self.level)
+
+    def ranks_line(self) -> str:
+        """``ranks (95%, together): dark 1 [1, 2], light 2 [1, 2]``."""
+        parts = [
+            f"{label(r.get('category', r.get('cell')))} {r['rank']} [{r['low']}, {r['high']}]"
+            for r in self.ranks
+        ]
+        return f"ranks ({self.level:.0%}, together): " + ", ".join(parts)
+
+
 CoreEstimate = (
     FrequencyEstimate | MeanEstimate | DistributionEstimate | HierarchyEstimate | TableEstimate
 )
@@ -165,6 +207,11 @@ class ServedEstimate:
     robust_high: float | None = None
     robust_forgery_shift: float | None = None
     interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
+    most_common: MostCommonAnswer | None = None
+    """Which item is the most common, and which could be (categorical, hierarchy, table)."""
+    mean_rank: dict[str, Any] | None = None
+    """Ordered categories: the served ``mean_rank`` (``estimate``, ``stderr``, ``low``,
+    ``high``, ``interval``; the first category is rank 1)."""
     as_of: AsOf | None = field(default=None, compare=False)
     """A maintained kind's (strings, hierarchy, table, distribution): how fresh the estimate
     is (None for categorical and numeric metrics: computed for each query, always fresh)."""
@@ -345,6 +392,10 @@ class EstimateResult(ServedEstimate):
             f"({self.interval or 'method not given'})"
         )
         lines = [head, *self._forgery_line(), *self._kind.text(self, self._table(self.rows()))]
+        if self.most_common is not None:
+            lines.append(self.most_common.describe() + " (docs/statistics.md)")
+            if self.most_common.ranks:
+                lines.append(self.most_common.ranks_line())
         if self.buckets:
             lines.append("")
             lines.append("per time bucket (bucket start, UTC):")
@@ -410,6 +461,7 @@ def _served(part: dict[str, Any], definition: MetricDefinition | None) -> dict[s
         "clamped_mean": part.get("clamped_mean"),
         "interval": part.get("interval"),
         "as_of": AsOf.from_json(part.get("as_of")),
+        "most_common": MostCommonAnswer.from_json(part.get("most_common")),
         "estimate": estimate,
         **_robust_mean(part.get("robust")),
     }

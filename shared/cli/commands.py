@@ -683,6 +683,13 @@ def _conformance_arguments(parser: argparse.ArgumentParser) -> None:
         help="the client's {\"accepted\": [id, ...]}: which of the plan's `verify` "
         "definitions it accepted (required to pass)",
     )
+    check.add_argument(
+        "--device",
+        type=Path,
+        default=None,
+        help="the client's answer to the plan's device script, {\"refused\": [step, ...], "
+        '"batches": [hex, ...]}: its budget ledger and memo (required to pass)',
+    )
     check.add_argument("--verbose", action="store_true", help="list every test")
 
 
@@ -704,13 +711,16 @@ def conformance(args: argparse.Namespace) -> int:
         )
         print(
             f"next: perturb them with the client under test, then `ldpkit conformance check "
-            f"{path} reports.msgpack --accepted accepted.json`"
+            f"{path} reports.msgpack --accepted accepted.json --device device.json`"
         )
         return 0
-    for path in (args.plan, args.reports, *([args.accepted] if args.accepted else [])):
+    answers = [p for p in (args.accepted, args.device) if p is not None]
+    for path in (args.plan, args.reports, *answers):
         if not path.is_file():
             raise ParameterError(f"no such file: {path}")
     alpha = kit.DEFAULT_ALPHA if args.alpha is None else args.alpha
-    verdict = kit.check(args.plan, args.reports, alpha=alpha, accepted=args.accepted)
+    verdict = kit.check(
+        args.plan, args.reports, alpha=alpha, accepted=args.accepted, device=args.device
+    )
     print(verdict.render(verbose=args.verbose))
     return 0 if verdict.passed else 1

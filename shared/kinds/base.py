@@ -53,6 +53,14 @@ class Definition(Protocol):
     @property
     def categories(self) -> tuple[str, ...] | None: ...
     @property
+    def ordered(self) -> bool | None: ...
+    @property
+    def score(self) -> str | None: ...
+    @property
+    def band(self) -> int | None: ...
+    @property
+    def scores(self) -> Any: ...
+    @property
     def bounds(self) -> tuple[float, float] | None: ...
     @property
     def delta(self) -> float: ...
@@ -372,6 +380,26 @@ class KindSpec:
         render.lines_over_time(result, ax)
         render.time_axis(fig, ax, result)
         return fig
+
+
+def most_common_fields(
+    estimate: Any,
+    keys: Sequence[Any],
+    level: float,
+    key: str = "category",
+    *,
+    n: int | None = None,
+) -> dict[str, Any] | None:
+    """An answer's ``most_common``: the ``mode`` and the ``set`` of the items (named by
+    ``keys``) that could be the most common at ``level``, its ``method``, and the top
+    items' ``ranks`` (``{key, rank, low, high}``, holding together at ``level``) of an
+    estimate with ``most_common`` and ``ranks`` (:mod:`ldpkit.ranking`); None without
+    reports (``n``, default ``estimate.n``)."""
+    if not (estimate.n if n is None else n):
+        return None
+    fields: dict[str, Any] = estimate.most_common(level).labelled(keys)
+    fields["ranks"] = estimate.ranks(level).labelled(keys, key)
+    return fields
 
 
 def fail(definition: Definition, message: str) -> ParameterError:

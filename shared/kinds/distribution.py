@@ -29,6 +29,7 @@ from .base import (
     Question,
     fail,
     make,
+    most_common_fields,
     query_integer,
     query_numbers,
 )
@@ -114,6 +115,7 @@ class Distribution(Numbers):
             raise QueryError("quantiles" if param == "q" else param, message) from None
         data["interval"] = data["methods"]["items"]
         _add_shifts(estimate, data, q)
+        data["most_common"] = _most_common(estimate, q)
         return data
 
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
@@ -356,6 +358,16 @@ def _bins(ax: Any, result: Any) -> None:
     )
     middles = [lo + w / 2 for lo, w in zip(lower, width, strict=True)]
     render.whiskers(ax, middles, bins, label=f"{result.level:.0%} interval")
+
+
+def _most_common(estimate: Any, q: Question) -> dict[str, Any] | None:
+    """The bins' ``most_common`` (:func:`most_common_fields`, each bin named ``[lo, hi)``),
+    for bins on leaf edges only (a bin that cuts a leaf is read within it, and biased)."""
+    bins = estimate.histogram(q.options.get("bins"), edges=q.options.get("edges"))
+    if not bins.aligned:
+        return None
+    names = [f"[{lo:g}, {hi:g})" for lo, hi in zip(bins.lower, bins.upper, strict=True)]
+    return most_common_fields(bins, names, q.level, n=estimate.n)
 
 
 SPEC = Distribution(

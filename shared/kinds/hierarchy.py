@@ -11,7 +11,15 @@ import numpy as np
 from .._validation import shown
 from ..errors import ParameterError, QueryError
 from ._structured import Structured, focus, made, with_shifts
-from .base import Built, Definition, Question, check_categories, fail, query_integer
+from .base import (
+    Built,
+    Definition,
+    Question,
+    check_categories,
+    fail,
+    most_common_fields,
+    query_integer,
+)
 
 
 class Hierarchy(Structured):
@@ -52,7 +60,9 @@ class Hierarchy(Structured):
             )
         except ParameterError as exc:
             raise QueryError("subtree" if "subtree" in q.options else "depth", str(exc)) from None
-        with_shifts(data["items"], estimate.level(data["depth"]), q.forgery_fraction)
+        group = estimate.level(data["depth"])
+        with_shifts(data["items"], group, q.forgery_fraction)
+        data["most_common"] = most_common_fields(group, group.keys, q.level)
         return data
 
     def answer_items(self, definition: Definition, options: Mapping[str, Any]) -> int:
@@ -93,6 +103,7 @@ def _subtree(estimate: Any, path: str, depth: int | None, q: Question) -> dict[s
             group,
             q.forgery_fraction,
         ),
+        "most_common": most_common_fields(group, group.keys, q.level),
     }
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from .._validation import shown
 from . import render
 from ._structured import Structured, focus, made, with_shifts
-from .base import Built, Definition, Question, check_category, fail
+from .base import Built, Definition, Question, check_category, fail, most_common_fields
 
 
 class Table(Structured):
@@ -36,6 +36,8 @@ class Table(Structured):
         beta = q.forgery_fraction
         if estimate.cells is not None:
             with_shifts(data["items"], estimate.cells, beta)
+            cells = estimate.cells
+            data["most_common"] = most_common_fields(cells, cells.keys, q.level, "cell")
         for name, group in estimate.marginals.items():
             with_shifts(data["marginals"][name], group, beta)
         data["dimensions"] = [[n, list(c)] for n, c in definition.dimensions or ()]

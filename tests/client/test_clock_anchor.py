@@ -131,3 +131,45 @@ def test_the_collector_time_seen_with_a_batch_answer_alone_guards_the_prune(
             with pytest.raises(BudgetExceeded):
                 r.report("color", "blue")
         assert live.n("color") == 1
+
+
+def test_the_reporters_monotonic_clock_is_an_option(tmp_path: Path) -> None:
+    """``monotonic=`` (public, as in the JS client): between answers a report's time is the
+    collector's ``Date`` plus that clock's elapsed time, whatever the wall clock says."""
+    from email.utils import formatdate
+
+    from ldpkit.http import HttpAnswer
+
+    from .conftest import FakeClock, FakeCollector
+
+    served = 1_763_683_200 + 3600  # 2025-11-21 01:00 UTC, the collector's time
+    definition = MetricDefinition.from_dict("color", SPEC)
+
+    class Dated(FakeCollector):
+        def request(
+            self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+        ) -> HttpAnswer:
+            got = super().request(method, path, body, headers)
+            return HttpAnswer(
+                got.status, {**got.headers, "date": formatdate(served, usegmt=True)}, got.body
+            )
+
+    wall, ticks = FakeClock(served + AHEAD), FakeClock(1000.0)
+    fake = Dated(definitions=[definition])
+    with Reporter(
+        "http://collector.test",
+        token="t",
+        state_dir=tmp_path / "d",
+        clock=wall,
+        monotonic=ticks,
+        background=False,
+        transport=fake,
+    ) as r:
+        r.refresh_definitions()
+        assert r.report("color", "red").bucket == served // DAY * DAY
+        with pytest.raises(BudgetExceeded):
+            r.report("color", "green")
+        ticks.advance(DAY)  # a day on the monotonic clock: the next real day's budget
+        assert r.report("color", "blue").bucket == served // DAY * DAY + DAY
+    with pytest.raises(Exception, match="monotonic"):
+        Reporter("http://collector.test", state_dir=tmp_path / "e", monotonic=3.0)

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from ldpkit.client.codec import MetricCodec, memo_generator, memo_message, memo_tag
+from ldpkit.client.codec import MemoKeys, MetricCodec, memo_generator, memo_message, memo_tag
 from ldpkit.client.policies import (
     MIN_BACKOFF,
     PRUNE_INTERVAL,
@@ -359,3 +359,16 @@ def test_parse_definitions_round_trip_and_skips_mismatches() -> None:
     assert len(warnings) == 2 and any("broken" in w for w in warnings)
     with pytest.raises(Exception, match="metric list"):
         parse_definitions(b"[]")
+
+
+def test_the_reporters_memo_keys_are_the_memo_functions() -> None:
+    """MemoKeys (the HMAC contexts computed once per secret: what report() uses) gives the
+    bytes of memo_tag and memo_generator: state dirs and their memo tags stay valid."""
+    secret = os.urandom(32)
+    keys = MemoKeys(secret)
+    for message in (
+        memo_message("4e1eb7ea0ddd3f92", bytes([v]), 86400 * w) for v in range(3) for w in (1, 2)
+    ):
+        assert keys.tag(message) == memo_tag(secret, message)
+        draws = keys.generator(message).random(4)
+        np.testing.assert_array_equal(draws, memo_generator(secret, message).random(4))

@@ -168,6 +168,31 @@ def test_bars_and_whiskers_show_the_api_values(
     page.close()
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_most_common_and_its_set_are_marked(
+    browser: Any, board: Board, shots: Path, width: int
+) -> None:
+    """The line names the API's mode and set; the set's bars are dark, the others light."""
+    page = _open(browser, board, width, "theme")
+    common = _api(board.url, "/v1/estimates/theme?level=0.95")["most_common"]
+    others = common["set"][1:]
+    tail = f"or {', '.join(others)} at" if others else "alone at"
+    assert page.text_content("#most-common") == f"most common: {common['mode']} ({tail} 95%)"
+    ranks = page.text_content("#ranks") or ""
+    for r in common["ranks"]:
+        assert f"{r['category']} {r['rank']} [{r['low']}, {r['high']}]" in ranks
+    fills = page.evaluate(
+        "() => [...window.ldpkitDashboard.figures[0].querySelectorAll('g.estimate-bars rect')]"
+        ".map((r) => r.getAttribute('fill'))"
+    )
+    dark = {c for c, f in zip(THEMES, fills, strict=True) if f == "#4C78A8"}
+    assert dark == set(common["set"]) and len(set(fills)) == (2 if len(dark) < 3 else 1)
+    _readable(page)
+    page.screenshot(path=str(shots / f"theme-most-common-{width}.png"), full_page=True)
+    assert not page.errors
+    page.close()
+
+
 # --- the mean of a numeric metric -------------------------------------------------------
 @pytest.mark.parametrize("width", WIDTHS)
 def test_numeric_mean_with_its_interval_at_a_readable_size(

@@ -183,6 +183,14 @@ def test_distribution_histogram_with_quantiles(
     assert page.locator("g.whiskers line").count() == 16
     assert page.locator("g.quantile-marks line").count() == 2
     assert "p50" in page.inner_text("#distribution-summary")
+    # the bins that could be the most common: named, and their bars dark
+    common = served["most_common"]
+    assert page.inner_text("#most-common").startswith(f"most common: {common['mode']} (")
+    fills = page.locator("g.estimate-bars rect").evaluate_all(
+        "rs => rs.map(r => r.getAttribute('fill'))"
+    )
+    named = [f"[{i['lower']:g}, {i['upper']:g})" for i in served["items"]]
+    assert {n for n, f in zip(named, fills, strict=True) if f == "#4C78A8"} == set(common["set"])
     readable(page)
     page.screenshot(path=str(shots / f"kinds-histogram-{width}.png"), full_page=True)
     # whose bins the intervals are about: the reporting users' by default, stated

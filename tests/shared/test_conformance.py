@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import pytest
 from scipy import stats
 
 from ldpkit import conformance, portable, wire
+from ldpkit.client.conformance import device_answer
 from ldpkit.mechanisms import Mechanism
 from ldpkit.mechanisms.gaussian import exact_noise_parameter
 from ldpkit.metrics import MetricDefinition
@@ -21,8 +23,16 @@ from ldpkit.metrics import MetricDefinition
 REPORTS = 2000
 
 
+@functools.cache
+def python_device() -> dict[str, Any]:
+    """ldpkit's Python client's answer to the device script (the same in every plan)."""
+    return device_answer({"device": conformance.device_script()})
+
+
 def checked(plan: Any, batch: bytes, **kw: Any) -> conformance.Verdict:
-    """The kit's verdict, the verification answered as ldpkit's Python client answers it."""
+    """The kit's verdict, the verification and the device script answered as ldpkit's
+    Python client answers them."""
+    kw.setdefault("device", python_device())
     return conformance.check(plan, batch, accepted=conformance.python_accepts(plan), **kw)
 
 
@@ -246,13 +256,16 @@ def test_cli_plan_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     good.write_bytes(conformance.respond(plan, rng=np.random.default_rng(214)))
     answer = tmp_path / "accepted.json"
     answer.write_text(json.dumps({"accepted": conformance.python_accepts(plan)}))
+    device = tmp_path / "device.json"
+    device.write_text(json.dumps(python_device()))
     bad.write_bytes(
         conformance.respond(plan, {"olh": conformance.textbook_olh}, rng=np.random.default_rng(215))
     )
-    assert main(["conformance", "check", str(plan), str(good), "--accepted", str(answer)]) == 0
+    given = ["--accepted", str(answer), "--device", str(device)]
+    assert main(["conformance", "check", str(plan), str(good), *given]) == 0
     out = capsys.readouterr().out
     assert "PASS" in out and "covered by the test vectors" in " ".join(out.split())
-    assert main(["conformance", "check", str(plan), str(bad), "--accepted", str(answer)]) == 1
+    assert main(["conformance", "check", str(plan), str(bad), *given]) == 1
     out = capsys.readouterr().out
     assert "FAIL: olh" in out
     assert main(["conformance", "check", str(plan), str(tmp_path / "missing")]) == 2
@@ -283,7 +296,9 @@ def test_the_python_client_refuses_every_lie_and_accepts_the_honest(plan_path: P
 
 def test_a_client_trusting_the_served_constants_fails_by_name(plan_path: Path) -> None:
     batch = conformance.respond(plan_path, rng=np.random.default_rng(40))
-    verdict = conformance.check(plan_path, batch, accepted=trusting_client(plan_path))
+    verdict = conformance.check(
+        plan_path, batch, accepted=trusting_client(plan_path), device=python_device()
+    )
     assert not verdict.passed
     text = verdict.render()
     assert "ACCEPTED A LYING DEFINITION: grr-0_5: derived.keep" in text
@@ -291,6 +306,17 @@ def test_a_client_trusting_the_served_constants_fails_by_name(plan_path: Path) -
     assert "levels: derived.views[0].keep" in verdict.lies_accepted
     assert "prefix-sketch: derived.keep" in verdict.lies_accepted
     assert "gaussian-0_5: derived.t, derived.m" in verdict.lies_accepted
+    # the constants besides thresholds (issue 29): a view's until, integers, labels, floats
+    for lie in (
+        "levels: derived.views[0].until",
+        "olh-0_5: derived.g",
+        "levels: derived.views[1].labels[0]",
+        "prefix-sketch: derived.weights[0]",
+        "hybrid-0_5: derived.duchi_index",
+        "laplace-0_5: derived.cap",
+        "duchi-0_5: derived.scale",
+    ):
+        assert lie in verdict.lies_accepted, lie
     assert set(verdict.failing_mechanisms) == set(portable.MECHANISMS)
 
 
@@ -298,6 +324,8 @@ def test_the_verification_must_be_answered(plan_path: Path) -> None:
     batch = conformance.respond(plan_path, rng=np.random.default_rng(40))
     verdict = conformance.check(plan_path, batch)
     assert not verdict.passed and "no answer to the plan's `verify`" in verdict.render()
+    assert "no answer to the plan's `device` script" in verdict.render()
+    assert verdict.failing_device == ("answer",) and "FAIL: device answer" in verdict.render()
     refusing = conformance.check(plan_path, batch, accepted=[])
     assert "refused the honest definition of grr-0_5" in refusing.render()
 
@@ -389,3 +417,86 @@ def test_the_plan_holds_wide_seeded_and_every_view_oracle(plan_path: Path) -> No
     assert wide == {"categorical", "hierarchy"} and kinds >= {"table", "strings"}
     oracles = {v["oracle"] for m in plan["metrics"] for v in m.get("derived", {}).get("views", ())}
     assert oracles == {"grr", "oue", "sue", "ss"}
+
+
+# --- the device script: the budget ledger and memoization (issue 29) -----------------------
+
+
+def test_the_python_reporter_keeps_the_ledger_and_memoizes(plan_path: Path) -> None:
+    plan = json.loads(plan_path.read_text())
+    answer = python_device()
+    assert answer["refused"] == [5, 6, 11, 12] and answer["batches"]
+    assert conformance.device_problems(plan["device"], answer) == []
+
+
+def _no_ledger() -> dict[str, Any]:
+    """A device whose reporter does not enforce the budget (its ledger admits 50)."""
+    spec = {**conformance.DEVICE_SPEC, "budget": 50.0}  # the fingerprint holds no budget
+    return device_answer(
+        {"device": conformance.device_script()},
+        definition=MetricDefinition.from_dict("device-olh", spec),
+    )
+
+
+@pytest.mark.parametrize(
+    ("device", "named"),
+    [
+        (lambda: device_answer({"device": conformance.device_script()}, memoize=False), "memo"),
+        (_no_ledger, "ledger"),
+    ],
+    ids=["no-memo", "no-ledger"],
+)
+def test_a_device_without_memo_or_ledger_fails_by_name(
+    plan_path: Path, device: Any, named: str
+) -> None:
+    plan = json.loads(plan_path.read_text())
+    found = tuple(conformance.device_problems(plan["device"], device()))
+    verdict = conformance.Verdict((), 1e-4, 1e-4, device=found)  # check() adds these as is
+    assert not verdict.passed and verdict.failing_device == (named,)
+    text = verdict.render()
+    assert f"FAIL: device {named}" in text
+    assert f"DEVICE: {named.upper()}: step " in text
+
+
+def _edited(change: Any) -> dict[str, Any]:
+    """The Python device's answer with its batches' reports per bucket changed by
+    ``change(buckets: dict[int, list[bytes]])`` (a device whose queue went wrong)."""
+    answer = python_device()
+    blocks = [b for body in answer["batches"] for b in wire.decode(bytes.fromhex(body)).blocks]
+    first = blocks[0]
+    size = len(first.reports) // first.n
+    buckets: dict[int, list[bytes]] = {}
+    for b in blocks:
+        cut = [b.reports[i : i + size] for i in range(0, len(b.reports), size)]
+        buckets.setdefault(b.bucket, []).extend(cut)
+    change(buckets)
+    out = [
+        wire.Block(first.metric, first.fingerprint, k, b"", b"".join(v), len(v))
+        for k, v in sorted(buckets.items())
+    ]
+    return {**answer, "batches": [wire.encode_sealed_batch(os.urandom(16), out).hex()]}
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        # the first bucket's report queued twice (a memoized value twice into one bucket)
+        (
+            lambda b: b[min(b)].append(b[min(b)][0]),
+            "holds 2 reports; a device that memoizes queues 1",
+        ),
+        # a repeat queued with fresh bytes (the memo re-randomized)
+        (lambda b: b[sorted(b)[1]].__setitem__(0, os.urandom(20)), "is not the same bytes"),
+    ],
+    ids=["queued-twice-in-a-bucket", "repeat-re-randomized"],
+)
+def test_a_memo_that_queues_twice_or_re_randomizes_fails(
+    plan_path: Path, change: Any, says: str
+) -> None:
+    plan = json.loads(plan_path.read_text())
+    found = conformance.device_problems(plan["device"], _edited(change))
+    assert found and all(p.startswith("MEMO: ") for p in found), found
+    assert says in found[0]
+    assert conformance.device_problems(plan["device"], {"nope": 1})[0].startswith(
+        "the device answer is not"
+    )

@@ -38,6 +38,48 @@ function integer(value, lo, hi, what, name) {
   return value;
 }
 
+/** Python's round(): to the nearest integer, a half to the even one. */
+function roundHalfEven(x) {
+  const r = Math.round(x);
+  return Math.abs(x % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r;
+}
+
+/** The integer square root of a non-negative BigInt (Newton's method). */
+function isqrt(n) {
+  if (n < 2n) return n;
+  let x = BigInt(Math.floor(Math.sqrt(Number(n))));
+  while (x * x > n) x -= 1n;
+  while ((x + 1n) * (x + 1n) <= n) x += 1n;
+  return x;
+}
+
+/**
+ * Each base cell's group in the view named `name` (docs/protocol.md, Derived parameters):
+ * a hierarchy's `depth d` numbers the nodes at depth d in order of first appearance
+ * among the leaves (a leaf above d stays itself); a table's `cells` is the cells, and an
+ * attribute's view each cell's category of it (cells row-major, the first attribute
+ * slowest).
+ */
+function viewLabels(def, name, cells) {
+  if (def.kind === "hierarchy") {
+    const d = /^depth ([1-9][0-9]*)$/.exec(name)?.[1];
+    if (!d) throw new DefinitionError(`metric ${def.name}: unknown view ${JSON.stringify(name)}`);
+    const sep = def.separator ?? "/";
+    const index = new Map();
+    return def.categories.map((leaf) => {
+      const path = leaf.split(sep).slice(0, Number(d)).join(sep);
+      if (!index.has(path)) index.set(path, index.size);
+      return index.get(path);
+    });
+  }
+  if (name === "cells") return Array.from({ length: cells }, (_, i) => i);
+  const axis = def.dimensions.findIndex(([a]) => a === name);
+  if (axis < 0) throw new DefinitionError(`metric ${def.name}: unknown view ${JSON.stringify(name)}`);
+  const inner = def.dimensions.slice(axis + 1).reduce((n, [, c]) => n * c.length, 1);
+  const size = def.dimensions[axis][1].length;
+  return Array.from({ length: cells }, (_, i) => Math.floor(i / inner) % size);
+}
+
 /** The kind each mechanism serves (categorical and numeric: their own lists). */
 const KIND_OF = { hh: "distribution", rollup: "hierarchy", levels: "hierarchy", joint: "table", joint_marginals: "table", prefix_sketch: "strings" };
 
@@ -80,6 +122,11 @@ export function checkDerived(def) {
     case "hh": {
       if (!Array.isArray(p.depths) || p.depths.length < 1 || p.depths.length > 64) throw new DefinitionError(`metric ${def.name}: bad depths`);
       integer(p.resolution, 2, 4096, "resolution", def.name);
+      // Depth t's nodes hold b^(height - t) leaves (b the branching): 1 at the deepest.
+      const b = p.depths.length > 1 ? p.depths.at(-2).leaves_per_node : 1;
+      for (const [t, depth] of p.depths.entries()) {
+        if (depth.leaves_per_node !== b ** (p.depths.length - 1 - t)) throw new DefinitionError(`metric ${def.name}: depth ${t + 1}'s leaves_per_node ${depth.leaves_per_node} is not ${b ** (p.depths.length - 1 - t)}`);
+      }
       for (const depth of p.depths) {
         if (!["grr", "olh"].includes(depth.oracle)) throw new DefinitionError(`metric ${def.name}: bad depth oracle`);
         integer(depth.nodes, 2, 4096, "nodes", def.name);
@@ -95,17 +142,35 @@ export function checkDerived(def) {
     case "joint_marginals": {
       const cells = def.categories ? def.categories.length : def.dimensions.reduce((n, [, c]) => n * c.length, 1);
       if (!Array.isArray(p.views) || p.views.length < 1 || p.views.length > 255) throw new DefinitionError(`metric ${def.name}: bad views`);
-      integer(p.payload, 1, 1 << 16, "payload", def.name);
-      for (const view of p.views) {
+      const weights = (def.mechanism_params?.views ?? []).map((v) => v.weight);
+      if (weights.length !== p.views.length || !weights.every((w) => Number.isFinite(w) && w > 0)) {
+        throw new DefinitionError(`metric ${def.name}: the views' weights (mechanism_params) are missing`);
+      }
+      let cumulative = 0;
+      for (const [k, view] of p.views.entries()) {
         // The view oracles (ldpkit's STRUCTURED_ORACLES): the collector refuses any other.
         if (!["grr", "sue", "oue", "ss"].includes(view.oracle)) throw new DefinitionError(`metric ${def.name}: ${view.oracle} is not a view oracle`);
         integer(view.size, 2, 1 << 24, "view size", def.name);
-        threshold(view.until);
-        if (view.labels === null ? view.size !== cells : !(Array.isArray(view.labels) && view.labels.length === cells && view.labels.every((l) => Number.isInteger(l) && l >= 0 && l < view.size))) {
-          throw new DefinitionError(`metric ${def.name}: bad labels of view ${view.name}`);
+        // A view is drawn by its weight: `until` is the cumulative share as a threshold
+        // (the last view's ffff...), recomputed from the fingerprinted weights.
+        cumulative += weights[k];
+        if (k === p.views.length - 1) {
+          if (view.until !== "ffffffffffffffff") throw new DefinitionError(`metric ${def.name}: the last view's until must be ffffffffffffffff`);
+        } else {
+          near(prob(view.until), Math.min(cumulative, 1), `views[${k}].until`, def.name);
         }
+        const labels = viewLabels(def, view.name, cells);
+        const identity = labels.length === view.size && labels.every((l, i) => l === i);
+        const served = view.labels;
+        if (identity ? served !== null : !(Array.isArray(served) && served.length === labels.length && served.every((l, i) => l === labels[i]))) {
+          throw new DefinitionError(`metric ${def.name}: the labels of view ${JSON.stringify(view.name)} are not its cells' ${identity ? "(null: the cells themselves)" : "groups"}`);
+        }
+        if (view.size !== Math.max(...labels) + 1) throw new DefinitionError(`metric ${def.name}: view ${JSON.stringify(view.name)} has ${Math.max(...labels) + 1} groups, not size ${view.size}`);
         checkOracle(def.name, def.epsilon, view.oracle, view, view.size);
       }
+      // The payload holds the largest view report: GRR's u32, a bitmap's ceil(size / 8).
+      const payload = Math.max(...p.views.map((v) => (v.oracle === "grr" ? 4 : Math.ceil(v.size / 8))));
+      if (p.payload !== payload) throw new DefinitionError(`metric ${def.name}: served payload ${p.payload} is not ${payload}`);
       return;
     }
     case "prefix_sketch": {
@@ -115,8 +180,16 @@ export function checkDerived(def) {
       integer(p.estimation_rows, 1, 1 << 16, "estimation_rows", def.name);
       if (!/^[0-9a-f]{16}$/.test(p.seed)) throw new DefinitionError(`metric ${def.name}: bad seed`);
       if (!["prefix", "scaled"].includes(p.cut ?? "prefix")) throw new DefinitionError(`metric ${def.name}: unknown cut rule ${p.cut}`);
-      if (!Array.isArray(p.weights) || p.weights.length !== p.max_length + 1 || !p.weights.every((x) => Number.isSafeInteger(x) && x > 0)) {
-        throw new DefinitionError(`metric ${def.name}: bad sketch weights`);
+      // The estimation sketch's weight from its share of devices (round half to even, as
+      // Python's round), then 1 per prefix level.
+      const mp = def.mechanism_params ?? {};
+      const share = mp.estimation_share;
+      if (!(typeof share === "number" && share > 0 && share < 1)) throw new DefinitionError(`metric ${def.name}: bad estimation_share`);
+      const first = Math.max(1, roundHalfEven((share * p.max_length) / (1 - share)));
+      if (mp.estimation_weight !== first) throw new DefinitionError(`metric ${def.name}: estimation_weight ${mp.estimation_weight} is not ${first}`);
+      const weights = [first, ...Array(p.max_length).fill(1)];
+      if (!Array.isArray(p.weights) || p.weights.length !== weights.length || !p.weights.every((x, i) => x === weights[i])) {
+        throw new DefinitionError(`metric ${def.name}: served sketch weights ${JSON.stringify(p.weights)} are not ${JSON.stringify(weights)}`);
       }
       checkOracle(def.name, def.epsilon, "olh", p, 0);
       return;
@@ -124,8 +197,111 @@ export function checkDerived(def) {
     case "gaussian":
       checkGaussian(def);
       return;
+    case "exponential":
+      checkExponential(def);
+      return;
     default:
       checkOracle(def.name, def.epsilon, def.resolved_mechanism, p, def.categories ? def.categories.length : 0);
+  }
+}
+
+const MAX_EXPONENTIAL_ITEMS = 64;
+
+/** The exponential mechanism's score matrix q[x][o] from the definition (docs/protocol.md). */
+function scoreMatrix(def) {
+  const d = def.categories.length;
+  if (d > MAX_EXPONENTIAL_ITEMS) throw new DefinitionError(`metric ${def.name}: too many categories for exponential`);
+  const gap = (x, o) => Math.abs(x - o);
+  const square = (f) => Array.from({ length: d }, (_, x) => Array.from({ length: d }, (_, o) => f(x, o)));
+  if (def.score === "distance" && def.ordered === true && def.band == null && def.scores == null) return square((x, o) => -gap(x, o));
+  if (def.score === "band" && def.ordered === true && def.scores == null) {
+    integer(def.band, 0, d - 2, "band", def.name);
+    return square((x, o) => (gap(x, o) <= def.band ? 1 : 0));
+  }
+  const q = def.scores;
+  if (def.score === "matrix" && def.band == null && Array.isArray(q) && q.length === d && Array.isArray(q[0])) {
+    const m = q[0].length;
+    if (m >= d && m <= MAX_EXPONENTIAL_ITEMS && q.every((r) => Array.isArray(r) && r.length === m && r.every(Number.isFinite))) return q;
+  }
+  throw new DefinitionError(`metric ${def.name}: bad score for the exponential mechanism`);
+}
+
+/** log P[x][o] for P[x][o] proportional to exp(s q[x][o]), row by row (log-sum-exp). */
+function logChannel(q, s) {
+  return q.map((row) => {
+    const a = row.map((v) => s * v);
+    const top = Math.max(...a);
+    let sum = 0;
+    for (const v of a) sum += Math.exp(v - top);
+    const lse = top + Math.log(sum);
+    return a.map((v) => v - lse);
+  });
+}
+
+/** The largest log-ratio of a channel given as log probabilities: per output, max - min. */
+function privacyLoss(lp) {
+  let loss = 0;
+  for (let o = 0; o < lp[0].length; o++) {
+    let hi = -Infinity;
+    let lo = Infinity;
+    for (const row of lp) {
+      hi = Math.max(hi, row[o]);
+      lo = Math.min(lo, row[o]);
+    }
+    loss = Math.max(loss, hi - lo);
+  }
+  return loss;
+}
+
+/** The exact calibration of docs/protocol.md: bisection on [eps / R, 2 eps / R]. */
+export function exactScale(q, eps) {
+  let r = 0;
+  for (const x of q) {
+    for (const y of q) {
+      const diff = x.map((v, o) => v - y[o]);
+      r = Math.max(r, Math.max(...diff) - Math.min(...diff));
+    }
+  }
+  if (!(r > 0)) throw new DefinitionError("the score gives every input the same channel");
+  let lo = eps / r;
+  let hi = (2 * eps) / r;
+  if (privacyLoss(logChannel(q, hi)) <= eps) return hi;
+  for (let i = 0; i < 200; i++) {
+    const mid = 0.5 * (lo + hi);
+    if (mid === lo || mid === hi) break;
+    if (privacyLoss(logChannel(q, mid)) <= eps) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * Verification of the exponential mechanism: the served cumulative thresholds are the
+ * exact calibration's (relative 1e-9), nondecreasing, and the channel they give spends at
+ * most epsilon (1 + 1e-9), every output possible for every input.
+ */
+function checkExponential(def) {
+  const q = scoreMatrix(def);
+  const d = q.length;
+  const m = q[0].length;
+  const served = def.derived.cumulative;
+  if (!Array.isArray(served) || served.length !== d || !served.every((r) => Array.isArray(r) && r.length === m - 1)) {
+    throw new DefinitionError(`metric ${def.name}: bad cumulative thresholds`);
+  }
+  const lp = logChannel(q, exactScale(q, def.epsilon));
+  const channel = served.map((row, x) => {
+    const t = [0n, ...row.map((h) => (threshold(h), BigInt(`0x${h}`))), 1n << 64n];
+    let cum = 0;
+    return t.slice(1).map((v, o) => {
+      const step = v - t[o];
+      if (step <= 0n) throw new DefinitionError(`metric ${def.name}: cumulative[${x}] is not increasing`);
+      cum += Math.exp(lp[x][o]);
+      if (o < m - 1) near(prob(row[o]), cum, `cumulative[${x}][${o}]`, def.name);
+      return Math.log(Number(step) / 18446744073709551616);
+    });
+  });
+  if (!(privacyLoss(channel) <= def.epsilon * (1 + TOLERANCE))) {
+    throw new DefinitionError(`metric ${def.name}: the served channel spends more than epsilon ${def.epsilon}`);
   }
 }
 
@@ -161,6 +337,7 @@ function checkOracle(name, eps, mechanism, p, d) {
       break;
     case "duchi":
       near(prob(p.flip), 1 / (e + 1), "flip", name);
+      near(p.scale, (e + 1) / (e - 1), "scale", name); // C: what a report of +-1 stands for
       break;
     case "piecewise":
     case "hybrid": {
@@ -176,7 +353,11 @@ function checkOracle(name, eps, mechanism, p, d) {
       near(p.c_plus_1 / p.c_minus_1, h, "(C+1)/(C-1)", name);
       near(p.w_in, p.c_minus_1 / p.step, "w_in", name);
       near(p.w_out, p.c_plus_1 / p.step, "w_out", name);
+      // C = coth(eps / 4) in grid steps; the grid reaches ceil(c); scale is the step.
+      near(p.c, 1 / Math.tanh(eps / 4) / p.step, "c", name);
       integer(p.bound, 1, 2 ** 30, "bound", name);
+      if (p.bound !== Math.ceil(p.c)) throw new DefinitionError(`metric ${name}: served bound ${p.bound} is not ceil(c) = ${Math.ceil(p.c)}`);
+      if (p.scale !== p.step) throw new DefinitionError(`metric ${name}: served scale ${p.scale} is not the step ${p.step}`);
       if (mechanism === "hybrid") {
         near(prob(p.flip), 1 / (e + 1), "flip", name);
         // PM's branch (ldpkit's HYBRID_THRESHOLD: Duchi's branch alone at eps <= 0.61).
@@ -185,6 +366,8 @@ function checkOracle(name, eps, mechanism, p, d) {
           throw new DefinitionError(`metric ${name}: served pm ${prob(p.pm)} is not ${pm}`);
         }
         integer(p.duchi_index, 1, p.bound, "duchi_index", name);
+        // Duchi's outputs +-C_d sit on the grid: the step is C_d / duchi_index.
+        near(p.step, (e + 1) / (e - 1) / p.duchi_index, "step (C_duchi / duchi_index)", name);
       }
       break;
     }
@@ -201,6 +384,8 @@ function checkOracle(name, eps, mechanism, p, d) {
         throw new DefinitionError(`metric ${name}: the geometric's digits do not cover its scale`);
       }
       integer(p.cap, 1, 2 ** 52, "cap", name);
+      // Reports are clamped 48 noise scales out (ldpkit's TAIL_CAP).
+      if (p.cap !== Math.ceil(48 / lam)) throw new DefinitionError(`metric ${name}: served cap ${p.cap} is not ceil(48 / lambda) = ${Math.ceil(48 / lam)}`);
       break;
     }
     default:
@@ -260,6 +445,9 @@ function checkGaussian(def) {
   if (!(gaussianDelta(def.epsilon, sigma) <= def.delta)) {
     throw new DefinitionError(`metric ${name}: the served noise sigma2 = t m gives more than delta ${def.delta} at epsilon ${def.epsilon}`);
   }
+  // Reports are clamped 40 sigma out: cap = isqrt(1600 t m - 1) + 1, in integers.
+  const cap = isqrt(1600n * BigInt(p.t) * BigInt(p.m) - 1n) + 1n;
+  if (BigInt(p.cap) !== cap) throw new DefinitionError(`metric ${name}: served cap ${p.cap} is not isqrt(1600 t m - 1) + 1 = ${cap}`);
 }
 
 /** A checked definition with its sampler, or a DefinitionError saying what is wrong. */

@@ -30,6 +30,8 @@ specs = {
     "rollup": {"kind": "hierarchy", "categories": ["a/x", "a/y", "b"], "epsilon": 2.0, "mechanism": "rollup", "oracle": "oue"},
     "joint": {"kind": "table", "dimensions": [["ä", ["1", "2"]], ["b", ["3", "4"]]], "epsilon": 1.5, "mechanism": "joint"},
     "strings": {"kind": "strings", "max_length": 6, "k": 4, "epsilon": 4.0},
+    "exponential": {"kind": "categorical", "categories": ["1", "2", "3", "4", "5"], "epsilon": 0.1 + 0.2, "mechanism": "exponential", "ordered": True, "score": "band", "band": 2},
+    "scores": {"kind": "categorical", "categories": ["a", "b"], "epsilon": 1.0, "mechanism": "exponential", "scores": [[1e16, -0.0, 1e-05], [0.1 + 0.2, 1.0, 2.5]]},
 }
 print(json.dumps({k: MetricDefinition.from_dict(k, v).to_dict() for k, v in specs.items()}))
 `);
@@ -70,6 +72,8 @@ const TAMPER = {
   rollup: (d) => (d.categories = ["a/y", "a/x", "b"]),
   joint: (d) => (d.mechanism_params.epsilon = 1.25),
   strings: (d) => (d.mechanism_params.estimation_share = 0.5),
+  exponential: (d) => (d.band = 1),
+  scores: (d) => (d.scores[0][1] = 0.0),
 };
 
 test("a tampered definition of each kind is refused", async () => {
@@ -107,6 +111,22 @@ test("served constants must be those the fingerprint names", async () => {
   await assert.rejects(prepare(quiet), /more than delta/);
 });
 
+test("the exponential mechanism's thresholds are recomputed: a nudged one is refused", async () => {
+  for (const key of ["exponential", "scores"]) {
+    const def = await prepare(clone(SERVED[key]));
+    assert.equal(def.resolved_mechanism, "exponential");
+    const nudged = clone(SERVED[key]);
+    const row = nudged.derived.cumulative[1];
+    // 2^-24 up (a relative 1e-7): still increasing, a channel off the exact calibration.
+    row[0] = (BigInt(`0x${row[0]}`) + (1n << 40n)).toString(16).padStart(16, "0");
+    await assert.rejects(prepare(nudged), /cumulative\[1\]\[0\]/);
+    const score = clone(SERVED[key]);
+    score.scores = null;
+    score.score = "distance";
+    await assert.rejects(prepare(score), /fingerprint/);
+  }
+});
+
 test("a view served with an oracle the collector refuses for views is refused, fingerprint and all", async () => {
   // A consistent lie: mechanism_params and derived both say olh, the fingerprint recomputed.
   const def = structuredClone(SERVED.joint);
@@ -114,4 +134,28 @@ test("a view served with an oracle the collector refuses for views is refused, f
   def.derived.views[0] = { ...def.derived.views[0], oracle: "olh", g: 4, keep: def.derived.views[0].keep };
   def.fingerprint = await fingerprint(def);
   await assert.rejects(prepare(def), /olh is not a view oracle/);
+});
+
+test("the views' until, labels and payload and the sketch's weights are recomputed, lies refused (issue 29)", async () => {
+  // Each honest definition is accepted; each with one constant changed (the fingerprint
+  // intact: it covers no derived constant) is refused, naming it.
+  for (const name of ["hierarchy", "table", "rollup", "joint", "strings", "numeric", "gaussian", "distribution"]) await prepare(clone(SERVED[name]));
+  const lies = [
+    ["hierarchy", (d) => (d.derived.views[0].until = "ffffffffffffffff"), /views\[0\]\.until/], // always the first view
+    ["hierarchy", (d) => (d.derived.views.at(-1).until = "8000000000000000"), /last view's until/],
+    ["hierarchy", (d) => (d.derived.views[0].labels[0] = 1), /labels of view "depth 1"/], // a leaf in another group
+    ["table", (d) => (d.derived.views[1].labels = d.derived.views[2].labels), /labels of view "type"/],
+    ["table", (d) => (d.derived.payload += 1), /payload/],
+    ["rollup", (d) => (d.derived.views[0].labels = [0, 1, 2].reverse()), /labels of view/],
+    ["strings", (d) => (d.derived.weights[0] += 1), /sketch weights/],
+    ["strings", (d) => (d.derived.weights[3] = 2), /sketch weights/],
+    ["numeric", (d) => (d.derived.cap -= 1), /cap/],
+    ["gaussian", (d) => (d.derived.cap = 1), /cap/],
+    ["distribution", (d) => (d.derived.depths[0].leaves_per_node += 1), /leaves_per_node/],
+  ];
+  for (const [name, lie, named] of lies) {
+    const raw = clone(SERVED[name]);
+    lie(raw);
+    await assert.rejects(prepare(raw), (err) => err instanceof DefinitionError && named.test(err.message), `${name}: ${named}`);
+  }
 });

@@ -1,0 +1,186 @@
+"""The square wave mechanism: exact privacy, the sampler's law against the channel, and the
+EM / EMS reconstructions against theory (fixed seeds, tolerances from the Fisher information)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from scipy import stats
+
+from ldpkit.errors import ParameterError, ReportError
+from ldpkit.mechanisms._portable import Words
+from ldpkit.mechanisms.square_wave import SquareWave, optimal_band
+
+EPSILONS = (0.5, 1.0, 4.0, 8.0)
+FloatArray = npt.NDArray[np.float64]
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.3, 0.999, 1.0, 2.0, 4.0, 8.0])
+def test_band_is_the_papers_and_the_densities_integrate_to_one(epsilon: float) -> None:
+    e = math.exp(epsilon)
+    closed = (epsilon * e - e + 1.0) / (2.0 * e * (e - 1.0 - epsilon))
+    b = optimal_band(epsilon)
+    # The closed form loses digits to cancellation at small eps: about 1e-16 / eps^2.
+    assert b == pytest.approx(closed, rel=1e-15 / min(epsilon, 1.0) ** 2 + 1e-15)
+    sw = SquareWave(epsilon=epsilon, bounds=(0.0, 1.0), buckets=8)
+    assert 2.0 * sw.band * sw.p + sw.q == pytest.approx(1.0, abs=1e-15)
+    assert np.allclose(sw.channel.sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_band_limits() -> None:
+    assert optimal_band(1e-6) == pytest.approx(0.5, abs=1e-6)
+    assert optimal_band(40.0) < 1e-15
+
+
+@pytest.mark.parametrize("epsilon", EPSILONS)
+def test_largest_density_ratio_is_exactly_e_to_the_epsilon(epsilon: float) -> None:
+    sw = SquareWave(epsilon=epsilon, bounds=(-3.0, 5.0), buckets=4)
+    values = np.linspace(-3.0, 5.0, 97)
+    outputs = np.linspace(-sw.band, 1.0 + sw.band, 1001)
+    dens = sw.density(values, outputs)  # inputs x outputs
+    assert np.all(dens > 0)
+    loss = float(np.max(np.log(dens.max(axis=0)) - np.log(dens.min(axis=0))))
+    assert loss == pytest.approx(epsilon, abs=1e-12)
+    assert sw.privacy_loss() == pytest.approx(epsilon, abs=1e-12)
+
+
+@pytest.mark.parametrize("epsilon", EPSILONS)
+def test_bucketed_reports_spend_epsilon_and_no_more(epsilon: float) -> None:
+    """Output buckets narrower than the window: some bucket is inside one input's window and
+    outside another's, so the bucket law's largest log-ratio is eps; the integrated channel
+    (values spread over a bucket) stays within it."""
+    b = optimal_band(epsilon)
+    m = min(4096, math.ceil(2.0 * (1.0 + 2.0 * b) / b))
+    sw = SquareWave(epsilon=epsilon, bounds=(0.0, 1.0), buckets=16, output_buckets=m)
+    rows = np.log(sw.point_channel(np.linspace(0.0, 1.0, 33)))
+    assert float(np.max(rows.max(axis=0) - rows.min(axis=0))) == pytest.approx(epsilon, abs=1e-12)
+    lc = np.log(sw.channel)
+    assert float(np.max(lc.max(axis=0) - lc.min(axis=0))) <= epsilon + 1e-12
+
+
+def _chi2_pvalue(observed: FloatArray, probs: FloatArray) -> float:
+    expected = probs / probs.sum() * observed.sum()
+    return float(stats.chisquare(observed, expected).pvalue)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 4.0])
+@pytest.mark.parametrize("value", [2.0, 3.3, 7.0])
+def test_sampler_law_at_a_point_matches_the_channel(epsilon: float, value: float) -> None:
+    sw = SquareWave(epsilon=epsilon, bounds=(2.0, 7.0), buckets=4, output_buckets=40)
+    rng = np.random.default_rng(int(epsilon * 100 + value * 10))
+    counts = sw.counts(sw.perturb(np.full(100_000, value), rng))
+    assert _chi2_pvalue(counts, sw.point_channel([value])[0]) > 1e-4
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 4.0])
+def test_sampler_law_over_a_bucket_matches_the_integrated_channel(epsilon: float) -> None:
+    sw = SquareWave(epsilon=epsilon, bounds=(0.0, 1.0), buckets=5, output_buckets=24)
+    rng = np.random.default_rng(7)
+    for i in (0, 2, 4):
+        x = (i + rng.random(200_000)) / 5.0
+        counts = sw.counts(sw.perturb(x, rng))
+        assert _chi2_pvalue(counts, sw.channel[i]) > 1e-4, i
+
+
+@pytest.mark.parametrize(("epsilon", "value"), [(0.5, 2.0), (1.0, 3.3), (4.0, 7.0)])
+def test_portable_rule_law_matches_the_channel(epsilon: float, value: float) -> None:
+    """The planned wire report (the output bucket) drawn from 32-bit words."""
+    sw = SquareWave(epsilon=epsilon, bounds=(2.0, 7.0), buckets=4, output_buckets=24)
+    stream = iter(np.random.default_rng(11).integers(0, 2**32, size=4 * 30_000).tolist())
+    words = Words(lambda: next(stream))
+    draws = [sw.portable_report(value, words) for _ in range(30_000)]
+    assert words.used == 4 * 30_000  # two u64 per report: coin, then uniform
+    counts = np.bincount(draws, minlength=sw.outputs).astype(np.float64)
+    assert _chi2_pvalue(counts, sw.point_channel([value])[0]) > 1e-4
+
+
+def _fisher_sd(sw: SquareWave, f: FloatArray, w: FloatArray, n: int) -> float:
+    """Asymptotic sd of ``w . f_hat`` for the maximum likelihood over the simplex (interior
+    truth): ``grad^T I^-1 grad`` in the coordinates f_1 .. f_{d-1}."""
+    lam = f @ sw.channel
+    jac = (sw.channel[:-1] - sw.channel[-1]).T  # d' x (d - 1)
+    info = n * jac.T @ (jac / lam[:, None])
+    grad = w[:-1] - w[-1]
+    return math.sqrt(float(grad @ np.linalg.solve(info, grad)))
+
+
+TRUTH = np.array([0.04, 0.08, 0.14, 0.2, 0.22, 0.17, 0.1, 0.05])
+
+
+def _functionals(sw: SquareWave) -> list[FloatArray]:
+    mids = (np.arange(sw.buckets) + 0.5) / sw.buckets
+    below_half = (np.arange(sw.buckets) < sw.buckets // 2).astype(np.float64)
+    return [mids, below_half]
+
+
+@pytest.mark.parametrize("n", [2_000, 20_000, 200_000])
+def test_em_recovers_the_distribution_within_the_fisher_tolerance(n: int) -> None:
+    sw = SquareWave(epsilon=2.0, bounds=(0.0, 1.0), buckets=8, output_buckets=16)
+    counts = np.random.default_rng(n).multinomial(n, TRUTH @ sw.channel).astype(np.float64)
+    fit = sw.estimate_em(counts, tolerance=1e-9, max_iterations=200_000)
+    assert fit.converged
+    for w in _functionals(sw):
+        sd = _fisher_sd(sw, TRUTH, w, n)
+        assert abs(float(w @ fit.frequencies) - float(w @ TRUTH)) <= 4.0 * sd
+
+
+@pytest.mark.parametrize("n", [2_000, 20_000, 200_000])
+def test_ems_is_a_distribution_whose_noise_shrinks_as_theory_says(n: int) -> None:
+    """EMS on the counts against EMS on their mean (its limit as n grows): the difference is
+    within 4 sd of the maximum likelihood's (smoothing only lowers it), so -> 0 like 1/sqrt(n)."""
+    sw = SquareWave(epsilon=2.0, bounds=(0.0, 1.0), buckets=8, output_buckets=16)
+    counts = np.random.default_rng(n + 1).multinomial(n, TRUTH @ sw.channel).astype(np.float64)
+    fit = sw.estimate_ems(counts, tolerance=1e-9)
+    limit = sw.estimate_ems(sw.expected_counts(TRUTH, n), tolerance=1e-9)
+    assert fit.converged and limit.converged and fit.smoothed
+    assert np.all(fit.frequencies >= 0) and fit.frequencies.sum() == pytest.approx(1.0, abs=1e-12)
+    for w in _functionals(sw):
+        sd = _fisher_sd(sw, TRUTH, w, n)
+        assert abs(float(w @ (fit.frequencies - limit.frequencies))) <= 4.0 * sd
+
+
+def test_reconstruction_answers() -> None:
+    sw = SquareWave(epsilon=1.0, bounds=(10.0, 20.0), buckets=4)
+    counts = sw.expected_counts(np.array([0.1, 0.2, 0.3, 0.4]), 1000)
+    fit = sw.estimate_em(counts)
+    assert fit.cdf(10.0) == 0.0 and fit.cdf(20.0) == pytest.approx(1.0)
+    q = fit.quantile([0.0, 0.25, 0.5, 1.0])
+    assert np.all(np.diff(q) >= 0) and q[0] == 10.0 and q[-1] == pytest.approx(20.0)
+    assert fit.cdf(q[1]) == pytest.approx(0.25)
+    assert fit.fraction(10.0, 20.0) == pytest.approx(1.0)
+
+
+def test_bootstrap_interval_holds_the_estimate_and_is_ordered() -> None:
+    sw = SquareWave(epsilon=2.0, bounds=(0.0, 1.0), buckets=8, output_buckets=16)
+    rng = np.random.default_rng(3)
+    counts = rng.multinomial(5_000, TRUTH @ sw.channel).astype(np.float64)
+    boot = sw.bootstrap(counts, lambda r: [r.mean, r.cdf(0.5)], replicates=40, rng=rng)
+    assert boot.replicates.shape == (40, 2)
+    assert np.all(boot.low <= boot.estimate) and np.all(boot.estimate <= boot.high)
+    low, high = boot.percentile
+    assert np.all(low <= high)
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(ParameterError, match="buckets"):
+        SquareWave(epsilon=1.0, bounds=(0.0, 1.0), buckets=1)
+    with pytest.raises(ParameterError, match="output_buckets"):
+        SquareWave(epsilon=1.0, bounds=(0.0, 1.0), output_buckets=5000)
+    with pytest.raises(ParameterError, match="epsilon"):
+        SquareWave(epsilon=0.0, bounds=(0.0, 1.0))
+    with pytest.raises(ParameterError):
+        SquareWave(epsilon=1.0, bounds=(1.0, 1.0))
+    sw = SquareWave(epsilon=1.0, bounds=(0.0, 1.0), buckets=4)
+    with pytest.raises(ReportError, match="outside"):
+        sw.counts([2.0])
+    with pytest.raises(ReportError):
+        sw.perturb(["a"])
+    with pytest.raises(ParameterError, match="entries"):
+        sw.estimate_ems(np.ones(3))
+    with pytest.raises(ParameterError, match=">= 0"):
+        sw.estimate_ems(np.array([1.0, -1.0, 2.0, 3.0]))
+    with pytest.raises(ParameterError, match="at least one"):
+        sw.estimate_ems(np.full(4, 0.1))
