@@ -61,6 +61,7 @@ from ..screening import check_fraction
 from . import _bits
 from ._bits import threshold64_floor
 from ._conformance import CATEGORIES, case_name, chi2
+from ._linear_intervals import LinearBounds, hull, score_bounds
 from ._portable import hex64
 from .base import BoolArray, FrequencyOracle, LawTest, PlanCase, Reports, centred_ranks
 
@@ -816,3 +817,125 @@ class Exponential(FrequencyOracle):
         """None: the true output's probability depends on the input (the kit's pooled
         test assumes one), and :meth:`conformance_tests` test every output's already."""
         return None
+
+
+# --- linear functionals: range shares, the mean rank and items with score intervals -----
+# (issue 30: intervals that cover at small n; see ._linear_intervals)
+
+
+@dataclass(frozen=True)
+class LinearEstimate:
+    """Unbiased inversion estimates of linear functionals ``t_j = sum_x W[j, x] f_x`` (an
+    item's frequency, a range share, the mean rank), with standard errors and intervals.
+
+    Attributes
+    ----------
+    values : (k,) the estimates ``W f_hat``.
+    covariance : (k, k) their estimated covariance ``W Cov W^T``.
+    n : the number of reports.
+    output_weights : (k, m) ``W A``: each estimate is ``output_weights @ (counts / n)``.
+    model_law : (m,) ``P^T f+``, the channel's law of the inversion estimate clipped to the
+        simplex: the law the score intervals tilt to each hypothesis.
+    low, high : (k,) each functional's range, ``min_x W[j, x]`` and ``max_x W[j, x]``.
+    """
+
+    values: FloatArray
+    covariance: FloatArray
+    n: int
+    output_weights: FloatArray
+    model_law: FloatArray
+    low: FloatArray
+    high: FloatArray
+
+    @property
+    def stderr(self) -> FloatArray:
+        """Standard errors ``sqrt(diag(covariance))``."""
+        return np.sqrt(np.clip(np.diag(self.covariance), 0.0, None))
+
+    def normal_interval(self, level: float = 0.95) -> LinearBounds:
+        """``value -/+ z stderr``: right for large n, under-covers rare items at small n."""
+        half = normal_quantile(level) * self.stderr
+        return LinearBounds(self.values - half, self.values + half, float(level))
+
+    def interval(self, level: float = 0.95) -> LinearBounds:
+        """Score-type intervals (variance at the hypothesised value, a skewness term),
+        joined with the normal interval and kept within each functional's range: they
+        cover at small n and for rare items (:mod:`ldpkit.mechanisms._linear_intervals`)."""
+        score = score_bounds(
+            self.values,
+            self.output_weights,
+            self.model_law,
+            self.n,
+            value_range=(self.low, self.high),
+            level=level,
+        )
+        return hull(score, self.normal_interval(level), self.low, self.high)
+
+
+def linear_estimate(
+    mechanism: ExponentialMechanism, counts: npt.ArrayLike, weights: npt.ArrayLike
+) -> LinearEstimate:
+    """Inversion estimates of the functionals ``weights @ f`` (rows of a k x d matrix, or one
+    d-vector) from output ``counts``, with covariance and score intervals."""
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    if w.ndim != 2 or w.shape[1] != mechanism.items or not np.all(np.isfinite(w)):
+        raise ParameterError(f"weights must be rows of {mechanism.items} finite numbers")
+    est = mechanism.estimate(counts)
+    assert est.covariance is not None  # inversion always has one
+    return LinearEstimate(
+        w @ est.frequencies,
+        w @ est.covariance @ w.T,
+        est.n,
+        w @ mechanism._left_inverse(),
+        model_law(mechanism, est.frequencies),
+        w.min(axis=1),
+        w.max(axis=1),
+    )
+
+
+def range_share(
+    mechanism: ExponentialMechanism, counts: npt.ArrayLike, low: int, high: int
+) -> LinearEstimate:
+    """The share of items ``low .. high`` (inclusive, 0-based ranks) of ordered
+    categories: "3 or 4 stars" is ``range_share(m, c, 2, 3)`` on a 1-5 rating."""
+    d = mechanism.items
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 0 <= v < d:
+            raise ParameterError(f"{name} must be an item 0 .. {d - 1}, got {v!r}")
+    if low > high:
+        raise ParameterError(f"low ({low}) must not exceed high ({high})")
+    w = np.zeros(d)
+    w[low : high + 1] = 1.0
+    return linear_estimate(mechanism, counts, w)
+
+
+def share_at_least(
+    mechanism: ExponentialMechanism, counts: npt.ArrayLike, k: int
+) -> LinearEstimate:
+    """The share of items ranked ``k`` or above: "4 stars or more" on a 1-5 rating is
+    ``share_at_least(m, c, 3)`` (ranks are 0-based)."""
+    return range_share(mechanism, counts, k, mechanism.items - 1)
+
+
+def item_intervals(mechanism: ExponentialMechanism, counts: npt.ArrayLike) -> LinearEstimate:
+    """Every item's frequency as a linear functional (identity weights): the same estimate
+    as :meth:`ExponentialMechanism.estimate`, with score intervals."""
+    return linear_estimate(mechanism, counts, np.eye(mechanism.items))
+
+
+def rank_mean(
+    mechanism: ExponentialMechanism, counts: npt.ArrayLike, values: npt.ArrayLike | None = None
+) -> LinearEstimate:
+    """The mean rank (0 .. d - 1, or ``values``) as a linear functional, with score
+    intervals (:meth:`ExponentialMechanism.mean_rank` gives the normal one)."""
+    v = np.arange(mechanism.items, dtype=np.float64) if values is None else values
+    return linear_estimate(mechanism, counts, v)
+
+
+def model_law(mechanism: ExponentialMechanism, frequencies: npt.ArrayLike) -> FloatArray:
+    """``P^T f+``: the output law of ``frequencies`` clipped at 0 and renormalised (uniform
+    if none is positive); rows of frequencies give rows of laws."""
+    f = np.clip(np.asarray(frequencies, dtype=np.float64), 0.0, None)
+    total = f.sum(axis=-1, keepdims=True)
+    f = np.where(total > 0, f / np.where(total > 0, total, 1.0), 1.0 / mechanism.items)
+    return np.asarray(f @ mechanism.channel)

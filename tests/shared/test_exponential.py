@@ -171,8 +171,9 @@ def test_inversion_is_unbiased_with_the_formula_variance_and_covers(
     assert np.all((lo <= ratio) & (ratio <= hi)), ratio
     # 95% intervals cover each item about 95% of the time (binomial tolerance, 4.5 sd).
     # At n = 200 the normal (Wald) interval under-covers rare items, as the binomial's
-    # does: measured 0.91-0.94 over d in {5, 10, 32}, epsilon in {1, 4, 8}; a score-type
-    # interval is left (issue 30). Held to 0.90 there so that a regression still shows.
+    # does: measured 0.91-0.94 over d in {5, 10, 32}, epsilon in {1, 4, 8}; the honest
+    # interval is LinearEstimate.interval (tests/shared/test_exponential_ranges.py). Held
+    # to 0.90 there so that a regression still shows.
     tol = 4.5 * np.sqrt(0.95 * 0.05 / runs)
     covered = np.mean(np.abs(freqs - f) <= 1.959963984540054 * ses, axis=0)
     assert np.all(covered < 0.95 + tol), covered
