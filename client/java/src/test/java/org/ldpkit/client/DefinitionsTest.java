@@ -145,7 +145,7 @@ class DefinitionsTest {
         d = VectorsTest.object(Json.parse(Json.write(all.get("hierarchy"))));
         Map<String, Object> view = VectorsTest.object(list(sub(d, "derived"), "views").get(0));
         view.put("size", ((Number) view.get("size")).longValue() + 1);
-        refusedNaming(d, "derived.views", "views differs");
+        refusedNaming(d, "derived.views[0].size", "view 0's size differs");
         d = VectorsTest.object(Json.parse(Json.write(all.get("strings"))));
         sub(d, "derived").put("seed", "0000000000000001");
         refusedNaming(d, "fingerprint", "fingerprint");
