@@ -46,6 +46,45 @@ class DefinitionsTest {
         System.out.println("conformance definitions: " + honest + " accepted, " + lies + " refused");
     }
 
+    /**
+     * The recomputed constants (grid bounds, Duchi's index, ss's k, caps, depths, labels,
+     * sketch weights) are exactly ldpkit's over a sweep of epsilons and sizes, the eps = 0.61
+     * edge of the hybrid included: every honest definition is accepted.
+     */
+    @Test
+    void honestDefinitionsOverASweepOfEpsilonsAndSizesAreAccepted() {
+        Object data = Json.parse(Python.run("import json\n"
+                + "from ldpkit.metrics import MetricDefinition\n"
+                + "eps_list = [0.05, 0.1 + 0.2, 1 / 3, 0.5, 0.61, 0.6100001, 0.75, 1.0, 1.3, 2.0, 2.5, 3.7, 5.0, 7.7, 10.0]\n"
+                + "out = []\n"
+                + "for i, e in enumerate(eps_list):\n"
+                + "    for m in ['duchi', 'piecewise', 'hybrid', 'laplace', 'gaussian']:\n"
+                + "        spec = {'kind': 'numeric', 'bounds': [0.0, 1.0], 'epsilon': e, 'mechanism': m}\n"
+                + "        if m == 'gaussian':\n"
+                + "            spec['delta'] = 1e-6\n"
+                + "        out.append(MetricDefinition.from_dict(f'{m}-{i}', spec).to_dict())\n"
+                + "    for d in (2, 5, 16, 100):\n"
+                + "        cats = [f'c{j}' for j in range(d)]\n"
+                + "        out.append(MetricDefinition.from_dict(f'ss-{i}-{d}', {'kind': 'categorical', 'categories': cats, 'epsilon': e, 'mechanism': 'ss'}).to_dict())\n"
+                + "    for r in (5, 64, 100, 4096):\n"
+                + "        out.append(MetricDefinition.from_dict(f'hh-{i}-{r}', {'kind': 'distribution', 'bounds': [0.0, 1.0], 'resolution': r, 'epsilon': e}).to_dict())\n"
+                + "    out.append(MetricDefinition.from_dict(f'str-{i}', {'kind': 'strings', 'max_length': 1 + 4 * i, 'k': 4, 'epsilon': e}).to_dict())\n"
+                + "    out.append(MetricDefinition.from_dict(f'lv-{i}', {'kind': 'hierarchy', 'categories': ['a/x/1', 'a/x/2', 'a/y', 'b', 'c/z/3/4'], 'epsilon': e, 'mechanism': 'levels', 'oracle': 'ss'}).to_dict())\n"
+                + "    out.append(MetricDefinition.from_dict(f'jm-{i}', {'kind': 'table', 'dimensions': [['p', ['1', '2', '3']], ['q', ['x', 'y']], ['r', [str(j) for j in range(9)]]], 'epsilon': e, 'mechanism': 'joint_marginals'}).to_dict())\n"
+                + "print(json.dumps(out))\n"));
+        List<String> problems = new ArrayList<String>();
+        for (Object d : (List<?>) data) {
+            Map<String, Object> served = VectorsTest.object(d);
+            try {
+                Definitions.prepare(served);
+            } catch (DefinitionException err) {
+                problems.add(err.getMessage());
+            }
+        }
+        assertEquals(new ArrayList<String>(), problems);
+        assertTrue(((List<?>) data).size() >= 200, "definitions: " + ((List<?>) data).size());
+    }
+
     /** One definition of every kind and mechanism family, with floats a reader may not tell from integers. */
     private static final String SERVED_CODE = "import json\n"
             + "from ldpkit.metrics import MetricDefinition\n"
