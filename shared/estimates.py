@@ -453,3 +453,38 @@ class MeanEstimate:
             lo, hi = self.bounds
             low, high = max(low, lo), min(high, hi)
         return ConfidenceInterval(low, high)
+
+
+@dataclass(frozen=True)
+class MeanRank:
+    """The reporters' mean rank of ordered categories (the first is rank 1, the last d),
+    unbiased, with its standard error ``sqrt(w^T Cov w)`` from the frequencies'
+    covariance. Its interval is normal (``estimate -/+ z stderr``), within [1, d].
+
+    Attributes
+    ----------
+    mean : the estimate (may lie outside [1, d]).
+    stderr : its standard error.
+    n : the number of reports.
+    ranks : d, the number of categories.
+    """
+
+    mean: float
+    stderr: float
+    n: int
+    ranks: int
+
+    def ci(self, level: float = 0.95) -> ConfidenceInterval:
+        if self.n == 0 or not math.isfinite(self.mean):
+            return ConfidenceInterval(math.nan, math.nan)
+        half = normal_quantile(level) * self.stderr
+        low = min(max(self.mean - half, 1.0), float(self.ranks))
+        return ConfidenceInterval(low, min(max(self.mean + half, 1.0), float(self.ranks)))
+
+    def to_dict(self, level: float = 0.95) -> dict[str, object]:
+        """``estimate``, ``stderr``, ``low``, ``high``, ``interval`` (``"normal"``)."""
+        low, high = self.ci(level)
+        values = _json_floats(np.array([self.mean, self.stderr, low, high]))
+        return dict(zip(("estimate", "stderr", "low", "high"), values, strict=True)) | {
+            "interval": "normal"
+        }

@@ -24,7 +24,7 @@ from .errors import ParameterError
 from .kinds import KIND_DEFAULTS, KIND_KEYS, NAMES, KindSpec, kind_spec, legacy_kind
 from .kinds import MetricKind as MetricKind  # its home is ldpkit.kinds
 from .kinds.base import DEFAULT_FORGERY_FRACTION, Fraction
-from .mechanisms import Mechanism, canonical_name
+from .mechanisms import Mechanism, canonical_name, mechanism_class
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 """A metric name; matched against the *whole* name (``fullmatch``: ``$`` alone would let a
@@ -135,6 +135,16 @@ class MetricDefinition:
     epsilon: float
     mechanism: str = "auto"
     categories: tuple[str, ...] | None = None
+    ordered: bool | None = None
+    """Categorical metrics: ``True`` when the categories are listed in order (ratings,
+    brackets): answers add the mean rank, and ``auto`` weighs the mechanisms by it."""
+    score: str | None = None
+    """Categorical metrics by ``exponential``: ``"distance"`` (the default when ordered),
+    ``"band"`` (with ``band``) or ``"matrix"`` (with ``scores``)."""
+    band: int | None = None
+    """Categorical metrics by ``exponential`` with ``score = "band"``: the band's half-width."""
+    scores: tuple[tuple[float, ...], ...] | None = None
+    """Categorical metrics by ``exponential``: a d x m score matrix (inputs x outputs)."""
     bounds: tuple[float, float] | None = None
     delta: float = 0.0
     """Numeric metrics: the delta of one report, 0 (pure epsilon-LDP) unless the
@@ -306,6 +316,9 @@ class MetricDefinition:
             spec = dict(data, mechanism=pinned)
             if data.get("resolved_oracle"):  # hierarchies and tables: their oracles too
                 spec["oracle"] = data["resolved_oracle"]
+            if not mechanism_class(pinned).takes_score:  # a score auto weighed, not its own
+                for key in ("score", "band", "scores"):
+                    spec.pop(key, None)
             definition = cls.from_dict(name, spec)
         return definition
 
@@ -368,7 +381,16 @@ class MetricDefinition:
         }
         # Dimensions as pairs: their order numbers the cells, and the canonical JSON sorts
         # object keys.
-        for key in ("categories", "bounds", "delta", "dimensions"):
+        for key in (
+            "categories",
+            "ordered",
+            "score",
+            "band",
+            "scores",
+            "bounds",
+            "delta",
+            "dimensions",
+        ):
             if getattr(self, key) != KIND_DEFAULTS[key]:
                 params[key] = _plain(getattr(self, key))
         if self.kind_spec.mechanism_params:

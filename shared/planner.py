@@ -72,6 +72,9 @@ class Plan:
 
 
 def _frequency_half_width(m: FrequencyOracle, n: int, f: float, level: float) -> tuple[float, str]:
+    own = m.planned_half_width(n, f, level)
+    if own is not None:
+        return own
     holders = round(f * n)
     var = n * float(m.variance(holders / n, n)) * n * (m.p - m.q) ** 2
     if var >= _SMOOTH_VARIANCE:

@@ -24,7 +24,12 @@ const LDPK_VIEWS = (() => {
   // an `item` is in the table, its consistent estimates (`consistent`: false for none), its
   // own query `controls`, the table's rows beside the items (`more`, `extra`) and whether it
   // offers `simultaneous` intervals (every item of a group covered together).
-  const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true, simultaneous: true };
+  // Ordered categories add their mean rank (1 = the first category) below the items.
+  const meanRank = (data, fmt) => {
+    const r = data.mean_rank;
+    return r ? [["mean rank (1..d)", fmt(r.estimate), fmt(r.stderr), fmt(r.low), fmt(r.high), "–"]] : [];
+  };
+  const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true, simultaneous: true, extra: meanRank };
   const KINDS = {
     categorical: CATEGORICAL,
     numeric: { ...CATEGORICAL, consistent: false, simultaneous: false },

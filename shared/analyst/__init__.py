@@ -209,6 +209,9 @@ class ServedEstimate:
     interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
     most_common: MostCommonAnswer | None = None
     """Which item is the most common, and which could be (categorical, hierarchy, table)."""
+    mean_rank: dict[str, Any] | None = None
+    """Ordered categories: the served ``mean_rank`` (``estimate``, ``stderr``, ``low``,
+    ``high``, ``interval``; the first category is rank 1)."""
     as_of: AsOf | None = field(default=None, compare=False)
     """A maintained kind's (strings, hierarchy, table, distribution): how fresh the estimate
     is (None for categorical and numeric metrics: computed for each query, always fresh)."""

@@ -49,6 +49,13 @@ categories = {countries}
 epsilon = 1.0
 mechanism = "auto"
 
+[metrics.rating]
+kind = "categorical"
+categories = ["1", "2", "3", "4", "5"]
+ordered = true
+epsilon = 1.0
+mechanism = "exponential"
+
 [metrics.session_minutes]
 kind = "numeric"
 bounds = [0, 240]
@@ -81,6 +88,8 @@ epsilon = 4.0
 """
 
 THEMES = (["light", "dark", "system"], [0.25, 0.55, 0.20])
+RATINGS = (["1", "2", "3", "4", "5"], [0.08, 0.12, 0.20, 0.35, 0.25])
+"""A 1-5 rating, by the exponential mechanism with the distance score (ordered = true)."""
 COUNTRIES = [
     "us",
     "in",
@@ -260,6 +269,7 @@ Next:
 def _population(rng: np.random.Generator, users: int) -> dict[str, np.ndarray]:
     """The simulated users' values by metric: the truth only this process knows."""
     theme = rng.choice(THEMES[0], size=users, p=THEMES[1])
+    rating = rng.choice(RATINGS[0], size=users, p=RATINGS[1])
     weights = 1.0 / np.arange(1, len(COUNTRIES) + 1) ** 1.1
     country = rng.choice(COUNTRIES, size=users, p=weights / weights.sum())
     minutes = np.clip(rng.gamma(shape=2.0, scale=18.0, size=users), 0, 240)
@@ -274,6 +284,7 @@ def _population(rng: np.random.Generator, users: int) -> dict[str, np.ndarray]:
     return {
         "theme": theme,
         "country": country,
+        "rating": rating,
         "session_minutes": minutes,
         "session_minutes_dist": minutes,
         "region": regions,
@@ -320,7 +331,7 @@ def _deliver(
 
 
 def _print_estimates(analyst: Analyst, population: dict[str, np.ndarray]) -> None:
-    for metric in ("theme", "country"):
+    for metric in ("theme", "country", "rating"):
         _print_categorical(analyst, metric, population[metric])
     minutes = population["session_minutes"]
     est = analyst.estimates("session_minutes", level=0.95)
@@ -349,6 +360,11 @@ def _print_categorical(analyst: Analyst, metric: str, values: np.ndarray) -> Non
     for item in est.items:
         truth = float(np.mean(values == item.category))
         _say(_row(item.category, truth, item.estimate, item.low, item.high, width=10))
+    rank = est.mean_rank
+    if rank is not None:  # ordered categories: rank 1 is the first
+        order = {c.category: i + 1 for i, c in enumerate(est.items)}
+        truth = float(np.mean([order[v] for v in values]))
+        _say(_row("mean rank", truth, rank["estimate"], rank["low"], rank["high"], width=10))
     if est.most_common is not None:
         names, counts = np.unique(values, return_counts=True)
         truly = str(names[int(np.argmax(counts))])

@@ -40,6 +40,10 @@ class MetricKind(StrEnum):
 
 KIND_KEYS = (
     "categories",
+    "ordered",
+    "score",
+    "band",
+    "scores",
     "bounds",
     "delta",
     "resolution",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -13,7 +13,7 @@ import numpy.typing as npt
 from ..aggregate import Aggregate
 from ..errors import ParameterError
 from ..estimates import FrequencyEstimate
-from ..mechanisms import choose
+from ..mechanisms import FrequencyOracle, Mechanism, choose, mechanism_class
 from .base import (
     Built,
     Campaign,
@@ -22,6 +22,7 @@ from .base import (
     Question,
     RawJSON,
     check_categories,
+    fail,
     json_numbers,
     make,
     most_common_fields,
@@ -29,6 +30,8 @@ from .base import (
     sums_json,
 )
 
+SCORE_KEYS = ("score", "band", "scores")
+"""The definition keys of a score (the exponential mechanism's): checked by the mechanism."""
 ROBUST_COLUMNS = ("robust", "robust_low", "robust_high", "robust_forgery_shift")
 """A robust answer's item fields: ``est.robust(beta)``'s estimate, interval and shift."""
 
@@ -42,10 +45,34 @@ class Categorical(KindSpec):
     def build(self, definition: Definition) -> Built:
         categories = check_categories(definition)
         d = len(categories)
+        ordered = _ordered(definition)
+        given = {k: v for k in SCORE_KEYS if (v := getattr(definition, k)) is not None}
         name = definition.mechanism
         if name == "auto":
-            name = choose(epsilon=definition.epsilon, domain_size=d).name
-        return Built(make(definition, name, domain_size=d), {"categories": categories})
+            try:
+                name = choose(
+                    epsilon=definition.epsilon, domain_size=d, ordered=ordered, scored=given
+                ).name
+            except ParameterError as exc:
+                raise fail(definition, str(exc)) from None
+        cls = mechanism_class(name)
+        # auto weighed the score with the mechanisms that take one; another it chose is
+        # made without it, and the definition keeps it (as given) to weigh it again.
+        own = cls.takes_score or definition.mechanism != "auto"
+        try:
+            fields = cls.score_fields(ordered, given if own else {})
+        except ParameterError as exc:
+            raise fail(definition, str(exc)) from None
+        kept = fields if own else _as_given(given)
+        mechanism = make(definition, name, domain_size=d, **fields)
+        if ordered and _rank_variance(mechanism) is None:
+            raise fail(
+                definition,
+                f"ordered categories need a mechanism whose mean rank has a known variance; "
+                f"{name!r} has none (use grr, sue, oue, ss, exponential or auto)",
+            )
+        normalised = {"categories": categories, "ordered": True if ordered else None}
+        return Built(mechanism, normalised | dict.fromkeys(SCORE_KEYS) | kept)
 
     def encode(self, definition: Definition, value: object) -> tuple[Any, bool]:
         i = definition.category_index.get(value) if isinstance(value, str) else None
@@ -83,6 +110,8 @@ class Categorical(KindSpec):
             "sums": sums_json(aggregate),
             "interval": estimate.interval_method(q.level, simultaneous=sim) if estimate.n else None,
         }
+        if definition.ordered:
+            answer["mean_rank"] = mechanism.mean_rank(estimate).to_dict(q.level)
         if q.robust:
             robust = estimate.robust(q.forgery_fraction)
             answer["robust"] = {
@@ -99,12 +128,60 @@ class Categorical(KindSpec):
         answer["most_common"] = most_common_fields(estimate, definition.categories, q.level)
         return answer
 
+    def describe(self, definition: Definition) -> str:
+        plain = super().describe(definition)
+        return f"{plain}, ordered" if definition.ordered else plain
+
+    def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
+        """The ``mean_rank`` of ordered categories (absent otherwise)."""
+        rank = data.get("mean_rank")
+        return {"mean_rank": dict(rank)} if isinstance(rank, Mapping) else {}
+
+    def text(self, result: Any, table: list[str]) -> list[str]:
+        """The items' table, then the mean rank of ordered categories."""
+        rank = getattr(result, "mean_rank", None)
+        if not rank or rank.get("estimate") is None:
+            return table
+        return [*table, _rank_line(rank, result.level, result.n)]
+
     def campaign(self, definition: Definition) -> Campaign:
         return Campaign(
             definition.resolved_mechanism,
             definition.epsilon,
             domain_size=len(definition.categories or ()),
         )
+
+
+def _rank_line(rank: Mapping[str, Any], level: float, n: int) -> str:
+    """``mean rank 3.410 (categories ranked ...), 95% interval [3.30, 3.52], stderr 0.057``."""
+    low, high = rank.get("low"), rank.get("high")
+    within = (
+        "" if low is None or high is None else f", {level:.0%} interval [{low:.2f}, {high:.2f}]"
+    )
+    return (
+        f"mean rank {rank['estimate']:.3f} (categories ranked 1 .. d in their order){within}, "
+        f"stderr {rank.get('stderr') or 0:.3f}"
+    )
+
+
+def _as_given(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Score keys as the definition holds them: ``scores`` as rows of floats (a choice of
+    ``auto`` weighed them already, so they are numbers)."""
+    rows = given.get("scores")
+    if rows is None:
+        return dict(given)
+    return dict(given) | {"scores": tuple(tuple(float(v) for v in row) for row in rows)}
+
+
+def _ordered(definition: Definition) -> bool:
+    given: object = definition.ordered
+    if given is not None and not isinstance(given, bool):
+        raise fail(definition, f"ordered must be true or false, got {given!r}")
+    return bool(given)
+
+
+def _rank_variance(mechanism: Mechanism) -> float | None:
+    return mechanism.rank_variance() if isinstance(mechanism, FrequencyOracle) else None
 
 
 def _columns(estimate: FrequencyEstimate, q: Question) -> dict[str, npt.NDArray[np.float64]]:
@@ -153,4 +230,4 @@ def _numbers(column: npt.NDArray[np.float64]) -> list[str]:
     return json_numbers(column)
 
 
-SPEC = Categorical("categorical", ("categories",))
+SPEC = Categorical("categorical", ("categories", "ordered", *SCORE_KEYS))

@@ -6,6 +6,7 @@ Modules are imported on first use, so a device that reports one metric loads one
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "joint_marginals": ("table", "JointMarginals"),
     "split": ("table", "SplitMarginals"),
     "prefix_sketch": ("strings", "PrefixSketch"),
+    "exponential": ("exponential", "Exponential"),
 }
 
 ALIASES: dict[str, str] = {
@@ -56,6 +58,12 @@ ALIASES: dict[str, str] = {
 
 CATEGORICAL = ("grr", "sue", "oue", "olh", "ss", "hr")
 """Candidates ``auto`` weighs for a categorical metric, in order of preference on ties."""
+ORDERED = ("grr", "sue", "oue", "ss", "exponential")
+"""Candidates ``auto`` weighs for ordered categories (``ordered = true``), by the variance
+of the mean rank: the oracles whose items' covariance is known, and the exponential
+mechanism (with the definition's score, distance by default)."""
+SCORED = ("exponential",)
+"""Mechanisms that take a definition's score (``score``, ``band``, ``scores``)."""
 NUMERIC = ("laplace", "duchi", "piecewise", "hybrid")
 """Candidates ``auto`` weighs for a numeric metric (pure epsilon-LDP)."""
 APPROXIMATE = ("gaussian",)
@@ -156,6 +164,9 @@ class Choice:
     domain_size: int | None = None
     bounds: tuple[float, float] | None = None
     tolerance: float = AUTO_VARIANCE_TOLERANCE
+    unit: str | None = None
+    """What the variances are of, when not the default of the metric's kind (ordered
+    categories: the mean rank's)."""
 
     def explain(self) -> str:
         """A table of the candidates, lowest variance first, with the rule that picked."""
@@ -177,6 +188,8 @@ class Choice:
 
     def _scope(self) -> tuple[str, str]:
         """What the candidates were weighed for, and the unit of their variances."""
+        if self.domain_size is not None and self.unit is not None:
+            return f"d={self.domain_size} ordered categories", self.unit
         if self.domain_size is not None:
             return (
                 f"d={self.domain_size} categories",
@@ -206,8 +219,15 @@ def choose(
     bounds: tuple[float, float] | None = None,
     resolution: int | None = None,
     delta: float = 0.0,
+    ordered: bool = False,
+    scored: Mapping[str, Any] | None = None,
 ) -> Choice:
     """The mechanism ``auto`` resolves to for (epsilon, domain_size) or (epsilon, bounds).
+
+    For ordered categories (``ordered``) the candidates are :data:`ORDERED`, weighed by
+    the variance of the mean rank (a uniform population, one report); a definition's
+    score keys (``scored``: ``score``, ``band``, ``scores``) go to the mechanisms of
+    :data:`SCORED`, which are weighed beside :data:`CATEGORICAL` for unordered ones.
 
     Among the candidates whose variance is within :data:`AUTO_VARIANCE_TOLERANCE` of the
     lowest, the one with the smallest report; among equal sizes the lower variance, then
@@ -225,6 +245,8 @@ def choose(
         if resolution is not None:
             raise ParameterError("resolution is for distribution metrics (with bounds)")
         d = check_domain_size(domain_size)
+        if ordered or scored:
+            return _scored_choice(epsilon, d, ordered, scored or {})
         return _choice(_made(CATEGORICAL, epsilon, domain_size=d), epsilon, d, None)
     lo_hi = check_bounds(bounds)
     if resolution is not None:
@@ -237,6 +259,28 @@ def choose(
     return _choice(made, epsilon, None, lo_hi)
 
 
+def _scored_choice(epsilon: float, d: int, ordered: bool, scored: Mapping[str, Any]) -> Choice:
+    """:func:`choose` for ordered categories, or with a score (see there)."""
+    names = ORDERED if ordered else (*CATEGORICAL, *SCORED)
+    made: dict[str, Mechanism] = {}
+    for name in names:
+        cls = oracle_class(name)
+        fields = cls.score_fields(ordered, scored) if name in SCORED else {}
+        made[name] = cls(epsilon=epsilon, domain_size=d, **fields)
+    if not ordered:
+        return _choice(made, epsilon, d, None)
+    variances = {}
+    for name, m in made.items():
+        assert isinstance(m, FrequencyOracle)  # ORDERED holds oracles with a rank variance
+        v = m.rank_variance()
+        assert v is not None
+        variances[name] = v
+    return _choice(made, epsilon, d, None, variances, RANK_UNIT)
+
+
+RANK_UNIT = "of the mean rank (ranks 1..d) for a uniform population, per report (divide by n)"
+
+
 def _made(names: tuple[str, ...], epsilon: float, **options: Any) -> dict[str, Mechanism]:
     return {name: mechanism_class(name)(epsilon=epsilon, **options) for name in names}
 
@@ -246,9 +290,13 @@ def _choice(
     epsilon: float,
     d: int | None,
     lo_hi: tuple[float, float] | None,
+    variances: dict[str, float] | None = None,
+    unit: str | None = None,
 ) -> Choice:
-    """The rule of :func:`choose` over the candidates made, in order of preference."""
-    variances = {name: m.auto_variance() for name, m in candidates.items()}
+    """The rule of :func:`choose` over the candidates made, in order of preference
+    (``variances``: what to weigh them by, default their :meth:`Mechanism.auto_variance`)."""
+    if variances is None:
+        variances = {name: m.auto_variance() for name, m in candidates.items()}
     sizes = {name: m.report_dtype.itemsize for name, m in candidates.items()}
     costs = {name: m.aggregate_cost for name, m in candidates.items()}
     best = min(variances.values())
@@ -256,7 +304,7 @@ def _choice(
     near = [k for k, v in variances.items() if v <= best * (1 + AUTO_VARIANCE_TOLERANCE)]
     order = {k: i for i, k in enumerate(variances)}
     chosen = min(near, key=lambda k: (sizes[k], round(variances[k] / best, 9), costs[k], order[k]))
-    return Choice(chosen, variances, sizes, costs, epsilon, d, lo_hi)
+    return Choice(chosen, variances, sizes, costs, epsilon, d, lo_hi, unit=unit)
 
 
 def mechanism(

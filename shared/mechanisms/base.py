@@ -30,7 +30,7 @@ from .. import screening
 from .._validation import check_bounds, check_domain_size, check_epsilon
 from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
-from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate
+from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate, MeanRank, norm_sub
 from ..randomness import resolve_rng
 from ..screening import Finding
 from ._dyadic import check_min_epsilon
@@ -117,6 +117,22 @@ class Mechanism(ABC):
     @abstractmethod
     def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
         """The sufficient statistics of valid reports."""
+
+    takes_score: ClassVar[bool] = False
+    """Whether this mechanism is made with a categorical definition's score keys
+    (:meth:`score_fields`); ``auto`` passes them only to those that are."""
+
+    @classmethod
+    def score_fields(cls, ordered: bool, given: Mapping[str, Any]) -> dict[str, Any]:
+        """A categorical definition's score keys (``score``, ``band``, ``scores``) as this
+        mechanism takes them, checked and completed with its defaults: what it is made
+        with and what the definition holds. ``given``: the keys the definition gave."""
+        if given:
+            raise ParameterError(
+                f"mechanism {cls.name!r} takes no {', '.join(given)} (a score is for the "
+                "exponential mechanism)"
+            )
+        return {}
 
     def auto_variance(self) -> float:
         """The variance ``auto`` weighs this mechanism by (see :class:`ldpkit.Choice`)."""
@@ -315,6 +331,13 @@ class Mechanism(ABC):
         return aggregate
 
 
+def centred_ranks(d: int) -> FloatArray:
+    """Ranks 1 .. d less their middle, ``(d + 1) / 2``: the mean rank is ``(d + 1) / 2 +
+    w . f`` for any fractions summing to 1, and an estimate whose fractions do not sum to
+    1 exactly (unary encodings) is less noisy so, still unbiased."""
+    return np.arange(1.0, d + 1.0) - (d + 1) / 2.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class FrequencyOracle(Mechanism):
     """A categorical mechanism over items ``0 .. domain_size - 1``.
@@ -378,7 +401,7 @@ class FrequencyOracle(Mechanism):
     def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
         """The law of the reports of item ``value`` (it needs none of ``derived``)."""
 
-    def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float]:
+    def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float] | None:
         return int(np.count_nonzero(self.supports(value, reports))), self.p
 
     def auto_variance(self) -> float:
@@ -402,6 +425,55 @@ class FrequencyOracle(Mechanism):
         p, q = self.p, self.q
         var = (f * p * (1 - p) + (1 - f) * q * (1 - q)) / (n * (p - q) ** 2)
         return float(var) if var.ndim == 0 else var
+
+    def covariance(self, frequencies: npt.ArrayLike, n: int = 1) -> FloatArray | None:
+        """Covariance of the d estimated fractions from ``n`` reports of a population with
+        ``frequencies`` (the reporters held fixed, as :meth:`variance`), or None when the
+        items' joint support is unknown (:meth:`pair_support` None). A report supports
+        item i with probability ``a_i`` (p or q) and two items with r1 or r0, so per report
+        ``Cov(S_i, S_j) = E_x[r_ij - a_i a_j]`` (i != j), over ``(p - q)^2``."""
+        pair = self.pair_support()
+        if pair is None:
+            return None
+        f = np.asarray(frequencies, dtype=np.float64)
+        p, q, (r1, r0) = self.p, self.q, pair
+        either = f[:, None] + f[None, :]
+        cov = either * (r1 - p * q) + (1.0 - either) * (r0 - q * q)
+        np.fill_diagonal(cov, f * p * (1 - p) + (1 - f) * q * (1 - q))
+        return np.asarray(cov / (n * (p - q) ** 2))
+
+    def planned_half_width(
+        self, n: int, frequency: float, level: float
+    ) -> tuple[float, str] | None:
+        """The expected half-width of an item's interval, and its method, for the planner,
+        when this oracle's intervals are not made from support counts (None: they are)."""
+        return None
+
+    def rank_variance(self) -> float | None:
+        """The variance ``auto`` weighs for ordered categories: the mean rank's from one
+        report of a uniform population (None when the covariance is unknown)."""
+        d = self.domain_size
+        cov = self.covariance(np.full(d, 1.0 / d))
+        if cov is None:
+            return None
+        w = centred_ranks(d)
+        return float(w @ cov @ w)
+
+    def mean_rank(self, estimate: FrequencyEstimate) -> MeanRank:
+        """The reporters' mean rank (categories ranked 1 .. d) from this oracle's estimate,
+        its standard error from :meth:`covariance` at the consistent (Norm-Sub) fractions.
+        The ranks are centred (:func:`centred_ranks`). ParameterError for an oracle whose
+        covariance is unknown."""
+        d, n = self.domain_size, estimate.n
+        w = centred_ranks(d)
+        if n == 0:
+            return MeanRank(math.nan, math.nan, 0, d)
+        cov = self.covariance(norm_sub(estimate.frequencies), n)
+        if cov is None:
+            raise ParameterError(f"{self.name} has no mean rank: its items' covariance is unknown")
+        var = float(w @ cov @ w)
+        mean = (d + 1) / 2.0 + float(w @ estimate.frequencies)
+        return MeanRank(mean, math.sqrt(max(var, 0.0)), n, d)
 
     @property
     def support_size(self) -> int | None:

@@ -26,9 +26,11 @@ frequencies with ``n - 1`` (which makes the covariance estimate unbiased). The c
 maximum-likelihood estimate (EM, Dempster-Laird-Rubin; the reconstruction of Li et al.
 without smoothing) lies on the simplex and is consistent.
 
-This family is not registered as an ldpkit mechanism yet (no wire dtype, portable rule,
-conformance law or sampling vectors): it is the core that issue 30 builds on. Its sampler
-draws from float64 cumulative probabilities, not the portable 64-bit thresholds.
+:class:`ExponentialMechanism` is the core (any d up to 1,024, float64 sampler).
+:class:`Exponential` is the registered mechanism ``"exponential"`` of categorical metrics
+(``ordered = true`` with ``score = "distance"`` or ``"band"``, or a ``scores`` matrix):
+its reports are one output index (uint32), drawn by the portable rule of docs/protocol.md
+from the served 64-bit cumulative thresholds of each input's row of the channel.
 
 References
 ----------
@@ -41,17 +43,30 @@ EM algorithm", JRSS B 1977.
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_domain_size, check_epsilon
+from .._validation import check_domain_size, check_epsilon, shown
 from ..errors import ParameterError, ReportError
-from ..intervals import normal_quantile
+from ..estimates import ConfidenceInterval, FrequencyEstimate, MeanRank, RobustFrequencies
+from ..intervals import Bounds, normal_quantile
 from ..randomness import resolve_rng
+from ..screening import check_fraction
+from . import _bits
+from ._bits import threshold64_floor
+from ._conformance import CATEGORIES, case_name, chi2
+from ._portable import hex64
+from .base import BoolArray, FrequencyOracle, LawTest, PlanCase, Reports, centred_ranks
+
+if TYPE_CHECKING:
+    from ..aggregate import Aggregate
+    from ._portable import Derived, Words
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -447,3 +462,357 @@ class ExponentialMechanism:
         assert est.covariance is not None  # inversion always has one
         var = float(w @ est.covariance @ w)
         return RankMean(float(w @ est.frequencies), math.sqrt(max(var, 0.0)), est.n)
+
+
+# --- the registered mechanism: categorical metrics with mechanism = "exponential" ---------
+
+MAX_SERVED_ITEMS = 64
+"""The most categories (and outputs) of a metric by ``"exponential"``: its served constants
+are d x (m - 1) 64-bit thresholds, which every app downloads (64 x 63 x 19 bytes is 75 kB)."""
+NORMAL = "normal"
+"""The interval method of the inversion estimate: ``estimate -/+ z stderr`` (within [0, 1])."""
+
+
+@dataclass(frozen=True, eq=False)
+class ChannelFrequencies(FrequencyEstimate):
+    """Frequencies by channel inversion (:meth:`ExponentialMechanism.estimate`), as the
+    categorical answer reads them. ``support_counts`` are the output counts; ``p``, ``q``
+    the channel's largest and smallest entry (every output's count among n honest reports
+    is Bin(n, s) with q <= s <= p). Intervals are normal, from the estimated covariance:
+    they cover 0.95 from n = 2,000 (docs/statistics.md); at n = 200 rare items under-cover
+    (0.91), which the answer's ``interval`` (``"normal"``) says.
+
+    Attributes (beyond :class:`~ldpkit.estimates.FrequencyEstimate`'s)
+    ----------
+    covariance : the estimate's estimated covariance (d x d).
+    inverse : the channel's left inverse A (d x m): ``frequencies = A counts / n``.
+    """
+
+    covariance: FloatArray | None = None
+    inverse: FloatArray | None = None
+
+    def _bounds(self, level: float, simultaneous: bool) -> Bounds:
+        key = (float(level), bool(simultaneous))
+        if key not in self._cache:
+            d = self.domain_size
+            comparisons = d if simultaneous else 1
+            z = normal_quantile(level, comparisons=comparisons)
+            half = z * self.stderr
+            low = np.clip(self.frequencies - half, 0.0, 1.0)
+            high = np.clip(self.frequencies + half, 0.0, 1.0)
+            self._cache[key] = Bounds(low, high, np.zeros(d, bool))
+        return self._cache[key]
+
+    def interval_methods(
+        self, level: float = 0.95, *, simultaneous: bool = False
+    ) -> npt.NDArray[np.str_]:
+        return np.full(self.domain_size, NORMAL)
+
+    def interval_method(self, level: float = 0.95, *, simultaneous: bool = False) -> str:
+        return NORMAL
+
+    def forgery_shift(self, beta: float) -> FloatArray:
+        """The largest change a forged fraction ``beta`` of the reports can make to each
+        item's expected estimate: the estimate is ``(1 - b) f + b g`` with g = A lam for the
+        forged reports' law lam, so ``g_i`` lies in ``[min_o A_io, max_o A_io]`` and
+        ``|f_i - g_i| <= max(max_o A_io, 1 - min_o A_io)``."""
+        b = check_fraction(beta)
+        a = self.inverse
+        if a is None:
+            return np.full(self.domain_size, np.nan)
+        return np.asarray(b * np.maximum(a.max(axis=1), 1.0 - a.min(axis=1)))
+
+    def robust(self, beta: float) -> RobustFrequencies:
+        return _ChannelRobust(self, check_fraction(beta))
+
+
+@dataclass(frozen=True, eq=False)
+class _ChannelRobust(RobustFrequencies):
+    """Robust frequencies of an inversion estimate: the projection onto the simplex (as
+    for every oracle), and the plain intervals widened by the forgery shift (the forged
+    reports move an item's expected estimate by at most that; within [0, 1]). The
+    widening is of the expectation; the plain interval's own width is that of the
+    honest reports' noise, taken as is (not re-derived for n - m honest reports)."""
+
+    def ci(self, level: float = 0.95, *, simultaneous: bool = False) -> ConfidenceInterval:
+        low, high = self.estimate.ci(level, simultaneous=simultaneous)
+        shift = self.estimate.forgery_shift(self.beta)
+        return ConfidenceInterval(
+            np.clip(np.asarray(low) - shift, 0.0, 1.0), np.clip(np.asarray(high) + shift, 0.0, 1.0)
+        )
+
+    def forgery_shift(self) -> FloatArray:
+        """The projection onto the simplex is 1-Lipschitz in the Euclidean norm, so no
+        robust fraction moves by more than the norm of the plain shifts (nor beyond 1)."""
+        shift = self.estimate.forgery_shift(self.beta)
+        return np.full(shift.size, min(1.0, float(np.linalg.norm(shift))))
+
+
+def _score_options(score: str, band: int | None, scores: Any) -> dict[str, Any]:
+    """The core's score arguments of a definition's ``score``, ``band`` and ``scores``."""
+    return {"score": score, "band": band, "scores": None if scores is None else np.array(scores)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exponential(FrequencyOracle):
+    """The exponential mechanism as a categorical metric's mechanism, calibrated exactly.
+
+    A report is one output index (uint32) drawn from the input's row of the channel
+    ``P[x, o]`` proportional to ``exp(s q(x, o))`` (:class:`ExponentialMechanism`), by the
+    served 64-bit cumulative thresholds. Estimates invert the channel (unbiased) with
+    normal intervals from the estimated covariance (:class:`ChannelFrequencies`); the mean
+    rank of ordered categories comes with them (:meth:`FrequencyOracle.mean_rank`).
+
+    Parameters
+    ----------
+    epsilon, domain_size : as every oracle (d at most :data:`MAX_SERVED_ITEMS`).
+    score : {"distance", "band", "matrix"}
+        The score (module docstring); ``"matrix"`` takes ``scores``.
+    band : int, optional
+        b of ``"band"``.
+    scores : sequence of sequences of float, optional
+        The d x m score matrix of ``"matrix"`` (inputs x outputs, d <= m <= 64).
+
+    A channel that cannot be inverted (a singular band: d = 5, b = 1) is refused here,
+    so no metric is defined whose frequencies cannot be estimated.
+    """
+
+    name: ClassVar[str] = "exponential"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (
+        PlanCase(
+            case_name("exponential-distance", 0.5),
+            {"kind": "categorical", "categories": list(CATEGORIES), "epsilon": 0.5,
+             "mechanism": "exponential", "ordered": True},
+            (CATEGORIES[0], CATEGORIES[2], CATEGORIES[5]),
+        ),
+        PlanCase(
+            case_name("exponential-distance", 2.0),
+            {"kind": "categorical", "categories": list(CATEGORIES), "epsilon": 2.0,
+             "mechanism": "exponential", "ordered": True},
+            (CATEGORIES[0], CATEGORIES[3]),
+        ),
+        PlanCase(
+            case_name("exponential-band", 1.0),
+            {"kind": "categorical", "categories": list(CATEGORIES), "epsilon": 1.0,
+             "mechanism": "exponential", "ordered": True, "score": "band", "band": 2},
+            (CATEGORIES[1], CATEGORIES[4]),
+        ),
+        PlanCase(
+            case_name("exponential-matrix", 1.0),
+            {"kind": "categorical", "categories": ["a", "b", "c"], "epsilon": 1.0,
+             "mechanism": "exponential", "scores": [[2.0, 0.5, 0.0, 1.0], [0.0, 2.0, 1.0, 0.0],
+                                                    [1.0, 0.0, 2.0, 0.0]]},
+            ("a", "c"),
+        ),
+    )  # fmt: skip
+    aggregate_cost = 1  # one counter per report: the report names one output
+    report_dtype = np.dtype("<u4")
+    takes_score: ClassVar[bool] = True
+
+    score: Score = "distance"
+    band: int | None = None
+    scores: Any = None
+    core: ExponentialMechanism = field(init=False, repr=False, compare=False)
+    thresholds: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+
+    @classmethod
+    def score_fields(cls, ordered: bool, given: Mapping[str, Any]) -> dict[str, Any]:
+        """``score`` (``"distance"`` by default when ordered; ``"matrix"`` with ``scores``),
+        ``band`` (``"band"`` only) and ``scores`` (as a tuple of rows of floats)."""
+        score, band, scores = given.get("score"), given.get("band"), given.get("scores")
+        if scores is not None:
+            if score not in (None, "matrix") or band is not None:
+                raise ParameterError("scores is the whole score: give no score or band with it")
+            try:
+                rows = tuple(tuple(float(v) for v in row) for row in scores)
+            except (TypeError, ValueError):
+                raise ParameterError("scores must be a list of rows of numbers") from None
+            return {"score": "matrix", "scores": rows}
+        if score is None:
+            if not ordered:
+                raise ParameterError(
+                    "mechanism 'exponential' needs ordered = true (the categories listed in "
+                    "order, scored by distance) or a scores matrix"
+                )
+            score = "distance"
+        if score not in ("distance", "band"):
+            raise ParameterError(
+                f"score must be 'distance' or 'band' (or give scores), got {shown(score)}"
+            )
+        if not ordered:
+            raise ParameterError(f"score {score!r} compares positions: it needs ordered = true")
+        return {"score": score} | ({} if band is None else {"band": band})
+
+    def _support_probabilities(self) -> tuple[float, float]:
+        d = self.domain_size
+        if d > MAX_SERVED_ITEMS:
+            raise ParameterError(
+                f"mechanism 'exponential' takes at most {MAX_SERVED_ITEMS} categories (its "
+                f"served thresholds are d x d), got {d}"
+            )
+        options = _score_options(self.score, self.band, self.scores)
+        size = None if self.score == "matrix" else d
+        core = ExponentialMechanism(epsilon=self.epsilon, domain_size=size, **options)
+        if core.items != d:
+            raise ParameterError(f"scores has {core.items} rows, not one per category ({d})")
+        if core.outputs > MAX_SERVED_ITEMS:
+            raise ParameterError(f"scores may have at most {MAX_SERVED_ITEMS} columns")
+        if core._inverse is None:
+            raise ParameterError(
+                f"the exponential mechanism's channel with score {self.score!r}"
+                + (f" and band {self.band}" if self.band is not None else "")
+                + f" on {d} categories is singular: its frequencies cannot be estimated; "
+                "choose another band or score"
+            )
+        cum = np.cumsum(core.channel, axis=1)[:, :-1]
+        rows = tuple(tuple(threshold64_floor(float(c)) for c in row) for row in cum)
+        scores = None if self.scores is None else tuple(map(tuple, core.quality.tolist()))
+        self._set(core=core, thresholds=rows, scores=scores)
+        law = self.output_law()
+        return float(law.max()), float(law.min())
+
+    @property
+    def stats_size(self) -> int:
+        return self.core.outputs
+
+    @property
+    def report_rule(self) -> str:
+        return f"an output index in 0..{self.core.outputs - 1}"
+
+    def params(self) -> dict[str, Any]:
+        extra = {"score": self.score, "band": self.band, "scores": self.scores}
+        return super().params() | {k: v for k, v in extra.items() if v is not None}
+
+    def output_law(self) -> FloatArray:
+        """The exact law of the reports (d x m): the served thresholds' differences."""
+        t = np.array([[0, *row, 1 << 64] for row in self.thresholds], dtype=object)
+        return np.asarray(np.diff(t, axis=1).astype(np.float64) / 2.0**64, dtype=np.float64)
+
+    # --- sampling ---------------------------------------------------------------------
+    def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint32]:
+        u = _bits.uniform_u64(rng, values.size)
+        out = np.empty(values.size, dtype=np.uint32)
+        table = self._table()
+        for x in np.unique(values):
+            at = values == x
+            out[at] = np.searchsorted(table[int(x)], u[at], side="right")
+        return out
+
+    def _table(self) -> npt.NDArray[np.uint64]:
+        return np.array(self.thresholds, dtype=np.uint64).reshape(self.domain_size, -1)
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`_perturb` of one value: the same word, the same output."""
+        u = _bits.OneDraws(rng).u64()
+        return bisect.bisect_right(self.thresholds[int(value)], u).to_bytes(4, "little")
+
+    # --- reports and estimates --------------------------------------------------------
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        return np.asarray(reports < self.core.outputs)
+
+    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
+        return np.bincount(reports, minlength=self.core.outputs).astype(np.float64)
+
+    @property
+    def distinct_reports(self) -> int:
+        return self.core.outputs
+
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        """A report supports the output it names (the audit's events: the report equal
+        to an item; for a distance or band score, the output nearest the truth)."""
+        return np.asarray(np.asarray(reports) == value)
+
+    def output_probabilities(self, value: int) -> tuple[npt.NDArray[Any], FloatArray]:
+        """Every possible report for ``value`` and its exact probability."""
+        return np.arange(self.core.outputs, dtype=np.uint32), self.output_law()[int(value)]
+
+    def variance(self, frequency: float | npt.ArrayLike = 0.0, n: int = 1) -> Any:
+        """Variance of an item's inverted fraction from ``n`` reports when its true fraction
+        is ``frequency`` and the other items share the rest equally: the largest over the
+        items (each value of an array alike), the reporters held fixed. One reporter at
+        input x adds ``sum_o A_io^2 P_xo - [x = i]`` to item i's n^2 variance (A P_x = e_x),
+        so the variance is linear in the population."""
+        f = np.asarray(frequency, dtype=np.float64)
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise ParameterError(f"n must be a positive integer, got {n!r}")
+        d, per = self.domain_size, self._per_reporter
+        own = np.diag(per)  # item i's, from a reporter holding i
+        rest = (per.sum(axis=0) - own) / (d - 1)  # from the others, on average
+        var = np.max(f[..., None] * own + (1.0 - f[..., None]) * rest, axis=-1) / n
+        return float(var) if var.ndim == 0 else var
+
+    @property
+    def _per_reporter(self) -> FloatArray:
+        """``V[x, i]``: what one reporter holding x adds to item i's variance (n = 1)."""
+        a = self.core._left_inverse()
+        return np.asarray(self.core.channel @ (a * a).T - np.eye(self.domain_size))
+
+    def auto_variance(self) -> float:
+        """The largest item variance, one report, for a uniform population (the
+        frequencies' worst item; other oracles' variance at frequency 0 is their worst)."""
+        return float(self.variance(1.0 / self.domain_size))
+
+    def planned_half_width(self, n: int, frequency: float, level: float) -> tuple[float, str]:
+        """The normal interval's half-width at an item's ``frequency`` (others equal)."""
+        return normal_quantile(level) * math.sqrt(self.variance(frequency, n)), NORMAL
+
+    def covariance(self, frequencies: npt.ArrayLike, n: int = 1) -> FloatArray:
+        """Covariance of the inverted fractions from ``n`` reports, the reporters held
+        fixed (as every oracle's :meth:`variance`): ``A (diag(lam) - P^T diag(f) P) A^T / n``
+        with lam = P^T f (the multinomial's ``lam lam^T`` less the spread of the inputs)."""
+        f = np.asarray(frequencies, dtype=np.float64)
+        p, a = self.core.channel, self.core._left_inverse()
+        lam = p.T @ f
+        sigma = np.diag(lam) - p.T @ (f[:, None] * p)
+        return np.asarray(a @ sigma @ a.T / n)
+
+    def mean_rank(self, estimate: FrequencyEstimate) -> MeanRank:
+        """The mean rank (1 .. d) by inversion, its standard error from the estimate's own
+        covariance (the observed frequencies' multinomial one, over n - 1)."""
+        d = self.domain_size
+        cov = getattr(estimate, "covariance", None)
+        if estimate.n < 2 or cov is None:
+            return MeanRank(math.nan, math.nan, estimate.n, d)
+        w = centred_ranks(d)
+        var = float(w @ cov @ w)
+        mean = (d + 1) / 2.0 + float(w @ estimate.frequencies)
+        return MeanRank(mean, math.sqrt(max(var, 0.0)), estimate.n, d)
+
+    def estimate(self, aggregate: Aggregate) -> FrequencyEstimate:
+        """Unbiased fractions by channel inversion, with the estimated covariance."""
+        agg = self._checked_aggregate(aggregate)
+        d, a = self.domain_size, self.core._left_inverse()
+        if agg.n < 2:
+            nan = np.full(d, np.nan)
+            return ChannelFrequencies(
+                self.name, self.epsilon, agg.n, nan, nan.copy(), agg.sums, self.p, self.q,
+                covariance=np.full((d, d), np.nan), inverse=a,
+            )  # fmt: skip
+        est = self.core.estimate(agg.sums)
+        assert est.covariance is not None  # inversion always has one
+        return ChannelFrequencies(
+            self.name, self.epsilon, agg.n, est.frequencies, est.stderr, agg.sums, self.p,
+            self.q, covariance=est.covariance, inverse=a,
+        )  # fmt: skip
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        return {"cumulative": [[hex64(t) for t in row] for row in self.thresholds]}
+
+    @classmethod
+    def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
+        """``u = u64()``; the output is how many of row x's thresholds are ``<= u``."""
+        row = derived["cumulative"][x]
+        u = words.u64()
+        return sum(1 for t in row if int(t, 16) <= u).to_bytes(4, "little")
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """Every output's count against its probability."""
+        _, probs = self.output_probabilities(int(value))
+        counts = np.bincount(reports.astype(np.int64), minlength=self.core.outputs)
+        return [("output", *chi2(counts, probs), "")]
+
+    def conformance_support(self, reports: Reports, value: Any) -> tuple[int, float] | None:
+        """None: the true output's probability depends on the input (the kit's pooled
+        test assumes one), and :meth:`conformance_tests` test every output's already."""
+        return None

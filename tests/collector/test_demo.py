@@ -140,7 +140,7 @@ def test_demo_explains_estimates_outside_their_interval() -> None:
     assert re.findall(r"^(\w+): n=(\d[\d,]*\d|\d)", out.stdout, re.M) == [
         (metric, "300")
         for metric in (
-            *("theme", "country", "session_minutes", "session_minutes_dist"),
+            *("theme", "country", "rating", "session_minutes", "session_minutes_dist"),
             *("region", "region", "car", "search_term"),
         )
     ]

@@ -236,6 +236,7 @@ SCHEMA_FLOATS = {
     "epsilon",
     "delta",
     "bounds.*",
+    "scores.*.*",
     "mechanism_params.epsilon",
     "mechanism_params.bounds.*",
     "mechanism_params.views.*.weight",
@@ -243,6 +244,7 @@ SCHEMA_FLOATS = {
 }
 SCHEMA_INTEGERS = {
     "protocol",
+    "band",
     "mechanism_params.resolution",
     "mechanism_params.branching",
     "mechanism_params.views.*.size",

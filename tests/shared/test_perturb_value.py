@@ -29,7 +29,7 @@ CATEGORICAL_CASES = [
     for name in (*CATEGORICAL, "rr")
     for eps in (0.5, 4.0)
     for d in ((2,) if name == "rr" else (3, 16, 65, 1024))
-]
+] + [("exponential", eps, d) for eps in (0.5, 4.0) for d in (3, 16, 64)]
 NUMERIC_CASES = [
     (name, eps, bounds)
     for name in ("laplace", "duchi", "piecewise", "hybrid", "gaussian")
@@ -94,7 +94,7 @@ def test_the_rest_fall_back_to_the_vectorised_path() -> None:
     (whose bytes nothing here would check)."""
     tested = {name for name, _, _ in CATEGORICAL_CASES} | {name for name, _, _ in NUMERIC_CASES}
     per_value = {"grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "piecewise", "hybrid"}
-    per_value.add("laplace")
+    per_value |= {"laplace", "exponential"}
     assert per_value <= tested
     from ldpkit.mechanisms import mechanism_class
 

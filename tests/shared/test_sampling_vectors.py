@@ -245,6 +245,32 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[int] | None]] = [
         ["abcd", "ab", "abcdefg", "xyz", "météo", "météo"],
         None,
     ),
+    (
+        "exponential",
+        {
+            "kind": "categorical",
+            "categories": ["1", "2", "3", "4", "5"],
+            "epsilon": 1.0,
+            "mechanism": "exponential",
+            "ordered": True,
+        },
+        ["1", "3", "5", "5", "2"],
+        None,
+    ),
+    (
+        "exponential-band",
+        {
+            "kind": "categorical",
+            "categories": ["a", "b", "c", "d"],
+            "epsilon": 2.0,
+            "mechanism": "exponential",
+            "ordered": True,
+            "score": "band",
+            "band": 1,
+        },
+        ["a", "d"],
+        None,
+    ),
 ]
 
 

@@ -45,12 +45,12 @@ export function pyFloat(x) {
  * anywhere else cannot be written canonically and the definition is refused.
  */
 const FLOATS = new Set([
-  "epsilon", "delta", "bounds.*",
+  "epsilon", "delta", "bounds.*", "scores.*.*",
   "mechanism_params.epsilon", "mechanism_params.bounds.*", "mechanism_params.views.*.weight",
   "mechanism_params.estimation_share",
 ]);
 const INTEGERS = new Set([
-  "protocol",
+  "protocol", "band",
   "mechanism_params.resolution", "mechanism_params.branching", "mechanism_params.views.*.size",
   "mechanism_params.max_length", "mechanism_params.k", "mechanism_params.seed", "mechanism_params.g",
   "mechanism_params.rows", "mechanism_params.estimation_rows", "mechanism_params.estimation_weight",
@@ -106,6 +106,10 @@ export function canonicalParameters(definition) {
     bucket: definition.bucket,
   };
   if (definition.categories !== undefined) params.categories = definition.categories;
+  // A categorical metric's order and score (the exponential mechanism's), when given.
+  for (const key of ["ordered", "score", "band", "scores"]) {
+    if (definition[key] !== undefined && definition[key] !== null) params[key] = definition[key];
+  }
   if (definition.bounds !== undefined) params.bounds = definition.bounds;
   if (definition.delta) params.delta = definition.delta;
   if (definition.dimensions !== undefined) params.dimensions = definition.dimensions;

@@ -197,8 +197,111 @@ export function checkDerived(def) {
     case "gaussian":
       checkGaussian(def);
       return;
+    case "exponential":
+      checkExponential(def);
+      return;
     default:
       checkOracle(def.name, def.epsilon, def.resolved_mechanism, p, def.categories ? def.categories.length : 0);
+  }
+}
+
+const MAX_EXPONENTIAL_ITEMS = 64;
+
+/** The exponential mechanism's score matrix q[x][o] from the definition (docs/protocol.md). */
+function scoreMatrix(def) {
+  const d = def.categories.length;
+  if (d > MAX_EXPONENTIAL_ITEMS) throw new DefinitionError(`metric ${def.name}: too many categories for exponential`);
+  const gap = (x, o) => Math.abs(x - o);
+  const square = (f) => Array.from({ length: d }, (_, x) => Array.from({ length: d }, (_, o) => f(x, o)));
+  if (def.score === "distance" && def.ordered === true && def.band == null && def.scores == null) return square((x, o) => -gap(x, o));
+  if (def.score === "band" && def.ordered === true && def.scores == null) {
+    integer(def.band, 0, d - 2, "band", def.name);
+    return square((x, o) => (gap(x, o) <= def.band ? 1 : 0));
+  }
+  const q = def.scores;
+  if (def.score === "matrix" && def.band == null && Array.isArray(q) && q.length === d && Array.isArray(q[0])) {
+    const m = q[0].length;
+    if (m >= d && m <= MAX_EXPONENTIAL_ITEMS && q.every((r) => Array.isArray(r) && r.length === m && r.every(Number.isFinite))) return q;
+  }
+  throw new DefinitionError(`metric ${def.name}: bad score for the exponential mechanism`);
+}
+
+/** log P[x][o] for P[x][o] proportional to exp(s q[x][o]), row by row (log-sum-exp). */
+function logChannel(q, s) {
+  return q.map((row) => {
+    const a = row.map((v) => s * v);
+    const top = Math.max(...a);
+    let sum = 0;
+    for (const v of a) sum += Math.exp(v - top);
+    const lse = top + Math.log(sum);
+    return a.map((v) => v - lse);
+  });
+}
+
+/** The largest log-ratio of a channel given as log probabilities: per output, max - min. */
+function privacyLoss(lp) {
+  let loss = 0;
+  for (let o = 0; o < lp[0].length; o++) {
+    let hi = -Infinity;
+    let lo = Infinity;
+    for (const row of lp) {
+      hi = Math.max(hi, row[o]);
+      lo = Math.min(lo, row[o]);
+    }
+    loss = Math.max(loss, hi - lo);
+  }
+  return loss;
+}
+
+/** The exact calibration of docs/protocol.md: bisection on [eps / R, 2 eps / R]. */
+export function exactScale(q, eps) {
+  let r = 0;
+  for (const x of q) {
+    for (const y of q) {
+      const diff = x.map((v, o) => v - y[o]);
+      r = Math.max(r, Math.max(...diff) - Math.min(...diff));
+    }
+  }
+  if (!(r > 0)) throw new DefinitionError("the score gives every input the same channel");
+  let lo = eps / r;
+  let hi = (2 * eps) / r;
+  if (privacyLoss(logChannel(q, hi)) <= eps) return hi;
+  for (let i = 0; i < 200; i++) {
+    const mid = 0.5 * (lo + hi);
+    if (mid === lo || mid === hi) break;
+    if (privacyLoss(logChannel(q, mid)) <= eps) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * Verification of the exponential mechanism: the served cumulative thresholds are the
+ * exact calibration's (relative 1e-9), nondecreasing, and the channel they give spends at
+ * most epsilon (1 + 1e-9), every output possible for every input.
+ */
+function checkExponential(def) {
+  const q = scoreMatrix(def);
+  const d = q.length;
+  const m = q[0].length;
+  const served = def.derived.cumulative;
+  if (!Array.isArray(served) || served.length !== d || !served.every((r) => Array.isArray(r) && r.length === m - 1)) {
+    throw new DefinitionError(`metric ${def.name}: bad cumulative thresholds`);
+  }
+  const lp = logChannel(q, exactScale(q, def.epsilon));
+  const channel = served.map((row, x) => {
+    const t = [0n, ...row.map((h) => (threshold(h), BigInt(`0x${h}`))), 1n << 64n];
+    let cum = 0;
+    return t.slice(1).map((v, o) => {
+      const step = v - t[o];
+      if (step <= 0n) throw new DefinitionError(`metric ${def.name}: cumulative[${x}] is not increasing`);
+      cum += Math.exp(lp[x][o]);
+      if (o < m - 1) near(prob(row[o]), cum, `cumulative[${x}][${o}]`, def.name);
+      return Math.log(Number(step) / 18446744073709551616);
+    });
+  });
+  if (!(privacyLoss(channel) <= def.epsilon * (1 + TOLERANCE))) {
+    throw new DefinitionError(`metric ${def.name}: the served channel spends more than epsilon ${def.epsilon}`);
   }
 }
 

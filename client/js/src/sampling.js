@@ -8,10 +8,10 @@ const MASK64 = (1n << 64n) - 1n;
 
 export const MECHANISMS = Object.freeze([
   "grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "piecewise", "hybrid", "laplace",
-  "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch",
+  "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch", "exponential",
 ]);
 export const VIEW_MECHANISMS = new Set(["rollup", "levels", "joint", "joint_marginals"]);
-export const CATEGORICAL = new Set(["grr", "rr", "sue", "oue", "olh", "ss", "hr"]);
+export const CATEGORICAL = new Set(["grr", "rr", "sue", "oue", "olh", "ss", "hr", "exponential"]);
 
 /** The platform CSPRNG: fills `bytes` (a typed array) in place. */
 export const cryptoRandom = (bytes) => globalThis.crypto.getRandomValues(bytes);
@@ -246,6 +246,16 @@ export function oracleSampler(name, p, d) {
           bits[x] = inside ? 1 : 0;
           for (const i of chosen) bits[i + (i >= x ? 1 : 0)] = 1;
           return bitmap(bits);
+        };
+      }
+      case "exponential": {
+        // u = u64(); the output is how many of row x's thresholds are <= u.
+        const rows = p.cumulative.map((row) => row.map((t) => (threshold(t), BigInt(`0x${t}`))));
+        return (x, w) => {
+          const u = u64(w);
+          let o = 0;
+          for (const t of rows[x]) if (t <= u) o++;
+          return uint32(o);
         };
       }
       case "hr": {

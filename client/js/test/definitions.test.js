@@ -30,6 +30,8 @@ specs = {
     "rollup": {"kind": "hierarchy", "categories": ["a/x", "a/y", "b"], "epsilon": 2.0, "mechanism": "rollup", "oracle": "oue"},
     "joint": {"kind": "table", "dimensions": [["ä", ["1", "2"]], ["b", ["3", "4"]]], "epsilon": 1.5, "mechanism": "joint"},
     "strings": {"kind": "strings", "max_length": 6, "k": 4, "epsilon": 4.0},
+    "exponential": {"kind": "categorical", "categories": ["1", "2", "3", "4", "5"], "epsilon": 0.1 + 0.2, "mechanism": "exponential", "ordered": True, "score": "band", "band": 2},
+    "scores": {"kind": "categorical", "categories": ["a", "b"], "epsilon": 1.0, "mechanism": "exponential", "scores": [[1e16, -0.0, 1e-05], [0.1 + 0.2, 1.0, 2.5]]},
 }
 print(json.dumps({k: MetricDefinition.from_dict(k, v).to_dict() for k, v in specs.items()}))
 `);
@@ -70,6 +72,8 @@ const TAMPER = {
   rollup: (d) => (d.categories = ["a/y", "a/x", "b"]),
   joint: (d) => (d.mechanism_params.epsilon = 1.25),
   strings: (d) => (d.mechanism_params.estimation_share = 0.5),
+  exponential: (d) => (d.band = 1),
+  scores: (d) => (d.scores[0][1] = 0.0),
 };
 
 test("a tampered definition of each kind is refused", async () => {
@@ -105,6 +109,22 @@ test("served constants must be those the fingerprint names", async () => {
   quiet.derived.t = Math.floor(s) + 1;
   quiet.derived.m = Math.ceil((s * s) / quiet.derived.t);
   await assert.rejects(prepare(quiet), /more than delta/);
+});
+
+test("the exponential mechanism's thresholds are recomputed: a nudged one is refused", async () => {
+  for (const key of ["exponential", "scores"]) {
+    const def = await prepare(clone(SERVED[key]));
+    assert.equal(def.resolved_mechanism, "exponential");
+    const nudged = clone(SERVED[key]);
+    const row = nudged.derived.cumulative[1];
+    // 2^-24 up (a relative 1e-7): still increasing, a channel off the exact calibration.
+    row[0] = (BigInt(`0x${row[0]}`) + (1n << 40n)).toString(16).padStart(16, "0");
+    await assert.rejects(prepare(nudged), /cumulative\[1\]\[0\]/);
+    const score = clone(SERVED[key]);
+    score.scores = null;
+    score.score = "distance";
+    await assert.rejects(prepare(score), /fingerprint/);
+  }
 });
 
 test("a view served with an oracle the collector refuses for views is refused, fingerprint and all", async () => {

@@ -5,7 +5,9 @@ import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 
 /**
  * Running ldpkit's Python side from the Java tests (as client/js/test/python.js):
@@ -55,5 +57,60 @@ final class Python {
         } catch (IOException e) {
             throw new IllegalStateException(e);
         }
+    }
+
+    // ---- the reporter's tests: a collector, the conformance kit ------------------------
+
+    static final String PYTHON = executable();
+
+    /** The repository's root. */
+    static File repo() {
+        return Docs.root();
+    }
+
+    /** The outcome of {@code ldpkit <args>}. */
+    static final class Run {
+        final int status;
+        final String stdout;
+        final String stderr;
+
+        Run(int status, String stdout, String stderr) {
+            this.status = status;
+            this.stdout = stdout;
+            this.stderr = stderr;
+        }
+
+        @Override
+        public String toString() {
+            return "exit " + status + "\n" + stdout + stderr;
+        }
+    }
+
+    static Run ldpkit(String... args) throws IOException, InterruptedException {
+        List<String> command = new ArrayList<String>(Arrays.asList(PYTHON, "-m", "ldpkit.cli"));
+        command.addAll(Arrays.asList(args));
+        ProcessBuilder pb = new ProcessBuilder(command);
+        clean(pb);
+        Process p = pb.start();
+        p.getOutputStream().close();
+        final ByteArrayOutputStream err = new ByteArrayOutputStream();
+        final InputStream errStream = p.getErrorStream();
+        Thread t = new Thread(() -> copy(errStream, err));
+        t.start();
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        copy(p.getInputStream(), out);
+        int status = p.waitFor();
+        t.join();
+        return new Run(status, new String(out.toByteArray(), StandardCharsets.UTF_8), new String(err.toByteArray(), StandardCharsets.UTF_8));
+    }
+
+    /** No LDPKIT_* of the caller's environment reaches the child (as collector.js does). */
+    static void clean(ProcessBuilder pb) {
+        pb.environment().keySet().removeIf(k -> k.startsWith("LDPKIT_"));
+    }
+
+    /** All of {@code in} into {@code out}. */
+    static void drain(InputStream in, ByteArrayOutputStream out) {
+        copy(in, out);
     }
 }

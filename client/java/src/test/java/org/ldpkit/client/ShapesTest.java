@@ -1,0 +1,185 @@
+package org.ldpkit.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import java.io.File;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestFactory;
+
+/**
+ * One shape for the Python, JavaScript and Java clients: the cases of
+ * tests/fixtures/client_shapes.json (shapes.test.js, test_shapes.py). The fixture's keys
+ * are the Python client's (snake_case); this client's toMap() keys are the same names in
+ * camelCase, and its errors' fields are accessors of those names.
+ */
+class ShapesTest {
+    @SuppressWarnings("unchecked")
+    static final Map<String, Object> CASES = load();
+
+    @SuppressWarnings("unchecked")
+    private static Map<String, Object> load() {
+        try {
+            File f = new File(Python.repo(), "tests/fixtures/client_shapes.json");
+            return (Map<String, Object>) Json.parse(new String(Files.readAllBytes(f.toPath()), StandardCharsets.UTF_8));
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /** snake_case keys to camelCase, all the way down. */
+    @SuppressWarnings("unchecked")
+    static Object camel(Object value) {
+        if (value instanceof List) {
+            List<Object> out = new ArrayList<Object>();
+            for (Object x : (List<Object>) value) out.add(camel(x));
+            return out;
+        }
+        if (!(value instanceof Map)) return value;
+        Map<String, Object> out = new LinkedHashMap<String, Object>();
+        for (Map.Entry<String, Object> e : ((Map<String, Object>) value).entrySet()) {
+            StringBuilder k = new StringBuilder();
+            String key = e.getKey();
+            for (int i = 0; i < key.length(); i++) {
+                if (key.charAt(i) == '_' && i + 1 < key.length()) k.append(Character.toUpperCase(key.charAt(++i)));
+                else k.append(key.charAt(i));
+            }
+            out.put(k.toString(), camel(e.getValue()));
+        }
+        return out;
+    }
+
+    /** Deep equality, numbers by value (1 and 1.0 are one number, as in JSON). */
+    @SuppressWarnings("unchecked")
+    static void same(Object expected, Object actual, String where) {
+        if (expected instanceof Number && actual instanceof Number) {
+            assertEquals(((Number) expected).doubleValue(), ((Number) actual).doubleValue(), 0.0, where);
+        } else if (expected instanceof Map && actual instanceof Map) {
+            Map<String, Object> e = (Map<String, Object>) expected;
+            Map<String, Object> a = (Map<String, Object>) actual;
+            assertEquals(e.keySet(), a.keySet(), where);
+            for (String k : e.keySet()) same(e.get(k), a.get(k), where + "." + k);
+        } else if (expected instanceof List && actual instanceof List) {
+            List<Object> e = (List<Object>) expected;
+            List<Object> a = (List<Object>) actual;
+            assertEquals(e.size(), a.size(), where);
+            for (int i = 0; i < e.size(); i++) same(e.get(i), a.get(i), where + "[" + i + "]");
+        } else {
+            assertEquals(expected, actual, where);
+        }
+    }
+
+    static byte[] metricsBody(Object definitions) {
+        Map<String, Object> doc = new LinkedHashMap<String, Object>();
+        doc.put("metrics", definitions);
+        return Json.write(doc).getBytes(StandardCharsets.UTF_8);
+    }
+
+    static Reporter.Clock fixedClock(Object seconds) {
+        final double t = ((Number) seconds).doubleValue();
+        return () -> t;
+    }
+
+    @SuppressWarnings("unchecked")
+    static List<Map<String, Object>> cases(String name) {
+        return (List<Map<String, Object>>) (List<?>) CASES.get(name);
+    }
+
+    @SuppressWarnings("unchecked")
+    static void reportAll(Reporter r, Object reports) {
+        for (Object x : (List<Object>) reports) {
+            List<Object> pair = (List<Object>) x;
+            r.report((String) pair.get(0), pair.get(1));
+        }
+    }
+
+    @TestFactory
+    Stream<DynamicTest> budgetShapes() {
+        return cases("budget").stream().map(c -> DynamicTest.dynamicTest("budget() shape: " + c.get("name"), () -> {
+            try (LyingCollector lying = new LyingCollector(LyingCollector.fixed(500, new byte[0]), metricsBody(c.get("definitions")))) {
+                Reporter r = Reporter.builder(lying.url, "t").store(new MemoryStore()).clock(fixedClock(c.get("clock")))
+                        .totalBudget(((Number) c.get("total_budget")).doubleValue(), (String) c.get("total_period")).build();
+                reportAll(r, c.get("reports"));
+                same(camel(c.get("budget")), r.budget().toMap(), "budget()");
+                r.close(false);
+            }
+        }));
+    }
+
+    @Test
+    void camelMapsTheFixturesNames() {
+        Map<String, Object> m = new LinkedHashMap<String, Object>();
+        m.put("period_start", 1L);
+        m.put("ledger_lost", null);
+        assertEquals("{periodStart=1, ledgerLost=null}", camel(m).toString());
+    }
+
+    @SuppressWarnings("unchecked")
+    @TestFactory
+    Stream<DynamicTest> errorShapes() {
+        Map<String, Object> base = cases("budget").get(0);
+        return cases("errors").stream().map(c -> DynamicTest.dynamicTest("error shape: " + c.get("name"), () -> {
+            Map<String, Object> answer = (Map<String, Object>) c.get("answer");
+            LyingCollector.Scenario scenario = answer == null ? LyingCollector.fixed(500, new byte[0])
+                    : LyingCollector.fixed(((Number) answer.get("status")).intValue(),
+                            ((String) answer.get("body")).getBytes(StandardCharsets.UTF_8));
+            try (LyingCollector lying = new LyingCollector(scenario, metricsBody(base.get("definitions")))) {
+                Reporter r = Reporter.builder(lying.url, "t").store(new MemoryStore()).clock(fixedClock(base.get("clock")))
+                        .totalBudget(((Number) base.get("total_budget")).doubleValue(), (String) base.get("total_period"))
+                        .retries(1, 1, 1, 1).build();
+                reportAll(r, c.get("reports"));
+                Exception error = null;
+                try {
+                    if (answer != null) {
+                        r.flush();
+                    } else {
+                        List<Object> one = (List<Object>) c.get("report");
+                        r.report((String) one.get(0), one.get(1));
+                    }
+                } catch (LdpkitException e) {
+                    error = e;
+                }
+                assertNotNull(error, "no error");
+                String js = (String) c.get("js");
+                String expected = js.equals("TypeError") ? "ParameterException" : js;
+                assertEquals(expected, error.getClass().getSimpleName(), error.getMessage());
+                for (Object fact : (List<Object>) c.get("facts")) {
+                    assertTrue(Pattern.compile((String) fact).matcher(error.getMessage()).find(), fact + " in " + error.getMessage());
+                }
+                for (Map.Entry<String, Object> f : ((Map<String, Object>) camel(c.get("fields"))).entrySet()) {
+                    Object value = error.getClass().getMethod(f.getKey()).invoke(error);
+                    same(f.getValue(), value, f.getKey());
+                }
+                r.close(false);
+            }
+        }));
+    }
+
+    @TestFactory
+    Stream<DynamicTest> flushShapes() {
+        Map<String, Object> base = cases("budget").get(0);
+        return cases("flush").stream().map(c -> DynamicTest.dynamicTest("flush() shape: " + c.get("name"), () -> {
+            byte[] answer = Json.write(c.get("answer")).getBytes(StandardCharsets.UTF_8);
+            try (LyingCollector lying = new LyingCollector(LyingCollector.fixed(200, answer), metricsBody(base.get("definitions")))) {
+                Reporter r = Reporter.builder(lying.url, "t").store(new MemoryStore()).clock(fixedClock(base.get("clock")))
+                        .retries(1, 1, 1, 1).build();
+                reportAll(r, c.get("reports"));
+                same(camel(c.get("flush")), r.flush().toMap(), "flush()");
+                long posts = lying.requests.stream().filter(q -> q.method.equals("POST")).count();
+                if (posts != 1) fail(posts + " POSTs");
+                r.close(false);
+            }
+        }));
+    }
+}
