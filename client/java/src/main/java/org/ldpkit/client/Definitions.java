@@ -200,6 +200,7 @@ public final class Definitions {
         KEYS.put("olh", Arrays.asList("g", "keep"));
         KEYS.put("ss", Arrays.asList("k", "in"));
         KEYS.put("hr", Arrays.asList("K", "keep"));
+        KEYS.put("exponential", Arrays.asList("cumulative"));
         KEYS.put("duchi", Arrays.asList("flip", "scale"));
         KEYS.put("piecewise", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale"));
         KEYS.put("hybrid", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale",
@@ -246,6 +247,8 @@ public final class Definitions {
             checkOracle(name, eps, "olh", p, 0, "derived");
         } else if ("gaussian".equals(mechanism)) {
             checkGaussian(def, p, name);
+        } else if ("exponential".equals(mechanism)) {
+            checkExponential(def, p, name);
         } else {
             Object cats = def.get("categories");
             checkOracle(name, eps, mechanism, p, cats instanceof List ? ((List<?>) cats).size() : 0, "derived");
@@ -433,6 +436,145 @@ public final class Definitions {
         if (digits.isEmpty() || digits.length() > 6 || digits.charAt(0) == '0') return 0;
         for (char c : digits.toCharArray()) if (c < '0' || c > '9') return 0;
         return Integer.parseInt(digits);
+    }
+
+    private static final int MAX_EXPONENTIAL_ITEMS = 64;
+
+    /** The exponential mechanism's score matrix q[x][o] from the definition (docs/protocol.md). */
+    private static double[][] scoreMatrix(Map<String, Object> def, String name) {
+        int d = ((List<?>) def.get("categories")).size();
+        if (d > MAX_EXPONENTIAL_ITEMS) throw refuse(name, "categories", "too many categories for exponential");
+        Object score = def.get("score");
+        boolean ordered = Boolean.TRUE.equals(def.get("ordered"));
+        Object band = def.get("band");
+        Object scores = def.get("scores");
+        if ("distance".equals(score) && ordered && band == null && scores == null) {
+            double[][] q = new double[d][d];
+            for (int x = 0; x < d; x++) for (int o = 0; o < d; o++) q[x][o] = -Math.abs(x - o);
+            return q;
+        }
+        if ("band".equals(score) && ordered && scores == null) {
+            long b = integer(band, 0, d - 2, "band", name);
+            double[][] q = new double[d][d];
+            for (int x = 0; x < d; x++) for (int o = 0; o < d; o++) q[x][o] = Math.abs(x - o) <= b ? 1 : 0;
+            return q;
+        }
+        if ("matrix".equals(score) && band == null && scores instanceof List && ((List<?>) scores).size() == d
+                && ((List<?>) scores).get(0) instanceof List) {
+            int m = ((List<?>) ((List<?>) scores).get(0)).size();
+            double[][] q = new double[d][m];
+            boolean ok = m >= d && m <= MAX_EXPONENTIAL_ITEMS;
+            for (int x = 0; ok && x < d; x++) {
+                Object row = ((List<?>) scores).get(x);
+                ok = row instanceof List && ((List<?>) row).size() == m;
+                for (int o = 0; ok && o < m; o++) {
+                    Object v = ((List<?>) row).get(o);
+                    ok = v instanceof Number && !Double.isNaN(((Number) v).doubleValue()) && !Double.isInfinite(((Number) v).doubleValue());
+                    if (ok) q[x][o] = ((Number) v).doubleValue();
+                }
+            }
+            if (ok) return q;
+        }
+        throw refuse(name, "score", "bad score for the exponential mechanism");
+    }
+
+    /** log P[x][o] for P[x][o] proportional to exp(s q[x][o]), row by row (log-sum-exp). */
+    private static double[][] logChannel(double[][] q, double s) {
+        double[][] out = new double[q.length][];
+        for (int x = 0; x < q.length; x++) {
+            double[] a = new double[q[x].length];
+            double top = Double.NEGATIVE_INFINITY;
+            for (int o = 0; o < a.length; o++) {
+                a[o] = s * q[x][o];
+                top = Math.max(top, a[o]);
+            }
+            double sum = 0;
+            for (double v : a) sum += Math.exp(v - top);
+            double lse = top + Math.log(sum);
+            for (int o = 0; o < a.length; o++) a[o] -= lse;
+            out[x] = a;
+        }
+        return out;
+    }
+
+    /** The largest log-ratio of a channel given as log probabilities: per output, max - min. */
+    private static double privacyLoss(double[][] lp) {
+        double loss = 0;
+        for (int o = 0; o < lp[0].length; o++) {
+            double hi = Double.NEGATIVE_INFINITY;
+            double lo = Double.POSITIVE_INFINITY;
+            for (double[] row : lp) {
+                hi = Math.max(hi, row[o]);
+                lo = Math.min(lo, row[o]);
+            }
+            loss = Math.max(loss, hi - lo);
+        }
+        return loss;
+    }
+
+    /** The exact calibration of docs/protocol.md: bisection on [eps / R, 2 eps / R]. */
+    static double exactScale(double[][] q, double eps, String name) {
+        double r = 0;
+        for (double[] x : q) {
+            for (double[] y : q) {
+                double hi = Double.NEGATIVE_INFINITY;
+                double lo = Double.POSITIVE_INFINITY;
+                for (int o = 0; o < x.length; o++) {
+                    hi = Math.max(hi, x[o] - y[o]);
+                    lo = Math.min(lo, x[o] - y[o]);
+                }
+                r = Math.max(r, hi - lo);
+            }
+        }
+        if (!(r > 0)) throw refuse(name, "score", "the score gives every input the same channel");
+        double lo = eps / r;
+        double hi = (2 * eps) / r;
+        if (privacyLoss(logChannel(q, hi)) <= eps) return hi;
+        for (int i = 0; i < 200; i++) {
+            double mid = 0.5 * (lo + hi);
+            if (mid == lo || mid == hi) break;
+            if (privacyLoss(logChannel(q, mid)) <= eps) lo = mid;
+            else hi = mid;
+        }
+        return lo;
+    }
+
+    /**
+     * The exponential mechanism: the served cumulative thresholds are the exact
+     * calibration's (relative 1e-9), increasing, and the channel they give spends at most
+     * epsilon (1 + 1e-9), every output possible for every input.
+     */
+    private static void checkExponential(Map<String, Object> def, Map<?, ?> p, String name) {
+        double eps = ((Number) def.get("epsilon")).doubleValue();
+        double[][] q = scoreMatrix(def, name);
+        int d = q.length;
+        int m = q[0].length;
+        List<?> served = asList(p.get("cumulative"), d, d, "derived.cumulative", name);
+        double[][] lp = logChannel(q, exactScale(q, eps, name));
+        double[][] channel = new double[d][m];
+        for (int x = 0; x < d; x++) {
+            List<?> row = asList(served.get(x), m - 1, m - 1, "derived.cumulative[" + x + "]", name);
+            long prev = 0;
+            double cum = 0;
+            for (int o = 0; o < m; o++) {
+                String at = "derived.cumulative[" + x + "][" + o + "]";
+                long v = 0; // 2^64 after the last threshold
+                if (o < m - 1) {
+                    Object hex = row.get(o);
+                    if (!isHex16(hex)) throw refuse(name, at, at + " must be a threshold (16 lowercase hex digits), got " + shown(hex));
+                    v = Unsigned.parseHex16((String) hex);
+                    if (Unsigned.compare(v, prev) <= 0) throw refuse(name, at, "cumulative[" + x + "] is not increasing at " + o);
+                }
+                cum += Math.exp(lp[x][o]);
+                if (o < m - 1) near(Sampling.probability(v), cum, at, "the exact calibration's cumulative probability", name);
+                // The step v - prev as an unsigned long (the last: 2^64 - prev, prev > 0).
+                channel[x][o] = Math.log(Sampling.probability(v - prev));
+                prev = v;
+            }
+        }
+        if (!(privacyLoss(channel) <= eps * (1 + TOLERANCE))) {
+            throw refuse(name, "derived.cumulative", "the served channel spends more than epsilon " + eps);
+        }
     }
 
     private static void checkOracle(String name, double eps, String mechanism, Map<?, ?> p, long d, String at) {
