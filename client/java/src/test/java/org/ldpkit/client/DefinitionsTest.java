@@ -48,8 +48,9 @@ class DefinitionsTest {
 
     /**
      * The recomputed constants (grid bounds, Duchi's index, ss's k, caps, depths, labels,
-     * sketch weights) are exactly ldpkit's over a sweep of epsilons and sizes, the eps = 0.61
-     * edge of the hybrid included: every honest definition is accepted.
+     * sketch weights, the exponential mechanism's calibration) are ldpkit's over a sweep of
+     * epsilons and sizes, the eps = 0.61 edge of the hybrid included: every honest
+     * definition is accepted.
      */
     @Test
     void honestDefinitionsOverASweepOfEpsilonsAndSizesAreAccepted() {
@@ -71,6 +72,9 @@ class DefinitionsTest {
                 + "    out.append(MetricDefinition.from_dict(f'str-{i}', {'kind': 'strings', 'max_length': 1 + 4 * i, 'k': 4, 'epsilon': e}).to_dict())\n"
                 + "    out.append(MetricDefinition.from_dict(f'lv-{i}', {'kind': 'hierarchy', 'categories': ['a/x/1', 'a/x/2', 'a/y', 'b', 'c/z/3/4'], 'epsilon': e, 'mechanism': 'levels', 'oracle': 'ss'}).to_dict())\n"
                 + "    out.append(MetricDefinition.from_dict(f'jm-{i}', {'kind': 'table', 'dimensions': [['p', ['1', '2', '3']], ['q', ['x', 'y']], ['r', [str(j) for j in range(9)]]], 'epsilon': e, 'mechanism': 'joint_marginals'}).to_dict())\n"
+                + "    band = [[2.0 if x == o else (0.5 if abs(x - o) == 1 else 0.0) for o in range(7)] for x in range(7)]\n"
+                + "    for j, score in enumerate([{'score': 'distance', 'ordered': True}, {'score': 'band', 'band': 1, 'ordered': True}, {'score': 'matrix', 'scores': band}]):\n"
+                + "        out.append(MetricDefinition.from_dict(f'exp-{i}-{j}', {'kind': 'categorical', 'categories': list('abcdefg'), 'epsilon': e, 'mechanism': 'exponential', **score}).to_dict())\n"
                 + "print(json.dumps(out))\n"));
         List<String> problems = new ArrayList<String>();
         for (Object d : (List<?>) data) {
@@ -82,7 +86,7 @@ class DefinitionsTest {
             }
         }
         assertEquals(new ArrayList<String>(), problems);
-        assertTrue(((List<?>) data).size() >= 200, "definitions: " + ((List<?>) data).size());
+        assertTrue(((List<?>) data).size() >= 280, "definitions: " + ((List<?>) data).size());
     }
 
     /** One definition of every kind and mechanism family, with floats a reader may not tell from integers. */
