@@ -157,9 +157,7 @@ public final class Definitions {
             sameOr(mp.get("bounds"), def.get("bounds"), "mechanism_params.bounds", "bounds", name);
             sameOr(mp.get("resolution"), p.get("resolution"), "derived.resolution", "resolution", name);
         } else if (Sampling.VIEW_MECHANISMS.contains(mechanism)) {
-            Object mv = mp.get("views");
-            sameOr(viewShapes(mv == null ? new ArrayList<Object>() : mv, "mechanism_params.views", name),
-                    viewShapes(p.get("views"), "derived.views", name), "derived.views", "the views", name);
+            sameViews(mp.get("views"), p.get("views"), name);
             if (def.get("categories") != null) sameOr(mp.get("categories"), def.get("categories"), "categories", "categories", name);
         } else if ("prefix_sketch".equals(mechanism)) {
             for (String key : new String[] {"max_length", "g", "rows", "estimation_rows"}) {
@@ -173,14 +171,22 @@ public final class Definitions {
         if (!same(a, b)) throw refuse(name, constant, what + " differs from the fingerprinted parameters (" + constant + ")");
     }
 
-    private static List<Object> viewShapes(Object views, String constant, String name) {
-        List<?> list = asList(views, 0, Integer.MAX_VALUE, constant, name);
-        List<Object> out = new ArrayList<Object>();
-        for (Object v : list) {
-            Map<?, ?> view = asMap(v, constant, name);
-            out.add(Arrays.asList(view.get("name"), view.get("oracle"), view.get("size")));
+    /** Each served view's name, oracle and size are the fingerprinted view's, named by path. */
+    private static void sameViews(Object fingerprinted, Object served, String name) {
+        List<?> mine = asList(fingerprinted == null ? new ArrayList<Object>() : fingerprinted, 0, Integer.MAX_VALUE, "mechanism_params.views", name);
+        List<?> theirs = asList(served, 0, Integer.MAX_VALUE, "derived.views", name);
+        if (mine.size() != theirs.size()) {
+            throw refuse(name, "derived.views", "the views differ from the fingerprinted parameters (derived.views: "
+                    + theirs.size() + " served, " + mine.size() + " fingerprinted)");
         }
-        return out;
+        for (int k = 0; k < mine.size(); k++) {
+            String at = "derived.views[" + k + "]";
+            Map<?, ?> m = asMap(mine.get(k), "mechanism_params.views[" + k + "]", name);
+            Map<?, ?> v = asMap(theirs.get(k), at, name);
+            for (String key : new String[] {"name", "oracle", "size"}) {
+                sameOr(m.get(key), v.get(key), at + "." + key, "view " + k + "'s " + key, name);
+            }
+        }
     }
 
     /** The keys of derived (or of a depth or view of it) each mechanism's sampler knows. */
@@ -194,6 +200,7 @@ public final class Definitions {
         KEYS.put("olh", Arrays.asList("g", "keep"));
         KEYS.put("ss", Arrays.asList("k", "in"));
         KEYS.put("hr", Arrays.asList("K", "keep"));
+        KEYS.put("exponential", Arrays.asList("cumulative"));
         KEYS.put("duchi", Arrays.asList("flip", "scale"));
         KEYS.put("piecewise", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale"));
         KEYS.put("hybrid", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale",
@@ -224,19 +231,7 @@ public final class Definitions {
         String mechanism = (String) def.get("resolved_mechanism");
         knownKeys(p, "derived", name, Sampling.VIEW_MECHANISMS.contains(mechanism) ? "views" : mechanism, null);
         if ("hh".equals(mechanism)) {
-            List<?> depths = asList(p.get("depths"), 1, 64, "derived.depths", name);
-            long resolution = integer(p.get("resolution"), 2, 4096, "derived.resolution", name);
-            for (int i = 0; i < depths.size(); i++) {
-                String at = "derived.depths[" + i + "]";
-                Map<?, ?> depth = asMap(depths.get(i), at, name);
-                Object oracle = depth.get("oracle");
-                if (!"grr".equals(oracle) && !"olh".equals(oracle)) throw refuse(name, at + ".oracle", "bad depth oracle " + shown(oracle));
-                knownKeys(depth, at, name, "depth", (String) oracle);
-                long nodes = integer(depth.get("nodes"), 2, 4096, at + ".nodes", name);
-                long perNode = integer(depth.get("leaves_per_node"), 1, 4096, at + ".leaves_per_node", name);
-                if ((resolution + perNode - 1) / perNode != nodes) throw refuse(name, at + ".nodes", "depths do not fit the resolution");
-                checkOracle(name, eps, (String) oracle, depth, nodes, at);
-            }
+            checkDepths(def, p, eps, name);
         } else if (Sampling.VIEW_MECHANISMS.contains(mechanism)) {
             checkViews(def, p, eps, name);
         } else if ("prefix_sketch".equals(mechanism)) {
@@ -248,28 +243,92 @@ public final class Definitions {
             if (!isHex16(seed)) throw refuse(name, "derived.seed", "bad seed");
             Object cut = p.containsKey("cut") ? p.get("cut") : "prefix";
             if (!"prefix".equals(cut) && !"scaled".equals(cut)) throw refuse(name, "derived.cut", "unknown cut rule " + shown(cut));
-            List<?> weights = asList(p.get("weights"), (int) maxLength + 1, (int) maxLength + 1, "derived.weights", name);
-            long total = 0;
-            for (Object x : weights) total += integer(x, 1, 4294967296L, "derived.weights", name);
-            if (total > 4294967296L) throw refuse(name, "derived.weights", "the sketch weights sum above 2^32");
+            checkSketchWeights(def, p, maxLength, name);
             checkOracle(name, eps, "olh", p, 0, "derived");
         } else if ("gaussian".equals(mechanism)) {
             checkGaussian(def, p, name);
+        } else if ("exponential".equals(mechanism)) {
+            checkExponential(def, p, name);
         } else {
             Object cats = def.get("categories");
             checkOracle(name, eps, mechanism, p, cats instanceof List ? ((List<?>) cats).size() : 0, "derived");
         }
     }
 
+    /**
+     * A distribution's depths: the tree of fan-out {@code branching} (fingerprinted) over
+     * {@code resolution} leaves, as ldpkit's Tree: the height is the least h with
+     * b^h >= resolution, depth t's nodes hold b^(height - t) leaves, and there are
+     * ceil(resolution / leaves_per_node) of them.
+     */
+    private static void checkDepths(Map<String, Object> def, Map<?, ?> p, double eps, String name) {
+        List<?> depths = asList(p.get("depths"), 1, 64, "derived.depths", name);
+        long resolution = integer(p.get("resolution"), 2, 4096, "derived.resolution", name);
+        Map<?, ?> mp = asMap(def.get("mechanism_params"), "mechanism_params", name);
+        long branching = integer(mp.get("branching"), 2, resolution, "mechanism_params.branching", name);
+        int height = 1;
+        while (pow(branching, height) < resolution) height++;
+        if (depths.size() != height) {
+            throw refuse(name, "derived.depths", "served " + depths.size() + " depths, not the tree's height " + height);
+        }
+        for (int i = 0; i < depths.size(); i++) {
+            String at = "derived.depths[" + i + "]";
+            Map<?, ?> depth = asMap(depths.get(i), at, name);
+            Object oracle = depth.get("oracle");
+            if (!"grr".equals(oracle) && !"olh".equals(oracle)) throw refuse(name, at + ".oracle", "bad depth oracle " + shown(oracle));
+            knownKeys(depth, at, name, "depth", (String) oracle);
+            long perNode = pow(branching, height - 1 - i);
+            exactly(depth.get("leaves_per_node"), perNode, at + ".leaves_per_node", "branching^(height - depth)", name);
+            long nodes = (resolution + perNode - 1) / perNode;
+            exactly(depth.get("nodes"), nodes, at + ".nodes", "ceil(resolution / leaves_per_node)", name);
+            checkOracle(name, eps, (String) oracle, depth, nodes, at);
+        }
+    }
+
+    /** b^n, saturating at 2^62 (a tree's sizes stay far below). */
+    private static long pow(long b, int n) {
+        long out = 1;
+        for (int i = 0; i < n; i++) out = out > (1L << 62) / b ? 1L << 62 : out * b;
+        return out;
+    }
+
+    /** An integer constant that must be exactly {@code formula}, else refused naming it. */
+    private static void exactly(Object served, long formula, String constant, String what, String name) {
+        Long v = asLong(served);
+        if (v == null || v != formula) {
+            throw refuse(name, constant, "served " + constant + " " + shown(served) + " is not " + formula + " (" + what + ")");
+        }
+    }
+
+    /**
+     * The estimation sketch's weight from its share of devices (round half to even, as
+     * Python's round), then 1 per prefix level.
+     */
+    private static void checkSketchWeights(Map<String, Object> def, Map<?, ?> p, long maxLength, String name) {
+        Map<?, ?> mp = asMap(def.get("mechanism_params"), "mechanism_params", name);
+        double share = real(mp.get("estimation_share"), "mechanism_params.estimation_share", name);
+        if (!(share > 0 && share < 1)) throw refuse(name, "mechanism_params.estimation_share", "bad estimation_share " + shown(share));
+        long first = Math.max(1, (long) Math.rint(share * maxLength / (1.0 - share)));
+        exactly(mp.get("estimation_weight"), first, "mechanism_params.estimation_weight", "max(1, round(share max_length / (1 - share)))", name);
+        List<?> weights = asList(p.get("weights"), (int) maxLength + 1, (int) maxLength + 1, "derived.weights", name);
+        for (int i = 0; i < weights.size(); i++) {
+            exactly(weights.get(i), i == 0 ? first : 1, "derived.weights[" + i + "]", i == 0 ? "estimation_weight" : "1 per prefix level", name);
+        }
+    }
+
     private static void checkViews(Map<String, Object> def, Map<?, ?> p, double eps, String name) {
-        long cells = 1;
+        int cells = 1;
         if (def.get("categories") != null) {
             cells = ((List<?>) def.get("categories")).size();
         } else {
             for (Object dim : (List<?>) def.get("dimensions")) cells *= ((List<?>) ((List<?>) dim).get(1)).size();
         }
         List<?> views = asList(p.get("views"), 1, 255, "derived.views", name);
-        long payload = integer(p.get("payload"), 1, 1 << 16, "derived.payload", name);
+        integer(p.get("payload"), 1, 1 << 16, "derived.payload", name);
+        Map<?, ?> mp = asMap(def.get("mechanism_params"), "mechanism_params", name);
+        List<?> fingerprinted = asList(mp.get("views"), views.size(), views.size(), "mechanism_params.views", name);
+        double cumulative = 0;
+        long payload = 0;
         for (int k = 0; k < views.size(); k++) {
             String at = "derived.views[" + k + "]";
             Map<?, ?> view = asMap(views.get(k), at, name);
@@ -280,24 +339,241 @@ public final class Definitions {
             }
             knownKeys(view, at, name, "view", (String) oracle);
             long size = integer(view.get("size"), 2, 1 << 24, at + ".size", name);
-            prob(view, "until", at, name);
-            Object labels = view.get("labels");
-            boolean ok;
-            if (labels == null) {
-                ok = view.containsKey("labels") && size == cells;
+            // A view is drawn by its weight: `until` is the cumulative share as a threshold
+            // (the last view's ffff...), recomputed from the fingerprinted weights.
+            Object weight = asMap(fingerprinted.get(k), "mechanism_params.views[" + k + "]", name).get("weight");
+            double w = real(weight, "mechanism_params.views[" + k + "].weight", name);
+            if (!(w > 0)) throw refuse(name, "mechanism_params.views[" + k + "].weight", "a view's weight must be positive");
+            cumulative += w;
+            if (k == views.size() - 1) {
+                if (!"ffffffffffffffff".equals(view.get("until"))) {
+                    throw refuse(name, at + ".until", "the last view's until must be ffffffffffffffff, got " + shown(view.get("until")));
+                }
             } else {
-                ok = labels instanceof List && ((List<?>) labels).size() == cells;
-                if (ok) {
-                    for (Object l : (List<?>) labels) {
-                        Long v = asLong(l);
-                        if (v == null || v < 0 || v >= size) ok = false;
-                    }
+                near(prob(view, "until", at, name), Math.min(cumulative, 1.0), at + ".until", "the cumulative weight of views 0.." + k, name);
+            }
+            checkLabels(def, view, cells, size, at, name);
+            checkOracle(name, eps, (String) oracle, view, size, at);
+            // The payload holds the largest view report: GRR's u32, a bitmap's ceil(size / 8).
+            payload = Math.max(payload, "grr".equals(oracle) ? 4 : (size + 7) / 8);
+        }
+        exactly(p.get("payload"), payload, "derived.payload", "the largest view report", name);
+    }
+
+    /** A view's labels are its cells' groups (null: the cells themselves), and size their count. */
+    private static void checkLabels(Map<String, Object> def, Map<?, ?> view, int cells, long size, String at, String name) {
+        int[] labels = viewLabels(def, view.get("name"), cells, at, name);
+        int groups = 0;
+        boolean identity = labels.length == size;
+        for (int i = 0; i < labels.length; i++) {
+            groups = Math.max(groups, labels[i] + 1);
+            identity &= labels[i] == i;
+        }
+        Object served = view.get("labels");
+        if (identity) {
+            if (served != null || !view.containsKey("labels")) throw refuse(name, at + ".labels", "the labels of view " + shown(view.get("name")) + " must be null (the cells themselves)");
+        } else {
+            if (!(served instanceof List) || ((List<?>) served).size() != labels.length) {
+                throw refuse(name, at + ".labels", "the labels of view " + shown(view.get("name")) + " are not its " + labels.length + " cells' groups");
+            }
+            List<?> list = (List<?>) served;
+            for (int i = 0; i < labels.length; i++) {
+                exactly(list.get(i), labels[i], at + ".labels[" + i + "]", "cell " + i + "'s group in view " + shown(view.get("name")), name);
+            }
+        }
+        if (size != groups) throw refuse(name, at + ".size", "view " + shown(view.get("name")) + " has " + groups + " groups, not size " + size);
+    }
+
+    /**
+     * Each base cell's group in the view named {@code view} (docs/protocol.md, Derived
+     * parameters): a hierarchy's {@code depth d} numbers the nodes at depth d in order of
+     * first appearance among the leaves (a leaf above d stays itself); a table's
+     * {@code cells} is the cells, and an attribute's view each cell's category of it (cells
+     * row-major, the first attribute slowest).
+     */
+    private static int[] viewLabels(Map<String, Object> def, Object view, int cells, String at, String name) {
+        int[] out = new int[cells];
+        String v = view instanceof String ? (String) view : "";
+        if ("hierarchy".equals(def.get("kind"))) {
+            int d = v.startsWith("depth ") ? depthOf(v.substring(6)) : 0;
+            if (d < 1) throw refuse(name, at + ".name", "unknown view " + shown(view));
+            String sep = def.get("separator") instanceof String ? (String) def.get("separator") : "/";
+            Map<String, Integer> index = new HashMap<String, Integer>();
+            List<?> leaves = (List<?>) def.get("categories");
+            for (int i = 0; i < cells; i++) {
+                String leaf = (String) leaves.get(i);
+                int cut = -1;
+                for (int j = 0; j < d && cut < leaf.length(); j++) {
+                    int next = leaf.indexOf(sep, cut + (j == 0 ? 1 : sep.length()));
+                    cut = next < 0 ? leaf.length() : next;
+                }
+                String path = leaf.substring(0, Math.max(cut, 0));
+                if (!index.containsKey(path)) index.put(path, index.size());
+                out[i] = index.get(path);
+            }
+            return out;
+        }
+        if ("cells".equals(v)) {
+            for (int i = 0; i < cells; i++) out[i] = i;
+            return out;
+        }
+        List<?> dims = (List<?>) def.get("dimensions");
+        int inner = 1;
+        for (int a = dims.size() - 1; a >= 0; a--) {
+            List<?> dim = (List<?>) dims.get(a);
+            int size = ((List<?>) dim.get(1)).size();
+            if (v.equals(dim.get(0))) {
+                for (int i = 0; i < cells; i++) out[i] = (i / inner) % size;
+                return out;
+            }
+            inner *= size;
+        }
+        throw refuse(name, at + ".name", "unknown view " + shown(view));
+    }
+
+    /** A positive decimal integer without a leading zero, else 0. */
+    private static int depthOf(String digits) {
+        if (digits.isEmpty() || digits.length() > 6 || digits.charAt(0) == '0') return 0;
+        for (char c : digits.toCharArray()) if (c < '0' || c > '9') return 0;
+        return Integer.parseInt(digits);
+    }
+
+    private static final int MAX_EXPONENTIAL_ITEMS = 64;
+
+    /** The exponential mechanism's score matrix q[x][o] from the definition (docs/protocol.md). */
+    private static double[][] scoreMatrix(Map<String, Object> def, String name) {
+        int d = ((List<?>) def.get("categories")).size();
+        if (d > MAX_EXPONENTIAL_ITEMS) throw refuse(name, "categories", "too many categories for exponential");
+        Object score = def.get("score");
+        boolean ordered = Boolean.TRUE.equals(def.get("ordered"));
+        Object band = def.get("band");
+        Object scores = def.get("scores");
+        if ("distance".equals(score) && ordered && band == null && scores == null) {
+            double[][] q = new double[d][d];
+            for (int x = 0; x < d; x++) for (int o = 0; o < d; o++) q[x][o] = -Math.abs(x - o);
+            return q;
+        }
+        if ("band".equals(score) && ordered && scores == null) {
+            long b = integer(band, 0, d - 2, "band", name);
+            double[][] q = new double[d][d];
+            for (int x = 0; x < d; x++) for (int o = 0; o < d; o++) q[x][o] = Math.abs(x - o) <= b ? 1 : 0;
+            return q;
+        }
+        if ("matrix".equals(score) && band == null && scores instanceof List && ((List<?>) scores).size() == d
+                && ((List<?>) scores).get(0) instanceof List) {
+            int m = ((List<?>) ((List<?>) scores).get(0)).size();
+            double[][] q = new double[d][m];
+            boolean ok = m >= d && m <= MAX_EXPONENTIAL_ITEMS;
+            for (int x = 0; ok && x < d; x++) {
+                Object row = ((List<?>) scores).get(x);
+                ok = row instanceof List && ((List<?>) row).size() == m;
+                for (int o = 0; ok && o < m; o++) {
+                    Object v = ((List<?>) row).get(o);
+                    ok = v instanceof Number && !Double.isNaN(((Number) v).doubleValue()) && !Double.isInfinite(((Number) v).doubleValue());
+                    if (ok) q[x][o] = ((Number) v).doubleValue();
                 }
             }
-            if (!ok) throw refuse(name, at + ".labels", "bad labels of view " + shown(view.get("name")));
-            long bytes = "grr".equals(oracle) ? 4 : (size + 7) / 8;
-            if (bytes > payload) throw refuse(name, "derived.payload", "payload " + payload + " is smaller than view " + k + "'s report");
-            checkOracle(name, eps, (String) oracle, view, size, at);
+            if (ok) return q;
+        }
+        throw refuse(name, "score", "bad score for the exponential mechanism");
+    }
+
+    /** log P[x][o] for P[x][o] proportional to exp(s q[x][o]), row by row (log-sum-exp). */
+    private static double[][] logChannel(double[][] q, double s) {
+        double[][] out = new double[q.length][];
+        for (int x = 0; x < q.length; x++) {
+            double[] a = new double[q[x].length];
+            double top = Double.NEGATIVE_INFINITY;
+            for (int o = 0; o < a.length; o++) {
+                a[o] = s * q[x][o];
+                top = Math.max(top, a[o]);
+            }
+            double sum = 0;
+            for (double v : a) sum += Math.exp(v - top);
+            double lse = top + Math.log(sum);
+            for (int o = 0; o < a.length; o++) a[o] -= lse;
+            out[x] = a;
+        }
+        return out;
+    }
+
+    /** The largest log-ratio of a channel given as log probabilities: per output, max - min. */
+    private static double privacyLoss(double[][] lp) {
+        double loss = 0;
+        for (int o = 0; o < lp[0].length; o++) {
+            double hi = Double.NEGATIVE_INFINITY;
+            double lo = Double.POSITIVE_INFINITY;
+            for (double[] row : lp) {
+                hi = Math.max(hi, row[o]);
+                lo = Math.min(lo, row[o]);
+            }
+            loss = Math.max(loss, hi - lo);
+        }
+        return loss;
+    }
+
+    /** The exact calibration of docs/protocol.md: bisection on [eps / R, 2 eps / R]. */
+    static double exactScale(double[][] q, double eps, String name) {
+        double r = 0;
+        for (double[] x : q) {
+            for (double[] y : q) {
+                double hi = Double.NEGATIVE_INFINITY;
+                double lo = Double.POSITIVE_INFINITY;
+                for (int o = 0; o < x.length; o++) {
+                    hi = Math.max(hi, x[o] - y[o]);
+                    lo = Math.min(lo, x[o] - y[o]);
+                }
+                r = Math.max(r, hi - lo);
+            }
+        }
+        if (!(r > 0)) throw refuse(name, "score", "the score gives every input the same channel");
+        double lo = eps / r;
+        double hi = (2 * eps) / r;
+        if (privacyLoss(logChannel(q, hi)) <= eps) return hi;
+        for (int i = 0; i < 200; i++) {
+            double mid = 0.5 * (lo + hi);
+            if (mid == lo || mid == hi) break;
+            if (privacyLoss(logChannel(q, mid)) <= eps) lo = mid;
+            else hi = mid;
+        }
+        return lo;
+    }
+
+    /**
+     * The exponential mechanism: the served cumulative thresholds are the exact
+     * calibration's (relative 1e-9), increasing, and the channel they give spends at most
+     * epsilon (1 + 1e-9), every output possible for every input.
+     */
+    private static void checkExponential(Map<String, Object> def, Map<?, ?> p, String name) {
+        double eps = ((Number) def.get("epsilon")).doubleValue();
+        double[][] q = scoreMatrix(def, name);
+        int d = q.length;
+        int m = q[0].length;
+        List<?> served = asList(p.get("cumulative"), d, d, "derived.cumulative", name);
+        double[][] lp = logChannel(q, exactScale(q, eps, name));
+        double[][] channel = new double[d][m];
+        for (int x = 0; x < d; x++) {
+            List<?> row = asList(served.get(x), m - 1, m - 1, "derived.cumulative[" + x + "]", name);
+            long prev = 0;
+            double cum = 0;
+            for (int o = 0; o < m; o++) {
+                String at = "derived.cumulative[" + x + "][" + o + "]";
+                long v = 0; // 2^64 after the last threshold
+                if (o < m - 1) {
+                    Object hex = row.get(o);
+                    if (!isHex16(hex)) throw refuse(name, at, at + " must be a threshold (16 lowercase hex digits), got " + shown(hex));
+                    v = Unsigned.parseHex16((String) hex);
+                    if (Unsigned.compare(v, prev) <= 0) throw refuse(name, at, "cumulative[" + x + "] is not increasing at " + o);
+                }
+                cum += Math.exp(lp[x][o]);
+                if (o < m - 1) near(Sampling.probability(v), cum, at, "the exact calibration's cumulative probability", name);
+                // The step v - prev as an unsigned long (the last: 2^64 - prev, prev > 0).
+                channel[x][o] = Math.log(Sampling.probability(v - prev));
+                prev = v;
+            }
+        }
+        if (!(privacyLoss(channel) <= eps * (1 + TOLERANCE))) {
+            throw refuse(name, "derived.cumulative", "the served channel spends more than epsilon " + eps);
         }
     }
 
@@ -327,6 +603,7 @@ public final class Definitions {
             }
         } else if ("ss".equals(mechanism)) {
             long k = integer(p.get("k"), 1, d - 1, at + ".k", name);
+            exactly(k, optimalSubsetSize(eps, d), at + ".k", "the k in {floor, ceil}(d / (e^eps + 1)) of least variance", name);
             near(prob(p, "in", at, name), (k * e) / (k * e + d - k), at + ".in", "k e^eps / (k e^eps + d - k)", name);
         } else if ("hr".equals(mechanism)) {
             long columns = integer(p.get("K"), d + 1, 2 * d + 2, at + ".K", name);
@@ -334,6 +611,8 @@ public final class Definitions {
             near(prob(p, "keep", at, name), e / (e + 1), at + ".keep", "e^eps / (e^eps + 1)", name);
         } else if ("duchi".equals(mechanism)) {
             near(prob(p, "flip", at, name), 1 / (e + 1), at + ".flip", "1 / (e^eps + 1)", name);
+            // C: what a report of +-1 stands for.
+            near(real(p.get("scale"), at + ".scale", name), (e + 1) / (e - 1), at + ".scale", "(e^eps + 1) / (e^eps - 1)", name);
         } else if ("piecewise".equals(mechanism) || "hybrid".equals(mechanism)) {
             checkGrid(name, eps, mechanism, p, at);
         } else if ("laplace".equals(mechanism)) {
@@ -343,36 +622,75 @@ public final class Definitions {
         }
     }
 
+    /** ldpkit's optimal_subset_size: of {floor, ceil}(d / (e^eps + 1)) in 1..d - 1, the k of least variance (the smaller on a tie). */
+    static long optimalSubsetSize(double eps, long d) {
+        double target = d / (Math.exp(eps) + 1.0);
+        long lo = Math.min(d - 1, Math.max(1, (long) Math.floor(target)));
+        long hi = Math.min(d - 1, Math.max(1, (long) Math.ceil(target)));
+        return subsetVariance(eps, d, hi) < subsetVariance(eps, d, lo) ? hi : lo;
+    }
+
+    private static double subsetVariance(double eps, long d, long k) {
+        double p = k / (k + (d - k) * Math.exp(-eps));
+        double q = (p * (k - 1) + (1.0 - p) * k) / (d - 1);
+        return q * (1.0 - q) / ((p - q) * (p - q));
+    }
+
+    /** PM's grid: [-C, C] in 2 * HALF_CELLS cells (protocol v1). */
+    private static final long HALF_CELLS = 1L << 19;
+
+    /**
+     * Piecewise and hybrid: every grid constant recomputed from epsilon alone (C = coth(eps/4),
+     * C +- 1, the step, c = C / step, the widths, the bound, the scale; hybrid's flip, pm and
+     * Duchi's index), each compared with its own served value, so a lie names itself.
+     */
     private static void checkGrid(String name, double eps, String mechanism, Map<?, ?> p, String at) {
         double e = Math.exp(eps);
         double h = Math.exp(eps / 2);
         double q = prob(p, "outside", at, name);
         near(q, 1 / (h + 1), at + ".outside", "1 / (e^(eps/2) + 1)", name);
-        double cPlus1 = real(p.get("c_plus_1"), at + ".c_plus_1", name);
-        double cMinus1 = real(p.get("c_minus_1"), at + ".c_minus_1", name);
-        double step = real(p.get("step"), at + ".step", name);
-        double wIn = real(p.get("w_in"), at + ".w_in", name);
-        double wOut = real(p.get("w_out"), at + ".w_out", name);
-        double c = real(p.get("c"), at + ".c", name);
-        // The density ratio inside/outside is what privacy rests on: at most e^eps.
-        double ratio = ((1 - q) / wIn) / (q / wOut);
-        if (!(ratio <= e * (1 + TOLERANCE))) throw refuse(name, at + ".w_in", "the served grid gives a ratio above e^eps");
-        near(cPlus1 - cMinus1, 2, at + ".c_plus_1", "C+1 - (C-1) = 2", name);
-        near(cPlus1 / cMinus1, h, at + ".c_minus_1", "(C+1)/(C-1) = e^(eps/2)", name);
-        near(wIn, cMinus1 / step, at + ".w_in", "(C - 1) / step", name);
-        near(wOut, cPlus1 / step, at + ".w_out", "(C + 1) / step", name);
-        near(c, ((cPlus1 + cMinus1) / 2) / step, at + ".c", "C / step", name);
-        long bound = integer(p.get("bound"), 1, 1 << 30, at + ".bound", name);
+        double cPm = 1.0 / Math.tanh(eps / 4.0);
+        double cPlus1 = 2.0 / -Math.expm1(-eps / 2.0);
+        double cMinus1 = 2.0 / Math.expm1(eps / 2.0);
+        near(real(p.get("c_plus_1"), at + ".c_plus_1", name), cPlus1, at + ".c_plus_1", "2 / (1 - e^(-eps/2))", name);
+        near(real(p.get("c_minus_1"), at + ".c_minus_1", name), cMinus1, at + ".c_minus_1", "2 / (e^(eps/2) - 1)", name);
+        double step;
+        long bound;
+        long duchiIndex = 0;
         if ("hybrid".equals(mechanism)) {
-            near(prob(p, "flip", at, name), 1 / (e + 1), at + ".flip", "1 / (e^eps + 1)", name);
+            double flip = prob(p, "flip", at, name);
+            near(flip, 1 / (e + 1), at + ".flip", "1 / (e^eps + 1)", name);
             // PM's branch (ldpkit's HYBRID_THRESHOLD: Duchi's branch alone at eps <= 0.61).
             double pm = eps > 0.61 ? -Math.expm1(-eps / 2) : 0;
             double served = prob(p, "pm", at, name);
             if (pm == 0 ? !"0000000000000000".equals(p.get("pm")) : !(Math.abs(served - pm) <= TOLERANCE * pm + Math.pow(2, -52))) {
                 throw refuse(name, at + ".pm", "served " + at + ".pm " + served + " is not " + pm);
             }
-            integer(p.get("duchi_index"), 1, bound, at + ".duchi_index", name);
+            // Duchi's outputs +-C_d (C_d = 1 / (1 - 2 flip), the served flip now checked) sit
+            // on the grid at +-duchi_index: the step is C_d / duchi_index.
+            double cDuchi = 1.0 / (1.0 - 2.0 * flip);
+            duchiIndex = Math.max(1, (long) Math.floor(HALF_CELLS * cDuchi / cPm));
+            step = cDuchi / duchiIndex;
+            bound = (long) Math.ceil(cPm / step);
+        } else {
+            step = cPm / HALF_CELLS;
+            bound = HALF_CELLS;
         }
+        double servedStep = real(p.get("step"), at + ".step", name);
+        near(servedStep, step, at + ".step", "the grid step", name);
+        near(real(p.get("c"), at + ".c", name), cPm / step, at + ".c", "C / step", name);
+        double wIn = real(p.get("w_in"), at + ".w_in", name);
+        double wOut = real(p.get("w_out"), at + ".w_out", name);
+        near(wIn, cMinus1 / step, at + ".w_in", "(C - 1) / step", name);
+        near(wOut, cPlus1 / step, at + ".w_out", "(C + 1) / step", name);
+        exactly(p.get("bound"), bound, at + ".bound", "ceil(C / step)", name);
+        near(real(p.get("scale"), at + ".scale", name), step, at + ".scale", "the grid step", name);
+        if ("hybrid".equals(mechanism)) {
+            exactly(p.get("duchi_index"), duchiIndex, at + ".duchi_index", "max(1, floor(2^19 C_duchi / C))", name);
+        }
+        // The density ratio inside/outside is what privacy rests on: at most e^eps.
+        double ratio = ((1 - q) / wIn) / (q / wOut);
+        if (!(ratio <= e * (1 + TOLERANCE))) throw refuse(name, at + ".w_in", "the served grid gives a ratio above e^eps");
     }
 
     private static void checkLaplace(String name, double eps, Map<?, ?> p, String at) {
@@ -394,6 +712,8 @@ public final class Definitions {
             throw refuse(name, at + ".digits", "the geometric's digits do not cover its scale");
         }
         integer(p.get("cap"), 1, 1L << 52, at + ".cap", name);
+        // Reports are clamped 48 noise scales out (ldpkit's TAIL_CAP).
+        exactly(p.get("cap"), (long) Math.ceil(48.0 / lam), at + ".cap", "ceil(48 / lambda)", name);
     }
 
     /** erfc(x) to about 1e-14 relative: the series of erf below 2, Lentz's continued fraction above. */
@@ -445,7 +765,7 @@ public final class Definitions {
         integer(p.get("grid_steps"), 65536, 65536, "derived.grid_steps", name);
         long t = integer(p.get("t"), 1, 9007199254740991L, "derived.t", name);
         long m = integer(p.get("m"), 1, 9007199254740991L, "derived.m", name);
-        integer(p.get("cap"), 1, 9007199254740991L, "derived.cap", name);
+        long cap = integer(p.get("cap"), 1, 9007199254740991L, "derived.cap", name);
         // t = floor(s) + 1 and m = ceil(s^2 / t) put m in t - 2 .. t (else the proposal is
         // far from the noise and rejection slow); privacy rests on sigma2 = t m alone.
         if (m > t || m < t - 2) throw refuse(name, "derived.m", "derived.t and derived.m do not fit one noise parameter");
@@ -454,6 +774,13 @@ public final class Definitions {
         if (!(gaussianDelta(epsilon, sigma) <= d)) {
             throw refuse(name, "derived.t", "the served noise sigma2 = derived.t * derived.m = " + t + " * " + m
                     + " gives more than delta " + d + " at epsilon " + epsilon);
+        }
+        // Reports are clamped 40 sigma out: cap = isqrt(1600 t m - 1) + 1, that is
+        // (cap - 1)^2 < 1600 t m <= cap^2, in exact 128-bit integers.
+        U128 n = U128.multiply(1600L * t, m);
+        if (!(U128.multiply(cap - 1, cap - 1).compareTo(n) < 0 && U128.multiply(cap, cap).compareTo(n) >= 0)) {
+            throw refuse(name, "derived.cap", "served derived.cap " + cap + " is not isqrt(1600 t m - 1) + 1 (about "
+                    + (long) Math.ceil(40 * Math.sqrt((double) t * (double) m)) + ")");
         }
     }
 

@@ -21,11 +21,11 @@ public final class Sampling {
 
     public static final List<String> MECHANISMS = Collections.unmodifiableList(Arrays.asList(
             "grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "piecewise", "hybrid", "laplace",
-            "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch"));
+            "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch", "exponential"));
     public static final Set<String> VIEW_MECHANISMS = Collections.unmodifiableSet(new HashSet<String>(Arrays.asList(
             "rollup", "levels", "joint", "joint_marginals")));
     public static final Set<String> CATEGORICAL = Collections.unmodifiableSet(new HashSet<String>(Arrays.asList(
-            "grr", "rr", "sue", "oue", "olh", "ss", "hr")));
+            "grr", "rr", "sue", "oue", "olh", "ss", "hr", "exponential")));
 
     /** A 64-bit threshold (16 lowercase hex digits) as an unsigned long. */
     public static long threshold(Object hex) {
@@ -292,6 +292,25 @@ public final class Sampling {
                     boolean inside = Long.bitCount(row & c) % 2 == 0;
                     if (inside != want) c ^= row & -row;
                     return littleEndian(c, 4);
+                }
+            };
+        }
+        if ("exponential".equals(name)) {
+            // u = u64(); the output is how many of row x's thresholds are <= u.
+            List<?> served = (List<?>) get(p, "cumulative");
+            final long[][] rows = new long[served.size()][];
+            for (int x = 0; x < rows.length; x++) {
+                List<?> row = (List<?>) served.get(x);
+                rows[x] = new long[row.size()];
+                for (int o = 0; o < row.size(); o++) rows[x][o] = threshold(row.get(o));
+            }
+            return new Sampler() {
+                @Override
+                public byte[] sample(Object x, Words w) {
+                    long u = u64(w);
+                    long o = 0;
+                    for (long t : rows[(int) index(x)]) if (Unsigned.compare(t, u) <= 0) o++;
+                    return littleEndian(o, 4);
                 }
             };
         }
