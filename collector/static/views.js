@@ -183,7 +183,7 @@ const LDPK_VIEWS = (() => {
         `mean ${num(data.mean)} [${num(data.mean_low)}, ${num(data.mean_high)}]${shift(data.mean_forgery_shift)}` +
         qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
       const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
-      node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `bin intervals: about ${whose} (estimand: ${data.estimand || "population"})`));
+      node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `intervals (bins, mean, quantiles): about ${whose} (estimand: ${data.estimand || "population"})`));
       node.appendChild(key([
         ["fraction in the bin", BAR],
         [intervalLabel(data), WHISKER, "line"],

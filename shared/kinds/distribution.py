@@ -16,7 +16,7 @@ import numpy as np
 from .._json import finite_or_none
 from .._validation import shown
 from ..aggregate import Aggregate
-from ..distribution import ESTIMANDS
+from ..distribution import ESTIMANDS, REPORTERS
 from ..errors import ParameterError, QueryError
 from ..mechanisms import choose
 from . import render
@@ -171,7 +171,10 @@ class Distribution(Numbers):
         found = data.get("range")
         bounds = data.get("bounds")
         return {
-            "quantiles": tuple(_quantile(q, level, fraction) for q in data.get("quantiles") or ()),
+            "quantiles": tuple(
+                _quantile(q, level, fraction, data.get("estimand"))
+                for q in data.get("quantiles") or ()
+            ),
             "range": item(found) if isinstance(found, dict) else None,
             "bounds": (float(bounds[0]), float(bounds[1])) if bounds else None,
             "estimand": data.get("estimand"),
@@ -198,7 +201,8 @@ class Distribution(Numbers):
         }.get(result.estimand or "", "the population the users were drawn from")
         lines = [
             *table,
-            f"bin and range intervals: about {whose} (estimand {result.estimand or 'population'})",
+            f"intervals (bins, range, mean, quantiles): about {whose} "
+            f"(estimand {result.estimand or 'population'})",
             "",
             f"mean {fmt(result.mean)} (stderr {fmt(result.stderr)}), {pct} interval "
             f"[{fmt(result.low)}, {fmt(result.high)}]{_shifted(result.forgery_shift)}",
@@ -321,14 +325,18 @@ def _shifted(shift: float | None) -> str:
     return "" if shift is None or math.isnan(shift) else f", forgery shift {shift:.4g}"
 
 
-def _quantile(data: Mapping[str, Any], level: float, fraction: float | None) -> Any:
+def _quantile(
+    data: Mapping[str, Any], level: float, fraction: float | None, estimand: str | None
+) -> Any:
     """A served quantile; its ``forgery_shift`` the served one, at the served fraction."""
     from ..distribution import QuantileEstimate
 
     keys = ("value", "low", "high", "forgery_shift")
     value, low, high, shift = render.nan([data.get(k) for k in keys])
     served = None if fraction is None else partial(_served_shift, shift, fraction)
-    return QuantileEstimate(float(data["q"]), value, low, high, level, _shift=served)
+    return QuantileEstimate(
+        float(data["q"]), value, low, high, level, estimand=estimand or REPORTERS, _shift=served
+    )
 
 
 def _served_shift(shift: float, fraction: float, beta: float) -> float:

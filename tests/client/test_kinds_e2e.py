@@ -466,8 +466,12 @@ def test_the_analyst_rebuilds_each_kinds_core_estimate_from_the_served_sums(
     assert population.estimand == population.raw["estimand"] == "population"
     assert population.estimate is not None
     rebuilt = population.estimate.to_dict(0.95, estimand="population", **options)
-    for key in ("items", "range"):
+    for key in ("items", "range", "quantiles", "mean_stderr", "mean_low", "mean_high"):
         _same(rebuilt[key], population.raw[key])
+    # The mean's interval follows the estimand too (the reporters' drops the users' sampling).
+    assert dist.raw["mean_stderr"] < population.raw["mean_stderr"]
+    assert all(q.estimand == "reporters" for q in dist.quantiles)
+    assert all(q.estimand == "population" for q in population.quantiles)
     found = analyst.estimates("search_term", wait=120)
     assert found.estimate is None and "sums" not in found.raw  # see docs/protocol.md
     # The forgery shifts too, from the rebuilt estimates, at the answer's fraction.
