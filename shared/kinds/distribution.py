@@ -16,7 +16,7 @@ import numpy as np
 from .._json import finite_or_none
 from .._validation import shown
 from ..aggregate import Aggregate
-from ..distribution import ESTIMANDS, REPORTERS
+from ..distribution import ESTIMANDS, POPULATION, REPORTERS
 from ..errors import ParameterError, QueryError
 from ..mechanisms import choose
 from . import render
@@ -129,6 +129,7 @@ class Distribution(Numbers):
             "bounds": definition.bounds,
             "resolution": definition.resolution,
             "level": target.level,
+            "estimand": target.estimand,
         }
         p = target.by(
             lambda n: plan_distribution(n=n, **common),
@@ -144,10 +145,12 @@ class Distribution(Numbers):
         lines = (
             f"distribution over [{lo:g}, {hi:g}], {p.resolution} leaves (fan-out {p.branching})",
             head,
-            f"  range fraction (score interval, estimand {p.estimand}: about the reporting "
-            "users' own values):",
-            f"    {p.level:.0%} half-width <= {p.half_width:.4g} whatever the data "
-            f"(typical {p.typical_half_width:.4g}, values spread evenly)",
+            f"  range fraction (score interval, estimand {p.estimand}: about "
+            f"{_WHOSE[p.estimand]}):",
+            f"    {p.level:.0%} half-width <= {p.half_width:.4g} whatever the data (ends on "
+            f"leaf edges; its skewness term {p.skew_widening:.2g} included)",
+            f"    typical {p.typical_half_width:.4g} (values spread evenly; ends inside a "
+            "leaf widen it)",
             f"  quantile {p.quantile:g}: half-width about {p.quantile_half_width:.4g} "
             f"(units of the metric, values spread evenly)",
         )
@@ -195,10 +198,7 @@ class Distribution(Numbers):
 
     def text(self, result: Any, table: list[str]) -> list[str]:
         pct, fmt = f"{result.level:.0%}", render.fmt
-        whose = {
-            "reporters": "the reporting users' own values",
-            "population": "the population the users were drawn from",
-        }.get(result.estimand or "", "the population the users were drawn from")
+        whose = _WHOSE.get(result.estimand or "", _WHOSE[POPULATION])
         lines = [
             *table,
             f"intervals (bins, range, mean, quantiles): about {whose} "
@@ -298,6 +298,12 @@ def _summary_over_time(ax: Any, result: Any) -> None:
         render.title(result) + f"\n{what} per bucket, {result.level:.0%} intervals",
         fontsize="medium",
     )
+
+
+_WHOSE = {
+    REPORTERS: "the reporting users' own values",
+    POPULATION: "the population the users were drawn from",
+}
 
 
 def _step(times: Sequence[Any]) -> Any:

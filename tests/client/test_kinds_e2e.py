@@ -542,6 +542,13 @@ def test_cli_plans_each_kind(
     expected = plan_distribution(epsilon=1.0, bounds=(0.0, 120.0), n=100_000)
     assert f"half-width <= {expected.half_width:.4g}" in out
     assert f"estimand {expected.estimand}" in out
+    assert f"skewness term {expected.skew_widening:.2g} included" in out
+    out = plan(
+        "--epsilon", "4", "--distribution", "0", "120", "--n", "3000", "--estimand", "population"
+    )
+    expected = plan_distribution(epsilon=4.0, bounds=(0.0, 120.0), n=3000, estimand="population")
+    assert "estimand population: about the population the users were drawn from" in out
+    assert f"typical {expected.typical_half_width:.4g}" in out
     out = plan("--epsilon", "1", "--leaves", "MX/J/G,MX/J/Z,MX/S/H", "--half-width", "0.02")
     assert "depth 3" in out and "n >= " in out
     out = plan(
