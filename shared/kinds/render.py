@@ -148,7 +148,7 @@ def lines_over_time(
     ]))  # fmt: skip
     times = [b.start for b in result.buckets]
     gaps = [b - a for a, b in pairwise(times)]
-    step = (min(gaps) if gaps else timedelta(days=1)) * (0.4 / max(len(categories), 1))
+    step = (min(gaps) if gaps else timedelta(days=1)) * (0.25 / max(len(categories), 1))
     shade = 0.15 if len(categories) <= 6 else 0.05  # many bands: lighter, as the dashboard
     for j, (category, colour) in enumerate(zip(categories, palette(len(categories)), strict=True)):
         points = [found.get(category) for found in by_bucket]
