@@ -15,7 +15,14 @@ Populations with many nearly empty cells: 90% of the users in 4 leaves (cells), 
 spread evenly over the others; a 3-level tree of 36 leaves (3 x 3 x 4) and a 16 x 16
 table.
 
-Run: ``.venv/bin/python benchmarks/simultaneous.py [--campaigns 400] [--quick] [--only NAME ...]``.
+``--by-weight`` adds, for every table's cells, the simultaneous intervals' misses by the
+cell's users (0, 1-2, 3-10, 11-49, 50 or more): the share of campaigns in which such a
+cell is missed, as a multiple of its Bonferroni share ``(1 - level) / cells`` (1 means
+it takes exactly its share; the joint level holds while the sum over the cells stays
+under ``1 - level``).
+
+Run: ``.venv/bin/python benchmarks/simultaneous.py [--campaigns 400] [--quick] [--only NAME ...]
+[--by-weight]``.
 """
 
 from __future__ import annotations
@@ -64,8 +71,24 @@ def design(shape: str, name: str, oracle: str, epsilon: float) -> tuple[Any, np.
     )
 
 
+WEIGHTS = ((0, 0), (1, 2), (3, 10), (11, 49), (50, 10**9))
+
+
+def by_weight(miss: np.ndarray, users: np.ndarray) -> str:
+    """Misses (campaigns, cells) by the cells' users, as multiples of the Bonferroni share."""
+    share = (1 - LEVEL) / miss.shape[1]
+    parts = []
+    for lo, hi in WEIGHTS:
+        cells = (users >= lo) & (users <= hi)
+        if cells.any():
+            label = f"{lo}" if lo == hi else (f"{lo}+" if hi > 10**6 else f"{lo}-{hi}")
+            rate = float(miss[:, cells].mean())
+            parts.append(f"{label} users ({int(cells.sum())}): {rate / share:.2f}")
+    return "   misses / share by users: " + "; ".join(parts)
+
+
 def measure(
-    m: Any, fractions: np.ndarray, n: int, campaigns: int, seed: int
+    m: Any, fractions: np.ndarray, n: int, campaigns: int, seed: int, weights: bool = False
 ) -> list[tuple[str, int, float, float]]:
     rng = np.random.default_rng(seed)
     population = rng.multinomial(n, fractions)
@@ -83,6 +106,8 @@ def measure(
         slo, shi = arrays.simultaneous_ci(part, LEVEL)
         together = ((slo <= t) & (t <= shi)).all(axis=1).mean()
         rows.append((name, k, float(single), float(together)))
+        if weights and name == "cells":
+            print(by_weight(~((slo <= t) & (t <= shi)), population[part]))
     return rows
 
 
@@ -92,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="n = 300 and 30,000 only")
     parser.add_argument(
         "--only", nargs="*", default=None, help="design names to run (default: all)"
+    )
+    parser.add_argument(
+        "--by-weight", action="store_true", help="tables' cell misses by the cells' users"
     )
     args = parser.parse_args(argv)
     users = (300, 30_000) if args.quick else (300, 3_000, 30_000, 300_000)
@@ -115,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                     if views
                     else ",".join(o.name for o in m.oracles)
                 )
-                rows = measure(m, fractions, n, args.campaigns, seed=int(epsilon * 1000) + n % 9973)
+                seed = int(epsilon * 1000) + n % 9973
+                rows = measure(m, fractions, n, args.campaigns, seed, args.by_weight)
                 for target, k, single, together in rows:
                     worst = min(worst, together)
                     label = f"{shape} {m.name} ({used})"

@@ -18,11 +18,12 @@ distribution of each parent's residual in proportion to the children's variances
 it is linear in the depth estimates, so the variance of every answer is a quadratic form
 in the depth covariances (:meth:`TreeSmoother.adjoint` gives its coefficients).
 
-Estimand. Answers are about the distribution, over the population the reporting users
-were drawn from, of the values *clipped to the bounds* (as the device clips them).
-Variances include the sampling of users (who holds what, and who reports which depth) as
-well as the mechanism's noise, as a mean's standard error does; they therefore also cover
-the reporting users' own distribution, slightly conservatively.
+Estimand. Answers are about the distribution of the values *clipped to the bounds* (as
+the device clips them): by default the reporting users' own (``estimand="reporters"``:
+the users are given; which depth each reports and the mechanisms vary), or the population
+they were drawn from (``"population"``: the sampling of users adds to the variance).
+Every interval (bins, ranges, the mean, the quantiles) takes the estimand; the bins' and
+ranges' ``stderr`` is the estimator's own (the population's).
 
 Leaves are ``[e_k, e_{k+1})`` with ``e_k = lo + k (hi - lo) / resolution``, except the
 last, which is closed at ``hi`` (values at ``hi``, or clipped to it, fall there). A range
@@ -497,6 +498,15 @@ def _spread(mass: FloatArray, support: FloatArray) -> FloatArray:
     return out
 
 
+def _spread_variance(coef: FloatArray, f: FloatArray) -> FloatArray:
+    """``Var_f(coef) = sum_v f_v coef_v^2 - (sum_v f_v coef_v)^2`` per column of ``coef``
+    (shape (nodes,) or (nodes, k)), ``f`` the node fractions (nodes,)."""
+    g = _col(f, coef)
+    first = (g * coef).sum(axis=0)
+    out: FloatArray = np.maximum((g * coef * coef).sum(axis=0) - first * first, 0.0)
+    return out
+
+
 def _check_number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
         raise ParameterError(f"{name} must be a finite number, got {value!r}")
@@ -725,6 +735,8 @@ class QuantileEstimate:
     high: float
     level: float
     method: str = BAND_INVERSION
+    estimand: str = REPORTERS
+    """Whose quantile the interval is about: the reporting users' values or the population's."""
     _shift: Shift | None = field(default=None, repr=False, compare=False)
 
     def ci(self) -> ConfidenceInterval:
@@ -755,8 +767,11 @@ class DistributionMean:
 
     mean: float
     stderr: float
+    """About the :attr:`estimand`'s mean."""
     half_leaf: float
     method: str = MEAN_WIDENED
+    estimand: str = REPORTERS
+    """Whose mean the interval is about: the reporting users' or the population's."""
     _shift: Shift | None = field(default=None, repr=False, compare=False)
 
     def forgery_shift(self, beta: float) -> float:
@@ -825,13 +840,49 @@ class DistributionEstimate:
         """Histograms whose bins are whole nodes of the tree (node counts per depth)."""
         return self.tree.counts[1:]
 
-    def variance(self, query: npt.ArrayLike) -> FloatArray:
-        """Variance of ``query . leaves`` for a query on the leaves, (L,) or (L, k)."""
+    def variance(self, query: npt.ArrayLike, estimand: str = POPULATION) -> FloatArray:
+        """Variance of ``query . leaves`` for a query on the leaves, (L,) or (L, k), as an
+        estimate of the population's ``query . fractions`` (``estimand="population"``, the
+        estimator's own variance) or of the reporting users' (``"reporters"``: see
+        :meth:`_for_reporters`), at the plugged-in fractions."""
         coef = self.smoother.adjoint(query)
         total: FloatArray = np.zeros(() if np.ndim(query) == 1 else np.shape(query)[1])
+        sampling: FloatArray = np.zeros_like(total)
         for t, noise in enumerate(self.levels, start=1):
             total = total + noise.quadratic(coef[t], self._plug[t - 1])
-        return total
+            if noise.n > 0:
+                sampling = sampling + _spread_variance(coef[t], self._users[t - 1]) / noise.n
+        if check_estimand(estimand) == POPULATION:
+            return total
+        h = np.asarray(query, dtype=np.float64)
+        return self._for_reporters(total, sampling, _spread_variance(h, self._raw_leaves))
+
+    @cached_property
+    def _users(self) -> list[FloatArray]:
+        """Per depth 1 .. height, the plugged-in node fractions scaled to sum to 1: the
+        users' law over the nodes, whose ``Var_f(coef)`` is the sampling part of a depth."""
+        return [f / f.sum() if f.sum() > 0 else f for f in self._plug]
+
+    @property
+    def _raw_leaves(self) -> FloatArray:
+        """The leaf estimates unclipped: the users' spread of a query, ``sum f h^2 - (sum f
+        h)^2``, is unbiased from them (clipping the negative leaves at 0 adds mass at the
+        far ends and overstates it, by a quarter for a mean at eps 4, n 2,000)."""
+        return np.nan_to_num(self.leaves)
+
+    def _for_reporters(
+        self, population: FloatArray, sampling: FloatArray, spread: FloatArray
+    ) -> FloatArray:
+        """The variance about the reporting users' own answer from the population's.
+
+        With ``S`` the part of the population's variance that the sampling of the users
+        makes (``sum_t Var_f(coef_t) / n_t``) and ``spread`` the users' own variance of the
+        query ``Var_f(h)``, the reporters' is ``population + (S - spread) / (n - 1)``: the
+        users are given, and only their random split over the depths remains (Neyman's
+        allocation variance, as in :meth:`cumulant_polynomials`)."""
+        n = float(self.n)
+        out: FloatArray = np.maximum(population + (sampling - spread) / max(n - 1.0, 1.0), 0.0)
+        return out
 
     def _positions(self, x: npt.ArrayLike) -> FloatArray:
         """Values as positions in leaf units, clipped to [0, resolution]. A position within
@@ -1090,23 +1141,44 @@ class DistributionEstimate:
         return cdf
 
     @cached_property
-    def _edge_stderr(self) -> FloatArray:
-        """Standard error of ``P(X < e)`` at every leaf edge, all in one pass."""
-        return np.sqrt(self.prefix_variance(np.arange(self.resolution + 1)))
+    def _edge_stderr(self) -> dict[str, FloatArray]:
+        """Standard error of ``P(X < e)`` at every leaf edge, all in one pass, per estimand."""
+        return {
+            e: np.sqrt(self.prefix_variance(np.arange(self.resolution + 1), e)) for e in ESTIMANDS
+        }
+
+    def _depth_terms(self, sampling: bool) -> tuple[list[FloatArray], list[FloatArray]]:
+        """Per depth (index 0 the root), the (A, B) of ``coef' Cov coef = sum(coef^2 A) -
+        (sum(coef B))^2``: of the estimate's covariance, or (``sampling``) of the part the
+        sampling of users makes, ``Var_f(coef) / n_t``."""
+        A, B = [np.zeros(1)], [np.zeros(1)]
+        for t, noise in enumerate(self.levels, start=1):
+            f = self._plug[t - 1]
+            if not sampling:
+                a, b = noise.terms(f)
+            elif noise.n > 0:
+                g = self._users[t - 1]
+                a, b = g / noise.n, g / math.sqrt(noise.n)
+            else:
+                a, b = np.zeros(f.shape), np.zeros(f.shape)
+            A.append(a)
+            B.append(b)
+        return A, B
 
     @cached_property
     def _subtree_sums(
         self,
-    ) -> tuple[list[FloatArray], list[dict[int, FloatArray]], list[FloatArray]]:
+    ) -> dict[bool, tuple[list[FloatArray], list[dict[int, FloatArray]], list[FloatArray]]]:
         """Per node w: Q(w) and R_t(w) for t >= depth(w) (see :meth:`prefix_variance`), and
-        its own ``alpha^2 A``."""
+        its own ``alpha^2 A``; for the estimate's covariance (key False) and for its
+        sampling part (True)."""
+        return {sampling: self._sums_of(*self._depth_terms(sampling)) for sampling in (False, True)}
+
+    def _sums_of(
+        self, A: list[FloatArray], B: list[FloatArray]
+    ) -> tuple[list[FloatArray], list[dict[int, FloatArray]], list[FloatArray]]:
         tree, sm = self.tree, self.smoother
         h = tree.height
-        A, B = [np.zeros(1)], [np.zeros(1)]
-        for t, noise in enumerate(self.levels, start=1):
-            a, b = noise.terms(self._plug[t - 1])
-            A.append(a)
-            B.append(b)
         Q: list[FloatArray] = [np.zeros(1)] * (h + 1)
         R: list[dict[int, FloatArray]] = [{} for _ in range(h + 1)]
         own = [sm.alpha[t] ** 2 * A[t] for t in range(h + 1)]
@@ -1120,8 +1192,10 @@ class DistributionEstimate:
                 R[m][t] = sm.beta[m] * np.add.reduceat(R[m + 1][t], starts)
         return Q, R, own
 
-    def prefix_variance(self, at: npt.ArrayLike) -> FloatArray:
-        """Variance of ``P(X < e_j)`` for leaf edges j, in O(height^2) each.
+    def prefix_variance(self, at: npt.ArrayLike, estimand: str = POPULATION) -> FloatArray:
+        """Variance of ``P(X < e_j)`` for leaf edges j, in O(height^2) each, about the
+        population's (``estimand="population"``) or the reporting users' distribution
+        function (``"reporters"``, as :meth:`variance`).
 
         For the prefix of leaves ``[0, j)``, the top-down half of the adjoint is nonzero
         only on the children of ``S_t``, the node holding leaf j at each depth t, and
@@ -1130,17 +1204,24 @@ class DistributionEstimate:
         ``(alpha beta...)^2 A``) and ``R_t(w)`` (its depth-t sum of ``alpha beta... B``)
         precomputed bottom-up, the variance is a sum over the path of the siblings'
         ``G^2 Q`` and the path nodes' own ``G^2 alpha^2 A``, less the squared per-depth sums
-        of ``G R``. The tests compare it with the dense adjoint.
+        of ``G R``. The sampling part is the same sum with the sampling's (A, B). The tests
+        compare both with the dense adjoint.
         """
+        estimand = check_estimand(estimand)
         js = np.asarray(at, dtype=np.int64)
         inside = (js > 0) & (js < self.tree.resolution)
-        out = self._prefix_variance(np.where(inside, js, 1))
-        return np.where(inside, np.maximum(out, 0.0), 0.0)
+        safe = np.where(inside, js, 1)
+        out = np.maximum(self._prefix_variance(safe, False), 0.0)
+        if estimand == REPORTERS:
+            below = np.clip(np.concatenate([[0.0], np.cumsum(self._raw_leaves)]), 0.0, 1.0)[safe]
+            spread = np.maximum(below - below * below, 0.0)
+            out = self._for_reporters(out, self._prefix_variance(safe, True), spread)
+        return np.where(inside, out, 0.0)
 
-    def _prefix_variance(self, j: IntArray) -> FloatArray:
+    def _prefix_variance(self, j: IntArray, sampling: bool) -> FloatArray:
         tree, sm = self.tree, self.smoother
         h = tree.height
-        Q, R, own_part = self._subtree_sums
+        Q, R, own_part = self._subtree_sums[sampling]
         # S[t]: index of the depth-t node holding leaf j (the root at t = 0).
         S = [j // tree.sizes[t] for t in range(h + 1)]
         first = [S[0], *(S[t - 1] * tree.branching for t in range(1, h + 1))]
@@ -1177,23 +1258,30 @@ class DistributionEstimate:
             r[t] = before + g[S[t + 1]] * r[t + 1]
         return r
 
-    def edge_band(self) -> tuple[FloatArray, FloatArray]:
-        """``P(X < e)`` and its standard error at every leaf edge."""
-        return self._edge_cdf, self._edge_stderr.copy()
+    def edge_band(self, estimand: str = REPORTERS) -> tuple[FloatArray, FloatArray]:
+        """``P(X < e)`` and its standard error at every leaf edge, about the reporting
+        users' distribution function (the default) or the population's."""
+        return self._edge_cdf, self._edge_stderr[check_estimand(estimand)].copy()
 
-    def quantile(self, q: float, level: float = 0.95) -> QuantileEstimate:
-        """The ``q``-quantile (0 < q < 1) with its ``level`` interval (see QuantileEstimate)."""
+    def quantile(
+        self, q: float, level: float = 0.95, *, estimand: str = REPORTERS
+    ) -> QuantileEstimate:
+        """The ``q``-quantile (0 < q < 1) with its ``level`` interval (see QuantileEstimate),
+        of the reporting users' values (``estimand="reporters"``) or the population's."""
         qq = _check_number(q, "q")
         if not 0.0 < qq < 1.0:
             raise ParameterError(f"q must be in (0, 1), got {q!r}")
         level = check_level(level)
+        estimand = check_estimand(estimand)
         shift = partial(self.quantile_shift, qq)
         if self.n == 0:
-            return QuantileEstimate(qq, math.nan, math.nan, math.nan, level, _shift=shift)
+            return QuantileEstimate(
+                qq, math.nan, math.nan, math.nan, level, estimand=estimand, _shift=shift
+            )
         tree = self.tree
         # Bonferroni over the depths: each depth's test has level 1 - alpha / height.
         z = normal_quantile(level, comparisons=tree.height)
-        cdf, band = self.edge_band()  # every edge in one pass (O(height^2) each)
+        cdf, band = self.edge_band(estimand)  # every edge in one pass (O(height^2) each)
         edges = self.edges
         j, k = 0, self.resolution  # leaf edges bounding the quantile
         for t in range(1, tree.height + 1):
@@ -1207,7 +1295,9 @@ class DistributionEstimate:
             possible = np.flatnonzero((c[:-1] - z * se[:-1] <= qq) & (c[1:] + z * se[1:] >= qq))
             j, k = int(at[possible[0]]), int(at[possible[-1] + 1])
         value = min(max(self._read_quantile(qq), float(edges[j])), float(edges[k]))
-        return QuantileEstimate(qq, value, float(edges[j]), float(edges[k]), level, _shift=shift)
+        return QuantileEstimate(
+            qq, value, float(edges[j]), float(edges[k]), level, estimand=estimand, _shift=shift
+        )
 
     @cached_property
     def _monotone_cdf(self) -> FloatArray:
@@ -1290,19 +1380,26 @@ class DistributionEstimate:
         middle = np.arange(self.resolution, dtype=np.float64) + 0.5
         return float(self.leaf_width * self.query_shift(middle, beta))
 
-    def quantiles(self, qs: Sequence[float], level: float = 0.95) -> list[QuantileEstimate]:
-        return [self.quantile(q, level) for q in qs]
+    def quantiles(
+        self, qs: Sequence[float], level: float = 0.95, *, estimand: str = REPORTERS
+    ) -> list[QuantileEstimate]:
+        return [self.quantile(q, level, estimand=estimand) for q in qs]
 
-    def mean(self) -> DistributionMean:
-        """The mean of the clipped values, every leaf's mass at its middle (see class doc)."""
+    def mean(self, *, estimand: str = REPORTERS) -> DistributionMean:
+        """The mean of the clipped values, every leaf's mass at its middle (see class doc);
+        its standard error about the reporting users' mean (``estimand="reporters"``) or
+        the population's (``"population"``)."""
+        estimand = check_estimand(estimand)
         lo, _ = self.bounds
         w = self.leaf_width
         if self.n == 0:
-            return DistributionMean(math.nan, math.nan, w / 2.0, _shift=self._mean_shift)
+            return DistributionMean(
+                math.nan, math.nan, w / 2.0, estimand=estimand, _shift=self._mean_shift
+            )
         middle = np.arange(self.resolution, dtype=np.float64) + 0.5
         mean = lo + w * float(self.leaves @ middle)
-        se = w * math.sqrt(float(self.variance(middle)))
-        return DistributionMean(mean, se, w / 2.0, _shift=self._mean_shift)
+        se = w * math.sqrt(float(self.variance(middle, estimand)))
+        return DistributionMean(mean, se, w / 2.0, estimand=estimand, _shift=self._mean_shift)
 
     def to_dict(
         self,
@@ -1322,14 +1419,13 @@ class DistributionEstimate:
         bin: lower, upper, estimate, stderr, low, high), mean, mean_stderr, mean_low,
         mean_high, methods; ``quantiles`` (q, value, low, high) when asked;
         ``range`` (lower, upper, estimate, stderr, low, high) when ``range_`` is given.
-        ``estimand`` (``"reporters"`` or ``"population"``) is what the bins' and the
-        range's intervals are about; the mean's and the quantiles' are the population's
-        either way (which covers the reporters' too, conservatively).
+        ``estimand`` (``"reporters"`` or ``"population"``) is what every interval is about:
+        the bins', the range's, the mean's (and ``mean_stderr``) and the quantiles'.
         """
         level = check_level(level)
         estimand = check_estimand(estimand)
         hist = self.histogram(bins, edges=edges)
-        mean = self.mean()
+        mean = self.mean(estimand=estimand)
         mean_low, mean_high = mean.ci(level)
         out: dict[str, Any] = {
             "mechanism": self.mechanism,
@@ -1348,7 +1444,9 @@ class DistributionEstimate:
             "methods": {"items": hist.method, "mean": mean.method},
         }
         if quantiles:
-            out["quantiles"] = [qe.to_dict() for qe in self.quantiles(quantiles, level)]
+            out["quantiles"] = [
+                qe.to_dict() for qe in self.quantiles(quantiles, level, estimand=estimand)
+            ]
             out["methods"]["quantiles"] = BAND_INVERSION
         if range_ is not None:
             try:

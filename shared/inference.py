@@ -190,41 +190,90 @@ class Quadratic:
 
 @dataclass(frozen=True)
 class Skew:
-    """What the third cumulant of each output needs, along the path of its value.
+    """The third cumulant of each output's estimate along the path of its value.
 
-    Per output and view (the last axis): ``coef``, the output's change per unit of its
-    largest-coefficient support count in that view (its *own* count: a cell's own item
-    in a cells view, its category in a marginal view); ``inner`` and ``outer``, that
-    count's group's share of the path's inside and outside populations (so at value
-    theta the group holds ``theta inner + (1 - theta) outer`` of the users); ``sizes``
-    the view's users; ``p`` and ``q`` its oracle's support probabilities. The smaller
-    coefficients on the other counts add cubes of a few percent and are left out.
+    An output is ``sum_v sum_g b_vg y_vg + c``, ``y_v`` view v's debiased support
+    fractions from its ``n_v`` users. The estimand is the reporters' own fraction, so the
+    users are given and each adds an independent ``W``: it reports view v with
+    probability ``w_v`` (the design's weights; ``n_v = w_v n`` users expected), and then
+    ``Z_v = sum_g c_g S_g`` with ``c = b_v / ((p - q) n_v)`` and ``S_g`` whether its report
+    supports group g. Given the user's base cell j the raw moments of ``Z_v`` follow from
+    the oracle's law exactly (:func:`user_moments`: every coefficient of every group, the
+    supports' joint moments included), those of W are their mixture over the views, and
+    ``kappa_3(W | j) = K_j / n^3``. The estimate's third cumulant is the sum over the
+    users, ``n sum_j f_j K_j / n^3``: at value theta the users hold ``theta`` times the
+    output's inside population and ``1 - theta`` times its outside one (each spread as
+    the plug-in), so it is affine in theta; ``inside`` and ``outside`` (R, outputs) hold
+    ``sum_j f_j K_j`` over each side.
     """
 
-    coef: FloatArray
-    inner: FloatArray
-    outer: FloatArray
-    sizes: FloatArray
-    p: FloatArray
-    q: FloatArray
+    inside: FloatArray
+    outside: FloatArray
+    n: FloatArray
+    """(R, 1): the users."""
 
     def take(self, index: IntArray | slice) -> Skew:
-        """The outputs at ``index`` (the second-last axis)."""
-        pick = (Ellipsis, index, slice(None))
-        return Skew(self.coef[pick], self.inner[pick], self.outer[pick], self.sizes, self.p, self.q)
+        """The outputs at ``index`` (the last axis)."""
+        return Skew(self.inside[..., index], self.outside[..., index], self.n)
 
     def row(self, r: int) -> Skew:
-        return Skew(self.coef[r], self.inner[r], self.outer[r], self.sizes[r], self.p, self.q)
+        return Skew(self.inside[r], self.outside[r], self.n[r])
 
     def third_cumulant(self, theta: FloatArray) -> FloatArray:
-        """Each output's third cumulant at value ``theta``: its own counts are sums of
-        independent Bernoulli supports, p for the group's holders, q for the others."""
-        t = np.asarray(theta, dtype=np.float64)[..., None]
-        f = np.clip(t * self.inner + (1.0 - t) * self.outer, 0.0, 1.0)
-        p, q = self.p, self.q
-        per_user = f * p * (1 - p) * (1 - 2 * p) + (1 - f) * q * (1 - q) * (1 - 2 * q)
-        out: FloatArray = np.sum(self.coef**3 * self.sizes * per_user, axis=-1)
+        """Each output's third cumulant at value ``theta`` (shaped as the outputs)."""
+        t = np.clip(np.asarray(theta, dtype=np.float64), 0.0, 1.0)
+        out: FloatArray = (t * self.inside + (1.0 - t) * self.outside) / self.n**2
         return out
+
+
+def _inclusions(size: int, pool: int) -> tuple[float, float, float]:
+    """The chance that 1, 2 and 3 given members of a pool are in a uniform random subset
+    of ``size`` of its ``pool`` members."""
+    out = [1.0, 1.0, 1.0]
+    for k in range(3):
+        for i in range(k + 1):
+            out[k] *= max(size - i, 0) / (pool - i) if pool - i > 0 else 0.0
+    return out[0], out[1], out[2]
+
+
+def user_moments(noise: NoiseModel, b: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``E[Z^k | u]`` for k = 1, 2, 3, with ``Z = sum_g b_g S_g`` one report's weighted
+    supports and u the user's true group; ``b`` (outputs, groups), each result the same.
+
+    One support (``supports == 1``, randomized response): ``S_u`` with probability p, any
+    other with q. A fixed number s of supports (subset selection): the true group with
+    probability p and the rest a uniform subset of the others (s - 1 or s of them),
+    whose sums' moments follow from the inclusion chances of 1, 2 and 3 given members.
+    Otherwise (unary encodings) every support is independent: p for u, q for the others.
+    """
+    p, q = noise.p, noise.q
+    power = [b, b * b, b * b * b]
+    total = [x.sum(axis=1, keepdims=True) for x in power]
+    others = [t - x for t, x in zip(total, power, strict=True)]  # Q_k: sums over g != u
+    if noise.supports == 1:
+        e1, e2, e3 = (p * x + q * o for x, o in zip(power, others, strict=True))
+        return e1, e2, e3
+    if noise.supports is not None:
+        pool = b.shape[1] - 1
+        q1, q2, q3 = others
+
+        def subset(size: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+            i1, i2, i3 = _inclusions(size, pool)
+            t1 = i1 * q1
+            t2 = i1 * q2 + i2 * (q1 * q1 - q2)
+            t3 = i1 * q3 + 3.0 * i2 * (q2 * q1 - q3) + i3 * (q1**3 - 3.0 * q1 * q2 + 2.0 * q3)
+            return t1, t2, t3
+
+        s = int(noise.supports)
+        a1, a2, a3 = subset(s - 1)  # with the true group
+        o1, o2, o3 = subset(s)  # without it
+        with_u = (b + a1, b * b + 2 * b * a1 + a2, b**3 + 3 * b * b * a1 + 3 * b * a2 + a3)
+        e1, e2, e3 = (p * w + (1 - p) * o for w, o in zip(with_u, (o1, o2, o3), strict=True))
+        return e1, e2, e3
+    k1 = p * b + q * others[0]
+    k2 = p * (1 - p) * power[1] + q * (1 - q) * others[1]
+    k3 = p * (1 - p) * (1 - 2 * p) * power[2] + q * (1 - q) * (1 - 2 * q) * others[2]
+    return k1, k2 + k1 * k1, k3 + 3 * k2 * k1 + k1**3
 
 
 class LinearViews:
@@ -522,45 +571,48 @@ class LinearViews:
         return Quadratic(q0, q1, q2)
 
     @cached_property
-    def _own_groups(self) -> list[IntArray]:
-        """Per view, each output's group with the largest coefficient in magnitude."""
-        return [np.argmax(np.abs(b), axis=1) for b in self._blocks]
+    def _user_third(self) -> FloatArray:
+        """(outputs, m): ``K_j``, n^3 times the third cumulant of one user's contribution
+        to each output given its base cell j (see :class:`Skew`)."""
+        raw = np.zeros((3, self.n_outputs, self.m))
+        parts = zip(self._blocks, self.view_labels, self.noises, self.weights, strict=True)
+        for b, labels, noise, w in parts:
+            if w <= 0:
+                continue
+            for k, e in enumerate(user_moments(noise, b), start=1):
+                # E[Z_v^k | j] n^k with c = b / ((p - q) w n), weighted by w.
+                raw[k - 1] += w * e[:, labels] / ((noise.p - noise.q) * w) ** k
+        m1, m2, m3 = raw
+        out: FloatArray = m3 - 3.0 * m1 * m2 + 2.0 * m1**3
+        return out
+
+    @cached_property
+    def _membership(self) -> FloatArray:
+        """(outputs, m): 1 where the base cell is in the output."""
+        mine = np.zeros((self.n_outputs, self.m))
+        mine[self.pair_rows, self.pair_cols] = 1.0
+        return mine
 
     def skew(self, pi: FloatArray, sizes: FloatArray) -> Skew | None:
-        """(R, outputs, views) of :class:`Skew` around the plug-in ``pi`` (R, m); None with
-        one view (whose outputs the support-count intervals serve)."""
+        """The :class:`Skew` around the plug-in ``pi`` (R, m), the views' users ``sizes``
+        (R, views); None with one view (whose outputs the support-count intervals serve)."""
         if self.single:
             return None
-        pi, sizes = np.asarray(pi, dtype=np.float64), np.asarray(sizes, dtype=np.float64)
-        theta = self.sum_outputs(pi)
-        s = self.output_members
-        rest = np.maximum(self.m - s, 1.0)
-        coefs, inners, outers = [], [], []
-        for v, (b, own) in enumerate(zip(self._blocks, self._own_groups, strict=True)):
-            labels, noise = self.view_labels[v], self.noises[v]
-            mine = (labels[self.pair_cols] == own[self.pair_rows]).astype(np.float64)
-            shared = self._sum_pairs(mine[None, :])[0]  # base cells in output and group
-            group_size = np.bincount(labels, minlength=self.view_sizes[v])[own]
-            inside = self._sum_pairs(pi[:, self.pair_cols] * mine[None, :])
-            onehot = (labels[:, None] == np.arange(self.view_sizes[v])[None, :]).astype(np.float64)
-            group = (pi @ onehot)[:, own]
-            # An empty side of the path is spread uniformly (as variance_quadratic does).
-            with np.errstate(divide="ignore", invalid="ignore"):
-                inners.append(np.where(theta > 0, inside / theta, shared / s))
-                outside = (group - inside) / (1 - theta)
-                outers.append(np.where(theta < 1, outside, (group_size - shared) / rest))
-            coef = b[np.arange(self.n_outputs), own] / (noise.p - noise.q)
-            coefs.append(coef[None, :] / sizes[:, v : v + 1])
-        p = np.array([nm.p for nm in self.noises])
-        q = np.array([nm.q for nm in self.noises])
-        return Skew(
-            np.stack(coefs, axis=-1),
-            np.clip(np.stack(inners, axis=-1), 0, 1),
-            np.clip(np.stack(outers, axis=-1), 0, 1),
-            sizes[:, None, :],
-            p,
-            q,
+        pi = np.clip(np.asarray(pi, dtype=np.float64), 0.0, None)
+        pi = pi / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300)
+        n = np.maximum(np.asarray(sizes, dtype=np.float64).sum(axis=1, keepdims=True), 1.0)
+        mine, third = self._membership, self._user_third
+        theta = pi @ mine.T  # (R, outputs)
+        ins = pi @ (third * mine).T
+        every = pi @ third.T
+        uniform_in = (third * mine).sum(axis=1) / self.output_members
+        uniform_out = (third * (1.0 - mine)).sum(axis=1) / np.maximum(
+            self.m - self.output_members, 1.0
         )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inside = np.where(theta > 1e-12, ins / theta, uniform_in[None])
+            outside = np.where(theta < 1 - 1e-12, (every - ins) / (1 - theta), uniform_out[None])
+        return Skew(inside, outside, n)
 
     @cached_property
     def forgery(self) -> LinearShift:

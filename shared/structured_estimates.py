@@ -27,9 +27,10 @@ estimates. What is new:
   count's variance is small); the others (sums of several counts or views) keep the
   score interval at the Bonferroni level, and those that combine several views
   (``joint_marginals``, ``levels``) have its z Cornish-Fisher-widened on the side their
-  skewness at the bound makes long (:class:`ldpkit.inference.Skew`: the skewness of
-  each view's own support count at the hypothesised value). The widening only moves
-  bounds outwards.
+  skewness at the bound makes long (:class:`ldpkit.inference.Skew`: the estimate's third
+  cumulant at the hypothesised value, summed over the users from each one's exact law:
+  which view it reports and that view's oracle, every coefficient included). The
+  widening only moves bounds outwards.
 
 Every result turns into plain JSON-ready Python (``to_dict``, ``items``): floats (None
 where not finite), lists, node paths as strings, cells as ``{attribute: category}``.

@@ -46,7 +46,7 @@ const LDPK_VIEWS = (() => {
       ],
     },
     hierarchy: {
-      ...CATEGORICAL, view: "tree", label: "consistent (top-down Norm-Sub)",
+      ...CATEGORICAL, view: "tree", overTime: "tree-over-time", label: "consistent (top-down Norm-Sub)",
       controls(metric, ui) {
         const sep = metric.separator || "/";
         const depth = Math.max(...metric.categories.map((c) => c.split(sep).length));
@@ -217,7 +217,7 @@ const LDPK_VIEWS = (() => {
         `mean ${num(data.mean)} [${num(data.mean_low)}, ${num(data.mean_high)}]${shift(data.mean_forgery_shift)}` +
         qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
       const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
-      node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `bin intervals: about ${whose} (estimand: ${data.estimand || "population"})`));
+      node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `intervals (bins, mean, quantiles): about ${whose} (estimand: ${data.estimand || "population"})`));
       mostCommon(node, data);
       const member = inSet(data);
       node.appendChild(key([
@@ -273,7 +273,8 @@ const LDPK_VIEWS = (() => {
       box.appendChild(html("span", { class: "crumb-sep" }, " › "));
       box.appendChild(crumb(part, parts.slice(0, k + 1).join(sep), k === parts.length - 1));
     });
-    box.appendChild(html("span", { class: "crumb-hint" }, ` · depth ${data.depth} · click a bar to open that node`));
+    const what = ctx.overTime ? "a point" : "a bar";
+    box.appendChild(html("span", { class: "crumb-hint" }, ` · depth ${data.depth} · click ${what} to open that node`));
     return box;
   }
 
@@ -565,16 +566,21 @@ const LDPK_VIEWS = (() => {
   function linesOverTime(rows, series, ctx, opts) {
     const times = [...new Set(rows.map((r) => +r.t))].sort((a, b) => a - b);
     const colours = palette(series.length);
-    // Whiskers side by side when several series share a bucket, so none hides another.
+    // Each series side by side in a bucket, so none hides another: its band, whiskers, line
+    // and points all shifted by the same few pixels (points on their own whiskers).
     const step = Math.min(5, 36 / Math.max(series.length, 1));
-    const whiskers = series.map((s, k) => Plot.ruleX(rows.filter((r) => r.series === s), {
-      x: "t", y1: "low", y2: "high", stroke: "series", strokeOpacity: 0.7, strokeWidth: 1.5,
-      dx: (k - (series.length - 1) / 2) * step, className: "whiskers",
+    const per = (make) => series.map((s, k) => make(rows.filter((r) => r.series === s), (k - (series.length - 1) / 2) * step));
+    const bands = times.length > 1 ? per((part, dx) => Plot.areaY(part, { x: "t", y1: "low", y2: "high", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, dx, className: "bands" })) : [];
+    const whiskers = per((part, dx) => Plot.ruleX(part, {
+      x: "t", y1: "low", y2: "high", stroke: "series", strokeOpacity: 0.7, strokeWidth: 1.5, dx, className: "whiskers",
     }));
+    const lines = per((part, dx) => Plot.lineY(part, { x: "t", y: "estimate", stroke: "series", strokeWidth: 2, dx, className: "lines" }));
+    const points = per((part, dx) => Plot.dot(part, { x: "t", y: "estimate", fill: "series", r: 3.5, dx, className: "points",
+      title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], stderr ${num(r.stderr, 4)}, n=${r.n}` }));
     // The estimates too: an unbiased estimate may lie outside its interval, clipped at 0.
     const values = rows.flatMap((r) => [r.estimate, r.low, r.high]).filter((v) => v !== null && v !== undefined);
     const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;  // one bucket: room around it
-    return plot({
+    const fig = plot({
       width: ctx.width,
       height: opts.height || 360,
       marginLeft: 60,
@@ -592,37 +598,55 @@ const LDPK_VIEWS = (() => {
         domain: [Math.min(0, ...values), Math.max(...values)] },
       color: { domain: series, range: colours, legend: true, label: null },
       marks: [
-        ...(times.length > 1 ? [Plot.areaY(rows, { x: "t", y1: "low", y2: "high", z: "series", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, className: "bands" })] : []),
+        ...bands,
         ...whiskers,
         ...(Math.min(...values) < 0 ? [Plot.ruleY([0], { stroke: "#888", className: "zero" })] : []),
-        Plot.lineY(rows, { x: "t", y: "estimate", z: "series", stroke: "series", strokeWidth: 2, className: "lines" }),
-        Plot.dot(rows, { x: "t", y: "estimate", fill: "series", r: 3.5, className: "points",
-          title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], stderr ${num(r.stderr, 4)}, n=${r.n}` }),
+        ...lines,
+        ...points,
       ],
     });
+    if (opts.pick) {  // a click on a series' point: that series (a hierarchy opens the node)
+      fig.querySelectorAll("g.points").forEach((g, k) => {
+        g.style.cursor = "pointer";
+        g.addEventListener("click", () => opts.pick(series[k]));
+      });
+    }
+    return fig;
   }
 
   register({
     name: "over-time",
     applies: (data, ctx) => ctx.overTime && Array.isArray(data.buckets),
+    draw: (data, ctx) => overTime(html("div", { id: "over-time-chart" }), data, ctx, {}),
+  });
+
+  // A hierarchy over time: where the drill-down is (as in its single view), then its nodes'
+  // lines; a click on a node's point opens it.
+  register({
+    name: "tree-over-time",
     draw(data, ctx) {
       const node = html("div", { id: "over-time-chart" });
-      const rows = overTimeRows(data);
-      // The whole range's items first, then any only some buckets have (strings found there).
-      const series = Array.isArray(data.items) ? [...new Set([...data.items.map(label), ...rows.map((r) => r.series)])] : ["mean"];
-      if (!rows.length) {
-        node.appendChild(html("p", {}, "No reports in this range."));
-        return { node, figures: [] };
-      }
-      const below = rows.filter((r) => r.estimate < 0).length;
-      if (below && Array.isArray(data.items)) node.appendChild(belowZero(below, "estimates"));
-      const times = new Set(rows.map((r) => +r.t));
-      node.appendChild(key([[`${intervalLabel(data)}: ${times.size > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
-      const fig = linesOverTime(rows, series, ctx, { yLabel: Array.isArray(data.items) ? "fraction of users" : "mean" });
-      node.appendChild(fig);
-      return { node, figures: [fig] };
+      node.appendChild(breadcrumb(data, ctx));
+      return overTime(node, data, ctx, { pick: ctx.open ? (path) => ctx.open(path) : null });
     },
   });
+
+  function overTime(node, data, ctx, opts) {
+    const rows = overTimeRows(data);
+    // The whole range's items first, then any only some buckets have (strings found there).
+    const series = Array.isArray(data.items) ? [...new Set([...data.items.map(label), ...rows.map((r) => r.series)])] : ["mean"];
+    if (!rows.length) {
+      node.appendChild(html("p", {}, "No reports in this range."));
+      return { node, figures: [] };
+    }
+    const below = rows.filter((r) => r.estimate < 0).length;
+    if (below && Array.isArray(data.items)) node.appendChild(belowZero(below, "estimates"));
+    const times = new Set(rows.map((r) => +r.t));
+    node.appendChild(key([[`${intervalLabel(data)}: ${times.size > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+    const fig = linesOverTime(rows, series, ctx, { yLabel: Array.isArray(data.items) ? "fraction of users" : "mean", pick: opts.pick });
+    node.appendChild(fig);
+    return { node, figures: [fig] };
+  }
 
   // --- distribution over time: the mean and the quantiles asked per bucket with their
   // intervals, and a bucket × bin heat map of the fractions (not one line per bin) -------

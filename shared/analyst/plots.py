@@ -5,7 +5,8 @@
 - distribution: the bins as bars on the bounds axis, quantiles marked with their intervals;
 - numeric: the mean as a point with its interval;
 - over time (``per_bucket=True`` results): one line per category (or the mean) across
-  buckets, with the interval as a shaded band; a distribution's mean and quantiles per
+  buckets, with the interval as a shaded band and a whisker, the categories side by side
+  in a bucket (each one's points on its own whiskers); a distribution's mean and quantiles per
   bucket with their intervals, above a bucket x bin heat map of its fractions.
 """
 

@@ -378,6 +378,13 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     parser.add_argument("--frequency", type=float, help="assumed item frequency (default worst)")
     parser.add_argument(
+        "--estimand",
+        choices=["reporters", "population"],
+        default="reporters",
+        help="distribution: intervals about the reporting users' values (default) or "
+        "the population they were drawn from",
+    )
+    parser.add_argument(
         "--forgery-fraction",
         type=float,
         metavar="BETA",
@@ -590,7 +597,7 @@ def _dimensions(flags: list[str]) -> dict[str, list[str]]:
 def _plan_kind(args: argparse.Namespace, definition: MetricDefinition, beta: float) -> int:
     """Plan a metric with its kind's own planner (a distribution, hierarchy, table,
     strings), and the forgery shift its answers would disclose at ``beta``."""
-    target = PlanTarget(args.n, args.half_width, args.frequency, args.level)
+    target = PlanTarget(args.n, args.half_width, args.frequency, args.level, args.estimand)
     planned = definition.kind_spec.plan(definition, target)
     shifts = definition.kind_spec.forgery_shifts(definition, beta)
     data = dataclasses.asdict(planned.plan)

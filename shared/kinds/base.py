@@ -147,6 +147,9 @@ class PlanTarget:
     half_width: float | None = None
     frequency: float | None = None
     level: float = 0.95
+    estimand: str = "reporters"
+    """Whose values the intervals are about, where a kind offers a choice (a distribution:
+    ``"reporters"`` or ``"population"``); other kinds' are the reporters'."""
 
     def by(self, for_n: Callable[[int], P], for_half_width: Callable[[float], P]) -> P:
         """``for_n(n)`` or ``for_half_width(half_width)``: exactly one must be given."""

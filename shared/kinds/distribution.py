@@ -16,7 +16,7 @@ import numpy as np
 from .._json import finite_or_none
 from .._validation import shown
 from ..aggregate import Aggregate
-from ..distribution import ESTIMANDS
+from ..distribution import ESTIMANDS, POPULATION, REPORTERS
 from ..errors import ParameterError, QueryError
 from ..mechanisms import choose
 from . import render
@@ -131,6 +131,7 @@ class Distribution(Numbers):
             "bounds": definition.bounds,
             "resolution": definition.resolution,
             "level": target.level,
+            "estimand": target.estimand,
         }
         p = target.by(
             lambda n: plan_distribution(n=n, **common),
@@ -146,10 +147,12 @@ class Distribution(Numbers):
         lines = (
             f"distribution over [{lo:g}, {hi:g}], {p.resolution} leaves (fan-out {p.branching})",
             head,
-            f"  range fraction (score interval, estimand {p.estimand}: about the reporting "
-            "users' own values):",
-            f"    {p.level:.0%} half-width <= {p.half_width:.4g} whatever the data "
-            f"(typical {p.typical_half_width:.4g}, values spread evenly)",
+            f"  range fraction (score interval, estimand {p.estimand}: about "
+            f"{_WHOSE[p.estimand]}):",
+            f"    {p.level:.0%} half-width <= {p.half_width:.4g} whatever the data (ends on "
+            f"leaf edges; its skewness term {p.skew_widening:.2g} included)",
+            f"    typical {p.typical_half_width:.4g} (values spread evenly; ends inside a "
+            "leaf widen it)",
             f"  quantile {p.quantile:g}: half-width about {p.quantile_half_width:.4g} "
             f"(units of the metric, values spread evenly)",
         )
@@ -173,7 +176,10 @@ class Distribution(Numbers):
         found = data.get("range")
         bounds = data.get("bounds")
         return {
-            "quantiles": tuple(_quantile(q, level, fraction) for q in data.get("quantiles") or ()),
+            "quantiles": tuple(
+                _quantile(q, level, fraction, data.get("estimand"))
+                for q in data.get("quantiles") or ()
+            ),
             "range": item(found) if isinstance(found, dict) else None,
             "bounds": (float(bounds[0]), float(bounds[1])) if bounds else None,
             "estimand": data.get("estimand"),
@@ -194,13 +200,11 @@ class Distribution(Numbers):
 
     def text(self, result: Any, table: list[str]) -> list[str]:
         pct, fmt = f"{result.level:.0%}", render.fmt
-        whose = {
-            "reporters": "the reporting users' own values",
-            "population": "the population the users were drawn from",
-        }.get(result.estimand or "", "the population the users were drawn from")
+        whose = _WHOSE.get(result.estimand or "", _WHOSE[POPULATION])
         lines = [
             *table,
-            f"bin and range intervals: about {whose} (estimand {result.estimand or 'population'})",
+            f"intervals (bins, range, mean, quantiles): about {whose} "
+            f"(estimand {result.estimand or 'population'})",
             "",
             f"mean {fmt(result.mean)} (stderr {fmt(result.stderr)}), {pct} interval "
             f"[{fmt(result.low)}, {fmt(result.high)}]{_shifted(result.forgery_shift)}",
@@ -298,6 +302,12 @@ def _summary_over_time(ax: Any, result: Any) -> None:
     )
 
 
+_WHOSE = {
+    REPORTERS: "the reporting users' own values",
+    POPULATION: "the population the users were drawn from",
+}
+
+
 def _step(times: Sequence[Any]) -> Any:
     """The shortest gap between buckets (a day if there is one bucket)."""
     gaps = [b - a for a, b in pairwise(times)]
@@ -323,14 +333,18 @@ def _shifted(shift: float | None) -> str:
     return "" if shift is None or math.isnan(shift) else f", forgery shift {shift:.4g}"
 
 
-def _quantile(data: Mapping[str, Any], level: float, fraction: float | None) -> Any:
+def _quantile(
+    data: Mapping[str, Any], level: float, fraction: float | None, estimand: str | None
+) -> Any:
     """A served quantile; its ``forgery_shift`` the served one, at the served fraction."""
     from ..distribution import QuantileEstimate
 
     keys = ("value", "low", "high", "forgery_shift")
     value, low, high, shift = render.nan([data.get(k) for k in keys])
     served = None if fraction is None else partial(_served_shift, shift, fraction)
-    return QuantileEstimate(float(data["q"]), value, low, high, level, _shift=served)
+    return QuantileEstimate(
+        float(data["q"]), value, low, high, level, estimand=estimand or REPORTERS, _shift=served
+    )
 
 
 def _served_shift(shift: float, fraction: float, beta: float) -> float:

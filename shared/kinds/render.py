@@ -7,6 +7,8 @@ from __future__ import annotations
 import colorsys
 from collections.abc import Callable, Collection, Container, Sequence
 from dataclasses import asdict
+from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -137,20 +139,26 @@ def lines_over_time(
     result: Any, ax: Any, items: Callable[[Any], Sequence[Any]] = lambda part: part.items
 ) -> None:
     """One line per item (of ``items(part)``: the items, a marginal) across the buckets,
-    its interval as a band, each its own colour; the legend beside the axes when there
-    are many."""
+    its interval as a band and a whisker, each its own colour; the series side by side in
+    a bucket (each one's line, points, whiskers and band shifted together, as the
+    dashboard draws them); the legend beside the axes when there are many."""
     by_bucket = [{i.category: i for i in items(b)} for b in result.buckets]
     categories = list(dict.fromkeys([i.category for i in items(result)] + [
         c for found in by_bucket for c in found
     ]))  # fmt: skip
     times = [b.start for b in result.buckets]
-    for category, colour in zip(categories, palette(len(categories)), strict=True):
+    gaps = [b - a for a, b in pairwise(times)]
+    step = (min(gaps) if gaps else timedelta(days=1)) * (0.25 / max(len(categories), 1))
+    shade = 0.15 if len(categories) <= 6 else 0.05  # many bands: lighter, as the dashboard
+    for j, (category, colour) in enumerate(zip(categories, palette(len(categories)), strict=True)):
         points = [found.get(category) for found in by_bucket]
         series = [
             nan([getattr(i, k) if i else None for i in points]) for k in ("estimate", "low", "high")
         ]
-        ax.plot(times, series[0], marker="o", label=category, color=colour)
-        ax.fill_between(times, series[1], series[2], alpha=0.15, color=colour)
+        x = [t + (j - (len(categories) - 1) / 2) * step for t in times]
+        ax.plot(x, series[0], marker="o", label=category, color=colour, zorder=3)
+        ax.vlines(x, series[1], series[2], color=colour, linewidth=1.2, alpha=0.7, zorder=2)
+        ax.fill_between(x, series[1], series[2], alpha=shade, color=colour)
     ax.set_ylabel("fraction of users")
     if len(categories) > 6:
         ax.legend(

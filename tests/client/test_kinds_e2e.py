@@ -466,8 +466,12 @@ def test_the_analyst_rebuilds_each_kinds_core_estimate_from_the_served_sums(
     assert population.estimand == population.raw["estimand"] == "population"
     assert population.estimate is not None
     rebuilt = population.estimate.to_dict(0.95, estimand="population", **options)
-    for key in ("items", "range"):
+    for key in ("items", "range", "quantiles", "mean_stderr", "mean_low", "mean_high"):
         _same(rebuilt[key], population.raw[key])
+    # The mean's interval follows the estimand too (the reporters' drops the users' sampling).
+    assert dist.raw["mean_stderr"] < population.raw["mean_stderr"]
+    assert all(q.estimand == "reporters" for q in dist.quantiles)
+    assert all(q.estimand == "population" for q in population.quantiles)
     found = analyst.estimates("search_term", wait=120)
     assert found.estimate is None and "sums" not in found.raw  # see docs/protocol.md
     # The forgery shifts too, from the rebuilt estimates, at the answer's fraction.
@@ -538,6 +542,13 @@ def test_cli_plans_each_kind(
     expected = plan_distribution(epsilon=1.0, bounds=(0.0, 120.0), n=100_000)
     assert f"half-width <= {expected.half_width:.4g}" in out
     assert f"estimand {expected.estimand}" in out
+    assert f"skewness term {expected.skew_widening:.2g} included" in out
+    out = plan(
+        "--epsilon", "4", "--distribution", "0", "120", "--n", "3000", "--estimand", "population"
+    )
+    expected = plan_distribution(epsilon=4.0, bounds=(0.0, 120.0), n=3000, estimand="population")
+    assert "estimand population: about the population the users were drawn from" in out
+    assert f"typical {expected.typical_half_width:.4g}" in out
     out = plan("--epsilon", "1", "--leaves", "MX/J/G,MX/J/Z,MX/S/H", "--half-width", "0.02")
     assert "depth 3" in out and "n >= " in out
     out = plan(

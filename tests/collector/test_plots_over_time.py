@@ -176,3 +176,44 @@ def test_sixteen_series_over_time_have_sixteen_colours(tmp_path: Path) -> None:
     assert ax.get_ylim()[0] < -0.01
     assert not outside(fig)
     save(fig, "plot-sixteen-over-time.png", tmp_path)
+
+
+def test_each_series_points_sit_on_its_own_whiskers(tmp_path: Path) -> None:
+    """Over time, the series of a bucket sit side by side: each one's points, whiskers and
+    band are shifted together, so a point is on its own whisker, never on another's."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_rgb
+    from matplotlib.dates import date2num
+
+    from ldpkit.analyst.plots import plot_estimate
+
+    names = ["light", "dark", "system"]
+    items = [
+        {"category": c, "estimate": 0.3, "stderr": 0.01, "low": 0.28, "high": 0.32} for c in names
+    ]
+    result = EstimateResult.from_json(
+        {
+            "metric": "theme",
+            "kind": "categorical",
+            "n": 3000,
+            "epsilon": 2.0,
+            "level": 0.95,
+            "items": items,
+            "buckets": [{"bucket": T0 + d * DAY, "n": 1000, "items": items} for d in range(3)],
+        }
+    )
+    fig = plot_estimate(result)
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.lines if line.get_label() in names}
+    whiskers = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert len(lines) == len(whiskers) == 3
+    xs = []
+    for name, whisker in zip(names, whiskers, strict=True):
+        at = np.asarray(date2num(lines[name].get_xdata()), dtype=float)
+        ends = np.array([seg[0][0] for seg in whisker.get_segments()])
+        np.testing.assert_allclose(ends, at, rtol=0, atol=1e-9)  # on its own whiskers
+        assert tuple(whisker.get_color()[0][:3]) == pytest.approx(to_rgb(lines[name].get_color()))
+        xs.append(at)
+    assert len({round(float(x), 6) for x in np.concatenate(xs)}) == 9  # side by side
+    assert not outside(fig)
+    save(fig, "plot-theme-over-time.png", tmp_path)

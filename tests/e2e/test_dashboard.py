@@ -308,8 +308,12 @@ READ_TIME = (
     bands: [...fig.querySelectorAll("g.bands path")].map((p) => p.getAttribute("fill")),
     points: [...fig.querySelectorAll("g.points circle")].map((c) => ({
       t: +x.invert(userBox(c).cx) / 1000,
+      px: userBox(c).cx,
       value: y.invert(userBox(c).cy),
       fill: c.getAttribute("fill"),
+    })),
+    whiskers: [...fig.querySelectorAll("g.whiskers line")].map((l) => ({
+      px: userBox(l).cx, stroke: l.getAttribute("stroke") || l.parentNode.getAttribute("stroke"),
     })),
   };
 }"""
@@ -340,11 +344,16 @@ def test_over_time_has_bands_a_coloured_legend_and_axes(
     }
     assert len(drawn["points"]) == len(want) == DAYS * len(THEMES)
     buckets = sorted({b for b, _ in want})
+    # Series sit side by side in a bucket (a few px apart), each point on its own whisker.
+    aside = 8 * drawn["seconds"]
     for point in drawn["points"]:
         bucket = min(buckets, key=lambda b: abs(b - point["t"]))
-        assert abs(bucket - point["t"]) <= 1.5 * drawn["seconds"]  # at its bucket's start
+        assert abs(bucket - point["t"]) <= 1.5 * drawn["seconds"] + aside  # at its bucket
         key = (bucket, by_colour[point["fill"]])
         assert point["value"] == pytest.approx(want[key], abs=1.5 * drawn["unit"])
+        own = [w["px"] for w in drawn["whiskers"] if w["stroke"] == point["fill"]]
+        assert min(abs(px - point["px"]) for px in own) <= 0.5, (point, own)
+    assert len({round(p["px"]) for p in drawn["points"]}) == len(drawn["points"])
     readable = _readable(page)
     assert readable["yTicks"] >= 4 and readable["xTicks"] >= 2
     # The last bucket's date is on the axis, not cut off (READABLE checked every label).

@@ -23,7 +23,7 @@ VIEWS = {
     "theme": ("categories", "over-time"),
     "spend": ("mean", "over-time"),
     "minutes": ("histogram", "distribution-over-time"),
-    "region": ("tree", "over-time"),
+    "region": ("tree", "tree-over-time"),
     "car": ("heatmap", "table-over-time"),
     "search_term": ("ranked", "over-time"),
 }
@@ -242,3 +242,32 @@ def test_the_cli_plots_each_kind_over_time_inside_its_axes(
     fig = plot_estimate(result)
     assert len(fig.axes) == axes
     assert not outside(fig)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_hierarchy_over_time_has_its_breadcrumb(
+    browser: Any, kinds: AllKinds, shots: Path, width: int
+) -> None:
+    """Over time, the drill-down says where it is as the single view does ("all > MX >
+    Sonora", each ancestor a button); a click on a node's point opens that node."""
+    page = open_metric(browser, kinds, width, "region")
+    page.select_option("#depth", "2")
+    drawn(page, "region", "tree", "window.ldpkitDashboard.data.depth === 2")
+    names = [i["category"] for i in page.evaluate("window.ldpkitDashboard.data.items")]
+    page.locator("g.estimate-bars rect").nth(names.index("MX/Sonora")).click()
+    drawn(page, "region", "tree", "window.ldpkitDashboard.data.subtree === 'MX/Sonora'")
+    page.check("#over-time")
+    drawn(page, "region", "tree-over-time", "window.ldpkitDashboard.data.subtree === 'MX/Sonora'")
+    assert page.locator("#tree-where .crumb").all_text_contents() == ["all", "MX", "Sonora"]
+    assert page.locator("#tree-where button.crumb").all_text_contents() == ["all", "MX"]
+    assert "click a point to open that node" in page.inner_text("#tree-where")
+    inside(page)
+    page.screenshot(path=str(shots / f"views-region-over-time-crumbs-{width}.png"), full_page=True)
+    page.click("#tree-where button.crumb[data-path='MX']")
+    drawn(page, "region", "tree-over-time", "window.ldpkitDashboard.data.subtree === 'MX'")
+    series = [i["category"] for i in page.evaluate("window.ldpkitDashboard.data.items")]
+    assert series == ["MX/Jalisco", "MX/Sonora"]
+    page.locator("g.points").nth(series.index("MX/Sonora")).locator("circle").first.click()
+    drawn(page, "region", "tree-over-time", "window.ldpkitDashboard.data.subtree === 'MX/Sonora'")
+    assert page.locator("#tree-where .crumb").all_text_contents() == ["all", "MX", "Sonora"]
+    page.close()

@@ -106,9 +106,10 @@ def test_joint_marginals_cells_cover_together_at_small_n() -> None:
     assert found["cells"][0] < FLOOR, found["cells"]
 
 
-def test_skew_matches_the_third_moment_of_nearly_empty_cells() -> None:
+def test_skew_matches_the_third_moment_of_cells() -> None:
     # The widening rests on the third cumulant of a combined cell estimate; for cells
-    # holding 0 or 1 user (where the misses were) it must match the simulated one.
+    # holding 0 or 1 user (where the misses were) and the heavy ones (60-72 users, which
+    # the own-count approximation put at about 30% of the simulated) it must match.
     m = table(DIMS, epsilon=4.0, mechanism="joint_marginals")
     rng = np.random.default_rng(7)
     population = rng.multinomial(300, concentrated(256, [3, 77, 150, 200]))
@@ -131,6 +132,12 @@ def test_skew_matches_the_third_moment_of_nearly_empty_cells() -> None:
         predicted[sparse],
         sd[sparse],
     )
+    # The heavy cells' sample third moments are noisy (sd about 30% of the value): pooled.
+    heavy = np.flatnonzero(population > 50)
+    assert heavy.size == 4
+    pooled_sd = float(np.sqrt(np.sum(sd[heavy] ** 2))) / heavy.size
+    gap = float(np.mean(m3[heavy]) - np.mean(predicted[heavy]))
+    assert abs(gap) <= 4 * pooled_sd, (m3[heavy], predicted[heavy], sd[heavy])
 
 
 def test_group_estimates_and_answers_state_simultaneous() -> None:
