@@ -189,11 +189,11 @@ public final class Canonical {
      * schema; a number anywhere else cannot be written canonically and is refused.
      */
     private static final Set<String> FLOATS = new HashSet<String>(Arrays.asList(
-            "epsilon", "delta", "bounds.*",
+            "epsilon", "delta", "bounds.*", "scores.*.*",
             "mechanism_params.epsilon", "mechanism_params.bounds.*", "mechanism_params.views.*.weight",
             "mechanism_params.estimation_share"));
     private static final Set<String> INTEGERS = new HashSet<String>(Arrays.asList(
-            "protocol",
+            "protocol", "band",
             "mechanism_params.resolution", "mechanism_params.branching", "mechanism_params.views.*.size",
             "mechanism_params.max_length", "mechanism_params.k", "mechanism_params.seed", "mechanism_params.g",
             "mechanism_params.rows", "mechanism_params.estimation_rows", "mechanism_params.estimation_weight"));
@@ -303,6 +303,8 @@ public final class Canonical {
         params.put("epsilon", definition.get("epsilon"));
         params.put("bucket", definition.get("bucket"));
         if (definition.containsKey("categories")) params.put("categories", definition.get("categories"));
+        // A categorical metric's order and score (the exponential mechanism's), when given.
+        for (String key : Exponential.FINGERPRINT_KEYS) if (definition.get(key) != null) params.put(key, definition.get(key));
         if (definition.containsKey("bounds")) params.put("bounds", definition.get("bounds"));
         Object delta = definition.get("delta");
         if (delta instanceof Number && ((Number) delta).doubleValue() != 0) params.put("delta", delta);

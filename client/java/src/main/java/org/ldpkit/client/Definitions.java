@@ -194,6 +194,7 @@ public final class Definitions {
         KEYS.put("olh", Arrays.asList("g", "keep"));
         KEYS.put("ss", Arrays.asList("k", "in"));
         KEYS.put("hr", Arrays.asList("K", "keep"));
+        KEYS.put("exponential", Exponential.DERIVED_KEYS);
         KEYS.put("duchi", Arrays.asList("flip", "scale"));
         KEYS.put("piecewise", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale"));
         KEYS.put("hybrid", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale",
@@ -255,6 +256,8 @@ public final class Definitions {
             checkOracle(name, eps, "olh", p, 0, "derived");
         } else if ("gaussian".equals(mechanism)) {
             checkGaussian(def, p, name);
+        } else if ("exponential".equals(mechanism)) {
+            Exponential.check(def, p, eps, name);
         } else {
             Object cats = def.get("categories");
             checkOracle(name, eps, mechanism, p, cats instanceof List ? ((List<?>) cats).size() : 0, "derived");

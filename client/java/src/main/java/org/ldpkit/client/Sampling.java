@@ -21,11 +21,11 @@ public final class Sampling {
 
     public static final List<String> MECHANISMS = Collections.unmodifiableList(Arrays.asList(
             "grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "piecewise", "hybrid", "laplace",
-            "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch"));
+            "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch", "exponential"));
     public static final Set<String> VIEW_MECHANISMS = Collections.unmodifiableSet(new HashSet<String>(Arrays.asList(
             "rollup", "levels", "joint", "joint_marginals")));
     public static final Set<String> CATEGORICAL = Collections.unmodifiableSet(new HashSet<String>(Arrays.asList(
-            "grr", "rr", "sue", "oue", "olh", "ss", "hr")));
+            "grr", "rr", "sue", "oue", "olh", "ss", "hr", "exponential")));
 
     /** A 64-bit threshold (16 lowercase hex digits) as an unsigned long. */
     public static long threshold(Object hex) {
@@ -295,6 +295,7 @@ public final class Sampling {
                 }
             };
         }
+        if ("exponential".equals(name)) return Exponential.sampler(p);
         throw new IllegalArgumentException("no sampling rule for oracle " + name);
     }
 
