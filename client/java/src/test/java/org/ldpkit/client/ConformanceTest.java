@@ -1,6 +1,7 @@
 package org.ldpkit.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.File;
@@ -250,9 +251,12 @@ class ConformanceTest {
     }
 
     @Test
-    void aDeviceWithoutItsMemoOrItsLedgerFailsTheKitNamed() throws Exception {
+    void theRealReporterPassesTheDeviceScriptADeviceWithoutItsMemoOrItsLedgerFailsNamed() throws Exception {
         File batch = respond("device-batch.msgpack", 1, null, null);
         File accepted = verify(false);
+        Python.Run real = Python.ldpkit("conformance", "check", planPath.getPath(), batch.getPath(), "--accepted", accepted.getPath(),
+                "--device", deviceAnswer().getPath());
+        assertFalse(Pattern.compile("^DEVICE:|^FAIL: .*device", Pattern.MULTILINE).matcher(real.stdout).find(), real.toString());
         // The same reporter with memoization off, and one served a budget of 50 (the
         // fingerprint covers no budget: the ledger admits 50 fresh reports a day instead of 2).
         Map<String, Object> generous = new LinkedHashMap<String, Object>(servedDevice());
