@@ -1,10 +1,11 @@
-"""The square wave's device cases for the JS and Java clients: tests/fixtures/square_wave_cases.json.
+"""The square wave's device cases for the JS and Java clients (tests/fixtures/).
 
-Each sampling case is a distribution definition with ``mechanism = "square_wave"``, its
-served constants (:meth:`SquareWave.served_constants`), a fixed word list, values (some
-outside the bounds) and the output buckets :meth:`SquareWave.portable_report` draws from
-those words (2 little-endian bytes each, ``reports``). client/js/test/square_wave.test.js
-and client/java's SquareWaveTest read the same file, so nothing is copied by hand. The
+In tests/fixtures/square_wave_cases.json, each sampling case is a distribution definition
+with ``mechanism = "square_wave"`` as GET /v1/metrics would serve it, its served
+constants (:meth:`SquareWave.served_constants`), a fixed word list, values (some outside
+the bounds) and the output buckets :meth:`SquareWave.portable_report` draws from those
+words (2 little-endian bytes each, ``reports``). client/js/test/square_wave.test.js and
+client/java's SquareWaveTest read the same file, so nothing is copied by hand. The
 verification cases are the served ``band`` and ``near`` over a sweep of epsilons (both
 sides of the series below eps = 1) that each client recomputes.
 
@@ -34,6 +35,9 @@ _SAMPLING = [
 ]
 # Words that hit the ends: u = 0 inside the window (coin 0 < near), u = 1 - 2^-53 outside.
 _EDGES = [0, 0, 0, 0, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF]
+# Outside the window (coin ffff...), u = 1/2 exactly at v = 1/2 (u < v false: above), then
+# u = 1/4 - 2^-53 just below v = 1/4 (below).
+_TIES = [0xFFFFFFFF, 0xFFFFFFFF, 0, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFF800, 0x3FFFFFFF]
 _SWEEP = [0.01, 0.1, 0.25, 0.5, 0.9, 0.999999, 1.0, 1.000001, 1.5, 2.0, 3.0, 5.0, 8.0, 10.0, 20.0]
 
 
@@ -45,10 +49,10 @@ def _words(seed: int, count: int) -> list[int]:
     return out[:count]
 
 
-def _sampling_case(seed: int, spec: tuple[Any, ...]) -> dict[str, Any]:
+def _sampling_case(seed: int, spec: tuple[Any, ...], first: list[int]) -> dict[str, Any]:
     name, eps, bounds, resolution, outputs, values = spec
     core = SquareWave(epsilon=eps, bounds=bounds, buckets=resolution, output_buckets=outputs)
-    words = _EDGES + _words(seed, 4 * len(values) - len(_EDGES))
+    words = first + _words(seed, 4 * len(values) - len(first))
     source = Words(word_list(words))
     buckets = [core.portable_report(v, source) for v in values]
     assert source.used == len(words)
@@ -117,7 +121,9 @@ def _served(
 
 def build_cases() -> dict[str, Any]:
     """The fixture's content, from the core as it is now."""
-    sampling = [_sampling_case(1000 + i, spec) for i, spec in enumerate(_SAMPLING)]
+    sampling = [_sampling_case(1000 + i, spec, _EDGES) for i, spec in enumerate(_SAMPLING)]
+    ties = ("ties", 1.0, (0.0, 1.0), 16, 1000, [0.5, 0.25])
+    sampling.append(_sampling_case(0, ties, _TIES))
     sweep = []
     for eps in _SWEEP:
         served = SquareWave(epsilon=eps, bounds=(0.0, 1.0), buckets=4).served_constants()

@@ -81,7 +81,7 @@ function viewLabels(def, name, cells) {
 }
 
 /** The kind each mechanism serves (categorical and numeric: their own lists). */
-const KIND_OF = { hh: "distribution", rollup: "hierarchy", levels: "hierarchy", joint: "table", joint_marginals: "table", prefix_sketch: "strings" };
+const KIND_OF = { hh: "distribution", square_wave: "distribution", rollup: "hierarchy", levels: "hierarchy", joint: "table", joint_marginals: "table", prefix_sketch: "strings" };
 
 /** The fingerprinted mechanism parameters (other kinds) agree with the served constants. */
 function checkMechanismParams(def) {
@@ -96,6 +96,9 @@ function checkMechanismParams(def) {
     case "hh":
       same(mp.bounds, def.bounds, "bounds");
       same(mp.resolution, p.resolution, "resolution");
+      break;
+    case "square_wave":
+      same(mp.bounds, def.bounds, "bounds");
       break;
     case "rollup":
     case "levels":
@@ -200,6 +203,9 @@ export function checkDerived(def) {
     case "exponential":
       checkExponential(def);
       return;
+    case "square_wave":
+      checkSquareWave(def);
+      return;
     default:
       checkOracle(def.name, def.epsilon, def.resolved_mechanism, p, def.categories ? def.categories.length : 0);
   }
@@ -302,6 +308,61 @@ function checkExponential(def) {
   });
   if (!(privacyLoss(channel) <= def.epsilon * (1 + TOLERANCE))) {
     throw new DefinitionError(`metric ${def.name}: the served channel spends more than epsilon ${def.epsilon}`);
+  }
+}
+
+/**
+ * Li et al.'s half-width b of the square wave on the unit scale, as ldpkit's optimal_band:
+ * (eps e^eps - e^eps + 1) / (2 e^eps (e^eps - 1 - eps)), and below eps = 1 the numerator
+ * and e^eps - 1 - eps summed as their series (30 terms), which do not cancel.
+ */
+export function squareWaveBand(eps) {
+  if (eps < 1) {
+    let term = 1;
+    let top = 0;
+    let bottom = 0;
+    for (let k = 1; k <= 30; k++) {
+      term *= eps / k;
+      top += (k - 1) * term;
+      bottom += k >= 2 ? term : 0;
+    }
+    return top / (2 * Math.exp(eps) * bottom);
+  }
+  const e = Math.exp(eps);
+  return (eps * e - e + 1) / (2 * e * (e - 1 - eps));
+}
+
+/**
+ * Verification of the square wave: `band` is the optimal half-width at epsilon (relative
+ * 1e-9), `near` the threshold of the window's probability 2 b p (p = e^eps / (2 b e^eps + 1);
+ * relative 1e-9, as every threshold), `outputs` the fingerprinted output_buckets; and the
+ * served pair spends at most epsilon: the window's density near / (2 b) over the rest's
+ * 1 - near is at most e^eps.
+ */
+function checkSquareWave(def) {
+  const p = def.derived;
+  const name = def.name;
+  const mp = def.mechanism_params ?? {};
+  for (const key of Object.keys(p)) {
+    if (!["band", "near", "outputs"].includes(key)) throw new DefinitionError(`metric ${name}: served derived.${key} is a constant this client does not know`);
+  }
+  integer(mp.resolution, 2, 4096, "mechanism_params.resolution", name);
+  const outputs = integer(mp.output_buckets, 2, 4096, "mechanism_params.output_buckets", name);
+  if (p.outputs !== outputs) throw new DefinitionError(`metric ${name}: served derived.outputs ${p.outputs} is not output_buckets ${outputs}`);
+  if (typeof p.band !== "number" || !(p.band > 0 && p.band < 1)) throw new DefinitionError(`metric ${name}: served derived.band ${p.band} is not a half-width in (0, 1)`);
+  const b = squareWaveBand(def.epsilon);
+  near(p.band, b, "derived.band", name);
+  const e = Math.exp(def.epsilon);
+  let window;
+  try {
+    window = prob(p.near);
+  } catch {
+    throw new DefinitionError(`metric ${name}: served derived.near ${String(p.near).slice(0, 40)} is not a threshold`);
+  }
+  const q = 1 / (2 * b * e + 1);
+  near(window, 2 * b * (q * e), "derived.near", name);
+  if (!(window / (2 * p.band * (1 - window)) <= e * (1 + TOLERANCE))) {
+    throw new DefinitionError(`metric ${name}: the served derived.near and derived.band spend more than epsilon ${def.epsilon}`);
   }
 }
 

@@ -4,7 +4,7 @@ export type Period = "hour" | "day" | "week";
 export type Mechanism =
   | "grr" | "rr" | "sue" | "oue" | "olh" | "ss" | "hr" | "exponential"
   | "duchi" | "piecewise" | "hybrid" | "laplace" | "gaussian"
-  | "hh" | "rollup" | "levels" | "joint" | "joint_marginals" | "prefix_sketch";
+  | "hh" | "square_wave" | "rollup" | "levels" | "joint" | "joint_marginals" | "prefix_sketch";
 /** A category, a number, a leaf path, a table row (attribute -> category) or a string. */
 export type Value = string | number | Record<string, string>;
 /**

@@ -9,6 +9,7 @@ const MASK64 = (1n << 64n) - 1n;
 export const MECHANISMS = Object.freeze([
   "grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "piecewise", "hybrid", "laplace",
   "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch", "exponential",
+  "square_wave",
 ]);
 export const VIEW_MECHANISMS = new Set(["rollup", "levels", "joint", "joint_marginals"]);
 export const CATEGORICAL = new Set(["grr", "rr", "sue", "oue", "olh", "ss", "hr", "exponential"]);
@@ -320,6 +321,24 @@ function numericSampler(definition, name, p) {
         const y = Math.min(Math.max(m + g1 - geometric(w), -cap), steps + cap);
         const out = new Uint8Array(8);
         new DataView(out.buffer).setBigInt64(0, BigInt(y), true);
+        return out;
+      };
+    }
+    case "square_wave": {
+      // v on the unit scale; near = coin(near); u = uniform(); y in [-b, 1 + b]; its
+      // bucket of d' (docs/protocol.md), as a uint16.
+      const near = threshold(p.near);
+      const b = p.band;
+      const m = p.outputs;
+      return (x, w) => {
+        const c = Math.min(Math.max(x, lo), hi);
+        const v = (c - lo) / (hi - lo);
+        const inside = coin(w, near);
+        const u = uniform(w);
+        const y = inside ? v - b + 2 * b * u : u < v ? -b + u : u + b;
+        const k = Math.min(Math.max(Math.floor(((y + b) / (1 + 2 * b)) * m), 0), m - 1);
+        const out = new Uint8Array(2);
+        new DataView(out.buffer).setUint16(0, k, true);
         return out;
       };
     }

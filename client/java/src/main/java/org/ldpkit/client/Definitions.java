@@ -62,6 +62,7 @@ public final class Definitions {
 
     static {
         KIND_OF.put("hh", "distribution");
+        KIND_OF.put("square_wave", "distribution");
         KIND_OF.put("rollup", "hierarchy");
         KIND_OF.put("levels", "hierarchy");
         KIND_OF.put("joint", "table");
@@ -156,6 +157,8 @@ public final class Definitions {
         if ("hh".equals(mechanism)) {
             sameOr(mp.get("bounds"), def.get("bounds"), "mechanism_params.bounds", "bounds", name);
             sameOr(mp.get("resolution"), p.get("resolution"), "derived.resolution", "resolution", name);
+        } else if ("square_wave".equals(mechanism)) {
+            sameOr(mp.get("bounds"), def.get("bounds"), "mechanism_params.bounds", "bounds", name);
         } else if (Sampling.VIEW_MECHANISMS.contains(mechanism)) {
             sameViews(mp.get("views"), p.get("views"), name);
             if (def.get("categories") != null) sameOr(mp.get("categories"), def.get("categories"), "categories", "categories", name);
@@ -201,6 +204,7 @@ public final class Definitions {
         KEYS.put("ss", Arrays.asList("k", "in"));
         KEYS.put("hr", Arrays.asList("K", "keep"));
         KEYS.put("exponential", Arrays.asList("cumulative"));
+        KEYS.put("square_wave", Arrays.asList("band", "near", "outputs"));
         KEYS.put("duchi", Arrays.asList("flip", "scale"));
         KEYS.put("piecewise", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale"));
         KEYS.put("hybrid", Arrays.asList("outside", "c_plus_1", "c_minus_1", "step", "c", "w_in", "w_out", "bound", "scale",
@@ -249,6 +253,8 @@ public final class Definitions {
             checkGaussian(def, p, name);
         } else if ("exponential".equals(mechanism)) {
             checkExponential(def, p, name);
+        } else if ("square_wave".equals(mechanism)) {
+            checkSquareWave(def, p, eps, name);
         } else {
             Object cats = def.get("categories");
             checkOracle(name, eps, mechanism, p, cats instanceof List ? ((List<?>) cats).size() : 0, "derived");
@@ -574,6 +580,53 @@ public final class Definitions {
         }
         if (!(privacyLoss(channel) <= eps * (1 + TOLERANCE))) {
             throw refuse(name, "derived.cumulative", "the served channel spends more than epsilon " + eps);
+        }
+    }
+
+    /**
+     * Li et al.'s half-width b of the square wave on the unit scale, as ldpkit's
+     * optimal_band: (eps e^eps - e^eps + 1) / (2 e^eps (e^eps - 1 - eps)), and below
+     * eps = 1 the numerator and e^eps - 1 - eps summed as their series (30 terms), which do
+     * not cancel.
+     */
+    public static double squareWaveBand(double eps) {
+        if (eps < 1) {
+            double term = 1;
+            double top = 0;
+            double bottom = 0;
+            for (int k = 1; k <= 30; k++) {
+                term *= eps / k;
+                top += (k - 1) * term;
+                bottom += k >= 2 ? term : 0.0;
+            }
+            return top / (2 * Math.exp(eps) * bottom);
+        }
+        double e = Math.exp(eps);
+        return (eps * e - e + 1) / (2 * e * (e - 1 - eps));
+    }
+
+    /**
+     * The square wave: {@code band} is the optimal half-width at epsilon (relative 1e-9),
+     * {@code near} the threshold of the window's probability 2 b p with p = e^eps / (2 b e^eps + 1)
+     * (relative 1e-9, as every threshold), {@code outputs} the fingerprinted output_buckets;
+     * and the served pair spends at most epsilon: the window's density near / (2 b) over the
+     * rest's 1 - near is at most e^eps.
+     */
+    private static void checkSquareWave(Map<String, Object> def, Map<?, ?> p, double eps, String name) {
+        Map<?, ?> mp = asMap(def.get("mechanism_params"), "mechanism_params", name);
+        integer(mp.get("resolution"), 2, 4096, "mechanism_params.resolution", name);
+        long outputs = integer(mp.get("output_buckets"), 2, 4096, "mechanism_params.output_buckets", name);
+        exactly(p.get("outputs"), outputs, "derived.outputs", "the fingerprinted mechanism_params.output_buckets", name);
+        double band = real(p.get("band"), "derived.band", name);
+        if (!(band > 0 && band < 1)) throw refuse(name, "derived.band", "served derived.band " + shown(band) + " is not a half-width in (0, 1)");
+        double b = squareWaveBand(eps);
+        near(band, b, "derived.band", "the optimal half-width at epsilon", name);
+        double e = Math.exp(eps);
+        double q = 1 / (2 * b * e + 1);
+        double window = prob(p, "near", "derived", name);
+        near(window, 2 * b * (q * e), "derived.near", "2 b p, the window's probability", name);
+        if (!(window / (2 * band * (1 - window)) <= e * (1 + TOLERANCE))) {
+            throw refuse(name, "derived.near", "the served derived.near and derived.band spend more than epsilon " + eps);
         }
     }
 

@@ -21,7 +21,8 @@ public final class Sampling {
 
     public static final List<String> MECHANISMS = Collections.unmodifiableList(Arrays.asList(
             "grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "piecewise", "hybrid", "laplace",
-            "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch", "exponential"));
+            "gaussian", "hh", "rollup", "levels", "joint", "joint_marginals", "prefix_sketch", "exponential",
+            "square_wave"));
     public static final Set<String> VIEW_MECHANISMS = Collections.unmodifiableSet(new HashSet<String>(Arrays.asList(
             "rollup", "levels", "joint", "joint_marginals")));
     public static final Set<String> CATEGORICAL = Collections.unmodifiableSet(new HashSet<String>(Arrays.asList(
@@ -367,6 +368,7 @@ public final class Sampling {
             };
         }
         if ("laplace".equals(name)) return laplaceSampler(p, lo, hi);
+        if ("square_wave".equals(name)) return squareWaveSampler(p, lo, hi);
         if ("gaussian".equals(name)) {
             final long steps = integer(p, "grid_steps");
             final long cap = integer(p, "cap");
@@ -405,6 +407,29 @@ public final class Sampling {
                 long g1 = geometric(w);
                 long y = m + g1 - geometric(w);
                 return littleEndian(Math.min(Math.max(y, -cap), steps + cap), 8);
+            }
+        };
+    }
+
+    /**
+     * The square wave: v = (clip(x) - lo) / (hi - lo); near = coin(near); u = uniform();
+     * y = v - b + 2 b u if near, else -b + u if u < v, else u + b; the report is y's bucket
+     * floor((y + b) / (1 + 2 b) d'), at most d' - 1, as a uint16 (docs/protocol.md).
+     */
+    private static Sampler squareWaveSampler(Map<?, ?> p, final double lo, final double hi) {
+        final long near = threshold(get(p, "near"));
+        final double b = real(p, "band");
+        final long m = integer(p, "outputs");
+        return new Sampler() {
+            @Override
+            public byte[] sample(Object x, Words w) {
+                double c = Math.min(Math.max(number(x), lo), hi);
+                double v = (c - lo) / (hi - lo);
+                boolean inside = coin(w, near);
+                double u = uniform(w);
+                double y = inside ? v - b + 2 * b * u : u < v ? -b + u : u + b;
+                double k = Math.min(Math.max(Math.floor(((y + b) / (1 + 2 * b)) * m), 0), m - 1);
+                return littleEndian((long) k, 2);
             }
         };
     }
