@@ -335,7 +335,7 @@ export function squareWaveBand(eps) {
 /**
  * Verification of the square wave: `band` is the optimal half-width at epsilon (relative
  * 1e-9), `near` the threshold of the window's probability 2 b p (p = e^eps / (2 b e^eps + 1);
- * relative 1e-9, as every threshold), `outputs` the fingerprinted output_buckets; and the
+ * relative 1e-9, as every threshold), `outputs` the fingerprinted resolution; and the
  * served pair spends at most epsilon: the window's density near / (2 b) over the rest's
  * 1 - near is at most e^eps.
  */
@@ -346,9 +346,10 @@ function checkSquareWave(def) {
   for (const key of Object.keys(p)) {
     if (!["band", "near", "outputs"].includes(key)) throw new DefinitionError(`metric ${name}: served derived.${key} is a constant this client does not know`);
   }
-  integer(mp.resolution, 2, 4096, "mechanism_params.resolution", name);
-  const outputs = integer(mp.output_buckets, 2, 4096, "mechanism_params.output_buckets", name);
-  if (p.outputs !== outputs) throw new DefinitionError(`metric ${name}: served derived.outputs ${p.outputs} is not output_buckets ${outputs}`);
+  // d' is the fingerprinted resolution (or output_buckets, when the parameters carry one).
+  const resolution = integer(mp.resolution, 2, 4096, "mechanism_params.resolution", name);
+  const outputs = mp.output_buckets === undefined ? resolution : integer(mp.output_buckets, 2, 4096, "mechanism_params.output_buckets", name);
+  if (p.outputs !== outputs) throw new DefinitionError(`metric ${name}: served derived.outputs ${p.outputs} is not the fingerprinted ${outputs} buckets`);
   if (typeof p.band !== "number" || !(p.band > 0 && p.band < 1)) throw new DefinitionError(`metric ${name}: served derived.band ${p.band} is not a half-width in (0, 1)`);
   const b = squareWaveBand(def.epsilon);
   near(p.band, b, "derived.band", name);

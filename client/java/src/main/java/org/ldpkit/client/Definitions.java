@@ -608,15 +608,17 @@ public final class Definitions {
     /**
      * The square wave: {@code band} is the optimal half-width at epsilon (relative 1e-9),
      * {@code near} the threshold of the window's probability 2 b p with p = e^eps / (2 b e^eps + 1)
-     * (relative 1e-9, as every threshold), {@code outputs} the fingerprinted output_buckets;
+     * (relative 1e-9, as every threshold), {@code outputs} the fingerprinted resolution;
      * and the served pair spends at most epsilon: the window's density near / (2 b) over the
      * rest's 1 - near is at most e^eps.
      */
     private static void checkSquareWave(Map<String, Object> def, Map<?, ?> p, double eps, String name) {
         Map<?, ?> mp = asMap(def.get("mechanism_params"), "mechanism_params", name);
-        integer(mp.get("resolution"), 2, 4096, "mechanism_params.resolution", name);
-        long outputs = integer(mp.get("output_buckets"), 2, 4096, "mechanism_params.output_buckets", name);
-        exactly(p.get("outputs"), outputs, "derived.outputs", "the fingerprinted mechanism_params.output_buckets", name);
+        // d' is the fingerprinted resolution (or output_buckets, when the parameters carry one).
+        long resolution = integer(mp.get("resolution"), 2, 4096, "mechanism_params.resolution", name);
+        long outputs = mp.containsKey("output_buckets")
+                ? integer(mp.get("output_buckets"), 2, 4096, "mechanism_params.output_buckets", name) : resolution;
+        exactly(p.get("outputs"), outputs, "derived.outputs", "the fingerprinted resolution (d')", name);
         double band = real(p.get("band"), "derived.band", name);
         if (!(band > 0 && band < 1)) throw refuse(name, "derived.band", "served derived.band " + shown(band) + " is not a half-width in (0, 1)");
         double b = squareWaveBand(eps);
