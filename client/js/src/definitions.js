@@ -346,9 +346,8 @@ function checkSquareWave(def) {
   for (const key of Object.keys(p)) {
     if (!["band", "near", "outputs"].includes(key)) throw new DefinitionError(`metric ${name}: served derived.${key} is a constant this client does not know`);
   }
-  // d' is the fingerprinted resolution (or output_buckets, when the parameters carry one).
-  const resolution = integer(mp.resolution, 2, 4096, "mechanism_params.resolution", name);
-  const outputs = mp.output_buckets === undefined ? resolution : integer(mp.output_buckets, 2, 4096, "mechanism_params.output_buckets", name);
+  // d' is the fingerprinted resolution (mechanism_params keep hh's keys).
+  const outputs = integer(mp.resolution, 2, 4096, "mechanism_params.resolution", name);
   if (p.outputs !== outputs) throw new DefinitionError(`metric ${name}: served derived.outputs ${p.outputs} is not the fingerprinted ${outputs} buckets`);
   if (typeof p.band !== "number" || !(p.band > 0 && p.band < 1)) throw new DefinitionError(`metric ${name}: served derived.band ${p.band} is not a half-width in (0, 1)`);
   const b = squareWaveBand(def.epsilon);

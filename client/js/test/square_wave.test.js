@@ -68,5 +68,9 @@ test("a near nudged by 1e-6 either way is refused (up: above epsilon; down: not 
     await assert.rejects(prepare(await lying(c, (d) => (d.derived.near = nudge(d.derived.near, sign)))), /derived\.near/);
   }
   await assert.rejects(prepare(await lying(c, (d) => (d.derived.band = squareWaveBand(2 * d.epsilon)))), /derived\.band/);
-  await assert.rejects(prepare(await lying(c, (d) => (d.mechanism_params.output_buckets = 5000))), /output_buckets/);
+  await assert.rejects(prepare(await lying(c, (d) => (d.mechanism_params.resolution = 5000))), /mechanism_params\.resolution/);
+  // The fingerprint's schema has no output_buckets: a definition carrying one is refused.
+  const extra = structuredClone(c.served);
+  extra.mechanism_params.output_buckets = extra.derived.outputs;
+  await assert.rejects(prepare(extra), /output_buckets/);
 });

@@ -194,7 +194,7 @@ public final class Canonical {
             "mechanism_params.estimation_share"));
     private static final Set<String> INTEGERS = new HashSet<String>(Arrays.asList(
             "protocol", "band",
-            "mechanism_params.resolution", "mechanism_params.output_buckets", "mechanism_params.branching", "mechanism_params.views.*.size",
+            "mechanism_params.resolution", "mechanism_params.branching", "mechanism_params.views.*.size",
             "mechanism_params.max_length", "mechanism_params.k", "mechanism_params.seed", "mechanism_params.g",
             "mechanism_params.rows", "mechanism_params.estimation_rows", "mechanism_params.estimation_weight"));
 

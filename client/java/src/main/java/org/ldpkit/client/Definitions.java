@@ -614,10 +614,8 @@ public final class Definitions {
      */
     private static void checkSquareWave(Map<String, Object> def, Map<?, ?> p, double eps, String name) {
         Map<?, ?> mp = asMap(def.get("mechanism_params"), "mechanism_params", name);
-        // d' is the fingerprinted resolution (or output_buckets, when the parameters carry one).
-        long resolution = integer(mp.get("resolution"), 2, 4096, "mechanism_params.resolution", name);
-        long outputs = mp.containsKey("output_buckets")
-                ? integer(mp.get("output_buckets"), 2, 4096, "mechanism_params.output_buckets", name) : resolution;
+        // d' is the fingerprinted resolution (mechanism_params keep hh's keys).
+        long outputs = integer(mp.get("resolution"), 2, 4096, "mechanism_params.resolution", name);
         exactly(p.get("outputs"), outputs, "derived.outputs", "the fingerprinted resolution (d')", name);
         double band = real(p.get("band"), "derived.band", name);
         if (!(band > 0 && band < 1)) throw refuse(name, "derived.band", "served derived.band " + shown(band) + " is not a half-width in (0, 1)");

@@ -118,8 +118,13 @@ class SquareWaveTest {
             }
             err = refused(c, d -> derived(d).put("band", Definitions.squareWaveBand(2 * ((Number) d.get("epsilon")).doubleValue())));
             assertEquals("derived.band", err.constant(), err.getMessage());
-            err = refused(c, d -> VectorsTest.object(d.get("mechanism_params")).put("output_buckets", 5000L));
-            assertEquals("mechanism_params.output_buckets", err.constant(), err.getMessage());
+            err = refused(c, d -> VectorsTest.object(d.get("mechanism_params")).put("resolution", 5000L));
+            assertEquals("mechanism_params.resolution", err.constant(), err.getMessage());
+            // The fingerprint's schema has no output_buckets: a definition carrying one is refused.
+            final Map<String, Object> extra = served(c);
+            VectorsTest.object(extra.get("mechanism_params")).put("output_buckets", derived(extra).get("outputs"));
+            err = assertThrows(DefinitionException.class, () -> Definitions.prepare(extra));
+            assertTrue(err.getMessage().contains("output_buckets"), err.getMessage());
             err = refused(c, d -> derived(d).put("window", 1L));
             assertEquals("derived.window", err.constant(), err.getMessage());
         }
