@@ -141,10 +141,11 @@ def test_the_shares_are_sums_of_the_frequencies_with_their_covariance(mechanism:
 
 
 def test_score_intervals_hold_together_at_n_200_where_normal_ones_do_not() -> None:
-    """d = 10, eps = 8, n = 200 reporters (a fixed population, half the items held by
-    none): 800 campaigns; every item's simultaneous 95% interval (Bonferroni over d) holds
+    """d = 10, eps = 8, n = 200 reporters (a fixed population, eight rare items held by 1%
+    each): 400 campaigns; every item's simultaneous 95% interval (Bonferroni over d) holds
     its truth together at least 0.95 less 3 binomial standard deviations, and so do the
-    nine shares "k or later" (the normal intervals at the same z hold 0.92: they fail)."""
+    nine shares "k or later" (measured 0.99 each; the normal intervals at the same z hold
+    0.68 and 0.87 of these campaigns)."""
     cats = [str(i) for i in range(10)]
     d = MetricDefinition.from_dict(
         "age",
@@ -153,9 +154,9 @@ def test_score_intervals_hold_together_at_n_200_where_normal_ones_do_not() -> No
     )  # fmt: skip
     m = d.mechanism_instance
     assert isinstance(m, Exponential)
-    held = np.array([4, 16, 40, 80, 60, 0, 0, 0, 0, 0])
+    held = np.array([2] * 8 + [80, 104])
     truth, shares_truth = held / held.sum(), np.cumsum(held[::-1])[::-1][1:] / held.sum()
-    campaigns = 800
+    campaigns = 400
     rng = np.random.default_rng(30)
     counts = rng.multinomial(held, m.output_law(), size=(campaigns, 10)).sum(axis=1)
     items = shares = 0
