@@ -123,7 +123,7 @@ def test_the_answer_has_score_intervals_the_mean_rank_and_shares_when_ordered() 
 
 @pytest.mark.parametrize("mechanism", ["exponential", "grr"])
 def test_the_shares_are_sums_of_the_frequencies_with_their_covariance(mechanism: str) -> None:
-    """"4 or later" is f_4 + f_5 of the same estimate; its stderr is sqrt(w^T Cov w)."""
+    """The share "4 or later" is f_4 + f_5 of the same estimate, its stderr sqrt(w^T Cov w)."""
     d = define(mechanism=mechanism, ordered=True)
     m = d.mechanism_instance
     assert isinstance(m, FrequencyOracle)
@@ -173,9 +173,9 @@ def test_score_intervals_hold_together_at_n_200_where_normal_ones_do_not() -> No
 
 @pytest.mark.parametrize("mechanism", ["exponential", "grr"])
 def test_frequencies_and_mean_rank_are_unbiased_and_cover_at_n_2000(mechanism: str) -> None:
-    """300 campaigns of n = 2000 (n = 200 is the next test's: the normal intervals
-    under-cover rare items there, docs/statistics.md). Means within 4.5 standard errors of the truth; the mean rank's
-    variance within chi-square bounds of its formula; 95% coverage within 4 binomial
+    """300 campaigns of n = 2000 (n = 200, where normal intervals under-cover rare items,
+    is the simultaneous test's above). Means within 4.5 standard errors of the truth; the
+    mean rank's variance within chi-square bounds of its formula; 95% coverage within 4 binomial
     standard deviations of 0.95."""
     d = define(mechanism=mechanism, ordered=True)
     m = d.mechanism_instance
