@@ -519,6 +519,24 @@ class ChannelFrequencies(FrequencyEstimate):
             w.max(axis=1),
         )
 
+    def difference_variance(self, i: IntArray, j: IntArray) -> FloatArray:
+        """The variance of ``f_j - f_i`` from the estimated covariance,
+        ``C_ii + C_jj - 2 C_ij`` (the randomized-response formula of the base class, with
+        the channel's largest and smallest entry as p and q, is many times too small for
+        an inverted smooth channel: the most-common set then missed the mode)."""
+        c = self.covariance
+        if c is None:
+            return np.full(np.broadcast(i, j).shape, np.nan)
+        return np.asarray(c[i, i] + c[j, j] - 2.0 * c[i, j])
+
+    def _variance_floor(self) -> float:
+        """The least :meth:`difference_variance` over pairs of distinct items."""
+        d = self.domain_size
+        if self.covariance is None or d < 2:
+            return 0.0
+        i, j = np.triu_indices(d, 1)
+        return max(float(np.min(self.difference_variance(i, j))), 0.0)
+
     def _bounds(self, level: float, simultaneous: bool) -> Bounds:
         key = (float(level), bool(simultaneous))
         if key not in self._cache:

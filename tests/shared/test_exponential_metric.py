@@ -304,3 +304,26 @@ def test_auto_keeps_a_score_it_weighed_but_did_not_choose() -> None:
     assert (chosen.resolved_mechanism, chosen.score) == ("ss", None)
     exp = define(mechanism="exponential", ordered=True)
     assert exp.score == "distance"
+
+
+def test_the_most_common_set_holds_the_mode_with_the_channels_covariance() -> None:
+    """A 1-5 rating whose mode (0.35) leads the next (0.25) by little, eps = 1, n = 2000
+    reporters, 200 campaigns: the 95% set holds the true mode at least 0.95 less 3
+    binomial standard deviations (measured 0.985; with the randomized-response difference
+    variance of p and q it held 0.745). At eps = 8, n = 20000 the mode is alone."""
+    d = define(mechanism="exponential", ordered=True, epsilon=1.0)
+    m = d.mechanism_instance
+    assert isinstance(m, Exponential)
+    campaigns, held = 200, np.round(TRUTH * 2000).astype(int)
+    rng = np.random.default_rng(7)
+    counts = rng.multinomial(held, m.output_law(), size=(campaigns, 5)).sum(axis=1)
+    holds = 0
+    for c in counts:
+        est = m.estimate(Aggregate(n=int(c.sum()), sums=c.astype(np.float64)))
+        holds += 3 in np.atleast_1d(est.most_common(0.95).set).tolist()
+    assert holds / campaigns >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / campaigns), holds / campaigns
+    sharp = define(mechanism="exponential", ordered=True, epsilon=8.0).mechanism_instance
+    assert isinstance(sharp, Exponential)
+    c = rng.multinomial(np.round(TRUTH * 20000).astype(int), sharp.output_law()).sum(axis=0)
+    est = sharp.estimate(Aggregate(n=int(c.sum()), sums=c.astype(np.float64)))
+    assert np.atleast_1d(est.most_common(0.95).set).tolist() == [3]
