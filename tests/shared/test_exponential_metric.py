@@ -285,7 +285,7 @@ def test_the_item_variance_is_the_covariance_diagonal_and_plans_normal_intervals
     )
     assert m.variance(0.3) == pytest.approx(worst, rel=1e-9)
     plan = ldpkit.plan("exponential", epsilon=1.0, domain_size=6, n=10_000, frequency=0.3)
-    assert plan.interval == "normal"
+    assert plan.interval == "score"  # the answer's, planned at the normal half-width
     assert plan.half_width == pytest.approx(1.959964 * math.sqrt(worst / 10_000), rel=1e-5)
 
 
