@@ -24,10 +24,12 @@ const LDPK_VIEWS = (() => {
   // an `item` is in the table, its consistent estimates (`consistent`: false for none), its
   // own query `controls`, the table's rows beside the items (`more`, `extra`) and whether it
   // offers `simultaneous` intervals (every item of a group covered together).
-  // Ordered categories add their mean rank (1 = the first category) below the items.
+  // Ordered categories add their mean rank (1 = the first category) below the items, then
+  // the share at each category or later ("at least 4"), from the answer's `at_least`.
   const meanRank = (data, fmt) => {
     const r = data.mean_rank;
-    return r ? [["mean rank (1..d)", fmt(r.estimate), fmt(r.stderr), fmt(r.low), fmt(r.high), "–"]] : [];
+    const shares = (data.at_least || []).map((s) => [`share at least ${s.category}`, fmt(s.estimate), fmt(s.stderr), fmt(s.low), fmt(s.high), "–"]);
+    return r ? [["mean rank (1..d)", fmt(r.estimate), fmt(r.stderr), fmt(r.low), fmt(r.high), "–"], ...shares] : [];
   };
   const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true, simultaneous: true, extra: meanRank };
   const KINDS = {

@@ -365,6 +365,10 @@ def _print_categorical(analyst: Analyst, metric: str, values: np.ndarray) -> Non
         order = {c.category: i + 1 for i, c in enumerate(est.items)}
         truth = float(np.mean([order[v] for v in values]))
         _say(_row("mean rank", truth, rank["estimate"], rank["low"], rank["high"], width=10))
+        for share in est.at_least:  # the share at this category or later
+            share_truth = float(np.mean([order[v] >= order[share["category"]] for v in values]))
+            label = f">= {share['category']}"
+            _say(_row(label, share_truth, share["estimate"], share["low"], share["high"], width=10))
     if est.most_common is not None:
         names, counts = np.unique(values, return_counts=True)
         truly = str(names[int(np.argmax(counts))])
