@@ -377,6 +377,14 @@ class ReporterState:
     def _check_budget(self, c: MetricCodec, w_start: int, t_start: int, ledger_now: float) -> None:
         """Raise BudgetExceeded unless a report of ``c`` fits its budget window starting
         at ``w_start`` and the total's at ``t_start``."""
+        store = self.store
+        if store.ledger_lost() is None:  # the usual case: the sums decide, nothing else read
+            total = self.total_budget
+            if fits(store.spent(c.name, c.budget_seconds, w_start), c.epsilon, c.budget) and (
+                total is None
+                or fits(store.spent(TOTAL_KEY, self._total_seconds, t_start), c.epsilon, total)
+            ):
+                return
         metric_spent, note = self._spent(c.name, c.budget_seconds, w_start, c.budget)
         total_spent, total_note = self._spent(
             TOTAL_KEY, self._total_seconds, t_start, self.total_budget
