@@ -38,6 +38,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "split": ("table", "SplitMarginals"),
     "prefix_sketch": ("strings", "PrefixSketch"),
     "exponential": ("exponential", "Exponential"),
+    "square_wave": ("square_wave", "SquareWaveMechanism"),
 }
 
 ALIASES: dict[str, str] = {
