@@ -134,3 +134,8 @@ async def test_a_square_wave_distribution_answers_without_intervals(client: Test
     result = EstimateResult.from_json(body)
     text = result.to_table()
     assert "no interval: square wave + EMS is a smoothed estimate" in text, text
+    # ... and plots the point estimates, its title saying there is no interval.
+    from ldpkit.analyst.plots import plot_estimate
+
+    fig = plot_estimate(result)
+    assert "no interval" in fig.axes[0].get_title()
