@@ -576,7 +576,8 @@ class SquareWaveMechanism(Mechanism):
     resolution : int
         d, the input buckets of the reconstruction (2 .. 4096; default 1024).
     output_buckets : int, optional
-        d', the output buckets (2 .. 4096; default ``resolution``).
+        d', the output buckets: ``resolution`` (the default, the only value a definition
+        has; the fingerprint does not carry another).
 
     Wire format
     -----------
@@ -597,6 +598,11 @@ class SquareWaveMechanism(Mechanism):
 
     def __post_init__(self) -> None:
         self._check_epsilon()
+        if self.output_buckets not in (None, self.resolution):
+            raise ParameterError(
+                "a square wave metric counts its reports in `resolution` buckets: "
+                f"output_buckets must be {self.resolution} or absent, got {self.output_buckets!r}"
+            )
         core = SquareWave(
             epsilon=self.epsilon,
             bounds=self.bounds,
@@ -630,12 +636,14 @@ class SquareWaveMechanism(Mechanism):
         return self.outputs
 
     def params(self) -> dict[str, Any]:
+        """A definition's d' is its ``resolution`` (``output_buckets`` is for the core and
+        benchmarks): the fingerprint's ``mechanism_params`` keep the keys of ``hh``'s, in
+        the schema every client knows; ``outputs`` is served in ``derived``."""
         return {
             "mechanism": self.name,
             "epsilon": self.epsilon,
             "bounds": list(self.bounds),
             "resolution": self.resolution,
-            "output_buckets": self.outputs,
         }
 
     def auto_variance(self) -> float:
