@@ -126,6 +126,13 @@ class Distribution(Numbers):
         from ..distribution_plan import plan_distribution, required_n_distribution
 
         assert definition.bounds is not None and definition.resolution is not None
+        mechanism: Any = definition.mechanism_instance
+        if not mechanism.serves_intervals:
+            raise ParameterError(
+                f"metric {definition.name!r}: {mechanism.name} answers have no interval "
+                "(docs/statistics.md), so there is no half-width to plan; plan it with "
+                'mechanism = "hh" to see what intervals n reports would give'
+            )
         common: dict[str, Any] = {
             "epsilon": definition.epsilon,
             "bounds": definition.bounds,

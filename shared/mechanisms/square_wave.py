@@ -589,6 +589,7 @@ class SquareWaveMechanism(Mechanism):
     conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case(1.0), _plan_case(3.0))
     report_dtype = REPORT_DTYPE
     aggregate_cost = 1  # one counter per report: its bucket
+    serves_intervals: ClassVar[bool] = False
 
     bounds: tuple[float, float]
     resolution: int = DEFAULT_BUCKETS

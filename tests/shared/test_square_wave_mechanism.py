@@ -109,3 +109,15 @@ def test_a_definition_takes_square_wave_and_its_fingerprint_says_so() -> None:
     assert hh.resolved_mechanism == "hh" and sw.resolved_mechanism == "square_wave"
     assert sw.fingerprint != hh.fingerprint
     assert sw.to_dict()["derived"] == make(1.0).served_constants()
+
+
+def test_a_square_wave_metric_is_not_planned_as_if_it_had_intervals() -> None:
+    from ldpkit.errors import ParameterError
+    from ldpkit.kinds.base import PlanTarget
+
+    spec = {"kind": "distribution", "bounds": list(BOUNDS), "resolution": 32, "epsilon": 1.0}
+    hh = MetricDefinition.from_dict("m", spec)
+    assert hh.kind_spec.plan(hh, PlanTarget(n=10_000)).lines  # hh is planned
+    sw = MetricDefinition.from_dict("m", {**spec, "mechanism": "square_wave"})
+    with pytest.raises(ParameterError, match="no interval"):
+        sw.kind_spec.plan(sw, PlanTarget(n=10_000))
