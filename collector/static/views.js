@@ -219,7 +219,10 @@ const LDPK_VIEWS = (() => {
         `mean ${num(data.mean)} [${num(data.mean_low)}, ${num(data.mean_high)}]${shift(data.mean_forgery_shift)}` +
         qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
       const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
-      node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `intervals (bins, mean, quantiles): about ${whose} (estimand: ${data.estimand || "population"})`));
+      // A square wave answer has point estimates only: say so instead of the intervals' key.
+      node.appendChild(data.interval === "none"
+        ? html("p", { class: "note", id: "distribution-estimand" }, `no interval: square wave + EMS is a smoothed estimate${data.note ? ` (${data.note})` : ""}`)
+        : html("p", { class: "crumbs", id: "distribution-estimand" }, `intervals (bins, mean, quantiles): about ${whose} (estimand: ${data.estimand || "population"})`));
       mostCommon(node, data);
       const member = inSet(data);
       node.appendChild(key([

@@ -130,6 +130,9 @@ class Mechanism(ABC):
     takes_score: ClassVar[bool] = False
     """Whether this mechanism is made with a categorical definition's score keys
     (:meth:`score_fields`); ``auto`` passes them only to those that are."""
+    serves_intervals: ClassVar[bool] = True
+    """Whether its answers come with intervals (a plan's half-width needs one); the
+    square wave's EMS answers do not."""
 
     @classmethod
     def score_fields(cls, ordered: bool, given: Mapping[str, Any]) -> dict[str, Any]:
