@@ -221,14 +221,15 @@ const LDPK_VIEWS = (() => {
       const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
       // A square wave answer has point estimates only: say so instead of the intervals' key.
       node.appendChild(data.interval === "none"
-        ? html("p", { class: "note", id: "distribution-estimand" }, `no interval: square wave + EMS is a smoothed estimate${data.note ? ` (${data.note})` : ""}`)
+        ? html("p", { class: "note", id: "distribution-estimand" }, data.note || "no interval: square wave + EMS is a smoothed estimate")
         : html("p", { class: "crumbs", id: "distribution-estimand" }, `intervals (bins, mean, quantiles): about ${whose} (estimand: ${data.estimand || "population"})`));
       mostCommon(node, data);
       const member = inSet(data);
+      const pointsOnly = data.interval === "none";
       node.appendChild(key([
         ...(hasMode(data) ? setKey(data) : [["fraction in the bin", BAR]]),
-        [intervalLabel(data), WHISKER, "line"],
-        ["quantile (band: its interval)", CONSISTENT, "line"],
+        ...(pointsOnly ? [] : [[intervalLabel(data), WHISKER, "line"]]),
+        [pointsOnly ? "quantile" : "quantile (band: its interval)", CONSISTENT, "line"],
       ]));
       const items = data.items.map((i) => ({ ...i, mid: (i.lower + i.upper) / 2 }));
       // The estimates too: an unbiased estimate may lie below its interval, clipped at 0.

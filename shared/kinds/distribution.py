@@ -323,7 +323,7 @@ def _point_text(result: Any, table: list[str]) -> list[str]:
     """The text of an answer without intervals: the point estimates and why."""
     fmt = render.fmt
     note = result.raw.get("note") if isinstance(result.raw, dict) else None
-    lines = [*table, NO_INTERVAL_TEXT + (f" ({note})" if note else ""), ""]
+    lines = [*table, note or NO_INTERVAL_TEXT, ""]  # the served note already says it
     lines.append(f"mean {fmt(result.mean)} (no interval)")
     lines += [f"quantile {q.q:g}: {q.value:.4g} (no interval)" for q in result.quantiles]
     if result.range is not None:
