@@ -55,6 +55,8 @@ DEFAULT_MAX_OUTBOX = 100_000
 DEFAULT_BATCH_SIZE = 500
 UNKNOWN_METRIC_REFRESH = 60.0
 """An unknown metric triggers a definitions refresh at most this often (seconds)."""
+MEMO_REPORTS_KEPT = 1024
+"""The most memoized reports kept in memory (tag -> bytes); beyond it the cache restarts."""
 
 
 class ReporterState:
@@ -98,6 +100,8 @@ class ReporterState:
         known = device_known(self.directory)
         self.secret = load_or_create_secret(self.directory)
         self._memo_keys = MemoKeys(self.secret)
+        # memo tag -> its report (the same bytes every time: see _perturbed), in memory
+        self._memo_reports: dict[bytes, bytes] = {}
         self.store = DeviceStore(
             self.directory, durable_reports=durable_reports, known_device=known, now=clock()
         )
@@ -312,9 +316,16 @@ class ReporterState:
         """(memo tag or None, report) of ``encoded`` in the memo window ``w_start``."""
         if self.memoize:
             message = memo_message(c.fingerprint, c.value_key(encoded), w_start)
-            return self._memo_keys.tag(message), c.perturb(
-                encoded, self._memo_keys.generator(message)
-            )
+            tag = self._memo_keys.tag(message)
+            # The tag names (version, value, window) and the report is a function of them:
+            # a value reported again in its window costs one HMAC, no generator, no draw.
+            report = self._memo_reports.get(tag)
+            if report is None:
+                report = c.perturb(encoded, self._memo_keys.generator(message))
+                if len(self._memo_reports) >= MEMO_REPORTS_KEPT:
+                    self._memo_reports.clear()
+                self._memo_reports[tag] = report
+            return tag, report
         return None, c.perturb(encoded, keyed_generator(os.urandom(16)))  # OS CSPRNG key
 
     def _spent(self, key: str, seconds: int, start: int, budget: float | None) -> tuple[float, str]:
@@ -377,6 +388,14 @@ class ReporterState:
     def _check_budget(self, c: MetricCodec, w_start: int, t_start: int, ledger_now: float) -> None:
         """Raise BudgetExceeded unless a report of ``c`` fits its budget window starting
         at ``w_start`` and the total's at ``t_start``."""
+        store = self.store
+        if store.ledger_lost() is None:  # the usual case: the sums decide, nothing else read
+            total = self.total_budget
+            if fits(store.spent(c.name, c.budget_seconds, w_start), c.epsilon, c.budget) and (
+                total is None
+                or fits(store.spent(TOTAL_KEY, self._total_seconds, t_start), c.epsilon, total)
+            ):
+                return
         metric_spent, note = self._spent(c.name, c.budget_seconds, w_start, c.budget)
         total_spent, total_note = self._spent(
             TOTAL_KEY, self._total_seconds, t_start, self.total_budget

@@ -230,11 +230,15 @@ class LedgerWindows:
         self._by_length: dict[int, tuple[list[int], dict[int, float]]] = {}
 
     def add(self, length: int, start: int, amount: float) -> None:
-        starts, spent = self._by_length.setdefault(length, ([], {}))
-        if start not in spent:
+        found = self._by_length.get(length)
+        if found is None:
+            found = self._by_length[length] = ([], {})
+        starts, spent = found
+        before = spent.get(start)
+        if before is None:
             bisect.insort(starts, start)
-            spent[start] = 0.0
-        spent[start] += amount
+            before = 0.0
+        spent[start] = before + amount
 
     def overlapping(self, start: int, seconds: int) -> float:
         """The sum over windows that overlap ``[start, start + seconds)``."""
@@ -585,16 +589,43 @@ class DeviceStore:
         )
         self._rows += 1
         self._unsynced = True
-        for amount, wrap in ((epsilon, str), (delta, delta_key)):
-            if amount <= 0:
-                continue
-            for key, window in (
-                (metric, (budget_seconds, window_start)),
-                (TOTAL_KEY, (total_seconds, total_start)),
-            ):
-                self._ledger.setdefault(wrap(key), LedgerWindows()).add(*window, amount)
+        if epsilon > 0:
+            self._spend(
+                metric, TOTAL_KEY, epsilon, budget_seconds, window_start, total_seconds, total_start
+            )
+        if delta > 0:
+            self._spend(
+                delta_key(metric),
+                delta_key(TOTAL_KEY),
+                delta,
+                budget_seconds,
+                window_start,
+                total_seconds,
+                total_start,
+            )
         if tag is not None:
             self._memo.setdefault(tag, set()).add(bucket)
+
+    def _spend(
+        self,
+        key: str,
+        total_key: str,
+        amount: float,
+        budget_seconds: int,
+        window_start: int,
+        total_seconds: int,
+        total_start: int,
+    ) -> None:
+        """Add ``amount`` to the ledger cache: the metric's window and the total's."""
+        ledger = self._ledger
+        windows = ledger.get(key)
+        if windows is None:
+            windows = ledger[key] = LedgerWindows()
+        windows.add(budget_seconds, window_start, amount)
+        windows = ledger.get(total_key)
+        if windows is None:
+            windows = ledger[total_key] = LedgerWindows()
+        windows.add(total_seconds, total_start, amount)
 
     def add_unmetered(self, rows: Sequence[tuple[bytes, str, str, int, bytes]]) -> None:
         """Queue reports that spend nothing of this device's budget (``simulate``)."""

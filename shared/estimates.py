@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -473,6 +473,8 @@ class MeanRank:
     stderr: float
     n: int
     ranks: int
+    method: ClassVar[str] = "normal"
+    """The interval's method, as the answer's ``interval`` names it."""
 
     def ci(self, level: float = 0.95) -> ConfidenceInterval:
         if self.n == 0 or not math.isfinite(self.mean):
@@ -482,9 +484,52 @@ class MeanRank:
         return ConfidenceInterval(low, min(max(self.mean + half, 1.0), float(self.ranks)))
 
     def to_dict(self, level: float = 0.95) -> dict[str, object]:
-        """``estimate``, ``stderr``, ``low``, ``high``, ``interval`` (``"normal"``)."""
+        """``estimate``, ``stderr``, ``low``, ``high``, ``interval`` (:attr:`method`)."""
         low, high = self.ci(level)
         values = _json_floats(np.array([self.mean, self.stderr, low, high]))
         return dict(zip(("estimate", "stderr", "low", "high"), values, strict=True)) | {
-            "interval": "normal"
+            "interval": self.method
         }
+
+
+@dataclass(frozen=True)
+class SharesAtLeast:
+    """Ordered categories: the share of reporters at each category or a later one, for
+    every category but the first (whose share is 1): "4 stars or more" on a 1-5 rating.
+    Unbiased (sums of the unbiased frequencies), with standard errors and intervals at
+    one ``level`` (within [0, 1]); ``simultaneous`` when all d - 1 hold together
+    (Bonferroni).
+
+    Attributes
+    ----------
+    start : (d - 1,) each share's first category, as 0-based ranks 1 .. d - 1.
+    estimate, stderr, low, high : (d - 1,) each share's estimate, standard error, bounds.
+    level : the intervals' level.
+    simultaneous : whether the intervals hold together.
+    interval : the method, ``"normal"`` (estimate -/+ z stderr) or ``"score"``.
+    """
+
+    start: IntArray
+    estimate: FloatArray
+    stderr: FloatArray
+    low: FloatArray
+    high: FloatArray
+    level: float
+    simultaneous: bool
+    interval: str
+
+    def labelled(self, categories: tuple[str, ...]) -> list[dict[str, object]]:
+        """The answer's ``at_least``: ``{category, estimate, stderr, low, high, interval}``
+        per share, ``category`` its first category (None for what is not finite)."""
+        columns = [_json_floats(c) for c in (self.estimate, self.stderr, self.low, self.high)]
+        return [
+            {"category": categories[int(k)]}
+            | dict(zip(("estimate", "stderr", "low", "high"), row, strict=True))
+            | {"interval": self.interval}
+            for k, *row in zip(self.start.tolist(), *columns, strict=True)
+        ]
+
+
+def at_least_weights(d: int) -> FloatArray:
+    """The (d - 1) x d weights of the shares "category k or later", k = 1 .. d - 1."""
+    return np.asarray(np.triu(np.ones((d, d)))[1:], dtype=np.float64)

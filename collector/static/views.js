@@ -24,10 +24,12 @@ const LDPK_VIEWS = (() => {
   // an `item` is in the table, its consistent estimates (`consistent`: false for none), its
   // own query `controls`, the table's rows beside the items (`more`, `extra`) and whether it
   // offers `simultaneous` intervals (every item of a group covered together).
-  // Ordered categories add their mean rank (1 = the first category) below the items.
+  // Ordered categories add their mean rank (1 = the first category) below the items, then
+  // the share at each category or later ("at least 4"), from the answer's `at_least`.
   const meanRank = (data, fmt) => {
     const r = data.mean_rank;
-    return r ? [["mean rank (1..d)", fmt(r.estimate), fmt(r.stderr), fmt(r.low), fmt(r.high), "–"]] : [];
+    const shares = (data.at_least || []).map((s) => [`share at least ${s.category}`, fmt(s.estimate), fmt(s.stderr), fmt(s.low), fmt(s.high), "–"]);
+    return r ? [["mean rank (1..d)", fmt(r.estimate), fmt(r.stderr), fmt(r.low), fmt(r.high), "–"], ...shares] : [];
   };
   const CATEGORICAL = { item: "category", label: "consistent (Norm-Sub)", consistent: true, simultaneous: true, extra: meanRank };
   const KINDS = {
@@ -217,13 +219,17 @@ const LDPK_VIEWS = (() => {
         `mean ${num(data.mean)} [${num(data.mean_low)}, ${num(data.mean_high)}]${shift(data.mean_forgery_shift)}` +
         qs.map((q) => `  ·  p${Math.round(q.q * 100)} ${num(q.value)} [${num(q.low)}, ${num(q.high)}]`).join("")));
       const whose = data.estimand === "population" ? "the population the users were drawn from" : "the reporting users";
-      node.appendChild(html("p", { class: "crumbs", id: "distribution-estimand" }, `intervals (bins, mean, quantiles): about ${whose} (estimand: ${data.estimand || "population"})`));
+      // A square wave answer has point estimates only: say so instead of the intervals' key.
+      node.appendChild(data.interval === "none"
+        ? html("p", { class: "note", id: "distribution-estimand" }, data.note || "no interval: square wave + EMS is a smoothed estimate")
+        : html("p", { class: "crumbs", id: "distribution-estimand" }, `intervals (bins, mean, quantiles): about ${whose} (estimand: ${data.estimand || "population"})`));
       mostCommon(node, data);
       const member = inSet(data);
+      const pointsOnly = data.interval === "none";
       node.appendChild(key([
         ...(hasMode(data) ? setKey(data) : [["fraction in the bin", BAR]]),
-        [intervalLabel(data), WHISKER, "line"],
-        ["quantile (band: its interval)", CONSISTENT, "line"],
+        ...(pointsOnly ? [] : [[intervalLabel(data), WHISKER, "line"]]),
+        [pointsOnly ? "quantile" : "quantile (band: its interval)", CONSISTENT, "line"],
       ]));
       const items = data.items.map((i) => ({ ...i, mid: (i.lower + i.upper) / 2 }));
       // The estimates too: an unbiased estimate may lie below its interval, clipped at 0.

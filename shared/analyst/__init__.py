@@ -212,6 +212,10 @@ class ServedEstimate:
     mean_rank: dict[str, Any] | None = None
     """Ordered categories: the served ``mean_rank`` (``estimate``, ``stderr``, ``low``,
     ``high``, ``interval``; the first category is rank 1)."""
+    at_least: tuple[dict[str, Any], ...] = ()
+    """Ordered categories: the served shares "this category or later", one per category but
+    the first (``category``, ``estimate``, ``stderr``, ``low``, ``high``, ``interval``):
+    ``at_least[2]`` of a 1-5 rating is "4 stars or more". :meth:`share_at_least` finds one."""
     as_of: AsOf | None = field(default=None, compare=False)
     """A maintained kind's (strings, hierarchy, table, distribution): how fresh the estimate
     is (None for categorical and numeric metrics: computed for each query, always fresh)."""
@@ -237,6 +241,21 @@ class ServedEstimate:
     same code the collector ran (``estimate.ci(0.9)``, ``.consistent()``, a hierarchy's
     ``.subtree(...)``): the served fields are its serialisation. None for strings, or
     without the version's definition."""
+
+    def share_at_least(self, category: str) -> dict[str, Any]:
+        """The served share of reporters at ``category`` or a later one (ordered
+        categories): ``result.share_at_least("4")["estimate"]``. The first category's is
+        1 (every reporter). ParameterError for another category or unordered ones."""
+        for share in self.at_least:
+            if share.get("category") == category:
+                return share
+        if self.items and self.at_least and self.items[0].category == category:
+            return {"category": category, "estimate": 1.0, "stderr": 0.0, "low": 1.0,
+                    "high": 1.0, "interval": self.at_least[0].get("interval")}  # fmt: skip
+        if not self.at_least:
+            raise ParameterError("shares 'at least' are answered for ordered categories only")
+        names = [str(s.get("category")) for s in self.at_least]
+        raise ParameterError(f"{category!r} is not a category here; expected one of {names}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -68,6 +68,13 @@ bounds = [0, 240]
 resolution = 256
 epsilon = 1.0
 
+[metrics.latency_ms]
+kind = "distribution"
+bounds = [0, 2000]
+resolution = 64
+epsilon = 1.0
+mechanism = "square_wave"
+
 [metrics.region]
 kind = "hierarchy"
 categories = {leaves}
@@ -287,6 +294,7 @@ def _population(rng: np.random.Generator, users: int) -> dict[str, np.ndarray]:
         "rating": rating,
         "session_minutes": minutes,
         "session_minutes_dist": minutes,
+        "latency_ms": np.clip(rng.lognormal(mean=5.5, sigma=0.6, size=users), 0, 2000),
         "region": regions,
         "car": cars,
         "search_term": searches,
@@ -343,6 +351,7 @@ def _print_estimates(analyst: Analyst, population: dict[str, np.ndarray]) -> Non
         f"{_covers(est.low, est.high, truth_mean)}"
     )
     _print_distribution(analyst, minutes)
+    _print_square_wave(analyst, population["latency_ms"])
     _print_hierarchy(analyst, population["region"])
     _print_table(analyst, population["car"])
     _print_strings(analyst, population["search_term"])
@@ -365,6 +374,10 @@ def _print_categorical(analyst: Analyst, metric: str, values: np.ndarray) -> Non
         order = {c.category: i + 1 for i, c in enumerate(est.items)}
         truth = float(np.mean([order[v] for v in values]))
         _say(_row("mean rank", truth, rank["estimate"], rank["low"], rank["high"], width=10))
+        for share in est.at_least:  # the share at this category or later
+            share_truth = float(np.mean([order[v] >= order[share["category"]] for v in values]))
+            label = f">= {share['category']}"
+            _say(_row(label, share_truth, share["estimate"], share["low"], share["high"], width=10))
     if est.most_common is not None:
         names, counts = np.unique(values, return_counts=True)
         truly = str(names[int(np.argmax(counts))])
@@ -427,6 +440,20 @@ def _print_distribution(analyst: Analyst, minutes: np.ndarray) -> None:
         truth = float(np.quantile(minutes, q.q))
         _say(_row(f"quantile {q.q:g}", truth, q.value, q.low, q.high, digits=1))
     _say(_row("mean", float(minutes.mean()), est.mean, est.low, est.high, digits=1))
+    _say("")
+
+
+def _print_square_wave(analyst: Analyst, latency: np.ndarray) -> None:
+    """The square wave's point answers: it serves no interval (docs/statistics.md)."""
+    est = analyst.estimates("latency_ms", bins=4, quantiles=[0.5, 0.9], wait=WAIT)
+    n, mechanism = est.n, est.mechanism
+    _say(f"latency_ms: n={n:,}, mechanism={mechanism}, epsilon={est.epsilon:g} (a distribution")
+    _say("  by the square wave: no interval: square wave + EMS is a smoothed estimate)")
+    _say(f"  {'':<22} {'truth':>7} {'estimate':>9}")
+    for q in est.quantiles:
+        truth, value = float(np.quantile(latency, q.q)), q.value
+        _say(f"  {f'quantile {q.q:g} (ms)':<22} {truth:7.1f} {value:9.1f}")
+    _say(f"  {'mean (ms)':<22} {float(latency.mean()):7.1f} {est.mean or 0.0:9.1f}")
     _say("")
 
 

@@ -112,6 +112,8 @@ class Categorical(KindSpec):
         }
         if definition.ordered:
             answer["mean_rank"] = mechanism.mean_rank(estimate).to_dict(q.level)
+            shares = mechanism.shares_at_least(estimate, q.level, simultaneous=sim)
+            answer["at_least"] = shares.labelled(definition.categories)
         if q.robust:
             robust = estimate.robust(q.forgery_fraction)
             answer["robust"] = {
@@ -133,16 +135,21 @@ class Categorical(KindSpec):
         return f"{plain}, ordered" if definition.ordered else plain
 
     def served_fields(self, data: Mapping[str, Any], item: Callable[[Any], Any]) -> dict[str, Any]:
-        """The ``mean_rank`` of ordered categories (absent otherwise)."""
-        rank = data.get("mean_rank")
-        return {"mean_rank": dict(rank)} if isinstance(rank, Mapping) else {}
+        """The ``mean_rank`` and ``at_least`` shares of ordered categories (absent
+        otherwise)."""
+        rank, shares = data.get("mean_rank"), data.get("at_least")
+        fields: dict[str, Any] = {"mean_rank": dict(rank)} if isinstance(rank, Mapping) else {}
+        if isinstance(shares, list):
+            fields["at_least"] = tuple(dict(s) for s in shares if isinstance(s, Mapping))
+        return fields
 
     def text(self, result: Any, table: list[str]) -> list[str]:
-        """The items' table, then the mean rank of ordered categories."""
+        """The items' table, then the mean rank and the shares "k or later" of ordered
+        categories."""
         rank = getattr(result, "mean_rank", None)
         if not rank or rank.get("estimate") is None:
             return table
-        return [*table, _rank_line(rank, result.level, result.n)]
+        return [*table, _rank_line(rank, result.level, result.n), *_share_lines(result)]
 
     def campaign(self, definition: Definition) -> Campaign:
         return Campaign(
@@ -162,6 +169,27 @@ def _rank_line(rank: Mapping[str, Any], level: float, n: int) -> str:
         f"mean rank {rank['estimate']:.3f} (categories ranked 1 .. d in their order){within}, "
         f"stderr {rank.get('stderr') or 0:.3f}"
     )
+
+
+def _share_lines(result: Any) -> list[str]:
+    """``share at least 4: 0.600, 95% interval [0.55, 0.65], stderr 0.024`` per category
+    but the first (``together`` when the intervals are simultaneous)."""
+    together = " (together)" if getattr(result, "simultaneous", False) else ""
+    lines = []
+    for share in getattr(result, "at_least", None) or ():
+        if share.get("estimate") is None:
+            continue
+        low, high = share.get("low"), share.get("high")
+        within = (
+            ""
+            if low is None or high is None
+            else f", {result.level:.0%} interval{together} [{low:.3f}, {high:.3f}]"
+        )
+        lines.append(
+            f"share at least {share['category']}: {share['estimate']:.3f}{within}, "
+            f"stderr {share.get('stderr') or 0:.3f}"
+        )
+    return lines
 
 
 def _as_given(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -126,6 +126,13 @@ class Distribution(Numbers):
         from ..distribution_plan import plan_distribution, required_n_distribution
 
         assert definition.bounds is not None and definition.resolution is not None
+        mechanism: Any = definition.mechanism_instance
+        if not mechanism.serves_intervals:
+            raise ParameterError(
+                f"metric {definition.name!r}: {mechanism.name} answers have no interval "
+                "(docs/statistics.md), so there is no half-width to plan; plan it with "
+                'mechanism = "hh" to see what intervals n reports would give'
+            )
         common: dict[str, Any] = {
             "epsilon": definition.epsilon,
             "bounds": definition.bounds,
@@ -199,6 +206,8 @@ class Distribution(Numbers):
         return frame.drop(columns=["category"])
 
     def text(self, result: Any, table: list[str]) -> list[str]:
+        if result.interval == NO_INTERVAL:
+            return _point_text(result, table)
         pct, fmt = f"{result.level:.0%}", render.fmt
         whose = _WHOSE.get(result.estimand or "", _WHOSE[POPULATION])
         lines = [
@@ -229,7 +238,8 @@ class Distribution(Numbers):
         fig, ax = plt.subplots(figsize=(8, 4))
         _bins(ax, result)
         for q in result.quantiles:
-            ax.axvspan(q.low, q.high, color="#F58518", alpha=0.12, zorder=0)
+            if math.isfinite(q.low) and math.isfinite(q.high):
+                ax.axvspan(q.low, q.high, color="#F58518", alpha=0.12, zorder=0)
             ax.axvline(q.value, color="#F58518", linewidth=2)
             ax.annotate(
                 f"p{q.q * 100:g}",
@@ -249,6 +259,8 @@ class Distribution(Numbers):
         mean = ""
         if result.mean is not None and result.low is not None and result.high is not None:
             mean = f"\nmean {result.mean:.4g} [{result.low:.4g}, {result.high:.4g}]"
+        elif result.mean is not None:
+            mean = f"\nmean {result.mean:.4g} ({NO_INTERVAL_TEXT})"
         ax.set_title(render.title(result) + mean, fontsize="medium", pad=14)  # room for "p50"
         return fig
 
@@ -300,6 +312,24 @@ def _summary_over_time(ax: Any, result: Any) -> None:
         render.title(result) + f"\n{what} per bucket, {result.level:.0%} intervals",
         fontsize="medium",
     )
+
+
+NO_INTERVAL = "none"
+"""The answer's ``interval`` when its mechanism serves point estimates only (square wave)."""
+NO_INTERVAL_TEXT = "no interval: square wave + EMS is a smoothed estimate"
+
+
+def _point_text(result: Any, table: list[str]) -> list[str]:
+    """The text of an answer without intervals: the point estimates and why."""
+    fmt = render.fmt
+    note = result.raw.get("note") if isinstance(result.raw, dict) else None
+    lines = [*table, note or NO_INTERVAL_TEXT, ""]  # the served note already says it
+    lines.append(f"mean {fmt(result.mean)} (no interval)")
+    lines += [f"quantile {q.q:g}: {q.value:.4g} (no interval)" for q in result.quantiles]
+    if result.range is not None:
+        r = result.range
+        lines.append(f"fraction in {r.category}: {fmt(r.estimate)} (no interval)")
+    return lines
 
 
 _WHOSE = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._validation import check_bounds, check_delta, check_domain_size, check_epsilon, shown
@@ -38,6 +38,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "split": ("table", "SplitMarginals"),
     "prefix_sketch": ("strings", "PrefixSketch"),
     "exponential": ("exponential", "Exponential"),
+    "square_wave": ("square_wave", "SquareWaveMechanism"),
 }
 
 ALIASES: dict[str, str] = {
@@ -70,6 +71,12 @@ APPROXIMATE = ("gaussian",)
 """(epsilon, delta)-LDP numeric candidates: weighed only when delta > 0 is allowed."""
 DISTRIBUTION = ("hh",)
 """Candidates ``auto`` weighs for a distribution metric (bounds and a resolution)."""
+NOT_WEIGHED_DISTRIBUTION = {
+    "square_wave": "its EMS estimate is smoothed (biased) with no interval that covers "
+    "(the bootstrap's coverage is 35-97% at 95%), and auto keeps answers with intervals; "
+    'ask for it with mechanism = "square_wave"',
+}
+"""Distribution mechanisms ``auto`` does not weigh, and why (:meth:`Choice.explain`)."""
 STRINGS = ("prefix_sketch",)
 """Mechanisms for open-domain strings (``max_length``); ``auto`` takes the first."""
 HIERARCHY = ("rollup", "levels")
@@ -167,6 +174,8 @@ class Choice:
     unit: str | None = None
     """What the variances are of, when not the default of the metric's kind (ordered
     categories: the mean rank's)."""
+    not_weighed: dict[str, str] = field(default_factory=dict)
+    """Mechanisms of the metric's kind that were not weighed, and why."""
 
     def explain(self) -> str:
         """A table of the candidates, lowest variance first, with the rule that picked."""
@@ -184,6 +193,7 @@ class Choice:
         lines.append(f"  variance: {unit}")
         lines.append("  collector counters/report: updated by the collector per report as it")
         lines.append("    aggregates (a model of its work; benchmarks/mechanisms.py times it)")
+        lines += [f"  not weighed: {name}: {why}" for name, why in self.not_weighed.items()]
         return "\n".join(lines)
 
     def _scope(self) -> tuple[str, str]:
@@ -251,7 +261,8 @@ def choose(
     lo_hi = check_bounds(bounds)
     if resolution is not None:
         made = _made(DISTRIBUTION, epsilon, bounds=lo_hi, resolution=resolution)
-        return _choice(made, epsilon, None, lo_hi)
+        chosen = _choice(made, epsilon, None, lo_hi)
+        return replace(chosen, not_weighed=dict(NOT_WEIGHED_DISTRIBUTION))
     approximate = check_delta(delta) > 0
     made = _made(NUMERIC, epsilon, bounds=lo_hi)
     if approximate:

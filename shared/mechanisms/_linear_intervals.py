@@ -53,7 +53,8 @@ class LinearBounds:
     Attributes
     ----------
     lower, upper : the bounds, within each functional's range ``[min w, max w]``.
-    level : the two-sided confidence level (pointwise: each row on its own).
+    level : the two-sided confidence level (each row on its own, or all rows together
+        when made over ``comparisons`` rows: :func:`score_bounds`).
     """
 
     lower: FloatArray
@@ -134,6 +135,7 @@ def score_bounds(
     *,
     value_range: tuple[npt.ArrayLike, npt.ArrayLike],
     level: float = 0.95,
+    comparisons: int = 1,
 ) -> LinearBounds:
     """Score-type bounds of rows of linear functionals ``t = g^T lam`` (module docstring).
 
@@ -146,8 +148,11 @@ def score_bounds(
     n : the number of reports.
     value_range : ((r,), (r,)) each functional's smallest and largest possible value.
     level : the two-sided level.
+    comparisons : each row is made at ``1 - (1 - level) / comparisons`` (Bonferroni):
+        ``comparisons = r`` makes all r rows hold together with probability at least
+        ``level``, whatever their dependence.
     """
-    z = normal_quantile(level)
+    z = normal_quantile(level, comparisons=comparisons)
     g = np.atleast_2d(np.asarray(output_weights, dtype=np.float64))
     rows = _Rows(
         np.asarray(estimate, dtype=np.float64).reshape(-1),

@@ -30,7 +30,16 @@ from .. import screening
 from .._validation import check_bounds, check_domain_size, check_epsilon
 from ..aggregate import Aggregate
 from ..errors import ParameterError, ReportError
-from ..estimates import BinaryCounts, FrequencyEstimate, MeanEstimate, MeanRank, norm_sub
+from ..estimates import (
+    BinaryCounts,
+    FrequencyEstimate,
+    MeanEstimate,
+    MeanRank,
+    SharesAtLeast,
+    at_least_weights,
+    norm_sub,
+)
+from ..intervals import normal_quantile
 from ..randomness import resolve_rng
 from ..screening import Finding
 from ._dyadic import check_min_epsilon
@@ -121,6 +130,9 @@ class Mechanism(ABC):
     takes_score: ClassVar[bool] = False
     """Whether this mechanism is made with a categorical definition's score keys
     (:meth:`score_fields`); ``auto`` passes them only to those that are."""
+    serves_intervals: ClassVar[bool] = True
+    """Whether its answers come with intervals (a plan's half-width needs one); the
+    square wave's EMS answers do not."""
 
     @classmethod
     def score_fields(cls, ordered: bool, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -474,6 +486,26 @@ class FrequencyOracle(Mechanism):
         var = float(w @ cov @ w)
         mean = (d + 1) / 2.0 + float(w @ estimate.frequencies)
         return MeanRank(mean, math.sqrt(max(var, 0.0)), n, d)
+
+    def shares_at_least(
+        self, estimate: FrequencyEstimate, level: float = 0.95, *, simultaneous: bool = False
+    ) -> SharesAtLeast:
+        """Ordered categories: the share at each category or later (all but the first),
+        unbiased, with normal intervals (``estimate -/+ z stderr``, within [0, 1]) from
+        :meth:`covariance` at the consistent (Norm-Sub) fractions, as :meth:`mean_rank`;
+        ``simultaneous`` Bonferroni over the d - 1 shares."""
+        d, n = self.domain_size, estimate.n
+        w = at_least_weights(d)
+        start = np.arange(1, d)
+        values = w @ estimate.frequencies
+        cov = None if n == 0 else self.covariance(norm_sub(estimate.frequencies), n)
+        if cov is None:
+            nan = np.full(d - 1, np.nan)
+            return SharesAtLeast(start, nan, nan, nan, nan, level, simultaneous, "normal")
+        stderr = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", w, cov, w), 0.0, None))
+        half = normal_quantile(level, comparisons=d - 1 if simultaneous else 1) * stderr
+        low, high = np.clip(values - half, 0.0, 1.0), np.clip(values + half, 0.0, 1.0)
+        return SharesAtLeast(start, values, stderr, low, high, level, simultaneous, "normal")
 
     @property
     def support_size(self) -> int | None:

@@ -34,11 +34,13 @@ features (an atom, a narrow mode, a step) keeps an error of the order of the smo
 closed-form variance; :meth:`SquareWave.bootstrap` gives a parametric bootstrap (refit on
 counts drawn from the fitted channel law), whose coverage benchmarks/square_wave.py measures.
 
-Not registered as an ldpkit mechanism yet. The report planned for the wire is the output
-bucket (:data:`REPORT_DTYPE`), drawn by the portable rule of :meth:`SquareWave.portable_report`
-from 32-bit words (a served 64-bit threshold for "near", then a 53-bit uniform, IEEE-754
-double arithmetic); :meth:`SquareWave.perturb` draws the same law from numpy's generator.
-No conformance law, vectors or registry entry yet (docs/statistics.md lists what is left).
+Registered as ``"square_wave"`` (:class:`SquareWaveMechanism`, a distribution metric's
+``mechanism = "square_wave"``): the report on the wire is the output bucket
+(:data:`REPORT_DTYPE`), drawn by the portable rule of :func:`portable_bucket` from 32-bit
+words (a served 64-bit threshold for "near", then a 53-bit uniform, IEEE-754 double
+arithmetic); :meth:`SquareWave.perturb` draws the continuous report ``y`` from numpy's
+generator. Its answers are the EMS reconstruction's, served without intervals
+(:class:`SquareWaveEstimate`: no interval that covers is known; docs/statistics.md).
 
 References
 ----------
@@ -54,18 +56,29 @@ algorithm", JRSS B 1977.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import check_bounds, check_epsilon
+from .. import screening
+from .._json import finite_or_none
+from .._validation import check_bounds, check_epsilon, check_level
+from ..distribution import REPORTERS, check_estimand
 from ..errors import ParameterError, ReportError
 from ..randomness import resolve_rng
-from ._portable import Words, ceil64, hex64
+from . import _bits
+from ._conformance import NUMERIC_BOUNDS, case_name, chi2
+from ._portable import Derived, Words, bounded, ceil64, hex64
 from ._values import check_numbers
+from .base import BoolArray, Mechanism, PlanCase
+
+if TYPE_CHECKING:
+    from ..aggregate import Aggregate
+    from ..screening import Finding
+    from .base import LawTest, Reports
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -385,15 +398,9 @@ class SquareWave:
         primitives): ``v = (clip(x) - lo) / (hi - lo)``; ``near = coin(near)``;
         ``u = uniform()``; ``y = v - b + 2 b u`` if near, else ``-b + u`` if ``u < v``, else
         ``u + b``; the bucket ``floor((y + b) / (1 + 2 b) * d')``, at most ``d' - 1``."""
-        served = self.served_constants()
         lo, hi = self.bounds
-        x = min(max(float(check_numbers(np.asarray([value]), self.bounds)[0]), lo), hi)
-        v = (x - lo) / (hi - lo)
-        b, m = float(served["band"]), int(served["outputs"])
-        near = words.coin(served["near"])
-        u = words.uniform()
-        y = v - b + 2.0 * b * u if near else (-b + u if u < v else u + b)
-        return min(max(math.floor((y + b) / (1.0 + 2.0 * b) * m), 0), m - 1)
+        x = float(check_numbers(np.asarray([value]), self.bounds)[0])
+        return portable_bucket(lo, hi, x, self.served_constants(), words)
 
     def point_channel(self, values: npt.ArrayLike) -> FloatArray:
         """Rows: the law of the output bucket for each value at a point (metric units)."""
@@ -510,3 +517,409 @@ def _check_buckets(value: object, name: str) -> int:
     if not 2 <= int(value) <= MAX_BUCKETS:
         raise ParameterError(f"{name} must be in 2 .. {MAX_BUCKETS}, got {value}")
     return int(value)
+
+
+# --- the portable rule (docs/protocol.md) ---------------------------------------------
+
+
+def bucket_of(v: float, near: bool, u: float, band: float, outputs: int) -> int:
+    """The output bucket of the unit value ``v`` given the coin ``near`` and the uniform
+    ``u``: ``y = v - b + 2 b u`` if near, else ``-b + u`` if ``u < v``, else ``u + b``;
+    the bucket ``floor((y + b) / (1 + 2 b) * d')``, within ``0 .. d' - 1``."""
+    b = band
+    y = v - b + 2.0 * b * u if near else (-b + u if u < v else u + b)
+    return min(max(math.floor((y + b) / (1.0 + 2.0 * b) * outputs), 0), outputs - 1)
+
+
+def portable_bucket(lo: float, hi: float, x: float, derived: Derived, words: Words) -> int:
+    """The portable rule of one clipped number ``x``: ``v = (x - lo) / (hi - lo)``;
+    ``near = coin(near)``; ``u = uniform()``; then :func:`bucket_of` with the served
+    ``band`` and ``outputs``."""
+    x = min(max(x, lo), hi)
+    v = (x - lo) / (hi - lo)
+    near = words.coin(derived["near"])
+    u = words.uniform()
+    return bucket_of(v, near, u, float(derived["band"]), int(derived["outputs"]))
+
+
+def _plan_case(epsilon: float) -> PlanCase:
+    lo, hi = NUMERIC_BOUNDS
+    spec = {
+        "kind": "distribution",
+        "bounds": [lo, hi],
+        "resolution": 32,
+        "epsilon": epsilon,
+        "mechanism": "square_wave",
+    }
+    return PlanCase(case_name("square_wave", epsilon), spec, (lo, 0.123456789, 2.5, hi))
+
+
+_TWO_53 = 2.0**-53
+
+
+@dataclass(frozen=True, kw_only=True)
+class SquareWaveMechanism(Mechanism):
+    """The square wave as a distribution metric's mechanism (``mechanism = "square_wave"``).
+
+    A report is the output bucket (u2) of the wave's output ``y`` on ``[-b, 1 + b]`` cut in
+    ``d'`` equal buckets (:class:`SquareWave`), drawn by :func:`portable_bucket` from the
+    served ``band``, ``near`` and ``outputs``. The collector keeps the d' bucket counts and
+    reconstructs the distribution over ``resolution`` equal input buckets by EMS
+    (:class:`SquareWaveEstimate`, point estimates without intervals).
+
+    Parameters
+    ----------
+    epsilon : float
+        The privacy parameter of one report (``p / q = e^eps``).
+    bounds : (float, float)
+        ``(lo, hi)``; values outside are clipped to them on the device.
+    resolution : int
+        d, the input buckets of the reconstruction (2 .. 4096; default 1024).
+    output_buckets : int, optional
+        d', the output buckets: ``resolution`` (the default, the only value a definition
+        has; the fingerprint does not carry another).
+
+    Wire format
+    -----------
+    :data:`REPORT_DTYPE` (2 bytes): well-formed iff ``y < d'``.
+    """
+
+    name: ClassVar[str] = "square_wave"
+    kind: ClassVar[str] = "distribution"
+    conformance_cases: ClassVar[tuple[PlanCase, ...]] = (_plan_case(1.0), _plan_case(3.0))
+    report_dtype = REPORT_DTYPE
+    aggregate_cost = 1  # one counter per report: its bucket
+    serves_intervals: ClassVar[bool] = False
+
+    bounds: tuple[float, float]
+    resolution: int = DEFAULT_BUCKETS
+    output_buckets: int | None = None
+    core: SquareWave = field(init=False, repr=False, compare=False)
+    _near: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._check_epsilon()
+        if self.output_buckets not in (None, self.resolution):
+            raise ParameterError(
+                "a square wave metric counts its reports in `resolution` buckets: "
+                f"output_buckets must be {self.resolution} or absent, got {self.output_buckets!r}"
+            )
+        core = SquareWave(
+            epsilon=self.epsilon,
+            bounds=self.bounds,
+            buckets=self.resolution,
+            output_buckets=self.output_buckets,
+        )
+        near = int(core.served_constants()["near"], 16)
+        self._set(
+            bounds=core.bounds,
+            resolution=core.buckets,
+            output_buckets=core.outputs,
+            core=core,
+            _near=near,
+        )
+
+    @property
+    def outputs(self) -> int:
+        """d', the number of output buckets (and of counters)."""
+        return self.core.outputs
+
+    @property
+    def stats_size(self) -> int:
+        return self.outputs
+
+    @property
+    def report_rule(self) -> str:
+        return f"an output bucket in 0..{self.outputs - 1}"
+
+    @property
+    def distinct_reports(self) -> int:
+        return self.outputs
+
+    def params(self) -> dict[str, Any]:
+        """A definition's d' is its ``resolution`` (``output_buckets`` is for the core and
+        benchmarks): the fingerprint's ``mechanism_params`` keep the keys of ``hh``'s, in
+        the schema every client knows; ``outputs`` is served in ``derived``."""
+        return {
+            "mechanism": self.name,
+            "epsilon": self.epsilon,
+            "bounds": list(self.bounds),
+            "resolution": self.resolution,
+        }
+
+    def auto_variance(self) -> float:
+        """Not weighed by ``auto`` (no interval; see ``ldpkit.mechanisms.UNWEIGHED``)."""
+        return math.inf
+
+    def _check_values(self, values: npt.NDArray[Any]) -> FloatArray:
+        return check_numbers(values, self.bounds)
+
+    # --- the device -------------------------------------------------------------------
+    def _perturb(self, values: FloatArray, rng: np.random.Generator) -> npt.NDArray[Any]:
+        """Two 64-bit words a report, as :meth:`perturb_value`: the coin, then the uniform."""
+        n = values.size
+        words = _bits.uniform_u64(rng, 2 * n).reshape(n, 2)
+        near = words[:, 0] < np.uint64(self._near)
+        u = (words[:, 1] >> np.uint64(11)).astype(np.float64) * _TWO_53
+        v = self.core.unit(values)
+        b, m = self.core.band, self.outputs
+        y = np.where(near, v - b + 2.0 * b * u, np.where(u < v, -b + u, u + b))
+        k = np.floor((y + b) / (1.0 + 2.0 * b) * m)
+        return np.clip(k, 0, m - 1).astype(REPORT_DTYPE)
+
+    def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
+        """:meth:`_perturb` of one value: the same words, the same bucket."""
+        draws = _bits.OneDraws(rng)
+        near = draws.u64() < self._near
+        u = (draws.u64() >> 11) * _TWO_53
+        lo, hi = self.bounds
+        x = min(max(float(value), lo), hi)
+        k = bucket_of((x - lo) / (hi - lo), near, u, self.core.band, self.outputs)
+        return k.to_bytes(2, "little")
+
+    # --- reports and the collector ----------------------------------------------------
+    def _valid_mask(self, reports: npt.NDArray[Any]) -> BoolArray:
+        return np.asarray(reports < self.outputs)
+
+    def _sums(self, reports: npt.NDArray[Any]) -> FloatArray:
+        return np.bincount(reports, minlength=self.outputs).astype(np.float64)
+
+    def supports(self, value: Any, reports: npt.ArrayLike) -> BoolArray:
+        """A report supports the bucket holding the value's own position (the centre of
+        its window): the audit's event."""
+        v = float(self.core.unit(np.asarray([value]))[0])
+        b = self.core.band
+        centre = bucket_of(v, True, 0.5, b, self.outputs)
+        return np.asarray(np.asarray(reports) == centre)
+
+    def output_probabilities(self, value: float) -> tuple[npt.NDArray[Any], FloatArray]:
+        """Every possible report (bucket) for ``value`` and its exact probability."""
+        return np.arange(self.outputs, dtype=REPORT_DTYPE), self.core.point_channel([value])[0]
+
+    def bucket_ranges(self) -> tuple[FloatArray, FloatArray]:
+        """Each output bucket's smallest and largest probability over all values: the
+        window's overlap with a bucket is piecewise linear in the value, with its corners
+        at ``a - b, a + b, c - b, c + b`` (the bucket ``[a, c]``) and the bounds' ends."""
+        core, m = self.core, self.outputs
+        b = core.band
+        edges = -b + (1.0 + 2.0 * b) * np.arange(m + 1, dtype=np.float64) / m
+        corners = np.concatenate([[0.0, 1.0], edges - b, edges + b])
+        v = np.unique(np.clip(corners, 0.0, 1.0))
+        lo, hi = self.bounds
+        law = core.point_channel(lo + (hi - lo) * v)
+        return np.asarray(law.min(axis=0)), np.asarray(law.max(axis=0))
+
+    def screen_aggregate(self, aggregate: Aggregate, alpha: float) -> Finding | None:
+        """Each bucket's count among n honest reports is Bin(n, s) with s between the
+        bucket's smallest and largest probability over the values (:meth:`bucket_ranges`),
+        whatever the population."""
+        agg = self._checked_aggregate(aggregate)
+        low, high = self.bucket_ranges()
+        return screening.count_law(
+            agg.sums, agg.n, high, low, alpha, "bucket count", lambda k: f"output bucket {k}"
+        )
+
+    def estimate(self, aggregate: Aggregate) -> SquareWaveEstimate:
+        """The EMS reconstruction of the bucket counts (no interval: see the estimate)."""
+        agg = self._checked_aggregate(aggregate)
+        fit = self.core.estimate_ems(agg.sums) if agg.n >= 1 else None
+        return SquareWaveEstimate(
+            mechanism=self.name,
+            epsilon=self.epsilon,
+            n=int(agg.n),
+            bounds=self.bounds,
+            resolution=self.resolution,
+            reconstruction=fit,
+        )
+
+    # --- the portable rule and the conformance law -------------------------------------
+    def served_constants(self) -> dict[str, Any]:
+        """``band`` (a double), ``near`` (``ceil(2 b p 2^64)``, 16 hex digits), ``outputs``."""
+        return self.core.served_constants()
+
+    @classmethod
+    def portable_report(cls, definition: Mapping[str, Any], value: Any, words: Words) -> bytes:
+        """:func:`portable_bucket` of the clipped number, as 2 little-endian bytes."""
+        lo, hi, x = bounded(definition, value)
+        return portable_bucket(lo, hi, x, definition["derived"], words).to_bytes(2, "little")
+
+    def conformance_tests(self, reports: Reports, value: Any, derived: Derived) -> list[LawTest]:
+        """Every output bucket's count against the point channel's law for the value."""
+        counts = np.bincount(reports.astype(np.int64), minlength=self.outputs)
+        return [("bucket", *chi2(counts, self.core.point_channel([float(value)])[0]), "")]
+
+
+NO_INTERVAL = "none"
+NO_INTERVAL_NOTE = (
+    "no interval: square wave + EMS is a smoothed estimate (biased, no closed-form "
+    "variance; its bootstrap does not cover), so only point estimates are served"
+)
+
+
+@dataclass(frozen=True)
+class _Unbounded:
+    """An answer's forgery shift: not known for the (nonlinear) EMS reconstruction."""
+
+    value: float = math.nan
+
+    def forgery_shift(self, beta: float) -> Any:
+        return math.nan
+
+
+@dataclass(frozen=True)
+class SquareWaveBins:
+    """Fractions in consecutive bins (point estimates, no interval)."""
+
+    edges: FloatArray
+    estimates: FloatArray
+    aligned: bool = False  # no interval: no "most common" set either
+
+    @property
+    def lower(self) -> FloatArray:
+        return self.edges[:-1]
+
+    @property
+    def upper(self) -> FloatArray:
+        return self.edges[1:]
+
+    def forgery_shift(self, beta: float) -> FloatArray:
+        return np.full(self.estimates.size, math.nan)
+
+
+@dataclass(frozen=True)
+class SquareWaveMean:
+    """The reconstruction's mean (bucket middles), without an interval."""
+
+    mean: float
+    stderr: float = math.nan
+    method: str = NO_INTERVAL
+
+    def forgery_shift(self, beta: float) -> float:
+        return math.nan
+
+    def ci(self, level: float = 0.95) -> tuple[float, float]:
+        return math.nan, math.nan
+
+
+@dataclass(frozen=True, kw_only=True)
+class SquareWaveEstimate:
+    """A distribution estimated by the square wave and EMS: point answers only.
+
+    Bins, ranges and quantiles read the reconstruction's distribution function (linear
+    within buckets), the mean places each bucket's mass at its middle. EMS trades a bias
+    for variance and has no closed-form variance; its parametric bootstrap covers 35-97%
+    at 95% (benchmarks/square_wave.py), so no interval is served: ``low``/``high`` are
+    None, the methods ``"none"``, and :data:`NO_INTERVAL_NOTE` says why.
+    """
+
+    mechanism: str
+    epsilon: float
+    n: int
+    bounds: tuple[float, float]
+    resolution: int
+    reconstruction: Reconstruction | None
+
+    def _cdf(self, x: npt.ArrayLike) -> FloatArray:
+        if self.reconstruction is None:
+            return np.full(np.shape(x), math.nan)
+        return self.reconstruction.cdf(x)
+
+    def histogram(
+        self, bins: int | None = None, *, edges: Sequence[float] | None = None
+    ) -> SquareWaveBins:
+        """Fractions in ``bins`` equal bins (default 16) or between ``edges``."""
+        e = _bin_edges(self.bounds, bins, edges)
+        return SquareWaveBins(e, np.diff(self._cdf(e)))
+
+    def fraction(self, lower: float, upper: float) -> float:
+        return float(self._cdf(upper) - self._cdf(lower))
+
+    def quantile_value(self, q: float) -> float:
+        if not 0.0 <= float(q) <= 1.0:
+            raise ParameterError(f"q must be in [0, 1], got {q!r}")
+        if self.reconstruction is None:
+            return math.nan
+        return float(self.reconstruction.quantile(float(q)))
+
+    def mean(self, *, estimand: str = REPORTERS) -> SquareWaveMean:
+        check_estimand(estimand)
+        return SquareWaveMean(math.nan if self.reconstruction is None else self.reconstruction.mean)
+
+    def range_shift(self, lower: npt.ArrayLike, upper: npt.ArrayLike, beta: float) -> Any:
+        """Not known (EMS is nonlinear in the counts): NaN."""
+        return math.nan if np.ndim(lower) == 0 else np.full(np.shape(lower), math.nan)
+
+    def quantile_shift(self, q: float, beta: float) -> float:
+        return math.nan
+
+    def to_dict(
+        self,
+        level: float = 0.95,
+        *,
+        bins: int | None = None,
+        edges: Sequence[float] | None = None,
+        quantiles: Sequence[float] = (),
+        range_: tuple[float, float] | None = None,
+        estimand: str = REPORTERS,
+        simultaneous: bool = False,
+    ) -> dict[str, Any]:
+        """The keys of :meth:`ldpkit.distribution.DistributionEstimate.to_dict`, with every
+        ``stderr``, ``low`` and ``high`` None, every method ``"none"`` and a ``note``."""
+        hist = self.histogram(bins, edges=edges)
+        none = {"stderr": None, "low": None, "high": None}
+        out: dict[str, Any] = {
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "n": self.n,
+            "level": check_level(level),
+            "estimand": check_estimand(estimand),
+            "bounds": [self.bounds[0], self.bounds[1]],
+            "resolution": self.resolution,
+            "simultaneous": bool(simultaneous),
+            "items": [
+                {"lower": float(a), "upper": float(b), "estimate": finite_or_none(float(f))} | none
+                for a, b, f in zip(hist.lower, hist.upper, hist.estimates, strict=True)
+            ],
+            "mean": finite_or_none(self.mean().mean),
+            "mean_stderr": None,
+            "mean_low": None,
+            "mean_high": None,
+            "methods": {"items": NO_INTERVAL, "mean": NO_INTERVAL},
+            "note": NO_INTERVAL_NOTE,
+        }
+        if quantiles:
+            out["quantiles"] = [
+                {"q": float(q), "value": finite_or_none(self.quantile_value(q)), "low": None,
+                 "high": None}
+                for q in quantiles
+            ]  # fmt: skip
+            out["methods"]["quantiles"] = NO_INTERVAL
+        if range_ is not None:
+            lower, upper = _pair(range_)
+            share = finite_or_none(self.fraction(lower, upper))
+            out["range"] = {"lower": lower, "upper": upper, "estimate": share} | none
+            out["methods"]["range"] = NO_INTERVAL
+        return out
+
+
+def _pair(range_: Any) -> tuple[float, float]:
+    try:
+        lower, upper = range_
+        return float(lower), float(upper)
+    except (TypeError, ValueError):
+        raise ParameterError(f"range must be a pair (lower, upper), got {range_!r}") from None
+
+
+def _bin_edges(
+    bounds: tuple[float, float], bins: int | None, edges: Sequence[float] | None
+) -> FloatArray:
+    lo, hi = bounds
+    if edges is not None:
+        e = np.asarray(edges, dtype=np.float64)
+        if e.ndim != 1 or e.size < 2 or not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0):
+            raise ParameterError("edges must be at least two increasing finite numbers")
+        return e
+    k = 16 if bins is None else bins
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= MAX_BUCKETS:
+        raise ParameterError(f"bins must be an integer in 1 .. {MAX_BUCKETS}, got {k!r}")
+    return np.asarray(lo + (hi - lo) * np.arange(k + 1, dtype=np.float64) / k)

@@ -200,6 +200,41 @@ def test_memoization_within_and_across_windows(state_dir: Path, clock: FakeClock
     assert len(seen) == 3  # grr over 3 categories at epsilon 1: every item shows up
 
 
+def test_a_value_reported_again_in_its_window_draws_nothing(
+    state_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memo window's report is kept in memory by its tag: reported again, no generator
+    is keyed and nothing is drawn, and the bytes are the memo functions' (a new window and
+    another value are drawn afresh)."""
+    from ldpkit.client.codec import MetricCodec, memo_generator, memo_message
+
+    hourly = theme(bucket="hour", budget=5.0)
+    with make(state_dir, clock, metrics=[hourly]) as r:
+        draws: list[int] = []
+        real = MetricCodec.perturb
+
+        def counted(self: MetricCodec, encoded: int | float, rng: np.random.Generator) -> bytes:
+            draws.append(1)
+            return real(self, encoded, rng)
+
+        monkeypatch.setattr(MetricCodec, "perturb", counted)
+        first = r.report("theme", "dark")
+        clock.advance(3600)  # next bucket, same memo window (a day)
+        again = r.report("theme", "dark")
+        assert again.queued and again.memoized and again.report == first.report
+        assert len(draws) == 1
+        codec = MetricCodec.of(hourly)
+        window = (int(clock()) // 86400) * 86400
+        message = memo_message(codec.fingerprint, codec.value_key(codec.encode("dark")[0]), window)
+        assert first.report == real(
+            codec, codec.encode("dark")[0], memo_generator(r._state.secret, message)
+        )
+        r.report("theme", "light")
+        clock.advance(86400)
+        r.report("theme", "dark")
+        assert len(draws) == 3
+
+
 def test_memoize_off_spends_every_time(state_dir: Path, clock: FakeClock) -> None:
     with make(state_dir, clock, memoize=False, metrics=[theme(budget=3.0)]) as r:
         for _ in range(3):

@@ -141,7 +141,7 @@ def test_demo_explains_estimates_outside_their_interval() -> None:
         (metric, "300")
         for metric in (
             *("theme", "country", "rating", "session_minutes", "session_minutes_dist"),
-            *("region", "region", "car", "search_term"),
+            *("latency_ms", "region", "region", "car", "search_term"),
         )
     ]
     outside = [r for r in rows if not float(r[1]) <= float(r[0]) <= float(r[2])]

@@ -108,3 +108,34 @@ async def test_put_a_hierarchy_and_a_table_and_query_them(client: TestClient) ->
     )
     status, body = await estimates(client, "car", depth=1)
     assert (status, body["param"]) == (400, "depth")
+
+
+async def test_a_square_wave_distribution_answers_without_intervals(client: TestClient) -> None:
+    """mechanism = "square_wave": point answers from EMS, every interval null and said so."""
+    body = {**DIST, "mechanism": "square_wave", "resolution": 32}
+    status, answer = await put(client, "latency_sw", body)
+    assert status == 201, answer
+    served = answer["definition"]
+    assert served["resolved_mechanism"] == "square_wave" and served["report_size"] == 2
+    d = MetricDefinition.from_dict("latency_sw", served)
+    await send(client, d, np.random.default_rng(5).uniform(0.0, 120.0, 4000))
+    status, body = await estimates(client, "latency_sw", bins=4, quantiles="0.5", range="0,60")
+    assert status == 200 and body["n"] == 4000, body
+    assert body["interval"] == "none" and "no interval" in body["note"]
+    assert all(i["low"] is None and i["high"] is None for i in body["items"])
+    assert body["mean_low"] is None and body["range"]["low"] is None
+    assert body["quantiles"][0]["low"] is None and body["most_common"] is None
+    # Uniform values: each quarter holds a quarter (EMS's smoothing is small at the middle).
+    assert abs(body["range"]["estimate"] - 0.5) < 0.1
+    assert abs(body["quantiles"][0]["value"] - 60.0) < 12.0
+    # The Python API reads it and says there is no interval, rather than crash.
+    from ldpkit.analyst import EstimateResult
+
+    result = EstimateResult.from_json(body)
+    text = result.to_table()
+    assert "no interval: square wave + EMS is a smoothed estimate" in text, text
+    # ... and plots the point estimates, its title saying there is no interval.
+    from ldpkit.analyst.plots import plot_estimate
+
+    fig = plot_estimate(result)
+    assert "no interval" in fig.axes[0].get_title()

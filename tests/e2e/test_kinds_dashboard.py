@@ -69,6 +69,14 @@ max_length = 16
 k = 10
 epsilon = 4.0
 
+# Ordered categories: the mean rank and the shares "k or later" below the items.
+[metrics.rating]
+kind = "categorical"
+categories = ["1", "2", "3", "4", "5"]
+ordered = true
+mechanism = "exponential"
+epsilon = 4.0
+
 # The stale-then-fresh test's own metric: its estimates are computed at most once an hour
 # unless a query waits (the dashboard's follow-up does).
 [metrics.wait_minutes]
@@ -117,6 +125,8 @@ def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kinds]:
             p = 1.0 / np.arange(1, len(words) + 1) ** 1.1
             r.simulate("search_term", list(rng.choice(words, 40_000, p=p / p.sum())), rng=rng)
             r.simulate("wait_minutes", rng.uniform(0, 120, 2_000), rng=rng)
+            ratings = rng.choice(["1", "2", "3", "4", "5"], 2_000, p=[0.1, 0.1, 0.2, 0.4, 0.2])
+            r.simulate("rating", list(ratings), rng=rng)
             assert r.flush().remaining == 0
         # Readiness: every maintained estimate computed from every report posted.
         for metric in (*MAINTAINED, "wait_minutes"):
@@ -414,4 +424,26 @@ def test_a_stale_estimate_says_computing_then_the_fresh_one_is_drawn(
     page.wait_for_selector("#as-of.fresh", timeout=150_000)
     assert "2301 reports, fresh" in page.inner_text("#as-of")
     assert page.evaluate("window.ldpkitDashboard.data.n") == 2301
+    page.close()
+
+
+def test_ordered_categories_list_the_mean_rank_and_shares(
+    browser: Any, kinds: Kinds, shots: Path
+) -> None:
+    page = open_metric(browser, kinds, 1400, "rating", "categories")
+    data = page.evaluate("window.ldpkitDashboard.data")
+    assert [s["category"] for s in data["at_least"]] == ["2", "3", "4", "5"]
+    rows = {
+        cells[0]: cells[1:]
+        for cells in (
+            r.locator("td").all_inner_texts() for r in page.locator("#table tr").all()[1:]
+        )
+    }
+    assert "mean rank (1..d)" in rows
+    for share in data["at_least"]:
+        cells = rows[f"share at least {share['category']}"]
+        for text, key in zip(cells, ("estimate", "stderr", "low", "high"), strict=False):
+            assert float(text) == pytest.approx(share[key], abs=1e-3)
+    readable(page)
+    page.screenshot(path=str(shots / "kinds-ordered-1400.png"), full_page=True)
     page.close()

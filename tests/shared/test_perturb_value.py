@@ -93,8 +93,9 @@ def test_the_rest_fall_back_to_the_vectorised_path() -> None:
     """A mechanism missing from the cases above must not carry its own per-value path
     (whose bytes nothing here would check)."""
     tested = {name for name, _, _ in CATEGORICAL_CASES} | {name for name, _, _ in NUMERIC_CASES}
+    tested |= {"square_wave"}  # test_square_wave_bytes_equal
     per_value = {"grr", "rr", "sue", "oue", "olh", "ss", "hr", "duchi", "piecewise", "hybrid"}
-    per_value |= {"laplace", "exponential"}
+    per_value |= {"laplace", "exponential", "square_wave"}
     assert per_value <= tested
     from ldpkit.mechanisms import mechanism_class
 
@@ -102,6 +103,20 @@ def test_the_rest_fall_back_to_the_vectorised_path() -> None:
         own = mechanism_class(name).perturb_value is not Mechanism.perturb_value
         assert not own or name in tested, f"{name}'s per-value path is not tested"
         assert own == (name in per_value), name
+
+
+@pytest.mark.parametrize("make", GENERATORS, ids=["philox", "keyed"])
+@pytest.mark.parametrize(("eps", "resolution"), [(0.3, 16), (1.0, 64), (5.0, 1024)])
+def test_square_wave_bytes_equal(
+    make: Callable[[int], np.random.Generator], eps: float, resolution: int
+) -> None:
+    lo, hi = -40.0, 7.5
+    m = mechanism("square_wave", epsilon=eps, bounds=(lo, hi), resolution=resolution)
+    for seed in SEEDS:
+        value = lo + (hi - lo) * ((seed * 0.618034) % 1.0)
+        if seed % 10 == 0:
+            value = lo - 1.0 if seed % 20 == 0 else hi + 3.0  # clipped
+        assert m.perturb_value(value, make(seed)) == vectorised(m, value, make(seed)), seed
 
 
 @pytest.mark.parametrize(

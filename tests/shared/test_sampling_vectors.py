@@ -271,6 +271,18 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[int] | None]] = [
         ["a", "d"],
         None,
     ),
+    (
+        "square_wave",
+        {
+            "kind": "distribution",
+            "bounds": [-3.0, 7.0],
+            "resolution": 32,
+            "epsilon": 1.0,
+            "mechanism": "square_wave",
+        },
+        [-3.0, 0.123456789, 2.5, 7.0, 12.0],
+        None,
+    ),
 ]
 
 

@@ -1,0 +1,123 @@
+"""The square wave as a registered mechanism (``mechanism = "square_wave"``): its wire
+reports' law, the portable rule the clients implement, the honest range of each bucket
+count the screening uses, the estimate served without intervals, and ``auto``."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from ldpkit.aggregate import Aggregate
+from ldpkit.mechanisms import choose, mechanism
+from ldpkit.mechanisms._conformance import chi2, chi2_sf
+from ldpkit.mechanisms._portable import Words
+from ldpkit.mechanisms.square_wave import NO_INTERVAL_NOTE, SquareWaveMechanism
+from ldpkit.metrics import MetricDefinition
+
+BOUNDS = (-3.0, 7.0)
+FALSE_ALARM = 1e-6  # each chi-square test fails an honest sampler this rarely
+
+
+def make(epsilon: float = 1.0, resolution: int = 32) -> SquareWaveMechanism:
+    m = mechanism("square_wave", epsilon=epsilon, bounds=BOUNDS, resolution=resolution)
+    assert isinstance(m, SquareWaveMechanism)
+    return m
+
+
+def words(seed: int) -> Words:
+    rnd = random.Random(seed)
+    return Words(lambda: rnd.getrandbits(32))
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0, 6.0])
+def test_the_registered_rule_is_the_cores(epsilon: float) -> None:
+    """The served rule (what the clients implement) is the core's ``portable_report``."""
+    m = make(epsilon, 48)
+    served = {"bounds": list(BOUNDS), "derived": m.served_constants()}
+    for seed in range(300):
+        x = -4.0 + 12.0 * seed / 299  # both ends clipped
+        got = int.from_bytes(SquareWaveMechanism.portable_report(served, x, words(seed)), "little")
+        assert got == m.core.portable_report(min(max(x, -3.0), 7.0), words(seed)), seed
+
+
+@pytest.mark.parametrize(("epsilon", "value"), [(0.5, -3.0), (1.0, 0.4), (4.0, 7.0)])
+def test_wire_reports_follow_the_point_channel(epsilon: float, value: float) -> None:
+    """20,000 reports of one value against the exact law of its bucket (chi-square)."""
+    m = make(epsilon)
+    reports = m.perturb(np.full(20_000, value), np.random.default_rng(7))
+    assert reports.dtype == np.dtype("<u2") and bool(np.all(m.check_reports(reports)))
+    [(_, stat, dof, _)] = m.conformance_tests(reports, value, m.served_constants())
+    assert chi2_sf(stat, dof) > FALSE_ALARM
+    # The same reports are not those of a value a bucket's width away (the test can fail).
+    other = m.core.point_channel([value + (4.0 if value < 2.0 else -4.0)])[0]
+    counts = np.bincount(reports.astype(np.int64), minlength=m.outputs)
+    assert chi2_sf(*chi2(counts, other)) < FALSE_ALARM
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 5.0])
+def test_bucket_ranges_are_each_buckets_extremes_over_the_values(epsilon: float) -> None:
+    """The corners give the exact min and max: a fine grid of values stays within them
+    and comes within its step's change of both."""
+    m = make(epsilon, 16)
+    low, high = m.bucket_ranges()
+    grid = np.linspace(*BOUNDS, 20_001)
+    law = m.core.point_channel(grid)
+    ulps = 1e-12  # rounding of the grid's values and of the overlaps
+    assert np.all(law.min(axis=0) >= low * (1 - ulps))
+    assert np.all(law.max(axis=0) <= high * (1 + ulps))
+    step = (m.core.p - m.core.q) * (1.0 / 20_000)  # the law moves this much per grid step
+    assert np.all(law.min(axis=0) <= low + step) and np.all(law.max(axis=0) >= high - step)
+
+
+def test_screening_passes_honest_extremes_and_flags_a_forged_bucket() -> None:
+    m = make(1.0)
+    rng = np.random.default_rng(3)
+    for value in (BOUNDS[0], 2.0, BOUNDS[1]):  # every report from one value: the extremes
+        honest = m.aggregate(m.perturb(np.full(20_000, value), rng))
+        assert m.screen_aggregate(honest, 1e-3) is None, value
+    sums = m.aggregate(m.perturb(rng.uniform(*BOUNDS, 20_000), rng)).sums.copy()
+    sums[5] += 1500  # 7% of the reports forged into one bucket (its honest max: 5.4%)
+    found = m.screen_aggregate(Aggregate(int(sums.sum()), sums), 1e-3)
+    assert found is not None and "output bucket 5" in found.reason
+
+
+def test_the_estimate_has_point_answers_and_no_interval() -> None:
+    m = make(2.0)
+    rng = np.random.default_rng(11)
+    e = m.estimate(m.aggregate(m.perturb(rng.uniform(*BOUNDS, 5000), rng)))
+    data = e.to_dict(bins=4, quantiles=[0.5], range_=(-3.0, 2.0))
+    assert data["note"] == NO_INTERVAL_NOTE and data["methods"]["items"] == "none"
+    assert all(i["low"] is i["high"] is i["stderr"] is None for i in data["items"])
+    assert data["mean_low"] is None and data["quantiles"][0]["low"] is None
+    assert sum(i["estimate"] for i in data["items"]) == pytest.approx(1.0)
+    empty = m.estimate(m.empty_aggregate()).to_dict(bins=4)
+    assert empty["mean"] is None and all(i["estimate"] is None for i in empty["items"])
+
+
+def test_auto_keeps_the_hierarchical_histogram_and_says_why() -> None:
+    c = choose(epsilon=1.0, bounds=BOUNDS, resolution=64)
+    assert c.name == "hh" and "square_wave" not in c.variances
+    assert "not weighed: square_wave" in c.explain() and "no interval" in c.explain()
+
+
+def test_a_definition_takes_square_wave_and_its_fingerprint_says_so() -> None:
+    spec = {"kind": "distribution", "bounds": list(BOUNDS), "resolution": 32, "epsilon": 1.0}
+    hh = MetricDefinition.from_dict("m", spec)
+    sw = MetricDefinition.from_dict("m", {**spec, "mechanism": "square_wave"})
+    assert hh.resolved_mechanism == "hh" and sw.resolved_mechanism == "square_wave"
+    assert sw.fingerprint != hh.fingerprint
+    assert sw.to_dict()["derived"] == make(1.0).served_constants()
+
+
+def test_a_square_wave_metric_is_not_planned_as_if_it_had_intervals() -> None:
+    from ldpkit.errors import ParameterError
+    from ldpkit.kinds.base import PlanTarget
+
+    spec = {"kind": "distribution", "bounds": list(BOUNDS), "resolution": 32, "epsilon": 1.0}
+    hh = MetricDefinition.from_dict("m", spec)
+    assert hh.kind_spec.plan(hh, PlanTarget(n=10_000)).lines  # hh is planned
+    sw = MetricDefinition.from_dict("m", {**spec, "mechanism": "square_wave"})
+    with pytest.raises(ParameterError, match="no interval"):
+        sw.kind_spec.plan(sw, PlanTarget(n=10_000))
