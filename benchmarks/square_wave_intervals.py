@@ -151,8 +151,10 @@ def main() -> None:
     grids = [int(x) for x in args.grids.split(",")]
     print(f"campaigns {args.campaigns}, d' = {RESOLUTION}, {BINS} bins, range {RANGE}, 95%")
     print("truth: fine = exact output law of the population; grid = P^T f on the grid")
-    head = "population  eps  n       d  truth  bin cov min/mean  range cov  sw width  hh64 hh1024  x hh64"
-    print(head)
+    print(
+        "population  eps  n       d  truth  bin cov min/mean  range cov"
+        "  sw width  hh64 hh1024  x hh64"
+    )
     for name, people in PEOPLE.items():
         for eps in [float(x) for x in args.eps.split(",")]:
             for n in [int(x) for x in args.ns.split(",")]:
