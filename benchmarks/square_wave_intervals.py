@@ -27,7 +27,7 @@ campaigns a coverage of 0.95 has a standard error of sqrt(0.95 x 0.05 / C) (0.01
 the minimum over 16 bins sits about 2 of them below the mean by chance alone.
 
 Run: ``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 nice -n 15 .venv/bin/python
-benchmarks/square_wave_intervals.py [--campaigns 400] [--grids 64,32,16] [--eps 1,2,4]
+benchmarks/square_wave_intervals.py [--campaigns 400] [--grids 64,48,32,16] [--eps 1,2,4]
 [--ns 10000,100000] [--seed 30]``.
 """
 
@@ -142,7 +142,7 @@ def hh_width(people: Population, eps: float, n: int, resolution: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--campaigns", type=int, default=400)
-    ap.add_argument("--grids", default="64,32,16")
+    ap.add_argument("--grids", default="64,48,32,16")
     ap.add_argument("--eps", default="1,2,4")
     ap.add_argument("--ns", default="10000,100000")
     ap.add_argument("--seed", type=int, default=30)
