@@ -806,15 +806,23 @@ def ipf(
         onehot = np.zeros((labels.size, goal.shape[1]))
         onehot[np.arange(labels.size), labels] = 1.0
         onehots.append(onehot)
+    # Each table stops on its own (R tables at once used to run until the slowest had
+    # converged: an over-time answer's or a simulation's thousands of rows paid for one).
+    active = np.arange(work.shape[0])
     for _ in range(max_iterations):
-        gap = 0.0
-        for labels, goal, onehot in zip(partitions, goals_ok, onehots, strict=True):
-            sums = work @ onehot
-            gap = max(gap, float(np.max(np.abs(sums - goal), initial=0.0)))
-            factor = np.divide(goal, sums, out=np.zeros_like(goal), where=sums > 0)
-            work *= factor[:, labels]
-        if gap <= tolerance:  # every margin already fitted before this pass rescaled it
+        if active.size == 0:
             break
+        part = work[active]
+        gap = np.zeros(active.size)
+        for labels, goal, onehot in zip(partitions, goals_ok, onehots, strict=True):
+            wanted = goal[active]
+            sums = part @ onehot
+            gap = np.maximum(gap, np.max(np.abs(sums - wanted), axis=1, initial=0.0))
+            factor = np.divide(wanted, sums, out=np.zeros_like(wanted), where=sums > 0)
+            part *= factor[:, labels]
+        work[active] = part
+        # A table whose every margin was already fitted before this pass rescaled it is done.
+        active = active[gap > tolerance]
     total = work.sum(axis=1, keepdims=True)
     work = np.divide(work, total, out=work, where=total > 0)
     out = np.full(cells.shape, np.nan)
