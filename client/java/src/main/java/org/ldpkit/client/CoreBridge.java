@@ -56,15 +56,14 @@ final class CoreBridge {
     }
 
     static boolean knownPeriod(String period) {
-        return "hour".equals(period) || "day".equals(period) || "week".equals(period);
+        return Definitions.PERIODS.containsKey(period);
     }
 
-    /** The seconds of a period (hour, day, week), as docs/protocol.md defines them. */
+    /** The seconds of a period (hour, day, week): {@link Definitions#PERIODS}. */
     static long seconds(String period) {
-        if ("hour".equals(period)) return 3600;
-        if ("day".equals(period)) return 86400;
-        if ("week".equals(period)) return 604800;
-        throw new IllegalArgumentException("not a period: " + period);
+        Long s = Definitions.PERIODS.get(period);
+        if (s == null) throw new IllegalArgumentException("not a period: " + period);
+        return s;
     }
 
     /** {@code String.join(", ", names)} (String.join is API 26 on Android). */

@@ -24,26 +24,9 @@ class DefinitionsTest {
                 + "from ldpkit.conformance import make_plan, served_for_verification\n"
                 + "plan = make_plan(200)\n"
                 + "print(json.dumps([[lie, d] for _, d, lie in served_for_verification(plan['metrics'])]))\n"));
-        int honest = 0;
-        int lies = 0;
-        List<String> problems = new ArrayList<String>();
-        for (Object item : (List<?>) data) {
-            Object lie = ((List<?>) item).get(0);
-            Map<String, Object> served = VectorsTest.object(((List<?>) item).get(1));
-            String what = served.get("name") + (lie == null ? " (honest)" : " lying about " + lie);
-            try {
-                Definitions.prepare(served);
-                if (lie != null) problems.add("accepted " + what);
-                else honest++;
-            } catch (DefinitionException err) {
-                if (lie == null) problems.add("refused " + what + ": " + err.getMessage());
-                else lies++;
-                if (lie != null && !java.util.Arrays.asList(((String) lie).split(", ")).contains(err.constant())) problems.add(what + " refused naming " + err.constant() + ": " + err.getMessage());
-            }
-        }
-        assertEquals(new ArrayList<String>(), problems);
-        assertTrue(honest >= 30 && lies >= 50, honest + " honest, " + lies + " lies");
-        System.out.println("conformance definitions: " + honest + " accepted, " + lies + " refused");
+        int[] counts = checkServedAndLies(data);
+        assertTrue(counts[0] >= 30 && counts[1] >= 50, counts[0] + " honest, " + counts[1] + " lies");
+        System.out.println("conformance definitions: " + counts[0] + " accepted, " + counts[1] + " refused");
     }
 
     /**
@@ -273,5 +256,34 @@ class DefinitionsTest {
             double want = ((Number) ((List<?>) c).get(1)).doubleValue();
             assertTrue(Math.abs(Definitions.erfc(x) - want) <= 1e-13 * want, "erfc(" + x + ") = " + Definitions.erfc(x) + ", Python " + want);
         }
+    }
+
+    /**
+     * Prepares each {@code [lie, definition]} pair the kit serves: an honest one (lie null)
+     * must be accepted, a lying one refused naming one of the constants the kit lied about.
+     * Returns {honest accepted, lies refused}; fails listing every problem.
+     */
+    static int[] checkServedAndLies(Object data) {
+        int honest = 0;
+        int lies = 0;
+        List<String> problems = new ArrayList<String>();
+        for (Object item : (List<?>) data) {
+            Object lie = ((List<?>) item).get(0);
+            Map<String, Object> served = VectorsTest.object(((List<?>) item).get(1));
+            String what = served.get("name") + (lie == null ? " (honest)" : " lying about " + lie);
+            try {
+                Definitions.prepare(served);
+                if (lie != null) problems.add("accepted " + what);
+                else honest++;
+            } catch (DefinitionException err) {
+                if (lie == null) problems.add("refused " + what + ": " + err.getMessage());
+                else lies++;
+                if (lie != null && !java.util.Arrays.asList(((String) lie).split(", ")).contains(err.constant())) {
+                    problems.add(what + " refused naming " + err.constant() + ": " + err.getMessage());
+                }
+            }
+        }
+        assertEquals(new ArrayList<String>(), problems);
+        return new int[] {honest, lies};
     }
 }

@@ -4,8 +4,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 
@@ -84,26 +82,7 @@ class ExponentialTest {
                 + "from ldpkit.conformance import make_plan, served_for_verification\n"
                 + "metrics = [m for m in make_plan(200)['metrics'] if m['resolved_mechanism'] == 'exponential']\n"
                 + "print(json.dumps([[lie, d] for _, d, lie in served_for_verification(metrics)]))\n"));
-        int honest = 0;
-        int lies = 0;
-        List<String> problems = new ArrayList<String>();
-        for (Object item : (List<?>) data) {
-            Object lie = ((List<?>) item).get(0);
-            Map<String, Object> served = VectorsTest.object(((List<?>) item).get(1));
-            String what = served.get("name") + (lie == null ? " (honest)" : " lying about " + lie);
-            try {
-                Definitions.prepare(served);
-                if (lie != null) problems.add("accepted " + what);
-                else honest++;
-            } catch (DefinitionException err) {
-                if (lie == null) problems.add("refused " + what + ": " + err.getMessage());
-                else lies++;
-                if (lie != null && !Arrays.asList(((String) lie).split(", ")).contains(err.constant())) {
-                    problems.add(what + " refused naming " + err.constant() + ": " + err.getMessage());
-                }
-            }
-        }
-        assertEquals(new ArrayList<String>(), problems);
-        assertTrue(honest >= 4 && lies >= 20, honest + " honest, " + lies + " lies");
+        int[] counts = DefinitionsTest.checkServedAndLies(data);
+        assertTrue(counts[0] >= 4 && counts[1] >= 20, counts[0] + " honest, " + counts[1] + " lies");
     }
 }
