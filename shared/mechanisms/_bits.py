@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -209,7 +209,8 @@ class OneDraws:
     vectorised samplers take from ``rng`` for a batch of one.
 
     - :meth:`u64` is ``uniform_u64(rng, 1)[0]`` (:func:`rng_words`: a
-      :class:`~ldpkit.randomness.KeyedGenerator`'s AES keystream, else the bit generator);
+      :class:`~ldpkit.randomness.KeyedGenerator`'s AES keystream, else the bit generator),
+      :meth:`u64s` the next ``count`` of them;
     - :meth:`random` is ``rng.random()``: numpy's double, ``(next64 >> 11) * 2**-53``;
     - :meth:`integers` is ``rng.integers(0, high)``: numpy's Lemire sampler, on 32-bit
       halves of the bit generator's words (low half first) when ``high - 1 < 2**32``.
@@ -230,6 +231,14 @@ class OneDraws:
         if self._words is not None:
             return int(self._words(1)[0])
         return self._raw()
+
+    def u64s(self, count: int) -> list[int]:
+        """The next ``count`` of :meth:`u64`, in one call (no word read ahead)."""
+        # (casts by name: evaluating list[int] here would cost a microsecond a call)
+        if self._words is not None:
+            return cast("list[int]", self._words(count).tolist())
+        many = cast("Callable[[int], npt.NDArray[np.uint64]]", self._raw)
+        return cast("list[int]", many(count).tolist())
 
     def random(self) -> float:
         return (self._raw() >> 11) * _DOUBLE

@@ -658,20 +658,23 @@ class WordQueue:
     ahead changes nothing it sends).
     """
 
-    __slots__ = ("_block", "_buffer", "_next", "_words")
+    __slots__ = ("_block", "_block_after", "_buffer", "_next", "_words")
 
-    def __init__(self, words: WordSource, block: int = 256) -> None:
+    def __init__(self, words: WordSource, block: int = 256, first: int | None = None) -> None:
         self._words = words
-        self._block = block
+        self._block = block if first is None else first  # the first fetch (see one_row_queue)
         self._buffer = b""
         self._next = 0  # byte offset of the next word
+        self._block_after = block
 
     def _advance(self, count: int) -> int:
         """Make ``count`` words available; their byte offset (consumed)."""
-        start, stop = self._next, self._next + 8 * count
+        start = self._next
+        stop = start + 8 * count
         if stop > len(self._buffer):
             rest = self._buffer[start:]
             more = self._words(max(self._block, count - len(rest) // 8))
+            self._block = self._block_after
             self._buffer = rest + more.astype("<u8", copy=False).tobytes()
             start, stop = 0, 8 * count
         self._next = stop
@@ -691,6 +694,17 @@ class WordQueue:
         """The next ``count`` words as one integer, word i at bits 64 i .. 64 i + 63."""
         start = self._advance(count)
         return int.from_bytes(self._buffer[start : start + 8 * count], "little")
+
+    def take_ints(self, rounds: int, width: int) -> list[int]:
+        """``rounds`` calls of ``take_int(width)`` in one."""
+        start = self._advance(rounds * width)
+        buffer, size = self._buffer, 8 * width
+        if width == 1:
+            return list(struct.unpack_from(f"<{rounds}Q", buffer, start))
+        return [
+            int.from_bytes(buffer[at : at + size], "little")
+            for at in range(start, start + rounds * size, size)
+        ]
 
     def values(self, count: int, bits: int) -> tuple[int, ...]:
         """``count`` values of ``bits`` (16 or 32) bits from the next whole words, lowest
@@ -720,14 +734,25 @@ def threshold_row(queue: WordQueue, width: int, count: int) -> int:
         return 0
     bound = (1 << 64) - count
     greater, equal = 0, (1 << (64 * width)) - 1
-    for i in range(FULL_ROUNDS):
-        r = queue.take_int(width)
+    for i, r in enumerate(queue.take_ints(FULL_ROUNDS, width)):
         if (bound >> (63 - i)) & 1:
             equal &= r
         else:
             taken = equal & r
             greater |= taken
             equal ^= taken
+    if width == 1:  # (one word of lanes: the rounds below without the lists)
+        for i in range(FULL_ROUNDS, 64):
+            if not equal:
+                break
+            r = queue.take_one()
+            if (bound >> (63 - i)) & 1:
+                equal &= r
+            else:
+                taken = equal & r
+                greater |= taken
+                equal ^= taken
+        return greater | equal
     more = _split(greater, width)
     eq = _split(equal, width)
     for i in range(FULL_ROUNDS, 64):
@@ -752,8 +777,7 @@ def dense_row(queue: WordQueue, width: int, bits: int, numerator: int) -> int:
         return 0 if numerator <= 0 else (1 << (64 * width)) - 1
     whole = (1 << (64 * width)) - 1
     less, equal = 0, whole
-    for i in range(bits):
-        r = queue.take_int(width)
+    for i, r in enumerate(queue.take_ints(bits, width)):
         if (numerator >> (bits - 1 - i)) & 1:
             less |= equal & ~r & whole
             equal &= r
@@ -882,4 +906,11 @@ class OneRow:
 
     def perturb_value(self, value: Any, rng: np.random.Generator) -> bytes:
         """:meth:`perturb_one`'s report as bytes (words in blocks, Python integers)."""
-        return finish_row_bytes(*self._one_row(int(value), WordQueue(_bits.rng_words(rng))))
+        return finish_row_bytes(*self._one_row(int(value), self.one_row_queue(rng)))
+
+    def one_row_queue(self, rng: np.random.Generator) -> WordQueue:
+        """A queue of ``rng``'s words for one report, whose first fetch holds what most
+        reports take (about 8 words a word of lanes: 10 at d = 16, 100 at d = 1024; a fetch
+        costs about a microsecond whatever its size up to a few hundred words)."""
+        lanes: int = getattr(self, "domain_size")  # noqa: B009 (the mechanism's, not OneRow's)
+        return WordQueue(_bits.rng_words(rng), first=8 * words_per_row(lanes) + 24)

@@ -17,6 +17,7 @@ Reports are numpy arrays of ``report_dtype`` (one row per report). Their raw byt
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -42,6 +43,7 @@ from ..estimates import (
 from ..intervals import normal_quantile
 from ..randomness import resolve_rng
 from ..screening import Finding
+from ._bits import threshold64_floor
 from ._dyadic import check_min_epsilon
 from ._values import check_numbers, in_range, whole_floats
 
@@ -379,6 +381,12 @@ class FrequencyOracle(Mechanism):
         self._set(domain_size=check_domain_size(self.domain_size))
         p, q = self._support_probabilities()
         self._set(p=p, q=q)
+
+    @functools.cached_property
+    def keep_threshold(self) -> int:
+        """``p`` as the 64-bit threshold the samplers compare a word with (a word below it:
+        support the true item), exactly as served (``keep``, ``p``, ``in``); once."""
+        return threshold64_floor(self.p)
 
     @abstractmethod
     def _support_probabilities(self) -> tuple[float, float]:

@@ -44,6 +44,7 @@ EM algorithm", JRSS B 1977.
 from __future__ import annotations
 
 import bisect
+import decimal
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,7 +67,6 @@ from ..intervals import SCORE, Bounds, normal_quantile
 from ..randomness import resolve_rng
 from ..screening import check_fraction
 from . import _bits
-from ._bits import threshold64_floor
 from ._conformance import CATEGORIES, case_name, chi2
 from ._linear_intervals import LinearBounds, hull, score_bounds
 from ._portable import hex64
@@ -134,6 +134,69 @@ def exact_scale(quality: FloatArray, epsilon: float) -> float:
         else:
             hi = mid
     return lo
+
+
+_SCALE_BITS = 44  # significant bits of the served scale (see served_scale)
+_DECIMAL = decimal.Context(prec=40)
+
+
+def _decimal_rows(
+    quality: FloatArray, scale: float
+) -> list[tuple[list[decimal.Decimal], list[decimal.Decimal], decimal.Decimal]]:
+    """Per row x: ``s q(x, o)`` and ``exp(s q(x, o))`` for every o, and
+    ``Z_x = sum_o exp(s q(x, o))``, in 40-digit
+    decimal arithmetic (exp and ln correctly rounded there, so the same on every machine);
+    each distinct score's exp computed once."""
+    ctx, s = _DECIMAL, decimal.Decimal(scale)
+    exps: dict[float, decimal.Decimal] = {}
+    rows = []
+    for row in quality.tolist():
+        a = [ctx.multiply(s, decimal.Decimal(v)) for v in row]
+        for v, av in zip(row, a, strict=True):
+            if v not in exps:
+                exps[v] = ctx.exp(av)
+        e = [exps[v] for v in row]
+        rows.append((a, e, sum(e, decimal.Decimal(0))))
+    return rows
+
+
+def _decimal_loss(quality: FloatArray, scale: float) -> decimal.Decimal:
+    """:func:`privacy_loss` in decimal (see :func:`_decimal_rows`)."""
+    log_rows = []
+    for a, _, z in _decimal_rows(quality, scale):
+        log_z = _DECIMAL.ln(z)
+        log_rows.append([av - log_z for av in a])
+    return max(max(c) - min(c) for c in zip(*log_rows, strict=True))
+
+
+def served_scale(quality: FloatArray, epsilon: float, scale: float) -> float:
+    """The scale a served definition uses: ``scale`` (:func:`exact_scale`, computed with
+    the machine's exp and log, which differ in the last bit between CPUs) moved to the
+    largest multiple of ``2^(e - 44)`` (``2^e`` about ``scale``) whose privacy loss,
+    computed in decimal, is at most ``epsilon``: the same on every machine, and within
+    ``2^-43`` of the exact scale (relative)."""
+    step = math.ldexp(1.0, math.frexp(scale)[1] - _SCALE_BITS)
+    k = math.floor(scale / step)
+    bound = decimal.Decimal(epsilon)
+    while _decimal_loss(quality, (k + 1) * step) <= bound:
+        k += 1
+    while k > 1 and _decimal_loss(quality, k * step) > bound:
+        k -= 1
+    return k * step
+
+
+def served_thresholds(quality: FloatArray, scale: float) -> tuple[tuple[int, ...], ...]:
+    """Each row's 64-bit cumulative thresholds ``floor(2^64 (P[x, 0] + ... + P[x, o]))``,
+    ``o < m - 1``, computed in decimal: the same on every machine."""
+    ctx, two64 = _DECIMAL, decimal.Decimal(1 << 64)
+    rows = []
+    for _, e, z in _decimal_rows(quality, scale):
+        total, row = decimal.Decimal(0), []
+        for ev in e[:-1]:
+            total += ev
+            row.append(min(int(ctx.divide(ctx.multiply(total, two64), z)), (1 << 64) - 1))
+        rows.append(tuple(row))
+    return tuple(rows)
 
 
 @dataclass(frozen=True)
@@ -709,8 +772,9 @@ class Exponential(FrequencyOracle):
                 + f" on {d} categories is singular: its frequencies cannot be estimated; "
                 "choose another band or score"
             )
-        cum = np.cumsum(core.channel, axis=1)[:, :-1]
-        rows = tuple(tuple(threshold64_floor(float(c)) for c in row) for row in cum)
+        # Served constants must be the same bits on every machine (docs/protocol.md's
+        # vectors): the scale on a coarse grid and the thresholds, both settled in decimal.
+        rows = served_thresholds(core.quality, served_scale(core.quality, core.epsilon, core.scale))
         scores = None if self.scores is None else tuple(map(tuple, core.quality.tolist()))
         self._set(core=core, thresholds=rows, scores=scores)
         law = self.output_law()

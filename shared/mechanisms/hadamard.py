@@ -115,7 +115,7 @@ class HadamardResponse(FrequencyOracle):
         row = values.astype(np.uint64) + np.uint64(1)
         c = _bits.uniform_u64(rng, n) & np.uint64(self.K - 1)
         inside = (np.bitwise_count(row & c) & np.uint8(1)) == 0
-        want = _bits.uniform_u64(rng, n) < np.uint64(_bits.threshold64_floor(self.p))
+        want = _bits.uniform_u64(rng, n) < np.uint64(self.keep_threshold)
         flip = np.where(inside != want, row & (~row + np.uint64(1)), np.uint64(0))
         return (c ^ flip).astype(REPORT_DTYPE)
 
@@ -125,7 +125,7 @@ class HadamardResponse(FrequencyOracle):
         row = int(value) + 1
         c = draws.u64() & (self.K - 1)
         inside = (row & c).bit_count() & 1 == 0
-        want = draws.u64() < _bits.threshold64_floor(self.p)
+        want = draws.u64() < self.keep_threshold
         flip = row & -row if inside != want else 0
         return (c ^ flip).to_bytes(4, "little")
 
@@ -180,7 +180,7 @@ class HadamardResponse(FrequencyOracle):
 
     # --- the portable rule and the conformance law -------------------------------------
     def served_constants(self) -> dict[str, Any]:
-        return {"K": self.K, "keep": hex64(_bits.threshold64_floor(self.p))}
+        return {"K": self.K, "keep": hex64(self.keep_threshold)}
 
     @classmethod
     def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:

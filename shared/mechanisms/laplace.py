@@ -153,9 +153,11 @@ class LocalLaplace(GridMechanism):
         draws = OneDraws(rng)
         rounded = self.round_one(float(value), draws)
         g = [0, 0]  # _geometric(rng, 2): digit j reads words 2 j, 2 j + 1
-        for j, threshold in enumerate(self.digit_thresholds):
-            for i in (0, 1):
-                g[i] |= (draws.u64() < threshold) << j
+        thresholds = self.digit_thresholds
+        words = draws.u64s(2 * len(thresholds))
+        for j, threshold in enumerate(thresholds):
+            g[0] |= (words[2 * j] < threshold) << j
+            g[1] |= (words[2 * j + 1] < threshold) << j
         block = 1 << len(self.digit_thresholds)
         active = [0, 1]
         while active:

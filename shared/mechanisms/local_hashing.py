@@ -191,7 +191,7 @@ class OptimizedLocalHashing(FrequencyOracle):
         """Reports for ``values`` under the given hash keys (randomized response on y)."""
         n = values.size
         true = bucket(values, a, b, self.g)
-        keep = _bits.uniform_u64(rng, n) < np.uint64(_bits.threshold64_floor(self.p))
+        keep = _bits.uniform_u64(rng, n) < np.uint64(self.keep_threshold)
         other = rng.integers(0, self.g - 1, size=n, dtype=np.uint64)
         other += other >= true
         out = np.empty(n, dtype=REPORT_DTYPE)
@@ -211,7 +211,7 @@ class OptimizedLocalHashing(FrequencyOracle):
         a = draws.u64()
         b = draws.u64()
         true = olh_bucket(int(value), a, b, self.g)
-        keep = draws.u64() < _bits.threshold64_floor(self.p)
+        keep = draws.u64() < self.keep_threshold
         other = draws.integers(self.g - 1)
         y = true if keep else other + (other >= true)
         return struct.pack("<QQI", a, b, y)
@@ -299,7 +299,7 @@ class OptimizedLocalHashing(FrequencyOracle):
 
     # --- the portable rule and the conformance law -------------------------------------
     def served_constants(self) -> dict[str, Any]:
-        return {"g": self.g, "keep": hex64(_bits.threshold64_floor(self.p))}
+        return {"g": self.g, "keep": hex64(self.keep_threshold)}
 
     @classmethod
     def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:

@@ -56,7 +56,7 @@ class GeneralizedRR(FrequencyOracle):
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint32]:
         n = values.size
         # A 64-bit coin at floor(p 2^64): the rule of docs/protocol.md ("keep" threshold).
-        keep = _bits.uniform_u64(rng, n) < np.uint64(_bits.threshold64_floor(self.p))
+        keep = _bits.uniform_u64(rng, n) < np.uint64(self.keep_threshold)
         # Uniform over the other d - 1 items: draw from d - 1 and skip over the true one.
         other = rng.integers(0, self.domain_size - 1, size=n)
         other += other >= values
@@ -66,7 +66,7 @@ class GeneralizedRR(FrequencyOracle):
         """:meth:`_perturb` of one value, in Python integers (the same words, the same bytes)."""
         draws = _bits.OneDraws(rng)
         v = int(value)
-        keep = draws.u64() < _bits.threshold64_floor(self.p)
+        keep = draws.u64() < self.keep_threshold
         other = draws.integers(self.domain_size - 1)
         return (v if keep else other + (other >= v)).to_bytes(4, "little")
 
@@ -99,7 +99,7 @@ class GeneralizedRR(FrequencyOracle):
 
     # --- the portable rule and the conformance law -------------------------------------
     def served_constants(self) -> dict[str, Any]:
-        return {"keep": hex64(_bits.threshold64_floor(self.p))}
+        return {"keep": hex64(self.keep_threshold)}
 
     @classmethod
     def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:

@@ -153,7 +153,7 @@ class SubsetSelection(_lanes.OneRow, _bits.BitmapReports, FrequencyOracle):
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         if values.size == 1:  # a device's report: the same rule, in Python integers
-            return self.perturb_one(int(values[0]), _lanes.WordQueue(_bits.rng_words(rng)))
+            return self.perturb_one(int(values[0]), self.one_row_queue(rng))
         return self.perturb_words(values, _bits.rng_words(rng))
 
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
@@ -166,7 +166,7 @@ class SubsetSelection(_lanes.OneRow, _bits.BitmapReports, FrequencyOracle):
         d, k = self.domain_size, self.k
         width = _lanes.words_per_row(d)
         out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
-        threshold = np.uint64(_bits.threshold64_floor(self.p))
+        threshold = np.uint64(self.keep_threshold)
         a = self.sampling_plan.dense
         rows_per_step = max(_MIN_CHUNK_ROWS, _CHUNK_WORDS // width)
         for start in range(0, values.size, rows_per_step):
@@ -214,7 +214,7 @@ class SubsetSelection(_lanes.OneRow, _bits.BitmapReports, FrequencyOracle):
         """One report's row (lane j = bit j) before :func:`_lanes.finish_row` (and its
         arguments)."""
         d, k = self.domain_size, self.k
-        inside = queue.take_one() < _bits.threshold64_floor(self.p)
+        inside = queue.take_one() < self.keep_threshold
         target = k - inside
         m, a, window = self.sampling_plan
         if a == 0:  # no dense start
@@ -280,7 +280,7 @@ class SubsetSelection(_lanes.OneRow, _bits.BitmapReports, FrequencyOracle):
 
     # --- the portable rule and the conformance law -------------------------------------
     def served_constants(self) -> dict[str, Any]:
-        return {"k": self.k, "in": hex64(_bits.threshold64_floor(self.p))}
+        return {"k": self.k, "in": hex64(self.keep_threshold)}
 
     @classmethod
     def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:

@@ -102,18 +102,18 @@ class _UnaryEncoding(_lanes.OneRow, _bits.BitmapReports, FrequencyOracle):
     @property
     def realized_probabilities(self) -> tuple[float, float]:
         """``(p', q')``: the sampler's exact probabilities (as floats, for display)."""
-        return _bits.threshold64_floor(self.p) / 2**64, float(self.sampling_plan.probability())
+        return self.keep_threshold / 2**64, float(self.sampling_plan.probability())
 
     def _perturb(self, values: IntArray, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
         if values.size == 1:  # a device's report: the same rule, in Python integers
-            return self.perturb_one(int(values[0]), _lanes.WordQueue(_bits.rng_words(rng)))
+            return self.perturb_one(int(values[0]), self.one_row_queue(rng))
         return self.perturb_words(values, _bits.rng_words(rng))
 
     def _one_row(self, value: int, queue: _lanes.WordQueue) -> tuple[int, int, int, bool]:
         """One report's row (lane j = bit j) before :func:`_lanes.finish_row` (and its
         arguments)."""
         d = self.domain_size
-        true_bit = queue.take_one() < _bits.threshold64_floor(self.p)
+        true_bit = queue.take_one() < self.keep_threshold
         return _lanes.unary_row(queue, d, self.sampling_plan), d, value, true_bit
 
     def perturb_words(self, values: IntArray, words: _lanes.WordSource) -> npt.NDArray[np.uint8]:
@@ -126,7 +126,7 @@ class _UnaryEncoding(_lanes.OneRow, _bits.BitmapReports, FrequencyOracle):
         d = self.domain_size
         width = _lanes.words_per_row(d)
         out = np.empty((values.size, _bits.packed_size(d)), dtype=np.uint8)
-        true_threshold = np.uint64(_bits.threshold64_floor(self.p))
+        true_threshold = np.uint64(self.keep_threshold)
         rows_per_step = max(1, _CHUNK_WORDS // width)
         plan = self.sampling_plan
         for start in range(0, values.size, rows_per_step):
@@ -235,7 +235,7 @@ class _UnaryEncoding(_lanes.OneRow, _bits.BitmapReports, FrequencyOracle):
 
     # --- the portable rule and the conformance law -------------------------------------
     def served_constants(self) -> dict[str, Any]:
-        return {"p": hex64(_bits.threshold64_floor(self.p)), "q": hex64(ceil64(self.q))}
+        return {"p": hex64(self.keep_threshold), "q": hex64(ceil64(self.q))}
 
     @classmethod
     def portable_item(cls, derived: Derived, d: int, x: int, words: Words) -> bytes:
