@@ -162,11 +162,12 @@ def _decimal_rows(
 
 def _decimal_loss(quality: FloatArray, scale: float) -> decimal.Decimal:
     """:func:`privacy_loss` in decimal (see :func:`_decimal_rows`)."""
-    log_rows = []
+    log_rows: list[list[decimal.Decimal]] = []
     for a, _, z in _decimal_rows(quality, scale):
         log_z = _DECIMAL.ln(z)
         log_rows.append([av - log_z for av in a])
-    return max(max(c) - min(c) for c in zip(*log_rows, strict=True))
+    spreads: list[decimal.Decimal] = [max(c) - min(c) for c in zip(*log_rows, strict=True)]
+    return max(spreads)
 
 
 def served_scale(quality: FloatArray, epsilon: float, scale: float) -> float:
