@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/client.py                 # everything
     .venv/bin/python benchmarks/client.py --no-delivery   # latency only
+    .venv/bin/python benchmarks/client.py --against ../old -n 2000   # vs another checkout
 
 Latency: every mechanism (categorical at d = 16 and d = 1024, numeric on [0, 1]), with
 epsilon 1. Each call is a *fresh* report (a new hourly budget window, so the full path
@@ -159,6 +160,89 @@ def run_latency(n: int) -> list[dict[str, object]]:
     return rows
 
 
+# --- against another tree ---------------------------------------------------------------
+# The same measurement run by any checkout's own Python (it uses only the public Reporter
+# API of every version since the client had clock= and background=), so that report() of
+# this tree and of a baseline are timed by one harness, alternated case by case.
+BASELINE_HARNESS = r"""
+import json, sys, tempfile, time
+import numpy as np
+from ldpkit.client import MetricDefinition, Reporter
+
+class SteppingClock:
+    def __init__(self):
+        self.now = float(int(time.time()) // 3600 * 3600)
+    def __call__(self):
+        self.now += 3600.0
+        return self.now
+
+n, name, domain = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+if domain == "num":
+    definition = MetricDefinition.numeric(
+        "bench", (0.0, 1.0), epsilon=1.0, mechanism=name, bucket="hour", budget_period="hour")
+    value = 0.3
+else:
+    cats = [f"c{i}" for i in range(int(domain))]
+    definition = MetricDefinition.categorical(
+        "bench", cats, epsilon=1.0, mechanism=name, bucket="hour", budget_period="hour")
+    value = cats[int(domain) // 3]
+with tempfile.TemporaryDirectory() as tmp:
+    r = Reporter("http://127.0.0.1:9", state_dir=tmp, metrics=[definition],
+                 clock=SteppingClock(), background=False, max_outbox=2 * n + 1000)
+    for _ in range(200):
+        r.report("bench", value)
+    times = np.empty(n)
+    clock, report = time.perf_counter_ns, r.report
+    for i in range(n):
+        t0 = clock()
+        report("bench", value)
+        times[i] = clock() - t0
+    r.close(flush=False)
+print(json.dumps(float(np.median(times)) / 1e3))
+"""
+
+
+def baseline_cases() -> list[tuple[str, str, str]]:
+    cases = [(f"{m} d={d}", m, str(d)) for m in CATEGORICAL for d in (16, 1024)]
+    return cases + [(f"{m} [0,1]", m, "num") for m in NUMERIC]
+
+
+def run_against(baseline: Path, n: int, rounds: int) -> list[dict[str, object]]:
+    """report() p50 of this tree and of ``baseline`` (a checkout with its own .venv),
+    each case run in a fresh process of each, alternated, ``rounds`` times; the median
+    of each side's p50s and their ratio."""
+    this_python = sys.executable
+    base_python = str(baseline / ".venv" / "bin" / "python")
+    if not Path(base_python).exists():
+        raise SystemExit(f"{base_python} not found: make the baseline's venv first")
+
+    def p50(python: str, cwd: Path, name: str, domain: str) -> float:
+        out = subprocess.run(
+            [python, "-c", BASELINE_HARNESS, str(n), name, domain],
+            cwd=cwd, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return float(out.stdout.strip().splitlines()[-1])
+
+    here = Path(__file__).resolve().parent.parent
+    print(f"report() p50, microseconds: this tree vs {baseline}, {n} fresh reports a run, "
+          f"{rounds} alternated runs a case (medians)")  # fmt: skip
+    print(yardstick())
+    print(f"{'mechanism':<16}{'baseline':>10}{'this':>10}{'ratio':>8}")
+    rows: list[dict[str, object]] = []
+    for label, name, domain in baseline_cases():
+        base, this = [], []
+        for _ in range(rounds):
+            base.append(p50(base_python, baseline, name, domain))
+            this.append(p50(this_python, here, name, domain))
+        b, t = float(np.median(base)), float(np.median(this))
+        print(f"{label:<16}{b:>10.1f}{t:>10.1f}{t / b:>8.2f}", flush=True)
+        rows.append({"case": label, "baseline_p50_us": b, "p50_us": t, "ratio": t / b})
+    ratios = [cast(float, r["ratio"]) for r in rows]
+    print(f"ratio: median {np.median(ratios):.2f}, range {min(ratios):.2f}-{max(ratios):.2f}, "
+          f"{sum(r <= 0.5 for r in ratios)} of {len(ratios)} at or under 0.5")  # fmt: skip
+    return rows
+
+
 # --- delivery ---------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
@@ -260,8 +344,20 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--no-delivery", action="store_true")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="a baseline checkout with its own .venv: time report() there and here, "
+        "alternated, and print the ratios (nothing else runs)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternated runs a case (--against)")
     args = parser.parse_args()
     out: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    if args.against is not None:
+        out["against"] = run_against(args.against, args.n, args.rounds)
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=2))
+        return 0
     latency = run_latency(args.n)
     out["latency"] = latency
     if not args.no_delivery:
