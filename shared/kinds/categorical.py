@@ -69,7 +69,7 @@ class Categorical(KindSpec):
             raise fail(
                 definition,
                 f"ordered categories need a mechanism whose mean rank has a known variance; "
-                f"{name!r} has none (use grr, sue, oue, ss, exponential or auto)",
+                f"{name!r} has none (use grr, sue, oue, ss, hr, exponential or auto)",
             )
         normalised = {"categories": categories, "ordered": True if ordered else None}
         return Built(mechanism, normalised | dict.fromkeys(SCORE_KEYS) | kept)

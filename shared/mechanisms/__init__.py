@@ -59,7 +59,7 @@ ALIASES: dict[str, str] = {
 
 CATEGORICAL = ("grr", "sue", "oue", "olh", "ss", "hr")
 """Candidates ``auto`` weighs for a categorical metric, in order of preference on ties."""
-ORDERED = ("grr", "sue", "oue", "ss", "exponential")
+ORDERED = ("grr", "sue", "oue", "ss", "hr", "exponential")
 """Candidates ``auto`` weighs for ordered categories (``ordered = true``), by the variance
 of the mean rank: the oracles whose items' covariance is known, and the exponential
 mechanism (with the definition's score, distance by default)."""

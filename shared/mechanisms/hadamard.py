@@ -178,6 +178,24 @@ class HadamardResponse(FrequencyOracle):
         probs = np.where(inside, 2.0 * self.p / self.K, 2.0 * (1.0 - self.p) / self.K)
         return columns.astype(REPORT_DTYPE), probs
 
+    def covariance(self, frequencies: npt.ArrayLike, n: int = 1) -> FloatArray:
+        """Covariance of the d estimated fractions, exactly (the reporters held fixed).
+
+        Per report, ``Cov(S_i, S_j)`` for i != j is 0 unless the reporter's row is
+        ``(i + 1) xor (j + 1)``: the three rows are then dependent, ``C_i`` and ``C_j``
+        meet inside ``C_x`` (K / 4 of its K / 2 columns), so ``P(both) = p / 2`` against
+        ``a_i a_j = 1 / 4``: ``(2p - 1) / 4``. A reporter holding i or j, or any item whose
+        row is independent of theirs, adds nothing (``p / 2 - p / 2``, ``1/4 - 1/4``).
+        Hence not :meth:`pair_support`'s two constants, but as exact."""
+        f = np.asarray(frequencies, dtype=np.float64)
+        d, p, q = self.domain_size, self.p, self.q
+        rows = np.arange(1, d + 1)
+        third = (rows[:, None] ^ rows[None, :]) - 1  # the item owning row (i+1) xor (j+1)
+        owned = (third >= 0) & (third < d)  # (-1 on the diagonal: row 0 is nobody's)
+        cov = np.where(owned, f[np.clip(third, 0, d - 1)], 0.0) * ((2.0 * p - 1.0) / 4.0)
+        np.fill_diagonal(cov, f * p * (1 - p) + (1 - f) * q * (1 - q))
+        return np.asarray(cov / (n * (p - q) ** 2))
+
     # --- the portable rule and the conformance law -------------------------------------
     def served_constants(self) -> dict[str, Any]:
         return {"K": self.K, "keep": hex64(self.keep_threshold)}

@@ -171,7 +171,7 @@ def test_score_intervals_hold_together_at_n_200_where_normal_ones_do_not() -> No
     assert shares / campaigns >= floor, shares / campaigns
 
 
-@pytest.mark.parametrize("mechanism", ["exponential", "grr"])
+@pytest.mark.parametrize("mechanism", ["exponential", "grr", "hr"])
 def test_frequencies_and_mean_rank_are_unbiased_and_cover_at_n_2000(mechanism: str) -> None:
     """300 campaigns of n = 2000 (n = 200, where normal intervals under-cover rare items,
     is the simultaneous test's above). Means within 4.5 standard errors of the truth; the
@@ -209,7 +209,7 @@ def test_frequencies_and_mean_rank_are_unbiased_and_cover_at_n_2000(mechanism: s
     assert rank_covered / campaigns >= 0.95 - tolerance
 
 
-@pytest.mark.parametrize("name", ["grr", "sue", "oue", "ss"])
+@pytest.mark.parametrize("name", ["grr", "sue", "oue", "ss", "hr"])
 def test_the_pure_oracles_mean_rank_variance_is_their_covariance(name: str) -> None:
     """A fixed population (each item equally often), 300 campaigns: the mean rank's
     variance against ``rank_variance`` (uniform population, one report) / n, and the
@@ -228,6 +228,27 @@ def test_the_pure_oracles_mean_rank_variance_is_their_covariance(name: str) -> N
     assert lo_ratio < np.var(means, ddof=1) * values.size / theory < hi_ratio
     w = np.arange(1.0, 6.0)
     assert lo_ratio < np.var(raw, ddof=1) * values.size / float(w @ cov @ w) < hi_ratio
+
+
+def test_hadamard_covariance_is_the_enumerated_one() -> None:
+    """HR's items' covariance (not two constants: it runs through the item whose row is the
+    XOR of two items' rows) against the per-reporter covariance of the support indicators,
+    enumerated over all K columns of each input's law, at d = 6 (K = 8) and d = 12."""
+    for d in (6, 12):
+        m = ldpkit.mechanism("hr", epsilon=1.0, domain_size=d)
+        assert isinstance(m, FrequencyOracle)
+        f = np.random.default_rng(d).dirichlet(np.ones(d))
+        columns, _ = m.output_probabilities(0)
+        support = np.array([m.supports(v, columns) for v in range(d)], dtype=np.float64)
+        cov = np.zeros((d, d))
+        for x in range(d):
+            _, law = m.output_probabilities(x)
+            a = support @ law
+            cov += f[x] * ((support * law) @ support.T - np.outer(a, a))
+        served = m.covariance(f, 1)
+        assert served is not None
+        assert np.max(np.abs(cov / (m.p - m.q) ** 2 - served)) < 1e-12
+        assert np.max(np.abs(served - np.diag(np.diag(served)))) > 0.01  # not diagonal
 
 
 # --- auto and explain ---------------------------------------------------------------------
