@@ -184,3 +184,88 @@ def test_bad_input_is_refused() -> None:
         sw.estimate_ems(np.array([1.0, -1.0, 2.0, 3.0]))
     with pytest.raises(ParameterError, match="at least one"):
         sw.estimate_ems(np.full(4, 0.1))
+
+
+# --- the bias of a linear range estimate from the values' places within buckets --------
+
+SPANS = (
+    (2.0 + 5.0 * 0.25, 2.0 + 5.0 * 0.5),  # on the grid's edges (8 buckets)
+    (2.0 + 5.0 * 0.2929, 2.0 + 5.0 * 0.5477),  # on none
+    (2.0, 2.0 + 5.0 * 0.5),  # the distribution function at 4.5: one step
+)
+
+
+def _range_weights(sw: SquareWave, lower: float, upper: float) -> FloatArray:
+    """``g = pinv(P) a``: the inversion estimate of the share in ``[lower, upper)``, ``a``
+    each grid bucket's covered share (the values assumed uniform within a bucket)."""
+    lo, hi = sw.bounds
+    d = sw.buckets
+    e = np.arange(d + 1) / d
+    u, v = (lower - lo) / (hi - lo), (upper - lo) / (hi - lo)
+    a = np.clip(np.minimum(e[1:], v) - np.maximum(e[:-1], u), 0.0, None) * d
+    return np.asarray(np.linalg.pinv(sw.channel) @ a)
+
+
+def _deviations(sw: SquareWave, g: FloatArray, lower: float, upper: float) -> FloatArray:
+    """(points, bucket, w - 1_range) on a dense grid of unit values (ends excluded)."""
+    lo, hi = sw.bounds
+    x = np.linspace(0.0, 1.0, 40_001)[1:-1]
+    values = lo + (hi - lo) * x
+    inside = (values >= lower) & (values < upper)
+    return np.stack(
+        [values, np.floor(x * sw.buckets), sw.point_channel(values) @ g - inside], axis=1
+    )
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 4.0])
+@pytest.mark.parametrize("buckets", [8, 13])
+@pytest.mark.parametrize("span", SPANS)
+def test_bucket_deviation_bounds_every_placement_and_is_attained(
+    epsilon: float, buckets: int, span: tuple[float, float]
+) -> None:
+    """Every user's bias ``w(x) - 1_range(x)`` is within its bucket's bound (a dense grid:
+    any population is a mixture of such points), and the bound is the largest of them (up
+    to the grid's step times w's slope)."""
+    sw = SquareWave(epsilon=epsilon, bounds=(2.0, 7.0), buckets=buckets, output_buckets=48)
+    g = _range_weights(sw, *span)
+    bound = sw.bucket_deviation(g, span[0], span[1], buckets)
+    dev = _deviations(sw, g, *span)
+    k = dev[:, 1].astype(np.int64)
+    assert np.all(np.abs(dev[:, 2]) <= bound[k] + 1e-12)
+    largest = np.zeros(buckets)
+    np.maximum.at(largest, k, np.abs(dev[:, 2]))
+    slope = float(np.max(np.abs(np.diff(dev[:, 2])))) + 1e-12  # per grid step, jumps aside
+    assert np.all(bound - largest <= max(slope, 1e-3))
+
+
+@pytest.mark.parametrize("span", SPANS)
+def test_bias_bounded_interval_covers_an_adversarial_population(
+    span: tuple[float, float],
+) -> None:
+    """Each bucket's mass (Beta(2,5)'s) sits at the point that pushes the estimate up most:
+    the estimate's bias is then more than half the bound ``sum_k m_k e_k`` (the bound takes
+    each bucket's largest deviation of either sign) and far beyond its sd.
+    ``estimate +- (1.96 sd + bound)`` still covers in at least 95% of campaigns (misses
+    within the Bin(C, 0.05) tail at 1e-4), exactly as the construction promises."""
+    sw = SquareWave(epsilon=2.0, bounds=(2.0, 7.0), buckets=8, output_buckets=32)
+    g = _range_weights(sw, *span)
+    dev = _deviations(sw, g, *span)
+    k = dev[:, 1].astype(np.int64)
+    worst = np.array([np.argmax(np.where(k == j, dev[:, 2], -np.inf)) for j in range(8)])
+    places, bias_each = dev[worst, 0], dev[worst, 2]
+    edges = np.arange(9) / 8
+    mass = np.diff(stats.beta(2.0, 5.0).cdf(edges))
+    truth = float(mass @ ((places >= span[0]) & (places < span[1])))
+    bias = float(mass @ bias_each)
+    bound = float(mass @ sw.bucket_deviation(g, span[0], span[1], 8))
+    assert 0.5 * bound < bias <= bound + 1e-12
+    n, campaigns = 100_000, 200
+    law = mass @ sw.point_channel(places)
+    counts = np.random.default_rng(30).multinomial(n, law / law.sum(), size=campaigns)
+    lam = counts / n
+    est = lam @ g
+    sd = np.sqrt(np.maximum(lam @ g**2 - est**2, 0.0) / n)
+    assert bias > 3.0 * float(sd.mean())  # the bound is what makes it cover here
+    half = 1.96 * sd + bound
+    misses = int(np.sum(np.abs(est - truth) > half))
+    assert misses <= stats.binom.ppf(1.0 - 1e-4, campaigns, 0.05)
