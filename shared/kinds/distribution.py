@@ -255,12 +255,12 @@ class Distribution(Numbers):
             ax.set_xlim(*result.bounds)
         ax.set_xlabel(result.metric)
         ax.set_ylabel("fraction of users")
-        ax.legend(loc="upper right", fontsize="small")
-        mean = ""
+        render.set_legend(ax, result, loc="upper right", fontsize="small")
+        mean = render.wrapped(render.set_line(result), fig)
         if result.mean is not None and result.low is not None and result.high is not None:
-            mean = f"\nmean {result.mean:.4g} [{result.low:.4g}, {result.high:.4g}]"
+            mean = f"\nmean {result.mean:.4g} [{result.low:.4g}, {result.high:.4g}]" + mean
         elif result.mean is not None:
-            mean = f"\nmean {result.mean:.4g} ({NO_INTERVAL_TEXT})"
+            mean = f"\nmean {result.mean:.4g} ({NO_INTERVAL_TEXT})" + mean
         ax.set_title(render.title(result) + mean, fontsize="medium", pad=14)  # room for "p50"
         return fig
 
@@ -396,9 +396,9 @@ def _bins(ax: Any, result: Any) -> None:
         values,
         width=width,
         align="edge",
-        color="#4C78A8",
+        color=render.set_colours(result, bins),  # a mode's set dark, the other bins light
         edgecolor="white",
-        label="fraction in the bin",
+        label="" if render.set_line(result) else "fraction in the bin",
     )
     middles = [lo + w / 2 for lo, w in zip(lower, width, strict=True)]
     render.whiskers(ax, middles, bins, label=f"{result.level:.0%} interval")
