@@ -204,7 +204,7 @@ def lines_over_time(
     """One line per item (of ``items(part)``: a marginal; default the items) across the
     buckets, its interval as a band and a whisker, each its own colour; the series side by
     side in a bucket (each one's line, points, whiskers and band shifted together, as the
-    dashboard draws them); the legend beside the axes when there are many. Of the items
+    dashboard draws them); the legend beside the axes when it is long. Of the items
     themselves, a point is filled when the item is in its bucket's ``most_common`` set
     (it could be the most common then), hollow when not, with a key saying so."""
     marked = items is None and any(_has_mode(b) for b in result.buckets)
@@ -249,7 +249,7 @@ def lines_over_time(
         ]  # fmt: skip
     handles, labels = ax.get_legend_handles_labels()
     handles, labels = [h for h, _ in key] + handles, [t for _, t in key] + labels
-    if len(categories) > 6:
+    if len(labels) > 6:  # beside the axes: inside, it would hide lines
         ax.legend(
             handles,
             labels,
