@@ -42,15 +42,15 @@ PREPARE_4096 = (1.5, 120.0)
 measured by ``benchmarks/estimates_load.py --costs``."""
 
 
-SQUARE_WAVE_STEP_4096 = (0.030, 160.0)
+SQUARE_WAVE_STEP_4096 = (0.032, 160.0)
 """CPU seconds of one EMS step and the peak MiB of preparing a square wave distribution of
-4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py`` (27.8 ms and 128
-MiB). A step costs d x d' products, so d^2, and at least ``SQUARE_WAVE_STEP_OVERHEAD``;
+4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py`` (28.4 ms at most and
+128 MiB). A step costs d x d' products, so d^2, and at least ``SQUARE_WAVE_STEP_OVERHEAD``;
 EMS stops after at most ``DEFAULT_MAX_ITERATIONS`` steps (at a small epsilon with two
 modes it takes them all), so preparing costs at worst that many steps: not the
-hierarchical histogram's figures, which grow as d and are 45 times less at 1,024."""
-SQUARE_WAVE_STEP_OVERHEAD = 4e-5
-"""CPU seconds of an EMS step whatever d (numpy's calls: 41 us at 64 buckets, measured)."""
+hierarchical histogram's figures, which grow as d and are 48 times less at 1,024."""
+SQUARE_WAVE_STEP_OVERHEAD = 6e-5
+"""CPU seconds of an EMS step whatever d (numpy's calls: 28 to 53 us at 64 buckets, measured)."""
 
 
 class Distribution(Numbers):
