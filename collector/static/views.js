@@ -113,6 +113,15 @@ const LDPK_VIEWS = (() => {
     const ranks = (c.ranks || []).map((r) => `${itemName(r.cell || r.category)} ${r.rank} [${r.low}, ${r.high}]`);
     if (ranks.length) node.appendChild(html("p", { class: "note", id: "ranks" }, `ranks, ${pct(c.level)} intervals holding together: ${ranks.join(", ")}`));
   }
+  // Over time: each bucket's set, its points filled (the others hollow) or its cells outlined.
+  const bucketLevel = (data) => (data.buckets || []).filter(hasMode).map((b) => b.most_common.level)[0];
+  const bucketSetKey = (data, cells = false) => {
+    const level = bucketLevel(data);
+    if (level === undefined) return [];
+    const could = `could be the bucket's most common (${pct(level)})`;
+    return cells ? [[`outlined: ${could}`, "#222", "outline"]]
+      : [[could, "#444", "dot"], ["hollow: less common than one of those", "#444", "ring"]];
+  };
   const setKey = (data) => (hasMode(data)
     ? [[`could be the most common (${pct(data.most_common.level)})`, BAR], ["less common than one of those", OTHER]]
     : [["unbiased estimate", BAR]]);
@@ -559,9 +568,13 @@ const LDPK_VIEWS = (() => {
   // --- over time: estimates per bucket, interval bands, a colour legend ----------------
   function overTimeRows(data) {
     if (Array.isArray(data.items)) {
-      return data.buckets.flatMap((b) => (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
-        t: new Date(b.bucket * 1000), series: label(i), estimate: i.estimate, low: i.low, high: i.high, stderr: i.stderr, n: b.n,
-      })));
+      return data.buckets.flatMap((b) => {
+        const member = inSet(b);  // in the bucket's own most common set (all without one)
+        return (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
+          t: new Date(b.bucket * 1000), series: label(i), estimate: i.estimate, low: i.low, high: i.high, stderr: i.stderr, n: b.n,
+          member: member(i), marked: hasMode(b),
+        }));
+      });
     }
     return data.buckets.filter((b) => b.mean !== null && b.mean !== undefined).map((b) => ({
       t: new Date(b.bucket * 1000), series: "mean", estimate: b.mean, low: b.low, high: b.high, stderr: b.stderr, n: b.n,
@@ -575,14 +588,18 @@ const LDPK_VIEWS = (() => {
     // Each series side by side in a bucket, so none hides another: its band, whiskers, line
     // and points all shifted by the same few pixels (points on their own whiskers).
     const step = Math.min(5, 36 / Math.max(series.length, 1));
-    const per = (make) => series.map((s, k) => make(rows.filter((r) => r.series === s), (k - (series.length - 1) / 2) * step));
+    const per = (make) => series.map((s, k) => make(rows.filter((r) => r.series === s), (k - (series.length - 1) / 2) * step, colours[k]));
     const bands = times.length > 1 ? per((part, dx) => Plot.areaY(part, { x: "t", y1: "low", y2: "high", fill: "series", fillOpacity: series.length > 6 ? 0.06 : 0.14, dx, className: "bands" })) : [];
     const whiskers = per((part, dx) => Plot.ruleX(part, {
       x: "t", y1: "low", y2: "high", stroke: "series", strokeOpacity: 0.7, strokeWidth: 1.5, dx, className: "whiskers",
     }));
     const lines = per((part, dx) => Plot.lineY(part, { x: "t", y: "estimate", stroke: "series", strokeWidth: 2, dx, className: "lines" }));
-    const points = per((part, dx) => Plot.dot(part, { x: "t", y: "estimate", fill: "series", r: 3.5, dx, className: "points",
-      title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], stderr ${num(r.stderr, 4)}, n=${r.n}` }));
+    // A point is filled when its item could be its bucket's most common, hollow when not
+    // (the bucket's `most_common` set); filled in every bucket without one.
+    const points = per((part, dx, colour) => Plot.dot(part, { x: "t", y: "estimate", r: 3.5, dx, className: "points",
+      fill: { value: (r) => (r.member === false ? "white" : colour), scale: null }, stroke: colour, strokeWidth: 1.5,
+      title: (r) => `${r.series}, ${r.t.toISOString().slice(0, 16).replace("T", " ")} UTC: ${num(r.estimate, 4)} [${num(r.low, 4)}, ${num(r.high, 4)}], stderr ${num(r.stderr, 4)}, n=${r.n}` +
+        (r.marked ? (r.member ? " · could be the bucket's most common" : " · less common than one of the bucket's") : "") }));
     // The estimates too: an unbiased estimate may lie outside its interval, clipped at 0.
     const values = rows.flatMap((r) => [r.estimate, r.low, r.high]).filter((v) => v !== null && v !== undefined);
     const pad = times.length > 1 ? 0 : 12 * 3600 * 1000;  // one bucket: room around it
@@ -648,7 +665,8 @@ const LDPK_VIEWS = (() => {
     const below = rows.filter((r) => r.estimate < 0).length;
     if (below && Array.isArray(data.items)) node.appendChild(belowZero(below, "estimates"));
     const times = new Set(rows.map((r) => +r.t));
-    node.appendChild(key([[`${intervalLabel(data)}: ${times.size > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
+    mostCommon(node, data);  // the whole range's; each bucket's by its points
+    node.appendChild(key([[`${intervalLabel(data)}: ${times.size > 1 ? "band and whisker" : "whisker"}`, "#999", "line"], ...bucketSetKey(data)]));
     const fig = linesOverTime(rows, series, ctx, { yLabel: Array.isArray(data.items) ? "fraction of users" : "mean", pick: opts.pick });
     node.appendChild(fig);
     return { node, figures: [fig] };
@@ -713,8 +731,11 @@ const LDPK_VIEWS = (() => {
   // A bucket × item heat map of the unbiased estimates (a distribution's bins, a table's
   // cells): blue above zero, red below, each cell labelled when there is room.
   function bucketHeatMap(node, buckets, ctx, opts) {
-    const cells = buckets.flatMap((b) => (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
-      ...i, bucket: bucketName(b.bucket), item: label(i), n: b.n })));
+    const cells = buckets.flatMap((b) => {
+      const member = hasMode(b) ? inSet(b) : () => false;  // each bucket's own set, outlined
+      return (b.items || []).filter((i) => i.estimate !== null).map((i) => ({
+        ...i, bucket: bucketName(b.bucket), item: label(i), n: b.n, member: member(i) }));
+    });
     const names = buckets.map((b) => bucketName(b.bucket));
     const items = (buckets[0].items || []).map(label);
     if (opts.reverse) items.reverse();  // a distribution's highest bin on top
@@ -722,6 +743,8 @@ const LDPK_VIEWS = (() => {
     const below = cells.filter((c) => c.estimate < 0).length;
     node.appendChild(html("h3", {}, `${opts.title} (unbiased estimate${below ? "; red: below zero" : ""})`));
     if (below) node.appendChild(belowZero(below, opts.what, "red in the heat map"));
+    const outlined = cells.filter((c) => c.member);
+    if (outlined.length) node.appendChild(key(bucketSetKey({ buckets }, true)));
     const rowHeight = items.length <= 16 ? 22 : items.length <= 32 ? 14 : 8;
     const marginLeft = 16 + (ctx.width < 520 ? 7 : 8.2) * Math.max(...items.map((b) => b.length));
     const width = Math.min(ctx.width, marginLeft + 24 + 160 * names.length);
@@ -749,6 +772,7 @@ const LDPK_VIEWS = (() => {
           title: (c) => `${c.bucket} UTC, ${c.item}: ${num(c.estimate, 4)} [${num(c.low, 4)}, ${num(c.high, 4)}], stderr ${num(c.stderr, 4)}, n=${c.n}` }),
         ...(labelled ? [true, false].map((dark) => Plot.text(cells.filter((c) => (Math.abs(c.estimate) > 0.55 * reach) === dark), {
           x: "bucket", y: "item", text: (c) => num(c.estimate, 3), fill: dark ? "white" : "black", className: "bin-labels" })) : []),
+        Plot.cell(outlined, { x: "bucket", y: "item", fill: "none", stroke: "#222", strokeWidth: 2, inset: 1.5, className: "most-common-cells" }),
       ],
     });
     fig.setAttribute("id", opts.id);
@@ -762,6 +786,7 @@ const LDPK_VIEWS = (() => {
       const node = html("div", { id: "distribution-over-time" });
       const buckets = (data.buckets || []).filter((b) => b.n > 0 && Array.isArray(b.items) && b.items.some((i) => i.estimate !== null));
       if (!buckets.length) return empty(node);
+      mostCommon(node, data);  // the whole range's; each bucket's outlined in the heat map
       const heat = bucketHeatMap(node, buckets, ctx, {
         title: "fraction of users per bin and bucket", what: "bins", yLabel: data.metric, id: "distribution-heatmap", reverse: true });
       return { node, figures: [summaryOverTime(node, data, buckets, ctx), heat] };
@@ -775,6 +800,7 @@ const LDPK_VIEWS = (() => {
       const node = html("div", { id: "table-over-time" });
       const buckets = (data.buckets || []).filter((b) => b.n > 0 && Array.isArray(b.items) && b.items.some((i) => i.estimate !== null));
       if (!buckets.length) return empty(node);
+      mostCommon(node, data);  // the whole range's cell; each bucket's outlined in the heat map
       node.appendChild(key([[`${intervalLabel(data)}: ${buckets.length > 1 ? "band and whisker" : "whisker"}`, "#999", "line"]]));
       const figures = [];
       for (const [name, categories] of data.dimensions) {

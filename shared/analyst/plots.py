@@ -8,6 +8,11 @@
   buckets, with the interval as a shaded band and a whisker, the categories side by side
   in a bucket (each one's points on its own whiskers); a distribution's mean and quantiles per
   bucket with their intervals, above a bucket x bin heat map of its fractions.
+
+With a ``most_common`` (docs/statistics.md, "Which is the most common?"), the bars of the
+items that could be the most common are dark and the others light, its line ``most
+common: X (or Y at 95%)`` in the title; over time, each bucket's own set: a point filled
+when its item is in it, hollow when not (a key says so), a heat map's cells outlined.
 """
 
 from __future__ import annotations

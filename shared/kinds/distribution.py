@@ -19,6 +19,7 @@ from ..aggregate import Aggregate
 from ..distribution import ESTIMANDS, POPULATION, REPORTERS
 from ..errors import ParameterError, QueryError
 from ..mechanisms import choose
+from ..mechanisms.square_wave import DEFAULT_MAX_ITERATIONS
 from . import render
 from .base import (
     Built,
@@ -41,6 +42,17 @@ PREPARE_4096 = (1.5, 120.0)
 measured by ``benchmarks/estimates_load.py --costs``."""
 
 
+SQUARE_WAVE_STEP_4096 = (0.032, 160.0)
+"""CPU seconds of one EMS step and the peak MiB of preparing a square wave distribution of
+4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py`` (28.4 ms at most and
+128 MiB). A step costs d x d' products, so d^2, and at least ``SQUARE_WAVE_STEP_OVERHEAD``;
+EMS stops after at most ``DEFAULT_MAX_ITERATIONS`` steps (at a small epsilon with two
+modes it takes them all), so preparing costs at worst that many steps: not the
+hierarchical histogram's figures, which grow as d and are 48 times less at 1,024."""
+SQUARE_WAVE_STEP_OVERHEAD = 6e-5
+"""CPU seconds of an EMS step whatever d (numpy's calls: 28 to 53 us at 64 buckets, measured)."""
+
+
 class Distribution(Numbers):
     hidden: ClassVar[frozenset[str]] = frozenset({"lower", "upper"})  # a bin reads "[a, b)"
     maintained: ClassVar[bool] = True  # a quantile's or a range's variances: about a second
@@ -56,6 +68,14 @@ class Distribution(Numbers):
 
     def cost(self, definition: Definition) -> Cost:
         share = (definition.resolution or DEFAULT_RESOLUTION) / 4096
+        if definition.resolved_mechanism == "square_wave":
+            step, mib = SQUARE_WAVE_STEP_4096
+            return Cost(
+                0.05 + DEFAULT_MAX_ITERATIONS * (SQUARE_WAVE_STEP_OVERHEAD + step * share**2),
+                (40.0 + mib * share**2) * 2**20,
+                f"preparing a square wave distribution of {definition.resolution} buckets "
+                f"(EMS: up to {DEFAULT_MAX_ITERATIONS:,} steps)",
+            )
         seconds, mib = PREPARE_4096
         return Cost(
             0.05 + seconds * share,
@@ -255,12 +275,12 @@ class Distribution(Numbers):
             ax.set_xlim(*result.bounds)
         ax.set_xlabel(result.metric)
         ax.set_ylabel("fraction of users")
-        ax.legend(loc="upper right", fontsize="small")
-        mean = ""
+        render.set_legend(ax, result, loc="upper right", fontsize="small")
+        mean = render.wrapped(render.set_line(result), fig)
         if result.mean is not None and result.low is not None and result.high is not None:
-            mean = f"\nmean {result.mean:.4g} [{result.low:.4g}, {result.high:.4g}]"
+            mean = f"\nmean {result.mean:.4g} [{result.low:.4g}, {result.high:.4g}]" + mean
         elif result.mean is not None:
-            mean = f"\nmean {result.mean:.4g} ({NO_INTERVAL_TEXT})"
+            mean = f"\nmean {result.mean:.4g} ({NO_INTERVAL_TEXT})" + mean
         ax.set_title(render.title(result) + mean, fontsize="medium", pad=14)  # room for "p50"
         return fig
 
@@ -396,9 +416,9 @@ def _bins(ax: Any, result: Any) -> None:
         values,
         width=width,
         align="edge",
-        color="#4C78A8",
+        color=render.set_colours(result, bins),  # a mode's set dark, the other bins light
         edgecolor="white",
-        label="fraction in the bin",
+        label="" if render.set_line(result) else "fraction in the bin",
     )
     middles = [lo + w / 2 for lo, w in zip(lower, width, strict=True)]
     render.whiskers(ax, middles, bins, label=f"{result.level:.0%} interval")

@@ -1,10 +1,12 @@
 """What the kinds share to show an answer: text tables (the analyst's ``to_table``, the CLI)
 and matplotlib pieces (``ldpkit.analyst.plots`` passes matplotlib in: nothing here imports
-it). A ``result`` is an ``ldpkit.analyst.EstimateResult``, an item its ``ItemEstimate``."""
+it on loading). A ``result`` is an ``ldpkit.analyst.EstimateResult``, an item its
+``ItemEstimate``."""
 
 from __future__ import annotations
 
 import colorsys
+import textwrap
 from collections.abc import Callable, Collection, Container, Sequence
 from dataclasses import asdict
 from datetime import timedelta
@@ -83,14 +85,66 @@ def whiskers(ax: Any, x: Sequence[float], items: Any, label: str) -> None:
     ax.scatter(xs + xs, lows + highs, marker="_", s=60, color="black", zorder=3)
 
 
+BAR = "#4C78A8"
+"""An estimate's bar; with a ``most_common``, the bars of the items that could be the most
+common (as the dashboard draws them)."""
+OTHER = "#B6CCE3"
+"""With a ``most_common``, the bars of the items less common than one of its set."""
+
+
+def member(part: Any) -> Callable[[Any], bool]:
+    """Whether an item of ``part`` (the answer or a bucket) is in its ``most_common`` set:
+    a category or a node's path by name, a table's cell by its attributes, a bin by its
+    name ``[lo, hi)``; every item is when ``part`` has no mode."""
+    common = part.most_common
+    if not _has_mode(part):
+        return lambda item: True
+    names = {str(s) for s in common.set if not isinstance(s, dict)}
+    cells = [s for s in common.set if isinstance(s, dict)]
+    return lambda item: item.cell in cells if item.cell is not None else item.category in names
+
+
+def set_colours(part: Any, items: Sequence[Any]) -> list[str]:
+    """Each item's bar colour: dark (:data:`BAR`) in ``part``'s most common set, light
+    (:data:`OTHER`) outside it; all dark without a mode."""
+    inside = member(part)
+    return [BAR if inside(i) else OTHER for i in items]
+
+
+def set_line(part: Any) -> str:
+    """``part``'s ``most common: X (or Y at 95%)`` ("" without a mode)."""
+    return str(part.most_common.describe()) if _has_mode(part) else ""
+
+
+def set_legend(ax: Any, part: Any, **options: Any) -> None:
+    """``ax``'s legend (``options``: ``loc``, ...); with a mode, the dark and light bars'
+    entries first (one bar's colour could not say both)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if set_line(part):
+        from matplotlib.patches import Patch  # the caller has matplotlib (ldpkit[plots])
+
+        level = f"{part.most_common.level:.0%}"
+        handles = [Patch(color=BAR), Patch(color=OTHER), *handles]
+        labels = [f"could be the most common ({level})", "less common than one of those", *labels]
+    ax.legend(handles, labels, **options)
+
+
 def bars(result: Any, plt: Any) -> Any:
     """One bar per item, whiskers from ``low`` to ``high`` (an unbiased estimate may lie
-    outside its interval, which is clipped to [0, 1]: below 0, say)."""
+    outside its interval, which is clipped to [0, 1]: below 0, say); with a mode, the bars
+    of its confidence set dark, the others light, and ``most common: X (or Y at 95%)`` in
+    the title."""
     fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(result.items) + 2), 4))
     names = [i.category for i in result.items]
     x = list(range(len(names)))
     values = [i.estimate if i.estimate is not None else 0.0 for i in result.items]
-    ax.bar(x, values, color="#4C78A8", label="unbiased estimate")
+    line = set_line(result)
+    ax.bar(
+        x,
+        values,
+        color=set_colours(result, result.items),
+        label="" if line else "unbiased estimate",
+    )
     whiskers(ax, x, result.items, label=f"{result.level:.0%} interval")
     if result.consistent:
         ax.scatter(
@@ -105,10 +159,16 @@ def bars(result: Any, plt: Any) -> Any:
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xticks(x, names)
     ax.set_ylabel("fraction of users")
-    ax.legend(loc="best", fontsize="small")
+    set_legend(ax, result, loc="best", fontsize="small")
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    ax.set_title(title(result), fontsize="medium")
+    ax.set_title(title(result) + wrapped(line, fig), fontsize="medium")
     return fig
+
+
+def wrapped(line: str, fig: Any) -> str:
+    """``line`` on new lines of the title, as wide as ``fig`` holds ("" if none)."""
+    width = int(fig.get_figwidth() * 11)  # characters of the medium font per inch
+    return "".join("\n" + part for part in textwrap.wrap(line, max(width, 30)))
 
 
 TABLEAU10 = [
@@ -127,23 +187,31 @@ def palette(n: int) -> list[str]:
 
 
 def time_axis(fig: Any, ax: Any, result: Any) -> None:
-    """The bucket axis, the title; estimates below zero below a zero line."""
+    """The bucket axis, the title (with the whole range's most common); estimates below
+    zero below a zero line."""
     ax.set_xlabel("bucket start (UTC)")
-    ax.set_title(title(result), fontsize="medium")
+    ax.set_title(title(result) + wrapped(set_line(result), fig), fontsize="medium")
     if ax.get_ylim()[0] < 0:
         ax.axhline(0.0, color="grey", linewidth=0.8)
     fig.autofmt_xdate()
 
 
 def lines_over_time(
-    result: Any, ax: Any, items: Callable[[Any], Sequence[Any]] = lambda part: part.items
+    result: Any,
+    ax: Any,
+    items: Callable[[Any], Sequence[Any]] | None = None,
 ) -> None:
-    """One line per item (of ``items(part)``: the items, a marginal) across the buckets,
-    its interval as a band and a whisker, each its own colour; the series side by side in
-    a bucket (each one's line, points, whiskers and band shifted together, as the
-    dashboard draws them); the legend beside the axes when there are many."""
-    by_bucket = [{i.category: i for i in items(b)} for b in result.buckets]
-    categories = list(dict.fromkeys([i.category for i in items(result)] + [
+    """One line per item (of ``items(part)``: a marginal; default the items) across the
+    buckets, its interval as a band and a whisker, each its own colour; the series side by
+    side in a bucket (each one's line, points, whiskers and band shifted together, as the
+    dashboard draws them); the legend beside the axes when it is long. Of the items
+    themselves, a point is filled when the item is in its bucket's ``most_common`` set
+    (it could be the most common then), hollow when not, with a key saying so."""
+    marked = items is None and any(_has_mode(b) for b in result.buckets)
+    pick = items or (lambda part: part.items)
+    by_bucket = [{i.category: i for i in pick(b)} for b in result.buckets]
+    inside = [member(b) for b in result.buckets]
+    categories = list(dict.fromkeys([i.category for i in pick(result)] + [
         c for found in by_bucket for c in found
     ]))  # fmt: skip
     times = [b.start for b in result.buckets]
@@ -156,19 +224,46 @@ def lines_over_time(
             nan([getattr(i, k) if i else None for i in points]) for k in ("estimate", "low", "high")
         ]
         x = [t + (j - (len(categories) - 1) / 2) * step for t in times]
-        ax.plot(x, series[0], marker="o", label=category, color=colour, zorder=3)
+        face = "white" if marked else colour  # hollow; the set's points filled on top
+        ax.plot(x, series[0], marker="o", mfc=face, label=category, color=colour, zorder=3)
         ax.vlines(x, series[1], series[2], color=colour, linewidth=1.2, alpha=0.7, zorder=2)
         ax.fill_between(x, series[1], series[2], alpha=shade, color=colour)
+        if marked:
+            filled = [(t, v) for t, v, i, ins in zip(x, series[0], points, inside, strict=True)
+                      if i is not None and ins(i)]  # fmt: skip
+            ax.scatter(
+                [t for t, _ in filled], [v for _, v in filled], color=colour, s=36, zorder=4,
+                gid=f"most-common {category}",
+            )  # fmt: skip
     ax.set_ylabel("fraction of users")
-    if len(categories) > 6:
+    key: list[tuple[Any, str]] = []
+    if marked:
+        from matplotlib.lines import Line2D  # the caller has matplotlib (ldpkit[plots])
+
+        level = next(b.most_common.level for b in result.buckets if _has_mode(b))
+        key = [
+            (Line2D([], [], marker="o", color="black", linestyle="none"),
+             f"could be the bucket's most common ({level:.0%})"),
+            (Line2D([], [], marker="o", color="black", mfc="white", linestyle="none"),
+             "less common than one of those"),
+        ]  # fmt: skip
+    handles, labels = ax.get_legend_handles_labels()
+    handles, labels = [h for h, _ in key] + handles, [t for _, t in key] + labels
+    if len(labels) > 6:  # beside the axes: inside, it would hide lines
         ax.legend(
+            handles,
+            labels,
             loc="upper left",
             bbox_to_anchor=(1.01, 1.0),
             fontsize="small",
             ncol=1 + len(categories) // 16,
         )
     else:
-        ax.legend(loc="best", fontsize="small", ncol=2)
+        ax.legend(handles, labels, loc="best", fontsize="small", ncol=2)
+
+
+def _has_mode(part: Any) -> bool:
+    return part.most_common is not None and part.most_common.mode is not None
 
 
 def bucket_name(start: Any) -> str:
@@ -198,6 +293,19 @@ def heat_over_time(fig: Any, ax: Any, result: Any, label: str, top_first: bool =
     ax.set_ylabel(label)
     if top_first:
         ax.invert_yaxis()
+    marked = [(col, b) for col, b in enumerate(buckets) if _has_mode(b)]
+    if marked:  # each bucket's most common set outlined
+        from matplotlib.patches import Rectangle  # the caller has matplotlib (ldpkit[plots])
+
+        for col, bucket in marked:
+            inside = member(bucket)
+            for row, item in enumerate(bucket.items):
+                if inside(item):
+                    outline = Rectangle((col, row), 1, 1, fill=False, edgecolor="black")
+                    outline.set(linewidth=2, gid="most-common", zorder=3)
+                    ax.add_patch(outline)
+        level = bucket.most_common.level
+        ax.set_title(f"outlined: could be the bucket's most common ({level:.0%})", fontsize="small")
     if len(names) <= 12 and len(rows) <= 16:
         for (row, col), v in np.ndenumerate(values):
             colour = "white" if abs(v) > 0.6 * reach else "black"

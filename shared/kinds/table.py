@@ -100,7 +100,10 @@ class Table(Structured):
             ax.set_title(f"marginal: {name}", fontsize="medium")
             ax.set_xticks([b.start for b in result.buckets])
             ax.set_xticklabels([render.bucket_name(b.start) for b in result.buckets])
-        axes[0, 0].set_title(f"{render.title(result)}\nmarginal: {names[0]}", fontsize="medium")
+        common = render.wrapped(render.set_line(result), fig)  # the cells' (the whole range)
+        axes[0, 0].set_title(
+            f"{render.title(result)}{common}\nmarginal: {names[0]}", fontsize="medium"
+        )
         if any(b.items for b in result.buckets):
             render.heat_over_time(fig, axes[-1, 0], result, "cell", top_first=True)
         return fig

@@ -311,7 +311,9 @@ READ_TIME = (
       px: userBox(c).cx,
       value: y.invert(userBox(c).cy),
       fill: c.getAttribute("fill"),
+      stroke: c.getAttribute("stroke") || c.parentNode.getAttribute("stroke"),
     })),
+    key: [...document.querySelectorAll("#over-time-chart .key span")].map((s) => s.textContent),
     whiskers: [...fig.querySelectorAll("g.whiskers line")].map((l) => ({
       px: userBox(l).cx, stroke: l.getAttribute("stroke") || l.parentNode.getAttribute("stroke"),
     })),
@@ -337,8 +339,11 @@ def test_over_time_has_bands_a_coloured_legend_and_axes(
         assert drawn["scale"][swatch["label"]] == swatch["fill"]
     assert sorted(drawn["lines"]) == sorted(colours)
     assert sorted(drawn["bands"]) == sorted(colours)
-    # Each point where the API puts it, in its series' colour.
+    # Each point where the API puts it, in its series' colour (its outline: filled when it
+    # could be its bucket's most common, hollow when not).
     by_colour = {s["fill"]: s["label"] for s in drawn["swatches"]}
+    sets = {b["bucket"]: b["most_common"]["set"] for b in expected["buckets"]}
+    assert {len(s) for s in sets.values()} == {1, 2}  # the fixture: ties early, dark later
     want = {
         (b["bucket"], i["category"]): i["estimate"] for b in expected["buckets"] for i in b["items"]
     }
@@ -349,11 +354,15 @@ def test_over_time_has_bands_a_coloured_legend_and_axes(
     for point in drawn["points"]:
         bucket = min(buckets, key=lambda b: abs(b - point["t"]))
         assert abs(bucket - point["t"]) <= 1.5 * drawn["seconds"] + aside  # at its bucket
-        key = (bucket, by_colour[point["fill"]])
+        key = (bucket, by_colour[point["stroke"]])
         assert point["value"] == pytest.approx(want[key], abs=1.5 * drawn["unit"])
-        own = [w["px"] for w in drawn["whiskers"] if w["stroke"] == point["fill"]]
+        filled = point["fill"] == point["stroke"]
+        assert filled == (key[1] in sets[bucket]) and (filled or point["fill"] == "white"), key
+        own = [w["px"] for w in drawn["whiskers"] if w["stroke"] == point["stroke"]]
         assert min(abs(px - point["px"]) for px in own) <= 0.5, (point, own)
     assert len({round(p["px"]) for p in drawn["points"]}) == len(drawn["points"])
+    assert "could be the bucket's most common (95%)" in drawn["key"]
+    assert page.text_content("#most-common").startswith("most common: ")  # the whole range's
     readable = _readable(page)
     assert readable["yTicks"] >= 4 and readable["xTicks"] >= 2
     # The last bucket's date is on the axis, not cut off (READABLE checked every label).

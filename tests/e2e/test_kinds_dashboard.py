@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,12 @@ def test_distribution_histogram_with_quantiles(
     assert page.locator("#distribution-summary-over-time g.points circle").count() == 3
     assert page.locator("#distribution-heatmap g.bin-cells rect").count() == 8
     assert "[0, 15)" in page.inner_text("#chart")
+    # the bucket's most common set: its bins' cells outlined, and a key saying so
+    outlined = page.evaluate(OUTLINED, "#distribution-heatmap")
+    assert outlined and sorted(outlined) == in_bucket_sets(page, str)
+    assert "outlined: could be the bucket's most common (95%)" in page.inner_text("#chart")
+    assert page.text_content("#most-common").startswith("most common: [")
+    page.screenshot(path=str(shots / f"kinds-distribution-over-time-{width}.png"), full_page=True)
     readable(page)
     # robust: a distribution has none, and the page says so (the answer's robust_note)
     page.check("#robust")
@@ -241,6 +248,34 @@ def test_distribution_histogram_with_quantiles(
     assert note.startswith("no robust estimate for a distribution metric")
     assert page.text_content("#robust-shown") == f"robust: {note}"
     page.close()
+
+
+OUTLINED = """(id) => {
+  // The heat-map cells outlined, as "<bucket> UTC, <item>": each outline's centre is its cell's.
+  const centre = (r) => {
+    const b = r.getBoundingClientRect();
+    return [b.x + b.width / 2, b.y + b.height / 2];
+  };
+  const cells = [...document.querySelectorAll(id + " g.bin-cells rect")].map((r) =>
+    [centre(r), r.querySelector("title").textContent.split(": ")[0]]);
+  return [...document.querySelectorAll(id + " g.most-common-cells rect")].map((r) => {
+    const [x, y] = centre(r);
+    return cells.find(([[cx, cy]]) => Math.abs(cx - x) < 1 && Math.abs(cy - y) < 1)[1];
+  });
+}"""
+
+
+def in_bucket_sets(page: Any, name: Any) -> list[str]:
+    """Each bucket's most common set as the heat map's cells name them, "<day> UTC, <item>"
+    (an item named by ``name``: a bin as is, a cell by its values)."""
+    buckets = page.evaluate("window.ldpkitDashboard.data.buckets")
+    day = lambda b: datetime.fromtimestamp(b["bucket"], UTC).strftime("%Y-%m-%d")  # noqa: E731
+    return sorted(
+        f"{day(b)} UTC, {name(s)}"
+        for b in buckets
+        if b["most_common"]
+        for s in b["most_common"]["set"]
+    )
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -16,6 +16,7 @@ import pytest
 from .allkinds import DAYS, AllKinds, all_kinds_collector
 from .conftest import READ
 from .test_dashboard import READABLE
+from .test_kinds_dashboard import OUTLINED, in_bucket_sets
 
 WIDTHS = (1400, 420)
 # metric -> (its single view, its over-time view)
@@ -187,6 +188,10 @@ def test_a_table_over_time_is_its_marginals_and_a_heat_map_of_its_cells(
     assert page.locator("[data-marginal=type] g.points circle").count() == 6 * DAYS
     assert page.locator("[data-marginal=origin] g.points circle").count() == 2 * DAYS
     assert page.locator("#cells-heatmap g.bin-cells rect").count() == 12 * DAYS
+    # each bucket's most common cells outlined (its own set: they differ by bucket)
+    outlined = page.evaluate(OUTLINED, "#cells-heatmap")
+    assert sorted(outlined) == in_bucket_sets(page, lambda cell: ", ".join(cell.values()))
+    assert len({o.split(" UTC")[0] for o in outlined}) == DAYS
     table = page.inner_text("#bucket-table")
     assert table.count("origin=non-USA (marginal)") == DAYS
     assert table.count("type=Van (marginal)") == DAYS

@@ -121,3 +121,35 @@ def test_a_square_wave_metric_is_not_planned_as_if_it_had_intervals() -> None:
     sw = MetricDefinition.from_dict("m", {**spec, "mechanism": "square_wave"})
     with pytest.raises(ParameterError, match="no interval"):
         sw.kind_spec.plan(sw, PlanTarget(n=10_000))
+
+
+# The costliest preparations measured (CPU s), by buckets: benchmarks/square_wave_cost.py
+# (docs/deployment.md, "Sizing the worker"); the issue's figures were 0.01, 0.03 and 1.46 s
+# at 64, 256 and 1,024 buckets (epsilon 1, uniform, n 10^5).
+MEASURED_WORST = {64: 0.033, 256: 0.271, 1024: 10.7, 2048: 60.4, 4096: 284.4}
+
+
+def test_the_cost_model_is_the_square_waves_own() -> None:
+    """The collector's cost model (what it refuses over its budget) for a square wave: above
+    every preparation measured, so a 1,024-bucket square wave is costlier than a 64-bucket
+    one and than a 1,024-leaf hierarchical histogram (whose figures are 48 times less)."""
+    from ldpkit.collector.config import check_cost
+    from ldpkit.errors import ParameterError
+
+    def definition(resolution: int, mechanism: str = "square_wave") -> MetricDefinition:
+        spec = {"kind": "distribution", "bounds": [0.0, 100.0], "resolution": resolution,
+                "epsilon": 1.0, "mechanism": mechanism}  # fmt: skip
+        return MetricDefinition.from_dict("m", spec)
+
+    def seconds(d: MetricDefinition) -> float:
+        return d.kind_spec.cost(d).cpu_seconds
+
+    for resolution, measured in MEASURED_WORST.items():
+        assert seconds(definition(resolution)) >= measured, resolution
+    assert seconds(definition(1024)) > 10 * seconds(definition(64))
+    assert seconds(definition(1024)) > 10 * seconds(definition(1024, "hh"))
+    # the default budget (30 CPU s, 1,024 MiB) takes a 4,096-leaf histogram, not a square
+    # wave of 4,096 buckets, and says why
+    check_cost(definition(4096, "hh"), 30.0, 1024)
+    with pytest.raises(ParameterError, match="square wave distribution of 4096 buckets"):
+        check_cost(definition(4096), 30.0, 1024)
