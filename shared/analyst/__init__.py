@@ -673,11 +673,8 @@ class Analyst:
         a distribution, and ``estimand``: ``"reporters"`` (the default: intervals for the
         reporting users' own distribution) or ``"population"`` (for the population they
         were drawn from; the answer's :attr:`EstimateResult.estimand` says which);
-        ``depth`` and ``subtree`` for a hierarchy; ``estimator`` for a categorical
-        metric: ``"inversion"`` (the default) or ``"ml"``, the constrained maximum
-        likelihood with profile-likelihood intervals (grr, rr and exponential mechanisms;
-        docs/kinds/categorical.md); ``candidates`` for
-        strings (see docs/protocol.md, "Metric kinds"). ``forgery_fraction``: the fraction
+        ``depth``, ``subtree``: a hierarchy; ``estimator="ml"``: categorical maximum likelihood;
+        ``candidates``: strings (docs/protocol.md). ``forgery_fraction``: the fraction
         of forged reports each ``forgery_shift`` is about (default: the metric's, 0.01
         unless its definition says). ``robust``: add the estimates robust to that fraction
         (categorical and numeric metrics; docs/statistics.md, "Robust estimates"): each
@@ -701,8 +698,6 @@ class Analyst:
             raise ParameterError("candidates must be a list of strings, not one string")
         if estimand is not None:
             check_estimand(estimand)
-        if estimator not in (None, "inversion", "ml"):
-            raise ParameterError(f"estimator must be 'inversion' or 'ml', got {estimator!r}")
         params = {
             "from": _time_param(start, "start"),
             "to": _time_param(end, "end"),
@@ -720,7 +715,7 @@ class Analyst:
             "forgery_fraction": None if fraction is None else repr(fraction),
             "robust": "true" if robust else None,  # (a collector before it knows no such key)
             "estimand": estimand,
-            "estimator": estimator,
+            "estimator": _estimator(estimator),
             "simultaneous": "true" if simultaneous else None,
         }
         data = self._waiting(
@@ -752,6 +747,13 @@ class Analyst:
         if (metric, fingerprint) not in self._definitions:
             self._versions(metric)
         return self._definitions.get((metric, fingerprint))
+
+
+def _estimator(estimator: str | None) -> str | None:
+    """A categorical query's ``estimator``: None (the default), ``inversion`` or ``ml``."""
+    if estimator not in (None, "inversion", "ml"):
+        raise ParameterError(f"estimator must be 'inversion' or 'ml', got {estimator!r}")
+    return estimator
 
 
 def _seconds(text: str | None, default: float) -> float:
