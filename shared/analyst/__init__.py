@@ -206,7 +206,10 @@ class ServedEstimate:
     robust_low: float | None = None
     robust_high: float | None = None
     robust_forgery_shift: float | None = None
-    interval: str | None = None  # "score", "exact", "score+exact" or "known-variance"
+    interval: str | None = None  # "score", "exact", "score+exact", "known-variance", "profile"
+    estimator: str | None = None
+    """``"ml"`` when the items are the maximum-likelihood estimate (asked with
+    ``estimator="ml"``; profile-likelihood intervals), else None (the mechanism's own)."""
     most_common: MostCommonAnswer | None = None
     """Which item is the most common, and which could be (categorical, hierarchy, table)."""
     mean_rank: dict[str, Any] | None = None
@@ -407,6 +410,7 @@ class EstimateResult(ServedEstimate):
         pct = f"{self.level:.0%}"
         head = (
             f"{self.metric}: n={self.n}, mechanism={self.mechanism}, epsilon={self.epsilon:g}, "
+            f"{'maximum likelihood, ' if self.estimator == 'ml' else ''}"
             f"{pct} {'simultaneous ' if self.simultaneous else ''}intervals "
             f"({self.interval or 'method not given'})"
         )
@@ -467,7 +471,14 @@ def _served(part: dict[str, Any], definition: MetricDefinition | None) -> dict[s
     estimate = None
     if definition is not None and "sums" in part:
         sums = np.asarray(part["sums"], dtype=np.float64)
-        estimate = definition.kind_spec.estimate(definition, Aggregate(int(part["n"]), sums))
+        aggregate = Aggregate(int(part["n"]), sums)
+        if part.get("estimator") == "ml":
+            from ..mechanisms._profile import ml_frequencies
+
+            oracle: Any = definition.mechanism_instance
+            estimate = ml_frequencies(oracle, aggregate)
+        else:
+            estimate = definition.kind_spec.estimate(definition, aggregate)
     return {
         "n": int(part.get("n", 0)),
         "items": tuple(_item(i) for i in part.get("items") or ()),
@@ -479,6 +490,7 @@ def _served(part: dict[str, Any], definition: MetricDefinition | None) -> dict[s
         "beyond_bounds": part.get("beyond_bounds"),
         "clamped_mean": part.get("clamped_mean"),
         "interval": part.get("interval"),
+        "estimator": part.get("estimator"),
         "as_of": AsOf.from_json(part.get("as_of")),
         "most_common": MostCommonAnswer.from_json(part.get("most_common")),
         "estimate": estimate,
@@ -653,6 +665,7 @@ class Analyst:
         simultaneous: bool = False,
         wait: float | None = None,
         estimand: str | None = None,
+        estimator: str | None = None,
     ) -> EstimateResult:
         """The estimate of ``metric`` over buckets starting in ``[start, end)``.
 
@@ -660,8 +673,8 @@ class Analyst:
         a distribution, and ``estimand``: ``"reporters"`` (the default: intervals for the
         reporting users' own distribution) or ``"population"`` (for the population they
         were drawn from; the answer's :attr:`EstimateResult.estimand` says which);
-        ``depth`` and ``subtree`` for a hierarchy; ``candidates`` for
-        strings (see docs/protocol.md, "Metric kinds"). ``forgery_fraction``: the fraction
+        ``depth``, ``subtree``: a hierarchy; ``estimator="ml"``: categorical maximum likelihood;
+        ``candidates``: strings (docs/protocol.md). ``forgery_fraction``: the fraction
         of forged reports each ``forgery_shift`` is about (default: the metric's, 0.01
         unless its definition says). ``robust``: add the estimates robust to that fraction
         (categorical and numeric metrics; docs/statistics.md, "Robust estimates"): each
@@ -702,6 +715,7 @@ class Analyst:
             "forgery_fraction": None if fraction is None else repr(fraction),
             "robust": "true" if robust else None,  # (a collector before it knows no such key)
             "estimand": estimand,
+            "estimator": _estimator(estimator),
             "simultaneous": "true" if simultaneous else None,
         }
         data = self._waiting(
@@ -733,6 +747,13 @@ class Analyst:
         if (metric, fingerprint) not in self._definitions:
             self._versions(metric)
         return self._definitions.get((metric, fingerprint))
+
+
+def _estimator(estimator: str | None) -> str | None:
+    """A categorical query's ``estimator``: None (the default), ``inversion`` or ``ml``."""
+    if estimator not in (None, "inversion", "ml"):
+        raise ParameterError(f"estimator must be 'inversion' or 'ml', got {estimator!r}")
+    return estimator
 
 
 def _seconds(text: str | None, default: float) -> float:

@@ -148,6 +148,12 @@ def _estimates_arguments(parser: argparse.ArgumentParser) -> None:
         help="distribution: intervals for the reporting users' bins (default) or the "
         "population's they were drawn from",
     )
+    kind.add_argument(
+        "--estimator",
+        choices=("inversion", "ml"),
+        help="categorical (grr, rr, exponential): ml is the constrained maximum likelihood "
+        "with profile-likelihood intervals (default: inversion, unbiased)",
+    )
     kind.add_argument("--depth", type=int, help="hierarchy: the level (1 = top; default leaves)")
     kind.add_argument("--subtree", metavar="PATH", help="hierarchy: the nodes under PATH")
     kind.add_argument("--candidates", metavar="S,...", help="strings: estimate these strings")
@@ -201,6 +207,7 @@ def estimates(args: argparse.Namespace) -> int:
         quantiles=_numbers(args.quantiles, "--quantiles"),
         range_=_pair(_numbers(args.range_, "--range")),
         estimand=args.estimand,
+        estimator=args.estimator,
         depth=args.depth,
         subtree=args.subtree,
         candidates=None if args.candidates is None else args.candidates.split(","),

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..aggregate import Aggregate
-from ..errors import ParameterError
+from ..errors import ParameterError, QueryError
 from ..estimates import FrequencyEstimate
 from ..mechanisms import FrequencyOracle, Mechanism, choose, mechanism_class
 from .base import (
@@ -34,6 +34,9 @@ SCORE_KEYS = ("score", "band", "scores")
 """The definition keys of a score (the exponential mechanism's): checked by the mechanism."""
 ROBUST_COLUMNS = ("robust", "robust_low", "robust_high", "robust_forgery_shift")
 """A robust answer's item fields: ``est.robust(beta)``'s estimate, interval and shift."""
+ESTIMATORS = ("inversion", "ml")
+"""The query's ``estimator``: the mechanism's unbiased one (the default), or the
+constrained maximum likelihood with profile intervals (grr, rr and exponential)."""
 
 
 class Categorical(KindSpec):
@@ -96,20 +99,36 @@ class Categorical(KindSpec):
             refuse(self, definition, values, found.index(None))
         return np.array(found, dtype=np.int64)
 
+    def parse_options(self, query: Mapping[str, str]) -> dict[str, Any]:
+        """``estimator``: ``inversion`` (the default) or ``ml``."""
+        given = query.get("estimator")
+        if not given:
+            return {}
+        if given not in ESTIMATORS:
+            raise QueryError("estimator", f"expected inversion or ml, got {given[:40]!r}")
+        return {"estimator": given}
+
     def answer(self, definition: Definition, aggregate: Aggregate, q: Question) -> dict[str, Any]:
         """The answer, its ``items`` written as JSON text directly: at d = 1024 they are
-        most of it, several times faster so than dicts through ``json.dumps``."""
+        most of it, several times faster so than dicts through ``json.dumps``. With
+        ``estimator=ml`` the items are the maximum-likelihood estimate's (profile
+        intervals); the mean rank, the shares, the most common and a robust answer are
+        the inversion estimate's (docs/kinds/categorical.md)."""
         mechanism: Any = definition.mechanism_instance
         estimate = mechanism.estimate(aggregate)
         assert isinstance(estimate, FrequencyEstimate) and definition.categories is not None
-        columns = _columns(estimate, q)
+        ml = _ml(mechanism, aggregate, q) if q.options.get("estimator") == "ml" else None
+        items = ml if ml is not None else estimate  # the items' estimates
+        columns = _columns(items, q)
         sim = q.simultaneous
-        methods = estimate.interval_methods(q.level, simultaneous=sim) if estimate.n else None
+        methods = items.interval_methods(q.level, simultaneous=sim) if items.n else None
         answer: dict[str, Any] = {
-            "n": estimate.n,
+            "n": items.n,
             "sums": sums_json(aggregate),
-            "interval": estimate.interval_method(q.level, simultaneous=sim) if estimate.n else None,
+            "interval": items.interval_method(q.level, simultaneous=sim) if items.n else None,
         }
+        if ml is not None:
+            answer["estimator"] = "ml"
         if definition.ordered:
             answer["mean_rank"] = mechanism.mean_rank(estimate).to_dict(q.level)
             shares = mechanism.shares_at_least(estimate, q.level, simultaneous=sim)
@@ -208,6 +227,20 @@ def _ordered(definition: Definition) -> bool:
     return bool(given)
 
 
+def _ml(mechanism: Any, aggregate: Aggregate, q: Question) -> FrequencyEstimate:
+    """The maximum-likelihood estimate (QueryError where it does not apply)."""
+    from ..mechanisms._profile import ml_frequencies
+
+    if q.robust:
+        raise QueryError(
+            "estimator", "robust estimates are of the inversion estimate: ask one or the other"
+        )
+    try:
+        return ml_frequencies(mechanism, aggregate)
+    except ParameterError as exc:
+        raise QueryError("estimator", str(exc)) from None
+
+
 def _rank_variance(mechanism: Mechanism) -> float | None:
     return mechanism.rank_variance() if isinstance(mechanism, FrequencyOracle) else None
 
@@ -258,4 +291,4 @@ def _numbers(column: npt.NDArray[np.float64]) -> list[str]:
     return json_numbers(column)
 
 
-SPEC = Categorical("categorical", ("categories", "ordered", *SCORE_KEYS))
+SPEC = Categorical("categorical", ("categories", "ordered", *SCORE_KEYS), ("estimator",))

@@ -469,6 +469,12 @@ class FrequencyOracle(Mechanism):
         when this oracle's intervals are not made from support counts (None: they are)."""
         return None
 
+    def report_channel(self) -> FloatArray | None:
+        """The law of a report given each item (d x m, rows summing to 1) when the sums
+        are the counts of each possible report, a multinomial: what the maximum-likelihood
+        estimate needs (grr, rr, exponential); None for the others."""
+        return None
+
     def rank_variance(self) -> float | None:
         """The variance ``auto`` weighs for ordered categories: the mean rank's from one
         report of a uniform population (None when the covariance is unknown)."""

@@ -793,6 +793,10 @@ class Exponential(FrequencyOracle):
         extra = {"score": self.score, "band": self.band, "scores": self.scores}
         return super().params() | {k: v for k, v in extra.items() if v is not None}
 
+    def report_channel(self) -> FloatArray:
+        """The channel P (d x m): the output counts are Multinomial(n, P^T f)."""
+        return self.core.channel
+
     def output_law(self) -> FloatArray:
         """The exact law of the reports (d x m): the served thresholds' differences."""
         t = np.array([[0, *row, 1 << 64] for row in self.thresholds], dtype=object)

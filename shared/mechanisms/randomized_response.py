@@ -93,6 +93,11 @@ class GeneralizedRR(FrequencyOracle):
     def support_size(self) -> int:
         return 1
 
+    def report_channel(self) -> FloatArray:
+        """``q`` everywhere but ``p`` on the diagonal (a report is an item)."""
+        d = self.domain_size
+        return np.asarray(np.full((d, d), self.q) + (self.p - self.q) * np.eye(d))
+
     def pair_support(self) -> tuple[float, float]:
         """A report supports one item only."""
         return 0.0, 0.0

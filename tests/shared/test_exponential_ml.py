@@ -1,0 +1,215 @@
+"""The constrained maximum-likelihood frequencies of a finite channel (issue 30,
+``estimator=ml``; ldpkit.mechanisms._profile): the estimate on the simplex at the
+likelihood's maximum (KKT), observed-information standard errors equal to the inversion's
+where the two estimates agree, profile intervals whose ends are where the profile
+likelihood falls by chi2_1(level) / 2 (checked against an independent solver), close to
+Wald's at large n, and covering at their level. Fixed seeds; tolerances from theory."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+import ldpkit
+from ldpkit.aggregate import Aggregate
+from ldpkit.errors import ParameterError, QueryError
+from ldpkit.intervals import normal_quantile
+from ldpkit.kinds import Question
+from ldpkit.mechanisms._profile import (
+    PROFILE,
+    MLFrequencies,
+    fit,
+    ml_frequencies,
+    observed_stderr,
+    profile_bounds,
+)
+from ldpkit.mechanisms.exponential import ExponentialMechanism
+from ldpkit.metrics import MetricDefinition
+
+SPARSE = np.array([0.0, 0.01, 0.29, 0.4, 0.3])  # an absent item and a rare one
+
+
+def counts_of(channel: np.ndarray, f: np.ndarray, n: int, size: int, seed: int) -> np.ndarray:
+    """Output counts of ``size`` campaigns of n reports from a population f."""
+    law = f @ channel
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n, law / law.sum(), size=size).astype(np.float64)
+
+
+def loglik(channel: np.ndarray, c: np.ndarray, f: np.ndarray) -> float:
+    return float(np.sum(c * np.log(np.clip(f, 0.0, None) @ channel)))
+
+
+@pytest.mark.parametrize(
+    "channel",
+    [
+        ExponentialMechanism(epsilon=1.0, domain_size=10).channel,
+        ExponentialMechanism(epsilon=4.0, score="band", band=1, domain_size=6).channel,
+        ldpkit.mechanism("grr", epsilon=1.0, domain_size=6).report_channel(),
+    ],
+    ids=["distance-10", "band-6", "grr-6"],
+)
+def test_the_estimate_is_the_likelihoods_maximum_on_the_simplex(channel: np.ndarray) -> None:
+    """KKT of the maximum over the simplex: with g = P (c / lam) the gradient, every
+    share's g_j is at most n (the multiplier of sum f = 1: sum_j f_j g_j = n), with
+    equality where f_j > 0; the estimate beats EM's likelihood and is on the simplex."""
+    d = channel.shape[0]
+    f = np.r_[0.0, 0.0, np.linspace(1.0, 2.0, d - 2)]
+    f /= f.sum()
+    for c in counts_of(channel, f, 500, 4, seed=11):
+        est = fit(channel, c)
+        n = c.sum()
+        assert np.all(est >= 0.0) and est.sum() == pytest.approx(1.0, abs=1e-12)
+        g = channel @ (c / (est @ channel))
+        assert np.all(g <= n * (1 + 1e-5))
+        assert np.all(np.abs(g[est > 1e-3] - n) <= 1e-5 * n)
+        if channel.shape == (d, d) and d == 10:  # the core's EM, as far as it gets
+            em = ExponentialMechanism(epsilon=1.0, domain_size=10).estimate_em(c, max_iter=2000)
+            assert loglik(channel, c, est) >= loglik(channel, c, em.frequencies) - 1e-6
+
+
+def test_the_stderr_is_the_inversions_where_both_estimates_agree() -> None:
+    """When the inversion estimate is inside the simplex it is the maximum (m = d), and
+    the observed information on the tangent space inverts exactly to the multinomial
+    covariance through inversion: ``A (diag(lam) - lam lam^T) A^T / n`` (the inversion's
+    estimate divides by n - 1)."""
+    m = ExponentialMechanism(epsilon=4.0, domain_size=5)
+    f = np.array([0.08, 0.12, 0.20, 0.35, 0.25])
+    for c in counts_of(m.channel, f, 4000, 3, seed=12):
+        inv = m.estimate(c)
+        assert np.all(inv.frequencies > 0)
+        est = fit(m.channel, c)
+        assert est == pytest.approx(inv.frequencies, abs=1e-6)
+        n = c.sum()
+        expected = inv.stderr * math.sqrt((n - 1) / n)
+        assert observed_stderr(m.channel, c, est) == pytest.approx(expected, rel=1e-6)
+
+
+def profile_value(channel: np.ndarray, c: np.ndarray, i: int, theta: float) -> float:
+    """``max l(f)`` over the simplex with ``f_i = theta``, by scipy's SLSQP (independent
+    of the module's barrier method), from several starts."""
+    d = channel.shape[0]
+    best = -math.inf
+    rest = np.arange(d) != i
+
+    def minus(g: np.ndarray) -> float:
+        f = np.zeros(d)
+        f[i], f[rest] = theta, g
+        return -loglik(channel, c, np.clip(f, 1e-300, None))
+
+    for seed in range(3):
+        start = np.random.default_rng(seed).dirichlet(np.ones(d - 1)) * (1.0 - theta)
+        r = optimize.minimize(
+            minus, start, method="SLSQP", bounds=[(0.0, 1.0)] * (d - 1),
+            constraints=[{"type": "eq", "fun": lambda g: g.sum() - (1.0 - theta)}],
+            options={"ftol": 1e-13, "maxiter": 1000},
+        )  # fmt: skip
+        best = max(best, -float(r.fun))
+    return best
+
+
+def test_each_end_is_where_the_profile_likelihood_falls_by_half_chi2_1() -> None:
+    """An end inside (0, 1) has ``l(f_hat) - l_i(end) = chi2_1(0.95) / 2 = 1.9207``; an
+    end at 0 or 1 has at most that. The profile is computed by another solver; the ends
+    are within 1e-6 (so the drop within 1e-6 times its slope, a few hundred here)."""
+    m = ExponentialMechanism(epsilon=4.0, domain_size=5)
+    c = counts_of(m.channel, SPARSE, 800, 1, seed=13)[0]
+    est = fit(m.channel, c)
+    top = loglik(m.channel, c, est)
+    half_chi2 = stats.chi2.ppf(0.95, 1) / 2.0
+    low, high = profile_bounds(m.channel, c, est, normal_quantile(0.95))
+    assert np.all(low <= est) and np.all(est <= high)
+    ends = 0
+    for i in range(5):
+        for end in (low[i], high[i]):
+            drop = top - profile_value(m.channel, c, i, float(end))
+            if 1e-4 < end < 1 - 1e-4:
+                assert drop == pytest.approx(half_chi2, abs=2e-3), (i, end)
+                ends += 1
+            else:
+                assert drop <= half_chi2 + 2e-3, (i, end)
+    assert ends >= 6  # the test saw ends inside, not only the boundary
+    assert low[0] == 0.0  # the absent item may be absent
+
+
+def test_at_large_n_the_profile_interval_is_walds() -> None:
+    """At n = 10^6 each end is ``f_hat -/+ z se (1 + r)`` with r of order z se / f
+    (the profile's third-order term; a binomial's is z se (1 - 2f) / (3 f (1 - f))): the
+    tolerance is ``z se / min(f, 1 - f)``, three times that."""
+    m = ExponentialMechanism(epsilon=4.0, domain_size=5)
+    f = np.array([0.08, 0.12, 0.20, 0.35, 0.25])
+    c = counts_of(m.channel, f, 1_000_000, 1, seed=14)[0]
+    est = fit(m.channel, c)
+    se = observed_stderr(m.channel, c, est)
+    z = normal_quantile(0.95)
+    low, high = profile_bounds(m.channel, c, est, z)
+    tolerance = z * se / np.minimum(est, 1 - est)
+    assert np.all(np.abs((high - est) / (z * se) - 1.0) <= tolerance)
+    assert np.all(np.abs((est - low) / (z * se) - 1.0) <= tolerance)
+    assert np.all(tolerance < 0.1)  # the test is sharp: n is large
+
+
+def test_profile_intervals_cover_at_their_level() -> None:
+    """600 campaigns of n = 2000 at level 0.9 (d = 5, eps = 4, an absent and a rare item):
+    each interior item covers within 3.7 standard errors of 0.9 (Bonferroni over the
+    items at 1e-3: sqrt(0.9 0.1 / 600) = 0.012); the absent item (the likelihood ratio
+    half 0, half chi2_1 at the boundary) and the rare one cover at least at that bound."""
+    m = ExponentialMechanism(epsilon=4.0, domain_size=5)
+    runs, level = 600, 0.9
+    c = counts_of(m.channel, SPARSE, 2000, runs, seed=15)
+    est = fit(m.channel, c)
+    low, high = profile_bounds(m.channel, c, est, normal_quantile(level))
+    cover = ((low <= SPARSE) & (high >= SPARSE)).mean(axis=0)
+    half = stats.norm.ppf(1 - 1e-3 / 10) * math.sqrt(level * (1 - level) / runs)
+    assert np.all(cover >= level - half), cover
+    assert np.all(np.abs(cover[2:] - level) <= half), cover
+
+
+# --- served: the categorical query's estimator=ml -----------------------------------------
+RATING = {"kind": "categorical", "categories": ["1", "2", "3", "4", "5"], "epsilon": 2.0}
+
+
+def answer(extra: dict[str, Any], **question: Any) -> tuple[MetricDefinition, Aggregate, Any]:
+    d = MetricDefinition.from_dict("rating", RATING | extra)
+    rng = np.random.default_rng(16)
+    values = rng.choice(5, size=400, p=[0.0, 0.1, 0.2, 0.3, 0.4])
+    agg = d.mechanism_instance.aggregate(d.mechanism_instance.perturb(values, rng=rng))
+    return d, agg, d.kind_spec.answer(d, agg, Question(**question))
+
+
+@pytest.mark.parametrize(
+    "extra", [{"mechanism": "exponential", "ordered": True}, {"mechanism": "grr"}]
+)
+def test_the_answer_serves_the_ml_estimate_with_profile_intervals(extra: dict[str, Any]) -> None:
+    import json
+
+    d, agg, served = answer(extra, options={"estimator": "ml"}, level=0.9)
+    assert served["interval"] == PROFILE and served["estimator"] == "ml"
+    items = json.loads(served["items"])
+    est = ml_frequencies(d.mechanism_instance, agg)
+    assert isinstance(est, MLFrequencies)
+    low, high = est.ci(0.9)
+    assert [i["estimate"] for i in items] == pytest.approx(est.frequencies.tolist())
+    assert [i["low"] for i in items] == pytest.approx(np.asarray(low).tolist())
+    assert [i["high"] for i in items] == pytest.approx(np.asarray(high).tolist())
+    assert {i["interval"] for i in items} == {PROFILE}
+    assert sum(i["estimate"] for i in items) == pytest.approx(1.0)
+    _, _, plain = answer(extra, level=0.9)
+    assert "estimator" not in plain and plain["interval"] != PROFILE
+
+
+def test_the_ml_estimate_is_refused_where_it_does_not_apply() -> None:
+    with pytest.raises(QueryError, match="grr, rr, exponential") as exc:
+        answer({"mechanism": "oue"}, options={"estimator": "ml"})
+    assert exc.value.param == "estimator"
+    with pytest.raises(QueryError, match="robust"):
+        answer({"mechanism": "grr"}, options={"estimator": "ml"}, robust=True)
+    with pytest.raises(QueryError, match="inversion or ml"):
+        MetricDefinition.from_dict("rating", RATING).kind_spec.parse_options({"estimator": "em"})
+    big = ldpkit.mechanism("grr", epsilon=1.0, domain_size=65)
+    with pytest.raises(ParameterError, match="at most 64"):
+        ml_frequencies(big, big.aggregate(np.arange(65, dtype=np.uint32)))
