@@ -19,7 +19,6 @@ from ..aggregate import Aggregate
 from ..distribution import ESTIMANDS, POPULATION, REPORTERS
 from ..errors import ParameterError, QueryError
 from ..mechanisms import choose
-from ..mechanisms.square_wave import DEFAULT_MAX_ITERATIONS
 from . import render
 from .base import (
     Built,
@@ -42,17 +41,6 @@ PREPARE_4096 = (1.5, 120.0)
 measured by ``benchmarks/estimates_load.py --costs``."""
 
 
-SQUARE_WAVE_STEP_4096 = (0.032, 160.0)
-"""CPU seconds of one EMS step and the peak MiB of preparing a square wave distribution of
-4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py`` (28.4 ms at most and
-128 MiB). A step costs d x d' products, so d^2, and at least ``SQUARE_WAVE_STEP_OVERHEAD``;
-EMS stops after at most ``DEFAULT_MAX_ITERATIONS`` steps (at a small epsilon with two
-modes it takes them all), so preparing costs at worst that many steps: not the
-hierarchical histogram's figures, which grow as d and are 48 times less at 1,024."""
-SQUARE_WAVE_STEP_OVERHEAD = 6e-5
-"""CPU seconds of an EMS step whatever d (numpy's calls: 28 to 53 us at 64 buckets, measured)."""
-
-
 class Distribution(Numbers):
     hidden: ClassVar[frozenset[str]] = frozenset({"lower", "upper"})  # a bin reads "[a, b)"
     maintained: ClassVar[bool] = True  # a quantile's or a range's variances: about a second
@@ -68,14 +56,9 @@ class Distribution(Numbers):
 
     def cost(self, definition: Definition) -> Cost:
         share = (definition.resolution or DEFAULT_RESOLUTION) / 4096
-        if definition.resolved_mechanism == "square_wave":
-            step, mib = SQUARE_WAVE_STEP_4096
-            return Cost(
-                0.05 + DEFAULT_MAX_ITERATIONS * (SQUARE_WAVE_STEP_OVERHEAD + step * share**2),
-                (40.0 + mib * share**2) * 2**20,
-                f"preparing a square wave distribution of {definition.resolution} buckets "
-                f"(EMS: up to {DEFAULT_MAX_ITERATIONS:,} steps)",
-            )
+        own = definition.mechanism_instance.preparation_cost()  # (square wave: EMS's)
+        if own is not None:
+            return Cost(*own)
         seconds, mib = PREPARE_4096
         return Cost(
             0.05 + seconds * share,

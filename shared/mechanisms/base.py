@@ -104,6 +104,11 @@ class Mechanism(ABC):
         ``benchmarks/mechanisms.py`` prints the measured nanoseconds beside it."""
         return self.stats_size
 
+    def preparation_cost(self) -> tuple[float, float, str] | None:
+        """(CPU seconds, peak bytes, what) of preparing a maintained kind's estimate at
+        worst, when this mechanism's own figures differ from its kind's (None: the kind's)."""
+        return None
+
     @property
     @abstractmethod
     def report_rule(self) -> str:

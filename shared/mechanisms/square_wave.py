@@ -610,6 +610,17 @@ def _plan_case(epsilon: float) -> PlanCase:
 _TWO_53 = 2.0**-53
 
 
+STEP_4096 = (0.032, 160.0)
+"""CPU seconds of one EMS step and the peak MiB of preparing a square wave distribution of
+4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py`` (28.4 ms at most and
+128 MiB). A step costs d x d' products, so d^2, and at least :data:`STEP_OVERHEAD`; EMS
+stops after at most :data:`DEFAULT_MAX_ITERATIONS` steps (at a small epsilon with two
+modes it takes them all), so preparing costs at worst that many steps: not the
+hierarchical histogram's figures, which grow as d and are 48 times less at 1,024."""
+STEP_OVERHEAD = 6e-5
+"""CPU seconds of an EMS step whatever d (numpy's calls: 28 to 53 us at 64 buckets, measured)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class SquareWaveMechanism(Mechanism):
     """The square wave as a distribution metric's mechanism (``mechanism = "square_wave"``).
@@ -649,6 +660,18 @@ class SquareWaveMechanism(Mechanism):
     output_buckets: int | None = None
     core: SquareWave = field(init=False, repr=False, compare=False)
     _near: int = field(init=False, repr=False, compare=False)
+
+    def preparation_cost(self) -> tuple[float, float, str]:
+        """EMS's worst case: :data:`DEFAULT_MAX_ITERATIONS` steps of :data:`STEP_4096`
+        scaled as d^2 (the collector's cost model; not the histogram's figures)."""
+        share = self.resolution / 4096
+        step, mib = STEP_4096
+        return (
+            0.05 + DEFAULT_MAX_ITERATIONS * (STEP_OVERHEAD + step * share**2),
+            (40.0 + mib * share**2) * 2**20,
+            f"preparing a square wave distribution of {self.resolution} buckets "
+            f"(EMS: up to {DEFAULT_MAX_ITERATIONS:,} steps)",
+        )
 
     def __post_init__(self) -> None:
         self._check_epsilon()
