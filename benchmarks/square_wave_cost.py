@@ -4,8 +4,9 @@ The estimate worker prepares a distribution metric's estimate in the background;
 collector refuses a definition whose preparation may cost more than its budget
 (``estimate_cpu_seconds``, ``estimate_memory_mib``) by the kind's cost model
 (``ldpkit.kinds.distribution``: ``PREPARE_4096`` for the hierarchical histogram,
-``ldpkit.mechanisms.square_wave.STEP_4096`` for the square wave). EMS iterates two products with a d x d' channel
-until the log-likelihood settles, so its cost grows about as d^3 (the steps as d^2, their
+``ldpkit.mechanisms.square_wave.STEP_4096`` for the square wave). EMS iterates two
+products with a d x d' channel until the log-likelihood settles, so its cost grows about
+as d^3 (the steps as d^2, their
 number with d) and with how long it takes to settle: more at a small epsilon, with a
 population that is a spike or two modes, and more reports.
 
