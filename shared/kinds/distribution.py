@@ -55,10 +55,10 @@ class Distribution(Numbers):
         return estimate
 
     def cost(self, definition: Definition) -> Cost:
-        share = (definition.resolution or DEFAULT_RESOLUTION) / 4096
         own = definition.mechanism_instance.preparation_cost()  # (square wave: EMS's)
         if own is not None:
             return Cost(*own)
+        share = (definition.resolution or DEFAULT_RESOLUTION) / 4096
         seconds, mib = PREPARE_4096
         return Cost(
             0.05 + seconds * share,

@@ -897,6 +897,8 @@ class OneRow:
     class gives ``_one_row(value, queue)`` (the row, its lanes, the value's lane and its
     bit, before :func:`finish_row`), this gives the report from it."""
 
+    domain_size: int  # the lanes (the mechanism's field)
+
     def _one_row(self, value: int, queue: WordQueue) -> tuple[int, int, int, bool]:
         raise NotImplementedError
 
@@ -912,5 +914,4 @@ class OneRow:
         """A queue of ``rng``'s words for one report, whose first fetch holds what most
         reports take (about 8 words a word of lanes: 10 at d = 16, 100 at d = 1024; a fetch
         costs about a microsecond whatever its size up to a few hundred words)."""
-        lanes: int = getattr(self, "domain_size")  # noqa: B009 (the mechanism's, not OneRow's)
-        return WordQueue(_bits.rng_words(rng), first=8 * words_per_row(lanes) + 24)
+        return WordQueue(_bits.rng_words(rng), first=8 * words_per_row(self.domain_size) + 24)
