@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/client.py                 # everything
     .venv/bin/python benchmarks/client.py --no-delivery   # latency only
     .venv/bin/python benchmarks/client.py --against ../old -n 2000   # vs another checkout
+    .venv/bin/python benchmarks/client.py --against ../old --exclusive  # + exclusive_state
 
 Latency: every mechanism (categorical at d = 16 and d = 1024, numeric on [0, 1]), with
 epsilon 1. Each call is a *fresh* report (a new hourly budget window, so the full path
@@ -177,6 +178,7 @@ class SteppingClock:
         return self.now
 
 n, name, domain = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}  # more Reporter keywords
 if domain == "num":
     definition = MetricDefinition.numeric(
         "bench", (0.0, 1.0), epsilon=1.0, mechanism=name, bucket="hour", budget_period="hour")
@@ -188,7 +190,7 @@ else:
     value = cats[int(domain) // 3]
 with tempfile.TemporaryDirectory() as tmp:
     r = Reporter("http://127.0.0.1:9", state_dir=tmp, metrics=[definition],
-                 clock=SteppingClock(), background=False, max_outbox=2 * n + 1000)
+                 clock=SteppingClock(), background=False, max_outbox=2 * n + 1000, **options)
     for _ in range(200):
         r.report("bench", value)
     times = np.empty(n)
@@ -207,18 +209,21 @@ def baseline_cases() -> list[tuple[str, str, str]]:
     return cases + [(f"{m} [0,1]", m, "num") for m in NUMERIC]
 
 
-def run_against(baseline: Path, n: int, rounds: int) -> list[dict[str, object]]:
+def run_against(
+    baseline: Path, n: int, rounds: int, exclusive: bool = False
+) -> list[dict[str, object]]:
     """report() p50 of this tree and of ``baseline`` (a checkout with its own .venv),
     each case run in a fresh process of each, alternated, ``rounds`` times; the median
-    of each side's p50s and their ratio."""
+    of each side's p50s and their ratio. ``exclusive``: this tree also with
+    ``exclusive_state=True`` (a third process per round, and a third column)."""
     this_python = sys.executable
     base_python = str(baseline / ".venv" / "bin" / "python")
     if not Path(base_python).exists():
         raise SystemExit(f"{base_python} not found: make the baseline's venv first")
 
-    def p50(python: str, cwd: Path, name: str, domain: str) -> float:
+    def p50(python: str, cwd: Path, name: str, domain: str, options: str = "{}") -> float:
         out = subprocess.run(
-            [python, "-c", BASELINE_HARNESS, str(n), name, domain],
+            [python, "-c", BASELINE_HARNESS, str(n), name, domain, options],
             cwd=cwd, capture_output=True, text=True, check=True,
         )  # fmt: skip
         return float(out.stdout.strip().splitlines()[-1])
@@ -227,19 +232,30 @@ def run_against(baseline: Path, n: int, rounds: int) -> list[dict[str, object]]:
     print(f"report() p50, microseconds: this tree vs {baseline}, {n} fresh reports a run, "
           f"{rounds} alternated runs a case (medians)")  # fmt: skip
     print(yardstick())
-    print(f"{'mechanism':<16}{'baseline':>10}{'this':>10}{'ratio':>8}")
+    extra = f"{'excl':>10}{'ratio':>8}" if exclusive else ""
+    print(f"{'mechanism':<16}{'baseline':>10}{'this':>10}{'ratio':>8}{extra}")
     rows: list[dict[str, object]] = []
     for label, name, domain in baseline_cases():
-        base, this = [], []
+        base, this, excl = [], [], []
         for _ in range(rounds):
             base.append(p50(base_python, baseline, name, domain))
             this.append(p50(this_python, here, name, domain))
+            if exclusive:
+                excl.append(p50(this_python, here, name, domain, '{"exclusive_state": true}'))
         b, t = float(np.median(base)), float(np.median(this))
-        print(f"{label:<16}{b:>10.1f}{t:>10.1f}{t / b:>8.2f}", flush=True)
-        rows.append({"case": label, "baseline_p50_us": b, "p50_us": t, "ratio": t / b})
-    ratios = [cast(float, r["ratio"]) for r in rows]
-    print(f"ratio: median {np.median(ratios):.2f}, range {min(ratios):.2f}-{max(ratios):.2f}, "
-          f"{sum(r <= 0.5 for r in ratios)} of {len(ratios)} at or under 0.5")  # fmt: skip
+        row: dict[str, object] = {"case": label, "baseline_p50_us": b, "p50_us": t, "ratio": t / b}
+        line = f"{label:<16}{b:>10.1f}{t:>10.1f}{t / b:>8.2f}"
+        if exclusive:
+            e = float(np.median(excl))
+            row |= {"exclusive_p50_us": e, "exclusive_ratio": e / b}
+            line += f"{e:>10.1f}{e / b:>8.2f}"
+        print(line, flush=True)
+        rows.append(row)
+    for key in ("ratio", "exclusive_ratio") if exclusive else ("ratio",):
+        ratios = [cast(float, r[key]) for r in rows]
+        print(f"{key}: median {np.median(ratios):.2f}, range {min(ratios):.2f}-"
+              f"{max(ratios):.2f}, {sum(r <= 0.5 for r in ratios)} of {len(ratios)} at or "
+              "under 0.5")  # fmt: skip
     return rows
 
 
@@ -351,10 +367,15 @@ def main() -> int:
         "alternated, and print the ratios (nothing else runs)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternated runs a case (--against)")
+    parser.add_argument(
+        "--exclusive",
+        action="store_true",
+        help="with --against: also time this tree with Reporter(exclusive_state=True)",
+    )
     args = parser.parse_args()
     out: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     if args.against is not None:
-        out["against"] = run_against(args.against, args.n, args.rounds)
+        out["against"] = run_against(args.against, args.n, args.rounds, args.exclusive)
         if args.json:
             Path(args.json).write_text(json.dumps(out, indent=2))
         return 0

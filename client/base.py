@@ -55,6 +55,7 @@ class ReporterBase(Generic[TransportT]):
         retry: RetryPolicy | None = None,
         memoize: bool = True,
         durable_reports: bool = False,
+        exclusive_state: bool = False,
         definitions_ttl: float = 3600.0,
         clock: Clock = time.time,
         monotonic: Clock = time.monotonic,
@@ -79,6 +80,7 @@ class ReporterBase(Generic[TransportT]):
             max_outbox=max_outbox,
             memoize=memoize,
             durable_reports=durable_reports,
+            exclusive_state=exclusive_state,
             clock=clock,
             monotonic=monotonic,
         )

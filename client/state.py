@@ -74,6 +74,7 @@ class ReporterState:
         memoize: bool,
         durable_reports: bool,
         clock: Clock,
+        exclusive_state: bool = False,
         monotonic: Clock = time.monotonic,
     ) -> None:
         self.source = settings.url
@@ -103,7 +104,11 @@ class ReporterState:
         # memo tag -> its report (the same bytes every time: see _perturbed), in memory
         self._memo_reports: dict[bytes, bytes] = {}
         self.store = DeviceStore(
-            self.directory, durable_reports=durable_reports, known_device=known, now=clock()
+            self.directory,
+            durable_reports=durable_reports,
+            exclusive=bool(exclusive_state),
+            known_device=known,
+            now=clock(),
         )
         self._deferred: dict[int, float] = {}  # seq -> first unknown_version refusal (clock)
         loss = self.store.ledger_lost()

@@ -100,6 +100,7 @@ CREATE TABLE IF NOT EXISTS definitions (
 ) WITHOUT ROWID;
 """
 
+EXCLUSIVE_OPEN_TIMEOUT = 2.0  # seconds an exclusive open waits for another's transaction
 _SEQS_PER_STATEMENT = 8000  # parameters bound per statement (SQLite allows 32766)
 
 TOTAL_KEY = "*"
@@ -345,14 +346,18 @@ class DeviceStore:
         directory: Path,
         *,
         durable_reports: bool = False,
+        exclusive: bool = False,
         known_device: bool = False,
         now: float | None = None,
     ) -> None:
         """Open (or create) the database. ``known_device``: this state_dir had a device
         secret before (a database that is then missing, empty or unreadable is a lost
-        ledger, recorded at ``now``: see :meth:`ledger_lost`)."""
+        ledger, recorded at ``now``: see :meth:`ledger_lost`). ``exclusive``: this
+        connection keeps SQLite's lock until it closes (see ``Reporter``'s
+        ``exclusive_state``)."""
         self.path = directory / DATABASE_FILE
         self.durable_reports = durable_reports
+        self.exclusive = exclusive
         self._closed = False
         self._version: int | None = None
         self._rows = 0
@@ -371,16 +376,16 @@ class DeviceStore:
             self.db = self._open()
         except sqlite3.DatabaseError as exc:
             if not _corrupt(exc):  # locked, I/O error...: not a loss, report it
-                raise StateError(f"cannot open the client database {self.path}: {exc}") from exc
+                raise self._open_failed(exc) from exc
             loss = "corrupt"
             lost_reports = _count_outbox(self.path)
             moved_to = _move_aside(self.path)
             try:
                 self.db = self._open()
             except sqlite3.Error as again:
-                raise StateError(f"cannot open the client database {self.path}: {again}") from again
+                raise self._open_failed(again) from again
         except sqlite3.Error as exc:
-            raise StateError(f"cannot open the client database {self.path}: {exc}") from exc
+            raise self._open_failed(exc) from exc
         # One cursor for report()'s statements: a little cheaper than a new one each.
         self._cursor = self.db.cursor()
         for suffix in ("", "-wal", "-shm"):
@@ -395,10 +400,30 @@ class DeviceStore:
                 )
             self._lost = StateLoss(at, loss, moved_to, lost_reports, fresh=True)
 
+    def _open_failed(self, exc: sqlite3.Error) -> StateError:
+        why = str(exc)
+        if "locked" in why:  # held by an exclusive reporter, or a stuck transaction
+            holder = (
+                "with exclusive_state=True no other process may have it open"
+                if self.exclusive
+                else "a process that opened it with exclusive_state=True keeps it locked"
+            )
+            why = f"{why}; {holder}"
+        return StateError(f"cannot open the client database {self.path}: {why}")
+
     def _open(self) -> sqlite3.Connection:
         _create_private(self.path)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        # Exclusive: the lock is held from the first transaction on, so a second process
+        # would wait for ever; it waits a little (for another's transaction) and fails.
+        timeout = EXCLUSIVE_OPEN_TIMEOUT if self.exclusive else 30.0
+        db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=timeout
+        )
         try:
+            if self.exclusive:
+                # Before WAL is entered, so that SQLite keeps the WAL index in its own memory
+                # (no -shm file, no file lock per transaction): ~5 us less per report.
+                db.execute("PRAGMA locking_mode=EXCLUSIVE")
             # Small pages: a commit appends one WAL frame per page it touches.
             db.execute("PRAGMA page_size=1024")  # only takes effect on a new file
             db.execute("PRAGMA journal_mode=WAL")

@@ -186,17 +186,20 @@ def test_restart_half_way_loses_nothing_and_sends_nothing_twice(
     assert live.n("clicks") + live.n("tick") == 115
 
 
+@pytest.mark.parametrize("exclusive", [False, True], ids=["shared", "exclusive_state"])
 def test_hard_kill_after_report_returned_keeps_the_report(
-    live: LiveCollector, state_dir: Path
+    live: LiveCollector, state_dir: Path, exclusive: bool
 ) -> None:
-    """report() returned => the report is in the WAL, even if the process dies at once."""
+    """report() returned => the report is in the WAL, even if the process dies at once
+    (exclusive_state too: its WAL index lived in the dead process's memory only)."""
     script = textwrap.dedent(
         f"""
         import os
         from ldpkit.client import MetricDefinition, Reporter
         spec = {METRICS["clicks"]!r}
         r = Reporter("http://127.0.0.1:9", state_dir={str(state_dir)!r}, background=False,
-                     metrics=[MetricDefinition.from_dict("clicks", spec)])
+                     metrics=[MetricDefinition.from_dict("clicks", spec)],
+                     exclusive_state={exclusive!r})
         for v in range(40):
             r.report("clicks", float(v))
         os._exit(0)  # no close, no flush, no atexit

@@ -22,6 +22,7 @@ from ldpkit.client import (
     ParameterError,
     Reporter,
     RetryPolicy,
+    StateError,
 )
 from ldpkit.client.policies import BackgroundSchedule
 from ldpkit.http import NetworkError
@@ -610,3 +611,24 @@ def test_a_report_is_one_transaction_of_four_statements(state_dir: Path, clock: 
             other.report("theme", "light")
         r.report("theme", "dark")
         assert r.pending == 4 and r.budget()["theme"].spent == pytest.approx(4.0)
+
+
+def test_exclusive_state_keeps_the_lock_until_closed(state_dir: Path, clock: FakeClock) -> None:
+    """exclusive_state=True: SQLite's lock is held while the reporter is open (its WAL
+    index in the process's memory, no -shm file), so a second reporter on the same
+    state_dir is refused by name; once closed, the state (ledger, outbox) is all there."""
+    metrics = [minutes(budget=1.0)]
+    down = FakeCollector(down=True)
+    with make(state_dir, clock, down, metrics=metrics, exclusive_state=True) as a:
+        a.report("session_minutes", 1.0)
+        a.report("session_minutes", 2.0)
+        assert not (state_dir / "client.sqlite3-shm").exists()
+        with pytest.raises(StateError, match="exclusive_state=True no other process"):
+            make(state_dir, clock, down, metrics=metrics, exclusive_state=True)
+        with pytest.raises(BudgetExceeded):
+            a.report("session_minutes", 3.0)
+    with make(state_dir, clock, down, metrics=metrics) as b:  # shared again: both there
+        assert b.pending == 2
+        assert b.budget()["session_minutes"].spent == pytest.approx(1.0)
+        with pytest.raises(BudgetExceeded):
+            b.report("session_minutes", 3.0)
