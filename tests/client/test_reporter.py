@@ -6,6 +6,8 @@ import logging
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +24,6 @@ from ldpkit.client import (
     ParameterError,
     Reporter,
     RetryPolicy,
-    StateError,
 )
 from ldpkit.client.policies import BackgroundSchedule
 from ldpkit.http import NetworkError
@@ -613,6 +614,14 @@ def test_a_report_is_one_transaction_of_four_statements(state_dir: Path, clock: 
         assert r.pending == 4 and r.budget()["theme"].spent == pytest.approx(4.0)
 
 
+OPEN_EXCLUSIVELY = """
+import sys
+from ldpkit.client import Reporter
+Reporter("http://127.0.0.1:9", state_dir=sys.argv[1], metrics=[], background=False,
+         exclusive_state=True)
+"""
+
+
 def test_exclusive_state_keeps_the_lock_until_closed(state_dir: Path, clock: FakeClock) -> None:
     """exclusive_state=True: SQLite's lock is held while the reporter is open (its WAL
     index in the process's memory, no -shm file), so a second reporter on the same
@@ -623,8 +632,11 @@ def test_exclusive_state_keeps_the_lock_until_closed(state_dir: Path, clock: Fak
         a.report("session_minutes", 1.0)
         a.report("session_minutes", 2.0)
         assert not (state_dir / "client.sqlite3-shm").exists()
-        with pytest.raises(StateError, match="exclusive_state=True no other process"):
-            make(state_dir, clock, down, metrics=metrics, exclusive_state=True)
+        other = subprocess.run(  # another process: SQLite's file lock, not its own table
+            [sys.executable, "-c", OPEN_EXCLUSIVELY, str(state_dir)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert "StateError" in other.stderr and "no other process may" in other.stderr
         with pytest.raises(BudgetExceeded):
             a.report("session_minutes", 3.0)
     with make(state_dir, clock, down, metrics=metrics) as b:  # shared again: both there
