@@ -104,6 +104,9 @@ def fit(channel: npt.ArrayLike, counts: npt.ArrayLike) -> FloatArray:
     p = np.asarray(channel, dtype=np.float64)
     c0 = np.asarray(counts, dtype=np.float64)
     c = np.atleast_2d(c0)
+    if not np.all(np.isfinite(c)) or np.any(c < 0):
+        # (a NaN or negative n makes the first gap d / n never reach the last: a hang)
+        raise ParameterError("the maximum-likelihood estimate needs non-negative counts")
     b, (d, _) = c.shape[0], p.shape
     n = c.sum(axis=1)
     f = np.full((b, d), 1.0 / d)

@@ -213,3 +213,14 @@ def test_the_ml_estimate_is_refused_where_it_does_not_apply() -> None:
     big = ldpkit.mechanism("grr", epsilon=1.0, domain_size=65)
     with pytest.raises(ParameterError, match="at most 64"):
         ml_frequencies(big, big.aggregate(np.arange(65, dtype=np.uint32)))
+
+
+@pytest.mark.parametrize("bad", [[np.nan, 1.0, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0], [np.inf, 0, 0, 0]])
+def test_counts_that_are_not_counts_are_refused_by_name(bad: list[float]) -> None:
+    """NaN or negative counts made the barrier's first gap d / n NaN or negative, and its
+    stages never reached the last one (a hang): they are refused instead."""
+    grr = ldpkit.mechanism("grr", epsilon=1.0, domain_size=4)
+    with pytest.raises(ParameterError, match="counts"):
+        ml_frequencies(grr, Aggregate(2, np.array(bad)))
+    with pytest.raises(ParameterError, match="counts"):
+        fit(grr.report_channel(), np.array(bad))
