@@ -41,8 +41,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ParameterError
-from ..estimates import FrequencyEstimate
+from ..estimates import FrequencyEstimate, RobustFrequencies
 from ..intervals import Bounds, normal_quantile
+from ..ranking import TOP, MostCommon, Ranks
 
 if TYPE_CHECKING:
     from ..aggregate import Aggregate
@@ -368,6 +369,29 @@ class MLFrequencies(FrequencyEstimate):
 
     def forgery_shift(self, beta: float) -> FloatArray:
         return np.full(self.domain_size, np.nan)
+
+    # The base class's pairwise variance is randomized response's with p and q (for the
+    # exponential channel its largest and smallest entry: 100 times too small at d = 10,
+    # a uniform population's most-common set one item), and its robust intervals are
+    # support counts': neither is this estimate's. The answer takes them from the inversion.
+    def difference_variance(self, i: IntArray, j: IntArray) -> FloatArray:
+        raise _inversions("difference_variance")
+
+    def most_common(self, level: float = 0.95) -> MostCommon:
+        raise _inversions("most_common")
+
+    def ranks(self, level: float = 0.95, *, top: int = TOP) -> Ranks:
+        raise _inversions("ranks")
+
+    def robust(self, beta: float) -> RobustFrequencies:
+        raise _inversions("robust")
+
+
+def _inversions(what: str) -> ParameterError:
+    return ParameterError(
+        f"{what} is not derived for the maximum-likelihood estimate: ask it of the "
+        "inversion estimate (the oracle's estimate(aggregate), as the answer does)"
+    )
 
     def consistent(self) -> FloatArray:
         """The estimate itself: it is on the simplex already."""

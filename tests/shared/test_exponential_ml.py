@@ -224,3 +224,24 @@ def test_counts_that_are_not_counts_are_refused_by_name(bad: list[float]) -> Non
         ml_frequencies(grr, Aggregate(2, np.array(bad)))
     with pytest.raises(ParameterError, match="counts"):
         fit(grr.report_channel(), np.array(bad))
+
+
+@pytest.mark.parametrize("name", ["exponential", "grr"])
+def test_what_is_the_inversions_is_refused_by_the_ml_estimate(name: str) -> None:
+    """most_common, ranks, difference_variance and robust were inherited: the randomized-
+    response formula with the channel's largest and smallest entry as p and q (many times
+    too small for the exponential channel, ChannelFrequencies says) and support-count
+    intervals on output counts. The answer takes them from the inversion estimate; the core
+    object refuses them by name instead of answering wrongly."""
+    m = ldpkit.mechanism(name, epsilon=1.0, domain_size=6)
+    agg = m.aggregate(m.perturb(np.arange(600) % 6, rng=np.random.default_rng(8)))
+    est = ml_frequencies(m, agg)
+    calls = [
+        lambda: est.most_common(0.95),
+        lambda: est.ranks(0.95),
+        lambda: est.difference_variance(np.array([0]), np.array([1])),
+        lambda: est.robust(0.01),
+    ]
+    for call in calls:
+        with pytest.raises(ParameterError, match="inversion"):
+            call()
