@@ -386,16 +386,16 @@ class MLFrequencies(FrequencyEstimate):
     def robust(self, beta: float) -> RobustFrequencies:
         raise _inversions("robust")
 
+    def consistent(self) -> FloatArray:
+        """The estimate itself: it is on the simplex already."""
+        return self.frequencies
+
 
 def _inversions(what: str) -> ParameterError:
     return ParameterError(
         f"{what} is not derived for the maximum-likelihood estimate: ask it of the "
         "inversion estimate (the oracle's estimate(aggregate), as the answer does)"
     )
-
-    def consistent(self) -> FloatArray:
-        """The estimate itself: it is on the simplex already."""
-        return self.frequencies
 
 
 def ml_frequencies(oracle: FrequencyOracle, aggregate: Aggregate) -> MLFrequencies:

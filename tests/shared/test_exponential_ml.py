@@ -245,3 +245,4 @@ def test_what_is_the_inversions_is_refused_by_the_ml_estimate(name: str) -> None
     for call in calls:
         with pytest.raises(ParameterError, match="inversion"):
             call()
+    assert est.consistent() is est.frequencies  # on the simplex already: itself
