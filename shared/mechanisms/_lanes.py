@@ -652,7 +652,7 @@ class WordQueue:
     """Hands out a word source's words one run at a time, fetching ``block`` at once.
 
     The words are kept as their little-endian bytes: a run of them is one Python integer
-    (:meth:`take_int`, word i at bits 64 i ..) or a run of 16- or 32-bit values (:meth:`values`)
+    (:meth:`take_ints`, word i at bits 64 i ..) or a run of 16- or 32-bit values (:meth:`values`)
     with no list of Python integers in between. Words fetched but not handed out are
     discarded with the queue (a device uses a fresh generator for every report, so reading
     ahead changes nothing it sends).
@@ -690,13 +690,9 @@ class WordQueue:
         start = self._advance(1)
         return int.from_bytes(self._buffer[start : start + 8], "little")
 
-    def take_int(self, count: int) -> int:
-        """The next ``count`` words as one integer, word i at bits 64 i .. 64 i + 63."""
-        start = self._advance(count)
-        return int.from_bytes(self._buffer[start : start + 8 * count], "little")
-
     def take_ints(self, rounds: int, width: int) -> list[int]:
-        """``rounds`` calls of ``take_int(width)`` in one."""
+        """The next ``rounds`` runs of ``width`` words, each as one integer (word i of a
+        run at bits 64 i .. 64 i + 63)."""
         start = self._advance(rounds * width)
         buffer, size = self._buffer, 8 * width
         if width == 1:

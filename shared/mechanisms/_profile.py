@@ -41,8 +41,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ParameterError
-from ..estimates import FrequencyEstimate
+from ..estimates import FrequencyEstimate, RobustFrequencies
 from ..intervals import Bounds, normal_quantile
+from ..ranking import TOP, MostCommon, Ranks
 
 if TYPE_CHECKING:
     from ..aggregate import Aggregate
@@ -104,6 +105,9 @@ def fit(channel: npt.ArrayLike, counts: npt.ArrayLike) -> FloatArray:
     p = np.asarray(channel, dtype=np.float64)
     c0 = np.asarray(counts, dtype=np.float64)
     c = np.atleast_2d(c0)
+    if not np.all(np.isfinite(c)) or np.any(c < 0):
+        # (a NaN or negative n makes the first gap d / n never reach the last: a hang)
+        raise ParameterError("the maximum-likelihood estimate needs non-negative counts")
     b, (d, _) = c.shape[0], p.shape
     n = c.sum(axis=1)
     f = np.full((b, d), 1.0 / d)
@@ -366,9 +370,32 @@ class MLFrequencies(FrequencyEstimate):
     def forgery_shift(self, beta: float) -> FloatArray:
         return np.full(self.domain_size, np.nan)
 
+    # The base class's pairwise variance is randomized response's with p and q (for the
+    # exponential channel its largest and smallest entry: 100 times too small at d = 10,
+    # a uniform population's most-common set one item), and its robust intervals are
+    # support counts': neither is this estimate's. The answer takes them from the inversion.
+    def difference_variance(self, i: IntArray, j: IntArray) -> FloatArray:
+        raise _inversions("difference_variance")
+
+    def most_common(self, level: float = 0.95) -> MostCommon:
+        raise _inversions("most_common")
+
+    def ranks(self, level: float = 0.95, *, top: int = TOP) -> Ranks:
+        raise _inversions("ranks")
+
+    def robust(self, beta: float) -> RobustFrequencies:
+        raise _inversions("robust")
+
     def consistent(self) -> FloatArray:
         """The estimate itself: it is on the simplex already."""
         return self.frequencies
+
+
+def _inversions(what: str) -> ParameterError:
+    return ParameterError(
+        f"{what} is not derived for the maximum-likelihood estimate: ask it of the "
+        "inversion estimate (the oracle's estimate(aggregate), as the answer does)"
+    )
 
 
 def ml_frequencies(oracle: FrequencyOracle, aggregate: Aggregate) -> MLFrequencies:

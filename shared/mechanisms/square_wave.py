@@ -445,6 +445,8 @@ class SquareWave:
         if g.shape != (self.outputs,):
             raise ParameterError(f"weights must have {self.outputs} entries, got {g.shape}")
         d = _check_buckets(inputs, "inputs")
+        if not float(lower) <= float(upper):  # (NaN fails too)
+            raise ParameterError(f"the range needs lower <= upper, got [{lower!r}, {upper!r})")
         lo, hi = self.bounds
         steps = np.clip((np.asarray([lower, upper], dtype=np.float64) - lo) / (hi - lo), 0, 1)
         grid = np.arange(d + 1, dtype=np.float64) / d

@@ -213,3 +213,36 @@ def test_the_ml_estimate_is_refused_where_it_does_not_apply() -> None:
     big = ldpkit.mechanism("grr", epsilon=1.0, domain_size=65)
     with pytest.raises(ParameterError, match="at most 64"):
         ml_frequencies(big, big.aggregate(np.arange(65, dtype=np.uint32)))
+
+
+@pytest.mark.parametrize("bad", [[np.nan, 1.0, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0], [np.inf, 0, 0, 0]])
+def test_counts_that_are_not_counts_are_refused_by_name(bad: list[float]) -> None:
+    """NaN or negative counts made the barrier's first gap d / n NaN or negative, and its
+    stages never reached the last one (a hang): they are refused instead."""
+    grr = ldpkit.mechanism("grr", epsilon=1.0, domain_size=4)
+    with pytest.raises(ParameterError, match="counts"):
+        ml_frequencies(grr, Aggregate(2, np.array(bad)))
+    with pytest.raises(ParameterError, match="counts"):
+        fit(grr.report_channel(), np.array(bad))
+
+
+@pytest.mark.parametrize("name", ["exponential", "grr"])
+def test_what_is_the_inversions_is_refused_by_the_ml_estimate(name: str) -> None:
+    """most_common, ranks, difference_variance and robust were inherited: the randomized-
+    response formula with the channel's largest and smallest entry as p and q (many times
+    too small for the exponential channel, ChannelFrequencies says) and support-count
+    intervals on output counts. The answer takes them from the inversion estimate; the core
+    object refuses them by name instead of answering wrongly."""
+    m = ldpkit.mechanism(name, epsilon=1.0, domain_size=6)
+    agg = m.aggregate(m.perturb(np.arange(600) % 6, rng=np.random.default_rng(8)))
+    est = ml_frequencies(m, agg)
+    calls = [
+        lambda: est.most_common(0.95),
+        lambda: est.ranks(0.95),
+        lambda: est.difference_variance(np.array([0]), np.array([1])),
+        lambda: est.robust(0.01),
+    ]
+    for call in calls:
+        with pytest.raises(ParameterError, match="inversion"):
+            call()
+    assert est.consistent() is est.frequencies  # on the simplex already: itself

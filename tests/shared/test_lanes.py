@@ -566,13 +566,13 @@ def test_one_value_path_gives_the_batch_rule(name: str, epsilon: float, d: int) 
     assert bool(m.check_reports(report[None, :])[0])
 
 
-@pytest.mark.parametrize("block", [1, 3, 256])
-def test_word_queue_hands_out_the_stream_in_order(block: int) -> None:
-    """Every way of taking words (a list, one word, one integer, 16- and 32-bit values of
-    whole words) reads the next words of the stream, across refills of any size."""
+@pytest.mark.parametrize(("block", "first"), [(1, None), (3, None), (256, None), (256, 2), (3, 40)])
+def test_word_queue_hands_out_the_stream_in_order(block: int, first: int | None) -> None:
+    """Every way of taking words (a list, one word, rows as integers, 16- and 32-bit values
+    of whole words) reads the next words of the stream, across refills of any size."""
     words = np.random.default_rng(5).integers(0, 2**64, 2000, dtype=np.uint64)
     expected = [int(w) for w in words]
-    queue = _lanes.WordQueue(Stream(words), block=block)
+    queue = _lanes.WordQueue(Stream(words), block=block, first=first)
     at = 0
     for step in range(60):
         count = 1 + step % 7
@@ -583,8 +583,11 @@ def test_word_queue_hands_out_the_stream_in_order(block: int) -> None:
         elif kind == 1:
             assert queue.take_one() == got[0]
             count = 1
-        elif kind == 2:
-            assert queue.take_int(count) == sum(w << (64 * i) for i, w in enumerate(got))
+        elif kind == 2:  # as rows of `width` words (one integer each), or single words
+            rounds, width = (1, count) if step % 2 else (count, 1)
+            rows = [got[r * width : (r + 1) * width] for r in range(rounds)]
+            joined = [sum(w << (64 * i) for i, w in enumerate(row)) for row in rows]
+            assert queue.take_ints(rounds, width) == joined
         else:
             bits = 16 if kind == 3 else 32
             values = count * (64 // bits) - step % (64 // bits)  # may end mid-word

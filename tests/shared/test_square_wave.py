@@ -269,3 +269,12 @@ def test_bias_bounded_interval_covers_an_adversarial_population(
     half = 1.96 * sd + bound
     misses = int(np.sum(np.abs(est - truth) > half))
     assert misses <= stats.binom.ppf(1.0 - 1e-4, campaigns, 0.05)
+
+
+@pytest.mark.parametrize("span", [(math.nan, 4.0), (3.0, math.nan), (5.0, 3.0)])
+def test_bucket_deviation_refuses_a_range_that_is_not_one(span: tuple[float, float]) -> None:
+    """A NaN end failed as a ReportError about a value at an index the caller never gave,
+    and reversed ends gave bounds for a range that does not exist: both refused by name."""
+    sw = SquareWave(epsilon=1.0, bounds=(2.0, 7.0), buckets=8, output_buckets=16)
+    with pytest.raises(ParameterError, match="range"):
+        sw.bucket_deviation(np.ones(16), span[0], span[1], 8)
