@@ -46,7 +46,7 @@ from __future__ import annotations
 import bisect
 import decimal
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -136,7 +136,7 @@ def exact_scale(quality: FloatArray, epsilon: float) -> float:
     return lo
 
 
-_SCALE_BITS = 44  # significant bits of the served scale (see served_scale)
+_SCALE_BITS = 44  # significant bits of the served scale (see served_law)
 _DECIMAL = decimal.Context(prec=40)
 
 
@@ -170,12 +170,19 @@ def _decimal_loss(quality: FloatArray, scale: float) -> decimal.Decimal:
     return max(spreads)
 
 
-def served_scale(quality: FloatArray, epsilon: float, scale: float) -> float:
-    """The scale a served definition uses: ``scale`` (:func:`exact_scale`, computed with
-    the machine's exp and log, which differ in the last bit between CPUs) moved to the
-    largest multiple of ``2^(e - 44)`` (``2^e`` about ``scale``) whose privacy loss,
-    computed in decimal, is at most ``epsilon``: the same on every machine, and within
-    ``2^-43`` of the exact scale (relative)."""
+def served_law(
+    quality: FloatArray, epsilon: float, scale: float
+) -> tuple[float, tuple[tuple[int, ...], ...]]:
+    """The scale a served definition uses and its 64-bit thresholds (:func:`served_thresholds`).
+
+    ``scale`` (:func:`exact_scale`, computed with the machine's exp and log, which differ in
+    the last bit between CPUs) moves to the largest multiple of ``2^(e - 44)`` (``2^e``
+    about ``scale``) whose privacy loss, computed in decimal, is at most ``epsilon``: the
+    same on every machine, within ``2^-43`` of the exact scale (relative). Then, since the
+    device samples the integer thresholds and not the channel (rounding each one down moves
+    a cell by up to ``2^-64``, in a small cell past epsilon by up to 1e-15), the scale steps
+    down until the thresholds' own law spends at most ``epsilon`` (:func:`threshold_loss`).
+    """
     step = math.ldexp(1.0, math.frexp(scale)[1] - _SCALE_BITS)
     k = math.floor(scale / step)
     bound = decimal.Decimal(epsilon)
@@ -183,7 +190,11 @@ def served_scale(quality: FloatArray, epsilon: float, scale: float) -> float:
         k += 1
     while k > 1 and _decimal_loss(quality, k * step) > bound:
         k -= 1
-    return k * step
+    rows = served_thresholds(quality, k * step)
+    while k > 1 and threshold_loss(rows) > bound:
+        k -= 1
+        rows = served_thresholds(quality, k * step)
+    return k * step, rows
 
 
 def served_thresholds(quality: FloatArray, scale: float) -> tuple[tuple[int, ...], ...]:
@@ -198,6 +209,24 @@ def served_thresholds(quality: FloatArray, scale: float) -> tuple[tuple[int, ...
             row.append(min(int(ctx.divide(ctx.multiply(total, two64), z)), (1 << 64) - 1))
         rows.append(tuple(row))
     return tuple(rows)
+
+
+def threshold_loss(thresholds: Sequence[Sequence[int]]) -> decimal.Decimal:
+    """The privacy loss of the law the thresholds define (cell widths over ``2^64``): the
+    largest ``ln(max / min)`` of an output's widths over the inputs, in 40-digit decimal
+    (infinite when an output has width 0 in some row and not in all)."""
+    widths = [[b - a for a, b in zip((0, *r), (*r, 1 << 64), strict=True)] for r in thresholds]
+    worst = decimal.Decimal(0)
+    for column in zip(*widths, strict=True):
+        low, high = min(column), max(column)
+        if low == 0:
+            if high:
+                return decimal.Decimal("Infinity")
+            continue
+        worst = max(
+            worst, _DECIMAL.ln(_DECIMAL.divide(decimal.Decimal(high), decimal.Decimal(low)))
+        )
+    return worst
 
 
 @dataclass(frozen=True)
@@ -775,7 +804,7 @@ class Exponential(FrequencyOracle):
             )
         # Served constants must be the same bits on every machine (docs/protocol.md's
         # vectors): the scale on a coarse grid and the thresholds, both settled in decimal.
-        rows = served_thresholds(core.quality, served_scale(core.quality, core.epsilon, core.scale))
+        _, rows = served_law(core.quality, core.epsilon, core.scale)
         scores = None if self.scores is None else tuple(map(tuple, core.quality.tolist()))
         self._set(core=core, thresholds=rows, scores=scores)
         law = self.output_law()

@@ -6,6 +6,7 @@ the audit's measured epsilon. Fixed seeds; tolerances from the variance formulas
 
 from __future__ import annotations
 
+import decimal
 import math
 from typing import Any
 
@@ -96,6 +97,49 @@ def test_thresholds_spend_epsilon_and_no_more() -> None:
         np.testing.assert_allclose(law, m.core.channel, rtol=1e-12, atol=1e-15)
         loss = np.max(np.log(law).max(axis=0) - np.log(law).min(axis=0))
         assert abs(loss - eps) < 1e-9
+
+
+def served_loss_excess(m: Exponential) -> decimal.Decimal:
+    """``ln(max / min)`` of each output's integer cell widths (the law the device really
+    samples: thresholds over 2^64) less epsilon, the largest over outputs, in 60 digits."""
+    ctx = decimal.Context(prec=60)
+    worst = decimal.Decimal("-Infinity")
+    widths = [
+        [b - a for a, b in zip((0, *row), (*row, 1 << 64), strict=True)] for row in m.thresholds
+    ]
+    for column in zip(*widths, strict=True):
+        assert min(column) > 0, "an output some input can give has width 0 in another row"
+        loss = ctx.ln(ctx.divide(decimal.Decimal(max(column)), decimal.Decimal(min(column))))
+        worst = max(worst, loss)
+    return worst - decimal.Decimal(m.epsilon)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"domain_size": 2},
+        {"domain_size": 3},
+        {"domain_size": 10},
+        {"domain_size": 32},
+        {"domain_size": 6, "score": "band", "band": 1},
+        {
+            "domain_size": 3,
+            "score": "matrix",
+            "scores": ((0.0, 0.3, 1.0), (0.2, 0.0, 0.5), (1.0, 0.4, 0.0)),
+        },
+    ],
+    ids=["distance-2", "distance-3", "distance-10", "distance-32", "band-6", "matrix-3"],
+)
+def test_the_served_integer_law_never_spends_more_than_epsilon(kw: dict[str, Any]) -> None:
+    """The device samples the integer thresholds, not the real-valued channel: rounding
+    each cumulative threshold down moves a cell by up to 2^-64, which in a small cell is a
+    relative change of 1e-16 or more, enough to push the loss past epsilon. The served law
+    itself must stay within epsilon exactly (and within 1e-9 of it: the scale is not
+    given away)."""
+    for eps in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 10.0):
+        excess = served_loss_excess(Exponential(epsilon=eps, **kw))
+        assert excess <= 0, f"eps {eps}: the served law spends {excess} more"
+        assert excess > decimal.Decimal("-1e-9")
 
 
 # --- the answer -------------------------------------------------------------------------
