@@ -373,6 +373,8 @@ def main() -> int:
         help="with --against: also time this tree with Reporter(exclusive_state=True)",
     )
     args = parser.parse_args()
+    if args.exclusive and args.against is None:
+        parser.error("--exclusive compares against a baseline: give --against DIR too")
     out: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     if args.against is not None:
         out["against"] = run_against(args.against, args.n, args.rounds, args.exclusive)
