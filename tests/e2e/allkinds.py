@@ -27,8 +27,6 @@ from tests.harness import running_collector
 from .conftest import READ, RELAY
 
 DAYS = 4
-KINDS_GROUP = "kinds"
-"""The ``xdist_group`` of the modules that use the ``kinds`` collector (one worker seeds it)."""
 PER_DAY = 2500
 LEAVES = [
     "MX/Jalisco/Guadalajara",

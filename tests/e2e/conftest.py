@@ -84,7 +84,7 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Populated]:
 def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AllKinds]:
     """A collector holding every metric kind over DAYS daily buckets (tests/e2e/allkinds.py),
     every maintained estimate computed: seeded once for the dashboard tests of every kind.
-    Its modules share an ``xdist_group`` so that parallel workers do not seed it twice."""
+    Parallel workers run its modules on one worker (tests/conftest.py, ``SHARED``)."""
     from .allkinds import all_kinds_collector  # it imports this module's tokens
 
     yield from all_kinds_collector(tmp_path_factory.mktemp("allkinds"))

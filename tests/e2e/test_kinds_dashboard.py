@@ -23,12 +23,9 @@ from ldpkit.collector.launcher import environment_without_tokens, running_collec
 from tests.collector.helpers import without_as_of
 from tests.readiness import wait_until
 
-from .allkinds import DAYS, KINDS_GROUP, AllKinds
+from .allkinds import DAYS, AllKinds
 from .conftest import READ, RELAY
 from .test_dashboard import READABLE
-
-# With test_views_inside: one worker seeds the collector both use (``kinds``).
-pytestmark = pytest.mark.xdist_group(KINDS_GROUP)
 
 WIDTHS = (1400, 420)
 

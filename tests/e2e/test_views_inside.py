@@ -12,13 +12,10 @@ from typing import Any
 
 import pytest
 
-from .allkinds import DAYS, KINDS_GROUP, AllKinds
+from .allkinds import DAYS, AllKinds
 from .conftest import READ
 from .test_dashboard import READABLE
 from .test_kinds_dashboard import OUTLINED, in_bucket_sets
-
-# With test_kinds_dashboard: one worker seeds the collector both use (``kinds``).
-pytestmark = pytest.mark.xdist_group(KINDS_GROUP)
 
 WIDTHS = (1400, 420)
 # metric -> (its single view, its over-time view)
