@@ -6,6 +6,7 @@ import ctypes
 import ctypes.util
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from aiohttp import web_app
@@ -31,6 +32,31 @@ def _fix_malloc_thresholds() -> None:
 
 
 _fix_malloc_thresholds()
+
+
+SHARED = {
+    "tests/e2e/test_kinds_dashboard.py": "kinds",
+    "tests/e2e/test_views_inside.py": "kinds",
+}
+"""Test modules that share a package- or session-scoped fixture costly enough to build once
+(``kinds``: a collector seeded with every kind, tests/e2e/allkinds.py): one worker runs them."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pyproject's addopts run the suite on every core (``-n auto --dist loadfile``): each
+    module's tests on one worker, so that its module fixtures (a collector seeded, a
+    browser) are built once, and the modules of :data:`SHARED` together. (Not xdist_group
+    marks: with pytest 9.2 pytest-xdist 3.8's ``--dist loadgroup`` ignores them.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None  # another --dist asked for: xdist's own
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByModule(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED.get(module, module)
+
+    return ByModule(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -115,6 +115,7 @@ async function loadVersions(name) {
   const listing = await api(`/v1/metrics/${metricPath(name)}/versions`);
   const counts = await Promise.all(listing.versions.map((v) =>
     api(`/v1/estimates/${metricPath(name)}?version=${v.fingerprint}`).then((e) => e.n, () => null)));
+  if (name !== state.current) return;  // another metric was picked meanwhile: its list stands
   state.versions = listing.versions.map((v, k) => ({
     fingerprint: v.fingerprint,
     current: v.fingerprint === listing.current,

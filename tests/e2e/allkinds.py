@@ -1,8 +1,11 @@
 """A collector holding every metric kind reported over several daily buckets, for the
-tests of the dashboard's single and over-time views of each kind (nothing drawn outside
-its plot area, at 1400 and 420 px): a categorical, a numeric, a distribution (some bins
-nearly empty, so some estimates fall below zero), a hierarchy, a table and a strings
-metric, reported on DAYS days."""
+dashboard's tests of each kind (tests/e2e/test_kinds_dashboard.py: each view, its marks
+against the API's answer; tests/e2e/test_views_inside.py: single and over-time views,
+nothing drawn outside its plot area, at 1400 and 420 px): a categorical, an ordered
+categorical, a numeric, a distribution (some bins nearly empty, so some estimates fall
+below zero), a hierarchy, a table and a strings metric, reported on DAYS days. One
+collector for both modules (the ``kinds`` fixture, tests/e2e/conftest.py): seeding it is
+the costly part."""
 
 from __future__ import annotations
 
@@ -41,6 +44,11 @@ MAINTAINED = ("minutes", "region", "car", "search_term")
 CONFIG = f"""
 [collector]
 database = "collector.sqlite3"
+# Estimates from every report as soon as they land: the maintenance loop computes some from
+# the first batches while the rest arrive, and the default interval (30 s) would then hold
+# the last computation back. Nothing here asks for a stale estimate (the stale-then-fresh
+# test has its own collector, tests/e2e/test_kinds_dashboard.py).
+estimate_interval_seconds = 0
 
 [tokens]
 relay = ["{RELAY}"]
@@ -49,6 +57,14 @@ read = ["{READ}"]
 [metrics.theme]
 categories = ["light", "dark", "system"]
 epsilon = 1.0
+
+# Ordered categories: the mean rank and the shares "k or later" below the items.
+[metrics.rating]
+kind = "categorical"
+categories = ["1", "2", "3", "4", "5"]
+ordered = true
+mechanism = "exponential"
+epsilon = 4.0
 
 [metrics.spend]
 kind = "numeric"
@@ -132,6 +148,10 @@ def _report_day(r: Reporter, day: int, rng: np.random.Generator) -> None:
         rng.choice(["light", "dark", "system"], n, p=[0.8 - dark, dark, 0.2]).tolist(),
         rng=rng,
     )
+    # Its own generator: the other metrics' reports stay those their tests were written on.
+    own = np.random.default_rng([2029, day])
+    ratings = own.choice(["1", "2", "3", "4", "5"], n, p=[0.1, 0.1, 0.2, 0.4, 0.2])
+    r.simulate("rating", list(ratings), rng=own)
     r.simulate("spend", rng.uniform(30 + 5 * day, 60 + 5 * day, n).tolist(), rng=rng)
     # Most values low, a bump near 80, the top bins all but empty: some bins below zero.
     minutes = np.concatenate([rng.gamma(2.0, 8.0 + 2 * day, n * 2 // 3), rng.normal(80, 6, n // 3)])

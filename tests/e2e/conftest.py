@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -18,6 +18,9 @@ from ldpkit.collector.launcher import environment_without_tokens
 from tests.harness import running_collector
 
 from .browser import CHROMIUM, CHROMIUM_ARGS, require_browser
+
+if TYPE_CHECKING:
+    from .allkinds import AllKinds
 
 INGEST, READ, ADMIN = "e2e-ingest", "e2e-read", "e2e-admin"
 RELAY = "e2e-relay"  # simulate(): many devices' reports in a batch
@@ -75,6 +78,16 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Populated]:
             result = r.flush()
             assert result.sent == 2 * USERS
         yield Populated(url, directory, themes, minutes)
+
+
+@pytest.fixture(scope="package")
+def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AllKinds]:
+    """A collector holding every metric kind over DAYS daily buckets (tests/e2e/allkinds.py),
+    every maintained estimate computed: seeded once for the dashboard tests of every kind.
+    Parallel workers run its modules on one worker (tests/conftest.py, ``SHARED``)."""
+    from .allkinds import all_kinds_collector  # it imports this module's tokens
+
+    yield from all_kinds_collector(tmp_path_factory.mktemp("allkinds"))
 
 
 # The browser tests' fixtures (each module its own browser; screenshots to

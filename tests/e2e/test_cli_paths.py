@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.readiness import HANG_GUARD
+
 from .conftest import READ, Populated
 
 CLI = [sys.executable, "-m", "ldpkit.cli"]
@@ -20,7 +22,7 @@ def ldpkit(
         [*CLI, *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_GUARD,  # a hang, not a slow machine: some calls --wait 120
         cwd=cwd,
         env={**clean, **(env or {})},
     )

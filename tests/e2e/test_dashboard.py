@@ -14,6 +14,7 @@ browser.py); .ci/run installs both.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -403,6 +404,39 @@ def test_sixteen_categories_stay_readable(
 
 
 # --- versions, range, interval method ---------------------------------------------------
+def test_a_late_version_list_does_not_replace_the_picked_metrics(
+    browser: Any, board: Board
+) -> None:
+    """The token selects the first metric; a metric clicked before the first one's version
+    list came keeps its own list when that one comes late (on a loaded machine it did not:
+    the version picker listed the other metric's versions)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    held: list[Any] = []  # the other metrics' version lists, let go once os is drawn
+    page.route(
+        re.compile(r"/v1/metrics/[^/]+/versions$"),
+        lambda route: (
+            route.continue_() if "/metrics/os/" in route.request.url else held.append(route)
+        ),
+    )
+    page.goto(board.url + "/ui/")
+    page.fill("#token", READ)
+    page.click("#token-form button")
+    page.wait_for_function("document.querySelector('button[data-metric=os]') !== null")
+    page.click("button[data-metric=os]")
+    _drawn(page, "os")
+    assert held, "the token selected no other metric first"
+    # Readiness: the first metric's selection ends by drawing the current one (os) again.
+    again = lambda r: "/v1/estimates/os?" in r.url and "version=" not in r.url  # noqa: E731
+    with page.expect_request(again):
+        for route in held:
+            route.continue_()
+    options = page.eval_on_selector_all(
+        "#version option", "os => os.map(o => o.dataset.fingerprint)"
+    )
+    assert options == [board.os_new, board.os_old]
+    page.close()
+
+
 def test_version_picker_lists_versions_and_shows_the_picked_one(
     browser: Any, board: Board, shots: Path
 ) -> None:

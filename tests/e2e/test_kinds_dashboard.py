@@ -1,16 +1,16 @@
 """The dashboard's view of each metric kind, in a headless browser, against a real
-``ldpkit serve`` whose TOML defines a distribution, a hierarchy, a table and a strings
-metric. Checks the view drawn, its marks against the API's answer, that nothing is cut
-off at 1400 and 420 px, and (hierarchy) that clicking a node opens it. Screenshots go to
+``ldpkit serve`` holding a distribution, a hierarchy, a table, a strings and an ordered
+categorical metric over DAYS daily buckets (``kinds``: tests/e2e/allkinds.py). Checks
+the view drawn, its marks against the API's answer, that nothing is cut off at 1400 and
+420 px, and (hierarchy) that clicking a node opens it. Screenshots go to
 $LDPKIT_SCREENSHOTS (default: the test's temporary folder)."""
 
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,118 +21,13 @@ import pytest
 from ldpkit.client import Reporter
 from ldpkit.collector.launcher import environment_without_tokens, running_collector
 from tests.collector.helpers import without_as_of
+from tests.readiness import wait_until
 
+from .allkinds import DAYS, AllKinds
 from .conftest import READ, RELAY
 from .test_dashboard import READABLE
 
 WIDTHS = (1400, 420)
-LEAVES = [
-    "MX/Jalisco/Guadalajara",
-    "MX/Jalisco/Zapopan",
-    "MX/Sonora/Hermosillo",
-    "MX/Sonora/Nogales",
-    "MX/Yucatan/Merida",
-    "MX/Yucatan/Valladolid",
-]
-TYPES = ["Compact", "Large", "Midsize", "Small", "Sporty", "Van"]
-CARS93 = [(7, 9), (11, 0), (10, 12), (7, 14), (8, 6), (5, 4)]
-
-CONFIG = f"""
-[collector]
-database = "collector.sqlite3"
-
-[tokens]
-relay = ["{RELAY}"]
-read = ["{READ}"]
-
-[metrics.session_minutes_dist]
-kind = "distribution"
-bounds = [0.0, 120.0]
-resolution = 256
-epsilon = 2.0
-
-[metrics.region]
-kind = "hierarchy"
-separator = "/"
-categories = {json.dumps(LEAVES)}
-epsilon = 2.0
-
-[metrics.car]
-kind = "table"
-epsilon = 2.0
-[metrics.car.dimensions]
-type = {json.dumps(TYPES)}
-origin = ["USA", "non-USA"]
-
-[metrics.search_term]
-kind = "strings"
-max_length = 16
-k = 10
-epsilon = 4.0
-
-# Ordered categories: the mean rank and the shares "k or later" below the items.
-[metrics.rating]
-kind = "categorical"
-categories = ["1", "2", "3", "4", "5"]
-ordered = true
-mechanism = "exponential"
-epsilon = 4.0
-
-# The stale-then-fresh test's own metric: its estimates are computed at most once an hour
-# unless a query waits (the dashboard's follow-up does).
-[metrics.wait_minutes]
-kind = "distribution"
-bounds = [0.0, 120.0]
-resolution = 64
-epsilon = 2.0
-"""
-
-
-MAINTAINED = ("session_minutes_dist", "region", "car", "search_term")
-
-
-@dataclass
-class Kinds:
-    url: str
-    directory: Path
-
-
-@pytest.fixture(scope="module")
-def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kinds]:
-    directory = tmp_path_factory.mktemp("kinds")
-    (directory / "collector.toml").write_text(CONFIG)
-    with running_collector(
-        "collector.toml", cwd=directory, env=environment_without_tokens()
-    ) as collector:
-        rng = np.random.default_rng(1516)
-        with Reporter(
-            collector.url, token=RELAY, state_dir=directory / "device", background=False
-        ) as r:
-            r.refresh_definitions()
-            minutes = np.concatenate([rng.gamma(2.0, 10.0, 12_000), rng.normal(80, 8, 6_000)])
-            r.simulate("session_minutes_dist", np.clip(minutes, 0, 120), rng=rng)
-            counts = [100, 200, 150, 250, 200, 100]
-            regions = [leaf for leaf, c in zip(LEAVES, counts, strict=True) for _ in range(c * 20)]
-            r.simulate("region", regions, rng=rng)
-            cars = [
-                {"type": t, "origin": o}
-                for t, pair in zip(TYPES, CARS93, strict=True)
-                for o, c in zip(("USA", "non-USA"), pair, strict=True)
-                for _ in range(c * 150)
-            ]
-            r.simulate("car", cars, rng=rng)
-            words = ["weather", "news", "maps", "translate", "música", "football", "recipes"]
-            words += [f"word{i}" for i in range(500)]
-            p = 1.0 / np.arange(1, len(words) + 1) ** 1.1
-            r.simulate("search_term", list(rng.choice(words, 40_000, p=p / p.sum())), rng=rng)
-            r.simulate("wait_minutes", rng.uniform(0, 120, 2_000), rng=rng)
-            ratings = rng.choice(["1", "2", "3", "4", "5"], 2_000, p=[0.1, 0.1, 0.2, 0.4, 0.2])
-            r.simulate("rating", list(ratings), rng=rng)
-            assert r.flush().remaining == 0
-        # Readiness: every maintained estimate computed from every report posted.
-        for metric in (*MAINTAINED, "wait_minutes"):
-            assert api(collector.url, metric, wait="120")["as_of"]["fresh"]
-        yield Kinds(collector.url, directory)
 
 
 def api(url: str, metric: str, **query: str) -> dict[str, Any]:
@@ -145,7 +40,7 @@ def api(url: str, metric: str, **query: str) -> dict[str, Any]:
     return data
 
 
-def open_metric(browser: Any, kinds: Kinds, width: int, metric: str, view: str) -> Any:
+def open_metric(browser: Any, kinds: AllKinds, width: int, metric: str, view: str) -> Any:
     page = browser.new_page(viewport={"width": width, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -175,13 +70,13 @@ def readable(page: Any) -> None:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_distribution_histogram_with_quantiles(
-    browser: Any, kinds: Kinds, shots: Path, width: int
+    browser: Any, kinds: AllKinds, shots: Path, width: int
 ) -> None:
-    page = open_metric(browser, kinds, width, "session_minutes_dist", "histogram")
+    page = open_metric(browser, kinds, width, "minutes", "histogram")
     data = page.evaluate("window.ldpkitDashboard.data")
     served = api(
         kinds.url,
-        "session_minutes_dist",
+        "minutes",
         bins="16",
         quantiles="0.5,0.9",
         level="0.95",
@@ -210,24 +105,21 @@ def test_distribution_histogram_with_quantiles(
     page.select_option("#estimand", "population")
     drawn(
         page,
-        "session_minutes_dist",
+        "minutes",
         "histogram",
         "window.ldpkitDashboard.data.estimand === 'population'",
     )
     assert "the population" in page.inner_text("#distribution-estimand")
     page.screenshot(path=str(shots / f"kinds-histogram-population-{width}.png"), full_page=True)
     page.select_option("#bins", "64")
-    drawn(
-        page, "session_minutes_dist", "histogram", "window.ldpkitDashboard.data.items.length === 64"
-    )
+    drawn(page, "minutes", "histogram", "window.ldpkitDashboard.data.items.length === 64")
     assert page.locator("g.estimate-bars rect").count() == 64
-    # over time: the mean and quantiles per bucket, and a bucket x bin heat map (one
-    # bucket here: whiskers only, one column)
+    # over time: the mean and quantiles per bucket, and a bucket x bin heat map
     page.select_option("#bins", "8")
     page.check("#over-time")
-    drawn(page, "session_minutes_dist", "distribution-over-time")
-    assert page.locator("#distribution-summary-over-time g.points circle").count() == 3
-    assert page.locator("#distribution-heatmap g.bin-cells rect").count() == 8
+    drawn(page, "minutes", "distribution-over-time")
+    assert page.locator("#distribution-summary-over-time g.points circle").count() == 3 * DAYS
+    assert page.locator("#distribution-heatmap g.bin-cells rect").count() == 8 * DAYS
     assert "[0, 15)" in page.inner_text("#chart")
     # the bucket's most common set: its bins' cells outlined, and a key saying so
     outlined = page.evaluate(OUTLINED, "#distribution-heatmap")
@@ -240,7 +132,7 @@ def test_distribution_histogram_with_quantiles(
     page.check("#robust")
     drawn(
         page,
-        "session_minutes_dist",
+        "minutes",
         "distribution-over-time",
         "'robust_note' in window.ldpkitDashboard.data",
     )
@@ -280,16 +172,19 @@ def in_bucket_sets(page: Any, name: Any) -> list[str]:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_hierarchy_opens_level_by_level(
-    browser: Any, kinds: Kinds, shots: Path, width: int
+    browser: Any, kinds: AllKinds, shots: Path, width: int
 ) -> None:
     page = open_metric(browser, kinds, width, "region", "tree")
-    assert [i["category"] for i in page.evaluate("window.ldpkitDashboard.data.items")] == ["MX"]
+    top = [i["category"] for i in page.evaluate("window.ldpkitDashboard.data.items")]
+    assert top == ["MX", "US"]
     page.select_option("#depth", "2")
     drawn(page, "region", "tree", "window.ldpkitDashboard.data.depth === 2")
+    names = [i["category"] for i in page.evaluate("window.ldpkitDashboard.data.items")]
+    assert names == ["MX/Jalisco", "MX/Sonora", "US/Texas"]
     assert page.locator("g.estimate-bars rect").count() == 3
     readable(page)
     page.screenshot(path=str(shots / f"kinds-tree-depth2-{width}.png"), full_page=True)
-    page.locator("g.estimate-bars rect").nth(1).click()  # MX/Sonora: open it
+    page.locator("g.estimate-bars rect").nth(names.index("MX/Sonora")).click()  # open it
     drawn(page, "region", "tree", "window.ldpkitDashboard.data.subtree === 'MX/Sonora'")
     items = page.evaluate("window.ldpkitDashboard.data.items")
     assert [i["category"] for i in items] == ["MX/Sonora/Hermosillo", "MX/Sonora/Nogales"]
@@ -302,7 +197,9 @@ def test_hierarchy_opens_level_by_level(
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_table_heat_map_and_marginals(browser: Any, kinds: Kinds, shots: Path, width: int) -> None:
+def test_table_heat_map_and_marginals(
+    browser: Any, kinds: AllKinds, shots: Path, width: int
+) -> None:
     page = open_metric(browser, kinds, width, "car", "heatmap")
     data = page.evaluate("window.ldpkitDashboard.data")
     assert page.locator("g.cells rect").count() == len(data["items"]) == 12
@@ -325,7 +222,7 @@ def test_table_heat_map_and_marginals(browser: Any, kinds: Kinds, shots: Path, w
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_simultaneous_checkbox_for_hierarchies_and_tables(
-    browser: Any, kinds: Kinds, shots: Path, width: int
+    browser: Any, kinds: AllKinds, shots: Path, width: int
 ) -> None:
     """Shown for the kinds that offer simultaneous intervals (hierarchy, table), hidden for
     the others; checked, it asks ``simultaneous=true``, draws the served (wider) intervals
@@ -361,7 +258,7 @@ def test_simultaneous_checkbox_for_hierarchies_and_tables(
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_strings_ranked_with_threshold_and_candidates(
-    browser: Any, kinds: Kinds, shots: Path, width: int
+    browser: Any, kinds: AllKinds, shots: Path, width: int
 ) -> None:
     page = open_metric(browser, kinds, width, "search_term", "ranked")
     data = page.evaluate("window.ldpkitDashboard.data")
@@ -381,7 +278,7 @@ def test_strings_ranked_with_threshold_and_candidates(
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_strings_weak_listings_are_marked(
-    browser: Any, kinds: Kinds, shots: Path, width: int
+    browser: Any, kinds: AllKinds, shots: Path, width: int
 ) -> None:
     """A listing found on evidence less than 1 z above ``find_z`` is drawn faded, named
     "(weak)" and explained; its tooltip gives its evidence. This population's listings are
@@ -429,41 +326,88 @@ def test_strings_weak_listings_are_marked(
     page.close()
 
 
+STALE_INTERVAL = 5
+STALE_CONFIG = f"""
+[collector]
+database = "collector.sqlite3"
+# An estimate is computed again at most every {STALE_INTERVAL} s: an answer asked for sooner after
+# the last computation is the latest one, stale; a query that waits gets the next one.
+estimate_interval_seconds = {STALE_INTERVAL}
+
+[tokens]
+relay = ["{RELAY}"]
+read = ["{READ}"]
+
+[metrics.wait_minutes]
+kind = "distribution"
+bounds = [0.0, 120.0]
+resolution = 64
+epsilon = 2.0
+"""
+
+
 def test_a_stale_estimate_says_computing_then_the_fresh_one_is_drawn(
-    browser: Any, kinds: Kinds, shots: Path
+    browser: Any, shots: Path, tmp_path: Path
 ) -> None:
     """New reports after the last computation: the page draws the latest estimate at once,
     saying "computing, as of ..." with the reports received since, then draws the fresh
     one when its follow-up query (wait=) gets it."""
+    (tmp_path / "collector.toml").write_text(STALE_CONFIG)
     rng = np.random.default_rng(27)
-    with Reporter(
-        kinds.url, token=RELAY, state_dir=kinds.directory / "later", background=False
-    ) as r:
+    env = environment_without_tokens()
+    with (
+        running_collector("collector.toml", cwd=tmp_path, env=env) as collector,
+        Reporter(collector.url, token=RELAY, state_dir=tmp_path / "device", background=False) as r,
+    ):
         r.refresh_definitions()
-        # One more report, its estimate waited for: the next computation is then at least
-        # estimate_interval_seconds (30 s) away, so the page's first answer is stale.
-        r.simulate("wait_minutes", [60.0], rng=rng)
+        r.simulate("wait_minutes", rng.uniform(0, 120, 2_000), rng=rng)
         assert r.flush().remaining == 0
-        assert api(kinds.url, "wait_minutes", wait="120")["as_of"]["n"] == 2001
-        r.simulate("wait_minutes", rng.uniform(0, 120, 300), rng=rng)
-        assert r.flush().remaining == 0
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(kinds.url + "/ui/")
-    page.fill("#token", READ)
-    page.click("#token-form button")
-    page.click("button[data-metric=wait_minutes]")
-    page.wait_for_selector("#as-of.stale")
-    stale = page.inner_text("#as-of")
-    assert stale.startswith("computing: as of") and "2001 reports; 300 received since" in stale
-    page.screenshot(path=str(shots / "kinds-computing.png"), full_page=True)
-    page.wait_for_selector("#as-of.fresh", timeout=150_000)
-    assert "2301 reports, fresh" in page.inner_text("#as-of")
-    assert page.evaluate("window.ldpkitDashboard.data.n") == 2301
-    page.close()
+        assert api(collector.url, "wait_minutes", wait="120")["as_of"]["n"] == 2000
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        # The page's follow-up queries (wait=) are held until its stale answer is read:
+        # then they go to the collector as they were.
+        held: list[Any] = []
+        page.route(
+            re.compile(r"/v1/estimates/wait_minutes\?"),
+            lambda route: held.append(route) if "wait=" in route.request.url else route.continue_(),
+        )
+        page.goto(collector.url + "/ui/")
+        page.fill("#token", READ)
+        page.click("#token-form button")
+        sent = [2000]
+
+        def first_answer_is_stale() -> bool:
+            """300 more reports, then the page's answer that counts them: stale, unless
+            STALE_INTERVAL passed since the last computation first (a slow machine: the
+            collector computed again; then once more)."""
+            r.simulate("wait_minutes", rng.uniform(0, 120, 300), rng=rng)
+            assert r.flush().remaining == 0
+            sent[0] += 300
+            page.click("button[data-metric=wait_minutes]")
+            page.wait_for_function(
+                "(n) => { const d = window.ldpkitDashboard.data; return d && d.metric === "
+                "'wait_minutes' && d.as_of.n + d.as_of.reports_since === n; }",
+                arg=sent[0],
+            )
+            return not page.evaluate("window.ldpkitDashboard.data.as_of.fresh")
+
+        wait_until(first_answer_is_stale, "an answer older than its data")
+        assert page.locator("#as-of.stale").count() == 1
+        stale = page.inner_text("#as-of")
+        assert stale.startswith("computing: as of")
+        assert f"{sent[0] - 300} reports; 300 received since" in stale
+        page.screenshot(path=str(shots / "kinds-computing.png"), full_page=True)
+        assert held, "the page asked for no fresh estimate"
+        for route in held:
+            route.continue_()
+        page.wait_for_selector("#as-of.fresh", timeout=150_000)
+        assert f"{sent[0]} reports, fresh" in page.inner_text("#as-of")
+        assert page.evaluate("window.ldpkitDashboard.data.n") == sent[0]
+        page.close()
 
 
 def test_ordered_categories_list_the_mean_rank_and_shares(
-    browser: Any, kinds: Kinds, shots: Path
+    browser: Any, kinds: AllKinds, shots: Path
 ) -> None:
     page = open_metric(browser, kinds, 1400, "rating", "categories")
     data = page.evaluate("window.ldpkitDashboard.data")

@@ -1,5 +1,5 @@
 """Every kind's single and over-time view in the dashboard, at 1400 and 420 px, against a
-real collector holding four daily buckets of each kind (tests/e2e/allkinds.py): no mark
+real collector holding four daily buckets of each kind (``kinds``: tests/e2e/allkinds.py): no mark
 is drawn outside its figure's plot area, no label is cut off, estimates below zero are
 drawn below a zero line and said to be so; a distribution over time is its mean and
 quantiles per bucket and a bucket x bin heat map; the hierarchy's breadcrumb opens every
@@ -7,13 +7,12 @@ ancestor. Screenshots go to $LDPKIT_SCREENSHOTS (default: the test's temporary f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .allkinds import DAYS, AllKinds, all_kinds_collector
+from .allkinds import DAYS, AllKinds
 from .conftest import READ
 from .test_dashboard import READABLE
 from .test_kinds_dashboard import OUTLINED, in_bucket_sets
@@ -65,11 +64,6 @@ INSIDE = """(root) => {
   }
   return out;
 }"""
-
-
-@pytest.fixture(scope="module")
-def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AllKinds]:
-    yield from all_kinds_collector(tmp_path_factory.mktemp("allkinds"))
 
 
 def drawn(page: Any, metric: str, view: str, extra: str = "true") -> None:
