@@ -325,18 +325,19 @@ PROFILE = "profile"
 MAX_ML_ITEMS = 64
 """The most items the maximum-likelihood estimate serves (its 2d interval ends are convex
 problems of d unknowns: about a second at d = 64 and a smooth channel, docs/statistics.md)."""
-ML_SECONDS_64 = 1.5
+ML_SECONDS_64 = 4.0
 """CPU seconds of one maximum-likelihood answer at 64 items at worst: the fit, the standard
-errors and the 128 interval ends at one level (0.66-1.19 s measured, grr and exponential,
-eps 0.5-4, n 200-10^6: benchmarks/ml_cost.py)."""
+errors and the 128 interval ends at one level (measured 0.6-1.9 s, grr and exponential, eps
+0.5-8, n 200-10^6, benchmarks/ml_cost.py; 2.46 s once, grr at eps 4 with one item at 0.97
+and n = 200: a loaded machine's margin above that)."""
 
 
 def ml_seconds(items: int) -> float:
     """What one answer with ``estimator=ml`` costs at worst (the collector's request budget):
     :data:`ML_SECONDS_64` scaled as d^3 (2d ends, each Newton steps on d x d systems: d^4
-    in flops, but at d <= 64 numpy's calls weigh; 32 items measured 0.07-0.15 s) and 0.025 s
-    of calls whatever d (8 items: 0.010-0.017 s, 16: 0.018-0.032 s)."""
-    return 0.025 + ML_SECONDS_64 * (items / 64) ** 3
+    in flops, but at d <= 64 numpy's calls weigh; 32 items measured 0.09-0.15 s) and 0.04 s
+    of calls whatever d (8 items: 0.013-0.030 s, 16: 0.022-0.037 s)."""
+    return 0.04 + ML_SECONDS_64 * (items / 64) ** 3
 
 
 @dataclass(frozen=True, eq=False)
