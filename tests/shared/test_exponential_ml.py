@@ -26,6 +26,7 @@ from ldpkit.mechanisms._profile import (
     ml_frequencies,
     observed_stderr,
     profile_bounds,
+    profile_z,
 )
 from ldpkit.mechanisms.exponential import ExponentialMechanism
 from ldpkit.metrics import MetricDefinition
@@ -167,6 +168,58 @@ def test_profile_intervals_cover_at_their_level() -> None:
     half = stats.norm.ppf(1 - 1e-3 / 10) * math.sqrt(level * (1 - level) / runs)
     assert np.all(cover >= level - half), cover
     assert np.all(np.abs(cover[2:] - level) <= half), cover
+
+
+def test_the_boundary_threshold_is_the_chi_bar_squared_quantile() -> None:
+    """``profile_z`` with a share at 0: ``z^2`` solves ``P(chi2_1 > c) / 2 + P(chi2_2 > c) / 2
+    = alpha`` (5.138 at 95%, scipy's quantiles as the independent check); without, chi2_1's."""
+    for level, k in [(0.95, 1), (0.9, 1), (0.95, 32)]:
+        alpha = (1 - level) / k
+        c = profile_z(level, k, True) ** 2
+        assert 0.5 * stats.chi2.sf(c, 1) + 0.5 * stats.chi2.sf(c, 2) == pytest.approx(alpha)
+        assert profile_z(level, k, False) ** 2 == pytest.approx(stats.chi2.isf(alpha, 1))
+
+
+def test_the_served_interval_takes_the_boundary_threshold_where_a_share_is_0() -> None:
+    """MLFrequencies' ends are profile_bounds' at profile_z(boundary): a campaign whose
+    estimate has a share at 0 (an absent item) takes the wider threshold, one without the
+    chi2_1 one."""
+    m = ExponentialMechanism(epsilon=4.0, domain_size=5)
+    for f, boundary in [(SPARSE, True), (np.full(5, 0.2), False)]:
+        c = counts_of(m.channel, f, 2000, 1, seed=18)[0]
+        est = fit(m.channel, c)
+        assert bool(np.any(est == 0.0)) is boundary
+        served = MLFrequencies(
+            "exponential", 4.0, 2000, est, est, c, 0.0, 0.0, channel=m.channel
+        ).ci(0.95)
+        ends = profile_bounds(m.channel, c, est, profile_z(0.95, 1, boundary))
+        assert np.array_equal(served[0], ends[0]) and np.array_equal(served[1], ends[1])
+
+
+@pytest.mark.slow
+def test_a_near_certain_item_covers_at_the_level() -> None:
+    """One item at 0.97, one absent, 30 at 0.001 (d = 32, distance score, eps = 8, n = 200:
+    the near-certain item's interval covered 0.897 with the chi2_1 threshold). 300 campaigns
+    with the served threshold: the near-certain item covers at least 0.95 - 3.09 sd
+    (one-sided 1e-3, sd = sqrt(0.95 0.05 / 300) = 0.0126: 0.911), every item at least
+    0.95 - 4.0 sd (Bonferroni over 32 items at 1e-3: 0.900)."""
+    d, runs = 32, 300
+    m = ExponentialMechanism(epsilon=8.0, domain_size=d)
+    f = np.full(d, 0.03 / (d - 2))
+    f[0], f[1] = 0.97, 0.0
+    c = counts_of(m.channel, f, 200, runs, seed=31)
+    est = np.vstack([fit(m.channel, c[k : k + 30]) for k in range(0, runs, 30)])
+    low, high = np.empty_like(est), np.empty_like(est)
+    for boundary in (False, True):  # as served: per campaign, by whether a share is 0
+        rows = np.flatnonzero(np.any(est == 0.0, axis=1) == boundary)
+        z = profile_z(0.95, 1, boundary)
+        for part in np.array_split(rows, max(1, rows.size // 30)):  # 30 at a time: faster
+            if part.size:
+                low[part], high[part] = profile_bounds(m.channel, c[part], est[part], z)
+    cover = ((low <= f) & (f <= high)).mean(axis=0)
+    sd = math.sqrt(0.95 * 0.05 / runs)
+    assert cover[0] >= 0.95 - stats.norm.isf(1e-3) * sd, cover
+    assert np.all(cover >= 0.95 - stats.norm.isf(1e-3 / d) * sd), cover
 
 
 # --- served: the categorical query's estimator=ml -----------------------------------------
