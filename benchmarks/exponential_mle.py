@@ -7,7 +7,9 @@ likelihood"), beside the served inversion (score) interval: the distance score, 
 - ``certain``: item 0 holds 0.97, item 1 holds 0, the others share 0.03 equally.
 
 Per cell and population: the smallest per-item coverage at 95% (and that item's true
-share) of the profile interval (:func:`ldpkit.mechanisms._profile.profile_bounds`), of the
+share) of the profile interval as served (:func:`ldpkit.mechanisms._profile.profile_bounds`
+at :func:`~ldpkit.mechanisms._profile.profile_z`: the boundary's threshold where the
+estimate has a share at 0), of the
 Wald interval ``f_ml -/+ z se`` (observed information, clipped to [0, 1]) and of the
 served inversion interval (score-type, :meth:`LinearEstimate.interval`); and the median
 over campaigns and items of the profile interval's width over the served one's.
@@ -29,7 +31,7 @@ import numpy.typing as npt
 
 from ldpkit.intervals import normal_quantile
 from ldpkit.mechanisms._linear_intervals import LinearBounds, hull, score_bounds
-from ldpkit.mechanisms._profile import fit, observed_stderr, profile_bounds
+from ldpkit.mechanisms._profile import fit, observed_stderr, profile_bounds, profile_z
 from ldpkit.mechanisms.exponential import ExponentialMechanism, model_law
 
 FloatArray = npt.NDArray[np.float64]
@@ -82,7 +84,13 @@ def cell(d: int, eps: float, n: int, runs: int, kind: str, seed: int = 5) -> dic
     for s in range(0, runs, CHUNK):
         part = counts[s : s + CHUNK]
         fh = fit(m.channel, part)
-        lo[s : s + CHUNK], hi[s : s + CHUNK] = profile_bounds(m.channel, part, fh, z)
+        # as served: the boundary's threshold for a campaign whose estimate has a 0
+        for boundary in (False, True):
+            rows = np.flatnonzero(np.any(fh == 0.0, axis=1) == boundary)
+            if rows.size:
+                zb = profile_z(0.95, 1, boundary)
+                ends = profile_bounds(m.channel, part[rows], fh[rows], zb)
+                lo[s + rows], hi[s + rows] = ends
         se = np.array([observed_stderr(m.channel, c, e) for c, e in zip(part, fh, strict=True)])
         wl[s : s + CHUNK] = np.clip(fh - z * se, 0.0, 1.0)
         wh[s : s + CHUNK] = np.clip(fh + z * se, 0.0, 1.0)

@@ -164,6 +164,7 @@ class CollectorConfig:
     upload_grace: float = _key(10.0, _is_seconds)
     min_upload_rate: int = _key(4096, _int_in(1, 2**40))
     max_estimate_items: int = _key(250_000, _int_in(1, 10**9))
+    max_answer_cpu_seconds: float = _key(5.0, _is_positive_seconds)
     estimate_interval_seconds: float = _key(30.0, _is_seconds)
     estimate_deadline_seconds: float = _key(5.0, _is_seconds)
     estimate_workers: int = _key(1, _int_in(1, 256))

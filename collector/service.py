@@ -561,7 +561,9 @@ class Collector:
     def _check_answer_size(
         self, definition: MetricDefinition, buckets: int, query: EstimateQuery
     ) -> None:
-        """400 when the answer would hold more than ``max_estimate_items`` items: one per
+        """400 when the answer would compute more than ``max_answer_cpu_seconds`` (an
+        estimator solved on the request: ``KindSpec.answer_seconds``) or hold more than
+        ``max_estimate_items`` items: one per
         category (a numeric metric: one), in the total and, with ``per_bucket``, in each
         bucket. The answer's size (about 130 bytes an item) and the time to build it, on a
         thread that shares the interpreter with every other request, grow with it."""
@@ -574,6 +576,21 @@ class Collector:
                 f"per_bucket=true over {buckets} buckets of {per_answer} items each makes "
                 f"{items} items, over the collector's max_estimate_items ({limit}); "
                 "narrow from/to, or leave per_bucket out",
+            )
+        # An estimator that solves on the request (estimator=ml) is bounded by its measured
+        # worst CPU time, per part: it would hold a thread of the event loop's pool.
+        seconds = definition.kind_spec.answer_seconds(definition, query.options)
+        parts = 1 + (buckets if query.per_bucket else 0)
+        budget = self.config.max_answer_cpu_seconds
+        if seconds * parts > budget:
+            raise QueryError(
+                "estimator",
+                f"estimator={query.options.get('estimator')} over {parts} answers (the total"
+                f"{' and each bucket' if query.per_bucket else ''}) takes up to "
+                f"{seconds * parts:.3g} CPU seconds ({seconds:.3g} s each, measured: "
+                f"docs/statistics.md), over the collector's max_answer_cpu_seconds "
+                f"({budget:g}); narrow from/to, leave per_bucket out, or ask "
+                "estimator=inversion",
             )
 
     async def estimate(self, name: str, query: EstimateQuery) -> bytes:

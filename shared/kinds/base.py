@@ -312,6 +312,12 @@ class KindSpec:
         """How many items an answer holds (the collector bounds an answer's size)."""
         return len(definition.categories or ())
 
+    def answer_seconds(self, definition: Definition, options: Mapping[str, Any]) -> float:
+        """CPU seconds one part of an answer (the total, or a bucket) computes on the
+        request beyond reading its items, at worst (measured): the collector refuses a
+        query over its ``max_answer_cpu_seconds``. 0: an answer is O(items)."""
+        return 0.0
+
     def campaign(self, definition: Definition) -> Campaign | None:
         """What :func:`ldpkit.plan` plans for this metric; None when :meth:`plan` does."""
         return None

@@ -108,6 +108,13 @@ class Categorical(KindSpec):
             raise QueryError("estimator", f"expected inversion or ml, got {given[:40]!r}")
         return {"estimator": given}
 
+    def answer_seconds(self, definition: Definition, options: Mapping[str, Any]) -> float:
+        """``estimator=ml``: the fit and its 2d profile ends (:func:`ml_seconds`)."""
+        from ..mechanisms._profile import ml_seconds
+
+        ml = options.get("estimator") == "ml"
+        return ml_seconds(len(definition.categories or ())) if ml else 0.0
+
     def answer(self, definition: Definition, aggregate: Aggregate, q: Question) -> dict[str, Any]:
         """The answer, its ``items`` written as JSON text directly: at d = 1024 they are
         most of it, several times faster so than dicts through ``json.dumps``. With

@@ -325,8 +325,14 @@ NO_INTERVAL_TEXT = "no interval: square wave + EMS is a smoothed estimate"
 def _point_text(result: Any, table: list[str]) -> list[str]:
     """The text of an answer without intervals: the point estimates and why."""
     fmt = render.fmt
-    note = result.raw.get("note") if isinstance(result.raw, dict) else None
-    lines = [*table, note or NO_INTERVAL_TEXT, ""]  # the served note already says it
+    raw = result.raw if isinstance(result.raw, dict) else {}
+    lines = [*table, raw.get("note") or NO_INTERVAL_TEXT, ""]  # the served note says it
+    # EMS stopped at its step limit: said first, in the total or in any bucket.
+    found = [raw.get("warning"), *(b.get("warning") for b in raw.get("buckets") or ())]
+    warned = [w for w in found if w]
+    if warned:
+        more = f" (and {len(warned) - 1} more answers)" if len(warned) > 1 else ""
+        lines[:0] = [f"WARNING: {warned[0]}{more}", ""]
     lines.append(f"mean {fmt(result.mean)} (no interval)")
     lines += [f"quantile {q.q:g}: {q.value:.4g} (no interval)" for q in result.quantiles]
     if result.range is not None:

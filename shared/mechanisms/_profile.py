@@ -18,10 +18,13 @@ Newton steps: the benchmark stacks hundreds of campaigns). The ends respect the
 constraints (within [0, 1], 0 reached when an item may be absent) and need no normal
 approximation; at the boundary (a true share of 0) the likelihood ratio is
 half 0 and half chi2_1, so the interval over-covers there (about 1 - (1 - level) / 2).
-Measured (benchmarks/exponential_mle.py, docs/statistics.md): absent items 0.97-1.00 at
-95%, the others at their level, but a near-certain item (0.97, the rest spread thin) at
-n <= 2000 under-covers (0.86-0.94): many nuisance shares on the simplex's faces make the
-likelihood ratio larger than chi2_1 there; no correction is applied.
+Where the estimate has a share at 0 (on a face of the simplex) the likelihood ratio of
+another item is not chi2_1: with a nuisance share whose truth is on the boundary it is a
+chi-bar-squared, a mixture of chi2_1 and chi2_2 (Self and Liang 1987), stochastically
+larger. A near-certain item (0.97, the rest spread thin) under-covered so at n <= 2000
+(0.86-0.94 at 95%). The served intervals (:func:`profile_z`) then take the threshold of
+``chi2_1 / 2 + chi2_2 / 2``, the one-nuisance mixture at its worst weights (5.14 instead
+of 3.84 at 95%: 16% wider); measured, benchmarks/exponential_mle.py, docs/statistics.md.
 
 Standard errors (:func:`observed_stderr`): the observed information
 ``I = P diag(c / lam^2) P^T`` at the estimate, inverted on the simplex's tangent space
@@ -33,6 +36,7 @@ interval is the profile one, which holds there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -322,6 +326,28 @@ def observed_stderr(
     return np.asarray(np.sqrt(np.clip(np.diag(cov), 0.0, None)))
 
 
+def profile_z(level: float, comparisons: int, boundary: bool) -> float:
+    """The ``z`` of :func:`profile_bounds` for a served interval: the normal quantile of
+    ``level`` (Bonferroni over ``comparisons``), so that ``z^2`` is chi2_1's; with
+    ``boundary`` (the estimate has a share at 0) the root of
+    ``P(chi2_1 > c) / 2 + P(chi2_2 > c) / 2 = alpha`` as ``z^2 = c`` (module docstring)."""
+    z = normal_quantile(level, comparisons=comparisons)
+    if not boundary:
+        return z
+    alpha = (1.0 - level) / comparisons
+
+    def tail(c: float) -> float:
+        return 0.5 * math.erfc(math.sqrt(c / 2.0)) + 0.5 * math.exp(-c / 2.0)
+
+    lo, hi = z * z, z * z + 2.0 * math.log(2.0) + 2.0  # tail(lo) > alpha >= tail(hi)
+    while tail(hi) > alpha:
+        hi *= 2.0
+    for _ in range(100):  # bisection to rounding
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if tail(mid) > alpha else (lo, mid)
+    return math.sqrt(hi)
+
+
 # --- the served estimate: a categorical answer's ``estimator=ml`` -------------------------
 
 PROFILE = "profile"
@@ -329,6 +355,19 @@ PROFILE = "profile"
 MAX_ML_ITEMS = 64
 """The most items the maximum-likelihood estimate serves (its 2d interval ends are convex
 problems of d unknowns: about a second at d = 64 and a smooth channel, docs/statistics.md)."""
+ML_SECONDS_64 = 4.0
+"""CPU seconds of one maximum-likelihood answer at 64 items at worst: the fit, the standard
+errors and the 128 interval ends at one level (measured 0.6-1.9 s, grr and exponential, eps
+0.5-8, n 200-10^6, benchmarks/ml_cost.py; 2.46 s once, grr at eps 4 with one item at 0.97
+and n = 200: a loaded machine's margin above that)."""
+
+
+def ml_seconds(items: int) -> float:
+    """What one answer with ``estimator=ml`` costs at worst (the collector's request budget):
+    :data:`ML_SECONDS_64` scaled as d^3 (2d ends, each Newton steps on d x d systems: d^4
+    in flops, but at d <= 64 numpy's calls weigh; 32 items measured 0.09-0.15 s) and 0.04 s
+    of calls whatever d (8 items: 0.013-0.030 s, 16: 0.022-0.037 s)."""
+    return 0.04 + ML_SECONDS_64 * (items / 64) ** 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -354,7 +393,8 @@ class MLFrequencies(FrequencyEstimate):
                 nan = np.full(d, np.nan)
                 self._cache[key] = Bounds(nan, nan.copy(), np.zeros(d, bool))
             else:
-                z = normal_quantile(level, comparisons=d if simultaneous else 1)
+                boundary = bool(np.any(self.frequencies == 0.0))
+                z = profile_z(level, d if simultaneous else 1, boundary)
                 low, high = profile_bounds(self.channel, self.support_counts, self.frequencies, z)
                 self._cache[key] = Bounds(low, high, np.zeros(d, bool))
         return self._cache[key]

@@ -105,3 +105,27 @@ def test_the_analyst_and_the_cli_ask_the_ml_estimate(
         where = ["--collector", live.url, "--token", READ]
         assert main(["estimates", "stars", "--estimator", "ml", *where]) == 0
         assert "(profile)" in capsys.readouterr().out
+
+
+async def test_an_ml_query_over_the_answer_cpu_budget_is_refused(database: Path) -> None:
+    """The cost model prices ``estimator=ml`` per part (``ml_seconds``: 0.1 s at 16
+    categories): under a budget of 0.15 s the total alone is answered, the total and one
+    bucket (0.2 s) refused with the reason, and the inversion estimate is not priced."""
+    from ldpkit.mechanisms._profile import ml_seconds
+
+    assert 0.15 / 2 < ml_seconds(16) < 0.15
+    cats = [f"c{i}" for i in range(16)]
+    metrics = {"wide": {"categories": cats, "epsilon": 2.0, "mechanism": "grr"}}
+    config = make_config(database, metrics=metrics, max_answer_cpu_seconds=0.15)
+    async with running(config) as client:
+        d = MetricDefinition.from_dict("wide", metrics["wide"])
+        values = d.kind_spec.encode_many(d, cats * 20)
+        await send(client, d, d.mechanism_instance.perturb(values, rng=np.random.default_rng(3)))
+        status, body = await estimates(client, "wide", estimator="ml")
+        assert status == 200 and body["estimator"] == "ml", body
+        status, error = await estimates(client, "wide", estimator="ml", per_bucket=True)
+        assert (status, error["param"]) == (400, "estimator"), error
+        assert "max_answer_cpu_seconds (0.15)" in error["detail"], error
+        assert "over 2 answers" in error["detail"] and "estimator=inversion" in error["detail"]
+        status, body = await estimates(client, "wide", per_bucket=True)
+        assert status == 200 and len(body["buckets"]) == 1, body

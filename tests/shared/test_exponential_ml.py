@@ -26,6 +26,7 @@ from ldpkit.mechanisms._profile import (
     ml_frequencies,
     observed_stderr,
     profile_bounds,
+    profile_z,
 )
 from ldpkit.mechanisms.exponential import ExponentialMechanism
 from ldpkit.metrics import MetricDefinition
@@ -167,6 +168,62 @@ def test_profile_intervals_cover_at_their_level() -> None:
     half = stats.norm.ppf(1 - 1e-3 / 10) * math.sqrt(level * (1 - level) / runs)
     assert np.all(cover >= level - half), cover
     assert np.all(np.abs(cover[2:] - level) <= half), cover
+
+
+def test_the_boundary_threshold_is_the_chi_bar_squared_quantile() -> None:
+    """``profile_z`` with a share at 0: ``z^2`` solves ``P(chi2_1 > c) / 2 + P(chi2_2 > c) / 2
+    = alpha`` (5.138 at 95%, scipy's quantiles as the independent check); without, chi2_1's."""
+    for level, k in [(0.95, 1), (0.9, 1), (0.95, 32)]:
+        alpha = (1 - level) / k
+        c = profile_z(level, k, True) ** 2
+        assert 0.5 * stats.chi2.sf(c, 1) + 0.5 * stats.chi2.sf(c, 2) == pytest.approx(alpha)
+        assert profile_z(level, k, False) ** 2 == pytest.approx(stats.chi2.isf(alpha, 1))
+
+
+def test_the_served_interval_takes_the_boundary_threshold_where_a_share_is_0() -> None:
+    """MLFrequencies' ends are profile_bounds' at profile_z(boundary): a campaign whose
+    estimate has a share at 0 (an absent item) takes the wider threshold, one without the
+    chi2_1 one."""
+    m = ExponentialMechanism(epsilon=4.0, domain_size=5)
+    for f, boundary in [(SPARSE, True), (np.full(5, 0.2), False)]:
+        c = counts_of(m.channel, f, 2000, 1, seed=18)[0]
+        est = fit(m.channel, c)
+        assert bool(np.any(est == 0.0)) is boundary
+        served = MLFrequencies(
+            "exponential", 4.0, 2000, est, est, c, 0.0, 0.0, channel=m.channel
+        ).ci(0.95)
+        ends = profile_bounds(m.channel, c, est, profile_z(0.95, 1, boundary))
+        assert np.array_equal(served[0], ends[0]) and np.array_equal(served[1], ends[1])
+
+
+@pytest.mark.slow
+def test_a_near_certain_item_covers_at_the_level() -> None:
+    """One item at 0.97, one absent, 30 at 0.001 (d = 32, distance score, eps = 8, n = 200,
+    where the chi2_1 threshold covered the near-certain item 0.897). The profile interval
+    holds 0.97 iff the likelihood ratio ``l(f_hat) - max {l(f) : f_0 = 0.97}`` is at most
+    ``z^2 / 2`` (the profile is concave): the constrained maximum is the fit of the channel
+    ``0.97 P_0 + 0.03 P_j`` (j >= 1: the rest's share spread as g on the simplex), so 1000
+    campaigns cost two fits each, not 64 interval ends (the ends are checked against an
+    independent solver above). With the served threshold it covers at least
+    0.95 - 3.09 sd (one-sided 1e-3, sd = sqrt(0.95 0.05 / 1000) = 0.0069: 0.929)."""
+    d, runs = 32, 1000
+    m = ExponentialMechanism(epsilon=8.0, domain_size=d)
+    f = np.full(d, 0.03 / (d - 2))
+    f[0], f[1] = 0.97, 0.0
+    c = counts_of(m.channel, f, 200, runs, seed=31)
+    pinned = 0.97 * m.channel[0] + 0.03 * m.channel[1:]
+    est = np.vstack([fit(m.channel, c[k : k + 50]) for k in range(0, runs, 50)])
+    rest = np.vstack([fit(pinned, c[k : k + 50]) for k in range(0, runs, 50)])
+
+    def ll(p: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return np.where(c > 0, c * np.log(x @ p), 0.0).sum(axis=1)
+
+    ratio = ll(m.channel, est) - ll(pinned, rest)
+    assert np.all(ratio >= -1e-6)  # the fit is the maximum
+    boundary = np.any(est == 0.0, axis=1)
+    z = np.where(boundary, profile_z(0.95, 1, True), profile_z(0.95, 1, False))
+    cover = float(np.mean(ratio <= z**2 / 2))
+    assert cover >= 0.95 - stats.norm.isf(1e-3) * math.sqrt(0.95 * 0.05 / runs), cover
 
 
 # --- served: the categorical query's estimator=ml -----------------------------------------

@@ -12,7 +12,7 @@ from scipy import stats
 
 from ldpkit.errors import ParameterError, ReportError
 from ldpkit.mechanisms._portable import Words
-from ldpkit.mechanisms.square_wave import SquareWave, optimal_band
+from ldpkit.mechanisms.square_wave import SquareWave, optimal_band, smoothed, smoothing_matrix
 
 EPSILONS = (0.5, 1.0, 4.0, 8.0)
 FloatArray = npt.NDArray[np.float64]
@@ -278,3 +278,47 @@ def test_bucket_deviation_refuses_a_range_that_is_not_one(span: tuple[float, flo
     sw = SquareWave(epsilon=1.0, bounds=(2.0, 7.0), buckets=8, output_buckets=16)
     with pytest.raises(ParameterError, match="range"):
         sw.bucket_deviation(np.ones(16), span[0], span[1], 8)
+
+
+def _dense_ems(sw: SquareWave, counts: FloatArray, steps: int) -> FloatArray:
+    """EMS as it was before the banded smoother: the d x d matrix product each step."""
+    s = smoothing_matrix(sw.buckets)
+    f = np.full(sw.buckets, 1.0 / sw.buckets)
+    for _ in range(steps):
+        f = s @ (f * (sw.channel @ (counts / (f @ sw.channel))))
+        f = np.maximum(f, 1e-30)
+        f /= f.sum()
+    return f
+
+
+@pytest.mark.parametrize("buckets", [2, 3, 64, 512])
+def test_the_banded_smoother_is_the_matrix(buckets: int) -> None:
+    """``smoothed`` (three shifted sums) is ``smoothing_matrix @ f`` to rounding, and EMS
+    with it is the dense EMS to 1e-12 after as many steps as the dense one took (both
+    contract, so rounding does not grow)."""
+    rng = np.random.default_rng(buckets)
+    f = rng.random(buckets)
+    assert np.max(np.abs(smoothed(f) - smoothing_matrix(buckets) @ f)) <= 1e-15
+    sw = SquareWave(epsilon=1.0, bounds=(0.0, 1.0), buckets=buckets)
+    truth = np.linspace(1.0, 3.0, buckets) / np.linspace(1.0, 3.0, buckets).sum()
+    counts = rng.multinomial(50_000, truth @ sw.channel).astype(np.float64)
+    fit = sw.estimate_ems(counts)
+    assert fit.converged
+    dense = _dense_ems(sw, counts, fit.iterations)
+    assert np.max(np.abs(fit.frequencies - dense)) <= 1e-12
+
+
+def test_convergence_is_reported() -> None:
+    """Met before the limit: converged, its last change under the tolerance, no warning;
+    stopped at the limit: not converged, the change above it, a warning naming the limit."""
+    sw = SquareWave(epsilon=0.5, bounds=(0.0, 1.0), buckets=32)
+    counts = np.random.default_rng(2).multinomial(10_000, np.full(32, 1 / 32) @ sw.channel)
+    done = sw.estimate_ems(counts.astype(np.float64))
+    assert done.converged and done.last_change < 1e-3 and done.warning is None
+    assert done.convergence() == {
+        "iterations": done.iterations, "converged": True,
+        "last_change": done.last_change, "tolerance": 1e-3,
+    }  # fmt: skip
+    cut = sw.estimate_ems(counts.astype(np.float64), max_iterations=done.iterations - 1)
+    assert not cut.converged and cut.last_change >= 1e-3 and cut.iterations == done.iterations - 1
+    assert cut.warning is not None and f"limit of {cut.iterations:,} steps" in cut.warning

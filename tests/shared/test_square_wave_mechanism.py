@@ -153,3 +153,32 @@ def test_the_cost_model_is_the_square_waves_own() -> None:
     check_cost(definition(4096, "hh"), 30.0, 1024)
     with pytest.raises(ParameterError, match="square wave distribution of 4096 buckets"):
         check_cost(definition(4096), 30.0, 1024)
+
+
+@pytest.mark.parametrize(("epsilon", "warned"), [(4.0, False), (0.5, True)])
+def test_an_ems_stopped_at_its_step_limit_is_flagged_through_the_answer_and_the_cli(
+    monkeypatch: pytest.MonkeyPatch, epsilon: float, warned: bool
+) -> None:
+    """With the limit lowered to 50 steps (the real 10,000 costs seconds to meet): 10,000
+    uniform values at 32 buckets take 12 steps at eps 4 (converged, no warning) and 140 at
+    eps 0.5 (stopped at 50: ``converged`` false, the change above the tolerance, a warning
+    in the answer and first in the CLI's text)."""
+    from ldpkit.analyst import EstimateResult
+    from ldpkit.kinds import Question
+    from ldpkit.mechanisms import square_wave
+
+    monkeypatch.setattr(square_wave, "DEFAULT_MAX_ITERATIONS", 50)
+    spec = {"kind": "distribution", "bounds": list(BOUNDS), "resolution": 32,
+            "epsilon": epsilon, "mechanism": "square_wave"}  # fmt: skip
+    d = MetricDefinition.from_dict("latency", spec)
+    m = d.mechanism_instance
+    law = np.full(32, 1 / 32) @ m.core.channel  # type: ignore[attr-defined]
+    sums = np.random.default_rng(0).multinomial(10_000, law).astype(np.float64)
+    answer = d.kind_spec.answer(d, Aggregate(10_000, sums), Question(options={"bins": 4}))
+    conv = answer["convergence"]
+    assert conv["converged"] is not warned and conv["tolerance"] == 1e-3
+    assert (conv["iterations"] == 50) is warned and (conv["last_change"] >= 1e-3) is warned
+    assert ("warning" in answer) is warned
+    body = {**answer, "metric": "latency", "kind": "distribution", "level": 0.95}
+    text = EstimateResult.from_json(body).to_table()
+    assert ("WARNING: EMS did not converge: stopped at its limit of 50 steps" in text) is warned
