@@ -217,6 +217,15 @@ const LDPK_VIEWS = (() => {
   const empty = (node) => { node.appendChild(html("p", {}, "No reports in this range.")); return { node, figures: [] }; };
   const hasData = (data) => data.n > 0 && Array.isArray(data.items) && data.items.some((i) => i.estimate !== null);
 
+  // A square wave answer whose EMS stopped at its step limit (the whole range's or any
+  // bucket's) carries a warning: shown above the figure, as the CLI starts with it.
+  function emsWarning(node, data) {
+    const warned = [data.warning, ...(data.buckets || []).map((b) => b.warning)].filter(Boolean);
+    if (!warned.length) return;
+    const more = warned.length > 1 ? ` (and ${warned.length - 1} more answers)` : "";
+    node.appendChild(html("p", { class: "warning", id: "distribution-warning" }, `WARNING: ${warned[0]}${more}`));
+  }
+
   // --- distribution: a histogram on the bounds with whiskers, quantiles marked ---------
   register({
     name: "histogram",
@@ -232,6 +241,7 @@ const LDPK_VIEWS = (() => {
       node.appendChild(data.interval === "none"
         ? html("p", { class: "note", id: "distribution-estimand" }, data.note || "no interval: square wave + EMS is a smoothed estimate")
         : html("p", { class: "crumbs", id: "distribution-estimand" }, `intervals (bins, mean, quantiles): about ${whose} (estimand: ${data.estimand || "population"})`));
+      emsWarning(node, data);
       mostCommon(node, data);
       const member = inSet(data);
       const pointsOnly = data.interval === "none";
@@ -786,6 +796,7 @@ const LDPK_VIEWS = (() => {
       const node = html("div", { id: "distribution-over-time" });
       const buckets = (data.buckets || []).filter((b) => b.n > 0 && Array.isArray(b.items) && b.items.some((i) => i.estimate !== null));
       if (!buckets.length) return empty(node);
+      emsWarning(node, data);
       mostCommon(node, data);  // the whole range's; each bucket's outlined in the heat map
       const heat = bucketHeatMap(node, buckets, ctx, {
         title: "fraction of users per bin and bucket", what: "bins", yLabel: data.metric, id: "distribution-heatmap", reverse: true });

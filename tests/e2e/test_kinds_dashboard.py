@@ -326,6 +326,48 @@ def test_strings_weak_listings_are_marked(
     page.close()
 
 
+def test_an_ems_answer_that_did_not_converge_is_flagged_above_the_figure(
+    browser: Any, kinds: AllKinds
+) -> None:
+    """A square wave answer whose EMS stopped at its step limit carries ``warning`` (the
+    whole range's, or a bucket's over time): the page says it first, as the CLI does, in
+    both distribution views. Meeting the real limit takes a million reports at a small
+    epsilon, so the served answer is given one (in the browser): what such an answer
+    looks like; an answer without one shows none."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    says = "EMS did not converge: stopped at its limit of 10,000 steps"
+
+    def stopped(route: Any) -> None:
+        response = route.fetch()
+        body = response.json()
+        if "per_bucket=true" in route.request.url:
+            for bucket in body["buckets"][1:]:
+                bucket["warning"] = says
+        else:
+            body["warning"] = says
+        route.fulfill(response=response, json=body)
+
+    page.goto(kinds.url + "/ui/")
+    page.fill("#token", READ)
+    page.click("#token-form button")
+    page.click("button[data-metric=minutes]")
+    drawn(page, "minutes", "histogram")
+    assert page.locator("#distribution-warning").count() == 0  # converged: nothing said
+    page.route("**/v1/estimates/minutes*", stopped)
+    page.select_option("#bins", "8")
+    drawn(page, "minutes", "histogram", "window.ldpkitDashboard.data.items.length === 8")
+    assert page.inner_text("#distribution-warning") == f"WARNING: {says}"
+    page.check("#over-time")
+    drawn(page, "minutes", "distribution-over-time")
+    more = f" (and {DAYS - 2} more answers)" if DAYS > 2 else ""
+    assert page.inner_text("#distribution-warning") == f"WARNING: {says}{more}"
+    readable(page)
+    page.close()
+
+
+STALE_INTERVAL = 5
 STALE_INTERVAL = 5
 STALE_CONFIG = f"""
 [collector]
