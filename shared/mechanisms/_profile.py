@@ -454,6 +454,12 @@ def ml_frequencies(oracle: FrequencyOracle, aggregate: Aggregate) -> MLFrequenci
             f"the maximum-likelihood estimate serves at most {MAX_ML_ITEMS} categories, got {d}"
         )
     agg = oracle._checked_aggregate(aggregate)
+    counted = float(np.sum(agg.sums))
+    if not abs(counted - agg.n) <= 1e-6 * max(agg.n, 1):  # (a NaN sum fails here too)
+        raise ParameterError(
+            f"the maximum-likelihood estimate counts each report once: the aggregate's "
+            f"counts add up to {counted:g}, not its n = {agg.n}"
+        )
     if agg.n < 2:
         nan = np.full(d, np.nan)
         f, se = nan, nan.copy()

@@ -283,6 +283,15 @@ def test_counts_that_are_not_counts_are_refused_by_name(bad: list[float]) -> Non
         fit(grr.report_channel(), np.array(bad))
 
 
+def test_an_aggregate_whose_counts_are_not_its_n_is_refused() -> None:
+    """The likelihood is of n reports, one output each: counts summing to another n (an
+    aggregate put together wrongly) would give intervals for the wrong n."""
+    grr = ldpkit.mechanism("grr", epsilon=1.0, domain_size=4)
+    with pytest.raises(ParameterError, match=r"add up to 10, not its n = 12"):
+        ml_frequencies(grr, Aggregate(12, np.array([4.0, 3.0, 2.0, 1.0])))
+    assert ml_frequencies(grr, Aggregate(10, np.array([4.0, 3.0, 2.0, 1.0]))).n == 10
+
+
 @pytest.mark.parametrize("name", ["exponential", "grr"])
 def test_what_is_the_inversions_is_refused_by_the_ml_estimate(name: str) -> None:
     """most_common, ranks, difference_variance and robust were inherited: the randomized-
