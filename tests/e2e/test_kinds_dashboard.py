@@ -327,7 +327,7 @@ def test_strings_weak_listings_are_marked(
 
 
 def test_an_ems_answer_that_did_not_converge_is_flagged_above_the_figure(
-    browser: Any, kinds: AllKinds
+    browser: Any, kinds: AllKinds, shots: Path
 ) -> None:
     """A square wave answer whose EMS stopped at its step limit carries ``warning`` (the
     whole range's, or a bucket's over time): the page says it first, as the CLI does, in
@@ -359,6 +359,7 @@ def test_an_ems_answer_that_did_not_converge_is_flagged_above_the_figure(
     page.select_option("#bins", "8")
     drawn(page, "minutes", "histogram", "window.ldpkitDashboard.data.items.length === 8")
     assert page.inner_text("#distribution-warning") == f"WARNING: {says}"
+    page.screenshot(path=str(shots / "kinds-histogram-ems-warning.png"), full_page=True)
     page.check("#over-time")
     drawn(page, "minutes", "distribution-over-time")
     more = f" (and {DAYS - 2} more answers)" if DAYS > 2 else ""
