@@ -665,13 +665,16 @@ def _plan_case(epsilon: float) -> PlanCase:
 _TWO_53 = 2.0**-53
 
 
-STEP_4096 = (0.032, 160.0)
-"""CPU seconds of one EMS step and the peak MiB of preparing a square wave distribution of
-4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py`` (28.4 ms at most and
-128 MiB). A step costs d x d' products, so d^2, and at least :data:`STEP_OVERHEAD`; EMS
-stops after at most :data:`DEFAULT_MAX_ITERATIONS` steps (at a small epsilon with two
-modes it takes them all), so preparing costs at worst that many steps: not the
-hierarchical histogram's figures, which grow as d and are 48 times less at 1,024."""
+STEP_4096 = (0.032, 320.0)
+"""CPU seconds of one EMS step and the peak MiB of building and preparing a square wave
+distribution of 4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py``:
+28.4 ms at most, and 269 MiB at most above the process before the build (the 128 MiB
+channel held and EMS's copy of its seen columns, 2 x 8 d d' bytes), with a quarter more
+for margin. Memory grows as d d', so d^2. A step costs d x d' products, so d^2, and at
+least :data:`STEP_OVERHEAD`; EMS stops after at most :data:`DEFAULT_MAX_ITERATIONS` steps
+(at a small epsilon with two modes it takes them all), so preparing costs at worst that
+many steps: not the hierarchical histogram's figures, which grow as d and are 48 times
+less at 1,024."""
 STEP_OVERHEAD = 6e-5
 """CPU seconds of an EMS step whatever d (numpy's calls: 28 to 53 us at 64 buckets, measured)."""
 
@@ -718,7 +721,9 @@ class SquareWaveMechanism(Mechanism):
 
     def preparation_cost(self) -> tuple[float, float, str]:
         """EMS's worst case: :data:`DEFAULT_MAX_ITERATIONS` steps of :data:`STEP_4096`
-        scaled as d^2 (the collector's cost model; not the histogram's figures)."""
+        scaled as d^2, and the peak memory of building the definition (the channel) and
+        preparing it, scaled as d^2 (the collector's cost model; not the histogram's
+        figures)."""
         share = self.resolution / 4096
         step, mib = STEP_4096
         return (
