@@ -669,12 +669,12 @@ STEP_4096 = (0.032, 320.0)
 """CPU seconds of one EMS step and the peak MiB of building and preparing a square wave
 distribution of 4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py``:
 28.4 ms at most, and 269 MiB at most above the process before the build (the 128 MiB
-channel held and EMS's copy of its seen columns, 2 x 8 d d' bytes), with a quarter more
-for margin. Memory grows as d d', so d^2. A step costs d x d' products, so d^2, and at
-least :data:`STEP_OVERHEAD`; EMS stops after at most :data:`DEFAULT_MAX_ITERATIONS` steps
-(at a small epsilon with two modes it takes them all), so preparing costs at worst that
-many steps: not the hierarchical histogram's figures, which grow as d and are 48 times
-less at 1,024."""
+channel held and EMS's copy of its seen columns, 2 x 8 d d' bytes): 320 is those 256 and
+a quarter more (19% above the measured), for margin. Memory grows as d d', so d^2. A
+step costs d x d' products, so d^2, and at least :data:`STEP_OVERHEAD`; EMS stops after
+at most :data:`DEFAULT_MAX_ITERATIONS` steps (at a small epsilon with two modes it takes
+them all), so preparing costs at worst that many steps: not the hierarchical histogram's
+figures, which grow as d and are 48 times less at 1,024."""
 STEP_OVERHEAD = 6e-5
 """CPU seconds of an EMS step whatever d (numpy's calls: 28 to 53 us at 64 buckets, measured)."""
 
