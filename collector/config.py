@@ -295,15 +295,20 @@ def _kind_tokens(
 def check_cost(definition: MetricDefinition, cpu_seconds: float, memory_mib: int) -> None:
     """Raise ParameterError if preparing ``definition``'s estimate may cost more than the
     estimate worker's budget (``estimate_cpu_seconds``, ``estimate_memory_mib``), by the
-    kind's measured worst case (docs/deployment.md, "Sizing the estimate worker")."""
+    kind's measured worst case (docs/deployment.md, "Sizing the estimate worker"); the
+    message names the budget (or both) it is over."""
     cost = definition.kind_spec.cost(definition)
     mib = cost.memory_bytes / 2**20
-    if cost.cpu_seconds > cpu_seconds or mib > memory_mib:
+    over = []
+    if cost.cpu_seconds > cpu_seconds:
+        over.append(f"CPU budget of {cpu_seconds:g} s (estimate_cpu_seconds)")
+    if mib > memory_mib:
+        over.append(f"memory budget of {memory_mib:,} MiB (estimate_memory_mib)")
+    if over:
         raise ParameterError(
             f"metric {definition.name}: {cost.what} takes up to {cost.cpu_seconds:.0f} CPU "
             f"seconds and {mib:,.0f} MiB (measured, docs/deployment.md), over this "
-            f"collector's budget of {cpu_seconds:g} s (estimate_cpu_seconds) and "
-            f"{memory_mib:,} MiB (estimate_memory_mib): ask less of it, or raise the budget"
+            f"collector's {' and its '.join(over)}: ask less of it, or raise the budget"
         )
 
 

@@ -98,6 +98,8 @@ MAX_BUCKETS = 4096
 DEFAULT_TOLERANCE = 1e-3
 """EMS stops when the log-likelihood of all n reports changes by less than this (nats)."""
 DEFAULT_MAX_ITERATIONS = 10_000
+CHANNEL_BLOCK = 64
+"""Rows of the channel built at once (:func:`bucket_channel`): 2 MiB temporaries at 4,096."""
 _SERIES_BELOW = 1.0  # epsilon under which b is summed as a series (no cancellation)
 _SERIES_TERMS = 30
 _FLOOR = 1e-30
@@ -150,15 +152,22 @@ def bucket_channel(band: float, p: float, q: float, inputs: int, outputs: int) -
     """``P[i, j]``: output bucket j for a value uniform over input bucket i (exact integral).
 
     ``P(y in [a, c] | v) = q (c - a) + (p - q) |[a, c] & [v - b, v + b]|``, averaged over
-    ``v`` in ``[i / d, (i + 1) / d]``."""
+    ``v`` in ``[i / d, (i + 1) / d]``. Built :data:`CHANNEL_BLOCK` rows at a time: whole,
+    the window's temporaries were five d x d' arrays (640 MiB at 4,096 buckets, for a
+    128 MiB channel); each row's values are the same either way (elementwise, and each
+    row's sum over its own d' entries)."""
     edges_in = np.arange(inputs + 1, dtype=np.float64) / inputs
     edges_out = -band + (1.0 + 2.0 * band) * np.arange(outputs + 1, dtype=np.float64) / outputs
-    left, right = edges_in[:-1, None], edges_in[1:, None]
     a, c = edges_out[None, :-1], edges_out[None, 1:]
-    width = right - left
-    overlap = _window_area(left, right, a, c, band) / width
-    channel = q * (c - a) + (p - q) * overlap
-    return np.asarray(channel / channel.sum(axis=1, keepdims=True))
+    channel = np.empty((inputs, outputs))
+    for start in range(0, inputs, CHANNEL_BLOCK):
+        stop = min(start + CHANNEL_BLOCK, inputs)
+        left, right = edges_in[start:stop, None], edges_in[start + 1 : stop + 1, None]
+        width = right - left
+        overlap = _window_area(left, right, a, c, band) / width
+        block = q * (c - a) + (p - q) * overlap
+        np.divide(block, block.sum(axis=1, keepdims=True), out=channel[start:stop])
+    return channel
 
 
 def smoothing_matrix(size: int) -> FloatArray:
@@ -656,13 +665,16 @@ def _plan_case(epsilon: float) -> PlanCase:
 _TWO_53 = 2.0**-53
 
 
-STEP_4096 = (0.032, 160.0)
-"""CPU seconds of one EMS step and the peak MiB of preparing a square wave distribution of
-4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py`` (28.4 ms at most and
-128 MiB). A step costs d x d' products, so d^2, and at least :data:`STEP_OVERHEAD`; EMS
-stops after at most :data:`DEFAULT_MAX_ITERATIONS` steps (at a small epsilon with two
-modes it takes them all), so preparing costs at worst that many steps: not the
-hierarchical histogram's figures, which grow as d and are 48 times less at 1,024."""
+STEP_4096 = (0.032, 320.0)
+"""CPU seconds of one EMS step and the peak MiB of building and preparing a square wave
+distribution of 4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py``:
+28.4 ms at most, and 269 MiB at most above the process before the build (the 128 MiB
+channel held and EMS's copy of its seen columns, 2 x 8 d d' bytes): 320 is those 256 and
+a quarter more (19% above the measured), for margin. Memory grows as d d', so d^2. A
+step costs d x d' products, so d^2, and at least :data:`STEP_OVERHEAD`; EMS stops after
+at most :data:`DEFAULT_MAX_ITERATIONS` steps (at a small epsilon with two modes it takes
+them all), so preparing costs at worst that many steps: not the hierarchical histogram's
+figures, which grow as d and are 48 times less at 1,024."""
 STEP_OVERHEAD = 6e-5
 """CPU seconds of an EMS step whatever d (numpy's calls: 28 to 53 us at 64 buckets, measured)."""
 
@@ -709,7 +721,9 @@ class SquareWaveMechanism(Mechanism):
 
     def preparation_cost(self) -> tuple[float, float, str]:
         """EMS's worst case: :data:`DEFAULT_MAX_ITERATIONS` steps of :data:`STEP_4096`
-        scaled as d^2 (the collector's cost model; not the histogram's figures)."""
+        scaled as d^2, and the peak memory of building the definition (the channel) and
+        preparing it, scaled as d^2 (the collector's cost model; not the histogram's
+        figures)."""
         share = self.resolution / 4096
         step, mib = STEP_4096
         return (
