@@ -559,7 +559,8 @@ class SquareWave:
         if not (tolerance > 0 and isinstance(max_iterations, int) and max_iterations >= 1):
             raise ParameterError("tolerance must be > 0 and max_iterations an integer >= 1")
         seen = c > 0  # outputs never seen add nothing to the likelihood
-        p, cs = self.channel[:, seen], c[seen]
+        # (the usual case, every output seen: the channel itself, not a copy of all of it)
+        p, cs = (self.channel, c) if seen.all() else (self.channel[:, seen], c[seen])
         f = np.full(self.buckets, 1.0 / self.buckets)
         last, change, converged, steps = -math.inf, math.inf, False, 0
         while steps < max_iterations:
@@ -669,7 +670,8 @@ STEP_4096 = (0.032, 320.0)
 """CPU seconds of one EMS step and the peak MiB of building and preparing a square wave
 distribution of 4,096 buckets (the most), measured by ``benchmarks/square_wave_cost.py``:
 28.4 ms at most, and 269 MiB at most above the process before the build (the 128 MiB
-channel held and EMS's copy of its seen columns, 2 x 8 d d' bytes): 320 is those 256 and
+channel held and EMS's copy of its seen columns, 2 x 8 d d' bytes, when some output
+bucket was not seen; all seen, no copy): 320 is those 256 and
 a quarter more (19% above the measured), for margin. Memory grows as d d', so d^2. A
 step costs d x d' products, so d^2, and at least :data:`STEP_OVERHEAD`; EMS stops after
 at most :data:`DEFAULT_MAX_ITERATIONS` steps (at a small epsilon with two modes it takes

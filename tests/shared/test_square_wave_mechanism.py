@@ -13,6 +13,7 @@ from ldpkit.aggregate import Aggregate
 from ldpkit.mechanisms import choose, mechanism
 from ldpkit.mechanisms._conformance import chi2, chi2_sf
 from ldpkit.mechanisms._portable import Words
+from ldpkit.mechanisms.base import FloatArray
 from ldpkit.mechanisms.square_wave import NO_INTERVAL_NOTE, SquareWaveMechanism
 from ldpkit.metrics import MetricDefinition
 
@@ -164,7 +165,8 @@ def test_the_memory_model_is_above_the_traced_peak_of_building_and_preparing(
     alone, once five 8 MiB temporaries whole, now 11.6). The model's part that grows with
     d (its figure less a 2-bucket one's: the fixed 40 MiB is the process's own) must be
     above it: 20 MiB. Five EMS steps: each step allocates the same vectors, so more steps
-    reach no higher; the uniform values see every output bucket (EMS's largest copy)."""
+    reach no higher. EMS copies the seen columns unless all are seen (then it uses the
+    channel itself): every bucket but one seen is its largest copy, and all seen none."""
     import tracemalloc
 
     from ldpkit.mechanisms import square_wave
@@ -173,23 +175,31 @@ def test_the_memory_model_is_above_the_traced_peak_of_building_and_preparing(
     spec = {"kind": "distribution", "bounds": [0.0, 100.0], "resolution": 1024,
             "epsilon": 1.0, "mechanism": "square_wave"}  # fmt: skip
     values = np.random.default_rng(0).uniform(0.0, 100.0, 100_000)
-    # every bucket seen (which buckets, not how many in each, sizes EMS's copy)
+    # which buckets are seen, not how many in each, sizes EMS's copy
     buckets = np.floor(values / 100.0 * 1024).astype(np.int64)
-    sums = np.bincount(buckets, minlength=1024).astype(np.float64)
-    assert np.all(sums > 0)
-    aggregate = Aggregate(100_000, sums)
-    tracemalloc.start()
-    try:
-        start = tracemalloc.get_traced_memory()[0]
-        d = MetricDefinition.from_dict("m", spec)
-        d.kind_spec.prepare(d, aggregate)
-        peak = tracemalloc.get_traced_memory()[1] - start
-    finally:
-        tracemalloc.stop()
+    every = np.bincount(buckets, minlength=1024).astype(np.float64)
+    assert np.all(every > 0)
+    one_unseen = every.copy()
+    one_unseen[500] = 0.0
+
+    def traced_peak(sums: FloatArray) -> tuple[MetricDefinition, int]:
+        tracemalloc.start()
+        try:
+            start = tracemalloc.get_traced_memory()[0]
+            d = MetricDefinition.from_dict("m", spec)
+            d.kind_spec.prepare(d, Aggregate(int(sums.sum()), sums))
+            return d, tracemalloc.get_traced_memory()[1] - start
+        finally:
+            tracemalloc.stop()
+
+    d, peak = traced_peak(one_unseen)
     small = MetricDefinition.from_dict("m", {**spec, "resolution": 2})
     model = d.kind_spec.cost(d).memory_bytes - small.kind_spec.cost(small).memory_bytes
-    assert peak > 2 * 8 * 1024**2  # the channel and EMS's copy, at least
+    channel = 8 * 1024**2
+    assert peak > channel * (1 + 1023 / 1024)  # the channel and EMS's copy, at least
     assert model >= peak, (model / 2**20, peak / 2**20)
+    _, usual = traced_peak(every)
+    assert channel < usual < 1.5 * channel  # the channel, no copy of it
 
 
 def test_a_square_wave_over_the_memory_budget_is_refused_and_says_memory() -> None:
