@@ -199,7 +199,7 @@ def test_the_memory_model_is_above_the_traced_peak_of_building_and_preparing(
     assert peak > channel * (1 + 1023 / 1024)  # the channel and EMS's copy, at least
     assert model >= peak, (model / 2**20, peak / 2**20)
     _, usual = traced_peak(every)
-    assert channel < usual < 1.5 * channel  # the channel, no copy of it
+    assert channel < usual < 1.75 * channel  # the channel (and the build's 11.6), no copy
 
 
 def test_a_square_wave_over_the_memory_budget_is_refused_and_says_memory() -> None:
