@@ -109,11 +109,17 @@ class Categorical(KindSpec):
         return {"estimator": given}
 
     def answer_seconds(self, definition: Definition, options: Mapping[str, Any]) -> float:
-        """``estimator=ml``: the fit and its 2d profile ends (:func:`ml_seconds`)."""
-        from ..mechanisms._profile import ml_seconds
+        """``estimator=ml``: the fit and its 2d profile ends (:func:`ml_seconds`); 0 where
+        it cannot be served (too many items, reports not counts of outputs): the answer
+        refuses it for that reason, which narrowing the query would not mend."""
+        from ..mechanisms._profile import MAX_ML_ITEMS, ml_seconds
 
-        ml = options.get("estimator") == "ml"
-        return ml_seconds(len(definition.categories or ())) if ml else 0.0
+        d = len(definition.categories or ())
+        if options.get("estimator") != "ml" or d > MAX_ML_ITEMS:
+            return 0.0
+        if definition.mechanism_instance.report_channel() is None:
+            return 0.0
+        return ml_seconds(d)
 
     def answer(self, definition: Definition, aggregate: Aggregate, q: Question) -> dict[str, Any]:
         """The answer, its ``items`` written as JSON text directly: at d = 1024 they are

@@ -129,3 +129,31 @@ async def test_an_ml_query_over_the_answer_cpu_budget_is_refused(database: Path)
         assert "over 2 answers" in error["detail"] and "estimator=inversion" in error["detail"]
         status, body = await estimates(client, "wide", per_bucket=True)
         assert status == 200 and len(body["buckets"]) == 1, body
+
+
+async def test_an_ml_query_the_estimate_cannot_serve_is_refused_for_that(database: Path) -> None:
+    """A query ``estimator=ml`` cannot serve (more than MAX_ML_ITEMS categories, or reports
+    that are not counts of outputs) is refused for that reason, not priced as if it could
+    be: narrowing from/to would not help it."""
+    from ldpkit.mechanisms._profile import MAX_ML_ITEMS, ml_seconds
+
+    wide = [f"c{i}" for i in range(MAX_ML_ITEMS + 1)]
+    metrics = {
+        "wide": {"categories": wide, "epsilon": 2.0, "mechanism": "grr"},
+        "fruit": METRICS["fruit"],
+    }
+    budget = 0.01  # under either's price, were it priced: ml_seconds is at least 0.04
+    assert ml_seconds(len(STARS)) > budget
+    async with running(
+        make_config(database, metrics=metrics, max_answer_cpu_seconds=budget)
+    ) as client:
+        for name, said in (("wide", f"at most {MAX_ML_ITEMS}"), ("fruit", "grr, rr")):
+            d = MetricDefinition.from_dict(name, metrics[name])
+            cats = list(d.categories or ())
+            values = d.kind_spec.encode_many(d, [cats[i % len(cats)] for i in range(200)])
+            await send(
+                client, d, d.mechanism_instance.perturb(values, rng=np.random.default_rng(5))
+            )
+            status, error = await estimates(client, name, estimator="ml")
+            assert (status, error["param"]) == (400, "estimator"), error
+            assert said in error["detail"] and "max_answer_cpu" not in error["detail"], error
