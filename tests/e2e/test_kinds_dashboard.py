@@ -369,7 +369,6 @@ def test_an_ems_answer_that_did_not_converge_is_flagged_above_the_figure(
 
 
 STALE_INTERVAL = 5
-STALE_INTERVAL = 5
 STALE_CONFIG = f"""
 [collector]
 database = "collector.sqlite3"
