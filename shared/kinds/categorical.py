@@ -117,7 +117,8 @@ class Categorical(KindSpec):
         d = len(definition.categories or ())
         if options.get("estimator") != "ml" or d > MAX_ML_ITEMS:
             return 0.0
-        if definition.mechanism_instance.report_channel() is None:
+        oracle = definition.mechanism_instance
+        if not isinstance(oracle, FrequencyOracle) or oracle.report_channel() is None:
             return 0.0
         return ml_seconds(d)
 
