@@ -42,6 +42,7 @@ SHARED = {
 (``kinds``: a collector seeded with every kind, tests/e2e/allkinds.py): one worker runs them."""
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist (-p no:xdist) runs
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """pyproject's addopts run the suite on every core (``-n auto --dist loadfile``): each
     module's tests on one worker, so that its module fixtures (a collector seeded, a

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.browser import browser_problem
+from tests.readiness import HANG_GUARD
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,3 +54,20 @@ def test_examples_say_run_with_the_venv_python(script: Path) -> None:
     runs = re.findall(r"(\S*python\S*) examples/", doc)
     assert runs, doc
     assert set(runs) == {".venv/bin/python"}, runs
+
+
+def test_the_suite_runs_without_xdist() -> None:
+    """tests/conftest.py's xdist scheduler hook is optional: with the plugin off (``-p
+    no:xdist``, e.g. an environment without it) pytest still starts, not an INTERNALERROR
+    about an unknown hook."""
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider"),
+            *("-o", "addopts=", "-q", "--collect-only", "tests/test_readme.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=HANG_GUARD,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
