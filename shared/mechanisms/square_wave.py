@@ -556,7 +556,8 @@ class SquareWave:
         c, n = self._checked_counts(counts)
         if max_iterations is None:  # read here: a test lowers it to meet the limit cheaply
             max_iterations = DEFAULT_MAX_ITERATIONS
-        if not (tolerance > 0 and isinstance(max_iterations, int) and max_iterations >= 1):
+        steps_ok = isinstance(max_iterations, int) and not isinstance(max_iterations, bool)
+        if not (tolerance > 0 and steps_ok and max_iterations >= 1):
             raise ParameterError("tolerance must be > 0 and max_iterations an integer >= 1")
         seen = c > 0  # outputs never seen add nothing to the likelihood
         # (the usual case, every output seen: the channel itself, not a copy of all of it)

@@ -322,3 +322,11 @@ def test_convergence_is_reported() -> None:
     cut = sw.estimate_ems(counts.astype(np.float64), max_iterations=done.iterations - 1)
     assert not cut.converged and cut.last_change >= 1e-3 and cut.iterations == done.iterations - 1
     assert cut.warning is not None and f"limit of {cut.iterations:,} steps" in cut.warning
+
+
+@pytest.mark.parametrize("bad", [True, 0, 2.5, "10"])
+def test_a_step_limit_that_is_not_a_count_is_refused(bad: object) -> None:
+    """``max_iterations=True`` is not one step: refused by name like any non-integer."""
+    sw = SquareWave(epsilon=1.0, bounds=(0.0, 1.0), buckets=8)
+    with pytest.raises(ParameterError, match="max_iterations"):
+        sw.estimate_ems(np.ones(sw.channel.shape[1]), max_iterations=bad)  # type: ignore[arg-type]
