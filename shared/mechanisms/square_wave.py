@@ -578,10 +578,8 @@ class SquareWave:
             if change < tolerance:
                 converged = True
                 break
-        loglik = float(cs @ np.log(f @ p))
-        return Reconstruction(
-            f, self.bounds, n, steps, converged, loglik, smooth, change, tolerance
-        )
+        # (at least one step ran: ``last`` is the final f's, no second d x d' product)
+        return Reconstruction(f, self.bounds, n, steps, converged, last, smooth, change, tolerance)
 
     def expected_counts(self, frequencies: npt.ArrayLike, n: int) -> FloatArray:
         """``n P^T f``: the mean counts of n reports from bucket fractions ``f``."""

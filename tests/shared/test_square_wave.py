@@ -315,6 +315,10 @@ def test_convergence_is_reported() -> None:
     counts = np.random.default_rng(2).multinomial(10_000, np.full(32, 1 / 32) @ sw.channel)
     done = sw.estimate_ems(counts.astype(np.float64))
     assert done.converged and done.last_change < 1e-3 and done.warning is None
+    # the log-likelihood is the returned estimate's, to rounding (10^4 reports of a few
+    # nats each: a sum near 3e4 nats, ~1e-11 of float error; 1e-9 is far below one step)
+    law = done.frequencies @ sw.channel
+    assert done.log_likelihood == pytest.approx(float(counts @ np.log(law)), abs=1e-9)
     assert done.convergence() == {
         "iterations": done.iterations, "converged": True,
         "last_change": done.last_change, "tolerance": 1e-3,
