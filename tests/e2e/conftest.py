@@ -60,6 +60,31 @@ class Populated:
     minutes: np.ndarray
 
 
+STALE_INTERVAL = 5
+"""estimate_interval_seconds of the stale-estimate tests' collectors."""
+
+
+def stale_config(metric: str, upper: float, resolution: int) -> str:
+    """A collector.toml whose maintained estimates are computed again at most every
+    :data:`STALE_INTERVAL` s: sooner after the last computation a query gets that one
+    (stale) unless it waits for the next. One distribution metric on ``[0, upper]``."""
+    return f"""
+[collector]
+database = "collector.sqlite3"
+estimate_interval_seconds = {STALE_INTERVAL}
+
+[tokens]
+relay = ["{RELAY}"]
+read = ["{READ}"]
+
+[metrics.{metric}]
+kind = "distribution"
+bounds = [0.0, {upper!r}]
+resolution = {resolution}
+epsilon = 2.0
+"""
+
+
 @pytest.fixture(scope="package")
 def populated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Populated]:
     """A collector holding USERS simulated users' reports of two metrics."""

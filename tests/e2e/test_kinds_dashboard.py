@@ -24,7 +24,7 @@ from tests.collector.helpers import without_as_of
 from tests.readiness import wait_until
 
 from .allkinds import DAYS, AllKinds
-from .conftest import READ, RELAY
+from .conftest import READ, RELAY, stale_config
 from .test_dashboard import READABLE
 
 WIDTHS = (1400, 420)
@@ -368,33 +368,13 @@ def test_an_ems_answer_that_did_not_converge_is_flagged_above_the_figure(
     page.close()
 
 
-STALE_INTERVAL = 5
-STALE_CONFIG = f"""
-[collector]
-database = "collector.sqlite3"
-# An estimate is computed again at most every {STALE_INTERVAL} s: an answer asked for sooner after
-# the last computation is the latest one, stale; a query that waits gets the next one.
-estimate_interval_seconds = {STALE_INTERVAL}
-
-[tokens]
-relay = ["{RELAY}"]
-read = ["{READ}"]
-
-[metrics.wait_minutes]
-kind = "distribution"
-bounds = [0.0, 120.0]
-resolution = 64
-epsilon = 2.0
-"""
-
-
 def test_a_stale_estimate_says_computing_then_the_fresh_one_is_drawn(
     browser: Any, shots: Path, tmp_path: Path
 ) -> None:
     """New reports after the last computation: the page draws the latest estimate at once,
     saying "computing, as of ..." with the reports received since, then draws the fresh
     one when its follow-up query (wait=) gets it."""
-    (tmp_path / "collector.toml").write_text(STALE_CONFIG)
+    (tmp_path / "collector.toml").write_text(stale_config("wait_minutes", 120.0, 64))
     rng = np.random.default_rng(27)
     env = environment_without_tokens()
     with (

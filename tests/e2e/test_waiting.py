@@ -25,10 +25,7 @@ from ldpkit.errors import CollectorTimedOut, CollectorUnavailable, EstimatePendi
 from ldpkit.http import Timeout
 from tests.readiness import HANG_GUARD, wait_until
 
-from .conftest import READ, RELAY
-
-STALE_INTERVAL = 5
-"""estimate_interval_seconds of the stale-estimate test's collector."""
+from .conftest import READ, RELAY, stale_config
 
 ANSWER = {
     "metric": "theme",
@@ -208,25 +205,7 @@ def test_computing_is_asked_again_while_the_wait_lasts() -> None:
 def test_a_stale_maintained_estimate_says_so_and_wait_gets_the_fresh_one(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "collector.toml").write_text(
-        f"""
-[collector]
-database = "collector.sqlite3"
-# A maintained estimate is computed again at most every {STALE_INTERVAL} s: sooner after the
-# last computation a query gets that one (stale) unless it waits for the next.
-estimate_interval_seconds = {STALE_INTERVAL}
-
-[tokens]
-relay = ["{RELAY}"]
-read = ["{READ}"]
-
-[metrics.latency]
-kind = "distribution"
-bounds = [0.0, 100.0]
-resolution = 32
-epsilon = 2.0
-"""
-    )
+    (tmp_path / "collector.toml").write_text(stale_config("latency", 100.0, 32))
     env = environment_without_tokens()
     rng = np.random.default_rng(2027)
     with running_collector("collector.toml", cwd=tmp_path, env=env) as collector:
