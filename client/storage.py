@@ -406,7 +406,8 @@ class DeviceStore:
             holder = (
                 "with exclusive_state=True no other process may have it open"
                 if self.exclusive
-                else "a process that opened it with exclusive_state=True keeps it locked"
+                else "another process holds it: one opened with exclusive_state=True keeps it "
+                "locked while open, any other for its transaction only"
             )
             why = f"{why}; {holder}"
         return StateError(f"cannot open the client database {self.path}: {why}")
