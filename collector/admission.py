@@ -53,6 +53,9 @@ class Admission:
         self.telemetry = telemetry
         self.admitted = 0  # batches received (body read) and not yet answered
         self.bodies = BodyPool(config.max_pending_bytes)  # request bodies held, by bytes
+        bodies = self.bodies
+        telemetry.bodies_receiving.set_function(lambda: bodies.receiving)
+        telemetry.bodies_held_bytes.set_function(lambda: bodies.held)
         self.limiter = IngestLimiter(config.ingest_reports_per_second, config.ingest_burst)
         self.sources = Sources(config)
 

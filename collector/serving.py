@@ -7,6 +7,8 @@
   handler answers those as JSON ``{"error", "detail"}`` with a fixed detail per status.
 - **An access log without query strings** (a token sent as ``?access_token=`` must not
   be written down) and without client addresses unless asked for.
+- **Bodies read while stopping.** aiohttp drops the bytes a connection receives once a
+  graceful stop began, so a body half arrived at SIGTERM was answered 408; it is read.
 - **A header timeout.** aiohttp's keep-alive timer closes a connection whose next
   request has not *completely* arrived in ``keepalive_timeout`` seconds, counted from
   the connection's opening or the previous answer: with ``header_timeout`` there, a
@@ -46,7 +48,23 @@ MAX_LOGGED_PATH = 200
 
 
 class JsonErrorHandler(RequestHandler):
-    """aiohttp's connection handler, answering requests it cannot parse with JSON."""
+    """aiohttp's connection handler, answering requests it cannot parse with JSON, and
+    reading the body of a request in progress while the collector stops."""
+
+    def data_received(self, data: bytes) -> None:
+        # A graceful stop marks every connection closing, and aiohttp then drops what
+        # arrives: a batch whose head came before SIGTERM and its body after would wait
+        # out upload_grace and be answered 408 "too slow". Its body is read (no new
+        # request is started: the connection still closes after this answer).
+        if (self._close or self._force_close) and self._request_in_progress:
+            closing = self._close, self._force_close
+            self._close = self._force_close = False
+            try:
+                super().data_received(data)
+            finally:
+                self._close, self._force_close = closing
+            return
+        super().data_received(data)
 
     def handle_error(
         self,

@@ -88,6 +88,13 @@ class Telemetry:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
         )
         self.queue_batches = gauge("store_pending_batches", "Batches waiting for their commit")
+        self.bodies_receiving = gauge(
+            "request_bodies_receiving", "Request bodies being received right now (uploads.py)"
+        )
+        self.bodies_held_bytes = gauge(
+            "request_body_bytes_held",
+            "Bytes of request bodies held in memory (arrived so far, or waiting for the answer)",
+        )
         self.throttled = counter("throttled", "Batches answered 429 because the store is behind")
         self.requests = counter(
             "http_requests",
