@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from ldpkit.mechanisms import CATEGORICAL, REGISTERED, Mechanism, mechanism
-from ldpkit.mechanisms._bits import OneDraws
+from ldpkit.mechanisms._bits import OneDraws, rng_words
 from ldpkit.randomness import KeyedGenerator
 
 # (name, options): domain sizes on both sides of a 64-bit word and of a byte, epsilons that
@@ -51,7 +51,12 @@ GENERATORS: list[Callable[[int], np.random.Generator]] = [philox, keyed]
 
 
 def vectorised(m: Mechanism, value: Any, rng: np.random.Generator) -> bytes:
-    return bytes(np.ascontiguousarray(m.perturb_checked(np.asarray([value]), rng)).tobytes())
+    words_path = getattr(m, "perturb_words", None)
+    if words_path is not None:  # bitmaps: perturb_checked of one value takes the one-row path
+        reports = words_path(np.asarray([value], dtype=np.int64), rng_words(rng))
+    else:
+        reports = m.perturb_checked(np.asarray([value]), rng)
+    return bytes(np.ascontiguousarray(reports).tobytes())
 
 
 def overrides(m: Mechanism) -> bool:
