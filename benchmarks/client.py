@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/client.py                 # everything
     .venv/bin/python benchmarks/client.py --no-delivery   # latency only
     .venv/bin/python benchmarks/client.py --against ../old -n 2000   # vs another checkout
-    .venv/bin/python benchmarks/client.py --against ../old --exclusive  # + exclusive_state
+    .venv/bin/python benchmarks/client.py --against ../old --shared  # + exclusive_state=False
 
 Latency: every mechanism (categorical at d = 16 and d = 1024, numeric on [0, 1]), with
 epsilon 1. Each call is a *fresh* report (a new hourly budget window, so the full path
@@ -210,12 +210,14 @@ def baseline_cases() -> list[tuple[str, str, str]]:
 
 
 def run_against(
-    baseline: Path, n: int, rounds: int, exclusive: bool = False
+    baseline: Path, n: int, rounds: int, shared: bool = False, only: str | None = None
 ) -> list[dict[str, object]]:
     """report() p50 of this tree and of ``baseline`` (a checkout with its own .venv),
     each case run in a fresh process of each, alternated, ``rounds`` times; the median
-    of each side's p50s and their ratio. ``exclusive``: this tree also with
-    ``exclusive_state=True`` (a third process per round, and a third column)."""
+    of each side's p50s and their ratio. ``shared``: this tree also with
+    ``exclusive_state=False`` (processes may share the state_dir; the default before it
+    became True), a third process per round and a third column. ``only``: the cases whose
+    label contains it (all by default)."""
     this_python = sys.executable
     base_python = str(baseline / ".venv" / "bin" / "python")
     if not Path(base_python).exists():
@@ -232,26 +234,28 @@ def run_against(
     print(f"report() p50, microseconds: this tree vs {baseline}, {n} fresh reports a run, "
           f"{rounds} alternated runs a case (medians)")  # fmt: skip
     print(yardstick())
-    extra = f"{'excl':>10}{'ratio':>8}" if exclusive else ""
+    extra = f"{'shared':>10}{'ratio':>8}" if shared else ""
     print(f"{'mechanism':<16}{'baseline':>10}{'this':>10}{'ratio':>8}{extra}")
     rows: list[dict[str, object]] = []
     for label, name, domain in baseline_cases():
+        if only is not None and only not in label:
+            continue
         base, this, excl = [], [], []
         for _ in range(rounds):
             base.append(p50(base_python, baseline, name, domain))
             this.append(p50(this_python, here, name, domain))
-            if exclusive:
-                excl.append(p50(this_python, here, name, domain, '{"exclusive_state": true}'))
+            if shared:
+                excl.append(p50(this_python, here, name, domain, '{"exclusive_state": false}'))
         b, t = float(np.median(base)), float(np.median(this))
         row: dict[str, object] = {"case": label, "baseline_p50_us": b, "p50_us": t, "ratio": t / b}
         line = f"{label:<16}{b:>10.1f}{t:>10.1f}{t / b:>8.2f}"
-        if exclusive:
+        if shared:
             e = float(np.median(excl))
-            row |= {"exclusive_p50_us": e, "exclusive_ratio": e / b}
+            row |= {"shared_p50_us": e, "shared_ratio": e / b}
             line += f"{e:>10.1f}{e / b:>8.2f}"
         print(line, flush=True)
         rows.append(row)
-    for key in ("ratio", "exclusive_ratio") if exclusive else ("ratio",):
+    for key in ("ratio", "shared_ratio") if shared else ("ratio",):
         ratios = [cast(float, r[key]) for r in rows]
         print(f"{key}: median {np.median(ratios):.2f}, range {min(ratios):.2f}-"
               f"{max(ratios):.2f}, {sum(r <= 0.5 for r in ratios)} of {len(ratios)} at or "
@@ -367,17 +371,18 @@ def main() -> int:
         "alternated, and print the ratios (nothing else runs)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternated runs a case (--against)")
+    parser.add_argument("--only", help="with --against: the cases whose label contains this")
     parser.add_argument(
-        "--exclusive",
+        "--shared",
         action="store_true",
-        help="with --against: also time this tree with Reporter(exclusive_state=True)",
+        help="with --against: also time this tree with Reporter(exclusive_state=False)",
     )
     args = parser.parse_args()
-    if args.exclusive and args.against is None:
-        parser.error("--exclusive compares against a baseline: give --against DIR too")
+    if args.shared and args.against is None:
+        parser.error("--shared compares against a baseline: give --against DIR too")
     out: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     if args.against is not None:
-        out["against"] = run_against(args.against, args.n, args.rounds, args.exclusive)
+        out["against"] = run_against(args.against, args.n, args.rounds, args.shared, args.only)
         if args.json:
             Path(args.json).write_text(json.dumps(out, indent=2))
         return 0

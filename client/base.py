@@ -55,7 +55,7 @@ class ReporterBase(Generic[TransportT]):
         retry: RetryPolicy | None = None,
         memoize: bool = True,
         durable_reports: bool = False,
-        exclusive_state: bool = False,
+        exclusive_state: bool = True,
         definitions_ttl: float = 3600.0,
         clock: Clock = time.time,
         monotonic: Clock = time.monotonic,
@@ -90,9 +90,15 @@ class ReporterBase(Generic[TransportT]):
         self.timeout = self._settings.timeout
         self.retry = self._settings.retry
         self._background = bool(background)
-        self._transport: TransportT = transport if transport is not None else self._http_transport()
         self._closed = False
-        self._open()
+        try:
+            self._transport: TransportT = (
+                transport if transport is not None else self._http_transport()
+            )
+            self._open()
+        except BaseException:
+            self._state.close()  # the store's lock is not left to the garbage collector
+            raise
 
     def _open(self) -> None:
         """The shell's own set-up, at the end of ``__init__`` (locks, a thread)."""

@@ -74,7 +74,7 @@ class ReporterState:
         memoize: bool,
         durable_reports: bool,
         clock: Clock,
-        exclusive_state: bool = False,
+        exclusive_state: bool = True,
         monotonic: Clock = time.monotonic,
     ) -> None:
         self.source = settings.url
@@ -110,6 +110,14 @@ class ReporterState:
             known_device=known,
             now=clock(),
         )
+        try:
+            self._set_up(metrics)
+        except BaseException:
+            self.store.close()  # (an exclusive_state store would stay locked until collected)
+            raise
+
+    def _set_up(self, metrics: Iterable[MetricDefinition] | None) -> None:
+        """The rest of ``__init__``, once the store is open."""
         self._deferred: dict[int, float] = {}  # seq -> first unknown_version refusal (clock)
         loss = self.store.ledger_lost()
         if loss is not None and loss.fresh:

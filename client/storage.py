@@ -338,8 +338,10 @@ class _Transaction:
 
 class DeviceStore:
     """The SQLite state. Not thread-safe by itself: the caller serializes access (one
-    connection, the reporter's lock). Several processes may share a state_dir: every
-    read-modify-write runs in a ``BEGIN IMMEDIATE`` transaction."""
+    connection, the reporter's lock). ``exclusive``: this connection holds the database
+    while open (no other can commit, so the caches are trusted). Otherwise several
+    processes may share a state_dir: every read-modify-write runs in a ``BEGIN
+    IMMEDIATE`` transaction, which checks the caches first."""
 
     def __init__(
         self,
@@ -404,10 +406,13 @@ class DeviceStore:
         why = str(exc)
         if "locked" in why:  # held by an exclusive reporter, or a stuck transaction
             holder = (
-                "with exclusive_state=True no other process may have it open"
+                "another reporter holds it (exclusive_state=True, the default, lets no "
+                "other open it; reporters that share a state_dir all pass "
+                "exclusive_state=False)"
                 if self.exclusive
-                else "another process holds it: one opened with exclusive_state=True keeps it "
-                "locked while open, any other for its transaction only"
+                else "another reporter holds it: one with exclusive_state=True (the default) "
+                "keeps it locked while open, one with exclusive_state=False for a "
+                "transaction only"
             )
             why = f"{why}; {holder}"
         return StateError(f"cannot open the client database {self.path}: {why}")
@@ -445,6 +450,8 @@ class DeviceStore:
 
     def _validate(self) -> None:
         """Reload the caches if another connection committed since they were read."""
+        if self.exclusive and self._version is not None:
+            return  # no other connection can commit while this one holds the lock
         version = self._data_version()
         if version == self._version:
             return

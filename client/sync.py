@@ -51,10 +51,11 @@ class Reporter(ReporterBase[SyncTransport]):
     timeout, retry : :class:`Timeout` and :class:`RetryPolicy`.
     memoize : permanent randomized response (see ``docs/client.md``); True by default.
     durable_reports : fsync every report (slower) instead of before each send.
-    exclusive_state : this process is the only one using ``state_dir`` (the usual app):
-        SQLite keeps its lock while the reporter is open, which makes ``report()`` about
-        5 us cheaper; another process opening the same ``state_dir`` fails with
-        :class:`~ldpkit.errors.StateError`. False (default): processes may share it.
+    exclusive_state : True (default): this reporter is the only one on ``state_dir``
+        while it is open (the usual app): SQLite keeps its lock until ``close()``, which
+        makes ``report()`` about 5 us cheaper; another reporter opening the same
+        ``state_dir`` fails with :class:`~ldpkit.errors.StateError`. False: processes may
+        share it (every reporter on it passes False).
     clock : unix seconds; tests inject one to move time.
     monotonic : seconds on a clock that only goes forward (default ``time.monotonic``):
         between two answers of the collector a report's time is the latest answer's

@@ -170,7 +170,15 @@ class CrashingTransport(HttpTransport):
 def test_restart_half_way_loses_nothing_and_sends_nothing_twice(
     live: LiveCollector, state_dir: Path
 ) -> None:
-    a = reporter(live, state_dir, batch_size=10, transport=CrashingTransport(live.url, at=3))
+    # Two reporters open at once stand for two processes (the first one's never closed):
+    # they share the state_dir.
+    a = reporter(
+        live,
+        state_dir,
+        batch_size=10,
+        transport=CrashingTransport(live.url, at=3),
+        exclusive_state=False,
+    )
     a.refresh_definitions()
     for v in range(20):
         a.report("clicks", float(v))
@@ -178,7 +186,7 @@ def test_restart_half_way_loses_nothing_and_sends_nothing_twice(
     with pytest.raises(Crash):
         a.flush()  # batches 1 and 2 acknowledged; batch 3 stored, its answer lost
     # the app is gone: no close(). A new process opens the same state_dir.
-    with reporter(live, state_dir, batch_size=10) as b:
+    with reporter(live, state_dir, batch_size=10, exclusive_state=False) as b:
         assert b.pending == 115 - 20
         assert b.budget()["clicks"].spent == pytest.approx(20 * 0.5)  # the ledger survived
         result = b.flush()

@@ -500,6 +500,8 @@ def test_no_definitions_and_no_collector(state_dir: Path, clock: FakeClock) -> N
 
 
 def test_constructor_checks(state_dir: Path, clock: FakeClock) -> None:
+    """Each refusal after the database opened closes it: otherwise the next reporter on
+    the state_dir would find it locked (exclusive_state, the default)."""
     with pytest.raises(ParameterError, match="URL"):
         Reporter("ftp://x", state_dir=state_dir)
     with pytest.raises(ParameterError, match="batch_size"):
@@ -542,12 +544,13 @@ def test_keyed_generator_equals_a_fresh_philox() -> None:
 
 
 def test_two_reporters_on_one_state_dir_share_the_ledger(state_dir: Path, clock: FakeClock) -> None:
-    """Each keeps caches; a commit by the other connection invalidates them."""
+    """exclusive_state=False: each keeps caches; a commit by the other connection
+    invalidates them."""
     down = FakeCollector(down=True)
     metrics = [minutes(budget=1.0)]
     with (
-        make(state_dir, clock, down, metrics=metrics) as a,
-        make(state_dir, clock, down, metrics=metrics) as b,
+        make(state_dir, clock, down, metrics=metrics, exclusive_state=False) as a,
+        make(state_dir, clock, down, metrics=metrics, exclusive_state=False) as b,
     ):
         a.report("session_minutes", 1.0)
         assert b.budget()["session_minutes"].spent == 0.5
@@ -594,12 +597,14 @@ def test_one_fsync_per_flush_and_pruning(state_dir: Path, clock: FakeClock) -> N
 
 
 def test_a_report_is_one_transaction_of_four_statements(state_dir: Path, clock: FakeClock) -> None:
-    """report(): BEGIN IMMEDIATE, the cache check (data_version), one INSERT, COMMIT; no
-    statement after the commit (the outbox count that wakes the flusher is the one the
-    transaction saw). A commit by another connection is still noticed by the next report."""
+    """exclusive_state=False: BEGIN IMMEDIATE, the cache check (data_version), one INSERT,
+    COMMIT; no statement after the commit (the outbox count that wakes the flusher is the
+    one the transaction saw). A commit by another connection is still noticed by the next
+    report."""
     metrics = [theme(budget=50.0)]
     down = FakeCollector(down=True)
-    with make(state_dir, clock, down, metrics=metrics, memoize=False) as r:
+    shared = {"metrics": metrics, "memoize": False, "exclusive_state": False}
+    with make(state_dir, clock, down, **shared) as r:
         r.report("theme", "dark")
         db = r._state.store.db
         seen: list[str] = []
@@ -608,27 +613,51 @@ def test_a_report_is_one_transaction_of_four_statements(state_dir: Path, clock: 
         db.set_trace_callback(None)
         assert [s.split(" ", 1)[0] for s in seen] == ["BEGIN", "PRAGMA", "INSERT", "COMMIT"]
         assert seen[1] == "PRAGMA data_version"
-        with make(state_dir, clock, down, metrics=metrics, memoize=False) as other:
+        with make(state_dir, clock, down, **shared) as other:
             other.report("theme", "light")
         r.report("theme", "dark")
         assert r.pending == 4 and r.budget()["theme"].spent == pytest.approx(4.0)
 
 
+def test_an_exclusive_report_is_three_statements(state_dir: Path, clock: FakeClock) -> None:
+    """The default (exclusive_state): no other connection can commit while this one holds
+    the lock, so the caches are checked only on the first transaction and after a
+    rollback (which may have undone what they hold)."""
+    down = FakeCollector(down=True)
+    with make(state_dir, clock, down, metrics=[theme(budget=2.0)], memoize=False) as r:
+        r.report("theme", "dark")  # the first transaction reads the caches
+        db = r._state.store.db
+        seen: list[str] = []
+        db.set_trace_callback(seen.append)
+        r.report("theme", "dark")
+        assert [s.split(" ", 1)[0] for s in seen] == ["BEGIN", "INSERT", "COMMIT"]
+        seen.clear()
+        with pytest.raises(BudgetExceeded):
+            r.report("theme", "dark")  # rolled back
+        assert [s.split(" ", 1)[0] for s in seen] == ["BEGIN", "ROLLBACK"]
+        seen.clear()
+        with pytest.raises(BudgetExceeded):
+            r.report("theme", "light")
+        assert "PRAGMA data_version" in seen  # checked again after the rollback
+        db.set_trace_callback(None)
+        assert r.pending == 2 and r.budget()["theme"].spent == pytest.approx(2.0)
+
+
 OPEN_EXCLUSIVELY = """
 import sys
 from ldpkit.client import Reporter
-Reporter("http://127.0.0.1:9", state_dir=sys.argv[1], metrics=[], background=False,
-         exclusive_state=True)
+Reporter("http://127.0.0.1:9", state_dir=sys.argv[1], metrics=[], background=False)
 """
 
 
 def test_exclusive_state_keeps_the_lock_until_closed(state_dir: Path, clock: FakeClock) -> None:
-    """exclusive_state=True: SQLite's lock is held while the reporter is open (its WAL
-    index in the process's memory, no -shm file), so a second reporter on the same
-    state_dir is refused by name; once closed, the state (ledger, outbox) is all there."""
+    """exclusive_state (the default): SQLite's lock is held while the reporter is open (its
+    WAL index in the process's memory, no -shm file), so a second reporter on the same
+    state_dir is refused by name; once closed, the state (ledger, outbox) is all there,
+    for a reporter that shares it too."""
     metrics = [minutes(budget=1.0)]
     down = FakeCollector(down=True)
-    with make(state_dir, clock, down, metrics=metrics, exclusive_state=True) as a:
+    with make(state_dir, clock, down, metrics=metrics) as a:
         a.report("session_minutes", 1.0)
         a.report("session_minutes", 2.0)
         assert not (state_dir / "client.sqlite3-shm").exists()
@@ -636,10 +665,10 @@ def test_exclusive_state_keeps_the_lock_until_closed(state_dir: Path, clock: Fak
             [sys.executable, "-c", OPEN_EXCLUSIVELY, str(state_dir)],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
-        assert "StateError" in other.stderr and "no other process may" in other.stderr
+        assert "StateError" in other.stderr and "exclusive_state=False" in other.stderr
         with pytest.raises(BudgetExceeded):
             a.report("session_minutes", 3.0)
-    with make(state_dir, clock, down, metrics=metrics) as b:  # shared again: both there
+    with make(state_dir, clock, down, metrics=metrics, exclusive_state=False) as b:
         assert b.pending == 2
         assert b.budget()["session_minutes"].spent == pytest.approx(1.0)
         with pytest.raises(BudgetExceeded):
