@@ -61,10 +61,11 @@ algorithm", JRSS B 1977.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -335,7 +336,7 @@ class SquareWave:
     Attributes (derived once)
     -------------------------
     band : b on the unit scale; p, q : the densities within and beyond b;
-    channel : the d x d' bucket channel (:func:`bucket_channel`).
+    channel : the d x d' bucket channel (:func:`bucket_channel`), built on first use.
 
     Examples
     --------
@@ -351,7 +352,6 @@ class SquareWave:
     band: float = field(init=False)
     p: float = field(init=False)
     q: float = field(init=False)
-    channel: FloatArray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         eps = check_epsilon(self.epsilon)
@@ -372,15 +372,21 @@ class SquareWave:
             "band": b,
             "p": p,
             "q": q,
-            "channel": bucket_channel(b, p, q, d, m),
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
+    @functools.cached_property
+    def channel(self) -> FloatArray:
+        """The d x d' bucket channel (:func:`bucket_channel`), built on first use: only
+        the estimate needs it (128 MiB at 4,096 buckets), never a device or a collector
+        that only checks and counts reports."""
+        return bucket_channel(self.band, self.p, self.q, self.buckets, self.outputs)
+
     @property
     def outputs(self) -> int:
         """d', the number of output buckets."""
-        return int(self.channel.shape[1])
+        return int(cast(int, self.output_buckets))
 
     # --- privacy --------------------------------------------------------------------
     def density(self, value: npt.ArrayLike, output: npt.ArrayLike) -> FloatArray:
