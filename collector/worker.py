@@ -12,7 +12,10 @@ cores (docs/deployment.md, "The estimate worker", measures both). Each worker pr
   moved before each one): the kernel's ``SIGXCPU`` is raised here as :class:`OverBudget`.
 
 Either way the computation fails cleanly: its :class:`Outcome` says why, and the worker
-goes on with the next. BLAS runs one thread (the decoder's systems are small).
+goes on with the next. BLAS runs one thread (the decoder's systems are small). What the
+computations leave in the worker (the definitions it built, and what their estimates
+built) is forgotten once it is over a quarter of ``memory_bytes``, so that it never takes a
+later computation's budget.
 
 Nothing here imports numpy before :func:`start` has set the BLAS threads.
 """
@@ -76,7 +79,7 @@ class Outcome:
     peak_bytes: int
 
 
-_budget = {"cpu": math.inf, "memory": 0.0}
+_budget = {"cpu": math.inf, "memory": 0.0, "held": 0.0}  # held: VmData once started
 _computing = False
 _definitions: dict[str, MetricDefinition] = {}
 
@@ -93,6 +96,7 @@ def start(cpu_seconds: float, memory_bytes: int) -> None:
     _budget.update(cpu=cpu_seconds, memory=memory_bytes)
     signal.signal(signal.SIGXCPU, _over_cpu)
     held = _status("VmData")
+    _budget["held"] = held
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)
     limit = held + memory_bytes
     resource.setrlimit(resource.RLIMIT_DATA, (limit if hard < 0 else min(limit, hard), hard))
@@ -163,7 +167,18 @@ def prepare(job: Job) -> Outcome:
         _computing = False
         if math.isfinite(_budget["cpu"]):
             resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
-    return Outcome(result, error, _cpu() - used, _status("VmHWM"))
+    peak = _status("VmHWM")
+    _forget_if_heavy()
+    return Outcome(result, error, _cpu() - used, peak)
+
+
+def _forget_if_heavy() -> None:
+    """Forget the built definitions once what the worker holds between computations is
+    over a quarter of its budget: a definition keeps what its estimate built (a square
+    wave's channel, 128 MiB at 4,096 buckets), and what is kept counts against every later
+    computation's budget (RLIMIT_DATA), so estimates that each fit would fail in turn."""
+    if _budget["memory"] > 0 and _status("VmData") - _budget["held"] > _budget["memory"] / 4:
+        _definitions.clear()
 
 
 def _reset_peak() -> None:
