@@ -3,7 +3,9 @@
 The app has a settings endpoint; each time a user picks a theme, the app reports it
 with local differential privacy. The reporter is opened and closed with the app
 (cleanup_ctx), flushes in the background, and keeps its outbox on disk, so reports
-survive a restart or the collector being away.
+survive a restart or the collector being away. The reporter holds its state_dir while open
+(exclusive_state, the default): run several worker processes with a state_dir each, or
+pass exclusive_state=False to every one of them to share one.
 
 Run:  LDPKIT_COLLECTOR=http://127.0.0.1:8787 LDPKIT_INGEST_TOKEN=app-secret \\
       .venv/bin/python examples/webapp/app.py
