@@ -298,6 +298,69 @@ def test_change_lanes_steps_on_fixed_words(goal: int, expected_lanes: list[int])
     assert row == expected
 
 
+def _lemire_value(lane: int, size: int) -> int:
+    """The smallest 16-bit value that Lemire's rule maps to ``lane`` of ``size`` (valid)."""
+    floor = 2**16 % size
+    v = -(-(lane * 2**16 + floor) // size)
+    assert reference_lemire(v, size, 16) == lane
+    return v
+
+
+@pytest.mark.parametrize("tie", [None, "below", "above"])
+def test_one_block_sparse_row_on_fixed_words(tie: str | None) -> None:
+    """A one-block sparse row (d = 100: Lemire's rule has void values) on fixed words: the
+    count (also through a tie with a CDF prefix, decided by the next word), a draw with a
+    void candidate and one with a repeat both drawn again, the same words as the batch
+    path. Random words almost never give a void at these sizes (36 values in 65,536) nor a
+    tie (2**-64), so the comparisons with random streams do not reach these branches."""
+    d, numerator = 100, 2**60
+    prefixes = [int(p) for p in _lanes.cdf_prefixes(d, numerator)]
+    exact = _lanes._cdf_numerators(d, numerator)
+    if tie is None:
+        head, count = [prefixes[2] + 1], 3  # F(0), F(1), F(2) <= U < F(3)
+    else:
+        digit = (exact[2] >> (64 * d - 128)) & (2**64 - 1)  # F(2)'s second word
+        assert 0 < digit < 2**64 - 1
+        # U's first word is F(2)'s: its second decides whether F(2) <= U.
+        head = [prefixes[2], digit - 1 if tie == "below" else digit + 1]
+        count = 2 if tie == "below" else 3
+    void = 0  # (0 * size) mod 2**16 = 0 < 2**16 mod 100: void
+    assert reference_lemire(void, d, 16) is None
+    lane = [_lemire_value(j, d) for j in range(d)]
+    draws = [  # one word of four 16-bit values per draw (the fourth never read)
+        [void, lane[5], lane[7], lane[1]],  # a void: drawn again
+        [lane[5], lane[5], lane[9], lane[2]] if count == 3 else [lane[5], lane[5], 0, 0],
+        [lane[5], lane[99], lane[7], lane[3]],  # distinct: kept
+    ]
+    words = np.array(head + [int(_pack16(v)[0]) for v in draws], dtype=np.uint64)
+    expected = sum(1 << j for j in [5, 99, 7][:count])
+    queue_stream, batch_stream = Stream(words), Stream(words)
+    row = _lanes.sparse_row(_lanes.WordQueue(queue_stream, block=1), d, numerator, 1024)
+    batch = _lanes.sparse_lanes(batch_stream, 1, d, numerator, 1024)
+    assert row == expected
+    assert int(batch[0, 0]) | int(batch[0, 1]) << 64 == expected
+    assert queue_stream.used == batch_stream.used == words.size
+
+
+def test_change_row_draws_several_blocks_on_fixed_words() -> None:
+    """Ten lanes missing at d = 100: the one-row path draws two blocks at once; a void and
+    a repeat change nothing, the row is done inside the second block (its rest unused), and
+    the batch path reads the same words."""
+    d, void = 100, 0
+    assert reference_lemire(void, d, 16) is None
+    named: list[int | None] = [None, 1, 2, 2, 3, 4, 5, 6, 7, 8, None, 9, 10, 11, 12, 13]
+    values = [void if j is None else _lemire_value(j, d) for j in named]
+    words = _pack16(values)
+    expected = sum(1 << j for j in range(1, 11))
+    queue_stream, batch_stream = Stream(words), Stream(words)
+    row = _lanes.change_row(_lanes.WordQueue(queue_stream, block=1), 0, d, 10)
+    packed = np.zeros((1, 2), dtype=np.uint64)
+    _lanes.change_lanes(batch_stream, packed, d, np.array([10]))
+    assert row == expected
+    assert int(packed[0, 0]) | int(packed[0, 1]) << 64 == expected
+    assert queue_stream.used == batch_stream.used == words.size
+
+
 def test_change_lanes_rows_share_each_block_step_major() -> None:
     """Two rows: step s of a block gives row i value ``s * 2 + i``; a row done early
     leaves its later values unused while the other goes on."""
