@@ -55,14 +55,17 @@ class JsonErrorHandler(RequestHandler):
         # A graceful stop marks every connection closing, and aiohttp then drops what
         # arrives: a batch whose head came before SIGTERM and its body after would wait
         # out upload_grace and be answered 408 "too slow". Its body is read (no new
-        # request is started: the connection still closes after this answer).
-        if (self._close or self._force_close) and self._request_in_progress:
-            closing = self._close, self._force_close
+        # request is started: the connection still closes after this answer). Not once the
+        # connection is gone (force_close: no transport; after connection_lost no parser
+        # either), when aiohttp takes nothing more, not even resume_reading's b"".
+        closing = self._close or self._force_close
+        if closing and self._request_in_progress and self.transport is not None:
+            flags = self._close, self._force_close
             self._close = self._force_close = False
             try:
                 super().data_received(data)
             finally:
-                self._close, self._force_close = closing
+                self._close, self._force_close = flags
             return
         super().data_received(data)
 
