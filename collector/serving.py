@@ -30,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
 from .config import CollectorConfig
@@ -51,15 +52,25 @@ class JsonErrorHandler(RequestHandler):
     """aiohttp's connection handler, answering requests it cannot parse with JSON, and
     reading the body of a request in progress while the collector stops."""
 
+    _body: StreamReader | None = None  # the latest request's body (its payload)
+
     def data_received(self, data: bytes) -> None:
         # A graceful stop marks every connection closing, and aiohttp then drops what
         # arrives: a batch whose head came before SIGTERM and its body after would wait
-        # out upload_grace and be answered 408 "too slow". Its body is read (no new
-        # request is started: the connection still closes after this answer). Not once the
-        # connection is gone (force_close: no transport; after connection_lost no parser
-        # either), when aiohttp takes nothing more, not even resume_reading's b"".
-        closing = self._close or self._force_close
-        if closing and self._request_in_progress and self.transport is not None:
+        # out upload_grace and be answered 408 "too slow". Its body is read while it is
+        # due: not complete, and neither answered nor lost (aiohttp sets an exception on
+        # it then), also before its handler starts (on Python 3.11 a loop turn after the
+        # request is taken). No new request is started: the connection still closes after
+        # this answer. Not once the connection is gone (force_close: no transport; after
+        # connection_lost no parser either), as in aiohttp, not even resume_reading's b"".
+        body = self._body
+        if (
+            (self._close or self._force_close)
+            and self.transport is not None
+            and body is not None
+            and not body.is_eof()
+            and body.exception() is None
+        ):
             flags = self._close, self._force_close
             self._close = self._force_close = False
             try:
@@ -67,7 +78,10 @@ class JsonErrorHandler(RequestHandler):
             finally:
                 self._close, self._force_close = flags
             return
+        taken = self._request_count
         super().data_received(data)
+        if self._request_count != taken and self._messages:
+            self._body = self._messages[-1][1]
 
     def handle_error(
         self,

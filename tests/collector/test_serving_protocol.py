@@ -71,3 +71,31 @@ async def test_a_connection_lost_while_its_body_is_read_in_a_stop_takes_no_more_
     assert requests[0].content.total_bytes == 6
     release.set()
     await done.wait()
+
+
+async def test_a_body_arriving_before_its_handler_starts_is_read_in_a_stop() -> None:
+    """A request taken by the connection whose handler has not started yet (on Python
+    3.11 its task runs a loop turn later) when the stop begins: its body's next bytes are
+    read, not dropped (they were: the body then waited out upload_grace for a 408)."""
+    requests: list[web.BaseRequest] = []
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        requests.append(request)
+        body = await request.read()
+        return web.Response(body=body)
+
+    loop = asyncio.get_running_loop()
+    protocol = JsonErrorHandler(Server(handler), loop=loop)
+    transport = FakeTransport()
+    protocol.connection_made(transport)
+    await asyncio.sleep(0)  # the connection waits for a request
+    protocol.data_received(b"POST / HTTP/1.1\r\nHost: c\r\nContent-Length: 6\r\n\r\nabc")
+    await asyncio.sleep(0)  # the request is taken; its handler may not have started
+    protocol.close()  # a graceful stop begins (aiohttp's pre_shutdown)
+    protocol.data_received(b"def")
+    for _ in range(100):  # until the answer is written (a few loop turns)
+        if transport.written.endswith(b"abcdef"):
+            break
+        await asyncio.sleep(0)
+    assert requests and requests[0].content.total_bytes == 6
+    assert transport.written.startswith(b"HTTP/1.1 200") and transport.written.endswith(b"abcdef")
