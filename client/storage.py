@@ -315,11 +315,13 @@ class _Transaction:
     def __enter__(self) -> sqlite3.Connection:
         store = self._store
         store._cursor.execute("BEGIN IMMEDIATE")
+        store._dirty = True  # (until the caches are known good: a failed reload is not)
         try:
             store._validate()
         except BaseException:
             store._rolled_back()
             raise
+        store._dirty = False
         return store.db
 
     def __exit__(
@@ -332,6 +334,7 @@ class _Transaction:
         try:
             store._cursor.execute("COMMIT")
         except BaseException:
+            store._dirty = True
             store._rolled_back()
             raise
 
@@ -362,6 +365,9 @@ class DeviceStore:
         self.exclusive = exclusive
         self._closed = False
         self._version: int | None = None
+        # Whether this transaction changed the caches (or may have): a rollback then
+        # reloads them; a refused report (budget, outbox) changed nothing and reloads nothing.
+        self._dirty = False
         self._rows = 0
         # key (a metric, the total, or their delta_key) -> what it spent per window
         self._ledger: dict[str, LedgerWindows] = {}
@@ -488,7 +494,8 @@ class DeviceStore:
         return _Transaction(self)
 
     def _rolled_back(self) -> None:
-        self._version = None  # the caches may hold what was rolled back
+        if self._dirty:  # the caches may hold what was rolled back: read them again
+            self._version = None
         with contextlib.suppress(sqlite3.Error):
             self.db.execute("ROLLBACK")
 
@@ -601,6 +608,7 @@ class DeviceStore:
         delta: float = 0.0,
     ) -> None:
         """Queue a report and record its spend and memo tag: one row, one page."""
+        self._dirty = True
         self._cursor.execute(
             "INSERT INTO reports (report_id, metric, fingerprint, bucket, report, tag, "
             "epsilon, budget_seconds, window_start, total_seconds, total_start, delta) "
@@ -662,6 +670,7 @@ class DeviceStore:
 
     def add_unmetered(self, rows: Sequence[tuple[bytes, str, str, int, bytes]]) -> None:
         """Queue reports that spend nothing of this device's budget (``simulate``)."""
+        self._dirty = True
         self.db.executemany(
             "INSERT INTO reports (report_id, metric, fingerprint, bucket, report, epsilon) "
             "VALUES (?, ?, ?, ?, ?, 0)",
@@ -772,6 +781,7 @@ class DeviceStore:
                 db.execute("UPDATE reports SET sealed = NULL WHERE sealed = ?", (batch_id,))
                 db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
             self._save_high_water(db)  # the collector's time seen with the answer, too
+            self._dirty = True
             self._rows -= removed
         return removed
 
@@ -797,6 +807,7 @@ class DeviceStore:
             db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
             removed = max(deleted, 0) + max(kept, 0)
             self._save_high_water(db)  # the collector's time seen with the answer, too
+            self._dirty = True
             self._rows -= removed
         return removed
 

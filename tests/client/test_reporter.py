@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from ldpkit.client import (
     ParameterError,
     Reporter,
     RetryPolicy,
+    StateError,
 )
 from ldpkit.client.policies import BackgroundSchedule
 from ldpkit.http import NetworkError
@@ -621,8 +623,10 @@ def test_a_report_is_one_transaction_of_four_statements(state_dir: Path, clock: 
 
 def test_an_exclusive_report_is_three_statements(state_dir: Path, clock: FakeClock) -> None:
     """The default (exclusive_state): no other connection can commit while this one holds
-    the lock, so the caches are checked only on the first transaction and after a
-    rollback (which may have undone what they hold)."""
+    the lock, so the caches are read on the first transaction only. A refused report
+    (over budget) rolls back a transaction that changed nothing, so it reloads nothing
+    either: an app reporting past its budget pays two statements a call, not a read of
+    the whole outbox."""
     down = FakeCollector(down=True)
     with make(state_dir, clock, down, metrics=[theme(budget=2.0)], memoize=False) as r:
         r.report("theme", "dark")  # the first transaction reads the caches
@@ -631,16 +635,42 @@ def test_an_exclusive_report_is_three_statements(state_dir: Path, clock: FakeClo
         db.set_trace_callback(seen.append)
         r.report("theme", "dark")
         assert [s.split(" ", 1)[0] for s in seen] == ["BEGIN", "INSERT", "COMMIT"]
-        seen.clear()
-        with pytest.raises(BudgetExceeded):
-            r.report("theme", "dark")  # rolled back
-        assert [s.split(" ", 1)[0] for s in seen] == ["BEGIN", "ROLLBACK"]
-        seen.clear()
-        with pytest.raises(BudgetExceeded):
-            r.report("theme", "light")
-        assert "PRAGMA data_version" in seen  # checked again after the rollback
+        for value in ("dark", "light"):
+            seen.clear()
+            with pytest.raises(BudgetExceeded):
+                r.report("theme", value)
+            assert [s.split(" ", 1)[0] for s in seen] == ["BEGIN", "ROLLBACK"]
         db.set_trace_callback(None)
         assert r.pending == 2 and r.budget()["theme"].spent == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("exclusive", [True, False], ids=["exclusive_state", "shared"])
+def test_a_rollback_after_the_caches_changed_reloads_them(
+    state_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, exclusive: bool
+) -> None:
+    """A transaction that failed after the caches took its row (here: right after the
+    INSERT) is rolled back, and the caches with it: the next report reads them again."""
+    down = FakeCollector(down=True)
+    options = {"metrics": [theme(budget=3.0)], "memoize": False, "exclusive_state": exclusive}
+    with make(state_dir, clock, down, **options) as r:
+        r.report("theme", "dark")
+        store = r._state.store
+        queue = store.add_report
+
+        def add_then_fail(*args: Any, **kw: Any) -> None:
+            queue(*args, **kw)
+            raise sqlite3.OperationalError("disk I/O error")  # after the caches changed
+
+        monkeypatch.setattr(store, "add_report", add_then_fail)
+        with pytest.raises(StateError, match="disk I/O error"):
+            r.report("theme", "light")
+        monkeypatch.undo()
+        assert r.pending == 1 and r.budget()["theme"].spent == pytest.approx(1.0)
+        r.report("theme", "light")
+        r.report("theme", "dark")
+        with pytest.raises(BudgetExceeded):  # the failed report spent nothing
+            r.report("theme", "dark")
+        assert r.pending == 3
 
 
 OPEN_EXCLUSIVELY = """
