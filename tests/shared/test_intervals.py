@@ -130,6 +130,16 @@ def test_not_wider_than_the_normal_interval_where_it_was_right(
     ratio = float(weights @ (b.high - b.low)) / float(weights @ wald)
     assert 0.9 < ratio <= 1.10, ratio
     assert not b.exact.any()
+    # Nor over-covers beyond its continuity correction: half a count at each end, so the
+    # counts kept reach 1 / sd further in z units, at most phi(z) / sd more per tail that
+    # can miss (one at k = 0 or n, where the interval's end sits on the bound). Coverage is
+    # the exact sum over the count's law; the width ratio above lets 10% through.
+    tails = 1 if k in (0, n) else 2
+    sd = math.sqrt(k * m.p * (1 - m.p) + (n - k) * m.q * (1 - m.q))
+    z = NormalDist().inv_cdf(0.975)
+    most = 1 - tails * (0.05 / 2 - NormalDist().pdf(z) / sd)
+    coverage = intervals.support_coverage(n, k, m.p, m.q, level=0.95)
+    assert 0.95 - 0.02 <= coverage <= most, (coverage, most)
 
 
 # --- the pieces, against independent computations --------------------------------------------
