@@ -421,6 +421,33 @@ def test_coverage_in_hard_regimes(name: str, epsilon: float, users: int) -> None
     assert result.mean_covered.mean() >= 0.93
 
 
+@pytest.mark.parametrize("estimand", ["reporters", "population"])
+def test_quantile_intervals_end_at_leaves_the_stated_level_keeps(estimand: str) -> None:
+    """The quantile's coverage is bounded from beneath only, so pin its ends: the leaves
+    at either end of the interval are ones the band at the stated level keeps (``P(X <
+    start) - z se <= q <= P(X < end) + z se``, z Bonferroni over the tree's depths). A
+    planted z over 20 times as many depths passed every distribution test; its wider
+    ends are leaves this z rejects."""
+    m = make(1.0)
+    pop = smooth_population()
+    rng = np.random.default_rng(41)
+    users, campaigns = 1500, 100
+    reports = m.perturb(pop.draw(rng, users * campaigns), rng=rng)
+    z = stats.norm.isf(0.05 / 2 / m.tree.height)
+    ends = 0
+    for r in range(campaigns):
+        est = m.estimate(m.aggregate(reports[r * users : (r + 1) * users]))
+        cdf, band = est.edge_band(estimand)
+        for q in (0.1, *QUANTILES):
+            got = est.quantile(q, 0.95, estimand=estimand)
+            j, k = np.searchsorted(est.edges, [got.low, got.high])
+            assert est.edges[j] == got.low and est.edges[k] == got.high and j < k
+            for a in (j, k - 1):  # the first leaf and the last
+                assert cdf[a] - z * band[a] <= q <= cdf[a + 1] + z * band[a + 1], (r, q, a)
+            ends += k - j > 1
+    assert ends > campaigns  # the intervals span several leaves: two distinct ends checked
+
+
 def test_a_range_that_cuts_a_leaf_is_widened_to_stay_honest() -> None:
     # All the mass of one leaf sits at its lower end; the range starts mid-leaf and so
     # holds none of it, while "uniform within the leaf" counts half of it.
