@@ -67,6 +67,11 @@ async def test_categorical_population(database: Path, mechanism: str) -> None:
             np.testing.assert_allclose(
                 [i["stderr"] for i in est["items"]], expected.stderr, rtol=1e-9
             )
+            # ... intervals included, at the level asked (coverage alone passes any
+            # interval wide enough, e.g. one at another level).
+            want = expected.ci(level)
+            np.testing.assert_allclose(low, want.low, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(high, want.high, rtol=1e-9, atol=1e-12)
             # ... and the intervals cover the truth (per item, so a rare miss is expected).
             misses = int(np.sum((truth < low) | (truth > high)))
             assert misses <= MAX_MISSES[level], (level, low, truth, high)
@@ -82,12 +87,19 @@ async def test_numeric_population(client: TestClient) -> None:
     values = rng.gamma(2.0, 100.0, size=USERS).clip(0, 1000)
     reports = m.perturb(values, rng=rng)
     await send(client, "latency", reports)
+    expected = m.estimate(m.aggregate(reports))
     for level in (0.95, 0.99):
         status, est = await estimates(client, "latency", level=level)
         assert status == 200 and est["n"] == USERS
         assert set(est) >= {"mean", "stderr", "low", "high"} and "items" not in est
+        # Exactly what the library computes from the same reports, at the level asked ...
+        want = expected.ci(level)
+        served = [est["mean"], est["stderr"], est["low"], est["high"]]
+        np.testing.assert_allclose(
+            served, [expected.mean, expected.stderr, want.low, want.high], rtol=1e-9
+        )
+        # ... and the interval covers the reporters' mean.
         assert est["low"] <= values.mean() <= est["high"]
-        assert est["stderr"] > 0
 
 
 async def test_no_reports_gives_nulls(client: TestClient) -> None:

@@ -63,11 +63,40 @@ def test_python_client_passes(plan_path: Path) -> None:
 
 
 def test_python_client_report_by_report_passes(tmp_path: Path) -> None:
-    """Each report made alone, as Reporter.report makes it (single-report samplers)."""
+    """Each report made alone under a generator of its own (``respond(one_at_a_time)``:
+    ``perturb`` of one value, the single-report samplers of SUE, OUE and SS)."""
     plan = conformance.write_plan(tmp_path / "plan.json", 400)
     batch = conformance.respond(plan, one_at_a_time=True, rng=np.random.default_rng(47))
     verdict = checked(plan, batch)
     assert verdict.passed, verdict.render()
+
+
+def test_the_device_path_passes(tmp_path: Path) -> None:
+    """Each report as ``Reporter.report`` makes it: the client's codec, whose
+    ``perturb`` takes the mechanisms' per-value paths (``perturb_value``), under a keyed
+    generator of its own. ``respond(one_at_a_time)`` calls ``perturb`` of one value,
+    which is not that path for GRR, OLH, HR, the numeric mechanisms, the exponential and
+    the square wave: a planted bug in GRR's ``perturb_value`` passed the test above."""
+    from ldpkit.client.codec import MetricCodec, keyed_generator
+
+    data = json.loads(conformance.write_plan(tmp_path / "plan.json", 400).read_text())
+    rng = np.random.default_rng(48)  # each report's key: a fixed verdict
+    blocks = []
+    for d in data["metrics"]:
+        codec = MetricCodec.of(MetricDefinition.from_dict(d["name"], d))
+        reports = [
+            codec.perturb(codec.encode(i["value"])[0], keyed_generator(rng.bytes(16)))
+            for i in data["inputs"]
+            if i["metric"] == d["name"]
+            for _ in range(i["count"])
+        ]
+        raw = b"".join(reports)
+        blocks.append(
+            wire.Block(d["name"], d["fingerprint"], data["bucket"], b"", raw, len(reports))
+        )
+    verdict = checked(data, wire.encode_sealed_batch(os.urandom(wire.ID_SIZE), blocks))
+    assert verdict.passed, verdict.render()
+    assert {t.mechanism for t in verdict.tests} == set(portable.MECHANISMS)
 
 
 def seeded_words(rng: np.random.Generator) -> portable.WordSource:

@@ -114,6 +114,22 @@ def test_every_bin_covers_alone_and_together(population: str, epsilon: float, n:
         assert round(cell.joint[estimand] * campaigns) >= together, (estimand, cell.joint)
 
 
+@pytest.mark.parametrize("n", [300, 30_000])
+def test_simultaneous_bins_are_bonferroni(n: int) -> None:
+    """Each bin's simultaneous interval is its interval at ``1 - (1 - level) / bins``, as
+    documented. Joint coverage is bounded from beneath only: intervals split over bins^2
+    passed every distribution test."""
+    m = make(8.0)
+    _, aggregates = simulate(m, beta_leaves(), n, 5, np.random.default_rng(2029))
+    for a in aggregates:
+        h = m.estimate(a).histogram(BINS)
+        for estimand in ("reporters", "population"):
+            joint = h.ci(0.95, simultaneous=True, estimand=estimand)
+            alone = h.ci(1 - 0.05 / BINS, estimand=estimand)
+            np.testing.assert_allclose(joint.low, alone.low, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(joint.high, alone.high, rtol=1e-9, atol=1e-12)
+
+
 def test_the_nearly_empty_bin_of_issue_28() -> None:
     # eps 8, n 300, Beta(2, 5): bin 12 holds about 1 expected user. The Wald interval
     # (estimate +- 1.96 stderr) covered it in 73% of campaigns; the score interval must

@@ -253,6 +253,33 @@ def test_frequencies_and_mean_rank_are_unbiased_and_cover_at_n_2000(mechanism: s
     assert rank_covered / campaigns >= 0.95 - tolerance
 
 
+def test_item_and_share_intervals_are_the_linear_score_intervals() -> None:
+    """The ordered exponential's item and "k or later" intervals are the score intervals
+    of their functionals (whose coverage test_exponential_ranges checks both ways), at the
+    level, or Bonferroni at ``1 - (1 - level) / k`` when simultaneous. Their coverage here
+    is bounded from beneath only: items at 1 - alpha / 4 (and d^2 together) passed."""
+    from ldpkit.mechanisms.exponential import at_least_weights
+
+    d = define(mechanism="exponential", ordered=True)
+    m = d.mechanism_instance
+    assert isinstance(m, Exponential)
+    rng = np.random.default_rng(33)
+    for n in (200, 2000):
+        est = m.estimate(campaign(d, n, rng)["agg"])
+        assert isinstance(est, ChannelFrequencies)
+        items, shares = est.linear(np.eye(5)), est.linear(at_least_weights(5))
+        for simultaneous, k in ((False, 1), (True, 5)):
+            low, high = est.ci(0.95, simultaneous=simultaneous)
+            b = items.interval(1 - 0.05 / k)
+            np.testing.assert_allclose(low, b.lower, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(high, b.upper, rtol=1e-9, atol=1e-12)
+        for simultaneous, k in ((False, 1), (True, 4)):
+            s = m.shares_at_least(est, 0.95, simultaneous=simultaneous)
+            b = shares.interval(1 - 0.05 / k)
+            np.testing.assert_allclose(s.low, b.lower, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(s.high, b.upper, rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["grr", "sue", "oue", "ss", "hr"])
 def test_the_pure_oracles_mean_rank_variance_is_their_covariance(name: str) -> None:
     """A fixed population (each item equally often), 300 campaigns: the mean rank's

@@ -194,6 +194,13 @@ def test_the_served_interval_takes_the_boundary_threshold_where_a_share_is_0() -
         ).ci(0.95)
         ends = profile_bounds(m.channel, c, est, profile_z(0.95, 1, boundary))
         assert np.array_equal(served[0], ends[0]) and np.array_equal(served[1], ends[1])
+        # Simultaneous: the same threshold Bonferroni over the d = 5 items (their joint
+        # coverage is bounded from beneath only: a split over d^2 passed every test).
+        together = MLFrequencies(
+            "exponential", 4.0, 2000, est, est, c, 0.0, 0.0, channel=m.channel
+        ).ci(0.95, simultaneous=True)
+        ends = profile_bounds(m.channel, c, est, profile_z(0.95, 5, boundary))
+        assert np.array_equal(together[0], ends[0]) and np.array_equal(together[1], ends[1])
 
 
 @pytest.mark.slow

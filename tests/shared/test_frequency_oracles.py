@@ -69,6 +69,12 @@ def test_simultaneous_intervals_are_wider_and_cover_jointly(name: str) -> None:
     rng = np.random.default_rng(1)
     est = m.estimate(m.aggregate(m.perturb(draw(rng, 5000), rng=rng)))
     single, joint = est.ci(0.95), est.ci(0.95, simultaneous=True)
+    # Bonferroni, as documented: each is the per-item interval at 1 - 0.05 / D (whose
+    # coverage test_variance_and_coverage_over_campaigns checks both ways). The coverage
+    # below is only bounded from beneath, so wider intervals would pass it unseen.
+    bonferroni = est.ci(1 - 0.05 / D)
+    np.testing.assert_allclose(joint.low, bonferroni.low, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(joint.high, bonferroni.high, rtol=1e-12, atol=1e-15)
     assert np.all(np.asarray(joint.low) <= np.asarray(single.low))
     assert np.all(np.asarray(joint.high) >= np.asarray(single.high))
     assert np.all(np.asarray(joint.high) - np.asarray(joint.low) > 0)

@@ -130,6 +130,16 @@ def test_not_wider_than_the_normal_interval_where_it_was_right(
     ratio = float(weights @ (b.high - b.low)) / float(weights @ wald)
     assert 0.9 < ratio <= 1.10, ratio
     assert not b.exact.any()
+    # Nor over-covers beyond its continuity correction: half a count at each end, so the
+    # counts kept reach 1 / sd further in z units, at most phi(z) / sd more per tail that
+    # can miss (one at k = 0 or n, where the interval's end sits on the bound). Coverage is
+    # the exact sum over the count's law; the width ratio above lets 10% through.
+    tails = 1 if k in (0, n) else 2
+    sd = math.sqrt(k * m.p * (1 - m.p) + (n - k) * m.q * (1 - m.q))
+    z = NormalDist().inv_cdf(0.975)
+    most = 1 - tails * (0.05 / 2 - NormalDist().pdf(z) / sd)
+    coverage = intervals.support_coverage(n, k, m.p, m.q, level=0.95)
+    assert 0.95 - 0.02 <= coverage <= most, (coverage, most)
 
 
 # --- the pieces, against independent computations --------------------------------------------
@@ -164,21 +174,26 @@ def test_binomial_interval_is_clopper_pearson_where_exact(count: int) -> None:
 
 def test_exact_support_bounds_are_the_test_inversion() -> None:
     # The upper bound m_hi / n is the largest m whose lower tail at the count exceeds
-    # alpha/2; m_hi + 1 fails it. Checked with scipy's binomials.
+    # alpha/2; m_hi + 1 fails it. The lower bound m_lo / n is the smallest m whose upper
+    # tail at the count exceeds alpha/2; m_lo - 1 fails it (the coverage tests bound
+    # coverage from beneath only, so a lower end too low passed them all). Checked with
+    # scipy's binomials.
     n, p, q, level = 200, 0.3, 0.004, 0.95
     for count in [0, 1, 4, 9]:
         b = intervals.support_interval(np.array([float(count)]), n, p, q, level=level)
         assert b.exact[0]
-        m_hi = round(b.high[0] * n)
+        m_hi, m_lo = round(b.high[0] * n), round(b.low[0] * n)
 
-        def lower_tail(m: int, c: int = count) -> float:
-            pmf = np.convolve(
+        def pmf(m: int) -> npt.NDArray[np.float64]:
+            return np.convolve(
                 stats.binom.pmf(np.arange(m + 1), m, p),
                 stats.binom.pmf(np.arange(n - m + 1), n - m, q),
             )
-            return float(pmf[: c + 1].sum())
 
-        assert lower_tail(m_hi) > 0.025 >= lower_tail(m_hi + 1)
+        assert pmf(m_hi)[: count + 1].sum() > 0.025 >= pmf(m_hi + 1)[: count + 1].sum()
+        assert pmf(m_lo)[count:].sum() > 0.025
+        assert m_lo == 0 or pmf(m_lo - 1)[count:].sum() <= 0.025, (count, m_lo)
+    assert count == 9 and m_lo > 0  # the lower end is tested away from 0 too
 
 
 def test_degenerate_and_extreme_inputs() -> None:

@@ -9,6 +9,8 @@ worst; the seeds are fixed).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -140,6 +142,25 @@ def test_difference_variance_is_the_oracles() -> None:
             assert sample <= theory * (1 + tolerance)
         else:
             assert abs(sample / theory - 1) <= tolerance, (name, sample, theory)
+
+
+@pytest.mark.parametrize("d", [3, 8])
+def test_the_tests_thresholds_are_the_stated_bonferroni_quantiles(d: int) -> None:
+    """Differences of known variance 2 placed just either side of the thresholds of the
+    module: the set's test at z_(1 - alpha / (d - 1)), the ranks' at z_(1 - alpha / (d (d -
+    1))) per side. The coverage checks above bound the set and the rank intervals from one
+    side only (a set or an interval too wide passes them: thresholds at alpha / 20 did)."""
+    variance = from_covariance(np.eye(d))  # every difference's variance is 2
+    far = np.full(d - 2, -100.0)
+    c_set = stats.norm.isf(0.05 / (d - 1))
+    c_rank = stats.norm.isf(0.05 / (d * (d - 1)))
+    for margin, beaten in ((0.01, True), (-0.01, False)):
+        f = np.concatenate([[math.sqrt(2) * (c_set + margin), 0.0], far])
+        assert most_common(f, variance, 0.95).set == ((0,) if beaten else (0, 1)), margin
+        f = np.concatenate([[math.sqrt(2) * (c_rank + margin), 0.0], far])
+        r = ranks(f, variance, 0.95, top=2)
+        assert r.items == (0, 1) and r.low[1] == (2 if beaten else 1), (margin, r)
+        assert r.high[0] == (1 if beaten else 2), (margin, r)
 
 
 def test_from_covariance_and_from_stderr() -> None:

@@ -59,6 +59,16 @@ def joint_coverage(
         single = ((low[:, part] <= t) & (t <= high[:, part])).all(axis=1).mean()
         slo, shi = arrays.simultaneous_ci(part, LEVEL)
         together = ((slo <= t) & (t <= shi)).all(axis=1).mean()
+        # Bonferroni, as stated: each of the k is the group of itself alone at level
+        # 1 - (1 - LEVEL) / k. (Joint coverage is bounded from beneath only: intervals
+        # split over k^2 passed it.)
+        k = part.stop - part.start
+        for i in (part.start, part.stop - 1):
+            one = arrays.simultaneous_ci(slice(i, i + 1), 1 - (1 - LEVEL) / k)
+            np.testing.assert_allclose(one.low[:, 0], slo[:, i - part.start], rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(
+                one.high[:, 0], shi[:, i - part.start], rtol=1e-9, atol=1e-12
+            )
         out[name] = (float(single), float(together))
     return out
 
