@@ -325,8 +325,10 @@ def respond(
     ``perturb_override`` maps a mechanism name to ``(mechanism, values, rng) -> reports``, used
     instead of the mechanism's own sampler. By default each metric's values are perturbed in one
     vectorised call under ``rng`` (``Reporter.simulate``'s path); ``one_at_a_time=True`` makes every
-    report as ``Reporter.report`` does, alone under a generator of its own keyed from the OS CSPRNG,
-    or from ``rng``'s bytes when given (the samplers' single-report paths; about 100 µs a report).
+    report alone, under a generator of its own keyed from the OS CSPRNG or from ``rng``'s bytes
+    when given: ``perturb`` of one value, which is the device's per-value path
+    (``perturb_value``, what ``Reporter.report`` runs) for the bitmap mechanisms only; the
+    client's own path is judged by tests/shared/test_conformance.py's device-path test.
     """
     plan = _load_plan(plan_path)
     generator = resolve_rng(rng)
