@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 
-import { MemoryStore, Reporter } from "../src/index.js";
+import { BudgetExceeded, MemoryStore, Reporter } from "../src/index.js";
 
 const FIXTURE = new URL("../../../tests/fixtures/client_shapes.json", import.meta.url);
 const CASES = JSON.parse(readFileSync(FIXTURE, "utf8"));
@@ -93,3 +93,26 @@ for (const c of CASES.flush) {
     await r.close({ flush: false });
   });
 }
+
+test("the ledger admits a report within its slack of the budget, and none beyond (the Python client's rule)", async () => {
+  // spent + epsilon <= budget (1 + 1e-9) + 1e-9 (docs/client.md): a budget a relative 1e-10
+  // under three reports' epsilon takes the third (sums of epsilons are not exact), one
+  // 1e-8 under it does not. The budget is not fingerprinted: served as is.
+  const base = CASES.budget[0];
+  const theme = base.definitions.find((d) => d.name === "theme");
+  for (const [relative, admits] of [[-1e-10, 3], [-1e-8, 2]]) {
+    const budget = 3 * theme.epsilon * (1 + relative);
+    const r = new Reporter("http://127.0.0.1:9", { token: "t", store: new MemoryStore(), fetch: serving([{ ...theme, budget }]), clock: () => base.clock });
+    let admitted = 0;
+    for (const value of ["light", "dark", "system"]) {
+      try {
+        await r.report("theme", value);
+        admitted += 1;
+      } catch (err) {
+        if (!(err instanceof BudgetExceeded)) throw err;
+      }
+    }
+    assert.equal(admitted, admits, `budget ${budget}`);
+    await r.close({ flush: false });
+  }
+});
