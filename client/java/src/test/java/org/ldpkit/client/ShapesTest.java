@@ -9,6 +9,7 @@ import java.io.File;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -164,6 +165,42 @@ class ShapesTest {
                 r.close(false);
             }
         }));
+    }
+
+    /**
+     * spent + epsilon <= budget (1 + 1e-9) + 1e-9, the Python client's rule: a budget a
+     * relative 1e-10 under three reports' epsilon takes the third (sums of epsilons are not
+     * exact), one 1e-8 under it does not. The budget is not fingerprinted: served as is.
+     */
+    @SuppressWarnings("unchecked")
+    @Test
+    void theLedgerAdmitsAReportWithinItsSlackOfTheBudgetAndNoneBeyond() throws Exception {
+        Map<String, Object> base = cases("budget").get(0);
+        Map<String, Object> theme = null;
+        for (Object d : (List<Object>) base.get("definitions")) {
+            if ("theme".equals(((Map<String, Object>) d).get("name"))) theme = (Map<String, Object>) d;
+        }
+        assertNotNull(theme);
+        double epsilon = ((Number) theme.get("epsilon")).doubleValue();
+        double[][] budgets = {{-1e-10, 3}, {-1e-8, 2}};
+        for (double[] c : budgets) {
+            Map<String, Object> served = new LinkedHashMap<String, Object>(theme);
+            served.put("budget", 3 * epsilon * (1 + c[0]));
+            try (LyingCollector lying = new LyingCollector(LyingCollector.fixed(500, new byte[0]), metricsBody(Collections.singletonList(served)))) {
+                Reporter r = Reporter.builder(lying.url, "t").store(new MemoryStore()).clock(fixedClock(base.get("clock"))).build();
+                int admitted = 0;
+                for (String value : new String[] {"light", "dark", "system"}) {
+                    try {
+                        r.report("theme", value);
+                        admitted += 1;
+                    } catch (BudgetExceeded e) {
+                        // refused: counted by its absence
+                    }
+                }
+                assertEquals((int) c[1], admitted, "budget " + served.get("budget"));
+                r.close(false);
+            }
+        }
     }
 
     @TestFactory
