@@ -32,6 +32,11 @@ export class CollectorRejected extends LdpkitError {}
 /** Unix seconds as "YYYY-MM-DD HH:MM UTC", as the Python client writes a renewal. */
 const utcMinute = (seconds) => `${new Date(seconds * 1000).toISOString().slice(0, 16).replace("T", " ")} UTC`;
 const fits = (spent, needed, budget) => spent + needed <= budget * (1 + BUDGET_SLACK) + BUDGET_SLACK;
+// What is left of a budget: 0 within the ledger's slack of it (the Python client's left_of), not a rounding residue.
+const leftOf = (spent, budget) => {
+  const left = budget - spent;
+  return left < budget * BUDGET_SLACK + BUDGET_SLACK ? 0 : left;
+};
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function readLimited(response, limit) {
@@ -371,12 +376,12 @@ export class Reporter {
       const totalSpent = state.ledger[totalKey] ?? 0;
       // The Python client's messages and fields (tests/fixtures/client_shapes.json).
       if (!fits(spent, def.epsilon, def.budget)) {
-        const left = Math.max(0, def.budget - spent);
+        const left = leftOf(spent, def.budget);
         const renewsAt = window + budgetSeconds;
         throw new BudgetExceeded(`privacy budget of metric ${JSON.stringify(def.name)} exhausted: a report costs epsilon ${def.epsilon} and ${left} of its ${def.budget} per ${def.budget_period} is left; it renews at ${utcMinute(renewsAt)}`, { metric: def.name, scope: "metric", budget: def.budget, left, needed: def.epsilon, renewsAt });
       }
       if (this.totalBudget !== null && !fits(totalSpent, def.epsilon, this.totalBudget)) {
-        const left = Math.max(0, this.totalBudget - totalSpent);
+        const left = leftOf(totalSpent, this.totalBudget);
         const renewsAt = totalWindow + this.totalSeconds;
         throw new BudgetExceeded(`total privacy budget exhausted: a report of metric ${JSON.stringify(def.name)} costs epsilon ${def.epsilon} and ${left} of the total ${this.totalBudget} per ${this.totalPeriod} (all metrics together) is left; it renews at ${utcMinute(renewsAt)}`, { metric: def.name, scope: "total", budget: this.totalBudget, left, needed: def.epsilon, renewsAt });
       }
@@ -430,7 +435,7 @@ export class Reporter {
         epsilon: def.epsilon,
         budget: def.budget,
         spent,
-        left: Math.max(0, def.budget - spent),
+        left: leftOf(spent, def.budget),
         period: def.budget_period,
         periodStart: start,
         renewsAt: start + seconds,
@@ -444,7 +449,7 @@ export class Reporter {
       const start = Math.floor(now / this.totalSeconds) * this.totalSeconds;
       const key = `*|${this.totalSeconds}|${start}`;
       const spent = this.state.ledger[key] ?? 0;
-      total = { budget: this.totalBudget, spent, left: Math.max(0, this.totalBudget - spent), period: this.totalPeriod, periodStart: start, renewsAt: start + this.totalSeconds, deltaSpent: this.state.ledger[`${key}|delta`] ?? 0 };
+      total = { budget: this.totalBudget, spent, left: leftOf(spent, this.totalBudget), period: this.totalPeriod, periodStart: start, renewsAt: start + this.totalSeconds, deltaSpent: this.state.ledger[`${key}|delta`] ?? 0 };
     }
     return { metrics, total, ledgerLost: null };
   }
