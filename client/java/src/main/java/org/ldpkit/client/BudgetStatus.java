@@ -10,6 +10,12 @@ import java.util.Map;
  * {@link #ledgerLost()} is always null: this client does not detect a lost store.
  */
 public final class BudgetStatus {
+    /** What is left of a budget: 0 within the ledger's slack of it (the Python client's left_of), not a rounding residue. */
+    static double leftOf(double spent, double budget) {
+        double left = budget - spent;
+        return left < budget * CoreBridge.BUDGET_SLACK + CoreBridge.BUDGET_SLACK ? 0 : left;
+    }
+
     /** One metric's window. */
     public static final class Metric {
         final String metric;
@@ -39,7 +45,7 @@ public final class BudgetStatus {
         public double epsilon() { return epsilon; }
         public double budget() { return budget; }
         public double spent() { return spent; }
-        public double left() { return Math.max(0, budget - spent); }
+        public double left() { return leftOf(spent, budget); }
         public String period() { return period; }
         public long periodStart() { return periodStart; }
         public long renewsAt() { return renewsAt; }
@@ -85,7 +91,7 @@ public final class BudgetStatus {
 
         public double budget() { return budget; }
         public double spent() { return spent; }
-        public double left() { return Math.max(0, budget - spent); }
+        public double left() { return leftOf(spent, budget); }
         public String period() { return period; }
         public long periodStart() { return periodStart; }
         public long renewsAt() { return renewsAt; }

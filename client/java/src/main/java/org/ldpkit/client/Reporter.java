@@ -558,7 +558,7 @@ public final class Reporter implements java.io.Closeable {
             double totalSpent = get(s.ledger, totalKey);
             double budget = def.budget;
             if (!fits(spent, epsilon, budget)) {
-                double left = Math.max(0, budget - spent);
+                double left = BudgetStatus.leftOf(spent, budget);
                 long renews = window + budgetSeconds;
                 throw new BudgetExceeded("privacy budget of metric " + Json.write(name) + " exhausted: a report costs epsilon "
                         + JsonText.shown(epsilon) + " and " + JsonText.shown(left) + " of its " + JsonText.shown(budget) + " per "
@@ -566,7 +566,7 @@ public final class Reporter implements java.io.Closeable {
                         name, "metric", budget, left, epsilon, renews);
             }
             if (!Double.isNaN(totalBudget) && !fits(totalSpent, epsilon, totalBudget)) {
-                double left = Math.max(0, totalBudget - totalSpent);
+                double left = BudgetStatus.leftOf(totalSpent, totalBudget);
                 long renews = totalWindow + totalSeconds;
                 throw new BudgetExceeded("total privacy budget exhausted: a report of metric " + Json.write(name) + " costs epsilon "
                         + JsonText.shown(epsilon) + " and " + JsonText.shown(left) + " of the total " + JsonText.shown(totalBudget)
