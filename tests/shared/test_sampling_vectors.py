@@ -245,6 +245,14 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[int] | None]] = [
         ["abcd", "ab", "abcdefg", "xyz", "météo", "météo"],
         None,
     ),
+    # A served seed other than 0: the hash keys are SplitMix64 outputs from it, so a client
+    # that hashes with seed 0 (or ignores the seed) gets other buckets.
+    (
+        "prefix_sketch-seeded",
+        {"kind": "strings", "max_length": 8, "k": 3, "epsilon": 4.0, "seed": 2**52 + 12345},
+        ["abcd", "ab", "abcdefg", "xyz", "météo", "météo"],
+        None,
+    ),
     (
         "exponential",
         {
