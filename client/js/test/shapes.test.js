@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 
+import { fingerprint } from "../src/canonical.js";
 import { BudgetExceeded, MemoryStore, Reporter } from "../src/index.js";
 
 const FIXTURE = new URL("../../../tests/fixtures/client_shapes.json", import.meta.url);
@@ -115,4 +116,26 @@ test("the ledger admits a report within its slack of the budget, and none beyond
     assert.equal(admitted, admits, `budget ${budget}`);
     await r.close({ flush: false });
   }
+});
+
+test("a memo is of one metric version: the same value under a new fingerprint is a fresh report, and spends", async () => {
+  // docs/protocol.md, "What a client keeps on the device": the same value of the same
+  // version spends nothing. Another version (here the categories reordered: the same
+  // keep, another fingerprint) is another mechanism's report, which the ledger must count.
+  const base = CASES.budget[0];
+  const theme = base.definitions.find((d) => d.name === "theme");
+  const reordered = { ...theme, categories: [...theme.categories].reverse() };
+  reordered.fingerprint = await fingerprint(reordered);
+  assert.notEqual(reordered.fingerprint, theme.fingerprint);
+  let served = [theme];
+  const r = new Reporter("http://127.0.0.1:9", { token: "t", store: new MemoryStore(), fetch: (url) => serving(served)(url), clock: () => base.clock });
+  const first = await r.report("theme", "dark");
+  const again = await r.report("theme", "dark");
+  assert.deepEqual([first.memoized, first.epsilon, again.memoized, again.epsilon, again.queued], [false, theme.epsilon, true, 0, false]);
+  served = [reordered];
+  await r.refresh();
+  const other = await r.report("theme", "dark");
+  assert.deepEqual([other.fingerprint, other.memoized, other.epsilon, other.queued], [reordered.fingerprint, false, theme.epsilon, true]);
+  assert.equal(r.budget().metrics.theme.spent, 2 * theme.epsilon);
+  await r.close({ flush: false });
 });
