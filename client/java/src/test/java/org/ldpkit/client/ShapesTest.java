@@ -9,6 +9,7 @@ import java.io.File;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -200,6 +201,47 @@ class ShapesTest {
                 assertEquals((int) c[1], admitted, "budget " + served.get("budget"));
                 r.close(false);
             }
+        }
+    }
+
+    /**
+     * A memo is of one metric version (docs/protocol.md, "What a client keeps on the
+     * device"): the same value under another fingerprint (here the categories reordered:
+     * the same keep, another version) is a fresh report, which the ledger counts.
+     */
+    @SuppressWarnings("unchecked")
+    @Test
+    void aMemoIsOfOneMetricVersion() throws Exception {
+        Map<String, Object> base = cases("budget").get(0);
+        Map<String, Object> theme = null;
+        for (Object d : (List<Object>) base.get("definitions")) {
+            if ("theme".equals(((Map<String, Object>) d).get("name"))) theme = (Map<String, Object>) d;
+        }
+        assertNotNull(theme);
+        double epsilon = ((Number) theme.get("epsilon")).doubleValue();
+        Map<String, Object> reordered = new LinkedHashMap<String, Object>(theme);
+        List<Object> categories = new ArrayList<Object>((List<Object>) theme.get("categories"));
+        Collections.reverse(categories);
+        reordered.put("categories", categories);
+        reordered.put("fingerprint", Canonical.fingerprint(reordered));
+        assertTrue(!reordered.get("fingerprint").equals(theme.get("fingerprint")));
+        MemoryStore store = new MemoryStore();
+        try (LyingCollector first = new LyingCollector(LyingCollector.fixed(500, new byte[0]), metricsBody(Collections.singletonList(theme)));
+                LyingCollector second = new LyingCollector(LyingCollector.fixed(500, new byte[0]), metricsBody(Collections.singletonList(reordered)))) {
+            Reporter r = Reporter.builder(first.url, "t").store(store).clock(fixedClock(base.get("clock"))).build();
+            Receipt fresh = r.report("theme", "dark");
+            Receipt again = r.report("theme", "dark");
+            assertEquals(Arrays.asList(false, epsilon, true, 0.0, false),
+                    Arrays.asList(fresh.memoized(), fresh.epsilon(), again.memoized(), again.epsilon(), again.queued()));
+            r.close(false);
+            // The same device (its store: secret, ledger, memo), the metric's new version.
+            Reporter s = Reporter.builder(second.url, "t").store(store).clock(fixedClock(base.get("clock"))).build();
+            s.refreshDefinitions();
+            Receipt other = s.report("theme", "dark");
+            assertEquals(Arrays.asList(reordered.get("fingerprint"), false, epsilon, true),
+                    Arrays.asList(other.fingerprint(), other.memoized(), other.epsilon(), other.queued()));
+            assertEquals(2 * epsilon, s.budget().metrics().get("theme").spent(), 0.0);
+            s.close(false);
         }
     }
 
