@@ -139,3 +139,39 @@ test("a memo is of one metric version: the same value under a new fingerprint is
   assert.equal(r.budget().metrics.theme.spent, 2 * theme.epsilon);
   await r.close({ flush: false });
 });
+
+test("once the collector answers, its time dates the budget windows: an offline excursion of the clock ahead leaves today's spending in force", async () => {
+  // docs/client.md, "Device time": after a clock that ran ahead offline (here another
+  // metric reported 400 days ahead), the first answer anchors the time and the real
+  // windows apply with their spending intact. A spent day must stay spent.
+  const DAY = 86400;
+  const base = CASES.budget[0];
+  const served = base.definitions.map((d) => (d.name === "theme" ? { ...d, budget: d.epsilon } : d)); // one report a day
+  const t0 = base.clock;
+  let online = true;
+  let collectorTime = t0;
+  let deviceClock = t0;
+  const fetch = async (url) => {
+    if (!online) throw new TypeError("fetch failed (offline)");
+    if (!url.endsWith("/v1/metrics")) throw new Error(`unexpected ${url}`);
+    const headers = { "content-type": "application/json", date: new Date(collectorTime * 1000).toUTCString() };
+    return new Response(JSON.stringify({ metrics: served }), { status: 200, headers });
+  };
+  const store = new MemoryStore();
+  const device = () => new Reporter("http://127.0.0.1:9", { token: "t", store, fetch, clock: () => deviceClock, monotonic: () => 0 });
+  const first = device();
+  assert.equal((await first.report("theme", "dark")).queued, true); // anchored at t0: today's budget spent
+  await first.close({ flush: false });
+  online = false;
+  deviceClock = t0 + 400 * DAY;
+  const away = device();
+  assert.equal((await away.report("minutes", 12.5)).queued, true); // placed by the device's clock
+  await away.close({ flush: false });
+  online = true;
+  collectorTime = t0 + 3600; // the same real day
+  const back = device();
+  await back.refresh();
+  await assert.rejects(back.report("theme", "light"), BudgetExceeded);
+  assert.equal(back.budget().metrics.theme.left, 0);
+  await back.close({ flush: false });
+});
