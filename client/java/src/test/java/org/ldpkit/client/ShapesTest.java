@@ -245,6 +245,55 @@ class ShapesTest {
         }
     }
 
+    /**
+     * Once the collector answers, its time dates the budget windows (docs/client.md, "Device
+     * time"): after a clock that ran ahead offline (here another metric reported 400 days
+     * ahead), the first answer anchors the time and the real windows apply with their
+     * spending intact. A spent day must stay spent.
+     */
+    @SuppressWarnings("unchecked")
+    @Test
+    void onceTheCollectorAnswersItsTimeDatesTheBudgetWindows() throws Exception {
+        final long day = 86400;
+        Map<String, Object> base = cases("budget").get(0);
+        List<Object> served = new ArrayList<Object>();
+        for (Object d : (List<Object>) base.get("definitions")) {
+            Map<String, Object> def = new LinkedHashMap<String, Object>((Map<String, Object>) d);
+            if ("theme".equals(def.get("name"))) def.put("budget", def.get("epsilon")); // one report a day
+            served.add(def);
+        }
+        final byte[] body = metricsBody(served);
+        final double t0 = ((Number) base.get("clock")).doubleValue();
+        final double[] collectorTime = {t0};
+        final double[] deviceClock = {t0};
+        LyingCollector.Scenario dated = (request, out, server) -> {
+            String date = java.time.format.DateTimeFormatter.RFC_1123_DATE_TIME.format(
+                    java.time.Instant.ofEpochMilli((long) (collectorTime[0] * 1000)).atOffset(java.time.ZoneOffset.UTC));
+            server.write(out, LyingCollector.answer(200, body, "Date: " + date));
+        };
+        MemoryStore store = new MemoryStore();
+        try (LyingCollector collector = new LyingCollector(dated, null)) {
+            Reporter first = Reporter.builder(collector.url, "t").store(store).clock(() -> deviceClock[0]).monotonic(() -> 0.0).build();
+            assertTrue(first.report("theme", "dark").queued()); // anchored at t0: today's budget spent
+            first.close(false);
+            deviceClock[0] = t0 + 400 * day;
+            Reporter away = Reporter.builder("http://127.0.0.1:9", "t").store(store).clock(() -> deviceClock[0]).monotonic(() -> 0.0)
+                    .retries(1, 1, 1, 1).build(); // offline: the cached definitions, the device's clock
+            assertTrue(away.report("minutes", 12.5).queued());
+            away.close(false);
+            collectorTime[0] = t0 + 3600; // the same real day
+            Reporter back = Reporter.builder(collector.url, "t").store(store).clock(() -> deviceClock[0]).monotonic(() -> 0.0).build();
+            back.refreshDefinitions();
+            try {
+                back.report("theme", "light");
+                fail("a second fresh report in a spent real day");
+            } catch (BudgetExceeded e) {
+                assertEquals(0.0, e.left(), 0.0);
+            }
+            back.close(false);
+        }
+    }
+
     @TestFactory
     Stream<DynamicTest> flushShapes() {
         Map<String, Object> base = cases("budget").get(0);
