@@ -175,3 +175,29 @@ test("once the collector answers, its time dates the budget windows: an offline 
   assert.equal(back.budget().metrics.theme.left, 0);
   await back.close({ flush: false });
 });
+
+test("spending counts in every window it overlaps: a budget_period changed from day to week keeps today's spending (as in Python)", async () => {
+  // docs/client.md, "Privacy budget": what was spent this week under the daily budget
+  // counts against the weekly one (the budget_period is not fingerprinted: one version).
+  const base = CASES.budget[0];
+  const theme = base.definitions.find((d) => d.name === "theme");
+  let served = [{ ...theme, budget: theme.epsilon, budget_period: "day" }];
+  const r = new Reporter("http://127.0.0.1:9", { token: "t", store: new MemoryStore(), totalBudget: 10 * theme.epsilon, totalPeriod: "day", fetch: (url) => serving(served)(url), clock: () => base.clock });
+  assert.equal((await r.report("theme", "dark")).epsilon, theme.epsilon);
+  served = [{ ...theme, budget: theme.epsilon, budget_period: "week" }];
+  await r.refresh();
+  await assert.rejects(r.report("theme", "light"), (err) => err instanceof BudgetExceeded && err.scope === "metric" && err.left === 0);
+  const status = r.budget();
+  assert.deepEqual([status.metrics.theme.period, status.metrics.theme.spent, status.metrics.theme.left], ["week", theme.epsilon, 0]);
+  await r.close({ flush: false });
+  // The total budget's period likewise (an option of the reporter: a new one on the same store).
+  const store = new MemoryStore();
+  const make = (totalPeriod) => new Reporter("http://127.0.0.1:9", { token: "t", store, totalBudget: theme.epsilon, totalPeriod, fetch: serving(base.definitions), clock: () => base.clock });
+  const daily = make("day");
+  await daily.report("theme", "dark");
+  await daily.close({ flush: false });
+  const weekly = make("week");
+  await assert.rejects(weekly.report("theme", "light"), (err) => err instanceof BudgetExceeded && err.scope === "total");
+  assert.equal(weekly.budget().total.spent, theme.epsilon);
+  await weekly.close({ flush: false });
+});
