@@ -32,6 +32,24 @@ export class CollectorRejected extends LdpkitError {}
 /** Unix seconds as "YYYY-MM-DD HH:MM UTC", as the Python client writes a renewal. */
 const utcMinute = (seconds) => `${new Date(seconds * 1000).toISOString().slice(0, 16).replace("T", " ")} UTC`;
 const fits = (spent, needed, budget) => spent + needed <= budget * (1 + BUDGET_SLACK) + BUDGET_SLACK;
+const LONGEST_PERIOD = Math.max(...Object.values(PERIODS)); // a week
+
+/**
+ * The spending recorded under `name` ("*" for the total; `delta` for its delta) in every
+ * window overlapping [start, start + seconds): when a period changes (day to week), what
+ * was spent under the old one counts in the new (the Python client's ledger.overlapping).
+ */
+function overlapping(ledger, name, start, seconds, delta = false) {
+  let sum = 0;
+  for (const [key, value] of Object.entries(ledger)) {
+    const [owner, length, from, kind] = key.split("|");
+    if (owner !== name || (kind === "delta") !== delta) continue;
+    const s = Number(from);
+    if (s < start + seconds && start < s + Number(length)) sum += value;
+  }
+  return sum;
+}
+
 // What is left of a budget: 0 within the ledger's slack of it (the Python client's left_of), not a rounding residue.
 const leftOf = (spent, budget) => {
   const left = budget - spent;
@@ -372,8 +390,8 @@ export class Reporter {
     if (!memo) {
       const metricKey = `${def.name}|${budgetSeconds}|${window}`;
       const totalKey = `*|${this.totalSeconds}|${totalWindow}`;
-      const spent = state.ledger[metricKey] ?? 0;
-      const totalSpent = state.ledger[totalKey] ?? 0;
+      const spent = overlapping(state.ledger, def.name, window, budgetSeconds);
+      const totalSpent = overlapping(state.ledger, "*", totalWindow, this.totalSeconds);
       // The Python client's messages and fields (tests/fixtures/client_shapes.json).
       if (!fits(spent, def.epsilon, def.budget)) {
         const left = leftOf(spent, def.budget);
@@ -385,8 +403,8 @@ export class Reporter {
         const renewsAt = totalWindow + this.totalSeconds;
         throw new BudgetExceeded(`total privacy budget exhausted: a report of metric ${JSON.stringify(def.name)} costs epsilon ${def.epsilon} and ${left} of the total ${this.totalBudget} per ${this.totalPeriod} (all metrics together) is left; it renews at ${utcMinute(renewsAt)}`, { metric: def.name, scope: "total", budget: this.totalBudget, left, needed: def.epsilon, renewsAt });
       }
-      state.ledger[metricKey] = spent + def.epsilon;
-      state.ledger[totalKey] = totalSpent + def.epsilon;
+      state.ledger[metricKey] = (state.ledger[metricKey] ?? 0) + def.epsilon;
+      state.ledger[totalKey] = (state.ledger[totalKey] ?? 0) + def.epsilon;
       receipt.epsilon = def.epsilon;
       if (def.delta) {
         // (epsilon, delta) reports spend delta beside epsilon (basic composition); the
@@ -410,7 +428,9 @@ export class Reporter {
     const state = this.state;
     for (const key of Object.keys(state.ledger)) {
       const [, seconds, start] = key.split("|");
-      if (Number(start) + Number(seconds) <= now) delete state.ledger[key];
+      // Kept a week (the longest period) past its window's end: until then it may
+      // overlap a window of a period that changed.
+      if (Number(start) + Number(seconds) + LONGEST_PERIOD <= now) delete state.ledger[key];
     }
     for (const [tag, memo] of Object.entries(state.memo)) if (memo.until <= now) delete state.memo[tag];
   }
@@ -427,8 +447,7 @@ export class Reporter {
     for (const def of this.defs.values()) {
       const seconds = PERIODS[def.budget_period];
       const start = Math.floor(now / seconds) * seconds;
-      const key = `${def.name}|${seconds}|${start}`;
-      const spent = this.state.ledger[key] ?? 0;
+      const spent = overlapping(this.state.ledger, def.name, start, seconds);
       const delta = def.delta ?? 0;
       metrics[def.name] = {
         metric: def.name,
@@ -440,16 +459,16 @@ export class Reporter {
         periodStart: start,
         renewsAt: start + seconds,
         delta,
-        deltaSpent: this.state.ledger[`${key}|delta`] ?? 0,
+        deltaSpent: overlapping(this.state.ledger, def.name, start, seconds, true),
         deltaBudget: (def.budget / def.epsilon) * delta,
       };
     }
     let total = null;
     if (this.totalBudget !== null) {
       const start = Math.floor(now / this.totalSeconds) * this.totalSeconds;
-      const key = `*|${this.totalSeconds}|${start}`;
-      const spent = this.state.ledger[key] ?? 0;
-      total = { budget: this.totalBudget, spent, left: leftOf(spent, this.totalBudget), period: this.totalPeriod, periodStart: start, renewsAt: start + this.totalSeconds, deltaSpent: this.state.ledger[`${key}|delta`] ?? 0 };
+      const spent = overlapping(this.state.ledger, "*", start, this.totalSeconds);
+      const deltaSpent = overlapping(this.state.ledger, "*", start, this.totalSeconds, true);
+      total = { budget: this.totalBudget, spent, left: leftOf(spent, this.totalBudget), period: this.totalPeriod, periodStart: start, renewsAt: start + this.totalSeconds, deltaSpent };
     }
     return { metrics, total, ledgerLost: null };
   }
