@@ -294,6 +294,62 @@ class ShapesTest {
         }
     }
 
+    /**
+     * Spending counts in every window it overlaps (docs/client.md, "Privacy budget"), as in
+     * the Python client: a budget_period changed from day to week (not fingerprinted: one
+     * version) keeps today's spending, and so does the total's period.
+     */
+    @SuppressWarnings("unchecked")
+    @Test
+    void spendingCountsInEveryWindowItOverlaps() throws Exception {
+        Map<String, Object> base = cases("budget").get(0);
+        Map<String, Object> theme = null;
+        for (Object d : (List<Object>) base.get("definitions")) {
+            if ("theme".equals(((Map<String, Object>) d).get("name"))) theme = (Map<String, Object>) d;
+        }
+        assertNotNull(theme);
+        double epsilon = ((Number) theme.get("epsilon")).doubleValue();
+        Map<String, Object> daily = new LinkedHashMap<String, Object>(theme);
+        daily.put("budget", epsilon);
+        daily.put("budget_period", "day");
+        Map<String, Object> weekly = new LinkedHashMap<String, Object>(daily);
+        weekly.put("budget_period", "week");
+        MemoryStore store = new MemoryStore();
+        try (LyingCollector first = new LyingCollector(LyingCollector.fixed(500, new byte[0]), metricsBody(Collections.singletonList(daily)));
+                LyingCollector second = new LyingCollector(LyingCollector.fixed(500, new byte[0]), metricsBody(Collections.singletonList(weekly)))) {
+            Reporter r = Reporter.builder(first.url, "t").store(store).clock(fixedClock(base.get("clock"))).build();
+            assertEquals(epsilon, r.report("theme", "dark").epsilon(), 0.0);
+            r.close(false);
+            Reporter s = Reporter.builder(second.url, "t").store(store).clock(fixedClock(base.get("clock"))).build();
+            s.refreshDefinitions();
+            try {
+                s.report("theme", "light");
+                fail("today's spending forgotten under the weekly budget");
+            } catch (BudgetExceeded e) {
+                assertEquals(Arrays.asList("metric", 0.0), Arrays.asList(e.scope(), e.left()));
+            }
+            BudgetStatus.Metric status = s.budget().metrics().get("theme");
+            assertEquals(Arrays.asList("week", epsilon, 0.0), Arrays.asList(status.period(), status.spent(), status.left()));
+            s.close(false);
+        }
+        // The total budget's period likewise (an option of the reporter: a new one on the same store).
+        MemoryStore device = new MemoryStore();
+        try (LyingCollector lying = new LyingCollector(LyingCollector.fixed(500, new byte[0]), metricsBody(base.get("definitions")))) {
+            Reporter day = Reporter.builder(lying.url, "t").store(device).clock(fixedClock(base.get("clock"))).totalBudget(epsilon, "day").build();
+            day.report("theme", "dark");
+            day.close(false);
+            Reporter week = Reporter.builder(lying.url, "t").store(device).clock(fixedClock(base.get("clock"))).totalBudget(epsilon, "week").build();
+            try {
+                week.report("theme", "light");
+                fail("today's spending forgotten under the weekly total");
+            } catch (BudgetExceeded e) {
+                assertEquals("total", e.scope());
+            }
+            assertEquals(epsilon, week.budget().total().spent(), 0.0);
+            week.close(false);
+        }
+    }
+
     @TestFactory
     Stream<DynamicTest> flushShapes() {
         Map<String, Object> base = cases("budget").get(0);
