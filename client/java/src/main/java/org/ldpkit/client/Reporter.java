@@ -554,8 +554,8 @@ public final class Reporter implements java.io.Closeable {
         if (memo == null) {
             String metricKey = name + "|" + budgetSeconds + "|" + window;
             String totalKey = "*|" + totalSeconds + "|" + totalWindow;
-            double spent = get(s.ledger, metricKey);
-            double totalSpent = get(s.ledger, totalKey);
+            double spent = overlapping(s.ledger, name, window, budgetSeconds, false);
+            double totalSpent = overlapping(s.ledger, "*", totalWindow, totalSeconds, false);
             double budget = def.budget;
             if (!fits(spent, epsilon, budget)) {
                 double left = BudgetStatus.leftOf(spent, budget);
@@ -573,8 +573,8 @@ public final class Reporter implements java.io.Closeable {
                         + " per " + totalPeriod + " (all metrics together) is left; it renews at " + HttpTime.utcMinute(renews),
                         name, "total", totalBudget, left, epsilon, renews);
             }
-            s.ledger.put(metricKey, spent + epsilon);
-            s.ledger.put(totalKey, totalSpent + epsilon);
+            s.ledger.put(metricKey, get(s.ledger, metricKey) + epsilon);
+            s.ledger.put(totalKey, get(s.ledger, totalKey) + epsilon);
             spentEpsilon = epsilon;
             if (delta > 0) {
                 // (epsilon, delta) reports spend delta beside epsilon (basic composition).
@@ -596,6 +596,26 @@ public final class Reporter implements java.io.Closeable {
 
     private static long floor(double t, long seconds) {
         return (long) Math.floor(t / seconds) * seconds;
+    }
+
+    /** A week, the longest period: a ledger entry is kept that long past its window's end. */
+    private static final long LONGEST_PERIOD = 604800;
+
+    /**
+     * The spending recorded under {@code name} ("*" for the total; its delta if {@code delta})
+     * in every window overlapping [start, start + seconds): when a period changes (day to
+     * week), what was spent under the old one counts in the new (the Python client's
+     * ledger.overlapping).
+     */
+    private static double overlapping(Map<String, Double> ledger, String name, long start, long seconds, boolean delta) {
+        double sum = 0;
+        for (Map.Entry<String, Double> e : ledger.entrySet()) {
+            String[] parts = e.getKey().split("\\|");
+            if (!parts[0].equals(name) || (parts.length == 4) != delta) continue;
+            long from = Long.parseLong(parts[2]);
+            if (from < start + seconds && start < from + Long.parseLong(parts[1])) sum += e.getValue();
+        }
+        return sum;
     }
 
     private static double get(Map<String, Double> ledger, String key) {
@@ -623,7 +643,9 @@ public final class Reporter implements java.io.Closeable {
         Iterator<Map.Entry<String, Double>> it = state.ledger.entrySet().iterator();
         while (it.hasNext()) {
             String[] parts = it.next().getKey().split("\\|");
-            if (Long.parseLong(parts[2]) + Long.parseLong(parts[1]) <= now) it.remove();
+            // Kept a week (the longest period) past its window's end: until then it may
+            // overlap a window of a period that changed.
+            if (Long.parseLong(parts[2]) + Long.parseLong(parts[1]) + LONGEST_PERIOD <= now) it.remove();
         }
         Iterator<Map.Entry<String, State.Memo>> memos = state.memo.entrySet().iterator();
         while (memos.hasNext()) if (memos.next().getValue().until <= now) memos.remove();
@@ -641,17 +663,15 @@ public final class Reporter implements java.io.Closeable {
             for (Definition def : defs.values()) {
                 long seconds = CoreBridge.seconds(def.budgetPeriod);
                 long start = floor(now, seconds);
-                String key = def.name + "|" + seconds + "|" + start;
                 metrics.put(def.name, new BudgetStatus.Metric(def.name, def.epsilon, def.budget,
-                        get(state.ledger, key), def.budgetPeriod, start, start + seconds, def.delta,
-                        get(state.ledger, key + "|delta")));
+                        overlapping(state.ledger, def.name, start, seconds, false), def.budgetPeriod, start, start + seconds, def.delta,
+                        overlapping(state.ledger, def.name, start, seconds, true)));
             }
             BudgetStatus.Total total = null;
             if (!Double.isNaN(totalBudget)) {
                 long start = floor(now, totalSeconds);
-                String key = "*|" + totalSeconds + "|" + start;
-                total = new BudgetStatus.Total(totalBudget, get(state.ledger, key), totalPeriod, start, start + totalSeconds,
-                        get(state.ledger, key + "|delta"));
+                total = new BudgetStatus.Total(totalBudget, overlapping(state.ledger, "*", start, totalSeconds, false), totalPeriod,
+                        start, start + totalSeconds, overlapping(state.ledger, "*", start, totalSeconds, true));
             }
             return new BudgetStatus(metrics, total);
         }
