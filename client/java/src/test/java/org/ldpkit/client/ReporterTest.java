@@ -142,7 +142,10 @@ class ReporterTest {
         minutesDef.put("budget", 50.0); // not fingerprinted: 100 reports of epsilon 0.5 an hour
         try (LyingCollector lying = accepting(ShapesTest.metricsBody(defs))) {
             // of 8 threads x 50 fresh values, 100 fit
-            Reporter r = Reporter.builder(lying.url, "t").store(new MemoryStore()).memoize(false).build();
+            // Time frozen (the device's clock, and the monotonic one from the collector's
+            // answer on): an hour starting mid-run would open a fresh budget window.
+            Reporter r = Reporter.builder(lying.url, "t").store(new MemoryStore()).memoize(false)
+                    .clock(() -> 1.8e9).monotonic(() -> 0.0).build();
             r.refreshDefinitions();
             final AtomicInteger queued = new AtomicInteger();
             final AtomicInteger refused = new AtomicInteger();
