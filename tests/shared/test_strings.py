@@ -21,7 +21,7 @@ from ldpkit.heavy_hitters import VarianceModel, as_text
 from ldpkit.mechanisms._string_decoder import above_threshold, poisson_upper_tail
 from ldpkit.mechanisms.strings import PrefixSketch, encode_strings, splitmix64
 from ldpkit.metrics import MetricDefinition
-from tests.stats import chi2_ratio_bounds, coverage_bounds
+from tests.stats import chi2_ratio_bounds
 
 # --- parameters and registry -------------------------------------------------------------
 
@@ -450,14 +450,57 @@ def test_stated_stderrs_are_the_formula_at_the_estimate(
 
 
 @pytest.mark.parametrize("which", ["moderate", "hard"])
+def test_intervals_are_score_intervals_of_the_stated_variance_at_95(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    """Each end of a named or listed string's interval solves ``(f_hat - f)^2 = z^2 V(f)``
+    at the answer's level 0.95, with V the stated variance's (``extra`` read off the stated
+    stderr). Coverage over 120 campaigns could not tell 95% from 98%: a planted level of
+    0.98 passed every strings test."""
+    camps = request.getfixturevalue(which)
+    z = float(stats.norm.isf(0.025))
+    for c in camps:
+        result = c["result"]
+        assert result.level == 0.95  # type: ignore[attr-defined]
+        model = result.variance_model  # type: ignore[attr-defined]
+        for a in (*c["answers"], *result.items):  # type: ignore[attr-defined]
+            f_hat = min(max(a.estimate, 0.0), 1.0)
+            extra = a.stderr**2 - (model.v0 + model.v1 * f_hat - model.v2 * f_hat**2)
+            assert extra >= -1e-12 * model.v0
+            scale = z * z * a.stderr**2
+            for end in (a.low, a.high):
+                gap = _score_excess(model, f_hat, extra, z, end)
+                if 0.0 < end < 1.0 and end != f_hat:
+                    assert abs(gap) <= 1e-7 * scale, (a, end)
+                else:
+                    assert gap <= 1e-7 * scale, (a, end)
+
+
+def _score_excess(model: VarianceModel, f_hat: float, extra: float, z: float, f: float) -> float:
+    """``(f_hat - f)^2 - z^2 V(f)``: <= 0 on the score interval, 0 at an inner end."""
+    return (f_hat - f) ** 2 - z * z * (model.v0 + extra + model.v1 * f - model.v2 * f * f)
+
+
+def _coverage_band(trials: int, alpha: float = 1e-4) -> tuple[int, int]:
+    """Counts of covering 95% intervals among ``trials`` outside which the binomial law puts
+    at most ``alpha`` (two-sided)."""
+    return (
+        int(stats.binom.ppf(alpha / 2, trials, 0.95)),
+        int(stats.binom.isf(alpha / 2, trials, 0.95)),
+    )
+
+
+@pytest.mark.parametrize("which", ["moderate", "hard"])
 def test_candidate_intervals_cover(which: str, request: pytest.FixtureRequest) -> None:
     camps = request.getfixturevalue(which)
     covered = _named(camps)[3]
-    lo, hi = coverage_bounds()
-    # Pooled over the candidates, and for the rare string alone (small counts).
-    rate = float(covered.mean())
-    assert lo - 0.02 <= rate <= hi + 0.02, rate
-    assert float(covered[:, 2].mean()) >= lo - 0.04
+    # The three strings with fractions inside (0, 1), pooled: a binomial count at 0.95.
+    low, high = _coverage_band(covered[:, :3].size)
+    assert low <= int(covered[:, :3].sum()) <= high, covered[:, :3].mean(axis=0)
+    # A fraction at (or within a few devices of) 0 is covered when the estimate is under
+    # z standard errors (the score interval's lower end is 0): at least 95% of the time.
+    for j in (3, 4):
+        assert int(covered[:, j].sum()) >= _coverage_band(covered.shape[0])[0], j
 
 
 @pytest.mark.parametrize("which", ["moderate", "hard"])
@@ -474,8 +517,8 @@ def test_found_items_intervals_cover_despite_selection(
             hits += item.low <= truth <= item.high
             total += 1
     assert total >= 1.8 * len(camps)
-    lo, hi = coverage_bounds()
-    assert lo - 0.02 <= hits / total <= hi + 0.02, hits / total
+    low, high = _coverage_band(total)
+    assert low <= hits <= high, hits / total
 
 
 def test_found_item_and_candidate_query_agree(moderate: list[dict[str, object]]) -> None:
