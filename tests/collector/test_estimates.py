@@ -165,6 +165,42 @@ async def test_hierarchy_and_table_answers_are_the_librarys(database: Path) -> N
             assert moved > 1e-3, (name, moved)
 
 
+async def test_strings_answer_is_the_librarys(database: Path) -> None:
+    """A strings metric's served items and named candidates (estimates, stderrs, intervals)
+    are the library's answer to the same reports at the level asked. Strings were checked
+    over HTTP against the truth within a stderr at the default level only: a planted strings
+    kind answering at 0.95 whatever the level passed every collector and client test."""
+    from ldpkit.metrics import MetricDefinition
+
+    spec = {"kind": "strings", "max_length": 3, "k": 3, "epsilon": 4.0}
+    async with running(make_config(database, metrics={"word": spec})) as client:
+        resp = await client.get("/v1/metrics/word", headers=auth("read"))
+        d = MetricDefinition.from_dict("word", await resp.json())
+        m: Any = d.mechanism_instance
+        words = ["ab"] * 5 + ["c"] * 3 + ["xyz"] * 2
+        values = d.kind_spec.encode_many(d, words * 400)
+        reports = m.perturb(values, rng=np.random.default_rng(41))
+        await send(client, "word", reports, fingerprint=d.fingerprint)
+        named = ["ab", "zz"]
+        library = m.estimate(m.aggregate(reports))
+        for level in (0.9, 0.99):
+            status, body = await estimates(client, "word", level=level, candidates="ab,zz")
+            assert status == 200 and body["n"] == len(reports) and body["level"] == level, body
+            want = library.to_dict(named, level)
+            assert [i["category"] for i in body["items"]] == ["ab", "c", "xyz"]
+            for group in ("items", "candidates"):
+                for key in ("estimate", "stderr", "low", "high"):
+                    served = [i[key] for i in body[group]]
+                    expected = [i[key] for i in want[group]]
+                    np.testing.assert_allclose(served, expected, rtol=1e-9, atol=1e-12)
+            # Another level's intervals differ: the check can tell them apart.
+            default = library.to_dict(named, 0.95)
+            assert all(
+                a["high"] - a["low"] != b["high"] - b["low"]
+                for a, b in zip(want["items"], default["items"], strict=True)
+            )
+
+
 async def test_no_reports_gives_nulls(client: TestClient) -> None:
     status, est = await estimates(client, "empty", consistent=True)
     assert status == 200 and est["n"] == 0
