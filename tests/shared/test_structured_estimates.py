@@ -225,6 +225,7 @@ def _onto_simplex(v: npt.NDArray[np.float64], total: float) -> npt.NDArray[np.fl
         (seed_tree_design, "levels"),
         (cars_design, "joint"),
         (cars_design, "joint_marginals"),
+        (cars_design, "split"),
     ],
 )
 def test_consistent_estimates_are_the_documented_projections(build: Any, name: str) -> None:
