@@ -280,9 +280,34 @@ def test_bucket_deviation_refuses_a_range_that_is_not_one(span: tuple[float, flo
         sw.bucket_deviation(np.ones(16), span[0], span[1], 8)
 
 
+def _binomial_smoothing(size: int) -> FloatArray:
+    """EMS's smoothing by its definition (the module docstring; Silverman et al. 1990),
+    written out here and not read from the module: a bucket's new mass is (1, 2, 1) / 4 of
+    its neighbours and itself, an end's (2, 1) / 3 of itself and its one neighbour."""
+    s = np.zeros((size, size))
+    for i in range(size):
+        weights = {j: 1.0 for j in (i - 1, i + 1) if 0 <= j < size} | {i: 2.0}
+        for j, w in weights.items():
+            s[i, j] = w / sum(weights.values())
+    return s
+
+
+def test_the_smoothing_is_the_binomial_one() -> None:
+    """The module's smoothing (matrix and banded) is the definition's; the banded smoother
+    was compared with the module's matrix only, and EMS with EMS: a planted (1, 1, 1) / 3
+    kernel (ends (1, 1) / 2) in both passed every square wave test."""
+    inner, end = [1 / 4, 1 / 2, 1 / 4], [2 / 3, 1 / 3]
+    expected = [[*end, 0, 0], [*inner, 0], [0, *inner], [0, 0, *end[::-1]]]
+    assert np.max(np.abs(_binomial_smoothing(4) - np.array(expected))) <= 1e-15
+    for size in (2, 3, 4, 64):
+        assert np.max(np.abs(smoothing_matrix(size) - _binomial_smoothing(size))) <= 1e-15
+        f = np.random.default_rng(size).random(size)
+        assert np.max(np.abs(smoothed(f) - _binomial_smoothing(size) @ f)) <= 1e-15
+
+
 def _dense_ems(sw: SquareWave, counts: FloatArray, steps: int) -> FloatArray:
     """EMS as it was before the banded smoother: the d x d matrix product each step."""
-    s = smoothing_matrix(sw.buckets)
+    s = _binomial_smoothing(sw.buckets)
     f = np.full(sw.buckets, 1.0 / sw.buckets)
     for _ in range(steps):
         f = s @ (f * (sw.channel @ (counts / (f @ sw.channel))))
@@ -298,7 +323,7 @@ def test_the_banded_smoother_is_the_matrix(buckets: int) -> None:
     contract, so rounding does not grow)."""
     rng = np.random.default_rng(buckets)
     f = rng.random(buckets)
-    assert np.max(np.abs(smoothed(f) - smoothing_matrix(buckets) @ f)) <= 1e-15
+    assert np.max(np.abs(smoothed(f) - _binomial_smoothing(buckets) @ f)) <= 1e-15
     sw = SquareWave(epsilon=1.0, bounds=(0.0, 1.0), buckets=buckets)
     truth = np.linspace(1.0, 3.0, buckets) / np.linspace(1.0, 3.0, buckets).sum()
     counts = rng.multinomial(50_000, truth @ sw.channel).astype(np.float64)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -21,7 +21,7 @@ from ldpkit.heavy_hitters import VarianceModel, as_text
 from ldpkit.mechanisms._string_decoder import above_threshold, poisson_upper_tail
 from ldpkit.mechanisms.strings import PrefixSketch, encode_strings, splitmix64
 from ldpkit.metrics import MetricDefinition
-from tests.stats import chi2_ratio_bounds, coverage_bounds
+from tests.stats import chi2_ratio_bounds
 
 # --- parameters and registry -------------------------------------------------------------
 
@@ -349,40 +349,158 @@ def _named(camps: list[dict[str, object]]) -> tuple[np.ndarray, np.ndarray, np.n
     return np.array(est), np.array(se), np.array(truth), np.array(covered)
 
 
+Z_TAILS = float(stats.norm.isf(0.5e-4))
+"""Two-sided normal quantile at 1e-4: a mean over campaigns this many standard errors off fails."""
+
+
+@dataclass(frozen=True)
+class _Theory:
+    """Per campaign (rows) and named string (columns), what the formulas say of its estimate:
+    ``variance`` at the true fraction (random hashing), ``stated`` the mean of the variance the
+    answer states (at the clipped estimate), and ``allowance`` what collisions and the decoys'
+    floor add to the stated variance on average, at most (both >= 0)."""
+
+    variance: np.ndarray
+    stated: np.ndarray
+    allowance: np.ndarray
+    v0: np.ndarray
+    v1: np.ndarray
+    v2: np.ndarray
+
+
+def _theory(camps: list[dict[str, object]], truth: np.ndarray) -> _Theory:
+    from ldpkit.heavy_hitters import oracle_variance
+    from ldpkit.mechanisms._string_decoder import DECOYS
+
+    first = camps[0]["result"]
+    n = first.n  # type: ignore[attr-defined]
+    # p, q, g and R_E depend on epsilon only (the campaigns differ in seed).
+    m = PrefixSketch(epsilon=first.epsilon, max_length=2)  # type: ignore[attr-defined]
+    p, q = m.p, m.q
+    n_e = np.array([float(c["result"].n_estimation) for c in camps])[:, None]  # type: ignore[attr-defined]
+    v0 = oracle_variance(0.0, n_e, p, q)
+    v2 = 1.0 / n_e - 1.0 / n
+    v1 = (p * (1 - p) - q * (1 - q)) / (n_e * (p - q) ** 2) + v2
+    variance = v0 + v1 * truth - v2 * truth**2
+    # The estimate ~ N(f, variance) clipped at 0 (1 is 30 sds away): E[c] and E[c^2].
+    sd = np.sqrt(variance)
+    a = truth / sd
+    m1 = truth * stats.norm.cdf(a) + sd * stats.norm.pdf(a)
+    m2 = (truth**2 + variance) * stats.norm.cdf(a) + truth * sd * stats.norm.pdf(a)
+    stated = v0 + v1 * m1 - v2 * m2
+    # The null variance is the decoys' mean square floored at v0: its mean exceeds v0 by the
+    # tail's collision offsets (sum f^2 q / (R_E (1 - q)), the strings not removed) plus at
+    # most E[max(X - 1, 0)] of the relative mean square X, sd sqrt((2 + 1/lambda) / DECOYS)
+    # (a decoy's support count is about Poisson(lambda = n_E q)): sd / sqrt(2 pi) if normal.
+    _, probs = population(np.random.default_rng(99))
+    tail = float(np.sum(probs[3:] ** 2)) * q / (m.estimation_rows * (1 - q))
+    floor = v0 * np.sqrt((2.0 + 1.0 / (n_e * q)) / DECOYS) / math.sqrt(2 * math.pi)
+    # A string's own collision term (collision_var) is sum_x f_x max(W - q, 0) / n_E over
+    # the heavy strings x (the three planted), and E[W] = q: on average q / n_E sum f_x.
+    heavy = truth[:, :3].sum(axis=1, keepdims=True)
+    others = heavy - np.where(np.arange(truth.shape[1]) < 3, truth, 0.0)
+    allowance = tail + floor + q * others / n_e
+    return _Theory(variance, stated, allowance, v0, v1, v2)
+
+
 @pytest.mark.parametrize("which", ["moderate", "hard"])
 def test_candidate_estimates_are_unbiased_with_the_formula_variance(
     which: str, request: pytest.FixtureRequest
 ) -> None:
     camps = request.getfixturevalue(which)
-    est, se, truth, _ = _named(camps)
+    est, _, truth, _ = _named(camps)
+    theory = _theory(camps, truth)
     err = est - truth
     reps = err.shape[0]
-    first = camps[0]["result"]
-    n = first.n
-    m = PrefixSketch(epsilon=first.epsilon, max_length=2)
     lo, hi = chi2_ratio_bounds(reps)
     for j in range(err.shape[1]):
-        f = float(np.mean(truth[:, j]))
-        theory = float(m.variance(f, n))
+        variance = float(np.mean(theory.variance[:, j]))
         # Unbiased: the mean error within 4 standard errors of the mean.
-        assert abs(err[:, j].mean()) < 4 * math.sqrt(theory / reps), j
-        # Variance: the formula (random hashing), a little more for collisions (<= 25%).
-        ratio = float(np.var(err[:, j], ddof=1)) / theory
-        assert lo < ratio < hi * 1.25, (j, ratio)
-        # The standard errors the answer states match the spread they describe.
-        stated = float(np.mean(se[:, j] ** 2)) / float(np.var(err[:, j], ddof=1))
-        assert 1 / (hi * 1.3) < stated < 1.3 / lo, (j, stated)
+        assert abs(err[:, j].mean()) < 4 * math.sqrt(variance / reps), j
+        # Variance: the formula (random hashing), plus at most what collisions add.
+        ratio = float(np.var(err[:, j], ddof=1)) / variance
+        slack = 1 + float(np.mean(theory.allowance[:, j])) / variance
+        assert lo < ratio < hi * slack, (j, ratio)
+
+
+@pytest.mark.parametrize("which", ["moderate", "hard"])
+def test_stated_stderrs_are_the_formula_at_the_estimate(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    """The variance each answer states is ``v0 + extra + v1 f - v2 f^2`` at its clipped
+    estimate: v1 and v2 are the formula's, v0 at least the formula's null variance, and
+    over the campaigns the stated variance averages the formula's (at the estimate, clipped
+    at 0) plus at most the collision and floor allowance. The spread of 120 estimates
+    could not tell a stderr 15% too large (chi2 bounds 0.57-1.59 on the variance): a
+    planted stderr * 1.15 passed every strings test."""
+    camps = request.getfixturevalue(which)
+    _, se, truth, _ = _named(camps)
+    theory = _theory(camps, truth)
+    for c, campaign in enumerate(camps):
+        model = campaign["result"].variance_model  # type: ignore[attr-defined]
+        assert model.v1 == pytest.approx(float(theory.v1[c, 0]), rel=1e-9)
+        assert model.v2 == pytest.approx(float(theory.v2[c, 0]), rel=1e-9)
+        assert model.v0 >= float(theory.v0[c, 0]) * (1 - 1e-9)
+    reps = se.shape[0]
+    for j in range(se.shape[1]):
+        gap = se[:, j] ** 2 - theory.stated[:, j]
+        noise = Z_TAILS * float(np.std(gap, ddof=1)) / math.sqrt(reps)
+        mean, allowed = float(gap.mean()), float(np.mean(theory.allowance[:, j]))
+        assert -noise <= mean <= allowed + noise, (j, mean / float(np.mean(theory.stated[:, j])))
+
+
+@pytest.mark.parametrize("which", ["moderate", "hard"])
+def test_intervals_are_score_intervals_of_the_stated_variance_at_95(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    """Each end of a named or listed string's interval solves ``(f_hat - f)^2 = z^2 V(f)``
+    at the answer's level 0.95, with V the stated variance's (``extra`` read off the stated
+    stderr). Coverage over 120 campaigns could not tell 95% from 98%: a planted level of
+    0.98 passed every strings test."""
+    camps = request.getfixturevalue(which)
+    z = float(stats.norm.isf(0.025))
+    for c in camps:
+        result = c["result"]
+        assert result.level == 0.95  # type: ignore[attr-defined]
+        model = result.variance_model  # type: ignore[attr-defined]
+        for a in (*c["answers"], *result.items):  # type: ignore[attr-defined]
+            f_hat = min(max(a.estimate, 0.0), 1.0)
+            extra = a.stderr**2 - (model.v0 + model.v1 * f_hat - model.v2 * f_hat**2)
+            assert extra >= -1e-12 * model.v0
+            scale = z * z * a.stderr**2
+            for end in (a.low, a.high):
+                gap = _score_excess(model, f_hat, extra, z, end)
+                if 0.0 < end < 1.0 and end != f_hat:
+                    assert abs(gap) <= 1e-7 * scale, (a, end)
+                else:
+                    assert gap <= 1e-7 * scale, (a, end)
+
+
+def _score_excess(model: VarianceModel, f_hat: float, extra: float, z: float, f: float) -> float:
+    """``(f_hat - f)^2 - z^2 V(f)``: <= 0 on the score interval, 0 at an inner end."""
+    return (f_hat - f) ** 2 - z * z * (model.v0 + extra + model.v1 * f - model.v2 * f * f)
+
+
+def _coverage_band(trials: int, alpha: float = 1e-4) -> tuple[int, int]:
+    """Counts of covering 95% intervals among ``trials`` outside which the binomial law puts
+    at most ``alpha`` (two-sided)."""
+    return (
+        int(stats.binom.ppf(alpha / 2, trials, 0.95)),
+        int(stats.binom.isf(alpha / 2, trials, 0.95)),
+    )
 
 
 @pytest.mark.parametrize("which", ["moderate", "hard"])
 def test_candidate_intervals_cover(which: str, request: pytest.FixtureRequest) -> None:
     camps = request.getfixturevalue(which)
     covered = _named(camps)[3]
-    lo, hi = coverage_bounds()
-    # Pooled over the candidates, and for the rare string alone (small counts).
-    rate = float(covered.mean())
-    assert lo - 0.02 <= rate <= hi + 0.02, rate
-    assert float(covered[:, 2].mean()) >= lo - 0.04
+    # The three strings with fractions inside (0, 1), pooled: a binomial count at 0.95.
+    low, high = _coverage_band(covered[:, :3].size)
+    assert low <= int(covered[:, :3].sum()) <= high, covered[:, :3].mean(axis=0)
+    # A fraction at (or within a few devices of) 0 is covered when the estimate is under
+    # z standard errors (the score interval's lower end is 0): at least 95% of the time.
+    for j in (3, 4):
+        assert int(covered[:, j].sum()) >= _coverage_band(covered.shape[0])[0], j
 
 
 @pytest.mark.parametrize("which", ["moderate", "hard"])
@@ -399,8 +517,8 @@ def test_found_items_intervals_cover_despite_selection(
             hits += item.low <= truth <= item.high
             total += 1
     assert total >= 1.8 * len(camps)
-    lo, hi = coverage_bounds()
-    assert lo - 0.02 <= hits / total <= hi + 0.02, hits / total
+    low, high = _coverage_band(total)
+    assert low <= hits <= high, hits / total
 
 
 def test_found_item_and_candidate_query_agree(moderate: list[dict[str, object]]) -> None:
@@ -602,3 +720,39 @@ def test_one_family_collision_offset_is_small_next_to_the_stderr() -> None:
     # family at 93%.
     assert float(np.max(sigma / se)) <= 0.3
     assert float(np.max(np.abs(off) / se)) <= 3.5 * float(np.max(sigma / se))
+
+
+def test_collision_term_is_the_documented_one() -> None:
+    """A named string's own collision term (docs/statistics.md) is
+    ``e_s = sum_x f_x max(W(s, x) - q, 0) / n_E`` over the heavy strings x, with W the share
+    of the sketch's reports in rows where s and x share a bucket: computed here from the
+    hash family's buckets, on expected counts (the solve then gives the heavy fractions
+    exactly). Nothing checked it: a planted term of 0 passed every strings test, and here
+    (eps = 8, 64 rows) one shared row adds 2-6 times the null variance (4e-9)."""
+    from ldpkit.mechanisms._string_decoder import _Level
+    from ldpkit.mechanisms.strings import key_words
+
+    m = PrefixSketch(epsilon=8.0, max_length=2, seed=5)  # g large: a shared row weighs
+    heavy_words = [b"ab", b"c", b"x"]
+    f = np.array([0.5, 0.3, 0.2])  # everyone holds one: the counts are a whole population's
+    others = [bytes([a, b]) for a in range(97, 123) for b in range(97, 123)]
+    others = [w for w in others if w not in heavy_words]
+    heavy_keys, _ = encode_strings(heavy_words, 2)
+    keys, _ = encode_strings(others, 2)
+    n = 10**6
+    per_row = n * m.share(0) / m.estimation_rows
+    q_other = (1.0 - m.p) / (m.g - 1)
+    counts = np.full((m.estimation_rows, m.g), per_row * q_other)
+    heavy_buckets = m.buckets(0, key_words(heavy_keys))
+    for j in range(m.estimation_rows):
+        np.add.at(counts[j], heavy_buckets[:, j], per_row * f * (m.p - q_other))
+    level = _Level(m, 0, counts)
+    level.evaluate(level.flat(heavy_keys), lambda i: heavy_keys[i], heavy=np.arange(3))
+    np.testing.assert_allclose(level.heavy_est, f, rtol=1e-9)
+    _, extra = level.estimate_keys(keys)
+    weights = counts.sum(axis=1) / counts.sum()
+    shared = m.buckets(0, key_words(keys))[:, None, :] == heavy_buckets[None, :, :]
+    w = (shared * weights[None, None, :]).sum(axis=2)  # (others, heavy)
+    expected = (np.maximum(w - m.q, 0.0) * f[None, :]).sum(axis=1) / counts.sum()
+    assert int(np.count_nonzero(expected)) >= 5  # some strings collide: the term is tested
+    np.testing.assert_allclose(extra, expected, rtol=1e-9, atol=1e-15)
