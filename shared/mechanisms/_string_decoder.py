@@ -317,21 +317,28 @@ class _Level:
 
     def collision_var(self, flat: IntArray, own: IntArray) -> FloatArray:
         """Variance a key's collisions with the heavy keys add beyond the decoys' average.
-        In a row where key v shares x's bucket, all of x's devices in that row support v.
-        Their number is random (devices pick rows at random), about Binomial with mean
-        ``n_j f_x``; the correction removes the mean, the spread stays: variance
-        ``f_x W(v, x) / n`` in estimate units, with ``W`` the share of reports in rows where
-        they collide. Random hashing would give ``W = q`` on average, which the decoys'
-        null variance already holds, so only the excess over ``q`` is added. ``own[i]``
-        is the heavy index of key i itself (its own column is skipped), or -1."""
+        In a row where key v shares x's bucket, a report supports v with probability
+        ``P = q_o + f_x (p - q_o)`` instead of ``q_o`` (x's devices, a random share f_x of
+        the row, report their bucket w.p. p; ``q_o = (1 - p) / (g - 1)``): each report's
+        indicator varies by ``P (1 - P) - q_o (1 - q_o) = f_x (p - q_o) (1 - 2 q_o -
+        f_x (p - q_o))`` more (the number of x's devices and their own coins both), so the
+        debiased estimate by that times ``W(v, x) / (n (p - q)^2)``, with ``W`` the share of
+        reports in rows where they collide. Random hashing would give ``W = q`` on average,
+        which the decoys' null variance already holds, so only the excess over ``q`` is
+        added. (Summed over x: at most the joint excess, as the x's share their rows' devices.)
+        ``own[i]`` is the heavy index of key i itself (its own column is skipped), or -1."""
         out = np.zeros(flat.shape[0])
         if self.heavy_flat is None or self.heavy_est is None or not len(self.heavy_est):
             return out
-        f_h = np.maximum(self.heavy_est, 0.0)
+        m = self.m
+        f_h = np.clip(self.heavy_est, 0.0, 1.0)
+        q_other = (1.0 - m.p) / (m.g - 1)
+        lift = m.p - q_other
+        per_share = f_h * lift * (1.0 - 2.0 * q_other - f_h * lift) / (m.p - m.q) ** 2
         share = shared_weight(flat, self.heavy_flat, self.row_n / self.n)
         rows = np.flatnonzero(own >= 0)
         share[rows, own[rows]] = 0.0
-        return np.asarray((np.maximum(share - self.m.q, 0.0) * f_h).sum(axis=1) / self.n)
+        return np.asarray((np.maximum(share - m.q, 0.0) * per_share).sum(axis=1) / self.n)
 
 
 DENSE_MATCHES = 1 << 16
