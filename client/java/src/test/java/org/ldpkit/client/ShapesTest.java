@@ -177,11 +177,7 @@ class ShapesTest {
     @Test
     void theLedgerAdmitsAReportWithinItsSlackOfTheBudgetAndNoneBeyond() throws Exception {
         Map<String, Object> base = cases("budget").get(0);
-        Map<String, Object> theme = null;
-        for (Object d : (List<Object>) base.get("definitions")) {
-            if ("theme".equals(((Map<String, Object>) d).get("name"))) theme = (Map<String, Object>) d;
-        }
-        assertNotNull(theme);
+        Map<String, Object> theme = theme(base);
         double epsilon = ((Number) theme.get("epsilon")).doubleValue();
         double[][] budgets = {{-1e-10, 3}, {-1e-8, 2}};
         for (double[] c : budgets) {
@@ -213,11 +209,7 @@ class ShapesTest {
     @Test
     void aMemoIsOfOneMetricVersion() throws Exception {
         Map<String, Object> base = cases("budget").get(0);
-        Map<String, Object> theme = null;
-        for (Object d : (List<Object>) base.get("definitions")) {
-            if ("theme".equals(((Map<String, Object>) d).get("name"))) theme = (Map<String, Object>) d;
-        }
-        assertNotNull(theme);
+        Map<String, Object> theme = theme(base);
         double epsilon = ((Number) theme.get("epsilon")).doubleValue();
         Map<String, Object> reordered = new LinkedHashMap<String, Object>(theme);
         List<Object> categories = new ArrayList<Object>((List<Object>) theme.get("categories"));
@@ -303,11 +295,7 @@ class ShapesTest {
     @Test
     void spendingCountsInEveryWindowItOverlaps() throws Exception {
         Map<String, Object> base = cases("budget").get(0);
-        Map<String, Object> theme = null;
-        for (Object d : (List<Object>) base.get("definitions")) {
-            if ("theme".equals(((Map<String, Object>) d).get("name"))) theme = (Map<String, Object>) d;
-        }
-        assertNotNull(theme);
+        Map<String, Object> theme = theme(base);
         double epsilon = ((Number) theme.get("epsilon")).doubleValue();
         Map<String, Object> daily = new LinkedHashMap<String, Object>(theme);
         daily.put("budget", epsilon);
@@ -365,5 +353,14 @@ class ShapesTest {
                 r.close(false);
             }
         }));
+    }
+
+    /** The ``theme`` definition of a case (the budget cases all have one). */
+    @SuppressWarnings("unchecked")
+    private static Map<String, Object> theme(Map<String, Object> c) {
+        for (Object d : (List<Object>) c.get("definitions")) {
+            if ("theme".equals(((Map<String, Object>) d).get("name"))) return (Map<String, Object>) d;
+        }
+        throw new AssertionError("no theme definition in the case");
     }
 }
